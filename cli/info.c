@@ -1,0 +1,204 @@
+/* cli/info.c — `ferry info`: what ferry sees of this machine, as text or as
+ * one JSON object (--json).
+ */
+#include "cli/cli.h"
+
+#include "ferry.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_PATHS 16
+
+static void info_usage(FILE *f) {
+  fprintf(f,
+          "usage: ferry info [--json] [--path DIR]...\n"
+          "\n"
+          "Describes this machine as ferry sees it: CPU model, cores, SIMD support\n"
+          "(AVX2, FMA, F16C, AVX-512 and its bf16 extension), NUMA nodes and their\n"
+          "memory, RAM, the locked-memory limit (RLIMIT_MEMLOCK, which bounds pinned\n"
+          "memory), GPUs, whether the CUDA backend was compiled, whether io_uring\n"
+          "works, and for each --path DIR its file system, free space and whether\n"
+          "O_DIRECT works there (a small probe file is created and removed).\n"
+          "\n"
+          "options:\n"
+          "  --json       print one JSON object (keys: version, cpu_model, cores,\n"
+          "               threads, simd, numa_nodes, ram_bytes, memlock_bytes,\n"
+          "               cuda_compiled, gpus, io_uring, paths)\n"
+          "  --path DIR   probe a directory (repeatable, up to %d)\n"
+          "  -h, --help   this text\n",
+          MAX_PATHS);
+}
+
+static const struct {
+  unsigned bit;
+  const char *name;
+} simd_names[] = {
+    {FERRY_SIMD_SSE42, "sse4.2"},         {FERRY_SIMD_AVX2, "avx2"},
+    {FERRY_SIMD_FMA, "fma"},              {FERRY_SIMD_F16C, "f16c"},
+    {FERRY_SIMD_AVX512F, "avx512f"},      {FERRY_SIMD_AVX512BW, "avx512bw"},
+    {FERRY_SIMD_AVX512VL, "avx512vl"},    {FERRY_SIMD_AVX512BF16, "avx512bf16"},
+    {FERRY_SIMD_AVX512FP16, "avx512fp16"},
+};
+
+static const char *fmt_size(uint64_t b, char *buf, size_t n) {
+  static const char *u[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double v = (double)b;
+  int i = 0;
+  while (v >= 1024 && i < 4) {
+    v /= 1024;
+    i++;
+  }
+  snprintf(buf, n, i ? "%.1f %s" : "%.0f %s", v, u[i]);
+  return buf;
+}
+
+int cli_info(int argc, char **argv) {
+  int json = 0, npaths = 0;
+  const char *paths[MAX_PATHS];
+  for (int i = 1; i < argc; i++) {
+    if (!strcmp(argv[i], "--json")) {
+      json = 1;
+    } else if (!strcmp(argv[i], "--path")) {
+      if (i + 1 >= argc) {
+        fprintf(stderr, "ferry info: --path needs a directory\n");
+        return 2;
+      }
+      if (npaths == MAX_PATHS) {
+        fprintf(stderr, "ferry info: at most %d --path options\n", MAX_PATHS);
+        return 2;
+      }
+      paths[npaths++] = argv[++i];
+    } else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+      info_usage(stdout);
+      return 0;
+    } else {
+      fprintf(stderr, "ferry info: unknown option '%s'\n", argv[i]);
+      info_usage(stderr);
+      return 2;
+    }
+  }
+
+  ferry_host_info h;
+  int hrc = ferry_host_info_get(&h);
+  ferry_gpu_info gpus[FERRY_MAX_GPUS];
+  int ngpu = 0;
+  char gpu_why[256] = "";
+  int grc = ferry_gpu_list(gpus, FERRY_MAX_GPUS, &ngpu, gpu_why, sizeof gpu_why);
+  char uring_why[256] = "";
+  int urc = ferry_io_uring_probe(uring_why, sizeof uring_why);
+  ferry_path_info pinfo[MAX_PATHS];
+  int prc[MAX_PATHS];
+  char pwhy[MAX_PATHS][256];
+  for (int i = 0; i < npaths; i++)
+    prc[i] = ferry_path_probe(paths[i], &pinfo[i], pwhy[i], sizeof pwhy[i]);
+
+  if (json) {
+    json_out j;
+    json_begin(&j, stdout);
+    json_str(&j, "version", ferry_version());
+    json_str(&j, "cpu_model", h.cpu_model);
+    json_int(&j, "cores", h.cores);
+    json_int(&j, "threads", h.threads);
+    json_open(&j, "simd", '[');
+    for (size_t k = 0; k < sizeof simd_names / sizeof simd_names[0]; k++)
+      if (h.simd & simd_names[k].bit) json_str(&j, NULL, simd_names[k].name);
+    json_close(&j, ']');
+    json_int(&j, "numa_nodes", h.numa_nodes);
+    json_open(&j, "numa_memory_bytes", '[');
+    for (int k = 0; k < h.numa_nodes && k < FERRY_MAX_NUMA; k++)
+      json_uint(&j, NULL, h.numa_memory[k]);
+    json_close(&j, ']');
+    json_uint(&j, "ram_bytes", h.ram_bytes);
+    json_uint(&j, "ram_available_bytes", h.ram_available_bytes);
+    if (h.memlock_bytes == UINT64_MAX) json_null(&j, "memlock_bytes");
+    else json_uint(&j, "memlock_bytes", h.memlock_bytes);
+    json_bool(&j, "memlock_unlimited", h.memlock_bytes == UINT64_MAX);
+    json_uint(&j, "hugepage_bytes", h.hugepage_bytes);
+    json_bool(&j, "cuda_compiled", ferry_cuda_compiled());
+    json_open(&j, "gpus", '[');
+    for (int k = 0; k < ngpu; k++) {
+      json_open(&j, NULL, '{');
+      json_int(&j, "ordinal", gpus[k].ordinal);
+      json_str(&j, "name", gpus[k].name);
+      json_uint(&j, "total_bytes", gpus[k].total_memory);
+      json_uint(&j, "free_bytes", gpus[k].free_memory);
+      char cc[16];
+      snprintf(cc, sizeof cc, "%d.%d", gpus[k].cc_major, gpus[k].cc_minor);
+      json_str(&j, "compute_capability", cc);
+      json_int(&j, "pcie_gen", gpus[k].pcie_gen);
+      json_int(&j, "pcie_width", gpus[k].pcie_width);
+      json_close(&j, '}');
+    }
+    json_close(&j, ']');
+    if (ngpu == 0) json_str(&j, "gpus_reason", gpu_why);
+    json_bool(&j, "io_uring", urc == 0);
+    if (urc) json_str(&j, "io_uring_reason", uring_why);
+    json_open(&j, "paths", '[');
+    for (int k = 0; k < npaths; k++) {
+      json_open(&j, NULL, '{');
+      json_str(&j, "path", paths[k]);
+      json_bool(&j, "ok", prc[k] == 0);
+      if (prc[k]) {
+        json_str(&j, "error", pwhy[k]);
+      } else {
+        json_str(&j, "fs_type", pinfo[k].fs_type);
+        json_bool(&j, "o_direct", pinfo[k].o_direct);
+        json_str(&j, "io_mode", pinfo[k].o_direct ? "direct" : "buffered");
+        json_uint(&j, "dio_mem_align", pinfo[k].dio_mem_align);
+        json_uint(&j, "dio_offset_align", pinfo[k].dio_offset_align);
+        json_uint(&j, "free_bytes", pinfo[k].free_bytes);
+        json_uint(&j, "total_bytes", pinfo[k].total_bytes);
+      }
+      json_close(&j, '}');
+    }
+    json_close(&j, ']');
+    json_end(&j);
+    return hrc || grc ? 1 : 0;
+  }
+
+  char a[32], b[32];
+  printf("ferry %s\n", ferry_version());
+  printf("cpu:        %s\n", h.cpu_model);
+  printf("cores:      %d physical, %d threads\n", h.cores, h.threads);
+  printf("simd:      ");
+  for (size_t k = 0; k < sizeof simd_names / sizeof simd_names[0]; k++)
+    if (h.simd & simd_names[k].bit) printf(" %s", simd_names[k].name);
+  printf("%s\n", h.simd ? "" : " none");
+  printf("numa nodes: %d\n", h.numa_nodes);
+  for (int k = 0; k < h.numa_nodes && k < FERRY_MAX_NUMA; k++)
+    printf("  node %d:   %s\n", k, fmt_size(h.numa_memory[k], a, sizeof a));
+  printf("ram:        %s (%s available)\n", fmt_size(h.ram_bytes, a, sizeof a),
+         fmt_size(h.ram_available_bytes, b, sizeof b));
+  if (h.memlock_bytes == UINT64_MAX) printf("memlock:    unlimited\n");
+  else
+    printf("memlock:    %s (RLIMIT_MEMLOCK; bounds pinned host memory)\n",
+           fmt_size(h.memlock_bytes, a, sizeof a));
+  if (h.hugepage_bytes) printf("huge pages: %s\n", fmt_size(h.hugepage_bytes, a, sizeof a));
+  printf("cuda:       backend %s\n", ferry_cuda_compiled() ? "compiled" : "not compiled");
+  if (ngpu == 0) printf("gpus:       none (%s)\n", gpu_why);
+  for (int k = 0; k < ngpu; k++) {
+    printf("gpu %d:      %s, %s total, %s free, compute %d.%d", gpus[k].ordinal, gpus[k].name,
+           fmt_size(gpus[k].total_memory, a, sizeof a),
+           fmt_size(gpus[k].free_memory, b, sizeof b), gpus[k].cc_major, gpus[k].cc_minor);
+    if (gpus[k].pcie_gen) printf(", PCIe gen %d x%d", gpus[k].pcie_gen, gpus[k].pcie_width);
+    printf("\n");
+  }
+  printf("io_uring:   %s\n", urc == 0 ? "works" : uring_why);
+  for (int k = 0; k < npaths; k++) {
+    if (prc[k]) {
+      printf("path %s: error: %s\n", paths[k], pwhy[k]);
+      continue;
+    }
+    printf("path %s: %s, %s free of %s, %s", paths[k], pinfo[k].fs_type,
+           fmt_size(pinfo[k].free_bytes, a, sizeof a), fmt_size(pinfo[k].total_bytes, b, sizeof b),
+           pinfo[k].o_direct ? "O_DIRECT works" : "O_DIRECT refused: buffered I/O");
+    if (pinfo[k].o_direct)
+      printf(" (alignment: memory %zu, offset %zu)", pinfo[k].dio_mem_align,
+             pinfo[k].dio_offset_align);
+    printf("\n");
+  }
+  int bad = hrc || grc;
+  for (int k = 0; k < npaths; k++) bad |= prc[k] != 0;
+  return bad ? 1 : 0;
+}

@@ -1,0 +1,43 @@
+/* cli/main.c — the `ferry` command: dispatches to its subcommands. */
+#include "cli/cli.h"
+
+#include "ferry.h"
+
+#include <string.h>
+
+static void usage(FILE *f) {
+  fprintf(f,
+          "usage: ferry <command> [options]\n"
+          "\n"
+          "ferry %s — an offload-centric memory engine for training models larger than\n"
+          "GPU memory.\n"
+          "\n"
+          "commands:\n"
+          "  info     describe this machine: CPU, SIMD, NUMA, RAM, locked-memory limit,\n"
+          "           GPUs, io_uring, and for each --path DIR its file system and O_DIRECT\n"
+          "  version  print the library version\n"
+          "  help     this text\n"
+          "\n"
+          "Run `ferry <command> --help` for a command's options.\n",
+          ferry_version());
+}
+
+int main(int argc, char **argv) {
+  if (argc < 2) {
+    usage(stderr);
+    return 2;
+  }
+  const char *cmd = argv[1];
+  if (!strcmp(cmd, "info")) return cli_info(argc - 1, argv + 1);
+  if (!strcmp(cmd, "version") || !strcmp(cmd, "--version")) {
+    printf("ferry %s\n", ferry_version());
+    return 0;
+  }
+  if (!strcmp(cmd, "help") || !strcmp(cmd, "--help") || !strcmp(cmd, "-h")) {
+    usage(stdout);
+    return 0;
+  }
+  fprintf(stderr, "ferry: unknown command '%s'\n\n", cmd);
+  usage(stderr);
+  return 2;
+}

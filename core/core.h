@@ -1,0 +1,79 @@
+/* core/core.h — what every folder of ferry shares: error buffers with context,
+ * the logger, FERRY_ASSERT for broken invariants, and small helpers.
+ * Internal: never included by code outside the library and its tests.
+ */
+#ifndef FERRY_CORE_H
+#define FERRY_CORE_H
+
+#include "ferry.h"
+
+#include <pthread.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define FERRY_ERR_MAX 512
+
+#if defined(__GNUC__)
+#define FERRY_PRINTF(a, b) __attribute__((format(printf, a, b)))
+#define FERRY_LIKELY(x) __builtin_expect(!!(x), 1)
+#define FERRY_UNLIKELY(x) __builtin_expect(!!(x), 0)
+#else
+#define FERRY_PRINTF(a, b)
+#define FERRY_LIKELY(x) (x)
+#define FERRY_UNLIKELY(x) (x)
+#endif
+
+/* A per-object last-error message. Any thread may set it; readers get the
+ * text of the most recent failure. */
+typedef struct {
+  pthread_mutex_t mu;
+  char msg[FERRY_ERR_MAX];
+} ferry_errbuf;
+
+void ferry_errbuf_init(ferry_errbuf *e);
+void ferry_errbuf_destroy(ferry_errbuf *e);
+/* Formats the message, prefixed by nothing; returns `status` so a caller can
+ * write `return ferry_err(&o->err, FERRY_EINVAL, "...", ...)`. */
+int ferry_err(ferry_errbuf *e, int status, const char *fmt, ...) FERRY_PRINTF(3, 4);
+int ferry_verr(ferry_errbuf *e, int status, const char *fmt, va_list ap);
+/* Copies another buffer's message in, with a prefix ("device: ..."). */
+int ferry_err_chain(ferry_errbuf *e, int status, const char *prefix, const char *inner);
+const char *ferry_err_msg(const ferry_errbuf *e);
+/* Sets this thread's message for ferry_last_error(); returns status. */
+int ferry_err_thread(int status, const char *fmt, ...) FERRY_PRINTF(2, 3);
+void ferry_err_clear(ferry_errbuf *e);
+
+/* A logger: an object's own callback or, when fn is NULL, the process-wide
+ * one set with ferry_log_set. */
+typedef struct {
+  ferry_log_fn fn;
+  void *user;
+  int level;
+} ferry_logger;
+
+void ferry_logf(const ferry_logger *lg, int level, const char *fmt, ...) FERRY_PRINTF(3, 4);
+
+/* Broken invariant: print file, line and message to stderr and abort. This is
+ * the only place the library prints: it is a bug, not an error. */
+_Noreturn void ferry_panic(const char *file, int line, const char *fmt, ...) FERRY_PRINTF(3, 4);
+#define FERRY_ASSERT(cond, ...)                                  \
+  do {                                                           \
+    if (FERRY_UNLIKELY(!(cond))) ferry_panic(__FILE__, __LINE__, __VA_ARGS__); \
+  } while (0)
+
+/* FERRY_SIMD_* bits supported by this CPU and enabled by the OS. */
+unsigned ferry_cpu_simd(void);
+
+/* Monotonic clock in seconds. */
+double ferry_now(void);
+
+/* Parses "64M", "20G", "1.5T", "4096", "512k" (powers of 1024) into bytes.
+ * Returns 0, or FERRY_EINVAL for anything else (negative, junk, overflow). */
+int ferry_parse_size(const char *s, uint64_t *out);
+/* Formats bytes as "1.50 GiB" into buf. */
+const char *ferry_format_size(uint64_t bytes, char *buf, size_t len);
+
+static inline size_t ferry_align_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
+
+#endif /* FERRY_CORE_H */

@@ -1,0 +1,126 @@
+/* nvme/probe.c — can this process use io_uring, and what does a directory
+ * offer (file system, free space, O_DIRECT and its alignment)? Used by
+ * ferry info and by the swap store before it opens its files.
+ */
+#include "core/core.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <liburing.h>
+#include <linux/magic.h>
+#include <linux/stat.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/statfs.h>
+#include <sys/statvfs.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+static void say(char *why, size_t len, const char *fmt, const char *a, int e) {
+  if (why && len) snprintf(why, len, fmt, a, strerror(e));
+}
+
+int ferry_io_uring_probe(char *why, size_t why_len) {
+  struct io_uring ring;
+  int rc = io_uring_queue_init(4, &ring, 0);
+  if (rc < 0) {
+    say(why, why_len, "%sio_uring_queue_init failed: %s", "", -rc);
+    return rc == -ENOSYS || rc == -EPERM ? FERRY_ENOTSUP : FERRY_EIO;
+  }
+  struct io_uring_sqe *sqe = io_uring_get_sqe(&ring);
+  io_uring_prep_nop(sqe);
+  rc = io_uring_submit(&ring);
+  struct io_uring_cqe *cqe = NULL;
+  if (rc >= 0) rc = io_uring_wait_cqe(&ring, &cqe);
+  if (rc >= 0 && cqe) {
+    rc = cqe->res;
+    io_uring_cqe_seen(&ring, cqe);
+  }
+  io_uring_queue_exit(&ring);
+  if (rc < 0) {
+    say(why, why_len, "%sio_uring NOP request failed: %s", "", -rc);
+    return FERRY_EIO;
+  }
+  if (why && why_len) snprintf(why, why_len, "ok");
+  return FERRY_OK;
+}
+
+static const char *fs_name(long type) {
+  switch ((unsigned long)type) {
+  case EXT4_SUPER_MAGIC: return "ext4";
+  case 0x58465342UL: return "xfs";
+  case BTRFS_SUPER_MAGIC: return "btrfs";
+  case TMPFS_MAGIC: return "tmpfs";
+  case 0x65735546UL: return "fuse";
+  case NFS_SUPER_MAGIC: return "nfs";
+  case OVERLAYFS_SUPER_MAGIC: return "overlayfs";
+  case 0x2fc12fc1UL: return "zfs";
+  case 0xf2f52010UL: return "f2fs";
+  default: return "unknown";
+  }
+}
+
+int ferry_path_probe(const char *dir, ferry_path_info *out, char *why, size_t why_len) {
+  if (!dir || !out) return FERRY_EINVAL;
+  memset(out, 0, sizeof *out);
+  struct stat st;
+  if (stat(dir, &st) != 0) {
+    int e = errno;
+    say(why, why_len, "%s: %s", dir, e);
+    return e == ENOENT ? FERRY_ENOENT : FERRY_EIO;
+  }
+  if (!S_ISDIR(st.st_mode)) {
+    if (why && why_len) snprintf(why, why_len, "%s: not a directory", dir);
+    return FERRY_EINVAL;
+  }
+  struct statfs sf;
+  if (statfs(dir, &sf) == 0) snprintf(out->fs_type, sizeof out->fs_type, "%s", fs_name(sf.f_type));
+  struct statvfs sv;
+  if (statvfs(dir, &sv) == 0) {
+    out->free_bytes = (uint64_t)sv.f_bavail * sv.f_frsize;
+    out->total_bytes = (uint64_t)sv.f_blocks * sv.f_frsize;
+  }
+  char path[4096];
+  snprintf(path, sizeof path, "%s/.ferry-probe-%ld", dir, (long)getpid());
+  int fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_DIRECT, 0600);
+  int direct = 1;
+  if (fd < 0 && errno == EINVAL) { /* the file system refuses O_DIRECT */
+    direct = 0;
+    fd = open(path, O_RDWR | O_CREAT | O_EXCL, 0600);
+  }
+  if (fd < 0) {
+    int e = errno;
+    say(why, why_len, "%s: cannot create a file there: %s", dir, e);
+    return e == EACCES || e == EPERM || e == EROFS ? FERRY_EPERM : FERRY_EIO;
+  }
+  size_t mem_align = 0, off_align = 0;
+#ifdef STATX_DIOALIGN
+  struct statx sx;
+  if (syscall(SYS_statx, fd, "", AT_EMPTY_PATH, STATX_DIOALIGN, &sx) == 0 &&
+      (sx.stx_mask & STATX_DIOALIGN) && sx.stx_dio_offset_align) {
+    mem_align = sx.stx_dio_mem_align;
+    off_align = sx.stx_dio_offset_align;
+  }
+#endif
+  if (!off_align) off_align = 4096; /* no STATX_DIOALIGN answer: the safe common value */
+  if (!mem_align) mem_align = off_align;
+  if (direct) { /* opening is not enough on some file systems: write once */
+    void *buf = NULL;
+    if (posix_memalign(&buf, 4096, off_align > 4096 ? off_align : 4096) == 0) {
+      memset(buf, 0, off_align > 4096 ? off_align : 4096);
+      if (pwrite(fd, buf, off_align, 0) != (ssize_t)off_align) direct = 0;
+      free(buf);
+    } else {
+      direct = 0;
+    }
+  }
+  close(fd);
+  unlink(path);
+  out->o_direct = direct;
+  out->dio_mem_align = direct ? mem_align : 1;
+  out->dio_offset_align = direct ? off_align : 1;
+  if (why && why_len) snprintf(why, why_len, "ok");
+  return FERRY_OK;
+}
