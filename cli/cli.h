@@ -1,31 +1,15 @@
 /* cli/cli.h — what the `ferry` subcommands share: their entry points and a
- * small JSON writer (one object per line, keys in call order).
+ * JSON writer of bench/json.h.
  */
 #ifndef FERRY_CLI_H
 #define FERRY_CLI_H
+
+#include "bench/json.h"
 
 #include <stdint.h>
 #include <stdio.h>
 
 int cli_info(int argc, char **argv);
-
-typedef struct {
-  FILE *f;
-  int first[16]; /* per nesting level: no member written yet */
-  int depth;
-} json_out;
-
-void json_begin(json_out *j, FILE *f);  /* { */
-void json_end(json_out *j);             /* }\n */
-void json_key(json_out *j, const char *key);
-void json_str(json_out *j, const char *key, const char *v);
-void json_int(json_out *j, const char *key, long long v);
-void json_uint(json_out *j, const char *key, unsigned long long v);
-void json_num(json_out *j, const char *key, double v);
-void json_bool(json_out *j, const char *key, int v);
-void json_null(json_out *j, const char *key);
-void json_open(json_out *j, const char *key, char bracket); /* key may be NULL in arrays */
-void json_close(json_out *j, char bracket);
-void json_string_raw(FILE *f, const char *s); /* a quoted, escaped string */
+int cli_bench(int argc, char **argv);
 
 #endif

@@ -15,6 +15,7 @@ static void usage(FILE *f) {
           "commands:\n"
           "  info     describe this machine: CPU, SIMD, NUMA, RAM, locked-memory limit,\n"
           "           GPUs, io_uring, and for each --path DIR its file system and O_DIRECT\n"
+          "  bench    run a benchmark (io, adam, copy, memory): validates, then times\n"
           "  version  print the library version\n"
           "  help     this text\n"
           "\n"
@@ -29,6 +30,7 @@ int main(int argc, char **argv) {
   }
   const char *cmd = argv[1];
   if (!strcmp(cmd, "info")) return cli_info(argc - 1, argv + 1);
+  if (!strcmp(cmd, "bench")) return cli_bench(argc - 1, argv + 1);
   if (!strcmp(cmd, "version") || !strcmp(cmd, "--version")) {
     printf("ferry %s\n", ferry_version());
     return 0;

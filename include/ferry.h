@@ -252,6 +252,16 @@ typedef struct {
  * with which alignment (a small temporary file is created and removed). */
 FERRY_API int ferry_path_probe(const char *dir, ferry_path_info *out, char *why, size_t why_len);
 
+/* ------------------------------------------------------------------------ */
+/* CPU optimizers (optim/)                                                   */
+
+/* (the optimizer API lands here) */
+
+/* ------------------------------------------------------------------------ */
+/* Tiered memory: statistics (memory/)                                       */
+
+/* (ferry_stats lands here) */
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,5 +1,5 @@
-/* cli/json.c — a minimal streaming JSON writer for --json outputs. */
-#include "cli/cli.h"
+/* bench/json.c — the streaming JSON writer of bench/json.h. */
+#include "bench/json.h"
 
 #include <math.h>
 
