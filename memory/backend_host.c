@@ -74,6 +74,8 @@ struct host_event {
   double t_completed;
 };
 
+#define HUGE_2M ((size_t)2 << 20)
+
 static void op_free(op *o) { free(o); }
 
 /* ---- copy engines ------------------------------------------------------- */
@@ -131,6 +133,8 @@ static int host_init(ferry_device *dev, char **base) {
                          cap, strerror(e));
   }
   hd->mapped = cap;
+  /* Huge pages cut page-fault cost on first touch ~500x; advisory only. */
+  (void)madvise(m, cap, MADV_HUGEPAGE);
   int i;
   for (i = 0; i < ENGINE_COUNT; i++) {
     copy_engine *ce = &hd->engine[i];
@@ -185,8 +189,9 @@ static void host_info(ferry_device *dev, ferry_device_info *out) {
 
 static int host_host_alloc(ferry_device *dev, size_t bytes, void **ptr) {
   size_t len = ferry_align_up(bytes, 4096);
+  size_t align = len >= HUGE_2M ? HUGE_2M : 4096;
   void *p = NULL;
-  int e = posix_memalign(&p, 4096, len);
+  int e = posix_memalign(&p, align, len);
   if (e)
     return FERRY_DEV_ERR(dev, FERRY_ENOMEM, "pinned host alloc of %zu bytes failed: %s", bytes,
                          strerror(e));
@@ -198,6 +203,7 @@ static int host_host_alloc(ferry_device *dev, size_t bytes, void **ptr) {
                          "`ulimit -l`)",
                          len, strerror(e));
   }
+  if (align == HUGE_2M) (void)madvise(p, len, MADV_HUGEPAGE);
   *ptr = p;
   return FERRY_OK;
 }

@@ -1,0 +1,108 @@
+#!/usr/bin/env bash
+# ferry.sh — set-up, build, demo and tests in one place.
+#
+#   ./ferry.sh demo                 install missing packages, build, run the demo
+#   ./ferry.sh test                 install missing packages, build, run every test
+#   ./ferry.sh test --sanitize address|thread
+#                                   the same in build-asan/ or build-tsan/
+#   ./ferry.sh build                build only (build/)
+#   ./ferry.sh deps                 install (as root) or name the missing packages
+#
+# Environment: FERRY_JOBS (parallel build/test jobs, default: nproc),
+# FERRY_CMAKE_ARGS (extra cmake arguments).
+set -euo pipefail
+cd "$(dirname "$0")"
+
+# Debian 12 packages ferry needs to build and test.
+PACKAGES=(gcc g++ make cmake pkg-config liburing-dev libhwloc-dev libconfig-dev libisal-dev
+          libopenblas-dev python3)
+JOBS=${FERRY_JOBS:-$(nproc 2>/dev/null || echo 2)}
+
+say() { printf 'ferry.sh: %s\n' "$*"; }
+
+deps() {
+  local missing=()
+  for p in "${PACKAGES[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+  [ ${#missing[@]} -eq 0 ] && return 0
+  if [ "$(id -u)" -eq 0 ]; then
+    say "installing missing packages: ${missing[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq "${missing[@]}" >/dev/null
+  else
+    say "missing packages: ${missing[*]}"
+    say "run as root, or install them with:"
+    echo "  sudo apt-get install -y ${missing[*]}"
+    exit 1
+  fi
+}
+
+# configure_build DIR [cmake args...]
+configure_build() {
+  local dir=$1
+  shift
+  mkdir -p "$dir"
+  # shellcheck disable=SC2086
+  cmake -S . -B "$dir" -DFERRY_WERROR=ON "$@" ${FERRY_CMAKE_ARGS:-} >"$dir/configure.log" 2>&1 || {
+    cat "$dir/configure.log"
+    say "configure failed (log above, also in $dir/configure.log)"
+    exit 1
+  }
+  grep -E '^-- ferry:' "$dir/configure.log" || true
+  cmake --build "$dir" -j "$JOBS"
+}
+
+run_tests() {
+  local dir=$1
+  ctest --test-dir "$dir" -j "$JOBS" --output-on-failure --timeout 900
+}
+
+cmd=${1:-help}
+shift || true
+case "$cmd" in
+  deps) deps ;;
+  build)
+    deps
+    configure_build build
+    ;;
+  demo)
+    deps
+    configure_build build
+    say "demo: the device API example (examples/minimal_loop.c) on the emulated GPU"
+    ./build/bin/minimal_loop
+    say "demo: what ferry sees of this machine (build/bin/ferry info)"
+    ./build/bin/ferry info --path "${TMPDIR:-/tmp}"
+    say "demo done. The GPT fine-tuning demo replaces this once the engine lands."
+    ;;
+  test)
+    san=""
+    if [ "${1:-}" = "--sanitize" ]; then
+      san=${2:?"--sanitize needs address or thread"}
+    fi
+    deps
+    case "$san" in
+      "") configure_build build; run_tests build ;;
+      address)
+        # CUDA is left out of sanitizer builds: the CUDA runtime is not
+        # instrumented and its tests skip without a GPU anyway.
+        configure_build build-asan -DFERRY_SANITIZE=address -DFERRY_CUDA=OFF -DCMAKE_BUILD_TYPE=Debug
+        ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 run_tests build-asan
+        ;;
+      thread)
+        configure_build build-tsan -DFERRY_SANITIZE=thread -DFERRY_CUDA=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo
+        TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 run_tests build-tsan
+        ;;
+      *) say "unknown sanitizer '$san' (address or thread)"; exit 2 ;;
+    esac
+    ;;
+  help|-h|--help)
+    sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'
+    ;;
+  *)
+    say "unknown command '$cmd'"
+    sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'
+    exit 2
+    ;;
+esac
