@@ -11,5 +11,6 @@
 
 int cli_info(int argc, char **argv);
 int cli_bench(int argc, char **argv);
+int cli_config(int argc, char **argv);
 
 #endif

@@ -16,6 +16,7 @@ static void usage(FILE *f) {
           "  info     describe this machine: CPU, SIMD, NUMA, RAM, locked-memory limit,\n"
           "           GPUs, io_uring, and for each --path DIR its file system and O_DIRECT\n"
           "  bench    run a benchmark (io, adam, copy, memory): validates, then times\n"
+          "  config   check an engine config file, list every key, write a config\n"
           "  version  print the library version\n"
           "  help     this text\n"
           "\n"
@@ -31,6 +32,7 @@ int main(int argc, char **argv) {
   const char *cmd = argv[1];
   if (!strcmp(cmd, "info")) return cli_info(argc - 1, argv + 1);
   if (!strcmp(cmd, "bench")) return cli_bench(argc - 1, argv + 1);
+  if (!strcmp(cmd, "config")) return cli_config(argc - 1, argv + 1);
   if (!strcmp(cmd, "version") || !strcmp(cmd, "--version")) {
     printf("ferry %s\n", ferry_version());
     return 0;

@@ -253,6 +253,40 @@ typedef struct {
 FERRY_API int ferry_path_probe(const char *dir, ferry_path_info *out, char *why, size_t why_len);
 
 /* ------------------------------------------------------------------------ */
+/* Engine configuration (offload/)                                           */
+
+/* Every key of the engine's libconfig file (docs/CONFIG.md lists them with
+ * their defaults) can be loaded from a file or a string, or set from C with
+ * the same dotted name ("tiers.gpu.budget") and the same value syntax
+ * ("20G"). Bad input is refused with FERRY_ECONFIG and a message naming the
+ * file, line, key, value and what was expected; an unknown key is an error
+ * with the nearest valid key suggested. */
+typedef struct ferry_config ferry_config;
+
+/* A configuration holding every default. */
+FERRY_API int ferry_config_create(ferry_config **out);
+FERRY_API void ferry_config_destroy(ferry_config *c);
+FERRY_API const char *ferry_config_last_error(const ferry_config *c);
+/* Applies a file's settings over the current values. Nothing is changed
+ * when the file is refused. */
+FERRY_API int ferry_config_load_file(ferry_config *c, const char *path);
+/* The same from text; `name` stands for the file name in messages. */
+FERRY_API int ferry_config_load_string(ferry_config *c, const char *text, const char *name);
+/* Sets one key from its text form: sizes "64M", numbers, true/false, enum
+ * names, arrays as "a, b". */
+FERRY_API int ferry_config_set(ferry_config *c, const char *key, const char *value);
+/* The current value of a key in its text form. */
+FERRY_API int ferry_config_get(const ferry_config *c, const char *key, char *buf, size_t len);
+/* Writes the whole configuration as a libconfig file that loads back to the
+ * same values. */
+FERRY_API int ferry_config_write_file(const ferry_config *c, const char *path);
+/* The number of keys, and the i-th key's name, type, default and meaning
+ * (for documentation and tools). */
+FERRY_API int ferry_config_key_count(void);
+FERRY_API int ferry_config_key_info(int i, const char **name, const char **type,
+                                    const char **default_value, const char **description);
+
+/* ------------------------------------------------------------------------ */
 /* CPU optimizers (optim/)                                                   */
 
 /* (the optimizer API lands here) */

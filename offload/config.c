@@ -1,0 +1,653 @@
+/* offload/config.c — the engine configuration: a table of every key, the
+ * libconfig file reader (unknown keys refused with a suggestion, every
+ * error with file, line, key, value and what was expected), setters and
+ * getters from C with the same syntax, and a writer.
+ */
+#include "offload/config.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <libconfig.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef enum { K_ENUM, K_SIZE, K_INT, K_FLOAT, K_BOOL, K_STR, K_PATHS, K_FLOAT2, K_SCALE } kind;
+
+typedef struct {
+  const char *name;
+  kind k;
+  size_t off;
+  const char *def;     /* default, in the text syntax of ferry_config_set */
+  const char *names;   /* K_ENUM: "a|b|c" */
+  double lo, hi;       /* K_INT / K_FLOAT / K_FLOAT2 bounds (inclusive) */
+  int lo_open;         /* K_FLOAT: lo excluded */
+  const char *desc;
+} key_def;
+
+#define OFF(f) offsetof(ferry_config_values, f)
+
+static const key_def keys[] = {
+    {"device", K_ENUM, OFF(device), "auto", "auto|cuda|host", 0, 0, 0,
+     "which backend stands for the GPU: cuda when a device is present (auto), or the emulated "
+     "host GPU"},
+    {"chunk_size", K_SIZE, OFF(chunk_size), "64M", NULL, 4096, 1e15, 0,
+     "unit of residency, transfer and I/O; tensors are packed into chunks of this size"},
+    {"tiers.gpu.budget", K_SIZE, OFF(gpu_budget), "0", NULL, 0, 1e18, 0,
+     "device memory ferry may use; 0 = free device memory less 5% (cuda); the host backend "
+     "needs a value"},
+    {"tiers.host.budget", K_SIZE, OFF(host_budget), "0", NULL, 0, 1e18, 0,
+     "host memory for the host tier and staging buffers; 0 = 80% of available RAM"},
+    {"tiers.host.pinned", K_BOOL, OFF(host_pinned), "true", NULL, 0, 0, 0,
+     "page-lock the host tier for fast async copies"},
+    {"tiers.host.numa", K_ENUM, OFF(host_numa), "local", "local|interleave|none", 0, 0, 0,
+     "NUMA placement of the host tier"},
+    {"tiers.host.memlock_fallback", K_ENUM, OFF(host_memlock), "error", "error|pageable", 0, 0, 0,
+     "when RLIMIT_MEMLOCK is below the pinned need: refuse to start, or use pageable memory "
+     "(logged)"},
+    {"tiers.host.hugepages", K_BOOL, OFF(host_hugepages), "true", NULL, 0, 0, 0,
+     "ask for transparent huge pages for the host tier"},
+    {"tiers.nvme.paths", K_PATHS, OFF(nvme_paths), "", NULL, 0, 0, 0,
+     "directories for swap files, one file each, chunks striped across them"},
+    {"tiers.nvme.budget", K_SIZE, OFF(nvme_budget), "0", NULL, 0, 1e18, 0,
+     "NVMe bytes ferry may reserve; 0 = what the layout needs"},
+    {"tiers.nvme.queue_depth", K_INT, OFF(nvme_queue_depth), "32", NULL, 1, 4096, 0,
+     "io_uring requests in flight per ring"},
+    {"tiers.nvme.block_size", K_SIZE, OFF(nvme_block_size), "1M", NULL, 4096, 1 << 30, 0,
+     "size of one I/O request"},
+    {"tiers.nvme.verify", K_ENUM, OFF(nvme_verify), "crc32c", "crc32c|none", 0, 0, 0,
+     "checksum of every chunk written, checked on every read"},
+    {"tiers.nvme.sqpoll", K_BOOL, OFF(nvme_sqpoll), "false", NULL, 0, 0, 0,
+     "io_uring SQPOLL (a kernel thread polls submissions; costs a core)"},
+    {"tiers.nvme.keep_files", K_BOOL, OFF(nvme_keep_files), "false", NULL, 0, 0, 0,
+     "keep swap files at exit"},
+    {"placement.params", K_ENUM, OFF(place_params), "gpu", "gpu|host|nvme", 0, 0, 0,
+     "home tier of the 16-bit parameters (host or nvme: streamed per group)"},
+    {"placement.grads", K_ENUM, OFF(place_grads), "host", "gpu|host", 0, 0, 0,
+     "where gradients accumulate in fp32"},
+    {"placement.optimizer", K_ENUM, OFF(place_optimizer), "host", "gpu|host|nvme", 0, 0, 0,
+     "home tier of fp32 master weights and optimizer states"},
+    {"optimizer.type", K_ENUM, OFF(opt_type), "adamw", "adamw|adam|adagrad|lamb|sgd|lion", 0, 0,
+     0, "optimizer"},
+    {"optimizer.lr", K_FLOAT, OFF(lr), "0.0001", NULL, 0, 1e3, 1, "learning rate"},
+    {"optimizer.betas", K_FLOAT2, OFF(betas), "0.9, 0.999", NULL, 0, 1, 0,
+     "Adam/LAMB/Lion betas, each in [0, 1)"},
+    {"optimizer.eps", K_FLOAT, OFF(eps), "1e-08", NULL, 0, 1, 0, "denominator epsilon"},
+    {"optimizer.weight_decay", K_FLOAT, OFF(weight_decay), "0.01", NULL, 0, 10, 0,
+     "weight decay (decoupled for adamw and lion, L2 for the others)"},
+    {"optimizer.momentum", K_FLOAT, OFF(momentum), "0.9", NULL, 0, 1, 0, "SGD momentum"},
+    {"optimizer.nesterov", K_BOOL, OFF(nesterov), "false", NULL, 0, 0, 0, "SGD Nesterov momentum"},
+    {"optimizer.threads", K_INT, OFF(threads), "0", NULL, 0, 4096, 0,
+     "CPU optimizer threads; 0 = one per core"},
+    {"precision.params", K_ENUM, OFF(prec_params), "bf16", "fp32|fp16|bf16", 0, 0, 0,
+     "dtype of the parameters the GPU computes with"},
+    {"precision.loss_scale", K_SCALE, OFF(loss_scale), "dynamic", NULL, 0, 0, 0,
+     "\"dynamic\" or a fixed scale > 0 (fp16; bf16 and fp32 use 1)"},
+    {"precision.initial_scale", K_FLOAT, OFF(initial_scale), "65536", NULL, 0, 1e30, 1,
+     "first dynamic loss scale"},
+    {"precision.growth_interval", K_INT, OFF(growth_interval), "2000", NULL, 1, 1e9, 0,
+     "steps without overflow before the dynamic scale doubles"},
+    {"precision.backoff", K_FLOAT, OFF(backoff), "0.5", NULL, 0, 1, 1,
+     "factor applied to the dynamic scale on overflow"},
+    {"clip_grad_norm", K_FLOAT, OFF(clip_grad_norm), "0", NULL, 0, 1e30, 0,
+     "clip gradients to this global L2 norm; 0 = off"},
+    {"grad_accumulation", K_INT, OFF(grad_accumulation), "1", NULL, 1, 1e6, 0,
+     "micro-batches per optimizer step"},
+    {"eviction", K_ENUM, OFF(eviction), "furthest", "furthest|lru", 0, 0, 0,
+     "eviction policy: furthest next use from the recorded trace, or least recently used"},
+    {"prefetch_depth", K_INT, OFF(prefetch_depth), "0", NULL, 0, 1e6, 0,
+     "groups fetched ahead; 0 = as far as the device budget allows"},
+    {"timeline", K_STR, OFF(timeline), "", NULL, 0, 0, 0,
+     "write a Chrome trace JSON of every transfer and kernel to this file; \"\" = off"},
+    {"log_level", K_ENUM, OFF(log_level), "silent", "silent|error|warn|info|debug", 0, 0, 0,
+     "engine log level (messages go to the log callback)"},
+};
+#define NKEYS (int)(sizeof keys / sizeof keys[0])
+
+struct ferry_config {
+  ferry_config_values v;
+  ferry_errbuf err;
+};
+
+static const char *kind_name(kind k) {
+  switch (k) {
+  case K_ENUM: return "enum";
+  case K_SIZE: return "size";
+  case K_INT: return "integer";
+  case K_FLOAT: return "number";
+  case K_BOOL: return "boolean";
+  case K_STR: return "string";
+  case K_PATHS: return "list of strings";
+  case K_FLOAT2: return "two numbers";
+  case K_SCALE: return "\"dynamic\" or number";
+  }
+  return "?";
+}
+
+static const key_def *find_key(const char *name) {
+  for (int i = 0; i < NKEYS; i++)
+    if (!strcmp(keys[i].name, name)) return &keys[i];
+  return NULL;
+}
+
+static size_t edit_distance(const char *a, const char *b) {
+  size_t la = strlen(a), lb = strlen(b);
+  if (la > 64 || lb > 64) return 99;
+  size_t row[65];
+  for (size_t j = 0; j <= lb; j++) row[j] = j;
+  for (size_t i = 1; i <= la; i++) {
+    size_t diag = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= lb; j++) {
+      size_t up = row[j];
+      size_t best = diag + (a[i - 1] != b[j - 1]);
+      if (up + 1 < best) best = up + 1;
+      if (row[j - 1] + 1 < best) best = row[j - 1] + 1;
+      row[j] = best;
+      diag = up;
+    }
+  }
+  return row[lb];
+}
+
+/* The valid key closest to `name`, comparing whole names and last parts. */
+static const char *suggest(const char *name) {
+  const char *best = NULL;
+  size_t bd = (size_t)-1;
+  const char *leaf = strrchr(name, '.');
+  leaf = leaf ? leaf + 1 : name;
+  for (int i = 0; i < NKEYS; i++) {
+    size_t d = edit_distance(name, keys[i].name);
+    const char *kl = strrchr(keys[i].name, '.');
+    kl = kl ? kl + 1 : keys[i].name;
+    size_t dl = edit_distance(leaf, kl) + 1;
+    if (dl < d) d = dl;
+    if (d < bd) {
+      bd = d;
+      best = keys[i].name;
+    }
+  }
+  return bd <= 4 ? best : NULL;
+}
+
+/* ---- parsing values from text -------------------------------------- */
+
+static int enum_index(const key_def *k, const char *s) {
+  const char *p = k->names;
+  int i = 0;
+  size_t n = strlen(s);
+  while (*p) {
+    const char *bar = strchr(p, '|');
+    size_t len = bar ? (size_t)(bar - p) : strlen(p);
+    if (len == n && !strncmp(p, s, n)) return i;
+    if (!bar) break;
+    p = bar + 1;
+    i++;
+  }
+  return -1;
+}
+
+static int parse_double(const char *s, double *out) {
+  char *end;
+  errno = 0;
+  double v = strtod(s, &end);
+  while (isspace((unsigned char)*end)) end++;
+  if (errno || end == s || *end || !isfinite(v)) return -1;
+  *out = v;
+  return 0;
+}
+
+/* Sets one key in `v` from text; on failure writes what was expected. */
+static int set_text(ferry_config_values *v, const key_def *k, const char *s, char *why,
+                    size_t wl) {
+  char *dst = (char *)v + k->off;
+  while (isspace((unsigned char)*s)) s++;
+  switch (k->k) {
+  case K_ENUM: {
+    int i = enum_index(k, s);
+    if (i < 0) {
+      snprintf(why, wl, "one of %s", k->names);
+      return -1;
+    }
+    *(int *)dst = i;
+    return 0;
+  }
+  case K_SIZE: {
+    uint64_t b;
+    if (ferry_parse_size(s, &b) || (double)b < k->lo || (double)b > k->hi) {
+      char lo[32];
+      snprintf(why, wl, "a size such as \"64M\" or \"20G\" (at least %s)",
+               ferry_format_size((uint64_t)k->lo, lo, sizeof lo));
+      return -1;
+    }
+    *(uint64_t *)dst = b;
+    return 0;
+  }
+  case K_INT: {
+    char *end;
+    errno = 0;
+    long long x = strtoll(s, &end, 10);
+    while (isspace((unsigned char)*end)) end++;
+    if (errno || end == s || *end || (double)x < k->lo || (double)x > k->hi) {
+      snprintf(why, wl, "an integer in [%.0f, %.0f]", k->lo, k->hi);
+      return -1;
+    }
+    *(int64_t *)dst = x;
+    return 0;
+  }
+  case K_FLOAT: {
+    double x;
+    if (parse_double(s, &x) || x < k->lo || x > k->hi || (k->lo_open && x == k->lo)) {
+      snprintf(why, wl, "a number in %s%g, %g]", k->lo_open ? "(" : "[", k->lo, k->hi);
+      return -1;
+    }
+    *(double *)dst = x;
+    return 0;
+  }
+  case K_BOOL:
+    if (!strcmp(s, "true") || !strcmp(s, "1")) *(int *)dst = 1;
+    else if (!strcmp(s, "false") || !strcmp(s, "0")) *(int *)dst = 0;
+    else {
+      snprintf(why, wl, "true or false");
+      return -1;
+    }
+    return 0;
+  case K_STR:
+    if (strlen(s) >= sizeof v->timeline) {
+      snprintf(why, wl, "a string shorter than %zu bytes", sizeof v->timeline);
+      return -1;
+    }
+    snprintf(dst, sizeof v->timeline, "%s", s);
+    return 0;
+  case K_PATHS: {
+    ferry_config_values tmp = *v;
+    tmp.nvme_npaths = 0;
+    const char *p = s;
+    while (*p) {
+      const char *comma = strchr(p, ',');
+      size_t len = comma ? (size_t)(comma - p) : strlen(p);
+      while (len && isspace((unsigned char)p[len - 1])) len--;
+      if (len == 0 || len >= sizeof tmp.nvme_paths[0] || tmp.nvme_npaths == FERRY_CFG_MAX_PATHS) {
+        snprintf(why, wl, "1 to %d non-empty paths separated by commas", FERRY_CFG_MAX_PATHS);
+        return -1;
+      }
+      memcpy(tmp.nvme_paths[tmp.nvme_npaths], p, len);
+      tmp.nvme_paths[tmp.nvme_npaths++][len] = '\0';
+      if (!comma) break;
+      p = comma + 1;
+      while (isspace((unsigned char)*p)) p++;
+    }
+    memcpy(v->nvme_paths, tmp.nvme_paths, sizeof v->nvme_paths);
+    v->nvme_npaths = tmp.nvme_npaths;
+    return 0;
+  }
+  case K_FLOAT2: {
+    double a, b;
+    char buf[128];
+    snprintf(buf, sizeof buf, "%s", s);
+    char *comma = strchr(buf, ',');
+    if (!comma) {
+      snprintf(why, wl, "two numbers in [0, 1), e.g. \"0.9, 0.999\"");
+      return -1;
+    }
+    *comma = '\0';
+    if (parse_double(buf, &a) || parse_double(comma + 1, &b) || a < 0 || a >= 1 || b < 0 ||
+        b >= 1) {
+      snprintf(why, wl, "two numbers in [0, 1), e.g. \"0.9, 0.999\"");
+      return -1;
+    }
+    ((double *)dst)[0] = a;
+    ((double *)dst)[1] = b;
+    return 0;
+  }
+  case K_SCALE: {
+    double x;
+    if (!strcmp(s, "dynamic")) {
+      *(double *)dst = 0;
+      return 0;
+    }
+    if (parse_double(s, &x) || !(x > 0)) {
+      snprintf(why, wl, "\"dynamic\" or a number > 0");
+      return -1;
+    }
+    *(double *)dst = x;
+    return 0;
+  }
+  }
+  return -1;
+}
+
+static void get_text(const ferry_config_values *v, const key_def *k, char *buf, size_t len) {
+  const char *src = (const char *)v + k->off;
+  switch (k->k) {
+  case K_ENUM: {
+    int idx = *(const int *)src, i = 0;
+    const char *p = k->names;
+    while (i < idx && strchr(p, '|')) {
+      p = strchr(p, '|') + 1;
+      i++;
+    }
+    const char *bar = strchr(p, '|');
+    snprintf(buf, len, "%.*s", bar ? (int)(bar - p) : (int)strlen(p), p);
+    return;
+  }
+  case K_SIZE: snprintf(buf, len, "%llu", (unsigned long long)*(const uint64_t *)src); return;
+  case K_INT: snprintf(buf, len, "%lld", (long long)*(const int64_t *)src); return;
+  case K_FLOAT: snprintf(buf, len, "%.17g", *(const double *)src); return;
+  case K_BOOL: snprintf(buf, len, "%s", *(const int *)src ? "true" : "false"); return;
+  case K_STR: snprintf(buf, len, "%s", src); return;
+  case K_PATHS: {
+    size_t o = 0;
+    buf[0] = '\0';
+    for (int i = 0; i < v->nvme_npaths && o < len; i++)
+      o += (size_t)snprintf(buf + o, len - o, "%s%s", i ? ", " : "", v->nvme_paths[i]);
+    return;
+  }
+  case K_FLOAT2:
+    snprintf(buf, len, "%.17g, %.17g", ((const double *)src)[0], ((const double *)src)[1]);
+    return;
+  case K_SCALE: {
+    double x = *(const double *)src;
+    if (x == 0) snprintf(buf, len, "dynamic");
+    else snprintf(buf, len, "%.17g", x);
+    return;
+  }
+  }
+}
+
+/* ---- public --------------------------------------------------------- */
+
+int ferry_config_create(ferry_config **out) {
+  if (!out) return FERRY_EINVAL;
+  ferry_config *c = calloc(1, sizeof *c);
+  if (!c) return ferry_err_thread(FERRY_ENOMEM, "config create: out of memory");
+  ferry_errbuf_init(&c->err);
+  char why[256];
+  for (int i = 0; i < NKEYS; i++)
+    FERRY_ASSERT(set_text(&c->v, &keys[i], keys[i].def, why, sizeof why) == 0,
+                 "default of config key %s ('%s') is invalid: %s", keys[i].name, keys[i].def, why);
+  *out = c;
+  return FERRY_OK;
+}
+
+void ferry_config_destroy(ferry_config *c) {
+  if (!c) return;
+  ferry_errbuf_destroy(&c->err);
+  free(c);
+}
+
+const char *ferry_config_last_error(const ferry_config *c) {
+  return c ? ferry_err_msg(&c->err) : "no config";
+}
+
+const ferry_config_values *ferry_config_values_get(const ferry_config *c) { return &c->v; }
+
+int ferry_config_set(ferry_config *c, const char *key, const char *value) {
+  if (!c) return FERRY_EINVAL;
+  if (!key || !value) return ferry_err(&c->err, FERRY_EINVAL, "config set: key or value is NULL");
+  const key_def *k = find_key(key);
+  if (!k) {
+    const char *s = suggest(key);
+    return ferry_err(&c->err, FERRY_ECONFIG, "unknown config key '%s'%s%s%s", key,
+                     s ? " (did you mean '" : "", s ? s : "", s ? "'?)" : "");
+  }
+  char why[256];
+  if (set_text(&c->v, k, value, why, sizeof why))
+    return ferry_err(&c->err, FERRY_ECONFIG, "config key '%s': value \"%s\" is invalid: expected %s",
+                     key, value, why);
+  return FERRY_OK;
+}
+
+int ferry_config_get(const ferry_config *c, const char *key, char *buf, size_t len) {
+  if (!c || !key || !buf || !len) return FERRY_EINVAL;
+  const key_def *k = find_key(key);
+  if (!k) return FERRY_ENOENT;
+  get_text(&c->v, k, buf, len);
+  return FERRY_OK;
+}
+
+int ferry_config_key_count(void) { return NKEYS; }
+
+int ferry_config_key_info(int i, const char **name, const char **type, const char **def,
+                          const char **desc) {
+  if (i < 0 || i >= NKEYS) return FERRY_EINVAL;
+  if (name) *name = keys[i].name;
+  if (type) *type = keys[i].k == K_ENUM ? keys[i].names : kind_name(keys[i].k);
+  if (def) *def = keys[i].def;
+  if (desc) *desc = keys[i].desc;
+  return FERRY_OK;
+}
+
+/* ---- the libconfig reader --------------------------------------------- */
+
+typedef struct {
+  ferry_config *c;
+  ferry_config_values tmp;
+  const char *fname;
+} reader;
+
+static int rd_err(reader *r, const config_setting_t *s, const char *fmt, ...) FERRY_PRINTF(3, 4);
+static int rd_err(reader *r, const config_setting_t *s, const char *fmt, ...) {
+  char msg[FERRY_ERR_MAX];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  const char *file = s && config_setting_source_file(s) ? config_setting_source_file(s) : r->fname;
+  return ferry_err(&r->c->err, FERRY_ECONFIG, "%s:%u: %s", file,
+                   s ? config_setting_source_line(s) : 0u, msg);
+}
+
+/* The text form of a scalar setting, for set_text and messages. */
+static int scalar_text(const config_setting_t *s, char *buf, size_t len) {
+  switch (config_setting_type(s)) {
+  case CONFIG_TYPE_INT:
+  case CONFIG_TYPE_INT64:
+    snprintf(buf, len, "%lld", config_setting_get_int64(s));
+    return 0;
+  case CONFIG_TYPE_FLOAT: snprintf(buf, len, "%.17g", config_setting_get_float(s)); return 0;
+  case CONFIG_TYPE_BOOL: snprintf(buf, len, "%s", config_setting_get_bool(s) ? "true" : "false"); return 0;
+  case CONFIG_TYPE_STRING: snprintf(buf, len, "%s", config_setting_get_string(s)); return 0;
+  default: return -1;
+  }
+}
+
+static int apply(reader *r, const config_setting_t *s, const key_def *k, const char *path) {
+  char text[2048], why[256];
+  int t = config_setting_type(s);
+  if (k->k == K_PATHS || k->k == K_FLOAT2) {
+    if (t != CONFIG_TYPE_ARRAY && t != CONFIG_TYPE_LIST)
+      return rd_err(r, s, "key '%s': expected %s in [ ... ]", path, kind_name(k->k));
+    size_t o = 0;
+    int n = config_setting_length(s);
+    text[0] = '\0';
+    for (int i = 0; i < n; i++) {
+      const config_setting_t *e = config_setting_get_elem(s, (unsigned)i);
+      char one[1100];
+      int et = config_setting_type(e);
+      if ((k->k == K_PATHS && et != CONFIG_TYPE_STRING) ||
+          (k->k == K_FLOAT2 && et != CONFIG_TYPE_FLOAT && et != CONFIG_TYPE_INT &&
+           et != CONFIG_TYPE_INT64) ||
+          scalar_text(e, one, sizeof one))
+        return rd_err(r, e, "key '%s': element %d: expected %s", path, i,
+                      k->k == K_PATHS ? "a string" : "a number");
+      if (k->k == K_PATHS && strchr(one, ','))
+        return rd_err(r, e, "key '%s': path \"%s\" contains a comma, which is not supported",
+                      path, one);
+      o += (size_t)snprintf(text + o, sizeof text - o, "%s%s", i ? ", " : "", one);
+      if (o >= sizeof text) return rd_err(r, s, "key '%s': value too long", path);
+    }
+    if (k->k == K_PATHS && n == 0) {
+      r->tmp.nvme_npaths = 0;
+      return FERRY_OK;
+    }
+  } else {
+    if (t == CONFIG_TYPE_GROUP || t == CONFIG_TYPE_ARRAY || t == CONFIG_TYPE_LIST)
+      return rd_err(r, s, "key '%s': expected %s%s%s, not a %s", path, kind_name(k->k),
+                    k->k == K_ENUM ? " " : "", k->k == K_ENUM ? k->names : "",
+                    t == CONFIG_TYPE_GROUP ? "group" : "list");
+    if (k->k == K_BOOL && t != CONFIG_TYPE_BOOL)
+      return rd_err(r, s, "key '%s': expected true or false", path);
+    if ((k->k == K_ENUM || k->k == K_STR) && t != CONFIG_TYPE_STRING)
+      return rd_err(r, s, "key '%s': expected a quoted string%s%s", path,
+                    k->k == K_ENUM ? ", one of " : "", k->k == K_ENUM ? k->names : "");
+    if ((k->k == K_INT || k->k == K_FLOAT) && t == CONFIG_TYPE_STRING)
+      return rd_err(r, s, "key '%s': expected %s, not a string (write it without quotes)", path,
+                    kind_name(k->k));
+    if (k->k == K_INT && t == CONFIG_TYPE_FLOAT)
+      return rd_err(r, s, "key '%s': expected an integer", path);
+    scalar_text(s, text, sizeof text);
+  }
+  if (set_text(&r->tmp, k, text, why, sizeof why))
+    return rd_err(r, s, "key '%s': value %s is invalid: expected %s", path, text, why);
+  return FERRY_OK;
+}
+
+static int walk(reader *r, const config_setting_t *g, const char *prefix) {
+  int n = config_setting_length(g);
+  for (int i = 0; i < n; i++) {
+    const config_setting_t *s = config_setting_get_elem(g, (unsigned)i);
+    const char *nm = config_setting_name(s);
+    char path[256];
+    snprintf(path, sizeof path, "%s%s%s", prefix, prefix[0] ? "." : "", nm ? nm : "?");
+    const key_def *k = find_key(path);
+    if (k) {
+      int rc = apply(r, s, k, path);
+      if (rc) return rc;
+      continue;
+    }
+    if (config_setting_type(s) == CONFIG_TYPE_GROUP) {
+      /* a group is valid when some key lives below it */
+      size_t pl = strlen(path);
+      int known = 0;
+      for (int j = 0; j < NKEYS && !known; j++)
+        known = !strncmp(keys[j].name, path, pl) && keys[j].name[pl] == '.';
+      if (known) {
+        int rc = walk(r, s, path);
+        if (rc) return rc;
+        continue;
+      }
+    }
+    const char *sug = suggest(path);
+    return rd_err(r, s, "unknown key '%s'%s%s%s", path, sug ? " (did you mean '" : "",
+                  sug ? sug : "", sug ? "'?)" : "");
+  }
+  return FERRY_OK;
+}
+
+static int load(ferry_config *c, config_t *cf, int ok, const char *name) {
+  reader r = {c, c->v, name};
+  if (!ok) {
+    const char *f = config_error_file(cf);
+    int rc = ferry_err(&c->err, FERRY_ECONFIG, "%s:%d: syntax error: %s", f ? f : name,
+                       config_error_line(cf), config_error_text(cf));
+    config_destroy(cf);
+    return rc;
+  }
+  int rc = walk(&r, config_root_setting(cf), "");
+  config_destroy(cf);
+  if (rc) return rc;
+  c->v = r.tmp; /* all or nothing */
+  return FERRY_OK;
+}
+
+int ferry_config_load_file(ferry_config *c, const char *path) {
+  if (!c) return FERRY_EINVAL;
+  if (!path) return ferry_err(&c->err, FERRY_EINVAL, "config load: path is NULL");
+  FILE *f = fopen(path, "r");
+  if (!f) {
+    int e = errno;
+    return ferry_err(&c->err, e == ENOENT ? FERRY_ENOENT : FERRY_EIO, "%s: cannot open: %s", path,
+                     strerror(e));
+  }
+  fclose(f);
+  config_t cf;
+  config_init(&cf);
+  int ok = config_read_file(&cf, path) == CONFIG_TRUE;
+  return load(c, &cf, ok, path);
+}
+
+int ferry_config_load_string(ferry_config *c, const char *text, const char *name) {
+  if (!c) return FERRY_EINVAL;
+  if (!text) return ferry_err(&c->err, FERRY_EINVAL, "config load: text is NULL");
+  config_t cf;
+  config_init(&cf);
+  int ok = config_read_string(&cf, text) == CONFIG_TRUE;
+  return load(c, &cf, ok, name ? name : "<string>");
+}
+
+/* ---- writer -------------------------------------------------------------- */
+
+static void write_quoted(FILE *f, const char *s) {
+  fputc('"', f);
+  for (; *s; s++) {
+    if (*s == '"' || *s == '\\') fputc('\\', f);
+    fputc(*s, f);
+  }
+  fputc('"', f);
+}
+
+/* Splits "a.b.c" into its components; returns their number. */
+static int components(const char *name, char comp[][64], int max) {
+  int n = 0;
+  while (*name && n < max) {
+    const char *d = strchr(name, '.');
+    size_t len = d ? (size_t)(d - name) : strlen(name);
+    snprintf(comp[n++], 64, "%.*s", (int)len, name);
+    name += len;
+    if (*name == '.') name++;
+  }
+  return n;
+}
+
+int ferry_config_write_file(const ferry_config *c, const char *path) {
+  if (!c || !path) return FERRY_EINVAL;
+  ferry_config *mc = (ferry_config *)c;
+  FILE *f = fopen(path, "w");
+  if (!f) {
+    int e = errno;
+    return ferry_err(&mc->err, FERRY_EIO, "%s: cannot write: %s", path, strerror(e));
+  }
+  fprintf(f, "# ferry engine configuration (every key; see docs/CONFIG.md)\n");
+  char open[8][64];
+  int nopen = 0;
+  for (int i = 0; i < NKEYS; i++) {
+    const key_def *k = &keys[i];
+    char comp[8][64];
+    int n = components(k->name, comp, 8);
+    int common = 0; /* groups already open that this key lives in */
+    while (common < nopen && common < n - 1 && !strcmp(open[common], comp[common])) common++;
+    for (; nopen > common; nopen--) fprintf(f, "%*s};\n", 2 * (nopen - 1), "");
+    for (; nopen < n - 1; nopen++) {
+      fprintf(f, "%*s%s: {\n", 2 * nopen, "", comp[nopen]);
+      memcpy(open[nopen], comp[nopen], 64);
+    }
+    char val[2048];
+    get_text(&c->v, k, val, sizeof val);
+    fprintf(f, "%*s%s = ", 2 * nopen, "", comp[n - 1]);
+    switch (k->k) {
+    case K_ENUM:
+    case K_STR:
+    case K_SIZE:
+    case K_SCALE: write_quoted(f, val); break;
+    case K_PATHS:
+      fputc('[', f);
+      for (int j = 0; j < c->v.nvme_npaths; j++) {
+        if (j) fputs(", ", f);
+        write_quoted(f, c->v.nvme_paths[j]);
+      }
+      fputc(']', f);
+      break;
+    case K_FLOAT2: fprintf(f, "[%s]", val); break;
+    default: fputs(val, f); break;
+    }
+    fputs(";\n", f);
+  }
+  for (; nopen > 0; nopen--) fprintf(f, "%*s};\n", 2 * (nopen - 1), "");
+  if (fclose(f) != 0) {
+    int e = errno;
+    return ferry_err(&mc->err, FERRY_EIO, "%s: write failed: %s", path, strerror(e));
+  }
+  return FERRY_OK;
+}

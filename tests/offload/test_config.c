@@ -1,0 +1,183 @@
+/* tests/offload/test_config.c — the engine configuration: defaults, set and
+ * get from C, every kind of bad value refused with key and expectation,
+ * unknown keys with a suggestion, file errors with file and line, loads
+ * that change nothing when refused, write-then-load round trips, and
+ * docs/CONFIG.md listing every key with its default (argv[1]).
+ */
+#include "ferry.h"
+#include "offload/config.h"
+#include "tests/test.h"
+
+#include <string.h>
+#include <unistd.h>
+
+static ferry_config *fresh(void) {
+  ferry_config *c = NULL;
+  REQUIRE(ferry_config_create(&c) == 0 && c);
+  return c;
+}
+
+static int has(const ferry_config *c, const char *needle) {
+  int ok = strstr(ferry_config_last_error(c), needle) != NULL;
+  if (!ok) fprintf(stderr, "  message was: %s (wanted '%s')\n", ferry_config_last_error(c), needle);
+  return ok;
+}
+
+static void test_defaults_and_set(void) {
+  ferry_config *c = fresh();
+  const ferry_config_values *v = ferry_config_values_get(c);
+  EXPECT(v->chunk_size == 64ull << 20);
+  EXPECT(v->device == 0 && v->place_params == CFG_TIER_GPU && v->place_grads == CFG_TIER_HOST);
+  EXPECT(v->nvme_queue_depth == 32 && v->nvme_block_size == 1 << 20);
+  EXPECT(v->betas[0] == 0.9 && v->betas[1] == 0.999 && v->loss_scale == 0);
+  char buf[256];
+  EXPECT(ferry_config_set(c, "tiers.gpu.budget", "20G") == 0 && v->gpu_budget == 20ull << 30);
+  EXPECT(ferry_config_get(c, "tiers.gpu.budget", buf, sizeof buf) == 0 &&
+         !strcmp(buf, "21474836480"));
+  EXPECT(ferry_config_set(c, "device", "host") == 0 && v->device == 2);
+  EXPECT(ferry_config_set(c, "optimizer.betas", "0.8, 0.95") == 0 && v->betas[1] == 0.95);
+  EXPECT(ferry_config_set(c, "tiers.nvme.paths", "/a, /b/c") == 0 && v->nvme_npaths == 2 &&
+         !strcmp(v->nvme_paths[1], "/b/c"));
+  EXPECT(ferry_config_set(c, "precision.loss_scale", "1024") == 0 && v->loss_scale == 1024);
+  EXPECT(ferry_config_set(c, "precision.loss_scale", "dynamic") == 0 && v->loss_scale == 0);
+  EXPECT(ferry_config_set(c, "log_level", "debug") == 0 && v->log_level == FERRY_LOG_DEBUG);
+
+  /* refused values name the key, the value and what was expected */
+  EXPECT(ferry_config_set(c, "chunk_size", "12Q") == FERRY_ECONFIG && has(c, "chunk_size") &&
+         has(c, "12Q") && has(c, "expected a size"));
+  EXPECT(ferry_config_set(c, "chunk_size", "100") == FERRY_ECONFIG); /* below 4 KiB */
+  EXPECT(ferry_config_set(c, "device", "gpu") == FERRY_ECONFIG && has(c, "auto|cuda|host"));
+  EXPECT(ferry_config_set(c, "optimizer.lr", "0") == FERRY_ECONFIG && has(c, "(0, 1000]"));
+  EXPECT(ferry_config_set(c, "optimizer.lr", "abc") == FERRY_ECONFIG);
+  EXPECT(ferry_config_set(c, "optimizer.betas", "0.9") == FERRY_ECONFIG);
+  EXPECT(ferry_config_set(c, "optimizer.betas", "0.9, 1.0") == FERRY_ECONFIG);
+  EXPECT(ferry_config_set(c, "tiers.nvme.queue_depth", "0") == FERRY_ECONFIG);
+  EXPECT(ferry_config_set(c, "tiers.nvme.queue_depth", "8.5") == FERRY_ECONFIG);
+  EXPECT(ferry_config_set(c, "tiers.host.pinned", "yes") == FERRY_ECONFIG);
+  EXPECT(ferry_config_set(c, "precision.loss_scale", "-2") == FERRY_ECONFIG);
+  EXPECT(ferry_config_set(c, "tiers.nvme.paths", "/a,,/b") == FERRY_ECONFIG);
+  EXPECT(ferry_config_set(c, "tiers.gpu.budgte", "1G") == FERRY_ECONFIG &&
+         has(c, "did you mean 'tiers.gpu.budget'"));
+  EXPECT(ferry_config_set(c, "totally_unrelated_thing", "1") == FERRY_ECONFIG &&
+         has(c, "unknown config key"));
+  EXPECT(v->gpu_budget == 20ull << 30 && v->chunk_size == 64ull << 20); /* unchanged */
+  EXPECT(ferry_config_get(c, "nope", buf, sizeof buf) == FERRY_ENOENT);
+  ferry_config_destroy(c);
+}
+
+static void test_file_errors(void) {
+  ferry_config *c = fresh();
+  const ferry_config_values *v = ferry_config_values_get(c);
+  const char *good = "device = \"host\";\n"
+                     "chunk_size = \"8M\";\n"
+                     "tiers: {\n"
+                     "  gpu: { budget = \"512M\"; };\n"
+                     "  nvme: { paths = [\"/tmp/a\", \"/tmp/b\"]; queue_depth = 8; };\n"
+                     "};\n"
+                     "placement: { params = \"host\"; optimizer = \"nvme\"; };\n"
+                     "optimizer: { type = \"adam\"; lr = 3e-4; betas = [0.9, 0.95]; };\n"
+                     "clip_grad_norm = 1;\n"
+                     "grad_accumulation = 4;\n";
+  EXPECT(ferry_config_load_string(c, good, "good.cfg") == 0);
+  EXPECT(v->device == 2 && v->chunk_size == 8 << 20 && v->gpu_budget == 512 << 20);
+  EXPECT(v->nvme_npaths == 2 && v->nvme_queue_depth == 8 && v->place_optimizer == CFG_TIER_NVME);
+  EXPECT(v->opt_type == 1 && v->lr == 3e-4 && v->betas[1] == 0.95 && v->clip_grad_norm == 1.0);
+  EXPECT(v->grad_accumulation == 4);
+
+  struct {
+    const char *text, *want1, *want2;
+  } bad[] = {
+      {"device = \"host\";\ntiers: { gpu: { budgte = \"1G\"; }; };\n", "bad.cfg:2",
+       "did you mean 'tiers.gpu.budget'"},
+      {"chunk_size = \"64X\";\n", "bad.cfg:1", "expected a size"},
+      {"\n\noptimizer: { lr = \"fast\"; };\n", "bad.cfg:3", "not a string"},
+      {"optimizer: { betas = 0.9; };\n", "betas", "[ ... ]"},
+      {"tiers: { nvme: { paths = [1, 2]; }; };\n", "element 0", "a string"},
+      {"tiers: { host: { pinned = 1; }; };\n", "pinned", "true or false"},
+      {"device = host;\n", "bad.cfg:1", "syntax error"},
+      {"placement = \"gpu\";\n", "unknown key 'placement'", ""},
+      {"grad_accumulation = 0;\n", "grad_accumulation", "an integer in [1"},
+      {"device = [\"host\"];\n", "device", "not a list"},
+      {"optimizer: { typo = 1; };\n", "unknown key 'optimizer.typo'", "did you mean"},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    int rc = ferry_config_load_string(c, bad[i].text, "bad.cfg");
+    EXPECT(rc == FERRY_ECONFIG);
+    EXPECT(has(c, bad[i].want1));
+    EXPECT(has(c, bad[i].want2));
+  }
+  /* a refused load changed nothing, even keys set before the bad line */
+  EXPECT(ferry_config_load_string(c, "chunk_size = \"16M\";\nbogus = 1;\n", "x.cfg") ==
+         FERRY_ECONFIG);
+  EXPECT(v->chunk_size == 8 << 20);
+  EXPECT(ferry_config_load_file(c, "/nonexistent/ferry.cfg") == FERRY_ENOENT &&
+         has(c, "/nonexistent/ferry.cfg"));
+  ferry_config_destroy(c);
+}
+
+static void test_roundtrip(void) {
+  ferry_config *a = fresh(), *b = fresh();
+  EXPECT(ferry_config_set(a, "tiers.nvme.paths", "/mnt/n0, /mnt/n1") == 0);
+  EXPECT(ferry_config_set(a, "optimizer.lr", "0.000123") == 0);
+  EXPECT(ferry_config_set(a, "precision.loss_scale", "512") == 0);
+  EXPECT(ferry_config_set(a, "timeline", "trace \"x\".json") == 0);
+  EXPECT(ferry_config_set(a, "tiers.host.budget", "96G") == 0);
+  char path[] = "/tmp/ferry-cfg-XXXXXX";
+  int fd = mkstemp(path);
+  REQUIRE(fd >= 0);
+  close(fd);
+  EXPECT(ferry_config_write_file(a, path) == 0);
+  int rc = ferry_config_load_file(b, path);
+  if (rc) fprintf(stderr, "  reload: %s\n", ferry_config_last_error(b));
+  EXPECT(rc == 0);
+  for (int i = 0; i < ferry_config_key_count(); i++) {
+    const char *name;
+    char x[2048], y[2048];
+    ferry_config_key_info(i, &name, NULL, NULL, NULL);
+    ferry_config_get(a, name, x, sizeof x);
+    ferry_config_get(b, name, y, sizeof y);
+    if (strcmp(x, y)) fprintf(stderr, "  key %s: '%s' != '%s'\n", name, x, y);
+    EXPECT(strcmp(x, y) == 0);
+  }
+  unlink(path);
+  ferry_config_destroy(a);
+  ferry_config_destroy(b);
+}
+
+static void test_doc(const char *doc) {
+  FILE *f = fopen(doc, "r");
+  if (!f) {
+    fprintf(stderr, "cannot open %s\n", doc);
+    test_failures++;
+    return;
+  }
+  static char text[1 << 16];
+  size_t n = fread(text, 1, sizeof text - 1, f);
+  text[n] = '\0';
+  fclose(f);
+  for (int i = 0; i < ferry_config_key_count(); i++) {
+    const char *name, *def;
+    ferry_config_key_info(i, &name, NULL, &def, NULL);
+    char row[512];
+    snprintf(row, sizeof row, "| `%s` |", name);
+    const char *at = strstr(text, row);
+    if (!at) fprintf(stderr, "  docs/CONFIG.md lacks key %s\n", name);
+    EXPECT(at != NULL);
+    if (at) {
+      char d[300];
+      snprintf(d, sizeof d, "`%s`", def);
+      const char *eol = strchr(at, '\n');
+      const char *hit = strstr(at + strlen(row), d);
+      if (!hit || (eol && hit > eol)) fprintf(stderr, "  key %s: default %s not in its row\n", name, d);
+      EXPECT(hit && (!eol || hit < eol));
+    }
+  }
+}
+
+int main(int argc, char **argv) {
+  test_defaults_and_set();
+  test_file_errors();
+  test_roundtrip();
+  if (argc > 1) test_doc(argv[1]);
+  return test_finish("test_config");
+}
