@@ -1,0 +1,153 @@
+/* nvme/nvme.h — the internal API of the io_uring swap store: fixed-size
+ * chunk slots striped over files in 1..N directories, async chunk read/write
+ * with O_DIRECT, registered buffers, CRC32C on every block, and (in test
+ * builds) fault injection. The engine (offload/) wires it to memory/.
+ */
+#ifndef FERRY_NVME_H
+#define FERRY_NVME_H
+
+#include "core/core.h"
+
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/uio.h>
+
+#define FERRY_SWAP_MAX_PATHS 16
+
+typedef struct ferry_swap ferry_swap;
+typedef struct ferry_swap_req ferry_swap_req;
+
+/* Called on the store's completion thread when a request ends. It must not
+ * block; it may submit new requests (that never blocks). After it returns
+ * the request belongs to the caller again. */
+typedef void (*ferry_swap_cb)(ferry_swap_req *req, int status, void *user);
+
+typedef struct {
+  const char *paths[FERRY_SWAP_MAX_PATHS]; /* directories, one file in each */
+  int npaths;
+  size_t slot_size;      /* largest chunk, bytes (> 0) */
+  uint32_t nslots;       /* chunks 0..nslots-1 */
+  /* Extra physical slots for shadow writes: a chunk is rewritten into a free
+   * spare and the index flips only when every byte is on disk, so a failed
+   * write leaves the previous contents readable. 0 = write in place (a
+   * failed rewrite then loses that chunk: reads give FERRY_ECORRUPT). */
+  uint32_t spare_slots;
+  size_t block_size;     /* bytes per I/O request (default 1 MiB) */
+  unsigned queue_depth;  /* requests in flight on the ring (default 32) */
+  int sqpoll;            /* IORING_SETUP_SQPOLL (costs a core; default 0) */
+  int keep_files;        /* keep the files at close (default 0: unlink) */
+  int verify;            /* CRC32C every block written, check on read (default 1) */
+  int force_buffered;    /* never use O_DIRECT (tests, odd file systems) */
+  const char *name;      /* for messages (default "swap") */
+  ferry_logger log;      /* fn NULL = the process-wide logger */
+} ferry_swap_config;
+
+/* slot_size 0, nslots 0, spare_slots 4, block 1 MiB, qd 32, verify on. */
+ferry_swap_config ferry_swap_config_default(void);
+
+/* Creates the files (0600, O_EXCL), reserves their space with fallocate and
+ * sets up the ring. Too little space: FERRY_ENOSPC naming the directory, the
+ * bytes needed and free. Failure text in ferry_last_error(). */
+int ferry_swap_open(const ferry_swap_config *cfg, ferry_swap **out);
+/* Waits for every request in flight, then closes (and unlinks) the files.
+ * NULL is allowed. */
+void ferry_swap_close(ferry_swap *s);
+const char *ferry_swap_last_error(ferry_swap *s);
+
+typedef struct {
+  int o_direct;          /* 1 when the files are open with O_DIRECT */
+  size_t mem_align;      /* buffer address alignment required (1 if buffered) */
+  size_t offset_align;   /* file offset / length alignment */
+  size_t block_size;     /* after alignment */
+  size_t slot_size;
+  uint32_t nslots, spare_slots;
+  unsigned queue_depth;
+  int sqpoll, fixed_files, verify;
+  uint64_t file_bytes;   /* size of each file */
+} ferry_swap_info;
+int ferry_swap_get_info(ferry_swap *s, ferry_swap_info *out);
+
+/* Registers host buffers with the ring (IORING_REGISTER_BUFFERS); requests
+ * whose buffer lies inside one then use READ_FIXED/WRITE_FIXED. Replaces an
+ * earlier set; n = 0 unregisters. Only while no request is in flight. */
+int ferry_swap_register_buffers(ferry_swap *s, const struct iovec *iov, unsigned n);
+
+/* A request: caller-owned storage (embed it, no allocation per request).
+ * Every field is private to nvme/ except what the accessors return. */
+struct ferry_swap_req {
+  ferry_swap *store;
+  ferry_swap_req *next;  /* store queues */
+  unsigned char *buf;
+  size_t len;
+  uint32_t chunk;
+  int op;                /* 0 read, 1 write */
+  uint32_t phys;         /* physical slot of this request */
+  uint32_t npieces, next_piece, inflight, pieces_done;
+  int status;            /* first error of the request */
+  int buf_index;         /* registered buffer, -1 when none */
+  ferry_swap_cb cb;
+  void *user;
+  double t_submit, t_done;
+  atomic_int done;
+};
+
+/* Starts a read of chunk `chunk` (len bytes, as written) into buf, or a
+ * write of len (1..slot_size) bytes from buf. With O_DIRECT, buf must be
+ * aligned to info.mem_align; the tail that is not a multiple of the offset
+ * alignment goes through a bounce buffer, so buf needs only len bytes. A
+ * request on a chunk that already has one in flight: FERRY_EBUSY. cb NULL:
+ * complete with ferry_swap_poll / ferry_swap_wait. */
+int ferry_swap_read(ferry_swap *s, uint32_t chunk, void *buf, size_t len, ferry_swap_req *req,
+                    ferry_swap_cb cb, void *user);
+int ferry_swap_write(ferry_swap *s, uint32_t chunk, const void *buf, size_t len,
+                     ferry_swap_req *req, ferry_swap_cb cb, void *user);
+/* FERRY_EAGAIN while in flight, then the request's status. */
+int ferry_swap_poll(ferry_swap_req *req);
+/* Blocks until done; returns the request's status. */
+int ferry_swap_wait(ferry_swap_req *req);
+/* Blocks until nothing is in flight on the store. */
+void ferry_swap_drain(ferry_swap *s);
+
+/* Bytes of chunk as last written successfully (0 when never written). */
+size_t ferry_swap_chunk_len(ferry_swap *s, uint32_t chunk);
+
+typedef struct {
+  uint64_t bytes_read, bytes_written;
+  uint64_t reads, writes;       /* chunk requests completed */
+  uint64_t ios;                 /* io_uring requests completed */
+  uint64_t retries;             /* short or interrupted I/O resubmitted */
+  uint64_t crc_errors, io_errors;
+} ferry_swap_stats;
+void ferry_swap_get_stats(ferry_swap *s, ferry_swap_stats *out);
+
+/* CRC32C (Castagnoli), the iSCSI CRC: crc32c(0, "123456789", 9) is
+ * 0xE3069283. Chains: crc32c(crc32c(0, a), b) = crc32c(0, a||b). */
+uint32_t ferry_crc32c(uint32_t crc, const void *data, size_t len);
+
+/* ---- fault injection (FERRY_FAULT_INJECTION builds; else FERRY_ENOTSUP) */
+
+typedef enum {
+  FERRY_FAULT_EIO = 1,    /* the request fails with EIO */
+  FERRY_FAULT_ENOSPC = 2, /* the request fails with ENOSPC */
+  FERRY_FAULT_SHORT = 3,  /* completes with half its bytes (rest resubmitted) */
+  FERRY_FAULT_BITFLIP = 4,/* a read delivers one flipped bit */
+  FERRY_FAULT_DELAY = 5   /* completes delay_ms late */
+} ferry_fault_kind;
+
+typedef struct {
+  ferry_fault_kind kind;
+  int op;           /* -1 any, 0 read, 1 write */
+  int64_t chunk;    /* -1 any */
+  int64_t piece;    /* which I/O of the chunk (block index), -1 any */
+  uint32_t count;   /* how many matching I/Os to hit (0 = every one) */
+  uint32_t delay_ms;
+} ferry_fault;
+
+/* Adds a rule (up to 16); FERRY_ENOTSUP when not compiled in. */
+int ferry_swap_fault_add(ferry_swap *s, const ferry_fault *f);
+void ferry_swap_fault_clear(ferry_swap *s);
+/* Test hook: flips bit `bit` of byte `offset` of chunk on disk. */
+int ferry_swap_corrupt_on_disk(ferry_swap *s, uint32_t chunk, size_t offset, int bit);
+
+#endif /* FERRY_NVME_H */

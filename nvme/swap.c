@@ -1,0 +1,999 @@
+/* nvme/swap.c — the io_uring swap store: files in 1..N directories holding
+ * fixed-size chunk slots, blocks of a slot striped over the files, shadow
+ * slots so a failed rewrite keeps the old bytes, CRC32C per block, one ring
+ * per store with a completion thread that reaps, verifies, retries short
+ * I/O and refills the queue. Fault injection lives here too (test builds).
+ */
+#include "nvme/nvme.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <isa-l/crc.h>
+#include <liburing.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define MAX_RETRIES 8
+#define STOP_TAG ((uint64_t)1)
+#define BATCH 64
+#define MAX_FAULTS 16
+
+enum { OP_READ = 0, OP_WRITE = 1 };
+enum { U_NORMAL = 0, U_DELAYING = 1 };
+
+typedef struct io_unit {
+  ferry_swap_req *req;
+  struct io_unit *next;    /* free list, or a completion batch */
+  uint32_t piece;
+  uint32_t file;
+  uint64_t file_off;       /* where the piece starts in its file */
+  size_t chunk_off;        /* where it starts in the chunk / buffer */
+  size_t io_len;           /* bytes the request moves (aligned when direct) */
+  size_t data_len;         /* bytes of chunk data in it */
+  size_t done;             /* bytes moved so far */
+  unsigned char *mem;      /* user buffer or bounce */
+  unsigned char *bounce;   /* this unit's bounce block (oa bytes) */
+  int use_bounce;
+  int retries;
+  int err;                 /* FERRY_E... once the piece failed */
+  int state;
+  int fault;               /* planned fault kind, 0 none */
+  int flip;                /* flip a bit once the read is complete */
+  int saved_res;
+  unsigned delay_ms;
+  struct __kernel_timespec ts;
+} io_unit;
+
+struct ferry_swap {
+  ferry_swap_config cfg;
+  char name[64];
+  int npaths;
+  char dirs[FERRY_SWAP_MAX_PATHS][1024];
+  char files[FERRY_SWAP_MAX_PATHS][1100];
+  int fds[FERRY_SWAP_MAX_PATHS];
+  int direct, fixed_files, sqpoll;
+  size_t mem_align, oa, bs;
+  uint32_t positions;      /* block positions per slot: ceil(slot/bs) */
+  uint32_t cps;            /* CRC entries per slot (positions + 1) */
+  uint32_t ppf;            /* positions per file per slot */
+  uint32_t nphys;
+  uint64_t file_bytes;
+
+  uint32_t *map;           /* chunk -> physical slot */
+  uint32_t *free_phys;
+  uint32_t nfree_phys;
+  size_t *plen;            /* bytes held by a physical slot, 0 = none */
+  uint32_t *crc;           /* nphys * cps */
+  unsigned char *busy;     /* per chunk: a request is in flight */
+  unsigned char *lost;     /* per chunk: an in-place rewrite failed */
+
+  struct io_uring ring;
+  int ring_ok;
+  struct iovec *regs;
+  unsigned nregs;
+  io_unit *units;
+  io_unit *free_units;
+  unsigned char *bounce;
+
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  pthread_t reaper;
+  int reaper_started;
+  ferry_swap_req *runq_head, *runq_tail;
+  ferry_swap_req *slotq_head, *slotq_tail;
+  unsigned active;
+  ferry_swap_stats st;
+
+#if FERRY_FAULT_INJECTION
+  ferry_fault faults[MAX_FAULTS];
+  uint32_t fault_hits[MAX_FAULTS];
+  int nfaults;
+#endif
+  ferry_errbuf err;
+  ferry_logger log;
+};
+
+/* ------------------------------------------------------------------------ */
+
+uint32_t ferry_crc32c(uint32_t crc, const void *data, size_t len) {
+  const unsigned char *p = data;
+  uint32_t c = ~crc;
+  while (len) { /* ISA-L takes an int length */
+    int n = len > (1u << 30) ? (1 << 30) : (int)len;
+    c = crc32_iscsi((unsigned char *)p, n, c);
+    p += n;
+    len -= (size_t)n;
+  }
+  return ~c;
+}
+
+ferry_swap_config ferry_swap_config_default(void) {
+  ferry_swap_config c;
+  memset(&c, 0, sizeof c);
+  c.spare_slots = 4;
+  c.block_size = 1u << 20;
+  c.queue_depth = 32;
+  c.verify = 1;
+  return c;
+}
+
+const char *ferry_swap_last_error(ferry_swap *s) { return s ? ferry_err_msg(&s->err) : ""; }
+
+static int status_of_errno(int e) {
+  switch (e) {
+  case ENOSPC:
+  case EDQUOT: return FERRY_ENOSPC;
+  case ENOENT: return FERRY_ENOENT;
+  case EACCES:
+  case EPERM:
+  case EROFS: return FERRY_EPERM;
+  case ENOMEM: return FERRY_ENOMEM;
+  default: return FERRY_EIO;
+  }
+}
+
+static uint32_t npieces_of(const ferry_swap *s, size_t len) {
+  size_t nfull = len / s->bs, rem = len % s->bs, a = rem - rem % s->oa;
+  return (uint32_t)(nfull + (a > 0) + (rem - a > 0));
+}
+
+/* Piece k of a chunk of len bytes: its block position, offset inside the
+ * block, data bytes, and whether it is the sub-alignment tail (bounce). */
+static void piece_geom(const ferry_swap *s, size_t len, uint32_t k, uint32_t *pos, size_t *intra,
+                       size_t *dlen, int *bounce) {
+  size_t nfull = len / s->bs, rem = len % s->bs, a = rem - rem % s->oa;
+  *bounce = 0;
+  *intra = 0;
+  if (k < nfull) {
+    *pos = k;
+    *dlen = s->bs;
+  } else if (k == nfull && a) {
+    *pos = (uint32_t)nfull;
+    *dlen = a;
+  } else {
+    *pos = (uint32_t)nfull;
+    *intra = a;
+    *dlen = rem - a;
+    *bounce = 1;
+  }
+}
+
+static void locate(const ferry_swap *s, uint32_t phys, uint32_t pos, uint32_t *file,
+                   uint64_t *off) {
+  uint32_t n = (uint32_t)s->npaths;
+  *file = (phys + pos) % n;
+  *off = ((uint64_t)phys * s->ppf + pos / n) * s->bs;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Fault injection: decided when a piece is first issued, applied when it   */
+/* completes. Compiled out of production builds.                            */
+
+#if FERRY_FAULT_INJECTION
+static void fault_plan(ferry_swap *s, io_unit *u) {
+  for (int i = 0; i < s->nfaults; i++) {
+    ferry_fault *f = &s->faults[i];
+    if (f->count && s->fault_hits[i] >= f->count) continue;
+    if (f->op >= 0 && f->op != u->req->op) continue;
+    if (f->chunk >= 0 && (uint32_t)f->chunk != u->req->chunk) continue;
+    if (f->piece >= 0 && (uint32_t)f->piece != u->piece) continue;
+    s->fault_hits[i]++;
+    u->fault = (int)f->kind;
+    u->delay_ms = f->delay_ms;
+    return;
+  }
+}
+
+int ferry_swap_fault_add(ferry_swap *s, const ferry_fault *f) {
+  if (!s || !f || f->kind < FERRY_FAULT_EIO || f->kind > FERRY_FAULT_DELAY) return FERRY_EINVAL;
+  pthread_mutex_lock(&s->mu);
+  int rc = FERRY_OK;
+  if (s->nfaults >= MAX_FAULTS) {
+    rc = ferry_err(&s->err, FERRY_ENOMEM, "swap '%s': more than %d fault rules", s->name,
+                   MAX_FAULTS);
+  } else {
+    s->faults[s->nfaults] = *f;
+    s->fault_hits[s->nfaults++] = 0;
+  }
+  pthread_mutex_unlock(&s->mu);
+  return rc;
+}
+
+void ferry_swap_fault_clear(ferry_swap *s) {
+  if (!s) return;
+  pthread_mutex_lock(&s->mu);
+  s->nfaults = 0;
+  pthread_mutex_unlock(&s->mu);
+}
+#else
+int ferry_swap_fault_add(ferry_swap *s, const ferry_fault *f) {
+  (void)f;
+  if (s) ferry_err(&s->err, FERRY_ENOTSUP, "fault injection is not compiled in "
+                                           "(configure with -DFERRY_FAULT_INJECTION=ON)");
+  return FERRY_ENOTSUP;
+}
+void ferry_swap_fault_clear(ferry_swap *s) { (void)s; }
+#endif
+
+/* ------------------------------------------------------------------------ */
+/* Submission side (store mutex held)                                        */
+
+static struct io_uring_sqe *get_sqe(ferry_swap *s) {
+  struct io_uring_sqe *sqe = io_uring_get_sqe(&s->ring);
+  if (!sqe) {
+    io_uring_submit(&s->ring);
+    sqe = io_uring_get_sqe(&s->ring);
+  }
+  FERRY_ASSERT(sqe, "swap '%s': submission queue full with %u units", s->name,
+               s->cfg.queue_depth);
+  return sqe;
+}
+
+static void prep_unit(ferry_swap *s, io_unit *u) {
+  struct io_uring_sqe *sqe = get_sqe(s);
+  ferry_swap_req *r = u->req;
+  unsigned char *addr = u->mem + u->done;
+  unsigned len = (unsigned)(u->io_len - u->done);
+  uint64_t off = u->file_off + u->done;
+  int fd = s->fixed_files ? (int)u->file : s->fds[u->file];
+  int fixed = r->buf_index >= 0 && !u->use_bounce;
+  if (r->op == OP_READ) {
+    if (fixed) io_uring_prep_read_fixed(sqe, fd, addr, len, off, r->buf_index);
+    else io_uring_prep_read(sqe, fd, addr, len, off);
+  } else {
+    if (fixed) io_uring_prep_write_fixed(sqe, fd, addr, len, off, r->buf_index);
+    else io_uring_prep_write(sqe, fd, addr, len, off);
+  }
+  if (s->fixed_files) sqe->flags |= IOSQE_FIXED_FILE;
+  io_uring_sqe_set_data(sqe, u);
+}
+
+static void runq_push(ferry_swap *s, ferry_swap_req *r) {
+  r->next = NULL;
+  if (s->runq_tail) s->runq_tail->next = r;
+  else s->runq_head = r;
+  s->runq_tail = r;
+}
+
+static void runq_pop(ferry_swap *s) {
+  ferry_swap_req *r = s->runq_head;
+  s->runq_head = r->next;
+  if (!s->runq_head) s->runq_tail = NULL;
+  r->next = NULL;
+}
+
+/* Issues pieces of the queued requests while units are free. */
+static int issue(ferry_swap *s) {
+  int n = 0;
+  while (s->free_units && s->runq_head) {
+    ferry_swap_req *r = s->runq_head;
+    uint32_t k = r->next_piece++;
+    if (r->next_piece == r->npieces) runq_pop(s);
+    io_unit *u = s->free_units;
+    s->free_units = u->next;
+    uint32_t pos;
+    size_t intra;
+    piece_geom(s, r->len, k, &pos, &intra, &u->data_len, &u->use_bounce);
+    u->req = r;
+    u->next = NULL;
+    u->piece = k;
+    u->chunk_off = (size_t)pos * s->bs + intra;
+    locate(s, r->phys, pos, &u->file, &u->file_off);
+    u->file_off += intra;
+    u->done = 0;
+    u->retries = 0;
+    u->err = 0;
+    u->state = U_NORMAL;
+    u->fault = 0;
+    u->flip = 0;
+    if (u->use_bounce) {
+      u->mem = u->bounce;
+      u->io_len = s->oa;
+      if (r->op == OP_WRITE) {
+        memcpy(u->bounce, r->buf + u->chunk_off, u->data_len);
+        memset(u->bounce + u->data_len, 0, s->oa - u->data_len);
+      }
+    } else {
+      u->mem = r->buf + u->chunk_off;
+      u->io_len = u->data_len;
+    }
+#if FERRY_FAULT_INJECTION
+    if (s->nfaults) fault_plan(s, u);
+#endif
+    r->inflight++;
+    prep_unit(s, u);
+    n++;
+  }
+  return n;
+}
+
+static void submit_now(ferry_swap *s) {
+  int rc = io_uring_submit(&s->ring);
+  if (rc < 0 && rc != -EAGAIN && rc != -EBUSY)
+    ferry_err(&s->err, FERRY_EIO, "swap '%s': io_uring_submit: %s", s->name, strerror(-rc));
+}
+
+/* A physical slot came free: start writes that waited for one. */
+static void start_waiting_writes(ferry_swap *s) {
+  while (s->nfree_phys && s->slotq_head) {
+    ferry_swap_req *r = s->slotq_head;
+    s->slotq_head = r->next;
+    if (!s->slotq_head) s->slotq_tail = NULL;
+    r->phys = s->free_phys[--s->nfree_phys];
+    runq_push(s, r);
+  }
+}
+
+static int start(ferry_swap *s, ferry_swap_req *r, int op, uint32_t chunk, const void *buf,
+                 size_t len, ferry_swap_cb cb, void *user) {
+  if (!s || !r || (!buf && len)) return FERRY_EINVAL;
+  if (chunk >= s->cfg.nslots)
+    return ferry_err(&s->err, FERRY_EINVAL, "swap '%s': chunk %u out of range (%u slots)",
+                     s->name, chunk, s->cfg.nslots);
+  if (len == 0 || len > s->cfg.slot_size)
+    return ferry_err(&s->err, FERRY_EINVAL, "swap '%s': chunk %u: %zu bytes (slot holds 1..%zu)",
+                     s->name, chunk, len, s->cfg.slot_size);
+  if ((uintptr_t)buf % s->mem_align)
+    return ferry_err(&s->err, FERRY_EINVAL,
+                     "swap '%s': buffer %p is not aligned to %zu bytes as O_DIRECT needs", s->name,
+                     buf, s->mem_align);
+  memset(r, 0, sizeof *r);
+  r->store = s;
+  r->buf = (unsigned char *)buf;
+  r->len = len;
+  r->chunk = chunk;
+  r->op = op;
+  r->cb = cb;
+  r->user = user;
+  r->buf_index = -1;
+  r->npieces = npieces_of(s, len);
+  atomic_init(&r->done, 0);
+  pthread_mutex_lock(&s->mu);
+  for (unsigned i = 0; i < s->nregs; i++) {
+    unsigned char *b = s->regs[i].iov_base;
+    if (r->buf >= b && r->buf + len <= b + s->regs[i].iov_len) {
+      r->buf_index = (int)i;
+      break;
+    }
+  }
+  int rc = FERRY_OK;
+  if (s->busy[chunk]) {
+    rc = ferry_err(&s->err, FERRY_EBUSY, "swap '%s': chunk %u already has a request in flight",
+                   s->name, chunk);
+  } else if (op == OP_READ) {
+    size_t have = s->plen[s->map[chunk]];
+    if (s->lost[chunk])
+      rc = ferry_err(&s->err, FERRY_ECORRUPT,
+                     "swap '%s': chunk %u was lost by a failed in-place write", s->name, chunk);
+    else if (!have)
+      rc = ferry_err(&s->err, FERRY_ESTATE, "swap '%s': chunk %u was never written", s->name,
+                     chunk);
+    else if (have != len)
+      rc = ferry_err(&s->err, FERRY_EINVAL, "swap '%s': chunk %u holds %zu bytes, read asked %zu",
+                     s->name, chunk, have, len);
+  }
+  if (rc == FERRY_OK) {
+    s->busy[chunk] = 1;
+    s->active++;
+    r->t_submit = ferry_now();
+    if (op == OP_READ || !s->cfg.spare_slots) {
+      r->phys = s->map[chunk];
+      runq_push(s, r);
+    } else if (s->nfree_phys) {
+      r->phys = s->free_phys[--s->nfree_phys];
+      runq_push(s, r);
+    } else { /* every spare holds a write in flight: wait for one */
+      r->next = NULL;
+      if (s->slotq_tail) s->slotq_tail->next = r;
+      else s->slotq_head = r;
+      s->slotq_tail = r;
+    }
+    if (issue(s)) submit_now(s);
+  }
+  pthread_mutex_unlock(&s->mu);
+  return rc;
+}
+
+int ferry_swap_read(ferry_swap *s, uint32_t chunk, void *buf, size_t len, ferry_swap_req *req,
+                    ferry_swap_cb cb, void *user) {
+  return start(s, req, OP_READ, chunk, buf, len, cb, user);
+}
+
+int ferry_swap_write(ferry_swap *s, uint32_t chunk, const void *buf, size_t len,
+                     ferry_swap_req *req, ferry_swap_cb cb, void *user) {
+  return start(s, req, OP_WRITE, chunk, buf, len, cb, user);
+}
+
+int ferry_swap_poll(ferry_swap_req *req) {
+  if (!req) return FERRY_EINVAL;
+  if (!atomic_load_explicit(&req->done, memory_order_acquire)) return FERRY_EAGAIN;
+  return req->status;
+}
+
+int ferry_swap_wait(ferry_swap_req *req) {
+  if (!req || !req->store) return FERRY_EINVAL;
+  ferry_swap *s = req->store;
+  pthread_mutex_lock(&s->mu);
+  while (!atomic_load_explicit(&req->done, memory_order_acquire)) pthread_cond_wait(&s->cv, &s->mu);
+  int st = req->status;
+  pthread_mutex_unlock(&s->mu);
+  return st;
+}
+
+void ferry_swap_drain(ferry_swap *s) {
+  if (!s) return;
+  pthread_mutex_lock(&s->mu);
+  while (s->active) pthread_cond_wait(&s->cv, &s->mu);
+  pthread_mutex_unlock(&s->mu);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Completion side                                                           */
+
+static void piece_error(ferry_swap *s, io_unit *u, int res, const char *what) {
+  ferry_swap_req *r = u->req;
+  int e = -res;
+  u->err = e > 0 ? status_of_errno(e) : FERRY_EIO;
+  if (u->err == FERRY_ENOENT || u->err == FERRY_EPERM) u->err = FERRY_EIO;
+  s->st.io_errors++;
+  ferry_err(&s->err, u->err,
+            "swap '%s': %s of chunk %u failed at %s offset %llu (%zu bytes): %s", s->name,
+            r->op == OP_READ ? "read" : "write", r->chunk, s->files[u->file],
+            (unsigned long long)(u->file_off + u->done), u->io_len - u->done,
+            e > 0 ? strerror(e) : what);
+}
+
+/* One completion, with the store mutex held. Returns 1 when the piece is
+ * finished (done or failed), 0 when it was resubmitted or parked. */
+static int on_cqe(ferry_swap *s, io_unit *u, int res) {
+  if (u->state == U_DELAYING) {
+    res = u->saved_res;
+    u->state = U_NORMAL;
+  }
+#if FERRY_FAULT_INJECTION
+  else if (u->fault) {
+    int f = u->fault;
+    u->fault = 0;
+    if (f == FERRY_FAULT_EIO) res = -EIO;
+    else if (f == FERRY_FAULT_ENOSPC) res = -ENOSPC;
+    else if (f == FERRY_FAULT_SHORT && res > 0 && (size_t)res >= 2 * s->oa)
+      res = (int)((size_t)res / 2 / s->oa * s->oa);
+    else if (f == FERRY_FAULT_BITFLIP && u->req->op == OP_READ) u->flip = 1;
+    else if (f == FERRY_FAULT_DELAY) {
+      u->saved_res = res;
+      u->state = U_DELAYING;
+      u->ts.tv_sec = u->delay_ms / 1000;
+      u->ts.tv_nsec = (long long)(u->delay_ms % 1000) * 1000000LL;
+      struct io_uring_sqe *sqe = get_sqe(s);
+      io_uring_prep_timeout(sqe, &u->ts, 0, 0);
+      io_uring_sqe_set_data(sqe, u);
+      return 0;
+    }
+  }
+#endif
+  if (res < 0) {
+    if ((res == -EINTR || res == -EAGAIN) && u->retries < MAX_RETRIES) {
+      u->retries++;
+      s->st.retries++;
+      prep_unit(s, u);
+      return 0;
+    }
+    piece_error(s, u, res, "");
+    return 1;
+  }
+  u->done += (size_t)res;
+  s->st.ios++;
+  if (u->done < u->io_len) {
+    if (res == 0 || u->retries >= MAX_RETRIES) {
+      piece_error(s, u, 0, res == 0 ? "no progress (end of file?)" : "too many short transfers");
+      return 1;
+    }
+    u->retries++;
+    s->st.retries++;
+    prep_unit(s, u);
+    return 0;
+  }
+  return 1;
+}
+
+/* CRC and bounce work for a finished piece, without the mutex. */
+static void on_piece_data(ferry_swap *s, io_unit *u) {
+  ferry_swap_req *r = u->req;
+  unsigned char *data = r->buf + u->chunk_off;
+  uint32_t *slot_crc = &s->crc[(size_t)r->phys * s->cps + u->piece];
+  if (r->op == OP_READ) {
+    if (u->use_bounce) memcpy(data, u->bounce, u->data_len);
+    if (u->flip) data[u->data_len / 2] ^= 1u;
+    if (s->cfg.verify) {
+      uint32_t c = ferry_crc32c(0, data, u->data_len);
+      if (c != *slot_crc) {
+        u->err = FERRY_ECORRUPT;
+        ferry_err(&s->err, FERRY_ECORRUPT,
+                  "swap '%s': chunk %u corrupt at offset %zu (%zu bytes; %s offset %llu): "
+                  "CRC32C expected 0x%08x, found 0x%08x",
+                  s->name, r->chunk, u->chunk_off, u->data_len, s->files[u->file],
+                  (unsigned long long)u->file_off, *slot_crc, c);
+      }
+    }
+  } else if (s->cfg.verify) {
+    *slot_crc = ferry_crc32c(0, data, u->data_len);
+  }
+}
+
+/* A request has no piece in flight and none left: commit it (mutex held).
+ * Returns 1 when its callback must run. */
+static int finish_req(ferry_swap *s, ferry_swap_req *r) {
+  int ok = r->status == FERRY_OK;
+  if (r->op == OP_WRITE) {
+    uint32_t old = s->map[r->chunk];
+    if (ok) {
+      s->map[r->chunk] = r->phys;
+      s->plen[r->phys] = r->len;
+      s->lost[r->chunk] = 0;
+      if (old != r->phys) {
+        s->plen[old] = 0;
+        s->free_phys[s->nfree_phys++] = old;
+      }
+      s->st.writes++;
+      s->st.bytes_written += r->len;
+    } else if (old != r->phys) { /* shadow write failed: the old slot stands */
+      s->plen[r->phys] = 0;
+      s->free_phys[s->nfree_phys++] = r->phys;
+    } else { /* in place: the old bytes are gone */
+      s->plen[old] = 0;
+      s->lost[r->chunk] = 1;
+    }
+    start_waiting_writes(s);
+  } else if (ok) {
+    s->st.reads++;
+    s->st.bytes_read += r->len;
+  }
+  if (r->status == FERRY_ECORRUPT) s->st.crc_errors++;
+  s->busy[r->chunk] = 0;
+  r->t_done = ferry_now();
+  if (r->cb) return 1;
+  s->active--;
+  atomic_store_explicit(&r->done, 1, memory_order_release);
+  return 0;
+}
+
+static void *reaper_main(void *arg) {
+  ferry_swap *s = arg;
+  struct io_uring_cqe *cqes[BATCH];
+  struct {
+    void *u;
+    int res;
+  } got[BATCH];
+  int stop = 0;
+  while (!stop) {
+    struct io_uring_cqe *cqe = NULL;
+    int rc = io_uring_wait_cqe(&s->ring, &cqe);
+    if (rc == -EINTR || rc == -EAGAIN) continue;
+    if (rc < 0) { /* the ring is unusable: nothing can complete any more */
+      ferry_err(&s->err, FERRY_EIO, "swap '%s': io_uring_wait_cqe: %s", s->name, strerror(-rc));
+      ferry_logf(&s->log, FERRY_LOG_ERROR, "%s", ferry_err_msg(&s->err));
+      break;
+    }
+    unsigned n = io_uring_peek_batch_cqe(&s->ring, cqes, BATCH);
+    for (unsigned i = 0; i < n; i++) {
+      got[i].u = io_uring_cqe_get_data(cqes[i]);
+      got[i].res = cqes[i]->res;
+    }
+    io_uring_cq_advance(&s->ring, n);
+
+    io_unit *fin = NULL, **tail = &fin;
+    pthread_mutex_lock(&s->mu);
+    for (unsigned i = 0; i < n; i++) {
+      if ((uintptr_t)got[i].u == STOP_TAG) {
+        stop = 1;
+        continue;
+      }
+      io_unit *u = got[i].u;
+      if (on_cqe(s, u, got[i].res)) {
+        u->next = NULL;
+        *tail = u;
+        tail = &u->next;
+      }
+    }
+    pthread_mutex_unlock(&s->mu);
+
+    for (io_unit *u = fin; u; u = u->next)
+      if (!u->err) on_piece_data(s, u);
+
+    ferry_swap_req *cbs = NULL;
+    int wake = 0;
+    pthread_mutex_lock(&s->mu);
+    for (io_unit *u = fin, *nx; u; u = nx) {
+      nx = u->next;
+      ferry_swap_req *r = u->req;
+      r->inflight--;
+      r->pieces_done++;
+      if (u->err && r->status == FERRY_OK) {
+        r->status = u->err;
+        if (r->next_piece < r->npieces) { /* issue nothing more of it */
+          FERRY_ASSERT(s->runq_head == r, "swap: failing request is not at the queue head");
+          runq_pop(s);
+          r->next_piece = r->npieces;
+        }
+      }
+      u->req = NULL;
+      u->next = s->free_units;
+      s->free_units = u;
+      if (r->inflight == 0 && r->next_piece == r->npieces) {
+        if (finish_req(s, r)) {
+          r->next = cbs;
+          cbs = r;
+        } else {
+          wake = 1;
+        }
+      }
+    }
+    issue(s);
+    submit_now(s);
+    if (wake) pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+
+    if (cbs) {
+      unsigned ncb = 0;
+      for (ferry_swap_req *r = cbs, *nx; r; r = nx) {
+        nx = r->next;
+        ncb++;
+        r->cb(r, r->status, r->user);
+      }
+      pthread_mutex_lock(&s->mu);
+      s->active -= ncb;
+      pthread_cond_broadcast(&s->cv);
+      pthread_mutex_unlock(&s->mu);
+    }
+  }
+  return NULL;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Open and close                                                            */
+
+static atomic_uint g_store_seq;
+
+static void free_store(ferry_swap *s) {
+  if (s->ring_ok) io_uring_queue_exit(&s->ring);
+  for (int i = 0; i < s->npaths; i++) {
+    if (s->fds[i] >= 0) {
+      close(s->fds[i]);
+      if (!s->cfg.keep_files) unlink(s->files[i]);
+    }
+  }
+  free(s->map);
+  free(s->free_phys);
+  free(s->plen);
+  free(s->crc);
+  free(s->busy);
+  free(s->lost);
+  free(s->units);
+  free(s->bounce);
+  free(s->regs);
+  pthread_mutex_destroy(&s->mu);
+  pthread_cond_destroy(&s->cv);
+  ferry_errbuf_destroy(&s->err);
+  free(s);
+}
+
+static int open_fail(ferry_swap *s, int status) {
+  ferry_err_thread(status, "%s", ferry_err_msg(&s->err));
+  free_store(s);
+  return status;
+}
+
+int ferry_swap_open(const ferry_swap_config *cfg, ferry_swap **out) {
+  if (!out) return FERRY_EINVAL;
+  *out = NULL;
+  if (!cfg) return ferry_err_thread(FERRY_EINVAL, "swap: no configuration");
+  const char *name = cfg->name ? cfg->name : "swap";
+  if (cfg->npaths < 1 || cfg->npaths > FERRY_SWAP_MAX_PATHS)
+    return ferry_err_thread(FERRY_EINVAL, "swap '%s': %d directories (1..%d)", name, cfg->npaths,
+                            FERRY_SWAP_MAX_PATHS);
+  if (!cfg->slot_size || !cfg->nslots || !cfg->block_size || !cfg->queue_depth ||
+      cfg->queue_depth > 4096)
+    return ferry_err_thread(FERRY_EINVAL,
+                            "swap '%s': slot_size %zu, nslots %u, block_size %zu, queue_depth %u "
+                            "(all > 0, queue_depth <= 4096)",
+                            name, cfg->slot_size, cfg->nslots, cfg->block_size, cfg->queue_depth);
+  if (cfg->block_size > (1u << 30))
+    return ferry_err_thread(FERRY_EINVAL, "swap '%s': block_size %zu above 1 GiB", name,
+                            cfg->block_size);
+  for (int i = 0; i < cfg->npaths; i++)
+    if (!cfg->paths[i] || !cfg->paths[i][0] || strlen(cfg->paths[i]) >= 1024)
+      return ferry_err_thread(FERRY_EINVAL, "swap '%s': directory %d is empty or too long", name,
+                              i);
+
+  ferry_swap *s = calloc(1, sizeof *s);
+  if (!s) return ferry_err_thread(FERRY_ENOMEM, "swap '%s': out of memory", name);
+  s->cfg = *cfg;
+  snprintf(s->name, sizeof s->name, "%s", name);
+  s->cfg.name = s->name;
+  s->log = cfg->log;
+  s->npaths = cfg->npaths;
+  for (int i = 0; i < FERRY_SWAP_MAX_PATHS; i++) s->fds[i] = -1;
+  ferry_errbuf_init(&s->err);
+  pthread_mutex_init(&s->mu, NULL);
+  pthread_cond_init(&s->cv, NULL);
+
+  /* What each directory offers. */
+  ferry_path_info pi[FERRY_SWAP_MAX_PATHS];
+  dev_t devs[FERRY_SWAP_MAX_PATHS];
+  int direct = !cfg->force_buffered;
+  size_t mem_align = 1, oa = 1;
+  for (int i = 0; i < s->npaths; i++) {
+    snprintf(s->dirs[i], sizeof s->dirs[i], "%s", cfg->paths[i]);
+    s->cfg.paths[i] = s->dirs[i];
+    char why[600];
+    int rc = ferry_path_probe(s->dirs[i], &pi[i], why, sizeof why);
+    if (rc != FERRY_OK) {
+      ferry_err(&s->err, rc, "swap '%s': directory %s unusable: %s", name, s->dirs[i], why);
+      return open_fail(s, rc);
+    }
+    struct stat st;
+    devs[i] = stat(s->dirs[i], &st) == 0 ? st.st_dev : (dev_t)i;
+    if (!pi[i].o_direct) direct = 0;
+    if (pi[i].dio_mem_align > mem_align) mem_align = pi[i].dio_mem_align;
+    if (pi[i].dio_offset_align > oa) oa = pi[i].dio_offset_align;
+  }
+  if (!direct) {
+    mem_align = 1;
+    oa = 1;
+    if (!cfg->force_buffered) {
+      for (int i = 0; i < s->npaths; i++)
+        if (!pi[i].o_direct)
+          ferry_logf(&s->log, FERRY_LOG_WARN,
+                     "swap '%s': %s (%s) refuses O_DIRECT; using buffered I/O for this store", name,
+                     s->dirs[i], pi[i].fs_type);
+    }
+  }
+  s->direct = direct;
+  s->mem_align = mem_align;
+  s->oa = oa;
+  s->bs = ferry_align_up(cfg->block_size, oa);
+
+  /* Geometry, with overflow checks: the sizes come from a config file. */
+  uint64_t positions = (cfg->slot_size + s->bs - 1) / s->bs;
+  uint64_t nphys = (uint64_t)cfg->nslots + cfg->spare_slots;
+  uint64_t ppf = (positions + (uint64_t)s->npaths - 1) / (uint64_t)s->npaths, fb;
+  if (positions >= UINT32_MAX || nphys >= UINT32_MAX ||
+      __builtin_mul_overflow(nphys, ppf, &fb) || __builtin_mul_overflow(fb, (uint64_t)s->bs, &fb) ||
+      fb > (uint64_t)INT64_MAX) {
+    ferry_err(&s->err, FERRY_EOVERFLOW, "swap '%s': %u slots of %zu bytes do not fit in a file",
+              name, cfg->nslots, cfg->slot_size);
+    return open_fail(s, FERRY_EOVERFLOW);
+  }
+  s->positions = (uint32_t)positions;
+  s->cps = s->positions + 1;
+  s->ppf = (uint32_t)ppf;
+  s->nphys = (uint32_t)nphys;
+  s->file_bytes = fb;
+
+  /* Space, per file system: directories on one device share its free bytes. */
+  for (int i = 0; i < s->npaths; i++) {
+    int first = 1, nfiles = 0;
+    for (int j = 0; j < s->npaths; j++) {
+      if (devs[j] != devs[i]) continue;
+      if (j < i) first = 0;
+      nfiles++;
+    }
+    if (!first) continue;
+    uint64_t need = s->file_bytes * (uint64_t)nfiles;
+    if (need / (uint64_t)nfiles != s->file_bytes || need > pi[i].free_bytes) {
+      char a[32], b[32];
+      ferry_err(&s->err, FERRY_ENOSPC,
+                "swap '%s': directory %s needs %llu bytes (%s: %d file(s) of %llu) but only %llu "
+                "(%s) are free",
+                name, s->dirs[i], (unsigned long long)need, ferry_format_size(need, a, sizeof a),
+                nfiles, (unsigned long long)s->file_bytes, (unsigned long long)pi[i].free_bytes,
+                ferry_format_size(pi[i].free_bytes, b, sizeof b));
+      return open_fail(s, FERRY_ENOSPC);
+    }
+  }
+
+  /* The index, sized once. */
+  s->map = calloc(cfg->nslots, sizeof *s->map);
+  s->free_phys = calloc(s->nphys, sizeof *s->free_phys);
+  s->plen = calloc(s->nphys, sizeof *s->plen);
+  s->crc = calloc((size_t)s->nphys * s->cps, sizeof *s->crc);
+  s->busy = calloc(cfg->nslots, 1);
+  s->lost = calloc(cfg->nslots, 1);
+  s->units = calloc(cfg->queue_depth, sizeof *s->units);
+  size_t bsz = ferry_align_up((size_t)cfg->queue_depth * oa, 4096);
+  void *bounce = NULL;
+  if (posix_memalign(&bounce, mem_align > 4096 ? mem_align : 4096, bsz) == 0) s->bounce = bounce;
+  if (!s->map || !s->free_phys || !s->plen || !s->crc || !s->busy || !s->lost || !s->units ||
+      !s->bounce) {
+    ferry_err(&s->err, FERRY_ENOMEM, "swap '%s': out of memory for the index of %u slots", name,
+              s->nphys);
+    return open_fail(s, FERRY_ENOMEM);
+  }
+  for (uint32_t i = 0; i < cfg->nslots; i++) s->map[i] = i;
+  for (uint32_t p = s->nphys; p > cfg->nslots; p--) s->free_phys[s->nfree_phys++] = p - 1;
+  for (unsigned i = 0; i < cfg->queue_depth; i++) {
+    s->units[i].bounce = s->bounce + (size_t)i * oa;
+    s->units[i].next = s->free_units;
+    s->free_units = &s->units[i];
+  }
+
+  /* The files. */
+  unsigned seq = atomic_fetch_add(&g_store_seq, 1);
+  for (int i = 0; i < s->npaths; i++) {
+    snprintf(s->files[i], sizeof s->files[i], "%s/ferry-%s-%ld-%u-%d.swap", s->dirs[i], s->name,
+             (long)getpid(), seq, i);
+    int fd = open(s->files[i], O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | (direct ? O_DIRECT : 0),
+                  0600);
+    if (fd < 0) {
+      int e = errno;
+      ferry_err(&s->err, status_of_errno(e), "swap '%s': cannot create %s: %s", name, s->files[i],
+                strerror(e));
+      return open_fail(s, status_of_errno(e));
+    }
+    s->fds[i] = fd;
+    if (fallocate(fd, 0, 0, (off_t)s->file_bytes) != 0) {
+      int e = errno;
+      if (e == EOPNOTSUPP || e == ENOSYS) {
+        ferry_logf(&s->log, FERRY_LOG_WARN,
+                   "swap '%s': %s cannot reserve space (fallocate unsupported); a full disk will "
+                   "show up as write errors",
+                   name, s->dirs[i]);
+        if (ftruncate(fd, (off_t)s->file_bytes) == 0) continue;
+        e = errno;
+      }
+      ferry_err(&s->err, status_of_errno(e),
+                "swap '%s': cannot reserve %llu bytes for %s: %s (free there: %llu)", name,
+                (unsigned long long)s->file_bytes, s->files[i], strerror(e),
+                (unsigned long long)pi[i].free_bytes);
+      return open_fail(s, status_of_errno(e));
+    }
+  }
+
+  /* The ring. */
+  struct io_uring_params p;
+  memset(&p, 0, sizeof p);
+  if (cfg->sqpoll) {
+    p.flags |= IORING_SETUP_SQPOLL;
+    p.sq_thread_idle = 50;
+  }
+  int rc = io_uring_queue_init_params(cfg->queue_depth * 2 + 2, &s->ring, &p);
+  if (rc < 0) {
+    int st = rc == -ENOSYS || rc == -EPERM ? FERRY_ENOTSUP : FERRY_EIO;
+    ferry_err(&s->err, st, "swap '%s': io_uring_queue_init(%u%s): %s", name,
+              cfg->queue_depth * 2 + 2, cfg->sqpoll ? ", SQPOLL" : "", strerror(-rc));
+    return open_fail(s, st);
+  }
+  s->ring_ok = 1;
+  s->sqpoll = cfg->sqpoll;
+  rc = io_uring_register_files(&s->ring, s->fds, (unsigned)s->npaths);
+  if (rc == 0) s->fixed_files = 1;
+  else
+    ferry_logf(&s->log, FERRY_LOG_INFO, "swap '%s': files not registered with the ring: %s", name,
+               strerror(-rc));
+
+  if (pthread_create(&s->reaper, NULL, reaper_main, s) != 0) {
+    ferry_err(&s->err, FERRY_ENOMEM, "swap '%s': cannot start the completion thread", name);
+    return open_fail(s, FERRY_ENOMEM);
+  }
+  s->reaper_started = 1;
+  ferry_logf(&s->log, FERRY_LOG_DEBUG,
+             "swap '%s': %d file(s) of %llu bytes, %s, block %zu, qd %u, %u+%u slots of %zu", name,
+             s->npaths, (unsigned long long)s->file_bytes, direct ? "O_DIRECT" : "buffered", s->bs,
+             cfg->queue_depth, cfg->nslots, cfg->spare_slots, cfg->slot_size);
+  *out = s;
+  return FERRY_OK;
+}
+
+void ferry_swap_close(ferry_swap *s) {
+  if (!s) return;
+  ferry_swap_drain(s);
+  if (s->reaper_started) {
+    pthread_mutex_lock(&s->mu);
+    struct io_uring_sqe *sqe = get_sqe(s);
+    io_uring_prep_nop(sqe);
+    io_uring_sqe_set_data64(sqe, STOP_TAG);
+    submit_now(s);
+    pthread_mutex_unlock(&s->mu);
+    pthread_join(s->reaper, NULL);
+  }
+  free_store(s);
+}
+
+int ferry_swap_get_info(ferry_swap *s, ferry_swap_info *out) {
+  if (!s || !out) return FERRY_EINVAL;
+  memset(out, 0, sizeof *out);
+  out->o_direct = s->direct;
+  out->mem_align = s->mem_align;
+  out->offset_align = s->oa;
+  out->block_size = s->bs;
+  out->slot_size = s->cfg.slot_size;
+  out->nslots = s->cfg.nslots;
+  out->spare_slots = s->cfg.spare_slots;
+  out->queue_depth = s->cfg.queue_depth;
+  out->sqpoll = s->sqpoll;
+  out->fixed_files = s->fixed_files;
+  out->verify = s->cfg.verify;
+  out->file_bytes = s->file_bytes;
+  return FERRY_OK;
+}
+
+int ferry_swap_register_buffers(ferry_swap *s, const struct iovec *iov, unsigned n) {
+  if (!s || (n && !iov)) return FERRY_EINVAL;
+  pthread_mutex_lock(&s->mu);
+  int rc = FERRY_OK;
+  if (s->active) {
+    rc = ferry_err(&s->err, FERRY_EBUSY, "swap '%s': buffers registered while %u requests run",
+                   s->name, s->active);
+    goto out;
+  }
+  if (s->nregs) {
+    io_uring_unregister_buffers(&s->ring);
+    free(s->regs);
+    s->regs = NULL;
+    s->nregs = 0;
+  }
+  if (!n) goto out;
+  s->regs = malloc(n * sizeof *iov);
+  if (!s->regs) {
+    rc = ferry_err(&s->err, FERRY_ENOMEM, "swap '%s': out of memory", s->name);
+    goto out;
+  }
+  int r = io_uring_register_buffers(&s->ring, iov, n);
+  if (r < 0) {
+    free(s->regs);
+    s->regs = NULL;
+    rc = ferry_err(&s->err, r == -ENOMEM ? FERRY_ENOMEM : FERRY_EIO,
+                   "swap '%s': IORING_REGISTER_BUFFERS of %u buffers: %s%s", s->name, n,
+                   strerror(-r), r == -ENOMEM ? " (raise ulimit -l)" : "");
+    goto out;
+  }
+  memcpy(s->regs, iov, n * sizeof *iov);
+  s->nregs = n;
+out:
+  pthread_mutex_unlock(&s->mu);
+  return rc;
+}
+
+size_t ferry_swap_chunk_len(ferry_swap *s, uint32_t chunk) {
+  if (!s || chunk >= s->cfg.nslots) return 0;
+  pthread_mutex_lock(&s->mu);
+  size_t n = s->lost[chunk] ? 0 : s->plen[s->map[chunk]];
+  pthread_mutex_unlock(&s->mu);
+  return n;
+}
+
+void ferry_swap_get_stats(ferry_swap *s, ferry_swap_stats *out) {
+  if (!s || !out) return;
+  pthread_mutex_lock(&s->mu);
+  *out = s->st;
+  pthread_mutex_unlock(&s->mu);
+}
+
+int ferry_swap_corrupt_on_disk(ferry_swap *s, uint32_t chunk, size_t offset, int bit) {
+  if (!s || chunk >= s->cfg.nslots) return FERRY_EINVAL;
+  pthread_mutex_lock(&s->mu);
+  uint32_t phys = s->map[chunk];
+  size_t have = s->plen[phys];
+  int busy = s->busy[chunk];
+  pthread_mutex_unlock(&s->mu);
+  if (busy || offset >= have) return FERRY_EINVAL;
+  uint32_t file;
+  uint64_t off;
+  locate(s, phys, (uint32_t)(offset / s->bs), &file, &off);
+  off += offset % s->bs;
+  size_t blk = s->oa > 4096 ? s->oa : 4096;
+  uint64_t base = off / blk * blk;
+  void *tmp = NULL;
+  if (posix_memalign(&tmp, blk, blk) != 0) return FERRY_ENOMEM;
+  int rc = FERRY_OK;
+  if (pread(s->fds[file], tmp, blk, (off_t)base) != (ssize_t)blk) rc = FERRY_EIO;
+  if (rc == FERRY_OK) {
+    ((unsigned char *)tmp)[off - base] ^= (unsigned char)(1u << (bit & 7));
+    if (pwrite(s->fds[file], tmp, blk, (off_t)base) != (ssize_t)blk) rc = FERRY_EIO;
+  }
+  free(tmp);
+  return rc;
+}
