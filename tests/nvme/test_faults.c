@@ -1,0 +1,179 @@
+/* tests/nvme/test_faults.c — every injected fault (EIO, ENOSPC, short
+ * transfer, flipped bit, late completion) and on-disk corruption gives its
+ * status and message, and every chunk written before stays readable and
+ * correct, with shadow slots and (where promised) in place.
+ */
+#include "nvme_test.h"
+
+#define SLOT ((4u << 20) + 5)
+#define NCH 4
+
+static unsigned char *good[NCH]; /* what each chunk must hold */
+static size_t good_len[NCH];
+static unsigned char *rbuf;
+
+static int do_write(ferry_swap *s, uint32_t c, const unsigned char *p, size_t n) {
+  ferry_swap_req r;
+  int rc = ferry_swap_write(s, c, p, n, &r, NULL, NULL);
+  return rc ? rc : ferry_swap_wait(&r);
+}
+
+static int do_read(ferry_swap *s, uint32_t c, size_t n) {
+  ferry_swap_req r;
+  int rc = ferry_swap_read(s, c, rbuf, n, &r, NULL, NULL);
+  return rc ? rc : ferry_swap_wait(&r);
+}
+
+static void add(ferry_swap *s, ferry_fault_kind k, int op, int64_t chunk, int64_t piece,
+                uint32_t count, uint32_t delay_ms) {
+  ferry_fault f = {k, op, chunk, piece, count, delay_ms};
+  REQUIRE(ferry_swap_fault_add(s, &f) == FERRY_OK);
+}
+
+/* Every chunk with known contents reads back exactly. */
+static void check_all(ferry_swap *s, const char *when) {
+  for (uint32_t c = 0; c < NCH; c++) {
+    if (!good_len[c]) continue;
+    int rc = do_read(s, c, good_len[c]);
+    if (rc != FERRY_OK || memcmp(rbuf, good[c], good_len[c])) {
+      fprintf(stderr, "after %s: chunk %u unreadable or wrong (%s: %s)\n", when, c,
+              ferry_strerror(rc), ferry_swap_last_error(s));
+      test_failures++;
+    }
+  }
+}
+
+static void set_good(uint32_t c, const unsigned char *p, size_t n) {
+  memcpy(good[c], p, n);
+  good_len[c] = n;
+}
+
+int main(int argc, char **argv) {
+  char dir[1024];
+  nt_setup(argc, argv, "faults", dir, sizeof dir);
+  char dirs[1][1200];
+  snprintf(dirs[0], sizeof dirs[0], "%s", dir);
+  rbuf = nt_alloc(SLOT);
+  unsigned char *a = nt_alloc(SLOT), *b = nt_alloc(SLOT);
+  for (int i = 0; i < NCH; i++) good[i] = nt_alloc(SLOT);
+
+  for (int mode = 0; mode < 2; mode++) { /* 0: shadow slots, 1: in place */
+    ferry_swap_config c = ferry_swap_config_default();
+    c.paths[0] = dirs[0];
+    c.npaths = 1;
+    c.slot_size = SLOT;
+    c.nslots = NCH;
+    c.spare_slots = mode ? 0 : 2;
+    c.queue_depth = 8;
+    ferry_swap *s = NULL;
+    REQUIRE(ferry_swap_open(&c, &s) == FERRY_OK);
+    memset(good_len, 0, sizeof good_len);
+    ferry_fault probe = {FERRY_FAULT_EIO, -1, -1, -1, 1, 0};
+    if (ferry_swap_fault_add(s, &probe) == FERRY_ENOTSUP) {
+      ferry_swap_close(s);
+      nt_cleanup(dir, 0);
+      TEST_SKIP("fault injection not compiled in (FERRY_FAULT_INJECTION=OFF)");
+    }
+    ferry_swap_fault_clear(s);
+
+    for (uint32_t i = 0; i < NCH; i++) {
+      size_t n = SLOT - i * 1000;
+      nt_fill(a, n, 10 + i + 100 * (unsigned)mode);
+      REQUIRE(do_write(s, i, a, n) == FERRY_OK);
+      set_good(i, a, n);
+    }
+    check_all(s, "first writes");
+
+    /* EIO on a rewrite */
+    nt_fill(b, SLOT, 99);
+    add(s, FERRY_FAULT_EIO, 1, 0, 2, 1, 0);
+    EXPECT_EQ_INT(do_write(s, 0, b, SLOT), FERRY_EIO);
+    const char *m = ferry_swap_last_error(s);
+    EXPECT(strstr(m, "write of chunk 0") && strstr(m, ".swap offset") && strstr(m, "Input/output error"));
+    if (mode == 0) {
+      check_all(s, "EIO on a shadow write");
+    } else { /* in place: that chunk is gone, and says so; the others stand */
+      EXPECT_EQ_INT(do_read(s, 0, SLOT), FERRY_ECORRUPT);
+      EXPECT(strstr(ferry_swap_last_error(s), "lost") != NULL);
+      EXPECT_EQ_INT(ferry_swap_chunk_len(s, 0), 0);
+      good_len[0] = 0;
+      check_all(s, "EIO on an in-place write");
+      REQUIRE(do_write(s, 0, b, SLOT) == FERRY_OK);
+      set_good(0, b, SLOT);
+    }
+
+    /* ENOSPC on any piece of a rewrite of chunk 1 */
+    add(s, FERRY_FAULT_ENOSPC, 1, 1, -1, 1, 0);
+    EXPECT_EQ_INT(do_write(s, 1, b, SLOT - 7), FERRY_ENOSPC);
+    EXPECT(strstr(ferry_swap_last_error(s), "No space left") != NULL);
+    if (mode == 1) good_len[1] = 0;
+    check_all(s, "ENOSPC");
+
+    /* EIO on a read: the read fails, the data does not */
+    add(s, FERRY_FAULT_EIO, 0, 2, 1, 1, 0);
+    EXPECT_EQ_INT(do_read(s, 2, good_len[2]), FERRY_EIO);
+    EXPECT(strstr(ferry_swap_last_error(s), "read of chunk 2") != NULL);
+    check_all(s, "EIO on a read");
+
+    /* short transfers are resubmitted for the remainder */
+    ferry_swap_stats st0, st1;
+    ferry_swap_get_stats(s, &st0);
+    add(s, FERRY_FAULT_SHORT, -1, 3, -1, 0, 0);
+    nt_fill(a, SLOT, 555);
+    EXPECT_EQ_INT(do_write(s, 3, a, SLOT), FERRY_OK);
+    set_good(3, a, SLOT);
+    check_all(s, "short transfers");
+    ferry_swap_get_stats(s, &st1);
+    EXPECT(st1.retries >= st0.retries + 8); /* 4 full pieces, write and read */
+    ferry_swap_fault_clear(s);
+
+    /* a flipped bit in a read is caught */
+    add(s, FERRY_FAULT_BITFLIP, 0, 2, 0, 1, 0);
+    EXPECT_EQ_INT(do_read(s, 2, good_len[2]), FERRY_ECORRUPT);
+    m = ferry_swap_last_error(s);
+    EXPECT(strstr(m, "chunk 2 corrupt at offset 0") && strstr(m, "expected 0x") &&
+           strstr(m, "found 0x"));
+    ferry_swap_get_stats(s, &st1);
+    EXPECT(st1.crc_errors >= 1);
+    check_all(s, "a flipped bit in transit");
+
+    /* a flipped bit on the disk is caught, in the unaligned tail too */
+    if (good_len[3]) {
+      EXPECT_EQ_INT(ferry_swap_corrupt_on_disk(s, 3, good_len[3] - 2, 5), FERRY_OK);
+      EXPECT_EQ_INT(do_read(s, 3, good_len[3]), FERRY_ECORRUPT);
+      char want[64];
+      snprintf(want, sizeof want, "offset %u", 4u << 20);
+      EXPECT(strstr(ferry_swap_last_error(s), want) != NULL);
+      EXPECT_EQ_INT(ferry_swap_corrupt_on_disk(s, 3, 1 << 20, 0), FERRY_OK);
+      EXPECT_EQ_INT(ferry_swap_corrupt_on_disk(s, 3, good_len[3] - 2, 5), FERRY_OK);
+      EXPECT_EQ_INT(do_read(s, 3, good_len[3]), FERRY_ECORRUPT);
+      EXPECT_EQ_INT(ferry_swap_corrupt_on_disk(s, 3, 1 << 20, 0), FERRY_OK);
+      check_all(s, "on-disk corruption undone");
+    }
+
+    /* a late completion holds back only its own request */
+    add(s, FERRY_FAULT_DELAY, 0, 0, 0, 1, 300);
+    ferry_swap_req r0, r2;
+    double t0 = ferry_now();
+    EXPECT_EQ_INT(ferry_swap_read(s, 0, rbuf, good_len[0], &r0, NULL, NULL), FERRY_OK);
+    unsigned char *rb2 = nt_alloc(SLOT);
+    EXPECT_EQ_INT(ferry_swap_read(s, 2, rb2, good_len[2], &r2, NULL, NULL), FERRY_OK);
+    EXPECT_EQ_INT(ferry_swap_wait(&r2), FERRY_OK);
+    double t2 = ferry_now() - t0;
+    EXPECT_EQ_INT(ferry_swap_wait(&r0), FERRY_OK);
+    double t00 = ferry_now() - t0;
+    EXPECT(t00 >= 0.29);
+    EXPECT(t2 < t00);
+    EXPECT(memcmp(rbuf, good[0], good_len[0]) == 0);
+    EXPECT(memcmp(rb2, good[2], good_len[2]) == 0);
+    free(rb2);
+    check_all(s, "a late completion");
+    ferry_swap_close(s);
+  }
+  free(a);
+  free(b);
+  free(rbuf);
+  for (int i = 0; i < NCH; i++) free(good[i]);
+  nt_cleanup(dir, 0);
+  return test_finish("nvme.faults");
+}
