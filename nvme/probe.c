@@ -69,7 +69,8 @@ int ferry_path_probe(const char *dir, ferry_path_info *out, char *why, size_t wh
   if (stat(dir, &st) != 0) {
     int e = errno;
     say(why, why_len, "%s: %s", dir, e);
-    return e == ENOENT ? FERRY_ENOENT : FERRY_EIO;
+    if (e == ENOENT || e == ENOTDIR) return FERRY_ENOENT;
+    return e == EACCES || e == EPERM ? FERRY_EPERM : FERRY_EIO;
   }
   if (!S_ISDIR(st.st_mode)) {
     if (why && why_len) snprintf(why, why_len, "%s: not a directory", dir);
