@@ -68,9 +68,7 @@ unsigned ferry_cpu_simd(void);
 /* Monotonic clock in seconds. */
 double ferry_now(void);
 
-/* Parses "64M", "20G", "1.5T", "4096", "512k" (powers of 1024) into bytes.
- * Returns 0, or FERRY_EINVAL for anything else (negative, junk, overflow). */
-int ferry_parse_size(const char *s, uint64_t *out);
+/* ferry_parse_size (sizes such as "64M") is public: see ferry.h. */
 /* Formats bytes as "1.50 GiB" into buf. */
 const char *ferry_format_size(uint64_t bytes, char *buf, size_t len);
 

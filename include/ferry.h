@@ -62,6 +62,11 @@ FERRY_API const char *ferry_strerror(int status);
  * object to hold it (a failed `_create`, a probe). "" when none. */
 FERRY_API const char *ferry_last_error(void);
 
+/* Parses a size: "64M", "20G", "1.5T", "512k", "4096" (powers of 1024; an
+ * optional "iB"/"B" suffix). FERRY_EINVAL for anything else, FERRY_EOVERFLOW
+ * past 2^64. */
+FERRY_API int ferry_parse_size(const char *s, uint64_t *out);
+
 /* ------------------------------------------------------------------------ */
 /* Logging                                                                   */
 
