@@ -1,0 +1,65 @@
+/* optim/kern_avx2.c — the optimizer kernels for AVX2 + FMA + F16C (8 floats
+ * a vector), built with -mavx2 -mfma -mf16c on this file only, so the library
+ * still runs on any x86-64; chosen at run time when CPUID reports them.
+ */
+#include <immintrin.h>
+#include <stdint.h>
+
+typedef __m256 vf;
+typedef __m256d vd;
+#define VW 8
+
+static inline vf v_loadu(const float *p) { return _mm256_loadu_ps(p); }
+static inline void v_storeu(float *p, vf x) { _mm256_storeu_ps(p, x); }
+static inline vf v_set1(float x) { return _mm256_set1_ps(x); }
+static inline vf v_add(vf a, vf b) { return _mm256_add_ps(a, b); }
+static inline vf v_mul(vf a, vf b) { return _mm256_mul_ps(a, b); }
+static inline vf v_div(vf a, vf b) { return _mm256_div_ps(a, b); }
+static inline vf v_fma(vf a, vf b, vf c) { return _mm256_fmadd_ps(a, b, c); }
+static inline vf v_sqrt(vf a) { return _mm256_sqrt_ps(a); }
+
+static inline vf v_load_f16(const uint16_t *p) {
+  return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
+}
+static inline void v_store_f16(uint16_t *p, vf x) {
+  _mm_storeu_si128((__m128i *)p, _mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+}
+static inline vf v_load_bf16(const uint16_t *p) {
+  __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
+}
+/* Round to nearest even in integers; NaN made quiet. */
+static inline void v_store_bf16(uint16_t *p, vf x, int native) {
+  (void)native;
+  __m256i u = _mm256_castps_si256(x);
+  __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+  __m256i r = _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x7fff)), lsb), 16);
+  __m256i q = _mm256_or_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(0x40));
+  __m256i nan = _mm256_castps_si256(_mm256_cmp_ps(x, x, _CMP_UNORD_Q));
+  r = _mm256_blendv_epi8(r, q, nan);
+  __m128i lo = _mm256_castsi256_si128(r), hi = _mm256_extracti128_si256(r, 1);
+  _mm_storeu_si128((__m128i *)p, _mm_packus_epi32(lo, hi));
+}
+/* sign with sign(0) = 0 and NaN kept */
+static inline vf v_sign(vf c) {
+  vf z = _mm256_setzero_ps();
+  vf pos = _mm256_and_ps(_mm256_cmp_ps(c, z, _CMP_GT_OQ), _mm256_set1_ps(1.0f));
+  vf neg = _mm256_and_ps(_mm256_cmp_ps(c, z, _CMP_LT_OQ), _mm256_set1_ps(-1.0f));
+  return _mm256_blendv_ps(_mm256_or_ps(pos, neg), c, _mm256_cmp_ps(c, c, _CMP_UNORD_Q));
+}
+
+static inline vd vd_zero(void) { return _mm256_setzero_pd(); }
+static inline void vd_sqacc(vd *a0, vd *a1, vf x) {
+  vd lo = _mm256_cvtps_pd(_mm256_castps256_ps128(x)), hi = _mm256_cvtps_pd(_mm256_extractf128_ps(x, 1));
+  *a0 = _mm256_fmadd_pd(lo, lo, *a0);
+  *a1 = _mm256_fmadd_pd(hi, hi, *a1);
+}
+static inline double vd_hsum(vd a0, vd a1) {
+  double t[4];
+  _mm256_storeu_pd(t, _mm256_add_pd(a0, a1));
+  return (t[0] + t[1]) + (t[2] + t[3]);
+}
+
+#define OPTIM_SIMD_PREFIX optim_kernels_avx2
+#define OPTIM_SIMD_NAME "avx2"
+#include "optim/simd_body_impl.h"

@@ -1,0 +1,68 @@
+/* optim/kern_avx512.c — the optimizer kernels for AVX-512 (16 floats a
+ * vector), built with -mavx512f/bw/vl/bf16 on this file only and chosen at run
+ * time. fp32 -> bf16 uses the AVX512-BF16 instruction when the CPU has it
+ * (note: it flushes subnormals to zero), integer rounding otherwise.
+ */
+#include <immintrin.h>
+#include <stdint.h>
+
+typedef __m512 vf;
+typedef __m512d vd;
+#define VW 16
+
+static inline vf v_loadu(const float *p) { return _mm512_loadu_ps(p); }
+static inline void v_storeu(float *p, vf x) { _mm512_storeu_ps(p, x); }
+static inline vf v_set1(float x) { return _mm512_set1_ps(x); }
+static inline vf v_add(vf a, vf b) { return _mm512_add_ps(a, b); }
+static inline vf v_mul(vf a, vf b) { return _mm512_mul_ps(a, b); }
+static inline vf v_div(vf a, vf b) { return _mm512_div_ps(a, b); }
+static inline vf v_fma(vf a, vf b, vf c) { return _mm512_fmadd_ps(a, b, c); }
+static inline vf v_sqrt(vf a) { return _mm512_sqrt_ps(a); }
+
+static inline vf v_load_f16(const uint16_t *p) {
+  return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
+}
+static inline void v_store_f16(uint16_t *p, vf x) {
+  _mm256_storeu_si256((__m256i *)p, _mm512_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+}
+static inline vf v_load_bf16(const uint16_t *p) {
+  __m512i w = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)p));
+  return _mm512_castsi512_ps(_mm512_slli_epi32(w, 16));
+}
+static inline void v_store_bf16(uint16_t *p, vf x, int native) {
+  if (native) {
+    __m256bh h = _mm512_cvtneps_pbh(x);
+    _mm256_storeu_si256((__m256i *)p, (__m256i)h);
+    return;
+  }
+  __m512i u = _mm512_castps_si512(x);
+  __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+  __m512i r = _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7fff)), lsb), 16);
+  __m512i q = _mm512_or_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x40));
+  __mmask16 nan = _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
+  r = _mm512_mask_mov_epi32(r, nan, q);
+  _mm256_storeu_si256((__m256i *)p, _mm512_cvtepi32_epi16(r));
+}
+static inline vf v_sign(vf c) {
+  vf z = _mm512_setzero_ps();
+  vf s = _mm512_mask_mov_ps(z, _mm512_cmp_ps_mask(c, z, _CMP_GT_OQ), _mm512_set1_ps(1.0f));
+  s = _mm512_mask_mov_ps(s, _mm512_cmp_ps_mask(c, z, _CMP_LT_OQ), _mm512_set1_ps(-1.0f));
+  return _mm512_mask_mov_ps(s, _mm512_cmp_ps_mask(c, c, _CMP_UNORD_Q), c);
+}
+
+static inline vd vd_zero(void) { return _mm512_setzero_pd(); }
+static inline void vd_sqacc(vd *a0, vd *a1, vf x) {
+  vd lo = _mm512_cvtps_pd(_mm512_castps512_ps256(x));
+  vd hi = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(x), 1)));
+  *a0 = _mm512_fmadd_pd(lo, lo, *a0);
+  *a1 = _mm512_fmadd_pd(hi, hi, *a1);
+}
+static inline double vd_hsum(vd a0, vd a1) {
+  double t[8];
+  _mm512_storeu_pd(t, _mm512_add_pd(a0, a1));
+  return ((t[0] + t[1]) + (t[2] + t[3])) + ((t[4] + t[5]) + (t[6] + t[7]));
+}
+
+#define OPTIM_SIMD_PREFIX optim_kernels_avx512
+#define OPTIM_SIMD_NAME "avx512"
+#include "optim/simd_body_impl.h"

@@ -1,0 +1,71 @@
+/* optim/kernels_impl.h — the private contract between the optimizer and its
+ * kernels (CPU and CUDA): per-step scalars, the tile, buffer element types.
+ * Plain C types only, so nvcc can include it.
+ */
+#ifndef FERRY_OPTIM_KERNELS_IMPL_H
+#define FERRY_OPTIM_KERNELS_IMPL_H
+
+#include "ferry.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* SIMD levels, in order of preference. */
+enum { OPTIM_SIMD_SCALAR = 0, OPTIM_SIMD_AVX2 = 1, OPTIM_SIMD_AVX512 = 2, OPTIM_SIMD_COUNT = 3 };
+
+/* Everything a kernel needs that is the same for every element of a step.
+ * Derived once per step from the hyper-parameters and the step count, so the
+ * scalar reference and the SIMD kernels perform the same operations in the
+ * same order (bit-exact results in fp32). */
+typedef struct {
+  int type;           /* FERRY_OPTIM_* */
+  float gscale;       /* gradient multiplier: 1/loss_scale x clip coefficient */
+  float lr;           /* learning rate of this step */
+  float beta1, beta2; /* Adam/LAMB/Lion betas; SGD: momentum in beta1 */
+  float omb1, omb2;   /* 1 - beta1, 1 - beta2 */
+  float eps;
+  float wd;           /* weight decay (L2 for Adam, Adagrad, SGD; LAMB's term) */
+  float decay;        /* 1 - lr * wd: decoupled decay (AdamW, Lion) */
+  float neg_step;     /* -lr / (1 - beta1^t) (Adam/AdamW); -lr (SGD, Lion, LAMB);
+                         -lr / (1 + (t - 1) lr_decay) (Adagrad) */
+  float inv_bc1;      /* 1 / (1 - beta1^t) (LAMB) */
+  float inv_sqrt_bc2; /* 1 / sqrt(1 - beta2^t) */
+  float mom_c;        /* SGD: momentum, or 0 on the first step */
+  float damp_c;       /* SGD: 1 - dampening, or 1 on the first step */
+  int sgd_momentum;   /* SGD: a momentum buffer is used */
+  int nesterov;       /* SGD */
+  int native_bf16;    /* AVX-512: use the AVX512-BF16 conversion instruction */
+} optim_scalars;
+
+/* Element types of the buffers of a tile (same values as the public ones). */
+enum { OPTIM_DT_NONE = 0, OPTIM_DT_F32 = 1, OPTIM_DT_F16 = 2, OPTIM_DT_BF16 = 3 };
+
+/* A contiguous run of elements of one tensor. Pointers are already offset to
+ * the run's first element; none needs any alignment beyond its type's. */
+typedef struct {
+  float *p;        /* fp32 master, read and written */
+  const void *g;   /* gradient, gdt */
+  void *s1;        /* m / momentum buffer / Adagrad sum, sdt (NULL when unused) */
+  void *s2;        /* v (Adam, AdamW, LAMB), sdt */
+  void *pc;        /* 16-bit copy of the updated params, cdt; NULL when none */
+  size_t n;
+  int gdt, sdt, cdt;
+  float trust;     /* LAMB phase 2: trust ratio of this tensor */
+} optim_tile;
+
+/* ---- CUDA AdamW (adamw_cuda.cu, or cuda_none.c) ------------------------ */
+
+/* AdamW/Adam over device pointers with the same math as the CPU kernels, on
+ * stream (a cudaStream_t, NULL = default). FERRY_ENOTSUP when not built. */
+int optim_cuda_step(const optim_scalars *s, const optim_tile *t, void *stream, char *why,
+                    size_t why_len);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* FERRY_OPTIM_KERNELS_IMPL_H */
