@@ -1,0 +1,342 @@
+/* bench/bench_io.c — `ferry bench io`: sequential/random chunk I/O through
+ * the swap store (nvme/) on its own file: writes it, validates every byte,
+ * then times one pass and reports GB/s, IOPS, latency p50/p99 and CPU
+ * seconds per GB. One request per bs-sized chunk, qd of them in flight.
+ */
+#include "bench/bench.h"
+#include "bench/json.h"
+#include "nvme/nvme.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+
+typedef struct io_run io_run;
+
+typedef struct {
+  io_run *run;
+  ferry_swap_req req;
+  int idx;
+} io_slot;
+
+struct io_run {
+  ferry_swap *s;
+  int op;                  /* 0 read, 1 write */
+  uint32_t nops;
+  const uint32_t *order;   /* chunk of op i */
+  unsigned char **wbuf;    /* write source for chunk j: wbuf[j % qd] */
+  unsigned char **rbuf;    /* read target per slot */
+  unsigned qd;
+  size_t bs;
+  double *lat;             /* seconds, per op */
+  uint32_t *slot_op;       /* op index running in each slot */
+  atomic_uint next;
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  uint32_t completed;
+  int status;
+  char err[512];
+};
+
+static void submit_op(io_run *r, io_slot *sl, uint32_t i);
+
+static void on_done(ferry_swap_req *req, int status, void *user) {
+  io_slot *sl = user;
+  io_run *r = sl->run;
+  uint32_t i = r->slot_op[sl->idx];
+  r->lat[i] = ferry_now() - req->t_submit;
+  int failed = status != FERRY_OK;
+  if (failed) {
+    pthread_mutex_lock(&r->mu);
+    if (!r->status) {
+      r->status = status;
+      snprintf(r->err, sizeof r->err, "%s", ferry_swap_last_error(r->s));
+    }
+    pthread_mutex_unlock(&r->mu);
+  }
+  uint32_t nx = failed ? r->nops : atomic_fetch_add(&r->next, 1);
+  if (nx < r->nops) submit_op(r, sl, nx);
+  pthread_mutex_lock(&r->mu);
+  r->completed++;
+  if (r->completed == r->nops || failed) pthread_cond_signal(&r->cv);
+  pthread_mutex_unlock(&r->mu);
+}
+
+static void submit_op(io_run *r, io_slot *sl, uint32_t i) {
+  uint32_t chunk = r->order[i];
+  r->slot_op[sl->idx] = i;
+  int rc = r->op ? ferry_swap_write(r->s, chunk, r->wbuf[chunk % r->qd], r->bs, &sl->req, on_done, sl)
+                 : ferry_swap_read(r->s, chunk, r->rbuf[sl->idx], r->bs, &sl->req, on_done, sl);
+  if (rc != FERRY_OK) {
+    pthread_mutex_lock(&r->mu);
+    if (!r->status) {
+      r->status = rc;
+      snprintf(r->err, sizeof r->err, "%s", ferry_swap_last_error(r->s));
+    }
+    r->completed++;
+    pthread_cond_signal(&r->cv);
+    pthread_mutex_unlock(&r->mu);
+  }
+}
+
+/* Runs nops requests with up to qd in flight; returns a status. */
+static int run_pass(io_run *r, io_slot *slots) {
+  atomic_store(&r->next, 0);
+  r->completed = 0;
+  r->status = 0;
+  unsigned start = r->qd < r->nops ? r->qd : r->nops;
+  atomic_store(&r->next, start);
+  for (unsigned b = 0; b < start; b++) submit_op(r, &slots[b], b);
+  pthread_mutex_lock(&r->mu);
+  while (r->completed < r->nops && !r->status) pthread_cond_wait(&r->cv, &r->mu);
+  pthread_mutex_unlock(&r->mu);
+  ferry_swap_drain(r->s);
+  return r->status;
+}
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+static double cpu_seconds(void) {
+  struct rusage ru;
+  getrusage(RUSAGE_SELF, &ru);
+  return (double)ru.ru_utime.tv_sec + ru.ru_utime.tv_usec * 1e-6 + (double)ru.ru_stime.tv_sec +
+         ru.ru_stime.tv_usec * 1e-6;
+}
+
+static void usage(FILE *f) {
+  fprintf(f,
+          "usage: ferry bench io --path DIR [--size 4G] [--bs 1M] [--qd 32]\n"
+          "                      [--mode read|write|randread] [--no-verify] [--no-fixed]\n"
+          "                      [--sqpoll] [--json]\n"
+          "Writes its own file in DIR through the swap store, validates every byte, then\n"
+          "times one pass (one request per bs-sized chunk, qd in flight, CRC32C on unless\n"
+          "--no-verify). Reports GB/s (1e9 bytes), IOPS, latency p50/p99, CPU s per GB.\n");
+}
+
+int ferry_bench_io_main(int argc, char **argv) {
+  const char *path = NULL, *mode = "read";
+  uint64_t size = 4ull << 30, bs = 1u << 20, qd = 32;
+  int json = 0, verify = 1, fixed = 1, sqpoll = 0;
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i];
+    const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+    int bad = 0;
+    if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+      usage(stdout);
+      return 0;
+    } else if (!strcmp(a, "--json")) json = 1;
+    else if (!strcmp(a, "--no-verify")) verify = 0;
+    else if (!strcmp(a, "--no-fixed")) fixed = 0;
+    else if (!strcmp(a, "--sqpoll")) sqpoll = 1;
+    else if (!strcmp(a, "--path") && v) path = argv[++i];
+    else if (!strcmp(a, "--mode") && v) mode = argv[++i];
+    else if (!strcmp(a, "--size") && v) bad = ferry_parse_size(argv[++i], &size);
+    else if (!strcmp(a, "--bs") && v) bad = ferry_parse_size(argv[++i], &bs);
+    else if (!strcmp(a, "--qd") && v) bad = ferry_parse_size(argv[++i], &qd);
+    else {
+      fprintf(stderr, "ferry bench io: unknown or incomplete option '%s'\n", a);
+      usage(stderr);
+      return 2;
+    }
+    if (bad) {
+      fprintf(stderr, "ferry bench io: bad value '%s' for %s\n", argv[i], a);
+      return 2;
+    }
+  }
+  int op, random = 0;
+  if (!strcmp(mode, "read")) op = 0;
+  else if (!strcmp(mode, "write")) op = 1;
+  else if (!strcmp(mode, "randread")) op = 0, random = 1;
+  else {
+    fprintf(stderr, "ferry bench io: --mode must be read, write or randread, not '%s'\n", mode);
+    return 2;
+  }
+  if (!path) {
+    fprintf(stderr, "ferry bench io: --path DIR is required\n");
+    usage(stderr);
+    return 2;
+  }
+  if (!bs || bs > (1u << 30) || !qd || qd > 1024 || size < bs || size / bs > UINT32_MAX) {
+    fprintf(stderr, "ferry bench io: need 0 < bs <= 1G, 0 < qd <= 1024, size >= bs\n");
+    return 2;
+  }
+  uint32_t nops = (uint32_t)(size / bs);
+  size = (uint64_t)nops * bs;
+
+  ferry_swap_config cfg = ferry_swap_config_default();
+  cfg.paths[0] = path;
+  cfg.npaths = 1;
+  cfg.slot_size = bs;
+  cfg.nslots = nops;
+  cfg.spare_slots = 0; /* in place, like fio: the pass stays sequential on disk */
+  cfg.block_size = bs;
+  cfg.queue_depth = (unsigned)qd;
+  cfg.verify = verify;
+  cfg.sqpoll = sqpoll;
+  cfg.name = "bench";
+  ferry_swap *s = NULL;
+  int rc = ferry_swap_open(&cfg, &s);
+  if (rc != FERRY_OK) {
+    fprintf(stderr, "ferry bench io: %s\n", ferry_last_error());
+    return 1;
+  }
+  ferry_swap_info info;
+  ferry_swap_get_info(s, &info);
+
+  unsigned nq = (unsigned)qd;
+  unsigned char *wmem = NULL, *rmem = NULL;
+  int ok = posix_memalign((void **)&wmem, 4096, nq * bs) == 0 &&
+           posix_memalign((void **)&rmem, 4096, nq * bs) == 0;
+  unsigned char **wbuf = calloc(nq, sizeof *wbuf), **rbuf = calloc(nq, sizeof *rbuf);
+  uint32_t *order = malloc(nops * sizeof *order), *slot_op = calloc(nq, sizeof *slot_op);
+  double *lat = malloc(nops * sizeof *lat);
+  io_slot *slots = calloc(nq, sizeof *slots);
+  if (!ok || !wbuf || !rbuf || !order || !slot_op || !lat || !slots) {
+    fprintf(stderr, "ferry bench io: out of memory for %u buffers of %llu bytes\n", nq,
+            (unsigned long long)bs);
+    return 1;
+  }
+  unsigned long long seed = 0x243F6A8885A308D3ull;
+  for (size_t i = 0; i < nq * bs; i += 8) {
+    seed ^= seed << 13, seed ^= seed >> 7, seed ^= seed << 17;
+    memcpy(wmem + i, &seed, bs - (i % bs) >= 8 ? 8 : bs - (i % bs));
+  }
+  for (unsigned b = 0; b < nq; b++) {
+    wbuf[b] = wmem + b * bs;
+    rbuf[b] = rmem + b * bs;
+  }
+  if (fixed) {
+    struct iovec iov[2] = {{wmem, nq * bs}, {rmem, nq * bs}};
+    if (ferry_swap_register_buffers(s, iov, 2) != FERRY_OK) {
+      fprintf(stderr, "ferry bench io: note: %s; continuing unregistered\n", ferry_swap_last_error(s));
+      fixed = 0;
+    }
+  }
+  io_run r;
+  memset(&r, 0, sizeof r);
+  r.s = s;
+  r.nops = nops;
+  r.order = order;
+  r.wbuf = wbuf;
+  r.rbuf = rbuf;
+  r.qd = nq;
+  r.bs = bs;
+  r.lat = lat;
+  r.slot_op = slot_op;
+  pthread_mutex_init(&r.mu, NULL);
+  pthread_cond_init(&r.cv, NULL);
+  for (unsigned b = 0; b < nq; b++) {
+    slots[b].run = &r;
+    slots[b].idx = (int)b;
+  }
+  for (uint32_t i = 0; i < nops; i++) order[i] = i;
+
+  int status = 0;
+  double secs = 0, cpu = 0;
+  /* 1. write the file (timed when mode is write) */
+  r.op = 1;
+  double t0 = ferry_now(), c0 = cpu_seconds();
+  rc = run_pass(&r, slots);
+  double t1 = ferry_now(), c1 = cpu_seconds();
+  if (rc) goto fail;
+  if (op == 1) secs = t1 - t0, cpu = c1 - c0;
+  /* 2. validate: read everything back and compare */
+  {
+    r.op = 0;
+    rc = FERRY_OK;
+    for (uint32_t i = 0; i < nops && !rc; i += nq) {
+      unsigned n = nops - i < nq ? nops - i : nq;
+      for (unsigned b = 0; b < n && !rc; b++)
+        rc = ferry_swap_read(s, i + b, rbuf[b], bs, &slots[b].req, NULL, NULL);
+      for (unsigned b = 0; b < n; b++) {
+        int st = ferry_swap_wait(&slots[b].req);
+        if (!rc) rc = st;
+        if (!rc && memcmp(rbuf[b], wbuf[(i + b) % nq], bs)) {
+          fprintf(stderr, "ferry bench io: validation failed: chunk %u differs\n", i + b);
+          status = 1;
+          goto out;
+        }
+      }
+    }
+    if (rc) {
+      snprintf(r.err, sizeof r.err, "%s", ferry_swap_last_error(s));
+      goto fail;
+    }
+  }
+  /* 3. the timed read pass */
+  if (op == 0) {
+    if (random) {
+      unsigned long long x = 0x9E3779B97F4A7C15ull;
+      for (uint32_t i = nops - 1; i > 0; i--) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        uint32_t j = (uint32_t)(x % (i + 1));
+        uint32_t t = order[i];
+        order[i] = order[j];
+        order[j] = t;
+      }
+    }
+    r.op = 0;
+    t0 = ferry_now(), c0 = cpu_seconds();
+    rc = run_pass(&r, slots);
+    secs = ferry_now() - t0, cpu = cpu_seconds() - c0;
+    if (rc) goto fail;
+  }
+  {
+    qsort(lat, nops, sizeof *lat, cmp_double);
+    double p50 = lat[(size_t)(0.50 * (nops - 1))] * 1e6, p99 = lat[(size_t)(0.99 * (nops - 1))] * 1e6;
+    double gbs = (double)size / secs / 1e9, iops = nops / secs, cpu_gb = cpu / ((double)size / 1e9);
+    if (json) {
+      json_out j;
+      json_begin(&j, stdout);
+      json_str(&j, "bench", "io");
+      json_str(&j, "mode", mode);
+      json_uint(&j, "bs", bs);
+      json_uint(&j, "qd", qd);
+      json_uint(&j, "bytes", size);
+      json_num(&j, "seconds", secs);
+      json_num(&j, "gb_per_s", gbs);
+      json_num(&j, "iops", iops);
+      json_num(&j, "p50_us", p50);
+      json_num(&j, "p99_us", p99);
+      json_num(&j, "cpu_s_per_gb", cpu_gb);
+      json_bool(&j, "verify", verify);
+      json_bool(&j, "o_direct", info.o_direct);
+      json_bool(&j, "fixed_buffers", fixed);
+      json_bool(&j, "sqpoll", sqpoll);
+      json_str(&j, "path", path);
+      json_end(&j);
+    } else {
+      char a[32];
+      printf("io %s bs=%llu qd=%llu: %s in %.3f s = %.3f GB/s, %.0f IOPS, latency p50 %.0f us "
+             "p99 %.0f us, CPU %.3f s/GB (%s, crc %s, %s buffers)\n",
+             mode, (unsigned long long)bs, (unsigned long long)qd,
+             ferry_format_size(size, a, sizeof a), secs, gbs, iops, p50, p99, cpu_gb,
+             info.o_direct ? "O_DIRECT" : "buffered", verify ? "on" : "off",
+             fixed ? "registered" : "plain");
+    }
+  }
+  goto out;
+fail:
+  fprintf(stderr, "ferry bench io: %s: %s\n", ferry_strerror(rc ? rc : r.status),
+          r.err[0] ? r.err : ferry_swap_last_error(s));
+  status = 1;
+out:
+  ferry_swap_close(s);
+  pthread_mutex_destroy(&r.mu);
+  pthread_cond_destroy(&r.cv);
+  free(wmem);
+  free(rmem);
+  free(wbuf);
+  free(rbuf);
+  free(order);
+  free(slot_op);
+  free(lat);
+  free(slots);
+  return status;
+}
