@@ -26,7 +26,7 @@ enum { U_NORMAL = 0, U_DELAYING = 1 };
 
 typedef struct io_unit {
   ferry_swap_req *req;
-  struct io_unit *next;    /* free list, or a completion batch */
+  struct io_unit *next;    /* free list */
   uint32_t piece;
   uint32_t file;
   uint64_t file_off;       /* where the piece starts in its file */
@@ -499,27 +499,47 @@ static int on_cqe(ferry_swap *s, io_unit *u, int res) {
   return 1;
 }
 
-/* CRC and bounce work for a finished piece, without the mutex. */
-static void on_piece_data(ferry_swap *s, io_unit *u) {
-  ferry_swap_req *r = u->req;
-  unsigned char *data = r->buf + u->chunk_off;
-  uint32_t *slot_crc = &s->crc[(size_t)r->phys * s->cps + u->piece];
+/* A finished piece, copied out of its unit so the unit can be reused (and
+ * the queue refilled) before the CRC work is done. */
+typedef struct {
+  ferry_swap_req *req;
+  uint32_t piece, file;
+  uint64_t file_off;
+  size_t chunk_off, data_len;
+  int err, flip;
+} done_piece;
+
+/* CRC work for a finished piece, without the mutex. */
+static void on_piece_data(ferry_swap *s, done_piece *d) {
+  ferry_swap_req *r = d->req;
+  unsigned char *data = r->buf + d->chunk_off;
+  uint32_t *slot_crc = &s->crc[(size_t)r->phys * s->cps + d->piece];
   if (r->op == OP_READ) {
-    if (u->use_bounce) memcpy(data, u->bounce, u->data_len);
-    if (u->flip) data[u->data_len / 2] ^= 1u;
+    if (d->flip) data[d->data_len / 2] ^= 1u;
     if (s->cfg.verify) {
-      uint32_t c = ferry_crc32c(0, data, u->data_len);
+      uint32_t c = ferry_crc32c(0, data, d->data_len);
       if (c != *slot_crc) {
-        u->err = FERRY_ECORRUPT;
+        d->err = FERRY_ECORRUPT;
         ferry_err(&s->err, FERRY_ECORRUPT,
                   "swap '%s': chunk %u corrupt at offset %zu (%zu bytes; %s offset %llu): "
                   "CRC32C expected 0x%08x, found 0x%08x",
-                  s->name, r->chunk, u->chunk_off, u->data_len, s->files[u->file],
-                  (unsigned long long)u->file_off, *slot_crc, c);
+                  s->name, r->chunk, d->chunk_off, d->data_len, s->files[d->file],
+                  (unsigned long long)d->file_off, *slot_crc, c);
       }
     }
   } else if (s->cfg.verify) {
-    *slot_crc = ferry_crc32c(0, data, u->data_len);
+    *slot_crc = ferry_crc32c(0, data, d->data_len);
+  }
+}
+
+/* The request lost a piece: issue nothing more of it (mutex held). */
+static void fail_req(ferry_swap *s, ferry_swap_req *r, int err) {
+  if (r->status != FERRY_OK) return;
+  r->status = err;
+  if (r->next_piece < r->npieces) { /* only the queue head is half issued */
+    FERRY_ASSERT(s->runq_head == r, "swap: failing request is not at the queue head");
+    runq_pop(s);
+    r->next_piece = r->npieces;
   }
 }
 
@@ -584,7 +604,8 @@ static void *reaper_main(void *arg) {
     }
     io_uring_cq_advance(&s->ring, n);
 
-    io_unit *fin = NULL, **tail = &fin;
+    done_piece fin[BATCH];
+    unsigned nfin = 0;
     pthread_mutex_lock(&s->mu);
     for (unsigned i = 0; i < n; i++) {
       if ((uintptr_t)got[i].u == STOP_TAG) {
@@ -592,61 +613,43 @@ static void *reaper_main(void *arg) {
         continue;
       }
       io_unit *u = got[i].u;
-      if (on_cqe(s, u, got[i].res)) {
-        u->next = NULL;
-        *tail = u;
-        tail = &u->next;
-      }
-    }
-    pthread_mutex_unlock(&s->mu);
-
-    for (io_unit *u = fin; u; u = u->next)
-      if (!u->err) on_piece_data(s, u);
-
-    ferry_swap_req *cbs = NULL;
-    int wake = 0;
-    pthread_mutex_lock(&s->mu);
-    for (io_unit *u = fin, *nx; u; u = nx) {
-      nx = u->next;
+      if (!on_cqe(s, u, got[i].res)) continue;
       ferry_swap_req *r = u->req;
-      r->inflight--;
-      r->pieces_done++;
-      if (u->err && r->status == FERRY_OK) {
-        r->status = u->err;
-        if (r->next_piece < r->npieces) { /* issue nothing more of it */
-          FERRY_ASSERT(s->runq_head == r, "swap: failing request is not at the queue head");
-          runq_pop(s);
-          r->next_piece = r->npieces;
-        }
-      }
+      if (!u->err && r->op == OP_READ && u->use_bounce) memcpy(r->buf + u->chunk_off, u->bounce, u->data_len);
+      if (u->err) fail_req(s, r, u->err);
+      fin[nfin++] = (done_piece){r, u->piece, u->file, u->file_off, u->chunk_off, u->data_len,
+                                 u->err, u->flip};
       u->req = NULL;
       u->next = s->free_units;
       s->free_units = u;
-      if (r->inflight == 0 && r->next_piece == r->npieces) {
-        if (finish_req(s, r)) {
-          r->next = cbs;
-          cbs = r;
-        } else {
-          wake = 1;
-        }
-      }
     }
-    issue(s);
-    submit_now(s);
-    if (wake) pthread_cond_broadcast(&s->cv);
+    issue(s); /* refill first: the disk works while we check */
+    if (io_uring_sq_ready(&s->ring)) submit_now(s);
     pthread_mutex_unlock(&s->mu);
 
-    if (cbs) {
-      unsigned ncb = 0;
-      for (ferry_swap_req *r = cbs, *nx; r; r = nx) {
-        nx = r->next;
-        ncb++;
-        r->cb(r, r->status, r->user);
-      }
+    for (unsigned i = 0; i < nfin; i++) {
+      done_piece *d = &fin[i];
+      if (!d->err) on_piece_data(s, d);
+      ferry_swap_req *r = d->req;
       pthread_mutex_lock(&s->mu);
-      s->active -= ncb;
-      pthread_cond_broadcast(&s->cv);
+      r->inflight--;
+      r->pieces_done++;
+      if (d->err) fail_req(s, r, d->err);
+      int cb = 0, wake = 0;
+      if (r->inflight == 0 && r->next_piece == r->npieces) {
+        if (finish_req(s, r)) cb = 1;
+        else wake = 1;
+      }
+      if (issue(s)) submit_now(s); /* a finished write may have freed a slot */
+      if (wake) pthread_cond_broadcast(&s->cv);
       pthread_mutex_unlock(&s->mu);
+      if (cb) {
+        r->cb(r, r->status, r->user); /* r belongs to the caller from here */
+        pthread_mutex_lock(&s->mu);
+        s->active--;
+        pthread_cond_broadcast(&s->cv);
+        pthread_mutex_unlock(&s->mu);
+      }
     }
   }
   return NULL;
