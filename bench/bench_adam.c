@@ -1,0 +1,485 @@
+/* bench/bench_adam.c — `ferry bench adam`: the CPU optimizer step. Validates
+ * one step of the chosen kernels against the scalar reference (bit for bit;
+ * LAMB within 1e-5), then times steps over --params parameters. --roofline
+ * times, interleaved with ours, a kernel with the same memory traffic and no
+ * arithmetic; --two-pass times the step without the param copy followed by a
+ * separate fp32 -> 16-bit downcast pass (what fusing saves).
+ */
+#include "bench/bench.h"
+#include "bench/json.h"
+#include "core/core.h"
+
+#include <immintrin.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void usage(FILE *f) {
+  fprintf(f,
+          "usage: ferry bench adam [options]\n"
+          "  --params N          parameters (size suffixes k/M/G = powers of 1024; default 256M)\n"
+          "  --optimizer NAME    adamw (default), adam, adagrad, lamb, sgd, lion\n"
+          "  --grad DT           gradient dtype: fp32 (default), fp16, bf16\n"
+          "  --param-copy DT     16-bit param copy written in the same pass: none (default),\n"
+          "                      fp16, bf16\n"
+          "  --state DT          optimizer state dtype: fp32 (default), bf16\n"
+          "  --threads N         worker threads (default 1; 0 = one per core)\n"
+          "  --steps N           timed steps (default 5); the median is reported\n"
+          "  --simd LEVEL        scalar, avx2, avx512 (default: best the CPU has, or FERRY_SIMD)\n"
+          "  --roofline          also time a no-arithmetic kernel with the same memory traffic\n"
+          "                      (read p, g, m, v; write p, m, v), interleaved with ours\n"
+          "  --two-pass          also time step-without-copy + a separate downcast pass\n"
+          "                      (needs --param-copy fp16|bf16), interleaved with ours\n"
+          "  --json              one JSON object on stdout\n"
+          "  -h, --help          this text\n"
+          "JSON keys: bench, optimizer, simd, params, threads, grad_dtype, param_copy,\n"
+          "state_dtype, steps, seconds_per_step, params_per_s, bytes_per_param, gb_per_s, and\n"
+          "with --roofline roofline_seconds_per_step, roofline_gb_per_s, fraction_of_roofline;\n"
+          "with --two-pass two_pass_seconds_per_step, two_pass_bytes_per_param, fused_speedup.\n");
+}
+
+static int parse_dt(const char *s, int allow_none) {
+  if (!strcmp(s, "fp32") || !strcmp(s, "f32")) return FERRY_OPTIM_DT_F32;
+  if (!strcmp(s, "fp16") || !strcmp(s, "f16")) return FERRY_OPTIM_DT_F16;
+  if (!strcmp(s, "bf16")) return FERRY_OPTIM_DT_BF16;
+  if (allow_none && !strcmp(s, "none")) return FERRY_OPTIM_DT_NONE;
+  return -1;
+}
+
+static const char *dt_name(int dt) {
+  switch (dt) {
+  case FERRY_OPTIM_DT_F32: return "fp32";
+  case FERRY_OPTIM_DT_F16: return "fp16";
+  case FERRY_OPTIM_DT_BF16: return "bf16";
+  default: return "none";
+  }
+}
+
+static size_t dt_size(int dt) { return dt == FERRY_OPTIM_DT_F32 ? 4 : dt == FERRY_OPTIM_DT_NONE ? 0 : 2; }
+
+static const char *opt_names[] = {"adamw", "adam", "adagrad", "lamb", "sgd", "lion"};
+
+static int nstates(int type) {
+  return type == FERRY_OPTIM_ADAMW || type == FERRY_OPTIM_ADAM || type == FERRY_OPTIM_LAMB ? 2 : 1;
+}
+
+/* ---- buffers --------------------------------------------------------------- */
+
+typedef struct {
+  size_t n;
+  float *p;
+  void *g, *m, *v, *pc;
+} bufset;
+
+static void *big_alloc(size_t bytes) {
+  void *p = NULL;
+  if (posix_memalign(&p, 4096, bytes ? bytes : 64)) return NULL;
+  return p;
+}
+
+static void buf_free(bufset *b) {
+  free(b->p);
+  free(b->g);
+  free(b->m);
+  free(b->v);
+  free(b->pc);
+  memset(b, 0, sizeof *b);
+}
+
+static uint16_t to16(float x, int dt) {
+  uint32_t u;
+  memcpy(&u, &x, 4);
+  if (dt == FERRY_OPTIM_DT_BF16) return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+  /* fp16 for test data in a safe range: truncation is enough here */
+  uint32_t s = (u >> 16) & 0x8000u, e = (u >> 23) & 0xffu, m = u & 0x7fffffu;
+  if (e < 103) return (uint16_t)s;
+  if (e < 113) return (uint16_t)(s | ((m | 0x800000u) >> (126 - e)));
+  return (uint16_t)(s | ((e - 112) << 10) | (m >> 13));
+}
+
+static void fill_any(void *b, int dt, size_t i, float x) {
+  if (dt == FERRY_OPTIM_DT_F32)
+    ((float *)b)[i] = x;
+  else
+    ((uint16_t *)b)[i] = to16(x, dt);
+}
+
+static int buf_make(bufset *b, size_t n, int gdt, int sdt, int cdt, unsigned seed) {
+  memset(b, 0, sizeof *b);
+  b->n = n;
+  b->p = big_alloc(n * 4);
+  b->g = big_alloc(n * dt_size(gdt));
+  b->m = big_alloc(n * dt_size(sdt));
+  b->v = big_alloc(n * dt_size(sdt));
+  b->pc = cdt ? big_alloc(n * dt_size(cdt)) : NULL;
+  if (!b->p || !b->g || !b->m || !b->v || (cdt && !b->pc)) {
+    buf_free(b);
+    return -1;
+  }
+  uint32_t x = seed * 2654435761u + 1;
+  for (size_t i = 0; i < n; i++) {
+    x = x * 1664525u + 1013904223u;
+    float r = (float)(x >> 8) * (1.0f / 16777216.0f) - 0.5f;
+    b->p[i] = r;
+    fill_any(b->g, gdt, i, r * 0.25f);
+    fill_any(b->m, sdt, i, r * 0.01f);
+    fill_any(b->v, sdt, i, r * r * 1e-4f);
+    if (cdt) fill_any(b->pc, cdt, i, 0.0f);
+  }
+  return 0;
+}
+
+static ferry_optim_span span_of(bufset *b, int gdt, int cdt) {
+  ferry_optim_span s = {b->p, b->g, b->m, b->v, b->pc, b->n, gdt, cdt};
+  return s;
+}
+
+/* ---- the comparison kernels (threads over contiguous shares) -------------- */
+
+typedef struct {
+  bufset *b;
+  int kind; /* 0 roofline, 1 downcast */
+  int gdt, sdt, cdt;
+  size_t lo, hi;
+} share;
+
+/* A zero the compiler cannot see through: the no-arithmetic kernels write
+ * every value back unchanged, yet must load g and store p, m, v. */
+static volatile uint32_t g_zero = 0;
+
+__attribute__((target("avx2,f16c"))) static void roof_f32(float *p, const float *g, float *m,
+                                                           float *v, size_t lo, size_t hi) {
+  const __m256 z = _mm256_castsi256_ps(_mm256_set1_epi32((int)g_zero));
+  size_t i = lo;
+  for (; i + 8 <= hi; i += 8) {
+    __m256 P = _mm256_loadu_ps(p + i), G = _mm256_loadu_ps(g + i);
+    __m256 M = _mm256_loadu_ps(m + i), V = _mm256_loadu_ps(v + i);
+    _mm256_storeu_ps(p + i, _mm256_xor_ps(P, _mm256_and_ps(G, z)));
+    _mm256_storeu_ps(m + i, _mm256_xor_ps(M, _mm256_and_ps(V, z)));
+    _mm256_storeu_ps(v + i, _mm256_xor_ps(V, _mm256_and_ps(P, z)));
+  }
+  for (; i < hi; i++) {
+    volatile float *vp = p;
+    vp[i] = p[i] + g[i] * 0.0f;
+    m[i] = m[i];
+    v[i] = v[i];
+  }
+}
+
+/* Same traffic for 16-bit grads: p, m, v fp32, g 16-bit. */
+__attribute__((target("avx2,f16c"))) static void roof_g16(float *p, const uint16_t *g, float *m,
+                                                           float *v, size_t lo, size_t hi) {
+  const __m256 z = _mm256_castsi256_ps(_mm256_set1_epi32((int)g_zero));
+  size_t i = lo;
+  for (; i + 8 <= hi; i += 8) {
+    __m256 P = _mm256_loadu_ps(p + i);
+    __m256 G = _mm256_castsi256_ps(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(g + i))));
+    __m256 M = _mm256_loadu_ps(m + i), V = _mm256_loadu_ps(v + i);
+    _mm256_storeu_ps(p + i, _mm256_xor_ps(P, _mm256_and_ps(G, z)));
+    _mm256_storeu_ps(m + i, _mm256_xor_ps(M, _mm256_and_ps(V, z)));
+    _mm256_storeu_ps(v + i, _mm256_xor_ps(V, _mm256_and_ps(P, z)));
+  }
+  for (; i < hi; i++) {
+    volatile float *vp = p;
+    vp[i] = p[i] + (float)g[i] * 0.0f;
+  }
+}
+
+__attribute__((target("avx2,f16c"))) static void downcast(const float *p, void *out, int cdt,
+                                                           size_t lo, size_t hi) {
+  uint16_t *o = out;
+  size_t i = lo;
+  if (cdt == FERRY_OPTIM_DT_F16) {
+    for (; i + 8 <= hi; i += 8)
+      _mm_storeu_si128((__m128i *)(o + i),
+                       _mm256_cvtps_ph(_mm256_loadu_ps(p + i), _MM_FROUND_TO_NEAREST_INT));
+  } else {
+    const __m256i r = _mm256_set1_epi32(0x7fff), one = _mm256_set1_epi32(1);
+    for (; i + 8 <= hi; i += 8) {
+      __m256i u = _mm256_castps_si256(_mm256_loadu_ps(p + i));
+      __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), one);
+      __m256i q = _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(u, r), lsb), 16);
+      _mm_storeu_si128((__m128i *)(o + i),
+                       _mm_packus_epi32(_mm256_castsi256_si128(q), _mm256_extracti128_si256(q, 1)));
+    }
+  }
+  for (; i < hi; i++) o[i] = to16(p[i], cdt);
+}
+
+static void *share_main(void *arg) {
+  share *s = arg;
+  bufset *b = s->b;
+  if (s->kind == 1) {
+    downcast(b->p, b->pc, s->cdt, s->lo, s->hi);
+  } else if (s->gdt == FERRY_OPTIM_DT_F32) {
+    roof_f32(b->p, b->g, b->m, b->v, s->lo, s->hi);
+  } else {
+    roof_g16(b->p, b->g, b->m, b->v, s->lo, s->hi);
+  }
+  return NULL;
+}
+
+static double run_shares(bufset *b, int kind, int threads, int gdt, int cdt) {
+  if (threads < 1) threads = 1;
+  if (threads > 64) threads = 64;
+  share sh[64];
+  pthread_t th[64];
+  double t0 = ferry_now();
+  for (int i = 0; i < threads; i++) {
+    sh[i] = (share){b, kind, gdt, FERRY_OPTIM_DT_F32, cdt, b->n * i / threads,
+                    b->n * (i + 1) / threads};
+    if (i) pthread_create(&th[i], NULL, share_main, &sh[i]);
+  }
+  share_main(&sh[0]);
+  for (int i = 1; i < threads; i++) pthread_join(th[i], NULL);
+  return ferry_now() - t0;
+}
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+static double median(double *x, int n) {
+  qsort(x, (size_t)n, sizeof *x, cmp_double);
+  return n % 2 ? x[n / 2] : 0.5 * (x[n / 2 - 1] + x[n / 2]);
+}
+
+/* ---- validation -------------------------------------------------------------- */
+
+static int validate(const ferry_optimizer_config *cfg, int gdt, int cdt, char *why, size_t len) {
+  size_t n = (1u << 20) + 13;
+  bufset a, b;
+  if (buf_make(&a, n, gdt, cfg->state_dtype, cdt, 7) || buf_make(&b, n, gdt, cfg->state_dtype, cdt, 7)) {
+    snprintf(why, len, "out of memory");
+    buf_free(&a);
+    return -1;
+  }
+  ferry_optimizer_config rc = *cfg;
+  rc.simd = "scalar";
+  rc.threads = 1;
+  ferry_optimizer *ro = NULL, *fo = NULL;
+  int rv = -1;
+  if (ferry_optimizer_create(&rc, &ro) || ferry_optimizer_create(cfg, &fo)) {
+    snprintf(why, len, "create: %s", ferry_last_error());
+    goto out;
+  }
+  ferry_optim_span sa = span_of(&a, gdt, cdt), sb = span_of(&b, gdt, cdt);
+  /* offset by one element: misaligned pointers, as real tensors may be */
+  sa.param++, sb.param++;
+  sa.grad = (const char *)sa.grad + dt_size(gdt), sb.grad = (const char *)sb.grad + dt_size(gdt);
+  sa.state1 = (char *)sa.state1 + dt_size(cfg->state_dtype);
+  sb.state1 = (char *)sb.state1 + dt_size(cfg->state_dtype);
+  sa.state2 = (char *)sa.state2 + dt_size(cfg->state_dtype);
+  sb.state2 = (char *)sb.state2 + dt_size(cfg->state_dtype);
+  if (cdt) sa.param_copy = (char *)sa.param_copy + 2, sb.param_copy = (char *)sb.param_copy + 2;
+  sa.n = sb.n = n - 1;
+  for (int step = 0; step < 2; step++)
+    if (ferry_optimizer_step(ro, &sa, 1, 0.5f) || ferry_optimizer_step(fo, &sb, 1, 0.5f)) {
+      snprintf(why, len, "step failed");
+      goto out;
+    }
+  double tol = cfg->type == FERRY_OPTIM_LAMB ? 1e-5 : 0;
+  for (size_t i = 0; i < n; i++) {
+    float x = a.p[i], y = b.p[i];
+    int ok = tol == 0 ? memcmp(&x, &y, 4) == 0 : fabs(x - y) <= tol * (fabs(x) + 1e-3);
+    if (!ok) {
+      snprintf(why, len, "param %zu: reference %.9g, kernels %.9g", i, x, y);
+      goto out;
+    }
+  }
+  if (tol == 0 && cdt && memcmp(a.pc, b.pc, n * 2) != 0) {
+    /* AVX512-BF16 flushes subnormals: only those may differ */
+    const uint16_t *x = a.pc, *y = b.pc;
+    for (size_t i = 0; i < n; i++)
+      if (x[i] != y[i] && !((x[i] & 0x7f80) == 0 && (y[i] & 0x7fff) == 0 && cdt == FERRY_OPTIM_DT_BF16)) {
+        snprintf(why, len, "param copy %zu: reference 0x%04x, kernels 0x%04x", i, x[i], y[i]);
+        goto out;
+      }
+  }
+  rv = 0;
+out:
+  ferry_optimizer_destroy(ro);
+  ferry_optimizer_destroy(fo);
+  buf_free(&a);
+  buf_free(&b);
+  return rv;
+}
+
+int ferry_bench_adam_main(int argc, char **argv) {
+  uint64_t params = 256ull << 20;
+  int type = FERRY_OPTIM_ADAMW, gdt = FERRY_OPTIM_DT_F32, cdt = FERRY_OPTIM_DT_NONE;
+  int sdt = FERRY_OPTIM_DT_F32, threads = 1, steps = 5, json = 0, roof = 0, two = 0;
+  const char *simd = NULL;
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i];
+    const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+    if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+      usage(stdout);
+      return 0;
+    } else if (!strcmp(a, "--json")) {
+      json = 1;
+    } else if (!strcmp(a, "--roofline")) {
+      roof = 1;
+    } else if (!strcmp(a, "--two-pass")) {
+      two = 1;
+    } else if (!v) {
+      fprintf(stderr, "ferry bench adam: %s needs a value (see --help)\n", a);
+      return 2;
+    } else {
+      i++;
+      int bad = 0;
+      if (!strcmp(a, "--params")) {
+        bad = ferry_parse_size(v, &params) != 0 || params == 0;
+      } else if (!strcmp(a, "--optimizer")) {
+        type = -1;
+        for (int k = 0; k < 6; k++)
+          if (!strcmp(v, opt_names[k])) type = k;
+        bad = type < 0;
+      } else if (!strcmp(a, "--grad")) {
+        bad = (gdt = parse_dt(v, 0)) < 0;
+      } else if (!strcmp(a, "--param-copy")) {
+        bad = (cdt = parse_dt(v, 1)) < 0 || cdt == FERRY_OPTIM_DT_F32;
+      } else if (!strcmp(a, "--state")) {
+        sdt = parse_dt(v, 0);
+        bad = sdt != FERRY_OPTIM_DT_F32 && sdt != FERRY_OPTIM_DT_BF16;
+      } else if (!strcmp(a, "--threads")) {
+        char *e;
+        threads = (int)strtol(v, &e, 10);
+        bad = *e || threads < 0;
+      } else if (!strcmp(a, "--steps")) {
+        char *e;
+        steps = (int)strtol(v, &e, 10);
+        bad = *e || steps < 1 || steps > 1000;
+      } else if (!strcmp(a, "--simd")) {
+        simd = v;
+      } else {
+        fprintf(stderr, "ferry bench adam: unknown option '%s'\n", a);
+        usage(stderr);
+        return 2;
+      }
+      if (bad) {
+        fprintf(stderr, "ferry bench adam: bad value '%s' for %s (see --help)\n", v, a);
+        return 2;
+      }
+    }
+  }
+  if (two && !cdt) {
+    fprintf(stderr, "ferry bench adam: --two-pass needs --param-copy fp16 or bf16\n");
+    return 2;
+  }
+  if (roof && (type != FERRY_OPTIM_ADAMW && type != FERRY_OPTIM_ADAM)) {
+    fprintf(stderr, "ferry bench adam: --roofline models Adam's traffic: use adamw or adam\n");
+    return 2;
+  }
+  if (roof && sdt != FERRY_OPTIM_DT_F32) {
+    fprintf(stderr, "ferry bench adam: --roofline models fp32 states\n");
+    return 2;
+  }
+  ferry_optimizer_config cfg = ferry_optimizer_config_default((ferry_optim_type)type);
+  cfg.threads = threads;
+  cfg.state_dtype = sdt;
+  cfg.simd = simd;
+  if (type == FERRY_OPTIM_SGD) cfg.momentum = 0.9f;
+  char why[256];
+  if (validate(&cfg, gdt, cdt, why, sizeof why)) {
+    fprintf(stderr, "ferry bench adam: validation against the scalar reference failed: %s\n", why);
+    return 1;
+  }
+  ferry_optimizer *o = NULL;
+  if (ferry_optimizer_create(&cfg, &o)) {
+    fprintf(stderr, "ferry bench adam: %s\n", ferry_last_error());
+    return 1;
+  }
+  ferry_optimizer_info info;
+  ferry_optimizer_get_info(o, &info);
+  bufset b;
+  if (buf_make(&b, (size_t)params, gdt, sdt, cdt, 1)) {
+    fprintf(stderr, "ferry bench adam: cannot allocate buffers for %llu params\n",
+            (unsigned long long)params);
+    ferry_optimizer_destroy(o);
+    return 1;
+  }
+  ferry_optim_span sp = span_of(&b, gdt, cdt);
+  ferry_optim_span sp_nocopy = sp;
+  sp_nocopy.copy_dtype = FERRY_OPTIM_DT_NONE;
+  /* one untimed round: page faults, caches, thread start */
+  ferry_optimizer_step(o, &sp, 1, 1.0f);
+  if (roof) run_shares(&b, 0, info.threads, gdt, cdt);
+  double *t_ours = calloc((size_t)steps, sizeof(double));
+  double *t_roof = calloc((size_t)steps, sizeof(double));
+  double *t_two = calloc((size_t)steps, sizeof(double));
+  int rc = 0;
+  for (int s = 0; s < steps && !rc; s++) {
+    double t0 = ferry_now();
+    rc = ferry_optimizer_step(o, &sp, 1, 1.0f);
+    t_ours[s] = ferry_now() - t0;
+    if (roof) t_roof[s] = run_shares(&b, 0, info.threads, gdt, cdt);
+    if (two) {
+      t0 = ferry_now();
+      rc |= ferry_optimizer_step(o, &sp_nocopy, 1, 1.0f);
+      t_two[s] = ferry_now() - t0 + run_shares(&b, 1, info.threads, gdt, cdt);
+    }
+  }
+  if (rc) {
+    fprintf(stderr, "ferry bench adam: step failed: %s\n", ferry_optimizer_last_error(o));
+    buf_free(&b);
+    ferry_optimizer_destroy(o);
+    return 1;
+  }
+  double sec = median(t_ours, steps), rsec = roof ? median(t_roof, steps) : 0;
+  double tsec = two ? median(t_two, steps) : 0;
+  double ss = (double)dt_size(sdt);
+  double bpp = 8.0 + (double)dt_size(gdt) + 2.0 * ss * nstates(type) + (double)dt_size(cdt);
+  double rbpp = 8.0 + (double)dt_size(gdt) + 16.0;
+  double two_bpp = bpp + 4.0; /* the downcast pass reads p again */
+  double n = (double)params;
+  if (json) {
+    json_out j;
+    json_begin(&j, stdout);
+    json_str(&j, "bench", "adam");
+    json_str(&j, "optimizer", opt_names[type]);
+    json_str(&j, "simd", info.simd);
+    json_uint(&j, "params", (unsigned long long)params);
+    json_int(&j, "threads", info.threads);
+    json_str(&j, "grad_dtype", dt_name(gdt));
+    json_str(&j, "param_copy", dt_name(cdt));
+    json_str(&j, "state_dtype", dt_name(sdt));
+    json_int(&j, "steps", steps);
+    json_num(&j, "seconds_per_step", sec);
+    json_num(&j, "params_per_s", n / sec);
+    json_num(&j, "bytes_per_param", bpp);
+    json_num(&j, "gb_per_s", n * bpp / sec / 1e9);
+    if (roof) {
+      json_num(&j, "roofline_seconds_per_step", rsec);
+      json_num(&j, "roofline_gb_per_s", n * rbpp / rsec / 1e9);
+      json_num(&j, "fraction_of_roofline", rsec / sec);
+    }
+    if (two) {
+      json_num(&j, "two_pass_seconds_per_step", tsec);
+      json_num(&j, "two_pass_bytes_per_param", two_bpp);
+      json_num(&j, "fused_speedup", tsec / sec);
+    }
+    json_end(&j);
+  } else {
+    printf("adam bench: %s (%s kernels), %llu params, %d threads, grad %s, copy %s, states %s\n",
+           opt_names[type], info.simd, (unsigned long long)params, info.threads, dt_name(gdt),
+           dt_name(cdt), dt_name(sdt));
+    printf("  ours:     %.4f s/step  %.3f Gparam/s  %.0f B/param  %.2f GB/s (median of %d)\n", sec,
+           n / sec / 1e9, bpp, n * bpp / sec / 1e9, steps);
+    if (roof)
+      printf("  roofline: %.4f s/step  %.2f GB/s  -> ours at %.2f of the roofline\n", rsec,
+             n * rbpp / rsec / 1e9, rsec / sec);
+    if (two)
+      printf("  two-pass: %.4f s/step  %.0f B/param  -> fused is %.2fx faster\n", tsec, two_bpp,
+             tsec / sec);
+  }
+  free(t_ours);
+  free(t_roof);
+  free(t_two);
+  buf_free(&b);
+  ferry_optimizer_destroy(o);
+  return 0;
+}
