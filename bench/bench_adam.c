@@ -325,8 +325,9 @@ int ferry_bench_adam_main(int argc, char **argv) {
       roof = 1;
     } else if (!strcmp(a, "--two-pass")) {
       two = 1;
-    } else if (!v) {
-      fprintf(stderr, "ferry bench adam: %s needs a value (see --help)\n", a);
+    } else if (strncmp(a, "--", 2) || !v) {
+      fprintf(stderr, "ferry bench adam: %s: %s (see --help)\n", a,
+              strncmp(a, "--", 2) ? "not an option" : "needs a value");
       return 2;
     } else {
       i++;
