@@ -97,12 +97,19 @@ struct ferry_swap_req {
  * aligned to info.mem_align; the tail that is not a multiple of the offset
  * alignment goes through a bounce buffer, so buf needs only len bytes. A
  * request on a chunk that already has one in flight: FERRY_EBUSY. cb NULL:
- * complete with ferry_swap_poll / ferry_swap_wait. */
+ * complete with ferry_swap_poll / ferry_swap_wait. buf must stay untouched
+ * until the request is done. Integrity: a CRC32C per block_size piece is
+ * computed from buf as each piece of a write lands and kept in the index;
+ * each piece of a read is checked as it arrives (FERRY_ECORRUPT names the
+ * chunk, its offset, the file offset, expected and found CRC). A write with
+ * spare slots goes to a free slot and the index flips only on success; with
+ * every spare busy it waits in order for one (never blocks the caller). */
 int ferry_swap_read(ferry_swap *s, uint32_t chunk, void *buf, size_t len, ferry_swap_req *req,
                     ferry_swap_cb cb, void *user);
 int ferry_swap_write(ferry_swap *s, uint32_t chunk, const void *buf, size_t len,
                      ferry_swap_req *req, ferry_swap_cb cb, void *user);
-/* FERRY_EAGAIN while in flight, then the request's status. */
+/* For requests submitted without a callback (a callback request is done
+ * when its callback runs): FERRY_EAGAIN while in flight, then its status. */
 int ferry_swap_poll(ferry_swap_req *req);
 /* Blocks until done; returns the request's status. */
 int ferry_swap_wait(ferry_swap_req *req);

@@ -251,6 +251,10 @@ static void prep_unit(ferry_swap *s, io_unit *u) {
   io_uring_sqe_set_data(sqe, u);
 }
 
+/* Set on the completion thread while it runs callbacks: requests they
+ * start are submitted in one batch after the last callback. */
+static _Thread_local ferry_swap *tl_reaping;
+
 static void runq_push(ferry_swap *s, ferry_swap_req *r) {
   r->next = NULL;
   if (s->runq_tail) s->runq_tail->next = r;
@@ -391,7 +395,7 @@ static int start(ferry_swap *s, ferry_swap_req *r, int op, uint32_t chunk, const
       else s->slotq_head = r;
       s->slotq_tail = r;
     }
-    if (issue(s)) submit_now(s);
+    if (issue(s) && tl_reaping != s) submit_now(s);
   }
   pthread_mutex_unlock(&s->mu);
   return rc;
@@ -627,29 +631,45 @@ static void *reaper_main(void *arg) {
     if (io_uring_sq_ready(&s->ring)) submit_now(s);
     pthread_mutex_unlock(&s->mu);
 
+    for (unsigned i = 0; i < nfin; i++)
+      if (!fin[i].err) on_piece_data(s, &fin[i]);
+
+    ferry_swap_req *cbs = NULL;
+    int wake = 0;
+    pthread_mutex_lock(&s->mu);
     for (unsigned i = 0; i < nfin; i++) {
-      done_piece *d = &fin[i];
-      if (!d->err) on_piece_data(s, d);
-      ferry_swap_req *r = d->req;
-      pthread_mutex_lock(&s->mu);
+      ferry_swap_req *r = fin[i].req;
       r->inflight--;
       r->pieces_done++;
-      if (d->err) fail_req(s, r, d->err);
-      int cb = 0, wake = 0;
+      if (fin[i].err) fail_req(s, r, fin[i].err);
       if (r->inflight == 0 && r->next_piece == r->npieces) {
-        if (finish_req(s, r)) cb = 1;
-        else wake = 1;
+        if (finish_req(s, r)) {
+          r->next = cbs;
+          cbs = r;
+        } else {
+          wake = 1;
+        }
       }
-      if (issue(s)) submit_now(s); /* a finished write may have freed a slot */
-      if (wake) pthread_cond_broadcast(&s->cv);
-      pthread_mutex_unlock(&s->mu);
-      if (cb) {
+    }
+    issue(s); /* a finished write may have freed a slot */
+    if (io_uring_sq_ready(&s->ring)) submit_now(s);
+    if (wake) pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+
+    if (cbs) { /* requests the callbacks start are submitted once, after them */
+      unsigned ncb = 0;
+      tl_reaping = s;
+      for (ferry_swap_req *r = cbs, *nx; r; r = nx) {
+        nx = r->next;
+        ncb++;
         r->cb(r, r->status, r->user); /* r belongs to the caller from here */
-        pthread_mutex_lock(&s->mu);
-        s->active--;
-        pthread_cond_broadcast(&s->cv);
-        pthread_mutex_unlock(&s->mu);
       }
+      tl_reaping = NULL;
+      pthread_mutex_lock(&s->mu);
+      s->active -= ncb;
+      if (io_uring_sq_ready(&s->ring)) submit_now(s);
+      pthread_cond_broadcast(&s->cv);
+      pthread_mutex_unlock(&s->mu);
     }
   }
   return NULL;
