@@ -36,7 +36,8 @@ static void usage(FILE *f) {
           "  -h, --help          this text\n"
           "JSON keys: bench, optimizer, simd, params, threads, grad_dtype, param_copy,\n"
           "state_dtype, steps, seconds_per_step, params_per_s, bytes_per_param, gb_per_s, and\n"
-          "with --roofline roofline_seconds_per_step, roofline_gb_per_s, fraction_of_roofline (median of\n"
+          "with --roofline roofline_seconds_per_step, roofline_gb_per_s, fraction_of_roofline "
+          "(median of\n"
           "per-pair roofline/ours ratios);\n"
           "with --two-pass two_pass_seconds_per_step, two_pass_bytes_per_param, fused_speedup.\n");
 }
@@ -58,7 +59,9 @@ static const char *dt_name(int dt) {
   }
 }
 
-static size_t dt_size(int dt) { return dt == FERRY_OPTIM_DT_F32 ? 4 : dt == FERRY_OPTIM_DT_NONE ? 0 : 2; }
+static size_t dt_size(int dt) {
+  return dt == FERRY_OPTIM_DT_F32 ? 4 : dt == FERRY_OPTIM_DT_NONE ? 0 : 2;
+}
 
 static const char *opt_names[] = {"adamw", "adam", "adagrad", "lamb", "sgd", "lion"};
 
@@ -151,7 +154,7 @@ typedef struct {
 static volatile uint32_t g_zero = 0;
 
 __attribute__((target("avx2,f16c"))) static void roof_f32(float *p, const float *g, float *m,
-                                                           float *v, size_t lo, size_t hi) {
+                                                          float *v, size_t lo, size_t hi) {
   const __m256 z = _mm256_castsi256_ps(_mm256_set1_epi32((int)g_zero));
   size_t i = lo;
   for (; i + 8 <= hi; i += 8) {
@@ -171,12 +174,13 @@ __attribute__((target("avx2,f16c"))) static void roof_f32(float *p, const float 
 
 /* Same traffic for 16-bit grads: p, m, v fp32, g 16-bit. */
 __attribute__((target("avx2,f16c"))) static void roof_g16(float *p, const uint16_t *g, float *m,
-                                                           float *v, size_t lo, size_t hi) {
+                                                          float *v, size_t lo, size_t hi) {
   const __m256 z = _mm256_castsi256_ps(_mm256_set1_epi32((int)g_zero));
   size_t i = lo;
   for (; i + 8 <= hi; i += 8) {
     __m256 P = _mm256_loadu_ps(p + i);
-    __m256 G = _mm256_castsi256_ps(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(g + i))));
+    __m256 G =
+        _mm256_castsi256_ps(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(g + i))));
     __m256 M = _mm256_loadu_ps(m + i), V = _mm256_loadu_ps(v + i);
     _mm256_storeu_ps(p + i, _mm256_xor_ps(P, _mm256_and_ps(G, z)));
     _mm256_storeu_ps(m + i, _mm256_xor_ps(M, _mm256_and_ps(V, z)));
@@ -189,7 +193,7 @@ __attribute__((target("avx2,f16c"))) static void roof_g16(float *p, const uint16
 }
 
 __attribute__((target("avx2,f16c"))) static void downcast(const float *p, void *out, int cdt,
-                                                           size_t lo, size_t hi) {
+                                                          size_t lo, size_t hi) {
   uint16_t *o = out;
   size_t i = lo;
   if (cdt == FERRY_OPTIM_DT_F16) {
@@ -206,7 +210,8 @@ __attribute__((target("avx2,f16c"))) static void downcast(const float *p, void *
                        _mm_packus_epi32(_mm256_castsi256_si128(q), _mm256_extracti128_si256(q, 1)));
     }
   }
-  for (; i < hi; i++) o[i] = to16(p[i], cdt);
+  for (; i < hi; i++)
+    o[i] = to16(p[i], cdt);
 }
 
 static void *share_main(void *arg) {
@@ -229,12 +234,13 @@ static double run_shares(bufset *b, int kind, int threads, int gdt, int cdt) {
   pthread_t th[64];
   double t0 = ferry_now();
   for (int i = 0; i < threads; i++) {
-    sh[i] = (share){b, kind, gdt, FERRY_OPTIM_DT_F32, cdt, b->n * i / threads,
-                    b->n * (i + 1) / threads};
+    sh[i] = (share){
+        b, kind, gdt, FERRY_OPTIM_DT_F32, cdt, b->n * i / threads, b->n * (i + 1) / threads};
     if (i) pthread_create(&th[i], NULL, share_main, &sh[i]);
   }
   share_main(&sh[0]);
-  for (int i = 1; i < threads; i++) pthread_join(th[i], NULL);
+  for (int i = 1; i < threads; i++)
+    pthread_join(th[i], NULL);
   return ferry_now() - t0;
 }
 
@@ -253,7 +259,8 @@ static double median(double *x, int n) {
 static int validate(const ferry_optimizer_config *cfg, int gdt, int cdt, char *why, size_t len) {
   size_t n = (1u << 20) + 13;
   bufset a, b;
-  if (buf_make(&a, n, gdt, cfg->state_dtype, cdt, 7) || buf_make(&b, n, gdt, cfg->state_dtype, cdt, 7)) {
+  if (buf_make(&a, n, gdt, cfg->state_dtype, cdt, 7) ||
+      buf_make(&b, n, gdt, cfg->state_dtype, cdt, 7)) {
     snprintf(why, len, "out of memory");
     buf_free(&a);
     return -1;
@@ -295,7 +302,8 @@ static int validate(const ferry_optimizer_config *cfg, int gdt, int cdt, char *w
     /* AVX512-BF16 flushes subnormals: only those may differ */
     const uint16_t *x = a.pc, *y = b.pc;
     for (size_t i = 0; i < n; i++)
-      if (x[i] != y[i] && !((x[i] & 0x7f80) == 0 && (y[i] & 0x7fff) == 0 && cdt == FERRY_OPTIM_DT_BF16)) {
+      if (x[i] != y[i] &&
+          !((x[i] & 0x7f80) == 0 && (y[i] & 0x7fff) == 0 && cdt == FERRY_OPTIM_DT_BF16)) {
         snprintf(why, len, "param copy %zu: reference 0x%04x, kernels 0x%04x", i, x[i], y[i]);
         goto out;
       }

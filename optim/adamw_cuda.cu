@@ -73,14 +73,14 @@ __global__ static void adam_kernel(optim_scalars s, float *P, const void *G, int
   }
 }
 
-extern "C" int optim_cuda_step(const optim_scalars *s, const optim_tile *t, void *stream,
-                               char *why, size_t why_len) {
+extern "C" int optim_cuda_step(const optim_scalars *s, const optim_tile *t, void *stream, char *why,
+                               size_t why_len) {
   if (t->n == 0) return FERRY_OK;
   int threads = 256;
   size_t want = (t->n + threads - 1) / threads;
   int blocks = want > 65535u * 8u ? 65535 * 8 : (int)want;
   adam_kernel<<<blocks, threads, 0, (cudaStream_t)stream>>>(*s, t->p, t->g, t->gdt, (float *)t->s1,
-                                                             (float *)t->s2, t->pc, t->cdt, t->n);
+                                                            (float *)t->s2, t->pc, t->cdt, t->n);
   cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess) {
     snprintf(why, why_len, "adam_kernel<<<%d, %d>>> over %zu elements: %s", blocks, threads, t->n,

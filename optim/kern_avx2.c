@@ -33,7 +33,8 @@ static inline void v_store_bf16(uint16_t *p, vf x, int native) {
   (void)native;
   __m256i u = _mm256_castps_si256(x);
   __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
-  __m256i r = _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x7fff)), lsb), 16);
+  __m256i r =
+      _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x7fff)), lsb), 16);
   __m256i q = _mm256_or_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(0x40));
   __m256i nan = _mm256_castps_si256(_mm256_cmp_ps(x, x, _CMP_UNORD_Q));
   r = _mm256_blendv_epi8(r, q, nan);
@@ -50,7 +51,8 @@ static inline vf v_sign(vf c) {
 
 static inline vd vd_zero(void) { return _mm256_setzero_pd(); }
 static inline void vd_sqacc(vd *a0, vd *a1, vf x) {
-  vd lo = _mm256_cvtps_pd(_mm256_castps256_ps128(x)), hi = _mm256_cvtps_pd(_mm256_extractf128_ps(x, 1));
+  vd lo = _mm256_cvtps_pd(_mm256_castps256_ps128(x)),
+     hi = _mm256_cvtps_pd(_mm256_extractf128_ps(x, 1));
   *a0 = _mm256_fmadd_pd(lo, lo, *a0);
   *a1 = _mm256_fmadd_pd(hi, hi, *a1);
 }
@@ -61,5 +63,5 @@ static inline double vd_hsum(vd a0, vd a1) {
 }
 
 #define OPTIM_SIMD_PREFIX optim_kernels_avx2
-#define OPTIM_SIMD_NAME "avx2"
+#define OPTIM_SIMD_NAME   "avx2"
 #include "optim/simd_body_impl.h"

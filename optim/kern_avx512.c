@@ -23,7 +23,8 @@ static inline vf v_load_f16(const uint16_t *p) {
   return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
 }
 static inline void v_store_f16(uint16_t *p, vf x) {
-  _mm256_storeu_si256((__m256i *)p, _mm512_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  _mm256_storeu_si256((__m256i *)p,
+                      _mm512_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
 }
 static inline vf v_load_bf16(const uint16_t *p) {
   __m512i w = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)p));
@@ -37,7 +38,8 @@ static inline void v_store_bf16(uint16_t *p, vf x, int native) {
   }
   __m512i u = _mm512_castps_si512(x);
   __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
-  __m512i r = _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7fff)), lsb), 16);
+  __m512i r =
+      _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7fff)), lsb), 16);
   __m512i q = _mm512_or_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x40));
   __mmask16 nan = _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
   r = _mm512_mask_mov_epi32(r, nan, q);
@@ -64,5 +66,5 @@ static inline double vd_hsum(vd a0, vd a1) {
 }
 
 #define OPTIM_SIMD_PREFIX optim_kernels_avx512
-#define OPTIM_SIMD_NAME "avx512"
+#define OPTIM_SIMD_NAME   "avx512"
 #include "optim/simd_body_impl.h"

@@ -47,14 +47,14 @@ enum { OPTIM_DT_NONE = 0, OPTIM_DT_F32 = 1, OPTIM_DT_F16 = 2, OPTIM_DT_BF16 = 3 
 /* A contiguous run of elements of one tensor. Pointers are already offset to
  * the run's first element; none needs any alignment beyond its type's. */
 typedef struct {
-  float *p;        /* fp32 master, read and written */
-  const void *g;   /* gradient, gdt */
-  void *s1;        /* m / momentum buffer / Adagrad sum, sdt (NULL when unused) */
-  void *s2;        /* v (Adam, AdamW, LAMB), sdt */
-  void *pc;        /* 16-bit copy of the updated params, cdt; NULL when none */
+  float *p;      /* fp32 master, read and written */
+  const void *g; /* gradient, gdt */
+  void *s1;      /* m / momentum buffer / Adagrad sum, sdt (NULL when unused) */
+  void *s2;      /* v (Adam, AdamW, LAMB), sdt */
+  void *pc;      /* 16-bit copy of the updated params, cdt; NULL when none */
   size_t n;
   int gdt, sdt, cdt;
-  float trust;     /* LAMB phase 2: trust ratio of this tensor */
+  float trust; /* LAMB phase 2: trust ratio of this tensor */
 } optim_tile;
 
 /* ---- CUDA AdamW (adamw_cuda.cu, or cuda_none.c) ------------------------ */

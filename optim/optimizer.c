@@ -218,19 +218,21 @@ int ferry_optimizer_create(const ferry_optimizer_config *cfg, ferry_optimizer **
   if (cfg->simd) {
     level = optim_simd_parse(cfg->simd);
     if (level < 0)
-      return ferry_err_thread(FERRY_EINVAL, "ferry_optimizer_create: simd '%s' (scalar, avx2, avx512)",
-                              cfg->simd);
+      return ferry_err_thread(
+          FERRY_EINVAL, "ferry_optimizer_create: simd '%s' (scalar, avx2, avx512)", cfg->simd);
   } else {
     level = optim_simd_default();
     if (level < 0)
-      return ferry_err_thread(FERRY_ENOTSUP,
-                              "ferry_optimizer_create: FERRY_SIMD=%s is unknown or not supported by "
-                              "this CPU (scalar, avx2, avx512)",
-                              getenv("FERRY_SIMD"));
+      return ferry_err_thread(
+          FERRY_ENOTSUP,
+          "ferry_optimizer_create: FERRY_SIMD=%s is unknown or not supported by "
+          "this CPU (scalar, avx2, avx512)",
+          getenv("FERRY_SIMD"));
   }
   const optim_kernels *k = optim_kernels_get(level);
   if (!k)
-    return ferry_err_thread(FERRY_ENOTSUP, "ferry_optimizer_create: this CPU cannot run the %s kernels",
+    return ferry_err_thread(FERRY_ENOTSUP,
+                            "ferry_optimizer_create: this CPU cannot run the %s kernels",
                             level == OPTIM_SIMD_AVX2 ? "avx2" : "avx512");
   ferry_optimizer *o = calloc(1, sizeof *o);
   if (!o) return ferry_err_thread(FERRY_ENOMEM, "ferry_optimizer_create: out of memory");
@@ -294,7 +296,9 @@ int ferry_optimizer_get_info(ferry_optimizer *o, ferry_optimizer_info *out) {
   return FERRY_OK;
 }
 
-static int dt_ok(int dt) { return dt == FERRY_OPTIM_DT_F32 || dt == FERRY_OPTIM_DT_F16 || dt == FERRY_OPTIM_DT_BF16; }
+static int dt_ok(int dt) {
+  return dt == FERRY_OPTIM_DT_F32 || dt == FERRY_OPTIM_DT_F16 || dt == FERRY_OPTIM_DT_BF16;
+}
 
 static int check_span(ferry_optimizer *o, const ferry_optim_span *sp, size_t i) {
   int type = (int)o->cfg.type;
@@ -309,7 +313,8 @@ static int check_span(ferry_optimizer *o, const ferry_optim_span *sp, size_t i) 
   if (!sp->param || !sp->grad)
     return ferry_err(&o->err, FERRY_EINVAL, "span %zu: param or grad is NULL", i);
   if (need1 && !sp->state1)
-    return ferry_err(&o->err, FERRY_EINVAL, "span %zu: state1 is NULL (this optimizer keeps a state)", i);
+    return ferry_err(&o->err, FERRY_EINVAL,
+                     "span %zu: state1 is NULL (this optimizer keeps a state)", i);
   if (need2 && !sp->state2)
     return ferry_err(&o->err, FERRY_EINVAL, "span %zu: state2 (exp_avg_sq) is NULL", i);
   if (sp->copy_dtype != FERRY_OPTIM_DT_NONE && !sp->param_copy)
@@ -322,7 +327,8 @@ static size_t esize(int dt) { return dt == FERRY_OPTIM_DT_F32 ? 4 : 2; }
 static int grow(void **p, size_t *cap, size_t need, size_t elem) {
   if (need <= *cap) return 0;
   size_t nc = *cap ? *cap : 64;
-  while (nc < need) nc *= 2;
+  while (nc < need)
+    nc *= 2;
   void *q = realloc(*p, nc * elem);
   if (!q) return -1;
   *p = q;
@@ -333,7 +339,8 @@ static int grow(void **p, size_t *cap, size_t need, size_t elem) {
 /* Splits the spans into tiles (into o->tiles). */
 static int build_tiles(ferry_optimizer *o, const ferry_optim_span *spans, size_t count) {
   size_t T = o->cfg.tile, nt = 0;
-  for (size_t i = 0; i < count; i++) nt += (spans[i].n + T - 1) / T;
+  for (size_t i = 0; i < count; i++)
+    nt += (spans[i].n + T - 1) / T;
   if (grow((void **)&o->tiles, &o->cap_tiles, nt, sizeof *o->tiles) ||
       grow((void **)&o->part, &o->cap_part, nt, 2 * sizeof *o->part) ||
       grow((void **)&o->span_sums, &o->cap_spans, count, 2 * sizeof *o->span_sums))
@@ -386,7 +393,8 @@ static size_t step_phase_done(optim_job *j) {
   ferry_optimizer *o = sj->o;
   if (o->cfg.type != FERRY_OPTIM_LAMB || sj->phase != 0) return 0;
   /* per-span norms, summed in tile order: the same for any thread count */
-  for (size_t s = 0; s < o->nspans; s++) o->span_sums[2 * s] = o->span_sums[2 * s + 1] = 0;
+  for (size_t s = 0; s < o->nspans; s++)
+    o->span_sums[2 * s] = o->span_sums[2 * s + 1] = 0;
   for (size_t i = 0; i < o->ntiles; i++) {
     size_t s = o->tiles[i].span;
     o->span_sums[2 * s] += o->part[2 * i];
@@ -423,7 +431,8 @@ int ferry_optimizer_step_async(ferry_optimizer *o, const ferry_optim_span *spans
   pthread_mutex_unlock(&o->mu);
   if (busy) return ferry_err(&o->err, FERRY_EBUSY, "step: another step is still running");
   int rc = 0;
-  for (size_t i = 0; i < count && !rc; i++) rc = check_span(o, &spans[i], i);
+  for (size_t i = 0; i < count && !rc; i++)
+    rc = check_span(o, &spans[i], i);
   if (!rc) rc = build_tiles(o, spans, count);
   if (rc) {
     pthread_mutex_lock(&o->mu);
@@ -457,7 +466,8 @@ int ferry_optimizer_query(ferry_optimizer *o) {
 int ferry_optimizer_wait(ferry_optimizer *o) {
   if (!o) return FERRY_EINVAL;
   pthread_mutex_lock(&o->mu);
-  while (o->in_flight) pthread_cond_wait(&o->cv, &o->mu);
+  while (o->in_flight)
+    pthread_cond_wait(&o->cv, &o->mu);
   int st = o->status;
   pthread_mutex_unlock(&o->mu);
   return st;
@@ -489,8 +499,8 @@ int ferry_optimizer_step_cuda(ferry_optimizer *o, const ferry_optim_span *spans,
   for (size_t i = 0; i < count; i++) {
     const ferry_optim_span *sp = &spans[i];
     if (!sp->n) continue;
-    optim_tile t = {sp->param, sp->grad, sp->state1, sp->state2, sp->param_copy, sp->n,
-                    sp->grad_dtype, FERRY_OPTIM_DT_F32, sp->copy_dtype, 1.0f};
+    optim_tile t = {sp->param, sp->grad,       sp->state1,         sp->state2,     sp->param_copy,
+                    sp->n,     sp->grad_dtype, FERRY_OPTIM_DT_F32, sp->copy_dtype, 1.0f};
     char why[256] = "";
     int rc = optim_cuda_step(&sc, &t, cuda_stream, why, sizeof why);
     if (rc) return ferry_err(&o->err, rc, "step_cuda: span %zu: %s", i, why);
@@ -534,7 +544,8 @@ typedef struct {
  * next to the 64K elements of a tile). */
 static size_t tile_span(const helper_arg *a, size_t i) {
   size_t s = 0;
-  while (s + 1 < a->count && a->first[s + 1] <= i) s++;
+  while (s + 1 < a->count && a->first[s + 1] <= i)
+    s++;
   return s;
 }
 
@@ -583,7 +594,8 @@ int ferry_optimizer_grad_stats(ferry_optimizer *o, const ferry_grad_span *spans,
   helper_arg a = {o, spans, first, count, NULL, 0};
   optim_pool_for(o->pool, nt, stats_tile, &a);
   double s = 0;
-  for (size_t i = 0; i < nt; i++) s += o->hpart[i];
+  for (size_t i = 0; i < nt; i++)
+    s += o->hpart[i];
   pthread_mutex_unlock(&o->hmu);
   free(first);
   *sumsq = s;

@@ -79,7 +79,8 @@ static void *worker_main(void *arg) {
   pthread_mutex_lock(&p->mu);
   for (;;) {
     optim_job *j;
-    while (!p->stop && !(j = pick(p))) pthread_cond_wait(&p->cv, &p->mu);
+    while (!p->stop && !(j = pick(p)))
+      pthread_cond_wait(&p->cv, &p->mu);
     if (p->stop) break;
     size_t tile = j->next++;
     pthread_mutex_unlock(&p->mu);
@@ -170,7 +171,8 @@ void optim_pool_destroy(optim_pool *p) {
   p->stop = 1;
   pthread_cond_broadcast(&p->cv);
   pthread_mutex_unlock(&p->mu);
-  for (int i = 0; i < p->nthreads; i++) pthread_join(p->th[i], NULL);
+  for (int i = 0; i < p->nthreads; i++)
+    pthread_join(p->th[i], NULL);
   free(p->th);
   if (p->have_topo) hwloc_topology_destroy(p->topo);
   pthread_cond_destroy(&p->cv);
@@ -232,7 +234,8 @@ void optim_pool_for(optim_pool *p, size_t ntiles, optim_for_fn fn, void *arg) {
   pthread_cond_init(&f.cv, NULL);
   optim_pool_submit(p, &f.job);
   pthread_mutex_lock(&f.mu);
-  while (!f.over) pthread_cond_wait(&f.cv, &f.mu);
+  while (!f.over)
+    pthread_cond_wait(&f.cv, &f.mu);
   pthread_mutex_unlock(&f.mu);
   pthread_cond_destroy(&f.cv);
   pthread_mutex_destroy(&f.mu);

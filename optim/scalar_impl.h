@@ -44,7 +44,7 @@ static inline uint16_t optim_f32_to_f16(float x) {
   uint32_t a = u & 0x7fffffffu;
   if (a > 0x7f800000u) return (uint16_t)(sign | 0x7e00u | ((a >> 13) & 0x3ffu)); /* NaN */
   if (a >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u); /* rounds to >= 65520: inf */
-  if (a < 0x38800000u) { /* below 2^-14: subnormal half (or zero) */
+  if (a < 0x38800000u) {              /* below 2^-14: subnormal half (or zero) */
     if (a < 0x33000000u) return sign; /* below 2^-25: rounds to 0 (2^-25 ties to 0) */
     uint32_t e = a >> 23, m = (a & 0x7fffffu) | 0x800000u;
     uint32_t shift = 126u - e; /* value = m x 2^(e-150); half unit 2^-24 */
@@ -129,7 +129,7 @@ static inline void optim_elem(const optim_scalars *s, float g, float *pp, float 
     m = fmaf(s->beta2, m, s->omb2 * g);
     break;
   }
-  case FERRY_OPTIM_LAMB: /* phase 2: m and v are already updated */
+  case FERRY_OPTIM_LAMB:                                /* phase 2: m and v are already updated */
     p = fmaf(s->neg_step, optim_lamb_u(s, p, m, v), p); /* neg_step: -lr x trust */
     break;
   default: break;
@@ -192,7 +192,8 @@ static inline double optim_ref_sumsq_range(const void *g, int dt, size_t b, size
 
 static inline void optim_ref_accumulate_range(float *acc, const void *g, int dt, size_t b, size_t e,
                                               float scale) {
-  for (size_t i = b; i < e; i++) acc[i] = fmaf(optim_load(g, dt, i), scale, acc[i]);
+  for (size_t i = b; i < e; i++)
+    acc[i] = fmaf(optim_load(g, dt, i), scale, acc[i]);
 }
 
 #endif /* FERRY_OPTIM_SCALAR_IMPL_H */

@@ -135,24 +135,24 @@ OPT_INLINE void lamb1_body(const optim_scalars *s, const optim_tile *t, double *
   if (i < n) optim_ref_lamb1_range(s, t, i, n, psq, usq);
 }
 
-#define OPT_C(TYPE, G, S)                                                          \
-  switch (t->cdt) {                                                                \
-  case OPTIM_DT_F16: step_body(s, t, TYPE, G, S, OPTIM_DT_F16); return;            \
-  case OPTIM_DT_BF16: step_body(s, t, TYPE, G, S, OPTIM_DT_BF16); return;          \
-  case OPTIM_DT_F32: step_body(s, t, TYPE, G, S, OPTIM_DT_F32); return;            \
-  default: step_body(s, t, TYPE, G, S, OPTIM_DT_NONE); return;                     \
+#define OPT_C(TYPE, G, S)                                                                          \
+  switch (t->cdt) {                                                                                \
+  case OPTIM_DT_F16: step_body(s, t, TYPE, G, S, OPTIM_DT_F16); return;                            \
+  case OPTIM_DT_BF16: step_body(s, t, TYPE, G, S, OPTIM_DT_BF16); return;                          \
+  case OPTIM_DT_F32: step_body(s, t, TYPE, G, S, OPTIM_DT_F32); return;                            \
+  default: step_body(s, t, TYPE, G, S, OPTIM_DT_NONE); return;                                     \
   }
-#define OPT_S(TYPE, G)                                                             \
-  if (t->sdt == OPTIM_DT_BF16) {                                                   \
-    OPT_C(TYPE, G, OPTIM_DT_BF16)                                                  \
-  } else {                                                                         \
-    OPT_C(TYPE, G, OPTIM_DT_F32)                                                   \
+#define OPT_S(TYPE, G)                                                                             \
+  if (t->sdt == OPTIM_DT_BF16) {                                                                   \
+    OPT_C(TYPE, G, OPTIM_DT_BF16)                                                                  \
+  } else {                                                                                         \
+    OPT_C(TYPE, G, OPTIM_DT_F32)                                                                   \
   }
-#define OPT_G(TYPE)                                                                \
-  switch (t->gdt) {                                                                \
-  case OPTIM_DT_F16: OPT_S(TYPE, OPTIM_DT_F16) return;                             \
-  case OPTIM_DT_BF16: OPT_S(TYPE, OPTIM_DT_BF16) return;                           \
-  default: OPT_S(TYPE, OPTIM_DT_F32) return;                                       \
+#define OPT_G(TYPE)                                                                                \
+  switch (t->gdt) {                                                                                \
+  case OPTIM_DT_F16: OPT_S(TYPE, OPTIM_DT_F16) return;                                             \
+  case OPTIM_DT_BF16: OPT_S(TYPE, OPTIM_DT_BF16) return;                                           \
+  default: OPT_S(TYPE, OPTIM_DT_F32) return;                                                       \
   }
 
 static void k_adamw(const optim_scalars *s, const optim_tile *t) { OPT_G(FERRY_OPTIM_ADAMW) }
@@ -197,7 +197,8 @@ static void k_lamb1(const optim_scalars *s, const optim_tile *t, double *psq, do
 OPT_INLINE double sumsq_body(const void *g, int dt, size_t n) {
   vd a0 = vd_zero(), a1 = vd_zero();
   size_t i = 0;
-  for (; i + VW <= n; i += VW) vd_sqacc(&a0, &a1, vb_load(g, dt, i));
+  for (; i + VW <= n; i += VW)
+    vd_sqacc(&a0, &a1, vb_load(g, dt, i));
   return vd_hsum(a0, a1) + optim_ref_sumsq_range(g, dt, i, n);
 }
 
@@ -212,7 +213,8 @@ static double k_sumsq(const void *g, int dt, size_t n) {
 OPT_INLINE void acc_body(float *acc, const void *g, int dt, size_t n, float scale) {
   const vf sc = v_set1(scale);
   size_t i = 0;
-  for (; i + VW <= n; i += VW) v_storeu(acc + i, v_fma(vb_load(g, dt, i), sc, v_loadu(acc + i)));
+  for (; i + VW <= n; i += VW)
+    v_storeu(acc + i, v_fma(vb_load(g, dt, i), sc, v_loadu(acc + i)));
   optim_ref_accumulate_range(acc, g, dt, i, n, scale);
 }
 

@@ -12,13 +12,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define CK(x)                                                                          \
-  do {                                                                                 \
-    cudaError_t e_ = (x);                                                              \
-    if (e_ != cudaSuccess) {                                                           \
-      fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-      exit(1);                                                                         \
-    }                                                                                  \
+#define CK(x)                                                                                      \
+  do {                                                                                             \
+    cudaError_t e_ = (x);                                                                          \
+    if (e_ != cudaSuccess) {                                                                       \
+      fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_));          \
+      exit(1);                                                                                     \
+    }                                                                                              \
   } while (0)
 
 int main(void) {
@@ -41,7 +41,8 @@ int main(void) {
         float *hm = malloc(n * 4), *hv = malloc(n * 4);
         unsigned char *g = malloc(n * 4);
         uint16_t *pc = calloc(n, 2), *hpc = calloc(n, 2);
-        for (size_t i = 0; i < n; i++) p[i] = (float)((test_rand(&seed) >> 40) / 16777216.0) - 0.5f;
+        for (size_t i = 0; i < n; i++)
+          p[i] = (float)((test_rand(&seed) >> 40) / 16777216.0) - 0.5f;
         float *dp, *dm, *dv;
         void *dg, *dpc;
         CK(cudaMalloc((void **)&dp, n * 4));

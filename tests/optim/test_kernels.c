@@ -69,12 +69,12 @@ static void fill(bufs *b, int gdt, int sdt, int special) {
       /* param bit patterns of every kind for the 16-bit copies */
       uint32_t u = (uint32_t)test_rand(&seed);
       switch (i % 8) {
-      case 0: p = f32_from_bits(u); break;                       /* anything, NaN included */
+      case 0: p = f32_from_bits(u); break; /* anything, NaN included */
       case 1: p = f32_from_bits((u & 0x807fffffu) | 0x33000000u); break; /* near 2^-25 */
       case 2: p = f32_from_bits((u & 0x80ffffffu) | 0x38000000u); break; /* fp16 subnormal edge */
-      case 3: p = 65504.0f + (float)(u % 64); break;             /* fp16 overflow edge */
-      case 4: p = f32_from_bits((u & 0x807fffffu)); break;       /* fp32 subnormal */
-      case 5: p = f32_from_bits((u & 0xffff8000u) | 0x8000u); break; /* bf16 ties */
+      case 3: p = 65504.0f + (float)(u % 64); break;                     /* fp16 overflow edge */
+      case 4: p = f32_from_bits((u & 0x807fffffu)); break;               /* fp32 subnormal */
+      case 5: p = f32_from_bits((u & 0xffff8000u) | 0x8000u); break;     /* bf16 ties */
       default: break;
       }
       if (i % 37 == 5) g = NAN;
@@ -129,7 +129,10 @@ static const variant variants[] = {
 };
 
 static const char *dtn(int dt) {
-  return dt == OPTIM_DT_F16 ? "f16" : dt == OPTIM_DT_BF16 ? "bf16" : dt == OPTIM_DT_F32 ? "f32" : "none";
+  return dt == OPTIM_DT_F16    ? "f16"
+         : dt == OPTIM_DT_BF16 ? "bf16"
+         : dt == OPTIM_DT_F32  ? "f32"
+                               : "none";
 }
 
 static bufs A, B; /* reference, candidate */
@@ -188,8 +191,8 @@ static void test_steps(const optim_kernels *k, int native) {
             for (size_t off = 0; off <= 1; off++)
               for (int special = 0; special <= 1; special++) {
                 int64_t t = (li & 1) ? 1 : 5;
-                if (!run_case(k, native, &variants[v], gdt, sdt, cdt, lens[li], off + (li % 3 == 2 ? 2 : 0), t,
-                              special) &&
+                if (!run_case(k, native, &variants[v], gdt, sdt, cdt, lens[li],
+                              off + (li % 3 == 2 ? 2 : 0), t, special) &&
                     ++fails > 20)
                   REQUIRE(!"too many kernel mismatches");
               }
@@ -213,7 +216,8 @@ static void test_helpers(const optim_kernels *k) {
       double g = k->sumsq(base + off * esz(dt), dt, n);
       EXPECT(fabs(r - g) <= 1e-12 * r);
       static float a1[MAXN + 16], a2[MAXN + 16];
-      for (size_t i = 0; i < MAXN + 16; i++) a1[i] = a2[i] = srand1();
+      for (size_t i = 0; i < MAXN + 16; i++)
+        a1[i] = a2[i] = srand1();
       optim_kernels_scalar.accumulate(a1 + off, base + off * esz(dt), dt, n, 0.25f);
       k->accumulate(a2 + off, base + off * esz(dt), dt, n, 0.25f);
       EXPECT(memcmp(a1, a2, sizeof a1) == 0);

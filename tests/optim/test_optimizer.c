@@ -35,7 +35,8 @@ static void model_init(model *md, unsigned long long sd) {
     md->v[s] = calloc(n, 4);
     md->g[s] = malloc(n * 2);
     md->pc[s] = calloc(n, 2);
-    for (size_t i = 0; i < n; i++) md->p[s][i] = srand1();
+    for (size_t i = 0; i < n; i++)
+      md->p[s][i] = srand1();
   }
   seed = save;
 }
@@ -44,7 +45,8 @@ static void model_grads(model *md, unsigned long long sd) {
   unsigned long long save = seed;
   seed = sd;
   for (int s = 0; s < NSPAN; s++)
-    for (size_t i = 0; i < span_n[s] + 1; i++) md->g[s][i] = optim_f32_to_f16(srand1() * 64.0f);
+    for (size_t i = 0; i < span_n[s] + 1; i++)
+      md->g[s][i] = optim_f32_to_f16(srand1() * 64.0f);
   seed = save;
 }
 
@@ -60,8 +62,8 @@ static void model_free(model *md) {
 
 static void spans_of(model *md, ferry_optim_span *sp) {
   for (int s = 0; s < NSPAN; s++) {
-    ferry_optim_span x = {md->p[s], md->g[s], md->m[s], md->v[s], md->pc[s], span_n[s],
-                          FERRY_OPTIM_DT_F16, FERRY_OPTIM_DT_BF16};
+    ferry_optim_span x = {md->p[s],  md->g[s],  md->m[s],           md->v[s],
+                          md->pc[s], span_n[s], FERRY_OPTIM_DT_F16, FERRY_OPTIM_DT_BF16};
     sp[s] = x;
   }
 }
@@ -74,8 +76,9 @@ static void ref_step(model *md, const ferry_optimizer_config *cfg, int64_t t, fl
     int mom = cfg->type != FERRY_OPTIM_SGD || cfg->momentum != 0;
     int two = cfg->type == FERRY_OPTIM_ADAMW || cfg->type == FERRY_OPTIM_ADAM ||
               cfg->type == FERRY_OPTIM_LAMB;
-    optim_tile tl = {md->p[k], md->g[k], mom ? md->m[k] : NULL, two ? md->v[k] : NULL,
-                     md->pc[k], span_n[k], OPTIM_DT_F16, OPTIM_DT_F32, OPTIM_DT_BF16, 1.0f};
+    optim_tile tl = {md->p[k],      md->g[k],  mom ? md->m[k] : NULL, two ? md->v[k] : NULL,
+                     md->pc[k],     span_n[k], OPTIM_DT_F16,          OPTIM_DT_F32,
+                     OPTIM_DT_BF16, 1.0f};
     if (cfg->type == FERRY_OPTIM_LAMB) {
       double ps = 0, us = 0;
       optim_kernels_scalar.lamb_phase1(&s, &tl, &ps, &us);
@@ -94,8 +97,8 @@ static int compare(model *a, model *b, double tol) {
         fprintf(stderr, "span %d [%zu]: %.9g vs %.9g\n", s, i, x, y);
         return 0;
       }
-      if (tol == 0 && (a->m[s][i] != b->m[s][i] || a->v[s][i] != b->v[s][i] ||
-                       a->pc[s][i] != b->pc[s][i])) {
+      if (tol == 0 &&
+          (a->m[s][i] != b->m[s][i] || a->v[s][i] != b->v[s][i] || a->pc[s][i] != b->pc[s][i])) {
         fprintf(stderr, "span %d [%zu]: state or copy differs\n", s, i);
         return 0;
       }
@@ -105,7 +108,7 @@ static int compare(model *a, model *b, double tol) {
 
 static void test_threads_equal_reference(void) {
   static const ferry_optim_type types[] = {FERRY_OPTIM_ADAMW, FERRY_OPTIM_ADAM, FERRY_OPTIM_ADAGRAD,
-                                           FERRY_OPTIM_LAMB, FERRY_OPTIM_SGD, FERRY_OPTIM_LION};
+                                           FERRY_OPTIM_LAMB,  FERRY_OPTIM_SGD,  FERRY_OPTIM_LION};
   for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++)
     for (int threads = 1; threads <= 3; threads++) {
       ferry_optimizer_config cfg = ferry_optimizer_config_default(types[ti]);
@@ -263,8 +266,8 @@ static void test_helpers(void) {
     double x = optim_bf16_to_f32(h[i]);
     ref += x * x;
   }
-  ferry_grad_span gs[3] = {{f, N1, FERRY_OPTIM_DT_F32}, {NULL, 0, FERRY_OPTIM_DT_F16},
-                           {h, N2, FERRY_OPTIM_DT_BF16}};
+  ferry_grad_span gs[3] = {
+      {f, N1, FERRY_OPTIM_DT_F32}, {NULL, 0, FERRY_OPTIM_DT_F16}, {h, N2, FERRY_OPTIM_DT_BF16}};
   double sum = -1;
   int nf = -1;
   EXPECT_EQ_INT(ferry_optimizer_grad_stats(o, gs, 3, &sum, &nf), 0);

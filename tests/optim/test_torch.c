@@ -24,7 +24,7 @@ static float hval(uint64_t seed, uint64_t step, uint64_t i) {
   return (float)(((double)(h >> 40) / 16777216.0) * 2.0 - 1.0);
 }
 
-#define MAXN 256
+#define MAXN   256
 #define MAXCHK 8
 
 typedef struct {
@@ -51,7 +51,8 @@ static int read_case(FILE *f, fcase *c) {
     if (fscanf(f, "%63s", tok) != 1) return 0;
     if (tok[0] == '#') {
       int ch;
-      while ((ch = fgetc(f)) != EOF && ch != '\n') {}
+      while ((ch = fgetc(f)) != EOF && ch != '\n') {
+      }
       continue;
     }
     break;
@@ -121,10 +122,17 @@ static void run_case(const fcase *c, int seed, const char *simd) {
   static uint16_t g16[MAXN];
   memset(m, 0, sizeof m);
   memset(v, 0, sizeof v);
-  for (int i = 0; i < c->n; i++) p[i] = hval((uint64_t)seed, 0, (uint64_t)i);
+  for (int i = 0; i < c->n; i++)
+    p[i] = hval((uint64_t)seed, 0, (uint64_t)i);
   int bf = !strcmp(c->gdt, "bf16");
-  ferry_optim_span sp = {p, bf ? (const void *)g16 : (const void *)g32, m, v, NULL, (size_t)c->n,
-                         bf ? FERRY_OPTIM_DT_BF16 : FERRY_OPTIM_DT_F32, FERRY_OPTIM_DT_NONE};
+  ferry_optim_span sp = {p,
+                         bf ? (const void *)g16 : (const void *)g32,
+                         m,
+                         v,
+                         NULL,
+                         (size_t)c->n,
+                         bf ? FERRY_OPTIM_DT_BF16 : FERRY_OPTIM_DT_F32,
+                         FERRY_OPTIM_DT_NONE};
   char ctx[128];
   int k = 0;
   /* fp32 rounding differs from torch's in order (lerp vs fma, divide by
