@@ -5,6 +5,8 @@
 
 #include <string.h>
 
+int cli_plan(int argc, char **argv); /* cli/plan.c */
+
 static void usage(FILE *f) {
   fprintf(f,
           "usage: ferry <command> [options]\n"
@@ -13,6 +15,8 @@ static void usage(FILE *f) {
           "GPU memory.\n"
           "\n"
           "commands:\n"
+          "  plan     will a model fit: bytes per tier for each placement, step time,\n"
+          "           bottleneck, largest batch; writes the engine config\n"
           "  info     describe this machine: CPU, SIMD, NUMA, RAM, locked-memory limit,\n"
           "           GPUs, io_uring, and for each --path DIR its file system and O_DIRECT\n"
           "  bench    run a benchmark (io, adam, copy, memory): validates, then times\n"
@@ -33,6 +37,7 @@ int main(int argc, char **argv) {
   if (!strcmp(cmd, "info")) return cli_info(argc - 1, argv + 1);
   if (!strcmp(cmd, "bench")) return cli_bench(argc - 1, argv + 1);
   if (!strcmp(cmd, "config")) return cli_config(argc - 1, argv + 1);
+  if (!strcmp(cmd, "plan")) return cli_plan(argc - 1, argv + 1);
   if (!strcmp(cmd, "version") || !strcmp(cmd, "--version")) {
     printf("ferry %s\n", ferry_version());
     return 0;

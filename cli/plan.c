@@ -1,0 +1,823 @@
+/* cli/plan.c — `ferry plan`: will this model fit on this machine, where does
+ * each byte go, how fast will a step be. Reads the machine through the
+ * public API (or flags), runs the planner of offload/plan.h, and prints a
+ * table, one JSON object (--json), an engine config (--write-config) and an
+ * SVG of the tiers (--svg).
+ */
+#include "cli/cli.h"
+
+#include "ferry.h"
+#include "offload/plan.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+int cli_plan(int argc, char **argv);
+
+static void plan_usage(FILE *f) {
+  fprintf(f,
+"usage: ferry plan (--model PRESET|config.json | --params N) [options]\n"
+"\n"
+"Answers, before a job starts or hardware is bought: does this model train on\n"
+"this machine, where does each byte go (GPU, pinned host RAM, NVMe), how long\n"
+"will one optimizer step take, and what limits it. For each of the five\n"
+"placements the engine supports it prints the bytes of every family in every\n"
+"tier, whether they fit and, if not, which tier is short by how much; the\n"
+"step time split into compute, host-to-device, device-to-host, CPU optimizer\n"
+"and NVMe, with the bottleneck named; and the largest batch that fits. The\n"
+"recommended placement is the fastest one that fits. docs/PLANNING.md has\n"
+"every formula and assumption.\n"
+"\n"
+"placements (the engine's placement.params / grads / optimizer):\n"
+"  all-gpu         gpu  / gpu  / gpu    everything on the device\n"
+"  zero-offload    gpu  / host / host   ZeRO-Offload: CPU optimizer\n"
+"  zero3-offload   host / host / host   params streamed per group (ZeRO-3 offload)\n"
+"  nvme-optimizer  host / host / nvme   fp32 master and states on NVMe\n"
+"  zero-infinity   nvme / host / nvme   params too on NVMe (ZeRO-Infinity)\n"
+"\n"
+"model (one of):\n"
+"  --model NAME        a preset with its exact parameter count: gpt2, gpt2-medium,\n"
+"                      gpt2-large, gpt2-xl, llama-2-7b, llama-2-13b, llama-2-70b,\n"
+"                      llama-3-8b, llama-3-70b, mistral-7b, qwen2.5-14b\n"
+"  --model FILE        a Hugging Face config.json of the GPT-2 family (gpt2) or the\n"
+"                      Llama family (llama, mistral, qwen2)\n"
+"  --params N          a dense Llama-shaped model of N parameters (13e9, 13B, 350M)\n"
+"  --list-models       print the presets and their parameter counts\n"
+"\n"
+"machine (defaults come from this machine, as `ferry info` sees it):\n"
+"  --gpu-mem SIZE      the GPU's memory (24G); budget = 95%% of it, as the engine\n"
+"                      keeps 5%% for the CUDA context. Default: the free memory of\n"
+"                      GPU 0 less 5%%. Without a GPU here this flag is required.\n"
+"  --host-mem SIZE     the machine's RAM (128G); budget = 80%% of it, the engine's\n"
+"                      tiers.host.budget default. Default: 80%% of available RAM.\n"
+"  --nvme SIZE         NVMe space for the swap files (2T); budget = SIZE\n"
+"  --nvme-path DIR     probe DIR instead: its free space is the budget, and\n"
+"                      --write-config puts DIR in tiers.nvme.paths\n"
+"                      Without either, the NVMe placements do not fit.\n"
+"  --profile FILE      measured bandwidths (JSON written by `ferry bench all`; the\n"
+"                      format is in docs/PLANNING.md). Without it the defaults\n"
+"                      used are printed.\n"
+"\n"
+"training:\n"
+"  --batch B           micro-batch size (default 1)\n"
+"  --seq S             sequence length in tokens (default 1024)\n"
+"  --precision P       bf16 (default), fp16 or fp32: the dtype of the params the\n"
+"                      GPU computes with and of the activations\n"
+"  --optimizer O       adamw (default), adam, lamb (2 fp32 states), adagrad, sgd\n"
+"                      (momentum), lion (1 state)\n"
+"  --checkpointing on|off   activation checkpointing per block (default on)\n"
+"  --attention materialized|flash   whether S x S attention scores are kept\n"
+"                      (default materialized: the conservative count)\n"
+"  --chunk-size SIZE   the engine's chunk size (default 64M); families are\n"
+"                      reserved in whole chunks\n"
+"\n"
+"output:\n"
+"  --json              one JSON object: params, placement, fits, tiers (gpu, host,\n"
+"                      nvme: bytes and budget), step_seconds, bottleneck,\n"
+"                      max_batch, bandwidths, assumed, candidates[] (each with its\n"
+"                      tiers and families, fits, why, components, step_seconds)\n"
+"  --write-config FILE write the engine config (libconfig) of the recommended\n"
+"                      placement with the budgets used here\n"
+"  --svg FILE          draw each placement's tiers as stacked bars against budgets\n"
+"  -h, --help          this text\n"
+"\n"
+"Sizes are powers of 1024 (24G = 24 GiB); bandwidths are 10^9 bytes/s.\n"
+"\n"
+"exit status: 0 a placement fits; 1 none fits (what is short by how much is\n"
+"printed); 2 bad usage or an impossible request (zero budgets, bad sizes, no\n"
+"GPU and no --gpu-mem, an unreadable config.json or profile).\n"
+"\n"
+"example:\n"
+"  ferry plan --model llama-2-13b --gpu-mem 24G --host-mem 128G --nvme 2T \\\n"
+"             --batch 1 --seq 2048\n");
+}
+
+/* ---- small helpers -------------------------------------------------------- */
+
+static const char *gib(double b, char *buf, size_t n) {
+  static const char *u[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+  int i = 0;
+  while (fabs(b) >= 1024 && i < 6) {
+    b /= 1024;
+    i++;
+  }
+  snprintf(buf, n, i ? "%.1f %s" : "%.0f %s", b, u[i]);
+  return buf;
+}
+
+static const char *commas(uint64_t v, char *buf, size_t n) {
+  char tmp[32];
+  snprintf(tmp, sizeof tmp, "%llu", (unsigned long long)v);
+  size_t len = strlen(tmp), o = 0;
+  for (size_t i = 0; i < len && o + 2 < n; i++) {
+    if (i && (len - i) % 3 == 0) buf[o++] = ',';
+    buf[o++] = tmp[i];
+  }
+  buf[o] = '\0';
+  return buf;
+}
+
+static int parse_int(const char *flag, const char *s, int64_t lo, int64_t hi, int64_t *out) {
+  char *end;
+  errno = 0;
+  long long v = strtoll(s, &end, 10);
+  if (errno || end == s || *end || v < lo || v > hi) {
+    fprintf(stderr, "ferry plan: %s '%s': expected an integer from %lld to %lld\n", flag, s,
+            (long long)lo, (long long)hi);
+    return -1;
+  }
+  *out = v;
+  return 0;
+}
+
+/* "13e9", "13B", "350M", "1.5T", "7000000000": decimal powers for counts. */
+static int parse_count(const char *s, uint64_t *out) {
+  char *end;
+  errno = 0;
+  double v = strtod(s, &end);
+  if (errno || end == s || !isfinite(v) || v <= 0) return -1;
+  double mul = 1;
+  if (*end) {
+    switch (toupper((unsigned char)*end)) {
+    case 'K': mul = 1e3; break;
+    case 'M': mul = 1e6; break;
+    case 'B':
+    case 'G': mul = 1e9; break;
+    case 'T': mul = 1e12; break;
+    default: return -1;
+    }
+    if (end[1]) return -1;
+  }
+  v *= mul;
+  if (v > 1e18 || v != floor(v)) return -1;
+  *out = (uint64_t)v;
+  return 0;
+}
+
+static int parse_size_flag(const char *flag, const char *s, uint64_t *out) {
+  if (ferry_parse_size(s, out)) {
+    fprintf(stderr, "ferry plan: %s '%s': not a size (examples: 24G, 512M, 1.5T, 4096)\n", flag,
+            s);
+    return -1;
+  }
+  return 0;
+}
+
+static int pick(const char *flag, const char *s, const char *const *names, int n, int *out) {
+  for (int i = 0; i < n; i++)
+    if (!strcmp(s, names[i])) {
+      *out = i;
+      return 0;
+    }
+  fprintf(stderr, "ferry plan: %s '%s': expected one of", flag, s);
+  for (int i = 0; i < n; i++) fprintf(stderr, " %s", names[i]);
+  fprintf(stderr, "\n");
+  return -1;
+}
+
+/* ---- hardware -------------------------------------------------------------- */
+
+typedef struct {
+  char text[3][256];  /* where each budget came from */
+  char gpu_name[128];
+  uint64_t memlock;   /* of this machine; UINT64_MAX unlimited */
+  int pcie_gen, pcie_width;
+  int host_here;      /* the host budget comes from this machine */
+} hw_notes;
+
+/* ---- SVG ------------------------------------------------------------------- */
+
+static const char *const fam_color[FERRY_FAMILIES] = {"#4e79a7", "#f28e2b", "#e15759", "#76b7b2",
+                                                      "#59a14f", "#edc948", "#b07aa1"};
+
+static void svg_escape(FILE *f, const char *s) {
+  for (; *s; s++) {
+    if (*s == '<') fputs("&lt;", f);
+    else if (*s == '>') fputs("&gt;", f);
+    else if (*s == '&') fputs("&amp;", f);
+    else fputc(*s, f);
+  }
+}
+
+static int write_svg(const char *path, const ferry_plan_input *in, const ferry_plan_result *r) {
+  FILE *f = fopen(path, "w");
+  if (!f) {
+    fprintf(stderr, "ferry plan: --svg %s: %s\n", path, strerror(errno));
+    return -1;
+  }
+  const int W = 980, H = 460, base = 360; /* the 0% line */
+  const double full = 230;                          /* pixels for 100% of a budget */
+  fprintf(f,
+          "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" "
+          "viewBox=\"0 0 %d %d\" font-family=\"sans-serif\" font-size=\"12\">\n"
+          "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n",
+          W, H, W, H);
+  fprintf(f, "<text x=\"20\" y=\"24\" font-size=\"16\" font-weight=\"bold\">ferry plan: ");
+  svg_escape(f, in->model.name);
+  char pc[32];
+  fprintf(f, " (%s params), batch %lld x seq %lld, %s, %s</text>\n",
+          commas(r->params, pc, sizeof pc), (long long)in->batch, (long long)in->seq,
+          ferry_plan_precision_name(in->precision), ferry_plan_optimizer_name(in->optimizer));
+  fprintf(f, "<text x=\"20\" y=\"44\" fill=\"#555\">each bar: one tier's bytes as a share of "
+             "its budget (dashed line = 100%%); red label = does not fit</text>\n");
+  fprintf(f, "<line x1=\"40\" y1=\"%.0f\" x2=\"%d\" y2=\"%.0f\" stroke=\"#888\" "
+             "stroke-dasharray=\"4 3\"/>\n<text x=\"8\" y=\"%.0f\" fill=\"#888\">100%%</text>\n",
+          base - full, W - 20, base - full, base - full + 4);
+  fprintf(f, "<line x1=\"40\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"#000\"/>\n", base, W - 20,
+          base);
+  const int group_w = 185, bar_w = 44;
+  for (int p = 0; p < FERRY_PLACEMENTS; p++) {
+    const ferry_plan_candidate *c = &r->cand[p];
+    int gx = 50 + p * group_w;
+    for (int t = 0; t < FERRY_PLAN_TIERS; t++) {
+      int x = gx + t * (bar_w + 10);
+      double budget = (double)in->budget[t];
+      double y = base;
+      double total = (double)c->tier_bytes[t];
+      double scale = budget > 0 ? full / budget : 0;
+      double shown = total * scale;
+      double clip = shown > full * 1.25 ? full * 1.25 / shown : 1; /* keep bars on the page */
+      for (int fam = 0; fam < FERRY_FAMILIES; fam++) {
+        double hgt = (double)c->bytes[t][fam] * scale * clip;
+        if (total > 0 && budget == 0) hgt = (double)c->bytes[t][fam] / total * full * 1.25;
+        if (hgt <= 0) continue;
+        y -= hgt;
+        char b[32];
+        fprintf(f, "<rect x=\"%d\" y=\"%.1f\" width=\"%d\" height=\"%.1f\" fill=\"%s\">"
+                   "<title>%s %s %s</title></rect>\n",
+                x, y, bar_w, hgt, fam_color[fam], ferry_plan_tier_name(t),
+                ferry_plan_family_name(fam), gib((double)c->bytes[t][fam], b, sizeof b));
+      }
+      char b[32];
+      int over = c->short_by[t] > 0;
+      fprintf(f, "<text x=\"%d\" y=\"%.1f\" text-anchor=\"middle\" font-size=\"10\" "
+                 "fill=\"%s\">%s%s</text>\n",
+              x + bar_w / 2, y - 4, over ? "#c00" : "#333", gib(total, b, sizeof b),
+              clip < 1 || (budget == 0 && total > 0) ? "+" : "");
+      fprintf(f, "<text x=\"%d\" y=\"%d\" text-anchor=\"middle\">%s</text>\n", x + bar_w / 2,
+              base + 16, ferry_plan_tier_name(t));
+    }
+    fprintf(f, "<text x=\"%d\" y=\"%d\" text-anchor=\"middle\" font-weight=\"bold\" "
+               "fill=\"%s\">%s%s</text>\n",
+            gx + (3 * bar_w + 20) / 2, base + 36, c->fits ? "#060" : "#c00",
+            ferry_plan_placement_name(p), p == r->recommended ? " *" : "");
+    if (c->fits)
+      fprintf(f, "<text x=\"%d\" y=\"%d\" text-anchor=\"middle\" fill=\"#333\">step %.2f s "
+                 "(%s)</text>\n",
+              gx + (3 * bar_w + 20) / 2, base + 52, c->step_seconds,
+              ferry_plan_component_name(c->bottleneck));
+    else
+      fprintf(f, "<text x=\"%d\" y=\"%d\" text-anchor=\"middle\" fill=\"#c00\">does not "
+                 "fit</text>\n", gx + (3 * bar_w + 20) / 2, base + 52);
+  }
+  for (int fam = 0; fam < FERRY_FAMILIES; fam++) {
+    int x = 50 + fam * 130;
+    fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"12\" height=\"12\" fill=\"%s\"/>"
+               "<text x=\"%d\" y=\"%d\">%s</text>\n",
+            x, H - 26, fam_color[fam], x + 16, H - 16, ferry_plan_family_name(fam));
+  }
+  fprintf(f, "</svg>\n");
+  if (fclose(f)) {
+    fprintf(stderr, "ferry plan: --svg %s: write failed\n", path);
+    return -1;
+  }
+  return 0;
+}
+
+/* ---- config ---------------------------------------------------------------- */
+
+static int write_config(const char *path, const ferry_plan_input *in, const ferry_plan_result *r,
+                        const char *nvme_path) {
+  if (r->recommended < 0) {
+    fprintf(stderr, "ferry plan: --write-config %s: not written, no placement fits\n", path);
+    return -1;
+  }
+  ferry_config *c = NULL;
+  if (ferry_config_create(&c)) {
+    fprintf(stderr, "ferry plan: %s\n", ferry_last_error());
+    return -1;
+  }
+  const char *pp, *pg, *po;
+  ferry_plan_placement_tiers(r->recommended, &pp, &pg, &po);
+  char gpu[32], host[32], chunk[32], nvme[32];
+  snprintf(gpu, sizeof gpu, "%llu", (unsigned long long)in->budget[FERRY_PLAN_GPU]);
+  snprintf(host, sizeof host, "%llu", (unsigned long long)in->budget[FERRY_PLAN_HOST]);
+  snprintf(chunk, sizeof chunk, "%llu",
+           (unsigned long long)(in->chunk_size ? in->chunk_size : 64ull << 20));
+  snprintf(nvme, sizeof nvme, "%llu", (unsigned long long)in->budget[FERRY_PLAN_NVME]);
+  int uses_nvme = r->cand[r->recommended].tier_bytes[FERRY_PLAN_NVME] > 0;
+  struct {
+    const char *k, *v;
+  } sets[] = {
+      {"chunk_size", chunk},
+      {"tiers.gpu.budget", gpu},
+      {"tiers.host.budget", host},
+      {"placement.params", pp},
+      {"placement.grads", pg},
+      {"placement.optimizer", po},
+      {"optimizer.type", ferry_plan_optimizer_name(in->optimizer)},
+      {"precision.params", ferry_plan_precision_name(in->precision)},
+      {"tiers.nvme.budget", uses_nvme ? nvme : "0"},
+      {"tiers.nvme.paths", uses_nvme && nvme_path ? nvme_path : NULL},
+  };
+  int rc = 0;
+  for (size_t i = 0; i < sizeof sets / sizeof sets[0] && !rc; i++) {
+    if (!sets[i].v) continue;
+    if (ferry_config_set(c, sets[i].k, sets[i].v)) {
+      fprintf(stderr, "ferry plan: --write-config: %s\n", ferry_config_last_error(c));
+      rc = -1;
+    }
+  }
+  if (!rc && ferry_config_write_file(c, path)) {
+    fprintf(stderr, "ferry plan: --write-config: %s\n", ferry_config_last_error(c));
+    rc = -1;
+  }
+  if (!rc && uses_nvme && !nvme_path)
+    fprintf(stderr, "ferry plan: note: %s uses NVMe but no --nvme-path was given: set "
+                    "tiers.nvme.paths in %s before starting the engine\n", path, path);
+  ferry_config_destroy(c);
+  return rc;
+}
+
+/* ---- output ---------------------------------------------------------------- */
+
+static void print_json(const ferry_plan_input *in, const ferry_plan_result *r,
+                       const hw_notes *hw) {
+  json_out j;
+  json_begin(&j, stdout);
+  const ferry_plan_model *m = &in->model;
+  static const char *const arch[] = {"gpt2", "llama", "dense"};
+  json_str(&j, "model", m->name);
+  json_str(&j, "arch", arch[m->arch]);
+  json_uint(&j, "params", r->params);
+  json_uint(&j, "largest_group_params", r->largest_group);
+  json_int(&j, "groups", r->groups);
+  json_int(&j, "layers", m->layers);
+  json_int(&j, "hidden", m->hidden);
+  json_int(&j, "batch", in->batch);
+  json_int(&j, "seq", in->seq);
+  json_str(&j, "precision", ferry_plan_precision_name(in->precision));
+  json_str(&j, "optimizer", ferry_plan_optimizer_name(in->optimizer));
+  json_bool(&j, "checkpointing", in->checkpointing);
+  json_str(&j, "attention", in->flash_attention ? "flash" : "materialized");
+  json_uint(&j, "chunk_size", in->chunk_size);
+  int best = r->recommended >= 0 ? r->recommended : r->closest;
+  const ferry_plan_candidate *b = &r->cand[best];
+  if (r->recommended >= 0) json_str(&j, "placement", ferry_plan_placement_name(best));
+  else json_null(&j, "placement");
+  json_bool(&j, "fits", r->recommended >= 0);
+  json_str(&j, "closest", ferry_plan_placement_name(r->closest));
+  json_str(&j, "why", b->why);
+  json_open(&j, "tiers", '{');
+  for (int t = 0; t < FERRY_PLAN_TIERS; t++) {
+    json_open(&j, ferry_plan_tier_name(t), '{');
+    json_uint(&j, "bytes", b->tier_bytes[t]);
+    json_uint(&j, "budget", in->budget[t]);
+    json_uint(&j, "short_by", b->short_by[t]);
+    json_str(&j, "budget_source", hw->text[t]);
+    json_close(&j, '}');
+  }
+  json_close(&j, '}');
+  json_num(&j, "step_seconds", b->step_seconds);
+  json_str(&j, "bottleneck", ferry_plan_component_name(b->bottleneck));
+  json_int(&j, "max_batch", b->max_batch);
+  json_uint(&j, "pinned_bytes", b->pinned_bytes);
+  if (hw->memlock == UINT64_MAX) json_null(&j, "memlock_bytes");
+  else json_uint(&j, "memlock_bytes", hw->memlock);
+  json_open(&j, "bandwidths", '{');
+  json_open(&j, "assumed", '[');
+  for (unsigned bit = 1; bit <= FERRY_PLAN_BW_DEVMEM; bit <<= 1)
+    if (!(in->bw.measured & bit)) json_str(&j, NULL, ferry_plan_bandwidth_key(bit));
+  json_close(&j, ']');
+  json_num(&j, "h2d_gbps", in->bw.h2d_gbps);
+  json_num(&j, "d2h_gbps", in->bw.d2h_gbps);
+  json_num(&j, "nvme_read_gbps", in->bw.nvme_read_gbps);
+  json_num(&j, "nvme_write_gbps", in->bw.nvme_write_gbps);
+  json_num(&j, "cpu_optimizer_gbps", in->bw.cpu_optimizer_gbps);
+  json_num(&j, "device_tflops", in->bw.device_tflops);
+  json_num(&j, "device_tflops_fp32", in->bw.device_tflops_fp32);
+  json_num(&j, "device_mem_gbps", in->bw.device_mem_gbps);
+  json_close(&j, '}');
+  json_open(&j, "candidates", '[');
+  for (int p = 0; p < FERRY_PLACEMENTS; p++) {
+    const ferry_plan_candidate *c = &r->cand[p];
+    const char *pp, *pg, *po;
+    ferry_plan_placement_tiers(p, &pp, &pg, &po);
+    json_open(&j, NULL, '{');
+    json_str(&j, "placement", ferry_plan_placement_name(p));
+    json_str(&j, "params_tier", pp);
+    json_str(&j, "grads_tier", pg);
+    json_str(&j, "optimizer_tier", po);
+    json_bool(&j, "fits", c->fits);
+    json_str(&j, "why", c->why);
+    json_open(&j, "tiers", '{');
+    for (int t = 0; t < FERRY_PLAN_TIERS; t++) {
+      json_open(&j, ferry_plan_tier_name(t), '{');
+      json_uint(&j, "bytes", c->tier_bytes[t]);
+      json_uint(&j, "budget", in->budget[t]);
+      json_uint(&j, "short_by", c->short_by[t]);
+      json_open(&j, "families", '{');
+      for (int f = 0; f < FERRY_FAMILIES; f++)
+        json_uint(&j, ferry_plan_family_name(f), c->bytes[t][f]);
+      json_close(&j, '}');
+      json_close(&j, '}');
+    }
+    json_close(&j, '}');
+    json_uint(&j, "pinned_bytes", c->pinned_bytes);
+    json_open(&j, "traffic_bytes", '{');
+    json_num(&j, "h2d", c->h2d_bytes);
+    json_num(&j, "d2h", c->d2h_bytes);
+    json_num(&j, "nvme_read", c->nvme_read_bytes);
+    json_num(&j, "nvme_write", c->nvme_write_bytes);
+    json_num(&j, "cpu", c->cpu_bytes);
+    json_close(&j, '}');
+    json_num(&j, "flops", c->flops);
+    json_open(&j, "components", '{');
+    for (int k = 0; k < FERRY_COMPONENTS; k++)
+      json_num(&j, ferry_plan_component_name(k), c->seconds[k]);
+    json_num(&j, "fill_drain", c->fill_seconds);
+    json_close(&j, '}');
+    json_num(&j, "step_seconds", c->step_seconds);
+    json_str(&j, "bottleneck", ferry_plan_component_name(c->bottleneck));
+    json_int(&j, "max_batch", c->max_batch);
+    json_close(&j, '}');
+  }
+  json_close(&j, ']');
+  json_end(&j);
+}
+
+static void cell_gib(double b) {
+  if (b <= 0) printf(" %14s", "-");
+  else printf(" %14.1f", b / (1024.0 * 1024 * 1024));
+}
+
+static void print_text(const ferry_plan_input *in, const ferry_plan_result *r, const hw_notes *hw) {
+  const ferry_plan_model *m = &in->model;
+  char a[32], b[32];
+  printf("model      %s: %s parameters", m->name, commas(r->params, a, sizeof a));
+  if (m->arch == FERRY_ARCH_DENSE)
+    printf(" (dense; shape assumed for activations: %lld layers, hidden %lld)\n",
+           (long long)m->layers, (long long)m->hidden);
+  else
+    printf(" (%s: %lld layers, hidden %lld, ffn %lld, %lld heads, %lld kv heads, vocab %lld%s%s)\n",
+           m->arch == FERRY_ARCH_GPT2 ? "gpt2" : "llama", (long long)m->layers,
+           (long long)m->hidden, (long long)m->ffn, (long long)m->heads, (long long)m->kv_heads,
+           (long long)m->vocab, m->tied ? ", tied embeddings" : "",
+           m->qkv_bias ? ", q/k/v biases" : "");
+  printf("           %lld groups (embedding, %lld blocks, head); largest %s parameters\n",
+         (long long)r->groups, (long long)m->layers, commas(r->largest_group, a, sizeof a));
+  printf("training   batch %lld x seq %lld, %s params, %s (%d fp32 state%s), checkpointing %s, "
+         "attention %s\n",
+         (long long)in->batch, (long long)in->seq, ferry_plan_precision_name(in->precision),
+         ferry_plan_optimizer_name(in->optimizer), ferry_plan_optimizer_states(in->optimizer),
+         ferry_plan_optimizer_states(in->optimizer) > 1 ? "s" : "",
+         in->checkpointing ? "on" : "off", in->flash_attention ? "flash" : "materialized");
+  for (int t = 0; t < FERRY_PLAN_TIERS; t++)
+    printf("%s %-4s %10s  %s\n", t ? "          " : "budgets   ", ferry_plan_tier_name(t),
+           gib((double)in->budget[t], a, sizeof a), hw->text[t]);
+  if ((in->bw.measured & 0xff) != 0xff) {
+    printf("assumed    %s (no measurement; `ferry bench all` writes a --profile):\n",
+           in->bw.measured ? "some bandwidths from defaults" : "default bandwidths");
+    for (unsigned bit = 1; bit <= FERRY_PLAN_BW_DEVMEM; bit <<= 1) {
+      if (in->bw.measured & bit) continue;
+      double v = bit == FERRY_PLAN_BW_H2D          ? in->bw.h2d_gbps
+                 : bit == FERRY_PLAN_BW_D2H        ? in->bw.d2h_gbps
+                 : bit == FERRY_PLAN_BW_NVME_READ  ? in->bw.nvme_read_gbps
+                 : bit == FERRY_PLAN_BW_NVME_WRITE ? in->bw.nvme_write_gbps
+                 : bit == FERRY_PLAN_BW_CPU_OPT    ? in->bw.cpu_optimizer_gbps
+                 : bit == FERRY_PLAN_BW_TFLOPS     ? in->bw.device_tflops
+                 : bit == FERRY_PLAN_BW_TFLOPS32   ? in->bw.device_tflops_fp32
+                                                   : in->bw.device_mem_gbps;
+      const char *key = ferry_plan_bandwidth_key(bit);
+      const char *src = ferry_plan_bandwidth_source(bit);
+      if ((bit == FERRY_PLAN_BW_H2D || bit == FERRY_PLAN_BW_D2H) && hw->pcie_gen)
+        src = "from this GPU's PCIe link: 80% of its raw rate";
+      printf("             %-20s %7.1f %s  %s\n", key, v,
+             strstr(key, "tflops") ? "TFLOP/s" : "GB/s   ", src);
+    }
+  }
+  printf("\nbytes (GiB)       ");
+  for (int p = 0; p < FERRY_PLACEMENTS; p++) printf(" %14s", ferry_plan_placement_name(p));
+  printf("\n");
+  for (int t = 0; t < FERRY_PLAN_TIERS; t++) {
+    for (int f = 0; f < FERRY_FAMILIES; f++) {
+      int any = 0;
+      for (int p = 0; p < FERRY_PLACEMENTS; p++) any |= r->cand[p].bytes[t][f] > 0;
+      if (!any) continue;
+      printf("  %-4s %-12s", ferry_plan_tier_name(t), ferry_plan_family_name(f));
+      for (int p = 0; p < FERRY_PLACEMENTS; p++) cell_gib((double)r->cand[p].bytes[t][f]);
+      printf("\n");
+    }
+    snprintf(a, sizeof a, "total/%.1f", (double)in->budget[t] / (1024.0 * 1024 * 1024));
+    printf("  %-4s %-12s", ferry_plan_tier_name(t), a);
+    for (int p = 0; p < FERRY_PLACEMENTS; p++) {
+      char cell[32];
+      snprintf(cell, sizeof cell, "%.1f%s",
+               (double)r->cand[p].tier_bytes[t] / (1024.0 * 1024 * 1024),
+               r->cand[p].short_by[t] ? " !" : "");
+      printf(" %14s", r->cand[p].tier_bytes[t] ? cell : "-");
+    }
+    printf("\n");
+  }
+  printf("  fits             ");
+  for (int p = 0; p < FERRY_PLACEMENTS; p++) printf(" %14s", r->cand[p].fits ? "yes" : "no");
+  printf("\n\nstep (seconds)    ");
+  for (int p = 0; p < FERRY_PLACEMENTS; p++) printf(" %14s", ferry_plan_placement_name(p));
+  printf("\n");
+  for (int k = 0; k < FERRY_COMPONENTS; k++) {
+    printf("  %-16s", ferry_plan_component_name(k));
+    for (int p = 0; p < FERRY_PLACEMENTS; p++) {
+      double s = r->cand[p].seconds[k];
+      if (s <= 0) printf(" %14s", "-");
+      else printf(" %14.3f", s);
+    }
+    printf("\n");
+  }
+  printf("  %-16s", "fill + drain");
+  for (int p = 0; p < FERRY_PLACEMENTS; p++) printf(" %14.3f", r->cand[p].fill_seconds);
+  printf("\n  %-16s", "step");
+  for (int p = 0; p < FERRY_PLACEMENTS; p++) printf(" %14.3f", r->cand[p].step_seconds);
+  printf("\n  %-16s", "bottleneck");
+  for (int p = 0; p < FERRY_PLACEMENTS; p++)
+    printf(" %14s", ferry_plan_component_name(r->cand[p].bottleneck));
+  printf("\n  %-16s", "largest batch");
+  for (int p = 0; p < FERRY_PLACEMENTS; p++) printf(" %14lld", (long long)r->cand[p].max_batch);
+  printf("\n\n");
+  for (int p = 0; p < FERRY_PLACEMENTS; p++)
+    if (!r->cand[p].fits)
+      printf("%-15s does not fit: %s\n", ferry_plan_placement_name(p), r->cand[p].why);
+  if (in->budget[FERRY_PLAN_NVME] == 0)
+    printf("(no NVMe given: --nvme SIZE or --nvme-path DIR plans the NVMe placements)\n");
+  printf("\n");
+  if (r->recommended < 0) {
+    const ferry_plan_candidate *c = &r->cand[r->closest];
+    printf("nothing fits. Closest: %s, %s.\n", ferry_plan_placement_name(r->closest), c->why);
+    if (in->batch > 1 && c->max_batch == 0)
+      printf("A smaller batch does not help: even batch 1 does not fit there.\n");
+    return;
+  }
+  const ferry_plan_candidate *c = &r->cand[r->recommended];
+  printf("recommended: %s — %s\n", ferry_plan_placement_name(r->recommended),
+         ferry_plan_placement_desc(r->recommended));
+  printf("  step ~ %.3f s, bottleneck %s (%.3f s", c->step_seconds,
+         ferry_plan_component_name(c->bottleneck), c->seconds[c->bottleneck]);
+  switch (c->bottleneck) {
+  case FERRY_COMP_NVME:
+    printf(": %s read, %s written per step", gib(c->nvme_read_bytes, a, sizeof a),
+           gib(c->nvme_write_bytes, b, sizeof b));
+    break;
+  case FERRY_COMP_H2D: printf(": %s uploaded per step", gib(c->h2d_bytes, a, sizeof a)); break;
+  case FERRY_COMP_D2H: printf(": %s of grads drained", gib(c->d2h_bytes, a, sizeof a)); break;
+  case FERRY_COMP_CPU: printf(": %s of CPU memory traffic", gib(c->cpu_bytes, a, sizeof a)); break;
+  default: printf(": %.3g FLOP", c->flops); break;
+  }
+  printf("); compute alone %.3f s\n", c->seconds[FERRY_COMP_COMPUTE]);
+  double tok = (double)in->batch * (double)in->seq;
+  printf("  %.0f tokens/s, %.1f TFLOP/s achieved of %.1f assumed\n", tok / c->step_seconds,
+         c->flops / c->step_seconds / 1e12,
+         in->precision == FERRY_PREC_FP32 ? in->bw.device_tflops_fp32 : in->bw.device_tflops);
+  printf("  tiers:");
+  for (int t = 0; t < FERRY_PLAN_TIERS; t++)
+    printf("%s %s %s of %s", t ? "," : "", ferry_plan_tier_name(t),
+           gib((double)c->tier_bytes[t], a, sizeof a), gib((double)in->budget[t], b, sizeof b));
+  printf("\n");
+  printf("  largest batch at seq %lld: %lld\n", (long long)in->seq, (long long)c->max_batch);
+  if (hw->memlock != UINT64_MAX && c->pinned_bytes > hw->memlock) {
+    if (hw->host_here)
+      printf("  warning: the host tier is pinned (%s) but RLIMIT_MEMLOCK here is %s: raise "
+             "`ulimit -l`, or set tiers.host.memlock_fallback = \"pageable\" (slower copies)\n",
+             gib((double)c->pinned_bytes, a, sizeof a), gib((double)hw->memlock, b, sizeof b));
+    else
+      printf("  note: %s of the host tier is pinned; the target machine's `ulimit -l` must "
+             "allow it (here it is %s)\n",
+             gib((double)c->pinned_bytes, a, sizeof a), gib((double)hw->memlock, b, sizeof b));
+  }
+}
+
+/* ---- main ------------------------------------------------------------------- */
+
+int cli_plan(int argc, char **argv) {
+  const char *model = NULL, *params = NULL, *gpu_mem = NULL, *host_mem = NULL, *nvme = NULL,
+             *nvme_path = NULL, *profile = NULL, *cfg_out = NULL, *svg = NULL;
+  int json = 0;
+  ferry_plan_input in = ferry_plan_input_default();
+  static const char *const precs[] = {"fp32", "fp16", "bf16"};
+  static const char *const opts[] = {"adamw", "adam", "adagrad", "lamb", "sgd", "lion"};
+  static const char *const onoff[] = {"off", "on"};
+  static const char *const attn[] = {"materialized", "flash"};
+  for (int i = 1; i < argc; i++) {
+    const char *o = argv[i];
+    if (!strcmp(o, "-h") || !strcmp(o, "--help")) {
+      plan_usage(stdout);
+      return 0;
+    }
+    if (!strcmp(o, "--json")) {
+      json = 1;
+      continue;
+    }
+    if (!strcmp(o, "--list-models")) {
+      for (int k = 0; k < ferry_plan_preset_count(); k++) {
+        ferry_plan_model m;
+        char c[32];
+        ferry_plan_model_preset(ferry_plan_preset_name(k), &m, NULL, 0);
+        printf("%-14s %18s params\n", m.name, commas(ferry_plan_model_params(&m), c, sizeof c));
+      }
+      return 0;
+    }
+    static const char *const with_value[] = {
+        "--model",  "--params",    "--gpu-mem",    "--host-mem",     "--nvme",
+        "--nvme-path", "--batch",  "--seq",        "--precision",    "--optimizer",
+        "--checkpointing", "--profile", "--write-config", "--svg", "--attention",
+        "--chunk-size"};
+    int known = 0;
+    for (size_t k = 0; k < sizeof with_value / sizeof with_value[0]; k++)
+      known |= !strcmp(o, with_value[k]);
+    if (!known) {
+      fprintf(stderr, "ferry plan: unknown option '%s' (ferry plan --help)\n", o);
+      return 2;
+    }
+    if (i + 1 >= argc) {
+      fprintf(stderr, "ferry plan: %s needs a value\n", o);
+      return 2;
+    }
+    const char *v = argv[++i];
+    int bad = 0;
+    if (!strcmp(o, "--model")) model = v;
+    else if (!strcmp(o, "--params")) params = v;
+    else if (!strcmp(o, "--gpu-mem")) gpu_mem = v;
+    else if (!strcmp(o, "--host-mem")) host_mem = v;
+    else if (!strcmp(o, "--nvme")) nvme = v;
+    else if (!strcmp(o, "--nvme-path")) nvme_path = v;
+    else if (!strcmp(o, "--profile")) profile = v;
+    else if (!strcmp(o, "--write-config")) cfg_out = v;
+    else if (!strcmp(o, "--svg")) svg = v;
+    else if (!strcmp(o, "--batch")) bad = parse_int(o, v, 1, 1 << 24, &in.batch);
+    else if (!strcmp(o, "--seq")) bad = parse_int(o, v, 1, 1 << 22, &in.seq);
+    else if (!strcmp(o, "--precision")) bad = pick(o, v, precs, 3, &in.precision);
+    else if (!strcmp(o, "--optimizer")) bad = pick(o, v, opts, 6, &in.optimizer);
+    else if (!strcmp(o, "--checkpointing")) bad = pick(o, v, onoff, 2, &in.checkpointing);
+    else if (!strcmp(o, "--attention")) bad = pick(o, v, attn, 2, &in.flash_attention);
+    else if (!strcmp(o, "--chunk-size")) {
+      bad = parse_size_flag(o, v, &in.chunk_size);
+      if (!bad && in.chunk_size < 4096) {
+        fprintf(stderr, "ferry plan: --chunk-size %s: at least 4096 bytes\n", v);
+        bad = 1;
+      }
+    }
+    if (bad) return 2;
+  }
+
+  /* the model */
+  char why[512];
+  if (!!model == !!params) {
+    fprintf(stderr, "ferry plan: give one of --model PRESET|config.json or --params N "
+                    "(ferry plan --help; ferry plan --list-models)\n");
+    return 2;
+  }
+  if (params) {
+    uint64_t n;
+    if (parse_count(params, &n)) {
+      fprintf(stderr, "ferry plan: --params '%s': expected a parameter count such as 13e9, "
+                      "13B, 350M or 7000000000\n", params);
+      return 2;
+    }
+    if (ferry_plan_model_from_params(n, &in.model, why, sizeof why)) {
+      fprintf(stderr, "ferry plan: %s\n", why);
+      return 2;
+    }
+  } else {
+    size_t ml = strlen(model);
+    int file = strchr(model, '/') || (ml > 5 && !strcmp(model + ml - 5, ".json"));
+    if (!file && ferry_plan_model_preset(model, &in.model, why, sizeof why)) {
+      FILE *f = fopen(model, "r"); /* a config.json in the current directory without ".json" */
+      if (!f) {
+        fprintf(stderr, "ferry plan: %s\n", why);
+        return 2;
+      }
+      fclose(f);
+      file = 1;
+    }
+    if (file && ferry_plan_model_from_file(model, &in.model, why, sizeof why)) {
+      fprintf(stderr, "ferry plan: %s\n", why);
+      return 2;
+    }
+  }
+
+  /* the machine */
+  hw_notes hw;
+  memset(&hw, 0, sizeof hw);
+  hw.memlock = UINT64_MAX;
+  ferry_host_info host;
+  int have_host = ferry_host_info_get(&host) == 0;
+  if (have_host) hw.memlock = host.memlock_bytes;
+  char a[32];
+  if (gpu_mem) {
+    uint64_t g;
+    if (parse_size_flag("--gpu-mem", gpu_mem, &g)) return 2;
+    if (g == 0) {
+      fprintf(stderr, "ferry plan: --gpu-mem %s: a GPU with no memory holds nothing; give the "
+                      "device's memory, e.g. --gpu-mem 24G\n", gpu_mem);
+      return 2;
+    }
+    in.budget[FERRY_PLAN_GPU] = (uint64_t)((double)g * 0.95);
+    snprintf(hw.text[0], sizeof hw.text[0], "95%% of --gpu-mem %s (5%% left for the CUDA context)",
+             gib((double)g, a, sizeof a));
+  } else {
+    ferry_gpu_info gpus[FERRY_MAX_GPUS];
+    int n = 0;
+    char gwhy[256] = "";
+    ferry_gpu_list(gpus, FERRY_MAX_GPUS, &n, gwhy, sizeof gwhy);
+    if (n == 0) {
+      fprintf(stderr,
+              "ferry plan: no GPU on this machine (%s) and no --gpu-mem: give the memory of the "
+              "GPU to plan for, e.g. --gpu-mem 24G\n", gwhy[0] ? gwhy : "none found");
+      return 2;
+    }
+    in.budget[FERRY_PLAN_GPU] = (uint64_t)((double)gpus[0].free_memory * 0.95);
+    snprintf(hw.gpu_name, sizeof hw.gpu_name, "%s", gpus[0].name);
+    snprintf(hw.text[0], sizeof hw.text[0], "95%% of the %s free on GPU 0 (%s)",
+             gib((double)gpus[0].free_memory, a, sizeof a), gpus[0].name);
+    hw.pcie_gen = gpus[0].pcie_gen;
+    hw.pcie_width = gpus[0].pcie_width;
+  }
+  if (host_mem) {
+    uint64_t h;
+    if (parse_size_flag("--host-mem", host_mem, &h)) return 2;
+    if (h == 0) {
+      fprintf(stderr, "ferry plan: --host-mem %s: the process itself needs host memory; give "
+                      "the machine's RAM, e.g. --host-mem 128G\n", host_mem);
+      return 2;
+    }
+    in.budget[FERRY_PLAN_HOST] = (uint64_t)((double)h * 0.8);
+    snprintf(hw.text[1], sizeof hw.text[1], "80%% of --host-mem %s (tiers.host.budget default)",
+             gib((double)h, a, sizeof a));
+  } else {
+    if (!have_host) {
+      fprintf(stderr, "ferry plan: cannot read this machine's memory (%s): give --host-mem\n",
+              ferry_last_error());
+      return 2;
+    }
+    in.budget[FERRY_PLAN_HOST] = (uint64_t)((double)host.ram_available_bytes * 0.8);
+    hw.host_here = 1;
+    snprintf(hw.text[1], sizeof hw.text[1], "80%% of the %s of RAM available here",
+             gib((double)host.ram_available_bytes, a, sizeof a));
+  }
+  if (nvme && nvme_path) {
+    fprintf(stderr, "ferry plan: give --nvme SIZE or --nvme-path DIR, not both\n");
+    return 2;
+  }
+  if (nvme) {
+    if (parse_size_flag("--nvme", nvme, &in.budget[FERRY_PLAN_NVME])) return 2;
+    if (in.budget[FERRY_PLAN_NVME] == 0) {
+      fprintf(stderr, "ferry plan: --nvme %s: zero bytes of NVMe; leave the flag out to plan "
+                      "without NVMe\n", nvme);
+      return 2;
+    }
+    snprintf(hw.text[2], sizeof hw.text[2], "--nvme %s", gib((double)in.budget[2], a, sizeof a));
+  } else if (nvme_path) {
+    ferry_path_info pi;
+    char pwhy[256] = "";
+    if (ferry_path_probe(nvme_path, &pi, pwhy, sizeof pwhy)) {
+      fprintf(stderr, "ferry plan: --nvme-path %s: %s\n", nvme_path, pwhy);
+      return 2;
+    }
+    in.budget[FERRY_PLAN_NVME] = pi.free_bytes;
+    snprintf(hw.text[2], sizeof hw.text[2], "free space of %s (%s%s)", nvme_path, pi.fs_type,
+             pi.o_direct ? ", O_DIRECT works" : ", no O_DIRECT: buffered I/O, slower");
+  } else {
+    snprintf(hw.text[2], sizeof hw.text[2], "none given (--nvme SIZE or --nvme-path DIR)");
+  }
+
+  /* bandwidths: the PCIe link of the GPU when known, then the profile */
+  if (hw.pcie_gen >= 1 && hw.pcie_width >= 1) {
+    static const double lane[] = {0, 0.25, 0.5, 0.985, 1.969, 3.938, 7.877}; /* GB/s */
+    int g = hw.pcie_gen > 6 ? 6 : hw.pcie_gen;
+    in.bw.h2d_gbps = in.bw.d2h_gbps = 0.8 * lane[g] * hw.pcie_width;
+  }
+  if (profile && ferry_plan_profile_load(profile, &in.bw, why, sizeof why)) {
+    fprintf(stderr, "ferry plan: --profile: %s\n", why);
+    return 2;
+  }
+
+  ferry_plan_result r;
+  if (ferry_plan_compute(&in, &r, why, sizeof why)) {
+    fprintf(stderr, "ferry plan: %s\n", why);
+    return 2;
+  }
+  if (json) print_json(&in, &r, &hw);
+  else print_text(&in, &r, &hw);
+  int rc = r.recommended >= 0 ? 0 : 1;
+  if (cfg_out) {
+    if (write_config(cfg_out, &in, &r, nvme_path)) rc = rc ? rc : 1;
+    else if (!json) printf("engine config for %s written to %s\n",
+                           ferry_plan_placement_name(r.recommended), cfg_out);
+  }
+  if (svg) {
+    if (write_svg(svg, &in, &r)) rc = rc ? rc : 1;
+    else if (!json) printf("tiers drawn in %s\n", svg);
+  }
+  return rc;
+}

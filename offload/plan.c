@@ -1,0 +1,1254 @@
+/* offload/plan.c — the memory planner: a strict JSON reader (config.json and
+ * profiles), model presets and parameter counts, bytes per family and tier
+ * of each candidate placement, the step-time model and DeepSpeed's published
+ * estimator formulas for comparison. Arithmetic only: no printing, no exits.
+ * The formulas and their sources are written down in docs/PLANNING.md.
+ */
+#include "offload/plan.h"
+
+#include "ferry.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int fail(char *why, size_t wl, int status, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static int fail(char *why, size_t wl, int status, const char *fmt, ...) {
+  if (why && wl) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(why, wl, fmt, ap);
+    va_end(ap);
+  }
+  return status;
+}
+
+/* ======================================================================== */
+/* The strict JSON reader                                                    */
+
+typedef struct {
+  const char *p, *end, *start;
+  int depth;
+  char *why;
+  size_t wl;
+  int failed;
+} pj_parser;
+
+static void pj_pos(const pj_parser *ps, const char *at, int *line, int *col) {
+  *line = 1;
+  *col = 1;
+  for (const char *q = ps->start; q < at && q < ps->end; q++) {
+    if (*q == '\n') {
+      (*line)++;
+      *col = 1;
+    } else {
+      (*col)++;
+    }
+  }
+}
+
+static int pj_err(pj_parser *ps, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int pj_err(pj_parser *ps, const char *fmt, ...) {
+  if (ps->failed) return -1;
+  ps->failed = 1;
+  char msg[200];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  int line, col;
+  pj_pos(ps, ps->p, &line, &col);
+  fail(ps->why, ps->wl, 0, "line %d, column %d: %s", line, col, msg);
+  return -1;
+}
+
+static void pj_ws(pj_parser *ps) {
+  while (ps->p < ps->end &&
+         (*ps->p == ' ' || *ps->p == '\t' || *ps->p == '\n' || *ps->p == '\r'))
+    ps->p++;
+}
+
+static void pj_release(pj_value *v) {
+  if (!v) return;
+  free(v->str);
+  for (size_t i = 0; i < v->n; i++) {
+    pj_release(&v->items[i]);
+    if (v->keys) free(v->keys[i]);
+  }
+  free(v->items);
+  free(v->keys);
+  memset(v, 0, sizeof *v);
+}
+
+static int pj_hex4(pj_parser *ps, unsigned *out) {
+  if (ps->end - ps->p < 4) return pj_err(ps, "truncated \\u escape");
+  unsigned v = 0;
+  for (int i = 0; i < 4; i++) {
+    char c = *ps->p++;
+    v <<= 4;
+    if (c >= '0' && c <= '9') v |= (unsigned)(c - '0');
+    else if (c >= 'a' && c <= 'f') v |= (unsigned)(c - 'a' + 10);
+    else if (c >= 'A' && c <= 'F') v |= (unsigned)(c - 'A' + 10);
+    else return pj_err(ps, "bad hex digit in \\u escape");
+  }
+  *out = v;
+  return 0;
+}
+
+static size_t utf8_put(char *o, unsigned cp) {
+  if (cp < 0x80) {
+    o[0] = (char)cp;
+    return 1;
+  }
+  if (cp < 0x800) {
+    o[0] = (char)(0xC0 | (cp >> 6));
+    o[1] = (char)(0x80 | (cp & 0x3F));
+    return 2;
+  }
+  if (cp < 0x10000) {
+    o[0] = (char)(0xE0 | (cp >> 12));
+    o[1] = (char)(0x80 | ((cp >> 6) & 0x3F));
+    o[2] = (char)(0x80 | (cp & 0x3F));
+    return 3;
+  }
+  o[0] = (char)(0xF0 | (cp >> 18));
+  o[1] = (char)(0x80 | ((cp >> 12) & 0x3F));
+  o[2] = (char)(0x80 | ((cp >> 6) & 0x3F));
+  o[3] = (char)(0x80 | (cp & 0x3F));
+  return 4;
+}
+
+/* Length of a valid UTF-8 sequence at p (1-4), 0 when invalid. */
+static size_t utf8_valid(const unsigned char *p, const unsigned char *end) {
+  unsigned c = p[0];
+  size_t n;
+  unsigned min;
+  if (c < 0x80) return 1;
+  if ((c & 0xE0) == 0xC0) n = 2, min = 0x80;
+  else if ((c & 0xF0) == 0xE0) n = 3, min = 0x800;
+  else if ((c & 0xF8) == 0xF0) n = 4, min = 0x10000;
+  else return 0;
+  if ((size_t)(end - p) < n) return 0;
+  unsigned cp = c & (0x3F >> (n - 1));
+  for (size_t i = 1; i < n; i++) {
+    if ((p[i] & 0xC0) != 0x80) return 0;
+    cp = (cp << 6) | (p[i] & 0x3F);
+  }
+  if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return 0;
+  return n;
+}
+
+static int pj_string(pj_parser *ps, char **out) {
+  ps->p++; /* opening quote */
+  size_t cap = 32, len = 0;
+  char *s = malloc(cap);
+  if (!s) return pj_err(ps, "out of memory");
+  for (;;) {
+    if (ps->p >= ps->end) {
+      free(s);
+      return pj_err(ps, "unterminated string");
+    }
+    if (cap - len < 8) {
+      char *t = realloc(s, cap * 2);
+      if (!t) {
+        free(s);
+        return pj_err(ps, "out of memory");
+      }
+      s = t;
+      cap *= 2;
+    }
+    unsigned char c = (unsigned char)*ps->p;
+    if (c == '"') {
+      ps->p++;
+      break;
+    }
+    if (c < 0x20) {
+      free(s);
+      return pj_err(ps, "control character in string (escape it)");
+    }
+    if (c == '\\') {
+      ps->p++;
+      if (ps->p >= ps->end) {
+        free(s);
+        return pj_err(ps, "unterminated escape");
+      }
+      char e = *ps->p++;
+      switch (e) {
+      case '"': s[len++] = '"'; break;
+      case '\\': s[len++] = '\\'; break;
+      case '/': s[len++] = '/'; break;
+      case 'b': s[len++] = '\b'; break;
+      case 'f': s[len++] = '\f'; break;
+      case 'n': s[len++] = '\n'; break;
+      case 'r': s[len++] = '\r'; break;
+      case 't': s[len++] = '\t'; break;
+      case 'u': {
+        unsigned cp;
+        if (pj_hex4(ps, &cp)) {
+          free(s);
+          return -1;
+        }
+        if (cp >= 0xD800 && cp <= 0xDBFF) {
+          unsigned lo;
+          if (ps->end - ps->p < 2 || ps->p[0] != '\\' || ps->p[1] != 'u') {
+            free(s);
+            return pj_err(ps, "high surrogate without its low surrogate");
+          }
+          ps->p += 2;
+          if (pj_hex4(ps, &lo)) {
+            free(s);
+            return -1;
+          }
+          if (lo < 0xDC00 || lo > 0xDFFF) {
+            free(s);
+            return pj_err(ps, "invalid low surrogate");
+          }
+          cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
+        } else if (cp >= 0xDC00 && cp <= 0xDFFF) {
+          free(s);
+          return pj_err(ps, "lone low surrogate");
+        }
+        if (cp == 0) {
+          free(s);
+          return pj_err(ps, "\\u0000 is not supported in strings");
+        }
+        len += utf8_put(s + len, cp);
+        break;
+      }
+      default: free(s); return pj_err(ps, "invalid escape '\\%c'", e);
+      }
+      continue;
+    }
+    size_t n = utf8_valid((const unsigned char *)ps->p, (const unsigned char *)ps->end);
+    if (!n) {
+      free(s);
+      return pj_err(ps, "invalid UTF-8 in string");
+    }
+    memcpy(s + len, ps->p, n);
+    len += n;
+    ps->p += n;
+  }
+  s[len] = '\0';
+  *out = s;
+  return 0;
+}
+
+static int pj_number(pj_parser *ps, pj_value *v) {
+  const char *b = ps->p, *q = ps->p;
+  int integral = 1;
+  if (q < ps->end && *q == '-') q++;
+  if (q >= ps->end || !(*q >= '0' && *q <= '9')) return pj_err(ps, "invalid number");
+  if (*q == '0') {
+    q++;
+    if (q < ps->end && *q >= '0' && *q <= '9') return pj_err(ps, "leading zero in number");
+  } else {
+    while (q < ps->end && *q >= '0' && *q <= '9') q++;
+  }
+  if (q < ps->end && *q == '.') {
+    integral = 0;
+    q++;
+    if (q >= ps->end || !(*q >= '0' && *q <= '9')) return pj_err(ps, "digit expected after '.'");
+    while (q < ps->end && *q >= '0' && *q <= '9') q++;
+  }
+  if (q < ps->end && (*q == 'e' || *q == 'E')) {
+    integral = 0;
+    q++;
+    if (q < ps->end && (*q == '+' || *q == '-')) q++;
+    if (q >= ps->end || !(*q >= '0' && *q <= '9')) return pj_err(ps, "digit expected in exponent");
+    while (q < ps->end && *q >= '0' && *q <= '9') q++;
+  }
+  char buf[64];
+  size_t n = (size_t)(q - b);
+  if (n >= sizeof buf) return pj_err(ps, "number too long");
+  memcpy(buf, b, n);
+  buf[n] = '\0';
+  v->type = PJ_NUM;
+  v->num = strtod(buf, NULL);
+  if (!isfinite(v->num)) return pj_err(ps, "number out of range");
+  if (integral) {
+    errno = 0;
+    long long x = strtoll(buf, NULL, 10);
+    if (!errno) {
+      v->is_int = 1;
+      v->i = x;
+    }
+  }
+  ps->p = q;
+  return 0;
+}
+
+static int pj_value_parse(pj_parser *ps, pj_value *v);
+
+static int pj_push(pj_parser *ps, pj_value *v, size_t *cap, char *key) {
+  if (v->n == *cap) {
+    size_t nc = *cap ? *cap * 2 : 8;
+    pj_value *ni = realloc(v->items, nc * sizeof *ni);
+    if (!ni) return pj_err(ps, "out of memory");
+    v->items = ni;
+    if (v->type == PJ_OBJ) {
+      char **nk = realloc(v->keys, nc * sizeof *nk);
+      if (!nk) return pj_err(ps, "out of memory");
+      v->keys = nk;
+    }
+    *cap = nc;
+  }
+  memset(&v->items[v->n], 0, sizeof v->items[0]);
+  if (v->type == PJ_OBJ) v->keys[v->n] = key;
+  v->n++;
+  return 0;
+}
+
+static int pj_container(pj_parser *ps, pj_value *v, int obj) {
+  if (++ps->depth > 64) return pj_err(ps, "nesting deeper than 64");
+  v->type = obj ? PJ_OBJ : PJ_ARR;
+  ps->p++;
+  size_t cap = 0;
+  pj_ws(ps);
+  if (ps->p < ps->end && *ps->p == (obj ? '}' : ']')) {
+    ps->p++;
+    ps->depth--;
+    return 0;
+  }
+  for (;;) {
+    char *key = NULL;
+    pj_ws(ps);
+    if (obj) {
+      if (ps->p >= ps->end || *ps->p != '"')
+        return pj_err(ps, ps->p < ps->end && *ps->p == '}' ? "trailing comma in object"
+                                                           : "expected a quoted key");
+      const char *kat = ps->p;
+      if (pj_string(ps, &key)) return -1;
+      for (size_t i = 0; i < v->n; i++)
+        if (!strcmp(v->keys[i], key)) {
+          ps->p = kat;
+          int rc = pj_err(ps, "duplicate key \"%s\"", key);
+          free(key);
+          return rc;
+        }
+      pj_ws(ps);
+      if (ps->p >= ps->end || *ps->p != ':') {
+        free(key);
+        return pj_err(ps, "expected ':' after key");
+      }
+      ps->p++;
+    } else if (ps->p < ps->end && *ps->p == ']') {
+      return pj_err(ps, "trailing comma in array");
+    }
+    if (pj_push(ps, v, &cap, key)) {
+      free(key);
+      return -1;
+    }
+    if (pj_value_parse(ps, &v->items[v->n - 1])) return -1;
+    pj_ws(ps);
+    if (ps->p < ps->end && *ps->p == ',') {
+      ps->p++;
+      continue;
+    }
+    if (ps->p < ps->end && *ps->p == (obj ? '}' : ']')) {
+      ps->p++;
+      break;
+    }
+    return pj_err(ps, obj ? "expected ',' or '}'" : "expected ',' or ']'");
+  }
+  ps->depth--;
+  return 0;
+}
+
+static int pj_value_parse(pj_parser *ps, pj_value *v) {
+  pj_ws(ps);
+  if (ps->p >= ps->end) return pj_err(ps, "unexpected end of input");
+  int line, col;
+  pj_pos(ps, ps->p, &line, &col);
+  v->line = line;
+  char c = *ps->p;
+  if (c == '{' || c == '[') return pj_container(ps, v, c == '{');
+  if (c == '"') {
+    v->type = PJ_STR;
+    return pj_string(ps, &v->str);
+  }
+  if (c == '-' || (c >= '0' && c <= '9')) return pj_number(ps, v);
+  static const struct {
+    const char *w;
+    pj_type t;
+    int b;
+  } words[] = {{"true", PJ_BOOL, 1}, {"false", PJ_BOOL, 0}, {"null", PJ_NULL, 0}};
+  for (size_t i = 0; i < 3; i++) {
+    size_t n = strlen(words[i].w);
+    if ((size_t)(ps->end - ps->p) >= n && !memcmp(ps->p, words[i].w, n)) {
+      ps->p += n;
+      v->type = words[i].t;
+      v->b = words[i].b;
+      return 0;
+    }
+  }
+  if (c == '\'') return pj_err(ps, "strings take double quotes");
+  if (c == '/') return pj_err(ps, "comments are not JSON");
+  return pj_err(ps, "unexpected character '%c'", c);
+}
+
+int ferry_pj_parse(const char *text, size_t len, pj_value **out, char *why, size_t wl) {
+  if (!text || !out) return fail(why, wl, FERRY_EINVAL, "no JSON text");
+  pj_value *v = calloc(1, sizeof *v);
+  if (!v) return fail(why, wl, FERRY_ENOMEM, "out of memory");
+  pj_parser ps = {text, text + len, text, 0, why, wl, 0};
+  if (len >= 3 && (unsigned char)text[0] == 0xEF && (unsigned char)text[1] == 0xBB &&
+      (unsigned char)text[2] == 0xBF)
+    ps.p += 3; /* a UTF-8 byte-order mark */
+  int rc = pj_value_parse(&ps, v);
+  if (!rc) {
+    pj_ws(&ps);
+    if (ps.p < ps.end) rc = pj_err(&ps, "unexpected content after the JSON value");
+  }
+  if (rc) {
+    ferry_pj_free(v);
+    return FERRY_ECORRUPT;
+  }
+  *out = v;
+  return FERRY_OK;
+}
+
+void ferry_pj_free(pj_value *v) {
+  if (!v) return;
+  pj_release(v);
+  free(v);
+}
+
+const pj_value *ferry_pj_get(const pj_value *obj, const char *key) {
+  if (!obj || obj->type != PJ_OBJ) return NULL;
+  for (size_t i = 0; i < obj->n; i++)
+    if (!strcmp(obj->keys[i], key)) return &obj->items[i];
+  return NULL;
+}
+
+static int read_file(const char *path, size_t limit, char **text, size_t *len, char *why,
+                     size_t wl) {
+  FILE *f = fopen(path, "rb");
+  if (!f) {
+    int e = errno;
+    return fail(why, wl, e == ENOENT ? FERRY_ENOENT : FERRY_EIO, "%s: cannot open: %s", path,
+                strerror(e));
+  }
+  size_t cap = 4096, n = 0;
+  char *buf = malloc(cap);
+  for (;;) {
+    if (!buf) {
+      fclose(f);
+      return fail(why, wl, FERRY_ENOMEM, "%s: out of memory", path);
+    }
+    size_t r = fread(buf + n, 1, cap - n, f);
+    n += r;
+    if (n > limit) {
+      free(buf);
+      fclose(f);
+      return fail(why, wl, FERRY_EOVERFLOW, "%s: larger than %zu bytes", path, limit);
+    }
+    if (r == 0) break;
+    if (n == cap) {
+      char *t = realloc(buf, cap * 2);
+      if (!t) free(buf);
+      buf = t;
+      cap *= 2;
+    }
+  }
+  int err = ferror(f);
+  fclose(f);
+  if (err) {
+    free(buf);
+    return fail(why, wl, FERRY_EIO, "%s: read error", path);
+  }
+  *text = buf;
+  *len = n;
+  return FERRY_OK;
+}
+
+/* ======================================================================== */
+/* Models                                                                    */
+
+typedef struct {
+  ferry_plan_model m;
+  uint64_t published;
+} preset;
+
+#define GPT2(nm, h, l, hd)                                                        \
+  {{nm, FERRY_ARCH_GPT2, 50257, h, 4 * (h), l, hd, hd, (h) / (hd), 1024, 1, 0, 0, 0, 0}, 0}
+#define LLAMA(nm, v, h, f, l, a, kv, pos, tied, qb)                                   \
+  {{nm, FERRY_ARCH_LLAMA, v, h, f, l, a, kv, (h) / (a), pos, tied, qb, 0, 0, 0}, 0}
+
+static preset presets[] = {
+    GPT2("gpt2", 768, 12, 12),
+    GPT2("gpt2-medium", 1024, 24, 16),
+    GPT2("gpt2-large", 1280, 36, 20),
+    GPT2("gpt2-xl", 1600, 48, 25),
+    LLAMA("llama-2-7b", 32000, 4096, 11008, 32, 32, 32, 4096, 0, 0),
+    LLAMA("llama-2-13b", 32000, 5120, 13824, 40, 40, 40, 4096, 0, 0),
+    LLAMA("llama-2-70b", 32000, 8192, 28672, 80, 64, 8, 4096, 0, 0),
+    LLAMA("llama-3-8b", 128256, 4096, 14336, 32, 32, 8, 8192, 0, 0),
+    LLAMA("llama-3-70b", 128256, 8192, 28672, 80, 64, 8, 8192, 0, 0),
+    LLAMA("mistral-7b", 32000, 4096, 14336, 32, 32, 8, 32768, 0, 0),
+    LLAMA("qwen2.5-14b", 152064, 5120, 13824, 48, 40, 8, 32768, 0, 1),
+};
+#define NPRESETS (int)(sizeof presets / sizeof presets[0])
+
+/* What Hugging Face reports for each preset, in the order above. */
+static const uint64_t published[NPRESETS] = {
+    124439808ull,   354823168ull,   774030080ull,   1557611200ull,
+    6738415616ull,  13015864320ull, 68976648192ull, 8030261248ull,
+    70553706496ull, 7241732096ull,  14770033664ull,
+};
+
+int ferry_plan_preset_count(void) { return NPRESETS; }
+const char *ferry_plan_preset_name(int i) {
+  return i >= 0 && i < NPRESETS ? presets[i].m.name : NULL;
+}
+uint64_t ferry_plan_preset_published(int i) { return i >= 0 && i < NPRESETS ? published[i] : 0; }
+
+int ferry_plan_model_preset(const char *name, ferry_plan_model *out, char *why, size_t wl) {
+  for (int i = 0; i < NPRESETS; i++)
+    if (name && !strcmp(presets[i].m.name, name)) {
+      *out = presets[i].m;
+      return FERRY_OK;
+    }
+  char list[512] = "";
+  size_t o = 0;
+  for (int i = 0; i < NPRESETS && o < sizeof list; i++)
+    o += (size_t)snprintf(list + o, sizeof list - o, "%s%s", i ? ", " : "", presets[i].m.name);
+  return fail(why, wl, FERRY_ENOENT, "unknown model preset '%s' (presets: %s; or a config.json)",
+              name ? name : "", list);
+}
+
+static double q_dim(const ferry_plan_model *m) { return (double)m->heads * (double)m->head_dim; }
+static double kv_dim(const ferry_plan_model *m) {
+  return (double)m->kv_heads * (double)m->head_dim;
+}
+
+static double block_params_d(const ferry_plan_model *m) {
+  double h = (double)m->hidden, f = (double)m->ffn;
+  if (m->arch == FERRY_ARCH_GPT2) /* c_attn, attn c_proj, c_fc, mlp c_proj (with biases), 2 LN */
+    return h * 3 * h + 3 * h + h * h + h + h * f + f + f * h + h + 4 * h;
+  double q = q_dim(m), kv = kv_dim(m);
+  double p = h * q + 2 * h * kv + q * h + 3 * h * f + 2 * h; /* q k v o, gate up down, 2 RMSNorm */
+  if (m->qkv_bias) p += q + 2 * kv;
+  if (m->o_bias) p += h;
+  if (m->mlp_bias) p += 2 * f + h;
+  return p;
+}
+
+static double embed_params_d(const ferry_plan_model *m) {
+  double e = (double)m->vocab * (double)m->hidden;
+  if (m->arch == FERRY_ARCH_GPT2) e += (double)m->positions * (double)m->hidden;
+  return e;
+}
+
+static double head_params_d(const ferry_plan_model *m) {
+  double h = (double)m->hidden;
+  double norm = m->arch == FERRY_ARCH_GPT2 ? 2 * h : h;
+  return norm + (m->tied ? 0 : (double)m->vocab * h);
+}
+
+uint64_t ferry_plan_model_params(const ferry_plan_model *m) {
+  if (m->arch == FERRY_ARCH_DENSE) return m->params_override;
+  return (uint64_t)(embed_params_d(m) + (double)m->layers * block_params_d(m) + head_params_d(m));
+}
+
+uint64_t ferry_plan_block_params(const ferry_plan_model *m) {
+  if (m->arch == FERRY_ARCH_DENSE) {
+    double rest = (double)m->params_override - embed_params_d(m) - head_params_d(m);
+    return (uint64_t)(rest / (double)m->layers);
+  }
+  return (uint64_t)block_params_d(m);
+}
+uint64_t ferry_plan_embed_params(const ferry_plan_model *m) { return (uint64_t)embed_params_d(m); }
+uint64_t ferry_plan_head_params(const ferry_plan_model *m) {
+  if (m->arch == FERRY_ARCH_DENSE) /* the remainder of the block division */
+    return m->params_override - ferry_plan_embed_params(m) -
+           (uint64_t)m->layers * ferry_plan_block_params(m);
+  return (uint64_t)head_params_d(m);
+}
+uint64_t ferry_plan_largest_group(const ferry_plan_model *m) {
+  uint64_t b = ferry_plan_block_params(m), e = ferry_plan_embed_params(m),
+           h = ferry_plan_head_params(m);
+  uint64_t g = b > e ? b : e;
+  return g > h ? g : h;
+}
+int64_t ferry_plan_groups(const ferry_plan_model *m) { return m->layers + 2; }
+
+int ferry_plan_model_from_params(uint64_t n, ferry_plan_model *out, char *why, size_t wl) {
+  if (n < 1000) return fail(why, wl, FERRY_EINVAL, "--params %llu: too small to be a model "
+                            "(at least 1000)", (unsigned long long)n);
+  if (n > 1000000000000000ull)
+    return fail(why, wl, FERRY_EINVAL, "--params %llu: more than 10^15 parameters",
+                (unsigned long long)n);
+  memset(out, 0, sizeof *out);
+  snprintf(out->name, sizeof out->name, "dense-%llu", (unsigned long long)n);
+  out->arch = FERRY_ARCH_DENSE;
+  /* 12 L h^2 ~ n with h = 128 L (the aspect ratio of Llama-2 13B / GPT-3) */
+  int64_t l = (int64_t)llround(cbrt((double)n / 196608.0));
+  if (l < 1) l = 1;
+  out->layers = l;
+  out->hidden = 128 * l;
+  out->heads = out->kv_heads = l;
+  out->head_dim = 128;
+  out->ffn = (8 * out->hidden / 3 + 127) / 128 * 128;
+  out->vocab = 32000;
+  if (2.0 * 32000 * (double)out->hidden > (double)n / 4) out->vocab = 0; /* tiny: no embeddings */
+  out->positions = 0;
+  out->params_override = n;
+  return FERRY_OK;
+}
+
+/* An integer field of config.json; `dflt` < 0 means required. */
+static int cfg_int(const pj_value *root, const char *key, int64_t dflt, int64_t *out,
+                   const char *name, char *why, size_t wl) {
+  const pj_value *v = ferry_pj_get(root, key);
+  if (!v || v->type == PJ_NULL) {
+    if (dflt < 0)
+      return fail(why, wl, FERRY_EINVAL, "%s: missing required key \"%s\"", name, key);
+    *out = dflt;
+    return 0;
+  }
+  if (v->type != PJ_NUM || !v->is_int || v->i <= 0 || v->i > (1ll << 40))
+    return fail(why, wl, FERRY_EINVAL, "%s:%d: \"%s\" must be a positive integer", name, v->line,
+                key);
+  *out = v->i;
+  return 0;
+}
+
+static int cfg_bool(const pj_value *root, const char *key, int dflt, int *out, const char *name,
+                    char *why, size_t wl) {
+  const pj_value *v = ferry_pj_get(root, key);
+  if (!v || v->type == PJ_NULL) {
+    *out = dflt;
+    return 0;
+  }
+  if (v->type != PJ_BOOL)
+    return fail(why, wl, FERRY_EINVAL, "%s:%d: \"%s\" must be true or false", name, v->line, key);
+  *out = v->b;
+  return 0;
+}
+
+int ferry_plan_model_from_json(const char *text, size_t len, const char *name,
+                               ferry_plan_model *out, char *why, size_t wl) {
+  if (!name) name = "config.json";
+  char pwhy[256];
+  pj_value *root = NULL;
+  if (ferry_pj_parse(text, len, &root, pwhy, sizeof pwhy))
+    return fail(why, wl, FERRY_EINVAL, "%s: not valid JSON: %s", name, pwhy);
+  int rc = FERRY_EINVAL;
+  ferry_plan_model m;
+  memset(&m, 0, sizeof m);
+  if (root->type != PJ_OBJ) {
+    fail(why, wl, rc, "%s: expected a JSON object at the top", name);
+    goto out;
+  }
+  const pj_value *mt = ferry_pj_get(root, "model_type");
+  const char *type = mt && mt->type == PJ_STR ? mt->str : NULL;
+  if (mt && !type) {
+    fail(why, wl, rc, "%s:%d: \"model_type\" must be a string", name, mt->line);
+    goto out;
+  }
+  if (ferry_pj_get(root, "num_local_experts") || ferry_pj_get(root, "num_experts")) {
+    fail(why, wl, FERRY_ENOTSUP, "%s: mixture-of-experts models are not supported by the planner",
+         name);
+    rc = FERRY_ENOTSUP;
+    goto out;
+  }
+  int gpt2 = type ? !strcmp(type, "gpt2") : ferry_pj_get(root, "n_embd") != NULL;
+  int llama = type ? (!strcmp(type, "llama") || !strcmp(type, "mistral") ||
+                      !strcmp(type, "qwen2"))
+                   : ferry_pj_get(root, "hidden_size") != NULL;
+  if (!gpt2 && !llama) {
+    if (type)
+      fail(why, wl, FERRY_ENOTSUP,
+           "%s: model_type \"%s\" is not supported (gpt2, llama, mistral, qwen2)", name, type);
+    else
+      fail(why, wl, FERRY_ENOTSUP,
+           "%s: neither a GPT-2 (n_embd) nor a Llama-family (hidden_size) config", name);
+    rc = FERRY_ENOTSUP;
+    goto out;
+  }
+  const char *base = strrchr(name, '/');
+  snprintf(m.name, sizeof m.name, "%s", base ? base + 1 : name);
+  if (gpt2) {
+    m.arch = FERRY_ARCH_GPT2;
+    int64_t inner = 0;
+    if (cfg_int(root, "n_embd", -1, &m.hidden, name, why, wl) ||
+        cfg_int(root, "n_layer", -1, &m.layers, name, why, wl) ||
+        cfg_int(root, "n_head", -1, &m.heads, name, why, wl) ||
+        cfg_int(root, "vocab_size", -1, &m.vocab, name, why, wl) ||
+        cfg_int(root, "n_positions", 1024, &m.positions, name, why, wl) ||
+        cfg_int(root, "n_inner", 0, &inner, name, why, wl) ||
+        cfg_bool(root, "tie_word_embeddings", 1, &m.tied, name, why, wl))
+      goto out;
+    m.ffn = inner ? inner : 4 * m.hidden;
+    m.kv_heads = m.heads;
+  } else {
+    m.arch = FERRY_ARCH_LLAMA;
+    int64_t hd = 0;
+    if (cfg_int(root, "hidden_size", -1, &m.hidden, name, why, wl) ||
+        cfg_int(root, "intermediate_size", -1, &m.ffn, name, why, wl) ||
+        cfg_int(root, "num_hidden_layers", -1, &m.layers, name, why, wl) ||
+        cfg_int(root, "num_attention_heads", -1, &m.heads, name, why, wl) ||
+        cfg_int(root, "vocab_size", -1, &m.vocab, name, why, wl) ||
+        cfg_int(root, "max_position_embeddings", 0, &m.positions, name, why, wl) ||
+        cfg_int(root, "head_dim", 0, &hd, name, why, wl) ||
+        cfg_bool(root, "tie_word_embeddings", 0, &m.tied, name, why, wl))
+      goto out;
+    if (cfg_int(root, "num_key_value_heads", m.heads, &m.kv_heads, name, why, wl)) goto out;
+    int ab = 0, mb = 0;
+    if (cfg_bool(root, "attention_bias", 0, &ab, name, why, wl) ||
+        cfg_bool(root, "mlp_bias", 0, &mb, name, why, wl))
+      goto out;
+    int qwen = type && !strcmp(type, "qwen2");
+    m.qkv_bias = qwen || ab; /* Qwen2 always biases q/k/v; Llama's attention_bias all four */
+    m.o_bias = ab && !qwen;
+    m.mlp_bias = mb;
+    if (m.kv_heads > m.heads || m.heads % m.kv_heads) {
+      fail(why, wl, rc, "%s: num_key_value_heads %lld must divide num_attention_heads %lld", name,
+           (long long)m.kv_heads, (long long)m.heads);
+      goto out;
+    }
+    m.head_dim = hd;
+  }
+  if (!m.head_dim) {
+    if (m.hidden % m.heads) {
+      fail(why, wl, rc, "%s: hidden size %lld is not a multiple of %lld heads", name,
+           (long long)m.hidden, (long long)m.heads);
+      goto out;
+    }
+    m.head_dim = m.hidden / m.heads;
+  }
+  *out = m;
+  rc = FERRY_OK;
+out:
+  ferry_pj_free(root);
+  return rc;
+}
+
+int ferry_plan_model_from_file(const char *path, ferry_plan_model *out, char *why, size_t wl) {
+  char *text;
+  size_t len;
+  int rc = read_file(path, 16u << 20, &text, &len, why, wl);
+  if (rc) return rc;
+  rc = ferry_plan_model_from_json(text, len, path, out, why, wl);
+  free(text);
+  return rc;
+}
+
+/* ======================================================================== */
+/* Bandwidths and the profile file                                           */
+
+static const struct {
+  unsigned bit;
+  const char *key;
+  size_t off;
+  double def;
+  const char *source;
+} bw_keys[] = {
+    {FERRY_PLAN_BW_H2D, "h2d_gbps", offsetof(ferry_plan_bandwidth, h2d_gbps), 25.0,
+     "PCIe Gen4 x16 pinned copies (~25 GB/s of 31.5 GB/s raw)"},
+    {FERRY_PLAN_BW_D2H, "d2h_gbps", offsetof(ferry_plan_bandwidth, d2h_gbps), 25.0,
+     "PCIe Gen4 x16 pinned copies"},
+    {FERRY_PLAN_BW_NVME_READ, "nvme_read_gbps", offsetof(ferry_plan_bandwidth, nvme_read_gbps),
+     3.5, "one PCIe Gen3/Gen4 NVMe drive, large O_DIRECT reads"},
+    {FERRY_PLAN_BW_NVME_WRITE, "nvme_write_gbps", offsetof(ferry_plan_bandwidth, nvme_write_gbps),
+     3.0, "one NVMe drive, sustained large writes"},
+    {FERRY_PLAN_BW_CPU_OPT, "cpu_optimizer_gbps",
+     offsetof(ferry_plan_bandwidth, cpu_optimizer_gbps), 25.0,
+     "memory-bound CPU Adam, 25-29 GB/s measured at 2 threads (shared/ANCHORS.md)"},
+    {FERRY_PLAN_BW_TFLOPS, "device_tflops", offsetof(ferry_plan_bandwidth, device_tflops), 50.0,
+     "16-bit training throughput of a workstation GPU (~30-40% of an RTX 4090 / A100 peak)"},
+    {FERRY_PLAN_BW_TFLOPS32, "device_tflops_fp32",
+     offsetof(ferry_plan_bandwidth, device_tflops_fp32), 12.5, "a quarter of device_tflops"},
+    {FERRY_PLAN_BW_DEVMEM, "device_mem_gbps", offsetof(ferry_plan_bandwidth, device_mem_gbps),
+     900.0, "GDDR6X / HBM2e device memory (optimizer on the GPU)"},
+};
+#define NBW (int)(sizeof bw_keys / sizeof bw_keys[0])
+
+ferry_plan_bandwidth ferry_plan_bandwidth_default(void) {
+  ferry_plan_bandwidth b;
+  memset(&b, 0, sizeof b);
+  for (int i = 0; i < NBW; i++) *(double *)((char *)&b + bw_keys[i].off) = bw_keys[i].def;
+  return b;
+}
+
+const char *ferry_plan_bandwidth_key(unsigned bit) {
+  for (int i = 0; i < NBW; i++)
+    if (bw_keys[i].bit == bit) return bw_keys[i].key;
+  return NULL;
+}
+const char *ferry_plan_bandwidth_source(unsigned bit) {
+  for (int i = 0; i < NBW; i++)
+    if (bw_keys[i].bit == bit) return bw_keys[i].source;
+  return NULL;
+}
+
+int ferry_plan_profile_parse(const char *text, size_t len, const char *name,
+                             ferry_plan_bandwidth *bw, char *why, size_t wl) {
+  if (!name) name = "profile";
+  char pwhy[256];
+  pj_value *root = NULL;
+  if (ferry_pj_parse(text, len, &root, pwhy, sizeof pwhy))
+    return fail(why, wl, FERRY_ECONFIG, "%s: not valid JSON: %s", name, pwhy);
+  int rc = FERRY_ECONFIG;
+  ferry_plan_bandwidth b = *bw;
+  if (root->type != PJ_OBJ) {
+    fail(why, wl, rc, "%s: expected a JSON object", name);
+    goto out;
+  }
+  const pj_value *fmt = ferry_pj_get(root, "format");
+  const pj_value *ver = ferry_pj_get(root, "version");
+  if (!fmt || fmt->type != PJ_STR || strcmp(fmt->str, "ferry-profile")) {
+    fail(why, wl, rc, "%s: \"format\": \"ferry-profile\" is missing", name);
+    goto out;
+  }
+  if (!ver || ver->type != PJ_NUM || !ver->is_int || ver->i != 1) {
+    fail(why, wl, rc, "%s: \"version\" must be 1 (this ferry reads profile version 1)", name);
+    goto out;
+  }
+  for (size_t i = 0; i < root->n; i++) {
+    const char *k = root->keys[i];
+    const pj_value *v = &root->items[i];
+    if (!strcmp(k, "format") || !strcmp(k, "version")) continue;
+    if (!strcmp(k, "machine") || !strcmp(k, "created") || !strcmp(k, "ferry_version")) {
+      if (v->type != PJ_STR) {
+        fail(why, wl, rc, "%s:%d: \"%s\" must be a string", name, v->line, k);
+        goto out;
+      }
+      continue;
+    }
+    if (!strcmp(k, "sources")) { /* free-form notes per measurement */
+      if (v->type != PJ_OBJ) {
+        fail(why, wl, rc, "%s:%d: \"sources\" must be an object", name, v->line);
+        goto out;
+      }
+      continue;
+    }
+    int j = 0;
+    while (j < NBW && strcmp(bw_keys[j].key, k)) j++;
+    if (j == NBW) {
+      char known[400] = "";
+      size_t o = 0;
+      for (int t = 0; t < NBW && o < sizeof known; t++)
+        o += (size_t)snprintf(known + o, sizeof known - o, "%s%s", t ? ", " : "", bw_keys[t].key);
+      fail(why, wl, rc, "%s:%d: unknown key \"%s\" (known: %s, machine, created, "
+           "ferry_version, sources)", name, v->line, k, known);
+      goto out;
+    }
+    if (v->type != PJ_NUM || !(v->num > 0) || v->num > 1e7) {
+      fail(why, wl, rc, "%s:%d: \"%s\" must be a number > 0 (GB/s or TFLOP/s)", name, v->line,
+           k);
+      goto out;
+    }
+    *(double *)((char *)&b + bw_keys[j].off) = v->num;
+    b.measured |= bw_keys[j].bit;
+  }
+  if ((b.measured & FERRY_PLAN_BW_TFLOPS) && !(b.measured & FERRY_PLAN_BW_TFLOPS32) &&
+      !(bw->measured & FERRY_PLAN_BW_TFLOPS32))
+    b.device_tflops_fp32 = b.device_tflops / 4;
+  *bw = b;
+  rc = FERRY_OK;
+out:
+  ferry_pj_free(root);
+  return rc;
+}
+
+int ferry_plan_profile_load(const char *path, ferry_plan_bandwidth *bw, char *why, size_t wl) {
+  char *text;
+  size_t len;
+  int rc = read_file(path, 1u << 20, &text, &len, why, wl);
+  if (rc) return rc == FERRY_ENOENT ? rc : FERRY_ECONFIG;
+  rc = ferry_plan_profile_parse(text, len, path, bw, why, wl);
+  free(text);
+  return rc;
+}
+
+/* ======================================================================== */
+/* Names                                                                     */
+
+static const char *const place_names[FERRY_PLACEMENTS] = {
+    "all-gpu", "zero-offload", "zero3-offload", "nvme-optimizer", "zero-infinity"};
+static const char *const place_desc[FERRY_PLACEMENTS] = {
+    "everything on the GPU, optimizer on the GPU",
+    "params on the GPU; grads, master and optimizer states on the host (ZeRO-Offload)",
+    "params streamed from the host per group; grads and optimizer on the host (ZeRO-3 offload)",
+    "params streamed from the host; master and optimizer states on NVMe",
+    "params and master + optimizer states on NVMe, grads on the host (ZeRO-Infinity)"};
+static const char *const place_tiers[FERRY_PLACEMENTS][3] = {
+    {"gpu", "gpu", "gpu"},    {"gpu", "host", "host"},  {"host", "host", "host"},
+    {"host", "host", "nvme"}, {"nvme", "host", "nvme"}};
+
+const char *ferry_plan_placement_name(int p) {
+  return p >= 0 && p < FERRY_PLACEMENTS ? place_names[p] : "?";
+}
+const char *ferry_plan_placement_desc(int p) {
+  return p >= 0 && p < FERRY_PLACEMENTS ? place_desc[p] : "?";
+}
+void ferry_plan_placement_tiers(int p, const char **params, const char **grads,
+                                const char **optimizer) {
+  if (p < 0 || p >= FERRY_PLACEMENTS) p = 0;
+  if (params) *params = place_tiers[p][0];
+  if (grads) *grads = place_tiers[p][1];
+  if (optimizer) *optimizer = place_tiers[p][2];
+}
+const char *ferry_plan_family_name(int f) {
+  static const char *const n[FERRY_FAMILIES] = {"params",      "grads",   "master", "optimizer",
+                                                "activations", "buffers", "workspace"};
+  return f >= 0 && f < FERRY_FAMILIES ? n[f] : "?";
+}
+const char *ferry_plan_tier_name(int t) {
+  static const char *const n[FERRY_PLAN_TIERS] = {"gpu", "host", "nvme"};
+  return t >= 0 && t < FERRY_PLAN_TIERS ? n[t] : "?";
+}
+const char *ferry_plan_component_name(int c) {
+  static const char *const n[FERRY_COMPONENTS] = {"compute", "h2d", "d2h", "cpu_optimizer",
+                                                  "nvme"};
+  return c >= 0 && c < FERRY_COMPONENTS ? n[c] : "?";
+}
+const char *ferry_plan_precision_name(int prec) {
+  static const char *const n[] = {"fp32", "fp16", "bf16"};
+  return prec >= 0 && prec <= 2 ? n[prec] : "?";
+}
+const char *ferry_plan_optimizer_name(int opt) {
+  static const char *const n[] = {"adamw", "adam", "adagrad", "lamb", "sgd", "lion"};
+  return opt >= 0 && opt <= 5 ? n[opt] : "?";
+}
+int ferry_plan_optimizer_states(int opt) {
+  return opt == FERRY_OPTIM_ADAMW || opt == FERRY_OPTIM_ADAM || opt == FERRY_OPTIM_LAMB ? 2 : 1;
+}
+
+/* ======================================================================== */
+/* The plan                                                                  */
+
+ferry_plan_input ferry_plan_input_default(void) {
+  ferry_plan_input in;
+  memset(&in, 0, sizeof in);
+  in.batch = 1;
+  in.seq = 1024;
+  in.precision = FERRY_PREC_BF16;
+  in.optimizer = FERRY_OPTIM_ADAMW;
+  in.checkpointing = 1;
+  in.flash_attention = 0;
+  in.chunk_size = 64ull << 20;
+  in.bw = ferry_plan_bandwidth_default();
+  return in;
+}
+
+#define RUNTIME_WORKSPACE (256.0 * 1024 * 1024) /* cuBLAS workspace, allocator slack */
+
+/* Activation bytes of one block kept for backward (docs/PLANNING.md). */
+static double block_activations(const ferry_plan_model *m, double ab, double b, double s,
+                                int flash) {
+  double h = (double)m->hidden, f = (double)m->ffn, a = (double)m->heads;
+  double sb = s * b;
+  if (m->arch == FERRY_ARCH_GPT2) {
+    /* Korthikanti et al. 2022 eq. (1), generalised to dtype size ab and ffn f:
+     * LN1 in, QKV in, Q, K, V, proj in (ab sbh each), two dropout masks (1 byte
+     * sbh each); LN2 in, fc1 in (ab sbh), GELU in, fc2 in (ab sbf each); scores:
+     * softmax out + dropout mask + dropout out = (2 ab + 1) a s^2 b. */
+    double x = sb * h * (8 * ab + 2) + sb * f * 2 * ab;
+    x += flash ? 4 * a * sb : (2 * ab + 1) * a * s * s * b;
+    return x;
+  }
+  /* Llama family (no dropout): norm1 in/out, Q and K after RoPE, V, attention
+   * out, norm2 in/out, gate, up and silu(gate)*up; fp32 rstd of both norms;
+   * scores: the softmax output (ab a s^2 b) or, fused, the fp32 logsumexp. */
+  double q = q_dim(m), kv = kv_dim(m);
+  double x = ab * sb * (4 * h + 2 * q + 2 * kv + 3 * f) + 8 * sb;
+  x += flash ? 4 * a * sb : ab * a * s * s * b;
+  return x;
+}
+
+/* Activations on the device for the whole step: blocks (all of them, or one
+ * input each plus one block recomputed), and the head: final norm in/out and
+ * the logits in compute dtype plus fp32 for the loss. */
+static double activation_bytes(const ferry_plan_input *in, double b) {
+  const ferry_plan_model *m = &in->model;
+  double ab = in->precision == FERRY_PREC_FP32 ? 4 : 2, s = (double)in->seq;
+  double h = (double)m->hidden, L = (double)m->layers;
+  double blk = block_activations(m, ab, b, s, in->flash_attention);
+  double blocks = in->checkpointing ? L * ab * s * b * h + blk : L * blk;
+  double head = 2 * ab * s * b * h + (double)m->vocab * s * b * (ab + 4);
+  return blocks + head;
+}
+
+/* Backward scratch: gradients flowing through one block (in, out, the widest
+ * intermediate twice) and, with materialized attention, the scores' grad. */
+static double workspace_bytes(const ferry_plan_input *in, double b) {
+  const ferry_plan_model *m = &in->model;
+  double ab = in->precision == FERRY_PREC_FP32 ? 4 : 2, s = (double)in->seq;
+  double h = (double)m->hidden, f = (double)m->ffn;
+  double wide = f > q_dim(m) + 2 * kv_dim(m) ? f : q_dim(m) + 2 * kv_dim(m);
+  double w = RUNTIME_WORKSPACE + ab * s * b * (2 * h + 2 * wide);
+  if (!in->flash_attention) w += ab * (double)m->heads * s * s * b;
+  return w;
+}
+
+static double round_chunk(double x, double ch) { return ch > 0 ? ceil(x / ch) * ch : x; }
+
+/* Bytes per tier and family of placement p at batch b. */
+static void place_bytes(const ferry_plan_input *in, int p, double b,
+                        double out[FERRY_PLAN_TIERS][FERRY_FAMILIES]) {
+  memset(out, 0, sizeof(double) * FERRY_PLAN_TIERS * FERRY_FAMILIES);
+  const ferry_plan_model *m = &in->model;
+  double P = (double)ferry_plan_model_params(m), G = (double)ferry_plan_largest_group(m);
+  double pb = in->precision == FERRY_PREC_FP32 ? 4 : 2, ch = (double)in->chunk_size;
+  int k = ferry_plan_optimizer_states(in->optimizer);
+  /* one group fetched: its chunks (a group may straddle one more chunk) */
+  double group_fetch = ch > 0 ? (ceil(G * pb / ch) + 1) * ch : G * pb;
+  double window = 2 * group_fetch;           /* the group in use and the next */
+  double grad_bufs = 2 * G * pb;             /* being written, being drained */
+  double unit = ch > 0 ? ch : 4 * G;         /* NVMe optimizer swap unit */
+  double params = round_chunk(P * pb, ch), fp32 = round_chunk(P * 4, ch);
+  double *gpu = out[FERRY_PLAN_GPU], *host = out[FERRY_PLAN_HOST], *nvme = out[FERRY_PLAN_NVME];
+
+  gpu[FERRY_FAM_ACT] = activation_bytes(in, b);
+  gpu[FERRY_FAM_WORKSPACE] = workspace_bytes(in, b);
+  gpu[FERRY_FAM_GRADS] = grad_bufs;
+  switch (p) {
+  case FERRY_PLACE_ALL_GPU:
+    gpu[FERRY_FAM_PARAMS] = params;
+    gpu[FERRY_FAM_GRADS] += fp32;
+    gpu[FERRY_FAM_MASTER] = fp32;
+    gpu[FERRY_FAM_OPTIM] = k * fp32;
+    break;
+  case FERRY_PLACE_ZERO_OFFLOAD:
+    gpu[FERRY_FAM_PARAMS] = params;
+    host[FERRY_FAM_GRADS] = fp32;
+    host[FERRY_FAM_MASTER] = fp32;
+    host[FERRY_FAM_OPTIM] = k * fp32;
+    /* D2H grad staging; 16-bit params written by the optimizer, uploaded */
+    host[FERRY_FAM_BUFFERS] = grad_bufs + 2 * (ch > 0 ? ch : G * pb);
+    break;
+  case FERRY_PLACE_ZERO3_OFFLOAD:
+    gpu[FERRY_FAM_PARAMS] = window;
+    host[FERRY_FAM_PARAMS] = params;
+    host[FERRY_FAM_GRADS] = fp32;
+    host[FERRY_FAM_MASTER] = fp32;
+    host[FERRY_FAM_OPTIM] = k * fp32;
+    host[FERRY_FAM_BUFFERS] = grad_bufs;
+    break;
+  case FERRY_PLACE_NVME_OPT:
+    gpu[FERRY_FAM_PARAMS] = window;
+    host[FERRY_FAM_PARAMS] = params;
+    host[FERRY_FAM_GRADS] = fp32;
+    /* read i+1, update i, write i-1: three units of master and each state */
+    host[FERRY_FAM_BUFFERS] = grad_bufs + 3 * (1 + k) * unit;
+    nvme[FERRY_FAM_MASTER] = fp32;
+    nvme[FERRY_FAM_OPTIM] = k * fp32;
+    break;
+  case FERRY_PLACE_INFINITY:
+    gpu[FERRY_FAM_PARAMS] = window;
+    host[FERRY_FAM_GRADS] = fp32;
+    /* + NVMe -> pinned -> device param window, and param write-back staging */
+    host[FERRY_FAM_BUFFERS] = grad_bufs + 3 * (1 + k) * unit + window + 2 * unit;
+    nvme[FERRY_FAM_PARAMS] = params;
+    nvme[FERRY_FAM_MASTER] = fp32;
+    nvme[FERRY_FAM_OPTIM] = k * fp32;
+    break;
+  }
+}
+
+static void fmt_bytes(double b, char *buf, size_t n) {
+  static const char *u[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+  int i = 0;
+  while (b >= 1024 && i < 6) {
+    b /= 1024;
+    i++;
+  }
+  if (i == 0) snprintf(buf, n, "%.0f B", b);
+  else snprintf(buf, n, "%.1f %s", b, u[i]);
+}
+
+static int tiers_fit(const ferry_plan_input *in, int p, double b, double *short_by) {
+  double by[FERRY_PLAN_TIERS][FERRY_FAMILIES];
+  place_bytes(in, p, b, by);
+  int ok = 1;
+  for (int t = 0; t < FERRY_PLAN_TIERS; t++) {
+    double tot = 0;
+    for (int f = 0; f < FERRY_FAMILIES; f++) tot += by[t][f];
+    double s = tot > (double)in->budget[t] ? tot - (double)in->budget[t] : 0;
+    if (short_by) short_by[t] = s;
+    if (s > 0) ok = 0;
+  }
+  return ok;
+}
+
+#define MAX_BATCH (1ll << 24)
+
+static void candidate(const ferry_plan_input *in, int p, ferry_plan_candidate *c) {
+  memset(c, 0, sizeof *c);
+  c->placement = p;
+  const ferry_plan_model *m = &in->model;
+  double by[FERRY_PLAN_TIERS][FERRY_FAMILIES], shortb[FERRY_PLAN_TIERS];
+  place_bytes(in, p, (double)in->batch, by);
+  for (int t = 0; t < FERRY_PLAN_TIERS; t++) {
+    double tot = 0;
+    for (int f = 0; f < FERRY_FAMILIES; f++) {
+      c->bytes[t][f] = (uint64_t)llround(by[t][f]);
+      tot += (double)c->bytes[t][f];
+    }
+    c->tier_bytes[t] = (uint64_t)tot;
+  }
+  c->fits = tiers_fit(in, p, (double)in->batch, shortb);
+  for (int t = 0; t < FERRY_PLAN_TIERS; t++) c->short_by[t] = (uint64_t)llround(shortb[t]);
+  c->pinned_bytes = c->tier_bytes[FERRY_PLAN_HOST]; /* tiers.host.pinned = true */
+  if (c->fits) {
+    snprintf(c->why, sizeof c->why, "fits");
+  } else {
+    size_t o = 0;
+    for (int t = 0; t < FERRY_PLAN_TIERS; t++) {
+      if (!c->short_by[t]) continue;
+      char s[32], need[32], have[32];
+      fmt_bytes((double)c->short_by[t], s, sizeof s);
+      fmt_bytes((double)c->tier_bytes[t], need, sizeof need);
+      fmt_bytes((double)in->budget[t], have, sizeof have);
+      o += (size_t)snprintf(c->why + o, sizeof c->why - o, "%s%s short by %s (needs %s, budget %s)",
+                            o ? "; " : "", ferry_plan_tier_name(t), s, need, have);
+      if (o >= sizeof c->why) break;
+    }
+  }
+
+  /* traffic per step */
+  double P = (double)ferry_plan_model_params(m), pb = in->precision == FERRY_PREC_FP32 ? 4 : 2;
+  int k = ferry_plan_optimizer_states(in->optimizer);
+  double tokens = (double)in->batch * (double)in->seq;
+  double fwd_bwd = in->checkpointing ? 8 : 6; /* recompute adds one forward */
+  double attn = (in->checkpointing ? 16 : 12) * (double)m->layers * (double)in->seq * q_dim(m);
+  c->flops = fwd_bwd * P * tokens + attn * tokens;
+  double opt_bytes = 4 + 8 + 8.0 * k + pb; /* grad in, master r/w, states r/w, param out */
+  double tflops = in->precision == FERRY_PREC_FP32 ? in->bw.device_tflops_fp32 : in->bw.device_tflops;
+  double state_bytes = (4 + 4.0 * k) * P;
+  switch (p) {
+  case FERRY_PLACE_ALL_GPU: break;
+  case FERRY_PLACE_ZERO_OFFLOAD: c->h2d_bytes = P * pb; break;
+  default: c->h2d_bytes = 2 * P * pb; break; /* forward and backward fetch every group */
+  }
+  if (p != FERRY_PLACE_ALL_GPU) {
+    c->d2h_bytes = P * pb;
+    c->cpu_bytes = P * (opt_bytes + pb + 4); /* + 16-bit grads into fp32 accumulation */
+  }
+  if (p == FERRY_PLACE_NVME_OPT || p == FERRY_PLACE_INFINITY) {
+    c->nvme_read_bytes = state_bytes;
+    c->nvme_write_bytes = state_bytes;
+  }
+  if (p == FERRY_PLACE_INFINITY) {
+    c->nvme_read_bytes += 2 * P * pb;
+    c->nvme_write_bytes += P * pb;
+  }
+  c->seconds[FERRY_COMP_COMPUTE] = c->flops / (tflops * 1e12);
+  if (p == FERRY_PLACE_ALL_GPU) /* the step runs on the GPU after backward, not overlapped */
+    c->seconds[FERRY_COMP_COMPUTE] += P * opt_bytes / (in->bw.device_mem_gbps * 1e9);
+  c->seconds[FERRY_COMP_H2D] = c->h2d_bytes / (in->bw.h2d_gbps * 1e9);
+  c->seconds[FERRY_COMP_D2H] = c->d2h_bytes / (in->bw.d2h_gbps * 1e9);
+  c->seconds[FERRY_COMP_CPU] = c->cpu_bytes / (in->bw.cpu_optimizer_gbps * 1e9);
+  c->seconds[FERRY_COMP_NVME] = c->nvme_read_bytes / (in->bw.nvme_read_gbps * 1e9) +
+                                c->nvme_write_bytes / (in->bw.nvme_write_gbps * 1e9);
+  double mx = 0, sum = 0;
+  c->bottleneck = FERRY_COMP_COMPUTE;
+  for (int i = 0; i < FERRY_COMPONENTS; i++) {
+    sum += c->seconds[i];
+    if (c->seconds[i] > mx) {
+      mx = c->seconds[i];
+      c->bottleneck = i;
+    }
+  }
+  /* a pipeline of `groups` stages: the longest component plus one group's
+   * worth of each of the others (filling and draining the pipeline) */
+  c->fill_seconds = (sum - mx) / (double)ferry_plan_groups(m);
+  c->step_seconds = mx + c->fill_seconds;
+
+  /* the largest batch that fits at this sequence length */
+  if (!tiers_fit(in, p, 1, NULL)) {
+    c->max_batch = 0;
+  } else {
+    int64_t lo = 1, hi = 2;
+    while (hi <= MAX_BATCH && tiers_fit(in, p, (double)hi, NULL)) {
+      lo = hi;
+      hi *= 2;
+    }
+    if (hi > MAX_BATCH) hi = MAX_BATCH + 1;
+    while (hi - lo > 1) {
+      int64_t mid = lo + (hi - lo) / 2;
+      if (tiers_fit(in, p, (double)mid, NULL)) lo = mid;
+      else hi = mid;
+    }
+    c->max_batch = lo;
+  }
+}
+
+int ferry_plan_compute(const ferry_plan_input *in, ferry_plan_result *out, char *why, size_t wl) {
+  if (!in || !out) return fail(why, wl, FERRY_EINVAL, "plan: NULL argument");
+  const ferry_plan_model *m = &in->model;
+  if (m->layers < 1 || m->hidden < 1 || m->heads < 1 || m->kv_heads < 1 || m->ffn < 1 ||
+      m->head_dim < 1 || m->vocab < 0)
+    return fail(why, wl, FERRY_EINVAL, "plan: model '%s' has a zero or negative dimension",
+                m->name);
+  if (in->batch < 1 || in->batch > MAX_BATCH)
+    return fail(why, wl, FERRY_EINVAL, "batch %lld: must be 1 to %lld", (long long)in->batch,
+                (long long)MAX_BATCH);
+  if (in->seq < 1 || in->seq > (1ll << 22))
+    return fail(why, wl, FERRY_EINVAL, "sequence length %lld: must be 1 to %lld",
+                (long long)in->seq, 1ll << 22);
+  if (m->arch == FERRY_ARCH_GPT2 && m->positions && in->seq > m->positions)
+    return fail(why, wl, FERRY_EINVAL,
+                "sequence length %lld: %s has learned positions for at most %lld tokens",
+                (long long)in->seq, m->name, (long long)m->positions);
+  if (in->precision < 0 || in->precision > 2)
+    return fail(why, wl, FERRY_EINVAL, "precision %d: fp32, fp16 or bf16", in->precision);
+  if (in->optimizer < 0 || in->optimizer > 5)
+    return fail(why, wl, FERRY_EINVAL, "optimizer %d: adamw, adam, adagrad, lamb, sgd or lion",
+                in->optimizer);
+  const double *bws[] = {&in->bw.h2d_gbps,           &in->bw.d2h_gbps,
+                         &in->bw.nvme_read_gbps,     &in->bw.nvme_write_gbps,
+                         &in->bw.cpu_optimizer_gbps, &in->bw.device_tflops,
+                         &in->bw.device_tflops_fp32, &in->bw.device_mem_gbps};
+  for (size_t i = 0; i < sizeof bws / sizeof bws[0]; i++)
+    if (!(*bws[i] > 0) || !isfinite(*bws[i]))
+      return fail(why, wl, FERRY_EINVAL, "plan: bandwidth %s must be > 0",
+                  ferry_plan_bandwidth_key(1u << i));
+  memset(out, 0, sizeof *out);
+  out->params = ferry_plan_model_params(m);
+  out->largest_group = ferry_plan_largest_group(m);
+  out->groups = ferry_plan_groups(m);
+  out->recommended = -1;
+  out->closest = 0;
+  double best_short = -1;
+  for (int p = 0; p < FERRY_PLACEMENTS; p++) {
+    ferry_plan_candidate *c = &out->cand[p];
+    candidate(in, p, c);
+    if (c->fits && (out->recommended < 0 ||
+                    c->step_seconds < out->cand[out->recommended].step_seconds * (1 - 1e-9)))
+      out->recommended = p;
+    double s = 0;
+    for (int t = 0; t < FERRY_PLAN_TIERS; t++) s += (double)c->short_by[t];
+    if (best_short < 0 || s < best_short) {
+      best_short = s;
+      out->closest = p;
+    }
+  }
+  if (out->recommended >= 0) out->closest = out->recommended;
+  return FERRY_OK;
+}
+
+/* ======================================================================== */
+/* DeepSpeed's estimators (published formulas, one node, one GPU)            */
+
+void ferry_plan_deepspeed_estimate(int stage, int offload_params, uint64_t params,
+                                   uint64_t largest_layer, double abf, double *gpu_bytes,
+                                   double *cpu_bytes) {
+  double P = (double)params, LL = (double)largest_layer;
+  if (stage == 2) { /* offload_optimizer cpu: 16-bit params on the GPU */
+    *gpu_bytes = 2 * P;
+    *cpu_bytes = P * 16 * abf; /* max(4 * gpus, 16) with one GPU */
+  } else if (offload_params) {
+    *gpu_bytes = 4 * LL; /* 16-bit params and grads of the largest layer */
+    *cpu_bytes = P * 18 * abf;
+  } else {
+    *gpu_bytes = 4 * LL + 2 * P;
+    *cpu_bytes = P * 16 * abf;
+  }
+}

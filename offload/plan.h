@@ -1,0 +1,213 @@
+/* offload/plan.h — the memory planner inside the library: model descriptions
+ * (presets with exact parameter counts, Hugging Face config.json of the GPT-2
+ * and Llama families), bytes per family and tier for every candidate
+ * placement, a step-time model from bandwidths, and the profile format that
+ * `ferry bench all` writes. Pure arithmetic, no I/O except reading a named
+ * file; never prints. docs/PLANNING.md has the formulas.
+ */
+#ifndef FERRY_OFFLOAD_PLAN_H
+#define FERRY_OFFLOAD_PLAN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* ---- models ------------------------------------------------------------- */
+
+typedef enum {
+  FERRY_ARCH_GPT2 = 0,  /* learned positions, LayerNorm with bias, GELU MLP 4h, biases */
+  FERRY_ARCH_LLAMA = 1, /* RMSNorm, RoPE, SwiGLU, grouped-query attention, no biases */
+  FERRY_ARCH_DENSE = 2  /* --params N: a Llama-shaped model of exactly N parameters */
+} ferry_plan_arch;
+
+typedef struct {
+  char name[64];
+  ferry_plan_arch arch;
+  int64_t vocab, hidden, ffn, layers, heads, kv_heads, head_dim, positions;
+  int tied;      /* input embedding and LM head share one matrix */
+  int qkv_bias;  /* Llama family: q/k/v projections have biases (Qwen2) */
+  int o_bias;    /* Llama family: attention_bias also biases o_proj */
+  int mlp_bias;  /* Llama family: mlp_bias */
+  uint64_t params_override; /* FERRY_ARCH_DENSE: the count the user gave */
+} ferry_plan_model;
+
+int ferry_plan_preset_count(void);
+const char *ferry_plan_preset_name(int i);
+/* The published parameter count of preset i (what Hugging Face reports). */
+uint64_t ferry_plan_preset_published(int i);
+/* FERRY_ENOENT (with the list of names in `why`) for an unknown name. */
+int ferry_plan_model_preset(const char *name, ferry_plan_model *out, char *why, size_t wl);
+/* A Hugging Face config.json held in memory (strict JSON; unknown keys of the
+ * config are allowed, missing required ones are errors naming the key). */
+int ferry_plan_model_from_json(const char *text, size_t len, const char *name,
+                               ferry_plan_model *out, char *why, size_t wl);
+int ferry_plan_model_from_file(const char *path, ferry_plan_model *out, char *why, size_t wl);
+/* A dense Llama-shaped stand-in with exactly n parameters (shape from
+ * hidden = 128 * layers, used only for activations and group sizes). */
+int ferry_plan_model_from_params(uint64_t n, ferry_plan_model *out, char *why, size_t wl);
+
+uint64_t ferry_plan_model_params(const ferry_plan_model *m);
+/* Parameters of one transformer block, of the embedding group and of the
+ * head group (final norm, plus the LM head when it is not tied). */
+uint64_t ferry_plan_block_params(const ferry_plan_model *m);
+uint64_t ferry_plan_embed_params(const ferry_plan_model *m);
+uint64_t ferry_plan_head_params(const ferry_plan_model *m);
+/* The largest group: the unit the engine fetches and releases. */
+uint64_t ferry_plan_largest_group(const ferry_plan_model *m);
+int64_t ferry_plan_groups(const ferry_plan_model *m);
+
+/* ---- the strict JSON reader (config.json, profiles) --------------------- */
+
+typedef enum { PJ_NULL, PJ_BOOL, PJ_NUM, PJ_STR, PJ_ARR, PJ_OBJ } pj_type;
+
+typedef struct pj_value pj_value;
+struct pj_value {
+  pj_type type;
+  int b;
+  double num;
+  int is_int;      /* the number was written as an integer that fits int64 */
+  int64_t i;
+  char *str;       /* PJ_STR (unescaped, NUL-terminated) */
+  char **keys;     /* PJ_OBJ: n keys */
+  pj_value *items; /* PJ_ARR / PJ_OBJ: n values */
+  size_t n;
+  int line;
+};
+
+/* Parses one JSON text (RFC 8259: no trailing commas, no comments, no
+ * duplicate keys, depth <= 64). On failure `why` has line and column. */
+int ferry_pj_parse(const char *text, size_t len, pj_value **out, char *why, size_t wl);
+void ferry_pj_free(pj_value *v);
+const pj_value *ferry_pj_get(const pj_value *obj, const char *key);
+
+/* ---- hardware numbers ----------------------------------------------------- */
+
+/* Bandwidths in 1e9 bytes per second, compute in 1e12 FLOP/s. */
+typedef struct {
+  double h2d_gbps, d2h_gbps;
+  double nvme_read_gbps, nvme_write_gbps;
+  double cpu_optimizer_gbps;  /* memory traffic the CPU optimizer sustains */
+  double device_tflops;       /* dense 16-bit matmul throughput reached in training */
+  double device_tflops_fp32;
+  double device_mem_gbps;     /* device memory bandwidth (optimizer on the GPU) */
+  unsigned measured;          /* FERRY_PLAN_BW_* bits that came from a profile */
+} ferry_plan_bandwidth;
+
+enum {
+  FERRY_PLAN_BW_H2D = 1u << 0,
+  FERRY_PLAN_BW_D2H = 1u << 1,
+  FERRY_PLAN_BW_NVME_READ = 1u << 2,
+  FERRY_PLAN_BW_NVME_WRITE = 1u << 3,
+  FERRY_PLAN_BW_CPU_OPT = 1u << 4,
+  FERRY_PLAN_BW_TFLOPS = 1u << 5,
+  FERRY_PLAN_BW_TFLOPS32 = 1u << 6,
+  FERRY_PLAN_BW_DEVMEM = 1u << 7
+};
+
+/* The documented defaults (docs/PLANNING.md), measured = 0. */
+ferry_plan_bandwidth ferry_plan_bandwidth_default(void);
+/* The profile key of bit b and its default's justification. */
+const char *ferry_plan_bandwidth_key(unsigned bit);
+const char *ferry_plan_bandwidth_source(unsigned bit);
+/* Reads a profile (docs/PLANNING.md, "Profile file") over *bw. Unknown keys,
+ * wrong types and values <= 0 are refused with the key named. */
+int ferry_plan_profile_parse(const char *text, size_t len, const char *name,
+                             ferry_plan_bandwidth *bw, char *why, size_t wl);
+int ferry_plan_profile_load(const char *path, ferry_plan_bandwidth *bw, char *why, size_t wl);
+
+/* ---- the plan ------------------------------------------------------------- */
+
+typedef enum { FERRY_PLAN_GPU = 0, FERRY_PLAN_HOST = 1, FERRY_PLAN_NVME = 2 } ferry_plan_tier;
+#define FERRY_PLAN_TIERS 3
+
+typedef enum {
+  FERRY_FAM_PARAMS = 0, /* compute-precision params (16-bit, or fp32) */
+  FERRY_FAM_GRADS,      /* fp32 accumulation, plus 16-bit device grad buffers */
+  FERRY_FAM_MASTER,     /* fp32 master weights */
+  FERRY_FAM_OPTIM,      /* optimizer states */
+  FERRY_FAM_ACT,        /* activations kept for backward */
+  FERRY_FAM_BUFFERS,    /* transfer and pinned staging buffers */
+  FERRY_FAM_WORKSPACE,  /* runtime and backward scratch */
+  FERRY_FAMILIES
+} ferry_plan_family;
+
+typedef enum {
+  FERRY_PLACE_ALL_GPU = 0,   /* everything on the device, optimizer on the GPU */
+  FERRY_PLACE_ZERO_OFFLOAD,  /* params on device; grads + optimizer on host */
+  FERRY_PLACE_ZERO3_OFFLOAD, /* params streamed from host per group */
+  FERRY_PLACE_NVME_OPT,      /* params from host; master + states on NVMe */
+  FERRY_PLACE_INFINITY,      /* params and master + states on NVMe */
+  FERRY_PLACEMENTS
+} ferry_plan_placement;
+
+typedef enum { FERRY_PREC_FP32 = 0, FERRY_PREC_FP16 = 1, FERRY_PREC_BF16 = 2 } ferry_plan_prec;
+
+typedef struct {
+  ferry_plan_model model;
+  int64_t batch, seq;
+  int precision;       /* ferry_plan_prec (the config's precision.params order) */
+  int optimizer;       /* ferry_optim_type */
+  int checkpointing;   /* keep one input per block, recompute in backward */
+  int flash_attention; /* 1: no S x S scores kept (fused attention) */
+  uint64_t budget[FERRY_PLAN_TIERS];
+  uint64_t chunk_size; /* families are reserved in whole chunks; 0 = exact bytes */
+  ferry_plan_bandwidth bw;
+} ferry_plan_input;
+
+/* Defaults: batch 1, seq 1024, bf16, adamw, checkpointing on, materialized
+ * attention, chunk 64 MiB, default bandwidths, budgets 0. */
+ferry_plan_input ferry_plan_input_default(void);
+
+enum { FERRY_COMP_COMPUTE = 0, FERRY_COMP_H2D, FERRY_COMP_D2H, FERRY_COMP_CPU, FERRY_COMP_NVME,
+       FERRY_COMPONENTS };
+
+typedef struct {
+  int placement;
+  uint64_t bytes[FERRY_PLAN_TIERS][FERRY_FAMILIES];
+  uint64_t tier_bytes[FERRY_PLAN_TIERS];
+  uint64_t short_by[FERRY_PLAN_TIERS]; /* bytes over budget, 0 when within */
+  uint64_t pinned_bytes;               /* host bytes that are page-locked */
+  int fits;
+  char why[256];                       /* "fits", or which tiers are short by how much */
+  /* traffic per step */
+  double h2d_bytes, d2h_bytes, nvme_read_bytes, nvme_write_bytes, cpu_bytes, flops;
+  double seconds[FERRY_COMPONENTS];
+  double fill_seconds, step_seconds;
+  int bottleneck;                      /* FERRY_COMP_* */
+  int64_t max_batch;                   /* largest batch that fits at this seq; 0 = none */
+} ferry_plan_candidate;
+
+typedef struct {
+  uint64_t params;
+  uint64_t largest_group;
+  int64_t groups;
+  ferry_plan_candidate cand[FERRY_PLACEMENTS];
+  int recommended; /* the fastest that fits; -1 when none */
+  int closest;     /* when none fits: the one short by the fewest bytes */
+} ferry_plan_result;
+
+const char *ferry_plan_placement_name(int p);
+const char *ferry_plan_placement_desc(int p);
+/* Config values of a placement: "gpu"/"host"/"nvme" for params, grads, optimizer. */
+void ferry_plan_placement_tiers(int p, const char **params, const char **grads,
+                                const char **optimizer);
+const char *ferry_plan_family_name(int f);
+const char *ferry_plan_tier_name(int t);
+const char *ferry_plan_component_name(int c);
+const char *ferry_plan_precision_name(int prec);
+const char *ferry_plan_optimizer_name(int opt);
+/* Number of fp32 optimizer states per parameter (adam/adamw/lamb 2, others 1). */
+int ferry_plan_optimizer_states(int opt);
+
+/* Validates the input (FERRY_EINVAL with the reason) and fills `out`. A plan
+ * in which nothing fits is still a success: see out->recommended. */
+int ferry_plan_compute(const ferry_plan_input *in, ferry_plan_result *out, char *why, size_t wl);
+
+/* DeepSpeed's published estimators of model-state bytes on one GPU
+ * (estimate_zero2/zero3_model_states_mem_needs with one node, one GPU):
+ * stage 2 or 3, offload_optimizer cpu, offload_param cpu (stage 3 only),
+ * with additional_buffer_factor `abf` (DeepSpeed's default 1.5). */
+void ferry_plan_deepspeed_estimate(int stage, int offload_params, uint64_t params,
+                                   uint64_t largest_layer, double abf, double *gpu_bytes,
+                                   double *cpu_bytes);
+
+#endif
