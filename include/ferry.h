@@ -416,7 +416,8 @@ FERRY_API int ferry_safetensors_writer_finish(ferry_safetensors_writer *w);
  * while the GPU computes. One fused pass per element: read the gradient
  * (fp32, fp16 or bf16) times one scale, update the states, write the master
  * and, when asked, a 16-bit copy of the new params (round to nearest even,
- * NaN kept) into a separate buffer ready to upload. SIMD kernels (AVX2+FMA+
+ * NaN kept; the AVX512-BF16 instruction flushes bf16 subnormals, |x| < 1.2e-38,
+ * to zero) into a separate buffer ready to upload. SIMD kernels (AVX2+FMA+
  * F16C, AVX-512) are chosen by CPUID; FERRY_SIMD=scalar|avx2|avx512 forces
  * one. States must be zeroed (or loaded from a checkpoint) before step 1. */
 
@@ -449,7 +450,8 @@ typedef struct {
   float dampening;     /* SGD */
   int nesterov;        /* SGD (needs momentum > 0 and dampening 0) */
   float lr_decay;      /* Adagrad */
-  int state_dtype;     /* FERRY_OPTIM_DT_F32 (default) or FERRY_OPTIM_DT_BF16 */
+  int state_dtype;     /* FERRY_OPTIM_DT_F32 (default) or FERRY_OPTIM_DT_BF16 (rounded to
+                          nearest even; on AVX512-BF16 CPUs subnormals flush to 0) */
   int threads;         /* worker threads; 0 = one per core */
   int bind;            /* 1 (default): pin workers to cores with hwloc */
   const char *simd;    /* NULL: FERRY_SIMD or the best the CPU has; else
@@ -501,7 +503,8 @@ FERRY_API int ferry_optimizer_step(ferry_optimizer *o, const ferry_optim_span *s
                                    float grad_scale);
 /* The same, returning at once: the spans array is copied, the buffers must
  * stay untouched until completion. `done` (may be NULL) is called on a pool
- * thread when the step is over. One async step at a time (FERRY_EBUSY). */
+ * thread when the step is over, before ferry_optimizer_wait returns; it must
+ * not call this optimizer. One async step at a time (FERRY_EBUSY). */
 FERRY_API int ferry_optimizer_step_async(ferry_optimizer *o, const ferry_optim_span *spans,
                                          size_t count, float grad_scale, ferry_optim_done_fn done,
                                          void *user);
