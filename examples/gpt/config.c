@@ -1,0 +1,246 @@
+/* examples/gpt/config.c — model configs: the presets, Hugging Face
+ * config.json (gpt2 and llama model types), checks, and the parameter
+ * schema (Hugging Face names and shapes, one group per block).
+ */
+#include "gpt.h"
+#include "json.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static gpt_config gpt2_like(int vocab, int d, int layers, int heads, int seq) {
+  gpt_config c = {.family = GPT_GPT2, .vocab = vocab, .d_model = d, .n_layer = layers,
+                  .n_head = heads, .n_kv_head = heads, .d_ff = 4 * d, .max_seq = seq,
+                  .norm_eps = 1e-5f, .rope_theta = 0, .tied = 1};
+  return c;
+}
+
+static gpt_config llama_like(int vocab, int d, int layers, int heads, int kv, int ff, int seq) {
+  gpt_config c = {.family = GPT_LLAMA, .vocab = vocab, .d_model = d, .n_layer = layers,
+                  .n_head = heads, .n_kv_head = kv, .d_ff = ff, .max_seq = seq,
+                  .norm_eps = 1e-5f, .rope_theta = 10000.0f, .tied = 0};
+  return c;
+}
+
+int gpt_config_preset(const char *name, gpt_config *out) {
+  if (!strcmp(name, "tiny")) *out = gpt2_like(256, 128, 5, 4, 256);
+  else if (!strcmp(name, "small")) *out = gpt2_like(256, 384, 6, 6, 256);
+  else if (!strcmp(name, "gpt2")) *out = gpt2_like(50257, 768, 12, 12, 1024);
+  else if (!strcmp(name, "llama-tiny")) *out = llama_like(256, 128, 5, 4, 2, 344, 256);
+  else if (!strcmp(name, "llama-small")) *out = llama_like(256, 384, 6, 6, 2, 1024, 256);
+  else return -1;
+  return 0;
+}
+
+int gpt_config_check(const gpt_config *c, char *err, size_t el) {
+  if (c->vocab < 1 || c->d_model < 1 || c->n_layer < 1 || c->n_head < 1 || c->d_ff < 1 ||
+      c->max_seq < 1) {
+    snprintf(err, el, "config: vocab, hidden size, layers, heads, intermediate size and "
+             "positions must all be positive");
+    return -1;
+  }
+  if (c->n_layer > 1024) {
+    snprintf(err, el, "config: %d layers (at most 1024)", c->n_layer);
+    return -1;
+  }
+  if (c->d_model % c->n_head) {
+    snprintf(err, el, "config: hidden size %d is not a multiple of %d heads", c->d_model,
+             c->n_head);
+    return -1;
+  }
+  if (c->n_kv_head < 1 || c->n_head % c->n_kv_head) {
+    snprintf(err, el, "config: %d attention heads are not a multiple of %d key/value heads",
+             c->n_head, c->n_kv_head);
+    return -1;
+  }
+  if (c->family == GPT_LLAMA && (c->d_model / c->n_head) % 2) {
+    snprintf(err, el, "config: rotary positions need an even head size, not %d",
+             c->d_model / c->n_head);
+    return -1;
+  }
+  if (c->family == GPT_GPT2 && (!c->tied || c->n_kv_head != c->n_head)) {
+    snprintf(err, el, "config: GPT-2 has tied embeddings and no grouped-query attention");
+    return -1;
+  }
+  if (!(c->norm_eps > 0)) {
+    snprintf(err, el, "config: the norm epsilon must be positive");
+    return -1;
+  }
+  return 0;
+}
+
+void gpt_config_describe(const gpt_config *c, char *buf, size_t len) {
+  snprintf(buf, len, "%s: vocab %d, d_model %d, %d layers, %d heads (%d kv), d_ff %d, max_seq %d%s",
+           c->family == GPT_GPT2 ? "gpt2" : "llama", c->vocab, c->d_model, c->n_layer, c->n_head,
+           c->n_kv_head, c->d_ff, c->max_seq, c->tied ? ", tied head" : "");
+}
+
+/* config.json: the top-level keys the two families use; others skipped. */
+int gpt_config_load_json(const char *path, gpt_config *out, char *err, size_t el) {
+  size_t len;
+  char *text = gj_read_file(path, &len);
+  if (!text) {
+    snprintf(err, el, "%s: cannot read", path);
+    return -1;
+  }
+  gj j = {text, text + len, 0};
+  char key[128], sval[64] = "", model_type[64] = "";
+  double n_embd = 0, n_layer = 0, n_head = 0, n_kv = 0, n_inner = 0, vocab = 0, n_pos = 0;
+  double eps = -1, theta = 10000, tie = -1;
+  if (!gj_eat(&j, '{')) goto bad;
+  if (!gj_eat(&j, '}')) {
+    for (;;) {
+      if (gj_string(&j, key, sizeof key) < 0 || !gj_eat(&j, ':')) goto bad;
+      int k = gj_kind(&j);
+      double v = 0;
+      if (k == 'n') {
+        if (gj_number(&j, &v)) goto bad;
+      } else if (k == 's') {
+        if (gj_string(&j, sval, sizeof sval) < 0) goto bad;
+      } else if (k == 't' || k == 'f') {
+        v = k == 't';
+        if (gj_skip(&j, 0)) goto bad;
+      } else {
+        if (gj_skip(&j, 0)) goto bad;
+        k = 0;
+      }
+#define NUM(name, var) \
+  if (!strcmp(key, name) && (k == 'n' || k == 't' || k == 'f')) var = v;
+      NUM("n_embd", n_embd) NUM("hidden_size", n_embd) NUM("n_layer", n_layer);
+      NUM("num_hidden_layers", n_layer) NUM("n_head", n_head) NUM("num_attention_heads", n_head);
+      NUM("num_key_value_heads", n_kv) NUM("n_inner", n_inner) NUM("intermediate_size", n_inner);
+      NUM("vocab_size", vocab) NUM("n_positions", n_pos) NUM("max_position_embeddings", n_pos);
+      NUM("layer_norm_epsilon", eps) NUM("rms_norm_eps", eps) NUM("rope_theta", theta);
+      NUM("tie_word_embeddings", tie);
+#undef NUM
+      if (!strcmp(key, "model_type") && k == 's') snprintf(model_type, sizeof model_type, "%s", sval);
+      if (!strcmp(key, "activation_function") && k == 's' && strcmp(sval, "gelu_new") &&
+          strcmp(sval, "gelu_pytorch_tanh")) {
+        snprintf(err, el, "%s: activation_function '%s' not supported (gelu_new only)", path, sval);
+        free(text);
+        return -1;
+      }
+      if (!strcmp(key, "hidden_act") && k == 's' && strcmp(sval, "silu")) {
+        snprintf(err, el, "%s: hidden_act '%s' not supported (silu only)", path, sval);
+        free(text);
+        return -1;
+      }
+      if (gj_eat(&j, ',')) continue;
+      if (gj_eat(&j, '}')) break;
+      goto bad;
+    }
+  }
+  free(text);
+  gpt_config c;
+  if (!strcmp(model_type, "gpt2")) {
+    c = gpt2_like((int)vocab, (int)n_embd, (int)n_layer, (int)n_head, (int)n_pos);
+    if (n_inner > 0) c.d_ff = (int)n_inner;
+    if (tie == 0) {
+      snprintf(err, el, "%s: gpt2 with untied embeddings is not supported", path);
+      return -1;
+    }
+  } else if (!strcmp(model_type, "llama")) {
+    c = llama_like((int)vocab, (int)n_embd, (int)n_layer, (int)n_head,
+                   n_kv > 0 ? (int)n_kv : (int)n_head, (int)n_inner, (int)n_pos);
+    c.rope_theta = (float)theta;
+    c.tied = tie == 1;
+  } else {
+    snprintf(err, el, "%s: model_type '%s' not supported (gpt2 or llama)", path, model_type);
+    return -1;
+  }
+  if (eps > 0) c.norm_eps = (float)eps;
+  if (gpt_config_check(&c, err, el)) return -1;
+  *out = c;
+  return 0;
+bad:
+  snprintf(err, el, "%s: not valid JSON near byte %zu", path, (size_t)(j.p - text));
+  free(text);
+  return -1;
+}
+
+static void add(gpt_schema *s, int group, const char *name, int ndim, int64_t a, int64_t b,
+                int decay) {
+  gpt_param *p = &s->params[s->n_params];
+  memset(p, 0, sizeof *p);
+  snprintf(p->name, sizeof p->name, "%s", name);
+  p->ndim = ndim;
+  p->shape[0] = a;
+  p->shape[1] = ndim > 1 ? b : 0;
+  p->numel = (size_t)a * (ndim > 1 ? (size_t)b : 1);
+  p->group = group;
+  p->slot = s->n_params - s->group_first[group];
+  p->decay = decay;
+  s->total_numel += p->numel;
+  s->n_params++;
+}
+
+int gpt_schema_build(const gpt_config *c, gpt_schema *s) {
+  char err[256];
+  memset(s, 0, sizeof *s);
+  if (gpt_config_check(c, err, sizeof err)) return -1;
+  s->cfg = *c;
+  s->n_groups = c->n_layer + 2;
+  s->params = calloc((size_t)(c->n_layer + 2) * GPT_MAX_SLOTS, sizeof *s->params);
+  if (!s->params) return -1;
+  const int64_t C = c->d_model, F = c->d_ff, V = c->vocab, hd = C / c->n_head;
+  char n[96];
+  s->group_first[0] = 0;
+  if (c->family == GPT_GPT2) {
+    add(s, 0, "wte.weight", 2, V, C, 1);
+    add(s, 0, "wpe.weight", 2, c->max_seq, C, 1);
+    for (int l = 0; l < c->n_layer; l++) {
+      int g = 1 + l;
+      s->group_first[g] = s->n_params;
+#define P(suffix, nd, a, b, dec)                              \
+  snprintf(n, sizeof n, "h.%d.%s", l, suffix);                \
+  add(s, g, n, nd, a, b, dec);
+      P("ln_1.weight", 1, C, 0, 0) P("ln_1.bias", 1, C, 0, 0);
+      P("attn.c_attn.weight", 2, C, 3 * C, 1) P("attn.c_attn.bias", 1, 3 * C, 0, 0);
+      P("attn.c_proj.weight", 2, C, C, 1) P("attn.c_proj.bias", 1, C, 0, 0);
+      P("ln_2.weight", 1, C, 0, 0) P("ln_2.bias", 1, C, 0, 0);
+      P("mlp.c_fc.weight", 2, C, F, 1) P("mlp.c_fc.bias", 1, F, 0, 0);
+      P("mlp.c_proj.weight", 2, F, C, 1) P("mlp.c_proj.bias", 1, C, 0, 0);
+#undef P
+    }
+    int g = c->n_layer + 1;
+    s->group_first[g] = s->n_params;
+    add(s, g, "ln_f.weight", 1, C, 0, 0);
+    add(s, g, "ln_f.bias", 1, C, 0, 0);
+  } else {
+    const int64_t Q = c->n_head * hd, KV = c->n_kv_head * hd;
+    add(s, 0, "model.embed_tokens.weight", 2, V, C, 1);
+    for (int l = 0; l < c->n_layer; l++) {
+      int g = 1 + l;
+      s->group_first[g] = s->n_params;
+#define P(suffix, nd, a, b, dec)                              \
+  snprintf(n, sizeof n, "model.layers.%d.%s", l, suffix);     \
+  add(s, g, n, nd, a, b, dec);
+      P("input_layernorm.weight", 1, C, 0, 0);
+      P("self_attn.q_proj.weight", 2, Q, C, 1) P("self_attn.k_proj.weight", 2, KV, C, 1);
+      P("self_attn.v_proj.weight", 2, KV, C, 1) P("self_attn.o_proj.weight", 2, C, Q, 1);
+      P("post_attention_layernorm.weight", 1, C, 0, 0);
+      P("mlp.gate_proj.weight", 2, F, C, 1) P("mlp.up_proj.weight", 2, F, C, 1);
+      P("mlp.down_proj.weight", 2, C, F, 1);
+#undef P
+    }
+    int g = c->n_layer + 1;
+    s->group_first[g] = s->n_params;
+    add(s, g, "model.norm.weight", 1, C, 0, 0);
+    if (!c->tied) add(s, g, "lm_head.weight", 2, V, C, 1);
+  }
+  s->group_first[s->n_groups] = s->n_params;
+  return 0;
+}
+
+void gpt_schema_free(gpt_schema *s) {
+  free(s->params);
+  s->params = NULL;
+}
+
+const gpt_param *gpt_schema_find(const gpt_schema *s, const char *name) {
+  for (int i = 0; i < s->n_params; i++)
+    if (!strcmp(s->params[i].name, name)) return &s->params[i];
+  return NULL;
+}

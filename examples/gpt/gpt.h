@@ -1,0 +1,241 @@
+/* examples/gpt/gpt.h — the ferry-gpt example's contracts: the model config
+ * (GPT-2 and Llama families from a Hugging Face config.json), the parameter
+ * schema and the parameter provider the model reads its weights and writes
+ * its gradients through (the model owns no parameter byte), the CPU model,
+ * the tokenizer, the data loader and the pre-engine AdamW.
+ */
+#ifndef FERRY_GPT_H
+#define FERRY_GPT_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+/* ---- config ------------------------------------------------------------------ */
+
+typedef enum { GPT_GPT2 = 0, GPT_LLAMA = 1 } gpt_family;
+
+typedef struct {
+  gpt_family family;
+  int vocab;     /* vocab_size */
+  int d_model;   /* n_embd / hidden_size */
+  int n_layer;
+  int n_head;
+  int n_kv_head; /* Llama grouped-query attention; = n_head for GPT-2 */
+  int d_ff;      /* 4*d_model (GPT-2 n_inner) / intermediate_size */
+  int max_seq;   /* n_positions / max_position_embeddings */
+  float norm_eps;
+  float rope_theta;
+  int tied;      /* lm head shares the token embedding (GPT-2 always) */
+} gpt_config;
+
+/* "tiny" (~1M params), "small" (~10M), "gpt2" (124M), "llama-tiny",
+ * "llama-small": 0, or -1 when unknown. */
+int gpt_config_preset(const char *name, gpt_config *out);
+/* A Hugging Face config.json (model_type gpt2 or llama). 0, or -1 with a
+ * message in err. */
+int gpt_config_load_json(const char *path, gpt_config *out, char *err, size_t errlen);
+int gpt_config_check(const gpt_config *c, char *err, size_t errlen);
+void gpt_config_describe(const gpt_config *c, char *buf, size_t len);
+
+/* ---- parameters -------------------------------------------------------------
+ * One group per block, plus the embeddings (group 0) and the head (group
+ * n_layer + 1): the unit a provider (later the engine) fetches and releases.
+ * Tensors keep Hugging Face names and layouts (GPT-2's Conv1D weights are
+ * [in, out], Llama's Linear weights [out, in]) so files map byte for byte. */
+
+enum { GPT_MAX_SLOTS = 16 };
+
+typedef struct {
+  char name[96];   /* Hugging Face name */
+  int ndim;
+  int64_t shape[2];
+  size_t numel;
+  int group, slot; /* slot: index within the group */
+  int decay;       /* AdamW weight decay applies (matrices, not biases/norms) */
+} gpt_param;
+
+typedef struct {
+  gpt_config cfg;
+  int n_groups;
+  int n_params;
+  gpt_param *params;           /* group order, slot order */
+  int group_first[2 + 1024];   /* index of a group's first param; [n_groups] = n_params */
+  size_t total_numel;
+} gpt_schema;
+
+/* Slots of each group. */
+enum { G2_WTE = 0, G2_WPE = 1 };
+enum {
+  G2_LN1_W = 0, G2_LN1_B, G2_QKV_W, G2_QKV_B, G2_ATTO_W, G2_ATTO_B,
+  G2_LN2_W, G2_LN2_B, G2_FC_W, G2_FC_B, G2_FCO_W, G2_FCO_B, G2_NSLOT
+};
+enum { G2_LNF_W = 0, G2_LNF_B = 1 };
+enum { LL_EMB = 0 };
+enum {
+  LL_IN_NORM = 0, LL_Q, LL_K, LL_V, LL_O, LL_POST_NORM, LL_GATE, LL_UP, LL_DOWN, LL_NSLOT
+};
+enum { LL_NORM = 0, LL_HEAD = 1 };
+
+int gpt_schema_build(const gpt_config *c, gpt_schema *out);
+void gpt_schema_free(gpt_schema *s);
+static inline int gpt_group_emb(const gpt_schema *s) { (void)s; return 0; }
+static inline int gpt_group_block(const gpt_schema *s, int l) { (void)s; return 1 + l; }
+static inline int gpt_group_head(const gpt_schema *s) { return s->cfg.n_layer + 1; }
+/* The param of that name, or NULL. */
+const gpt_param *gpt_schema_find(const gpt_schema *s, const char *name);
+
+/* ---- the parameter provider ----------------------------------------------------
+ * How the model sees parameters it does not own. fetch() makes one group's
+ * weights readable (w[slot]) and, for GPT_FETCH_BACKWARD, its gradients
+ * writable (g[slot]; the model adds into them, so they are zero after the
+ * provider's zero_grad); it returns when the pointers may be used. release()
+ * says the model is done with the group: GPT_RELEASE_FORWARD (weights no
+ * longer needed), GPT_RELEASE_GRADS (this pass added its last contribution
+ * to the group's gradients: they may be drained) or GPT_RELEASE_PARTIAL
+ * (grads touched but more contributions follow: the tied embedding after the
+ * head). GPT_FETCH_WRITE / GPT_RELEASE_WRITTEN bracket init and loading.
+ * Several groups may be fetched at once (the tied head reads group 0).
+ * The resident provider below keeps everything in host memory; the engine
+ * will implement the same four callbacks over its tiers. */
+
+typedef enum {
+  GPT_FETCH_FORWARD = 0,  /* weights readable */
+  GPT_FETCH_BACKWARD = 1, /* weights readable, grads writable */
+  GPT_FETCH_WRITE = 2     /* weights writable (init, load) */
+} gpt_fetch_mode;
+typedef enum {
+  GPT_RELEASE_FORWARD = 0,
+  GPT_RELEASE_GRADS = 1,
+  GPT_RELEASE_PARTIAL = 2,
+  GPT_RELEASE_WRITTEN = 3 /* after GPT_FETCH_WRITE: the weights changed */
+} gpt_release_mode;
+
+typedef struct {
+  float *w[GPT_MAX_SLOTS];
+  float *g[GPT_MAX_SLOTS];
+} gpt_group_view;
+
+typedef struct gpt_provider {
+  void *ctx;
+  int (*fetch)(void *ctx, int group, gpt_fetch_mode mode, gpt_group_view *out);
+  int (*release)(void *ctx, int group, gpt_release_mode mode);
+  int (*zero_grad)(void *ctx);
+  const char *(*last_error)(void *ctx);
+} gpt_provider;
+
+/* The resident provider: one fp32 allocation for all weights and one for
+ * all gradients, tensors pointed into them (schema order). */
+typedef struct {
+  const gpt_schema *schema;
+  float *weights, *grads;
+  size_t *offset; /* per param, into weights/grads */
+  int *fetched;   /* per group: fetch count, to catch unbalanced use */
+  char err[256];
+} gpt_resident;
+
+int gpt_resident_init(gpt_resident *r, const gpt_schema *s);
+void gpt_resident_free(gpt_resident *r);
+gpt_provider gpt_resident_provider(gpt_resident *r);
+/* The param's weight / grad pointer (the resident store only). */
+float *gpt_resident_w(gpt_resident *r, int param);
+float *gpt_resident_g(gpt_resident *r, int param);
+
+/* ---- weights: init, load, save ------------------------------------------------ */
+
+/* GPT-2 style init (normal 0.02, residual projections 0.02/sqrt(2L), norms
+ * 1, biases 0), from `seed`, written through the provider. */
+int gpt_weights_init(const gpt_schema *s, gpt_provider *p, uint64_t seed);
+/* Loads a safetensors file or model folder (sharded too) with Hugging Face
+ * names ("transformer." and "model." prefixes and an lm_head tied to the
+ * embedding accepted); F32, F16 and BF16 converted to fp32. A missing
+ * tensor, a wrong shape or dtype: -1 and a message naming the tensor. */
+int gpt_weights_load(const gpt_schema *s, gpt_provider *p, const char *path, char *err,
+                     size_t errlen);
+/* Saves the weights as fp32 safetensors (Hugging Face names, metadata
+ * format=pt); max_shard > 0 writes a folder with shards and an index. */
+int gpt_weights_save(const gpt_schema *s, gpt_provider *p, const char *path, uint64_t max_shard,
+                     char *err, size_t errlen);
+
+/* ---- the CPU model --------------------------------------------------------------- */
+
+typedef struct gpt_model gpt_model;
+
+typedef struct {
+  int batch, seq;
+  int checkpoint; /* 1: keep only block inputs, recompute each block in backward */
+  int threads;    /* worker threads for the non-GEMM kernels; 0 = 1 */
+} gpt_run_config;
+
+int gpt_model_create(const gpt_schema *s, const gpt_run_config *rc, gpt_model **out);
+void gpt_model_free(gpt_model *m);
+const char *gpt_model_last_error(const gpt_model *m);
+/* tokens, targets: batch*seq ids. targets may be NULL (no loss). Returns 0
+ * and *loss (mean cross-entropy) when targets are given. */
+int gpt_model_forward(gpt_model *m, gpt_provider *p, const int32_t *tokens,
+                      const int32_t *targets, float *loss);
+/* After a forward with targets: adds d(loss)/d(param) into the provider's
+ * gradients. */
+int gpt_model_backward(gpt_model *m, gpt_provider *p);
+/* The logits of the last forward: [batch*seq, vocab]. */
+const float *gpt_model_logits(const gpt_model *m);
+/* Bytes of activations and scratch the model holds. */
+size_t gpt_model_activation_bytes(const gpt_model *m);
+
+/* ---- the pre-engine optimizer ------------------------------------------------------ */
+/* A plain AdamW over the resident provider (torch.optim.AdamW's math):
+ * used by `ferry-gpt train` until the engine owns the step. */
+typedef struct {
+  float lr, beta1, beta2, eps, weight_decay;
+  float *m, *v;
+  int64_t step;
+} gpt_adamw;
+
+int gpt_adamw_init(gpt_adamw *a, size_t n, float lr, float weight_decay);
+void gpt_adamw_free(gpt_adamw *a);
+void gpt_adamw_step(gpt_adamw *a, gpt_resident *r);
+
+/* ---- tokenizer ------------------------------------------------------------------------ */
+
+typedef struct gpt_tokenizer gpt_tokenizer;
+
+/* Byte-level (256 ids, one per byte). */
+int gpt_tokenizer_bytes(gpt_tokenizer **out);
+/* GPT-2 BPE from vocab.json and merges.txt. */
+int gpt_tokenizer_bpe(const char *vocab_json, const char *merges_txt, gpt_tokenizer **out,
+                      char *err, size_t errlen);
+void gpt_tokenizer_free(gpt_tokenizer *t);
+int gpt_tokenizer_vocab(const gpt_tokenizer *t);
+/* Appends the ids of text[0..len) to *ids (realloc'd, *n updated). */
+int gpt_tokenizer_encode(const gpt_tokenizer *t, const char *text, size_t len, int32_t **ids,
+                         size_t *n, size_t *cap);
+/* Appends the bytes of one id to buf; returns the number of bytes (0 for an
+ * unknown id). */
+size_t gpt_tokenizer_decode(const gpt_tokenizer *t, int32_t id, char *buf, size_t cap);
+
+/* ---- data --------------------------------------------------------------------------------- */
+
+typedef struct {
+  int32_t *tokens;
+  size_t n;
+  uint64_t rng;
+} gpt_data;
+
+/* A text file (encoded with tok), or a raw token file when the name ends in
+ * .u16/.bin (uint16) or .u32 (uint32). Every id must be below `vocab`. */
+int gpt_data_load(gpt_data *d, const char *path, const gpt_tokenizer *tok, int vocab,
+                  uint64_t seed, char *err, size_t errlen);
+void gpt_data_free(gpt_data *d);
+/* batch windows of seq+1 tokens at seeded random offsets: inputs and the
+ * next-token targets. */
+int gpt_data_batch(gpt_data *d, int batch, int seq, int32_t *tokens, int32_t *targets);
+
+/* splitmix64: the one RNG of the example (init, data). */
+static inline uint64_t gpt_rand(uint64_t *s) {
+  uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+#endif
