@@ -576,7 +576,7 @@ static void print_text(const ferry_plan_input *in, const ferry_plan_result *r, c
   }
   printf("); compute alone %.3f s\n", c->seconds[FERRY_COMP_COMPUTE]);
   double tok = (double)in->batch * (double)in->seq;
-  printf("  %.0f tokens/s, %.1f TFLOP/s achieved of %.1f assumed\n", tok / c->step_seconds,
+  printf("  %.0f tokens/s, %.1f TFLOP/s achieved (device_tflops %.1f)\n", tok / c->step_seconds,
          c->flops / c->step_seconds / 1e12,
          in->precision == FERRY_PREC_FP32 ? in->bw.device_tflops_fp32 : in->bw.device_tflops);
   printf("  tiers:");

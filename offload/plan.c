@@ -1237,18 +1237,29 @@ int ferry_plan_compute(const ferry_plan_input *in, ferry_plan_result *out, char 
 /* ======================================================================== */
 /* DeepSpeed's estimators (published formulas, one node, one GPU)            */
 
-void ferry_plan_deepspeed_estimate(int stage, int offload_params, uint64_t params,
-                                   uint64_t largest_layer, double abf, double *gpu_bytes,
-                                   double *cpu_bytes) {
+void ferry_plan_deepspeed_estimate(int stage, int offload_optimizer, int offload_params,
+                                   uint64_t params, uint64_t largest_layer, double abf,
+                                   double *gpu_bytes, double *cpu_bytes) {
   double P = (double)params, LL = (double)largest_layer;
-  if (stage == 2) { /* offload_optimizer cpu: 16-bit params on the GPU */
-    *gpu_bytes = 2 * P;
-    *cpu_bytes = P * 16 * abf; /* max(4 * gpus, 16) with one GPU */
-  } else if (offload_params) {
-    *gpu_bytes = 4 * LL; /* 16-bit params and grads of the largest layer */
-    *cpu_bytes = P * 18 * abf;
-  } else {
+  if (stage == 2) {
+    if (offload_optimizer) { /* 16-bit params on the GPU; max(4 * gpus, 16) = 16 on the CPU */
+      *gpu_bytes = 2 * P;
+      *cpu_bytes = 16 * P * abf;
+    } else { /* 16-bit params and grads, plus 16 bytes of fp32 states per param */
+      *gpu_bytes = 4 * P + 16 * P;
+      *cpu_bytes = 4 * P * abf;
+    }
+    return;
+  }
+  /* stage 3: the largest layer's 16-bit params and grads stay on the GPU */
+  if (offload_optimizer && offload_params) {
+    *gpu_bytes = 4 * LL;
+    *cpu_bytes = 18 * P * abf;
+  } else if (offload_optimizer) {
     *gpu_bytes = 4 * LL + 2 * P;
-    *cpu_bytes = P * 16 * abf;
+    *cpu_bytes = 16 * P * abf;
+  } else {
+    *gpu_bytes = 4 * LL + 18 * P;
+    *cpu_bytes = 4 * LL * abf;
   }
 }

@@ -203,11 +203,12 @@ int ferry_plan_optimizer_states(int opt);
 int ferry_plan_compute(const ferry_plan_input *in, ferry_plan_result *out, char *why, size_t wl);
 
 /* DeepSpeed's published estimators of model-state bytes on one GPU
- * (estimate_zero2/zero3_model_states_mem_needs with one node, one GPU):
- * stage 2 or 3, offload_optimizer cpu, offload_param cpu (stage 3 only),
- * with additional_buffer_factor `abf` (DeepSpeed's default 1.5). */
-void ferry_plan_deepspeed_estimate(int stage, int offload_params, uint64_t params,
-                                   uint64_t largest_layer, double abf, double *gpu_bytes,
-                                   double *cpu_bytes);
+ * (estimate_zero2_model_states_mem_needs / estimate_zero3_..., one node, one
+ * GPU, zero_init on): stage 2 or 3, offload_optimizer cpu or not,
+ * offload_param cpu or not (stage 3 only), with additional_buffer_factor
+ * `abf` (DeepSpeed's default 1.5) applied to the CPU figure. */
+void ferry_plan_deepspeed_estimate(int stage, int offload_optimizer, int offload_params,
+                                   uint64_t params, uint64_t largest_layer, double abf,
+                                   double *gpu_bytes, double *cpu_bytes);
 
 #endif

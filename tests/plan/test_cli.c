@@ -1,0 +1,232 @@
+/* tests/plan/test_cli.c — `ferry plan` as users run it (argv[1] = the ferry
+ * binary, argv[2] = a scratch folder): --json has the documented keys and
+ * every candidate, --write-config loads back with ferry_config_load_file,
+ * --svg is written, profiles are read, and impossible requests exit non-zero
+ * with what is short and by how much.
+ */
+#include "ferry.h"
+#include "offload/plan.h"
+#include "tests/test.h"
+
+#include <string.h>
+#include <sys/wait.h>
+
+static const char *bin, *dir;
+static char out[1 << 18];
+
+/* Runs `ferry plan ARGS`, stdout (and stderr when `both`) into out. */
+static int run(int both, const char *args) {
+  char cmd[4096];
+  snprintf(cmd, sizeof cmd, "'%s' plan %s %s", bin, args, both ? "2>&1" : "2>/dev/null");
+  FILE *p = popen(cmd, "r");
+  REQUIRE(p);
+  size_t n = fread(out, 1, sizeof out - 1, p);
+  out[n] = '\0';
+  int st = pclose(p);
+  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+static int has(const char *needle) {
+  if (strstr(out, needle)) return 1;
+  fprintf(stderr, "  output lacks '%s':\n%s\n", needle, out);
+  return 0;
+}
+
+static const pj_value *member(const pj_value *o, const char *k, pj_type t) {
+  const pj_value *v = ferry_pj_get(o, k);
+  if (!v || v->type != t) {
+    fprintf(stderr, "  JSON key '%s' missing or of the wrong type\n", k);
+    test_failures++;
+    return NULL;
+  }
+  return v;
+}
+
+static void check_tiers(const pj_value *tiers) {
+  static const char *const names[] = {"gpu", "host", "nvme"};
+  for (int t = 0; t < 3 && tiers; t++) {
+    const pj_value *o = member(tiers, names[t], PJ_OBJ);
+    if (!o) continue;
+    member(o, "bytes", PJ_NUM);
+    member(o, "budget", PJ_NUM);
+  }
+}
+
+static void test_json(void) {
+  const char *args = "--model llama-2-13b --gpu-mem 24G --host-mem 128G --nvme 2T --batch 1 "
+                     "--seq 2048 --json";
+  EXPECT_EQ_INT(run(0, args), 0);
+  pj_value *v = NULL;
+  char why[256];
+  int rc = ferry_pj_parse(out, strlen(out), &v, why, sizeof why);
+  if (rc) fprintf(stderr, "  not JSON: %s\n%s\n", why, out);
+  REQUIRE(rc == 0);
+  const pj_value *p = member(v, "params", PJ_NUM);
+  EXPECT(p && p->is_int && p->i == 13015864320ll);
+  const pj_value *pl = member(v, "placement", PJ_STR);
+  EXPECT(pl && !strcmp(pl->str, "nvme-optimizer"));
+  const pj_value *fits = member(v, "fits", PJ_BOOL);
+  EXPECT(fits && fits->b);
+  check_tiers(member(v, "tiers", PJ_OBJ));
+  const pj_value *gb = ferry_pj_get(ferry_pj_get(ferry_pj_get(v, "tiers"), "gpu"), "budget");
+  EXPECT(gb && gb->i == (int64_t)((double)(24ull << 30) * 0.95));
+  const pj_value *s = member(v, "step_seconds", PJ_NUM);
+  EXPECT(s && s->num > 0);
+  const pj_value *bn = member(v, "bottleneck", PJ_STR);
+  EXPECT(bn && !strcmp(bn->str, "nvme"));
+  member(v, "max_batch", PJ_NUM);
+  const pj_value *as = ferry_pj_get(member(v, "bandwidths", PJ_OBJ), "assumed");
+  EXPECT(as && as->type == PJ_ARR && as->n == 8);
+  const pj_value *c = member(v, "candidates", PJ_ARR);
+  REQUIRE(c && c->n == FERRY_PLACEMENTS);
+  for (size_t i = 0; i < c->n; i++) {
+    const pj_value *e = &c->items[i];
+    const pj_value *nm = member(e, "placement", PJ_STR);
+    EXPECT(nm && !strcmp(nm->str, ferry_plan_placement_name((int)i)));
+    member(e, "fits", PJ_BOOL);
+    member(e, "why", PJ_STR);
+    check_tiers(member(e, "tiers", PJ_OBJ));
+    member(e, "components", PJ_OBJ);
+    member(e, "step_seconds", PJ_NUM);
+    member(e, "bottleneck", PJ_STR);
+  }
+  ferry_pj_free(v);
+}
+
+static void test_write_config(void) {
+  char cfg[1024], args[2048];
+  snprintf(cfg, sizeof cfg, "%s/plan-test.cfg", dir);
+  remove(cfg);
+  snprintf(args, sizeof args,
+           "--model llama-2-13b --gpu-mem 24G --host-mem 128G --nvme-path '%s' --seq 2048 "
+           "--optimizer lion --write-config '%s'", dir, cfg);
+  int rc = run(1, args);
+  /* the scratch folder's free space decides whether the NVMe placement fits */
+  EXPECT(rc == 0 || rc == 1);
+  if (rc == 1) EXPECT(has("nothing fits"));
+  ferry_config *c = NULL;
+  REQUIRE(ferry_config_create(&c) == 0);
+  if (rc == 0) {
+    int lrc = ferry_config_load_file(c, cfg);
+    if (lrc) fprintf(stderr, "  %s\n", ferry_config_last_error(c));
+    EXPECT(lrc == 0);
+    char buf[1100];
+    EXPECT(ferry_config_get(c, "optimizer.type", buf, sizeof buf) == 0 && !strcmp(buf, "lion"));
+    EXPECT(ferry_config_get(c, "tiers.gpu.budget", buf, sizeof buf) == 0);
+    EXPECT(strtoull(buf, NULL, 10) == (uint64_t)((double)(24ull << 30) * 0.95));
+  }
+  /* a placement that fits without NVMe, its tiers written */
+  snprintf(args, sizeof args, "--model gpt2-xl --gpu-mem 12G --host-mem 64G --write-config '%s'",
+           cfg);
+  EXPECT_EQ_INT(run(1, args), 0);
+  REQUIRE(ferry_config_load_file(c, cfg) == 0);
+  char pp[64], po[64];
+  ferry_config_get(c, "placement.params", pp, sizeof pp);
+  ferry_config_get(c, "placement.optimizer", po, sizeof po);
+  const char *wp, *wg, *wo;
+  EXPECT(has("engine config for "));
+  int found = 0;
+  for (int p = 0; p < FERRY_PLACEMENTS; p++) {
+    char line[128];
+    snprintf(line, sizeof line, "engine config for %s written", ferry_plan_placement_name(p));
+    if (!strstr(out, line)) continue;
+    found = 1;
+    ferry_plan_placement_tiers(p, &wp, &wg, &wo);
+    EXPECT(!strcmp(pp, wp) && !strcmp(po, wo));
+  }
+  EXPECT(found);
+  ferry_config_destroy(c);
+  remove(cfg);
+}
+
+static void test_svg_and_profile(void) {
+  char path[1024], prof[1024], args[3072];
+  snprintf(path, sizeof path, "%s/plan-test.svg", dir);
+  snprintf(prof, sizeof prof, "%s/plan-profile.json", dir);
+  FILE *f = fopen(prof, "w");
+  REQUIRE(f);
+  fprintf(f, "{\"format\": \"ferry-profile\", \"version\": 1, \"h2d_gbps\": 11, \"d2h_gbps\": 12,"
+             " \"nvme_read_gbps\": 6.5, \"nvme_write_gbps\": 5, \"cpu_optimizer_gbps\": 40,"
+             " \"device_tflops\": 100, \"device_tflops_fp32\": 20, \"device_mem_gbps\": 1000}\n");
+  fclose(f);
+  snprintf(args, sizeof args, "--model mistral-7b --gpu-mem 24G --host-mem 256G --nvme 1T "
+           "--profile '%s' --svg '%s'", prof, path);
+  EXPECT_EQ_INT(run(1, args), 0);
+  EXPECT(!strstr(out, "assumed"));
+  f = fopen(path, "r");
+  REQUIRE(f);
+  static char svg[1 << 16];
+  size_t n = fread(svg, 1, sizeof svg - 1, f);
+  svg[n] = '\0';
+  fclose(f);
+  EXPECT(strstr(svg, "<svg") != NULL && strstr(svg, "zero-infinity") != NULL);
+  snprintf(args, sizeof args, "--model mistral-7b --gpu-mem 24G --host-mem 256G --json "
+           "--profile '%s'", prof);
+  EXPECT_EQ_INT(run(0, args), 0);
+  EXPECT(has("\"assumed\":[]") && has("\"h2d_gbps\":11"));
+  f = fopen(prof, "w");
+  REQUIRE(f);
+  fprintf(f, "{\"format\": \"ferry-profile\", \"version\": 1, \"pcie_gbps\": 11}\n");
+  fclose(f);
+  snprintf(args, sizeof args, "--model gpt2 --gpu-mem 8G --host-mem 8G --profile '%s'", prof);
+  EXPECT_EQ_INT(run(1, args), 2);
+  EXPECT(has("unknown key \"pcie_gbps\""));
+  remove(prof);
+  remove(path);
+}
+
+static void test_impossible(void) {
+  EXPECT_EQ_INT(run(1, "--model llama-2-70b --gpu-mem 8G --host-mem 16G"), 1);
+  EXPECT(has("nothing fits") && has("short by") && has("no NVMe given"));
+  EXPECT_EQ_INT(run(1, "--model llama-2-70b --gpu-mem 8G --host-mem 16G --json"), 1);
+  EXPECT(has("\"fits\":false") && has("\"placement\":null") && has("\"closest\":"));
+  static const struct {
+    const char *args, *needle;
+  } bad[] = {
+      {"--model gpt2 --gpu-mem 0 --host-mem 8G", "--gpu-mem 0"},
+      {"--model gpt2 --gpu-mem 8G --host-mem 0", "--host-mem 0"},
+      {"--model gpt2 --gpu-mem 8G --host-mem 8G --nvme 0", "--nvme 0"},
+      {"--model gpt2 --gpu-mem 12X --host-mem 8G", "not a size"},
+      {"--model gpt2 --gpu-mem -5G --host-mem 8G", "not a size"},
+      {"--model gpt2 --gpu-mem 8G --host-mem 8G --batch 0", "--batch '0'"},
+      {"--model gpt2 --gpu-mem 8G --host-mem 8G --seq 4096", "at most 1024"},
+      {"--model gpt5 --gpu-mem 8G --host-mem 8G", "unknown model preset 'gpt5'"},
+      {"--model /nonexistent/config.json --gpu-mem 8G", "cannot open"},
+      {"--params lots --gpu-mem 8G", "--params 'lots'"},
+      {"--gpu-mem 8G", "give one of --model"},
+      {"--model gpt2 --params 1B --gpu-mem 8G", "give one of --model"},
+      {"--model gpt2 --gpu-mem 8G --precision fp8", "expected one of fp32 fp16 bf16"},
+      {"--model gpt2 --gpu-mem 8G --nvme 1T --nvme-path /tmp", "not both"},
+      {"--model gpt2 --frobnicate", "unknown option"},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    int rc = run(1, bad[i].args);
+    if (rc != 2) fprintf(stderr, "  '%s' exited %d\n", bad[i].args, rc);
+    EXPECT(rc == 2 && has(bad[i].needle));
+  }
+  /* no GPU here and no --gpu-mem: said so */
+  ferry_gpu_info g[FERRY_MAX_GPUS];
+  int n = 0;
+  ferry_gpu_list(g, FERRY_MAX_GPUS, &n, NULL, 0);
+  if (n == 0) {
+    EXPECT_EQ_INT(run(1, "--model gpt2 --host-mem 8G"), 2);
+    EXPECT(has("no GPU on this machine") && has("--gpu-mem"));
+  }
+  EXPECT_EQ_INT(run(1, "--help"), 0);
+  EXPECT(has("usage: ferry plan") && has("exit status"));
+  EXPECT_EQ_INT(run(1, "--list-models"), 0);
+  EXPECT(has("13,015,864,320"));
+  EXPECT_EQ_INT(run(1, "--params 13B --gpu-mem 24G --host-mem 512G"), 0);
+  EXPECT(has("13,000,000,000 parameters"));
+}
+
+int main(int argc, char **argv) {
+  REQUIRE(argc > 2);
+  bin = argv[1];
+  dir = argv[2];
+  test_json();
+  test_write_config();
+  test_svg_and_profile();
+  test_impossible();
+  return test_finish("plan.cli");
+}

@@ -1,0 +1,267 @@
+/* tests/plan/test_placements.c — the planner's bytes and times: DeepSpeed's
+ * published ZeRO-2/ZeRO-3 estimator formulas reproduced where assumptions
+ * coincide, every family formula at exact (unchunked) sizes, impossible
+ * requests explained, the largest batch, the step model and profiles.
+ */
+#include "ferry.h"
+#include "offload/plan.h"
+#include "tests/test.h"
+
+#include <math.h>
+#include <string.h>
+
+static ferry_plan_input input(const char *preset, uint64_t gpu, uint64_t host, uint64_t nvme) {
+  ferry_plan_input in = ferry_plan_input_default();
+  REQUIRE(ferry_plan_model_preset(preset, &in.model, NULL, 0) == 0);
+  in.budget[FERRY_PLAN_GPU] = gpu;
+  in.budget[FERRY_PLAN_HOST] = host;
+  in.budget[FERRY_PLAN_NVME] = nvme;
+  return in;
+}
+
+static double model_states(const ferry_plan_candidate *c, int tier) {
+  const uint64_t *b = c->bytes[tier];
+  return (double)(b[FERRY_FAM_PARAMS] + b[FERRY_FAM_GRADS] + b[FERRY_FAM_MASTER] +
+                  b[FERRY_FAM_OPTIM]);
+}
+
+/* docs/PLANNING.md's table: with chunk rounding off, bf16 params, AdamW. */
+static void test_deepspeed(void) {
+  static const char *const models[] = {"gpt2-xl", "llama-2-7b", "llama-2-13b", "llama-2-70b",
+                                       "qwen2.5-14b"};
+  for (size_t i = 0; i < sizeof models / sizeof models[0]; i++) {
+    ferry_plan_input in = input(models[i], 1ull << 50, 1ull << 50, 1ull << 50);
+    in.chunk_size = 0;
+    ferry_plan_result r;
+    REQUIRE(ferry_plan_compute(&in, &r, NULL, 0) == 0);
+    double P = (double)r.params, G = (double)r.largest_group, gpu, cpu;
+    const ferry_plan_candidate *all = &r.cand[FERRY_PLACE_ALL_GPU];
+    const ferry_plan_candidate *zo = &r.cand[FERRY_PLACE_ZERO_OFFLOAD];
+    const ferry_plan_candidate *z3 = &r.cand[FERRY_PLACE_ZERO3_OFFLOAD];
+
+    /* ZeRO-2 + offload_optimizer: GPU 2P equals ferry's params; CPU 16P x 1.5
+     * equals ferry's host model states x 1.5; ferry adds two 16-bit group grad
+     * buffers (4G) on the GPU that DeepSpeed's formula leaves out. */
+    ferry_plan_deepspeed_estimate(2, 1, 0, r.params, r.largest_group, 1.5, &gpu, &cpu);
+    EXPECT(gpu == 2 * P && (double)zo->bytes[FERRY_PLAN_GPU][FERRY_FAM_PARAMS] == gpu);
+    EXPECT(model_states(zo, FERRY_PLAN_HOST) * 1.5 == cpu);
+    EXPECT(model_states(zo, FERRY_PLAN_GPU) == gpu + 4 * G);
+    /* ZeRO-3 + offload_optimizer only (params stay on the GPU): identical on
+     * both sides when DeepSpeed's largest layer is ferry's largest group. */
+    ferry_plan_deepspeed_estimate(3, 1, 0, r.params, r.largest_group, 1.5, &gpu, &cpu);
+    EXPECT(model_states(zo, FERRY_PLAN_GPU) == gpu);
+    EXPECT(model_states(zo, FERRY_PLAN_HOST) * 1.5 == cpu);
+    /* ZeRO-3 + offload_optimizer + offload_param: CPU 18P x 1.5 equals ferry's
+     * host model states x 1.5; on the GPU ferry double-buffers (the group in
+     * use and the next, the grads being written and draining): 2 x 4G. */
+    ferry_plan_deepspeed_estimate(3, 1, 1, r.params, r.largest_group, 1.5, &gpu, &cpu);
+    EXPECT(model_states(z3, FERRY_PLAN_HOST) * 1.5 == cpu);
+    EXPECT(model_states(z3, FERRY_PLAN_GPU) == 2 * gpu);
+    /* ZeRO-3 without offload: 4 LL + 18P equals all-gpu; ferry's 18 bytes are
+     * 2 (params) + 4 (fp32 grads) + 4 (master) + 8 (m, v), DeepSpeed's 2 + 16. */
+    ferry_plan_deepspeed_estimate(3, 0, 0, r.params, r.largest_group, 1.5, &gpu, &cpu);
+    EXPECT(model_states(all, FERRY_PLAN_GPU) == gpu);
+    /* ZeRO-2 without offload counts 16-bit grads too: 20P vs ferry's 18P + 4G */
+    ferry_plan_deepspeed_estimate(2, 0, 0, r.params, r.largest_group, 1.5, &gpu, &cpu);
+    EXPECT(gpu == 20 * P && model_states(all, FERRY_PLAN_GPU) == 18 * P + 4 * G);
+  }
+}
+
+/* Each family of each placement at exact sizes (chunk_size 0). */
+static void test_families(void) {
+  ferry_plan_input in = input("llama-2-7b", 1ull << 50, 1ull << 50, 1ull << 50);
+  in.chunk_size = 0;
+  ferry_plan_result r;
+  REQUIRE(ferry_plan_compute(&in, &r, NULL, 0) == 0);
+  uint64_t P = r.params, G = r.largest_group;
+  EXPECT(G == ferry_plan_block_params(&in.model)); /* a block outweighs the embedding here */
+  const ferry_plan_candidate *inf = &r.cand[FERRY_PLACE_INFINITY];
+  EXPECT(inf->bytes[FERRY_PLAN_NVME][FERRY_FAM_PARAMS] == 2 * P);
+  EXPECT(inf->bytes[FERRY_PLAN_NVME][FERRY_FAM_MASTER] == 4 * P);
+  EXPECT(inf->bytes[FERRY_PLAN_NVME][FERRY_FAM_OPTIM] == 8 * P);
+  EXPECT(inf->bytes[FERRY_PLAN_HOST][FERRY_FAM_GRADS] == 4 * P);
+  EXPECT(inf->bytes[FERRY_PLAN_GPU][FERRY_FAM_PARAMS] == 4 * G);
+  EXPECT(inf->tier_bytes[FERRY_PLAN_NVME] == 14 * P);
+  const ferry_plan_candidate *no = &r.cand[FERRY_PLACE_NVME_OPT];
+  EXPECT(no->bytes[FERRY_PLAN_HOST][FERRY_FAM_PARAMS] == 2 * P);
+  EXPECT(no->tier_bytes[FERRY_PLAN_NVME] == 12 * P);
+  /* one fp32 state for SGD, Adagrad and Lion; fp32 params are 4 bytes */
+  for (int opt = 0; opt <= 5; opt++) {
+    in.optimizer = opt;
+    in.precision = FERRY_PREC_FP32;
+    REQUIRE(ferry_plan_compute(&in, &r, NULL, 0) == 0);
+    uint64_t k = opt == FERRY_OPTIM_ADAMW || opt == FERRY_OPTIM_ADAM || opt == FERRY_OPTIM_LAMB
+                     ? 2 : 1;
+    EXPECT(r.cand[FERRY_PLACE_ZERO_OFFLOAD].bytes[FERRY_PLAN_HOST][FERRY_FAM_OPTIM] == 4 * k * P);
+    EXPECT(r.cand[FERRY_PLACE_ZERO_OFFLOAD].bytes[FERRY_PLAN_GPU][FERRY_FAM_PARAMS] == 4 * P);
+  }
+  /* chunk rounding: each family reserves whole 64 MiB chunks */
+  in = input("gpt2", 1ull << 50, 1ull << 50, 1ull << 50);
+  REQUIRE(ferry_plan_compute(&in, &r, NULL, 0) == 0);
+  uint64_t ch = 64ull << 20;
+  EXPECT(r.cand[FERRY_PLACE_ZERO_OFFLOAD].bytes[FERRY_PLAN_HOST][FERRY_FAM_MASTER] ==
+         (4 * r.params + ch - 1) / ch * ch);
+}
+
+static void test_activations(void) {
+  ferry_plan_input in = input("gpt2", 1ull << 50, 1ull << 50, 0);
+  in.chunk_size = 0;
+  in.seq = 1024;
+  in.batch = 4;
+  in.checkpointing = 0;
+  ferry_plan_result r;
+  REQUIRE(ferry_plan_compute(&in, &r, NULL, 0) == 0);
+  /* Korthikanti et al. 2022: s b h (34 + 5 a s / h) per layer in 16 bits */
+  double s = 1024, b = 4, h = 768, a = 12, L = 12, V = 50257;
+  double layers = L * s * b * h * (34 + 5 * a * s / h);
+  double head = 2 * 2 * s * b * h + V * s * b * 6;
+  EXPECT(fabs((double)r.cand[0].bytes[FERRY_PLAN_GPU][FERRY_FAM_ACT] - (layers + head)) < 1);
+  uint64_t full = r.cand[0].bytes[FERRY_PLAN_GPU][FERRY_FAM_ACT];
+  in.checkpointing = 1;
+  REQUIRE(ferry_plan_compute(&in, &r, NULL, 0) == 0);
+  double ck = L * 2 * s * b * h + layers / L + head;
+  EXPECT(fabs((double)r.cand[0].bytes[FERRY_PLAN_GPU][FERRY_FAM_ACT] - ck) < 1);
+  EXPECT(r.cand[0].bytes[FERRY_PLAN_GPU][FERRY_FAM_ACT] < full);
+  in.flash_attention = 1;
+  REQUIRE(ferry_plan_compute(&in, &r, NULL, 0) == 0);
+  EXPECT((double)r.cand[0].bytes[FERRY_PLAN_GPU][FERRY_FAM_ACT] < ck);
+  /* activations are the same in every placement */
+  for (int p = 1; p < FERRY_PLACEMENTS; p++)
+    EXPECT(r.cand[p].bytes[FERRY_PLAN_GPU][FERRY_FAM_ACT] ==
+           r.cand[0].bytes[FERRY_PLAN_GPU][FERRY_FAM_ACT]);
+}
+
+static int has(const char *s, const char *needle) {
+  if (strstr(s, needle)) return 1;
+  fprintf(stderr, "  '%s' lacks '%s'\n", s, needle);
+  return 0;
+}
+
+static void test_impossible(void) {
+  /* 70B on a 16 GiB GPU with 16 GiB of RAM and no NVMe: nothing fits */
+  ferry_plan_input in = input("llama-2-70b", 16ull << 30, 16ull << 30, 0);
+  ferry_plan_result r;
+  REQUIRE(ferry_plan_compute(&in, &r, NULL, 0) == 0);
+  EXPECT(r.recommended == -1);
+  for (int p = 0; p < FERRY_PLACEMENTS; p++) {
+    EXPECT(!r.cand[p].fits && r.cand[p].max_batch == 0);
+    EXPECT(has(r.cand[p].why, "short by"));
+  }
+  EXPECT(has(r.cand[FERRY_PLACE_ALL_GPU].why, "gpu short by"));
+  EXPECT(has(r.cand[FERRY_PLACE_INFINITY].why, "nvme short by"));
+  EXPECT(has(r.cand[FERRY_PLACE_INFINITY].why, "budget 0 B"));
+  /* the shortfall is exact: bytes - budget */
+  const ferry_plan_candidate *c = &r.cand[FERRY_PLACE_ZERO3_OFFLOAD];
+  EXPECT(c->short_by[FERRY_PLAN_HOST] == c->tier_bytes[FERRY_PLAN_HOST] - (16ull << 30));
+  EXPECT(c->short_by[FERRY_PLAN_GPU] == 0);
+  /* the closest is the one short by the fewest bytes */
+  double best = 1e300;
+  int bi = -1;
+  for (int p = 0; p < FERRY_PLACEMENTS; p++) {
+    double s = 0;
+    for (int t = 0; t < FERRY_PLAN_TIERS; t++) s += (double)r.cand[p].short_by[t];
+    if (s < best) best = s, bi = p;
+  }
+  EXPECT(r.closest == bi);
+
+  char why[256];
+  in = input("gpt2", 8ull << 30, 8ull << 30, 0);
+  in.seq = 2048;
+  EXPECT(ferry_plan_compute(&in, &r, why, sizeof why) == FERRY_EINVAL);
+  EXPECT(has(why, "at most 1024"));
+  in.seq = 512;
+  in.batch = 0;
+  EXPECT(ferry_plan_compute(&in, &r, why, sizeof why) == FERRY_EINVAL && has(why, "batch 0"));
+  in.batch = 1;
+  in.bw.h2d_gbps = 0;
+  EXPECT(ferry_plan_compute(&in, &r, why, sizeof why) == FERRY_EINVAL && has(why, "h2d_gbps"));
+}
+
+static void test_recommend_and_batch(void) {
+  /* llama-2-13b on 24 GB / 128 GB / 2 TB: the NVMe-optimizer placement wins */
+  ferry_plan_input in = input("llama-2-13b", (uint64_t)(24.0 * 0.95 * (1ull << 30)),
+                              (uint64_t)(128.0 * 0.8 * (1ull << 30)), 2ull << 40);
+  in.seq = 2048;
+  ferry_plan_result r;
+  REQUIRE(ferry_plan_compute(&in, &r, NULL, 0) == 0);
+  EXPECT(r.recommended == FERRY_PLACE_NVME_OPT);
+  EXPECT(!r.cand[FERRY_PLACE_ALL_GPU].fits && !r.cand[FERRY_PLACE_ZERO_OFFLOAD].fits);
+  EXPECT(!r.cand[FERRY_PLACE_ZERO3_OFFLOAD].fits && r.cand[FERRY_PLACE_INFINITY].fits);
+  EXPECT(r.cand[FERRY_PLACE_NVME_OPT].bottleneck == FERRY_COMP_NVME);
+  for (int p = 0; p < FERRY_PLACEMENTS; p++) {
+    const ferry_plan_candidate *c = &r.cand[p];
+    double mx = 0, sum = 0;
+    for (int k = 0; k < FERRY_COMPONENTS; k++) {
+      mx = fmax(mx, c->seconds[k]);
+      sum += c->seconds[k];
+    }
+    EXPECT(c->seconds[c->bottleneck] == mx);
+    EXPECT(c->step_seconds >= mx && c->step_seconds <= sum + 1e-12);
+    if (!c->fits) continue;
+    /* the largest batch fits, one more does not */
+    ferry_plan_input b = in;
+    ferry_plan_result rb;
+    b.batch = c->max_batch;
+    REQUIRE(ferry_plan_compute(&b, &rb, NULL, 0) == 0);
+    EXPECT(rb.cand[p].fits);
+    b.batch = c->max_batch + 1;
+    REQUIRE(ferry_plan_compute(&b, &rb, NULL, 0) == 0);
+    EXPECT(!rb.cand[p].fits && rb.cand[p].short_by[FERRY_PLAN_GPU] > 0);
+  }
+  /* compute: 6 P T (+ 2 P T recomputed) + attention 12 L S h T (x 4/3) */
+  double P = (double)r.params, T = 2048, L = 40, h = 5120;
+  EXPECT(fabs(r.cand[1].flops - (8 * P * T + 16 * L * 2048 * h * T)) < 1e3);
+  EXPECT(fabs(r.cand[1].seconds[FERRY_COMP_COMPUTE] - r.cand[1].flops / 50e12) < 1e-9);
+  /* traffic: ZeRO-Infinity reads 12 B/param of fp32 state plus the 16-bit
+   * params twice, writes the state and the params once */
+  const ferry_plan_candidate *inf = &r.cand[FERRY_PLACE_INFINITY];
+  EXPECT(inf->nvme_read_bytes == 16 * P && inf->nvme_write_bytes == 14 * P);
+  EXPECT(fabs(inf->seconds[FERRY_COMP_NVME] - (16 * P / 3.5e9 + 14 * P / 3.0e9)) < 1e-9);
+  EXPECT(inf->h2d_bytes == 4 * P && inf->d2h_bytes == 2 * P);
+  EXPECT(fabs(inf->seconds[FERRY_COMP_CPU] - P * 36 / 25e9) < 1e-9);
+  /* a small model on a big GPU: all on the device */
+  in = input("gpt2", 24ull << 30, 64ull << 30, 0);
+  REQUIRE(ferry_plan_compute(&in, &r, NULL, 0) == 0);
+  EXPECT(r.recommended == FERRY_PLACE_ALL_GPU);
+  EXPECT(r.cand[0].max_batch >= 1);
+}
+
+static void test_profile(void) {
+  ferry_plan_bandwidth bw = ferry_plan_bandwidth_default();
+  EXPECT(bw.measured == 0 && bw.h2d_gbps == 25 && bw.nvme_read_gbps == 3.5);
+  const char *good = "{\"format\": \"ferry-profile\", \"version\": 1, \"machine\": \"box\","
+                     " \"h2d_gbps\": 12.5, \"nvme_read_gbps\": 7, \"device_tflops\": 80,"
+                     " \"sources\": {\"h2d_gbps\": \"ferry bench copy\"}}";
+  char why[512];
+  REQUIRE(ferry_plan_profile_parse(good, strlen(good), "p.json", &bw, why, sizeof why) == 0);
+  EXPECT(bw.h2d_gbps == 12.5 && bw.nvme_read_gbps == 7 && bw.device_tflops == 80);
+  EXPECT(bw.device_tflops_fp32 == 20 && bw.d2h_gbps == 25);
+  EXPECT(bw.measured == (FERRY_PLAN_BW_H2D | FERRY_PLAN_BW_NVME_READ | FERRY_PLAN_BW_TFLOPS));
+  static const struct {
+    const char *text, *needle;
+  } bad[] = {
+      {"{\"format\": \"ferry-profile\", \"version\": 1, \"h2d_gbs\": 1}", "unknown key \"h2d_gbs\""},
+      {"{\"format\": \"ferry-profile\", \"version\": 1, \"h2d_gbps\": -1}", "\"h2d_gbps\" must be"},
+      {"{\"format\": \"ferry-profile\", \"version\": 1, \"h2d_gbps\": \"9\"}", "must be a number"},
+      {"{\"version\": 1}", "\"format\""},
+      {"{\"format\": \"ferry-profile\", \"version\": 2}", "version"},
+      {"{\"format\": \"ferry-profile\", \"version\": 1,}", "not valid JSON"},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    ferry_plan_bandwidth b2 = ferry_plan_bandwidth_default();
+    EXPECT(ferry_plan_profile_parse(bad[i].text, strlen(bad[i].text), "p.json", &b2, why,
+                                    sizeof why) == FERRY_ECONFIG);
+    EXPECT(has(why, bad[i].needle) && has(why, "p.json"));
+    EXPECT(b2.h2d_gbps == 25); /* a refused profile changes nothing */
+  }
+}
+
+int main(void) {
+  test_deepspeed();
+  test_families();
+  test_activations();
+  test_impossible();
+  test_recommend_and_batch();
+  test_profile();
+  return test_finish("plan.placements");
+}
