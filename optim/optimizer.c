@@ -155,6 +155,8 @@ struct ferry_optimizer {
   pthread_mutex_t hmu;
   double *hpart;
   size_t cap_hpart;
+  size_t *hfirst; /* first tile of each span */
+  size_t cap_hfirst;
 };
 
 ferry_optimizer_config ferry_optimizer_config_default(ferry_optim_type type) {
@@ -274,6 +276,7 @@ void ferry_optimizer_destroy(ferry_optimizer *o) {
   free(o->part);
   free(o->span_sums);
   free(o->hpart);
+  free(o->hfirst);
   pthread_mutex_destroy(&o->hmu);
   pthread_cond_destroy(&o->cv);
   pthread_mutex_destroy(&o->mu);
@@ -540,13 +543,18 @@ typedef struct {
   float scale;
 } helper_arg;
 
-/* Finds the span and offset of tile i (spans are few; a linear scan is fine
- * next to the 64K elements of a tile). */
+/* The span of tile i: the last span whose first tile is <= i (binary search;
+ * empty spans share their successor's first tile and are skipped). */
 static size_t tile_span(const helper_arg *a, size_t i) {
-  size_t s = 0;
-  while (s + 1 < a->count && a->first[s + 1] <= i)
-    s++;
-  return s;
+  size_t lo = 0, hi = a->count; /* answer in [lo, hi) */
+  while (hi - lo > 1) {
+    size_t mid = lo + (hi - lo) / 2;
+    if (a->first[mid] <= i)
+      lo = mid;
+    else
+      hi = mid;
+  }
+  return lo;
 }
 
 static void stats_tile(void *arg, size_t i, int worker) {
@@ -580,24 +588,22 @@ int ferry_optimizer_grad_stats(ferry_optimizer *o, const ferry_grad_span *spans,
     nt += (spans[i].n + T - 1) / T;
   }
   pthread_mutex_lock(&o->hmu);
-  size_t *first = malloc((count ? count : 1) * sizeof *first);
-  if (!first || grow((void **)&o->hpart, &o->cap_hpart, nt, sizeof *o->hpart)) {
+  if (grow((void **)&o->hpart, &o->cap_hpart, nt, sizeof *o->hpart) ||
+      grow((void **)&o->hfirst, &o->cap_hfirst, count, sizeof *o->hfirst)) {
     pthread_mutex_unlock(&o->hmu);
-    free(first);
     return ferry_err(&o->err, FERRY_ENOMEM, "grad_stats: out of memory");
   }
   size_t k = 0;
   for (size_t i = 0; i < count; i++) {
-    first[i] = k;
+    o->hfirst[i] = k;
     k += (spans[i].n + T - 1) / T;
   }
-  helper_arg a = {o, spans, first, count, NULL, 0};
+  helper_arg a = {o, spans, o->hfirst, count, NULL, 0};
   optim_pool_for(o->pool, nt, stats_tile, &a);
-  double s = 0;
+  double s = 0; /* in tile order: the same sum for any thread count */
   for (size_t i = 0; i < nt; i++)
     s += o->hpart[i];
   pthread_mutex_unlock(&o->hmu);
-  free(first);
   *sumsq = s;
   if (nonfinite) *nonfinite = !isfinite(s);
   return FERRY_OK;
