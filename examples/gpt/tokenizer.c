@@ -1,0 +1,319 @@
+/* examples/gpt/tokenizer.c — tokenizers: byte-level (one id per byte) and
+ * GPT-2's byte-level BPE from vocab.json + merges.txt (bytes mapped to
+ * printable code points, the pre-tokenizer's classes of contractions,
+ * letters, digits, other and spaces, then merges by rank).
+ */
+#include "gpt.h"
+#include "json.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- a string -> int hash map (open addressing, FNV-1a) -------------------- */
+
+typedef struct {
+  char **keys;
+  int *vals;
+  size_t cap, n;
+} smap;
+
+static uint64_t fnv(const char *s, size_t n) {
+  uint64_t h = 1469598103934665603ull;
+  for (size_t i = 0; i < n; i++) h = (h ^ (unsigned char)s[i]) * 1099511628211ull;
+  return h;
+}
+
+static int smap_grow(smap *m) {
+  size_t cap = m->cap ? m->cap * 2 : 1024;
+  char **k = calloc(cap, sizeof *k);
+  int *v = calloc(cap, sizeof *v);
+  if (!k || !v) {
+    free(k), free(v);
+    return -1;
+  }
+  for (size_t i = 0; i < m->cap; i++)
+    if (m->keys[i]) {
+      size_t j = fnv(m->keys[i], strlen(m->keys[i])) & (cap - 1);
+      while (k[j]) j = (j + 1) & (cap - 1);
+      k[j] = m->keys[i], v[j] = m->vals[i];
+    }
+  free(m->keys), free(m->vals);
+  m->keys = k, m->vals = v, m->cap = cap;
+  return 0;
+}
+
+/* Looks up s[0..n); -1 when absent. */
+static int smap_get(const smap *m, const char *s, size_t n) {
+  if (!m->cap) return -1;
+  size_t j = fnv(s, n) & (m->cap - 1);
+  while (m->keys[j]) {
+    if (strlen(m->keys[j]) == n && !memcmp(m->keys[j], s, n)) return m->vals[j];
+    j = (j + 1) & (m->cap - 1);
+  }
+  return -1;
+}
+
+static int smap_put(smap *m, const char *s, int v) {
+  if ((m->n + 1) * 2 > m->cap && smap_grow(m)) return -1;
+  size_t n = strlen(s), j = fnv(s, n) & (m->cap - 1);
+  while (m->keys[j]) {
+    if (!strcmp(m->keys[j], s)) {
+      m->vals[j] = v;
+      return 0;
+    }
+    j = (j + 1) & (m->cap - 1);
+  }
+  if (!(m->keys[j] = strdup(s))) return -1;
+  m->vals[j] = v;
+  m->n++;
+  return 0;
+}
+
+static void smap_free(smap *m) {
+  for (size_t i = 0; i < m->cap; i++) free(m->keys[i]);
+  free(m->keys), free(m->vals);
+}
+
+/* ---- the tokenizer ----------------------------------------------------------- */
+
+struct gpt_tokenizer {
+  int bpe;
+  int vocab;
+  smap tok;    /* mapped string -> id */
+  smap merges; /* "a b" -> rank */
+  char **id_str; /* id -> mapped string */
+  char byte_str[256][4]; /* byte -> its mapped code point in UTF-8 */
+  int unbyte[512];       /* mapped code point -> byte */
+};
+
+int gpt_tokenizer_bytes(gpt_tokenizer **out) {
+  gpt_tokenizer *t = calloc(1, sizeof *t);
+  if (!t) return -1;
+  t->vocab = 256;
+  *out = t;
+  return 0;
+}
+
+void gpt_tokenizer_free(gpt_tokenizer *t) {
+  if (!t) return;
+  smap_free(&t->tok);
+  smap_free(&t->merges);
+  if (t->id_str)
+    for (int i = 0; i < t->vocab; i++) free(t->id_str[i]);
+  free(t->id_str);
+  free(t);
+}
+
+int gpt_tokenizer_vocab(const gpt_tokenizer *t) { return t->vocab; }
+
+/* GPT-2's bytes_to_unicode: printable Latin-1 bytes stand for themselves,
+ * the other 68 take code points 256, 257, ... in byte order. */
+static void byte_map(gpt_tokenizer *t) {
+  int extra = 0;
+  for (int b = 0; b < 256; b++) {
+    int keep = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174 && b <= 255);
+    unsigned cp = keep ? (unsigned)b : 256u + (unsigned)extra++;
+    char *o = t->byte_str[b];
+    if (cp < 0x80) {
+      o[0] = (char)cp, o[1] = 0;
+    } else {
+      o[0] = (char)(0xC0 | (cp >> 6)), o[1] = (char)(0x80 | (cp & 0x3F)), o[2] = 0;
+    }
+    t->unbyte[cp] = b;
+  }
+}
+
+int gpt_tokenizer_bpe(const char *vocab_json, const char *merges_txt, gpt_tokenizer **out,
+                      char *err, size_t el) {
+  gpt_tokenizer *t = calloc(1, sizeof *t);
+  if (!t) return -1;
+  t->bpe = 1;
+  byte_map(t);
+  size_t len;
+  char *text = gj_read_file(vocab_json, &len);
+  if (!text) {
+    snprintf(err, el, "%s: cannot read", vocab_json);
+    goto fail;
+  }
+  gj j = {text, text + len, 0};
+  char key[1024];
+  int max_id = -1;
+  if (!gj_eat(&j, '{')) goto bad_json;
+  if (!gj_eat(&j, '}'))
+    for (;;) {
+      double v;
+      if (gj_string(&j, key, sizeof key) < 0 || !gj_eat(&j, ':') || gj_number(&j, &v) || v < 0 ||
+          v > 10000000)
+        goto bad_json;
+      if (smap_put(&t->tok, key, (int)v)) goto oom;
+      if ((int)v > max_id) max_id = (int)v;
+      if (gj_eat(&j, ',')) continue;
+      if (gj_eat(&j, '}')) break;
+      goto bad_json;
+    }
+  free(text);
+  text = NULL;
+  t->vocab = max_id + 1;
+  t->id_str = calloc((size_t)t->vocab + 1, sizeof *t->id_str);
+  if (!t->id_str) goto oom;
+  for (size_t i = 0; i < t->tok.cap; i++)
+    if (t->tok.keys[i] && !t->id_str[t->tok.vals[i]])
+      if (!(t->id_str[t->tok.vals[i]] = strdup(t->tok.keys[i]))) goto oom;
+  text = gj_read_file(merges_txt, &len);
+  if (!text) {
+    snprintf(err, el, "%s: cannot read", merges_txt);
+    goto fail;
+  }
+  int rank = 0;
+  for (char *line = text, *next; line && *line; line = next) {
+    next = strchr(line, '\n');
+    if (next) *next++ = 0;
+    size_t n = strlen(line);
+    if (n && line[n - 1] == '\r') line[--n] = 0;
+    if (!n || (rank == 0 && !strncmp(line, "#version", 8))) continue;
+    char *sp = strchr(line, ' ');
+    if (!sp || strchr(sp + 1, ' ')) {
+      snprintf(err, el, "%s: line '%.60s' is not two symbols", merges_txt, line);
+      goto fail;
+    }
+    if (smap_get(&t->merges, line, n) < 0 && smap_put(&t->merges, line, rank)) goto oom;
+    rank++;
+  }
+  free(text);
+  *out = t;
+  return 0;
+bad_json:
+  snprintf(err, el, "%s: not a JSON object of token -> id", vocab_json);
+  goto fail;
+oom:
+  snprintf(err, el, "out of memory");
+fail:
+  free(text);
+  gpt_tokenizer_free(t);
+  return -1;
+}
+
+static int push(int32_t **ids, size_t *n, size_t *cap, int32_t v) {
+  if (*n == *cap) {
+    size_t c = *cap ? *cap * 2 : 4096;
+    int32_t *p = realloc(*ids, c * sizeof *p);
+    if (!p) return -1;
+    *ids = p, *cap = c;
+  }
+  (*ids)[(*n)++] = v;
+  return 0;
+}
+
+/* character classes of the GPT-2 pre-tokenizer, bytes >= 0x80 as letters */
+static int is_sp(unsigned char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f'; }
+static int is_let(unsigned char c) { return (c | 32) >= 'a' && (c | 32) <= 'z' ? 1 : c >= 0x80; }
+static int is_dig(unsigned char c) { return c >= '0' && c <= '9'; }
+
+/* The length of the pre-token starting at s[0..n). */
+static size_t pretoken(const unsigned char *s, size_t n) {
+  if (s[0] == '\'' && n > 1) {
+    static const char *con[] = {"'s", "'t", "'re", "'ve", "'m", "'ll", "'d"};
+    for (int i = 0; i < 7; i++) {
+      size_t l = strlen(con[i]);
+      if (n >= l && !memcmp(s, con[i], l)) return l;
+    }
+  }
+  size_t i = 0;
+  if (!is_sp(s[0]) || (s[0] == ' ' && n > 1 && !is_sp(s[1]))) {
+    if (s[0] == ' ') i = 1;
+    unsigned char c = s[i];
+    int cls = is_let(c) ? 1 : is_dig(c) ? 2 : 3;
+    while (i < n) {
+      c = s[i];
+      int k = is_sp(c) ? 0 : is_let(c) ? 1 : is_dig(c) ? 2 : 3;
+      if (k != cls) break;
+      i++;
+    }
+    return i;
+  }
+  /* spaces: a run, less the last one when a non-space follows it */
+  while (i < n && is_sp(s[i])) i++;
+  if (i < n && i > 1) i--;
+  return i;
+}
+
+typedef struct {
+  char *s;
+} sym;
+
+static int bpe_word(const gpt_tokenizer *t, const unsigned char *w, size_t n, int32_t **ids,
+                    size_t *cnt, size_t *cap) {
+  /* symbols as mapped strings, merged in place by lowest rank */
+  size_t ns = n;
+  char **s = malloc(n * sizeof *s);
+  if (!s) return -1;
+  for (size_t i = 0; i < n; i++) s[i] = strdup(t->byte_str[w[i]]);
+  char buf[2048];
+  for (;;) {
+    int best = -1;
+    size_t bi = 0;
+    for (size_t i = 0; i + 1 < ns; i++) {
+      int l = snprintf(buf, sizeof buf, "%s %s", s[i], s[i + 1]);
+      if (l < 0 || (size_t)l >= sizeof buf) continue;
+      int r = smap_get(&t->merges, buf, (size_t)l);
+      if (r >= 0 && (best < 0 || r < best)) best = r, bi = i;
+    }
+    if (best < 0) break;
+    size_t a = strlen(s[bi]), b = strlen(s[bi + 1]);
+    char *m = malloc(a + b + 1);
+    if (!m) break;
+    memcpy(m, s[bi], a);
+    memcpy(m + a, s[bi + 1], b + 1);
+    free(s[bi]), free(s[bi + 1]);
+    s[bi] = m;
+    memmove(s + bi + 1, s + bi + 2, (ns - bi - 2) * sizeof *s);
+    ns--;
+  }
+  int rc = 0;
+  for (size_t i = 0; i < ns; i++) {
+    int id = smap_get(&t->tok, s[i], strlen(s[i]));
+    if (id < 0) rc = -1; /* a symbol the vocabulary lacks */
+    else if (push(ids, cnt, cap, id)) rc = -1;
+    free(s[i]);
+  }
+  free(s);
+  return rc;
+}
+
+int gpt_tokenizer_encode(const gpt_tokenizer *t, const char *text, size_t len, int32_t **ids,
+                         size_t *n, size_t *cap) {
+  const unsigned char *s = (const unsigned char *)text;
+  if (!t->bpe) {
+    for (size_t i = 0; i < len; i++)
+      if (push(ids, n, cap, s[i])) return -1;
+    return 0;
+  }
+  for (size_t i = 0; i < len;) {
+    size_t l = pretoken(s + i, len - i);
+    if (!l) l = 1;
+    if (bpe_word(t, s + i, l, ids, n, cap)) return -1;
+    i += l;
+  }
+  return 0;
+}
+
+size_t gpt_tokenizer_decode(const gpt_tokenizer *t, int32_t id, char *buf, size_t cap) {
+  if (id < 0 || id >= t->vocab) return 0;
+  if (!t->bpe) {
+    if (cap < 1) return 0;
+    buf[0] = (char)id;
+    return 1;
+  }
+  const unsigned char *p = (const unsigned char *)t->id_str[id];
+  size_t n = 0;
+  if (!p) return 0;
+  while (*p && n < cap) {
+    unsigned cp;
+    if (*p < 0x80) cp = *p++;
+    else if ((*p & 0xE0) == 0xC0 && (p[1] & 0xC0) == 0x80) cp = (unsigned)(*p & 0x1F) << 6 | (p[1] & 0x3F), p += 2;
+    else return n; /* not a byte symbol */
+    if (cp >= 512) return n;
+    buf[n++] = (char)t->unbyte[cp];
+  }
+  return n;
+}
