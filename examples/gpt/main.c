@@ -1,0 +1,512 @@
+/* examples/gpt/main.c — the ferry-gpt program: `train` (fine-tune or train a
+ * GPT-2 / Llama model on a text or token file) and `sample` (generate text).
+ * Today `train` runs the PRE-ENGINE path: every parameter resident in host
+ * memory (gpt_resident) and a plain AdamW; the engine config is validated
+ * but its placement is not applied until the offload engine lands.
+ */
+#include "gpt.h"
+
+#include "ferry.h"
+
+#include <cblas.h>
+#include <errno.h>
+#include <getopt.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <time.h>
+
+static const char *k_train_help =
+    "NAME\n"
+    "    ferry-gpt train - train or fine-tune a GPT-2 or Llama model\n"
+    "\n"
+    "SYNOPSIS\n"
+    "    ferry-gpt train --model PRESET|config.json --data FILE [--weights FILE|DIR]\n"
+    "                    [--engine ENGINE.cfg] [--steps N] [--batch B] [--seq S] [--lr LR]\n"
+    "                    [--weight-decay WD] [--seed K] [--save DIR] [--checkpoint]\n"
+    "                    [--tokenizer DIR] [--threads N] [--json]\n"
+    "\n"
+    "DESCRIPTION\n"
+    "    Trains a decoder-only transformer with AdamW on next-token prediction. Batches of\n"
+    "    B windows of S+1 tokens are drawn from FILE at offsets chosen by a generator seeded\n"
+    "    with K, so the same command gives the same losses.\n"
+    "\n"
+    "    PRE-ENGINE PATH. Until ferry's offload engine lands, every weight, gradient and\n"
+    "    optimizer state lives in host memory and the step is a plain AdamW written in this\n"
+    "    example. --engine is read and validated (bad keys are reported with file and line)\n"
+    "    but its placement (GPU budget, host, NVMe) is not applied yet; the program says so.\n"
+    "\n"
+    "    One line per step: step, loss, tokens per second, peak bytes per tier (gpu, host,\n"
+    "    nvme) and the share of the step stalled on transfers (0 on this path).\n"
+    "\n"
+    "OPTIONS\n"
+    "    --model PRESET|FILE   tiny (GPT-2 style, ~1M params), small (~10M), gpt2 (124M),\n"
+    "                          llama-tiny, llama-small, or a Hugging Face config.json with\n"
+    "                          model_type gpt2 or llama.\n"
+    "    --weights FILE|DIR    start from these safetensors weights (one file, a folder with\n"
+    "                          model.safetensors or a sharded index); Hugging Face names.\n"
+    "                          Without it the weights are initialised from --seed.\n"
+    "    --data FILE           training data: text (tokenized), or token ids as uint16\n"
+    "                          (.u16, .bin) or uint32 (.u32).\n"
+    "    --engine FILE         ferry engine configuration (.cfg), validated; see above.\n"
+    "    --steps N             optimizer steps (default 10).\n"
+    "    --batch B             sequences per step (default 4).\n"
+    "    --seq S               tokens per sequence (default 128, at most the model's\n"
+    "                          positions).\n"
+    "    --lr LR               AdamW learning rate (default 3e-4); betas 0.9/0.999, eps 1e-8.\n"
+    "    --weight-decay WD     decoupled weight decay on matrices (default 0.1).\n"
+    "    --seed K              seed of the init and the batch sampler (default 1).\n"
+    "    --save DIR            write DIR/model.safetensors (fp32, Hugging Face names) and\n"
+    "                          DIR/config.json at the end.\n"
+    "    --checkpoint          activation checkpointing: keep only block inputs and\n"
+    "                          recompute each block in the backward pass.\n"
+    "    --tokenizer DIR       GPT-2 BPE from DIR/vocab.json and DIR/merges.txt (default:\n"
+    "                          bytes, 256 ids).\n"
+    "    --threads N           OpenBLAS threads (default: OpenBLAS's choice).\n"
+    "    --json                one JSON object per step instead of the progress line:\n"
+    "                          {\"step\", \"loss\", \"tokens_per_s\", \"peak_bytes\": {\"gpu\",\n"
+    "                          \"host\", \"nvme\"}}, then one with \"final\": true and totals.\n"
+    "    -h, --help            this text.\n"
+    "\n"
+    "EXAMPLES\n"
+    "    ferry-gpt train --model tiny --data /usr/share/common-licenses/GPL-3 --steps 50\n"
+    "    ferry-gpt train --model small --data corpus.txt --engine examples/configs/resident.cfg \\\n"
+    "        --steps 200 --batch 8 --seq 256 --lr 1e-3 --save out/\n"
+    "\n"
+    "EXIT STATUS\n"
+    "    0 on success, 1 on a runtime failure, 2 on bad usage.\n";
+
+static const char *k_sample_help =
+    "NAME\n"
+    "    ferry-gpt sample - generate text from a GPT-2 or Llama model\n"
+    "\n"
+    "SYNOPSIS\n"
+    "    ferry-gpt sample --model PRESET|config.json --weights FILE|DIR --prompt TEXT\n"
+    "                     [--tokens N] [--temperature T] [--seed K] [--tokenizer DIR]\n"
+    "\n"
+    "DESCRIPTION\n"
+    "    Encodes TEXT, then appends N tokens, each drawn from the softmax of the model's\n"
+    "    last logits divided by T (T = 0: the most likely token). The context is the last\n"
+    "    positions the model supports (at most 256). Prints the prompt and the continuation.\n"
+    "\n"
+    "OPTIONS\n"
+    "    --model PRESET|FILE   as for train; use the config.json written by train --save.\n"
+    "    --weights FILE|DIR    safetensors weights (required: random weights say nothing).\n"
+    "    --prompt TEXT         the start of the text (default: a newline).\n"
+    "    --tokens N            tokens to generate (default 64).\n"
+    "    --temperature T       sampling temperature (default 0.8; 0 = greedy).\n"
+    "    --seed K              seed of the sampler (default 1).\n"
+    "    --tokenizer DIR       GPT-2 BPE from DIR/vocab.json and DIR/merges.txt.\n"
+    "    -h, --help            this text.\n"
+    "\n"
+    "EXIT STATUS\n"
+    "    0 on success, 1 on a runtime failure, 2 on bad usage.\n";
+
+static const char *k_main_help =
+    "NAME\n"
+    "    ferry-gpt - train and sample GPT-2 / Llama models with ferry\n"
+    "\n"
+    "SYNOPSIS\n"
+    "    ferry-gpt train  --model ... --data FILE [options]\n"
+    "    ferry-gpt sample --model ... --weights DIR --prompt TEXT [options]\n"
+    "    ferry-gpt help [train|sample]\n"
+    "\n"
+    "DESCRIPTION\n"
+    "    The example trainer of ferry: one decoder-only transformer covering GPT-2\n"
+    "    (LayerNorm, GELU, learned positions, tied embeddings) and Llama (RMSNorm, rotary\n"
+    "    positions, SwiGLU, grouped-query attention), weights in safetensors with Hugging\n"
+    "    Face names. `ferry-gpt COMMAND --help` describes each command.\n";
+
+static void die_usage(const char *msg) {
+  fprintf(stderr, "ferry-gpt: %s (try --help)\n", msg);
+  exit(2);
+}
+
+static int parse_int(const char *s, const char *opt, long lo, long hi) {
+  char *e;
+  errno = 0;
+  long v = strtol(s, &e, 10);
+  if (errno || *e || v < lo || v > hi) {
+    fprintf(stderr, "ferry-gpt: %s wants an integer in [%ld, %ld], not '%s'\n", opt, lo, hi, s);
+    exit(2);
+  }
+  return (int)v;
+}
+
+static float parse_float(const char *s, const char *opt) {
+  char *e;
+  float v = strtof(s, &e);
+  if (*e || !isfinite(v) || v < 0) {
+    fprintf(stderr, "ferry-gpt: %s wants a non-negative number, not '%s'\n", opt, s);
+    exit(2);
+  }
+  return v;
+}
+
+static void load_model_config(const char *model, gpt_config *cfg) {
+  char err[512];
+  if (gpt_config_preset(model, cfg) == 0) return;
+  struct stat st;
+  if (stat(model, &st) != 0) {
+    fprintf(stderr, "ferry-gpt: --model '%s' is neither a preset (tiny, small, gpt2, llama-tiny, "
+            "llama-small) nor a file\n", model);
+    exit(2);
+  }
+  char path[4096];
+  if (S_ISDIR(st.st_mode)) snprintf(path, sizeof path, "%.4000s/config.json", model);
+  else snprintf(path, sizeof path, "%.4000s", model);
+  if (gpt_config_load_json(path, cfg, err, sizeof err)) {
+    fprintf(stderr, "ferry-gpt: %s\n", err);
+    exit(1);
+  }
+}
+
+static gpt_tokenizer *load_tokenizer(const char *dir) {
+  gpt_tokenizer *t;
+  if (!dir) {
+    if (gpt_tokenizer_bytes(&t)) exit(1);
+    return t;
+  }
+  char v[4096], m[4096], err[512];
+  snprintf(v, sizeof v, "%.4000s/vocab.json", dir);
+  snprintf(m, sizeof m, "%.4000s/merges.txt", dir);
+  if (gpt_tokenizer_bpe(v, m, &t, err, sizeof err)) {
+    fprintf(stderr, "ferry-gpt: tokenizer: %s\n", err);
+    exit(1);
+  }
+  return t;
+}
+
+static int write_config_json(const char *path, const gpt_config *c) {
+  FILE *f = fopen(path, "w");
+  if (!f) return -1;
+  if (c->family == GPT_GPT2)
+    fprintf(f, "{\n  \"model_type\": \"gpt2\",\n  \"vocab_size\": %d,\n  \"n_embd\": %d,\n"
+            "  \"n_layer\": %d,\n  \"n_head\": %d,\n  \"n_inner\": %d,\n  \"n_positions\": %d,\n"
+            "  \"layer_norm_epsilon\": %g,\n  \"activation_function\": \"gelu_new\",\n"
+            "  \"tie_word_embeddings\": true\n}\n",
+            c->vocab, c->d_model, c->n_layer, c->n_head, c->d_ff, c->max_seq, (double)c->norm_eps);
+  else
+    fprintf(f, "{\n  \"model_type\": \"llama\",\n  \"vocab_size\": %d,\n  \"hidden_size\": %d,\n"
+            "  \"num_hidden_layers\": %d,\n  \"num_attention_heads\": %d,\n"
+            "  \"num_key_value_heads\": %d,\n  \"intermediate_size\": %d,\n"
+            "  \"max_position_embeddings\": %d,\n  \"rms_norm_eps\": %g,\n  \"rope_theta\": %g,\n"
+            "  \"hidden_act\": \"silu\",\n  \"tie_word_embeddings\": %s\n}\n",
+            c->vocab, c->d_model, c->n_layer, c->n_head, c->n_kv_head, c->d_ff, c->max_seq,
+            (double)c->norm_eps, (double)c->rope_theta, c->tied ? "true" : "false");
+  return fclose(f);
+}
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static uint64_t peak_rss(void) {
+  struct rusage ru;
+  getrusage(RUSAGE_SELF, &ru);
+  return (uint64_t)ru.ru_maxrss * 1024;
+}
+
+enum { O_MODEL = 256, O_WEIGHTS, O_DATA, O_ENGINE, O_STEPS, O_BATCH, O_SEQ, O_LR, O_WD, O_SEED,
+       O_SAVE, O_JSON, O_CKPT, O_TOK, O_THREADS, O_PROMPT, O_TOKENS, O_TEMP };
+
+static int cmd_train(int argc, char **argv) {
+  static const struct option opts[] = {
+      {"model", 1, 0, O_MODEL},   {"weights", 1, 0, O_WEIGHTS}, {"data", 1, 0, O_DATA},
+      {"engine", 1, 0, O_ENGINE}, {"steps", 1, 0, O_STEPS},     {"batch", 1, 0, O_BATCH},
+      {"seq", 1, 0, O_SEQ},       {"lr", 1, 0, O_LR},           {"weight-decay", 1, 0, O_WD},
+      {"seed", 1, 0, O_SEED},     {"save", 1, 0, O_SAVE},       {"json", 0, 0, O_JSON},
+      {"checkpoint", 0, 0, O_CKPT}, {"tokenizer", 1, 0, O_TOK}, {"threads", 1, 0, O_THREADS},
+      {"help", 0, 0, 'h'},        {0, 0, 0, 0}};
+  const char *model = NULL, *weights = NULL, *data = NULL, *engine = NULL, *save = NULL,
+             *tokdir = NULL;
+  int steps = 10, batch = 4, seq = 0, json = 0, ckpt = 0, threads = 0;
+  float lr = 3e-4f, wd = 0.1f;
+  uint64_t seed = 1;
+  int c;
+  optind = 1;
+  while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+    switch (c) {
+    case O_MODEL: model = optarg; break;
+    case O_WEIGHTS: weights = optarg; break;
+    case O_DATA: data = optarg; break;
+    case O_ENGINE: engine = optarg; break;
+    case O_STEPS: steps = parse_int(optarg, "--steps", 0, 100000000); break;
+    case O_BATCH: batch = parse_int(optarg, "--batch", 1, 65536); break;
+    case O_SEQ: seq = parse_int(optarg, "--seq", 1, 1 << 20); break;
+    case O_LR: lr = parse_float(optarg, "--lr"); break;
+    case O_WD: wd = parse_float(optarg, "--weight-decay"); break;
+    case O_SEED: seed = (uint64_t)parse_int(optarg, "--seed", 0, 2147483647); break;
+    case O_SAVE: save = optarg; break;
+    case O_JSON: json = 1; break;
+    case O_CKPT: ckpt = 1; break;
+    case O_TOK: tokdir = optarg; break;
+    case O_THREADS: threads = parse_int(optarg, "--threads", 1, 1024); break;
+    case 'h': fputs(k_train_help, stdout); return 0;
+    default: die_usage("bad option for train");
+    }
+  }
+  if (optind < argc) die_usage("unexpected argument");
+  if (!model) die_usage("train needs --model");
+  if (!data) die_usage("train needs --data");
+  if (threads) openblas_set_num_threads(threads);
+  FILE *info = json ? stderr : stdout;
+
+  if (engine) {
+    ferry_config *fc;
+    if (ferry_config_create(&fc)) {
+      fprintf(stderr, "ferry-gpt: %s\n", ferry_last_error());
+      return 1;
+    }
+    if (ferry_config_load_file(fc, engine)) {
+      fprintf(stderr, "ferry-gpt: %s\n", ferry_config_last_error(fc));
+      ferry_config_destroy(fc);
+      return 1;
+    }
+    ferry_config_destroy(fc);
+    fprintf(info, "ferry-gpt: note: engine config %s is valid, but its placement is not applied "
+            "yet (pre-engine path: all parameters resident in host memory, plain AdamW)\n", engine);
+  } else {
+    fprintf(info, "ferry-gpt: note: pre-engine path (all parameters resident in host memory, "
+            "plain AdamW)\n");
+  }
+
+  gpt_config cfg;
+  load_model_config(model, &cfg);
+  if (!seq) seq = cfg.max_seq < 128 ? cfg.max_seq : 128;
+  if (seq > cfg.max_seq) {
+    fprintf(stderr, "ferry-gpt: --seq %d is more than the model's %d positions\n", seq, cfg.max_seq);
+    return 2;
+  }
+  gpt_tokenizer *tok = load_tokenizer(tokdir);
+  if (gpt_tokenizer_vocab(tok) > cfg.vocab) {
+    fprintf(stderr, "ferry-gpt: the tokenizer has %d ids but the model only %d\n",
+            gpt_tokenizer_vocab(tok), cfg.vocab);
+    return 1;
+  }
+  char err[1024], desc[256];
+  gpt_schema s;
+  if (gpt_schema_build(&cfg, &s)) {
+    fprintf(stderr, "ferry-gpt: cannot build the model\n");
+    return 1;
+  }
+  gpt_config_describe(&cfg, desc, sizeof desc);
+  fprintf(info, "ferry-gpt: model %s; %.2fM parameters\n", desc, s.total_numel / 1e6);
+  gpt_data d;
+  if (gpt_data_load(&d, data, tok, cfg.vocab, seed, err, sizeof err)) {
+    fprintf(stderr, "ferry-gpt: %s\n", err);
+    return 1;
+  }
+  if (d.n < (size_t)seq + 1) {
+    fprintf(stderr, "ferry-gpt: %s holds %zu tokens, fewer than --seq + 1 = %d\n", data, d.n,
+            seq + 1);
+    return 1;
+  }
+  gpt_resident r;
+  gpt_adamw opt;
+  if (gpt_resident_init(&r, &s) || gpt_adamw_init(&opt, s.total_numel, lr, wd)) {
+    fprintf(stderr, "ferry-gpt: out of memory for %zu parameters\n", s.total_numel);
+    return 1;
+  }
+  gpt_provider p = gpt_resident_provider(&r);
+  if (weights) {
+    if (gpt_weights_load(&s, &p, weights, err, sizeof err)) {
+      fprintf(stderr, "ferry-gpt: %s\n", err);
+      return 1;
+    }
+  } else {
+    gpt_weights_init(&s, &p, seed);
+  }
+  gpt_run_config rc = {.batch = batch, .seq = seq, .checkpoint = ckpt};
+  gpt_model *m;
+  if (gpt_model_create(&s, &rc, &m)) {
+    fprintf(stderr, "ferry-gpt: out of memory for activations (batch %d, seq %d)\n", batch, seq);
+    return 1;
+  }
+  fprintf(info, "ferry-gpt: %zu tokens of data, batch %d x seq %d, %d steps, lr %g; host: "
+          "%.1f MB of weights+grads+AdamW, %.1f MB of activations\n",
+          d.n, batch, seq, steps, (double)lr, 16.0 * s.total_numel / 1e6,
+          gpt_model_activation_bytes(m) / 1e6);
+  int32_t *x = malloc((size_t)batch * seq * sizeof *x), *y = malloc((size_t)batch * seq * sizeof *y);
+  double t_all = 0, first = NAN, last = NAN;
+  for (int st = 1; st <= steps; st++) {
+    double t0 = now_s();
+    float loss;
+    gpt_data_batch(&d, batch, seq, x, y);
+    p.zero_grad(p.ctx);
+    if (gpt_model_forward(m, &p, x, y, &loss) || gpt_model_backward(m, &p)) {
+      fprintf(stderr, "ferry-gpt: step %d: %s\n", st, gpt_model_last_error(m));
+      return 1;
+    }
+    gpt_adamw_step(&opt, &r);
+    double dt = now_s() - t0;
+    t_all += dt;
+    if (st == 1) first = loss;
+    last = loss;
+    double tps = batch * seq / dt;
+    uint64_t host = peak_rss();
+    if (json)
+      printf("{\"step\": %d, \"loss\": %.6f, \"tokens_per_s\": %.1f, \"peak_bytes\": {\"gpu\": 0, "
+             "\"host\": %llu, \"nvme\": 0}, \"stall_pct\": 0.0}\n",
+             st, loss, tps, (unsigned long long)host);
+    else
+      printf("step %5d/%d  loss %.4f  %8.0f tok/s  gpu 0.00 GB  host %.2f GB  nvme 0.00 GB  "
+             "stall 0.0%%\n",
+             st, steps, loss, tps, host / 1e9);
+    fflush(stdout);
+  }
+  double tps = t_all > 0 ? (double)steps * batch * seq / t_all : 0;
+  if (json)
+    printf("{\"final\": true, \"steps\": %d, \"tokens\": %lld, \"seconds\": %.3f, "
+           "\"tokens_per_s\": %.1f, \"first_loss\": %.6f, \"last_loss\": %.6f, \"peak_bytes\": "
+           "{\"gpu\": 0, \"host\": %llu, \"nvme\": 0}, \"engine\": \"pre-engine (resident)\"}\n",
+           steps, (long long)steps * batch * seq, t_all, tps, steps ? first : 0.0,
+           steps ? last : 0.0, (unsigned long long)peak_rss());
+  else
+    printf("done: %d steps, %lld tokens in %.2f s, %.0f tok/s, loss %.4f -> %.4f, peak host %.2f "
+           "GB\n",
+           steps, (long long)steps * batch * seq, t_all, tps, first, last, peak_rss() / 1e9);
+  int status = 0;
+  if (save) {
+    char path[4096];
+    if (mkdir(save, 0777) != 0 && errno != EEXIST) {
+      fprintf(stderr, "ferry-gpt: --save %s: %s\n", save, strerror(errno));
+      status = 1;
+    } else if (gpt_weights_save(&s, &p, save, 2ull << 30, err, sizeof err)) {
+      fprintf(stderr, "ferry-gpt: %s\n", err);
+      status = 1;
+    } else {
+      snprintf(path, sizeof path, "%.4000s/config.json", save);
+      if (write_config_json(path, &cfg)) {
+        fprintf(stderr, "ferry-gpt: cannot write %s\n", path);
+        status = 1;
+      } else {
+        fprintf(info, "ferry-gpt: saved %s (model safetensors + config.json)\n", save);
+      }
+    }
+  }
+  free(x), free(y);
+  gpt_model_free(m);
+  gpt_adamw_free(&opt);
+  gpt_resident_free(&r);
+  gpt_data_free(&d);
+  gpt_tokenizer_free(tok);
+  gpt_schema_free(&s);
+  return status;
+}
+
+static int cmd_sample(int argc, char **argv) {
+  static const struct option opts[] = {
+      {"model", 1, 0, O_MODEL}, {"weights", 1, 0, O_WEIGHTS}, {"prompt", 1, 0, O_PROMPT},
+      {"tokens", 1, 0, O_TOKENS}, {"temperature", 1, 0, O_TEMP}, {"seed", 1, 0, O_SEED},
+      {"tokenizer", 1, 0, O_TOK}, {"threads", 1, 0, O_THREADS}, {"help", 0, 0, 'h'},
+      {0, 0, 0, 0}};
+  const char *model = NULL, *weights = NULL, *prompt = "\n", *tokdir = NULL;
+  int ntok = 64, c;
+  float temp = 0.8f;
+  uint64_t seed = 1;
+  optind = 1;
+  while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+    switch (c) {
+    case O_MODEL: model = optarg; break;
+    case O_WEIGHTS: weights = optarg; break;
+    case O_PROMPT: prompt = optarg; break;
+    case O_TOKENS: ntok = parse_int(optarg, "--tokens", 0, 1000000); break;
+    case O_TEMP: temp = parse_float(optarg, "--temperature"); break;
+    case O_SEED: seed = (uint64_t)parse_int(optarg, "--seed", 0, 2147483647); break;
+    case O_TOK: tokdir = optarg; break;
+    case O_THREADS: openblas_set_num_threads(parse_int(optarg, "--threads", 1, 1024)); break;
+    case 'h': fputs(k_sample_help, stdout); return 0;
+    default: die_usage("bad option for sample");
+    }
+  }
+  if (optind < argc) die_usage("unexpected argument");
+  if (!model) die_usage("sample needs --model");
+  if (!weights) die_usage("sample needs --weights");
+  gpt_config cfg;
+  load_model_config(model, &cfg);
+  gpt_tokenizer *tok = load_tokenizer(tokdir);
+  gpt_schema s;
+  char err[1024];
+  if (gpt_schema_build(&cfg, &s)) return 1;
+  gpt_resident r;
+  if (gpt_resident_init(&r, &s)) return 1;
+  gpt_provider p = gpt_resident_provider(&r);
+  if (gpt_weights_load(&s, &p, weights, err, sizeof err)) {
+    fprintf(stderr, "ferry-gpt: %s\n", err);
+    return 1;
+  }
+  int T = cfg.max_seq < 256 ? cfg.max_seq : 256;
+  gpt_run_config rc = {.batch = 1, .seq = T};
+  gpt_model *m;
+  if (gpt_model_create(&s, &rc, &m)) return 1;
+  int32_t *ids = NULL;
+  size_t n = 0, cap = 0;
+  if (gpt_tokenizer_encode(tok, prompt, strlen(prompt), &ids, &n, &cap) || n == 0) {
+    fprintf(stderr, "ferry-gpt: the prompt encodes to no tokens\n");
+    return 1;
+  }
+  fputs(prompt, stdout);
+  int32_t *win = calloc((size_t)T, sizeof *win);
+  float *pr = malloc((size_t)cfg.vocab * sizeof *pr);
+  uint64_t rng = seed;
+  for (int k = 0; k < ntok; k++) {
+    size_t len = n < (size_t)T ? n : (size_t)T;
+    memset(win, 0, (size_t)T * sizeof *win);
+    memcpy(win, ids + n - len, len * sizeof *win); /* causal: padding after len is never seen */
+    if (gpt_model_forward(m, &p, win, NULL, NULL)) {
+      fprintf(stderr, "ferry-gpt: %s\n", gpt_model_last_error(m));
+      return 1;
+    }
+    const float *lg = gpt_model_logits(m) + (len - 1) * (size_t)cfg.vocab;
+    int V = gpt_tokenizer_vocab(tok) < cfg.vocab ? gpt_tokenizer_vocab(tok) : cfg.vocab, best = 0;
+    for (int v = 1; v < V; v++)
+      if (lg[v] > lg[best]) best = v;
+    int next = best;
+    if (temp > 0) {
+      double sum = 0;
+      for (int v = 0; v < V; v++) sum += pr[v] = expf((lg[v] - lg[best]) / temp);
+      double u = (double)(gpt_rand(&rng) >> 11) / 9007199254740992.0 * sum, acc = 0;
+      for (next = 0; next < V - 1; next++)
+        if ((acc += pr[next]) > u) break;
+    }
+    if (n == cap) {
+      cap = cap ? cap * 2 : 64;
+      ids = realloc(ids, cap * sizeof *ids);
+    }
+    ids[n++] = next;
+    char b[64];
+    size_t bl = gpt_tokenizer_decode(tok, next, b, sizeof b);
+    fwrite(b, 1, bl, stdout);
+    fflush(stdout);
+  }
+  printf("\n");
+  free(win), free(pr), free(ids);
+  gpt_model_free(m);
+  gpt_resident_free(&r);
+  gpt_tokenizer_free(tok);
+  gpt_schema_free(&s);
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {
+    fputs(k_main_help, argc < 2 ? stderr : stdout);
+    return argc < 2 ? 2 : 0;
+  }
+  if (!strcmp(argv[1], "help")) {
+    if (argc > 2 && !strcmp(argv[2], "train")) fputs(k_train_help, stdout);
+    else if (argc > 2 && !strcmp(argv[2], "sample")) fputs(k_sample_help, stdout);
+    else fputs(k_main_help, stdout);
+    return 0;
+  }
+  if (!strcmp(argv[1], "train")) return cmd_train(argc - 1, argv + 1);
+  if (!strcmp(argv[1], "sample")) return cmd_sample(argc - 1, argv + 1);
+  fprintf(stderr, "ferry-gpt: unknown command '%s' (train, sample, help)\n", argv[1]);
+  return 2;
+}
