@@ -600,7 +600,7 @@ static int parse_header(ferry_safetensors *f, int shard, const char *hdr, uint64
     e->offset = 8 + n + e->begin;
   }
   /* file order; ranges must tile the data section: no overlap, no hole */
-  qsort(f->t + first, f->nt - first, sizeof *f->t, cmp_begin);
+  if (f->nt > first) qsort(f->t + first, f->nt - first, sizeof *f->t, cmp_begin);
   uint64_t at = 0;
   for (size_t i = first; i < f->nt; i++) {
     st_entry *e = &f->t[i];
@@ -706,7 +706,7 @@ static int build_index(ferry_safetensors *f) {
   f->by_name = malloc((f->nt ? f->nt : 1) * sizeof *f->by_name);
   if (!f->by_name) return ferry_err(&f->err, FERRY_ENOMEM, "out of memory");
   for (size_t i = 0; i < f->nt; i++) f->by_name[i] = i;
-  qsort_r(f->by_name, f->nt, sizeof *f->by_name, cmp_name_idx_r, f);
+  if (f->nt) qsort_r(f->by_name, f->nt, sizeof *f->by_name, cmp_name_idx_r, f);
   for (size_t i = 1; i < f->nt; i++) {
     const st_entry *a = &f->t[f->by_name[i - 1]], *b = &f->t[f->by_name[i]];
     if (strcmp(a->name, b->name) == 0)
@@ -936,7 +936,7 @@ static int open_index(const char *path, ferry_safetensors **out) {
     jset(&j, "no \"weight_map\"");
     goto bad;
   }
-  qsort(wm, nwm, sizeof *wm, cmp_wm);
+  if (nwm) qsort(wm, nwm, sizeof *wm, cmp_wm);
   for (size_t i = 0; i < nwm; i++) {
     if (i && strcmp(wm[i].name, wm[i - 1].name) == 0) {
       jset(&j, "weight_map: tensor '%.200s' given twice", wm[i].name);
@@ -956,7 +956,7 @@ static int open_index(const char *path, ferry_safetensors **out) {
     goto bad;
   }
   for (size_t i = 0; i < nwm; i++) files[i] = wm[i].file;
-  qsort(files, nwm, sizeof *files, cmp_str);
+  if (nwm) qsort(files, nwm, sizeof *files, cmp_str);
   for (size_t i = 0; i < nwm; i++)
     if (!nfiles || strcmp(files[nfiles - 1], files[i]) != 0) files[nfiles++] = files[i];
   if (nfiles > 100000) {
@@ -1459,7 +1459,7 @@ static int layout(ferry_safetensors_writer *w) {
   if (w->failed) return ferry_err(&w->err, FERRY_ESTATE, "writer failed earlier");
   if (w->laid_out) return 0;
   w->laid_out = 1;
-  qsort(w->t, w->nt, sizeof *w->t, cmp_layout);
+  if (w->nt) qsort(w->t, w->nt, sizeof *w->t, cmp_layout);
   /* metadata sorted by key so the header does not depend on call order */
   for (size_t i = 1; i < w->nmeta; i++)
     for (size_t k = i; k > 0 && strcmp(w->mkeys[k - 1], w->mkeys[k]) > 0; k--) {
