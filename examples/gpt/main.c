@@ -5,6 +5,9 @@
  * but its placement is not applied until the offload engine lands.
  */
 #include "gpt.h"
+#ifdef GPT_HAVE_CUDA
+#include "gpt_cuda.h"
+#endif
 
 #include "ferry.h"
 
@@ -27,7 +30,7 @@ static const char *k_train_help =
     "    ferry-gpt train --model PRESET|config.json --data FILE [--weights FILE|DIR]\n"
     "                    [--engine ENGINE.cfg] [--steps N] [--batch B] [--seq S] [--lr LR]\n"
     "                    [--weight-decay WD] [--seed K] [--save DIR] [--checkpoint]\n"
-    "                    [--tokenizer DIR] [--threads N] [--json]\n"
+    "                    [--tokenizer DIR] [--threads N] [--device cpu|cuda] [--json]\n"
     "\n"
     "DESCRIPTION\n"
     "    Trains a decoder-only transformer with AdamW on next-token prediction. Batches of\n"
@@ -66,6 +69,10 @@ static const char *k_train_help =
     "    --tokenizer DIR       GPT-2 BPE from DIR/vocab.json and DIR/merges.txt (default:\n"
     "                          bytes, 256 ids).\n"
     "    --threads N           OpenBLAS threads (default: OpenBLAS's choice).\n"
+    "    --device cpu|cuda     where the model computes (default cpu). cuda: the CUDA\n"
+    "                          kernels (bf16 GEMMs, fp32 accumulation) on GPU 0 with the\n"
+    "                          weights resident on the device; the pre-engine AdamW still\n"
+    "                          steps on the host (grads down, weights up each step).\n"
     "    --json                one JSON object per step instead of the progress line:\n"
     "                          {\"step\", \"loss\", \"tokens_per_s\", \"peak_bytes\": {\"gpu\",\n"
     "                          \"host\", \"nvme\"}}, then one with \"final\": true and totals.\n"
@@ -213,7 +220,7 @@ static uint64_t peak_rss(void) {
 }
 
 enum { O_MODEL = 256, O_WEIGHTS, O_DATA, O_ENGINE, O_STEPS, O_BATCH, O_SEQ, O_LR, O_WD, O_SEED,
-       O_SAVE, O_JSON, O_CKPT, O_TOK, O_THREADS, O_PROMPT, O_TOKENS, O_TEMP };
+       O_SAVE, O_JSON, O_CKPT, O_TOK, O_THREADS, O_PROMPT, O_TOKENS, O_TEMP, O_DEVICE };
 
 static int cmd_train(int argc, char **argv) {
   static const struct option opts[] = {
@@ -222,10 +229,10 @@ static int cmd_train(int argc, char **argv) {
       {"seq", 1, 0, O_SEQ},       {"lr", 1, 0, O_LR},           {"weight-decay", 1, 0, O_WD},
       {"seed", 1, 0, O_SEED},     {"save", 1, 0, O_SAVE},       {"json", 0, 0, O_JSON},
       {"checkpoint", 0, 0, O_CKPT}, {"tokenizer", 1, 0, O_TOK}, {"threads", 1, 0, O_THREADS},
-      {"help", 0, 0, 'h'},        {0, 0, 0, 0}};
+      {"device", 1, 0, O_DEVICE}, {"help", 0, 0, 'h'},        {0, 0, 0, 0}};
   const char *model = NULL, *weights = NULL, *data = NULL, *engine = NULL, *save = NULL,
              *tokdir = NULL;
-  int steps = 10, batch = 4, seq = 0, json = 0, ckpt = 0, threads = 0;
+  int steps = 10, batch = 4, seq = 0, json = 0, ckpt = 0, threads = 0, cuda = 0;
   float lr = 3e-4f, wd = 0.1f;
   uint64_t seed = 1;
   int c;
@@ -247,6 +254,10 @@ static int cmd_train(int argc, char **argv) {
     case O_CKPT: ckpt = 1; break;
     case O_TOK: tokdir = optarg; break;
     case O_THREADS: threads = parse_int(optarg, "--threads", 1, 1024); break;
+    case O_DEVICE:
+      if (!strcmp(optarg, "cuda")) cuda = 1;
+      else if (strcmp(optarg, "cpu")) die_usage("--device is cpu or cuda");
+      break;
     case 'h': fputs(k_train_help, stdout); return 0;
     default: die_usage("bad option for train");
     }
@@ -256,6 +267,19 @@ static int cmd_train(int argc, char **argv) {
   if (!data) die_usage("train needs --data");
   if (threads) openblas_set_num_threads(threads);
   FILE *info = json ? stderr : stdout;
+#ifdef GPT_HAVE_CUDA
+  char why[256];
+  if (cuda && gpt_cuda_available(why, sizeof why)) {
+    fprintf(stderr, "ferry-gpt: --device cuda: %s\n", why);
+    return 1;
+  }
+#else
+  if (cuda) {
+    fprintf(stderr, "ferry-gpt: --device cuda: this build has no CUDA (configure with nvcc on "
+            "PATH)\n");
+    return 1;
+  }
+#endif
 
   if (engine) {
     ferry_config *fc;
@@ -323,27 +347,57 @@ static int cmd_train(int argc, char **argv) {
     gpt_weights_init(&s, &p, seed);
   }
   gpt_run_config rc = {.batch = batch, .seq = seq, .checkpoint = ckpt};
-  gpt_model *m;
-  if (gpt_model_create(&s, &rc, &m)) {
+  gpt_model *m = NULL;
+#ifdef GPT_HAVE_CUDA
+  gpt_cuda_model *cm = NULL;
+  gpt_cuda_resident cr;
+  gpt_provider cp;
+  if (cuda) {
+    if (gpt_cuda_resident_init(&cr, &s) || gpt_cuda_resident_upload(&cr, r.weights) ||
+        gpt_cuda_model_create(&s, &rc, &cm)) {
+      fprintf(stderr, "ferry-gpt: --device cuda: out of device memory or CUDA failure\n");
+      return 1;
+    }
+    cp = gpt_cuda_resident_provider(&cr);
+  }
+#endif
+  if (!cuda && gpt_model_create(&s, &rc, &m)) {
     fprintf(stderr, "ferry-gpt: out of memory for activations (batch %d, seq %d)\n", batch, seq);
     return 1;
   }
   fprintf(info, "ferry-gpt: %zu tokens of data, batch %d x seq %d, %d steps, lr %g; host: "
           "%.1f MB of weights+grads+AdamW, %.1f MB of activations\n",
           d.n, batch, seq, steps, (double)lr, 16.0 * s.total_numel / 1e6,
-          gpt_model_activation_bytes(m) / 1e6);
+          m ? gpt_model_activation_bytes(m) / 1e6 : 0.0);
   int32_t *x = malloc((size_t)batch * seq * sizeof *x), *y = malloc((size_t)batch * seq * sizeof *y);
   double t_all = 0, first = NAN, last = NAN;
   for (int st = 1; st <= steps; st++) {
     double t0 = now_s();
     float loss;
     gpt_data_batch(&d, batch, seq, x, y);
-    p.zero_grad(p.ctx);
-    if (gpt_model_forward(m, &p, x, y, &loss) || gpt_model_backward(m, &p)) {
-      fprintf(stderr, "ferry-gpt: step %d: %s\n", st, gpt_model_last_error(m));
-      return 1;
+#ifdef GPT_HAVE_CUDA
+    if (cuda) {
+      /* pre-engine: grads to the host, AdamW there, weights back up */
+      if (cp.zero_grad(cp.ctx) || gpt_cuda_model_forward(cm, &cp, x, y, &loss) ||
+          gpt_cuda_model_backward(cm, &cp) || gpt_cuda_resident_download_grads(&cr, r.grads)) {
+        fprintf(stderr, "ferry-gpt: step %d: %s\n", st, gpt_cuda_model_last_error(cm));
+        return 1;
+      }
+      gpt_adamw_step(&opt, &r);
+      if (gpt_cuda_resident_upload(&cr, r.weights)) {
+        fprintf(stderr, "ferry-gpt: step %d: upload failed\n", st);
+        return 1;
+      }
+    } else
+#endif
+    {
+      p.zero_grad(p.ctx);
+      if (gpt_model_forward(m, &p, x, y, &loss) || gpt_model_backward(m, &p)) {
+        fprintf(stderr, "ferry-gpt: step %d: %s\n", st, gpt_model_last_error(m));
+        return 1;
+      }
+      gpt_adamw_step(&opt, &r);
     }
-    gpt_adamw_step(&opt, &r);
     double dt = now_s() - t0;
     t_all += dt;
     if (st == 1) first = loss;
@@ -392,6 +446,12 @@ static int cmd_train(int argc, char **argv) {
   }
   free(x), free(y);
   gpt_model_free(m);
+#ifdef GPT_HAVE_CUDA
+  if (cuda) {
+    gpt_cuda_model_free(cm);
+    gpt_cuda_resident_free(&cr);
+  }
+#endif
   gpt_adamw_free(&opt);
   gpt_resident_free(&r);
   gpt_data_free(&d);
