@@ -846,8 +846,12 @@ int ferry_swap_open(const ferry_swap_config *cfg, ferry_swap **out) {
   /* The files. */
   unsigned seq = atomic_fetch_add(&g_store_seq, 1);
   for (int i = 0; i < s->npaths; i++) {
-    snprintf(s->files[i], sizeof s->files[i], "%s/ferry-%s-%ld-%u-%d.swap", s->dirs[i], s->name,
-             (long)getpid(), seq, i);
+    int len = snprintf(s->files[i], sizeof s->files[i], "%s/ferry-%s-%ld-%u-%d.swap",
+                       s->dirs[i], s->name, (long)getpid(), seq, i);
+    if (len < 0 || (size_t)len >= sizeof s->files[i]) {
+      ferry_err(&s->err, FERRY_EINVAL, "swap '%s': file path in %s is too long", name, s->dirs[i]);
+      return open_fail(s, FERRY_EINVAL);
+    }
     int fd = open(s->files[i], O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | (direct ? O_DIRECT : 0),
                   0600);
     if (fd < 0) {
