@@ -161,10 +161,12 @@ int gpt_weights_save(const gpt_schema *s, gpt_provider *p, const char *path, uin
 
 typedef struct gpt_model gpt_model;
 
+/* Threads: the GEMMs (over 90% of a step) run on OpenBLAS's threads
+ * (OPENBLAS_NUM_THREADS or ferry-gpt --threads); the other kernels are
+ * single-threaded loops. */
 typedef struct {
   int batch, seq;
   int checkpoint; /* 1: keep only block inputs, recompute each block in backward */
-  int threads;    /* worker threads for the non-GEMM kernels; 0 = 1 */
 } gpt_run_config;
 
 int gpt_model_create(const gpt_schema *s, const gpt_run_config *rc, gpt_model **out);
