@@ -95,6 +95,13 @@ int gpt_config_load_json(const char *path, gpt_config *out, char *err, size_t el
       if (gj_string(&j, key, sizeof key) < 0 || !gj_eat(&j, ':')) goto bad;
       int k = gj_kind(&j);
       double v = 0;
+      /* features this model does not have: refuse rather than compute wrong */
+      if ((!strcmp(key, "rope_scaling") && k != 'z') ||
+          ((!strcmp(key, "attention_bias") || !strcmp(key, "mlp_bias")) && k == 't')) {
+        snprintf(err, el, "%s: \"%s\" is not supported by this model", path, key);
+        free(text);
+        return -1;
+      }
       if (k == 'n') {
         if (gj_number(&j, &v)) goto bad;
       } else if (k == 's') {
