@@ -12,5 +12,6 @@
 int cli_info(int argc, char **argv);
 int cli_bench(int argc, char **argv);
 int cli_config(int argc, char **argv);
+int cli_plan(int argc, char **argv); /* cli/plan.c */
 
 #endif

@@ -5,8 +5,6 @@
 
 #include <string.h>
 
-int cli_plan(int argc, char **argv); /* cli/plan.c */
-
 static void usage(FILE *f) {
   fprintf(f,
           "usage: ferry <command> [options]\n"
