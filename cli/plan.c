@@ -190,7 +190,7 @@ typedef struct {
 
 /* ---- SVG ------------------------------------------------------------------- */
 
-static const char *const fam_color[FERRY_FAMILIES] = {"#4e79a7", "#f28e2b", "#e15759", "#76b7b2",
+static const char *const fam_color[FERRY_PLAN_FAMILIES] = {"#4e79a7", "#f28e2b", "#e15759", "#76b7b2",
                                                       "#59a14f", "#edc948", "#b07aa1"};
 
 static void svg_escape(FILE *f, const char *s) {
@@ -240,7 +240,7 @@ static int write_svg(const char *path, const ferry_plan_input *in, const ferry_p
       double scale = budget > 0 ? full / budget : 0;
       double shown = total * scale;
       double clip = shown > full * 1.25 ? full * 1.25 / shown : 1; /* keep bars on the page */
-      for (int fam = 0; fam < FERRY_FAMILIES; fam++) {
+      for (int fam = 0; fam < FERRY_PLAN_FAMILIES; fam++) {
         double hgt = (double)c->bytes[t][fam] * scale * clip;
         if (total > 0 && budget == 0) hgt = (double)c->bytes[t][fam] / total * full * 1.25;
         if (hgt <= 0) continue;
@@ -273,7 +273,7 @@ static int write_svg(const char *path, const ferry_plan_input *in, const ferry_p
       fprintf(f, "<text x=\"%d\" y=\"%d\" text-anchor=\"middle\" fill=\"#c00\">does not "
                  "fit</text>\n", gx + (3 * bar_w + 20) / 2, base + 52);
   }
-  for (int fam = 0; fam < FERRY_FAMILIES; fam++) {
+  for (int fam = 0; fam < FERRY_PLAN_FAMILIES; fam++) {
     int x = 50 + fam * 130;
     fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"12\" height=\"12\" fill=\"%s\"/>"
                "<text x=\"%d\" y=\"%d\">%s</text>\n",
@@ -420,7 +420,7 @@ static void print_json(const ferry_plan_input *in, const ferry_plan_result *r,
       json_uint(&j, "budget", in->budget[t]);
       json_uint(&j, "short_by", c->short_by[t]);
       json_open(&j, "families", '{');
-      for (int f = 0; f < FERRY_FAMILIES; f++)
+      for (int f = 0; f < FERRY_PLAN_FAMILIES; f++)
         json_uint(&j, ferry_plan_family_name(f), c->bytes[t][f]);
       json_close(&j, '}');
       json_close(&j, '}');
@@ -503,7 +503,7 @@ static void print_text(const ferry_plan_input *in, const ferry_plan_result *r, c
   for (int p = 0; p < FERRY_PLACEMENTS; p++) printf(" %14s", ferry_plan_placement_name(p));
   printf("\n");
   for (int t = 0; t < FERRY_PLAN_TIERS; t++) {
-    for (int f = 0; f < FERRY_FAMILIES; f++) {
+    for (int f = 0; f < FERRY_PLAN_FAMILIES; f++) {
       int any = 0;
       for (int p = 0; p < FERRY_PLACEMENTS; p++) any |= r->cand[p].bytes[t][f] > 0;
       if (!any) continue;

@@ -895,9 +895,9 @@ void ferry_plan_placement_tiers(int p, const char **params, const char **grads,
   if (optimizer) *optimizer = place_tiers[p][2];
 }
 const char *ferry_plan_family_name(int f) {
-  static const char *const n[FERRY_FAMILIES] = {"params",      "grads",   "master", "optimizer",
+  static const char *const n[FERRY_PLAN_FAMILIES] = {"params",      "grads",   "master", "optimizer",
                                                 "activations", "buffers", "workspace"};
-  return f >= 0 && f < FERRY_FAMILIES ? n[f] : "?";
+  return f >= 0 && f < FERRY_PLAN_FAMILIES ? n[f] : "?";
 }
 const char *ferry_plan_tier_name(int t) {
   static const char *const n[FERRY_PLAN_TIERS] = {"gpu", "host", "nvme"};
@@ -991,8 +991,8 @@ static double round_chunk(double x, double ch) { return ch > 0 ? ceil(x / ch) * 
 
 /* Bytes per tier and family of placement p at batch b. */
 static void place_bytes(const ferry_plan_input *in, int p, double b,
-                        double out[FERRY_PLAN_TIERS][FERRY_FAMILIES]) {
-  memset(out, 0, sizeof(double) * FERRY_PLAN_TIERS * FERRY_FAMILIES);
+                        double out[FERRY_PLAN_TIERS][FERRY_PLAN_FAMILIES]) {
+  memset(out, 0, sizeof(double) * FERRY_PLAN_TIERS * FERRY_PLAN_FAMILIES);
   const ferry_plan_model *m = &in->model;
   double P = (double)ferry_plan_model_params(m), G = (double)ferry_plan_largest_group(m);
   double pb = in->precision == FERRY_PREC_FP32 ? 4 : 2, ch = (double)in->chunk_size;
@@ -1064,12 +1064,12 @@ static void fmt_bytes(double b, char *buf, size_t n) {
 }
 
 static int tiers_fit(const ferry_plan_input *in, int p, double b, double *short_by) {
-  double by[FERRY_PLAN_TIERS][FERRY_FAMILIES];
+  double by[FERRY_PLAN_TIERS][FERRY_PLAN_FAMILIES];
   place_bytes(in, p, b, by);
   int ok = 1;
   for (int t = 0; t < FERRY_PLAN_TIERS; t++) {
     double tot = 0;
-    for (int f = 0; f < FERRY_FAMILIES; f++) tot += by[t][f];
+    for (int f = 0; f < FERRY_PLAN_FAMILIES; f++) tot += by[t][f];
     double s = tot > (double)in->budget[t] ? tot - (double)in->budget[t] : 0;
     if (short_by) short_by[t] = s;
     if (s > 0) ok = 0;
@@ -1083,11 +1083,11 @@ static void candidate(const ferry_plan_input *in, int p, ferry_plan_candidate *c
   memset(c, 0, sizeof *c);
   c->placement = p;
   const ferry_plan_model *m = &in->model;
-  double by[FERRY_PLAN_TIERS][FERRY_FAMILIES], shortb[FERRY_PLAN_TIERS];
+  double by[FERRY_PLAN_TIERS][FERRY_PLAN_FAMILIES], shortb[FERRY_PLAN_TIERS];
   place_bytes(in, p, (double)in->batch, by);
   for (int t = 0; t < FERRY_PLAN_TIERS; t++) {
     double tot = 0;
-    for (int f = 0; f < FERRY_FAMILIES; f++) {
+    for (int f = 0; f < FERRY_PLAN_FAMILIES; f++) {
       c->bytes[t][f] = (uint64_t)llround(by[t][f]);
       tot += (double)c->bytes[t][f];
     }

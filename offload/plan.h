@@ -127,7 +127,7 @@ typedef enum {
   FERRY_FAM_ACT,        /* activations kept for backward */
   FERRY_FAM_BUFFERS,    /* transfer and pinned staging buffers */
   FERRY_FAM_WORKSPACE,  /* runtime and backward scratch */
-  FERRY_FAMILIES
+  FERRY_PLAN_FAMILIES
 } ferry_plan_family;
 
 typedef enum {
@@ -162,7 +162,7 @@ enum { FERRY_COMP_COMPUTE = 0, FERRY_COMP_H2D, FERRY_COMP_D2H, FERRY_COMP_CPU, F
 
 typedef struct {
   int placement;
-  uint64_t bytes[FERRY_PLAN_TIERS][FERRY_FAMILIES];
+  uint64_t bytes[FERRY_PLAN_TIERS][FERRY_PLAN_FAMILIES];
   uint64_t tier_bytes[FERRY_PLAN_TIERS];
   uint64_t short_by[FERRY_PLAN_TIERS]; /* bytes over budget, 0 when within */
   uint64_t pinned_bytes;               /* host bytes that are page-locked */
