@@ -562,7 +562,31 @@ FERRY_API int ferry_loss_scaler_update(ferry_loss_scaler *s, int found_nonfinite
 /* ------------------------------------------------------------------------ */
 /* Tiered memory: statistics (memory/)                                       */
 
-/* (ferry_stats lands here) */
+/* Where the bytes are and how they moved. Tiers and families index the
+ * arrays below. Budgets hold: peak[t][*] sums never exceed budget[t]. */
+enum { FERRY_TIER_DEVICE = 0, FERRY_TIER_HOST = 1, FERRY_TIER_NVME = 2, FERRY_TIERS = 3 };
+enum {
+  FERRY_FAMILY_PARAMS = 0, /* 16-bit params */
+  FERRY_FAMILY_GRADS = 1,  /* gradients */
+  FERRY_FAMILY_OPTIM = 2,  /* fp32 optimizer state: master, exp_avg, exp_avg_sq */
+  FERRY_FAMILIES = 3
+};
+
+typedef struct {
+  uint64_t budget[FERRY_TIERS];
+  uint64_t current[FERRY_TIERS][FERRY_FAMILIES]; /* bytes held now */
+  uint64_t peak[FERRY_TIERS][FERRY_FAMILIES];    /* high-water mark per family */
+  uint64_t tier_current[FERRY_TIERS];            /* sums over families */
+  uint64_t tier_peak[FERRY_TIERS];               /* high-water mark of the sum */
+  uint64_t bytes_h2d, bytes_d2h;                 /* host <-> device */
+  uint64_t bytes_host_to_nvme, bytes_nvme_to_host;
+  uint64_t evictions[FERRY_TIERS];               /* copies dropped to make room */
+  uint64_t writebacks[FERRY_TIERS];              /* dirty copies written one tier down */
+  uint64_t fetches, fetch_hits;                  /* fetches; of which all resident */
+  uint64_t stalls;                               /* fetches that had to wait */
+  double stall_seconds;                          /* time callers waited for chunks */
+  uint64_t metadata_bytes, managed_bytes;        /* bookkeeping vs tensor bytes */
+} ferry_stats;
 
 #ifdef __cplusplus
 }

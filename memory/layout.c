@@ -1,0 +1,235 @@
+/* memory/layout.c — the chunk layout: each family's tensors packed in
+ * registration order into chunks of chunk_size bytes (256-byte aligned
+ * offsets; a tensor larger than a chunk gets a chunk of its own), the group
+ * to chunk-range tables, and the checks that every chunk fits every tier it
+ * must pass and that every home holds its family.
+ */
+#include "memory/mem_impl.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define DEVICE_ALIGN 256
+
+/* The host pool's alignment: the store's when any family lives on NVMe. */
+size_t mem_host_align(const ferry_mem *m) {
+  size_t a = DEVICE_ALIGN;
+  for (int f = 0; f < FERRY_FAMILIES; f++)
+    if (m->cfg.home[f] == FERRY_TIER_NVME && m->cfg.nvme_align > a) a = m->cfg.nvme_align;
+  return a;
+}
+
+static size_t chunk_align(const ferry_mem *m, int fam) {
+  int home = m->cfg.home[fam], reach = m->cfg.reach[fam];
+  size_t a = DEVICE_ALIGN;
+  size_t h = mem_host_align(m);
+  if (reach <= FERRY_TIER_HOST && home >= FERRY_TIER_HOST && h > a) a = h;
+  return a;
+}
+
+static int fail_chunk_too_big(ferry_mem *m, const mem_chunk *c, int tier, size_t avail,
+                              const char *what) {
+  const mem_tensor *big = NULL;
+  for (uint32_t k = 0; k < c->ntensors; k++) {
+    const mem_tensor *t = &m->t[m->order[c->first_tensor + k]];
+    if (!big || t->bytes > big->bytes) big = t;
+  }
+  char b1[32], b2[32];
+  return ferry_err(&m->err, FERRY_ENOMEM,
+                   "layout: tensor '%.200s' (%zu bytes, group %u, %s family) needs a %s chunk "
+                   "of %zu bytes, but the %s tier has %s (%s); raise tiers.%s.budget or place "
+                   "the family elsewhere",
+                   big ? big->name : "?", big ? big->bytes : 0, big ? big->group : 0,
+                   ferry_family_name(c->family), ferry_format_size(c->bytes, b1, sizeof b1),
+                   c->bytes, ferry_tier_name(tier), ferry_format_size(avail, b2, sizeof b2), what,
+                   tier == FERRY_TIER_DEVICE ? "gpu" : ferry_tier_name(tier));
+}
+
+int mem_layout_build(ferry_mem *m) {
+  size_t cs = m->cfg.chunk_size;
+  m->ngroups = m->max_group;
+  m->order = malloc((m->nt + 1) * sizeof *m->order);
+  m->by_group = malloc((m->nt + 1) * sizeof *m->by_group);
+  m->group_start = calloc((size_t)m->ngroups + 1, sizeof *m->group_start);
+  m->ranges = calloc((size_t)m->ngroups * FERRY_FAMILIES + 1, sizeof *m->ranges);
+  if (!m->order || !m->by_group || !m->group_start || !m->ranges) goto oom;
+
+  /* Pass 1: count chunks. Pass 2: fill. */
+  size_t no = 0;
+  uint32_t nchunks = 0;
+  for (int f = 0; f < FERRY_FAMILIES; f++) {
+    size_t fill = 0;
+    int open = 0;
+    for (size_t i = 0; i < m->nt; i++) {
+      mem_tensor *t = &m->t[i];
+      if (t->family != f) continue;
+      m->order[no++] = (uint32_t)i;
+      size_t off = ferry_align_up(fill, DEVICE_ALIGN);
+      if (t->bytes > cs) {
+        nchunks++; /* its own chunk */
+        open = 0;
+        fill = 0;
+        continue;
+      }
+      if (!open || off + t->bytes > cs) {
+        nchunks++;
+        open = 1;
+        off = 0;
+      }
+      fill = off + (t->bytes ? t->bytes : 1);
+    }
+  }
+  m->c = calloc((size_t)nchunks + 1, sizeof *m->c);
+  if (!m->c) goto oom;
+  m->nc = nchunks;
+  uint32_t ci = 0;
+  no = 0;
+  for (int f = 0; f < FERRY_FAMILIES; f++) {
+    size_t fill = 0, a = chunk_align(m, f);
+    mem_chunk *cur = NULL;
+    uint32_t idx = 0;
+    for (size_t k = 0; k < m->nt; k++) {
+      mem_tensor *t = &m->t[k];
+      if (t->family != f) continue;
+      size_t off = ferry_align_up(fill, DEVICE_ALIGN);
+      int own = t->bytes > cs;
+      if (own || !cur || off + t->bytes > cs) {
+        if (cur) cur->bytes = ferry_align_up(fill, a);
+        cur = &m->c[ci++];
+        cur->family = (uint8_t)f;
+        cur->home = (uint8_t)m->cfg.home[f];
+        cur->index = idx++;
+        cur->first_tensor = (uint32_t)no;
+        cur->gfirst = t->group;
+        cur->glast = t->group;
+        off = 0;
+      }
+      t->chunk = (uint32_t)(cur - m->c);
+      t->offset = off;
+      cur->ntensors++;
+      if (t->group < cur->gfirst) cur->gfirst = t->group;
+      if (t->group > cur->glast) cur->glast = t->group;
+      fill = off + (t->bytes ? t->bytes : 1);
+      no++;
+      if (own) {
+        cur->bytes = ferry_align_up(fill, a);
+        cur = NULL;
+        fill = 0;
+      }
+    }
+    if (cur) cur->bytes = ferry_align_up(fill, a);
+  }
+  FERRY_ASSERT(ci == nchunks, "layout: counted %u chunks, filled %u", nchunks, ci);
+
+  /* Group tables. */
+  for (size_t i = 0; i < m->nt; i++) m->group_start[m->t[i].group + 1]++;
+  for (uint32_t g = 0; g < m->ngroups; g++) m->group_start[g + 1] += m->group_start[g];
+  {
+    uint32_t *fillp = calloc((size_t)m->ngroups + 1, sizeof *fillp);
+    if (!fillp) goto oom;
+    for (size_t i = 0; i < m->nt; i++) {
+      uint32_t g = m->t[i].group;
+      m->by_group[m->group_start[g] + fillp[g]++] = (uint32_t)i;
+    }
+    free(fillp);
+  }
+  for (size_t i = 0; i < m->nt; i++) {
+    const mem_tensor *t = &m->t[i];
+    mem_range *r = &m->ranges[(size_t)t->group * FERRY_FAMILIES + t->family];
+    if (r->count == 0) {
+      r->first = t->chunk;
+      r->count = 1;
+    } else {
+      uint32_t last = r->first + r->count - 1;
+      if (t->chunk < r->first) r->first = t->chunk;
+      if (t->chunk > last) last = t->chunk;
+      r->count = last - r->first + 1;
+    }
+  }
+
+  /* Checks: every chunk fits every tier it passes; homes hold families;
+   * each cache tier keeps room for its largest chunk after the homes. */
+  size_t maxc[FERRY_TIERS] = {0};
+  memset(m->home_bytes, 0, sizeof m->home_bytes);
+  m->nslots = 0;
+  m->slot_size = 0;
+  for (uint32_t i = 0; i < m->nc; i++) {
+    mem_chunk *c = &m->c[i];
+    int reach = m->cfg.reach[c->family];
+    for (int t = reach; t <= c->home; t++) {
+      if (c->bytes > m->cfg.budget[t])
+        return fail_chunk_too_big(m, c, t, m->cfg.budget[t], "budget");
+      if (t < c->home && c->bytes > maxc[t]) maxc[t] = c->bytes;
+    }
+    if (c->home == FERRY_TIER_NVME) {
+      c->off[FERRY_TIER_NVME] = m->nslots++;
+      if (c->bytes > m->slot_size) m->slot_size = c->bytes;
+      c->never_written = 1;
+    } else {
+      m->home_bytes[c->home] += c->bytes;
+    }
+    c->state[c->home] = FERRY_RES_RESIDENT;
+  }
+  m->home_bytes[FERRY_TIER_NVME] = (size_t)m->nslots * m->slot_size;
+  for (int t = 0; t < FERRY_TIERS; t++) {
+    char b1[32], b2[32];
+    if (m->home_bytes[t] > m->cfg.budget[t])
+      return ferry_err(&m->err, FERRY_ENOMEM,
+                       "layout: the families that live in the %s tier need %s (%zu bytes), "
+                       "more than its budget of %s",
+                       ferry_tier_name(t), ferry_format_size(m->home_bytes[t], b1, sizeof b1),
+                       m->home_bytes[t], ferry_format_size(m->cfg.budget[t], b2, sizeof b2));
+    if (maxc[t] && m->cfg.budget[t] - m->home_bytes[t] < maxc[t]) {
+      for (uint32_t i = 0; i < m->nc; i++)
+        if (m->c[i].bytes == maxc[t] && m->cfg.reach[m->c[i].family] <= t && m->c[i].home > t)
+          return fail_chunk_too_big(m, &m->c[i], t, m->cfg.budget[t] - m->home_bytes[t],
+                                    "left after the chunks that live there");
+    }
+  }
+  return FERRY_OK;
+oom:
+  return ferry_err(&m->err, FERRY_ENOMEM, "layout: out of memory for %zu tensors", m->nt);
+}
+
+void mem_layout_free(ferry_mem *m) {
+  free(m->order);
+  free(m->by_group);
+  free(m->group_start);
+  free(m->ranges);
+  free(m->c);
+  m->order = m->by_group = m->group_start = NULL;
+  m->ranges = NULL;
+  m->c = NULL;
+  m->nc = 0;
+}
+
+int ferry_mem_group_tensors(ferry_mem *m, uint32_t group, const uint32_t **ids, size_t *n) {
+  if (!m || !ids || !n) return FERRY_EINVAL;
+  if (!m->finalized) return ferry_err(&m->err, FERRY_ESTATE, "group tensors: not finalized");
+  if (group >= m->ngroups) return ferry_err(&m->err, FERRY_ENOENT, "no group %u", group);
+  *ids = m->by_group + m->group_start[group];
+  *n = m->group_start[group + 1] - m->group_start[group];
+  return FERRY_OK;
+}
+
+int ferry_mem_group_chunks(ferry_mem *m, uint32_t group, int family, uint32_t *first,
+                           uint32_t *count) {
+  if (!m || !first || !count || family < 0 || family >= FERRY_FAMILIES) return FERRY_EINVAL;
+  if (!m->finalized) return ferry_err(&m->err, FERRY_ESTATE, "group chunks: not finalized");
+  if (group >= m->ngroups) return ferry_err(&m->err, FERRY_ENOENT, "no group %u", group);
+  const mem_range *r = &m->ranges[(size_t)group * FERRY_FAMILIES + family];
+  *first = r->first;
+  *count = r->count;
+  return FERRY_OK;
+}
+
+uint32_t ferry_mem_chunk_count(ferry_mem *m) { return m && m->finalized ? m->nc : 0; }
+
+int ferry_mem_store_layout(ferry_mem *m, uint32_t *nslots, size_t *slot_size) {
+  if (!m || !nslots || !slot_size) return FERRY_EINVAL;
+  if (!m->finalized) return ferry_err(&m->err, FERRY_ESTATE, "store layout: not finalized");
+  *nslots = m->nslots;
+  *slot_size = m->slot_size;
+  return FERRY_OK;
+}

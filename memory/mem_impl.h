@@ -1,0 +1,151 @@
+/* memory/mem_impl.h — the private structures of the tiered memory manager,
+ * shared by its sources (registry, layout, pool, tier, residency, evict,
+ * stats). Everything here is guarded by ferry_mem.mu unless said otherwise.
+ */
+#ifndef FERRY_MEM_IMPL_H
+#define FERRY_MEM_IMPL_H
+
+#include "memory/memory.h"
+
+#include <pthread.h>
+
+/* A first-fit sub-allocator over [0, capacity) whose block array is sized
+ * once (2 * max_allocs + 1 blocks), so alloc/free never call malloc. */
+typedef struct {
+  size_t off, size;
+  int used;
+} mem_block;
+
+typedef struct {
+  size_t capacity, align, used;
+  mem_block *b;
+  size_t n, cap;
+} mem_pool;
+
+int mem_pool_init(mem_pool *p, size_t capacity, size_t align, size_t max_allocs);
+void mem_pool_destroy(mem_pool *p);
+int mem_pool_alloc(mem_pool *p, size_t bytes, size_t *off);
+void mem_pool_free(mem_pool *p, size_t off);
+
+typedef struct {
+  char *name;
+  uint8_t dtype, role, family, ndim;
+  uint32_t group;
+  int64_t shape[FERRY_MEM_MAX_DIMS];
+  size_t bytes;
+  uint32_t chunk;
+  size_t offset;
+} mem_tensor;
+
+typedef struct {
+  uint8_t state[FERRY_TIERS];
+  uint8_t family, home;
+  uint8_t never_written;  /* NVMe home: the slot holds nothing yet (zeros) */
+  uint8_t queued;         /* device copy LOADING, H2D not issued yet (host source loading) */
+  uint8_t io_active;      /* a store request is in flight */
+  uint8_t io_write;       /* ... and it is a write */
+  uint8_t io_waiter;      /* a thread is blocked in store.wait on it */
+  uint8_t pending;        /* on the pending list */
+  uint8_t d2h_active;     /* a D2H writeback is in flight (ev_wb) */
+  uint8_t load_issued;    /* device LOADING, ev_load recorded */
+  uint8_t resv;           /* bit per tier: a thread is finding space for this copy */
+  uint32_t use[FERRY_TIERS];
+  size_t off[FERRY_TIERS]; /* pool offsets (device, host); nvme: slot */
+  size_t bytes;
+  uint32_t index;          /* within the family */
+  uint32_t first_tensor, ntensors; /* in m->order */
+  uint32_t gfirst, glast;
+  uint64_t last_use;       /* LRU clock */
+  int io_status;
+  ferry_event *ev_load;  /* H2D into the device copy done */
+  ferry_event *ev_use;   /* the caller's last use / writes of the device copy */
+  ferry_event *ev_wb;    /* D2H writeback done */
+  void *io;              /* store request storage */
+} mem_chunk;
+
+typedef struct {
+  uint32_t first, count; /* chunks of one family */
+} mem_range;
+
+typedef struct {
+  uint32_t group;
+  uint8_t family;
+} mem_trace_ent;
+
+struct ferry_mem {
+  ferry_mem_config cfg;
+  ferry_errbuf err;
+  pthread_mutex_t mu;
+  pthread_cond_t cv; /* a transfer completed */
+  int finalized;
+
+  /* registry */
+  mem_tensor *t;
+  size_t nt, capt;
+  uint32_t *hash; /* open addressing: id + 1, 0 empty */
+  size_t hcap;
+  uint32_t max_group;
+
+  /* layout */
+  uint32_t ngroups;
+  uint32_t *order;       /* tensor ids sorted by (family, registration) == chunk order */
+  uint32_t *by_group;    /* tensor ids sorted by (group, registration) */
+  uint32_t *group_start; /* ngroups + 1 offsets into by_group */
+  mem_range *ranges;     /* ngroups * FERRY_FAMILIES */
+  mem_chunk *c;
+  uint32_t nc;
+  uint32_t nslots;
+  size_t slot_size;
+  size_t home_bytes[FERRY_TIERS];
+
+  /* tiers */
+  char *dev_base;
+  char *host_base;
+  int host_is_pinned;  /* from ferry_host_alloc (else pageable, ours) */
+  size_t host_map_len; /* pageable: mmap length */
+  mem_pool pool[2];    /* device, host */
+  ferry_stream *h2d, *d2h;
+  unsigned char *io_mem;
+
+  /* residency */
+  uint32_t *pend;       /* chunk ids with async work in flight */
+  uint32_t npend;
+  uint64_t clock;
+
+  /* trace */
+  mem_trace_ent *trace;
+  size_t ntrace, captrace;
+  int recording;
+  size_t cursor;        /* index of the next expected fetch */
+  uint32_t *tpos;       /* positions of each (group, family) in the trace, grouped */
+  uint32_t *tpos_start; /* ngroups * FERRY_FAMILIES + 1 */
+
+  ferry_stats st;
+};
+
+/* registry.c */
+int mem_registry_metadata(const ferry_mem *m, size_t *bytes);
+void mem_registry_free(ferry_mem *m);
+/* layout.c */
+int mem_layout_build(ferry_mem *m);
+size_t mem_host_align(const ferry_mem *m);
+void mem_layout_free(ferry_mem *m);
+/* tier.c */
+int mem_tiers_reserve(ferry_mem *m);
+void mem_tiers_release(ferry_mem *m);
+int mem_alloc_io(ferry_mem *m);
+/* evict.c */
+uint32_t mem_evict_pick(ferry_mem *m, int tier, int (*eligible)(ferry_mem *, uint32_t, int));
+void mem_trace_on_fetch(ferry_mem *m, uint32_t group, int family);
+void mem_trace_free(ferry_mem *m);
+/* stats.c */
+void mem_stats_add(ferry_mem *m, int tier, int family, size_t bytes);
+void mem_stats_sub(ferry_mem *m, int tier, int family, size_t bytes);
+/* residency.c */
+void mem_set_state(ferry_mem *m, uint32_t ci, int tier, int to);
+
+static inline void *mem_tier_addr(ferry_mem *m, const mem_chunk *c, int tier) {
+  return (tier == FERRY_TIER_DEVICE ? m->dev_base : m->host_base) + c->off[tier];
+}
+
+#endif /* FERRY_MEM_IMPL_H */

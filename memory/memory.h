@@ -1,0 +1,202 @@
+/* memory/memory.h — the internal API of the tiered memory manager: the tensor
+ * registry, the chunk layout, the three tiers (device arena, pinned host
+ * pool, NVMe store behind a small interface), per-chunk residency, eviction
+ * (LRU or furthest-next-use from a recorded trace) and accounting. The
+ * engine (offload/) calls it; the NVMe store is wired in through
+ * ferry_mem_store so memory/ never includes nvme/.
+ */
+#ifndef FERRY_MEMORY_H
+#define FERRY_MEMORY_H
+
+#include "core/core.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct ferry_mem ferry_mem;
+
+/* Tiers and families index ferry_stats (include/ferry.h): FERRY_TIER_DEVICE,
+ * FERRY_TIER_HOST, FERRY_TIER_NVME; FERRY_FAMILY_PARAMS, _GRADS, _OPTIM. */
+
+typedef enum { FERRY_MEM_F32 = 0, FERRY_MEM_F16 = 1, FERRY_MEM_BF16 = 2 } ferry_mem_dtype;
+
+typedef enum {
+  FERRY_ROLE_PARAM = 0,      /* 16-bit params: family PARAMS */
+  FERRY_ROLE_GRAD = 1,       /* family GRADS */
+  FERRY_ROLE_MASTER = 2,     /* fp32 master weights: family OPTIM */
+  FERRY_ROLE_EXP_AVG = 3,    /* family OPTIM */
+  FERRY_ROLE_EXP_AVG_SQ = 4, /* family OPTIM */
+  FERRY_ROLE_COUNT
+} ferry_role;
+
+typedef enum { FERRY_EVICT_LRU = 0, FERRY_EVICT_TRACE = 1 } ferry_evict_policy;
+
+/* Residency of one chunk in one tier. */
+typedef enum {
+  FERRY_RES_ABSENT = 0,
+  FERRY_RES_LOADING = 1,  /* space held, bytes on their way in */
+  FERRY_RES_RESIDENT = 2, /* a clean copy */
+  FERRY_RES_DIRTY = 3,    /* newer than the copy in the next slower tier */
+  FERRY_RES_WRITING = 4   /* being written back to the next slower tier */
+} ferry_res_state;
+
+#define FERRY_MEM_NAME_MAX 255 /* bytes of a tensor name, without the NUL */
+#define FERRY_MEM_MAX_DIMS 8
+#define FERRY_MEM_MAX_GROUPS (1u << 24)
+
+/* The NVMe tier as memory/ sees it: numbered slots of slot_size bytes, async
+ * reads and writes from host buffers, completion by poll or wait. The engine
+ * fills it with the io_uring swap store (a ferry_swap_req fits in `req`);
+ * tests fill it with a fake. `req` is req_size bytes of storage the manager
+ * owns, one per chunk (at most one request per chunk in flight), reserved at
+ * finalize. A slot never written is never read (the manager zero-fills). */
+typedef struct {
+  void *user;
+  size_t req_size;
+  int (*write)(void *user, void *req, uint32_t slot, const void *buf, size_t len);
+  int (*read)(void *user, void *req, uint32_t slot, void *buf, size_t len);
+  /* FERRY_EAGAIN while in flight, then the request's status (once). */
+  int (*poll)(void *user, void *req);
+  /* Blocks until done; the request's status. */
+  int (*wait)(void *user, void *req);
+} ferry_mem_store;
+
+typedef struct {
+  ferry_device *dev;             /* required: device tier and pinned host memory */
+  size_t budget[FERRY_TIERS];    /* bytes per tier (device, host, nvme) */
+  size_t chunk_size;             /* default 64 MiB */
+  int home[FERRY_FAMILIES];      /* tier each family lives in (default host, host, host) */
+  /* The fastest tier each family is fetched into (default device, device,
+   * host): layout checks a chunk fits every tier from here to its home. */
+  int reach[FERRY_FAMILIES];
+  ferry_evict_policy policy;
+  int host_pinned;               /* 1 (default): pin the host pool through the backend */
+  int pinned_fallback;           /* memlock too low or pinning fails: 1 pageable pool, 0 error */
+  int numa_local;                /* 1 (default): bind the host pool to this thread's NUMA node */
+  size_t nvme_align;             /* buffer/length alignment of the store (default 4096) */
+  ferry_mem_store store;         /* may also be set later with ferry_mem_set_store */
+  ferry_logger log;
+} ferry_mem_config;
+
+ferry_mem_config ferry_mem_config_default(void);
+
+int ferry_mem_create(const ferry_mem_config *cfg, ferry_mem **out);
+/* Waits for transfers in flight, frees every pool and event. NULL allowed.
+ * Dirty data not flushed is lost (the engine flushes first). */
+void ferry_mem_destroy(ferry_mem *m);
+const char *ferry_mem_last_error(ferry_mem *m);
+/* Before the first NVMe transfer (normally between finalize and the first
+ * fetch, once the engine has opened the store with ferry_mem_store_layout). */
+int ferry_mem_set_store(ferry_mem *m, const ferry_mem_store *store);
+
+/* ---- registry (before finalize) ---------------------------------------- */
+
+/* Names: 1..FERRY_MEM_NAME_MAX printable ASCII bytes, unique. *id (may be
+ * NULL) gets the tensor's id: 0, 1, ... in registration order. */
+int ferry_mem_register(ferry_mem *m, const char *name, ferry_mem_dtype dtype, int ndim,
+                       const int64_t *shape, uint32_t group, ferry_role role, uint32_t *id);
+int ferry_mem_lookup(ferry_mem *m, const char *name, uint32_t *id);
+
+typedef struct {
+  const char *name;
+  ferry_mem_dtype dtype;
+  int ndim;
+  const int64_t *shape;
+  uint32_t group;
+  ferry_role role;
+  int family;
+  size_t bytes;                     /* numel * element size */
+  uint32_t chunk;                   /* global chunk index (after finalize) */
+  size_t offset;                    /* bytes into the chunk (after finalize) */
+} ferry_mem_tensor_info;
+int ferry_mem_tensor_get(ferry_mem *m, uint32_t id, ferry_mem_tensor_info *out);
+/* The tensors of a group in registration order (after finalize). */
+int ferry_mem_group_tensors(ferry_mem *m, uint32_t group, const uint32_t **ids, size_t *n);
+
+/* Packs the tensors into chunks per family, checks every chunk against the
+ * budgets of the tiers it must pass (a tensor too big is FERRY_ENOMEM naming
+ * it), reserves the device arena and host pool, creates events. After it, no
+ * registration; the steady state allocates nothing. */
+int ferry_mem_finalize(ferry_mem *m);
+/* What the NVMe store must hold: slots 0..nslots-1 of slot_size bytes. */
+int ferry_mem_store_layout(ferry_mem *m, uint32_t *nslots, size_t *slot_size);
+
+typedef struct {
+  int family, home;
+  uint32_t index;            /* within the family */
+  size_t bytes;              /* bytes held in a tier (aligned) */
+  uint32_t group_first, group_last;
+  uint32_t ntensors;
+  ferry_res_state state[FERRY_TIERS];
+  uint32_t use[FERRY_TIERS];
+} ferry_mem_chunk_info;
+uint32_t ferry_mem_chunk_count(ferry_mem *m);
+int ferry_mem_chunk_get(ferry_mem *m, uint32_t chunk, ferry_mem_chunk_info *out);
+/* The chunks of a group in one family: [*first, *first + *count). */
+int ferry_mem_group_chunks(ferry_mem *m, uint32_t group, int family, uint32_t *first,
+                           uint32_t *count);
+
+/* ---- residency ----------------------------------------------------------- */
+
+enum {
+  /* The caller overwrites every byte: chunks that hold only this group's
+   * tensors get space but no load (they become dirty at once). */
+  FERRY_MEM_NOLOAD = 1u << 0
+};
+
+/* Makes `family`'s chunks of `group` resident in `tier` (through every tier
+ * between it and their home) and holds them (a use count) until release.
+ * Device tier: returns once `stream` is ordered after the loads (stream NULL:
+ * after they are done). Host tier: returns when the bytes are there. Budget
+ * full of chunks in use: FERRY_ENOMEM naming the groups that hold the space
+ * (nothing stays held). Counts a stall when it had to wait. */
+int ferry_mem_fetch(ferry_mem *m, uint32_t group, int family, int tier, ferry_stream *stream,
+                    unsigned flags);
+/* Starts the same loads without holding or waiting (FERRY_ENOMEM when the
+ * space is held). */
+int ferry_mem_prefetch(ferry_mem *m, uint32_t group, int family, int tier);
+/* Drops the hold. Device tier: `stream` (may be NULL) is the stream that
+ * used the chunks; the space is reused only after its work so far. */
+int ferry_mem_release(ferry_mem *m, uint32_t group, int family, int tier, ferry_stream *stream);
+/* The caller wrote the group's bytes in `tier` (on `stream` for the
+ * device). Copies in faster tiers are dropped (FERRY_EBUSY if held). The
+ * chunks must be held in that tier (or it is their home). */
+int ferry_mem_mark_dirty(ferry_mem *m, uint32_t group, int family, int tier, ferry_stream *stream);
+/* Starts writing dirty copies of the group in `tier` back one tier down. */
+int ferry_mem_writeback(ferry_mem *m, uint32_t group, int family, int tier);
+/* Drops the group's copies in `tier` (< home) after writing dirty ones
+ * back; FERRY_EBUSY when held. */
+int ferry_mem_evict(ferry_mem *m, uint32_t group, int family, int tier);
+/* Writes every dirty copy back to its home and waits. */
+int ferry_mem_flush(ferry_mem *m);
+/* Completes finished transfers; never blocks. */
+int ferry_mem_poll(ferry_mem *m);
+
+/* Address of a tensor's bytes in `tier` (device or host): valid while held
+ * there, or always in its home. FERRY_ESTATE when not resident there. */
+int ferry_mem_tensor_ptr(ferry_mem *m, uint32_t id, int tier, void **ptr);
+
+/* ---- access trace (furthest-next-use eviction and prefetch) ------------- */
+
+/* on = 1: start recording the order of fetches (the first step); on = 0:
+ * stop, and use the trace from now on (replay). */
+int ferry_mem_trace_record(ferry_mem *m, int on);
+/* Sets a trace (group, family pairs) instead of recording one. */
+int ferry_mem_trace_set(ferry_mem *m, const uint32_t *groups, const int *families, size_t n);
+size_t ferry_mem_trace_length(ferry_mem *m);
+/* The fetch expected `ahead` fetches after the last one (1 = the next),
+ * cyclically: what to prefetch. FERRY_ENOENT without a trace. */
+int ferry_mem_trace_peek(ferry_mem *m, size_t ahead, uint32_t *group, int *family);
+
+/* ---- accounting ---------------------------------------------------------- */
+
+int ferry_mem_get_stats(ferry_mem *m, ferry_stats *out);
+/* Bytes of the manager's own bookkeeping (registry, layout, states,
+ * events, requests) and of managed tensor bytes. */
+int ferry_mem_metadata(ferry_mem *m, size_t *metadata_bytes, size_t *managed_bytes);
+
+const char *ferry_tier_name(int tier);
+const char *ferry_family_name(int family);
+const char *ferry_res_state_name(int state);
+
+#endif /* FERRY_MEMORY_H */

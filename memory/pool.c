@@ -1,0 +1,72 @@
+/* memory/pool.c — the tier pools' sub-allocator: first fit with coalescing
+ * over a block array sized once at init (a pool holding at most k
+ * allocations never has more than 2k + 1 blocks), so the steady state never
+ * allocates. Offsets only; the manager locks.
+ */
+#include "memory/mem_impl.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+int mem_pool_init(mem_pool *p, size_t capacity, size_t align, size_t max_allocs) {
+  memset(p, 0, sizeof *p);
+  p->align = align;
+  p->capacity = capacity / align * align;
+  p->cap = 2 * max_allocs + 2;
+  p->b = calloc(p->cap, sizeof *p->b);
+  if (!p->b) return FERRY_ENOMEM;
+  if (p->capacity) {
+    p->b[0] = (mem_block){0, p->capacity, 0};
+    p->n = 1;
+  }
+  return FERRY_OK;
+}
+
+void mem_pool_destroy(mem_pool *p) {
+  free(p->b);
+  memset(p, 0, sizeof *p);
+}
+
+int mem_pool_alloc(mem_pool *p, size_t bytes, size_t *off) {
+  size_t need = ferry_align_up(bytes ? bytes : 1, p->align);
+  for (size_t i = 0; i < p->n; i++) {
+    mem_block *b = &p->b[i];
+    if (b->used || b->size < need) continue;
+    if (b->size > need) {
+      if (p->n == p->cap) return FERRY_ENOMEM; /* cannot happen within max_allocs */
+      memmove(&p->b[i + 2], &p->b[i + 1], (p->n - i - 1) * sizeof *p->b);
+      p->b[i + 1] = (mem_block){b->off + need, b->size - need, 0};
+      p->n++;
+      b->size = need;
+    }
+    b->used = 1;
+    p->used += need;
+    *off = b->off;
+    return FERRY_OK;
+  }
+  return FERRY_ENOMEM;
+}
+
+void mem_pool_free(mem_pool *p, size_t off) {
+  size_t lo = 0, hi = p->n;
+  while (lo < hi) {
+    size_t mid = lo + (hi - lo) / 2;
+    if (p->b[mid].off < off) lo = mid + 1;
+    else hi = mid;
+  }
+  FERRY_ASSERT(lo < p->n && p->b[lo].off == off && p->b[lo].used,
+               "memory pool: free of offset %zu that is not a live block", off);
+  size_t i = lo;
+  p->b[i].used = 0;
+  p->used -= p->b[i].size;
+  if (i + 1 < p->n && !p->b[i + 1].used) {
+    p->b[i].size += p->b[i + 1].size;
+    memmove(&p->b[i + 1], &p->b[i + 2], (p->n - i - 2) * sizeof *p->b);
+    p->n--;
+  }
+  if (i > 0 && !p->b[i - 1].used) {
+    p->b[i - 1].size += p->b[i].size;
+    memmove(&p->b[i], &p->b[i + 1], (p->n - i - 1) * sizeof *p->b);
+    p->n--;
+  }
+}

@@ -1,0 +1,782 @@
+/* memory/residency.c — where each chunk is: the per-chunk, per-tier state
+ * machine (absent, loading, resident, dirty, writing) with use counts, the
+ * asynchronous moves between tiers (H2D / D2H on the manager's copy streams
+ * ordered by events, NVMe through the store interface), making room by
+ * eviction, and fetch / release / mark dirty / write back / flush.
+ * Copies are inclusive: a copy in a tier implies one in every tier between
+ * it and the chunk's home, so a write-back always has somewhere to go.
+ */
+#include "memory/mem_impl.h"
+
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#define NO_CHUNK UINT32_MAX
+
+static int valid_state(int s) {
+  return s == FERRY_RES_RESIDENT || s == FERRY_RES_DIRTY || s == FERRY_RES_WRITING;
+}
+
+void mem_set_state(ferry_mem *m, uint32_t ci, int tier, int to) {
+  mem_chunk *c = &m->c[ci];
+  int from = c->state[tier];
+  int ok = 0;
+  switch (from) {
+  case FERRY_RES_ABSENT: ok = to == FERRY_RES_LOADING; break;
+  case FERRY_RES_LOADING:
+    ok = to == FERRY_RES_RESIDENT || to == FERRY_RES_DIRTY || to == FERRY_RES_ABSENT;
+    break;
+  case FERRY_RES_RESIDENT: ok = to == FERRY_RES_DIRTY || to == FERRY_RES_ABSENT; break;
+  case FERRY_RES_DIRTY: ok = to == FERRY_RES_WRITING; break;
+  case FERRY_RES_WRITING: ok = to == FERRY_RES_RESIDENT || to == FERRY_RES_DIRTY; break;
+  }
+  if (tier == c->home) ok = 0; /* a home copy is always resident */
+  FERRY_ASSERT(ok,
+               "memory: chunk %u (%s #%u, groups %u-%u) in the %s tier: illegal transition %s -> "
+               "%s",
+               ci, ferry_family_name(c->family), c->index, c->gfirst, c->glast,
+               ferry_tier_name(tier), ferry_res_state_name(from), ferry_res_state_name(to));
+  c->state[tier] = (uint8_t)to;
+}
+
+/* ---- pending work ------------------------------------------------------ */
+
+static void pend_add(ferry_mem *m, uint32_t ci) {
+  if (m->c[ci].pending) return;
+  m->c[ci].pending = 1;
+  m->pend[m->npend++] = ci;
+}
+
+static int has_work(const mem_chunk *c) {
+  return c->io_active || c->d2h_active || c->load_issued || c->queued;
+}
+
+static void drop_copy(ferry_mem *m, uint32_t ci, int tier) {
+  mem_chunk *c = &m->c[ci];
+  FERRY_ASSERT(c->use[tier] == 0 && !has_work(c),
+               "memory: dropping chunk %u in the %s tier while in use (%u) or moving", ci,
+               ferry_tier_name(tier), c->use[tier]);
+  if (tier == FERRY_TIER_DEVICE && c->ev_use)
+    (void)ferry_stream_wait_event(m->h2d, c->ev_use); /* the next load here waits for its users */
+  mem_set_state(m, ci, tier, FERRY_RES_ABSENT);
+  mem_pool_free(&m->pool[tier], c->off[tier]);
+  mem_stats_sub(m, tier, c->family, c->bytes);
+}
+
+static int issue_h2d(ferry_mem *m, uint32_t ci) {
+  mem_chunk *c = &m->c[ci];
+  int rc = ferry_memcpy_async(m->h2d, mem_tier_addr(m, c, FERRY_TIER_DEVICE),
+                              mem_tier_addr(m, c, FERRY_TIER_HOST), c->bytes, FERRY_COPY_H2D);
+  if (!rc) rc = ferry_event_record(c->ev_load, m->h2d);
+  c->queued = 0;
+  if (rc) {
+    mem_set_state(m, ci, FERRY_TIER_DEVICE, FERRY_RES_ABSENT);
+    mem_pool_free(&m->pool[0], c->off[0]);
+    mem_stats_sub(m, FERRY_TIER_DEVICE, c->family, c->bytes);
+    return ferry_err(&m->err, rc, "H2D of chunk %u: %s", ci, ferry_device_last_error(m->cfg.dev));
+  }
+  c->load_issued = 1;
+  m->st.bytes_h2d += c->bytes;
+  pend_add(m, ci);
+  return FERRY_OK;
+}
+
+static void complete_io(ferry_mem *m, uint32_t ci, int status) {
+  mem_chunk *c = &m->c[ci];
+  c->io_active = 0;
+  if (c->io_write) {
+    if (status == 0) {
+      mem_set_state(m, ci, FERRY_TIER_HOST, FERRY_RES_RESIDENT);
+      c->never_written = 0;
+      m->st.bytes_host_to_nvme += c->bytes;
+      m->st.writebacks[FERRY_TIER_HOST]++;
+    } else {
+      mem_set_state(m, ci, FERRY_TIER_HOST, FERRY_RES_DIRTY);
+      c->io_status = status;
+    }
+  } else if (status == 0) {
+    mem_set_state(m, ci, FERRY_TIER_HOST, FERRY_RES_RESIDENT);
+    m->st.bytes_nvme_to_host += c->bytes;
+  } else {
+    c->io_status = status;
+    mem_set_state(m, ci, FERRY_TIER_HOST, FERRY_RES_ABSENT);
+    mem_pool_free(&m->pool[1], c->off[1]);
+    mem_stats_sub(m, FERRY_TIER_HOST, c->family, c->bytes);
+  }
+}
+
+static void complete_d2h(ferry_mem *m, uint32_t ci) {
+  mem_chunk *c = &m->c[ci];
+  c->d2h_active = 0;
+  mem_set_state(m, ci, FERRY_TIER_DEVICE, FERRY_RES_RESIDENT);
+  if (c->home != FERRY_TIER_HOST && c->state[FERRY_TIER_HOST] == FERRY_RES_RESIDENT)
+    mem_set_state(m, ci, FERRY_TIER_HOST, FERRY_RES_DIRTY);
+  m->st.bytes_d2h += c->bytes;
+  m->st.writebacks[FERRY_TIER_DEVICE]++;
+}
+
+/* One non-blocking pass over the chunks with work in flight. */
+static int progress(ferry_mem *m) {
+  int changed = 0;
+  for (uint32_t k = 0; k < m->npend;) {
+    uint32_t ci = m->pend[k];
+    mem_chunk *c = &m->c[ci];
+    if (c->io_active && !c->io_waiter) {
+      int st = m->cfg.store.poll(m->cfg.store.user, c->io);
+      if (st != FERRY_EAGAIN) {
+        complete_io(m, ci, st);
+        changed = 1;
+      }
+    }
+    if (c->d2h_active && ferry_event_query(c->ev_wb) == 0) {
+      complete_d2h(m, ci);
+      changed = 1;
+    }
+    if (c->load_issued && ferry_event_query(c->ev_load) == 0) {
+      c->load_issued = 0;
+      if (c->state[FERRY_TIER_DEVICE] == FERRY_RES_LOADING)
+        mem_set_state(m, ci, FERRY_TIER_DEVICE, FERRY_RES_RESIDENT);
+      changed = 1;
+    }
+    if (c->queued) {
+      int hs = c->home == FERRY_TIER_HOST ? FERRY_RES_RESIDENT : c->state[FERRY_TIER_HOST];
+      if (valid_state(hs)) {
+        (void)issue_h2d(m, ci);
+        changed = 1;
+      } else if (hs == FERRY_RES_ABSENT) { /* the host load failed */
+        c->queued = 0;
+        mem_set_state(m, ci, FERRY_TIER_DEVICE, FERRY_RES_ABSENT);
+        mem_pool_free(&m->pool[0], c->off[0]);
+        mem_stats_sub(m, FERRY_TIER_DEVICE, c->family, c->bytes);
+        changed = 1;
+      }
+    }
+    if (!has_work(c)) {
+      c->pending = 0;
+      m->pend[k] = m->pend[--m->npend];
+    } else {
+      k++;
+    }
+  }
+  if (changed) pthread_cond_broadcast(&m->cv);
+  return changed;
+}
+
+/* Blocks (dropping the lock) until chunk ci's transfers advance. */
+static void wait_step(ferry_mem *m, uint32_t ci) {
+  mem_chunk *c = &m->c[ci];
+  if (progress(m)) return;
+  if (c->io_active && !c->io_waiter) {
+    c->io_waiter = 1;
+    pthread_mutex_unlock(&m->mu);
+    int st = m->cfg.store.wait(m->cfg.store.user, c->io);
+    pthread_mutex_lock(&m->mu);
+    c->io_waiter = 0;
+    complete_io(m, ci, st);
+    progress(m);
+    pthread_cond_broadcast(&m->cv);
+    return;
+  }
+  ferry_event *ev = c->d2h_active ? c->ev_wb : c->load_issued ? c->ev_load : NULL;
+  if (ev) {
+    pthread_mutex_unlock(&m->mu);
+    (void)ferry_event_synchronize(ev);
+    pthread_mutex_lock(&m->mu);
+    progress(m);
+    return;
+  }
+  /* Another thread drives it (store wait, finding space): sleep briefly. */
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  ts.tv_nsec += 2000000;
+  if (ts.tv_nsec >= 1000000000) {
+    ts.tv_sec++;
+    ts.tv_nsec -= 1000000000;
+  }
+  pthread_cond_timedwait(&m->cv, &m->mu, &ts);
+  progress(m);
+}
+
+/* ---- moves --------------------------------------------------------------- */
+
+/* Starts writing a dirty copy one tier down. FERRY_EAGAIN: the other side
+ * is busy (the caller waits and retries). */
+static int start_writeback(ferry_mem *m, uint32_t ci, int tier) {
+  mem_chunk *c = &m->c[ci];
+  if (c->state[tier] != FERRY_RES_DIRTY) return FERRY_OK;
+  if (tier == FERRY_TIER_DEVICE) {
+    if (c->state[FERRY_TIER_HOST] == FERRY_RES_WRITING) return FERRY_EAGAIN;
+    if (c->load_issued) return FERRY_EAGAIN; /* NOLOAD: its ordering event is pending */
+    int rc = ferry_stream_wait_event(m->d2h, c->ev_use);
+    if (!rc)
+      rc = ferry_memcpy_async(m->d2h, mem_tier_addr(m, c, FERRY_TIER_HOST),
+                              mem_tier_addr(m, c, FERRY_TIER_DEVICE), c->bytes, FERRY_COPY_D2H);
+    if (!rc) rc = ferry_event_record(c->ev_wb, m->d2h);
+    if (rc)
+      return ferry_err(&m->err, rc, "D2H of chunk %u: %s", ci,
+                       ferry_device_last_error(m->cfg.dev));
+    mem_set_state(m, ci, tier, FERRY_RES_WRITING);
+    c->d2h_active = 1;
+    pend_add(m, ci);
+    return FERRY_OK;
+  }
+  FERRY_ASSERT(tier == FERRY_TIER_HOST && c->home == FERRY_TIER_NVME,
+               "memory: write-back of chunk %u from the %s tier", ci, ferry_tier_name(tier));
+  if (c->d2h_active || c->io_active) return FERRY_EAGAIN;
+  if (!m->cfg.store.write)
+    return ferry_err(&m->err, FERRY_ENOTSUP, "write-back of chunk %u: no NVMe store is set", ci);
+  c->io_status = 0;
+  int rc = m->cfg.store.write(m->cfg.store.user, c->io, (uint32_t)c->off[FERRY_TIER_NVME],
+                              mem_tier_addr(m, c, FERRY_TIER_HOST), c->bytes);
+  if (rc) return ferry_err(&m->err, rc, "NVMe write of chunk %u failed to start", ci);
+  mem_set_state(m, ci, tier, FERRY_RES_WRITING);
+  c->io_active = 1;
+  c->io_write = 1;
+  pend_add(m, ci);
+  return FERRY_OK;
+}
+
+/* Writes back (if dirty) and waits until the copy in `tier` is clean. */
+static int clean_copy(ferry_mem *m, uint32_t ci, int tier) {
+  mem_chunk *c = &m->c[ci];
+  for (;;) {
+    int s = c->state[tier];
+    if (s == FERRY_RES_RESIDENT || s == FERRY_RES_ABSENT) return FERRY_OK;
+    if (s == FERRY_RES_DIRTY) {
+      if (c->io_status && tier == FERRY_TIER_HOST) {
+        int st = c->io_status;
+        c->io_status = 0;
+        return ferry_err(&m->err, st, "NVMe write of chunk %u (%s #%u) failed: %s", ci,
+                         ferry_family_name(c->family), c->index, ferry_strerror(st));
+      }
+      int rc = start_writeback(m, ci, tier);
+      if (rc && rc != FERRY_EAGAIN) return rc;
+      if (rc == FERRY_EAGAIN) wait_step(m, ci);
+      continue;
+    }
+    wait_step(m, ci); /* LOADING or WRITING */
+  }
+}
+
+static int evictable(ferry_mem *m, uint32_t ci, int tier) {
+  const mem_chunk *c = &m->c[ci];
+  if (tier >= c->home || c->use[tier] || has_work(c) || (c->resv & (1u << tier))) return 0;
+  if (c->state[tier] != FERRY_RES_RESIDENT && c->state[tier] != FERRY_RES_DIRTY) return 0;
+  /* A host copy under an idle device copy goes with it (inclusion). */
+  if (tier == FERRY_TIER_HOST && c->state[FERRY_TIER_DEVICE] != FERRY_RES_ABSENT)
+    return evictable(m, ci, FERRY_TIER_DEVICE);
+  return 1;
+}
+
+/* Makes `tier` clean and drops it; 1 when dropped, 0 when it became busy. */
+static int evict_one(ferry_mem *m, uint32_t ci, int tier, int *rc) {
+  if (tier == FERRY_TIER_HOST && m->c[ci].state[FERRY_TIER_DEVICE] != FERRY_RES_ABSENT) {
+    if (!evict_one(m, ci, FERRY_TIER_DEVICE, rc)) return 0;
+    m->st.evictions[FERRY_TIER_DEVICE]++;
+  }
+  *rc = clean_copy(m, ci, tier);
+  if (*rc) return 0;
+  if (!evictable(m, ci, tier)) return 0;
+  drop_copy(m, ci, tier);
+  return 1;
+}
+
+static void describe_holders(ferry_mem *m, int tier, char *buf, size_t len) {
+  size_t n = 0;
+  buf[0] = 0;
+  uint32_t g0 = 0, g1 = 0;
+  size_t held = 0, other = 0;
+  int have = 0, runs = 0;
+  for (uint32_t i = 0; i <= m->nc; i++) {
+    const mem_chunk *c = i < m->nc ? &m->c[i] : NULL;
+    int holds = c && c->state[tier] != FERRY_RES_ABSENT && tier < c->home && c->use[tier];
+    if (c && !holds && c->state[tier] != FERRY_RES_ABSENT && tier < c->home) other += c->bytes;
+    if (have && (!holds || c->gfirst > g1 + 1 || c->gfirst < g0)) {
+      if (n < len && runs < 12)
+        n += (size_t)snprintf(buf + n, len - n, "%sgroup%s %u%s%.0u: %zu bytes", runs ? ", " : "",
+                              g0 == g1 ? "" : "s", g0, g0 == g1 ? "" : "-", g0 == g1 ? 0 : g1,
+                              held);
+      runs++;
+      have = 0;
+    }
+    if (holds) {
+      if (!have) {
+        g0 = c->gfirst;
+        g1 = c->glast;
+        held = 0;
+        have = 1;
+      }
+      if (c->glast > g1) g1 = c->glast;
+      held += c->bytes;
+    }
+  }
+  if (n < len)
+    snprintf(buf + n, len - n, "%s%zu bytes cached but moving or not yet evictable",
+             runs ? "; " : "", other);
+}
+
+/* Finds space for chunk ci in `tier`, evicting what the policy picks. */
+static int alloc_space(ferry_mem *m, uint32_t ci, int tier) {
+  mem_chunk *c = &m->c[ci];
+  mem_pool *p = &m->pool[tier];
+  for (;;) {
+    if (p->used + ferry_align_up(c->bytes, p->align) <= p->capacity &&
+        mem_pool_alloc(p, c->bytes, &c->off[tier]) == 0) {
+      mem_stats_add(m, tier, c->family, c->bytes);
+      return FERRY_OK;
+    }
+    uint32_t v = mem_evict_pick(m, tier, evictable);
+    if (v == NO_CHUNK) {
+      /* Copies still moving free up on their own: wait for one. */
+      uint32_t moving = NO_CHUNK;
+      for (uint32_t k = 0; k < m->npend && moving == NO_CHUNK; k++) {
+        const mem_chunk *o = &m->c[m->pend[k]];
+        if (o->state[tier] != FERRY_RES_ABSENT && !o->use[tier] && tier < o->home &&
+            (tier == FERRY_TIER_DEVICE || o->state[FERRY_TIER_DEVICE] == FERRY_RES_ABSENT))
+          moving = m->pend[k];
+      }
+      if (moving != NO_CHUNK) {
+        wait_step(m, moving);
+        continue;
+      }
+      char held[768], b1[32];
+      describe_holders(m, tier, held, sizeof held);
+      return ferry_err(&m->err, FERRY_ENOMEM,
+                       "%s tier full: chunk %u (%s #%u, groups %u-%u) needs %zu bytes; budget %s "
+                       "(%zu bytes), %zu in use, of which %zu by the homes of families; held by "
+                       "fetched groups: %s",
+                       ferry_tier_name(tier), ci, ferry_family_name(c->family), c->index,
+                       c->gfirst, c->glast, c->bytes,
+                       ferry_format_size(p->capacity, b1, sizeof b1), p->capacity, p->used,
+                       m->home_bytes[tier], held);
+    }
+    int rc;
+    if (evict_one(m, v, tier, &rc)) m->st.evictions[tier]++;
+    else if (rc) return rc;
+  }
+}
+
+static void unpin(ferry_mem *m, uint32_t ci, int from, int to) {
+  for (int t = from; t < to; t++) {
+    FERRY_ASSERT(m->c[ci].use[t] > 0, "memory: chunk %u: use count of the %s tier below zero", ci,
+                 ferry_tier_name(t));
+    m->c[ci].use[t]--;
+  }
+}
+
+/* Holds chunk ci in tiers tier..home-1, reserving space and starting loads
+ * where it is absent. On failure nothing of this call stays held. */
+static int acquire(ferry_mem *m, uint32_t ci, int tier, uint32_t group, unsigned flags,
+                   int *waited) {
+  mem_chunk *c = &m->c[ci];
+  if (tier == FERRY_TIER_HOST && c->state[FERRY_TIER_DEVICE] != FERRY_RES_ABSENT) {
+    /* Host readers need the newest bytes: the device copy's, if dirty. */
+    while (c->state[FERRY_TIER_DEVICE] == FERRY_RES_DIRTY ||
+           c->state[FERRY_TIER_DEVICE] == FERRY_RES_WRITING) {
+      *waited = 1;
+      int rc = clean_copy(m, ci, FERRY_TIER_DEVICE);
+      if (rc) return rc;
+    }
+  }
+  for (int t = c->home - 1; t >= tier; t--) {
+    c->use[t]++;
+    if (c->state[t] != FERRY_RES_ABSENT) continue;
+    mem_set_state(m, ci, t, FERRY_RES_LOADING);
+    c->resv |= (uint8_t)(1u << t);
+    int rc = alloc_space(m, ci, t);
+    c->resv &= (uint8_t)~(1u << t);
+    pthread_cond_broadcast(&m->cv);
+    if (rc) {
+      mem_set_state(m, ci, t, FERRY_RES_ABSENT);
+      unpin(m, ci, t, c->home);
+      return rc;
+    }
+    if (t == FERRY_TIER_HOST) {
+      if (c->never_written) {
+        memset(mem_tier_addr(m, c, t), 0, c->bytes);
+        mem_set_state(m, ci, t, FERRY_RES_RESIDENT);
+      } else if (!m->cfg.store.read) {
+        rc = ferry_err(&m->err, FERRY_ENOTSUP, "load of chunk %u: no NVMe store is set", ci);
+      } else {
+        c->io_status = 0;
+        rc = m->cfg.store.read(m->cfg.store.user, c->io, (uint32_t)c->off[FERRY_TIER_NVME],
+                               mem_tier_addr(m, c, t), c->bytes);
+        if (rc) rc = ferry_err(&m->err, rc, "NVMe read of chunk %u failed to start", ci);
+        else {
+          c->io_active = 1;
+          c->io_write = 0;
+          pend_add(m, ci);
+        }
+      }
+      if (rc) {
+        mem_set_state(m, ci, t, FERRY_RES_ABSENT);
+        mem_pool_free(&m->pool[1], c->off[1]);
+        mem_stats_sub(m, t, c->family, c->bytes);
+        unpin(m, ci, t, c->home);
+        return rc;
+      }
+    } else if ((flags & FERRY_MEM_NOLOAD) && c->gfirst == group && c->glast == group) {
+      /* No bytes to move; the event orders the caller after earlier users. */
+      rc = ferry_event_record(c->ev_load, m->h2d);
+      FERRY_ASSERT(rc == 0, "memory: event record failed: %s",
+                   ferry_device_last_error(m->cfg.dev));
+      c->load_issued = 1;
+      pend_add(m, ci);
+      mem_set_state(m, ci, t, FERRY_RES_DIRTY);
+    } else {
+      int hs = c->home == FERRY_TIER_HOST ? FERRY_RES_RESIDENT : c->state[FERRY_TIER_HOST];
+      if (valid_state(hs)) {
+        if ((rc = issue_h2d(m, ci))) {
+          unpin(m, ci, t, c->home);
+          return rc;
+        }
+      } else {
+        c->queued = 1;
+        pend_add(m, ci);
+      }
+    }
+  }
+  return FERRY_OK;
+}
+
+/* ---- the API ------------------------------------------------------------- */
+
+static int check_call(ferry_mem *m, uint32_t group, int family, int tier, const char *op,
+                      const mem_range **r) {
+  if (!m->finalized) return ferry_err(&m->err, FERRY_ESTATE, "%s: the layout is not final", op);
+  if (family < 0 || family >= FERRY_FAMILIES)
+    return ferry_err(&m->err, FERRY_EINVAL, "%s: unknown family %d", op, family);
+  if (tier < 0 || tier >= FERRY_TIER_NVME)
+    return ferry_err(&m->err, FERRY_EINVAL, "%s: tier %d is not device or host", op, tier);
+  if (group >= m->ngroups) return ferry_err(&m->err, FERRY_ENOENT, "%s: no group %u", op, group);
+  if (tier < m->cfg.reach[family])
+    return ferry_err(&m->err, FERRY_EINVAL,
+                     "%s: the %s family does not reach the %s tier (reach is %s)", op,
+                     ferry_family_name(family), ferry_tier_name(tier),
+                     ferry_tier_name(m->cfg.reach[family]));
+  *r = &m->ranges[(size_t)group * FERRY_FAMILIES + family];
+  return FERRY_OK;
+}
+
+static int all_resident(ferry_mem *m, const mem_range *r, int tier) {
+  for (uint32_t ci = r->first; ci < r->first + r->count; ci++) {
+    const mem_chunk *c = &m->c[ci];
+    for (int t = tier; t < c->home; t++)
+      if (!valid_state(c->state[t]) || (c->resv & (1u << t))) return 0;
+    if (tier == FERRY_TIER_HOST && c->state[FERRY_TIER_DEVICE] != FERRY_RES_ABSENT &&
+        c->state[FERRY_TIER_DEVICE] != FERRY_RES_RESIDENT &&
+        c->state[FERRY_TIER_DEVICE] != FERRY_RES_LOADING)
+      return 0;
+  }
+  return 1;
+}
+
+static int do_fetch(ferry_mem *m, uint32_t group, int family, int tier, ferry_stream *stream,
+                    unsigned flags, int hold) {
+  const mem_range *r;
+  pthread_mutex_lock(&m->mu);
+  int rc = check_call(m, group, family, tier, hold ? "fetch" : "prefetch", &r);
+  if (rc) goto out;
+  if (m->npend) progress(m);
+  if (hold) {
+    m->st.fetches++;
+    mem_trace_on_fetch(m, group, family);
+  }
+  uint64_t now = ++m->clock;
+  if (hold && all_resident(m, r, tier)) { /* the fast path: no moves, no allocation */
+    for (uint32_t ci = r->first; ci < r->first + r->count; ci++) {
+      mem_chunk *c = &m->c[ci];
+      for (int t = tier; t < c->home; t++) c->use[t]++;
+      c->last_use = now;
+    }
+    m->st.fetch_hits++;
+    goto out;
+  }
+  int waited = 0;
+  double t0 = ferry_now();
+  uint32_t done = r->first;
+  for (; done < r->first + r->count; done++) {
+    if ((rc = acquire(m, done, tier, group, flags, &waited))) break;
+    m->c[done].last_use = now;
+  }
+  if (rc) { /* nothing stays held */
+    for (uint32_t ci = r->first; ci < done; ci++) unpin(m, ci, tier, m->c[ci].home);
+    goto out;
+  }
+  /* Wait: host targets until the bytes are there; device targets until the
+   * H2D is issued, then order the stream after it. */
+  for (uint32_t ci = r->first; ci < r->first + r->count && !rc; ci++) {
+    mem_chunk *c = &m->c[ci];
+    for (;;) {
+      int s = c->state[tier];
+      if (s == FERRY_RES_ABSENT) {
+        rc = ferry_err(&m->err, c->io_status ? c->io_status : FERRY_ENOMEM,
+                       "fetch of group %u (%s) to the %s tier: chunk %u could not be loaded (%s)",
+                       group, ferry_family_name(family), ferry_tier_name(tier), ci,
+                       c->io_status ? ferry_strerror(c->io_status) : "space taken concurrently");
+        break;
+      }
+      int busy = (c->resv & (1u << tier)) ||
+                 (tier == FERRY_TIER_HOST ? s == FERRY_RES_LOADING : c->queued != 0);
+      if (!busy && tier == FERRY_TIER_DEVICE && !stream && c->load_issued) busy = 1;
+      if (!busy) break;
+      waited = 1;
+      wait_step(m, ci);
+    }
+    if (!rc && tier == FERRY_TIER_DEVICE && stream && c->load_issued)
+      rc = ferry_stream_wait_event(stream, c->ev_load);
+    if (!rc && !hold) break;
+  }
+  if (rc || !hold) {
+    for (uint32_t ci = r->first; ci < r->first + r->count; ci++) unpin(m, ci, tier, m->c[ci].home);
+  }
+  if (waited && hold) {
+    m->st.stalls++;
+    m->st.stall_seconds += ferry_now() - t0;
+  }
+out:
+  pthread_mutex_unlock(&m->mu);
+  return rc;
+}
+
+int ferry_mem_fetch(ferry_mem *m, uint32_t group, int family, int tier, ferry_stream *stream,
+                    unsigned flags) {
+  if (!m) return FERRY_EINVAL;
+  return do_fetch(m, group, family, tier, stream, flags, 1);
+}
+
+int ferry_mem_prefetch(ferry_mem *m, uint32_t group, int family, int tier) {
+  if (!m) return FERRY_EINVAL;
+  /* A prefetch holds while it finds space and starts loads, then lets go. */
+  const mem_range *r;
+  pthread_mutex_lock(&m->mu);
+  int rc = check_call(m, group, family, tier, "prefetch", &r);
+  if (rc) goto out;
+  if (m->npend) progress(m);
+  int waited = 0;
+  uint32_t done = r->first;
+  for (; done < r->first + r->count; done++)
+    if ((rc = acquire(m, done, tier, group, 0, &waited))) break;
+  for (uint32_t ci = r->first; ci < done; ci++) unpin(m, ci, tier, m->c[ci].home);
+out:
+  pthread_mutex_unlock(&m->mu);
+  return rc;
+}
+
+int ferry_mem_release(ferry_mem *m, uint32_t group, int family, int tier, ferry_stream *stream) {
+  if (!m) return FERRY_EINVAL;
+  const mem_range *r;
+  pthread_mutex_lock(&m->mu);
+  int rc = check_call(m, group, family, tier, "release", &r);
+  if (rc) goto out;
+  for (uint32_t ci = r->first; ci < r->first + r->count; ci++)
+    for (int t = tier; t < m->c[ci].home; t++)
+      if (!m->c[ci].use[t]) {
+        rc = ferry_err(&m->err, FERRY_ESTATE,
+                       "release of group %u (%s) in the %s tier: chunk %u is not held there", group,
+                       ferry_family_name(family), ferry_tier_name(tier), ci);
+        goto out;
+      }
+  for (uint32_t ci = r->first; ci < r->first + r->count; ci++) {
+    mem_chunk *c = &m->c[ci];
+    if (tier == FERRY_TIER_DEVICE && stream && c->ev_use) {
+      int e = ferry_event_record(c->ev_use, stream);
+      if (e && !rc) rc = ferry_err(&m->err, e, "release: %s", ferry_device_last_error(m->cfg.dev));
+    }
+    unpin(m, ci, tier, c->home);
+  }
+  if (m->npend) progress(m);
+out:
+  pthread_mutex_unlock(&m->mu);
+  return rc;
+}
+
+int ferry_mem_mark_dirty(ferry_mem *m, uint32_t group, int family, int tier,
+                         ferry_stream *stream) {
+  if (!m) return FERRY_EINVAL;
+  const mem_range *r;
+  pthread_mutex_lock(&m->mu);
+  int rc = check_call(m, group, family, tier, "mark dirty", &r);
+  if (rc) goto out;
+  if (m->npend) progress(m);
+  for (uint32_t ci = r->first; ci < r->first + r->count; ci++) {
+    const mem_chunk *c = &m->c[ci];
+    if (tier < c->home && !c->use[tier]) {
+      rc = ferry_err(&m->err, FERRY_ESTATE,
+                     "mark dirty of group %u (%s) in the %s tier: chunk %u is not held there",
+                     group, ferry_family_name(family), ferry_tier_name(tier), ci);
+      goto out;
+    }
+    if (tier == FERRY_TIER_HOST && c->state[FERRY_TIER_DEVICE] != FERRY_RES_ABSENT) {
+      int ds = c->state[FERRY_TIER_DEVICE];
+      if (c->use[FERRY_TIER_DEVICE] || ds == FERRY_RES_DIRTY || ds == FERRY_RES_WRITING) {
+        rc = ferry_err(&m->err, FERRY_EBUSY,
+                       "mark dirty of group %u (%s) on the host: chunk %u has a %s device copy "
+                       "held %u time(s); release (and write back) the device copy first",
+                       group, ferry_family_name(family), ci, ferry_res_state_name(ds),
+                       c->use[FERRY_TIER_DEVICE]);
+        goto out;
+      }
+    }
+  }
+  for (uint32_t ci = r->first; ci < r->first + r->count; ci++) {
+    mem_chunk *c = &m->c[ci];
+    if (tier == FERRY_TIER_HOST) {
+      /* The device copy is stale now: drop it once nothing moves. */
+      while (c->state[FERRY_TIER_DEVICE] != FERRY_RES_ABSENT && has_work(c)) wait_step(m, ci);
+      if (c->state[FERRY_TIER_DEVICE] != FERRY_RES_ABSENT) {
+        if (c->state[FERRY_TIER_DEVICE] != FERRY_RES_RESIDENT || c->use[FERRY_TIER_DEVICE]) {
+          rc = ferry_err(&m->err, FERRY_EBUSY,
+                         "mark dirty of group %u (%s) on the host: chunk %u was fetched to the "
+                         "device meanwhile",
+                         group, ferry_family_name(family), ci);
+          goto out;
+        }
+        drop_copy(m, ci, FERRY_TIER_DEVICE);
+      }
+    }
+    if (tier == c->home) continue;
+    while (c->state[tier] == FERRY_RES_WRITING || (tier == FERRY_TIER_HOST && c->d2h_active))
+      wait_step(m, ci);
+    if (c->state[tier] != FERRY_RES_DIRTY) mem_set_state(m, ci, tier, FERRY_RES_DIRTY);
+    if (tier == FERRY_TIER_DEVICE && stream && c->ev_use) {
+      int e = ferry_event_record(c->ev_use, stream);
+      if (e && !rc) rc = ferry_err(&m->err, e, "mark dirty: %s", ferry_device_last_error(m->cfg.dev));
+    }
+  }
+out:
+  pthread_mutex_unlock(&m->mu);
+  return rc;
+}
+
+int ferry_mem_writeback(ferry_mem *m, uint32_t group, int family, int tier) {
+  if (!m) return FERRY_EINVAL;
+  const mem_range *r;
+  pthread_mutex_lock(&m->mu);
+  int rc = check_call(m, group, family, tier, "write back", &r);
+  if (rc) goto out;
+  if (m->npend) progress(m);
+  for (uint32_t ci = r->first; ci < r->first + r->count && !rc; ci++) {
+    if (tier >= m->c[ci].home) continue;
+    while ((rc = start_writeback(m, ci, tier)) == FERRY_EAGAIN) wait_step(m, ci);
+  }
+out:
+  pthread_mutex_unlock(&m->mu);
+  return rc;
+}
+
+int ferry_mem_evict(ferry_mem *m, uint32_t group, int family, int tier) {
+  if (!m) return FERRY_EINVAL;
+  const mem_range *r;
+  pthread_mutex_lock(&m->mu);
+  int rc = check_call(m, group, family, tier, "evict", &r);
+  if (rc) goto out;
+  if (m->npend) progress(m);
+  for (uint32_t ci = r->first; ci < r->first + r->count && !rc; ci++) {
+    mem_chunk *c = &m->c[ci];
+    for (int t = FERRY_TIER_DEVICE; t <= tier && !rc; t++) {
+      if (t >= c->home) continue;
+      while (c->state[t] == FERRY_RES_LOADING && !c->use[t]) wait_step(m, ci);
+      if (c->state[t] == FERRY_RES_ABSENT) continue;
+      if (c->use[t]) {
+        rc = ferry_err(&m->err, FERRY_EBUSY,
+                       "evict group %u (%s) from the %s tier: chunk %u is held %u time(s)", group,
+                       ferry_family_name(family), ferry_tier_name(t), ci, c->use[t]);
+        break;
+      }
+      int e;
+      if (evict_one(m, ci, t, &e)) m->st.evictions[t]++;
+      else if (e) rc = e;
+      else if (c->state[t] != FERRY_RES_ABSENT)
+        rc = ferry_err(&m->err, FERRY_EBUSY, "evict: chunk %u became busy", ci);
+    }
+  }
+out:
+  pthread_mutex_unlock(&m->mu);
+  return rc;
+}
+
+int ferry_mem_flush(ferry_mem *m) {
+  if (!m) return FERRY_EINVAL;
+  pthread_mutex_lock(&m->mu);
+  int rc = m->finalized ? FERRY_OK : ferry_err(&m->err, FERRY_ESTATE, "flush: not finalized");
+  for (int t = FERRY_TIER_DEVICE; t < FERRY_TIER_NVME && !rc; t++) {
+    for (uint32_t ci = 0; ci < m->nc && !rc; ci++) {
+      if (t >= m->c[ci].home) continue;
+      int e = start_writeback(m, ci, t);
+      if (e && e != FERRY_EAGAIN) rc = e;
+    }
+    for (uint32_t ci = 0; ci < m->nc && !rc; ci++)
+      if (t < m->c[ci].home) rc = clean_copy(m, ci, t);
+  }
+  pthread_mutex_unlock(&m->mu);
+  return rc;
+}
+
+int ferry_mem_poll(ferry_mem *m) {
+  if (!m) return FERRY_EINVAL;
+  pthread_mutex_lock(&m->mu);
+  if (m->npend) progress(m);
+  pthread_mutex_unlock(&m->mu);
+  return FERRY_OK;
+}
+
+/* Waits for everything in flight (destroy). */
+void mem_drain(ferry_mem *m) {
+  pthread_mutex_lock(&m->mu);
+  while (m->npend) wait_step(m, m->pend[0]);
+  pthread_mutex_unlock(&m->mu);
+}
+
+int ferry_mem_tensor_ptr(ferry_mem *m, uint32_t id, int tier, void **ptr) {
+  if (!m || !ptr) return FERRY_EINVAL;
+  *ptr = NULL;
+  pthread_mutex_lock(&m->mu);
+  int rc = FERRY_OK;
+  if (!m->finalized || id >= m->nt) {
+    rc = ferry_err(&m->err, id >= m->nt ? FERRY_ENOENT : FERRY_ESTATE,
+                   "tensor ptr: no tensor %u, or not finalized", id);
+  } else if (tier != FERRY_TIER_DEVICE && tier != FERRY_TIER_HOST) {
+    rc = ferry_err(&m->err, FERRY_EINVAL, "tensor ptr: tier %d has no addresses", tier);
+  } else {
+    const mem_tensor *t = &m->t[id];
+    const mem_chunk *c = &m->c[t->chunk];
+    int s = c->state[tier];
+    if (tier > c->home || s == FERRY_RES_ABSENT || (c->resv & (1u << tier)) ||
+        (tier == FERRY_TIER_HOST && s == FERRY_RES_LOADING))
+      rc = ferry_err(&m->err, FERRY_ESTATE,
+                     "tensor '%.200s' is not resident in the %s tier (chunk %u is %s there); "
+                     "fetch its group %u first",
+                     t->name, ferry_tier_name(tier), t->chunk,
+                     tier > c->home ? "never" : ferry_res_state_name(s), t->group);
+    else
+      *ptr = (char *)mem_tier_addr(m, c, tier) + t->offset;
+  }
+  pthread_mutex_unlock(&m->mu);
+  return rc;
+}
+
+int ferry_mem_chunk_get(ferry_mem *m, uint32_t chunk, ferry_mem_chunk_info *out) {
+  if (!m || !out) return FERRY_EINVAL;
+  pthread_mutex_lock(&m->mu);
+  int rc = FERRY_OK;
+  if (!m->finalized || chunk >= m->nc) {
+    rc = ferry_err(&m->err, FERRY_ENOENT, "no chunk %u", chunk);
+  } else {
+    const mem_chunk *c = &m->c[chunk];
+    out->family = c->family;
+    out->home = c->home;
+    out->index = c->index;
+    out->bytes = c->bytes;
+    out->group_first = c->gfirst;
+    out->group_last = c->glast;
+    out->ntensors = c->ntensors;
+    for (int t = 0; t < FERRY_TIERS; t++) {
+      out->state[t] = (ferry_res_state)c->state[t];
+      out->use[t] = c->use[t];
+    }
+  }
+  pthread_mutex_unlock(&m->mu);
+  return rc;
+}

@@ -1,0 +1,207 @@
+/* memory/tier.c — reserving the tiers at finalize: the device arena (one
+ * ferry_device_alloc of the device budget), the host pool (pinned through the
+ * backend after an RLIMIT_MEMLOCK check, or pageable as a logged fallback;
+ * NUMA-local through hwloc; huge pages by madvise), the copy streams, the
+ * per-chunk events and store requests. Nothing here runs after start.
+ */
+#include "memory/backend_impl.h"
+#include "memory/mem_impl.h"
+
+#include <errno.h>
+#include <hwloc.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
+
+#define HUGE_2M ((size_t)2 << 20)
+
+/* Binds [p, p+len) to the NUMA node of the calling thread's CPU; untouched
+ * pages then land there (touched ones migrate). Best effort, logged. */
+static void bind_local(ferry_mem *m, void *p, size_t len) {
+  hwloc_topology_t topo;
+  if (hwloc_topology_init(&topo) != 0) return;
+  if (hwloc_topology_load(topo) != 0) {
+    hwloc_topology_destroy(topo);
+    return;
+  }
+  int nn = hwloc_get_nbobjs_by_type(topo, HWLOC_OBJ_NUMANODE);
+  if (nn > 1) {
+    hwloc_cpuset_t cpu = hwloc_bitmap_alloc();
+    hwloc_nodeset_t nodes = hwloc_bitmap_alloc();
+    if (cpu && nodes && hwloc_get_last_cpu_location(topo, cpu, HWLOC_CPUBIND_THREAD) == 0) {
+      hwloc_cpuset_to_nodeset(topo, cpu, nodes);
+      if (hwloc_set_area_membind(topo, p, len, nodes, HWLOC_MEMBIND_BIND,
+                                 HWLOC_MEMBIND_BYNODESET | HWLOC_MEMBIND_MIGRATE) == 0)
+        ferry_logf(&m->cfg.log, FERRY_LOG_INFO, "memory: host pool bound to the local NUMA node");
+      else
+        ferry_logf(&m->cfg.log, FERRY_LOG_WARN,
+                   "memory: cannot bind the host pool to the local NUMA node: %s",
+                   strerror(errno));
+    }
+    hwloc_bitmap_free(cpu);
+    hwloc_bitmap_free(nodes);
+  }
+  hwloc_topology_destroy(topo);
+}
+
+/* 0 when the pool may be pinned, 1 when it must fall back to pageable
+ * memory, or an error. */
+static int check_memlock(ferry_mem *m, size_t need) {
+  struct rlimit rl;
+  if (getrlimit(RLIMIT_MEMLOCK, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY) return 0;
+  if ((uint64_t)rl.rlim_cur >= need) return 0;
+  ferry_device *dev = m->cfg.dev;
+  char b1[32], b2[32];
+  ferry_format_size(rl.rlim_cur, b1, sizeof b1);
+  ferry_format_size(need, b2, sizeof b2);
+  if (dev->cfg.kind == FERRY_DEVICE_CUDA) {
+    /* cudaHostAlloc pins in the driver, outside RLIMIT_MEMLOCK. */
+    ferry_logf(&m->cfg.log, FERRY_LOG_WARN,
+               "memory: RLIMIT_MEMLOCK is %s (%llu bytes), the pinned host pool needs %s; the "
+               "CUDA driver pins outside that limit, continuing",
+               b1, (unsigned long long)rl.rlim_cur, b2);
+    return 0;
+  }
+  if (!dev->cfg.host_lock_pinned) return 0; /* this backend does not lock pages */
+  if (m->cfg.pinned_fallback) {
+    ferry_logf(&m->cfg.log, FERRY_LOG_WARN,
+               "memory: RLIMIT_MEMLOCK (ulimit -l) is %s (%llu bytes) but the pinned host pool "
+               "needs %s (%zu bytes): using pageable host memory instead (slower copies)",
+               b1, (unsigned long long)rl.rlim_cur, b2, need);
+    return 1;
+  }
+  ferry_logf(&m->cfg.log, FERRY_LOG_ERROR,
+             "memory: RLIMIT_MEMLOCK %llu bytes < pinned host pool %zu bytes",
+             (unsigned long long)rl.rlim_cur, need);
+  return ferry_err(&m->err, FERRY_ENOMEM,
+                   "pinned host pool: RLIMIT_MEMLOCK (ulimit -l) is %s (%llu bytes) but the pool "
+                   "needs %s (%zu bytes); raise the limit (ulimit -l, memlock in "
+                   "/etc/security/limits.conf), lower tiers.host.budget, or allow the pageable "
+                   "fallback",
+                   b1, (unsigned long long)rl.rlim_cur, b2, need);
+}
+
+static int reserve_host(ferry_mem *m, size_t len) {
+  int fallback = 0;
+  if (m->cfg.host_pinned) {
+    int rc = check_memlock(m, len);
+    if (rc < 0) return rc;
+    fallback = rc;
+    if (!fallback) {
+      void *p = NULL;
+      rc = ferry_host_alloc(m->cfg.dev, len, &p);
+      if (rc == 0) {
+        m->host_base = p;
+        m->host_is_pinned = 1;
+        if (m->cfg.numa_local) bind_local(m, p, len);
+        ferry_logf(&m->cfg.log, FERRY_LOG_INFO, "memory: pinned host pool of %zu bytes", len);
+        return FERRY_OK;
+      }
+      if (!m->cfg.pinned_fallback)
+        return ferry_err(&m->err, rc, "pinned host pool of %zu bytes: %s", len,
+                         ferry_device_last_error(m->cfg.dev));
+      ferry_logf(&m->cfg.log, FERRY_LOG_WARN,
+                 "memory: pinning a %zu-byte host pool failed (%s): using pageable memory", len,
+                 ferry_device_last_error(m->cfg.dev));
+    }
+  }
+  size_t maplen = ferry_align_up(len, HUGE_2M);
+  void *p = mmap(NULL, maplen, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED)
+    return ferry_err(&m->err, FERRY_ENOMEM, "host pool: cannot map %zu bytes: %s", maplen,
+                     strerror(errno));
+  if (madvise(p, maplen, MADV_HUGEPAGE) != 0)
+    ferry_logf(&m->cfg.log, FERRY_LOG_DEBUG, "memory: no transparent huge pages for the host pool");
+  if (m->cfg.numa_local) bind_local(m, p, maplen);
+  m->host_base = p;
+  m->host_map_len = maplen;
+  m->host_is_pinned = 0;
+  ferry_logf(&m->cfg.log, FERRY_LOG_INFO, "memory: pageable host pool of %zu bytes", len);
+  return FERRY_OK;
+}
+
+int mem_alloc_io(ferry_mem *m) {
+  if (m->io_mem || !m->cfg.store.read || m->nslots == 0) return FERRY_OK;
+  size_t rs = ferry_align_up(m->cfg.store.req_size ? m->cfg.store.req_size : 1, 64);
+  m->io_mem = aligned_alloc(64, rs * m->nc);
+  if (!m->io_mem) return ferry_err(&m->err, FERRY_ENOMEM, "store requests: out of memory");
+  memset(m->io_mem, 0, rs * m->nc);
+  for (uint32_t i = 0; i < m->nc; i++) m->c[i].io = m->io_mem + rs * i;
+  return FERRY_OK;
+}
+
+int mem_tiers_reserve(ferry_mem *m) {
+  ferry_device *dev = m->cfg.dev;
+  int rc;
+  int need_dev = 0, need_host = 0;
+  for (int f = 0; f < FERRY_FAMILIES; f++) {
+    if (m->cfg.reach[f] == FERRY_TIER_DEVICE) need_dev = 1;
+    if (m->cfg.reach[f] <= FERRY_TIER_HOST && m->cfg.home[f] >= FERRY_TIER_HOST) need_host = 1;
+  }
+  size_t dev_len = need_dev ? m->cfg.budget[FERRY_TIER_DEVICE] : 0;
+  size_t host_len = need_host ? m->cfg.budget[FERRY_TIER_HOST] : 0;
+  if ((rc = mem_pool_init(&m->pool[0], dev_len, 256, m->nc)) ||
+      (rc = mem_pool_init(&m->pool[1], host_len, mem_host_align(m), m->nc)))
+    return ferry_err(&m->err, FERRY_ENOMEM, "pools: out of memory");
+  dev_len = m->pool[0].capacity;
+  host_len = m->pool[1].capacity;
+  if (dev_len) {
+    void *p = NULL;
+    if ((rc = ferry_device_alloc(dev, dev_len, &p)))
+      return ferry_err(&m->err, rc, "device tier: reserving the budget of %zu bytes: %s", dev_len,
+                       ferry_device_last_error(dev));
+    m->dev_base = p;
+  }
+  if (host_len && (rc = reserve_host(m, host_len))) return rc;
+  if ((rc = ferry_stream_create(dev, &m->h2d)) || (rc = ferry_stream_create(dev, &m->d2h)))
+    return ferry_err(&m->err, rc, "copy streams: %s", ferry_device_last_error(dev));
+
+  /* Home copies: reserved for good, zeroed. */
+  for (uint32_t i = 0; i < m->nc; i++) {
+    mem_chunk *c = &m->c[i];
+    if (c->home <= FERRY_TIER_HOST) {
+      rc = mem_pool_alloc(&m->pool[c->home], c->bytes, &c->off[c->home]);
+      FERRY_ASSERT(rc == 0, "memory: home of chunk %u (%zu bytes) does not fit its checked pool",
+                   i, c->bytes);
+      if (c->home == FERRY_TIER_HOST) memset(mem_tier_addr(m, c, FERRY_TIER_HOST), 0, c->bytes);
+      else if ((rc = ferry_memset_async(m->h2d, mem_tier_addr(m, c, 0), 0, c->bytes)))
+        return ferry_err(&m->err, rc, "zeroing device chunks: %s", ferry_device_last_error(dev));
+    }
+    mem_stats_add(m, c->home, c->family, c->bytes);
+    if (m->cfg.reach[c->family] == FERRY_TIER_DEVICE && c->home > FERRY_TIER_DEVICE) {
+      if ((rc = ferry_event_create(dev, &c->ev_load)) ||
+          (rc = ferry_event_create(dev, &c->ev_use)) || (rc = ferry_event_create(dev, &c->ev_wb)))
+        return ferry_err(&m->err, rc, "chunk events: %s", ferry_device_last_error(dev));
+    }
+  }
+  if ((rc = ferry_stream_synchronize(m->h2d)))
+    return ferry_err(&m->err, rc, "zeroing device chunks: %s", ferry_device_last_error(dev));
+  m->pend = calloc((size_t)m->nc + 1, sizeof *m->pend);
+  if (!m->pend) return ferry_err(&m->err, FERRY_ENOMEM, "out of memory");
+  return mem_alloc_io(m);
+}
+
+void mem_tiers_release(ferry_mem *m) {
+  ferry_device *dev = m->cfg.dev;
+  if (m->h2d) ferry_stream_destroy(m->h2d);
+  if (m->d2h) ferry_stream_destroy(m->d2h);
+  m->h2d = m->d2h = NULL;
+  for (uint32_t i = 0; m->c && i < m->nc; i++) {
+    ferry_event_destroy(m->c[i].ev_load);
+    ferry_event_destroy(m->c[i].ev_use);
+    ferry_event_destroy(m->c[i].ev_wb);
+  }
+  if (m->dev_base) ferry_device_free(dev, m->dev_base);
+  if (m->host_base) {
+    if (m->host_is_pinned) ferry_host_free(dev, m->host_base);
+    else munmap(m->host_base, m->host_map_len);
+  }
+  m->dev_base = m->host_base = NULL;
+  mem_pool_destroy(&m->pool[0]);
+  mem_pool_destroy(&m->pool[1]);
+  free(m->io_mem);
+  m->io_mem = NULL;
+  free(m->pend);
+  m->pend = NULL;
+}
