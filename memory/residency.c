@@ -290,8 +290,11 @@ static void describe_holders(ferry_mem *m, int tier, char *buf, size_t len) {
   int have = 0, runs = 0;
   for (uint32_t i = 0; i <= m->nc; i++) {
     const mem_chunk *c = i < m->nc ? &m->c[i] : NULL;
-    int holds = c && c->state[tier] != FERRY_RES_ABSENT && tier < c->home && c->use[tier];
-    if (c && !holds && c->state[tier] != FERRY_RES_ABSENT && tier < c->home) other += c->bytes;
+    int holds = c && c->state[tier] != FERRY_RES_ABSENT && tier < c->home && c->use[tier] &&
+                !(c->resv & (1u << tier)); /* not the chunk asking */
+    if (c && !holds && !(c->resv & (1u << tier)) && c->state[tier] != FERRY_RES_ABSENT &&
+        tier < c->home)
+      other += c->bytes;
     if (have && (!holds || c->gfirst > g1 + 1 || c->gfirst < g0)) {
       if (n < len && runs < 12)
         n += (size_t)snprintf(buf + n, len - n, "%sgroup%s %u%s%.0u: %zu bytes", runs ? ", " : "",
