@@ -560,6 +560,79 @@ FERRY_API void ferry_loss_scaler_init(ferry_loss_scaler *s, float init_scale, fl
 FERRY_API int ferry_loss_scaler_update(ferry_loss_scaler *s, int found_nonfinite);
 
 /* ------------------------------------------------------------------------ */
+/* The engine: training-loop API (offload/)                                  */
+
+/* A training loop registers its parameters once, then per step:
+ *
+ *   for g in 0..G-1:   ferry_fetch(e, g, s); forward kernels; ferry_release(e, g, s)
+ *   for g in G-1..0:   ferry_fetch(e, g, s); backward kernels write the grads
+ *                      into ferry_param_device's grad pointers;
+ *                      ferry_grads_ready(e, g, s); ferry_release(e, g, s)
+ *   ferry_step(e, &info)          (after grad_accumulation micro-batches)
+ *
+ * Param and grad device buffers have dtype precision.params. Everything else
+ * (fp32 grads, master weights, optimizer states, where each byte lives and
+ * when it moves) is the engine's. */
+typedef struct ferry_engine ferry_engine;
+
+/* Called at finalize to fill a parameter's initial fp32 values. */
+typedef int (*ferry_init_fn)(void *user, const char *name, float *values, size_t count);
+
+/* Creates the engine from a configuration (copied). dev: the device to use,
+ * or NULL to create one from the config (device, tiers.gpu.budget); the
+ * engine never destroys a device it did not create. */
+FERRY_API int ferry_engine_create(const ferry_config *cfg, ferry_device *dev,
+                                  ferry_engine **out);
+/* Drains all work in flight (a step included) and frees everything. */
+FERRY_API void ferry_engine_destroy(ferry_engine *e);
+FERRY_API const char *ferry_engine_last_error(const ferry_engine *e);
+FERRY_API ferry_device *ferry_engine_device(ferry_engine *e);
+
+/* Registers a parameter tensor of `group` (groups are numbered 0.. in
+ * forward order). Initial values: `values` (count = product of shape), or
+ * init(user, name, dst, count) at finalize, or zeros when both are NULL. */
+FERRY_API int ferry_param_register(ferry_engine *e, const char *name, const int64_t *shape,
+                                   int ndim, int group, const float *values, ferry_init_fn init,
+                                   void *init_user);
+/* Ends registration: lays out chunks, reserves every tier, places each
+ * family, fills the initial values. */
+FERRY_API int ferry_engine_finalize(ferry_engine *e);
+
+/* Returns once work enqueued on s after it may read the group's params. */
+FERRY_API int ferry_fetch(ferry_engine *e, int group, ferry_stream *s);
+/* The loop is done with the group once s reaches this point. */
+FERRY_API int ferry_release(ferry_engine *e, int group, ferry_stream *s);
+/* Device pointers of a parameter (param) and of its gradient buffer (grad),
+ * valid while its group is fetched. Either out pointer may be NULL. */
+FERRY_API int ferry_param_device(ferry_engine *e, const char *name, void **param, void **grad);
+/* The group's gradient buffers are complete once s reaches this point: the
+ * engine drains them (D2H), accumulates them in fp32 and adds them to the
+ * global norm, while the loop goes on. */
+FERRY_API int ferry_grads_ready(ferry_engine *e, int group, ferry_stream *s);
+
+typedef struct {
+  int64_t step;        /* optimizer steps taken so far */
+  int skipped;         /* 1: inf/NaN in the grads, step skipped (fp16) */
+  double grad_norm;    /* global L2 norm of the (unscaled) grads */
+  float loss_scale;    /* the scale to use for the next backward */
+  float clip_coef;     /* applied to every grad (1 = no clipping) */
+  double seconds;      /* wall time of ferry_step */
+} ferry_step_info;
+
+/* The optimizer step over every parameter, pipelined over the optimizer
+ * chunks; returns when the params of the next forward are being uploaded
+ * (the next ferry_fetch of a group waits only for that group). */
+FERRY_API int ferry_step(ferry_engine *e, ferry_step_info *info);
+/* Drops accumulated gradients (ferry_step does so after each step). */
+FERRY_API int ferry_zero_grads(ferry_engine *e);
+/* The loss scale to multiply the loss by before backward. */
+FERRY_API float ferry_loss_scale(const ferry_engine *e);
+/* Copies a parameter's current fp32 master values out (count elements). */
+FERRY_API int ferry_param_read(ferry_engine *e, const char *name, float *dst, size_t count);
+/* Writes the timeline recorded so far as Chrome trace JSON. */
+FERRY_API int ferry_engine_write_timeline(ferry_engine *e, const char *path);
+
+/* ------------------------------------------------------------------------ */
 /* Tiered memory: statistics (memory/)                                       */
 
 /* Where the bytes are and how they moved. Tiers and families index the
@@ -587,6 +660,10 @@ typedef struct {
   double stall_seconds;                          /* time callers waited for chunks */
   uint64_t metadata_bytes, managed_bytes;        /* bookkeeping vs tensor bytes */
 } ferry_stats;
+
+/* The engine's tiers: current and peak bytes per tier and family, bytes
+ * moved per direction, evictions, stalls (declared here, after ferry_stats). */
+FERRY_API int ferry_engine_stats(ferry_engine *e, ferry_stats *out);
 
 #ifdef __cplusplus
 }

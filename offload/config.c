@@ -383,6 +383,12 @@ const char *ferry_config_last_error(const ferry_config *c) {
 
 const ferry_config_values *ferry_config_values_get(const ferry_config *c) { return &c->v; }
 
+int ferry_config_clone(const ferry_config *src, ferry_config **out) {
+  int rc = ferry_config_create(out);
+  if (rc == 0 && src) (*out)->v = src->v;
+  return rc;
+}
+
 int ferry_config_set(ferry_config *c, const char *key, const char *value) {
   if (!c) return FERRY_EINVAL;
   if (!key || !value) return ferry_err(&c->err, FERRY_EINVAL, "config set: key or value is NULL");

@@ -55,5 +55,7 @@ typedef struct {
 } ferry_config_values;
 
 const ferry_config_values *ferry_config_values_get(const ferry_config *c);
+/* A new configuration with src's values (src NULL: the defaults). */
+int ferry_config_clone(const ferry_config *src, ferry_config **out);
 
 #endif
