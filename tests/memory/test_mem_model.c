@@ -307,7 +307,7 @@ static void run(int variant, int ops, unsigned long long seed) {
 }
 
 int main(int argc, char **argv) {
-  int ops = argc > 1 ? atoi(argv[1]) : 3000;
+  int ops = argc > 1 ? atoi(argv[1]) : 6000;
   unsigned long long seed = argc > 2 ? strtoull(argv[2], NULL, 10) : 1;
   for (int v = 0; v < 3; v++) run(v, ops, seed);
   return test_finish("test_mem_model");

@@ -1,0 +1,202 @@
+/* bench/bench_memory.c — `ferry bench memory`: the tiered memory manager's
+ * own costs on a transformer-shaped layout: bookkeeping bytes against
+ * managed bytes (target < 1%), and the cost of fetching (and releasing) a
+ * group that is already resident (target < 1 us, no allocation: the heap is
+ * checked around the loop; tests/memory/test_mem_noalloc counts mallocs).
+ * Validates first: a fetched group reads back what was written.
+ */
+#include "bench/bench.h"
+#include "bench/json.h"
+
+#include "memory/memory.h"
+
+#include <malloc.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void usage(FILE *f) {
+  fprintf(f,
+          "usage: ferry bench memory [--layers N] [--hidden N] [--chunk SIZE] [--iters N] "
+          "[--json]\n"
+          "\n"
+          "Registers a GPT-style model (per layer: qkv, proj, fc1, fc2, two norms; params\n"
+          "bf16 on the host, grads and fp32 optimizer state on NVMe), then reports the\n"
+          "manager's metadata bytes against the managed bytes, and the time to fetch and\n"
+          "release a group already resident on the device (host backend).\n"
+          "\n"
+          "  --layers N    transformer blocks (groups), default 24\n"
+          "  --hidden N    hidden size, default 512\n"
+          "  --chunk SIZE  chunk size, default 16M\n"
+          "  --iters N     timed fetch/release pairs, default 1000000\n"
+          "  --json        one JSON object per result\n");
+}
+
+#define TRY(call)                                                                          \
+  do {                                                                                     \
+    int rc_ = (call);                                                                      \
+    if (rc_) {                                                                             \
+      fprintf(stderr, "ferry bench memory: %s: %s: %s\n", #call, ferry_strerror(rc_),      \
+              m ? ferry_mem_last_error(m) : ferry_last_error());                           \
+      goto out;                                                                            \
+    }                                                                                      \
+  } while (0)
+
+int ferry_bench_memory_main(int argc, char **argv) {
+  int layers = 24, hidden = 512, json = 0;
+  long iters = 1000000;
+  uint64_t chunk = 16ull << 20;
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+    if (!strcmp(a, "--json")) json = 1;
+    else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+      usage(stdout);
+      return 0;
+    } else if (!strcmp(a, "--layers") && v) layers = atoi(argv[++i]);
+    else if (!strcmp(a, "--hidden") && v) hidden = atoi(argv[++i]);
+    else if (!strcmp(a, "--iters") && v) iters = atol(argv[++i]);
+    else if (!strcmp(a, "--chunk") && v) {
+      if (ferry_parse_size(argv[++i], &chunk)) {
+        fprintf(stderr, "ferry bench memory: --chunk '%s' is not a size\n", v);
+        return 2;
+      }
+    } else {
+      usage(stderr);
+      return 2;
+    }
+  }
+  if (layers < 1 || hidden < 8 || iters < 1) {
+    usage(stderr);
+    return 2;
+  }
+  int ret = 1;
+  ferry_device *dev = NULL;
+  ferry_mem *m = NULL;
+  int64_t h = hidden;
+  struct {
+    const char *name;
+    int64_t rows, cols;
+  } shapes[] = {{"qkv", h, 3 * h}, {"proj", h, h}, {"fc1", h, 4 * h},
+                {"fc2", 4 * h, h}, {"ln1", 1, h},  {"ln2", 1, h}};
+  const int ns = (int)(sizeof shapes / sizeof shapes[0]);
+  size_t group_bytes = 0;
+  for (int s = 0; s < ns; s++) group_bytes += (size_t)(shapes[s].rows * shapes[s].cols * 2);
+  size_t params_bytes = group_bytes * (size_t)layers;
+
+  ferry_device_config dc = ferry_device_config_default();
+  dc.kind = FERRY_DEVICE_HOST;
+  dc.capacity = 4 * (group_bytes + chunk) + (1u << 20);
+  ferry_mem_config mc = ferry_mem_config_default();
+  mc.budget[FERRY_TIER_DEVICE] = dc.capacity;
+  mc.budget[FERRY_TIER_HOST] = params_bytes + params_bytes / 4 + 4 * chunk + (8u << 20);
+  mc.budget[FERRY_TIER_NVME] = (size_t)1 << 50;
+  mc.chunk_size = chunk;
+  mc.home[FERRY_FAMILY_GRADS] = FERRY_TIER_NVME;
+  mc.home[FERRY_FAMILY_OPTIM] = FERRY_TIER_NVME;
+  mc.host_pinned = 0; /* a bench of bookkeeping, not of copies */
+  TRY(ferry_device_create(&dc, &dev));
+  mc.dev = dev;
+  TRY(ferry_mem_create(&mc, &m));
+  static const int roles[] = {FERRY_ROLE_PARAM, FERRY_ROLE_GRAD, FERRY_ROLE_MASTER,
+                              FERRY_ROLE_EXP_AVG, FERRY_ROLE_EXP_AVG_SQ};
+  static const char *suffix[] = {"", ".grad", ".master", ".exp_avg", ".exp_avg_sq"};
+  for (int l = 0; l < layers; l++)
+    for (int s = 0; s < ns; s++)
+      for (int r = 0; r < 5; r++) {
+        char name[96];
+        snprintf(name, sizeof name, "model.layers.%d.%s.weight%s", l, shapes[s].name, suffix[r]);
+        int64_t shp[2] = {shapes[s].rows, shapes[s].cols};
+        ferry_mem_dtype dt = r == 0 ? FERRY_MEM_BF16 : r == 1 ? FERRY_MEM_BF16 : FERRY_MEM_F32;
+        TRY(ferry_mem_register(m, name, dt, 2, shp, (uint32_t)l, (ferry_role)roles[r], NULL));
+      }
+  TRY(ferry_mem_finalize(m));
+
+  /* Validate: write group 0's params on the host, fetch to the device,
+   * compare. */
+  const uint32_t *ids;
+  size_t nids;
+  TRY(ferry_mem_group_tensors(m, 0, &ids, &nids));
+  TRY(ferry_mem_fetch(m, 0, FERRY_FAMILY_PARAMS, FERRY_TIER_HOST, NULL, 0));
+  for (size_t k = 0; k < nids; k++) {
+    ferry_mem_tensor_info ti;
+    void *p;
+    TRY(ferry_mem_tensor_get(m, ids[k], &ti));
+    if (ti.family != FERRY_FAMILY_PARAMS) continue;
+    TRY(ferry_mem_tensor_ptr(m, ids[k], FERRY_TIER_HOST, &p));
+    memset(p, (int)(k + 1), ti.bytes);
+  }
+  TRY(ferry_mem_mark_dirty(m, 0, FERRY_FAMILY_PARAMS, FERRY_TIER_HOST, NULL));
+  TRY(ferry_mem_release(m, 0, FERRY_FAMILY_PARAMS, FERRY_TIER_HOST, NULL));
+  TRY(ferry_mem_fetch(m, 0, FERRY_FAMILY_PARAMS, FERRY_TIER_DEVICE, NULL, 0));
+  for (size_t k = 0; k < nids; k++) {
+    ferry_mem_tensor_info ti;
+    void *p;
+    TRY(ferry_mem_tensor_get(m, ids[k], &ti));
+    if (ti.family != FERRY_FAMILY_PARAMS) continue;
+    TRY(ferry_mem_tensor_ptr(m, ids[k], FERRY_TIER_DEVICE, &p));
+    const unsigned char *b = p;
+    for (size_t i = 0; i < ti.bytes; i += 4093)
+      if (b[i] != (unsigned char)(k + 1)) {
+        fprintf(stderr, "ferry bench memory: validation failed: tensor %s byte %zu\n", ti.name, i);
+        goto out;
+      }
+  }
+
+  /* Time: fetch + release of the resident group. */
+  struct mallinfo2 mi0 = mallinfo2();
+  double t0 = ferry_now();
+  for (long i = 0; i < iters; i++) {
+    ferry_mem_fetch(m, 0, FERRY_FAMILY_PARAMS, FERRY_TIER_DEVICE, NULL, 0);
+    ferry_mem_release(m, 0, FERRY_FAMILY_PARAMS, FERRY_TIER_DEVICE, NULL);
+  }
+  double t1 = ferry_now();
+  for (long i = 0; i < iters; i++) ferry_mem_fetch(m, 0, FERRY_FAMILY_PARAMS, FERRY_TIER_DEVICE, NULL, 0);
+  double t2 = ferry_now();
+  struct mallinfo2 mi1 = mallinfo2();
+  for (long i = 0; i < iters; i++)
+    ferry_mem_release(m, 0, FERRY_FAMILY_PARAMS, FERRY_TIER_DEVICE, NULL);
+  uint32_t first, count;
+  TRY(ferry_mem_group_chunks(m, 0, FERRY_FAMILY_PARAMS, &first, &count));
+  long heap_delta = (long)mi1.uordblks - (long)mi0.uordblks;
+
+  size_t meta, managed;
+  TRY(ferry_mem_metadata(m, &meta, &managed));
+  double pct = 100.0 * (double)meta / (double)managed;
+  double pair_ns = (t1 - t0) / (double)iters * 1e9, fetch_ns = (t2 - t1) / (double)iters * 1e9;
+  if (json) {
+    json_out j;
+    json_begin(&j, stdout);
+    json_str(&j, "bench", "memory");
+    json_str(&j, "result", "metadata");
+    json_uint(&j, "metadata_bytes", meta);
+    json_uint(&j, "managed_bytes", managed);
+    json_num(&j, "percent", pct);
+    json_int(&j, "tensors", (long long)layers * ns * 5);
+    json_uint(&j, "chunks", ferry_mem_chunk_count(m));
+    json_uint(&j, "chunk_size", chunk);
+    json_end(&j);
+    json_begin(&j, stdout);
+    json_str(&j, "bench", "memory");
+    json_str(&j, "result", "resident_fetch");
+    json_num(&j, "fetch_ns", fetch_ns);
+    json_num(&j, "fetch_release_ns", pair_ns);
+    json_uint(&j, "chunks_per_group", count);
+    json_int(&j, "iters", iters);
+    json_int(&j, "heap_bytes_delta", heap_delta);
+    json_end(&j);
+  } else {
+    printf("layout: %d layers, hidden %d, %d tensors, %u chunks of %llu bytes\n", layers, hidden,
+           layers * ns * 5, ferry_mem_chunk_count(m), (unsigned long long)chunk);
+    printf("metadata: %zu bytes for %zu managed bytes = %.5f%% (target < 1%%)\n", meta, managed,
+           pct);
+    printf("resident fetch: %.1f ns (fetch + release %.1f ns), %u chunk(s) per group, heap "
+           "delta over %ld fetches: %ld bytes (target < 1000 ns, no allocation)\n",
+           fetch_ns, pair_ns, count, iters, heap_delta);
+  }
+  ret = (pct < 1.0 && fetch_ns < 1000.0 && heap_delta == 0) ? 0 : 1;
+out:
+  ferry_mem_destroy(m);
+  ferry_device_destroy(dev);
+  return ret;
+}
