@@ -158,16 +158,20 @@ int ferry_mem_prefetch(ferry_mem *m, uint32_t group, int family, int tier);
 /* Drops the hold. Device tier: `stream` (may be NULL) is the stream that
  * used the chunks; the space is reused only after its work so far. */
 int ferry_mem_release(ferry_mem *m, uint32_t group, int family, int tier, ferry_stream *stream);
-/* The caller wrote the group's bytes in `tier` (on `stream` for the
- * device). Copies in faster tiers are dropped (FERRY_EBUSY if held). The
- * chunks must be held in that tier (or it is their home). */
+/* The caller writes the group's bytes in `tier` while it holds them (call
+ * it before or after the writes, before release; on the device, `stream` is
+ * where the writing kernels run). Copies in faster tiers are dropped; one
+ * that is held or dirty there: FERRY_EBUSY, nothing changed, do not write.
+ * Copies held in a tier are never written back from it (flush, write-back,
+ * eviction skip them), so a holder's writes are never torn. */
 int ferry_mem_mark_dirty(ferry_mem *m, uint32_t group, int family, int tier, ferry_stream *stream);
-/* Starts writing dirty copies of the group in `tier` back one tier down. */
+/* Starts writing dirty copies of the group in `tier` back one tier down
+ * (copies held there are skipped). */
 int ferry_mem_writeback(ferry_mem *m, uint32_t group, int family, int tier);
 /* Drops the group's copies in `tier` (< home) after writing dirty ones
  * back; FERRY_EBUSY when held. */
 int ferry_mem_evict(ferry_mem *m, uint32_t group, int family, int tier);
-/* Writes every dirty copy back to its home and waits. */
+/* Writes every dirty copy that is not held back to its home and waits. */
 int ferry_mem_flush(ferry_mem *m);
 /* Completes finished transfers; never blocks. */
 int ferry_mem_poll(ferry_mem *m);

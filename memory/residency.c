@@ -205,6 +205,7 @@ static void wait_step(ferry_mem *m, uint32_t ci) {
 static int start_writeback(ferry_mem *m, uint32_t ci, int tier) {
   mem_chunk *c = &m->c[ci];
   if (c->state[tier] != FERRY_RES_DIRTY) return FERRY_OK;
+  if (c->use[tier]) return FERRY_EBUSY; /* its holder may still be writing */
   if (tier == FERRY_TIER_DEVICE) {
     if (c->state[FERRY_TIER_HOST] == FERRY_RES_WRITING) return FERRY_EAGAIN;
     if (c->load_issued) return FERRY_EAGAIN; /* NOLOAD: its ordering event is pending */
@@ -276,6 +277,7 @@ static int evict_one(ferry_mem *m, uint32_t ci, int tier, int *rc) {
     m->st.evictions[FERRY_TIER_DEVICE]++;
   }
   *rc = clean_copy(m, ci, tier);
+  if (*rc == FERRY_EBUSY) *rc = 0; /* held meanwhile: not a victim any more */
   if (*rc) return 0;
   if (!evictable(m, ci, tier)) return 0;
   drop_copy(m, ci, tier);
@@ -379,6 +381,12 @@ static int acquire(ferry_mem *m, uint32_t ci, int tier, uint32_t group, unsigned
            c->state[FERRY_TIER_DEVICE] == FERRY_RES_WRITING) {
       *waited = 1;
       int rc = clean_copy(m, ci, FERRY_TIER_DEVICE);
+      if (rc == FERRY_EBUSY)
+        return ferry_err(&m->err, rc,
+                         "fetch to the host: chunk %u (%s #%u, groups %u-%u) is dirty on the "
+                         "device and held there %u time(s); release it first",
+                         ci, ferry_family_name(c->family), c->index, c->gfirst, c->glast,
+                         c->use[FERRY_TIER_DEVICE]);
       if (rc) return rc;
     }
   }
@@ -663,6 +671,7 @@ int ferry_mem_writeback(ferry_mem *m, uint32_t group, int family, int tier) {
   for (uint32_t ci = r->first; ci < r->first + r->count && !rc; ci++) {
     if (tier >= m->c[ci].home) continue;
     while ((rc = start_writeback(m, ci, tier)) == FERRY_EAGAIN) wait_step(m, ci);
+    if (rc == FERRY_EBUSY) rc = 0; /* held: written back after release */
   }
 out:
   pthread_mutex_unlock(&m->mu);
@@ -708,10 +717,10 @@ int ferry_mem_flush(ferry_mem *m) {
     for (uint32_t ci = 0; ci < m->nc && !rc; ci++) {
       if (t >= m->c[ci].home) continue;
       int e = start_writeback(m, ci, t);
-      if (e && e != FERRY_EAGAIN) rc = e;
+      if (e && e != FERRY_EAGAIN && e != FERRY_EBUSY) rc = e;
     }
     for (uint32_t ci = 0; ci < m->nc && !rc; ci++)
-      if (t < m->c[ci].home) rc = clean_copy(m, ci, t);
+      if (t < m->c[ci].home && (rc = clean_copy(m, ci, t)) == FERRY_EBUSY) rc = 0;
   }
   pthread_mutex_unlock(&m->mu);
   return rc;

@@ -152,8 +152,12 @@ static void test_illegal_transition(void) {
   REQUIRE(pipe(fds) == 0);
   pid_t pid = fork();
   REQUIRE(pid >= 0);
-  if (pid == 0) {
+  if (pid == 0) { /* before any thread exists in the parent (TSan and fork) */
     dup2(fds[1], 2);
+    ferry_device_config dc = ferry_device_config_default();
+    dc.kind = FERRY_DEVICE_HOST;
+    dc.capacity = 1 << 20;
+    REQUIRE(ferry_device_create(&dc, &dev) == 0);
     ferry_mem *m = make(1 << 16, 1 << 20, 4096, FERRY_EVICT_LRU);
     int64_t n = 64;
     ferry_mem_register(m, "x", FERRY_MEM_F16, 1, &n, 0, FERRY_ROLE_PARAM, NULL);
@@ -175,6 +179,7 @@ static void test_illegal_transition(void) {
 }
 
 int main(void) {
+  test_illegal_transition();
   ferry_device_config dc = ferry_device_config_default();
   dc.kind = FERRY_DEVICE_HOST;
   dc.capacity = 1 << 20;
@@ -183,7 +188,6 @@ int main(void) {
   test_layout();
   test_too_big();
   test_enomem_and_trace();
-  test_illegal_transition();
   ferry_device_destroy(dev);
   return test_finish("test_mem_basic");
 }

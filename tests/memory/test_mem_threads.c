@@ -70,11 +70,16 @@ static void *run(void *arg) {
       unsigned char v = (unsigned char)test_rand(&rs);
       void *p;
       if (ferry_mem_tensor_ptr(m, ids[g][fam], tier, &p)) w->fails++;
-      memset(p, v, CS);
+      /* Declare the write first: on FERRY_EBUSY nothing may be written. */
       rc = ferry_mem_mark_dirty(m, g, fam, tier, NULL);
-      if (rc == 0) memset(w->truth[k][fam], v, CS);
-      else if (rc == FERRY_EBUSY) w->ebusy++;
-      else w->fails++;
+      if (rc == 0) {
+        memset(p, v, CS);
+        memset(w->truth[k][fam], v, CS);
+      } else if (rc == FERRY_EBUSY) {
+        w->ebusy++;
+      } else {
+        w->fails++;
+      }
     }
     if (ferry_mem_release(m, g, fam, tier, NULL)) w->fails++;
   }
