@@ -16,6 +16,7 @@ static const struct {
     {"adam", "CPU optimizer step (seconds per step, params/s, GB/s)"},
     {"copy", "host<->device copies on the backend (GB/s)"},
     {"memory", "tiered memory manager metadata and fetch cost"},
+    {"step", "the engine's training step on a synthetic model, GPU compute as timed waits"},
     {"all", "io, adam and copy in turn; writes the profile `ferry plan --profile` reads"},
 };
 
@@ -24,6 +25,7 @@ static bench_fn lookup(const char *name) {
   if (!strcmp(name, "adam")) return ferry_bench_adam_main;
   if (!strcmp(name, "copy")) return ferry_bench_copy_main;
   if (!strcmp(name, "memory")) return ferry_bench_memory_main;
+  if (!strcmp(name, "step")) return ferry_bench_step_main;
   if (!strcmp(name, "all")) return ferry_bench_all_main;
   return NULL;
 }

@@ -98,6 +98,9 @@ static const key_def keys[] = {
      "eviction policy: furthest next use from the recorded trace, or least recently used"},
     {"prefetch_depth", K_INT, OFF(prefetch_depth), "0", NULL, 0, 1e6, 0,
      "groups fetched ahead; 0 = as far as the device budget allows"},
+    {"step_during_backward", K_BOOL, OFF(step_during_backward), "true", NULL, 0, 0, 0,
+     "run each group's optimizer update as soon as its grads are final, overlapping backward "
+     "(only without clipping and fp16 loss scaling, which need the whole gradient first)"},
     {"timeline", K_STR, OFF(timeline), "", NULL, 0, 0, 0,
      "write a Chrome trace JSON of every transfer and kernel to this file; \"\" = off"},
     {"log_level", K_ENUM, OFF(log_level), "silent", "silent|error|warn|info|debug", 0, 0, 0,

@@ -50,6 +50,7 @@ typedef struct {
   int64_t grad_accumulation;
   int eviction;             /* 0 furthest, 1 lru */
   int64_t prefetch_depth;   /* groups ahead; 0: as far as the budget allows */
+  int step_during_backward; /* update each group once its grads are final */
   char timeline[1024];      /* "" off */
   int log_level;            /* FERRY_LOG_* */
 } ferry_config_values;

@@ -150,6 +150,7 @@ void ferry_engine_destroy(ferry_engine *e) {
       ferry_event_destroy(e->stage_up_ev[i]);
     }
     ferry_host_free(e->dev, e->stage_down);
+    ferry_host_free(e->dev, e->unit_stage);
     for (uint32_t g = 0; e->groups && g < e->ngroups; g++) ferry_event_destroy(e->groups[g].uploaded);
     ferry_stream_destroy(e->up);
     ferry_stream_destroy(e->down);
@@ -163,6 +164,7 @@ void ferry_engine_destroy(ferry_engine *e) {
   free(e->gspans);
   free(e->dsts);
   free(e->queue);
+  free(e->sq);
   ferry_timeline_destroy(&e->tl);
   ferry_config_destroy(e->cfg);
   pthread_mutex_destroy(&e->mu);
@@ -225,19 +227,22 @@ int ferry_param_register(ferry_engine *e, const char *name, const int64_t *shape
 /* ---- the NVMe store behind ferry_mem_store --------------------------- */
 
 static int st_write(void *user, void *req, uint32_t slot, const void *buf, size_t len) {
-  return ferry_swap_write(user, slot, buf, len, req, NULL, NULL);
+  ferry_engine *e = user;
+  return ferry_swap_write(e->swap, slot, buf, len, req, NULL, NULL);
 }
 static int st_read(void *user, void *req, uint32_t slot, void *buf, size_t len) {
-  return ferry_swap_read(user, slot, buf, len, req, NULL, NULL);
+  ferry_engine *e = user;
+  return ferry_swap_read(e->swap, slot, buf, len, req, NULL, NULL);
 }
-static int st_poll(void *user, void *req) {
-  (void)user;
-  return ferry_swap_poll(req);
+/* A finished request becomes a span on the NVMe read or write lane. */
+static int st_done(ferry_engine *e, ferry_swap_req *r, int status) {
+  if (status != FERRY_EAGAIN)
+    ferry_timeline_add(&e->tl, r->op ? FERRY_LANE_NVME_WRITE : FERRY_LANE_NVME_READ,
+                       r->op ? "write" : "read", r->t_submit, r->t_done);
+  return status;
 }
-static int st_wait(void *user, void *req) {
-  (void)user;
-  return ferry_swap_wait(req);
-}
+static int st_poll(void *user, void *req) { return st_done(user, req, ferry_swap_poll(req)); }
+static int st_wait(void *user, void *req) { return st_done(user, req, ferry_swap_wait(req)); }
 
 static int cmp_group(const void *a, const void *b, void *ctx) {
   const eng_param *p = ctx;
@@ -262,7 +267,8 @@ static int init_values(ferry_engine *e) {
   int ot = work_tier(e->optim_home), gt = work_tier(e->grad_home);
   for (uint32_t g = 0; g < e->ngroups; g++) {
     eng_group *gr = &e->groups[g];
-    int rc = ferry_mem_fetch(e->mem, g, FERRY_FAMILY_OPTIM, ot, NULL, FERRY_MEM_NOLOAD);
+    int rc = ferry_mem_fetch(e->mem, g, FERRY_FAMILY_OPTIM, ot, NULL, 0);
+    if (!rc) rc = ferry_mem_mark_dirty(e->mem, g, FERRY_FAMILY_OPTIM, ot, NULL);
     if (rc) return mem_err(e, rc, "finalize: optimizer state");
     for (uint32_t k = 0; k < gr->count; k++) {
       eng_param *p = &e->params[e->by_group[gr->first + k]];
@@ -288,12 +294,12 @@ static int init_values(ferry_engine *e) {
       }
     }
     rc = engine_write_params(e, g, 0, NULL);
-    if (!rc) rc = ferry_mem_mark_dirty(e->mem, g, FERRY_FAMILY_OPTIM, ot, NULL);
     if (!rc && e->optim_home == FERRY_TIER_NVME)
       rc = ferry_mem_writeback(e->mem, g, FERRY_FAMILY_OPTIM, ot);
     ferry_mem_release(e->mem, g, FERRY_FAMILY_OPTIM, ot, NULL);
     if (rc) return rc == FERRY_EINVAL ? rc : mem_err(e, rc, "finalize: initial values");
-    rc = ferry_mem_fetch(e->mem, g, FERRY_FAMILY_GRADS, gt, NULL, FERRY_MEM_NOLOAD);
+    rc = ferry_mem_fetch(e->mem, g, FERRY_FAMILY_GRADS, gt, NULL, 0);
+    if (!rc) rc = ferry_mem_mark_dirty(e->mem, g, FERRY_FAMILY_GRADS, gt, NULL);
     if (rc) return mem_err(e, rc, "finalize: grads");
     for (uint32_t k = 0; k < gr->count; k++) {
       eng_param *p = &e->params[e->by_group[gr->first + k]];
@@ -301,7 +307,6 @@ static int init_values(ferry_engine *e) {
       ferry_mem_tensor_ptr(e->mem, p->id[FERRY_ROLE_GRAD], gt, &acc);
       memset(acc, 0, p->n * sizeof(float));
     }
-    ferry_mem_mark_dirty(e->mem, g, FERRY_FAMILY_GRADS, gt, NULL);
     ferry_mem_release(e->mem, g, FERRY_FAMILY_GRADS, gt, NULL);
   }
   int rc = ferry_stream_synchronize(e->up);
@@ -331,7 +336,8 @@ int ferry_engine_finalize(ferry_engine *e) {
   e->groups = calloc(e->ngroups, sizeof *e->groups);
   e->queue = calloc(e->ngroups * 2 + 4, sizeof *e->queue);
   e->qcap = e->ngroups * 2 + 4;
-  if (!e->groups || !e->queue) return ferry_err(&e->err, FERRY_ENOMEM, "finalize: out of memory");
+  e->sq = calloc(e->ngroups, sizeof *e->sq);
+  if (!e->groups || !e->queue || !e->sq) return ferry_err(&e->err, FERRY_ENOMEM, "finalize: out of memory");
   size_t maxcount = 0;
   for (size_t i = 0; i < e->nparams;) {
     uint32_t g = e->params[e->by_group[i]].group;
@@ -435,6 +441,35 @@ int ferry_engine_finalize(ferry_engine *e) {
   if (!rc) rc = ferry_mem_finalize(e->mem);
   if (rc) return mem_err(e, rc, "finalize: layout");
 
+  /* units: runs of groups whose params share chunks */
+  size_t max_unit = 0;
+  for (uint32_t g = 0; g < e->ngroups;) {
+    uint32_t last = g;
+    for (uint32_t k = g; k <= last && k < e->ngroups; k++) {
+      uint32_t first_c = 0, count_c = 0;
+      ferry_mem_group_chunks(e->mem, k, FERRY_FAMILY_PARAMS, &first_c, &count_c);
+      for (uint32_t c = first_c; c < first_c + count_c; c++) {
+        ferry_mem_chunk_info ci;
+        if (ferry_mem_chunk_get(e->mem, c, &ci) == 0 && ci.group_last > last) last = ci.group_last;
+      }
+    }
+    size_t off = 0;
+    for (uint32_t k = g; k <= last; k++) {
+      e->groups[k].unit_first = g;
+      e->groups[k].unit_last = last;
+      e->groups[k].unit_off = off;
+      off += e->groups[k].n;
+    }
+    if (off > max_unit) max_unit = off;
+    g = last + 1;
+  }
+  if (e->param_home != FERRY_TIER_DEVICE) {
+    rc = ferry_host_alloc(e->dev, max_unit * e->esize, &e->unit_stage);
+    if (rc)
+      return ferry_err(&e->err, rc, "finalize: param staging of %zu bytes: %s",
+                       max_unit * e->esize, ferry_device_last_error(e->dev));
+  }
+
   /* the NVMe store */
   uint32_t nslots = 0;
   size_t slot = 0;
@@ -454,7 +489,7 @@ int ferry_engine_finalize(ferry_engine *e) {
     sc.log = e->log;
     rc = ferry_swap_open(&sc, &e->swap);
     if (rc) return ferry_err(&e->err, rc, "finalize: NVMe store: %s", ferry_last_error());
-    ferry_mem_store st = {e->swap, sizeof(ferry_swap_req), st_write, st_read, st_poll, st_wait};
+    ferry_mem_store st = {e, sizeof(ferry_swap_req), st_write, st_read, st_poll, st_wait};
     rc = ferry_mem_set_store(e->mem, &st);
     if (rc) return mem_err(e, rc, "finalize: NVMe store");
   }
@@ -481,6 +516,9 @@ int ferry_engine_finalize(ferry_engine *e) {
   if (rc) return ferry_err(&e->err, rc, "finalize: optimizer: %s", ferry_last_error());
 
   e->dynamic_scale = e->dtype == FERRY_OPTIM_DT_F16 && v->loss_scale == 0;
+  /* Without a global decision (clipping, overflow skip) each group's update
+   * can run as soon as its grads are final, during backward. */
+  e->eager = v->step_during_backward && v->clip_grad_norm == 0 && e->dtype != FERRY_OPTIM_DT_F16;
   e->fixed_scale = e->dtype == FERRY_OPTIM_DT_F16 && v->loss_scale > 0 ? (float)v->loss_scale : 1;
   ferry_loss_scaler_init(&e->scaler, (float)v->initial_scale, 2.0f, (float)v->backoff,
                          (int)v->growth_interval);
@@ -517,9 +555,7 @@ void engine_prefetch(ferry_engine *e) {
   size_t depth = e->cv->prefetch_depth ? (size_t)e->cv->prefetch_depth : e->ngroups;
   if (depth >= e->ngroups) depth = e->ngroups - 1;
   size_t len = ferry_mem_trace_length(e->mem);
-  pthread_mutex_lock(&e->mu);
-  uint32_t updated = e->step_request ? e->step_done : e->ngroups;
-  pthread_mutex_unlock(&e->mu);
+
   for (size_t k = 1; k <= depth; k++) {
     /* never past this iteration: the step is about to change those params */
     if (e->fetches + k > len) return;
@@ -527,7 +563,10 @@ void engine_prefetch(ferry_engine *e) {
     int fam;
     if (ferry_mem_trace_peek(e->mem, k, &g, &fam)) return;
     if (fam != FERRY_FAMILY_PARAMS) continue;
-    if (g >= updated) return; /* the running step has not written it yet */
+    pthread_mutex_lock(&e->mu);
+    int queued = e->groups[g].step_queued;
+    pthread_mutex_unlock(&e->mu);
+    if (queued) return; /* the running step has not written it yet */
     if (ferry_mem_prefetch(e->mem, g, FERRY_FAMILY_PARAMS, FERRY_TIER_DEVICE)) return;
   }
 }
@@ -546,7 +585,9 @@ int ferry_fetch(ferry_engine *e, int group, ferry_stream *s) {
   /* params uploaded by the last step (device home): ordered on e->up */
   rc = ferry_stream_wait_event(s, gr->uploaded);
   if (rc) return ferry_err(&e->err, rc, "fetch: %s", ferry_device_last_error(e->dev));
+  pthread_mutex_lock(&e->mu);
   gr->fetched++;
+  pthread_mutex_unlock(&e->mu);
   gr->stream = s;
   e->fetches++;
   if (!e->tracing) engine_prefetch(e);
@@ -563,7 +604,10 @@ int ferry_release(ferry_engine *e, int group, ferry_stream *s) {
     return ferry_err(&e->err, FERRY_ESTATE, "release: group %d is not fetched", group);
   rc = ferry_mem_release(e->mem, (uint32_t)group, FERRY_FAMILY_PARAMS, FERRY_TIER_DEVICE, s);
   if (rc) return mem_err(e, rc, "release");
+  pthread_mutex_lock(&e->mu);
   gr->fetched--;
+  pthread_cond_broadcast(&e->cv_step); /* an update may wait for the release */
+  pthread_mutex_unlock(&e->mu);
   return FERRY_OK;
 }
 
@@ -686,6 +730,12 @@ static int drain_one(ferry_engine *e, uint32_t g) {
   if (rc) return ferry_err(&e->err, rc, "drain: %s", ferry_optimizer_last_error(e->gopt));
   gr->sumsq = sumsq;
   gr->nonfinite = nonfinite;
+  if (last && e->eager) { /* its grads are final: update it now, during backward */
+    pthread_mutex_lock(&e->mu);
+    e->step_gscale = 1.0f / e->fixed_scale;
+    engine_queue_step(e, g);
+    pthread_mutex_unlock(&e->mu);
+  }
   return FERRY_OK;
 }
 

@@ -37,6 +37,10 @@ typedef struct {
   ferry_event *uploaded; /* the step's upload of a device-home group's params */
   double sumsq;          /* of the accumulated grads (last micro-batch) */
   int nonfinite;
+  int step_queued;       /* its update is queued, running or not committed */
+  int updated;           /* its optimizer update is done, params not committed */
+  uint32_t unit_first, unit_last; /* groups sharing param chunks with it */
+  size_t unit_off;       /* elements before it in its unit's staging */
 } eng_group;
 
 typedef struct {
@@ -77,6 +81,7 @@ struct ferry_engine {
   void *stage_up[ENGINE_STAGE_SLOTS];   /* pinned, max group in param dtype */
   ferry_event *stage_up_ev[ENGINE_STAGE_SLOTS];
   void *stage_down;                     /* pinned, max group in param dtype */
+  void *unit_stage;                     /* host/NVMe param homes: the largest unit */
   ferry_optim_span *spans;              /* max params of a group */
   ferry_grad_span *gspans;
   void **dsts;                          /* per param of a group: where new params go */
@@ -98,14 +103,17 @@ struct ferry_engine {
   pthread_t stepper;
   int stepper_started;
   pthread_cond_t cv_step;   /* step requested / group done / step over */
-  int step_request;         /* a step is queued or running */
-  uint32_t step_done;       /* groups of the running step already updated */
-  float step_gscale;
+  uint32_t *sq;             /* groups waiting for their update, FIFO */
+  size_t sq_head, sq_tail;
+  uint32_t step_pending;    /* groups queued or being updated */
+  float step_gscale;        /* grad scale of the queued updates */
   int step_status;          /* first error of an asynchronous step */
+  int eager;                /* update each group as soon as its grads are final */
   ferry_optimizer *gopt;    /* one-thread optimizer for the drain's helpers */
 
   size_t fetches;           /* ferry_fetch calls since the last step */
   int64_t steps;
+  int64_t cur_step;    /* steps before the update being applied (bias correction) */
   int tracing;         /* recording the first step's fetch order */
   ferry_timeline tl;
 };
@@ -117,6 +125,8 @@ void *engine_step_main(void *arg);
 int engine_wait_step(ferry_engine *e);
 /* Waits until group g of a running step is updated. */
 int engine_wait_step_group(ferry_engine *e, uint32_t g);
+/* Queues group g's update (e->mu held). */
+void engine_queue_step(ferry_engine *e, uint32_t g);
 /* Writes a group's params (param dtype) from its fp32 master values, which
  * must be held in the optimizer's work tier (finalize). */
 int engine_write_params(ferry_engine *e, uint32_t g, int slot, const float *unused);

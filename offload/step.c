@@ -17,53 +17,71 @@ static int mem_err(ferry_engine *e, int rc, const char *what) {
   return ferry_err(&e->err, rc, "%s: %s", what, ferry_mem_last_error(e->mem));
 }
 
-/* Where the new params of group g go: a pinned staging buffer (device
- * home, uploaded in param_commit), or the host copy (host or NVMe home).
- * dst[k] for the group's k-th param. */
+/* Where the optimizer writes group g's new params: a pinned staging buffer,
+ * uploaded by param_commit (device home), or the unit's staging buffer,
+ * copied into the host copy when the unit commits (host and NVMe homes:
+ * the memory manager wants a host copy marked dirty before it is written,
+ * which drops device copies, which must not be held then). */
 static int param_prepare(ferry_engine *e, uint32_t g, int slot, void **dst) {
   eng_group *gr = &e->groups[g];
-  int rc = FERRY_OK;
   if (e->param_home == FERRY_TIER_DEVICE) {
-    rc = ferry_event_synchronize(e->stage_up_ev[slot]); /* its last upload is done */
+    int rc = ferry_event_synchronize(e->stage_up_ev[slot]); /* its last upload is done */
     if (rc) return ferry_err(&e->err, rc, "step: %s", ferry_device_last_error(e->dev));
     for (uint32_t k = 0; k < gr->count; k++)
       dst[k] = (char *)e->stage_up[slot] + e->params[e->by_group[gr->first + k]].goff * e->esize;
     return FERRY_OK;
   }
-  if (e->param_home == FERRY_TIER_NVME) {
-    rc = ferry_mem_fetch(e->mem, g, FERRY_FAMILY_PARAMS, FERRY_TIER_HOST, NULL, FERRY_MEM_NOLOAD);
-    if (rc) return mem_err(e, rc, "step: params");
-  }
-  for (uint32_t k = 0; k < gr->count && !rc; k++)
-    rc = ferry_mem_tensor_ptr(e->mem, e->params[e->by_group[gr->first + k]].id[FERRY_ROLE_PARAM],
-                              FERRY_TIER_HOST, &dst[k]);
-  return rc ? mem_err(e, rc, "step: params") : FERRY_OK;
+  for (uint32_t k = 0; k < gr->count; k++)
+    dst[k] = (char *)e->unit_stage +
+             (gr->unit_off + e->params[e->by_group[gr->first + k]].goff) * e->esize;
+  return FERRY_OK;
 }
 
+/* Device home: upload group g's staged params into its device copy. */
 static int param_commit(ferry_engine *e, uint32_t g, int slot) {
   eng_group *gr = &e->groups[g];
   int rc = FERRY_OK;
-  if (e->param_home == FERRY_TIER_DEVICE) {
-    double t0 = ferry_now();
+  double t0 = ferry_now();
+  for (uint32_t k = 0; k < gr->count && !rc; k++) {
+    eng_param *p = &e->params[e->by_group[gr->first + k]];
+    void *d;
+    rc = ferry_mem_tensor_ptr(e->mem, p->id[FERRY_ROLE_PARAM], FERRY_TIER_DEVICE, &d);
+    if (rc) return mem_err(e, rc, "step: upload");
+    rc = ferry_memcpy_async(e->up, d, (char *)e->stage_up[slot] + p->goff * e->esize,
+                            p->n * e->esize, FERRY_COPY_H2D);
+  }
+  if (!rc) rc = ferry_event_record(e->stage_up_ev[slot], e->up);
+  if (!rc) rc = ferry_event_record(gr->uploaded, e->up);
+  if (rc) return ferry_err(&e->err, rc, "step: upload: %s", ferry_device_last_error(e->dev));
+  ferry_timeline_add(&e->tl, FERRY_LANE_H2D, "params enqueue", t0, ferry_now());
+  return FERRY_OK;
+}
+
+/* Host and NVMe homes: groups [a, b] of one unit, none held by the loop:
+ * mark the host copies dirty (dropping device copies), copy the staged
+ * params in, and write NVMe homes back. */
+static int commit_groups(ferry_engine *e, uint32_t a, uint32_t b) {
+  int rc = FERRY_OK;
+  int nvme = e->param_home == FERRY_TIER_NVME;
+  for (uint32_t g = a; g <= b && !rc; g++) {
+    eng_group *gr = &e->groups[g];
+    if (nvme) {
+      rc = ferry_mem_fetch(e->mem, g, FERRY_FAMILY_PARAMS, FERRY_TIER_HOST, NULL, 0);
+      if (rc) return mem_err(e, rc, "step: params");
+    }
+    rc = ferry_mem_mark_dirty(e->mem, g, FERRY_FAMILY_PARAMS, FERRY_TIER_HOST, NULL);
     for (uint32_t k = 0; k < gr->count && !rc; k++) {
       eng_param *p = &e->params[e->by_group[gr->first + k]];
-      void *d;
-      rc = ferry_mem_tensor_ptr(e->mem, p->id[FERRY_ROLE_PARAM], FERRY_TIER_DEVICE, &d);
-      if (rc) return mem_err(e, rc, "step: upload");
-      rc = ferry_memcpy_async(e->up, d, (char *)e->stage_up[slot] + p->goff * e->esize,
-                              p->n * e->esize, FERRY_COPY_H2D);
+      void *h;
+      rc = ferry_mem_tensor_ptr(e->mem, p->id[FERRY_ROLE_PARAM], FERRY_TIER_HOST, &h);
+      if (!rc)
+        memcpy(h, (char *)e->unit_stage + (gr->unit_off + p->goff) * e->esize, p->n * e->esize);
     }
-    if (!rc) rc = ferry_event_record(e->stage_up_ev[slot], e->up);
-    if (!rc) rc = ferry_event_record(gr->uploaded, e->up);
-    if (rc) return ferry_err(&e->err, rc, "step: upload: %s", ferry_device_last_error(e->dev));
-    ferry_timeline_add(&e->tl, FERRY_LANE_H2D, "params enqueue", t0, ferry_now());
-    return FERRY_OK;
-  }
-  rc = ferry_mem_mark_dirty(e->mem, g, FERRY_FAMILY_PARAMS, FERRY_TIER_HOST, NULL);
-  if (!rc && e->param_home == FERRY_TIER_NVME) {
-    rc = ferry_mem_writeback(e->mem, g, FERRY_FAMILY_PARAMS, FERRY_TIER_HOST);
-    int r2 = ferry_mem_release(e->mem, g, FERRY_FAMILY_PARAMS, FERRY_TIER_HOST, NULL);
-    if (!rc) rc = r2;
+    if (!rc && nvme) rc = ferry_mem_writeback(e->mem, g, FERRY_FAMILY_PARAMS, FERRY_TIER_HOST);
+    if (nvme) {
+      int r2 = ferry_mem_release(e->mem, g, FERRY_FAMILY_PARAMS, FERRY_TIER_HOST, NULL);
+      if (!rc) rc = r2;
+    }
   }
   return rc ? mem_err(e, rc, "step: params") : FERRY_OK;
 }
@@ -81,7 +99,7 @@ int engine_write_params(ferry_engine *e, uint32_t g, int slot, const float *unus
     ferry_mem_tensor_ptr(e->mem, p->id[FERRY_ROLE_MASTER], ot, (void **)&master);
     for (size_t i = 0; i < p->n; i++) optim_store(dst[k], e->dtype, i, master[i]);
   }
-  return param_commit(e, g, slot);
+  return e->param_home == FERRY_TIER_DEVICE ? param_commit(e, g, slot) : commit_groups(e, g, g);
 }
 
 static int zero_group_grads(ferry_engine *e, uint32_t g, int held) {
@@ -95,12 +113,12 @@ static int zero_group_grads(ferry_engine *e, uint32_t g, int held) {
     ferry_mem_tensor_ptr(e->mem, p->id[FERRY_ROLE_GRAD], gt, &acc);
     memset(acc, 0, p->n * sizeof(float));
   }
-  gr->sumsq = 0;
-  gr->nonfinite = 0;
   return held ? FERRY_OK : ferry_mem_release(e->mem, g, FERRY_FAMILY_GRADS, gt, NULL);
 }
 
-static int step_group(ferry_engine *e, uint32_t i, float gscale) {
+/* Updates group i; `next` (UINT32_MAX: none) is the group expected after it,
+ * whose optimizer state is prefetched meanwhile. */
+static int step_group(ferry_engine *e, uint32_t i, uint32_t next, float gscale) {
   eng_group *gr = &e->groups[i];
   int ot = work_tier(e->optim_home), gt = work_tier(e->grad_home);
   double t0 = ferry_now();
@@ -108,8 +126,8 @@ static int step_group(ferry_engine *e, uint32_t i, float gscale) {
   if (rc) return mem_err(e, rc, "step: optimizer state");
   double t1 = ferry_now();
   if (t1 - t0 > 1e-4) ferry_timeline_add(&e->tl, FERRY_LANE_STEP, "wait for state", t0, t1);
-  if (i + 1 < e->ngroups) /* the read of group i+1 overlaps this group's update */
-    (void)ferry_mem_prefetch(e->mem, i + 1, FERRY_FAMILY_OPTIM, ot);
+  if (next != UINT32_MAX) /* the read of the next group overlaps this group's update */
+    (void)ferry_mem_prefetch(e->mem, next, FERRY_FAMILY_OPTIM, ot);
   rc = ferry_mem_fetch(e->mem, i, FERRY_FAMILY_GRADS, gt, NULL, 0);
   if (rc) {
     ferry_mem_release(e->mem, i, FERRY_FAMILY_OPTIM, ot, NULL);
@@ -117,7 +135,9 @@ static int step_group(ferry_engine *e, uint32_t i, float gscale) {
   }
   int slot = (int)(i % ENGINE_STAGE_SLOTS);
   void **dst = e->dsts;
-  rc = param_prepare(e, i, slot, dst);
+  rc = ferry_mem_mark_dirty(e->mem, i, FERRY_FAMILY_OPTIM, ot, NULL); /* before writing */
+  if (rc) rc = mem_err(e, rc, "step: optimizer state");
+  if (!rc) rc = param_prepare(e, i, slot, dst);
   for (uint32_t k = 0; k < gr->count && !rc; k++) {
     eng_param *p = &e->params[e->by_group[gr->first + k]];
     ferry_optim_span *sp = &e->spans[k];
@@ -135,25 +155,74 @@ static int step_group(ferry_engine *e, uint32_t i, float gscale) {
   }
   double t2 = ferry_now();
   /* every group's update uses the same step number for its bias correction */
-  if (!rc) rc = ferry_optimizer_set_step(e->opt, e->steps);
+  if (!rc) rc = ferry_optimizer_set_step(e->opt, e->cur_step);
   if (!rc) rc = ferry_optimizer_step(e->opt, e->spans, gr->count, gscale);
   if (rc && rc != FERRY_ENOMEM) rc = ferry_err(&e->err, rc, "step: optimizer: %s", ferry_optimizer_last_error(e->opt));
   double t3 = ferry_now();
   ferry_timeline_add(&e->tl, FERRY_LANE_OPTIM0, "optimizer", t2, t3);
   if (!rc) rc = zero_group_grads(e, i, 1);
   ferry_mem_release(e->mem, i, FERRY_FAMILY_GRADS, gt, NULL);
-  if (!rc) rc = ferry_mem_mark_dirty(e->mem, i, FERRY_FAMILY_OPTIM, ot, NULL);
   if (!rc && e->optim_home == FERRY_TIER_NVME) /* write i back while i+1 computes */
     rc = ferry_mem_writeback(e->mem, i, FERRY_FAMILY_OPTIM, ot);
   if (rc && rc != FERRY_OK) rc = mem_err(e, rc, "step: optimizer state write-back");
   ferry_mem_release(e->mem, i, FERRY_FAMILY_OPTIM, ot, NULL);
-  if (!rc) rc = param_commit(e, i, slot);
+  /* a device home is written in place (only this group's bytes): upload now */
+  if (!rc && e->param_home == FERRY_TIER_DEVICE) rc = param_commit(e, i, slot);
   return rc;
+}
+
+/* Ends the update of groups [a, b] (e->mu held). */
+static void finish_groups(ferry_engine *e, uint32_t a, uint32_t b) {
+  for (uint32_t g = a; g <= b; g++) {
+    if (!e->groups[g].step_queued) continue;
+    e->groups[g].step_queued = 0;
+    e->groups[g].updated = 0;
+    e->step_pending--;
+  }
+  pthread_cond_broadcast(&e->cv_step);
+}
+
+/* After group g's update. Host and NVMe homes: the params' chunks may hold
+ * several groups, and a copy on the device can only be dropped when none
+ * of them is held; so the new params of a unit (the groups that share
+ * chunks) are committed together once all are updated and released, and
+ * the unit's fetches wait until then. */
+static int after_update(ferry_engine *e, uint32_t g, int rc) {
+  eng_group *gr = &e->groups[g];
+  pthread_mutex_lock(&e->mu);
+  if (rc && !e->step_status) e->step_status = rc;
+  if (e->param_home == FERRY_TIER_DEVICE) {
+    finish_groups(e, g, g);
+    pthread_mutex_unlock(&e->mu);
+    return rc;
+  }
+  gr->updated = 1;
+  uint32_t a = gr->unit_first, b = gr->unit_last;
+  for (uint32_t k = a; k <= b; k++)
+    if (!e->groups[k].updated) {
+      pthread_mutex_unlock(&e->mu);
+      return rc; /* the last of the unit commits it */
+    }
+  for (;;) { /* wait until the loop holds none of the unit */
+    int held = 0;
+    for (uint32_t k = a; k <= b; k++) held |= e->groups[k].fetched != 0;
+    if (!held || e->stop) break;
+    pthread_cond_wait(&e->cv_step, &e->mu);
+  }
+  int failed = e->step_status;
+  pthread_mutex_unlock(&e->mu);
+  int crc = FERRY_OK;
+  if (!failed) crc = commit_groups(e, a, b);
+  pthread_mutex_lock(&e->mu);
+  if (crc && !e->step_status) e->step_status = crc;
+  finish_groups(e, a, b);
+  pthread_mutex_unlock(&e->mu);
+  return crc ? crc : rc;
 }
 
 int engine_wait_step(ferry_engine *e) {
   pthread_mutex_lock(&e->mu);
-  while (e->step_request) pthread_cond_wait(&e->cv_step, &e->mu);
+  while (e->step_pending) pthread_cond_wait(&e->cv_step, &e->mu);
   int rc = e->step_status;
   e->step_status = 0;
   pthread_mutex_unlock(&e->mu);
@@ -162,37 +231,39 @@ int engine_wait_step(ferry_engine *e) {
 
 int engine_wait_step_group(ferry_engine *e, uint32_t g) {
   pthread_mutex_lock(&e->mu);
-  while (e->step_request && e->step_done <= g && !e->step_status)
-    pthread_cond_wait(&e->cv_step, &e->mu);
+  while (e->groups[g].step_queued && !e->step_status) pthread_cond_wait(&e->cv_step, &e->mu);
   int rc = e->step_status;
   pthread_mutex_unlock(&e->mu);
   return rc;
 }
 
-/* The stepper thread: updates groups 0, 1, ... and says after each. */
+void engine_queue_step(ferry_engine *e, uint32_t g) {
+  FERRY_ASSERT(!e->groups[g].step_queued, "group %u queued for its update twice", g);
+  e->groups[g].step_queued = 1;
+  e->sq[e->sq_tail++ % e->ngroups] = g;
+  e->step_pending++;
+  pthread_cond_broadcast(&e->cv_step);
+}
+
+/* The stepper thread: updates queued groups in order and says after each. */
 void *engine_step_main(void *arg) {
   ferry_engine *e = arg;
   pthread_mutex_lock(&e->mu);
   for (;;) {
-    while (!e->step_request && !e->stop) pthread_cond_wait(&e->cv_step, &e->mu);
-    if (!e->step_request) break;
+    while (e->sq_head == e->sq_tail && !e->stop) pthread_cond_wait(&e->cv_step, &e->mu);
+    if (e->sq_head == e->sq_tail) break;
+    uint32_t g = e->sq[e->sq_head++ % e->ngroups];
+    /* the next to prefetch: queued already, or (eager: backward order) g-1 */
+    uint32_t next = e->sq_head != e->sq_tail ? e->sq[e->sq_head % e->ngroups]
+                    : e->eager                ? (g > 0 ? g - 1 : UINT32_MAX)
+                    : g + 1 < e->ngroups      ? g + 1
+                                              : UINT32_MAX;
     float gscale = e->step_gscale;
+    int failed = e->step_status;
     pthread_mutex_unlock(&e->mu);
-    double t0 = ferry_now();
-    int rc = FERRY_OK;
-    for (uint32_t i = 0; i < e->ngroups && !rc; i++) {
-      rc = step_group(e, i, gscale);
-      pthread_mutex_lock(&e->mu);
-      e->step_done = i + 1;
-      pthread_cond_broadcast(&e->cv_step);
-      pthread_mutex_unlock(&e->mu);
-    }
-    ferry_timeline_add(&e->tl, FERRY_LANE_STEP, "optimizer step", t0, ferry_now());
+    int rc = failed ? FERRY_OK : step_group(e, g, next, gscale);
+    after_update(e, g, rc);
     pthread_mutex_lock(&e->mu);
-    if (rc) e->step_status = rc;
-    else e->steps++;
-    e->step_request = 0;
-    pthread_cond_broadcast(&e->cv_step);
   }
   pthread_mutex_unlock(&e->mu);
   return NULL;
@@ -218,30 +289,51 @@ int engine_step(ferry_engine *e, ferry_step_info *info) {
   for (uint32_t g = 0; g < e->ngroups; g++) { /* fixed order: deterministic */
     sumsq += e->groups[g].sumsq;
     nonfinite |= e->groups[g].nonfinite || !isfinite(e->groups[g].sumsq);
+    e->groups[g].sumsq = 0;
+    e->groups[g].nonfinite = 0;
   }
   float scale = ferry_loss_scale(e);
-  int skip = e->dynamic_scale ? ferry_loss_scaler_update(&e->scaler, nonfinite) : nonfinite;
-  if (nonfinite && !e->dynamic_scale)
-    ferry_logf(&e->log, FERRY_LOG_WARN, "step %lld: inf or NaN in the gradients; step skipped",
-               (long long)e->steps);
+  int skip;
+  int64_t next_step;
   float clip = 1.0f;
-  if (e->cv->clip_grad_norm > 0 && !nonfinite)
-    clip = ferry_clip_coef(sumsq, scale, (float)e->cv->clip_grad_norm);
+  if (e->eager) {
+    /* every group's update is queued or done already: wait for the last */
+    rc = engine_wait_step(e);
+    if (rc) return rc;
+    skip = 0;
+    if (nonfinite)
+      ferry_logf(&e->log, FERRY_LOG_WARN,
+                 "step %lld: inf or NaN in the gradients (applied: the update runs during "
+                 "backward; set clip_grad_norm or fp16 loss scaling to have such steps skipped)",
+                 (long long)e->steps);
+    pthread_mutex_lock(&e->mu);
+    e->steps++;
+    e->cur_step = e->steps;
+    pthread_mutex_unlock(&e->mu);
+    next_step = e->steps;
+  } else {
+    skip = e->dynamic_scale ? ferry_loss_scaler_update(&e->scaler, nonfinite) : nonfinite;
+    if (nonfinite && !e->dynamic_scale)
+      ferry_logf(&e->log, FERRY_LOG_WARN, "step %lld: inf or NaN in the gradients; step skipped",
+                 (long long)e->steps);
+    if (e->cv->clip_grad_norm > 0 && !nonfinite)
+      clip = ferry_clip_coef(sumsq, scale, (float)e->cv->clip_grad_norm);
+    next_step = e->steps + (skip ? 0 : 1);
+  }
   pthread_mutex_lock(&e->mu);
   e->micro = 0;
   e->drained_in_micro = 0;
   pthread_mutex_unlock(&e->mu);
-  int64_t next_step = e->steps + (skip ? 0 : 1); /* read before the stepper may bump it */
   e->fetches = 0;
   if (skip) {
     for (uint32_t i = 0; i < e->ngroups && !rc; i++) rc = zero_group_grads(e, i, 0);
     if (rc) return rc;
-  } else {
+  } else if (!e->eager) {
     pthread_mutex_lock(&e->mu);
     e->step_gscale = clip / scale;
-    e->step_done = 0;
-    e->step_request = 1;
-    pthread_cond_broadcast(&e->cv_step);
+    e->cur_step = e->steps;
+    e->steps++;
+    for (uint32_t i = 0; i < e->ngroups; i++) engine_queue_step(e, i);
     pthread_mutex_unlock(&e->mu);
   }
   double t1 = ferry_now();

@@ -1,11 +1,11 @@
-/* tests/offload/synth.h — the synthetic model the engine is tested and
+/* bench/synth_model.h — the synthetic model the engine is tested and
  * benchmarked with: a stack of G square linear layers (y = x W, no bias)
  * and a squared-error loss, forward and backward run as host-backend stream
  * kernels on the params the engine fetched. Params and grads on the device
  * have the engine's dtype (fp32, fp16 or bf16); activations are the test's.
  */
-#ifndef FERRY_TEST_SYNTH_H
-#define FERRY_TEST_SYNTH_H
+#ifndef FERRY_BENCH_SYNTH_MODEL_H
+#define FERRY_BENCH_SYNTH_MODEL_H
 
 #include "ferry.h"
 #include "optim/scalar_impl.h"
