@@ -165,6 +165,8 @@ void ferry_engine_destroy(ferry_engine *e) {
   free(e->dsts);
   free(e->queue);
   free(e->sq);
+  free(e->trace);
+  free(e->trace_fam);
   ferry_timeline_destroy(&e->tl);
   ferry_config_destroy(e->cfg);
   pthread_mutex_destroy(&e->mu);
@@ -531,8 +533,7 @@ int ferry_engine_finalize(ferry_engine *e) {
   if (pthread_create(&e->stepper, NULL, engine_step_main, e))
     return ferry_err(&e->err, FERRY_ENOMEM, "finalize: cannot start the step thread");
   e->stepper_started = 1;
-  ferry_mem_trace_record(e->mem, 1);
-  e->tracing = 1;
+  e->tracing = 1; /* the loop's fetches until the first step become the trace */
   ferry_timeline_reset(&e->tl);
   e->finalized = 1;
   return FERRY_OK;
@@ -590,7 +591,22 @@ int ferry_fetch(ferry_engine *e, int group, ferry_stream *s) {
   pthread_mutex_unlock(&e->mu);
   gr->stream = s;
   e->fetches++;
-  if (!e->tracing) engine_prefetch(e);
+  if (e->tracing) { /* only the loop's own order: the engine's threads fetch too */
+    if (e->ntrace == e->captrace) {
+      size_t nc = e->captrace ? 2 * e->captrace : 64;
+      uint32_t *nt = realloc(e->trace, nc * sizeof *nt);
+      int *nf = nt ? realloc(e->trace_fam, nc * sizeof *nf) : NULL;
+      if (nt) e->trace = nt;
+      if (nf) e->trace_fam = nf;
+      if (nt && nf) e->captrace = nc;
+    }
+    if (e->ntrace < e->captrace) {
+      e->trace[e->ntrace] = (uint32_t)group;
+      e->trace_fam[e->ntrace++] = FERRY_FAMILY_PARAMS;
+    }
+  } else {
+    engine_prefetch(e);
+  }
   ferry_timeline_add(&e->tl, FERRY_LANE_STEP, "fetch", t0, ferry_now());
   return FERRY_OK;
 }

@@ -115,6 +115,9 @@ struct ferry_engine {
   int64_t steps;
   int64_t cur_step;    /* steps before the update being applied (bias correction) */
   int tracing;         /* recording the first step's fetch order */
+  uint32_t *trace;     /* the loop's fetches of the first step (groups) */
+  int *trace_fam;
+  size_t ntrace, captrace;
   ferry_timeline tl;
 };
 

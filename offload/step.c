@@ -69,6 +69,9 @@ static int commit_groups(ferry_engine *e, uint32_t a, uint32_t b) {
       rc = ferry_mem_fetch(e->mem, g, FERRY_FAMILY_PARAMS, FERRY_TIER_HOST, NULL, 0);
       if (rc) return mem_err(e, rc, "step: params");
     }
+    /* Loads of these params the loop waited for (its kernels ran after them)
+     * may not be noticed yet: complete them, so their holds are dropped. */
+    ferry_mem_poll(e->mem);
     rc = ferry_mem_mark_dirty(e->mem, g, FERRY_FAMILY_PARAMS, FERRY_TIER_HOST, NULL);
     for (uint32_t k = 0; k < gr->count && !rc; k++) {
       eng_param *p = &e->params[e->by_group[gr->first + k]];
@@ -281,7 +284,9 @@ int engine_step(ferry_engine *e, ferry_step_info *info) {
                      "another) have handed in their grads",
                      (long long)e->cv->grad_accumulation, e->micro, e->drained_in_micro);
   if (e->tracing) { /* the first step's fetch order is the trace from now on */
-    ferry_mem_trace_record(e->mem, 0);
+    if (e->ntrace && ferry_mem_trace_set(e->mem, e->trace, e->trace_fam, e->ntrace))
+      ferry_logf(&e->log, FERRY_LOG_WARN, "step: no access trace (%s): prefetch is off",
+                 ferry_mem_last_error(e->mem));
     e->tracing = 0;
   }
   double sumsq = 0;
