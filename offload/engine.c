@@ -296,9 +296,9 @@ static int init_values(ferry_engine *e) {
       }
     }
     rc = engine_write_params(e, g, 0, NULL);
-    if (!rc && e->optim_home == FERRY_TIER_NVME)
-      rc = ferry_mem_writeback(e->mem, g, FERRY_FAMILY_OPTIM, ot);
     ferry_mem_release(e->mem, g, FERRY_FAMILY_OPTIM, ot, NULL);
+    if (!rc && e->optim_home == FERRY_TIER_NVME) /* after the release: held copies stay */
+      rc = ferry_mem_writeback(e->mem, g, FERRY_FAMILY_OPTIM, ot);
     if (rc) return rc == FERRY_EINVAL ? rc : mem_err(e, rc, "finalize: initial values");
     rc = ferry_mem_fetch(e->mem, g, FERRY_FAMILY_GRADS, gt, NULL, 0);
     if (!rc) rc = ferry_mem_mark_dirty(e->mem, g, FERRY_FAMILY_GRADS, gt, NULL);

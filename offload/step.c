@@ -80,10 +80,10 @@ static int commit_groups(ferry_engine *e, uint32_t a, uint32_t b) {
       if (!rc)
         memcpy(h, (char *)e->unit_stage + (gr->unit_off + p->goff) * e->esize, p->n * e->esize);
     }
-    if (!rc && nvme) rc = ferry_mem_writeback(e->mem, g, FERRY_FAMILY_PARAMS, FERRY_TIER_HOST);
     if (nvme) {
       int r2 = ferry_mem_release(e->mem, g, FERRY_FAMILY_PARAMS, FERRY_TIER_HOST, NULL);
       if (!rc) rc = r2;
+      if (!rc) rc = ferry_mem_writeback(e->mem, g, FERRY_FAMILY_PARAMS, FERRY_TIER_HOST);
     }
   }
   return rc ? mem_err(e, rc, "step: params") : FERRY_OK;
@@ -165,10 +165,13 @@ static int step_group(ferry_engine *e, uint32_t i, uint32_t next, float gscale) 
   ferry_timeline_add(&e->tl, FERRY_LANE_OPTIM0, "optimizer", t2, t3);
   if (!rc) rc = zero_group_grads(e, i, 1);
   ferry_mem_release(e->mem, i, FERRY_FAMILY_GRADS, gt, NULL);
-  if (!rc && e->optim_home == FERRY_TIER_NVME) /* write i back while i+1 computes */
-    rc = ferry_mem_writeback(e->mem, i, FERRY_FAMILY_OPTIM, ot);
-  if (rc && rc != FERRY_OK) rc = mem_err(e, rc, "step: optimizer state write-back");
   ferry_mem_release(e->mem, i, FERRY_FAMILY_OPTIM, ot, NULL);
+  /* write i back while the next group computes (held copies are never
+   * written back, so after the release) */
+  if (!rc && e->optim_home == FERRY_TIER_NVME) {
+    rc = ferry_mem_writeback(e->mem, i, FERRY_FAMILY_OPTIM, ot);
+    if (rc) rc = mem_err(e, rc, "step: optimizer state write-back");
+  }
   /* a device home is written in place (only this group's bytes): upload now */
   if (!rc && e->param_home == FERRY_TIER_DEVICE) rc = param_commit(e, i, slot);
   return rc;
