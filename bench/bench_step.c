@@ -47,14 +47,40 @@ static void usage(FILE *f) {
 typedef struct {
   ferry_stream *s;
   double fwd;
+  ferry_timeline *tl;
 } sleep_model;
+
+/* Compute spans on the timeline: a host function marks where the stream
+ * starts the modelled kernel, another where it ends. */
+typedef struct {
+  ferry_timeline *tl;
+  double t0;
+} span_mark;
+static span_mark marks[2];
+static int mark_begin(void *arg) {
+  ((span_mark *)arg)->t0 = ferry_now();
+  return 0;
+}
+static int mark_end(void *arg) {
+  span_mark *m = arg;
+  ferry_timeline_add(m->tl, FERRY_LANE_COMPUTE, "kernel", m->t0, ferry_now());
+  return 0;
+}
+
+static int timed_kernel(const sleep_model *sm, double seconds) {
+  marks[0].tl = sm->tl;
+  int rc = ferry_launch_host_func(sm->s, mark_begin, &marks[0]);
+  if (!rc) rc = ferry_stream_sleep(sm->s, seconds);
+  if (!rc) rc = ferry_launch_host_func(sm->s, mark_end, &marks[0]);
+  return rc;
+}
 
 /* One micro-batch with compute as timed waits; grads stay as the engine
  * zeroed them (the step's cost does not depend on their values). */
 static int timed_micro_batch(ferry_engine *e, int groups, const sleep_model *sm) {
   for (int g = 0; g < groups; g++) {
     int rc = ferry_fetch(e, g, sm->s);
-    if (!rc) rc = ferry_stream_sleep(sm->s, sm->fwd);
+    if (!rc) rc = timed_kernel(sm, sm->fwd);
     if (!rc) rc = ferry_release(e, g, sm->s);
     if (rc) return rc;
   }
@@ -64,7 +90,7 @@ static int timed_micro_batch(ferry_engine *e, int groups, const sleep_model *sm)
     void *w, *gw;
     int rc = ferry_fetch(e, g, sm->s);
     if (!rc) rc = ferry_param_device(e, name, &w, &gw);
-    if (!rc) rc = ferry_stream_sleep(sm->s, 2 * sm->fwd);
+    if (!rc) rc = timed_kernel(sm, 2 * sm->fwd);
     if (!rc) rc = ferry_grads_ready(e, g, sm->s);
     if (!rc) rc = ferry_release(e, g, sm->s);
     if (rc) return rc;
@@ -194,7 +220,7 @@ int ferry_bench_step_main(int argc, char **argv) {
     fprintf(stderr, "ferry bench step: %s\n", ferry_engine_last_error(e));
     goto out;
   }
-  sleep_model sm = {s, compute_ms * 1e-3};
+  sleep_model sm = {s, compute_ms * 1e-3, &e->tl};
   rc = timed_micro_batch(e, groups, &sm); /* warm-up */
   if (!rc) rc = ferry_step(e, NULL);
   if (!rc) rc = ferry_stream_synchronize(s);
@@ -213,7 +239,7 @@ int ferry_bench_step_main(int argc, char **argv) {
     goto out;
   }
   double per = (t1 - t0) / steps;
-  double comp = 3.0 * groups * compute_ms * 1e-3; /* modelled: forward + 2x backward */
+  double comp = ferry_timeline_busy(&e->tl, FERRY_LANE_COMPUTE, t0, t1) / steps;
   double busy[6];
   static const int lanes[6] = {-1, FERRY_LANE_H2D, FERRY_LANE_D2H, FERRY_LANE_OPTIM0,
                                FERRY_LANE_NVME_READ, FERRY_LANE_NVME_WRITE};
