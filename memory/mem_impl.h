@@ -49,6 +49,18 @@ typedef struct {
   uint8_t d2h_active;     /* a D2H writeback is in flight (ev_wb) */
   uint8_t load_issued;    /* device LOADING, ev_load recorded */
   uint8_t resv;           /* bit per tier: a thread is finding space for this copy */
+  /* Host writers: a holder in the host tier that marked it dirty may still
+   * be writing the host bytes (outside the lock) until it releases, so no
+   * copy may be loaded from them (an H2D would copy torn bytes into a clean
+   * device copy). hold_host counts the holds taken by fetches to the host
+   * tier, of any home (use[] skips the home tier); host_writer is set by
+   * mark dirty in the host tier while hold_host > 0 (1: by one thread,
+   * writer; 2: by several) and cleared when the last of those holds is
+   * released. The writer thread itself may still load from it: its writes
+   * so far come before its own fetch. */
+  uint8_t host_writer;
+  uint32_t hold_host;
+  pthread_t writer;
   uint32_t use[FERRY_TIERS];
   size_t off[FERRY_TIERS]; /* pool offsets (device, host); nvme: slot */
   size_t bytes;

@@ -149,11 +149,14 @@ enum {
  * Device tier: returns once `stream` is ordered after the loads (stream NULL:
  * after they are done). Host tier: returns when the bytes are there. Budget
  * full of chunks in use: FERRY_ENOMEM naming the groups that hold the space
- * (nothing stays held). Counts a stall when it had to wait. */
+ * (nothing stays held). To the device while another thread holds the group
+ * in the host tier and marked it dirty there (it may still be writing):
+ * FERRY_EBUSY until the host holds are released (nothing stays held).
+ * Counts a stall when it had to wait. */
 int ferry_mem_fetch(ferry_mem *m, uint32_t group, int family, int tier, ferry_stream *stream,
                     unsigned flags);
 /* Starts the same loads without holding or waiting (FERRY_ENOMEM when the
- * space is held). */
+ * space is held, FERRY_EBUSY as for fetch while the host copy is written). */
 int ferry_mem_prefetch(ferry_mem *m, uint32_t group, int family, int tier);
 /* Drops the hold. Device tier: `stream` (may be NULL) is the stream that
  * used the chunks; the space is reused only after its work so far. */
@@ -163,7 +166,13 @@ int ferry_mem_release(ferry_mem *m, uint32_t group, int family, int tier, ferry_
  * where the writing kernels run). Copies in faster tiers are dropped; one
  * that is held or dirty there: FERRY_EBUSY, nothing changed, do not write.
  * Copies held in a tier are never written back from it (flush, write-back,
- * eviction skip them), so a holder's writes are never torn. */
+ * eviction skip them), so a holder's writes are never torn. Host tier: once
+ * a host holder marks the group dirty, no other thread loads from the host
+ * copy (its device fetches and prefetches are FERRY_EBUSY) until the host
+ * holds are released, so a device copy never gets half-written bytes; the
+ * marking thread itself may fetch it to the device after its writes. A
+ * caller that writes a host home without holding it must order those writes
+ * against other threads' device fetches itself. */
 int ferry_mem_mark_dirty(ferry_mem *m, uint32_t group, int family, int tier, ferry_stream *stream);
 /* Starts writing dirty copies of the group in `tier` back one tier down
  * (copies held there are skipped). */

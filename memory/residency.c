@@ -370,6 +370,11 @@ static void unpin(ferry_mem *m, uint32_t ci, int from, int to) {
   }
 }
 
+/* Another thread than the caller may be writing the host copy. */
+static int host_written_elsewhere(const mem_chunk *c) {
+  return c->host_writer > 1 || (c->host_writer && !pthread_equal(c->writer, pthread_self()));
+}
+
 /* Holds chunk ci in tiers tier..home-1, reserving space and starting loads
  * where it is absent. On failure nothing of this call stays held. */
 static int acquire(ferry_mem *m, uint32_t ci, int tier, uint32_t group, unsigned flags,
@@ -390,6 +395,14 @@ static int acquire(ferry_mem *m, uint32_t ci, int tier, uint32_t group, unsigned
       if (rc) return rc;
     }
   }
+  if (tier == FERRY_TIER_DEVICE && c->state[FERRY_TIER_DEVICE] == FERRY_RES_ABSENT &&
+      host_written_elsewhere(c))
+    return ferry_err(&m->err, FERRY_EBUSY,
+                     "fetch to the device: chunk %u (%s #%u, groups %u-%u) is being written on "
+                     "the host by another thread (marked dirty there, held %u time(s)); release "
+                     "it there first",
+                     ci, ferry_family_name(c->family), c->index, c->gfirst, c->glast,
+                     c->hold_host);
   for (int t = c->home - 1; t >= tier; t--) {
     c->use[t]++;
     if (c->state[t] != FERRY_RES_ABSENT) continue;
@@ -499,6 +512,7 @@ static int do_fetch(ferry_mem *m, uint32_t group, int family, int tier, ferry_st
     for (uint32_t ci = r->first; ci < r->first + r->count; ci++) {
       mem_chunk *c = &m->c[ci];
       for (int t = tier; t < c->home; t++) c->use[t]++;
+      if (tier == FERRY_TIER_HOST) c->hold_host++;
       c->last_use = now;
     }
     m->st.fetch_hits++;
@@ -541,6 +555,8 @@ static int do_fetch(ferry_mem *m, uint32_t group, int family, int tier, ferry_st
   }
   if (rc || !hold) {
     for (uint32_t ci = r->first; ci < r->first + r->count; ci++) unpin(m, ci, tier, m->c[ci].home);
+  } else if (tier == FERRY_TIER_HOST) {
+    for (uint32_t ci = r->first; ci < r->first + r->count; ci++) m->c[ci].hold_host++;
   }
   if (waited && hold) {
     m->st.stalls++;
@@ -596,6 +612,8 @@ int ferry_mem_release(ferry_mem *m, uint32_t group, int family, int tier, ferry_
       if (e && !rc) rc = ferry_err(&m->err, e, "release: %s", ferry_device_last_error(m->cfg.dev));
     }
     unpin(m, ci, tier, c->home);
+    if (tier == FERRY_TIER_HOST && c->hold_host && --c->hold_host == 0)
+      c->host_writer = 0; /* the host writers are done: loads from it may start */
   }
   if (m->npend) progress(m);
 out:
@@ -645,6 +663,16 @@ int ferry_mem_mark_dirty(ferry_mem *m, uint32_t group, int family, int tier,
           goto out;
         }
         drop_copy(m, ci, FERRY_TIER_DEVICE);
+      }
+      /* Held here: its holder writes until release; no other thread loads
+       * from it meanwhile (a device fetch or prefetch is FERRY_EBUSY). */
+      if (c->hold_host) {
+        if (!c->host_writer) {
+          c->host_writer = 1;
+          c->writer = pthread_self();
+        } else if (!pthread_equal(c->writer, pthread_self())) {
+          c->host_writer = 2;
+        }
       }
     }
     if (tier == c->home) continue;
