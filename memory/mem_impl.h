@@ -133,6 +133,10 @@ struct ferry_mem {
   uint32_t *tpos_start; /* ngroups * FERRY_FAMILIES + 1 */
 
   ferry_stats st;
+  struct mem_copy_mark {
+    ferry_mem *m;
+    int dir, begin;
+  } marks[2][2]; /* [dir][begin]: host-function arguments of the on_copy hook */
 };
 
 /* registry.c */

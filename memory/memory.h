@@ -75,6 +75,11 @@ typedef struct {
   int numa_local;                /* 1 (default): bind the host pool to this thread's NUMA node */
   size_t nvme_align;             /* buffer/length alignment of the store (default 4096) */
   ferry_mem_store store;         /* may also be set later with ferry_mem_set_store */
+  /* Optional timeline hook: called in stream order on the copy streams when
+   * a transfer the manager issued starts (begin 1) and ends (begin 0);
+   * dir 0 is H2D, 1 is D2H. On cuda it runs on a runtime thread. */
+  void (*on_copy)(void *user, int dir, int begin);
+  void *copy_user;
   ferry_logger log;
 } ferry_mem_config;
 

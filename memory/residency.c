@@ -64,10 +64,28 @@ static void drop_copy(ferry_mem *m, uint32_t ci, int tier) {
   mem_stats_sub(m, tier, c->family, c->bytes);
 }
 
+static int copy_mark(void *arg) {
+  const struct mem_copy_mark *k = arg;
+  k->m->cfg.on_copy(k->m->cfg.copy_user, k->dir, k->begin);
+  return 0;
+}
+
+/* Brackets a copy on `s` with the on_copy hook, when there is one. */
+static int mark(ferry_mem *m, ferry_stream *s, int dir, int begin) {
+  if (!m->cfg.on_copy) return FERRY_OK;
+  struct mem_copy_mark *k = &m->marks[dir][begin];
+  k->m = m;
+  k->dir = dir;
+  k->begin = begin;
+  return ferry_launch_host_func(s, copy_mark, k);
+}
+
 static int issue_h2d(ferry_mem *m, uint32_t ci) {
   mem_chunk *c = &m->c[ci];
+  (void)mark(m, m->h2d, 0, 1);
   int rc = ferry_memcpy_async(m->h2d, mem_tier_addr(m, c, FERRY_TIER_DEVICE),
                               mem_tier_addr(m, c, FERRY_TIER_HOST), c->bytes, FERRY_COPY_H2D);
+  (void)mark(m, m->h2d, 0, 0);
   if (!rc) rc = ferry_event_record(c->ev_load, m->h2d);
   c->queued = 0;
   if (rc) {
@@ -210,9 +228,11 @@ static int start_writeback(ferry_mem *m, uint32_t ci, int tier) {
     if (c->state[FERRY_TIER_HOST] == FERRY_RES_WRITING) return FERRY_EAGAIN;
     if (c->load_issued) return FERRY_EAGAIN; /* NOLOAD: its ordering event is pending */
     int rc = ferry_stream_wait_event(m->d2h, c->ev_use);
+    if (!rc) (void)mark(m, m->d2h, 1, 1);
     if (!rc)
       rc = ferry_memcpy_async(m->d2h, mem_tier_addr(m, c, FERRY_TIER_HOST),
                               mem_tier_addr(m, c, FERRY_TIER_DEVICE), c->bytes, FERRY_COPY_D2H);
+    if (!rc) (void)mark(m, m->d2h, 1, 0);
     if (!rc) rc = ferry_event_record(c->ev_wb, m->d2h);
     if (rc)
       return ferry_err(&m->err, rc, "D2H of chunk %u: %s", ci,

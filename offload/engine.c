@@ -246,6 +246,16 @@ static int st_done(ferry_engine *e, ferry_swap_req *r, int status) {
 static int st_poll(void *user, void *req) { return st_done(user, req, ferry_swap_poll(req)); }
 static int st_wait(void *user, void *req) { return st_done(user, req, ferry_swap_wait(req)); }
 
+/* The manager's copies, as spans on the H2D and D2H lanes (the hook runs
+ * in stream order, so a begin is always followed by its end). */
+static void on_copy(void *user, int dir, int begin) {
+  ferry_engine *e = user;
+  double now = ferry_now();
+  if (begin) e->copy_t0[dir] = now;
+  else ferry_timeline_add(&e->tl, dir ? FERRY_LANE_D2H : FERRY_LANE_H2D, dir ? "D2H" : "H2D",
+                          e->copy_t0[dir], now);
+}
+
 static int cmp_group(const void *a, const void *b, void *ctx) {
   const eng_param *p = ctx;
   uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
@@ -418,6 +428,8 @@ int ferry_engine_finalize(ferry_engine *e) {
   mc.pinned_fallback = v->host_memlock == 1;
   mc.numa_local = v->host_numa == 0;
   mc.log = e->log;
+  mc.on_copy = on_copy;
+  mc.copy_user = e;
   rc = ferry_mem_create(&mc, &e->mem);
   if (rc) return ferry_err(&e->err, rc, "finalize: memory manager: %s", ferry_last_error());
 

@@ -119,6 +119,7 @@ struct ferry_engine {
   int *trace_fam;
   size_t ntrace, captrace;
   ferry_timeline tl;
+  double copy_t0[2];   /* start of the manager's H2D / D2H copy in flight */
 };
 
 /* step.c */
