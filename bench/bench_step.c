@@ -20,7 +20,8 @@
 static void usage(FILE *f) {
   fprintf(f,
           "usage: ferry bench step --config FILE [--groups G] [--dim D] [--batch B]\n"
-          "                        [--compute-ms MS] [--steps N] [--timeline FILE] [--json]\n"
+          "                        [--compute-ms MS] [--steps N] [--timeline FILE]\n"
+          "                        [--set KEY=VALUE]... [--json]\n"
           "\n"
           "Runs the engine configured by FILE on a synthetic model of G square linear\n"
           "layers of width D (one group each; G*D*D parameters). First it validates: two\n"
@@ -39,6 +40,7 @@ static void usage(FILE *f) {
           "  --compute-ms MS  modelled forward time per group (default 4)\n"
           "  --steps N        timed steps (default 5)\n"
           "  --timeline FILE  write the Chrome trace of the timed steps\n"
+          "  --set KEY=VALUE  override a config key (e.g. tiers.host.budget=96M)\n"
           "  --json           one JSON object: bench, config, params, steps, step_seconds,\n"
           "                   compute_s, h2d_s, d2h_s, optimizer_s, nvme_read_s,\n"
           "                   nvme_write_s, longest, overlap_ratio\n");
@@ -98,12 +100,28 @@ static int timed_micro_batch(ferry_engine *e, int groups, const sleep_model *sm)
   return FERRY_OK;
 }
 
-/* The engine of the config file; resident_bytes > 0: the same settings with
- * everything on the device (a device that large), the reference. */
+static const char *sets[32];
+static int nsets;
+
+/* The engine of the config file (then the --set values); resident_bytes >
+ * 0: the same settings with everything on the device (a device that
+ * large), the reference. */
 static ferry_engine *open_engine(const char *path, size_t resident_bytes) {
   ferry_config *c = NULL;
   if (ferry_config_create(&c)) return NULL;
   int rc = ferry_config_load_file(c, path);
+  for (int i = 0; i < nsets && !rc; i++) {
+    char kv[1024];
+    snprintf(kv, sizeof kv, "%s", sets[i]);
+    char *eq = strchr(kv, '=');
+    if (!eq) {
+      fprintf(stderr, "ferry bench step: --set wants KEY=VALUE, not '%s'\n", sets[i]);
+      ferry_config_destroy(c);
+      return NULL;
+    }
+    *eq = '\0';
+    rc = ferry_config_set(c, kv, eq + 1);
+  }
   if (!rc && resident_bytes) {
     char b[32];
     snprintf(b, sizeof b, "%zu", resident_bytes);
@@ -163,6 +181,7 @@ int ferry_bench_step_main(int argc, char **argv) {
       return 0;
     } else if (v && !strcmp(a, "--config")) cfg = argv[++i];
     else if (v && !strcmp(a, "--timeline")) timeline = argv[++i];
+    else if (v && !strcmp(a, "--set") && nsets < 32) sets[nsets++] = argv[++i];
     else if (v && !strcmp(a, "--groups")) groups = atoi(argv[++i]);
     else if (v && !strcmp(a, "--dim")) dim = atoi(argv[++i]);
     else if (v && !strcmp(a, "--batch")) batch = atoi(argv[++i]);
