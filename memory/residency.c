@@ -73,11 +73,7 @@ static int copy_mark(void *arg) {
 /* Brackets a copy on `s` with the on_copy hook, when there is one. */
 static int mark(ferry_mem *m, ferry_stream *s, int dir, int begin) {
   if (!m->cfg.on_copy) return FERRY_OK;
-  struct mem_copy_mark *k = &m->marks[dir][begin];
-  k->m = m;
-  k->dir = dir;
-  k->begin = begin;
-  return ferry_launch_host_func(s, copy_mark, k);
+  return ferry_launch_host_func(s, copy_mark, &m->marks[dir][begin]);
 }
 
 static int issue_h2d(ferry_mem *m, uint32_t ci) {
