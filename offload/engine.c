@@ -592,7 +592,11 @@ int ferry_fetch(ferry_engine *e, int group, ferry_stream *s) {
   eng_group *gr = &e->groups[group];
   double t0 = ferry_now();
   rc = engine_wait_step_group(e, (uint32_t)group); /* its update of the last step is done */
-  if (rc) return ferry_err(&e->err, rc, "fetch: the last step failed: %s", ferry_err_msg(&e->err));
+  if (rc)
+    return ferry_err(&e->err, rc,
+                     "fetch: group %d: its optimizer update failed (%s); release the groups held "
+                     "and call ferry_step to run it again",
+                     group, ferry_strerror(rc));
   rc = ferry_mem_fetch(e->mem, (uint32_t)group, FERRY_FAMILY_PARAMS, FERRY_TIER_DEVICE, s, 0);
   if (rc) return mem_err(e, rc, "fetch");
   /* params uploaded by the last step (device home): ordered on e->up */

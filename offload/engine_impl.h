@@ -39,6 +39,8 @@ typedef struct {
   int nonfinite;
   int step_queued;       /* its update is queued, running or not committed */
   int updated;           /* its optimizer update is done, params not committed */
+  int failed;            /* its update failed before changing anything (the status):
+                            the next ferry_step runs it again */
   uint32_t unit_first, unit_last; /* groups sharing param chunks with it */
   size_t unit_off;       /* elements before it in its unit's staging */
 } eng_group;

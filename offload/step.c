@@ -169,8 +169,12 @@ static int step_group(ferry_engine *e, uint32_t i, uint32_t next, float gscale) 
   /* write i back while the next group computes (held copies are never
    * written back, so after the release) */
   if (!rc && e->optim_home == FERRY_TIER_NVME) {
-    rc = ferry_mem_writeback(e->mem, i, FERRY_FAMILY_OPTIM, ot);
-    if (rc) rc = mem_err(e, rc, "step: optimizer state write-back");
+    /* the update is done: a write that cannot start leaves the state dirty
+     * on the host, written again at eviction or flush (which report it) */
+    int wrc = ferry_mem_writeback(e->mem, i, FERRY_FAMILY_OPTIM, ot);
+    if (wrc)
+      ferry_logf(&e->log, FERRY_LOG_WARN, "step: write-back of group %u: %s", i,
+                 ferry_mem_last_error(e->mem));
   }
   /* a device home is written in place (only this group's bytes): upload now */
   if (!rc && e->param_home == FERRY_TIER_DEVICE) rc = param_commit(e, i, slot);
@@ -196,16 +200,19 @@ static void finish_groups(ferry_engine *e, uint32_t a, uint32_t b) {
 static int after_update(ferry_engine *e, uint32_t g, int rc) {
   eng_group *gr = &e->groups[g];
   pthread_mutex_lock(&e->mu);
-  if (rc && !e->step_status) e->step_status = rc;
+  if (rc) { /* step_group fails only before it changes anything */
+    gr->failed = rc;
+    if (!e->step_status) e->step_status = rc;
+  }
   if (e->param_home == FERRY_TIER_DEVICE) {
     finish_groups(e, g, g);
     pthread_mutex_unlock(&e->mu);
     return rc;
   }
-  gr->updated = 1;
+  if (!rc) gr->updated = 1;
   uint32_t a = gr->unit_first, b = gr->unit_last;
   for (uint32_t k = a; k <= b; k++)
-    if (!e->groups[k].updated) {
+    if (e->groups[k].step_queued && !e->groups[k].updated && !e->groups[k].failed) {
       pthread_mutex_unlock(&e->mu);
       return rc; /* the last of the unit commits it */
     }
@@ -215,10 +222,10 @@ static int after_update(ferry_engine *e, uint32_t g, int rc) {
     if (!held || e->stop) break;
     pthread_cond_wait(&e->cv_step, &e->mu);
   }
-  int failed = e->step_status;
   pthread_mutex_unlock(&e->mu);
-  int crc = FERRY_OK;
-  if (!failed) crc = commit_groups(e, a, b);
+  int crc = FERRY_OK; /* the updated ones: a failed group keeps its old params */
+  for (uint32_t k = a; k <= b && !crc; k++)
+    if (e->groups[k].updated) crc = commit_groups(e, k, k);
   pthread_mutex_lock(&e->mu);
   if (crc && !e->step_status) e->step_status = crc;
   finish_groups(e, a, b);
@@ -237,8 +244,9 @@ int engine_wait_step(ferry_engine *e) {
 
 int engine_wait_step_group(ferry_engine *e, uint32_t g) {
   pthread_mutex_lock(&e->mu);
-  while (e->groups[g].step_queued && !e->step_status) pthread_cond_wait(&e->cv_step, &e->mu);
-  int rc = e->step_status;
+  while (e->groups[g].step_queued) pthread_cond_wait(&e->cv_step, &e->mu);
+  int rc = e->groups[g].failed;
+  if (rc) e->step_status = 0; /* reported here: the next ferry_step retries */
   pthread_mutex_unlock(&e->mu);
   return rc;
 }
@@ -265,9 +273,8 @@ void *engine_step_main(void *arg) {
                     : g + 1 < e->ngroups      ? g + 1
                                               : UINT32_MAX;
     float gscale = e->step_gscale;
-    int failed = e->step_status;
     pthread_mutex_unlock(&e->mu);
-    int rc = failed ? FERRY_OK : step_group(e, g, next, gscale);
+    int rc = step_group(e, g, next, gscale); /* groups are independent: a failure stops none */
     after_update(e, g, rc);
     pthread_mutex_lock(&e->mu);
   }
@@ -279,6 +286,31 @@ int engine_step(ferry_engine *e, ferry_step_info *info) {
   double t0 = ferry_now();
   int rc = engine_wait_step(e); /* one step at a time */
   if (rc) return rc;
+  /* Updates that failed (an I/O error, a CRC mismatch) changed nothing and
+   * kept their grads: run them again, with the same scale and step number. */
+  int retried = 0;
+  pthread_mutex_lock(&e->mu);
+  for (uint32_t g = 0; g < e->ngroups; g++)
+    if (e->groups[g].failed) {
+      e->groups[g].failed = 0;
+      engine_queue_step(e, g);
+      retried = 1;
+    }
+  pthread_mutex_unlock(&e->mu);
+  if (retried) {
+    rc = engine_wait_step(e);
+    if (rc) return rc;
+    if (!e->eager) { /* that completes the last step; eager: this one goes on */
+      if (info) {
+        memset(info, 0, sizeof *info);
+        info->step = e->steps;
+        info->loss_scale = ferry_loss_scale(e);
+        info->clip_coef = 1;
+        info->seconds = ferry_now() - t0;
+      }
+      return FERRY_OK;
+    }
+  }
   rc = engine_wait_drain(e);
   if (rc) return ferry_err(&e->err, rc, "step: the gradient drain failed: %s", ferry_err_msg(&e->err));
   if (e->micro != e->cv->grad_accumulation || e->drained_in_micro != 0)

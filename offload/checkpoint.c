@@ -1,0 +1,973 @@
+/* offload/checkpoint.c — checkpoints of the engine and the export of its
+ * weights. A checkpoint is a folder: params/ (the params in their dtype, a
+ * plain safetensors model), optim/ (fp32 master and optimizer states),
+ * user.bin (the caller's blob) and a manifest (scalars, every file's size
+ * and CRC32C). Tensors stream one group at a time through the memory
+ * manager; folders appear only complete (temporary folder, fsync, rename).
+ */
+#include "offload/checkpoint.h"
+#include "offload/engine_impl.h"
+#include "offload/safetensors.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define CKPT_BOUNCE (4u << 20)            /* device <-> host copies go through this */
+#define CKPT_DEFAULT_SHARD (4ull << 30)
+#define CKPT_PREFIX "step-"
+
+static const char *optim_names[] = {"adamw", "adam", "adagrad", "lamb", "sgd", "lion"};
+
+ferry_checkpoint_options ferry_checkpoint_options_default(void) {
+  ferry_checkpoint_options o;
+  memset(&o, 0, sizeof o);
+  o.keep = 3;
+  o.max_shard_bytes = CKPT_DEFAULT_SHARD;
+  return o;
+}
+
+/* ---- files and folders ------------------------------------------------- */
+
+static int io_status(int err) {
+  return err == ENOSPC || err == EDQUOT ? FERRY_ENOSPC
+         : err == EACCES || err == EPERM ? FERRY_EPERM
+         : err == ENOENT                 ? FERRY_ENOENT
+                                         : FERRY_EIO;
+}
+
+static int join(char *out, size_t cap, const char *a, const char *b) {
+  int n = snprintf(out, cap, "%s/%s", a, b);
+  return n < 0 || (size_t)n >= cap ? FERRY_EOVERFLOW : FERRY_OK;
+}
+
+static int fsync_path(const char *path) {
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return -errno;
+  int r = fsync(fd) ? -errno : 0;
+  close(fd);
+  return r;
+}
+
+static int rm_one(const char *p, const struct stat *st, int flag, struct FTW *ftw) {
+  (void)st;
+  (void)flag;
+  (void)ftw;
+  return remove(p) ? -1 : 0;
+}
+
+/* Removes a folder and everything under it (no symlinks followed). */
+static void rm_tree(const char *path) { nftw(path, rm_one, 16, FTW_DEPTH | FTW_PHYS); }
+
+static int write_all(int fd, const void *buf, size_t n) {
+  const char *p = buf;
+  while (n) {
+    ssize_t w = write(fd, p, n);
+    if (w < 0 && errno == EINTR) continue;
+    if (w < 0) return -errno;
+    p += w;
+    n -= (size_t)w;
+  }
+  return 0;
+}
+
+/* Writes a whole small file and fsyncs it; -errno on failure. */
+static int write_file(const char *path, const void *data, size_t n) {
+  int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (fd < 0) return -errno;
+  int r = write_all(fd, data, n);
+  if (!r && fsync(fd)) r = -errno;
+  if (close(fd) && !r) r = -errno;
+  return r;
+}
+
+/* Size and CRC32C of a file, streamed. */
+static int file_crc(const char *path, uint64_t *bytes, uint32_t *crc, char *why, size_t wl) {
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    int err = errno;
+    snprintf(why, wl, "%.400s: %.300s", path, strerror(err));
+    return io_status(err);
+  }
+  char *buf = malloc(1u << 20);
+  if (!buf) {
+    close(fd);
+    snprintf(why, wl, "out of memory");
+    return FERRY_ENOMEM;
+  }
+  uint32_t c = 0;
+  uint64_t n = 0;
+  int rc = FERRY_OK;
+  for (;;) {
+    ssize_t r = read(fd, buf, 1u << 20);
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) {
+      snprintf(why, wl, "%.400s: read: %.300s", path, strerror(errno));
+      rc = FERRY_EIO;
+      break;
+    }
+    if (r == 0) break;
+    c = ferry_crc32c(c, buf, (size_t)r);
+    n += (uint64_t)r;
+  }
+  free(buf);
+  close(fd);
+  *bytes = n;
+  *crc = c;
+  return rc;
+}
+
+/* Parses "step-<digits>" (the folder of one checkpoint); -1 otherwise. */
+static int64_t step_of(const char *name) {
+  if (strncmp(name, CKPT_PREFIX, strlen(CKPT_PREFIX))) return -1;
+  const char *d = name + strlen(CKPT_PREFIX);
+  if (!*d || strlen(d) > 18) return -1;
+  int64_t v = 0;
+  for (; *d; d++) {
+    if (*d < '0' || *d > '9') return -1;
+    v = v * 10 + (*d - '0');
+  }
+  return v;
+}
+
+typedef struct {
+  int64_t step;
+  char name[64];
+} ckpt_entry;
+
+static int cmp_entry_desc(const void *a, const void *b) {
+  const ckpt_entry *x = a, *y = b;
+  return x->step < y->step ? 1 : x->step > y->step ? -1 : 0;
+}
+
+/* The checkpoint folders in root, newest first (malloc'd). */
+static int list_checkpoints(const char *root, ckpt_entry **out, size_t *n) {
+  *out = NULL;
+  *n = 0;
+  DIR *d = opendir(root);
+  if (!d) return -errno;
+  size_t cap = 0;
+  struct dirent *de;
+  while ((de = readdir(d))) {
+    int64_t s = step_of(de->d_name);
+    size_t len = strlen(de->d_name);
+    if (s < 0 || len >= sizeof((ckpt_entry *)0)->name) continue;
+    if (*n == cap) {
+      cap = cap ? 2 * cap : 16;
+      ckpt_entry *ne = realloc(*out, cap * sizeof *ne);
+      if (!ne) {
+        closedir(d);
+        free(*out);
+        *out = NULL;
+        return -ENOMEM;
+      }
+      *out = ne;
+    }
+    (*out)[*n].step = s;
+    memcpy((*out)[*n].name, de->d_name, len + 1); /* len < sizeof name */
+    (*n)++;
+  }
+  closedir(d);
+  if (*n) qsort(*out, *n, sizeof **out, cmp_entry_desc);
+  return 0;
+}
+
+/* Leftovers of saves that were killed: ".tmp-*" and ".trash-*" folders. */
+static void remove_leftovers(const char *root) {
+  DIR *d = opendir(root);
+  if (!d) return;
+  struct dirent *de;
+  char path[4096];
+  while ((de = readdir(d))) {
+    if (strncmp(de->d_name, ".tmp-", 5) && strncmp(de->d_name, ".trash-", 7)) continue;
+    if (!join(path, sizeof path, root, de->d_name)) rm_tree(path);
+  }
+  closedir(d);
+}
+
+static int cmp_file(const void *a, const void *b) {
+  return strcmp(((const ckpt_file *)a)->path, ((const ckpt_file *)b)->path);
+}
+
+/* Adds every regular file of folder/sub (sub "" = the folder itself, files
+ * only) to the list. */
+static int list_files(const char *folder, const char *sub, ckpt_file **files, size_t *n,
+                      size_t *cap) {
+  char dir[4096];
+  if (sub[0] ? join(dir, sizeof dir, folder, sub) : snprintf(dir, sizeof dir, "%s", folder) < 0)
+    return -ENAMETOOLONG;
+  DIR *d = opendir(dir);
+  if (!d) return -errno;
+  struct dirent *de;
+  int r = 0;
+  while (!r && (de = readdir(d))) {
+    if (de->d_name[0] == '.') continue;
+    char p[4096];
+    struct stat st;
+    if (join(p, sizeof p, dir, de->d_name) || lstat(p, &st)) continue;
+    if (!S_ISREG(st.st_mode)) continue;
+    if (*n == *cap) {
+      size_t nc = *cap ? 2 * *cap : 16;
+      ckpt_file *nf = realloc(*files, nc * sizeof *nf);
+      if (!nf) {
+        r = -ENOMEM;
+        break;
+      }
+      *files = nf;
+      *cap = nc;
+    }
+    ckpt_file *f = &(*files)[*n];
+    memset(f, 0, sizeof *f);
+    int len = sub[0] ? snprintf(f->path, sizeof f->path, "%s/%s", sub, de->d_name)
+                     : snprintf(f->path, sizeof f->path, "%s", de->d_name);
+    if (len < 0 || (size_t)len >= sizeof f->path) r = -ENAMETOOLONG;
+    else (*n)++;
+  }
+  closedir(d);
+  return r;
+}
+
+/* ---- the engine's tensors ------------------------------------------------ */
+
+static ferry_st_dtype param_st_dtype(const ferry_engine *e) {
+  return e->dtype == FERRY_OPTIM_DT_F16    ? FERRY_ST_F16
+         : e->dtype == FERRY_OPTIM_DT_BF16 ? FERRY_ST_BF16
+                                           : FERRY_ST_F32;
+}
+
+static int family_tier(const ferry_engine *e, int family) {
+  int home = family == FERRY_FAMILY_PARAMS ? e->param_home : e->optim_home;
+  return home == FERRY_TIER_DEVICE ? FERRY_TIER_DEVICE : FERRY_TIER_HOST;
+}
+
+static const char *role_suffix(int r) {
+  static const char *s[FERRY_ROLE_COUNT] = {"", ".grad", ".master", ".exp_avg", ".exp_avg_sq"};
+  return s[r];
+}
+
+/* One group of one family held at a time, in the tier the bytes are read
+ * or written in; device bytes go through a host bounce buffer. */
+typedef struct {
+  ferry_engine *e;
+  ferry_stream *s;
+  char *bounce;
+  int held, writing;
+  uint32_t group;
+  int family, tier;
+} holder;
+
+static int holder_init(holder *h, ferry_engine *e) {
+  memset(h, 0, sizeof *h);
+  h->e = e;
+  int rc = ferry_stream_create(e->dev, &h->s);
+  if (rc) return ferry_err(&e->err, rc, "checkpoint: stream: %s", ferry_device_last_error(e->dev));
+  h->bounce = malloc(CKPT_BOUNCE);
+  if (!h->bounce) return ferry_err(&e->err, FERRY_ENOMEM, "checkpoint: out of memory");
+  return FERRY_OK;
+}
+
+static int holder_drop(holder *h) {
+  if (!h->held) return FERRY_OK;
+  ferry_engine *e = h->e;
+  int rc = FERRY_OK;
+  if (h->tier == FERRY_TIER_DEVICE) rc = ferry_stream_synchronize(h->s);
+  int home = h->family == FERRY_FAMILY_PARAMS ? e->param_home : e->optim_home;
+  if (!rc && h->writing && home == FERRY_TIER_NVME)
+    rc = ferry_mem_writeback(e->mem, h->group, h->family, h->tier);
+  int r2 = ferry_mem_release(e->mem, h->group, h->family, h->tier,
+                             h->tier == FERRY_TIER_DEVICE ? h->s : NULL);
+  h->held = 0;
+  if (!rc) rc = r2;
+  if (rc)
+    return ferry_err(&e->err, rc, "checkpoint: group %u (%s): %s", h->group,
+                     ferry_family_name(h->family), ferry_mem_last_error(e->mem));
+  return FERRY_OK;
+}
+
+static void holder_destroy(holder *h) {
+  holder_drop(h);
+  if (h->s) ferry_stream_destroy(h->s);
+  free(h->bounce);
+}
+
+/* Holds the group of tensor `id`; *ptr: its bytes in the holder's tier. */
+static int holder_get(holder *h, uint32_t id, int writing, void **ptr, size_t *bytes) {
+  ferry_engine *e = h->e;
+  ferry_mem_tensor_info ti;
+  int rc = ferry_mem_tensor_get(e->mem, id, &ti);
+  if (rc) return ferry_err(&e->err, rc, "checkpoint: tensor %u: %s", id, ferry_mem_last_error(e->mem));
+  int tier = family_tier(e, ti.family);
+  if (!h->held || h->group != ti.group || h->family != ti.family || h->writing != writing) {
+    rc = holder_drop(h);
+    if (rc) return rc;
+    rc = ferry_mem_fetch(e->mem, ti.group, ti.family, tier, tier == FERRY_TIER_DEVICE ? h->s : NULL, 0);
+    if (rc)
+      return ferry_err(&e->err, rc, "checkpoint: fetching group %u (%s): %s", ti.group,
+                       ferry_family_name(ti.family), ferry_mem_last_error(e->mem));
+    h->held = 1;
+    h->group = ti.group;
+    h->family = ti.family;
+    h->tier = tier;
+    h->writing = writing;
+    if (writing) {
+      rc = ferry_mem_mark_dirty(e->mem, ti.group, ti.family, tier, tier == FERRY_TIER_DEVICE ? h->s : NULL);
+      if (rc)
+        return ferry_err(&e->err, rc, "checkpoint: group %u (%s): %s", ti.group,
+                         ferry_family_name(ti.family), ferry_mem_last_error(e->mem));
+    }
+  }
+  rc = ferry_mem_tensor_ptr(e->mem, id, tier, ptr);
+  if (rc) return ferry_err(&e->err, rc, "checkpoint: %s: %s", ti.name, ferry_mem_last_error(e->mem));
+  *bytes = ti.bytes;
+  return FERRY_OK;
+}
+
+/* Waits for the loop to be between steps: no step, no drain, no micro-batch
+ * half handed in, no group fetched; uploads of the last step done. */
+static int quiesce(ferry_engine *e, const char *op) {
+  if (!e->finalized) return ferry_err(&e->err, FERRY_ESTATE, "%s: call ferry_engine_finalize first", op);
+  int rc = engine_wait_step(e);
+  pthread_mutex_lock(&e->mu);
+  int failed = -1, why = 0;
+  for (uint32_t g = 0; g < e->ngroups && failed < 0; g++)
+    if (e->groups[g].failed) failed = (int)g, why = e->groups[g].failed;
+  pthread_mutex_unlock(&e->mu);
+  if (failed >= 0) /* the state is half a step: never saved, never overwritten */
+    return ferry_err(&e->err, FERRY_ESTATE,
+                     "%s: the optimizer update of group %d failed (%s); call ferry_step to run "
+                     "it again first",
+                     op, failed, ferry_strerror(why));
+  if (rc)
+    return ferry_err(&e->err, rc, "%s: the last step failed (%s)", op, ferry_strerror(rc));
+  rc = engine_wait_drain(e);
+  if (rc) return ferry_err(&e->err, rc, "%s: the gradient drain failed: %s", op, ferry_err_msg(&e->err));
+  pthread_mutex_lock(&e->mu);
+  int micro = e->micro, part = (int)e->drained_in_micro, fetched = -1;
+  for (uint32_t g = 0; g < e->ngroups && fetched < 0; g++)
+    if (e->groups[g].fetched) fetched = (int)g;
+  pthread_mutex_unlock(&e->mu);
+  if (micro || part)
+    return ferry_err(&e->err, FERRY_ESTATE,
+                     "%s: %d micro-batch(es) and %d group(s) of grads are accumulated; call it "
+                     "between steps (after ferry_step)",
+                     op, micro, part);
+  if (fetched >= 0)
+    return ferry_err(&e->err, FERRY_ESTATE, "%s: group %d is fetched; release every group first", op,
+                     fetched);
+  rc = ferry_stream_synchronize(e->up);
+  if (rc) return ferry_err(&e->err, rc, "%s: %s", op, ferry_device_last_error(e->dev));
+  return FERRY_OK;
+}
+
+/* Streams tensors into a writer: `roles` selects which (bit per role). */
+static int write_tensors(ferry_engine *e, holder *h, ferry_safetensors_writer *w, unsigned roles,
+                         ferry_st_dtype param_dt) {
+  int rc = ferry_safetensors_writer_metadata(w, "format", "pt");
+  for (size_t i = 0; i < e->nparams && !rc; i++) {
+    eng_param *p = &e->params[e->by_group[i]];
+    for (int r = 0; r < FERRY_ROLE_COUNT && !rc; r++) {
+      if (!(roles >> r & 1) || p->id[r] == UINT32_MAX) continue;
+      char nm[FERRY_MEM_NAME_MAX + 1];
+      snprintf(nm, sizeof nm, "%s%s", p->name, role_suffix(r));
+      rc = ferry_safetensors_writer_add(w, nm, r == FERRY_ROLE_PARAM ? param_dt : FERRY_ST_F32,
+                                        p->ndim, p->shape);
+    }
+  }
+  if (rc) return ferry_err(&e->err, rc, "%s", ferry_safetensors_writer_last_error(w));
+  /* A zero-byte write lays the files out now (their headers are written),
+   * so a failure there (ENOSPC) keeps its status; any other answer is the
+   * name check, which the loop below passes. */
+  rc = ferry_safetensors_writer_write(w, "", NULL, 0);
+  if (rc && rc != FERRY_ESTATE) return ferry_err(&e->err, rc, "%s", ferry_safetensors_writer_last_error(w));
+  rc = FERRY_OK;
+  const char *nm;
+  while ((nm = ferry_safetensors_writer_next(w))) {
+    uint32_t id;
+    if (ferry_mem_lookup(e->mem, nm, &id))
+      return ferry_err(&e->err, FERRY_ESTATE, "checkpoint: no tensor '%s'", nm);
+    void *ptr;
+    size_t bytes;
+    rc = holder_get(h, id, 0, &ptr, &bytes);
+    if (rc) return rc;
+    if (h->tier != FERRY_TIER_DEVICE) {
+      rc = ferry_safetensors_writer_write(w, nm, ptr, bytes);
+    } else {
+      for (size_t at = 0; at < bytes && !rc; at += CKPT_BOUNCE) {
+        size_t n = bytes - at < CKPT_BOUNCE ? bytes - at : CKPT_BOUNCE;
+        rc = ferry_memcpy_async(h->s, h->bounce, (char *)ptr + at, n, FERRY_COPY_D2H);
+        if (!rc) rc = ferry_stream_synchronize(h->s);
+        if (rc) return ferry_err(&e->err, rc, "checkpoint: %s: %s", nm, ferry_device_last_error(e->dev));
+        rc = ferry_safetensors_writer_write(w, nm, h->bounce, n);
+      }
+    }
+    if (rc) return ferry_err(&e->err, rc, "%s", ferry_safetensors_writer_last_error(w));
+  }
+  return holder_drop(h);
+}
+
+/* A writer over `path` (a folder when max_shard > 0) filled and finished. */
+static int write_model(ferry_engine *e, holder *h, const char *path, uint64_t max_shard,
+                       unsigned roles, ferry_st_dtype param_dt) {
+  ferry_safetensors_writer *w;
+  int rc = ferry_safetensors_writer_create(path, max_shard, &w);
+  if (rc) return ferry_err(&e->err, rc, "checkpoint: %s", ferry_last_error());
+  rc = write_tensors(e, h, w, roles, param_dt);
+  if (!rc) {
+    rc = ferry_safetensors_writer_finish(w);
+    if (rc) rc = ferry_err(&e->err, rc, "%s", ferry_safetensors_writer_last_error(w));
+  }
+  ferry_safetensors_writer_destroy(w);
+  return rc;
+}
+
+/* Moves the complete folder tmp to target, replacing one already there. */
+static int rename_into_place(const char *tmp, const char *target, const char *trash) {
+  if (rename(tmp, target) == 0) return 0;
+  if (errno != EEXIST && errno != ENOTEMPTY && errno != EISDIR) return -errno;
+  if (renameat2(AT_FDCWD, tmp, AT_FDCWD, target, RENAME_EXCHANGE) == 0) {
+    rm_tree(tmp); /* holds the old one now */
+    return 0;
+  }
+  if (rename(target, trash)) return -errno;
+  if (rename(tmp, target)) {
+    int err = errno;
+    rename(trash, target);
+    return -err;
+  }
+  rm_tree(trash);
+  return 0;
+}
+
+static int parent_of(const char *path, char *out, size_t cap) {
+  const char *sl = strrchr(path, '/');
+  if (!sl) return snprintf(out, cap, ".") < 0 ? FERRY_EOVERFLOW : FERRY_OK;
+  if (sl == path) return snprintf(out, cap, "/") < 0 ? FERRY_EOVERFLOW : FERRY_OK;
+  int n = snprintf(out, cap, "%.*s", (int)(sl - path), path);
+  return n < 0 || (size_t)n >= cap ? FERRY_EOVERFLOW : FERRY_OK;
+}
+
+/* ---- save ------------------------------------------------------------------ */
+
+/* Everything of one save into the folder tmp (which exists). */
+static int save_into(ferry_engine *e, const char *tmp, const void *blob, size_t blob_len,
+                     uint64_t max_shard) {
+  holder h;
+  int rc = holder_init(&h, e);
+  char path[4096];
+  if (!rc && join(path, sizeof path, tmp, "params"))
+    rc = ferry_err(&e->err, FERRY_EOVERFLOW, "checkpoint: path too long");
+  if (!rc) rc = write_model(e, &h, path, max_shard, 1u << FERRY_ROLE_PARAM, param_st_dtype(e));
+  if (!rc && join(path, sizeof path, tmp, "optim"))
+    rc = ferry_err(&e->err, FERRY_EOVERFLOW, "checkpoint: path too long");
+  if (!rc)
+    rc = write_model(e, &h, path, max_shard,
+                     1u << FERRY_ROLE_MASTER | 1u << FERRY_ROLE_EXP_AVG | 1u << FERRY_ROLE_EXP_AVG_SQ,
+                     param_st_dtype(e));
+  holder_destroy(&h);
+  if (rc) return rc;
+
+  int r;
+  if (join(path, sizeof path, tmp, "user.bin"))
+    return ferry_err(&e->err, FERRY_EOVERFLOW, "checkpoint: path too long");
+  if ((r = write_file(path, blob_len ? blob : "", blob_len)))
+    return ferry_err(&e->err, io_status(-r), "checkpoint: %s: %s", path, strerror(-r));
+
+  ckpt_manifest m;
+  memset(&m, 0, sizeof m);
+  m.version = CKPT_FORMAT_VERSION;
+  m.step = e->steps;
+  snprintf(m.param_dtype, sizeof m.param_dtype, "%s", ferry_st_dtype_name(param_st_dtype(e)));
+  snprintf(m.optimizer, sizeof m.optimizer, "%s", optim_names[e->cv->opt_type]);
+  m.states = e->nstates;
+  memcpy(&m.loss_scale_bits, &e->scaler.scale, sizeof m.loss_scale_bits);
+  m.good_steps = e->scaler.good_steps;
+  m.skipped = e->scaler.skipped;
+  m.tensors = e->nparams;
+  m.blob_bytes = blob_len;
+  size_t cap = 0;
+  r = list_files(tmp, "params", &m.files, &m.nfiles, &cap);
+  if (!r) r = list_files(tmp, "optim", &m.files, &m.nfiles, &cap);
+  if (!r) r = list_files(tmp, "", &m.files, &m.nfiles, &cap);
+  if (r) {
+    ckpt_manifest_free(&m);
+    return ferry_err(&e->err, r == -ENOMEM ? FERRY_ENOMEM : io_status(-r), "checkpoint: %s: %s",
+                     tmp, strerror(-r));
+  }
+  if (m.nfiles) qsort(m.files, m.nfiles, sizeof *m.files, cmp_file);
+  char why[512] = "";
+  for (size_t i = 0; i < m.nfiles && !rc; i++) {
+    if (join(path, sizeof path, tmp, m.files[i].path))
+      rc = ferry_err(&e->err, FERRY_EOVERFLOW, "checkpoint: path too long");
+    else if ((rc = file_crc(path, &m.files[i].bytes, &m.files[i].crc, why, sizeof why)))
+      rc = ferry_err(&e->err, rc, "checkpoint: %s", why);
+  }
+  char *text = NULL;
+  size_t len = 0;
+  if (!rc) rc = ckpt_manifest_format(&m, &text, &len);
+  ckpt_manifest_free(&m);
+  if (rc) return rc == FERRY_ENOMEM ? ferry_err(&e->err, rc, "checkpoint: out of memory") : rc;
+  if (join(path, sizeof path, tmp, CKPT_MANIFEST_NAME)) {
+    free(text);
+    return ferry_err(&e->err, FERRY_EOVERFLOW, "checkpoint: path too long");
+  }
+  r = write_file(path, text, len);
+  free(text);
+  if (r) return ferry_err(&e->err, io_status(-r), "checkpoint: %s: %s", path, strerror(-r));
+  /* the folders' entries reach the disk before the rename publishes them */
+  static const char *subs[] = {"params", "optim", ""};
+  for (int i = 0; i < 3; i++) {
+    if (subs[i][0] ? join(path, sizeof path, tmp, subs[i]) : snprintf(path, sizeof path, "%s", tmp) < 0)
+      return ferry_err(&e->err, FERRY_EOVERFLOW, "checkpoint: path too long");
+    if ((r = fsync_path(path)))
+      return ferry_err(&e->err, io_status(-r), "checkpoint: fsync %s: %s", path, strerror(-r));
+  }
+  return FERRY_OK;
+}
+
+/* Keeps the newest `keep` checkpoints of root: older ones are renamed
+ * aside (so a half-removed one never looks like a checkpoint), then removed. */
+static void prune(const char *root, int keep) {
+  ckpt_entry *list;
+  size_t n;
+  if (keep <= 0 || list_checkpoints(root, &list, &n)) return;
+  for (size_t i = (size_t)keep; i < n; i++) {
+    char from[4096], to[4096], trash[128];
+    snprintf(trash, sizeof trash, ".trash-%s-%ld", list[i].name, (long)getpid());
+    if (join(from, sizeof from, root, list[i].name) || join(to, sizeof to, root, trash)) continue;
+    if (rename(from, to) == 0) {
+      fsync_path(root);
+      rm_tree(to);
+    }
+  }
+  free(list);
+}
+
+int ferry_checkpoint_save(ferry_engine *e, const char *dir, const void *blob, size_t blob_len,
+                          const ferry_checkpoint_options *opt) {
+  if (!e) return FERRY_EINVAL;
+  if (!dir || !dir[0]) return ferry_err(&e->err, FERRY_EINVAL, "checkpoint save: no folder");
+  if (blob_len && !blob) return ferry_err(&e->err, FERRY_EINVAL, "checkpoint save: blob is NULL");
+  if (blob_len > CKPT_MAX_BLOB)
+    return ferry_err(&e->err, FERRY_EINVAL, "checkpoint save: blob of %zu bytes (at most %llu)",
+                     blob_len, (unsigned long long)CKPT_MAX_BLOB);
+  ferry_checkpoint_options o = opt ? *opt : ferry_checkpoint_options_default();
+  if (o.keep < 0) return ferry_err(&e->err, FERRY_EINVAL, "checkpoint save: keep %d", o.keep);
+  if (!o.max_shard_bytes) o.max_shard_bytes = CKPT_DEFAULT_SHARD;
+  int rc = quiesce(e, "checkpoint save");
+  if (rc) return rc;
+  if (mkdir(dir, 0777) && errno != EEXIST)
+    return ferry_err(&e->err, io_status(errno), "checkpoint save: mkdir %s: %s", dir, strerror(errno));
+  remove_leftovers(dir);
+  char name[64], tmp[4096], target[4096], trash[4096], tname[128];
+  snprintf(name, sizeof name, CKPT_PREFIX "%012" PRId64, e->steps);
+  snprintf(tname, sizeof tname, ".tmp-%s-%ld", name, (long)getpid());
+  if (join(tmp, sizeof tmp, dir, tname) || join(target, sizeof target, dir, name) ||
+      snprintf(trash, sizeof trash, "%s/.trash-%s-%ld", dir, name, (long)getpid()) >= (int)sizeof trash)
+    return ferry_err(&e->err, FERRY_EOVERFLOW, "checkpoint save: folder name too long");
+  if (mkdir(tmp, 0777))
+    return ferry_err(&e->err, io_status(errno), "checkpoint save: mkdir %s: %s", tmp, strerror(errno));
+  rc = save_into(e, tmp, blob, blob_len, o.max_shard_bytes);
+  if (!rc) {
+    int r = rename_into_place(tmp, target, trash);
+    if (!r) r = fsync_path(dir);
+    if (r) rc = ferry_err(&e->err, io_status(-r), "checkpoint save: rename %s -> %s: %s", tmp, target, strerror(-r));
+  }
+  if (rc) {
+    rm_tree(tmp); /* no partial folder stays behind */
+    return rc;
+  }
+  prune(dir, o.keep);
+  return FERRY_OK;
+}
+
+/* ---- verify ---------------------------------------------------------------- */
+
+/* Resolves path (a checkpoint folder, or a folder of them: the newest),
+ * reads and checks the manifest and every file it lists. */
+static int ckpt_open(const char *path, char *folder, size_t cap, ckpt_manifest *m, char *why,
+                     size_t wl) {
+  memset(m, 0, sizeof *m);
+  char mp[4096];
+  struct stat st;
+  if (join(mp, sizeof mp, path, CKPT_MANIFEST_NAME)) {
+    snprintf(why, wl, "path too long");
+    return FERRY_EOVERFLOW;
+  }
+  if (stat(mp, &st) == 0) {
+    snprintf(folder, cap, "%s", path);
+  } else {
+    ckpt_entry *list;
+    size_t n;
+    int r = list_checkpoints(path, &list, &n);
+    if (r || n == 0) {
+      if (!r) free(list);
+      snprintf(why, wl, "%.400s: no checkpoint there (no %.300s, no " CKPT_PREFIX "* folder)%.300s%.300s", path,
+               CKPT_MANIFEST_NAME, r ? ": " : "", r ? strerror(-r) : "");
+      return r && r != -ENOENT ? io_status(-r) : FERRY_ENOENT;
+    }
+    int len = snprintf(folder, cap, "%s/%s", path, list[0].name);
+    free(list);
+    if (len < 0 || (size_t)len >= cap) {
+      snprintf(why, wl, "path too long");
+      return FERRY_EOVERFLOW;
+    }
+  }
+  if (join(mp, sizeof mp, folder, CKPT_MANIFEST_NAME)) {
+    snprintf(why, wl, "path too long");
+    return FERRY_EOVERFLOW;
+  }
+  int fd = open(mp, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    int err = errno;
+    snprintf(why, wl, "%.400s: %.300s", mp, strerror(err));
+    return io_status(err);
+  }
+  if (fstat(fd, &st) || !S_ISREG(st.st_mode) || st.st_size > (off_t)CKPT_MANIFEST_MAX) {
+    close(fd);
+    snprintf(why, wl, "%.400s: not a regular file of at most %u bytes", mp, CKPT_MANIFEST_MAX);
+    return FERRY_ECORRUPT;
+  }
+  size_t len = (size_t)st.st_size;
+  char *text = malloc(len ? len : 1);
+  size_t got = 0;
+  while (text && got < len) {
+    ssize_t r = read(fd, text + got, len - got);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) break;
+    got += (size_t)r;
+  }
+  close(fd);
+  if (!text || got != len) {
+    free(text);
+    snprintf(why, wl, "%.400s: %.300s", mp, text ? "short read" : "out of memory");
+    return text ? FERRY_EIO : FERRY_ENOMEM;
+  }
+  char pwhy[400];
+  int rc = ckpt_manifest_parse(text, len, 1, m, pwhy, sizeof pwhy);
+  free(text);
+  if (rc) {
+    snprintf(why, wl, "%.400s: %.300s", mp, pwhy);
+    return rc;
+  }
+  int have_user = 0, have_params = 0, have_optim = 0;
+  for (size_t i = 0; i < m->nfiles; i++) {
+    ckpt_file *f = &m->files[i];
+    char fp[4096];
+    uint64_t bytes;
+    uint32_t crc;
+    if (join(fp, sizeof fp, folder, f->path)) {
+      snprintf(why, wl, "path too long");
+      rc = FERRY_EOVERFLOW;
+      break;
+    }
+    if (lstat(fp, &st) || !S_ISREG(st.st_mode)) {
+      snprintf(why, wl, "%.400s: listed in the manifest but missing or not a regular file", fp);
+      rc = FERRY_ECORRUPT;
+      break;
+    }
+    if ((uint64_t)st.st_size != f->bytes) {
+      snprintf(why, wl, "%.400s: %llu bytes, the manifest says %llu (truncated or replaced)", fp,
+               (unsigned long long)st.st_size, (unsigned long long)f->bytes);
+      rc = FERRY_ECORRUPT;
+      break;
+    }
+    rc = file_crc(fp, &bytes, &crc, why, wl);
+    if (rc) break;
+    if (bytes != f->bytes || crc != f->crc) {
+      snprintf(why, wl, "%.400s: CRC32C %08x over %llu bytes, the manifest says %08x over %llu", fp,
+               crc, (unsigned long long)bytes, f->crc, (unsigned long long)f->bytes);
+      rc = FERRY_ECORRUPT;
+      break;
+    }
+    if (!strcmp(f->path, "user.bin")) have_user = 1;
+    if (!strncmp(f->path, "params/", 7)) have_params = 1;
+    if (!strncmp(f->path, "optim/", 6)) have_optim = 1;
+  }
+  if (!rc && (!have_user || !have_params || !have_optim)) {
+    snprintf(why, wl, "%.400s: the manifest lists no %.300s", mp,
+             !have_user ? "user.bin" : !have_params ? "params/ file" : "optim/ file");
+    rc = FERRY_ECORRUPT;
+  }
+  for (size_t i = 0; !rc && i < m->nfiles; i++)
+    if (!strcmp(m->files[i].path, "user.bin") && m->files[i].bytes != m->blob_bytes) {
+      snprintf(why, wl, "%.400s: user.bin has %llu bytes, blob_bytes says %llu", mp,
+               (unsigned long long)m->files[i].bytes, (unsigned long long)m->blob_bytes);
+      rc = FERRY_ECORRUPT;
+    }
+  if (rc) ckpt_manifest_free(m);
+  return rc;
+}
+
+static int listed(const ckpt_manifest *m, const char *folder, const char *path) {
+  size_t fl = strlen(folder);
+  if (strncmp(path, folder, fl) || path[fl] != '/') return 0;
+  for (size_t i = 0; i < m->nfiles; i++)
+    if (!strcmp(m->files[i].path, path + fl + 1)) return 1;
+  return 0;
+}
+
+/* Opens folder/sub as a safetensors model whose every file the manifest
+ * lists (and so was CRC-checked). */
+static int open_part(const ckpt_manifest *m, const char *folder, const char *sub,
+                     ferry_safetensors **out, char *why, size_t wl) {
+  char p[4096];
+  if (join(p, sizeof p, folder, sub)) {
+    snprintf(why, wl, "path too long");
+    return FERRY_EOVERFLOW;
+  }
+  int rc = ferry_safetensors_open(p, out);
+  if (rc) {
+    snprintf(why, wl, "%.400s", ferry_last_error());
+    return rc == FERRY_ENOENT || rc == FERRY_ENOMEM ? (rc == FERRY_ENOMEM ? rc : FERRY_ECORRUPT) : rc;
+  }
+  for (int i = 0; i < ferry_safetensors_shard_count(*out); i++)
+    if (!listed(m, folder, ferry_safetensors_shard_path(*out, i))) {
+      snprintf(why, wl, "%.400s: not listed in the manifest", ferry_safetensors_shard_path(*out, i));
+      ferry_safetensors_close(*out);
+      *out = NULL;
+      return FERRY_ECORRUPT;
+    }
+  return FERRY_OK;
+}
+
+int ferry_checkpoint_verify(const char *path, ferry_checkpoint_info *info) {
+  if (!path || !path[0]) return ferry_err_thread(FERRY_EINVAL, "checkpoint verify: no path");
+  char folder[4096], why[1024] = "";
+  ckpt_manifest m;
+  int rc = ckpt_open(path, folder, sizeof folder, &m, why, sizeof why);
+  if (rc) return ferry_err_thread(rc, "checkpoint verify: %s", why);
+  ferry_safetensors *pf = NULL, *of = NULL;
+  rc = open_part(&m, folder, "params", &pf, why, sizeof why);
+  if (!rc) rc = open_part(&m, folder, "optim", &of, why, sizeof why);
+  if (!rc && ferry_safetensors_count(pf) != m.tensors) {
+    snprintf(why, sizeof why, "%.400s/params holds %zu tensors, the manifest says %llu", folder,
+             ferry_safetensors_count(pf), (unsigned long long)m.tensors);
+    rc = FERRY_ECORRUPT;
+  }
+  if (!rc && ferry_safetensors_count(of) != m.tensors * (uint64_t)(1 + m.states)) {
+    snprintf(why, sizeof why, "%.400s/optim holds %zu tensors, expected %llu", folder,
+             ferry_safetensors_count(of), (unsigned long long)(m.tensors * (uint64_t)(1 + m.states)));
+    rc = FERRY_ECORRUPT;
+  }
+  if (!rc && info) {
+    memset(info, 0, sizeof *info);
+    info->step = m.step;
+    info->blob_bytes = m.blob_bytes;
+    info->tensors = m.tensors;
+    info->files = (int)m.nfiles;
+    for (size_t i = 0; i < m.nfiles; i++) info->total_bytes += m.files[i].bytes;
+    snprintf(info->path, sizeof info->path, "%.1000s", folder);
+  }
+  ferry_safetensors_close(pf);
+  ferry_safetensors_close(of);
+  ckpt_manifest_free(&m);
+  if (rc) return ferry_err_thread(rc, "checkpoint verify: %s", why);
+  return FERRY_OK;
+}
+
+/* ---- load ------------------------------------------------------------------ */
+
+static int shape_equal(const ferry_st_tensor *t, const eng_param *p) {
+  if (t->ndim != p->ndim) return 0;
+  for (int d = 0; d < p->ndim; d++)
+    if (t->shape[d] != p->shape[d]) return 0;
+  return 1;
+}
+
+/* Every tensor of the file is one of the engine's with the expected dtype
+ * and shape, and every one of the engine's is there. */
+static int check_part(ferry_engine *e, ferry_safetensors *f, unsigned roles, const char *what,
+                      char *why, size_t wl) {
+  size_t want = 0;
+  for (size_t i = 0; i < e->nparams; i++) {
+    eng_param *p = &e->params[i];
+    for (int r = 0; r < FERRY_ROLE_COUNT; r++) {
+      if (!(roles >> r & 1) || p->id[r] == UINT32_MAX) continue;
+      want++;
+      char nm[FERRY_MEM_NAME_MAX + 1];
+      snprintf(nm, sizeof nm, "%s%s", p->name, role_suffix(r));
+      ferry_st_tensor t;
+      if (ferry_safetensors_find(f, nm, &t, NULL)) {
+        snprintf(why, wl, "%.400s: no tensor '%.300s'", what, nm);
+        return FERRY_ECORRUPT;
+      }
+      ferry_st_dtype dt = r == FERRY_ROLE_PARAM ? param_st_dtype(e) : FERRY_ST_F32;
+      if (t.dtype != dt || !shape_equal(&t, p)) {
+        snprintf(why, wl, "%.10s: tensor '%.300s' is %.8s with %d dims (first %lld), the engine has %.8s with %d "
+                 "(first %lld)", what, nm, ferry_st_dtype_name(t.dtype) ? ferry_st_dtype_name(t.dtype) : "?",
+                 t.ndim, t.ndim ? (long long)t.shape[0] : 0LL, ferry_st_dtype_name(dt), p->ndim,
+                 (long long)p->shape[0]);
+        return FERRY_ECORRUPT;
+      }
+    }
+  }
+  if (ferry_safetensors_count(f) != want) {
+    snprintf(why, wl, "%.400s: %zu tensors, the engine has %zu", what, ferry_safetensors_count(f), want);
+    return FERRY_ECORRUPT;
+  }
+  return FERRY_OK;
+}
+
+/* Reads every tensor of f, in file order, into the engine. */
+static int load_part(ferry_engine *e, holder *h, ferry_safetensors *f) {
+  for (size_t i = 0; i < ferry_safetensors_count(f); i++) {
+    ferry_st_tensor t;
+    uint32_t id;
+    ferry_safetensors_get(f, i, &t);
+    if (ferry_mem_lookup(e->mem, t.name, &id))
+      return ferry_err(&e->err, FERRY_ECORRUPT, "checkpoint load: no tensor '%s'", t.name);
+    void *ptr;
+    size_t bytes;
+    int rc = holder_get(h, id, 1, &ptr, &bytes);
+    if (rc) return rc;
+    if (bytes != t.nbytes)
+      return ferry_err(&e->err, FERRY_ECORRUPT, "checkpoint load: '%s' has %llu bytes, expected %zu",
+                       t.name, (unsigned long long)t.nbytes, bytes);
+    if (h->tier != FERRY_TIER_DEVICE) {
+      rc = ferry_safetensors_read(f, i, 0, ptr, bytes);
+    } else {
+      for (size_t at = 0; at < bytes && !rc; at += CKPT_BOUNCE) {
+        size_t n = bytes - at < CKPT_BOUNCE ? bytes - at : CKPT_BOUNCE;
+        rc = ferry_stream_synchronize(h->s); /* the bounce buffer is free */
+        if (!rc) rc = ferry_safetensors_read(f, i, at, h->bounce, n);
+        if (rc) break;
+        rc = ferry_memcpy_async(h->s, (char *)ptr + at, h->bounce, n, FERRY_COPY_H2D);
+        if (rc) return ferry_err(&e->err, rc, "checkpoint load: %s: %s", t.name, ferry_device_last_error(e->dev));
+      }
+    }
+    if (rc)
+      return ferry_err(&e->err, rc, "checkpoint load: '%s': %s", t.name, ferry_safetensors_last_error(f));
+  }
+  return holder_drop(h);
+}
+
+int ferry_checkpoint_load(ferry_engine *e, const char *path, void *blob, size_t blob_cap,
+                          size_t *blob_len) {
+  if (!e) return FERRY_EINVAL;
+  if (!path || !path[0]) return ferry_err(&e->err, FERRY_EINVAL, "checkpoint load: no path");
+  int rc = quiesce(e, "checkpoint load");
+  if (rc) return rc;
+  char folder[4096], why[1024] = "";
+  ckpt_manifest m;
+  rc = ckpt_open(path, folder, sizeof folder, &m, why, sizeof why);
+  if (rc) return ferry_err(&e->err, rc, "checkpoint load: %s", why);
+  ferry_safetensors *pf = NULL, *of = NULL;
+  float scale;
+  memcpy(&scale, &m.loss_scale_bits, sizeof scale);
+  if (strcmp(m.param_dtype, ferry_st_dtype_name(param_st_dtype(e)))) {
+    snprintf(why, sizeof why, "params are %.300s, the engine's precision.params is %.300s", m.param_dtype,
+             ferry_st_dtype_name(param_st_dtype(e)));
+    rc = FERRY_ECORRUPT;
+  } else if (strcmp(m.optimizer, optim_names[e->cv->opt_type]) || m.states != e->nstates) {
+    snprintf(why, sizeof why, "optimizer %.300s with %d state(s), the engine runs %.300s with %d",
+             m.optimizer, m.states, optim_names[e->cv->opt_type], e->nstates);
+    rc = FERRY_ECORRUPT;
+  } else if (m.tensors != e->nparams) {
+    snprintf(why, sizeof why, "%llu params, the engine registered %zu",
+             (unsigned long long)m.tensors, e->nparams);
+    rc = FERRY_ECORRUPT;
+  } else if (e->dynamic_scale && !(scale > 0 && scale < INFINITY)) {
+    snprintf(why, sizeof why, "loss scale %g is not a positive finite number", (double)scale);
+    rc = FERRY_ECORRUPT;
+  }
+  if (!rc) rc = open_part(&m, folder, "params", &pf, why, sizeof why);
+  if (!rc) rc = open_part(&m, folder, "optim", &of, why, sizeof why);
+  if (!rc) rc = check_part(e, pf, 1u << FERRY_ROLE_PARAM, "params", why, sizeof why);
+  if (!rc)
+    rc = check_part(e, of,
+                    1u << FERRY_ROLE_MASTER | 1u << FERRY_ROLE_EXP_AVG | 1u << FERRY_ROLE_EXP_AVG_SQ,
+                    "optim", why, sizeof why);
+  if (blob_len) *blob_len = (size_t)m.blob_bytes;
+  if (!rc && blob && blob_cap < m.blob_bytes) {
+    snprintf(why, sizeof why, "the blob has %llu bytes, the buffer %zu", (unsigned long long)m.blob_bytes,
+             blob_cap);
+    rc = FERRY_EOVERFLOW;
+  }
+  if (rc) {
+    ferry_safetensors_close(pf);
+    ferry_safetensors_close(of);
+    ckpt_manifest_free(&m);
+    return ferry_err(&e->err, rc, "checkpoint load: %s: %s", folder, why);
+  }
+  /* Everything checked: from here on the engine's state is overwritten. */
+  char bp[4096];
+  if (blob && m.blob_bytes) {
+    int fd = join(bp, sizeof bp, folder, "user.bin") ? -1 : open(bp, O_RDONLY | O_CLOEXEC);
+    size_t got = 0;
+    while (fd >= 0 && got < m.blob_bytes) {
+      ssize_t r = read(fd, (char *)blob + got, (size_t)m.blob_bytes - got);
+      if (r < 0 && errno == EINTR) continue;
+      if (r <= 0) break;
+      got += (size_t)r;
+    }
+    if (fd >= 0) close(fd);
+    if (got != m.blob_bytes) rc = ferry_err(&e->err, FERRY_EIO, "checkpoint load: %s: cannot read", bp);
+  }
+  holder h;
+  memset(&h, 0, sizeof h);
+  if (!rc) rc = holder_init(&h, e);
+  if (!rc) rc = load_part(e, &h, of);
+  if (!rc) rc = load_part(e, &h, pf);
+  if (!rc) holder_drop(&h);
+  holder_destroy(&h);
+  if (!rc) {
+    rc = ferry_mem_flush(e->mem);
+    if (rc) rc = ferry_err(&e->err, rc, "checkpoint load: flush: %s", ferry_mem_last_error(e->mem));
+  }
+  ferry_safetensors_close(pf);
+  ferry_safetensors_close(of);
+  if (rc) {
+    ckpt_manifest_free(&m);
+    return ferry_err(&e->err, rc, "%s (the engine's state is partly overwritten: load again)",
+                     ferry_err_msg(&e->err));
+  }
+  pthread_mutex_lock(&e->mu);
+  e->steps = m.step;
+  e->cur_step = m.step;
+  pthread_mutex_unlock(&e->mu);
+  ferry_optimizer_set_step(e->opt, m.step);
+  if (e->dynamic_scale) {
+    e->scaler.scale = scale;
+    e->scaler.good_steps = (int)m.good_steps;
+    e->scaler.skipped = m.skipped;
+  }
+  ckpt_manifest_free(&m);
+  return FERRY_OK;
+}
+
+/* ---- export ---------------------------------------------------------------- */
+
+int ferry_export_weights(ferry_engine *e, const char *path, uint64_t max_shard_bytes) {
+  if (!e) return FERRY_EINVAL;
+  if (!path || !path[0]) return ferry_err(&e->err, FERRY_EINVAL, "export: no path");
+  int rc = quiesce(e, "export");
+  if (rc) return rc;
+  char tmp[4096], trash[4096], parent[4096];
+  if (snprintf(tmp, sizeof tmp, "%s.tmp-%ld", path, (long)getpid()) >= (int)sizeof tmp ||
+      snprintf(trash, sizeof trash, "%s.trash-%ld", path, (long)getpid()) >= (int)sizeof trash ||
+      parent_of(path, parent, sizeof parent))
+    return ferry_err(&e->err, FERRY_EOVERFLOW, "export: path too long");
+  rm_tree(tmp);
+  holder h;
+  rc = holder_init(&h, e);
+  if (!rc) rc = write_model(e, &h, tmp, max_shard_bytes, 1u << FERRY_ROLE_PARAM, param_st_dtype(e));
+  holder_destroy(&h);
+  int r = 0;
+  if (!rc && max_shard_bytes && (r = fsync_path(tmp)))
+    rc = ferry_err(&e->err, io_status(-r), "export: fsync %s: %s", tmp, strerror(-r));
+  if (!rc) {
+    r = rename_into_place(tmp, path, trash);
+    if (!r) r = fsync_path(parent);
+    if (r) rc = ferry_err(&e->err, io_status(-r), "export: rename %s -> %s: %s", tmp, path, strerror(-r));
+  }
+  if (rc) rm_tree(tmp);
+  return rc;
+}

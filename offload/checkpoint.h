@@ -1,0 +1,51 @@
+/* offload/checkpoint.h — checkpoints inside the library (the public calls
+ * are in include/ferry.h): the manifest of a checkpoint folder, its writer
+ * and its strict reader (checkpoint_manifest.c, no engine needed, so tests
+ * and the fuzz target use it alone).
+ */
+#ifndef FERRY_OFFLOAD_CHECKPOINT_H
+#define FERRY_OFFLOAD_CHECKPOINT_H
+
+#include "core/core.h"
+
+#define CKPT_FORMAT_VERSION 1
+#define CKPT_MANIFEST_NAME "manifest"
+#define CKPT_MANIFEST_MAX (1u << 20)  /* bytes of a manifest */
+#define CKPT_MAX_FILES 4096
+#define CKPT_PATH_MAX 200             /* bytes of a file path inside a checkpoint */
+#define CKPT_MAX_BLOB (1ull << 30)    /* bytes of the caller's blob */
+#define CKPT_MAX_FILE_BYTES (1ull << 50)
+
+typedef struct {
+  char path[CKPT_PATH_MAX + 1]; /* relative to the checkpoint folder */
+  uint64_t bytes;
+  uint32_t crc;                 /* CRC32C of the whole file */
+} ckpt_file;
+
+/* Everything a manifest holds, in the order its lines come. */
+typedef struct {
+  int version;
+  int64_t step;              /* optimizer steps taken */
+  char param_dtype[8];       /* "F32", "F16", "BF16" */
+  char optimizer[16];        /* "adamw", ... */
+  int states;                /* optimizer states per element: 0, 1, 2 */
+  uint32_t loss_scale_bits;  /* the dynamic loss scale (float bits) */
+  int64_t good_steps;        /* loss scaler: steps since the last overflow or growth */
+  int64_t skipped;           /* loss scaler: steps skipped */
+  uint64_t tensors;          /* params registered */
+  uint64_t blob_bytes;       /* the caller's blob (file user.bin) */
+  size_t nfiles;
+  ckpt_file *files;          /* nfiles, malloc'd, paths sorted and unique */
+} ckpt_manifest;
+
+/* Parses a manifest. check_crc 0 skips only the final CRC comparison (the
+ * fuzz target reaches the rest that way). On failure: FERRY_ECORRUPT (or
+ * FERRY_ENOMEM) with the line and what is wrong in why; *out is left
+ * empty. */
+int ckpt_manifest_parse(const char *text, size_t len, int check_crc, ckpt_manifest *out,
+                        char *why, size_t why_len);
+/* Formats a manifest (ending with its crc32c line) into a malloc'd buffer. */
+int ckpt_manifest_format(const ckpt_manifest *m, char **text, size_t *len);
+void ckpt_manifest_free(ckpt_manifest *m);
+
+#endif

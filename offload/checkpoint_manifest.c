@@ -1,0 +1,288 @@
+/* offload/checkpoint_manifest.c — the manifest of a checkpoint folder: a
+ * small text file, one "key value" line each in a fixed order, listing the
+ * training scalars and every file with its size and CRC32C, closed by the
+ * CRC32C of the lines above. The reader is strict: any other byte is
+ * FERRY_ECORRUPT with the line number and the reason.
+ */
+#include "offload/checkpoint.h"
+#include "nvme/nvme.h"
+
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+void ckpt_manifest_free(ckpt_manifest *m) {
+  if (!m) return;
+  free(m->files);
+  memset(m, 0, sizeof *m);
+}
+
+/* ---- reader ------------------------------------------------------------ */
+
+typedef struct {
+  const char *s;
+  size_t len, at;
+  int line;
+  const char *line_start; /* of the current line */
+  size_t line_len;
+  char *why;
+  size_t why_len;
+} mcur;
+
+static int mfail(mcur *c, const char *fmt, ...) FERRY_PRINTF(2, 3);
+static int mfail(mcur *c, const char *fmt, ...) {
+  char msg[256];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  if (c->why && c->why_len) snprintf(c->why, c->why_len, "manifest line %d: %s", c->line, msg);
+  return FERRY_ECORRUPT;
+}
+
+/* The next line, without its '\n' (which it must have). */
+static int next_line(mcur *c) {
+  c->line++;
+  if (c->at >= c->len) return mfail(c, "missing (the file ends early)");
+  const char *p = c->s + c->at;
+  const char *nl = memchr(p, '\n', c->len - c->at);
+  if (!nl) return mfail(c, "no newline at the end");
+  c->line_start = p;
+  c->line_len = (size_t)(nl - p);
+  if (c->line_len > 512) return mfail(c, "longer than 512 bytes");
+  for (size_t i = 0; i < c->line_len; i++)
+    if ((unsigned char)p[i] < 0x20 || (unsigned char)p[i] > 0x7e)
+      return mfail(c, "byte 0x%02x at column %zu (printable ASCII only)", (unsigned char)p[i],
+                   i + 1);
+  c->at += c->line_len + 1;
+  return 0;
+}
+
+/* Splits the current line as "key rest": the key must be `key`. */
+static int expect_key(mcur *c, const char *key, const char **rest, size_t *rest_len) {
+  size_t kl = strlen(key);
+  if (c->line_len < kl + 2 || memcmp(c->line_start, key, kl) != 0 || c->line_start[kl] != ' ')
+    return mfail(c, "expected \"%s <value>\", found \"%.*s\"", key,
+                 (int)(c->line_len > 60 ? 60 : c->line_len), c->line_start);
+  *rest = c->line_start + kl + 1;
+  *rest_len = c->line_len - kl - 1;
+  return 0;
+}
+
+/* A decimal number: digits only, no leading zero, at most max. */
+static int parse_u64(mcur *c, const char *what, const char *s, size_t n, uint64_t max,
+                     uint64_t *out) {
+  if (n == 0 || n > 20) return mfail(c, "%s: not a number", what);
+  if (n > 1 && s[0] == '0') return mfail(c, "%s: leading zero", what);
+  uint64_t v = 0;
+  for (size_t i = 0; i < n; i++) {
+    if (s[i] < '0' || s[i] > '9') return mfail(c, "%s: '%c' in a number", what, s[i]);
+    unsigned d = (unsigned)(s[i] - '0');
+    if (v > (UINT64_MAX - d) / 10) return mfail(c, "%s: too large", what);
+    v = v * 10 + d;
+  }
+  if (v > max) return mfail(c, "%s: %" PRIu64 " is above the limit %" PRIu64, what, v, max);
+  *out = v;
+  return 0;
+}
+
+/* Exactly 8 lowercase hex digits. */
+static int parse_hex32(mcur *c, const char *what, const char *s, size_t n, uint32_t *out) {
+  if (n != 8) return mfail(c, "%s: expected 8 hex digits", what);
+  uint32_t v = 0;
+  for (size_t i = 0; i < 8; i++) {
+    int d = s[i] >= '0' && s[i] <= '9' ? s[i] - '0' : s[i] >= 'a' && s[i] <= 'f' ? s[i] - 'a' + 10 : -1;
+    if (d < 0) return mfail(c, "%s: '%c' is not a lowercase hex digit", what, s[i]);
+    v = v << 4 | (uint32_t)d;
+  }
+  *out = v;
+  return 0;
+}
+
+static int key_u64(mcur *c, const char *key, uint64_t max, uint64_t *out) {
+  const char *r;
+  size_t n;
+  int rc = next_line(c);
+  if (!rc) rc = expect_key(c, key, &r, &n);
+  if (!rc) rc = parse_u64(c, key, r, n, max, out);
+  return rc;
+}
+
+/* A word of [a-z0-9] (lowercase names) or [A-Z0-9] (dtype names). */
+static int key_word(mcur *c, const char *key, char *out, size_t cap) {
+  const char *r;
+  size_t n;
+  int rc = next_line(c);
+  if (!rc) rc = expect_key(c, key, &r, &n);
+  if (rc) return rc;
+  if (n >= cap) return mfail(c, "%s: longer than %zu bytes", key, cap - 1);
+  for (size_t i = 0; i < n; i++)
+    if (!((r[i] >= 'a' && r[i] <= 'z') || (r[i] >= 'A' && r[i] <= 'Z') ||
+          (r[i] >= '0' && r[i] <= '9')))
+      return mfail(c, "%s: '%c' in a name", key, r[i]);
+  memcpy(out, r, n);
+  out[n] = 0;
+  return 0;
+}
+
+/* A relative path of [A-Za-z0-9._-] components, none empty, "." or "..". */
+static int check_path(mcur *c, const char *p, size_t n) {
+  if (n == 0 || n > CKPT_PATH_MAX) return mfail(c, "file path of %zu bytes (1..%d)", n, CKPT_PATH_MAX);
+  size_t comp = 0;
+  for (size_t i = 0; i <= n; i++) {
+    if (i == n || p[i] == '/') {
+      if (comp == 0) return mfail(c, "file path \"%.*s\" has an empty component", (int)n, p);
+      if ((comp == 1 && p[i - 1] == '.') || (comp == 2 && p[i - 1] == '.' && p[i - 2] == '.'))
+        return mfail(c, "file path \"%.*s\" has a \".\" or \"..\" component", (int)n, p);
+      comp = 0;
+      continue;
+    }
+    char ch = p[i];
+    if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
+          ch == '.' || ch == '_' || ch == '-'))
+      return mfail(c, "file path \"%.*s\": '%c' is not allowed", (int)n, p, ch);
+    comp++;
+  }
+  return 0;
+}
+
+int ckpt_manifest_parse(const char *text, size_t len, int check_crc, ckpt_manifest *out,
+                        char *why, size_t why_len) {
+  if (why && why_len) why[0] = 0;
+  if (!out) return FERRY_EINVAL;
+  memset(out, 0, sizeof *out);
+  mcur c = {text, text ? len : 0, 0, 0, NULL, 0, why, why_len};
+  if (!text || len == 0) return mfail(&c, "the manifest is empty");
+  if (len > CKPT_MANIFEST_MAX) return mfail(&c, "the manifest is %zu bytes (at most %u)", len, CKPT_MANIFEST_MAX);
+  ckpt_manifest m;
+  memset(&m, 0, sizeof m);
+  int rc = next_line(&c);
+  if (rc) return rc;
+  static const char magic[] = "ferry-checkpoint ";
+  if (c.line_len < sizeof magic || memcmp(c.line_start, magic, sizeof magic - 1) != 0)
+    return mfail(&c, "not a ferry checkpoint manifest (no \"ferry-checkpoint <version>\")");
+  uint64_t v;
+  rc = parse_u64(&c, "version", c.line_start + sizeof magic - 1, c.line_len - (sizeof magic - 1),
+                 UINT32_MAX, &v);
+  if (rc) return rc;
+  if (v != CKPT_FORMAT_VERSION)
+    return mfail(&c, "format version %" PRIu64 " (this ferry reads version %d)", v,
+                 CKPT_FORMAT_VERSION);
+  m.version = (int)v;
+  uint64_t step, states, good, skipped, tensors, blob, nfiles;
+  const char *r;
+  size_t n;
+  if ((rc = key_u64(&c, "step", INT64_MAX, &step))) return rc;
+  if ((rc = key_word(&c, "param_dtype", m.param_dtype, sizeof m.param_dtype))) return rc;
+  if (strcmp(m.param_dtype, "F32") && strcmp(m.param_dtype, "F16") && strcmp(m.param_dtype, "BF16"))
+    return mfail(&c, "param_dtype \"%s\" (F32, F16 or BF16)", m.param_dtype);
+  if ((rc = key_word(&c, "optimizer", m.optimizer, sizeof m.optimizer))) return rc;
+  if ((rc = key_u64(&c, "optimizer_states", 2, &states))) return rc;
+  if ((rc = next_line(&c)) || (rc = expect_key(&c, "loss_scale", &r, &n)) ||
+      (rc = parse_hex32(&c, "loss_scale", r, n, &m.loss_scale_bits)))
+    return rc;
+  if ((rc = key_u64(&c, "loss_scale_good_steps", INT32_MAX, &good))) return rc;
+  if ((rc = key_u64(&c, "loss_scale_skipped", INT64_MAX, &skipped))) return rc;
+  if ((rc = key_u64(&c, "tensors", 1u << 30, &tensors))) return rc;
+  if ((rc = key_u64(&c, "blob_bytes", CKPT_MAX_BLOB, &blob))) return rc;
+  if ((rc = key_u64(&c, "files", CKPT_MAX_FILES, &nfiles))) return rc;
+  m.step = (int64_t)step;
+  m.states = (int)states;
+  m.good_steps = (int64_t)good;
+  m.skipped = (int64_t)skipped;
+  m.tensors = tensors;
+  m.blob_bytes = blob;
+  /* the file list can hold no more lines than the text has */
+  if (nfiles > len / 16 + 1) return mfail(&c, "files %" PRIu64 ": more than the manifest can list", nfiles);
+  m.files = calloc(nfiles ? nfiles : 1, sizeof *m.files);
+  if (!m.files) {
+    if (why && why_len) snprintf(why, why_len, "manifest: out of memory");
+    return FERRY_ENOMEM;
+  }
+  m.nfiles = nfiles;
+  for (size_t i = 0; i < nfiles; i++) {
+    if ((rc = next_line(&c)) || (rc = expect_key(&c, "file", &r, &n))) goto fail;
+    const char *sp1 = memchr(r, ' ', n);
+    if (!sp1) {
+      rc = mfail(&c, "expected \"file <path> <bytes> <crc32c>\"");
+      goto fail;
+    }
+    const char *sz = sp1 + 1;
+    const char *sp2 = memchr(sz, ' ', (size_t)(r + n - sz));
+    if (!sp2) {
+      rc = mfail(&c, "expected \"file <path> <bytes> <crc32c>\"");
+      goto fail;
+    }
+    const char *hx = sp2 + 1;
+    size_t plen = (size_t)(sp1 - r);
+    if ((rc = check_path(&c, r, plen))) goto fail;
+    uint64_t bytes;
+    if ((rc = parse_u64(&c, "file size", sz, (size_t)(sp2 - sz), CKPT_MAX_FILE_BYTES, &bytes)))
+      goto fail;
+    if ((rc = parse_hex32(&c, "file crc32c", hx, (size_t)(r + n - hx), &m.files[i].crc))) goto fail;
+    memcpy(m.files[i].path, r, plen);
+    m.files[i].path[plen] = 0;
+    m.files[i].bytes = bytes;
+    if (i > 0 && strcmp(m.files[i - 1].path, m.files[i].path) >= 0) {
+      rc = mfail(&c, "file \"%s\" is out of order or listed twice (paths are sorted)", m.files[i].path);
+      goto fail;
+    }
+  }
+  size_t body = c.at; /* bytes covered by the CRC */
+  uint32_t crc;
+  if ((rc = next_line(&c)) || (rc = expect_key(&c, "crc32c", &r, &n)) ||
+      (rc = parse_hex32(&c, "crc32c", r, n, &crc)))
+    goto fail;
+  if (c.at != len) {
+    c.line++;
+    rc = mfail(&c, "%zu bytes after the crc32c line", len - c.at);
+    goto fail;
+  }
+  if (check_crc) {
+    uint32_t got = ferry_crc32c(0, text, body);
+    if (got != crc) {
+      rc = mfail(&c, "the manifest's CRC32C is %08x, its last line says %08x (damaged)", got, crc);
+      goto fail;
+    }
+  }
+  *out = m;
+  return FERRY_OK;
+fail:
+  free(m.files);
+  return rc;
+}
+
+/* ---- writer ------------------------------------------------------------ */
+
+int ckpt_manifest_format(const ckpt_manifest *m, char **text, size_t *len) {
+  if (!m || !text || !len) return FERRY_EINVAL;
+  size_t cap = 1024 + m->nfiles * (CKPT_PATH_MAX + 48);
+  char *s = malloc(cap);
+  if (!s) return FERRY_ENOMEM;
+  int n = snprintf(s, cap,
+                   "ferry-checkpoint %d\n"
+                   "step %" PRId64 "\n"
+                   "param_dtype %s\n"
+                   "optimizer %s\n"
+                   "optimizer_states %d\n"
+                   "loss_scale %08" PRIx32 "\n"
+                   "loss_scale_good_steps %" PRId64 "\n"
+                   "loss_scale_skipped %" PRId64 "\n"
+                   "tensors %" PRIu64 "\n"
+                   "blob_bytes %" PRIu64 "\n"
+                   "files %zu\n",
+                   CKPT_FORMAT_VERSION, m->step, m->param_dtype, m->optimizer, m->states,
+                   m->loss_scale_bits, m->good_steps, m->skipped, m->tensors, m->blob_bytes,
+                   m->nfiles);
+  size_t at = (size_t)n;
+  for (size_t i = 0; i < m->nfiles; i++)
+    at += (size_t)snprintf(s + at, cap - at, "file %s %" PRIu64 " %08" PRIx32 "\n", m->files[i].path,
+                           m->files[i].bytes, m->files[i].crc);
+  uint32_t crc = ferry_crc32c(0, s, at);
+  at += (size_t)snprintf(s + at, cap - at, "crc32c %08" PRIx32 "\n", crc);
+  *text = s;
+  *len = at;
+  return FERRY_OK;
+}

@@ -1,0 +1,42 @@
+/* tests/fuzz/fuzz_manifest.c — libFuzzer target for the checkpoint
+ * manifest reader (offload/checkpoint_manifest.c): the first byte chooses
+ * whether the final CRC is checked (so mutations reach every line), the
+ * rest is the manifest. What parses must format and parse back the same.
+ */
+#include "offload/checkpoint.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+  if (size < 1) return 0;
+  int check_crc = data[0] & 1;
+  ckpt_manifest m;
+  char why[256];
+  if (ckpt_manifest_parse((const char *)data + 1, size - 1, check_crc, &m, why, sizeof why) != 0) {
+    if (!why[0]) __builtin_trap(); /* every refusal has a reason */
+    return 0;
+  }
+  for (size_t i = 0; i < m.nfiles; i++) { /* no absolute path, no "." or ".." component */
+    const char *p = m.files[i].path;
+    if (!p[0] || p[0] == '/') __builtin_trap();
+    for (const char *c = p; c; c = strchr(c, '/') ? strchr(c, '/') + 1 : NULL)
+      if (!strncmp(c, "./", 2) || !strcmp(c, ".") || !strncmp(c, "../", 3) || !strcmp(c, ".."))
+        __builtin_trap();
+  }
+  char *text;
+  size_t len;
+  if (ckpt_manifest_format(&m, &text, &len) != 0) __builtin_trap();
+  ckpt_manifest back;
+  if (ckpt_manifest_parse(text, len, 1, &back, why, sizeof why) != 0) __builtin_trap();
+  if (back.step != m.step || back.nfiles != m.nfiles || back.blob_bytes != m.blob_bytes ||
+      back.loss_scale_bits != m.loss_scale_bits ||
+      (m.nfiles && memcmp(back.files, m.files, m.nfiles * sizeof *m.files) != 0))
+    __builtin_trap();
+  ckpt_manifest_free(&back);
+  ckpt_manifest_free(&m);
+  free(text);
+  return 0;
+}
