@@ -1,8 +1,9 @@
 /* examples/gpt/gpt.h — the ferry-gpt example's contracts: the model config
  * (GPT-2 and Llama families from a Hugging Face config.json), the parameter
  * schema and the parameter provider the model reads its weights and writes
- * its gradients through (the model owns no parameter byte), the CPU model,
- * the tokenizer, the data loader and the pre-engine AdamW.
+ * its gradients through (the model owns no parameter byte), the resident
+ * and engine providers, the CPU model, the tokenizer, the data loader and
+ * the pre-engine AdamW.
  */
 #ifndef FERRY_GPT_H
 #define FERRY_GPT_H
@@ -10,6 +11,8 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+
+#include "ferry.h"
 
 /* ---- config ------------------------------------------------------------------ */
 
@@ -97,7 +100,8 @@ const gpt_param *gpt_schema_find(const gpt_schema *s, const char *name);
  * head). GPT_FETCH_WRITE / GPT_RELEASE_WRITTEN bracket init and loading.
  * Several groups may be fetched at once (the tied head reads group 0).
  * The resident provider below keeps everything in host memory; the engine
- * will implement the same four callbacks over its tiers. */
+ * provider (further down) implements the same four callbacks over ferry's
+ * tiers. */
 
 typedef enum {
   GPT_FETCH_FORWARD = 0,  /* weights readable */
@@ -157,6 +161,61 @@ int gpt_weights_load(const gpt_schema *s, gpt_provider *p, const char *path, cha
 int gpt_weights_save(const gpt_schema *s, gpt_provider *p, const char *path, uint64_t max_shard,
                      char *err, size_t errlen);
 
+/* A per-tensor source of initial values: random init from `seed` (path
+ * NULL, the values gpt_weights_init writes) or a safetensors file or
+ * folder, checked whole at open as gpt_weights_load does. fill() writes
+ * param i's fp32 values: what the engine's init callback calls, so no
+ * second full copy of the model is ever held. */
+typedef struct gpt_weights_src gpt_weights_src;
+int gpt_weights_src_open(const gpt_schema *s, const char *path, uint64_t seed,
+                         gpt_weights_src **out, char *err, size_t errlen);
+int gpt_weights_src_fill(gpt_weights_src *w, int param, float *dst, char *err, size_t errlen);
+void gpt_weights_src_close(gpt_weights_src *w);
+/* Saves as gpt_weights_save does, each tensor read (fp32, numel values) by
+ * read(user, param index, dst) into a buffer of the largest tensor. */
+typedef int (*gpt_weights_read_fn)(void *user, int param, float *dst);
+int gpt_weights_save_with(const gpt_schema *s, gpt_weights_read_fn read, void *user,
+                          const char *path, uint64_t max_shard, char *err, size_t errlen);
+
+/* ---- 16-bit conversions (convert.c): round to nearest even ---------------------- */
+float gpt_f16_to_f32(uint16_t h);
+float gpt_bf16_to_f32(uint16_t h);
+uint16_t gpt_f32_to_f16(float f);
+uint16_t gpt_f32_to_bf16(float f);
+
+/* ---- the engine provider (provider_engine.c) ------------------------------------
+ * The parameter provider over a ferry engine: every tensor of the schema is
+ * registered with its group (0 = embeddings, 1..L = blocks, L+1 = head) and
+ * its initial values come from a gpt_weights_src through the init callback
+ * at finalize. fetch = ferry_fetch (+ ferry_param_device), release =
+ * ferry_release, GPT_RELEASE_GRADS = ferry_grads_ready first (once per group
+ * per micro-batch; GPT_RELEASE_PARTIAL hands nothing in). The CPU model
+ * computes in fp32: with precision.params = fp32 on the host backend it
+ * reads and writes the engine's device buffers directly; with bf16 / fp16
+ * the provider converts a group's params into an fp32 scratch and its fp32
+ * grads back into the engine's grad buffers (times the loss scale). The
+ * scratch is one slot for the embedding group (its grads stay open from the
+ * tied head to the end of backward) and one for every other group, each
+ * sized for its largest group. Compute runs on the caller's thread: the
+ * provider synchronizes its stream after every fetch. */
+typedef struct gpt_engine gpt_engine;
+
+/* Creates the engine from cfg (the caller keeps cfg), registers the schema,
+ * fills it from src and finalizes. dev: NULL = the engine makes one. */
+int gpt_engine_create(const gpt_schema *s, const ferry_config *cfg, ferry_device *dev,
+                      gpt_weights_src *src, gpt_engine **out, char *err, size_t errlen);
+void gpt_engine_free(gpt_engine *ge);
+gpt_provider gpt_engine_provider(gpt_engine *ge);
+ferry_engine *gpt_engine_handle(gpt_engine *ge);
+/* Micro-batches per ferry_step (the config's grad_accumulation). */
+int gpt_engine_micro_batches(const gpt_engine *ge);
+/* ferry_step, and the fp32 scratch no longer mirrors the params. */
+int gpt_engine_step(gpt_engine *ge, ferry_step_info *info);
+/* Param i's fp32 master values (ferry_param_read); a gpt_weights_read_fn. */
+int gpt_engine_read(void *ge, int param, float *dst);
+/* Bytes of fp32 scratch the provider holds. */
+size_t gpt_engine_scratch_bytes(const gpt_engine *ge);
+
 /* ---- the CPU model --------------------------------------------------------------- */
 
 typedef struct gpt_model gpt_model;
@@ -186,7 +245,7 @@ size_t gpt_model_activation_bytes(const gpt_model *m);
 
 /* ---- the pre-engine optimizer ------------------------------------------------------ */
 /* A plain AdamW over the resident provider (torch.optim.AdamW's math):
- * used by `ferry-gpt train` until the engine owns the step. */
+ * used by `ferry-gpt train` without --engine (the engine owns the step there). */
 typedef struct {
   float lr, beta1, beta2, eps, weight_decay;
   float *m, *v;

@@ -1,8 +1,8 @@
 /* examples/gpt/main.c — the ferry-gpt program: `train` (fine-tune or train a
  * GPT-2 / Llama model on a text or token file) and `sample` (generate text).
- * Today `train` runs the PRE-ENGINE path: every parameter resident in host
- * memory (gpt_resident) and a plain AdamW; the engine config is validated
- * but its placement is not applied until the offload engine lands.
+ * `train --engine CFG` runs on ferry's engine (gpt_engine provider: the
+ * config's placement, the engine's optimizer and step); without --engine it
+ * runs the pre-engine path (everything resident in host memory, AdamW).
  */
 #include "gpt.h"
 #ifdef GPT_HAVE_CUDA
@@ -31,19 +31,23 @@ static const char *k_train_help =
     "                    [--engine ENGINE.cfg] [--steps N] [--batch B] [--seq S] [--lr LR]\n"
     "                    [--weight-decay WD] [--seed K] [--save DIR] [--checkpoint]\n"
     "                    [--tokenizer DIR] [--threads N] [--device cpu|cuda] [--json]\n"
+    "                    [--set KEY=VALUE]... [--timeline FILE]\n"
     "\n"
     "DESCRIPTION\n"
     "    Trains a decoder-only transformer with AdamW on next-token prediction. Batches of\n"
     "    B windows of S+1 tokens are drawn from FILE at offsets chosen by a generator seeded\n"
     "    with K, so the same command gives the same losses.\n"
     "\n"
-    "    PRE-ENGINE PATH. Until ferry's offload engine lands, every weight, gradient and\n"
-    "    optimizer state lives in host memory and the step is a plain AdamW written in this\n"
-    "    example. --engine is read and validated (bad keys are reported with file and line)\n"
-    "    but its placement (GPU budget, host, NVMe) is not applied yet; the program says so.\n"
+    "    With --engine, every parameter lives in ferry's engine, placed as the config says\n"
+    "    (GPU budget, host, NVMe; see examples/configs/), and the engine's optimizer (the\n"
+    "    config's optimizer.*, precision.*, clip_grad_norm, grad_accumulation micro-batches\n"
+    "    of B sequences per step) does the step. The model computes in fp32 on the CPU over\n"
+    "    the emulated GPU (device = \"host\"). Without --engine: the pre-engine path, every\n"
+    "    weight, gradient and AdamW state in host memory, a plain AdamW in this example.\n"
     "\n"
-    "    One line per step: step, loss, tokens per second, peak bytes per tier (gpu, host,\n"
-    "    nvme) and the share of the step stalled on transfers (0 on this path).\n"
+    "    One line per step: step, loss, tokens per second, peak bytes per engine tier (gpu,\n"
+    "    host, nvme; without --engine: the process's peak RSS as host) and the share of the\n"
+    "    step's wall time spent waiting for transfers (stall).\n"
     "\n"
     "OPTIONS\n"
     "    --model PRESET|FILE   tiny (GPT-2 style, ~1M params), small (~10M), gpt2 (124M),\n"
@@ -54,13 +58,21 @@ static const char *k_train_help =
     "                          Without it the weights are initialised from --seed.\n"
     "    --data FILE           training data: text (tokenized), or token ids as uint16\n"
     "                          (.u16, .bin) or uint32 (.u32).\n"
-    "    --engine FILE         ferry engine configuration (.cfg), validated; see above.\n"
+    "    --engine FILE         train on ferry's engine with this configuration (.cfg; keys in\n"
+    "                          docs/CONFIG.md). Missing tiers.nvme.paths directories are made.\n"
+    "    --set KEY=VALUE       with --engine: override one config key after the file (any\n"
+    "                          number of times), e.g. --set tiers.gpu.budget=64M.\n"
+    "    --timeline FILE       with --engine: write the engine's timeline (Chrome trace\n"
+    "                          JSON) at the end.\n"
     "    --steps N             optimizer steps (default 10).\n"
     "    --batch B             sequences per step (default 4).\n"
     "    --seq S               tokens per sequence (default 128, at most the model's\n"
     "                          positions).\n"
     "    --lr LR               AdamW learning rate (default 3e-4); betas 0.9/0.999, eps 1e-8.\n"
-    "    --weight-decay WD     decoupled weight decay on matrices (default 0.1).\n"
+    "                          With --engine: sets optimizer.lr (default: the config's).\n"
+    "    --weight-decay WD     decoupled weight decay on matrices (default 0.1). With\n"
+    "                          --engine: sets optimizer.weight_decay, which applies to every\n"
+    "                          tensor (default: the config's).\n"
     "    --seed K              seed of the init and the batch sampler (default 1).\n"
     "    --save DIR            write DIR/model.safetensors (fp32, Hugging Face names) and\n"
     "                          DIR/config.json at the end.\n"
@@ -75,13 +87,16 @@ static const char *k_train_help =
     "                          steps on the host (grads down, weights up each step).\n"
     "    --json                one JSON object per step instead of the progress line:\n"
     "                          {\"step\", \"loss\", \"tokens_per_s\", \"peak_bytes\": {\"gpu\",\n"
-    "                          \"host\", \"nvme\"}}, then one with \"final\": true and totals.\n"
+    "                          \"host\", \"nvme\"}, \"stall_pct\"}, then one with \"final\": true\n"
+    "                          and totals (with --engine also \"bytes_moved\").\n"
     "    -h, --help            this text.\n"
     "\n"
     "EXAMPLES\n"
     "    ferry-gpt train --model tiny --data /usr/share/common-licenses/GPL-3 --steps 50\n"
     "    ferry-gpt train --model small --data corpus.txt --engine examples/configs/resident.cfg \\\n"
     "        --steps 200 --batch 8 --seq 256 --lr 1e-3 --save out/\n"
+    "    ferry-gpt train --model small --data /usr/share/common-licenses/GPL-3 \\\n"
+    "        --engine examples/configs/offload-nvme.cfg --steps 30 --timeline build/gpt.json\n"
     "\n"
     "EXIT STATUS\n"
     "    0 on success, 1 on a runtime failure, 2 on bad usage.\n";
@@ -220,52 +235,174 @@ static uint64_t peak_rss(void) {
 }
 
 enum { O_MODEL = 256, O_WEIGHTS, O_DATA, O_ENGINE, O_STEPS, O_BATCH, O_SEQ, O_LR, O_WD, O_SEED,
-       O_SAVE, O_JSON, O_CKPT, O_TOK, O_THREADS, O_PROMPT, O_TOKENS, O_TEMP, O_DEVICE };
+       O_SAVE, O_JSON, O_CKPT, O_TOK, O_THREADS, O_PROMPT, O_TOKENS, O_TEMP, O_DEVICE, O_SET,
+       O_TIMELINE };
 
-static int cmd_train(int argc, char **argv) {
-  static const struct option opts[] = {
-      {"model", 1, 0, O_MODEL},   {"weights", 1, 0, O_WEIGHTS}, {"data", 1, 0, O_DATA},
-      {"engine", 1, 0, O_ENGINE}, {"steps", 1, 0, O_STEPS},     {"batch", 1, 0, O_BATCH},
-      {"seq", 1, 0, O_SEQ},       {"lr", 1, 0, O_LR},           {"weight-decay", 1, 0, O_WD},
-      {"seed", 1, 0, O_SEED},     {"save", 1, 0, O_SAVE},       {"json", 0, 0, O_JSON},
-      {"checkpoint", 0, 0, O_CKPT}, {"tokenizer", 1, 0, O_TOK}, {"threads", 1, 0, O_THREADS},
-      {"device", 1, 0, O_DEVICE}, {"help", 0, 0, 'h'},        {0, 0, 0, 0}};
-  const char *model = NULL, *weights = NULL, *data = NULL, *engine = NULL, *save = NULL,
-             *tokdir = NULL;
-  int steps = 10, batch = 4, seq = 0, json = 0, ckpt = 0, threads = 0, cuda = 0;
-  float lr = 3e-4f, wd = 0.1f;
-  uint64_t seed = 1;
+enum { MAX_SETS = 32 };
+
+/* Everything `train` is told. A new flag is a field here, an entry in
+ * k_train_opts and a case in parse_train. */
+typedef struct {
+  const char *model, *weights, *data, *engine, *save, *tokdir, *timeline;
+  int steps, batch, seq, json, ckpt, threads, cuda;
+  float lr, wd;
+  int lr_given, wd_given;
+  uint64_t seed;
+  const char *set[MAX_SETS]; /* --set KEY=VALUE, in order */
+  int nset;
+} train_opts;
+
+static const struct option k_train_opts[] = {
+    {"model", 1, 0, O_MODEL},     {"weights", 1, 0, O_WEIGHTS},   {"data", 1, 0, O_DATA},
+    {"engine", 1, 0, O_ENGINE},   {"steps", 1, 0, O_STEPS},       {"batch", 1, 0, O_BATCH},
+    {"seq", 1, 0, O_SEQ},         {"lr", 1, 0, O_LR},             {"weight-decay", 1, 0, O_WD},
+    {"seed", 1, 0, O_SEED},       {"save", 1, 0, O_SAVE},         {"json", 0, 0, O_JSON},
+    {"checkpoint", 0, 0, O_CKPT}, {"tokenizer", 1, 0, O_TOK},     {"threads", 1, 0, O_THREADS},
+    {"device", 1, 0, O_DEVICE},   {"set", 1, 0, O_SET},           {"timeline", 1, 0, O_TIMELINE},
+    {"help", 0, 0, 'h'},          {0, 0, 0, 0}};
+
+/* 0: parsed; 1: --help printed. Bad usage exits 2. */
+static int parse_train(int argc, char **argv, train_opts *o) {
+  memset(o, 0, sizeof *o);
+  o->steps = 10;
+  o->batch = 4;
+  o->lr = 3e-4f;
+  o->wd = 0.1f;
+  o->seed = 1;
   int c;
   optind = 1;
-  while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+  while ((c = getopt_long(argc, argv, "h", k_train_opts, NULL)) != -1) {
     switch (c) {
-    case O_MODEL: model = optarg; break;
-    case O_WEIGHTS: weights = optarg; break;
-    case O_DATA: data = optarg; break;
-    case O_ENGINE: engine = optarg; break;
-    case O_STEPS: steps = parse_int(optarg, "--steps", 0, 100000000); break;
-    case O_BATCH: batch = parse_int(optarg, "--batch", 1, 65536); break;
-    case O_SEQ: seq = parse_int(optarg, "--seq", 1, 1 << 20); break;
-    case O_LR: lr = parse_float(optarg, "--lr"); break;
-    case O_WD: wd = parse_float(optarg, "--weight-decay"); break;
-    case O_SEED: seed = (uint64_t)parse_int(optarg, "--seed", 0, 2147483647); break;
-    case O_SAVE: save = optarg; break;
-    case O_JSON: json = 1; break;
-    case O_CKPT: ckpt = 1; break;
-    case O_TOK: tokdir = optarg; break;
-    case O_THREADS: threads = parse_int(optarg, "--threads", 1, 1024); break;
+    case O_MODEL: o->model = optarg; break;
+    case O_WEIGHTS: o->weights = optarg; break;
+    case O_DATA: o->data = optarg; break;
+    case O_ENGINE: o->engine = optarg; break;
+    case O_STEPS: o->steps = parse_int(optarg, "--steps", 0, 100000000); break;
+    case O_BATCH: o->batch = parse_int(optarg, "--batch", 1, 65536); break;
+    case O_SEQ: o->seq = parse_int(optarg, "--seq", 1, 1 << 20); break;
+    case O_LR: o->lr = parse_float(optarg, "--lr"), o->lr_given = 1; break;
+    case O_WD: o->wd = parse_float(optarg, "--weight-decay"), o->wd_given = 1; break;
+    case O_SEED: o->seed = (uint64_t)parse_int(optarg, "--seed", 0, 2147483647); break;
+    case O_SAVE: o->save = optarg; break;
+    case O_JSON: o->json = 1; break;
+    case O_CKPT: o->ckpt = 1; break;
+    case O_TOK: o->tokdir = optarg; break;
+    case O_THREADS: o->threads = parse_int(optarg, "--threads", 1, 1024); break;
     case O_DEVICE:
-      if (!strcmp(optarg, "cuda")) cuda = 1;
+      if (!strcmp(optarg, "cuda")) o->cuda = 1;
       else if (strcmp(optarg, "cpu")) die_usage("--device is cpu or cuda");
       break;
-    case 'h': fputs(k_train_help, stdout); return 0;
+    case O_SET:
+      if (!strchr(optarg, '=')) die_usage("--set wants KEY=VALUE");
+      if (o->nset == MAX_SETS) die_usage("too many --set");
+      o->set[o->nset++] = optarg;
+      break;
+    case O_TIMELINE: o->timeline = optarg; break;
+    case 'h': fputs(k_train_help, stdout); return 1;
     default: die_usage("bad option for train");
     }
   }
   if (optind < argc) die_usage("unexpected argument");
-  if (!model) die_usage("train needs --model");
-  if (!data) die_usage("train needs --data");
-  if (threads) openblas_set_num_threads(threads);
+  if (!o->model) die_usage("train needs --model");
+  if (!o->data) die_usage("train needs --data");
+  if (!o->engine && (o->nset || o->timeline)) die_usage("--set and --timeline need --engine");
+  if (o->engine && o->cuda)
+    die_usage("--device cuda runs the pre-engine path only (no --engine yet)");
+  return 0;
+}
+
+/* mkdir -p; 0 when the directory exists at the end. */
+static int make_dirs(const char *path) {
+  char b[4096];
+  if (snprintf(b, sizeof b, "%s", path) >= (int)sizeof b) return -1;
+  for (char *q = b + 1; *q; q++) {
+    if (*q != '/') continue;
+    *q = '\0';
+    if (mkdir(b, 0777) && errno != EEXIST) return -1;
+    *q = '/';
+  }
+  if (mkdir(b, 0777) && errno != EEXIST) return -1;
+  struct stat st;
+  return stat(b, &st) == 0 && S_ISDIR(st.st_mode) ? 0 : -1;
+}
+
+/* The engine configuration: the file, then --lr / --weight-decay when
+ * given, then each --set; the NVMe directories made when missing. */
+static ferry_config *engine_config(const train_opts *o, FILE *info) {
+  ferry_config *fc;
+  if (ferry_config_create(&fc)) {
+    fprintf(stderr, "ferry-gpt: %s\n", ferry_last_error());
+    return NULL;
+  }
+  if (ferry_config_load_file(fc, o->engine)) {
+    fprintf(stderr, "ferry-gpt: %s\n", ferry_config_last_error(fc));
+    goto fail;
+  }
+  char v[4096];
+  if (o->lr_given) {
+    snprintf(v, sizeof v, "%.9g", (double)o->lr);
+    if (ferry_config_set(fc, "optimizer.lr", v)) goto bad_set;
+  }
+  if (o->wd_given) {
+    snprintf(v, sizeof v, "%.9g", (double)o->wd);
+    if (ferry_config_set(fc, "optimizer.weight_decay", v)) goto bad_set;
+  }
+  for (int i = 0; i < o->nset; i++) {
+    char key[256];
+    const char *eq = strchr(o->set[i], '=');
+    snprintf(key, sizeof key, "%.*s", (int)(eq - o->set[i]), o->set[i]);
+    if (ferry_config_set(fc, key, eq + 1)) goto bad_set;
+  }
+  if (ferry_config_get(fc, "tiers.nvme.paths", v, sizeof v) == 0 && v[0]) {
+    for (char *p = v, *next; p && *p; p = next) {
+      next = strchr(p, ',');
+      if (next) *next++ = '\0';
+      while (*p == ' ') p++;
+      struct stat st;
+      if (stat(p, &st) == 0) continue;
+      if (make_dirs(p)) {
+        fprintf(stderr, "ferry-gpt: cannot create the NVMe swap directory '%s' "
+                "(tiers.nvme.paths in %s): %s\n", p, o->engine, strerror(errno));
+        goto fail;
+      }
+      fprintf(info, "ferry-gpt: created the NVMe swap directory %s (tiers.nvme.paths)\n", p);
+    }
+  }
+  return fc;
+bad_set:
+  fprintf(stderr, "ferry-gpt: %s\n", ferry_config_last_error(fc));
+fail:
+  ferry_config_destroy(fc);
+  return NULL;
+}
+
+static void describe_engine(const ferry_config *fc, const gpt_schema *s, FILE *info) {
+  static const char *keys[] = {"device",          "precision.params",    "placement.params",
+                               "placement.grads", "placement.optimizer", "tiers.gpu.budget",
+                               "optimizer.lr",    "grad_accumulation"};
+  fprintf(info, "ferry-gpt: engine:");
+  for (size_t i = 0; i < sizeof keys / sizeof *keys; i++) {
+    char v[256];
+    if (ferry_config_get(fc, keys[i], v, sizeof v) == 0) fprintf(info, " %s=%s", keys[i], v);
+  }
+  char prec[16] = "bf16";
+  ferry_config_get(fc, "precision.params", prec, sizeof prec);
+  int pb = strcmp(prec, "fp32") ? 2 : 4;
+  /* param + fp32 grad + fp32 master, exp_avg, exp_avg_sq */
+  fprintf(info, "\nferry-gpt: model states %.1f MB (%d bytes/param)\n",
+          (double)s->total_numel * (pb + 16) / 1e6, pb + 16);
+}
+
+static void json_peaks(const uint64_t *peak) {
+  printf("\"peak_bytes\": {\"gpu\": %llu, \"host\": %llu, \"nvme\": %llu}",
+         (unsigned long long)peak[0], (unsigned long long)peak[1], (unsigned long long)peak[2]);
+}
+
+static int cmd_train(int argc, char **argv) {
+  train_opts o;
+  if (parse_train(argc, argv, &o)) return 0;
+  int steps = o.steps, batch = o.batch, seq = o.seq, json = o.json, cuda = o.cuda;
+  if (o.threads) openblas_set_num_threads(o.threads);
   FILE *info = json ? stderr : stdout;
 #ifdef GPT_HAVE_CUDA
   char why[256];
@@ -281,33 +418,22 @@ static int cmd_train(int argc, char **argv) {
   }
 #endif
 
-  if (engine) {
-    ferry_config *fc;
-    if (ferry_config_create(&fc)) {
-      fprintf(stderr, "ferry-gpt: %s\n", ferry_last_error());
-      return 1;
-    }
-    if (ferry_config_load_file(fc, engine)) {
-      fprintf(stderr, "ferry-gpt: %s\n", ferry_config_last_error(fc));
-      ferry_config_destroy(fc);
-      return 1;
-    }
-    ferry_config_destroy(fc);
-    fprintf(info, "ferry-gpt: note: engine config %s is valid, but its placement is not applied "
-            "yet (pre-engine path: all parameters resident in host memory, plain AdamW)\n", engine);
+  ferry_config *fc = NULL;
+  if (o.engine) {
+    if (!(fc = engine_config(&o, info))) return 1;
   } else {
-    fprintf(info, "ferry-gpt: note: pre-engine path (all parameters resident in host memory, "
-            "plain AdamW)\n");
+    fprintf(info, "ferry-gpt: note: no --engine: pre-engine path (all parameters resident in "
+            "host memory, plain AdamW)\n");
   }
 
   gpt_config cfg;
-  load_model_config(model, &cfg);
+  load_model_config(o.model, &cfg);
   if (!seq) seq = cfg.max_seq < 128 ? cfg.max_seq : 128;
   if (seq > cfg.max_seq) {
     fprintf(stderr, "ferry-gpt: --seq %d is more than the model's %d positions\n", seq, cfg.max_seq);
     return 2;
   }
-  gpt_tokenizer *tok = load_tokenizer(tokdir);
+  gpt_tokenizer *tok = load_tokenizer(o.tokdir);
   if (gpt_tokenizer_vocab(tok) > cfg.vocab) {
     fprintf(stderr, "ferry-gpt: the tokenizer has %d ids but the model only %d\n",
             gpt_tokenizer_vocab(tok), cfg.vocab);
@@ -322,31 +448,52 @@ static int cmd_train(int argc, char **argv) {
   gpt_config_describe(&cfg, desc, sizeof desc);
   fprintf(info, "ferry-gpt: model %s; %.2fM parameters\n", desc, s.total_numel / 1e6);
   gpt_data d;
-  if (gpt_data_load(&d, data, tok, cfg.vocab, seed, err, sizeof err)) {
+  if (gpt_data_load(&d, o.data, tok, cfg.vocab, o.seed, err, sizeof err)) {
     fprintf(stderr, "ferry-gpt: %s\n", err);
     return 1;
   }
   if (d.n < (size_t)seq + 1) {
-    fprintf(stderr, "ferry-gpt: %s holds %zu tokens, fewer than --seq + 1 = %d\n", data, d.n,
+    fprintf(stderr, "ferry-gpt: %s holds %zu tokens, fewer than --seq + 1 = %d\n", o.data, d.n,
             seq + 1);
     return 1;
   }
-  gpt_resident r;
-  gpt_adamw opt;
-  if (gpt_resident_init(&r, &s) || gpt_adamw_init(&opt, s.total_numel, lr, wd)) {
-    fprintf(stderr, "ferry-gpt: out of memory for %zu parameters\n", s.total_numel);
-    return 1;
-  }
-  gpt_provider p = gpt_resident_provider(&r);
-  if (weights) {
-    if (gpt_weights_load(&s, &p, weights, err, sizeof err)) {
+  gpt_resident r = {0};
+  gpt_adamw opt = {0};
+  gpt_engine *ge = NULL;
+  gpt_provider p;
+  int micro = 1;
+  if (fc) {
+    describe_engine(fc, &s, info);
+    gpt_weights_src *src;
+    if (gpt_weights_src_open(&s, o.weights, o.seed, &src, err, sizeof err)) {
       fprintf(stderr, "ferry-gpt: %s\n", err);
       return 1;
     }
+    int rc = gpt_engine_create(&s, fc, NULL, src, &ge, err, sizeof err);
+    gpt_weights_src_close(src);
+    ferry_config_destroy(fc);
+    if (rc) {
+      fprintf(stderr, "ferry-gpt: engine (%s): %s\n", o.engine, err);
+      return 1;
+    }
+    p = gpt_engine_provider(ge);
+    micro = gpt_engine_micro_batches(ge);
   } else {
-    gpt_weights_init(&s, &p, seed);
+    if (gpt_resident_init(&r, &s) || gpt_adamw_init(&opt, s.total_numel, o.lr, o.wd)) {
+      fprintf(stderr, "ferry-gpt: out of memory for %zu parameters\n", s.total_numel);
+      return 1;
+    }
+    p = gpt_resident_provider(&r);
+    if (o.weights) {
+      if (gpt_weights_load(&s, &p, o.weights, err, sizeof err)) {
+        fprintf(stderr, "ferry-gpt: %s\n", err);
+        return 1;
+      }
+    } else {
+      gpt_weights_init(&s, &p, o.seed);
+    }
   }
-  gpt_run_config rc = {.batch = batch, .seq = seq, .checkpoint = ckpt};
+  gpt_run_config rc = {.batch = batch, .seq = seq, .checkpoint = o.ckpt};
   gpt_model *m = NULL;
 #ifdef GPT_HAVE_CUDA
   gpt_cuda_model *cm = NULL;
@@ -365,19 +512,29 @@ static int cmd_train(int argc, char **argv) {
     fprintf(stderr, "ferry-gpt: out of memory for activations (batch %d, seq %d)\n", batch, seq);
     return 1;
   }
-  fprintf(info, "ferry-gpt: %zu tokens of data, batch %d x seq %d, %d steps, lr %g; host: "
-          "%.1f MB of weights+grads+AdamW, %.1f MB of activations\n",
-          d.n, batch, seq, steps, (double)lr, 16.0 * s.total_numel / 1e6,
-          m ? gpt_model_activation_bytes(m) / 1e6 : 0.0);
+  if (ge)
+    fprintf(info, "ferry-gpt: %zu tokens of data, batch %d x seq %d x %d micro-batches, %d steps; "
+            "host: %.1f MB of activations, %.1f MB of fp32 scratch\n",
+            d.n, batch, seq, micro, steps, gpt_model_activation_bytes(m) / 1e6,
+            gpt_engine_scratch_bytes(ge) / 1e6);
+  else
+    fprintf(info, "ferry-gpt: %zu tokens of data, batch %d x seq %d, %d steps, lr %g; host: "
+            "%.1f MB of weights+grads+AdamW, %.1f MB of activations\n",
+            d.n, batch, seq, steps, (double)o.lr, 16.0 * s.total_numel / 1e6,
+            m ? gpt_model_activation_bytes(m) / 1e6 : 0.0);
   int32_t *x = malloc((size_t)batch * seq * sizeof *x), *y = malloc((size_t)batch * seq * sizeof *y);
-  double t_all = 0, first = NAN, last = NAN;
-  for (int st = 1; st <= steps; st++) {
+  double t_all = 0, first = NAN, last = NAN, stall0 = 0;
+  long long tok_step = (long long)batch * seq * micro;
+  ferry_stats fs;
+  memset(&fs, 0, sizeof fs);
+  int status = 0;
+  for (int st = 1; st <= steps && !status; st++) {
     double t0 = now_s();
-    float loss;
-    gpt_data_batch(&d, batch, seq, x, y);
+    float loss = 0;
 #ifdef GPT_HAVE_CUDA
     if (cuda) {
       /* pre-engine: grads to the host, AdamW there, weights back up */
+      gpt_data_batch(&d, batch, seq, x, y);
       if (cp.zero_grad(cp.ctx) || gpt_cuda_model_forward(cm, &cp, x, y, &loss) ||
           gpt_cuda_model_backward(cm, &cp) || gpt_cuda_resident_download_grads(&cr, r.grads)) {
         fprintf(stderr, "ferry-gpt: step %d: %s\n", st, gpt_cuda_model_last_error(cm));
@@ -391,59 +548,124 @@ static int cmd_train(int argc, char **argv) {
     } else
 #endif
     {
-      p.zero_grad(p.ctx);
-      if (gpt_model_forward(m, &p, x, y, &loss) || gpt_model_backward(m, &p)) {
-        fprintf(stderr, "ferry-gpt: step %d: %s\n", st, gpt_model_last_error(m));
-        return 1;
+      double sum = 0;
+      for (int k = 0; k < micro && !status; k++) {
+        float l;
+        gpt_data_batch(&d, batch, seq, x, y);
+        if (p.zero_grad(p.ctx) || gpt_model_forward(m, &p, x, y, &l) ||
+            gpt_model_backward(m, &p)) {
+          fprintf(stderr, "ferry-gpt: step %d: %s\n", st, gpt_model_last_error(m));
+          status = 1;
+        }
+        sum += l;
       }
-      gpt_adamw_step(&opt, &r);
+      loss = (float)(sum / micro);
+      if (status) break;
+      if (ge) {
+        ferry_step_info si;
+        if (gpt_engine_step(ge, &si)) {
+          fprintf(stderr, "ferry-gpt: step %d: %s\n", st,
+                  ferry_engine_last_error(gpt_engine_handle(ge)));
+          status = 1;
+          break;
+        }
+      } else {
+        gpt_adamw_step(&opt, &r);
+      }
     }
     double dt = now_s() - t0;
     t_all += dt;
     if (st == 1) first = loss;
     last = loss;
-    double tps = batch * seq / dt;
-    uint64_t host = peak_rss();
-    if (json)
-      printf("{\"step\": %d, \"loss\": %.6f, \"tokens_per_s\": %.1f, \"peak_bytes\": {\"gpu\": 0, "
-             "\"host\": %llu, \"nvme\": 0}, \"stall_pct\": 0.0}\n",
-             st, loss, tps, (unsigned long long)host);
-    else
-      printf("step %5d/%d  loss %.4f  %8.0f tok/s  gpu 0.00 GB  host %.2f GB  nvme 0.00 GB  "
-             "stall 0.0%%\n",
-             st, steps, loss, tps, host / 1e9);
+    double tps = tok_step / dt, stall = 0;
+    uint64_t peak[3] = {0, peak_rss(), 0};
+    if (ge) {
+      ferry_engine_stats(gpt_engine_handle(ge), &fs);
+      for (int t = 0; t < 3; t++) peak[t] = fs.tier_peak[t];
+      stall = 100.0 * (fs.stall_seconds - stall0) / dt;
+      stall0 = fs.stall_seconds;
+    }
+    if (json) {
+      printf("{\"step\": %d, \"loss\": %.9g, \"tokens_per_s\": %.1f, ", st, loss, tps);
+      json_peaks(peak);
+      printf(", \"stall_pct\": %.1f}\n", stall);
+    } else {
+      printf("step %5d/%d  loss %.4f  %8.0f tok/s  gpu %.3f GB  host %.3f GB  nvme %.3f GB  "
+             "stall %.1f%%\n",
+             st, steps, loss, tps, peak[0] / 1e9, peak[1] / 1e9, peak[2] / 1e9, stall);
+    }
     fflush(stdout);
   }
-  double tps = t_all > 0 ? (double)steps * batch * seq / t_all : 0;
-  if (json)
+  if (status) goto out;
+  double tps = t_all > 0 ? (double)steps * tok_step / t_all : 0;
+  uint64_t peak[3] = {0, peak_rss(), 0};
+  double stall = 0;
+  if (ge) {
+    ferry_engine_stats(gpt_engine_handle(ge), &fs);
+    for (int t = 0; t < 3; t++) peak[t] = fs.tier_peak[t];
+    stall = t_all > 0 ? 100.0 * fs.stall_seconds / t_all : 0;
+  }
+  if (json) {
     printf("{\"final\": true, \"steps\": %d, \"tokens\": %lld, \"seconds\": %.3f, "
-           "\"tokens_per_s\": %.1f, \"first_loss\": %.6f, \"last_loss\": %.6f, \"peak_bytes\": "
-           "{\"gpu\": 0, \"host\": %llu, \"nvme\": 0}, \"engine\": \"pre-engine (resident)\"}\n",
-           steps, (long long)steps * batch * seq, t_all, tps, steps ? first : 0.0,
-           steps ? last : 0.0, (unsigned long long)peak_rss());
-  else
-    printf("done: %d steps, %lld tokens in %.2f s, %.0f tok/s, loss %.4f -> %.4f, peak host %.2f "
-           "GB\n",
-           steps, (long long)steps * batch * seq, t_all, tps, first, last, peak_rss() / 1e9);
-  int status = 0;
-  if (save) {
-    char path[4096];
-    if (mkdir(save, 0777) != 0 && errno != EEXIST) {
-      fprintf(stderr, "ferry-gpt: --save %s: %s\n", save, strerror(errno));
-      status = 1;
-    } else if (gpt_weights_save(&s, &p, save, 2ull << 30, err, sizeof err)) {
-      fprintf(stderr, "ferry-gpt: %s\n", err);
+           "\"tokens_per_s\": %.1f, \"first_loss\": %.6f, \"last_loss\": %.6f, ",
+           steps, (long long)steps * tok_step, t_all, tps, steps ? first : 0.0,
+           steps ? last : 0.0);
+    json_peaks(peak);
+    printf(", \"stall_pct\": %.1f, \"rss_bytes\": %llu", stall, (unsigned long long)peak_rss());
+    if (ge)
+      printf(", \"bytes_moved\": {\"h2d\": %llu, \"d2h\": %llu, \"host_to_nvme\": %llu, "
+             "\"nvme_to_host\": %llu}, \"engine\": \"%s\"}\n",
+             (unsigned long long)fs.bytes_h2d, (unsigned long long)fs.bytes_d2h,
+             (unsigned long long)fs.bytes_host_to_nvme, (unsigned long long)fs.bytes_nvme_to_host,
+             o.engine);
+    else
+      printf(", \"engine\": \"pre-engine (resident)\"}\n");
+  } else {
+    printf("done: %d steps, %lld tokens in %.2f s, %.0f tok/s, loss %.4f -> %.4f\n", steps,
+           (long long)steps * tok_step, t_all, tps, first, last);
+    if (ge)
+      printf("peaks: gpu %.1f MB, host %.1f MB, nvme %.1f MB (engine tiers); process RSS %.1f "
+             "MB; stalled %.1f%% of the time; moved h2d %.1f MB, d2h %.1f MB, host->nvme %.1f "
+             "MB, nvme->host %.1f MB\n",
+             peak[0] / 1e6, peak[1] / 1e6, peak[2] / 1e6, peak_rss() / 1e6, stall,
+             fs.bytes_h2d / 1e6, fs.bytes_d2h / 1e6, fs.bytes_host_to_nvme / 1e6,
+             fs.bytes_nvme_to_host / 1e6);
+    else
+      printf("peak host %.2f GB (process RSS)\n", peak_rss() / 1e9);
+  }
+  if (ge && o.timeline) {
+    if (ferry_engine_write_timeline(gpt_engine_handle(ge), o.timeline)) {
+      fprintf(stderr, "ferry-gpt: --timeline %s: %s\n", o.timeline,
+              ferry_engine_last_error(gpt_engine_handle(ge)));
       status = 1;
     } else {
-      snprintf(path, sizeof path, "%.4000s/config.json", save);
-      if (write_config_json(path, &cfg)) {
-        fprintf(stderr, "ferry-gpt: cannot write %s\n", path);
-        status = 1;
-      } else {
-        fprintf(info, "ferry-gpt: saved %s (model safetensors + config.json)\n", save);
-      }
+      fprintf(info, "ferry-gpt: wrote the timeline %s (Chrome trace JSON: chrome://tracing or "
+              "https://ui.perfetto.dev)\n", o.timeline);
     }
   }
+  if (o.save) {
+    char path[4096];
+    int bad = 0;
+    if (mkdir(o.save, 0777) != 0 && errno != EEXIST) {
+      fprintf(stderr, "ferry-gpt: --save %s: %s\n", o.save, strerror(errno));
+      bad = 1;
+    } else if (ge ? gpt_weights_save_with(&s, gpt_engine_read, ge, o.save, 2ull << 30, err,
+                                          sizeof err)
+                  : gpt_weights_save(&s, &p, o.save, 2ull << 30, err, sizeof err)) {
+      fprintf(stderr, "ferry-gpt: %s\n", err);
+      bad = 1;
+    } else {
+      snprintf(path, sizeof path, "%.4000s/config.json", o.save);
+      if (write_config_json(path, &cfg)) {
+        fprintf(stderr, "ferry-gpt: cannot write %s\n", path);
+        bad = 1;
+      } else {
+        fprintf(info, "ferry-gpt: saved %s (model safetensors + config.json)\n", o.save);
+      }
+    }
+    if (bad) status = 1;
+  }
+out:
   free(x), free(y);
   gpt_model_free(m);
 #ifdef GPT_HAVE_CUDA
@@ -452,6 +674,7 @@ static int cmd_train(int argc, char **argv) {
     gpt_cuda_resident_free(&cr);
   }
 #endif
+  gpt_engine_free(ge);
   gpt_adamw_free(&opt);
   gpt_resident_free(&r);
   gpt_data_free(&d);

@@ -1,7 +1,8 @@
-/* examples/gpt/weights.c — the model's weights in and out: seeded random
- * init, loading Hugging Face safetensors (one file or a sharded folder;
- * F32/F16/BF16, names checked, shapes and dtypes checked) and saving fp32
- * safetensors, all through the parameter provider, one group at a time.
+/* examples/gpt/weights.c — the model's weights in and out: a per-tensor
+ * source of initial values (seeded random init, or Hugging Face safetensors:
+ * one file or a sharded folder; F32/F16/BF16, names, shapes and dtypes
+ * checked up front), loading through the parameter provider one group at a
+ * time, and saving fp32 safetensors from a per-tensor reader.
  */
 #include "gpt.h"
 
@@ -21,59 +22,6 @@ static float randn(uint64_t *st) {
   double u1 = ((double)(gpt_rand(st) >> 11) + 1.0) / 9007199254740993.0;
   double u2 = (double)(gpt_rand(st) >> 11) / 9007199254740992.0;
   return (float)(sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
-}
-
-int gpt_weights_init(const gpt_schema *s, gpt_provider *p, uint64_t seed) {
-  float resid = 0.02f / sqrtf(2.0f * (float)s->cfg.n_layer);
-  for (int gi = 0; gi < s->n_groups; gi++) {
-    gpt_group_view v;
-    if (p->fetch(p->ctx, gi, GPT_FETCH_WRITE, &v)) return -1;
-    for (int i = s->group_first[gi]; i < s->group_first[gi + 1]; i++) {
-      const gpt_param *q = &s->params[i];
-      float *w = v.w[q->slot];
-      /* one stream per tensor, so a tensor's values do not depend on others */
-      uint64_t st = seed * 0x9E3779B97F4A7C15ull + (uint64_t)i * 0xD1B54A32D192ED03ull;
-      int is_norm = q->ndim == 1 && (strstr(q->name, "ln_") || strstr(q->name, "norm"));
-      int is_bias = ends(q->name, ".bias") && !is_norm;
-      int is_resid = strstr(q->name, "c_proj.weight") || strstr(q->name, "o_proj") ||
-                     strstr(q->name, "down_proj");
-      for (size_t k = 0; k < q->numel; k++) {
-        if (is_norm && ends(q->name, ".weight")) w[k] = 1.0f;
-        else if (is_norm || is_bias) w[k] = 0.0f;
-        else w[k] = randn(&st) * (is_resid ? resid : 0.02f);
-      }
-    }
-    if (p->release(p->ctx, gi, GPT_RELEASE_WRITTEN)) return -1;
-  }
-  return 0;
-}
-
-static float f16_to_f32(uint16_t h) {
-  uint32_t sign = (uint32_t)(h >> 15) << 31, e = (h >> 10) & 0x1f, m = h & 0x3ff, bits;
-  if (e == 0) {
-    if (m == 0) {
-      bits = sign;
-    } else { /* subnormal */
-      int sh = 0;
-      while (!(m & 0x400)) m <<= 1, sh++;
-      m &= 0x3ff;
-      bits = sign | (uint32_t)(127 - 15 + 1 - sh) << 23 | m << 13;
-    }
-  } else if (e == 31) {
-    bits = sign | 0x7f800000u | m << 13;
-  } else {
-    bits = sign | (e - 15 + 127) << 23 | m << 13;
-  }
-  float f;
-  memcpy(&f, &bits, 4);
-  return f;
-}
-
-static float bf16_to_f32(uint16_t h) {
-  uint32_t bits = (uint32_t)h << 16;
-  float f;
-  memcpy(&f, &bits, 4);
-  return f;
 }
 
 static void shape_str(char *b, size_t n, int ndim, const int64_t *sh) {
@@ -96,20 +44,54 @@ static int find_tensor(ferry_safetensors *f, const gpt_schema *s, const char *na
   return -1;
 }
 
-int gpt_weights_load(const gpt_schema *s, gpt_provider *p, const char *path, char *err,
-                     size_t el) {
-  ferry_safetensors *f;
-  if (ferry_safetensors_open(path, &f)) {
-    snprintf(err, el, "%s", ferry_last_error());
+/* GPT-2 style init of param i: one RNG stream per tensor, so a tensor's
+ * values do not depend on the others or on the order they are made in. */
+static void init_tensor(const gpt_schema *s, int i, uint64_t seed, float *w) {
+  const gpt_param *q = &s->params[i];
+  float resid = 0.02f / sqrtf(2.0f * (float)s->cfg.n_layer);
+  uint64_t st = seed * 0x9E3779B97F4A7C15ull + (uint64_t)i * 0xD1B54A32D192ED03ull;
+  int is_norm = q->ndim == 1 && (strstr(q->name, "ln_") || strstr(q->name, "norm"));
+  int is_bias = ends(q->name, ".bias") && !is_norm;
+  int is_resid = strstr(q->name, "c_proj.weight") || strstr(q->name, "o_proj") ||
+                 strstr(q->name, "down_proj");
+  for (size_t k = 0; k < q->numel; k++) {
+    if (is_norm && ends(q->name, ".weight")) w[k] = 1.0f;
+    else if (is_norm || is_bias) w[k] = 0.0f;
+    else w[k] = randn(&st) * (is_resid ? resid : 0.02f);
+  }
+}
+
+struct gpt_weights_src {
+  const gpt_schema *s;
+  uint64_t seed;
+  ferry_safetensors *f; /* NULL: random init */
+  uint16_t *tmp;        /* 16-bit conversion buffer */
+};
+
+enum { SRC_CHUNK = 1 << 16 };
+
+int gpt_weights_src_open(const gpt_schema *s, const char *path, uint64_t seed,
+                         gpt_weights_src **out, char *err, size_t el) {
+  gpt_weights_src *w = calloc(1, sizeof *w);
+  if (!w) {
+    snprintf(err, el, "out of memory");
     return -1;
   }
-  /* check every tensor before touching any weight */
+  w->s = s;
+  w->seed = seed;
+  *out = w;
+  if (!path) return 0;
+  if (ferry_safetensors_open(path, &w->f)) {
+    snprintf(err, el, "%s", ferry_last_error());
+    goto fail;
+  }
+  /* check every tensor before any value is handed out */
   for (int i = 0; i < s->n_params; i++) {
     const gpt_param *q = &s->params[i];
     ferry_st_tensor t;
     size_t idx;
     char want[64], got[64];
-    if (find_tensor(f, s, q->name, &t, &idx)) {
+    if (find_tensor(w->f, s, q->name, &t, &idx)) {
       snprintf(err, el, "%s: tensor '%s' is missing", path, q->name);
       goto fail;
     }
@@ -128,62 +110,109 @@ int gpt_weights_load(const gpt_schema *s, gpt_provider *p, const char *path, cha
       goto fail;
     }
   }
-  enum { CHUNK = 1 << 16 };
-  uint16_t *tmp = malloc(CHUNK * sizeof *tmp);
-  if (!tmp) {
+  w->tmp = malloc(SRC_CHUNK * sizeof *w->tmp);
+  if (!w->tmp) {
     snprintf(err, el, "out of memory");
     goto fail;
   }
+  return 0;
+fail:
+  gpt_weights_src_close(w);
+  *out = NULL;
+  return -1;
+}
+
+void gpt_weights_src_close(gpt_weights_src *w) {
+  if (!w) return;
+  if (w->f) ferry_safetensors_close(w->f);
+  free(w->tmp);
+  free(w);
+}
+
+int gpt_weights_src_fill(gpt_weights_src *w, int i, float *dst, char *err, size_t el) {
+  if (i < 0 || i >= w->s->n_params) {
+    snprintf(err, el, "no parameter %d", i);
+    return -1;
+  }
+  if (!w->f) {
+    init_tensor(w->s, i, w->seed, dst);
+    return 0;
+  }
+  const gpt_param *q = &w->s->params[i];
+  ferry_st_tensor t;
+  size_t idx;
+  find_tensor(w->f, w->s, q->name, &t, &idx); /* checked at open */
+  int rc = 0;
+  if (t.dtype == FERRY_ST_F32) {
+    rc = ferry_safetensors_read(w->f, idx, 0, dst, q->numel * sizeof(float));
+  } else {
+    for (size_t at = 0; !rc && at < q->numel; at += SRC_CHUNK) {
+      size_t n = q->numel - at < SRC_CHUNK ? q->numel - at : SRC_CHUNK;
+      rc = ferry_safetensors_read(w->f, idx, at * 2, w->tmp, n * 2);
+      for (size_t k = 0; !rc && k < n; k++)
+        dst[at + k] = t.dtype == FERRY_ST_F16 ? gpt_f16_to_f32(w->tmp[k]) : gpt_bf16_to_f32(w->tmp[k]);
+    }
+  }
+  if (rc) {
+    snprintf(err, el, "%s", ferry_safetensors_last_error(w->f));
+    return -1;
+  }
+  return 0;
+}
+
+/* Every group written through the provider from the source. */
+static int fill_provider(const gpt_schema *s, gpt_provider *p, gpt_weights_src *w, char *err,
+                         size_t el) {
   for (int gi = 0; gi < s->n_groups; gi++) {
     gpt_group_view v;
     if (p->fetch(p->ctx, gi, GPT_FETCH_WRITE, &v)) {
       snprintf(err, el, "fetch of group %d failed", gi);
-      free(tmp);
-      goto fail;
+      return -1;
     }
-    for (int i = s->group_first[gi]; i < s->group_first[gi + 1]; i++) {
-      const gpt_param *q = &s->params[i];
-      ferry_st_tensor t;
-      size_t idx;
-      find_tensor(f, s, q->name, &t, &idx);
-      float *w = v.w[q->slot];
-      int rc = 0;
-      if (t.dtype == FERRY_ST_F32) {
-        rc = ferry_safetensors_read(f, idx, 0, w, q->numel * sizeof(float));
-      } else {
-        for (size_t at = 0; !rc && at < q->numel; at += CHUNK) {
-          size_t n = q->numel - at < CHUNK ? q->numel - at : CHUNK;
-          rc = ferry_safetensors_read(f, idx, at * 2, tmp, n * 2);
-          for (size_t k = 0; !rc && k < n; k++)
-            w[at + k] = t.dtype == FERRY_ST_F16 ? f16_to_f32(tmp[k]) : bf16_to_f32(tmp[k]);
-        }
-      }
-      if (rc) {
-        snprintf(err, el, "%s", ferry_safetensors_last_error(f));
-        p->release(p->ctx, gi, GPT_RELEASE_WRITTEN);
-        free(tmp);
-        goto fail;
-      }
-    }
-    if (p->release(p->ctx, gi, GPT_RELEASE_WRITTEN)) {
+    int rc = 0;
+    for (int i = s->group_first[gi]; !rc && i < s->group_first[gi + 1]; i++)
+      rc = gpt_weights_src_fill(w, i, v.w[s->params[i].slot], err, el);
+    if (p->release(p->ctx, gi, GPT_RELEASE_WRITTEN) && !rc) {
       snprintf(err, el, "release of group %d failed", gi);
-      free(tmp);
-      goto fail;
+      rc = -1;
     }
+    if (rc) return -1;
   }
-  free(tmp);
-  ferry_safetensors_close(f);
   return 0;
-fail:
-  ferry_safetensors_close(f);
-  return -1;
 }
 
-int gpt_weights_save(const gpt_schema *s, gpt_provider *p, const char *path, uint64_t max_shard,
-                     char *err, size_t el) {
+int gpt_weights_init(const gpt_schema *s, gpt_provider *p, uint64_t seed) {
+  char err[256];
+  gpt_weights_src *w;
+  if (gpt_weights_src_open(s, NULL, seed, &w, err, sizeof err)) return -1;
+  int rc = fill_provider(s, p, w, err, sizeof err);
+  gpt_weights_src_close(w);
+  return rc;
+}
+
+int gpt_weights_load(const gpt_schema *s, gpt_provider *p, const char *path, char *err,
+                     size_t el) {
+  gpt_weights_src *w;
+  if (gpt_weights_src_open(s, path, 0, &w, err, el)) return -1;
+  int rc = fill_provider(s, p, w, err, el);
+  gpt_weights_src_close(w);
+  return rc;
+}
+
+int gpt_weights_save_with(const gpt_schema *s, gpt_weights_read_fn read, void *user,
+                          const char *path, uint64_t max_shard, char *err, size_t el) {
+  size_t most = 1;
+  for (int i = 0; i < s->n_params; i++)
+    if (s->params[i].numel > most) most = s->params[i].numel;
+  float *buf = malloc(most * sizeof *buf); /* one tensor at a time */
   ferry_safetensors_writer *w;
+  if (!buf) {
+    snprintf(err, el, "out of memory");
+    return -1;
+  }
   if (ferry_safetensors_writer_create(path, max_shard, &w)) {
     snprintf(err, el, "%s", ferry_last_error());
+    free(buf);
     return -1;
   }
   int rc = ferry_safetensors_writer_metadata(w, "format", "pt");
@@ -193,17 +222,37 @@ int gpt_weights_save(const gpt_schema *s, gpt_provider *p, const char *path, uin
   const char *next;
   while (!rc && (next = ferry_safetensors_writer_next(w))) {
     const gpt_param *q = gpt_schema_find(s, next);
-    gpt_group_view v;
-    if (!q || p->fetch(p->ctx, q->group, GPT_FETCH_FORWARD, &v)) {
-      snprintf(err, el, "%s: cannot fetch '%s'", path, next);
+    if (!q || read(user, (int)(q - s->params), buf)) {
+      snprintf(err, el, "%s: cannot read '%s'", path, next);
       ferry_safetensors_writer_destroy(w);
+      free(buf);
       return -1;
     }
-    rc = ferry_safetensors_writer_write(w, next, v.w[q->slot], q->numel * sizeof(float));
-    p->release(p->ctx, q->group, GPT_RELEASE_FORWARD);
+    rc = ferry_safetensors_writer_write(w, next, buf, q->numel * sizeof(float));
   }
   if (!rc) rc = ferry_safetensors_writer_finish(w);
   if (rc) snprintf(err, el, "%s", ferry_safetensors_writer_last_error(w));
   ferry_safetensors_writer_destroy(w);
+  free(buf);
   return rc ? -1 : 0;
+}
+
+typedef struct {
+  const gpt_schema *s;
+  gpt_provider *p;
+} provider_reader;
+
+static int read_through_provider(void *user, int i, float *dst) {
+  provider_reader *r = user;
+  const gpt_param *q = &r->s->params[i];
+  gpt_group_view v;
+  if (r->p->fetch(r->p->ctx, q->group, GPT_FETCH_FORWARD, &v)) return -1;
+  memcpy(dst, v.w[q->slot], q->numel * sizeof(float));
+  return r->p->release(r->p->ctx, q->group, GPT_RELEASE_FORWARD);
+}
+
+int gpt_weights_save(const gpt_schema *s, gpt_provider *p, const char *path, uint64_t max_shard,
+                     char *err, size_t el) {
+  provider_reader r = {s, p};
+  return gpt_weights_save_with(s, read_through_provider, &r, path, max_shard, err, el);
 }

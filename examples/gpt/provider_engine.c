@@ -1,0 +1,295 @@
+/* examples/gpt/provider_engine.c — the parameter provider over a ferry
+ * engine: registration of the schema (one group per block, embeddings and
+ * head), initial values through the init callback, fetch/release/grads
+ * ready per group on one stream, and the per-group fp32 scratch that lets
+ * the fp32 CPU model run over bf16 / fp16 engine params.
+ */
+#include "gpt.h"
+
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { DT_F32 = 0, DT_F16 = 1, DT_BF16 = 2 };
+enum { SLOT_EMB = 0, SLOT_OTHER = 1, NSLOTS = 2 };
+
+struct gpt_engine {
+  const gpt_schema *s;
+  ferry_engine *e;
+  ferry_stream *st;
+  int dtype, micro;
+  gpt_weights_src *src; /* during finalize */
+  int init_failed;
+  void **dw, **dg;  /* per param: device pointers of the current fetch */
+  size_t *goff;     /* per param: offset within its group */
+  int *fetched;     /* per group: fetches not yet released */
+  int *grads_open;  /* per group: grads taking contributions in this micro-batch */
+  /* 16-bit params: fp32 scratch slots, weights [0, cap) then grads [cap, 2 cap) */
+  float *scratch[NSLOTS];
+  size_t cap[NSLOTS];
+  int owner[NSLOTS]; /* group in the slot, or -1 */
+  int valid[NSLOTS]; /* the slot's weights equal the owner's params (no step since) */
+  char err[768];
+};
+
+__attribute__((format(printf, 2, 3))) static int fail(gpt_engine *ge, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(ge->err, sizeof ge->err, fmt, ap);
+  va_end(ap);
+  return -1;
+}
+
+static int slot_of(int group) { return group == 0 ? SLOT_EMB : SLOT_OTHER; }
+
+static int init_cb(void *user, const char *name, float *values, size_t count) {
+  gpt_engine *ge = user;
+  const gpt_param *q = gpt_schema_find(ge->s, name);
+  if (!q || q->numel != count) {
+    fail(ge, "init: '%s' is not a tensor of the model", name);
+    ge->init_failed = 1;
+    return -1;
+  }
+  char err[512];
+  if (gpt_weights_src_fill(ge->src, (int)(q - ge->s->params), values, err, sizeof err)) {
+    fail(ge, "init of '%s': %s", name, err);
+    ge->init_failed = 1;
+    return -1;
+  }
+  return 0;
+}
+
+static int config_int(const ferry_config *cfg, const char *key, long *out) {
+  char b[64];
+  if (ferry_config_get(cfg, key, b, sizeof b)) return -1;
+  char *end;
+  *out = strtol(b, &end, 10);
+  return *end ? -1 : 0;
+}
+
+int gpt_engine_create(const gpt_schema *s, const ferry_config *cfg, ferry_device *dev,
+                      gpt_weights_src *src, gpt_engine **out, char *err, size_t el) {
+  *out = NULL;
+  gpt_engine *ge = calloc(1, sizeof *ge);
+  if (!ge) return snprintf(err, el, "out of memory"), -1;
+  ge->s = s;
+  ge->src = src;
+  char prec[32];
+  long micro = 1;
+  if (ferry_config_get(cfg, "precision.params", prec, sizeof prec) ||
+      config_int(cfg, "grad_accumulation", &micro)) {
+    snprintf(err, el, "engine config: %s", ferry_config_last_error(cfg));
+    gpt_engine_free(ge);
+    return -1;
+  }
+  ge->dtype = !strcmp(prec, "fp32") ? DT_F32 : !strcmp(prec, "fp16") ? DT_F16 : DT_BF16;
+  ge->micro = (int)micro;
+  int rc = ferry_engine_create(cfg, dev, &ge->e);
+  if (rc) {
+    snprintf(err, el, "%s", ferry_last_error());
+    gpt_engine_free(ge);
+    return -1;
+  }
+  ferry_device_info di;
+  if (ferry_device_get_info(ferry_engine_device(ge->e), &di) || !di.emulated) {
+    snprintf(err, el, "the engine's device is %s, but the CPU model reads its params in host "
+             "memory: set device = \"host\" (the CUDA model is not wired to the engine yet)",
+             di.name);
+    gpt_engine_free(ge);
+    return -1;
+  }
+  size_t np = (size_t)s->n_params, ng = (size_t)s->n_groups;
+  ge->dw = calloc(np, sizeof *ge->dw);
+  ge->dg = calloc(np, sizeof *ge->dg);
+  ge->goff = calloc(np, sizeof *ge->goff);
+  ge->fetched = calloc(ng, sizeof *ge->fetched);
+  ge->grads_open = calloc(ng, sizeof *ge->grads_open);
+  if (!ge->dw || !ge->dg || !ge->goff || !ge->fetched || !ge->grads_open) {
+    snprintf(err, el, "out of memory");
+    gpt_engine_free(ge);
+    return -1;
+  }
+  for (int g = 0; g < s->n_groups; g++) {
+    size_t n = 0;
+    for (int i = s->group_first[g]; i < s->group_first[g + 1]; i++) {
+      ge->goff[i] = n;
+      n += s->params[i].numel;
+    }
+    if (n > ge->cap[slot_of(g)]) ge->cap[slot_of(g)] = n;
+  }
+  for (int k = 0; k < NSLOTS; k++) {
+    ge->owner[k] = -1;
+    if (ge->dtype == DT_F32 || !ge->cap[k]) continue;
+    ge->scratch[k] = malloc(2 * ge->cap[k] * sizeof(float));
+    if (!ge->scratch[k]) {
+      snprintf(err, el, "out of memory for the fp32 scratch (%zu floats)", 2 * ge->cap[k]);
+      gpt_engine_free(ge);
+      return -1;
+    }
+  }
+  for (int i = 0; i < s->n_params && !rc; i++) {
+    const gpt_param *q = &s->params[i];
+    rc = ferry_param_register(ge->e, q->name, q->shape, q->ndim, q->group, NULL, init_cb, ge);
+  }
+  if (!rc) rc = ferry_engine_finalize(ge->e);
+  ge->src = NULL;
+  if (!rc) rc = ferry_stream_create(ferry_engine_device(ge->e), &ge->st);
+  if (rc) {
+    snprintf(err, el, "%s", ge->init_failed ? ge->err : ferry_engine_last_error(ge->e));
+    gpt_engine_free(ge);
+    return -1;
+  }
+  *out = ge;
+  return 0;
+}
+
+void gpt_engine_free(gpt_engine *ge) {
+  if (!ge) return;
+  if (ge->st) ferry_stream_destroy(ge->st);
+  ferry_engine_destroy(ge->e);
+  for (int k = 0; k < NSLOTS; k++) free(ge->scratch[k]);
+  free(ge->dw), free(ge->dg), free(ge->goff), free(ge->fetched), free(ge->grads_open);
+  free(ge);
+}
+
+ferry_engine *gpt_engine_handle(gpt_engine *ge) { return ge->e; }
+int gpt_engine_micro_batches(const gpt_engine *ge) { return ge->micro; }
+
+size_t gpt_engine_scratch_bytes(const gpt_engine *ge) {
+  size_t b = 0;
+  for (int k = 0; k < NSLOTS; k++)
+    if (ge->scratch[k]) b += 2 * ge->cap[k] * sizeof(float);
+  return b;
+}
+
+int gpt_engine_step(gpt_engine *ge, ferry_step_info *info) {
+  for (int k = 0; k < NSLOTS; k++) ge->valid[k] = 0;
+  return ferry_step(ge->e, info);
+}
+
+int gpt_engine_read(void *user, int i, float *dst) {
+  gpt_engine *ge = user;
+  const gpt_param *q = &ge->s->params[i];
+  return ferry_param_read(ge->e, q->name, dst, q->numel);
+}
+
+static int eng_err(gpt_engine *ge, const char *op, int group) {
+  return fail(ge, "%s of group %d: %s", op, group, ferry_engine_last_error(ge->e));
+}
+
+static int ep_fetch(void *ctx, int group, gpt_fetch_mode mode, gpt_group_view *out) {
+  gpt_engine *ge = ctx;
+  const gpt_schema *s = ge->s;
+  if (group < 0 || group >= s->n_groups) return fail(ge, "fetch: no group %d", group);
+  if (mode == GPT_FETCH_WRITE)
+    return fail(ge, "fetch for writing: the engine takes initial values at finalize "
+                "(gpt_weights_src)");
+  int back = mode == GPT_FETCH_BACKWARD, direct = ge->dtype == DT_F32;
+  int k = slot_of(group), first = s->group_first[group], last = s->group_first[group + 1];
+  int o = ge->owner[k];
+  if (!direct && o >= 0 && o != group && (ge->fetched[o] > 0 || ge->grads_open[o]))
+    return fail(ge, "fetch of group %d: group %d still holds the fp32 scratch", group, o);
+  if (ferry_fetch(ge->e, group, ge->st)) return eng_err(ge, "fetch", group);
+  for (int i = first; i < last; i++)
+    if (ferry_param_device(ge->e, s->params[i].name, &ge->dw[i],
+                           direct && back ? &ge->dg[i] : NULL))
+      return eng_err(ge, "fetch", group);
+  /* the fetch (and the grad buffers' zeroing) are ordered on the stream;
+   * the model computes here, on this thread */
+  if (ferry_stream_synchronize(ge->st))
+    return fail(ge, "fetch of group %d: stream: %s", group,
+                ferry_device_last_error(ferry_engine_device(ge->e)));
+  memset(out, 0, sizeof *out);
+  if (direct) {
+    for (int i = first; i < last; i++) {
+      out->w[s->params[i].slot] = ge->dw[i];
+      out->g[s->params[i].slot] = back ? ge->dg[i] : NULL;
+    }
+  } else {
+    float *w = ge->scratch[k], *g = w + ge->cap[k];
+    if (ge->owner[k] != group || !ge->valid[k]) {
+      for (int i = first; i < last; i++) {
+        const uint16_t *src = ge->dw[i];
+        float *dst = w + ge->goff[i];
+        size_t n = s->params[i].numel;
+        if (ge->dtype == DT_BF16)
+          for (size_t j = 0; j < n; j++) dst[j] = gpt_bf16_to_f32(src[j]);
+        else
+          for (size_t j = 0; j < n; j++) dst[j] = gpt_f16_to_f32(src[j]);
+      }
+      ge->owner[k] = group;
+      ge->valid[k] = 1;
+    }
+    if (back && !ge->grads_open[group]) /* the model adds into its grads */
+      memset(g, 0, (ge->goff[last - 1] + s->params[last - 1].numel) * sizeof *g);
+    for (int i = first; i < last; i++) {
+      out->w[s->params[i].slot] = w + ge->goff[i];
+      out->g[s->params[i].slot] = back ? g + ge->goff[i] : NULL;
+    }
+  }
+  if (back) ge->grads_open[group] = 1;
+  ge->fetched[group]++;
+  return 0;
+}
+
+/* 16-bit params: the fp32 grads of the scratch, times the loss scale, into
+ * the engine's grad buffers (param dtype). */
+static int hand_in_scratch(gpt_engine *ge, int group) {
+  const gpt_schema *s = ge->s;
+  int k = slot_of(group), first = s->group_first[group], last = s->group_first[group + 1];
+  for (int i = first; i < last; i++)
+    if (ferry_param_device(ge->e, s->params[i].name, NULL, &ge->dg[i]))
+      return eng_err(ge, "grads", group);
+  if (ferry_stream_synchronize(ge->st)) /* the buffers' zeroing is on the stream */
+    return fail(ge, "grads of group %d: stream: %s", group,
+                ferry_device_last_error(ferry_engine_device(ge->e)));
+  const float *g = ge->scratch[k] + ge->cap[k];
+  float scale = ferry_loss_scale(ge->e);
+  for (int i = first; i < last; i++) {
+    uint16_t *dst = ge->dg[i];
+    const float *src = g + ge->goff[i];
+    size_t n = s->params[i].numel;
+    if (ge->dtype == DT_BF16)
+      for (size_t j = 0; j < n; j++) dst[j] = gpt_f32_to_bf16(src[j] * scale);
+    else
+      for (size_t j = 0; j < n; j++) dst[j] = gpt_f32_to_f16(src[j] * scale);
+  }
+  return 0;
+}
+
+static int ep_release(void *ctx, int group, gpt_release_mode mode) {
+  gpt_engine *ge = ctx;
+  if (group < 0 || group >= ge->s->n_groups || ge->fetched[group] <= 0)
+    return fail(ge, "release of group %d, which is not fetched", group);
+  if (mode == GPT_RELEASE_WRITTEN)
+    return fail(ge, "release after writing: the engine provider is not written to");
+  if (mode == GPT_RELEASE_GRADS) {
+    /* the group's last contribution of this micro-batch: hand it in once */
+    if (!ge->grads_open[group])
+      return fail(ge, "grads of group %d released without a backward fetch", group);
+    if (ge->dtype != DT_F32 && hand_in_scratch(ge, group)) return -1;
+    if (ferry_grads_ready(ge->e, group, ge->st)) return eng_err(ge, "grads ready", group);
+    ge->grads_open[group] = 0;
+  }
+  /* GPT_RELEASE_PARTIAL: the grads stay open (the engine keeps the group's
+   * grad buffer, the scratch keeps its fp32 grads) for the last fetch */
+  if (ferry_release(ge->e, group, ge->st)) return eng_err(ge, "release", group);
+  ge->fetched[group]--;
+  return 0;
+}
+
+static int ep_zero(void *ctx) {
+  gpt_engine *ge = ctx;
+  /* the engine zeroes its grads itself (per micro-batch buffers, and the
+   * fp32 accumulators at each step); nothing may be open between passes */
+  for (int g = 0; g < ge->s->n_groups; g++)
+    if (ge->grads_open[g]) return fail(ge, "zero grads: group %d's grads were never handed in", g);
+  return 0;
+}
+
+static const char *ep_err(void *ctx) { return ((gpt_engine *)ctx)->err; }
+
+gpt_provider gpt_engine_provider(gpt_engine *ge) {
+  gpt_provider p = {ge, ep_fetch, ep_release, ep_zero, ep_err};
+  return p;
+}
