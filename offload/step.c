@@ -181,10 +181,13 @@ static int step_group(ferry_engine *e, uint32_t i, uint32_t next, float gscale) 
   return rc;
 }
 
-/* Ends the update of groups [a, b] (e->mu held). */
+/* Ends the update of groups [a, b] (e->mu held): those queued and done
+ * (updated or failed). A group of the unit queued while the unit committed
+ * is still to be updated: it stays queued, so its fetches keep waiting. */
 static void finish_groups(ferry_engine *e, uint32_t a, uint32_t b) {
   for (uint32_t g = a; g <= b; g++) {
     if (!e->groups[g].step_queued) continue;
+    if (!e->groups[g].updated && !e->groups[g].failed) continue;
     e->groups[g].step_queued = 0;
     e->groups[g].updated = 0;
     e->step_pending--;
@@ -204,20 +207,22 @@ static int after_update(ferry_engine *e, uint32_t g, int rc) {
     gr->failed = rc;
     if (!e->step_status) e->step_status = rc;
   }
+  if (!rc) gr->updated = 1;
   if (e->param_home == FERRY_TIER_DEVICE) {
     finish_groups(e, g, g);
     pthread_mutex_unlock(&e->mu);
     return rc;
   }
-  if (!rc) gr->updated = 1;
   uint32_t a = gr->unit_first, b = gr->unit_last;
-  for (uint32_t k = a; k <= b; k++)
-    if (e->groups[k].step_queued && !e->groups[k].updated && !e->groups[k].failed) {
-      pthread_mutex_unlock(&e->mu);
-      return rc; /* the last of the unit commits it */
-    }
-  for (;;) { /* wait until the loop holds none of the unit */
-    int held = 0;
+  for (;;) {
+    /* the last of the unit commits it; checked again after each wait: the
+     * loop queues a group of the unit when it releases it */
+    for (uint32_t k = a; k <= b; k++)
+      if (e->groups[k].step_queued && !e->groups[k].updated && !e->groups[k].failed) {
+        pthread_mutex_unlock(&e->mu);
+        return rc;
+      }
+    int held = 0; /* wait until the loop holds none of the unit */
     for (uint32_t k = a; k <= b; k++) held |= e->groups[k].fetched != 0;
     if (!held || e->stop) break;
     pthread_cond_wait(&e->cv_step, &e->mu);

@@ -116,9 +116,7 @@ static void test_swap_faults(void) {
       int same = !memcmp(got.loss, clean.loss, sizeof clean.loss) &&
                  !memcmp(got.params, clean.params, sizeof clean.params);
       printf("  %d failed step(s), after the retry %s\n", n, same ? "bit-identical" : "DIFFERENT");
-      /* KNOWN ISSUE (docs/RELIABILITY.md): with updates during backward, about
-       * 1 run in 40 ends different after the retry; the other mode holds */
-      if (s == 1) EXPECT(same);
+      EXPECT(same);
       /* a read failure fails the step, unless it hit a prefetch that
        * completed before anyone waited: the demand fetch then reads the
        * chunk again, which must give the fault-free run */
