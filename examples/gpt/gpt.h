@@ -215,6 +215,14 @@ int gpt_engine_step(gpt_engine *ge, ferry_step_info *info);
 int gpt_engine_read(void *ge, int param, float *dst);
 /* Bytes of fp32 scratch the provider holds. */
 size_t gpt_engine_scratch_bytes(const gpt_engine *ge);
+/* ferry_checkpoint_save into dir (made when missing, parents too) keeping
+ * the newest `keep` (0 = all); ferry_checkpoint_load of path, after which
+ * the fp32 scratch no longer mirrors the params. 0, or the ferry status
+ * with the engine's message in err. */
+int gpt_engine_save(gpt_engine *ge, const char *dir, const void *blob, size_t len, int keep,
+                    char *err, size_t errlen);
+int gpt_engine_load(gpt_engine *ge, const char *path, void *blob, size_t cap, size_t *len,
+                    char *err, size_t errlen);
 
 /* ---- the CPU model --------------------------------------------------------------- */
 
@@ -298,5 +306,59 @@ static inline uint64_t gpt_rand(uint64_t *s) {
   z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
   return z ^ (z >> 31);
 }
+
+/* ---- exact resume (resume.c) ----------------------------------------------------------
+ * `ferry-gpt train --engine --save-every N` puts this fixed-layout struct
+ * (native byte order, no padding) into each engine checkpoint as its blob
+ * (user.bin): with the engine's own state (params, masters, optimizer
+ * states, step count, loss scaler) it is everything the next step needs, so
+ * a resumed run is bit-identical to an uninterrupted one. The fingerprint
+ * (num[], engine[]) must equal the resuming run's, or the resume is refused
+ * naming every difference. A change of layout or meaning bumps the version. */
+#define GPT_RESUME_MAGIC 0x3153455254504746ull /* "FGPTRES1" in little-endian bytes */
+#define GPT_RESUME_VERSION 1u
+#define GPT_RESUME_SUBDIR "checkpoints"        /* under --save DIR */
+enum {
+  GPT_RS_SEED = 0, GPT_RS_FAMILY, GPT_RS_VOCAB, GPT_RS_D_MODEL, GPT_RS_N_LAYER, GPT_RS_N_HEAD,
+  GPT_RS_N_KV_HEAD, GPT_RS_D_FF, GPT_RS_MAX_SEQ, GPT_RS_NORM_EPS, GPT_RS_ROPE_THETA,
+  GPT_RS_TIED, GPT_RS_BATCH, GPT_RS_SEQ, GPT_RS_DATA_BYTES, GPT_RS_DATA_TOKENS,
+  GPT_RS_DATA_HASH, GPT_RS_TOK_VOCAB, GPT_RS_TOK_HASH,
+  GPT_RESUME_NUM = 20 /* one spare, zero */
+};
+enum { GPT_RESUME_KEYS = 13, GPT_RESUME_KEYLEN = 64 };
+typedef struct {
+  uint64_t magic;    /* GPT_RESUME_MAGIC */
+  uint32_t version;  /* GPT_RESUME_VERSION */
+  uint32_t size;     /* sizeof(gpt_resume_state) */
+  int64_t next_step; /* the first step a resumed run takes (steps done + 1) */
+  uint64_t data_rng; /* the batch sampler's state (gpt_data.rng) after steps done */
+  int64_t num[GPT_RESUME_NUM]; /* seed, model config (floats as bits), batch, seq, data size,
+                                  tokens and FNV-1a hash, tokenizer ids and hash (GPT_RS_*) */
+  char data_name[128];         /* the data file's name, for messages only */
+  char engine[GPT_RESUME_KEYS][GPT_RESUME_KEYLEN]; /* values of the engine keys that change
+                                                      the numbers (resume.c lists them) */
+} gpt_resume_state;
+
+/* This run's state at step 0 (next_step 0 and data_rng 0: the caller sets
+ * them before a save). fc: the final engine config. 0, or -1 and err. */
+int gpt_resume_fingerprint(gpt_resume_state *r, const gpt_config *c, int batch, int seq,
+                           uint64_t seed, const char *data_path, const gpt_data *d,
+                           const gpt_tokenizer *tok, const ferry_config *fc, char *err,
+                           size_t errlen);
+/* Checks a checkpoint's blob (len bytes) against `now`: size, magic,
+ * version, then every fingerprint field. 0 and *out (may be NULL); -1 for
+ * a blob that is not a resume state of this version; -2 when settings
+ * differ, every difference named in err. */
+int gpt_resume_check(const void *blob, size_t len, const gpt_resume_state *now,
+                     gpt_resume_state *out, char *err, size_t errlen);
+/* The checkpoint `dir` names: a step-<digits> folder itself, else the
+ * newest step-* of dir/checkpoints (a --save folder) or of dir. 0 with the
+ * folder and its step, or -1 and err (missing, not a folder, none there). */
+int gpt_resume_find(const char *dir, char *folder, size_t cap, int64_t *step, char *err,
+                    size_t errlen);
+/* Reads folder/user.bin (the blob) before the engine load, so settings that
+ * differ are named before the engine compares tensors. 0, or -1 when it
+ * cannot be read; *len > cap when it is larger than cap (nothing copied). */
+int gpt_resume_peek(const char *folder, void *blob, size_t cap, size_t *len);
 
 #endif

@@ -32,6 +32,7 @@ static const char *k_train_help =
     "                    [--weight-decay WD] [--seed K] [--save DIR] [--checkpoint]\n"
     "                    [--tokenizer DIR] [--threads N] [--device cpu|cuda] [--json]\n"
     "                    [--set KEY=VALUE]... [--timeline FILE]\n"
+    "                    [--save-every N [--keep K]] [--resume DIR]\n"
     "\n"
     "DESCRIPTION\n"
     "    Trains a decoder-only transformer with AdamW on next-token prediction. Batches of\n"
@@ -76,6 +77,24 @@ static const char *k_train_help =
     "    --seed K              seed of the init and the batch sampler (default 1).\n"
     "    --save DIR            write DIR/model.safetensors (fp32, Hugging Face names) and\n"
     "                          DIR/config.json at the end.\n"
+    "    --save-every N        with --engine and --save DIR: after every N-th step write an\n"
+    "                          engine checkpoint into DIR/checkpoints/step-<12 digits>/\n"
+    "                          (params, fp32 master weights, optimizer states, step count,\n"
+    "                          loss scaler, and this trainer's state: the next step, the\n"
+    "                          batch sampler's RNG state and a fingerprint of the run),\n"
+    "                          atomically; a killed save leaves the older ones intact.\n"
+    "    --keep K              with --save-every: keep the newest K checkpoints (default 2;\n"
+    "                          0 = all).\n"
+    "    --resume DIR          with --engine: continue from the newest checkpoint of DIR (a\n"
+    "                          --save folder, its checkpoints/ folder, or one step-* folder)\n"
+    "                          up to --steps in total; the steps that follow equal an\n"
+    "                          uninterrupted run bit for bit. Refused, naming each\n"
+    "                          difference, when the seed, model, --batch, --seq, data,\n"
+    "                          tokenizer or an engine key that changes the numbers\n"
+    "                          (optimizer.*, precision.*, clip_grad_norm, grad_accumulation)\n"
+    "                          differ from the saving run; placement, tiers and chunk size\n"
+    "                          may change. The weights come from the checkpoint (--weights\n"
+    "                          is ignored). Pass --save-every again to keep saving.\n"
     "    --checkpoint          activation checkpointing: keep only block inputs and\n"
     "                          recompute each block in the backward pass.\n"
     "    --tokenizer DIR       GPT-2 BPE from DIR/vocab.json and DIR/merges.txt (default:\n"
@@ -88,7 +107,9 @@ static const char *k_train_help =
     "    --json                one JSON object per step instead of the progress line:\n"
     "                          {\"step\", \"loss\", \"tokens_per_s\", \"peak_bytes\": {\"gpu\",\n"
     "                          \"host\", \"nvme\"}, \"stall_pct\"}, then one with \"final\": true\n"
-    "                          and totals (with --engine also \"bytes_moved\").\n"
+    "                          and totals (\"steps\" this process ran from \"first_step\";\n"
+    "                          with --engine also \"bytes_moved\"). Losses print as %.9g:\n"
+    "                          every bit of the fp32 value.\n"
     "    -h, --help            this text.\n"
     "\n"
     "EXAMPLES\n"
@@ -97,9 +118,15 @@ static const char *k_train_help =
     "        --steps 200 --batch 8 --seq 256 --lr 1e-3 --save out/\n"
     "    ferry-gpt train --model small --data /usr/share/common-licenses/GPL-3 \\\n"
     "        --engine examples/configs/offload-nvme.cfg --steps 30 --timeline build/gpt.json\n"
+    "    # checkpoint every 50 steps; after a crash the same command with --resume goes on\n"
+    "    ferry-gpt train --model small --data corpus.txt --engine examples/configs/resident.cfg \\\n"
+    "        --steps 1000 --save out/ --save-every 50 --keep 3\n"
+    "    ferry-gpt train --model small --data corpus.txt --engine examples/configs/resident.cfg \\\n"
+    "        --steps 1000 --save out/ --save-every 50 --keep 3 --resume out/\n"
     "\n"
     "EXIT STATUS\n"
-    "    0 on success, 1 on a runtime failure, 2 on bad usage.\n";
+    "    0 on success, 1 on a runtime failure (also: no checkpoint in --resume DIR, a damaged\n"
+    "    one), 2 on bad usage (also: --resume with settings other than the checkpoint's).\n";
 
 static const char *k_sample_help =
     "NAME\n"
@@ -236,15 +263,16 @@ static uint64_t peak_rss(void) {
 
 enum { O_MODEL = 256, O_WEIGHTS, O_DATA, O_ENGINE, O_STEPS, O_BATCH, O_SEQ, O_LR, O_WD, O_SEED,
        O_SAVE, O_JSON, O_CKPT, O_TOK, O_THREADS, O_PROMPT, O_TOKENS, O_TEMP, O_DEVICE, O_SET,
-       O_TIMELINE };
+       O_TIMELINE, O_SAVE_EVERY, O_KEEP, O_RESUME };
 
 enum { MAX_SETS = 32 };
 
 /* Everything `train` is told. A new flag is a field here, an entry in
  * k_train_opts and a case in parse_train. */
 typedef struct {
-  const char *model, *weights, *data, *engine, *save, *tokdir, *timeline;
+  const char *model, *weights, *data, *engine, *save, *tokdir, *timeline, *resume;
   int steps, batch, seq, json, ckpt, threads, cuda;
+  int save_every, keep, keep_given; /* checkpoints: every N steps into save/checkpoints */
   float lr, wd;
   int lr_given, wd_given;
   uint64_t seed;
@@ -259,6 +287,7 @@ static const struct option k_train_opts[] = {
     {"seed", 1, 0, O_SEED},       {"save", 1, 0, O_SAVE},         {"json", 0, 0, O_JSON},
     {"checkpoint", 0, 0, O_CKPT}, {"tokenizer", 1, 0, O_TOK},     {"threads", 1, 0, O_THREADS},
     {"device", 1, 0, O_DEVICE},   {"set", 1, 0, O_SET},           {"timeline", 1, 0, O_TIMELINE},
+    {"save-every", 1, 0, O_SAVE_EVERY}, {"keep", 1, 0, O_KEEP}, {"resume", 1, 0, O_RESUME},
     {"help", 0, 0, 'h'},          {0, 0, 0, 0}};
 
 /* 0: parsed; 1: --help printed. Bad usage exits 2. */
@@ -269,6 +298,7 @@ static int parse_train(int argc, char **argv, train_opts *o) {
   o->lr = 3e-4f;
   o->wd = 0.1f;
   o->seed = 1;
+  o->keep = 2;
   int c;
   optind = 1;
   while ((c = getopt_long(argc, argv, "h", k_train_opts, NULL)) != -1) {
@@ -298,6 +328,9 @@ static int parse_train(int argc, char **argv, train_opts *o) {
       o->set[o->nset++] = optarg;
       break;
     case O_TIMELINE: o->timeline = optarg; break;
+    case O_SAVE_EVERY: o->save_every = parse_int(optarg, "--save-every", 1, 100000000); break;
+    case O_KEEP: o->keep = parse_int(optarg, "--keep", 0, 1000000), o->keep_given = 1; break;
+    case O_RESUME: o->resume = optarg; break;
     case 'h': fputs(k_train_help, stdout); return 1;
     default: die_usage("bad option for train");
     }
@@ -306,6 +339,13 @@ static int parse_train(int argc, char **argv, train_opts *o) {
   if (!o->model) die_usage("train needs --model");
   if (!o->data) die_usage("train needs --data");
   if (!o->engine && (o->nset || o->timeline)) die_usage("--set and --timeline need --engine");
+  if (!o->engine && (o->save_every || o->resume))
+    die_usage("--save-every and --resume need --engine (checkpoints hold the engine's state: "
+              "params, master weights, optimizer states)");
+  if (o->save_every && !o->save)
+    die_usage("--save-every needs --save DIR (checkpoints go to DIR/" GPT_RESUME_SUBDIR ")");
+  if (o->keep_given && !o->save_every) die_usage("--keep needs --save-every");
+  if (o->resume && !o->resume[0]) die_usage("--resume wants a folder");
   if (o->engine && o->cuda)
     die_usage("--device cuda runs the pre-engine path only (no --engine yet)");
   return 0;
@@ -461,11 +501,40 @@ static int cmd_train(int argc, char **argv) {
   gpt_adamw opt = {0};
   gpt_engine *ge = NULL;
   gpt_provider p;
-  int micro = 1;
+  int micro = 1, start = 1;
+  gpt_resume_state rs; /* this run's fingerprint; saved with each checkpoint */
+  char ck_folder[4096] = "", ck_dir[4200] = "";
+  int64_t ck_step = 0;
   if (fc) {
     describe_engine(fc, &s, info);
+    if (gpt_resume_fingerprint(&rs, &cfg, batch, seq, o.seed, o.data, &d, tok, fc, err,
+                               sizeof err)) {
+      fprintf(stderr, "ferry-gpt: %s\n", err);
+      return 1;
+    }
+    if (o.save_every) snprintf(ck_dir, sizeof ck_dir, "%.4000s/" GPT_RESUME_SUBDIR, o.save);
+    if (o.resume) {
+      /* find the checkpoint and check its trainer state before building the
+       * engine: settings that differ are named before any tensor is read */
+      if (gpt_resume_find(o.resume, ck_folder, sizeof ck_folder, &ck_step, err, sizeof err)) {
+        fprintf(stderr, "ferry-gpt: --resume: %s\n", err);
+        return 1;
+      }
+      static unsigned char peek[sizeof(gpt_resume_state)];
+      size_t plen;
+      int crc;
+      if (gpt_resume_peek(ck_folder, peek, sizeof peek, &plen) == 0 &&
+          (crc = gpt_resume_check(peek, plen, &rs, NULL, err, sizeof err))) {
+        /* other settings on the command line: bad usage; a foreign blob: runtime */
+        fprintf(stderr, "ferry-gpt: --resume %s: %s\n", ck_folder, err);
+        return crc == -2 ? 2 : 1;
+      }
+      if (o.weights)
+        fprintf(info, "ferry-gpt: note: --resume: the weights come from the checkpoint, not "
+                "--weights %s\n", o.weights);
+    }
     gpt_weights_src *src;
-    if (gpt_weights_src_open(&s, o.weights, o.seed, &src, err, sizeof err)) {
+    if (gpt_weights_src_open(&s, o.resume ? NULL : o.weights, o.seed, &src, err, sizeof err)) {
       fprintf(stderr, "ferry-gpt: %s\n", err);
       return 1;
     }
@@ -478,6 +547,45 @@ static int cmd_train(int argc, char **argv) {
     }
     p = gpt_engine_provider(ge);
     micro = gpt_engine_micro_batches(ge);
+    if (o.resume) {
+      static unsigned char blob[sizeof(gpt_resume_state)];
+      size_t blen = 0;
+      gpt_resume_state got;
+      int lrc = gpt_engine_load(ge, ck_folder, blob, sizeof blob, &blen, err, sizeof err);
+      if (lrc == FERRY_EOVERFLOW) {
+        fprintf(stderr, "ferry-gpt: --resume %s: its trainer state (user.bin) is %zu bytes, not "
+                "the %zu of a ferry-gpt resume state: not a checkpoint of ferry-gpt train\n",
+                ck_folder, blen, sizeof blob);
+        return 1;
+      }
+      if (lrc) {
+        fprintf(stderr, "ferry-gpt: --resume %s: %s\n", ck_folder, err);
+        return 1;
+      }
+      int crc = gpt_resume_check(blob, blen, &rs, &got, err, sizeof err);
+      if (crc) {
+        fprintf(stderr, "ferry-gpt: --resume %s: %s\n", ck_folder, err);
+        return crc == -2 ? 2 : 1;
+      }
+      if (got.next_step != ck_step + 1) {
+        fprintf(stderr, "ferry-gpt: --resume %s: the folder is step %lld but its trainer state "
+                "continues at step %lld: not a checkpoint of ferry-gpt train\n", ck_folder,
+                (long long)ck_step, (long long)got.next_step);
+        return 1;
+      }
+      if (got.next_step > 100000001) {
+        fprintf(stderr, "ferry-gpt: --resume %s: step %lld is past the largest --steps\n",
+                ck_folder, (long long)ck_step);
+        return 1;
+      }
+      start = (int)got.next_step;
+      d.rng = got.data_rng;
+      fprintf(info, "ferry-gpt: resumed %s: %lld steps done, continuing at step %d of %d\n",
+              ck_folder, (long long)ck_step, start, steps);
+      if (start > steps)
+        fprintf(info, "ferry-gpt: note: the checkpoint is at step %lld, --steps is %d: no step "
+                "to run\n", (long long)ck_step, steps);
+    }
   } else {
     if (gpt_resident_init(&r, &s) || gpt_adamw_init(&opt, s.total_numel, o.lr, o.wd)) {
       fprintf(stderr, "ferry-gpt: out of memory for %zu parameters\n", s.total_numel);
@@ -528,7 +636,8 @@ static int cmd_train(int argc, char **argv) {
   ferry_stats fs;
   memset(&fs, 0, sizeof fs);
   int status = 0;
-  for (int st = 1; st <= steps && !status; st++) {
+  int ran = steps >= start ? steps - start + 1 : 0; /* steps this process runs */
+  for (int st = start; st <= steps && !status; st++) {
     double t0 = now_s();
     float loss = 0;
 #ifdef GPT_HAVE_CUDA
@@ -575,7 +684,7 @@ static int cmd_train(int argc, char **argv) {
     }
     double dt = now_s() - t0;
     t_all += dt;
-    if (st == 1) first = loss;
+    if (st == start) first = loss;
     last = loss;
     double tps = tok_step / dt, stall = 0;
     uint64_t peak[3] = {0, peak_rss(), 0};
@@ -595,9 +704,21 @@ static int cmd_train(int argc, char **argv) {
              st, steps, loss, tps, peak[0] / 1e9, peak[1] / 1e9, peak[2] / 1e9, stall);
     }
     fflush(stdout);
+    if (ge && o.save_every && st % o.save_every == 0) {
+      /* between steps: the engine holds step st, the sampler is at step st + 1 */
+      rs.next_step = st + 1;
+      rs.data_rng = d.rng;
+      double t1 = now_s();
+      if (gpt_engine_save(ge, ck_dir, &rs, sizeof rs, o.keep, err, sizeof err)) {
+        fprintf(stderr, "ferry-gpt: step %d: checkpoint into %s: %s\n", st, ck_dir, err);
+        status = 1;
+        break;
+      }
+      fprintf(info, "ferry-gpt: checkpoint %s/step-%012d (%.2f s)\n", ck_dir, st, now_s() - t1);
+    }
   }
   if (status) goto out;
-  double tps = t_all > 0 ? (double)steps * tok_step / t_all : 0;
+  double tps = t_all > 0 ? (double)ran * tok_step / t_all : 0;
   uint64_t peak[3] = {0, peak_rss(), 0};
   double stall = 0;
   if (ge) {
@@ -606,10 +727,11 @@ static int cmd_train(int argc, char **argv) {
     stall = t_all > 0 ? 100.0 * fs.stall_seconds / t_all : 0;
   }
   if (json) {
-    printf("{\"final\": true, \"steps\": %d, \"tokens\": %lld, \"seconds\": %.3f, "
-           "\"tokens_per_s\": %.1f, \"first_loss\": %.6f, \"last_loss\": %.6f, ",
-           steps, (long long)steps * tok_step, t_all, tps, steps ? first : 0.0,
-           steps ? last : 0.0);
+    printf("{\"final\": true, \"steps\": %d, \"first_step\": %d, \"tokens\": %lld, "
+           "\"seconds\": %.3f, \"tokens_per_s\": %.1f, \"first_loss\": %.6f, "
+           "\"last_loss\": %.6f, ",
+           ran, start, (long long)ran * tok_step, t_all, tps, ran ? first : 0.0,
+           ran ? last : 0.0);
     json_peaks(peak);
     printf(", \"stall_pct\": %.1f, \"rss_bytes\": %llu", stall, (unsigned long long)peak_rss());
     if (ge)
@@ -621,8 +743,8 @@ static int cmd_train(int argc, char **argv) {
     else
       printf(", \"engine\": \"pre-engine (resident)\"}\n");
   } else {
-    printf("done: %d steps, %lld tokens in %.2f s, %.0f tok/s, loss %.4f -> %.4f\n", steps,
-           (long long)steps * tok_step, t_all, tps, first, last);
+    printf("done: %d steps (%d..%d), %lld tokens in %.2f s, %.0f tok/s, loss %.4f -> %.4f\n",
+           ran, start, steps, (long long)ran * tok_step, t_all, tps, first, last);
     if (ge)
       printf("peaks: gpu %.1f MB, host %.1f MB, nvme %.1f MB (engine tiers); process RSS %.1f "
              "MB; stalled %.1f%% of the time; moved h2d %.1f MB, d2h %.1f MB, host->nvme %.1f "

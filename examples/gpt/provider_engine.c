@@ -9,6 +9,7 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 enum { DT_F32 = 0, DT_F16 = 1, DT_BF16 = 2 };
 enum { SLOT_EMB = 0, SLOT_OTHER = 1, NSLOTS = 2 };
@@ -292,4 +293,33 @@ static const char *ep_err(void *ctx) { return ((gpt_engine *)ctx)->err; }
 gpt_provider gpt_engine_provider(gpt_engine *ge) {
   gpt_provider p = {ge, ep_fetch, ep_release, ep_zero, ep_err};
   return p;
+}
+
+int gpt_engine_save(gpt_engine *ge, const char *dir, const void *blob, size_t len, int keep,
+                    char *err, size_t el) {
+  ferry_checkpoint_options o = ferry_checkpoint_options_default();
+  o.keep = keep;
+  char b[4096];
+  if ((size_t)snprintf(b, sizeof b, "%s", dir) >= sizeof b) {
+    snprintf(err, el, "%s: path too long", dir);
+    return FERRY_EOVERFLOW;
+  }
+  /* the engine makes dir itself, not its parents */
+  for (char *q = b + 1; *q; q++) {
+    if (*q != '/') continue;
+    *q = '\0';
+    mkdir(b, 0777); /* an existing one is fine; a real failure shows in the save */
+    *q = '/';
+  }
+  int rc = ferry_checkpoint_save(ge->e, dir, blob, len, &o);
+  if (rc) snprintf(err, el, "%s", ferry_engine_last_error(ge->e));
+  return rc;
+}
+
+int gpt_engine_load(gpt_engine *ge, const char *path, void *blob, size_t cap, size_t *len,
+                    char *err, size_t el) {
+  for (int k = 0; k < NSLOTS; k++) ge->owner[k] = -1, ge->valid[k] = 0;
+  int rc = ferry_checkpoint_load(ge->e, path, blob, cap, len);
+  if (rc) snprintf(err, el, "%s", ferry_engine_last_error(ge->e));
+  return rc;
 }
