@@ -744,7 +744,8 @@ static int cmd_train(int argc, char **argv) {
       printf(", \"engine\": \"pre-engine (resident)\"}\n");
   } else {
     printf("done: %d steps (%d..%d), %lld tokens in %.2f s, %.0f tok/s, loss %.4f -> %.4f\n",
-           ran, start, steps, (long long)ran * tok_step, t_all, tps, first, last);
+           ran, start, steps, (long long)ran * tok_step, t_all, tps, ran ? first : 0.0,
+           ran ? last : 0.0);
     if (ge)
       printf("peaks: gpu %.1f MB, host %.1f MB, nvme %.1f MB (engine tiers); process RSS %.1f "
              "MB; stalled %.1f%% of the time; moved h2d %.1f MB, d2h %.1f MB, host->nvme %.1f "
