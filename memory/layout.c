@@ -1,6 +1,7 @@
-/* memory/layout.c — the chunk layout: each family's tensors packed in
- * registration order into chunks of chunk_size bytes (256-byte aligned
- * offsets; a tensor larger than a chunk gets a chunk of its own), the group
+/* memory/layout.c — the chunk layout: each family's tensors packed, group by
+ * group in registration order, into chunks of at most chunk_size bytes that
+ * never hold two groups (256-byte aligned offsets; a tensor larger than a
+ * chunk gets a chunk of its own), the group
  * to chunk-range tables, and the checks that every chunk fits every tier it
  * must pass and that every home holds its family.
  */
@@ -55,16 +56,38 @@ int mem_layout_build(ferry_mem *m) {
   m->ranges = calloc((size_t)m->ngroups * FERRY_FAMILIES + 1, sizeof *m->ranges);
   if (!m->order || !m->by_group || !m->group_start || !m->ranges) goto oom;
 
-  /* Pass 1: count chunks. Pass 2: fill. */
+  /* The packing order: by family, then group, then registration. A chunk
+   * holds tensors of one group only, so fetching, updating or evicting one
+   * group never touches another's bytes (the optimizer thread commits a
+   * group's new params while the loop fetches the next one). */
   size_t no = 0;
-  uint32_t nchunks = 0;
   for (int f = 0; f < FERRY_FAMILIES; f++) {
+    size_t from = no;
+    for (size_t i = 0; i < m->nt; i++)
+      if (m->t[i].family == f) m->order[no++] = (uint32_t)i;
+    /* stable insertion sort by group: registration is mostly in group order */
+    for (size_t k = from + 1; k < no; k++) {
+      uint32_t v = m->order[k];
+      size_t j = k;
+      while (j > from && m->t[m->order[j - 1]].group > m->t[v].group) {
+        m->order[j] = m->order[j - 1];
+        j--;
+      }
+      m->order[j] = v;
+    }
+  }
+
+  /* Pass 1: count chunks. Pass 2: fill. */
+  uint32_t nchunks = 0;
+  {
     size_t fill = 0;
-    int open = 0;
-    for (size_t i = 0; i < m->nt; i++) {
-      mem_tensor *t = &m->t[i];
-      if (t->family != f) continue;
-      m->order[no++] = (uint32_t)i;
+    int open = 0, fam = -1;
+    uint32_t grp = 0;
+    for (size_t k = 0; k < no; k++) {
+      const mem_tensor *t = &m->t[m->order[k]];
+      if (t->family != fam || t->group != grp) open = 0;
+      fam = t->family;
+      grp = t->group;
       size_t off = ferry_align_up(fill, DEVICE_ALIGN);
       if (t->bytes > cs) {
         nchunks++; /* its own chunk */
@@ -84,23 +107,33 @@ int mem_layout_build(ferry_mem *m) {
   if (!m->c) goto oom;
   m->nc = nchunks;
   uint32_t ci = 0;
-  no = 0;
-  for (int f = 0; f < FERRY_FAMILIES; f++) {
-    size_t fill = 0, a = chunk_align(m, f);
+  {
+    size_t fill = 0, a = 0;
     mem_chunk *cur = NULL;
     uint32_t idx = 0;
-    for (size_t k = 0; k < m->nt; k++) {
-      mem_tensor *t = &m->t[k];
-      if (t->family != f) continue;
+    int fam = -1;
+    for (size_t k = 0; k < no; k++) {
+      mem_tensor *t = &m->t[m->order[k]];
+      if (t->family != fam) { /* a new family: its own alignment and numbering */
+        if (cur) cur->bytes = ferry_align_up(fill, a);
+        cur = NULL;
+        fam = t->family;
+        a = chunk_align(m, fam);
+        idx = 0;
+      }
+      if (cur && t->group != cur->gfirst) { /* a new group: a new chunk */
+        cur->bytes = ferry_align_up(fill, a);
+        cur = NULL;
+      }
       size_t off = ferry_align_up(fill, DEVICE_ALIGN);
       int own = t->bytes > cs;
       if (own || !cur || off + t->bytes > cs) {
         if (cur) cur->bytes = ferry_align_up(fill, a);
         cur = &m->c[ci++];
-        cur->family = (uint8_t)f;
-        cur->home = (uint8_t)m->cfg.home[f];
+        cur->family = (uint8_t)fam;
+        cur->home = (uint8_t)m->cfg.home[fam];
         cur->index = idx++;
-        cur->first_tensor = (uint32_t)no;
+        cur->first_tensor = (uint32_t)k;
         cur->gfirst = t->group;
         cur->glast = t->group;
         off = 0;
@@ -108,10 +141,7 @@ int mem_layout_build(ferry_mem *m) {
       t->chunk = (uint32_t)(cur - m->c);
       t->offset = off;
       cur->ntensors++;
-      if (t->group < cur->gfirst) cur->gfirst = t->group;
-      if (t->group > cur->glast) cur->glast = t->group;
       fill = off + (t->bytes ? t->bytes : 1);
-      no++;
       if (own) {
         cur->bytes = ferry_align_up(fill, a);
         cur = NULL;

@@ -71,15 +71,19 @@ static void test_layout(void) {
   ferry_mem_tensor_info t[6];
   for (uint32_t i = 0; i < 6; i++) REQUIRE(ferry_mem_tensor_get(m, i, &t[i]) == 0);
   EXPECT(t[0].chunk == 0 && t[0].offset == 0);
-  EXPECT(t[1].chunk == 0 && t[1].offset == 256);  /* 256-byte aligned */
-  EXPECT(t[2].chunk == 0 && t[2].offset == 2304); /* 2304 + 1400 fits 4096 */
-  EXPECT(t[3].chunk == 1 && t[3].offset == 0);    /* larger than a chunk: its own */
-  EXPECT(t[4].chunk == 2 && t[5].chunk == 2 && t[5].offset == 256);
+  EXPECT(t[1].chunk == 0 && t[1].offset == 256); /* 256-byte aligned */
+  EXPECT(t[2].chunk == 1 && t[2].offset == 0);   /* group 1: a chunk never holds two groups */
+  EXPECT(t[3].chunk == 2 && t[3].offset == 0);   /* larger than a chunk: its own */
+  EXPECT(t[4].chunk == 3 && t[5].chunk == 4 && t[5].offset == 0);
   ferry_mem_chunk_info c;
-  REQUIRE(ferry_mem_chunk_get(m, 1, &c) == 0);
+  REQUIRE(ferry_mem_chunk_get(m, 2, &c) == 0);
   EXPECT(c.bytes == 10240 && c.group_first == 1 && c.group_last == 1);
+  REQUIRE(ferry_mem_chunk_get(m, 0, &c) == 0);
+  EXPECT(c.bytes == 2304 && c.group_first == 0 && c.group_last == 0); /* 2256 bytes, 256-aligned */
+  for (uint32_t i = 0; i < 5; i++)
+    EXPECT(ferry_mem_chunk_get(m, i, &c) == 0 && c.group_first == c.group_last);
   uint32_t first, count;
-  EXPECT(ferry_mem_group_chunks(m, 1, FERRY_FAMILY_PARAMS, &first, &count) == 0 && first == 0 &&
+  EXPECT(ferry_mem_group_chunks(m, 1, FERRY_FAMILY_PARAMS, &first, &count) == 0 && first == 1 &&
          count == 2);
   const uint32_t *ids;
   size_t k;
