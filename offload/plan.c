@@ -1001,7 +1001,16 @@ static void place_bytes(const ferry_plan_input *in, int p, double b,
   double group_fetch = ch > 0 ? (ceil(G * pb / ch) + 1) * ch : G * pb;
   double window = 2 * group_fetch;           /* the group in use and the next */
   double grad_bufs = 2 * G * pb;             /* being written, being drained */
-  double unit = ch > 0 ? ch : 4 * G;         /* NVMe optimizer swap unit */
+  double unit = ch > 0 ? ch : 4 * G;         /* NVMe param swap unit */
+  /* The engine's own host buffers (offload/engine.c, finalize): two upload
+   * staging buffers and one D2H buffer of the largest group in every
+   * placement, and the param commit staging of one group when the params
+   * live off the device (a chunk holds one group, so a unit is one group). */
+  double staging = 3 * G * pb, commit_stage = G * pb;
+  /* NVMe optimizer state: the step holds one group's master and states
+   * (update i), prefetches the next (i+1) and writes the last back (i-1),
+   * each a group's chunks: 3 (ceil(G (4 + 4k) / C) + 1) C. */
+  double opt_group = ch > 0 ? (ceil(G * 4 * (1 + k) / ch) + 1) * ch : G * 4 * (1 + k);
   double params = round_chunk(P * pb, ch), fp32 = round_chunk(P * 4, ch);
   double *gpu = out[FERRY_PLAN_GPU], *host = out[FERRY_PLAN_HOST], *nvme = out[FERRY_PLAN_NVME];
 
@@ -1014,6 +1023,7 @@ static void place_bytes(const ferry_plan_input *in, int p, double b,
     gpu[FERRY_FAM_GRADS] += fp32;
     gpu[FERRY_FAM_MASTER] = fp32;
     gpu[FERRY_FAM_OPTIM] = k * fp32;
+    host[FERRY_FAM_BUFFERS] = staging;
     break;
   case FERRY_PLACE_ZERO_OFFLOAD:
     gpu[FERRY_FAM_PARAMS] = params;
@@ -1021,7 +1031,7 @@ static void place_bytes(const ferry_plan_input *in, int p, double b,
     host[FERRY_FAM_MASTER] = fp32;
     host[FERRY_FAM_OPTIM] = k * fp32;
     /* D2H grad staging; 16-bit params written by the optimizer, uploaded */
-    host[FERRY_FAM_BUFFERS] = grad_bufs + 2 * (ch > 0 ? ch : G * pb);
+    host[FERRY_FAM_BUFFERS] = staging;
     break;
   case FERRY_PLACE_ZERO3_OFFLOAD:
     gpu[FERRY_FAM_PARAMS] = window;
@@ -1029,14 +1039,14 @@ static void place_bytes(const ferry_plan_input *in, int p, double b,
     host[FERRY_FAM_GRADS] = fp32;
     host[FERRY_FAM_MASTER] = fp32;
     host[FERRY_FAM_OPTIM] = k * fp32;
-    host[FERRY_FAM_BUFFERS] = grad_bufs;
+    host[FERRY_FAM_BUFFERS] = staging + commit_stage;
     break;
   case FERRY_PLACE_NVME_OPT:
     gpu[FERRY_FAM_PARAMS] = window;
     host[FERRY_FAM_PARAMS] = params;
     host[FERRY_FAM_GRADS] = fp32;
-    /* read i+1, update i, write i-1: three units of master and each state */
-    host[FERRY_FAM_BUFFERS] = grad_bufs + 3 * (1 + k) * unit;
+    /* read i+1, update i, write i-1: three groups of master and states */
+    host[FERRY_FAM_BUFFERS] = staging + commit_stage + 3 * opt_group;
     nvme[FERRY_FAM_MASTER] = fp32;
     nvme[FERRY_FAM_OPTIM] = k * fp32;
     break;
@@ -1044,7 +1054,7 @@ static void place_bytes(const ferry_plan_input *in, int p, double b,
     gpu[FERRY_FAM_PARAMS] = window;
     host[FERRY_FAM_GRADS] = fp32;
     /* + NVMe -> pinned -> device param window, and param write-back staging */
-    host[FERRY_FAM_BUFFERS] = grad_bufs + 3 * (1 + k) * unit + window + 2 * unit;
+    host[FERRY_FAM_BUFFERS] = staging + commit_stage + 3 * opt_group + window + 2 * unit;
     nvme[FERRY_FAM_PARAMS] = params;
     nvme[FERRY_FAM_MASTER] = fp32;
     nvme[FERRY_FAM_OPTIM] = k * fp32;
