@@ -438,6 +438,18 @@ static void json_peaks(const uint64_t *peak) {
          (unsigned long long)peak[0], (unsigned long long)peak[1], (unsigned long long)peak[2]);
 }
 
+/* An early exit of train after the data is loaded: frees what is held
+ * (the sanitizer builds check that refusals leak nothing). */
+static int train_bail(int code, ferry_config *fc, gpt_engine *ge, gpt_data *d, gpt_tokenizer *tok,
+                      gpt_schema *s) {
+  if (ge) gpt_engine_free(ge);
+  if (fc) ferry_config_destroy(fc);
+  gpt_data_free(d);
+  gpt_tokenizer_free(tok);
+  gpt_schema_free(s);
+  return code;
+}
+
 static int cmd_train(int argc, char **argv) {
   train_opts o;
   if (parse_train(argc, argv, &o)) return 0;
@@ -510,7 +522,7 @@ static int cmd_train(int argc, char **argv) {
     if (gpt_resume_fingerprint(&rs, &cfg, batch, seq, o.seed, o.data, &d, tok, fc, err,
                                sizeof err)) {
       fprintf(stderr, "ferry-gpt: %s\n", err);
-      return 1;
+      return train_bail(1, fc, ge, &d, tok, &s);
     }
     if (o.save_every) snprintf(ck_dir, sizeof ck_dir, "%.4000s/" GPT_RESUME_SUBDIR, o.save);
     if (o.resume) {
@@ -518,7 +530,7 @@ static int cmd_train(int argc, char **argv) {
        * engine: settings that differ are named before any tensor is read */
       if (gpt_resume_find(o.resume, ck_folder, sizeof ck_folder, &ck_step, err, sizeof err)) {
         fprintf(stderr, "ferry-gpt: --resume: %s\n", err);
-        return 1;
+        return train_bail(1, fc, ge, &d, tok, &s);
       }
       static unsigned char peek[sizeof(gpt_resume_state)];
       size_t plen;
@@ -527,7 +539,7 @@ static int cmd_train(int argc, char **argv) {
           (crc = gpt_resume_check(peek, plen, &rs, NULL, err, sizeof err))) {
         /* other settings on the command line: bad usage; a foreign blob: runtime */
         fprintf(stderr, "ferry-gpt: --resume %s: %s\n", ck_folder, err);
-        return crc == -2 ? 2 : 1;
+        return train_bail(crc == -2 ? 2 : 1, fc, ge, &d, tok, &s);
       }
       if (o.weights)
         fprintf(info, "ferry-gpt: note: --resume: the weights come from the checkpoint, not "
@@ -536,14 +548,15 @@ static int cmd_train(int argc, char **argv) {
     gpt_weights_src *src;
     if (gpt_weights_src_open(&s, o.resume ? NULL : o.weights, o.seed, &src, err, sizeof err)) {
       fprintf(stderr, "ferry-gpt: %s\n", err);
-      return 1;
+      return train_bail(1, fc, ge, &d, tok, &s);
     }
     int rc = gpt_engine_create(&s, fc, NULL, src, &ge, err, sizeof err);
     gpt_weights_src_close(src);
     ferry_config_destroy(fc);
+    fc = NULL;
     if (rc) {
       fprintf(stderr, "ferry-gpt: engine (%s): %s\n", o.engine, err);
-      return 1;
+      return train_bail(1, fc, ge, &d, tok, &s);
     }
     p = gpt_engine_provider(ge);
     micro = gpt_engine_micro_batches(ge);
@@ -556,27 +569,27 @@ static int cmd_train(int argc, char **argv) {
         fprintf(stderr, "ferry-gpt: --resume %s: its trainer state (user.bin) is %zu bytes, not "
                 "the %zu of a ferry-gpt resume state: not a checkpoint of ferry-gpt train\n",
                 ck_folder, blen, sizeof blob);
-        return 1;
+        return train_bail(1, fc, ge, &d, tok, &s);
       }
       if (lrc) {
         fprintf(stderr, "ferry-gpt: --resume %s: %s\n", ck_folder, err);
-        return 1;
+        return train_bail(1, fc, ge, &d, tok, &s);
       }
       int crc = gpt_resume_check(blob, blen, &rs, &got, err, sizeof err);
       if (crc) {
         fprintf(stderr, "ferry-gpt: --resume %s: %s\n", ck_folder, err);
-        return crc == -2 ? 2 : 1;
+        return train_bail(crc == -2 ? 2 : 1, fc, ge, &d, tok, &s);
       }
       if (got.next_step != ck_step + 1) {
         fprintf(stderr, "ferry-gpt: --resume %s: the folder is step %lld but its trainer state "
                 "continues at step %lld: not a checkpoint of ferry-gpt train\n", ck_folder,
                 (long long)ck_step, (long long)got.next_step);
-        return 1;
+        return train_bail(1, fc, ge, &d, tok, &s);
       }
       if (got.next_step > 100000001) {
         fprintf(stderr, "ferry-gpt: --resume %s: step %lld is past the largest --steps\n",
                 ck_folder, (long long)ck_step);
-        return 1;
+        return train_bail(1, fc, ge, &d, tok, &s);
       }
       start = (int)got.next_step;
       d.rng = got.data_rng;
