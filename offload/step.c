@@ -10,6 +10,7 @@
 
 #include <math.h>
 #include <string.h>
+#include <time.h>
 
 static int work_tier(int home) { return home == FERRY_TIER_NVME ? FERRY_TIER_HOST : home; }
 
@@ -73,6 +74,16 @@ static int commit_groups(ferry_engine *e, uint32_t a, uint32_t b) {
      * may not be noticed yet: complete them, so their holds are dropped. */
     ferry_mem_poll(e->mem);
     rc = ferry_mem_mark_dirty(e->mem, g, FERRY_FAMILY_PARAMS, FERRY_TIER_HOST, NULL);
+    /* The loop holds none of the group (after_update waited), so a device
+     * copy still held is a load in flight (a prefetch from NVMe through the
+     * host holds its chunk until the H2D is issued and seen complete): wait
+     * for it (it is dropped as stale once it lands), at most about 10 s. */
+    for (int tries = 0; rc == FERRY_EBUSY && tries < 100000; tries++) {
+      struct timespec ts = {0, 100000};
+      nanosleep(&ts, NULL);
+      ferry_mem_poll(e->mem);
+      rc = ferry_mem_mark_dirty(e->mem, g, FERRY_FAMILY_PARAMS, FERRY_TIER_HOST, NULL);
+    }
     for (uint32_t k = 0; k < gr->count && !rc; k++) {
       eng_param *p = &e->params[e->by_group[gr->first + k]];
       void *h;
