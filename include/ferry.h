@@ -714,6 +714,14 @@ typedef struct {
   char path[1024];       /* the checkpoint folder found */
 } ferry_checkpoint_info;
 
+/* Finds the checkpoint that ferry_checkpoint_load(path) would load, reading
+ * no tensor: path itself when it holds a manifest, else the newest
+ * "step-<N>" folder in it. folder (cap bytes) gets its path; *step (may be
+ * NULL) the N of its folder name (-1 when path itself is a checkpoint
+ * folder with another name). FERRY_ENOENT when there is none, with the
+ * reason in ferry_last_error(). */
+FERRY_API int ferry_checkpoint_find(const char *path, char *folder, size_t cap, int64_t *step);
+
 /* Checks a checkpoint without an engine (manifest, files, CRCs, headers);
  * the reason of a failure in ferry_last_error(). info may be NULL. */
 FERRY_API int ferry_checkpoint_verify(const char *path, ferry_checkpoint_info *info);

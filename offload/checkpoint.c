@@ -592,17 +592,28 @@ int ferry_checkpoint_save(ferry_engine *e, const char *dir, const void *blob, si
 
 /* Resolves path (a checkpoint folder, or a folder of them: the newest),
  * reads and checks the manifest and every file it lists. */
-static int ckpt_open(const char *path, char *folder, size_t cap, ckpt_manifest *m, char *why,
-                     size_t wl) {
-  memset(m, 0, sizeof *m);
+/* The checkpoint folder of path: path itself when it holds a manifest,
+ * else its newest step-* folder; *step: the N of that folder's name (-1
+ * for a checkpoint folder named otherwise). Reads no manifest. */
+static int find_folder(const char *path, char *folder, size_t cap, int64_t *step, char *why,
+                       size_t wl) {
   char mp[4096];
   struct stat st;
   if (join(mp, sizeof mp, path, CKPT_MANIFEST_NAME)) {
     snprintf(why, wl, "path too long");
     return FERRY_EOVERFLOW;
   }
+  int len;
   if (stat(mp, &st) == 0) {
-    snprintf(folder, cap, "%s", path);
+    char name[4096]; /* the last component, trailing slashes dropped */
+    size_t nl = strlen(path);
+    while (nl > 1 && path[nl - 1] == '/') nl--;
+    if (nl >= sizeof name) nl = sizeof name - 1;
+    memcpy(name, path, nl);
+    name[nl] = '\0';
+    const char *base = strrchr(name, '/');
+    *step = step_of(base ? base + 1 : name);
+    len = snprintf(folder, cap, "%s", path);
   } else {
     ckpt_entry *list;
     size_t n;
@@ -613,13 +624,36 @@ static int ckpt_open(const char *path, char *folder, size_t cap, ckpt_manifest *
                CKPT_MANIFEST_NAME, r ? ": " : "", r ? strerror(-r) : "");
       return r && r != -ENOENT ? io_status(-r) : FERRY_ENOENT;
     }
-    int len = snprintf(folder, cap, "%s/%s", path, list[0].name);
+    *step = list[0].step;
+    len = snprintf(folder, cap, "%s/%s", path, list[0].name);
     free(list);
-    if (len < 0 || (size_t)len >= cap) {
-      snprintf(why, wl, "path too long");
-      return FERRY_EOVERFLOW;
-    }
   }
+  if (len < 0 || (size_t)len >= cap) {
+    snprintf(why, wl, "path too long");
+    return FERRY_EOVERFLOW;
+  }
+  return FERRY_OK;
+}
+
+int ferry_checkpoint_find(const char *path, char *folder, size_t cap, int64_t *step) {
+  if (!path || !path[0] || !folder || !cap)
+    return ferry_err_thread(FERRY_EINVAL, "checkpoint find: no path or no buffer");
+  char why[1024] = "";
+  int64_t s;
+  int rc = find_folder(path, folder, cap, &s, why, sizeof why);
+  if (rc) return ferry_err_thread(rc, "checkpoint find: %s", why);
+  if (step) *step = s;
+  return FERRY_OK;
+}
+
+static int ckpt_open(const char *path, char *folder, size_t cap, ckpt_manifest *m, char *why,
+                     size_t wl) {
+  memset(m, 0, sizeof *m);
+  char mp[4096];
+  struct stat st;
+  int64_t step;
+  int frc = find_folder(path, folder, cap, &step, why, wl);
+  if (frc) return frc;
   if (join(mp, sizeof mp, folder, CKPT_MANIFEST_NAME)) {
     snprintf(why, wl, "path too long");
     return FERRY_EOVERFLOW;

@@ -8,7 +8,6 @@
 #include "gpt.h"
 #include "json.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -207,19 +206,6 @@ int gpt_resume_check(const void *blob, size_t len, const gpt_resume_state *now,
   return 0;
 }
 
-/* "step-<digits>" (the engine's checkpoint folders); -1 otherwise. */
-static int64_t step_of(const char *name) {
-  if (strncmp(name, "step-", 5)) return -1;
-  const char *p = name + 5;
-  if (!*p || strlen(p) > 18) return -1;
-  int64_t v = 0;
-  for (; *p; p++) {
-    if (*p < '0' || *p > '9') return -1;
-    v = v * 10 + (*p - '0');
-  }
-  return v;
-}
-
 static int is_dir(const char *path) {
   struct stat st;
   return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
@@ -236,58 +222,28 @@ int gpt_resume_find(const char *dir, char *folder, size_t cap, int64_t *step, ch
     snprintf(err, el, "%s: not a folder", dir);
     return -1;
   }
-  /* a step folder itself: its last path component (trailing slashes dropped) */
-  char name[4096];
-  if ((size_t)snprintf(name, sizeof name, "%s", dir) >= sizeof name) {
-    snprintf(err, el, "%s: path too long", dir);
-    return -1;
-  }
-  size_t nl = strlen(name);
-  while (nl > 1 && name[nl - 1] == '/') name[--nl] = '\0';
-  const char *base = strrchr(name, '/');
-  base = base ? base + 1 : name;
-  int64_t s = step_of(base);
-  if (s >= 0) {
-    if ((size_t)snprintf(folder, cap, "%s", dir) >= cap) {
-      snprintf(err, el, "%s: path too long", dir);
-      return -1;
-    }
-    *step = s;
-    return 0;
-  }
-  /* a --save folder (its checkpoints/) or a folder of step-* folders */
+  /* a --save folder (its checkpoints/), a folder of step-* folders, or a
+   * step folder itself: the library finds the newest, reading no tensor */
   char root[4096];
   if ((size_t)snprintf(root, sizeof root, "%s/" GPT_RESUME_SUBDIR, dir) >= sizeof root) {
     snprintf(err, el, "%s: path too long", dir);
     return -1;
   }
   if (!is_dir(root)) snprintf(root, sizeof root, "%s", dir);
-  DIR *d = opendir(root);
-  if (!d) {
-    snprintf(err, el, "%s: %s", root, strerror(errno));
-    return -1;
-  }
-  int64_t best = -1;
-  char best_name[256] = "";
-  struct dirent *de;
-  while ((de = readdir(d))) {
-    int64_t v = step_of(de->d_name);
-    if (v > best && strlen(de->d_name) < sizeof best_name) {
-      best = v;
-      snprintf(best_name, sizeof best_name, "%s", de->d_name);
-    }
-  }
-  closedir(d);
-  if (best < 0) {
+  int rc = ferry_checkpoint_find(root, folder, cap, step);
+  if (rc == FERRY_ENOENT) {
     snprintf(err, el, "%s: no checkpoint there (no step-* folder; --save-every writes them "
              "into --save DIR/" GPT_RESUME_SUBDIR ")", root);
     return -1;
   }
-  if ((size_t)snprintf(folder, cap, "%s/%s", root, best_name) >= cap) {
-    snprintf(err, el, "%s: path too long", root);
+  if (rc) {
+    snprintf(err, el, "%s", ferry_last_error());
     return -1;
   }
-  *step = best;
+  if (*step < 0) {
+    snprintf(err, el, "%s: a checkpoint, but not a step-* folder of ferry-gpt train", folder);
+    return -1;
+  }
   return 0;
 }
 

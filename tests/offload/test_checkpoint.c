@@ -218,8 +218,16 @@ static void test_keep(void) {
   char old[1500];
   snprintf(old, sizeof old, "%s/step-000000000003", dir);
   EXPECT(ferry_checkpoint_verify(old, &info) == 0 && info.step == 3);
+  /* find: the folder load would read, without reading it */
+  char found[1600];
+  int64_t fstep = 0;
+  EXPECT(ferry_checkpoint_find(dir, found, sizeof found, &fstep) == 0 && fstep == 4 &&
+         strstr(found, "/step-000000000004"));
+  EXPECT(ferry_checkpoint_find(old, found, sizeof found, &fstep) == 0 && fstep == 3 &&
+         !strcmp(found, old));
   snprintf(old, sizeof old, "%s/step-000000000002", dir);
   EXPECT(ferry_checkpoint_verify(old, &info) == FERRY_ENOENT);
+  EXPECT(ferry_checkpoint_find(old, found, sizeof found, &fstep) == FERRY_ENOENT);
   /* misuse */
   size_t len;
   char small[1];
