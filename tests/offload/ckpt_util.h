@@ -145,6 +145,16 @@ static inline void ck_close(ck_run *r) {
 }
 
 /* One step on the batch of `seed`. */
+/* The fp32 master weights of layers 0..groups-1 ("layer<g>.w", dim x dim
+ * each) into out, layer after layer. */
+static inline void ck_read_params(ck_run *r, int groups, int dim, float *out) {
+  for (int g = 0; g < groups; g++) {
+    char name[32];
+    snprintf(name, sizeof name, "layer%d.w", g);
+    REQUIRE(ferry_param_read(r->e, name, out + (size_t)g * dim * dim, (size_t)dim * dim) == 0);
+  }
+}
+
 static inline int ck_step(ck_run *r, unsigned long long seed, double *loss) {
   synth_batch(&r->m, seed);
   int rc = synth_micro_batch(r->e, &r->m, r->s, r->calls);

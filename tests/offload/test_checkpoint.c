@@ -48,11 +48,7 @@ static void run(ck_run *r, int from, int to, result *out) {
     REQUIRE(rc == 0);
     out->loss[step] = loss;
   }
-  for (int g = 0; g < CK_G; g++) {
-    char name[32];
-    snprintf(name, sizeof name, "layer%d.w", g);
-    REQUIRE(ferry_param_read(r->e, name, out->params + (size_t)g * CK_D * CK_D, CK_D * CK_D) == 0);
-  }
+  ck_read_params(r, CK_G, CK_D, out->params);
 }
 
 static int write_result(const char *path, const result *r) {

@@ -28,14 +28,6 @@ typedef struct {
   float params[CK_G * CK_D * CK_D];
 } result;
 
-static void read_params(ck_run *r, float *out) {
-  for (int g = 0; g < CK_G; g++) {
-    char name[32];
-    snprintf(name, sizeof name, "layer%d.w", g);
-    REQUIRE(ferry_param_read(r->e, name, out + (size_t)g * CK_D * CK_D, CK_D * CK_D) == 0);
-  }
-}
-
 /* STEPS steps; before step FAULT_AT the fault (kind 0: none) is armed.
  * A failing step is retried with ferry_step and then its micro-batch is
  * run again, as a training loop would. */
@@ -81,7 +73,7 @@ static int run_with_fault(const char *placement, const char *sets, ferry_fault_k
       EXPECT(ferry_checkpoint_verify(ckpt_dir, NULL) == 0);
     }
   }
-  read_params(&r, out->params);
+  ck_read_params(&r, CK_G, CK_D, out->params);
   ferry_swap_stats ss;
   ferry_swap_get_stats(r.e->swap, &ss);
   if (kind) EXPECT(ss.io_errors + ss.crc_errors >= 1); /* the fault did fire */

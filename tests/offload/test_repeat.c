@@ -28,11 +28,7 @@ static void run_once(const char *placement, const char *sets, int groups, int di
     if (rc) fprintf(stderr, "step %d: %s\n", s, ferry_engine_last_error(r.e));
     REQUIRE(rc == 0);
   }
-  for (int g = 0; g < groups; g++) {
-    char name[32];
-    snprintf(name, sizeof name, "layer%d.w", g);
-    REQUIRE(ferry_param_read(r.e, name, out->params + (size_t)g * dim * dim, (size_t)dim * dim) == 0);
-  }
+  ck_read_params(&r, groups, dim, out->params);
   ck_close(&r);
 }
 
