@@ -87,6 +87,18 @@ int ferry_path_probe(const char *dir, ferry_path_info *out, char *why, size_t wh
   snprintf(path, sizeof path, "%s/.ferry-probe-%ld", dir, (long)getpid());
   int fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_DIRECT, 0600);
   int direct = 1;
+#if FERRY_FAULT_INJECTION
+  /* Test hook (fault-injection builds only): behave as on a file system
+   * that refuses O_DIRECT, so the buffered fallback can be tested on one
+   * that does not. */
+  const char *refuse = getenv("FERRY_FAULT_REFUSE_ODIRECT");
+  if (fd >= 0 && refuse && refuse[0] && strcmp(refuse, "0") != 0) {
+    close(fd);
+    unlink(path);
+    fd = -1;
+    errno = EINVAL;
+  }
+#endif
   if (fd < 0 && errno == EINVAL) { /* the file system refuses O_DIRECT */
     direct = 0;
     fd = open(path, O_RDWR | O_CREAT | O_EXCL, 0600);

@@ -631,45 +631,36 @@ static void *reaper_main(void *arg) {
     if (io_uring_sq_ready(&s->ring)) submit_now(s);
     pthread_mutex_unlock(&s->mu);
 
-    for (unsigned i = 0; i < nfin; i++)
-      if (!fin[i].err) on_piece_data(s, &fin[i]);
-
-    ferry_swap_req *cbs = NULL;
-    int wake = 0;
-    pthread_mutex_lock(&s->mu);
+    /* One piece at a time: check it, and the moment its request is whole,
+     * finish it and run its callback, so the request that callback starts
+     * reaches the disk before the next piece is checked. Checking the
+     * whole batch first left the disk idle for a batch of CRCs whenever
+     * completions came in bursts (32 x 1 MiB = 1.6 ms here). */
     for (unsigned i = 0; i < nfin; i++) {
+      if (!fin[i].err) on_piece_data(s, &fin[i]);
       ferry_swap_req *r = fin[i].req;
+      int run_cb = 0;
+      pthread_mutex_lock(&s->mu);
       r->inflight--;
       r->pieces_done++;
       if (fin[i].err) fail_req(s, r, fin[i].err);
       if (r->inflight == 0 && r->next_piece == r->npieces) {
-        if (finish_req(s, r)) {
-          r->next = cbs;
-          cbs = r;
-        } else {
-          wake = 1;
-        }
+        if (finish_req(s, r)) run_cb = 1;
+        else pthread_cond_broadcast(&s->cv);
+        issue(s); /* a finished write may have freed a slot */
+        if (io_uring_sq_ready(&s->ring)) submit_now(s);
       }
-    }
-    issue(s); /* a finished write may have freed a slot */
-    if (io_uring_sq_ready(&s->ring)) submit_now(s);
-    if (wake) pthread_cond_broadcast(&s->cv);
-    pthread_mutex_unlock(&s->mu);
-
-    if (cbs) { /* requests the callbacks start are submitted once, after them */
-      unsigned ncb = 0;
-      tl_reaping = s;
-      for (ferry_swap_req *r = cbs, *nx; r; r = nx) {
-        nx = r->next;
-        ncb++;
-        r->cb(r, r->status, r->user); /* r belongs to the caller from here */
-      }
-      tl_reaping = NULL;
-      pthread_mutex_lock(&s->mu);
-      s->active -= ncb;
-      if (io_uring_sq_ready(&s->ring)) submit_now(s);
-      pthread_cond_broadcast(&s->cv);
       pthread_mutex_unlock(&s->mu);
+      if (run_cb) { /* what the callback starts is submitted once, after it */
+        tl_reaping = s;
+        r->cb(r, r->status, r->user); /* r belongs to the caller from here */
+        tl_reaping = NULL;
+        pthread_mutex_lock(&s->mu);
+        s->active--;
+        if (io_uring_sq_ready(&s->ring)) submit_now(s);
+        pthread_cond_broadcast(&s->cv);
+        pthread_mutex_unlock(&s->mu);
+      }
     }
   }
   return NULL;
@@ -766,12 +757,20 @@ int ferry_swap_open(const ferry_swap_config *cfg, ferry_swap **out) {
   if (!direct) {
     mem_align = 1;
     oa = 1;
-    if (!cfg->force_buffered) {
-      for (int i = 0; i < s->npaths; i++)
-        if (!pi[i].o_direct)
-          ferry_logf(&s->log, FERRY_LOG_WARN,
-                     "swap '%s': %s (%s) refuses O_DIRECT; using buffered I/O for this store", name,
-                     s->dirs[i], pi[i].fs_type);
+    if (!cfg->force_buffered) { /* said once per store, naming every directory that refused */
+      char which[2048];
+      size_t w = 0;
+      which[0] = 0;
+      for (int i = 0; i < s->npaths && w < sizeof which; i++)
+        if (!pi[i].o_direct) {
+          int k = snprintf(which + w, sizeof which - w, "%s%s (%s)", w ? ", " : "", s->dirs[i],
+                           pi[i].fs_type[0] ? pi[i].fs_type : "unknown");
+          if (k > 0) w += (size_t)k;
+        }
+      ferry_logf(&s->log, FERRY_LOG_WARN,
+                 "swap '%s': O_DIRECT refused by %s; this store uses buffered I/O (page cache; "
+                 "slower, and host RAM is used for caching)",
+                 name, which);
     }
   }
   s->direct = direct;
