@@ -36,7 +36,7 @@ typedef struct {
   size_t block_size;     /* bytes per I/O request (default 1 MiB) */
   unsigned queue_depth;  /* requests in flight on the ring (default 32) */
   int sqpoll;            /* IORING_SETUP_SQPOLL (costs a core; default 0) */
-  int keep_files;        /* keep the files at close (default 0: unlink) */
+  int keep_files;        /* keep the files (and write an index) at close (default 0: unlink) */
   int verify;            /* CRC32C every block written, check on read (default 1) */
   int force_buffered;    /* never use O_DIRECT (tests, odd file systems) */
   const char *name;      /* for messages (default "swap") */
@@ -51,8 +51,26 @@ ferry_swap_config ferry_swap_config_default(void);
  * bytes needed and free. Failure text in ferry_last_error(). */
 int ferry_swap_open(const ferry_swap_config *cfg, ferry_swap **out);
 /* Waits for every request in flight, then closes (and unlinks) the files.
- * NULL is allowed. */
+ * With keep_files the files stay, and unless ferry_swap_save_index already
+ * saved a current index, close syncs them and writes one (info.index_path;
+ * a failure there is logged at ERROR, since close returns nothing). NULL is
+ * allowed. */
 void ferry_swap_close(ferry_swap *s);
+
+/* Waits for the requests in flight, fdatasyncs the files and writes the
+ * index (chunk map, lengths, CRCs; a CRC32C over it) to info.index_path
+ * through a temp file, fsync and rename. It stays valid until the next
+ * write, which deletes it. Returns the status (close cannot). */
+int ferry_swap_save_index(ferry_swap *s);
+
+/* Opens a store closed with keep_files from its index: the geometry and
+ * the files come from the index (cfg's slot_size, nslots, npaths must be 0
+ * or equal; its queue_depth, sqpoll, verify, keep_files, force_buffered,
+ * name and log apply). A damaged or truncated index, or a file of the
+ * wrong size: FERRY_ECORRUPT naming it; a missing file: FERRY_ENOENT. On
+ * success the index file is removed (the store is live again); on failure
+ * nothing is changed or removed. */
+int ferry_swap_reopen(const ferry_swap_config *cfg, const char *index_path, ferry_swap **out);
 const char *ferry_swap_last_error(ferry_swap *s);
 
 typedef struct {
@@ -65,6 +83,7 @@ typedef struct {
   unsigned queue_depth;
   int sqpoll, fixed_files, verify;
   uint64_t file_bytes;   /* size of each file */
+  const char *index_path;/* where the index of kept files goes (valid until close) */
 } ferry_swap_info;
 int ferry_swap_get_info(ferry_swap *s, ferry_swap_info *out);
 

@@ -15,6 +15,7 @@
 #include <sys/stat.h>
 #include <sys/statfs.h>
 #include <sys/statvfs.h>
+#include <sys/sysmacros.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -60,6 +61,24 @@ static const char *fs_name(long type) {
   case 0xf2f52010UL: return "f2fs";
   default: return "unknown";
   }
+}
+
+/* The logical block size of the block device behind st_dev, from sysfs (a
+ * partition's queue is its parent's); 0 when unknown (tmpfs, NFS, ...). */
+static size_t logical_block_size(dev_t dev) {
+  static const char *const fmt[] = {"/sys/dev/block/%u:%u/queue/logical_block_size",
+                                    "/sys/dev/block/%u:%u/../queue/logical_block_size"};
+  for (int i = 0; i < 2; i++) {
+    char p[128];
+    snprintf(p, sizeof p, fmt[i], major(dev), minor(dev));
+    FILE *f = fopen(p, "r");
+    if (!f) continue;
+    unsigned long v = 0;
+    int ok = fscanf(f, "%lu", &v) == 1;
+    fclose(f);
+    if (ok && v >= 512 && v <= (1ul << 16) && (v & (v - 1)) == 0) return (size_t)v;
+  }
+  return 0;
 }
 
 int ferry_path_probe(const char *dir, ferry_path_info *out, char *why, size_t why_len) {
@@ -117,7 +136,8 @@ int ferry_path_probe(const char *dir, ferry_path_info *out, char *why, size_t wh
     off_align = sx.stx_dio_offset_align;
   }
 #endif
-  if (!off_align) off_align = 4096; /* no STATX_DIOALIGN answer: the safe common value */
+  if (!off_align) off_align = logical_block_size(st.st_dev);
+  if (!off_align) off_align = 4096; /* neither answer: the safe common value */
   if (!mem_align) mem_align = off_align;
   if (direct) { /* opening is not enough on some file systems: write once */
     void *buf = NULL;

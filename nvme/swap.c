@@ -4,7 +4,7 @@
  * per store with a completion thread that reaps, verifies, retries short
  * I/O and refills the queue. Fault injection lives here too (test builds).
  */
-#include "nvme/nvme.h"
+#include "nvme/swap_impl.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -15,86 +15,6 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-
-#define MAX_RETRIES 8
-#define STOP_TAG ((uint64_t)1)
-#define BATCH 64
-#define MAX_FAULTS 16
-
-enum { OP_READ = 0, OP_WRITE = 1 };
-enum { U_NORMAL = 0, U_DELAYING = 1 };
-
-typedef struct io_unit {
-  ferry_swap_req *req;
-  struct io_unit *next;    /* free list */
-  uint32_t piece;
-  uint32_t file;
-  uint64_t file_off;       /* where the piece starts in its file */
-  size_t chunk_off;        /* where it starts in the chunk / buffer */
-  size_t io_len;           /* bytes the request moves (aligned when direct) */
-  size_t data_len;         /* bytes of chunk data in it */
-  size_t done;             /* bytes moved so far */
-  unsigned char *mem;      /* user buffer or bounce */
-  unsigned char *bounce;   /* this unit's bounce block (oa bytes) */
-  int use_bounce;
-  int retries;
-  int err;                 /* FERRY_E... once the piece failed */
-  int state;
-  int fault;               /* planned fault kind, 0 none */
-  int flip;                /* flip a bit once the read is complete */
-  int saved_res;
-  unsigned delay_ms;
-  struct __kernel_timespec ts;
-} io_unit;
-
-struct ferry_swap {
-  ferry_swap_config cfg;
-  char name[64];
-  int npaths;
-  char dirs[FERRY_SWAP_MAX_PATHS][1024];
-  char files[FERRY_SWAP_MAX_PATHS][1100];
-  int fds[FERRY_SWAP_MAX_PATHS];
-  int direct, fixed_files, sqpoll;
-  size_t mem_align, oa, bs;
-  uint32_t positions;      /* block positions per slot: ceil(slot/bs) */
-  uint32_t cps;            /* CRC entries per slot (positions + 1) */
-  uint32_t ppf;            /* positions per file per slot */
-  uint32_t nphys;
-  uint64_t file_bytes;
-
-  uint32_t *map;           /* chunk -> physical slot */
-  uint32_t *free_phys;
-  uint32_t nfree_phys;
-  size_t *plen;            /* bytes held by a physical slot, 0 = none */
-  uint32_t *crc;           /* nphys * cps */
-  unsigned char *busy;     /* per chunk: a request is in flight */
-  unsigned char *lost;     /* per chunk: an in-place rewrite failed */
-
-  struct io_uring ring;
-  int ring_ok;
-  struct iovec *regs;
-  unsigned nregs;
-  io_unit *units;
-  io_unit *free_units;
-  unsigned char *bounce;
-
-  pthread_mutex_t mu;
-  pthread_cond_t cv;
-  pthread_t reaper;
-  int reaper_started;
-  ferry_swap_req *runq_head, *runq_tail;
-  ferry_swap_req *slotq_head, *slotq_tail;
-  unsigned active;
-  ferry_swap_stats st;
-
-#if FERRY_FAULT_INJECTION
-  ferry_fault faults[MAX_FAULTS];
-  uint32_t fault_hits[MAX_FAULTS];
-  int nfaults;
-#endif
-  ferry_errbuf err;
-  ferry_logger log;
-};
 
 /* ------------------------------------------------------------------------ */
 
@@ -378,6 +298,10 @@ static int start(ferry_swap *s, ferry_swap_req *r, int op, uint32_t chunk, const
     else if (have != len)
       rc = ferry_err(&s->err, FERRY_EINVAL, "swap '%s': chunk %u holds %zu bytes, read asked %zu",
                      s->name, chunk, have, len);
+  }
+  if (rc == FERRY_OK && op == OP_WRITE && s->index_saved) {
+    unlink(s->index_path); /* it no longer describes the files */
+    s->index_saved = 0;
   }
   if (rc == FERRY_OK) {
     s->busy[chunk] = 1;
@@ -700,16 +624,13 @@ static int open_fail(ferry_swap *s, int status) {
   return status;
 }
 
-int ferry_swap_open(const ferry_swap_config *cfg, ferry_swap **out) {
-  if (!out) return FERRY_EINVAL;
-  *out = NULL;
-  if (!cfg) return ferry_err_thread(FERRY_EINVAL, "swap: no configuration");
-  const char *name = cfg->name ? cfg->name : "swap";
-  if (cfg->npaths < 1 || cfg->npaths > FERRY_SWAP_MAX_PATHS)
+/* Checks the configuration fields every store needs. */
+static int check_cfg(const ferry_swap_config *cfg, const char *name, int need_geometry) {
+  if (need_geometry && (cfg->npaths < 1 || cfg->npaths > FERRY_SWAP_MAX_PATHS))
     return ferry_err_thread(FERRY_EINVAL, "swap '%s': %d directories (1..%d)", name, cfg->npaths,
                             FERRY_SWAP_MAX_PATHS);
-  if (!cfg->slot_size || !cfg->nslots || !cfg->block_size || !cfg->queue_depth ||
-      cfg->queue_depth > 4096)
+  if ((need_geometry && (!cfg->slot_size || !cfg->nslots || !cfg->block_size)) ||
+      !cfg->queue_depth || cfg->queue_depth > 4096)
     return ferry_err_thread(FERRY_EINVAL,
                             "swap '%s': slot_size %zu, nslots %u, block_size %zu, queue_depth %u "
                             "(all > 0, queue_depth <= 4096)",
@@ -717,13 +638,16 @@ int ferry_swap_open(const ferry_swap_config *cfg, ferry_swap **out) {
   if (cfg->block_size > (1u << 30))
     return ferry_err_thread(FERRY_EINVAL, "swap '%s': block_size %zu above 1 GiB", name,
                             cfg->block_size);
-  for (int i = 0; i < cfg->npaths; i++)
+  for (int i = 0; need_geometry && i < cfg->npaths; i++)
     if (!cfg->paths[i] || !cfg->paths[i][0] || strlen(cfg->paths[i]) >= 1024)
       return ferry_err_thread(FERRY_EINVAL, "swap '%s': directory %d is empty or too long", name,
                               i);
+  return FERRY_OK;
+}
 
+static ferry_swap *new_store(const ferry_swap_config *cfg, const char *name) {
   ferry_swap *s = calloc(1, sizeof *s);
-  if (!s) return ferry_err_thread(FERRY_ENOMEM, "swap '%s': out of memory", name);
+  if (!s) return NULL;
   s->cfg = *cfg;
   snprintf(s->name, sizeof s->name, "%s", name);
   s->cfg.name = s->name;
@@ -733,21 +657,20 @@ int ferry_swap_open(const ferry_swap_config *cfg, ferry_swap **out) {
   ferry_errbuf_init(&s->err);
   pthread_mutex_init(&s->mu, NULL);
   pthread_cond_init(&s->cv, NULL);
+  return s;
+}
 
-  /* What each directory offers. */
-  ferry_path_info pi[FERRY_SWAP_MAX_PATHS];
-  dev_t devs[FERRY_SWAP_MAX_PATHS];
-  int direct = !cfg->force_buffered;
+/* What each directory offers: sets s->direct, mem_align and oa, and says
+ * once (logger) when a directory refuses O_DIRECT. */
+static int probe_dirs(ferry_swap *s, ferry_path_info *pi, dev_t *devs) {
+  int direct = !s->cfg.force_buffered;
   size_t mem_align = 1, oa = 1;
   for (int i = 0; i < s->npaths; i++) {
-    snprintf(s->dirs[i], sizeof s->dirs[i], "%s", cfg->paths[i]);
-    s->cfg.paths[i] = s->dirs[i];
     char why[600];
     int rc = ferry_path_probe(s->dirs[i], &pi[i], why, sizeof why);
-    if (rc != FERRY_OK) {
-      ferry_err(&s->err, rc, "swap '%s': directory %s unusable: %s", name, s->dirs[i], why);
-      return open_fail(s, rc);
-    }
+    if (rc != FERRY_OK)
+      return ferry_err(&s->err, rc, "swap '%s': directory %s unusable: %s", s->name, s->dirs[i],
+                       why);
     struct stat st;
     devs[i] = stat(s->dirs[i], &st) == 0 ? st.st_dev : (dev_t)i;
     if (!pi[i].o_direct) direct = 0;
@@ -757,7 +680,7 @@ int ferry_swap_open(const ferry_swap_config *cfg, ferry_swap **out) {
   if (!direct) {
     mem_align = 1;
     oa = 1;
-    if (!cfg->force_buffered) { /* said once per store, naming every directory that refused */
+    if (!s->cfg.force_buffered) { /* said once per store, naming every directory that refused */
       char which[2048];
       size_t w = 0;
       which[0] = 0;
@@ -770,13 +693,92 @@ int ferry_swap_open(const ferry_swap_config *cfg, ferry_swap **out) {
       ferry_logf(&s->log, FERRY_LOG_WARN,
                  "swap '%s': O_DIRECT refused by %s; this store uses buffered I/O (page cache; "
                  "slower, and host RAM is used for caching)",
-                 name, which);
+                 s->name, which);
     }
   }
   s->direct = direct;
   s->mem_align = mem_align;
   s->oa = oa;
-  s->bs = ferry_align_up(cfg->block_size, oa);
+  return FERRY_OK;
+}
+
+/* The in-memory index and the I/O units, sized once (geometry set). */
+static int alloc_index(ferry_swap *s) {
+  uint32_t nslots = s->cfg.nslots;
+  s->map = calloc(nslots, sizeof *s->map);
+  s->free_phys = calloc(s->nphys, sizeof *s->free_phys);
+  s->plen = calloc(s->nphys, sizeof *s->plen);
+  s->crc = calloc((size_t)s->nphys * s->cps, sizeof *s->crc);
+  s->busy = calloc(nslots, 1);
+  s->lost = calloc(nslots, 1);
+  s->units = calloc(s->cfg.queue_depth, sizeof *s->units);
+  size_t bsz = ferry_align_up((size_t)s->cfg.queue_depth * s->oa, 4096);
+  void *bounce = NULL;
+  if (posix_memalign(&bounce, s->mem_align > 4096 ? s->mem_align : 4096, bsz) == 0)
+    s->bounce = bounce;
+  if (!s->map || !s->free_phys || !s->plen || !s->crc || !s->busy || !s->lost || !s->units ||
+      !s->bounce)
+    return ferry_err(&s->err, FERRY_ENOMEM, "swap '%s': out of memory for the index of %u slots",
+                     s->name, s->nphys);
+  for (unsigned i = 0; i < s->cfg.queue_depth; i++) {
+    s->units[i].bounce = s->bounce + (size_t)i * s->oa;
+    s->units[i].next = s->free_units;
+    s->free_units = &s->units[i];
+  }
+  return FERRY_OK;
+}
+
+/* The ring, the files registered with it, and the completion thread. */
+static int start_ring(ferry_swap *s) {
+  struct io_uring_params p;
+  memset(&p, 0, sizeof p);
+  if (s->cfg.sqpoll) {
+    p.flags |= IORING_SETUP_SQPOLL;
+    p.sq_thread_idle = 50;
+  }
+  unsigned entries = s->cfg.queue_depth * 2 + 2;
+  int rc = io_uring_queue_init_params(entries, &s->ring, &p);
+  if (rc < 0)
+    return ferry_err(&s->err, rc == -ENOSYS || rc == -EPERM ? FERRY_ENOTSUP : FERRY_EIO,
+                     "swap '%s': io_uring_queue_init(%u%s): %s", s->name, entries,
+                     s->cfg.sqpoll ? ", SQPOLL" : "", strerror(-rc));
+  s->ring_ok = 1;
+  s->sqpoll = s->cfg.sqpoll;
+  rc = io_uring_register_files(&s->ring, s->fds, (unsigned)s->npaths);
+  if (rc == 0) s->fixed_files = 1;
+  else
+    ferry_logf(&s->log, FERRY_LOG_INFO, "swap '%s': files not registered with the ring: %s",
+               s->name, strerror(-rc));
+  if (pthread_create(&s->reaper, NULL, reaper_main, s) != 0)
+    return ferry_err(&s->err, FERRY_ENOMEM, "swap '%s': cannot start the completion thread",
+                     s->name);
+  s->reaper_started = 1;
+  ferry_logf(&s->log, FERRY_LOG_DEBUG,
+             "swap '%s': %d file(s) of %llu bytes, %s, block %zu, qd %u, %u+%u slots of %zu",
+             s->name, s->npaths, (unsigned long long)s->file_bytes,
+             s->direct ? "O_DIRECT" : "buffered", s->bs, s->cfg.queue_depth, s->cfg.nslots,
+             s->cfg.spare_slots, s->cfg.slot_size);
+  return FERRY_OK;
+}
+
+int ferry_swap_open(const ferry_swap_config *cfg, ferry_swap **out) {
+  if (!out) return FERRY_EINVAL;
+  *out = NULL;
+  if (!cfg) return ferry_err_thread(FERRY_EINVAL, "swap: no configuration");
+  const char *name = cfg->name ? cfg->name : "swap";
+  int rc = check_cfg(cfg, name, 1);
+  if (rc != FERRY_OK) return rc;
+  ferry_swap *s = new_store(cfg, name);
+  if (!s) return ferry_err_thread(FERRY_ENOMEM, "swap '%s': out of memory", name);
+  for (int i = 0; i < s->npaths; i++) {
+    snprintf(s->dirs[i], sizeof s->dirs[i], "%s", cfg->paths[i]);
+    s->cfg.paths[i] = s->dirs[i];
+  }
+  ferry_path_info pi[FERRY_SWAP_MAX_PATHS];
+  dev_t devs[FERRY_SWAP_MAX_PATHS];
+  rc = probe_dirs(s, pi, devs);
+  if (rc != FERRY_OK) return open_fail(s, rc);
+  s->bs = ferry_align_up(cfg->block_size, s->oa);
 
   /* Geometry, with overflow checks: the sizes come from a config file. */
   uint64_t positions = (cfg->slot_size + s->bs - 1) / s->bs;
@@ -817,30 +819,10 @@ int ferry_swap_open(const ferry_swap_config *cfg, ferry_swap **out) {
     }
   }
 
-  /* The index, sized once. */
-  s->map = calloc(cfg->nslots, sizeof *s->map);
-  s->free_phys = calloc(s->nphys, sizeof *s->free_phys);
-  s->plen = calloc(s->nphys, sizeof *s->plen);
-  s->crc = calloc((size_t)s->nphys * s->cps, sizeof *s->crc);
-  s->busy = calloc(cfg->nslots, 1);
-  s->lost = calloc(cfg->nslots, 1);
-  s->units = calloc(cfg->queue_depth, sizeof *s->units);
-  size_t bsz = ferry_align_up((size_t)cfg->queue_depth * oa, 4096);
-  void *bounce = NULL;
-  if (posix_memalign(&bounce, mem_align > 4096 ? mem_align : 4096, bsz) == 0) s->bounce = bounce;
-  if (!s->map || !s->free_phys || !s->plen || !s->crc || !s->busy || !s->lost || !s->units ||
-      !s->bounce) {
-    ferry_err(&s->err, FERRY_ENOMEM, "swap '%s': out of memory for the index of %u slots", name,
-              s->nphys);
-    return open_fail(s, FERRY_ENOMEM);
-  }
+  rc = alloc_index(s);
+  if (rc != FERRY_OK) return open_fail(s, rc);
   for (uint32_t i = 0; i < cfg->nslots; i++) s->map[i] = i;
   for (uint32_t p = s->nphys; p > cfg->nslots; p--) s->free_phys[s->nfree_phys++] = p - 1;
-  for (unsigned i = 0; i < cfg->queue_depth; i++) {
-    s->units[i].bounce = s->bounce + (size_t)i * oa;
-    s->units[i].next = s->free_units;
-    s->free_units = &s->units[i];
-  }
 
   /* The files. */
   unsigned seq = atomic_fetch_add(&g_store_seq, 1);
@@ -851,8 +833,8 @@ int ferry_swap_open(const ferry_swap_config *cfg, ferry_swap **out) {
       ferry_err(&s->err, FERRY_EINVAL, "swap '%s': file path in %s is too long", name, s->dirs[i]);
       return open_fail(s, FERRY_EINVAL);
     }
-    int fd = open(s->files[i], O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | (direct ? O_DIRECT : 0),
-                  0600);
+    int fd = open(s->files[i],
+                  O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | (s->direct ? O_DIRECT : 0), 0600);
     if (fd < 0) {
       int e = errno;
       ferry_err(&s->err, status_of_errno(e), "swap '%s': cannot create %s: %s", name, s->files[i],
@@ -877,45 +859,191 @@ int ferry_swap_open(const ferry_swap_config *cfg, ferry_swap **out) {
       return open_fail(s, status_of_errno(e));
     }
   }
+  int ilen = snprintf(s->index_path, sizeof s->index_path, "%s/ferry-%s-%ld-%u.index",
+                      s->dirs[0], s->name, (long)getpid(), seq);
+  if (ilen < 0 || (size_t)ilen >= sizeof s->index_path) { /* shorter than files[0]: cannot */
+    ferry_err(&s->err, FERRY_EINVAL, "swap '%s': index path in %s is too long", name, s->dirs[0]);
+    return open_fail(s, FERRY_EINVAL);
+  }
 
-  /* The ring. */
-  struct io_uring_params p;
-  memset(&p, 0, sizeof p);
-  if (cfg->sqpoll) {
-    p.flags |= IORING_SETUP_SQPOLL;
-    p.sq_thread_idle = 50;
-  }
-  int rc = io_uring_queue_init_params(cfg->queue_depth * 2 + 2, &s->ring, &p);
-  if (rc < 0) {
-    int st = rc == -ENOSYS || rc == -EPERM ? FERRY_ENOTSUP : FERRY_EIO;
-    ferry_err(&s->err, st, "swap '%s': io_uring_queue_init(%u%s): %s", name,
-              cfg->queue_depth * 2 + 2, cfg->sqpoll ? ", SQPOLL" : "", strerror(-rc));
-    return open_fail(s, st);
-  }
-  s->ring_ok = 1;
-  s->sqpoll = cfg->sqpoll;
-  rc = io_uring_register_files(&s->ring, s->fds, (unsigned)s->npaths);
-  if (rc == 0) s->fixed_files = 1;
-  else
-    ferry_logf(&s->log, FERRY_LOG_INFO, "swap '%s': files not registered with the ring: %s", name,
-               strerror(-rc));
-
-  if (pthread_create(&s->reaper, NULL, reaper_main, s) != 0) {
-    ferry_err(&s->err, FERRY_ENOMEM, "swap '%s': cannot start the completion thread", name);
-    return open_fail(s, FERRY_ENOMEM);
-  }
-  s->reaper_started = 1;
-  ferry_logf(&s->log, FERRY_LOG_DEBUG,
-             "swap '%s': %d file(s) of %llu bytes, %s, block %zu, qd %u, %u+%u slots of %zu", name,
-             s->npaths, (unsigned long long)s->file_bytes, direct ? "O_DIRECT" : "buffered", s->bs,
-             cfg->queue_depth, cfg->nslots, cfg->spare_slots, cfg->slot_size);
+  rc = start_ring(s);
+  if (rc != FERRY_OK) return open_fail(s, rc);
   *out = s;
   return FERRY_OK;
+}
+
+int ferry_swap_reopen(const ferry_swap_config *cfg, const char *index_path, ferry_swap **out) {
+  if (!out) return FERRY_EINVAL;
+  *out = NULL;
+  if (!cfg || !index_path || !index_path[0])
+    return ferry_err_thread(FERRY_EINVAL, "swap: reopen needs a configuration and an index path");
+  const char *name = cfg->name ? cfg->name : "swap";
+  ferry_swap_config c = *cfg;
+  if (!c.block_size) c.block_size = 1; /* from the index */
+  int rc = check_cfg(&c, name, 0);
+  if (rc != FERRY_OK) return rc;
+  if (strlen(index_path) >= 1024)
+    return ferry_err_thread(FERRY_EINVAL, "swap '%s': index path too long", name);
+  ferry_errbuf e;
+  ferry_errbuf_init(&e);
+  swap_saved sv;
+  rc = swap_index_load(index_path, &sv, &e);
+  if (rc != FERRY_OK) {
+    ferry_err_thread(rc, "swap '%s': %s", name, ferry_err_msg(&e));
+    ferry_errbuf_destroy(&e);
+    return rc;
+  }
+  ferry_errbuf_destroy(&e);
+  /* The caller's geometry, where given, must be the store's. */
+  const char *field = NULL;
+  unsigned long long want = 0, have = 0;
+  if (cfg->slot_size && cfg->slot_size != sv.slot_size)
+    field = "slot_size", want = cfg->slot_size, have = sv.slot_size;
+  else if (cfg->nslots && cfg->nslots != sv.nslots)
+    field = "nslots", want = cfg->nslots, have = sv.nslots;
+  else if (cfg->npaths && cfg->npaths != sv.npaths)
+    field = "npaths", want = (unsigned)cfg->npaths, have = (unsigned)sv.npaths;
+  if (field) {
+    swap_saved_free(&sv);
+    return ferry_err_thread(FERRY_EINVAL,
+                            "swap '%s': the configuration asks %s %llu but the store of %s has "
+                            "%llu (0 takes the store's)",
+                            name, field, want, index_path, have);
+  }
+  if (cfg->verify && !sv.verify) {
+    swap_saved_free(&sv);
+    return ferry_err_thread(FERRY_EINVAL,
+                            "swap '%s': %s was written without CRCs (verify off); reopen it with "
+                            "verify off",
+                            name, index_path);
+  }
+  c.npaths = sv.npaths;
+  c.slot_size = sv.slot_size;
+  c.nslots = sv.nslots;
+  c.spare_slots = sv.spare_slots;
+  c.block_size = sv.bs;
+  ferry_swap *s = new_store(&c, name);
+  if (!s) {
+    swap_saved_free(&sv);
+    return ferry_err_thread(FERRY_ENOMEM, "swap '%s': out of memory", name);
+  }
+  for (int i = 0; i < s->npaths; i++) {
+    snprintf(s->files[i], sizeof s->files[i], "%s", sv.files[i]);
+    snprintf(s->dirs[i], sizeof s->dirs[i], "%s", sv.files[i]);
+    char *slash = strrchr(s->dirs[i], '/');
+    if (slash == s->dirs[i]) slash[1] = 0;
+    else if (slash) *slash = 0;
+    else snprintf(s->dirs[i], sizeof s->dirs[i], ".");
+    s->cfg.paths[i] = s->dirs[i];
+  }
+  snprintf(s->index_path, sizeof s->index_path, "%s", index_path);
+  ferry_path_info pi[FERRY_SWAP_MAX_PATHS];
+  dev_t devs[FERRY_SWAP_MAX_PATHS];
+  rc = probe_dirs(s, pi, devs);
+  /* Block and tail boundaries (and so the CRC of each piece) follow the
+   * alignment the store was written with; O_DIRECT here must accept it. */
+  if (rc == FERRY_OK && s->direct && (sv.oa % s->oa || sv.bs % s->oa)) {
+    rc = ferry_err(&s->err, FERRY_EINVAL,
+                   "swap '%s': %s was written with %llu-byte alignment (blocks of %llu), which "
+                   "O_DIRECT here (alignment %zu) cannot read; reopen it with force_buffered",
+                   name, index_path, (unsigned long long)sv.oa, (unsigned long long)sv.bs, s->oa);
+  }
+  if (rc != FERRY_OK) {
+    swap_saved_free(&sv);
+    return open_fail(s, rc);
+  }
+  s->oa = sv.oa;
+  s->bs = sv.bs;
+  s->positions = sv.positions;
+  s->cps = sv.cps;
+  s->ppf = sv.ppf;
+  s->nphys = sv.nphys;
+  s->file_bytes = sv.file_bytes;
+  rc = alloc_index(s);
+  if (rc != FERRY_OK) {
+    swap_saved_free(&sv);
+    return open_fail(s, rc);
+  }
+  unsigned char *used = calloc(s->nphys, 1);
+  if (!used) {
+    swap_saved_free(&sv);
+    ferry_err(&s->err, FERRY_ENOMEM, "swap '%s': out of memory", name);
+    return open_fail(s, FERRY_ENOMEM);
+  }
+  for (uint32_t i = 0; i < s->cfg.nslots; i++) {
+    s->map[i] = sv.map[i];
+    used[sv.map[i]] = 1;
+    s->lost[i] = sv.lost[i];
+  }
+  for (uint32_t p = 0; p < s->nphys; p++) s->plen[p] = used[p] ? (size_t)sv.plen[p] : 0;
+  for (uint32_t p = s->nphys; p > 0; p--)
+    if (!used[p - 1]) s->free_phys[s->nfree_phys++] = p - 1;
+  memcpy(s->crc, sv.crc, (size_t)s->nphys * s->cps * sizeof *s->crc);
+  free(used);
+  swap_saved_free(&sv);
+
+  for (int i = 0; i < s->npaths; i++) {
+    int fd = open(s->files[i], O_RDWR | O_CLOEXEC | (s->direct ? O_DIRECT : 0));
+    if (fd < 0) {
+      int er = errno;
+      ferry_err(&s->err, status_of_errno(er), "swap '%s': cannot open %s (named by %s): %s", name,
+                s->files[i], index_path, strerror(er));
+      for (int j = 0; j < i; j++) { /* not ours to unlink on this failure */
+        close(s->fds[j]);
+        s->fds[j] = -1;
+      }
+      return open_fail(s, status_of_errno(er));
+    }
+    s->fds[i] = fd;
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || (uint64_t)st.st_size != s->file_bytes) {
+      ferry_err(&s->err, FERRY_ECORRUPT,
+                "swap '%s': %s is %lld bytes, the index %s says %llu", name, s->files[i],
+                (long long)st.st_size, index_path, (unsigned long long)s->file_bytes);
+      for (int j = 0; j <= i; j++) {
+        close(s->fds[j]);
+        s->fds[j] = -1;
+      }
+      return open_fail(s, FERRY_ECORRUPT);
+    }
+  }
+  rc = start_ring(s);
+  if (rc != FERRY_OK) {
+    for (int j = 0; j < s->npaths; j++) { /* keep what we did not create */
+      close(s->fds[j]);
+      s->fds[j] = -1;
+    }
+    return open_fail(s, rc);
+  }
+  /* From the first write on the index no longer describes the files: it
+   * goes now, and a close that keeps the files writes a new one. */
+  unlink(index_path);
+  *out = s;
+  return FERRY_OK;
+}
+
+int ferry_swap_save_index(ferry_swap *s) {
+  if (!s) return FERRY_EINVAL;
+  ferry_swap_drain(s);
+  pthread_mutex_lock(&s->mu);
+  int rc = s->active ? ferry_err(&s->err, FERRY_EBUSY, "swap '%s': requests started while saving",
+                                 s->name)
+                     : swap_index_save(s);
+  if (rc == FERRY_OK) s->index_saved = 1;
+  pthread_mutex_unlock(&s->mu);
+  return rc;
 }
 
 void ferry_swap_close(ferry_swap *s) {
   if (!s) return;
   ferry_swap_drain(s);
+  if (s->cfg.keep_files && !s->index_saved) {
+    pthread_mutex_lock(&s->mu);
+    int rc = swap_index_save(s);
+    pthread_mutex_unlock(&s->mu);
+    if (rc != FERRY_OK) /* close cannot fail: the logger is how this is told */
+      ferry_logf(&s->log, FERRY_LOG_ERROR, "%s", ferry_err_msg(&s->err));
+  }
   if (s->reaper_started) {
     pthread_mutex_lock(&s->mu);
     struct io_uring_sqe *sqe = get_sqe(s);
@@ -943,6 +1071,7 @@ int ferry_swap_get_info(ferry_swap *s, ferry_swap_info *out) {
   out->fixed_files = s->fixed_files;
   out->verify = s->cfg.verify;
   out->file_bytes = s->file_bytes;
+  out->index_path = s->index_path;
   return FERRY_OK;
 }
 

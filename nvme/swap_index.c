@@ -1,0 +1,307 @@
+/* nvme/swap_index.c — the index of a store whose files are kept: what
+ * ferry_swap_reopen needs to use them again (geometry, file paths, chunk
+ * map, bytes per slot, CRC per block, lost flags), in one file guarded by
+ * its own CRC32C and replaced atomically (temp file, fsync, rename).
+ *
+ * Layout (little-endian): "FERRYIX1", u32 version, u32 npaths, u64
+ * slot_size, block, align, file_bytes, u32 nslots, spare, positions, cps,
+ * ppf, nphys, direct, verify; per file u32 length + path; u32 map[nslots];
+ * u64 plen[nphys]; u32 crc[nphys * cps]; u8 lost[nslots]; then u64 bytes
+ * before it and u32 CRC32C of those bytes.
+ */
+#include "nvme/swap_impl.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define INDEX_MAGIC "FERRYIX1"
+#define INDEX_VERSION 1u
+#define INDEX_MAX_BYTES (1ull << 34) /* 16 GiB: far above any real index */
+
+typedef struct {
+  unsigned char *p;
+  size_t n, cap;
+  int oom;
+} wbuf;
+
+static void put(wbuf *b, const void *src, size_t len) {
+  if (b->oom) return;
+  if (b->n + len > b->cap) {
+    size_t cap = b->cap ? b->cap : 4096;
+    while (cap < b->n + len) cap *= 2;
+    unsigned char *q = realloc(b->p, cap);
+    if (!q) {
+      b->oom = 1;
+      return;
+    }
+    b->p = q;
+    b->cap = cap;
+  }
+  memcpy(b->p + b->n, src, len);
+  b->n += len;
+}
+static void put32(wbuf *b, uint32_t v) { put(b, &v, 4); }
+static void put64(wbuf *b, uint64_t v) { put(b, &v, 8); }
+
+static int write_all(int fd, const unsigned char *p, size_t n) {
+  while (n) {
+    ssize_t k = write(fd, p, n);
+    if (k < 0 && errno == EINTR) continue;
+    if (k <= 0) return -1;
+    p += k;
+    n -= (size_t)k;
+  }
+  return 0;
+}
+
+int swap_index_save(ferry_swap *s) {
+  for (int i = 0; i < s->npaths; i++) /* the data first: the index points at it */
+    if (fdatasync(s->fds[i]) != 0) {
+      int e = errno;
+      return ferry_err(&s->err, FERRY_EIO, "swap '%s': fdatasync of %s: %s", s->name, s->files[i],
+                       strerror(e));
+    }
+  wbuf b = {0};
+  put(&b, INDEX_MAGIC, 8);
+  put32(&b, INDEX_VERSION);
+  put32(&b, (uint32_t)s->npaths);
+  put64(&b, s->cfg.slot_size);
+  put64(&b, s->bs);
+  put64(&b, s->oa);
+  put64(&b, s->file_bytes);
+  put32(&b, s->cfg.nslots);
+  put32(&b, s->cfg.spare_slots);
+  put32(&b, s->positions);
+  put32(&b, s->cps);
+  put32(&b, s->ppf);
+  put32(&b, s->nphys);
+  put32(&b, (uint32_t)s->direct);
+  put32(&b, (uint32_t)(s->cfg.verify != 0));
+  for (int i = 0; i < s->npaths; i++) { /* absolute: reopened from any directory */
+    char abs[PATH_MAX];
+    const char *f = realpath(s->files[i], abs) && strlen(abs) < sizeof s->files[i] ? abs
+                                                                                   : s->files[i];
+    uint32_t len = (uint32_t)strlen(f);
+    put32(&b, len);
+    put(&b, f, len);
+  }
+  put(&b, s->map, (size_t)s->cfg.nslots * sizeof *s->map);
+  for (uint32_t p = 0; p < s->nphys; p++) put64(&b, s->plen[p]);
+  put(&b, s->crc, (size_t)s->nphys * s->cps * sizeof *s->crc);
+  put(&b, s->lost, s->cfg.nslots);
+  uint64_t body = b.n;
+  put64(&b, body);
+  if (!b.oom) put32(&b, ferry_crc32c(0, b.p, b.n));
+  if (b.oom) {
+    free(b.p);
+    return ferry_err(&s->err, FERRY_ENOMEM, "swap '%s': out of memory for the index", s->name);
+  }
+
+  char tmp[1200];
+  snprintf(tmp, sizeof tmp, "%s.tmp", s->index_path);
+  int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  int rc = FERRY_OK;
+  if (fd < 0 || write_all(fd, b.p, b.n) != 0 || fsync(fd) != 0) {
+    int e = errno;
+    rc = ferry_err(&s->err, e == ENOSPC ? FERRY_ENOSPC : FERRY_EIO,
+                   "swap '%s': cannot write the index %s: %s", s->name, tmp, strerror(e));
+  }
+  if (fd >= 0) close(fd);
+  free(b.p);
+  if (rc == FERRY_OK && rename(tmp, s->index_path) != 0) {
+    int e = errno;
+    rc = ferry_err(&s->err, FERRY_EIO, "swap '%s': cannot rename %s to %s: %s", s->name, tmp,
+                   s->index_path, strerror(e));
+  }
+  if (rc != FERRY_OK) {
+    unlink(tmp);
+    return rc;
+  }
+  int dfd = open(s->dirs[0], O_RDONLY | O_DIRECTORY | O_CLOEXEC); /* the rename itself */
+  if (dfd >= 0) {
+    fsync(dfd);
+    close(dfd);
+  }
+  return FERRY_OK;
+}
+
+/* ---- reading ----------------------------------------------------------- */
+
+typedef struct {
+  const unsigned char *p;
+  size_t n, at;
+  int bad;
+} rbuf;
+
+static void get(rbuf *r, void *dst, size_t len) {
+  if (r->bad || len > r->n - r->at) {
+    r->bad = 1;
+    memset(dst, 0, len);
+    return;
+  }
+  memcpy(dst, r->p + r->at, len);
+  r->at += len;
+}
+static uint32_t get32(rbuf *r) {
+  uint32_t v;
+  get(r, &v, 4);
+  return v;
+}
+static uint64_t get64(rbuf *r) {
+  uint64_t v;
+  get(r, &v, 8);
+  return v;
+}
+
+void swap_saved_free(swap_saved *sv) {
+  if (!sv) return;
+  free(sv->map);
+  free(sv->plen);
+  free(sv->crc);
+  free(sv->lost);
+  memset(sv, 0, sizeof *sv);
+}
+
+static int damaged(ferry_errbuf *e, const char *path, const char *what) {
+  return ferry_err(e, FERRY_ECORRUPT, "index %s is damaged: %s", path, what);
+}
+
+int swap_index_load(const char *path, swap_saved *sv, ferry_errbuf *e) {
+  memset(sv, 0, sizeof *sv);
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    int er = errno;
+    return ferry_err(e, er == ENOENT ? FERRY_ENOENT : er == EACCES ? FERRY_EPERM : FERRY_EIO,
+                     "cannot open the index %s: %s", path, strerror(er));
+  }
+  struct stat st;
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size < 12 ||
+      (uint64_t)st.st_size > INDEX_MAX_BYTES) {
+    close(fd);
+    return damaged(e, path, "not a regular file of a plausible size");
+  }
+  size_t n = (size_t)st.st_size;
+  unsigned char *buf = malloc(n);
+  if (!buf) {
+    close(fd);
+    return ferry_err(e, FERRY_ENOMEM, "out of memory reading the index %s", path);
+  }
+  size_t got = 0;
+  while (got < n) {
+    ssize_t k = read(fd, buf + got, n - got);
+    if (k < 0 && errno == EINTR) continue;
+    if (k <= 0) break;
+    got += (size_t)k;
+  }
+  close(fd);
+  if (got != n) {
+    free(buf);
+    return ferry_err(e, FERRY_EIO, "short read of the index %s (%zu of %zu bytes)", path, got, n);
+  }
+  uint64_t body;
+  uint32_t want;
+  memcpy(&body, buf + n - 12, 8);
+  memcpy(&want, buf + n - 4, 4);
+  uint32_t have = ferry_crc32c(0, buf, n - 4);
+  int rc = FERRY_OK;
+  char why[256];
+  if (memcmp(buf, INDEX_MAGIC, 8) != 0 && n >= 8) {
+    rc = damaged(e, path, "not a ferry swap index (magic)");
+  } else if (body != n - 12) {
+    snprintf(why, sizeof why, "%zu bytes, its trailer says %llu + 12 (truncated or extended)", n,
+             (unsigned long long)body);
+    rc = damaged(e, path, why);
+  } else if (have != want) {
+    snprintf(why, sizeof why, "CRC32C expected 0x%08x, found 0x%08x", want, have);
+    rc = damaged(e, path, why);
+  }
+  if (rc != FERRY_OK) {
+    free(buf);
+    return rc;
+  }
+
+  rbuf r = {buf, n - 12, 8, 0};
+  uint32_t version = get32(&r);
+  if (version != INDEX_VERSION) {
+    free(buf);
+    return ferry_err(e, FERRY_ENOTSUP, "index %s has format version %u; this build reads %u",
+                     path, version, INDEX_VERSION);
+  }
+  uint32_t npaths = get32(&r);
+  sv->slot_size = get64(&r);
+  sv->bs = get64(&r);
+  sv->oa = get64(&r);
+  sv->file_bytes = get64(&r);
+  sv->nslots = get32(&r);
+  sv->spare_slots = get32(&r);
+  sv->positions = get32(&r);
+  sv->cps = get32(&r);
+  sv->ppf = get32(&r);
+  sv->nphys = get32(&r);
+  sv->direct = (int)get32(&r);
+  sv->verify = (int)get32(&r);
+  /* The geometry must be the one ferry_swap_open derives. */
+  const char *bad = NULL;
+  if (npaths < 1 || npaths > FERRY_SWAP_MAX_PATHS) bad = "file count";
+  else if (!sv->slot_size || !sv->nslots || !sv->bs || !sv->oa || sv->bs % sv->oa ||
+           sv->bs > (1u << 30) || sv->oa > (1u << 16))
+    bad = "sizes";
+  else if (sv->positions != (sv->slot_size + sv->bs - 1) / sv->bs || sv->cps != sv->positions + 1 ||
+           sv->ppf != (sv->positions + npaths - 1) / npaths ||
+           (uint64_t)sv->nphys != (uint64_t)sv->nslots + sv->spare_slots ||
+           sv->file_bytes / sv->bs / sv->ppf != sv->nphys ||
+           sv->file_bytes != (uint64_t)sv->nphys * sv->ppf * sv->bs)
+    bad = "geometry does not add up";
+  else if ((uint64_t)sv->nphys * sv->cps * 4 + (uint64_t)sv->nphys * 8 + (uint64_t)sv->nslots * 5 >
+           n)
+    bad = "arrays larger than the file";
+  sv->npaths = (int)npaths;
+  for (uint32_t i = 0; !bad && i < npaths; i++) {
+    uint32_t len = get32(&r);
+    if (len == 0 || len >= sizeof sv->files[i]) {
+      bad = "file path length";
+      break;
+    }
+    get(&r, sv->files[i], len);
+    sv->files[i][len] = 0;
+  }
+  if (!bad) {
+    sv->map = malloc((size_t)sv->nslots * sizeof *sv->map);
+    sv->plen = malloc((size_t)sv->nphys * sizeof *sv->plen);
+    sv->crc = malloc((size_t)sv->nphys * sv->cps * sizeof *sv->crc);
+    sv->lost = malloc(sv->nslots);
+    if (!sv->map || !sv->plen || !sv->crc || !sv->lost) {
+      free(buf);
+      swap_saved_free(sv);
+      return ferry_err(e, FERRY_ENOMEM, "out of memory reading the index %s", path);
+    }
+    get(&r, sv->map, (size_t)sv->nslots * sizeof *sv->map);
+    for (uint32_t p = 0; p < sv->nphys; p++) sv->plen[p] = get64(&r);
+    get(&r, sv->crc, (size_t)sv->nphys * sv->cps * sizeof *sv->crc);
+    get(&r, sv->lost, sv->nslots);
+    if (r.bad) bad = "truncated arrays";
+    else if (r.at != r.n) bad = "bytes after the arrays";
+  }
+  if (!bad) { /* every chunk maps to its own physical slot holding <= slot_size */
+    unsigned char *seen = calloc(sv->nphys, 1);
+    if (!seen) bad = "out of memory";
+    for (uint32_t i = 0; seen && !bad && i < sv->nslots; i++) {
+      uint32_t p = sv->map[i];
+      if (p >= sv->nphys || seen[p] || sv->plen[p] > sv->slot_size) bad = "chunk map";
+      else seen[p] = 1;
+    }
+    free(seen);
+  }
+  free(buf);
+  if (bad || r.bad) {
+    swap_saved_free(sv);
+    return damaged(e, path, bad ? bad : "truncated");
+  }
+  return FERRY_OK;
+}
