@@ -129,7 +129,7 @@ int main(int argc, char **argv) {
     ferry_swap_close(s);
     for (int i = 0; i < 2; i++) { /* a data file each, and the index in the first */
       EXPECT_EQ_INT(nt_count_files(dirs[i]), i == 0 ? 2 : 1);
-      char cmd[4000];
+      char cmd[8000];
       snprintf(cmd, sizeof cmd, "rm -f %s/ferry-swap-*.swap %s/ferry-swap-*.index", dirs[i], dirs[i]);
       EXPECT_EQ_INT(system(cmd), 0);
     }
