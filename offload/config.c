@@ -61,7 +61,7 @@ static const key_def keys[] = {
     {"tiers.nvme.sqpoll", K_BOOL, OFF(nvme_sqpoll), "false", NULL, 0, 0, 0,
      "io_uring SQPOLL (a kernel thread polls submissions; costs a core)"},
     {"tiers.nvme.keep_files", K_BOOL, OFF(nvme_keep_files), "false", NULL, 0, 0, 0,
-     "keep swap files at exit"},
+     "keep swap files and their index at exit (a new engine starts a fresh store)"},
     {"placement.params", K_ENUM, OFF(place_params), "gpu", "gpu|host|nvme", 0, 0, 0,
      "home tier of the 16-bit parameters (host or nvme: streamed per group)"},
     {"placement.grads", K_ENUM, OFF(place_grads), "host", "gpu|host", 0, 0, 0,

@@ -150,7 +150,7 @@ void ferry_engine_destroy(ferry_engine *e) {
       ferry_event_destroy(e->stage_up_ev[i]);
     }
     ferry_host_free(e->dev, e->stage_down);
-    ferry_host_free(e->dev, e->unit_stage);
+    ferry_host_free(e->dev, e->param_stage);
     for (uint32_t g = 0; e->groups && g < e->ngroups; g++) ferry_event_destroy(e->groups[g].uploaded);
     ferry_stream_destroy(e->up);
     ferry_stream_destroy(e->down);
@@ -455,33 +455,24 @@ int ferry_engine_finalize(ferry_engine *e) {
   if (!rc) rc = ferry_mem_finalize(e->mem);
   if (rc) return mem_err(e, rc, "finalize: layout");
 
-  /* units: runs of groups whose params share chunks */
-  size_t max_unit = 0;
-  for (uint32_t g = 0; g < e->ngroups;) {
-    uint32_t last = g;
-    for (uint32_t k = g; k <= last && k < e->ngroups; k++) {
-      uint32_t first_c = 0, count_c = 0;
-      ferry_mem_group_chunks(e->mem, k, FERRY_FAMILY_PARAMS, &first_c, &count_c);
-      for (uint32_t c = first_c; c < first_c + count_c; c++) {
-        ferry_mem_chunk_info ci;
-        if (ferry_mem_chunk_get(e->mem, c, &ci) == 0 && ci.group_last > last) last = ci.group_last;
-      }
+  /* A chunk never holds two groups (memory/layout.c), so committing one
+   * group's params touches no other group's chunks: the commit after each
+   * update relies on it. Checked here; the staging holds the largest group. */
+  for (uint32_t g = 0; g < e->ngroups; g++) {
+    uint32_t first_c = 0, count_c = 0;
+    ferry_mem_group_chunks(e->mem, g, FERRY_FAMILY_PARAMS, &first_c, &count_c);
+    for (uint32_t c = first_c; c < first_c + count_c; c++) {
+      ferry_mem_chunk_info ci;
+      FERRY_ASSERT(ferry_mem_chunk_get(e->mem, c, &ci) == 0 && ci.group_first == g &&
+                       ci.group_last == g,
+                   "finalize: param chunk %u of group %u holds other groups", c, g);
     }
-    size_t off = 0;
-    for (uint32_t k = g; k <= last; k++) {
-      e->groups[k].unit_first = g;
-      e->groups[k].unit_last = last;
-      e->groups[k].unit_off = off;
-      off += e->groups[k].n;
-    }
-    if (off > max_unit) max_unit = off;
-    g = last + 1;
   }
   if (e->param_home != FERRY_TIER_DEVICE) {
-    rc = ferry_host_alloc(e->dev, max_unit * e->esize, &e->unit_stage);
+    rc = ferry_host_alloc(e->dev, e->max_group_n * e->esize, &e->param_stage);
     if (rc)
       return ferry_err(&e->err, rc, "finalize: param staging of %zu bytes: %s",
-                       max_unit * e->esize, ferry_device_last_error(e->dev));
+                       e->max_group_n * e->esize, ferry_device_last_error(e->dev));
   }
 
   /* the NVMe store */

@@ -41,8 +41,6 @@ typedef struct {
   int updated;           /* its optimizer update is done, params not committed */
   int failed;            /* its update failed before changing anything (the status):
                             the next ferry_step runs it again */
-  uint32_t unit_first, unit_last; /* groups sharing param chunks with it */
-  size_t unit_off;       /* elements before it in its unit's staging */
 } eng_group;
 
 typedef struct {
@@ -83,7 +81,7 @@ struct ferry_engine {
   void *stage_up[ENGINE_STAGE_SLOTS];   /* pinned, max group in param dtype */
   ferry_event *stage_up_ev[ENGINE_STAGE_SLOTS];
   void *stage_down;                     /* pinned, max group in param dtype */
-  void *unit_stage;                     /* host/NVMe param homes: the largest unit */
+  void *param_stage;                    /* host/NVMe param homes: the largest group */
   ferry_optim_span *spans;              /* max params of a group */
   ferry_grad_span *gspans;
   void **dsts;                          /* per param of a group: where new params go */

@@ -19,8 +19,8 @@ static int mem_err(ferry_engine *e, int rc, const char *what) {
 }
 
 /* Where the optimizer writes group g's new params: a pinned staging buffer,
- * uploaded by param_commit (device home), or the unit's staging buffer,
- * copied into the host copy when the unit commits (host and NVMe homes:
+ * uploaded by param_commit (device home), or the param staging buffer,
+ * copied into the host copy when the group commits (host and NVMe homes:
  * the memory manager wants a host copy marked dirty before it is written,
  * which drops device copies, which must not be held then). */
 static int param_prepare(ferry_engine *e, uint32_t g, int slot, void **dst) {
@@ -33,8 +33,7 @@ static int param_prepare(ferry_engine *e, uint32_t g, int slot, void **dst) {
     return FERRY_OK;
   }
   for (uint32_t k = 0; k < gr->count; k++)
-    dst[k] = (char *)e->unit_stage +
-             (gr->unit_off + e->params[e->by_group[gr->first + k]].goff) * e->esize;
+    dst[k] = (char *)e->param_stage + e->params[e->by_group[gr->first + k]].goff * e->esize;
   return FERRY_OK;
 }
 
@@ -58,44 +57,42 @@ static int param_commit(ferry_engine *e, uint32_t g, int slot) {
   return FERRY_OK;
 }
 
-/* Host and NVMe homes: groups [a, b] of one unit, none held by the loop:
- * mark the host copies dirty (dropping device copies), copy the staged
- * params in, and write NVMe homes back. */
-static int commit_groups(ferry_engine *e, uint32_t a, uint32_t b) {
+/* Host and NVMe homes: group g, none of it held by the loop: mark the host
+ * copy dirty (dropping device copies), copy the staged params in, and write
+ * an NVMe home back. */
+static int commit_group(ferry_engine *e, uint32_t g) {
   int rc = FERRY_OK;
   int nvme = e->param_home == FERRY_TIER_NVME;
-  for (uint32_t g = a; g <= b && !rc; g++) {
-    eng_group *gr = &e->groups[g];
-    if (nvme) {
-      rc = ferry_mem_fetch(e->mem, g, FERRY_FAMILY_PARAMS, FERRY_TIER_HOST, NULL, 0);
-      if (rc) return mem_err(e, rc, "step: params");
-    }
-    /* Loads of these params the loop waited for (its kernels ran after them)
-     * may not be noticed yet: complete them, so their holds are dropped. */
+  eng_group *gr = &e->groups[g];
+  if (nvme) {
+    rc = ferry_mem_fetch(e->mem, g, FERRY_FAMILY_PARAMS, FERRY_TIER_HOST, NULL, 0);
+    if (rc) return mem_err(e, rc, "step: params");
+  }
+  /* Loads of these params the loop waited for (its kernels ran after them)
+   * may not be noticed yet: complete them, so their holds are dropped. */
+  ferry_mem_poll(e->mem);
+  rc = ferry_mem_mark_dirty(e->mem, g, FERRY_FAMILY_PARAMS, FERRY_TIER_HOST, NULL);
+  /* The loop holds none of the group (after_update waited), so a device
+   * copy still held is a load in flight (a prefetch from NVMe through the
+   * host holds its chunk until the H2D is issued and seen complete): wait
+   * for it (it is dropped as stale once it lands), at most about 10 s. */
+  for (int tries = 0; rc == FERRY_EBUSY && tries < 100000; tries++) {
+    struct timespec ts = {0, 100000};
+    nanosleep(&ts, NULL);
     ferry_mem_poll(e->mem);
     rc = ferry_mem_mark_dirty(e->mem, g, FERRY_FAMILY_PARAMS, FERRY_TIER_HOST, NULL);
-    /* The loop holds none of the group (after_update waited), so a device
-     * copy still held is a load in flight (a prefetch from NVMe through the
-     * host holds its chunk until the H2D is issued and seen complete): wait
-     * for it (it is dropped as stale once it lands), at most about 10 s. */
-    for (int tries = 0; rc == FERRY_EBUSY && tries < 100000; tries++) {
-      struct timespec ts = {0, 100000};
-      nanosleep(&ts, NULL);
-      ferry_mem_poll(e->mem);
-      rc = ferry_mem_mark_dirty(e->mem, g, FERRY_FAMILY_PARAMS, FERRY_TIER_HOST, NULL);
-    }
-    for (uint32_t k = 0; k < gr->count && !rc; k++) {
-      eng_param *p = &e->params[e->by_group[gr->first + k]];
-      void *h;
-      rc = ferry_mem_tensor_ptr(e->mem, p->id[FERRY_ROLE_PARAM], FERRY_TIER_HOST, &h);
-      if (!rc)
-        memcpy(h, (char *)e->unit_stage + (gr->unit_off + p->goff) * e->esize, p->n * e->esize);
-    }
-    if (nvme) {
-      int r2 = ferry_mem_release(e->mem, g, FERRY_FAMILY_PARAMS, FERRY_TIER_HOST, NULL);
-      if (!rc) rc = r2;
-      if (!rc) rc = ferry_mem_writeback(e->mem, g, FERRY_FAMILY_PARAMS, FERRY_TIER_HOST);
-    }
+  }
+  for (uint32_t k = 0; k < gr->count && !rc; k++) {
+    eng_param *p = &e->params[e->by_group[gr->first + k]];
+    void *h;
+    rc = ferry_mem_tensor_ptr(e->mem, p->id[FERRY_ROLE_PARAM], FERRY_TIER_HOST, &h);
+    if (!rc)
+      memcpy(h, (char *)e->param_stage + p->goff * e->esize, p->n * e->esize);
+  }
+  if (nvme) {
+    int r2 = ferry_mem_release(e->mem, g, FERRY_FAMILY_PARAMS, FERRY_TIER_HOST, NULL);
+    if (!rc) rc = r2;
+    if (!rc) rc = ferry_mem_writeback(e->mem, g, FERRY_FAMILY_PARAMS, FERRY_TIER_HOST);
   }
   return rc ? mem_err(e, rc, "step: params") : FERRY_OK;
 }
@@ -113,7 +110,7 @@ int engine_write_params(ferry_engine *e, uint32_t g, int slot, const float *unus
     ferry_mem_tensor_ptr(e->mem, p->id[FERRY_ROLE_MASTER], ot, (void **)&master);
     for (size_t i = 0; i < p->n; i++) optim_store(dst[k], e->dtype, i, master[i]);
   }
-  return e->param_home == FERRY_TIER_DEVICE ? param_commit(e, g, slot) : commit_groups(e, g, g);
+  return e->param_home == FERRY_TIER_DEVICE ? param_commit(e, g, slot) : commit_group(e, g);
 }
 
 static int zero_group_grads(ferry_engine *e, uint32_t g, int held) {
@@ -192,25 +189,22 @@ static int step_group(ferry_engine *e, uint32_t i, uint32_t next, float gscale) 
   return rc;
 }
 
-/* Ends the update of groups [a, b] (e->mu held): those queued and done
- * (updated or failed). A group of the unit queued while the unit committed
- * is still to be updated: it stays queued, so its fetches keep waiting. */
-static void finish_groups(ferry_engine *e, uint32_t a, uint32_t b) {
-  for (uint32_t g = a; g <= b; g++) {
-    if (!e->groups[g].step_queued) continue;
-    if (!e->groups[g].updated && !e->groups[g].failed) continue;
-    e->groups[g].step_queued = 0;
-    e->groups[g].updated = 0;
+/* Ends group g's update (e->mu held) when it is queued and done (updated
+ * or failed). */
+static void finish_group(ferry_engine *e, uint32_t g) {
+  eng_group *gr = &e->groups[g];
+  if (gr->step_queued && (gr->updated || gr->failed)) {
+    gr->step_queued = 0;
+    gr->updated = 0;
     e->step_pending--;
   }
   pthread_cond_broadcast(&e->cv_step);
 }
 
-/* After group g's update. Host and NVMe homes: the params' chunks may hold
- * several groups, and a copy on the device can only be dropped when none
- * of them is held; so the new params of a unit (the groups that share
- * chunks) are committed together once all are updated and released, and
- * the unit's fetches wait until then. */
+/* After group g's update. Host and NVMe homes: the new params are copied
+ * into the group's own chunks (no chunk holds two groups) once the loop
+ * holds none of them, which drops the stale device copy; the group's
+ * fetches wait until then (step_queued). */
 static int after_update(ferry_engine *e, uint32_t g, int rc) {
   eng_group *gr = &e->groups[g];
   pthread_mutex_lock(&e->mu);
@@ -220,31 +214,17 @@ static int after_update(ferry_engine *e, uint32_t g, int rc) {
   }
   if (!rc) gr->updated = 1;
   if (e->param_home == FERRY_TIER_DEVICE) {
-    finish_groups(e, g, g);
+    finish_group(e, g);
     pthread_mutex_unlock(&e->mu);
     return rc;
   }
-  uint32_t a = gr->unit_first, b = gr->unit_last;
-  for (;;) {
-    /* the last of the unit commits it; checked again after each wait: the
-     * loop queues a group of the unit when it releases it */
-    for (uint32_t k = a; k <= b; k++)
-      if (e->groups[k].step_queued && !e->groups[k].updated && !e->groups[k].failed) {
-        pthread_mutex_unlock(&e->mu);
-        return rc;
-      }
-    int held = 0; /* wait until the loop holds none of the unit */
-    for (uint32_t k = a; k <= b; k++) held |= e->groups[k].fetched != 0;
-    if (!held || e->stop) break;
-    pthread_cond_wait(&e->cv_step, &e->mu);
-  }
+  while (gr->fetched && !e->stop) pthread_cond_wait(&e->cv_step, &e->mu);
+  int updated = gr->updated;
   pthread_mutex_unlock(&e->mu);
-  int crc = FERRY_OK; /* the updated ones: a failed group keeps its old params */
-  for (uint32_t k = a; k <= b && !crc; k++)
-    if (e->groups[k].updated) crc = commit_groups(e, k, k);
+  int crc = updated ? commit_group(e, g) : FERRY_OK; /* a failed group keeps its old params */
   pthread_mutex_lock(&e->mu);
   if (crc && !e->step_status) e->step_status = crc;
-  finish_groups(e, a, b);
+  finish_group(e, g);
   pthread_mutex_unlock(&e->mu);
   return crc ? crc : rc;
 }

@@ -150,16 +150,8 @@ static int run_engine(ferry_config *c, const tensor *t, size_t nt, int groups, i
                       st.peak[FERRY_TIER_HOST][FERRY_FAMILY_GRADS];
     size_t gbytes = ferry_align_up(e->max_group_n * e->esize, 4096);
     out->own_dev = ENGINE_GRAD_SLOTS * ferry_align_up(gbytes, 256);
-    size_t unit = 0;
-    if (e->param_home != FERRY_TIER_DEVICE)
-      for (uint32_t g = 0; g < e->ngroups; g++) {
-        const eng_group *gr = &e->groups[g];
-        if (gr->unit_first == g) {
-          size_t u = 0;
-          for (uint32_t k = g; k <= gr->unit_last; k++) u += e->groups[k].n;
-          if (u > unit) unit = u;
-        }
-      }
+    /* host/NVMe param homes: one more staging of the largest group */
+    size_t unit = e->param_home != FERRY_TIER_DEVICE ? e->max_group_n : 0;
     out->own_host = (ENGINE_STAGE_SLOTS + 1) * gbytes + unit * e->esize;
   }
   free(first);
