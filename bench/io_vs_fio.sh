@@ -2,7 +2,8 @@
 # bench/io_vs_fio.sh — ferry's swap engine against Debian's fio on the same
 # directory: fio (direct=1, ioengine=io_uring, registered files and buffers)
 # and `ferry bench io` alternate, same file size, bs and qd, CRC on; then the
-# CRC's cost (verify vs --no-verify). Prints medians and ferry/fio ratios.
+# CRC's cost (verify vs --no-verify). Prints medians, the ratio of the
+# medians and the median of the per-pair ratios.
 #
 # usage: bench/io_vs_fio.sh DIR [SIZE=1G] [REPEATS=3]
 #        FERRY=path/to/ferry (default: build/bin/ferry), CASES="1M:8 1M:32 128k:32"
@@ -34,37 +35,65 @@ ferry_json() { # bs qd mode [extra] -> one JSON line
   "$FERRY" bench io --path "$DIR" --size "$SIZE" --bs "$1" --qd "$2" --mode "$3" --json ${4:-}
 }
 
-printf '%-6s %-4s %-6s %10s %10s %7s %10s\n' mode bs qd fio_GB/s ferry_GB/s ratio cpu_s/GB
+# Each repeat runs fio, ferry (huge-page buffers, as the engine's pinned
+# pool) and ferry --no-hugepages (4 KiB pages, like fio's malloc'd
+# buffers) back to back, the order rotated every repeat so a drift of the
+# disk favours none; "pair" is the median of the per-repeat ratios
+# ferry/fio, the figure to quote on a disk whose speed wanders.
+printf '%-6s %-4s %-4s %9s %10s %7s %7s %10s %7s %9s\n' mode bs qd fio_GB/s ferry_GB/s ratio pair 4k_GB/s 4k_pair cpu_s/GB
 for c in $CASES; do
   bs=${c%%:*}; qd=${c##*:}
   for mode in $MODES; do
-    : >/tmp/io_vs_fio.f; : >/tmp/io_vs_fio.g; : >/tmp/io_vs_fio.c
+    : >/tmp/io_vs_fio.f; : >/tmp/io_vs_fio.g; : >/tmp/io_vs_fio.c; : >/tmp/io_vs_fio.p
+    : >/tmp/io_vs_fio.k; : >/tmp/io_vs_fio.kp
     i=0
     while [ $i -lt "$REPEATS" ]; do
-      fio_gbs "$bs" "$qd" "$mode" >>/tmp/io_vs_fio.f
-      j=$(ferry_json "$bs" "$qd" "$mode")
-      echo "$j" | jq -r .gb_per_s >>/tmp/io_vs_fio.g
+      case $((i % 3)) in
+      0) f1=$(fio_gbs "$bs" "$qd" "$mode"); j=$(ferry_json "$bs" "$qd" "$mode")
+         k=$(ferry_json "$bs" "$qd" "$mode" --no-hugepages) ;;
+      1) j=$(ferry_json "$bs" "$qd" "$mode"); k=$(ferry_json "$bs" "$qd" "$mode" --no-hugepages)
+         f1=$(fio_gbs "$bs" "$qd" "$mode") ;;
+      *) k=$(ferry_json "$bs" "$qd" "$mode" --no-hugepages); f1=$(fio_gbs "$bs" "$qd" "$mode")
+         j=$(ferry_json "$bs" "$qd" "$mode") ;;
+      esac
+      g1=$(echo "$j" | jq -r .gb_per_s); k1=$(echo "$k" | jq -r .gb_per_s)
+      echo "$f1" >>/tmp/io_vs_fio.f
+      echo "$g1" >>/tmp/io_vs_fio.g
+      echo "$k1" >>/tmp/io_vs_fio.k
       echo "$j" | jq -r .cpu_s_per_gb >>/tmp/io_vs_fio.c
+      echo "$g1 $f1" | awk '{print $1/$2}' >>/tmp/io_vs_fio.p
+      echo "$k1 $f1" | awk '{print $1/$2}' >>/tmp/io_vs_fio.kp
       i=$((i + 1))
     done
     f=$(median </tmp/io_vs_fio.f); g=$(median </tmp/io_vs_fio.g); cpu=$(median </tmp/io_vs_fio.c)
-    printf '%-6s %-4s %-6s %10.3f %10.3f %7.3f %10.3f   (fio: %s; ferry: %s)\n' "$mode" "$bs" "$qd" \
-      "$f" "$g" "$(echo "$g $f" | awk '{print $1/$2}')" "$cpu" \
-      "$(tr '\n' ' ' </tmp/io_vs_fio.f)" "$(tr '\n' ' ' </tmp/io_vs_fio.g)"
+    pr=$(median </tmp/io_vs_fio.p); kk=$(median </tmp/io_vs_fio.k); kp=$(median </tmp/io_vs_fio.kp)
+    printf '%-6s %-4s %-4s %9.3f %10.3f %7.3f %7.3f %10.3f %7.3f %9.3f\n' "$mode" "$bs" "$qd" \
+      "$f" "$g" "$(echo "$g $f" | awk '{print $1/$2}')" "$pr" "$kk" "$kp" "$cpu"
+    echo "    fio: $(tr '\n' ' ' </tmp/io_vs_fio.f)"
+    echo "    ferry: $(tr '\n' ' ' </tmp/io_vs_fio.g)"
+    echo "    ferry 4k: $(tr '\n' ' ' </tmp/io_vs_fio.k)"
   done
 done
 
 echo
-echo "CRC32C cost on reads (bs=1M qd=32, alternating verify on/off):"
-: >/tmp/io_vs_fio.on; : >/tmp/io_vs_fio.off; : >/tmp/io_vs_fio.con; : >/tmp/io_vs_fio.coff
+echo "CRC32C cost on reads (bs=1M qd=32, pairs verify on/off, order swapped every other pair):"
+: >/tmp/io_vs_fio.on; : >/tmp/io_vs_fio.off; : >/tmp/io_vs_fio.con; : >/tmp/io_vs_fio.coff; : >/tmp/io_vs_fio.p
 i=0
 while [ $i -lt "$REPEATS" ]; do
-  j=$(ferry_json 1M 32 read); echo "$j" | jq -r .gb_per_s >>/tmp/io_vs_fio.on; echo "$j" | jq -r .cpu_s_per_gb >>/tmp/io_vs_fio.con
-  j=$(ferry_json 1M 32 read --no-verify); echo "$j" | jq -r .gb_per_s >>/tmp/io_vs_fio.off; echo "$j" | jq -r .cpu_s_per_gb >>/tmp/io_vs_fio.coff
+  if [ $((i % 2)) -eq 0 ]; then
+    jon=$(ferry_json 1M 32 read); joff=$(ferry_json 1M 32 read --no-verify)
+  else
+    joff=$(ferry_json 1M 32 read --no-verify); jon=$(ferry_json 1M 32 read)
+  fi
+  on1=$(echo "$jon" | jq -r .gb_per_s); off1=$(echo "$joff" | jq -r .gb_per_s)
+  echo "$on1" >>/tmp/io_vs_fio.on; echo "$jon" | jq -r .cpu_s_per_gb >>/tmp/io_vs_fio.con
+  echo "$off1" >>/tmp/io_vs_fio.off; echo "$joff" | jq -r .cpu_s_per_gb >>/tmp/io_vs_fio.coff
+  echo "$on1 $off1" | awk '{print 1 - $1/$2}' >>/tmp/io_vs_fio.p
   i=$((i + 1))
 done
 on=$(median </tmp/io_vs_fio.on); off=$(median </tmp/io_vs_fio.off)
-con=$(median </tmp/io_vs_fio.con); coff=$(median </tmp/io_vs_fio.coff)
-printf 'crc on %.3f GB/s (%.3f CPU s/GB), off %.3f GB/s (%.3f CPU s/GB): throughput cost %.1f%%\n' \
-  "$on" "$con" "$off" "$coff" "$(echo "$on $off" | awk '{print 100*(1-$1/$2)}')"
+con=$(median </tmp/io_vs_fio.con); coff=$(median </tmp/io_vs_fio.coff); pc=$(median </tmp/io_vs_fio.p)
+printf 'crc on %.3f GB/s (%.3f CPU s/GB), off %.3f GB/s (%.3f CPU s/GB): throughput cost %.1f%% (medians), %.1f%% (median of pairs)\n' \
+  "$on" "$con" "$off" "$coff" "$(echo "$on $off" | awk '{print 100*(1-$1/$2)}')" "$(echo "$pc" | awk '{print 100*$1}')"
+echo "  (on: $(tr '\n' ' ' </tmp/io_vs_fio.on); off: $(tr '\n' ' ' </tmp/io_vs_fio.off))"
 rm -f /tmp/io_vs_fio.*

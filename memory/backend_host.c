@@ -195,6 +195,10 @@ static int host_host_alloc(ferry_device *dev, size_t bytes, void **ptr) {
   if (e)
     return FERRY_DEV_ERR(dev, FERRY_ENOMEM, "pinned host alloc of %zu bytes failed: %s", bytes,
                          strerror(e));
+  /* Huge pages before the pages exist (mlock faults them all in): 2 MiB
+   * physically contiguous runs let a 1 MiB NVMe request go out as one
+   * segment instead of 256 (more than a virtio disk's 254: split in two). */
+  if (align == HUGE_2M) (void)madvise(p, len, MADV_HUGEPAGE);
   if (dev->cfg.host_lock_pinned && mlock(p, len) != 0) {
     e = errno;
     free(p);
@@ -203,7 +207,6 @@ static int host_host_alloc(ferry_device *dev, size_t bytes, void **ptr) {
                          "`ulimit -l`)",
                          len, strerror(e));
   }
-  if (align == HUGE_2M) (void)madvise(p, len, MADV_HUGEPAGE);
   *ptr = p;
   return FERRY_OK;
 }
