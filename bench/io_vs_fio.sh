@@ -7,6 +7,9 @@
 #
 # usage: bench/io_vs_fio.sh DIR [SIZE=1G] [REPEATS=3]
 #        FERRY=path/to/ferry (default: build/bin/ferry), CASES="1M:8 1M:32 128k:32"
+#        FIO_MEM=shmhuge: fio's buffers in hugetlb pages (as root: reserve them
+#        first, e.g. echo 128 > /proc/sys/vm/nr_hugepages), the fair match for
+#        ferry's huge-page buffers; default: fio's malloc'd 4 KiB pages.
 set -eu
 DIR=${1:?usage: io_vs_fio.sh DIR [SIZE] [REPEATS]}
 SIZE=${2:-1G}
@@ -26,7 +29,7 @@ median() { sort -g | awk '{a[NR]=$1} END {if (NR%2) print a[(NR+1)/2]; else prin
 fio_gbs() { # bs qd mode -> GB/s (1e9 bytes)
   rm -f "$F"
   fio --name=fio-vs-ferry --filename="$F" --size="$SIZE" --bs="$1" --iodepth="$2" --rw="$3" \
-      --direct=1 --ioengine=io_uring --fixedbufs=1 --registerfiles=1 --numjobs=1 \
+      --direct=1 --ioengine=io_uring --fixedbufs=1 --registerfiles=1 --numjobs=1 ${FIO_MEM:+--mem=$FIO_MEM} \
       --output-format=json 2>/dev/null | jq -r ".jobs[0].$3.bw_bytes / 1e9"
   rm -f "$F"
 }
