@@ -928,8 +928,15 @@ int ferry_swap_reopen(const ferry_swap_config *cfg, const char *index_path, ferr
     return ferry_err_thread(FERRY_ENOMEM, "swap '%s': out of memory", name);
   }
   for (int i = 0; i < s->npaths; i++) {
-    snprintf(s->files[i], sizeof s->files[i], "%s", sv.files[i]);
-    snprintf(s->dirs[i], sizeof s->dirs[i], "%s", sv.files[i]);
+    size_t flen = strlen(sv.files[i]); /* < sizeof sv.files[i] == sizeof s->files[i] */
+    if (flen >= sizeof s->dirs[i]) {
+      ferry_err(&s->err, FERRY_EINVAL, "swap '%s': %s names a file path of %zu bytes (at most %zu)",
+                name, index_path, flen, sizeof s->dirs[i] - 1);
+      swap_saved_free(&sv);
+      return open_fail(s, FERRY_EINVAL);
+    }
+    memcpy(s->files[i], sv.files[i], flen + 1);
+    memcpy(s->dirs[i], sv.files[i], flen + 1);
     char *slash = strrchr(s->dirs[i], '/');
     if (slash == s->dirs[i]) slash[1] = 0;
     else if (slash) *slash = 0;
