@@ -109,6 +109,8 @@ struct ferry_swap_req {
   void *user;
   double t_submit, t_done;
   atomic_int done;
+  atomic_int crc_state;  /* writes: 0 CRCs not started, 1 being computed, 2 done */
+  ferry_swap_req *crc_next; /* store's list of writes whose CRCs are still to do */
 };
 
 /* Starts a read of chunk `chunk` (len bytes, as written) into buf, or a
@@ -117,8 +119,11 @@ struct ferry_swap_req {
  * alignment goes through a bounce buffer, so buf needs only len bytes. A
  * request on a chunk that already has one in flight: FERRY_EBUSY. cb NULL:
  * complete with ferry_swap_poll / ferry_swap_wait. buf must stay untouched
- * until the request is done. Integrity: a CRC32C per block_size piece is
- * computed from buf as each piece of a write lands and kept in the index;
+ * until the request is done. Integrity: a CRC32C per block_size piece of a
+ * write is computed from buf while the write is in flight (by the caller's
+ * thread right after it is submitted, or by the completion thread for
+ * writes started from callbacks or that waited for a slot) and kept in the
+ * index;
  * each piece of a read is checked as it arrives (FERRY_ECORRUPT names the
  * chunk, its offset, the file offset, expected and found CRC). A write with
  * spare slots goes to a free slot and the index flips only on success; with

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sched.h>
 #include <unistd.h>
 
 /* ------------------------------------------------------------------------ */
@@ -240,6 +241,56 @@ static void submit_now(ferry_swap *s) {
     ferry_err(&s->err, FERRY_EIO, "swap '%s': io_uring_submit: %s", s->name, strerror(-rc));
 }
 
+/* The CRC of every piece of write r, into its physical slot's entries
+ * (not visible to readers until the write commits: a shadow slot is not
+ * mapped yet, and a chunk with a write in flight refuses reads). */
+static void write_crcs(ferry_swap *s, ferry_swap_req *r) {
+  uint32_t *crc = &s->crc[(size_t)r->phys * s->cps];
+  for (uint32_t k = 0; k < r->npieces; k++) {
+    uint32_t pos;
+    size_t intra, dlen;
+    int bounce;
+    piece_geom(s, r->len, k, &pos, &intra, &dlen, &bounce);
+    crc[k] = ferry_crc32c(0, r->buf + (size_t)pos * s->bs + intra, dlen);
+  }
+}
+
+/* Completion thread: computes write r's CRCs unless its submitter owns
+ * them (crc_state 1), then waits for them (the commit needs them). The
+ * device moves the bytes meanwhile: the buffer stays untouched until the
+ * write is done, so the CRC can be taken while it is in flight. */
+static void claim_write_crcs(ferry_swap *s, ferry_swap_req *r) {
+  int st = 0;
+  if (atomic_compare_exchange_strong_explicit(&r->crc_state, &st, 1, memory_order_acq_rel,
+                                              memory_order_acquire)) {
+    write_crcs(s, r);
+    atomic_store_explicit(&r->crc_state, 2, memory_order_release);
+    return;
+  }
+  while (atomic_load_explicit(&r->crc_state, memory_order_acquire) != 2) sched_yield();
+}
+
+/* Writes queued for the completion thread's CRC work (mutex held). */
+static void crcq_push(ferry_swap *s, ferry_swap_req *r) {
+  if (!s->cfg.verify) return;
+  r->crc_next = s->crcq;
+  s->crcq = r;
+}
+
+/* Completion thread, after it submitted: the CRCs of the writes it just
+ * started, while they are in flight. None of them can have completed yet:
+ * completions are handled by this thread only, before the next wait. */
+static void drain_crcq(ferry_swap *s) {
+  pthread_mutex_lock(&s->mu);
+  ferry_swap_req *q = s->crcq;
+  s->crcq = NULL;
+  pthread_mutex_unlock(&s->mu);
+  for (ferry_swap_req *r = q, *nx; r; r = nx) {
+    nx = r->crc_next;
+    claim_write_crcs(s, r);
+  }
+}
+
 /* A physical slot came free: start writes that waited for one. */
 static void start_waiting_writes(ferry_swap *s) {
   while (s->nfree_phys && s->slotq_head) {
@@ -248,6 +299,7 @@ static void start_waiting_writes(ferry_swap *s) {
     if (!s->slotq_head) s->slotq_tail = NULL;
     r->phys = s->free_phys[--s->nfree_phys];
     runq_push(s, r);
+    crcq_push(s, r);
   }
 }
 
@@ -275,6 +327,8 @@ static int start(ferry_swap *s, ferry_swap_req *r, int op, uint32_t chunk, const
   r->buf_index = -1;
   r->npieces = npieces_of(s, len);
   atomic_init(&r->done, 0);
+  atomic_init(&r->crc_state, 0);
+  int crc_here = 0; /* this thread takes the write's CRCs once it is submitted */
   pthread_mutex_lock(&s->mu);
   for (unsigned i = 0; i < s->nregs; i++) {
     unsigned char *b = s->regs[i].iov_base;
@@ -307,6 +361,7 @@ static int start(ferry_swap *s, ferry_swap_req *r, int op, uint32_t chunk, const
     s->busy[chunk] = 1;
     s->active++;
     r->t_submit = ferry_now();
+    int queued = 1;
     if (op == OP_READ || !s->cfg.spare_slots) {
       r->phys = s->map[chunk];
       runq_push(s, r);
@@ -318,10 +373,25 @@ static int start(ferry_swap *s, ferry_swap_req *r, int op, uint32_t chunk, const
       if (s->slotq_tail) s->slotq_tail->next = r;
       else s->slotq_head = r;
       s->slotq_tail = r;
+      queued = 0; /* its CRCs: when it gets a slot (start_waiting_writes) */
+    }
+    if (op == OP_WRITE && queued && s->cfg.verify) {
+      if (tl_reaping == s) {
+        crcq_push(s, r); /* after the completion thread submits */
+      } else { /* ours: the commit waits until we store 2 */
+        atomic_store_explicit(&r->crc_state, 1, memory_order_relaxed);
+        crc_here = 1;
+      }
     }
     if (issue(s) && tl_reaping != s) submit_now(s);
   }
   pthread_mutex_unlock(&s->mu);
+  /* r cannot finish before this: its commit waits for crc_state 2, and
+   * after that store r is not touched here again */
+  if (crc_here) {
+    write_crcs(s, r);
+    atomic_store_explicit(&r->crc_state, 2, memory_order_release);
+  }
   return rc;
 }
 
@@ -437,7 +507,7 @@ typedef struct {
   int err, flip;
 } done_piece;
 
-/* CRC work for a finished piece, without the mutex. */
+/* CRC check of a finished read piece, without the mutex. */
 static void on_piece_data(ferry_swap *s, done_piece *d) {
   ferry_swap_req *r = d->req;
   unsigned char *data = r->buf + d->chunk_off;
@@ -455,9 +525,7 @@ static void on_piece_data(ferry_swap *s, done_piece *d) {
                   (unsigned long long)d->file_off, *slot_crc, c);
       }
     }
-  } else if (s->cfg.verify) {
-    *slot_crc = ferry_crc32c(0, data, d->data_len);
-  }
+  } /* a write's CRCs are taken while it is in flight (claim_write_crcs) */
 }
 
 /* The request lost a piece: issue nothing more of it (mutex held). */
@@ -564,6 +632,15 @@ static void *reaper_main(void *arg) {
       if (!fin[i].err) on_piece_data(s, &fin[i]);
       ferry_swap_req *r = fin[i].req;
       int run_cb = 0;
+      /* a write commits with its CRCs: take them (or wait for the thread
+       * that took them) before its last piece finishes it */
+      if (r->op == OP_WRITE && s->cfg.verify &&
+          atomic_load_explicit(&r->crc_state, memory_order_acquire) != 2) {
+        pthread_mutex_lock(&s->mu);
+        int last = r->inflight == 1 && r->next_piece == r->npieces;
+        pthread_mutex_unlock(&s->mu);
+        if (last) claim_write_crcs(s, r);
+      }
       pthread_mutex_lock(&s->mu);
       r->inflight--;
       r->pieces_done++;
@@ -585,7 +662,9 @@ static void *reaper_main(void *arg) {
         pthread_cond_broadcast(&s->cv);
         pthread_mutex_unlock(&s->mu);
       }
+      drain_crcq(s); /* the writes just submitted: CRCs while they fly */
     }
+    drain_crcq(s);
   }
   return NULL;
 }

@@ -79,6 +79,7 @@ struct ferry_swap {
   int reaper_started;
   ferry_swap_req *runq_head, *runq_tail;
   ferry_swap_req *slotq_head, *slotq_tail;
+  ferry_swap_req *crcq;    /* writes submitted whose CRCs the completion thread computes */
   unsigned active;
   ferry_swap_stats st;
 
