@@ -1,0 +1,48 @@
+#!/bin/sh
+# bench/io_ab.sh — two builds of ferry against fio on one directory, for a
+# change to the swap engine: fio, ferry A and ferry B back to back, the
+# order rotated every repeat; prints each repeat and the medians of the
+# per-repeat ratios A/fio and B/fio (the disk drifts between runs).
+#
+# usage: bench/io_ab.sh DIR FERRY_A FERRY_B [SIZE=2G] [REPEATS=6]
+#        CASES="1M:32:write 1M:8:write 128k:32:write" (bs:qd:mode)
+#        FIO_MEM=shmhuge: fio's buffers in hugetlb pages (reserve them first)
+set -eu
+DIR=${1:?usage: io_ab.sh DIR FERRY_A FERRY_B [SIZE] [REPEATS]}
+A=${2:?FERRY_A}; B=${3:?FERRY_B}
+SIZE=${4:-2G}; REPEATS=${5:-6}
+CASES=${CASES:-"1M:32:write 1M:8:write 128k:32:write"}
+command -v fio >/dev/null || { echo "io_ab.sh: fio not found (apt-get install fio)" >&2; exit 2; }
+command -v jq >/dev/null || { echo "io_ab.sh: jq not found (apt-get install jq)" >&2; exit 2; }
+mkdir -p "$DIR"
+F="$DIR/io-ab-fio.dat"
+T=$(mktemp -d)
+trap 'rm -f "$F"; rm -rf "$T"' EXIT
+median() { sort -g | awk '{a[NR]=$1} END {if (NR%2) print a[(NR+1)/2]; else print (a[NR/2]+a[NR/2+1])/2}'; }
+fio_gbs() { # bs qd mode
+  rm -f "$F"
+  fio --name=io-ab --filename="$F" --size="$SIZE" --bs="$1" --iodepth="$2" --rw="$3" \
+      --direct=1 --ioengine=io_uring --fixedbufs=1 --registerfiles=1 --numjobs=1 \
+      ${FIO_MEM:+--mem=$FIO_MEM} --output-format=json 2>/dev/null | jq -r ".jobs[0].$3.bw_bytes / 1e9"
+  rm -f "$F"
+}
+ferry_gbs() { # ferry bs qd mode
+  "$1" bench io --path "$DIR" --size "$SIZE" --bs "$2" --qd "$3" --mode "$4" --json | jq -r .gb_per_s
+}
+for c in $CASES; do
+  bs=$(echo "$c" | cut -d: -f1); qd=$(echo "$c" | cut -d: -f2); m=$(echo "$c" | cut -d: -f3)
+  : >"$T/a"; : >"$T/b"
+  i=0
+  while [ $i -lt "$REPEATS" ]; do
+    case $((i % 3)) in
+    0) f=$(fio_gbs "$bs" "$qd" "$m"); a=$(ferry_gbs "$A" "$bs" "$qd" "$m"); b=$(ferry_gbs "$B" "$bs" "$qd" "$m") ;;
+    1) a=$(ferry_gbs "$A" "$bs" "$qd" "$m"); b=$(ferry_gbs "$B" "$bs" "$qd" "$m"); f=$(fio_gbs "$bs" "$qd" "$m") ;;
+    *) b=$(ferry_gbs "$B" "$bs" "$qd" "$m"); f=$(fio_gbs "$bs" "$qd" "$m"); a=$(ferry_gbs "$A" "$bs" "$qd" "$m") ;;
+    esac
+    echo "$a $f" | awk '{print $1/$2}' >>"$T/a"
+    echo "$b $f" | awk '{print $1/$2}' >>"$T/b"
+    echo "$c  fio $f  A $a  B $b"
+    i=$((i + 1))
+  done
+  echo "$c  median A/fio $(median <"$T/a")  B/fio $(median <"$T/b")"
+done
