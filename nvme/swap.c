@@ -679,7 +679,7 @@ static void free_store(ferry_swap *s) {
   for (int i = 0; i < s->npaths; i++) {
     if (s->fds[i] >= 0) {
       close(s->fds[i]);
-      if (!s->cfg.keep_files) unlink(s->files[i]);
+      if (s->owns_files && !s->cfg.keep_files) unlink(s->files[i]);
     }
   }
   free(s->map);
@@ -904,6 +904,7 @@ int ferry_swap_open(const ferry_swap_config *cfg, ferry_swap **out) {
   for (uint32_t p = s->nphys; p > cfg->nslots; p--) s->free_phys[s->nfree_phys++] = p - 1;
 
   /* The files. */
+  s->owns_files = 1; /* a failed open removes the ones it made */
   unsigned seq = atomic_fetch_add(&g_store_seq, 1);
   for (int i = 0; i < s->npaths; i++) {
     int len = snprintf(s->files[i], sizeof s->files[i], "%s/ferry-%s-%ld-%u-%d.swap",
@@ -1074,11 +1075,7 @@ int ferry_swap_reopen(const ferry_swap_config *cfg, const char *index_path, ferr
       int er = errno;
       ferry_err(&s->err, status_of_errno(er), "swap '%s': cannot open %s (named by %s): %s", name,
                 s->files[i], index_path, strerror(er));
-      for (int j = 0; j < i; j++) { /* not ours to unlink on this failure */
-        close(s->fds[j]);
-        s->fds[j] = -1;
-      }
-      return open_fail(s, status_of_errno(er));
+      return open_fail(s, status_of_errno(er)); /* owns_files 0: nothing is unlinked */
     }
     s->fds[i] = fd;
     struct stat st;
@@ -1086,24 +1083,16 @@ int ferry_swap_reopen(const ferry_swap_config *cfg, const char *index_path, ferr
       ferry_err(&s->err, FERRY_ECORRUPT,
                 "swap '%s': %s is %lld bytes, the index %s says %llu", name, s->files[i],
                 (long long)st.st_size, index_path, (unsigned long long)s->file_bytes);
-      for (int j = 0; j <= i; j++) {
-        close(s->fds[j]);
-        s->fds[j] = -1;
-      }
       return open_fail(s, FERRY_ECORRUPT);
     }
   }
   rc = start_ring(s);
-  if (rc != FERRY_OK) {
-    for (int j = 0; j < s->npaths; j++) { /* keep what we did not create */
-      close(s->fds[j]);
-      s->fds[j] = -1;
-    }
-    return open_fail(s, rc);
-  }
+  if (rc != FERRY_OK) return open_fail(s, rc);
   /* From the first write on the index no longer describes the files: it
-   * goes now, and a close that keeps the files writes a new one. */
+   * goes now, and a close that keeps the files writes a new one. The store
+   * is live: a close without keep_files removes them. */
   unlink(index_path);
+  s->owns_files = 1;
   *out = s;
   return FERRY_OK;
 }

@@ -49,6 +49,7 @@ struct ferry_swap {
   char dirs[FERRY_SWAP_MAX_PATHS][1024];
   char files[FERRY_SWAP_MAX_PATHS][1100];
   int fds[FERRY_SWAP_MAX_PATHS];
+  int owns_files;          /* this store created the files (or reopened them): close may unlink */
   int direct, fixed_files, sqpoll;
   size_t mem_align, oa, bs;
   uint32_t positions;      /* block positions per slot: ceil(slot/bs) */

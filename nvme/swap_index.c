@@ -24,25 +24,14 @@
 #define INDEX_VERSION 1u
 #define INDEX_MAX_BYTES (1ull << 34) /* 16 GiB: far above any real index */
 
+/* The index is sized exactly before it is written (index_bytes): a cursor
+ * into one allocation. */
 typedef struct {
   unsigned char *p;
-  size_t n, cap;
-  int oom;
+  size_t n;
 } wbuf;
 
 static void put(wbuf *b, const void *src, size_t len) {
-  if (b->oom) return;
-  if (b->n + len > b->cap) {
-    size_t cap = b->cap ? b->cap : 4096;
-    while (cap < b->n + len) cap *= 2;
-    unsigned char *q = realloc(b->p, cap);
-    if (!q) {
-      b->oom = 1;
-      return;
-    }
-    b->p = q;
-    b->cap = cap;
-  }
   memcpy(b->p + b->n, src, len);
   b->n += len;
 }
@@ -67,7 +56,24 @@ int swap_index_save(ferry_swap *s) {
       return ferry_err(&s->err, FERRY_EIO, "swap '%s': fdatasync of %s: %s", s->name, s->files[i],
                        strerror(e));
     }
-  wbuf b = {0};
+  /* absolute file paths: the store can be reopened from any directory */
+  char (*abs)[PATH_MAX] = malloc((size_t)s->npaths * PATH_MAX);
+  const char *path[FERRY_SWAP_MAX_PATHS];
+  if (!abs) return ferry_err(&s->err, FERRY_ENOMEM, "swap '%s': out of memory", s->name);
+  size_t bytes = 8 + 2 * 4 + 4 * 8 + 8 * 4; /* magic, version+npaths, 4 u64, 8 u32 */
+  for (int i = 0; i < s->npaths; i++) {
+    path[i] = realpath(s->files[i], abs[i]) && strlen(abs[i]) < sizeof s->files[i] ? abs[i]
+                                                                                   : s->files[i];
+    bytes += 4 + strlen(path[i]);
+  }
+  bytes += (size_t)s->cfg.nslots * (sizeof *s->map + 1) + (size_t)s->nphys * 8 +
+           (size_t)s->nphys * s->cps * sizeof *s->crc + 8 + 4;
+  wbuf b = {malloc(bytes), 0};
+  if (!b.p) {
+    free(abs);
+    return ferry_err(&s->err, FERRY_ENOMEM, "swap '%s': out of memory for the index (%zu bytes)",
+                     s->name, bytes);
+  }
   put(&b, INDEX_MAGIC, 8);
   put32(&b, INDEX_VERSION);
   put32(&b, (uint32_t)s->npaths);
@@ -83,25 +89,19 @@ int swap_index_save(ferry_swap *s) {
   put32(&b, s->nphys);
   put32(&b, (uint32_t)s->direct);
   put32(&b, (uint32_t)(s->cfg.verify != 0));
-  for (int i = 0; i < s->npaths; i++) { /* absolute: reopened from any directory */
-    char abs[PATH_MAX];
-    const char *f = realpath(s->files[i], abs) && strlen(abs) < sizeof s->files[i] ? abs
-                                                                                   : s->files[i];
-    uint32_t len = (uint32_t)strlen(f);
+  for (int i = 0; i < s->npaths; i++) {
+    uint32_t len = (uint32_t)strlen(path[i]);
     put32(&b, len);
-    put(&b, f, len);
+    put(&b, path[i], len);
   }
+  free(abs);
   put(&b, s->map, (size_t)s->cfg.nslots * sizeof *s->map);
   for (uint32_t p = 0; p < s->nphys; p++) put64(&b, s->plen[p]);
   put(&b, s->crc, (size_t)s->nphys * s->cps * sizeof *s->crc);
   put(&b, s->lost, s->cfg.nslots);
-  uint64_t body = b.n;
-  put64(&b, body);
-  if (!b.oom) put32(&b, ferry_crc32c(0, b.p, b.n));
-  if (b.oom) {
-    free(b.p);
-    return ferry_err(&s->err, FERRY_ENOMEM, "swap '%s': out of memory for the index", s->name);
-  }
+  put64(&b, (uint64_t)b.n);
+  put32(&b, ferry_crc32c(0, b.p, b.n));
+  FERRY_ASSERT(b.n == bytes, "swap index: wrote %zu bytes, sized %zu", b.n, bytes);
 
   char tmp[1200];
   snprintf(tmp, sizeof tmp, "%s.tmp", s->index_path);
@@ -211,7 +211,7 @@ int swap_index_load(const char *path, swap_saved *sv, ferry_errbuf *e) {
   uint32_t have = ferry_crc32c(0, buf, n - 4);
   int rc = FERRY_OK;
   char why[256];
-  if (memcmp(buf, INDEX_MAGIC, 8) != 0 && n >= 8) {
+  if (memcmp(buf, INDEX_MAGIC, 8) != 0) { /* n >= 12 */
     rc = damaged(e, path, "not a ferry swap index (magic)");
   } else if (body != n - 12) {
     snprintf(why, sizeof why, "%zu bytes, its trailer says %llu + 12 (truncated or extended)", n,
@@ -299,9 +299,9 @@ int swap_index_load(const char *path, swap_saved *sv, ferry_errbuf *e) {
     free(seen);
   }
   free(buf);
-  if (bad || r.bad) {
+  if (bad) {
     swap_saved_free(sv);
-    return damaged(e, path, bad ? bad : "truncated");
+    return damaged(e, path, bad);
   }
   return FERRY_OK;
 }
