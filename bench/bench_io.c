@@ -111,24 +111,49 @@ static double cpu_seconds(void) {
          ru.ru_stime.tv_usec * 1e-6;
 }
 
+/* Buffer pages: PAGES_4K plain, PAGES_THP 2 MiB-aligned MADV_HUGEPAGE (what
+ * the host backend's pinned pool gets), PAGES_HUGETLB reserved hugetlb
+ * pages (what fio's --mem=shmhuge gets; needs vm.nr_hugepages). */
+enum { PAGES_4K, PAGES_THP, PAGES_HUGETLB };
+static const char *const page_names[] = {"4k", "thp", "hugetlb"};
+
+static void *buf_alloc(size_t len, int pages) {
+  void *p = NULL;
+  if (pages == PAGES_HUGETLB) {
+    p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_HUGETLB, -1, 0);
+    return p == MAP_FAILED ? NULL : p;
+  }
+  if (posix_memalign(&p, pages == PAGES_THP ? (2u << 20) : 4096, len)) return NULL;
+  if (pages == PAGES_THP) (void)madvise(p, len, MADV_HUGEPAGE); /* before the first touch */
+  return p;
+}
+
+static void buf_free(void *p, size_t len, int pages) {
+  if (!p) return;
+  if (pages == PAGES_HUGETLB) munmap(p, len);
+  else free(p);
+}
+
 static void usage(FILE *f) {
   fprintf(f,
           "usage: ferry bench io --path DIR [--size 4G] [--bs 1M] [--qd 32]\n"
           "                      [--mode read|write|randread] [--no-verify] [--no-fixed]\n"
-          "                      [--sqpoll] [--no-hugepages] [--json]\n"
+          "                      [--sqpoll] [--no-hugepages | --hugetlb] [--json]\n"
           "Writes its own file in DIR through the swap store, times one pass (one\n"
           "request per bs-sized chunk, qd in flight, CRC32C on unless --no-verify), then\n"
           "reads every byte back and compares. Reports GB/s (1e9 bytes), IOPS, latency\n"
           "p50/p99 and CPU seconds per GB (getrusage, all threads).\n"
           "Buffers are 2 MiB aligned with MADV_HUGEPAGE, as the engine's pinned host\n"
           "pool is (a 1 MiB request is then one physically contiguous segment);\n"
-          "--no-hugepages uses plain 4 KiB pages (256 segments per 1 MiB).\n");
+          "--no-hugepages uses plain 4 KiB pages (256 segments per 1 MiB); --hugetlb\n"
+          "takes them from the reserved hugetlb pool (vm.nr_hugepages), as fio's\n"
+          "--mem=shmhuge does.\n");
 }
 
 int ferry_bench_io_main(int argc, char **argv) {
   const char *path = NULL, *mode = "read";
   uint64_t size = 4ull << 30, bs = 1u << 20, qd = 32;
-  int json = 0, verify = 1, fixed = 1, sqpoll = 0, huge = 1;
+  int json = 0, verify = 1, fixed = 1, sqpoll = 0, pages = PAGES_THP;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -140,7 +165,8 @@ int ferry_bench_io_main(int argc, char **argv) {
     else if (!strcmp(a, "--no-verify")) verify = 0;
     else if (!strcmp(a, "--no-fixed")) fixed = 0;
     else if (!strcmp(a, "--sqpoll")) sqpoll = 1;
-    else if (!strcmp(a, "--no-hugepages")) huge = 0;
+    else if (!strcmp(a, "--no-hugepages")) pages = PAGES_4K;
+    else if (!strcmp(a, "--hugetlb")) pages = PAGES_HUGETLB;
     else if (!strcmp(a, "--path") && v) path = argv[++i];
     else if (!strcmp(a, "--mode") && v) mode = argv[++i];
     else if (!strcmp(a, "--size") && v) bad = ferry_parse_size(argv[++i], &size);
@@ -198,13 +224,18 @@ int ferry_bench_io_main(int argc, char **argv) {
 
   unsigned nq = (unsigned)qd;
   unsigned char *wmem = NULL, *rmem = NULL;
-  size_t bufalign = huge ? (2u << 20) : 4096, buflen = ferry_align_up(nq * bs, bufalign);
-  int ok = posix_memalign((void **)&wmem, bufalign, buflen) == 0 &&
-           posix_memalign((void **)&rmem, bufalign, buflen) == 0;
-  if (ok && huge) { /* before the pages are touched, or it does nothing */
-    (void)madvise(wmem, buflen, MADV_HUGEPAGE);
-    (void)madvise(rmem, buflen, MADV_HUGEPAGE);
+  size_t buflen = ferry_align_up(nq * bs, pages == PAGES_4K ? 4096 : (2u << 20));
+  wmem = buf_alloc(buflen, pages);
+  rmem = buf_alloc(buflen, pages);
+  if ((!wmem || !rmem) && pages == PAGES_HUGETLB) {
+    fprintf(stderr, "ferry bench io: --hugetlb: no 2 x %llu bytes of hugetlb pages (reserve them: "
+            "echo N > /proc/sys/vm/nr_hugepages)\n", (unsigned long long)buflen);
+    buf_free(wmem, buflen, pages);
+    buf_free(rmem, buflen, pages);
+    ferry_swap_close(s);
+    return 1;
   }
+  int ok = wmem && rmem;
   unsigned char **wbuf = calloc(nq, sizeof *wbuf), **rbuf = calloc(nq, sizeof *rbuf);
   uint32_t *order = malloc(nops * sizeof *order), *slot_op = calloc(nq, sizeof *slot_op);
   double *lat = malloc(nops * sizeof *lat);
@@ -338,17 +369,18 @@ int ferry_bench_io_main(int argc, char **argv) {
       json_bool(&j, "o_direct", info.o_direct);
       json_bool(&j, "fixed_buffers", fixed);
       json_bool(&j, "sqpoll", sqpoll);
-      json_bool(&j, "hugepages", huge);
+      json_bool(&j, "hugepages", pages != PAGES_4K);
+      json_str(&j, "pages", page_names[pages]);
       json_str(&j, "path", path);
       json_end(&j);
     } else {
       char a[32];
       printf("io %s bs=%llu qd=%llu: %s in %.3f s = %.3f GB/s, %.0f IOPS, latency p50 %.0f us "
-             "p99 %.0f us, CPU %.3f s/GB (%s, crc %s, %s %s buffers; CRC32C alone %.1f GB/s)\n",
+             "p99 %.0f us, CPU %.3f s/GB (%s, crc %s, %s %s-page buffers; CRC32C alone %.1f GB/s)\n",
              mode, (unsigned long long)bs, (unsigned long long)qd,
              ferry_format_size(size, a, sizeof a), secs, gbs, iops, p50, p99, cpu_gb,
              info.o_direct ? "O_DIRECT" : "buffered", verify ? "on" : "off",
-             fixed ? "registered" : "plain", huge ? "huge-page" : "4K-page", crc_gbs);
+             fixed ? "registered" : "plain", page_names[pages], crc_gbs);
     }
   }
   goto out;
@@ -360,8 +392,8 @@ out:
   ferry_swap_close(s);
   pthread_mutex_destroy(&r.mu);
   pthread_cond_destroy(&r.cv);
-  free(wmem);
-  free(rmem);
+  buf_free(wmem, buflen, pages);
+  buf_free(rmem, buflen, pages);
   free(wbuf);
   free(rbuf);
   free(order);
