@@ -15,6 +15,7 @@
 
 /* argv[0] is the benchmark's name ("io", "adam", ...). Returns an exit code. */
 int ferry_bench_io_main(int argc, char **argv) FERRY_BENCH_WEAK;     /* bench/bench_io.c */
+int ferry_bench_uring_main(int argc, char **argv) FERRY_BENCH_WEAK;  /* bench/bench_uring.c */
 int ferry_bench_adam_main(int argc, char **argv) FERRY_BENCH_WEAK;   /* bench/bench_adam.c */
 int ferry_bench_copy_main(int argc, char **argv) FERRY_BENCH_WEAK;   /* bench/bench_copy.c */
 int ferry_bench_memory_main(int argc, char **argv) FERRY_BENCH_WEAK; /* bench/bench_memory.c */

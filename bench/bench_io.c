@@ -6,6 +6,7 @@
  */
 #include "bench/bench.h"
 #include "bench/json.h"
+#include "bench/io_common.h"
 #include "nvme/nvme.h"
 
 #include <pthread.h>
@@ -13,7 +14,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/resource.h>
 
 typedef struct io_run io_run;
@@ -99,39 +99,11 @@ static int run_pass(io_run *r, io_slot *slots) {
   return r->status;
 }
 
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return x < y ? -1 : x > y;
-}
-
 static double cpu_seconds(void) {
   struct rusage ru;
   getrusage(RUSAGE_SELF, &ru);
   return (double)ru.ru_utime.tv_sec + ru.ru_utime.tv_usec * 1e-6 + (double)ru.ru_stime.tv_sec +
          ru.ru_stime.tv_usec * 1e-6;
-}
-
-/* Buffer pages: PAGES_4K plain, PAGES_THP 2 MiB-aligned MADV_HUGEPAGE (what
- * the host backend's pinned pool gets), PAGES_HUGETLB reserved hugetlb
- * pages (what fio's --mem=shmhuge gets; needs vm.nr_hugepages). */
-enum { PAGES_4K, PAGES_THP, PAGES_HUGETLB };
-static const char *const page_names[] = {"4k", "thp", "hugetlb"};
-
-static void *buf_alloc(size_t len, int pages) {
-  void *p = NULL;
-  if (pages == PAGES_HUGETLB) {
-    p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_HUGETLB, -1, 0);
-    return p == MAP_FAILED ? NULL : p;
-  }
-  if (posix_memalign(&p, pages == PAGES_THP ? (2u << 20) : 4096, len)) return NULL;
-  if (pages == PAGES_THP) (void)madvise(p, len, MADV_HUGEPAGE); /* before the first touch */
-  return p;
-}
-
-static void buf_free(void *p, size_t len, int pages) {
-  if (!p) return;
-  if (pages == PAGES_HUGETLB) munmap(p, len);
-  else free(p);
 }
 
 static void usage(FILE *f) {
@@ -151,37 +123,28 @@ static void usage(FILE *f) {
 }
 
 int ferry_bench_io_main(int argc, char **argv) {
-  const char *path = NULL, *mode = "read";
-  uint64_t size = 4ull << 30, bs = 1u << 20, qd = 32;
-  int json = 0, verify = 1, fixed = 1, sqpoll = 0, pages = PAGES_THP;
+  bench_io_opts o;
+  bench_io_opts_init(&o);
+  int verify = 1, fixed = 1, sqpoll = 0;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
-    const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-    int bad = 0;
+    int took = 1;
     if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
       usage(stdout);
       return 0;
-    } else if (!strcmp(a, "--json")) json = 1;
-    else if (!strcmp(a, "--no-verify")) verify = 0;
+    } else if (!strcmp(a, "--no-verify")) verify = 0;
     else if (!strcmp(a, "--no-fixed")) fixed = 0;
     else if (!strcmp(a, "--sqpoll")) sqpoll = 1;
-    else if (!strcmp(a, "--no-hugepages")) pages = PAGES_4K;
-    else if (!strcmp(a, "--hugetlb")) pages = PAGES_HUGETLB;
-    else if (!strcmp(a, "--path") && v) path = argv[++i];
-    else if (!strcmp(a, "--mode") && v) mode = argv[++i];
-    else if (!strcmp(a, "--size") && v) bad = ferry_parse_size(argv[++i], &size);
-    else if (!strcmp(a, "--bs") && v) bad = ferry_parse_size(argv[++i], &bs);
-    else if (!strcmp(a, "--qd") && v) bad = ferry_parse_size(argv[++i], &qd);
-    else {
+    else if (!(took = bench_io_opt(&o, argc, argv, &i, "ferry bench io"))) {
       fprintf(stderr, "ferry bench io: unknown or incomplete option '%s'\n", a);
       usage(stderr);
       return 2;
     }
-    if (bad) {
-      fprintf(stderr, "ferry bench io: bad value '%s' for %s\n", argv[i], a);
-      return 2;
-    }
+    if (took < 0) return 2;
   }
+  const char *path = o.path, *mode = o.mode;
+  uint64_t size = o.size, bs = o.bs, qd = o.qd;
+  int json = o.json, pages = o.pages;
   int op, random = 0;
   if (!strcmp(mode, "read")) op = 0;
   else if (!strcmp(mode, "write")) op = 1;
@@ -224,14 +187,14 @@ int ferry_bench_io_main(int argc, char **argv) {
 
   unsigned nq = (unsigned)qd;
   unsigned char *wmem = NULL, *rmem = NULL;
-  size_t buflen = ferry_align_up(nq * bs, pages == PAGES_4K ? 4096 : (2u << 20));
-  wmem = buf_alloc(buflen, pages);
-  rmem = buf_alloc(buflen, pages);
-  if ((!wmem || !rmem) && pages == PAGES_HUGETLB) {
+  size_t buflen = bench_pages_round(nq * bs, pages);
+  wmem = bench_pages_alloc(buflen, pages);
+  rmem = bench_pages_alloc(buflen, pages);
+  if ((!wmem || !rmem) && pages == BENCH_PAGES_HUGETLB) {
     fprintf(stderr, "ferry bench io: --hugetlb: no 2 x %llu bytes of hugetlb pages (reserve them: "
             "echo N > /proc/sys/vm/nr_hugepages)\n", (unsigned long long)buflen);
-    buf_free(wmem, buflen, pages);
-    buf_free(rmem, buflen, pages);
+    bench_pages_free(wmem, buflen, pages);
+    bench_pages_free(rmem, buflen, pages);
     ferry_swap_close(s);
     return 1;
   }
@@ -347,30 +310,21 @@ int ferry_bench_io_main(int argc, char **argv) {
     }
   }
   {
-    qsort(lat, nops, sizeof *lat, cmp_double);
-    double p50 = lat[(size_t)(0.50 * (nops - 1))] * 1e6, p99 = lat[(size_t)(0.99 * (nops - 1))] * 1e6;
+    double p50, p99;
+    bench_latency_us(lat, nops, &p50, &p99);
     double gbs = (double)size / secs / 1e9, iops = nops / secs, cpu_gb = cpu / ((double)size / 1e9);
     if (json) {
       json_out j;
       json_begin(&j, stdout);
-      json_str(&j, "bench", "io");
-      json_str(&j, "mode", mode);
-      json_uint(&j, "bs", bs);
-      json_uint(&j, "qd", qd);
-      json_uint(&j, "bytes", size);
-      json_num(&j, "seconds", secs);
-      json_num(&j, "gb_per_s", gbs);
-      json_num(&j, "iops", iops);
-      json_num(&j, "p50_us", p50);
-      json_num(&j, "p99_us", p99);
+      bench_io_json_head(&j, "io", mode, bs, qd, size, secs, p50, p99);
       json_num(&j, "cpu_s_per_gb", cpu_gb);
       json_num(&j, "crc_gb_per_s", crc_gbs);
       json_bool(&j, "verify", verify);
       json_bool(&j, "o_direct", info.o_direct);
       json_bool(&j, "fixed_buffers", fixed);
       json_bool(&j, "sqpoll", sqpoll);
-      json_bool(&j, "hugepages", pages != PAGES_4K);
-      json_str(&j, "pages", page_names[pages]);
+      json_bool(&j, "hugepages", pages != BENCH_PAGES_4K);
+      json_str(&j, "pages", bench_pages_name(pages));
       json_str(&j, "path", path);
       json_end(&j);
     } else {
@@ -380,7 +334,7 @@ int ferry_bench_io_main(int argc, char **argv) {
              mode, (unsigned long long)bs, (unsigned long long)qd,
              ferry_format_size(size, a, sizeof a), secs, gbs, iops, p50, p99, cpu_gb,
              info.o_direct ? "O_DIRECT" : "buffered", verify ? "on" : "off",
-             fixed ? "registered" : "plain", page_names[pages], crc_gbs);
+             fixed ? "registered" : "plain", bench_pages_name(pages), crc_gbs);
     }
   }
   goto out;
@@ -392,8 +346,8 @@ out:
   ferry_swap_close(s);
   pthread_mutex_destroy(&r.mu);
   pthread_cond_destroy(&r.cv);
-  buf_free(wmem, buflen, pages);
-  buf_free(rmem, buflen, pages);
+  bench_pages_free(wmem, buflen, pages);
+  bench_pages_free(rmem, buflen, pages);
   free(wbuf);
   free(rbuf);
   free(order);

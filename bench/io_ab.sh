@@ -1,15 +1,19 @@
 #!/bin/sh
-# bench/io_ab.sh — two builds of ferry against fio on one directory, for a
-# change to the swap engine: fio, ferry A and ferry B back to back, the
-# order rotated every repeat; prints each repeat and the medians of the
-# per-repeat ratios A/fio and B/fio (the disk drifts between runs).
+# bench/io_ab.sh — two builds of ferry (or two benchmarks) against fio on
+# one directory, for a change to the swap engine: fio, A and B back to
+# back, the order rotated every repeat; prints each repeat and the medians
+# of the per-repeat ratios A/fio and B/fio (the disk drifts between runs).
 #
-# usage: bench/io_ab.sh DIR FERRY_A FERRY_B [SIZE=2G] [REPEATS=6]
+# usage: bench/io_ab.sh DIR A B [SIZE=2G] [REPEATS=6]
+#        A, B: a ferry binary (runs `A bench io`), or a command prefix in
+#        quotes that takes bench io's options and prints its JSON, e.g.
+#        "build/bin/ferry bench uring" (the io_uring floor) or
+#        "build/bin/ferry bench io --no-verify"
 #        CASES="1M:32:write 1M:8:write 128k:32:write" (bs:qd:mode)
 #        FIO_MEM=shmhuge: fio's buffers in hugetlb pages (reserve them first)
 set -eu
-DIR=${1:?usage: io_ab.sh DIR FERRY_A FERRY_B [SIZE] [REPEATS]}
-A=${2:?FERRY_A}; B=${3:?FERRY_B}
+DIR=${1:?usage: io_ab.sh DIR A B [SIZE] [REPEATS]}
+A=${2:?A: a ferry binary or a command prefix}; B=${3:?B: a ferry binary or a command prefix}
 SIZE=${4:-2G}; REPEATS=${5:-6}
 CASES=${CASES:-"1M:32:write 1M:8:write 128k:32:write"}
 command -v fio >/dev/null || { echo "io_ab.sh: fio not found (apt-get install fio)" >&2; exit 2; }
@@ -26,8 +30,10 @@ fio_gbs() { # bs qd mode
       ${FIO_MEM:+--mem=$FIO_MEM} --output-format=json 2>/dev/null | jq -r ".jobs[0].$3.bw_bytes / 1e9"
   rm -f "$F"
 }
-ferry_gbs() { # ferry bs qd mode
-  "$1" bench io --path "$DIR" --size "$SIZE" --bs "$2" --qd "$3" --mode "$4" --json | jq -r .gb_per_s
+ferry_gbs() { # A-or-B bs qd mode
+  if [ -f "$1" ] && [ -x "$1" ]; then cmd="$1 bench io"; else cmd=$1; fi
+  # shellcheck disable=SC2086 # a command prefix: split on purpose
+  $cmd --path "$DIR" --size "$SIZE" --bs "$2" --qd "$3" --mode "$4" --json | jq -r .gb_per_s
 }
 for c in $CASES; do
   bs=$(echo "$c" | cut -d: -f1); qd=$(echo "$c" | cut -d: -f2); m=$(echo "$c" | cut -d: -f3)

@@ -13,6 +13,7 @@ static const struct {
   const char *what;
 } benches[] = {
     {"io", "NVMe/file I/O through the io_uring swap engine (GB/s, IOPS, latency)"},
+    {"uring", "the io_uring floor: the simplest loop over the same bytes, no engine, no CRC"},
     {"adam", "CPU optimizer step (seconds per step, params/s, GB/s)"},
     {"copy", "host<->device copies on the backend (GB/s)"},
     {"memory", "tiered memory manager metadata and fetch cost"},
@@ -22,6 +23,7 @@ static const struct {
 
 static bench_fn lookup(const char *name) {
   if (!strcmp(name, "io")) return ferry_bench_io_main;
+  if (!strcmp(name, "uring")) return ferry_bench_uring_main;
   if (!strcmp(name, "adam")) return ferry_bench_adam_main;
   if (!strcmp(name, "copy")) return ferry_bench_copy_main;
   if (!strcmp(name, "memory")) return ferry_bench_memory_main;

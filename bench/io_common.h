@@ -1,0 +1,48 @@
+/* bench/io_common.h — what the I/O benchmarks (`bench io`, `bench uring`)
+ * share: their common options, latency percentiles, and buffers by page
+ * kind: plain 4 KiB pages,
+ * transparent huge pages (2 MiB aligned, MADV_HUGEPAGE before the first
+ * touch: what the host backend's pinned pool gets) or reserved hugetlb
+ * pages (what fio's --mem=shmhuge gets; needs vm.nr_hugepages). The page
+ * kind decides how many scatter-gather segments a request is, which on
+ * some disks decides its speed.
+ */
+#ifndef FERRY_BENCH_IO_COMMON_H
+#define FERRY_BENCH_IO_COMMON_H
+
+#include "bench/json.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Options both take: --path --mode --size --bs --qd --json --no-hugepages
+ * --hugetlb. */
+typedef struct {
+  const char *path, *mode;
+  uint64_t size, bs, qd;
+  int json, pages;
+} bench_io_opts;
+
+/* Defaults: mode read, size 4G, bs 1M, qd 32, thp pages. */
+void bench_io_opts_init(bench_io_opts *o);
+/* Takes argv[*i] (and its value, advancing *i) if it is a common option:
+ * 1 taken, 0 not one of them, -1 bad value (message printed, prog in it). */
+int bench_io_opt(bench_io_opts *o, int argc, char **argv, int *i, const char *prog);
+/* The keys every I/O result starts with (the issue's contract): bench,
+ * mode, bs, qd, bytes, seconds, gb_per_s, iops, p50_us, p99_us. */
+void bench_io_json_head(json_out *j, const char *bench, const char *mode, uint64_t bs,
+                        uint64_t qd, uint64_t bytes, double secs, double p50, double p99);
+/* Sorts lat[0..n) and gives its 50th and 99th percentiles in microseconds. */
+void bench_latency_us(double *lat, size_t n, double *p50, double *p99);
+
+enum { BENCH_PAGES_4K, BENCH_PAGES_THP, BENCH_PAGES_HUGETLB };
+
+/* "4k", "thp", "hugetlb" */
+const char *bench_pages_name(int pages);
+/* len bytes of the given kind, or NULL (hugetlb: none reserved). */
+void *bench_pages_alloc(size_t len, int pages);
+void bench_pages_free(void *p, size_t len, int pages);
+/* len rounded up to the kind's alignment. */
+size_t bench_pages_round(size_t len, int pages);
+
+#endif

@@ -1,0 +1,46 @@
+#!/bin/sh
+# tests/nvme/bench_io_test.sh — `ferry bench io` and `ferry bench uring` (the
+# io_uring floor) run small passes, validate them, and print the JSON keys
+# scripts read, with each buffer page kind; bad options exit 2; --hugetlb
+# with no hugetlb pages reserved fails with a line that says how to reserve
+# them. $1 = the ferry binary, $2 = a scratch folder. Exit 0 pass, 1 fail,
+# 77 skip (io_uring or O_DIRECT not usable here).
+set -u
+bin=$1
+dir=$2
+rm -rf "$dir" && mkdir -p "$dir" || exit 1
+fail() {
+  echo "nvme.bench_io: FAILED: $*" >&2
+  for f in "$dir"/*.out; do [ -f "$f" ] && { echo "--- $f" >&2; cat "$f" >&2; }; done
+  exit 1
+}
+if ! "$bin" bench uring --path "$dir" --size 256k --bs 64k --qd 2 --mode write >"$dir/probe.out" 2>&1; then
+  echo "nvme.bench_io: skip: the io_uring floor does not run here: $(tail -1 "$dir/probe.out")"
+  exit 77
+fi
+for b in io uring; do
+  "$bin" bench $b --help >"$dir/help.out" 2>&1 || fail "bench $b --help exited non-zero"
+  grep -q -- "--hugetlb" "$dir/help.out" || fail "bench $b --help does not document --hugetlb"
+  "$bin" bench $b --path "$dir" --mode sideways >"$dir/bad.out" 2>&1
+  [ $? -eq 2 ] || fail "bench $b --mode sideways should exit 2"
+  for mode in write read; do
+    for pages in "" --no-hugepages; do
+      "$bin" bench $b --path "$dir" --size 1M --bs 64k --qd 4 --mode $mode $pages --json \
+        >"$dir/run.out" 2>&1 || fail "bench $b --mode $mode $pages exited $?"
+      for k in '"bench":"'$b'"' '"mode":"'$mode'"' '"bs":65536' '"qd":4' '"bytes":1048576' \
+               '"gb_per_s":' '"iops":' '"p50_us":' '"p99_us":' '"pages":"'; do
+        grep -q "$k" "$dir/run.out" || fail "bench $b $mode $pages: no $k in its JSON"
+      done
+      want=thp; [ -n "$pages" ] && want=4k
+      grep -q "\"pages\":\"$want\"" "$dir/run.out" || fail "bench $b $pages: pages is not $want"
+    done
+  done
+done
+ls "$dir" | grep -q '\.dat$\|\.swap$' && fail "a benchmark left its file behind: $(ls "$dir")"
+if [ "$(cat /proc/sys/vm/nr_hugepages 2>/dev/null || echo 0)" = 0 ]; then
+  "$bin" bench uring --path "$dir" --size 1M --bs 64k --qd 4 --hugetlb >"$dir/tlb.out" 2>&1 &&
+    fail "--hugetlb with no hugetlb pages reserved succeeded"
+  grep -q "nr_hugepages" "$dir/tlb.out" || fail "--hugetlb failure does not say how to reserve pages"
+fi
+rm -rf "$dir"
+echo "nvme.bench_io: ok"
