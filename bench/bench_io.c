@@ -122,26 +122,26 @@ static void usage(FILE *f) {
           "--mem=shmhuge does.\n");
 }
 
+/* bench io's own flags, beside the options bench uring shares. */
+typedef struct {
+  int verify, fixed, sqpoll;
+} io_flags;
+
+static int own_opt(const char *a, void *ctx) {
+  io_flags *f = ctx;
+  if (!strcmp(a, "--no-verify")) f->verify = 0;
+  else if (!strcmp(a, "--no-fixed")) f->fixed = 0;
+  else if (!strcmp(a, "--sqpoll")) f->sqpoll = 1;
+  else return 0;
+  return 1;
+}
+
 int ferry_bench_io_main(int argc, char **argv) {
+  io_flags fl = {1, 1, 0};
   bench_io_opts o;
-  bench_io_opts_init(&o);
-  int verify = 1, fixed = 1, sqpoll = 0;
-  for (int i = 1; i < argc; i++) {
-    const char *a = argv[i];
-    int took = 1;
-    if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-      usage(stdout);
-      return 0;
-    } else if (!strcmp(a, "--no-verify")) verify = 0;
-    else if (!strcmp(a, "--no-fixed")) fixed = 0;
-    else if (!strcmp(a, "--sqpoll")) sqpoll = 1;
-    else if (!(took = bench_io_opt(&o, argc, argv, &i, "ferry bench io"))) {
-      fprintf(stderr, "ferry bench io: unknown or incomplete option '%s'\n", a);
-      usage(stderr);
-      return 2;
-    }
-    if (took < 0) return 2;
-  }
+  int ex = bench_io_parse(&o, argc, argv, "ferry bench io", usage, own_opt, &fl);
+  if (ex >= 0) return ex;
+  int verify = fl.verify, fixed = fl.fixed, sqpoll = fl.sqpoll;
   const char *path = o.path, *mode = o.mode;
   uint64_t size = o.size, bs = o.bs, qd = o.qd;
   int json = o.json, pages = o.pages;

@@ -117,20 +117,8 @@ static void usage(FILE *f) {
 
 int ferry_bench_uring_main(int argc, char **argv) {
   bench_io_opts o;
-  bench_io_opts_init(&o);
-  for (int i = 1; i < argc; i++) {
-    const char *a = argv[i];
-    int took = 1;
-    if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-      usage(stdout);
-      return 0;
-    } else if (!(took = bench_io_opt(&o, argc, argv, &i, "ferry bench uring"))) {
-      fprintf(stderr, "ferry bench uring: unknown or incomplete option '%s'\n", a);
-      usage(stderr);
-      return 2;
-    }
-    if (took < 0) return 2;
-  }
+  int ex = bench_io_parse(&o, argc, argv, "ferry bench uring", usage, NULL, NULL);
+  if (ex >= 0) return ex;
   const char *path = o.path, *mode = o.mode;
   uint64_t size = o.size, bs = o.bs, qd = o.qd;
   int json = o.json, pages = o.pages;

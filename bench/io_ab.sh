@@ -12,6 +12,7 @@
 #        CASES="1M:32:write 1M:8:write 128k:32:write" (bs:qd:mode)
 #        FIO_MEM=shmhuge: fio's buffers in hugetlb pages (reserve them first)
 set -eu
+. "$(dirname "$0")/fio_lib.sh"
 DIR=${1:?usage: io_ab.sh DIR A B [SIZE] [REPEATS]}
 A=${2:?A: a ferry binary or a command prefix}; B=${3:?B: a ferry binary or a command prefix}
 SIZE=${4:-2G}; REPEATS=${5:-6}
@@ -22,14 +23,6 @@ mkdir -p "$DIR"
 F="$DIR/io-ab-fio.dat"
 T=$(mktemp -d)
 trap 'rm -f "$F"; rm -rf "$T"' EXIT
-median() { sort -g | awk '{a[NR]=$1} END {if (NR%2) print a[(NR+1)/2]; else print (a[NR/2]+a[NR/2+1])/2}'; }
-fio_gbs() { # bs qd mode
-  rm -f "$F"
-  fio --name=io-ab --filename="$F" --size="$SIZE" --bs="$1" --iodepth="$2" --rw="$3" \
-      --direct=1 --ioengine=io_uring --fixedbufs=1 --registerfiles=1 --numjobs=1 \
-      ${FIO_MEM:+--mem=$FIO_MEM} --output-format=json 2>/dev/null | jq -r ".jobs[0].$3.bw_bytes / 1e9"
-  rm -f "$F"
-}
 ferry_gbs() { # A-or-B bs qd mode
   if [ -f "$1" ] && [ -x "$1" ]; then cmd="$1 bench io"; else cmd=$1; fi
   # shellcheck disable=SC2086 # a command prefix: split on purpose

@@ -2,10 +2,8 @@
 #include "bench/io_common.h"
 #include "core/core.h"
 
-#include <stdio.h>
-#include <string.h>
-
 #include <stdlib.h>
+#include <string.h>
 #include <sys/mman.h>
 
 #define HUGE_ALIGN ((size_t)2 << 20)
@@ -15,8 +13,7 @@ const char *bench_pages_name(int pages) {
 }
 
 size_t bench_pages_round(size_t len, int pages) {
-  size_t a = pages == BENCH_PAGES_4K ? 4096 : HUGE_ALIGN;
-  return (len + a - 1) / a * a;
+  return ferry_align_up(len, pages == BENCH_PAGES_4K ? 4096 : HUGE_ALIGN);
 }
 
 void *bench_pages_alloc(size_t len, int pages) {
@@ -36,7 +33,7 @@ void bench_pages_free(void *p, size_t len, int pages) {
   else free(p);
 }
 
-void bench_io_opts_init(bench_io_opts *o) {
+static void opts_defaults(bench_io_opts *o) {
   memset(o, 0, sizeof *o);
   o->mode = "read";
   o->size = 4ull << 30;
@@ -45,7 +42,9 @@ void bench_io_opts_init(bench_io_opts *o) {
   o->pages = BENCH_PAGES_THP;
 }
 
-int bench_io_opt(bench_io_opts *o, int argc, char **argv, int *i, const char *prog) {
+/* Takes argv[*i] (and its value, advancing *i) if it is a common option:
+ * 1 taken, 0 not one of them, -1 bad value (said on stderr). */
+static int common_opt(bench_io_opts *o, int argc, char **argv, int *i, const char *prog) {
   const char *a = argv[*i];
   const char *v = *i + 1 < argc ? argv[*i + 1] : NULL;
   uint64_t *num = NULL;
@@ -63,6 +62,27 @@ int bench_io_opt(bench_io_opts *o, int argc, char **argv, int *i, const char *pr
     return -1;
   }
   return 1;
+}
+
+int bench_io_parse(bench_io_opts *o, int argc, char **argv, const char *prog,
+                   void (*usage)(FILE *), int (*own_opt)(const char *arg, void *ctx), void *ctx) {
+  opts_defaults(o);
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i];
+    if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+      usage(stdout);
+      return 0;
+    }
+    if (own_opt && own_opt(a, ctx)) continue;
+    int took = common_opt(o, argc, argv, &i, prog);
+    if (took < 0) return 2;
+    if (!took) {
+      fprintf(stderr, "%s: unknown or incomplete option '%s'\n", prog, a);
+      usage(stderr);
+      return 2;
+    }
+  }
+  return -1;
 }
 
 static int cmp_double(const void *a, const void *b) {

@@ -13,6 +13,7 @@
 #include "bench/json.h"
 
 #include <stddef.h>
+#include <stdio.h>
 #include <stdint.h>
 
 /* Options both take: --path --mode --size --bs --qd --json --no-hugepages
@@ -23,11 +24,14 @@ typedef struct {
   int json, pages;
 } bench_io_opts;
 
-/* Defaults: mode read, size 4G, bs 1M, qd 32, thp pages. */
-void bench_io_opts_init(bench_io_opts *o);
-/* Takes argv[*i] (and its value, advancing *i) if it is a common option:
- * 1 taken, 0 not one of them, -1 bad value (message printed, prog in it). */
-int bench_io_opt(bench_io_opts *o, int argc, char **argv, int *i, const char *prog);
+/* Parses argv (options from argv[1]) into o, after the defaults (mode
+ * read, size 4G, bs 1M, qd 32, thp pages). own_opt, when
+ * not NULL, is asked first about each word and returns 1 when it took it
+ * (a flag of the caller's own). Returns -1 to go on, or the exit code: 0
+ * after --help (usage(stdout)), 2 after a bad or unknown option (said on
+ * stderr, prog first). */
+int bench_io_parse(bench_io_opts *o, int argc, char **argv, const char *prog,
+                   void (*usage)(FILE *), int (*own_opt)(const char *arg, void *ctx), void *ctx);
 /* The keys every I/O result starts with (the issue's contract): bench,
  * mode, bs, qd, bytes, seconds, gb_per_s, iops, p50_us, p99_us. */
 void bench_io_json_head(json_out *j, const char *bench, const char *mode, uint64_t bs,

@@ -11,6 +11,7 @@
 #        first, e.g. echo 128 > /proc/sys/vm/nr_hugepages), the fair match for
 #        ferry's huge-page buffers; default: fio's malloc'd 4 KiB pages.
 set -eu
+. "$(dirname "$0")/fio_lib.sh"
 DIR=${1:?usage: io_vs_fio.sh DIR [SIZE] [REPEATS]}
 SIZE=${2:-1G}
 REPEATS=${3:-3}
@@ -23,16 +24,6 @@ command -v jq >/dev/null || { echo "io_vs_fio.sh: jq not found (apt-get install 
 mkdir -p "$DIR"
 F="$DIR/fio-vs-ferry.dat"
 trap 'rm -f "$F"' EXIT
-
-median() { sort -g | awk '{a[NR]=$1} END {if (NR%2) print a[(NR+1)/2]; else print (a[NR/2]+a[NR/2+1])/2}'; }
-
-fio_gbs() { # bs qd mode -> GB/s (1e9 bytes)
-  rm -f "$F"
-  fio --name=fio-vs-ferry --filename="$F" --size="$SIZE" --bs="$1" --iodepth="$2" --rw="$3" \
-      --direct=1 --ioengine=io_uring --fixedbufs=1 --registerfiles=1 --numjobs=1 ${FIO_MEM:+--mem=$FIO_MEM} \
-      --output-format=json 2>/dev/null | jq -r ".jobs[0].$3.bw_bytes / 1e9"
-  rm -f "$F"
-}
 
 ferry_json() { # bs qd mode [extra] -> one JSON line
   "$FERRY" bench io --path "$DIR" --size "$SIZE" --bs "$1" --qd "$2" --mode "$3" --json ${4:-}
