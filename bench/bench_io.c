@@ -31,7 +31,8 @@ struct io_run {
   const uint32_t *order;   /* chunk of op i */
   unsigned char **wbuf;    /* write source for chunk j: wbuf[j % qd] */
   unsigned char **rbuf;    /* read target per slot */
-  unsigned qd;
+  unsigned qd;             /* wbuf count */
+  unsigned nslots;         /* requests kept submitted (--outstanding) */
   size_t bs;
   double *lat;             /* seconds, per op */
   uint32_t *slot_op;       /* op index running in each slot */
@@ -84,12 +85,13 @@ static void submit_op(io_run *r, io_slot *sl, uint32_t i) {
   }
 }
 
-/* Runs nops requests with up to qd in flight; returns a status. */
+/* Runs nops requests, nslots of them submitted at a time (the store puts
+ * up to qd at the disk and queues the rest); returns a status. */
 static int run_pass(io_run *r, io_slot *slots) {
   atomic_store(&r->next, 0);
   r->completed = 0;
   r->status = 0;
-  unsigned start = r->qd < r->nops ? r->qd : r->nops;
+  unsigned start = r->nslots < r->nops ? r->nslots : r->nops;
   atomic_store(&r->next, start);
   for (unsigned b = 0; b < start; b++) submit_op(r, &slots[b], b);
   pthread_mutex_lock(&r->mu);
@@ -110,7 +112,8 @@ static void usage(FILE *f) {
   fprintf(f,
           "usage: ferry bench io --path DIR [--size 4G] [--bs 1M] [--qd 32]\n"
           "                      [--mode read|write|randread] [--no-verify] [--no-fixed]\n"
-          "                      [--sqpoll] [--no-hugepages | --hugetlb] [--json]\n"
+          "                      [--sqpoll] [--no-hugepages | --hugetlb] [--overwrite]\n"
+          "                      [--outstanding N] [--json]\n"
           "Writes its own file in DIR through the swap store, times one pass (one\n"
           "request per bs-sized chunk, qd in flight, CRC32C on unless --no-verify), then\n"
           "reads every byte back and compares. Reports GB/s (1e9 bytes), IOPS, latency\n"
@@ -119,25 +122,45 @@ static void usage(FILE *f) {
           "pool is (a 1 MiB request is then one physically contiguous segment);\n"
           "--no-hugepages uses plain 4 KiB pages (256 segments per 1 MiB); --hugetlb\n"
           "takes them from the reserved hugetlb pool (vm.nr_hugepages), as fio's\n"
-          "--mem=shmhuge does.\n");
+          "--mem=shmhuge does.\n"
+          "--overwrite (write only) times a second write pass over the blocks an\n"
+          "untimed first pass wrote, as a swap file is rewritten every step; the\n"
+          "first pass over a fresh file also pays the file system's conversion of\n"
+          "fallocated extents and, where freed blocks are discarded (mount -o\n"
+          "discard), the device refilling them.\n"
+          "--outstanding N keeps N requests submitted (default qd): the store puts qd\n"
+          "of them at the disk and queues the rest, so the disk is fed while the\n"
+          "completion thread checks CRCs; each request has its own read buffer.\n"
+          "Latency counts from a request's submission to the store to its callback\n"
+          "(with N > qd, time queued in the store as well).\n"
+          "JSON keys: bench (\"io\"), mode, bs, qd, bytes, seconds, gb_per_s, iops,\n"
+          "p50_us, p99_us, cpu_s_per_gb, crc_gb_per_s, verify, o_direct,\n"
+          "fixed_buffers, sqpoll, hugepages, pages, overwrite, outstanding, path.\n");
 }
 
 /* bench io's own flags, beside the options bench uring shares. */
 typedef struct {
   int verify, fixed, sqpoll;
+  uint64_t outstanding; /* 0: qd */
 } io_flags;
 
-static int own_opt(const char *a, void *ctx) {
+static int own_opt(const char *a, const char *v, void *ctx) {
   io_flags *f = ctx;
   if (!strcmp(a, "--no-verify")) f->verify = 0;
   else if (!strcmp(a, "--no-fixed")) f->fixed = 0;
   else if (!strcmp(a, "--sqpoll")) f->sqpoll = 1;
-  else return 0;
+  else if (!strcmp(a, "--outstanding") && v) {
+    if (ferry_parse_size(v, &f->outstanding) || !f->outstanding || f->outstanding > 4096) {
+      fprintf(stderr, "ferry bench io: bad value '%s' for --outstanding (1..4096)\n", v);
+      return -1;
+    }
+    return 2;
+  } else return 0;
   return 1;
 }
 
 int ferry_bench_io_main(int argc, char **argv) {
-  io_flags fl = {1, 1, 0};
+  io_flags fl = {1, 1, 0, 0};
   bench_io_opts o;
   int ex = bench_io_parse(&o, argc, argv, "ferry bench io", usage, own_opt, &fl);
   if (ex >= 0) return ex;
@@ -186,23 +209,24 @@ int ferry_bench_io_main(int argc, char **argv) {
   ferry_swap_get_info(s, &info);
 
   unsigned nq = (unsigned)qd;
+  unsigned nsl = fl.outstanding ? (unsigned)fl.outstanding : nq;
   unsigned char *wmem = NULL, *rmem = NULL;
-  size_t buflen = bench_pages_round(nq * bs, pages);
+  size_t buflen = bench_pages_round(nq * bs, pages), rbuflen = bench_pages_round(nsl * bs, pages);
   wmem = bench_pages_alloc(buflen, pages);
-  rmem = bench_pages_alloc(buflen, pages);
+  rmem = bench_pages_alloc(rbuflen, pages);
   if ((!wmem || !rmem) && pages == BENCH_PAGES_HUGETLB) {
-    fprintf(stderr, "ferry bench io: --hugetlb: no 2 x %llu bytes of hugetlb pages (reserve them: "
-            "echo N > /proc/sys/vm/nr_hugepages)\n", (unsigned long long)buflen);
+    fprintf(stderr, "ferry bench io: --hugetlb: no %llu bytes of hugetlb pages (reserve them: "
+            "echo N > /proc/sys/vm/nr_hugepages)\n", (unsigned long long)(buflen + rbuflen));
     bench_pages_free(wmem, buflen, pages);
-    bench_pages_free(rmem, buflen, pages);
+    bench_pages_free(rmem, rbuflen, pages);
     ferry_swap_close(s);
     return 1;
   }
   int ok = wmem && rmem;
-  unsigned char **wbuf = calloc(nq, sizeof *wbuf), **rbuf = calloc(nq, sizeof *rbuf);
-  uint32_t *order = malloc(nops * sizeof *order), *slot_op = calloc(nq, sizeof *slot_op);
+  unsigned char **wbuf = calloc(nq, sizeof *wbuf), **rbuf = calloc(nsl, sizeof *rbuf);
+  uint32_t *order = malloc(nops * sizeof *order), *slot_op = calloc(nsl, sizeof *slot_op);
   double *lat = malloc(nops * sizeof *lat);
-  io_slot *slots = calloc(nq, sizeof *slots);
+  io_slot *slots = calloc(nsl, sizeof *slots);
   if (!ok || !wbuf || !rbuf || !order || !slot_op || !lat || !slots) {
     fprintf(stderr, "ferry bench io: out of memory for %u buffers of %llu bytes\n", nq,
             (unsigned long long)bs);
@@ -226,12 +250,10 @@ int ferry_bench_io_main(int argc, char **argv) {
     crc_gbs = (double)done / (ferry_now() - tc) / 1e9;
     (void)sink;
   }
-  for (unsigned b = 0; b < nq; b++) {
-    wbuf[b] = wmem + b * bs;
-    rbuf[b] = rmem + b * bs;
-  }
+  for (unsigned b = 0; b < nq; b++) wbuf[b] = wmem + b * bs;
+  for (unsigned b = 0; b < nsl; b++) rbuf[b] = rmem + b * bs;
   if (fixed) {
-    struct iovec iov[2] = {{wmem, nq * bs}, {rmem, nq * bs}};
+    struct iovec iov[2] = {{wmem, nq * bs}, {rmem, nsl * bs}};
     if (ferry_swap_register_buffers(s, iov, 2) != FERRY_OK) {
       fprintf(stderr, "ferry bench io: note: %s; continuing unregistered\n", ferry_swap_last_error(s));
       fixed = 0;
@@ -245,12 +267,13 @@ int ferry_bench_io_main(int argc, char **argv) {
   r.wbuf = wbuf;
   r.rbuf = rbuf;
   r.qd = nq;
+  r.nslots = nsl;
   r.bs = bs;
   r.lat = lat;
   r.slot_op = slot_op;
   pthread_mutex_init(&r.mu, NULL);
   pthread_cond_init(&r.cv, NULL);
-  for (unsigned b = 0; b < nq; b++) {
+  for (unsigned b = 0; b < nsl; b++) {
     slots[b].run = &r;
     slots[b].idx = (int)b;
   }
@@ -258,8 +281,14 @@ int ferry_bench_io_main(int argc, char **argv) {
 
   int status = 0;
   double secs = 0, cpu = 0;
-  /* 1. write the file (timed when mode is write) */
+  /* 1. write the file (timed when mode is write; with --overwrite, the
+   * second of two passes, from buffers changed in between so that the
+   * validation tells the passes apart) */
   r.op = 1;
+  if (o.overwrite) {
+    if ((rc = run_pass(&r, slots))) goto fail;
+    for (unsigned b = 0; b < nq; b++) wbuf[b][0] ^= 0x5A, wbuf[b][bs - 1] ^= 0xA5;
+  }
   double t0 = ferry_now(), c0 = cpu_seconds();
   rc = run_pass(&r, slots);
   double t1 = ferry_now(), c1 = cpu_seconds();
@@ -325,6 +354,8 @@ int ferry_bench_io_main(int argc, char **argv) {
       json_bool(&j, "sqpoll", sqpoll);
       json_bool(&j, "hugepages", pages != BENCH_PAGES_4K);
       json_str(&j, "pages", bench_pages_name(pages));
+      json_bool(&j, "overwrite", o.overwrite);
+      json_uint(&j, "outstanding", nsl);
       json_str(&j, "path", path);
       json_end(&j);
     } else {
@@ -347,7 +378,7 @@ out:
   pthread_mutex_destroy(&r.mu);
   pthread_cond_destroy(&r.cv);
   bench_pages_free(wmem, buflen, pages);
-  bench_pages_free(rmem, buflen, pages);
+  bench_pages_free(rmem, rbuflen, pages);
   free(wbuf);
   free(rbuf);
   free(order);

@@ -32,10 +32,12 @@ typedef struct {
   uint64_t nops;
   double *t_sub; /* per slot */
   double *lat;   /* per op */
+  uint64_t gen;  /* ORed into every stamp: 0, or 1 << 63 on a second write pass */
   uint64_t *slot_op;
   char err[256];
 } uring_run;
 
+/* A block's stamp: its index, top bit set on an --overwrite's second pass. */
 static void stamp(unsigned char *b, size_t bs, uint64_t i) {
   memcpy(b, &i, 8);
   memcpy(b + bs - 8, &i, 8);
@@ -52,7 +54,7 @@ static void prep(uring_run *r, unsigned slot, uint64_t i) {
   struct io_uring_sqe *sqe = io_uring_get_sqe(&r->ring); /* qd entries: never full */
   unsigned char *b = r->mem + (size_t)slot * r->bs;
   if (r->op) {
-    stamp(b, r->bs, i);
+    stamp(b, r->bs, i | r->gen);
     io_uring_prep_write_fixed(sqe, 0, b, (unsigned)r->bs, i * r->bs, 0);
   } else {
     io_uring_prep_read_fixed(sqe, 0, b, (unsigned)r->bs, i * r->bs, 0);
@@ -85,7 +87,7 @@ static int pass(uring_run *r) {
         io_uring_cq_advance(&r->ring, n);
         return -1;
       }
-      if (!r->op && !stamp_ok(r->mem + (size_t)slot * r->bs, r->bs, i)) {
+      if (!r->op && !stamp_ok(r->mem + (size_t)slot * r->bs, r->bs, i | r->gen)) {
         snprintf(r->err, sizeof r->err, "block %llu: read back wrong bytes", (unsigned long long)i);
         io_uring_cq_advance(&r->ring, n);
         return -1;
@@ -102,17 +104,19 @@ static int pass(uring_run *r) {
 static void usage(FILE *f) {
   fprintf(f,
           "usage: ferry bench uring --path DIR [--size 4G] [--bs 1M] [--qd 32]\n"
-          "                         [--mode read|write] [--no-hugepages | --hugetlb] [--json]\n"
+          "                         [--mode read|write] [--no-hugepages | --hugetlb]\n"
+          "                         [--overwrite] [--json]\n"
           "The io_uring floor: one thread, one ring, registered buffers and file,\n"
           "O_DIRECT, qd requests of bs bytes in flight, a new one per completion,\n"
           "no CRC and no swap engine, on its own file in DIR (created with O_EXCL,\n"
           "fallocated, removed at exit). Times one sequential pass (read: after an\n"
           "untimed write pass) and checks every block's index stamp; a write pass\n"
-          "is read back and checked before the figure is printed.\n"
+          "is read back and checked before the figure is printed. --overwrite (write\n"
+          "only) times a second write pass over the blocks an untimed first one wrote.\n"
           "Compare with `ferry bench io` (same options) to see the engine's cost,\n"
           "and with fio to see what neither program controls.\n"
           "JSON keys: bench (\"uring\"), mode, bs, qd, bytes, seconds, gb_per_s, iops,\n"
-          "p50_us, p99_us, pages, path.\n");
+          "p50_us, p99_us, pages, overwrite, path.\n");
 }
 
 int ferry_bench_uring_main(int argc, char **argv) {
@@ -194,6 +198,10 @@ int ferry_bench_uring_main(int argc, char **argv) {
     fprintf(stderr, "ferry bench uring: io_uring_register: %s (RLIMIT_MEMLOCK?)\n", strerror(-rc));
     goto out;
   }
+  if (o.overwrite) {
+    if (pass(&r)) goto failed;
+    r.gen = 1ull << 63;
+  }
   double t0 = ferry_now();
   if (pass(&r)) goto failed;
   secs = ferry_now() - t0;
@@ -205,7 +213,7 @@ int ferry_bench_uring_main(int argc, char **argv) {
   } else { /* read the write pass back, block by block */
     for (uint64_t i = 0; i < r.nops; i++) {
       ssize_t got = pread(fd, check, bs, (off_t)(i * bs));
-      if (got != (ssize_t)bs || !stamp_ok(check, bs, i)) {
+      if (got != (ssize_t)bs || !stamp_ok(check, bs, i | r.gen)) {
         snprintf(r.err, sizeof r.err, "validation: block %llu %s", (unsigned long long)i,
                  got < 0 ? strerror(errno) : got != (ssize_t)bs ? "short read" : "holds wrong bytes");
         goto failed;
@@ -221,6 +229,7 @@ int ferry_bench_uring_main(int argc, char **argv) {
       json_begin(&j, stdout);
       bench_io_json_head(&j, "uring", mode, bs, qd, size, secs, p50, p99);
       json_str(&j, "pages", bench_pages_name(pages));
+      json_bool(&j, "overwrite", o.overwrite);
       json_str(&j, "path", path);
       json_end(&j);
     } else {

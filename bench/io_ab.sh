@@ -11,6 +11,7 @@
 #        "build/bin/ferry bench io --no-verify"
 #        CASES="1M:32:write 1M:8:write 128k:32:write" (bs:qd:mode)
 #        FIO_MEM=shmhuge: fio's buffers in hugetlb pages (reserve them first)
+#        OVERWRITE=1: writes timed over an already written file (see io_vs_fio.sh)
 set -eu
 . "$(dirname "$0")/fio_lib.sh"
 DIR=${1:?usage: io_ab.sh DIR A B [SIZE] [REPEATS]}
@@ -26,7 +27,8 @@ trap 'rm -f "$F"; rm -rf "$T"' EXIT
 ferry_gbs() { # A-or-B bs qd mode
   if [ -f "$1" ] && [ -x "$1" ]; then cmd="$1 bench io"; else cmd=$1; fi
   # shellcheck disable=SC2086 # a command prefix: split on purpose
-  $cmd --path "$DIR" --size "$SIZE" --bs "$2" --qd "$3" --mode "$4" --json | jq -r .gb_per_s
+  # shellcheck disable=SC2046 # an empty flag must vanish
+  $cmd --path "$DIR" --size "$SIZE" --bs "$2" --qd "$3" --mode "$4" --json $(overwrite_flag "$4") | jq -r .gb_per_s
 }
 for c in $CASES; do
   bs=$(echo "$c" | cut -d: -f1); qd=$(echo "$c" | cut -d: -f2); m=$(echo "$c" | cut -d: -f3)

@@ -51,6 +51,7 @@ static int common_opt(bench_io_opts *o, int argc, char **argv, int *i, const cha
   if (!strcmp(a, "--json")) o->json = 1;
   else if (!strcmp(a, "--no-hugepages")) o->pages = BENCH_PAGES_4K;
   else if (!strcmp(a, "--hugetlb")) o->pages = BENCH_PAGES_HUGETLB;
+  else if (!strcmp(a, "--overwrite")) o->overwrite = 1;
   else if (!strcmp(a, "--path") && v) o->path = argv[++*i];
   else if (!strcmp(a, "--mode") && v) o->mode = argv[++*i];
   else if (!strcmp(a, "--size") && v) num = &o->size;
@@ -65,7 +66,8 @@ static int common_opt(bench_io_opts *o, int argc, char **argv, int *i, const cha
 }
 
 int bench_io_parse(bench_io_opts *o, int argc, char **argv, const char *prog,
-                   void (*usage)(FILE *), int (*own_opt)(const char *arg, void *ctx), void *ctx) {
+                   void (*usage)(FILE *),
+                   int (*own_opt)(const char *arg, const char *val, void *ctx), void *ctx) {
   opts_defaults(o);
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
@@ -73,7 +75,12 @@ int bench_io_parse(bench_io_opts *o, int argc, char **argv, const char *prog,
       usage(stdout);
       return 0;
     }
-    if (own_opt && own_opt(a, ctx)) continue;
+    int own = own_opt ? own_opt(a, i + 1 < argc ? argv[i + 1] : NULL, ctx) : 0;
+    if (own < 0) return 2;
+    if (own) {
+      i += own - 1;
+      continue;
+    }
     int took = common_opt(o, argc, argv, &i, prog);
     if (took < 0) return 2;
     if (!took) {
@@ -81,6 +88,11 @@ int bench_io_parse(bench_io_opts *o, int argc, char **argv, const char *prog,
       usage(stderr);
       return 2;
     }
+  }
+  if (o->overwrite && strcmp(o->mode, "write")) {
+    fprintf(stderr, "%s: --overwrite times a second write pass; it needs --mode write, not '%s'\n",
+            prog, o->mode);
+    return 2;
   }
   return -1;
 }

@@ -17,21 +17,28 @@
 #include <stdint.h>
 
 /* Options both take: --path --mode --size --bs --qd --json --no-hugepages
- * --hugetlb. */
+ * --hugetlb --overwrite. overwrite: a write is timed on its second pass,
+ * over blocks the first (untimed) pass wrote, as a swap file is written in
+ * training; a fresh file's first pass also times the file system turning
+ * fallocated (unwritten) extents into written ones, and on a disk that
+ * discards freed blocks, the device filling the holes left by the file
+ * before. */
 typedef struct {
   const char *path, *mode;
   uint64_t size, bs, qd;
-  int json, pages;
+  int json, pages, overwrite;
 } bench_io_opts;
 
 /* Parses argv (options from argv[1]) into o, after the defaults (mode
- * read, size 4G, bs 1M, qd 32, thp pages). own_opt, when
- * not NULL, is asked first about each word and returns 1 when it took it
- * (a flag of the caller's own). Returns -1 to go on, or the exit code: 0
+ * read, size 4G, bs 1M, qd 32, thp pages). own_opt, when not NULL, is
+ * asked first about each word (val: the word after it, or NULL) and
+ * returns 0 (not its own), 1 (took the word), 2 (took it and val) or -1
+ * (a bad value, said on stderr). Returns -1 to go on, or the exit code: 0
  * after --help (usage(stdout)), 2 after a bad or unknown option (said on
  * stderr, prog first). */
 int bench_io_parse(bench_io_opts *o, int argc, char **argv, const char *prog,
-                   void (*usage)(FILE *), int (*own_opt)(const char *arg, void *ctx), void *ctx);
+                   void (*usage)(FILE *),
+                   int (*own_opt)(const char *arg, const char *val, void *ctx), void *ctx);
 /* The keys every I/O result starts with (the issue's contract): bench,
  * mode, bs, qd, bytes, seconds, gb_per_s, iops, p50_us, p99_us. */
 void bench_io_json_head(json_out *j, const char *bench, const char *mode, uint64_t bs,

@@ -10,6 +10,11 @@
 #        FIO_MEM=shmhuge: fio's buffers in hugetlb pages (as root: reserve them
 #        first, e.g. echo 128 > /proc/sys/vm/nr_hugepages), the fair match for
 #        ferry's huge-page buffers; default: fio's malloc'd 4 KiB pages.
+#        OVERWRITE=1: writes are timed over a file already written once (fio:
+#        a second run on the same file; ferry: --overwrite), as a swap file
+#        is rewritten every step. Without it a write pass lays out a fresh
+#        file, and on a file system mounted with -o discard that also times
+#        the device refilling the blocks the previous file freed.
 set -eu
 . "$(dirname "$0")/fio_lib.sh"
 DIR=${1:?usage: io_vs_fio.sh DIR [SIZE] [REPEATS]}
@@ -26,7 +31,8 @@ F="$DIR/fio-vs-ferry.dat"
 trap 'rm -f "$F"' EXIT
 
 ferry_json() { # bs qd mode [extra] -> one JSON line
-  "$FERRY" bench io --path "$DIR" --size "$SIZE" --bs "$1" --qd "$2" --mode "$3" --json ${4:-}
+  # shellcheck disable=SC2046,SC2086 # empty flags must vanish
+  "$FERRY" bench io --path "$DIR" --size "$SIZE" --bs "$1" --qd "$2" --mode "$3" --json ${4:-} $(overwrite_flag "$3")
 }
 
 # Each repeat runs fio, ferry (huge-page buffers, as the engine's pinned

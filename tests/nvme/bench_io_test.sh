@@ -1,7 +1,9 @@
 #!/bin/sh
 # tests/nvme/bench_io_test.sh — `ferry bench io` and `ferry bench uring` (the
 # io_uring floor) run small passes, validate them, and print the JSON keys
-# scripts read, with each buffer page kind; bad options exit 2; --hugetlb
+# scripts read, with each buffer page kind; --overwrite times a second
+# write pass and says so in the JSON; bench io's --outstanding keeps more
+# requests submitted than the disk's queue depth; bad options exit 2; --hugetlb
 # with no hugetlb pages reserved fails with a line that says how to reserve
 # them. $1 = the ferry binary, $2 = a scratch folder. Exit 0 pass, 1 fail,
 # 77 skip (io_uring or O_DIRECT not usable here).
@@ -33,8 +35,24 @@ for b in io uring; do
       done
       want=thp; [ -n "$pages" ] && want=4k
       grep -q "\"pages\":\"$want\"" "$dir/run.out" || fail "bench $b $pages: pages is not $want"
+      grep -q '"overwrite":false' "$dir/run.out" || fail "bench $b $mode $pages: overwrite is not false"
     done
   done
+  "$bin" bench $b --path "$dir" --size 1M --bs 64k --qd 4 --mode write --overwrite --json \
+    >"$dir/ow.out" 2>&1 || fail "bench $b --overwrite exited $?"
+  grep -q '"overwrite":true' "$dir/ow.out" || fail "bench $b --overwrite: overwrite is not true"
+  if [ $b = io ]; then
+    for mode in write randread; do
+      "$bin" bench io --path "$dir" --size 1M --bs 64k --qd 4 --outstanding 9 --mode $mode --json \
+        >"$dir/out.out" 2>&1 || fail "bench io --outstanding 9 --mode $mode exited $?"
+      grep -q '"outstanding":9' "$dir/out.out" || fail "bench io --outstanding 9: not in its JSON"
+    done
+    "$bin" bench io --path "$dir" --outstanding 0 >"$dir/bad.out" 2>&1
+    [ $? -eq 2 ] || fail "bench io --outstanding 0 should exit 2"
+  fi
+  "$bin" bench $b --path "$dir" --mode read --overwrite >"$dir/bad.out" 2>&1
+  [ $? -eq 2 ] || fail "bench $b --mode read --overwrite should exit 2"
+  grep -q "needs --mode write" "$dir/bad.out" || fail "bench $b: --overwrite on a read does not say why"
 done
 ls "$dir" | grep -q '\.dat$\|\.swap$' && fail "a benchmark left its file behind: $(ls "$dir")"
 if [ "$(cat /proc/sys/vm/nr_hugepages 2>/dev/null || echo 0)" = 0 ]; then
