@@ -134,7 +134,10 @@ static void usage(FILE *f) {
           "Latency counts from a request's submission to the store to its callback\n"
           "(with N > qd, time queued in the store as well).\n"
           "JSON keys: bench (\"io\"), mode, bs, qd, bytes, seconds, gb_per_s, iops,\n"
-          "p50_us, p99_us, cpu_s_per_gb, crc_gb_per_s, verify, o_direct,\n"
+          "p50_us, p99_us, cpu_s_per_gb, crc_gb_per_s (CRC32C of a warm buffer),\n"
+          "check_gb_per_s and check_s_per_gb (the completion thread's read checks\n"
+          "in the timed pass: their rate, and their seconds per GB read; 0 for\n"
+          "writes and --no-verify), verify, o_direct,\n"
           "fixed_buffers, sqpoll, hugepages, pages, overwrite, outstanding, path.\n");
 }
 
@@ -281,6 +284,9 @@ int ferry_bench_io_main(int argc, char **argv) {
 
   int status = 0;
   double secs = 0, cpu = 0;
+  ferry_swap_stats st0, st1; /* around the timed read pass */
+  memset(&st0, 0, sizeof st0);
+  memset(&st1, 0, sizeof st1);
   /* 1. write the file (timed when mode is write; with --overwrite, the
    * second of two passes, from buffers changed in between so that the
    * validation tells the passes apart) */
@@ -307,9 +313,11 @@ int ferry_bench_io_main(int argc, char **argv) {
       }
     }
     r.op = 0;
+    ferry_swap_get_stats(s, &st0);
     t0 = ferry_now(), c0 = cpu_seconds();
     rc = run_pass(&r, slots);
     secs = ferry_now() - t0, cpu = cpu_seconds() - c0;
+    ferry_swap_get_stats(s, &st1);
     if (rc) goto fail;
   }
   /* 3. validate: read everything back and compare (after the timed pass, so
@@ -342,12 +350,17 @@ int ferry_bench_io_main(int argc, char **argv) {
     double p50, p99;
     bench_latency_us(lat, nops, &p50, &p99);
     double gbs = (double)size / secs / 1e9, iops = nops / secs, cpu_gb = cpu / ((double)size / 1e9);
+    double ck_s = st1.read_check_seconds - st0.read_check_seconds;
+    double ck_b = (double)(st1.read_check_bytes - st0.read_check_bytes);
+    double check_gbs = ck_s > 0 ? ck_b / ck_s / 1e9 : 0, check_sgb = ck_s / ((double)size / 1e9);
     if (json) {
       json_out j;
       json_begin(&j, stdout);
       bench_io_json_head(&j, "io", mode, bs, qd, size, secs, p50, p99);
       json_num(&j, "cpu_s_per_gb", cpu_gb);
       json_num(&j, "crc_gb_per_s", crc_gbs);
+      json_num(&j, "check_gb_per_s", check_gbs);
+      json_num(&j, "check_s_per_gb", check_sgb);
       json_bool(&j, "verify", verify);
       json_bool(&j, "o_direct", info.o_direct);
       json_bool(&j, "fixed_buffers", fixed);
@@ -366,6 +379,9 @@ int ferry_bench_io_main(int argc, char **argv) {
              ferry_format_size(size, a, sizeof a), secs, gbs, iops, p50, p99, cpu_gb,
              info.o_direct ? "O_DIRECT" : "buffered", verify ? "on" : "off",
              fixed ? "registered" : "plain", bench_pages_name(pages), crc_gbs);
+      if (ck_s > 0)
+        printf("  read checks: %.1f GB/s on the just-read data, %.3f s per GB read\n", check_gbs,
+               check_sgb);
     }
   }
   goto out;

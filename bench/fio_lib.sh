@@ -5,7 +5,10 @@
 # ioengine=io_uring, registered files and buffers, one job, $SIZE bytes,
 # FIO_MEM (e.g. shmhuge) for its buffers when set; OVERWRITE=1: a write is
 # timed on a second run over the file an untimed first run wrote (ferry's
-# --overwrite; see overwrite_flag). Needs fio and jq.
+# --overwrite; see overwrite_flag); LAYOUT=direct: a read is timed on a
+# file an untimed O_DIRECT write run of the same bs and qd just wrote, as
+# ferry bench io's is (default: fio lays the file out itself, with
+# buffered writes). Needs fio and jq.
 median() { sort -g | awk '{a[NR]=$1} END {if (NR%2) print a[(NR+1)/2]; else print (a[NR/2]+a[NR/2+1])/2}'; }
 
 fio_run() { # bs qd mode -> fio's JSON
@@ -17,6 +20,7 @@ fio_run() { # bs qd mode -> fio's JSON
 fio_gbs() { # bs qd mode -> GB/s (1e9 bytes)
   rm -f "$F"
   if [ "${OVERWRITE:-0}" = 1 ] && [ "$3" = write ]; then fio_run "$@" >/dev/null; fi
+  if [ "${LAYOUT:-fio}" = direct ] && [ "$3" != write ]; then fio_run "$1" "$2" write >/dev/null; fi
   fio_run "$@" | jq -r ".jobs[0].$3.bw_bytes / 1e9"
   rm -f "$F"
 }

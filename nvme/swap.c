@@ -629,8 +629,11 @@ static void *reaper_main(void *arg) {
      * whole batch first left the disk idle for a batch of CRCs whenever
      * completions came in bursts (32 x 1 MiB = 1.6 ms here). */
     for (unsigned i = 0; i < nfin; i++) {
-      if (!fin[i].err) on_piece_data(s, &fin[i]);
       ferry_swap_req *r = fin[i].req;
+      int checked = !fin[i].err && r->op == OP_READ && s->cfg.verify;
+      double tc = checked ? ferry_now() : 0;
+      if (!fin[i].err) on_piece_data(s, &fin[i]);
+      if (checked) tc = ferry_now() - tc;
       int run_cb = 0;
       /* a write commits with its CRCs: take them (or wait for the thread
        * that took them) before its last piece finishes it */
@@ -642,6 +645,10 @@ static void *reaper_main(void *arg) {
         if (last) claim_write_crcs(s, r);
       }
       pthread_mutex_lock(&s->mu);
+      if (checked) {
+        s->st.read_check_bytes += fin[i].data_len;
+        s->st.read_check_seconds += tc;
+      }
       r->inflight--;
       r->pieces_done++;
       if (fin[i].err) fail_req(s, r, fin[i].err);

@@ -47,6 +47,13 @@ for b in io uring; do
         >"$dir/out.out" 2>&1 || fail "bench io --outstanding 9 --mode $mode exited $?"
       grep -q '"outstanding":9' "$dir/out.out" || fail "bench io --outstanding 9: not in its JSON"
     done
+    # the read checks are timed in the read pass, and absent without a CRC
+    "$bin" bench io --path "$dir" --size 1M --bs 64k --qd 4 --json >"$dir/ck.out" 2>&1 ||
+      fail "bench io read exited $?"
+    grep -Eq '"check_gb_per_s":([1-9]|0\.0*[1-9])' "$dir/ck.out" || fail "bench io read: check_gb_per_s is not positive"
+    "$bin" bench io --path "$dir" --size 1M --bs 64k --qd 4 --no-verify --json >"$dir/ck.out" 2>&1 ||
+      fail "bench io --no-verify exited $?"
+    grep -q '"check_s_per_gb":0[,}]' "$dir/ck.out" || fail "bench io --no-verify: check_s_per_gb is not 0"
     "$bin" bench io --path "$dir" --outstanding 0 >"$dir/bad.out" 2>&1
     [ $? -eq 2 ] || fail "bench io --outstanding 0 should exit 2"
   fi

@@ -101,6 +101,8 @@ int main(int argc, char **argv) {
     ferry_swap_get_stats(s, &st);
     EXPECT(st.writes == NS + NS / 2 && st.reads == 2 * NS);
     EXPECT_EQ_INT(st.crc_errors, 0);
+    /* every byte read was checked, and the checks were timed */
+    EXPECT(st.read_check_bytes == st.bytes_read && st.read_check_seconds > 0);
     ferry_swap_close(s);
     EXPECT_EQ_INT(nt_count_files(dirs[0]), 0);
   }
