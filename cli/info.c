@@ -19,7 +19,9 @@ static void info_usage(FILE *f) {
           "memory, RAM, the locked-memory limit (RLIMIT_MEMLOCK, which bounds pinned\n"
           "memory), GPUs, whether the CUDA backend was compiled, whether io_uring\n"
           "works, and for each --path DIR its file system, free space and whether\n"
-          "O_DIRECT works there (a small probe file is created and removed).\n"
+          "O_DIRECT works there (a small probe file is created and removed), and\n"
+          "whether its mount discards freed blocks at once (-o discard; from\n"
+          "/proc/self/mountinfo; JSON online_discard: true, false or null).\n"
           "\n"
           "options:\n"
           "  --json       print one JSON object (keys: version, cpu_model, cores,\n"
@@ -149,6 +151,8 @@ int cli_info(int argc, char **argv) {
         json_uint(&j, "dio_offset_align", pinfo[k].dio_offset_align);
         json_uint(&j, "free_bytes", pinfo[k].free_bytes);
         json_uint(&j, "total_bytes", pinfo[k].total_bytes);
+        if (pinfo[k].online_discard >= 0) json_bool(&j, "online_discard", pinfo[k].online_discard);
+        else json_null(&j, "online_discard");
       }
       json_close(&j, '}');
     }
@@ -197,6 +201,10 @@ int cli_info(int argc, char **argv) {
       printf(" (alignment: memory %zu, offset %zu)", pinfo[k].dio_mem_align,
              pinfo[k].dio_offset_align);
     printf("\n");
+    if (pinfo[k].online_discard == 1)
+      printf("  mounted with online discard: a removed swap file's blocks are trimmed at once,\n"
+             "  and on thin or virtual disks the next first write over them is slower\n"
+             "  (fstrim from a timer, and mounting without discard, avoids it)\n");
   }
   int bad = hrc || grc;
   for (int k = 0; k < npaths; k++) bad |= prc[k] != 0;

@@ -251,6 +251,11 @@ typedef struct {
   size_t dio_offset_align; /* required offset/length alignment */
   uint64_t free_bytes;     /* available to this user */
   uint64_t total_bytes;
+  /* 1 when the mount discards freed blocks at once (-o discard, btrfs
+   * discard=async): a removed swap file is trimmed, and the next first
+   * write over those blocks may be slower on thin-provisioned or virtual
+   * disks; 0 when not; -1 when /proc/self/mountinfo does not say. */
+  int online_discard;
 } ferry_path_info;
 
 /* Probes a directory: file system, free space, whether O_DIRECT works and

@@ -81,6 +81,68 @@ static size_t logical_block_size(dev_t dev) {
   return 0;
 }
 
+/* 1 when the comma-separated option list opts holds discard or discard=... */
+static int has_discard(const char *opts) {
+  for (const char *p = opts; p && *p;) {
+    size_t n = strcspn(p, ",");
+    if ((n == 7 || (n > 7 && p[7] == '=')) && !strncmp(p, "discard", 7)) return 1;
+    p += n + (p[n] == ',');
+  }
+  return 0;
+}
+
+/* mountinfo writes space, tab, newline and backslash as \ooo */
+static void unescape_octal(char *s) {
+  char *w = s;
+  for (char *r = s; *r;) {
+    if (r[0] == '\\' && r[1] >= '0' && r[1] <= '3' && r[2] >= '0' && r[2] <= '7' && r[3] >= '0' &&
+        r[3] <= '7') {
+      *w++ = (char)((r[1] - '0') * 64 + (r[2] - '0') * 8 + (r[3] - '0'));
+      r += 4;
+    } else {
+      *w++ = *r++;
+    }
+  }
+  *w = 0;
+}
+
+/* Whether the mount holding dir (device dev) discards freed blocks: of
+ * the /proc/self/mountinfo lines for dev, the one whose mount point is the
+ * longest prefix of dir's real path decides, by its mount or super
+ * options. -1 when no line matches or the file cannot be read. */
+static int mount_discard(const char *dir, dev_t dev) {
+  char real[4096];
+  if (!realpath(dir, real)) return -1;
+  const char *info = "/proc/self/mountinfo";
+#if FERRY_FAULT_INJECTION
+  /* Test hook (fault-injection builds only): read a made-up mountinfo. */
+  const char *fake = getenv("FERRY_FAULT_MOUNTINFO");
+  if (fake && fake[0]) info = fake;
+#endif
+  FILE *f = fopen(info, "r");
+  if (!f) return -1;
+  char line[8192];
+  size_t best = 0;
+  int found = -1;
+  while (fgets(line, sizeof line, f)) {
+    unsigned maj, min;
+    char mnt[4096], opts[2048];
+    if (sscanf(line, "%*s %*s %u:%u %*s %4095s %2047s", &maj, &min, mnt, opts) != 4) continue;
+    if (makedev(maj, min) != dev) continue;
+    const char *sep = strstr(line, " - ");
+    char fstype[64] = "", source[1024] = "", sopts[2048] = "";
+    if (sep) (void)sscanf(sep + 3, "%63s %1023s %2047s", fstype, source, sopts);
+    unescape_octal(mnt);
+    size_t n = strlen(mnt);
+    int prefix = !strcmp(mnt, "/") || (!strncmp(real, mnt, n) && (real[n] == '/' || !real[n]));
+    if (!prefix || (found >= 0 && n < best)) continue;
+    best = n;
+    found = has_discard(opts) || has_discard(sopts);
+  }
+  fclose(f);
+  return found;
+}
+
 int ferry_path_probe(const char *dir, ferry_path_info *out, char *why, size_t why_len) {
   if (!dir || !out) return FERRY_EINVAL;
   memset(out, 0, sizeof *out);
@@ -102,6 +164,7 @@ int ferry_path_probe(const char *dir, ferry_path_info *out, char *why, size_t wh
     out->free_bytes = (uint64_t)sv.f_bavail * sv.f_frsize;
     out->total_bytes = (uint64_t)sv.f_blocks * sv.f_frsize;
   }
+  out->online_discard = mount_discard(dir, st.st_dev);
   char path[4096];
   snprintf(path, sizeof path, "%s/.ferry-probe-%ld", dir, (long)getpid());
   int fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_DIRECT, 0600);

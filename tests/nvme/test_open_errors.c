@@ -5,6 +5,11 @@
  */
 #include "nvme_test.h"
 
+#include <linux/magic.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <sys/statfs.h>
+#include <sys/sysmacros.h>
 #include <sys/wait.h>
 
 static ferry_swap_config cfg1(const char *d, size_t slot, uint32_t n) {
@@ -86,6 +91,61 @@ int main(int argc, char **argv) {
   EXPECT_EQ_INT(ferry_swap_open(&c, &s), FERRY_ENOSPC);
   EXPECT(strstr(ferry_last_error(), "3 file(s)") != NULL);
   for (int i = 0; i < 3; i++) EXPECT_EQ_INT(nt_count_files(d[i]), 0);
+
+  /* online discard, from the mount that holds the directory */
+  EXPECT(pi.online_discard >= -1 && pi.online_discard <= 1);
+  {
+    struct statfs sf;
+    ferry_path_info shm;
+    if (statfs("/dev/shm", &sf) == 0 && sf.f_type == TMPFS_MAGIC &&
+        ferry_path_probe("/dev/shm", &shm, why, sizeof why) == FERRY_OK)
+      EXPECT_EQ_INT(shm.online_discard, 0); /* tmpfs never discards */
+  }
+#if FERRY_FAULT_INJECTION
+  { /* made-up mountinfo lines for dir's device: the longest mount point
+     * above dir decides, by its mount or its super options */
+    struct stat sd;
+    char real[4096], fake[1300];
+    REQUIRE(stat(dir, &sd) == 0 && realpath(dir, real));
+    snprintf(fake, sizeof fake, "%s/mountinfo", d[0]);
+    const char *cases[][3] = {
+        {"rw,relatime", "rw,discard,errors=remount-ro", "1"}, /* ext4: in the super options */
+        {"rw,discard", "rw", "1"},
+        {"rw,relatime", "rw,space_cache=v2,discard=async", "1"}, /* btrfs */
+        {"rw,relatime", "rw,nodiscard", "0"},
+        {"rw,relatime", "rw,discard_max=1", "0"}, /* not the option itself */
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+      FILE *mf = fopen(fake, "w");
+      REQUIRE(mf);
+      /* "/" with the opposite answer, then dir's own mount point (with a
+       * space escaped as mountinfo does when the path has one) */
+      fprintf(mf, "1 0 %u:%u / / %s - ext4 /dev/x %s\n", major(sd.st_dev), minor(sd.st_dev),
+              cases[k][2][0] == '1' ? "rw" : "rw,discard", "rw");
+      fprintf(mf, "2 1 %u:%u / %s %s - fs /dev/y %s\n", major(sd.st_dev), minor(sd.st_dev), real,
+              cases[k][0], cases[k][1]);
+      fprintf(mf, "3 1 %u:%u / %s/x\\040y rw,discard - fs /dev/z rw,discard\n", major(sd.st_dev),
+              minor(sd.st_dev), real); /* below dir: not its mount */
+      fclose(mf);
+      setenv("FERRY_FAULT_MOUNTINFO", fake, 1);
+      ferry_path_info q;
+      REQUIRE(ferry_path_probe(dir, &q, why, sizeof why) == FERRY_OK);
+      if (q.online_discard != cases[k][2][0] - '0')
+        fprintf(stderr, "mountinfo case %zu (%s / %s): online_discard %d\n", k, cases[k][0],
+                cases[k][1], q.online_discard);
+      EXPECT_EQ_INT(q.online_discard, cases[k][2][0] - '0');
+    }
+    FILE *mf = fopen(fake, "w"); /* no line for dir's device */
+    REQUIRE(mf);
+    fprintf(mf, "1 0 %u:%u / / rw,discard - ext4 /dev/x rw\n", major(sd.st_dev) + 1, minor(sd.st_dev));
+    fclose(mf);
+    ferry_path_info q;
+    REQUIRE(ferry_path_probe(dir, &q, why, sizeof why) == FERRY_OK);
+    EXPECT_EQ_INT(q.online_discard, -1);
+    unsetenv("FERRY_FAULT_MOUNTINFO");
+    unlink(fake);
+  }
+#endif
 
   /* bad sizes */
   c = cfg1(dir, 0, 4);
