@@ -402,7 +402,10 @@ int ferry_engine_finalize(ferry_engine *e) {
     rc = ferry_event_create(e->dev, &e->groups[g].uploaded);
   if (rc)
     return ferry_err(&e->err, rc, "finalize: engine buffers: %s", ferry_device_last_error(e->dev));
-  size_t own_host = (ENGINE_STAGE_SLOTS + 1) * gbytes;
+  /* the grad staging above, and the param commit staging allocated below
+   * (host and NVMe param homes): both come out of the host budget */
+  size_t own_host = (ENGINE_STAGE_SLOTS + 1) * gbytes +
+                    (e->param_home != FERRY_TIER_DEVICE ? e->max_group_n * e->esize : 0);
 
   /* the memory manager */
   ferry_mem_config mc = ferry_mem_config_default();

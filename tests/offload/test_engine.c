@@ -353,6 +353,22 @@ static void test_bad_config(void) {
   EXPECT(rc == FERRY_ENOMEM);
   printf("too big: %s\n", ferry_engine_last_error(e));
   ferry_engine_destroy(e);
+
+  /* the host budget pays for the engine's own pinned buffers: with params
+   * on the host, 2 grad stagings + 1 D2H buffer + the param commit staging
+   * of the largest group (4 x 128 KiB here) */
+  set_key = "tiers.host.budget";
+  set_value = "448K";
+  e = make_engine("gpu=1M;"
+                  "placement: { params = \"host\"; };",
+                  FERRY_OPTIM_DT_BF16);
+  set_key = NULL;
+  EXPECT(ferry_param_register(e, "huge", huge, 2, 0, NULL, NULL, NULL) == 0);
+  rc = ferry_engine_finalize(e);
+  EXPECT(rc == FERRY_ENOMEM);
+  printf("host budget: %s\n", ferry_engine_last_error(e));
+  EXPECT(strstr(ferry_engine_last_error(e), "staging buffers (524288 bytes)") != NULL);
+  ferry_engine_destroy(e);
 }
 
 static int slow_kernel(void *arg) {
