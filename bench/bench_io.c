@@ -128,9 +128,11 @@ static void usage(FILE *f) {
           "first pass over a fresh file also pays the file system's conversion of\n"
           "fallocated extents and, where freed blocks are discarded (mount -o\n"
           "discard), the device refilling them.\n"
-          "--outstanding N keeps N requests submitted (default qd): the store puts qd\n"
-          "of them at the disk and queues the rest, so the disk is fed while the\n"
-          "completion thread checks CRCs; each request has its own read buffer.\n"
+          "--outstanding N keeps N requests submitted (default qd + 2): the store\n"
+          "puts qd of them at the disk, as fio's iodepth does, and queues the rest,\n"
+          "so a completed burst is refilled while the completion thread checks\n"
+          "CRCs; each request has its own read buffer (many more than qd were\n"
+          "slower on the development disk: docs/PERFORMANCE.md).\n"
           "Latency counts from a request's submission to the store to its callback\n"
           "(with N > qd, time queued in the store as well).\n"
           "JSON keys: bench (\"io\"), mode, bs, qd, bytes, seconds, gb_per_s, iops,\n"
@@ -144,7 +146,7 @@ static void usage(FILE *f) {
 /* bench io's own flags, beside the options bench uring shares. */
 typedef struct {
   int verify, fixed, sqpoll;
-  uint64_t outstanding; /* 0: qd */
+  uint64_t outstanding; /* 0: qd + 2 */
 } io_flags;
 
 static int own_opt(const char *a, const char *v, void *ctx) {
@@ -212,7 +214,7 @@ int ferry_bench_io_main(int argc, char **argv) {
   ferry_swap_get_info(s, &info);
 
   unsigned nq = (unsigned)qd;
-  unsigned nsl = fl.outstanding ? (unsigned)fl.outstanding : nq;
+  unsigned nsl = fl.outstanding ? (unsigned)fl.outstanding : nq + 2;
   unsigned char *wmem = NULL, *rmem = NULL;
   size_t buflen = bench_pages_round(nq * bs, pages), rbuflen = bench_pages_round(nsl * bs, pages);
   wmem = bench_pages_alloc(buflen, pages);
