@@ -181,11 +181,6 @@ int ferry_bench_io_main(int argc, char **argv) {
     fprintf(stderr, "ferry bench io: --mode must be read, write or randread, not '%s'\n", mode);
     return 2;
   }
-  if (!path) {
-    fprintf(stderr, "ferry bench io: --path DIR is required\n");
-    usage(stderr);
-    return 2;
-  }
   if (!bs || bs > (1u << 30) || !qd || qd > 1024 || size < bs || size / bs > UINT32_MAX) {
     fprintf(stderr, "ferry bench io: need 0 < bs <= 1G, 0 < qd <= 1024, size >= bs\n");
     return 2;

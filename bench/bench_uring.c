@@ -133,11 +133,6 @@ int ferry_bench_uring_main(int argc, char **argv) {
     fprintf(stderr, "ferry bench uring: --mode must be read or write, not '%s'\n", mode);
     return 2;
   }
-  if (!path) {
-    fprintf(stderr, "ferry bench uring: --path DIR is required\n");
-    usage(stderr);
-    return 2;
-  }
   if (bs < 4096 || bs % 4096 || bs > (1u << 30) || !qd || qd > 1024 || size < bs) {
     fprintf(stderr, "ferry bench uring: need bs a multiple of 4096 up to 1G (O_DIRECT), "
                     "0 < qd <= 1024, size >= bs\n");

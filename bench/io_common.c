@@ -89,6 +89,11 @@ int bench_io_parse(bench_io_opts *o, int argc, char **argv, const char *prog,
       return 2;
     }
   }
+  if (!o->path) {
+    fprintf(stderr, "%s: --path DIR is required\n", prog);
+    usage(stderr);
+    return 2;
+  }
   if (o->overwrite && strcmp(o->mode, "write")) {
     fprintf(stderr, "%s: --overwrite times a second write pass; it needs --mode write, not '%s'\n",
             prog, o->mode);

@@ -34,8 +34,9 @@ typedef struct {
  * asked first about each word (val: the word after it, or NULL) and
  * returns 0 (not its own), 1 (took the word), 2 (took it and val) or -1
  * (a bad value, said on stderr). Returns -1 to go on, or the exit code: 0
- * after --help (usage(stdout)), 2 after a bad or unknown option (said on
- * stderr, prog first). */
+ * after --help (usage(stdout)), 2 after a bad or unknown option, a missing
+ * --path, or --overwrite without --mode write (said on stderr, prog
+ * first). */
 int bench_io_parse(bench_io_opts *o, int argc, char **argv, const char *prog,
                    void (*usage)(FILE *),
                    int (*own_opt)(const char *arg, const char *val, void *ctx), void *ctx);

@@ -130,8 +130,8 @@ static int mount_discard(const char *dir, dev_t dev) {
     if (sscanf(line, "%*s %*s %u:%u %*s %4095s %2047s", &maj, &min, mnt, opts) != 4) continue;
     if (makedev(maj, min) != dev) continue;
     const char *sep = strstr(line, " - ");
-    char fstype[64] = "", source[1024] = "", sopts[2048] = "";
-    if (sep) (void)sscanf(sep + 3, "%63s %1023s %2047s", fstype, source, sopts);
+    char sopts[2048] = ""; /* after " - ": file system type, source, super options */
+    if (sep) (void)sscanf(sep + 3, "%*s %*s %2047s", sopts);
     unescape_octal(mnt);
     size_t n = strlen(mnt);
     int prefix = !strcmp(mnt, "/") || (!strncmp(real, mnt, n) && (real[n] == '/' || !real[n]));
