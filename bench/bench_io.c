@@ -113,7 +113,7 @@ static void usage(FILE *f) {
           "usage: ferry bench io --path DIR [--size 4G] [--bs 1M] [--qd 32]\n"
           "                      [--mode read|write|randread] [--no-verify] [--no-fixed]\n"
           "                      [--sqpoll] [--no-hugepages | --hugetlb] [--overwrite]\n"
-          "                      [--outstanding N] [--json]\n"
+          "                      [--outstanding N] [--check-threads N] [--json]\n"
           "Writes its own file in DIR through the swap store, times one pass (one\n"
           "request per bs-sized chunk, qd in flight, CRC32C on unless --no-verify), then\n"
           "reads every byte back and compares. Reports GB/s (1e9 bytes), IOPS, latency\n"
@@ -133,20 +133,25 @@ static void usage(FILE *f) {
           "so a completed burst is refilled while the completion thread checks\n"
           "CRCs; each request has its own read buffer (many more than qd were\n"
           "slower on the development disk: docs/PERFORMANCE.md).\n"
+          "--check-threads N starts N threads that share each burst of read checks\n"
+          "(and the callbacks after them) with the completion thread (default 0).\n"
           "Latency counts from a request's submission to the store to its callback\n"
           "(with N > qd, time queued in the store as well).\n"
           "JSON keys: bench (\"io\"), mode, bs, qd, bytes, seconds, gb_per_s, iops,\n"
           "p50_us, p99_us, cpu_s_per_gb, crc_gb_per_s (CRC32C of a warm buffer),\n"
           "check_gb_per_s and check_s_per_gb (the completion thread's read checks\n"
-          "in the timed pass: their rate, and their seconds per GB read; 0 for\n"
-          "writes and --no-verify), verify, o_direct,\n"
-          "fixed_buffers, sqpoll, hugepages, pages, overwrite, outstanding, path.\n");
+          "in the timed pass: their rate per checking thread, and their seconds\n"
+          "per GB read; 0 for writes and --no-verify), requests_per_submit (I/O\n"
+          "requests per io_uring submit call in the timed pass), verify, o_direct,\n"
+          "fixed_buffers, sqpoll, hugepages, pages, overwrite, outstanding,\n"
+          "check_threads, path.\n");
 }
 
 /* bench io's own flags, beside the options bench uring shares. */
 typedef struct {
   int verify, fixed, sqpoll;
   uint64_t outstanding; /* 0: qd + 2 */
+  unsigned check_threads;
 } io_flags;
 
 static int own_opt(const char *a, const char *v, void *ctx) {
@@ -154,7 +159,16 @@ static int own_opt(const char *a, const char *v, void *ctx) {
   if (!strcmp(a, "--no-verify")) f->verify = 0;
   else if (!strcmp(a, "--no-fixed")) f->fixed = 0;
   else if (!strcmp(a, "--sqpoll")) f->sqpoll = 1;
-  else if (!strcmp(a, "--outstanding") && v) {
+  else if (!strcmp(a, "--check-threads") && v) {
+    char *end = NULL;
+    unsigned long n = strtoul(v, &end, 10);
+    if (!*v || *end || n > 64) {
+      fprintf(stderr, "ferry bench io: bad value '%s' for --check-threads (0..64)\n", v);
+      return -1;
+    }
+    f->check_threads = (unsigned)n;
+    return 2;
+  } else if (!strcmp(a, "--outstanding") && v) {
     if (ferry_parse_size(v, &f->outstanding) || !f->outstanding || f->outstanding > 4096) {
       fprintf(stderr, "ferry bench io: bad value '%s' for --outstanding (1..4096)\n", v);
       return -1;
@@ -165,7 +179,7 @@ static int own_opt(const char *a, const char *v, void *ctx) {
 }
 
 int ferry_bench_io_main(int argc, char **argv) {
-  io_flags fl = {1, 1, 0, 0};
+  io_flags fl = {1, 1, 0, 0, 0};
   bench_io_opts o;
   int ex = bench_io_parse(&o, argc, argv, "ferry bench io", usage, own_opt, &fl);
   if (ex >= 0) return ex;
@@ -198,6 +212,7 @@ int ferry_bench_io_main(int argc, char **argv) {
   cfg.queue_depth = (unsigned)qd;
   cfg.verify = verify;
   cfg.sqpoll = sqpoll;
+  cfg.check_threads = fl.check_threads;
   cfg.name = "bench";
   ferry_swap *s = NULL;
   int rc = ferry_swap_open(&cfg, &s);
@@ -281,7 +296,7 @@ int ferry_bench_io_main(int argc, char **argv) {
 
   int status = 0;
   double secs = 0, cpu = 0;
-  ferry_swap_stats st0, st1; /* around the timed read pass */
+  ferry_swap_stats st0, st1; /* around the timed pass */
   memset(&st0, 0, sizeof st0);
   memset(&st1, 0, sizeof st1);
   /* 1. write the file (timed when mode is write; with --overwrite, the
@@ -292,11 +307,12 @@ int ferry_bench_io_main(int argc, char **argv) {
     if ((rc = run_pass(&r, slots))) goto fail;
     for (unsigned b = 0; b < nq; b++) wbuf[b][0] ^= 0x5A, wbuf[b][bs - 1] ^= 0xA5;
   }
+  if (op == 1) ferry_swap_get_stats(s, &st0);
   double t0 = ferry_now(), c0 = cpu_seconds();
   rc = run_pass(&r, slots);
   double t1 = ferry_now(), c1 = cpu_seconds();
   if (rc) goto fail;
-  if (op == 1) secs = t1 - t0, cpu = c1 - c0;
+  if (op == 1) secs = t1 - t0, cpu = c1 - c0, ferry_swap_get_stats(s, &st1);
   /* 2. the timed read pass */
   if (op == 0) {
     if (random) {
@@ -350,6 +366,8 @@ int ferry_bench_io_main(int argc, char **argv) {
     double ck_s = st1.read_check_seconds - st0.read_check_seconds;
     double ck_b = (double)(st1.read_check_bytes - st0.read_check_bytes);
     double check_gbs = ck_s > 0 ? ck_b / ck_s / 1e9 : 0, check_sgb = ck_s / ((double)size / 1e9);
+    uint64_t calls = st1.submit_calls - st0.submit_calls;
+    double per_submit = calls ? (double)(st1.ios - st0.ios) / (double)calls : 0;
     if (json) {
       json_out j;
       json_begin(&j, stdout);
@@ -358,6 +376,7 @@ int ferry_bench_io_main(int argc, char **argv) {
       json_num(&j, "crc_gb_per_s", crc_gbs);
       json_num(&j, "check_gb_per_s", check_gbs);
       json_num(&j, "check_s_per_gb", check_sgb);
+      json_num(&j, "requests_per_submit", per_submit);
       json_bool(&j, "verify", verify);
       json_bool(&j, "o_direct", info.o_direct);
       json_bool(&j, "fixed_buffers", fixed);
@@ -366,6 +385,7 @@ int ferry_bench_io_main(int argc, char **argv) {
       json_str(&j, "pages", bench_pages_name(pages));
       json_bool(&j, "overwrite", o.overwrite);
       json_uint(&j, "outstanding", nsl);
+      json_uint(&j, "check_threads", fl.check_threads);
       json_str(&j, "path", path);
       json_end(&j);
     } else {
@@ -376,6 +396,7 @@ int ferry_bench_io_main(int argc, char **argv) {
              ferry_format_size(size, a, sizeof a), secs, gbs, iops, p50, p99, cpu_gb,
              info.o_direct ? "O_DIRECT" : "buffered", verify ? "on" : "off",
              fixed ? "registered" : "plain", bench_pages_name(pages), crc_gbs);
+      printf("  %.2f requests per io_uring submit call\n", per_submit);
       if (ck_s > 0)
         printf("  read checks: %.1f GB/s on the just-read data, %.3f s per GB read\n", check_gbs,
                check_sgb);

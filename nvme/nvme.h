@@ -18,7 +18,9 @@
 typedef struct ferry_swap ferry_swap;
 typedef struct ferry_swap_req ferry_swap_req;
 
-/* Called on the store's completion thread when a request ends. It must not
+/* Called on the store's completion thread, or on one of its check threads
+ * (ferry_swap_config.check_threads > 0: then callbacks of different
+ * requests can run at the same time), when a request ends. It must not
  * block; it may submit new requests (that never blocks). After it returns
  * the request belongs to the caller again. */
 typedef void (*ferry_swap_cb)(ferry_swap_req *req, int status, void *user);
@@ -39,6 +41,11 @@ typedef struct {
   int keep_files;        /* keep the files (and write an index) at close (default 0: unlink) */
   int verify;            /* CRC32C every block written, check on read (default 1) */
   int force_buffered;    /* never use O_DIRECT (tests, odd file systems) */
+  /* Threads that share the read checks (and the commits and callbacks
+   * that follow them) with the completion thread: each burst of finished
+   * pieces is split among them (default 0: the completion thread alone;
+   * at most 64). */
+  unsigned check_threads;
   const char *name;      /* for messages (default "swap") */
   ferry_logger log;      /* fn NULL = the process-wide logger */
 } ferry_swap_config;
@@ -154,6 +161,9 @@ typedef struct {
    * colder and slower than ferry_crc32c on a warm buffer) */
   uint64_t read_check_bytes;
   double read_check_seconds;
+  uint64_t submit_calls;        /* io_uring_submit calls (each an io_uring_enter
+                                 * unless SQPOLL): requests / submit_calls is
+                                 * the submission batch */
 } ferry_swap_stats;
 void ferry_swap_get_stats(ferry_swap *s, ferry_swap_stats *out);
 

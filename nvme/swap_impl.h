@@ -42,6 +42,16 @@ typedef struct io_unit {
   struct __kernel_timespec ts;
 } io_unit;
 
+/* A finished piece, copied out of its unit so the unit can be reused (and
+ * the queue refilled) before the CRC work is done. */
+typedef struct {
+  ferry_swap_req *req;
+  uint32_t piece, file;
+  uint64_t file_off;
+  size_t chunk_off, data_len;
+  int err, flip;
+} done_piece;
+
 struct ferry_swap {
   ferry_swap_config cfg;
   char name[64];
@@ -81,7 +91,19 @@ struct ferry_swap {
   ferry_swap_req *runq_head, *runq_tail;
   ferry_swap_req *slotq_head, *slotq_tail;
   ferry_swap_req *crcq;    /* writes submitted whose CRCs the completion thread computes */
+  /* read-check workers (cfg.check_threads): the completion thread
+   * publishes a batch of finished pieces and takes pieces of it beside
+   * them, then waits until every piece is processed */
+  pthread_t *workers;
+  unsigned nworkers;       /* started */
+  int workers_stop;
+  pthread_cond_t wcv;      /* workers: a batch was published, or stop */
+  pthread_cond_t bcv;      /* completion thread: the batch is processed */
+  done_piece *batch;       /* the published batch (the completion thread's array) */
+  unsigned batch_n, batch_taken, batch_left;
+  uint64_t batch_gen;      /* counts published batches */
   unsigned active;
+  int sq_inflight;         /* SQEs submitted whose completions are not reaped yet */
   ferry_swap_stats st;
 
 #if FERRY_FAULT_INJECTION

@@ -57,8 +57,10 @@ int main(int argc, char **argv) {
   unsigned char *a = nt_alloc(SLOT), *b = nt_alloc(SLOT);
   for (int i = 0; i < NCH; i++) good[i] = nt_alloc(SLOT);
 
-  for (int mode = 0; mode < 2; mode++) { /* 0: shadow slots, 1: in place */
+  for (int run = 0; run < 4; run++) {
+    int mode = run & 1; /* 0: shadow slots, 1: in place */
     ferry_swap_config c = ferry_swap_config_default();
+    c.check_threads = run >> 1 ? 2 : 0; /* reads checked beside the completion thread */
     c.paths[0] = dirs[0];
     c.npaths = 1;
     c.slot_size = SLOT;

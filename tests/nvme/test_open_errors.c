@@ -157,6 +157,10 @@ int main(int argc, char **argv) {
   c.npaths = 0;
   EXPECT_EQ_INT(ferry_swap_open(&c, &s), FERRY_EINVAL);
   EXPECT_EQ_INT(ferry_swap_open(NULL, &s), FERRY_EINVAL);
+  c = cfg1(dir, 1 << 20, 4);
+  c.check_threads = 65;
+  EXPECT_EQ_INT(ferry_swap_open(&c, &s), FERRY_EINVAL);
+  EXPECT(strstr(ferry_last_error(), "check_threads 65 (0..64)") != NULL);
 
   nt_cleanup(dir, 3);
   return test_finish("nvme.open_errors");

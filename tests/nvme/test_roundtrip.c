@@ -106,14 +106,20 @@ int main(int argc, char **argv) {
     ferry_swap_close(s);
     EXPECT_EQ_INT(nt_count_files(dirs[0]), 0);
   }
-  { /* three directories, blocks striped over them, registered buffers */
+  { /* three directories, blocks striped over them, registered buffers,
+     * read checks shared with two check threads */
     ferry_swap_config c = cfg_for(dirs, 3, 17 << 20, NS);
     c.block_size = 256 << 10;
     c.queue_depth = 16;
+    c.check_threads = 2;
     ferry_swap *s = NULL;
     REQUIRE(ferry_swap_open(&c, &s) == FERRY_OK);
     for (int i = 0; i < 3; i++) EXPECT_EQ_INT(nt_count_files(dirs[i]), 1);
     roundtrip(s, 2, 1);
+    ferry_swap_stats st;
+    ferry_swap_get_stats(s, &st);
+    EXPECT(st.read_check_bytes == st.bytes_read && st.crc_errors == 0);
+    EXPECT(st.submit_calls > 0 && st.submit_calls <= st.ios);
     ferry_swap_close(s);
     for (int i = 0; i < 3; i++) EXPECT_EQ_INT(nt_count_files(dirs[i]), 0);
   }
@@ -136,10 +142,12 @@ int main(int argc, char **argv) {
       EXPECT_EQ_INT(system(cmd), 0);
     }
   }
-  { /* 256 MiB less 3 bytes in one request; callbacks and polling */
+  { /* 256 MiB less 3 bytes in one request; callbacks and polling; its
+     * 256 pieces checked by the completion thread and a check thread */
     size_t n = (256u << 20) - 3;
     ferry_swap_config c = cfg_for(dirs, 1, 256u << 20, 2);
     c.spare_slots = 1;
+    c.check_threads = 1;
     ferry_swap *s = NULL;
     REQUIRE(ferry_swap_open(&c, &s) == FERRY_OK);
     /* the file is 0600 */

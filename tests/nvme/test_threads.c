@@ -1,6 +1,7 @@
 /* tests/nvme/test_threads.c — 8 threads write, read back and check their own
  * chunks of one store at once (wait, poll and callback completion mixed),
- * over two directories; run under TSan in CI.
+ * over two directories, with the completion thread checking reads alone
+ * and with three check threads beside it; run under TSan in CI.
  */
 #include "nvme_test.h"
 
@@ -81,25 +82,30 @@ int main(int argc, char **argv) {
   char d0[1200], d1[1200];
   nt_subdir(dir, 0, d0, sizeof d0);
   nt_subdir(dir, 1, d1, sizeof d1);
-  ferry_swap_config c = ferry_swap_config_default();
-  c.paths[0] = d0;
-  c.paths[1] = d1;
-  c.npaths = 2;
-  c.slot_size = SLOT;
-  c.nslots = NT * PER;
-  c.spare_slots = 3; /* fewer than the writers: some writes wait for a slot */
-  c.block_size = 256 << 10;
-  c.queue_depth = 16;
-  REQUIRE(ferry_swap_open(&c, &g_s) == FERRY_OK);
-  pthread_t th[NT];
-  for (int t = 0; t < NT; t++) REQUIRE(pthread_create(&th[t], NULL, worker, (void *)(intptr_t)t) == 0);
-  for (int t = 0; t < NT; t++) pthread_join(th[t], NULL);
-  EXPECT_EQ_INT(atomic_load(&g_fail), 0);
-  ferry_swap_stats st;
-  ferry_swap_get_stats(g_s, &st);
-  EXPECT_EQ_INT(st.writes, NT * PER * ROUNDS);
-  EXPECT_EQ_INT(st.reads, NT * PER * ROUNDS);
-  ferry_swap_close(g_s);
+  for (unsigned ct = 0; ct <= 3; ct += 3) {
+    ferry_swap_config c = ferry_swap_config_default();
+    c.paths[0] = d0;
+    c.paths[1] = d1;
+    c.npaths = 2;
+    c.slot_size = SLOT;
+    c.nslots = NT * PER;
+    c.spare_slots = 3; /* fewer than the writers: some writes wait for a slot */
+    c.block_size = 256 << 10;
+    c.queue_depth = 16;
+    c.check_threads = ct;
+    REQUIRE(ferry_swap_open(&c, &g_s) == FERRY_OK);
+    pthread_t th[NT];
+    for (int t = 0; t < NT; t++)
+      REQUIRE(pthread_create(&th[t], NULL, worker, (void *)(intptr_t)t) == 0);
+    for (int t = 0; t < NT; t++) pthread_join(th[t], NULL);
+    EXPECT_EQ_INT(atomic_load(&g_fail), 0);
+    ferry_swap_stats st;
+    ferry_swap_get_stats(g_s, &st);
+    EXPECT_EQ_INT(st.writes, NT * PER * ROUNDS);
+    EXPECT_EQ_INT(st.reads, NT * PER * ROUNDS);
+    EXPECT(st.read_check_bytes == st.bytes_read);
+    ferry_swap_close(g_s);
+  }
   nt_cleanup(dir, 2);
   return test_finish("nvme.threads");
 }
