@@ -134,7 +134,8 @@ static void usage(FILE *f) {
           "CRCs; each request has its own read buffer (many more than qd were\n"
           "slower on the development disk: docs/PERFORMANCE.md).\n"
           "--check-threads N starts N threads that share each burst of read checks\n"
-          "(and the callbacks after them) with the completion thread (default 0).\n"
+          "(and the callbacks after them) with the completion thread (default 1, as\n"
+          "the store's; 0: the completion thread checks alone).\n"
           "Latency counts from a request's submission to the store to its callback\n"
           "(with N > qd, time queued in the store as well).\n"
           "JSON keys: bench (\"io\"), mode, bs, qd, bytes, seconds, gb_per_s, iops,\n"
@@ -179,7 +180,7 @@ static int own_opt(const char *a, const char *v, void *ctx) {
 }
 
 int ferry_bench_io_main(int argc, char **argv) {
-  io_flags fl = {1, 1, 0, 0, 0};
+  io_flags fl = {1, 1, 0, 0, 1};
   bench_io_opts o;
   int ex = bench_io_parse(&o, argc, argv, "ferry bench io", usage, own_opt, &fl);
   if (ex >= 0) return ex;

@@ -43,14 +43,16 @@ typedef struct {
   int force_buffered;    /* never use O_DIRECT (tests, odd file systems) */
   /* Threads that share the read checks (and the commits and callbacks
    * that follow them) with the completion thread: each burst of finished
-   * pieces is split among them (default 0: the completion thread alone;
-   * at most 64). */
+   * pieces is split among them (default 1; 0: the completion thread
+   * alone; at most 64). A worker sleeps unless a burst holds two or more
+   * pieces to check. */
   unsigned check_threads;
   const char *name;      /* for messages (default "swap") */
   ferry_logger log;      /* fn NULL = the process-wide logger */
 } ferry_swap_config;
 
-/* slot_size 0, nslots 0, spare_slots 4, block 1 MiB, qd 32, verify on. */
+/* slot_size 0, nslots 0, spare_slots 4, block 1 MiB, qd 32, verify on,
+ * one check thread. */
 ferry_swap_config ferry_swap_config_default(void);
 
 /* Creates the files (0600, O_EXCL), reserves their space with fallocate and

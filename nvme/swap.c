@@ -38,6 +38,7 @@ ferry_swap_config ferry_swap_config_default(void) {
   c.block_size = 1u << 20;
   c.queue_depth = 32;
   c.verify = 1;
+  c.check_threads = 1;
   return c;
 }
 

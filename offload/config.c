@@ -60,6 +60,8 @@ static const key_def keys[] = {
      "checksum of every chunk written, checked on every read"},
     {"tiers.nvme.sqpoll", K_BOOL, OFF(nvme_sqpoll), "false", NULL, 0, 0, 0,
      "io_uring SQPOLL (a kernel thread polls submissions; costs a core)"},
+    {"tiers.nvme.check_threads", K_INT, OFF(nvme_check_threads), "1", NULL, 0, 64, 0,
+     "threads that share the CRC checks of each burst of reads with the completion thread"},
     {"tiers.nvme.keep_files", K_BOOL, OFF(nvme_keep_files), "false", NULL, 0, 0, 0,
      "keep swap files and their index at exit (a new engine starts a fresh store)"},
     {"placement.params", K_ENUM, OFF(place_params), "gpu", "gpu|host|nvme", 0, 0, 0,

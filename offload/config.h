@@ -29,6 +29,7 @@ typedef struct {
   uint64_t nvme_block_size;
   int nvme_verify;          /* 0 crc32c, 1 none */
   int nvme_sqpoll;
+  int64_t nvme_check_threads;
   int nvme_keep_files;
   int place_params;         /* cfg_tier */
   int place_grads;          /* cfg_tier (gpu or host) */

@@ -491,6 +491,7 @@ int ferry_engine_finalize(ferry_engine *e) {
     sc.block_size = (size_t)v->nvme_block_size;
     sc.queue_depth = (unsigned)v->nvme_queue_depth;
     sc.sqpoll = v->nvme_sqpoll;
+    sc.check_threads = (unsigned)v->nvme_check_threads;
     sc.keep_files = v->nvme_keep_files;
     sc.verify = v->nvme_verify == 0;
     sc.name = "engine";
