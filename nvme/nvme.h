@@ -158,9 +158,10 @@ typedef struct {
   uint64_t ios;                 /* io_uring requests completed */
   uint64_t retries;             /* short or interrupted I/O resubmitted */
   uint64_t crc_errors, io_errors;
-  /* the completion thread's read checks: bytes checked and seconds spent
-   * (the CRC of data the disk has just written into memory, which is
-   * colder and slower than ferry_crc32c on a warm buffer) */
+  /* the read checks (completion thread and check threads): bytes checked
+   * and seconds spent, summed over the threads (the CRC of data the disk
+   * has just written into memory, which is colder and slower than
+   * ferry_crc32c on a warm buffer) */
   uint64_t read_check_bytes;
   double read_check_seconds;
   uint64_t submit_calls;        /* io_uring_submit calls (each an io_uring_enter

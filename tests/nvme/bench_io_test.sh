@@ -56,6 +56,16 @@ for b in io uring; do
     grep -q '"check_s_per_gb":0[,}]' "$dir/ck.out" || fail "bench io --no-verify: check_s_per_gb is not 0"
     "$bin" bench io --path "$dir" --outstanding 0 >"$dir/bad.out" 2>&1
     [ $? -eq 2 ] || fail "bench io --outstanding 0 should exit 2"
+    # check threads: the default (1) and none, both in the JSON; submissions
+    # are counted (requests_per_submit > 0); a bad count exits 2
+    grep -q '"check_threads":1' "$dir/ck.out" || fail "bench io: check_threads is not 1 by default"
+    grep -Eq '"requests_per_submit":([1-9]|0\.0*[1-9])' "$dir/ck.out" ||
+      fail "bench io: requests_per_submit is not positive"
+    "$bin" bench io --path "$dir" --size 1M --bs 64k --qd 4 --check-threads 0 --json >"$dir/ct.out" 2>&1 ||
+      fail "bench io --check-threads 0 exited $?"
+    grep -q '"check_threads":0' "$dir/ct.out" || fail "bench io --check-threads 0: not in its JSON"
+    "$bin" bench io --path "$dir" --check-threads 65 >"$dir/bad.out" 2>&1
+    [ $? -eq 2 ] || fail "bench io --check-threads 65 should exit 2"
   fi
   "$bin" bench $b --path "$dir" --mode read --overwrite >"$dir/bad.out" 2>&1
   [ $? -eq 2 ] || fail "bench $b --mode read --overwrite should exit 2"
