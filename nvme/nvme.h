@@ -91,6 +91,7 @@ typedef struct {
   uint32_t nslots, spare_slots;
   unsigned queue_depth;
   int sqpoll, fixed_files, verify;
+  unsigned check_threads; /* started beside the completion thread */
   uint64_t file_bytes;   /* size of each file */
   const char *index_path;/* where the index of kept files goes (valid until close) */
 } ferry_swap_info;

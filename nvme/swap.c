@@ -1263,6 +1263,7 @@ int ferry_swap_get_info(ferry_swap *s, ferry_swap_info *out) {
   out->sqpoll = s->sqpoll;
   out->fixed_files = s->fixed_files;
   out->verify = s->cfg.verify;
+  out->check_threads = s->nworkers;
   out->file_bytes = s->file_bytes;
   out->index_path = s->index_path;
   return FERRY_OK;

@@ -115,6 +115,9 @@ int main(int argc, char **argv) {
     ferry_swap *s = NULL;
     REQUIRE(ferry_swap_open(&c, &s) == FERRY_OK);
     for (int i = 0; i < 3; i++) EXPECT_EQ_INT(nt_count_files(dirs[i]), 1);
+    ferry_swap_info in;
+    ferry_swap_get_info(s, &in);
+    EXPECT_EQ_INT(in.check_threads, 2);
     roundtrip(s, 2, 1);
     ferry_swap_stats st;
     ferry_swap_get_stats(s, &st);
