@@ -119,7 +119,8 @@ struct ferry_swap_req {
   void *user;
   double t_submit, t_done;
   atomic_int done;
-  atomic_int crc_state;  /* writes: 0 CRCs not started, 1 being computed, 2 done */
+  atomic_int crc_state;  /* writes: 0 CRCs not started, 1 being computed, 2 done,
+                          * 3 being computed while the write waits, whole, for them */
   ferry_swap_req *crc_next; /* store's list of writes whose CRCs are still to do */
 };
 
@@ -131,9 +132,10 @@ struct ferry_swap_req {
  * complete with ferry_swap_poll / ferry_swap_wait. buf must stay untouched
  * until the request is done. Integrity: a CRC32C per block_size piece of a
  * write is computed from buf while the write is in flight (by the caller's
- * thread right after it is submitted, or by the completion thread for
+ * thread right after it is submitted, or by the completion side for
  * writes started from callbacks or that waited for a slot) and kept in the
- * index;
+ * index; a write whose data lands first is done when its CRCs are (the
+ * completion side never waits for them);
  * each piece of a read is checked as it arrives (FERRY_ECORRUPT names the
  * chunk, its offset, the file offset, expected and found CRC). A write with
  * spare slots goes to a free slot and the index flips only on success; with
@@ -182,7 +184,11 @@ typedef enum {
   FERRY_FAULT_ENOSPC = 2, /* the request fails with ENOSPC */
   FERRY_FAULT_SHORT = 3,  /* completes with half its bytes (rest resubmitted) */
   FERRY_FAULT_BITFLIP = 4,/* a read delivers one flipped bit */
-  FERRY_FAULT_DELAY = 5   /* completes delay_ms late */
+  FERRY_FAULT_DELAY = 5,  /* completes delay_ms late */
+  /* a write's CRCs are taken delay_ms late (matched per request, piece
+   * ignored): the write lands first and waits for them without holding
+   * up other completions */
+  FERRY_FAULT_CRC_DELAY = 6
 } ferry_fault_kind;
 
 typedef struct {

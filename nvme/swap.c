@@ -98,6 +98,7 @@ static void locate(const ferry_swap *s, uint32_t phys, uint32_t pos, uint32_t *f
 static void fault_plan(ferry_swap *s, io_unit *u) {
   for (int i = 0; i < s->nfaults; i++) {
     ferry_fault *f = &s->faults[i];
+    if (f->kind == FERRY_FAULT_CRC_DELAY) continue; /* per request: crc_delay_ms */
     if (f->count && s->fault_hits[i] >= f->count) continue;
     if (f->op >= 0 && f->op != u->req->op) continue;
     if (f->chunk >= 0 && (uint32_t)f->chunk != u->req->chunk) continue;
@@ -109,8 +110,20 @@ static void fault_plan(ferry_swap *s, io_unit *u) {
   }
 }
 
+/* Milliseconds a CRC_DELAY rule holds back write r's CRCs (mutex held). */
+static unsigned crc_delay_ms(ferry_swap *s, const ferry_swap_req *r) {
+  for (int i = 0; i < s->nfaults; i++) {
+    ferry_fault *f = &s->faults[i];
+    if (f->kind != FERRY_FAULT_CRC_DELAY || (f->count && s->fault_hits[i] >= f->count)) continue;
+    if (r->op != OP_WRITE || (f->chunk >= 0 && (uint32_t)f->chunk != r->chunk)) continue;
+    s->fault_hits[i]++;
+    return f->delay_ms;
+  }
+  return 0;
+}
+
 int ferry_swap_fault_add(ferry_swap *s, const ferry_fault *f) {
-  if (!s || !f || f->kind < FERRY_FAULT_EIO || f->kind > FERRY_FAULT_DELAY) return FERRY_EINVAL;
+  if (!s || !f || f->kind < FERRY_FAULT_EIO || f->kind > FERRY_FAULT_CRC_DELAY) return FERRY_EINVAL;
   pthread_mutex_lock(&s->mu);
   int rc = FERRY_OK;
   if (s->nfaults >= MAX_FAULTS) {
@@ -260,19 +273,36 @@ static void write_crcs(ferry_swap *s, ferry_swap_req *r) {
   }
 }
 
-/* Completion thread: computes write r's CRCs unless its submitter owns
- * them (crc_state 1), then waits for them (the commit needs them). The
- * device moves the bytes meanwhile: the buffer stays untouched until the
- * write is done, so the CRC can be taken while it is in flight. */
+/* After computing write r's CRCs (crc_state 1): marks them done. When the
+ * write became whole meanwhile (crc_state 3: its last piece found them
+ * missing and left it), hands it to the completion thread to finish: a
+ * NOP with FIN_TAG wakes it. */
+static void crcs_done(ferry_swap *s, ferry_swap_req *r) {
+  int st = 1;
+  if (atomic_compare_exchange_strong_explicit(&r->crc_state, &st, 2, memory_order_acq_rel,
+                                              memory_order_acquire))
+    return;
+  FERRY_ASSERT(st == 3, "swap: write CRC state %d", st);
+  atomic_store_explicit(&r->crc_state, 2, memory_order_release);
+  pthread_mutex_lock(&s->mu);
+  r->crc_next = s->finq;
+  s->finq = r;
+  struct io_uring_sqe *sqe = get_sqe(s);
+  io_uring_prep_nop(sqe);
+  io_uring_sqe_set_data64(sqe, FIN_TAG);
+  submit_now(s);
+  pthread_mutex_unlock(&s->mu);
+}
+
+/* Computes write r's CRCs unless another thread took them (crc_state
+ * not 0). */
 static void claim_write_crcs(ferry_swap *s, ferry_swap_req *r) {
   int st = 0;
-  if (atomic_compare_exchange_strong_explicit(&r->crc_state, &st, 1, memory_order_acq_rel,
-                                              memory_order_acquire)) {
-    write_crcs(s, r);
-    atomic_store_explicit(&r->crc_state, 2, memory_order_release);
+  if (!atomic_compare_exchange_strong_explicit(&r->crc_state, &st, 1, memory_order_acq_rel,
+                                               memory_order_acquire))
     return;
-  }
-  while (atomic_load_explicit(&r->crc_state, memory_order_acquire) != 2) sched_yield();
+  write_crcs(s, r);
+  crcs_done(s, r);
 }
 
 /* Writes queued for the completion thread's CRC work (mutex held). */
@@ -303,8 +333,8 @@ static void flush_sq(ferry_swap *s, int force) {
 
 /* Completion side, after callbacks may have started writes: submits what
  * is prepared, then takes the CRCs of those writes while they are in
- * flight. One that already finished had its CRCs claimed by the thread
- * that finished it (claim_write_crcs), so this finds it done. */
+ * flight (none has finished: completions are reaped only between
+ * batches, and every batch drains crcq before it ends). */
 static void drain_crcq(ferry_swap *s) {
   pthread_mutex_lock(&s->mu);
   if (s->crcq) flush_sq(s, 1);
@@ -355,6 +385,7 @@ static int start(ferry_swap *s, ferry_swap_req *r, int op, uint32_t chunk, const
   atomic_init(&r->done, 0);
   atomic_init(&r->crc_state, 0);
   int crc_here = 0; /* this thread takes the write's CRCs once it is submitted */
+  unsigned crc_delay = 0;
   pthread_mutex_lock(&s->mu);
   for (unsigned i = 0; i < s->nregs; i++) {
     unsigned char *b = s->regs[i].iov_base;
@@ -407,16 +438,21 @@ static int start(ferry_swap *s, ferry_swap_req *r, int op, uint32_t chunk, const
       } else { /* ours: the commit waits until we store 2 */
         atomic_store_explicit(&r->crc_state, 1, memory_order_relaxed);
         crc_here = 1;
+#if FERRY_FAULT_INJECTION
+        if (s->nfaults) crc_delay = crc_delay_ms(s, r);
+#endif
       }
     }
     if (issue(s) && tl_reaping != s) submit_now(s);
   }
   pthread_mutex_unlock(&s->mu);
-  /* r cannot finish before this: its commit waits for crc_state 2, and
-   * after that store r is not touched here again */
+  /* r cannot finish before crcs_done: its commit needs crc_state 2 (a
+   * last piece that finds 1 leaves it to crcs_done, which hands it to the
+   * completion thread), and r is not touched here after that */
   if (crc_here) {
+    if (crc_delay) usleep(crc_delay * 1000u); /* fault injection: CRCs late */
     write_crcs(s, r);
-    atomic_store_explicit(&r->crc_state, 2, memory_order_release);
+    crcs_done(s, r);
   }
   return rc;
 }
@@ -582,6 +618,29 @@ static int check_piece(ferry_swap *s, const done_piece *d, uint32_t *found) {
   return *found != s->crc[(size_t)r->phys * s->cps + d->piece];
 }
 
+/* Commits request r, whose every piece is done (and a write's CRCs
+ * taken), and runs its callback; then the CRCs of the writes that callback
+ * started. */
+static void finish_whole(ferry_swap *s, ferry_swap_req *r) {
+  pthread_mutex_lock(&s->mu);
+  int run_cb = finish_req(s, r);
+  if (!run_cb) pthread_cond_broadcast(&s->cv);
+  issue(s); /* a finished write may have freed a slot */
+  flush_sq(s, 0);
+  pthread_mutex_unlock(&s->mu);
+  if (run_cb) { /* what the callback starts is submitted with the batch */
+    tl_reaping = s;
+    r->cb(r, r->status, r->user); /* r belongs to the caller from here */
+    tl_reaping = NULL;
+    pthread_mutex_lock(&s->mu);
+    s->active--;
+    flush_sq(s, 0);
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+  }
+  drain_crcq(s); /* writes just started: CRCs while they fly */
+}
+
 /* One finished piece, on the completion thread or a check worker: its
  * read check, then (when it was the request's last) the commit and the
  * callback, so the request that callback starts is ready for the disk
@@ -614,31 +673,27 @@ static void process_piece(ferry_swap *s, done_piece *d) {
   r->pieces_done++;
   if (d->err) fail_req(s, r, d->err);
   int whole = r->inflight == 0 && r->next_piece == r->npieces;
-  /* a write commits with its CRCs, failed or not (its slot may be reused
-   * at once): take them, or wait for the thread taking them */
-  int need_crc = whole && r->op == OP_WRITE && s->cfg.verify &&
-                 atomic_load_explicit(&r->crc_state, memory_order_acquire) != 2;
   if (!whole) flush_sq(s, 0);
   pthread_mutex_unlock(&s->mu);
   if (!whole) return;
-  if (need_crc) claim_write_crcs(s, r);
-  pthread_mutex_lock(&s->mu);
-  int run_cb = finish_req(s, r);
-  if (!run_cb) pthread_cond_broadcast(&s->cv);
-  issue(s); /* a finished write may have freed a slot */
-  flush_sq(s, 0);
-  pthread_mutex_unlock(&s->mu);
-  if (run_cb) { /* what the callback starts is submitted with the batch */
-    tl_reaping = s;
-    r->cb(r, r->status, r->user); /* r belongs to the caller from here */
-    tl_reaping = NULL;
-    pthread_mutex_lock(&s->mu);
-    s->active--;
-    flush_sq(s, 0);
-    pthread_cond_broadcast(&s->cv);
-    pthread_mutex_unlock(&s->mu);
+  /* A write commits with its CRCs, failed or not (its slot may be reused
+   * at once): take them when nobody has (0); when another thread is
+   * taking them (1), leave the write to that thread (3: crcs_done hands it
+   * to the completion thread through finq), so no thread here waits. */
+  if (r->op == OP_WRITE && s->cfg.verify) {
+    for (;;) {
+      int st = atomic_load_explicit(&r->crc_state, memory_order_acquire);
+      if (st == 2) break;
+      if (st == 0) {
+        claim_write_crcs(s, r);
+      } else if (atomic_compare_exchange_strong_explicit(&r->crc_state, &st, 3,
+                                                         memory_order_acq_rel,
+                                                         memory_order_acquire)) {
+        return;
+      }
+    }
   }
-  drain_crcq(s); /* writes just started: CRCs while they fly */
+  finish_whole(s, r);
 }
 
 /* Processes pieces of batch gen until none is left to take (mutex held on
@@ -730,6 +785,7 @@ static void *reaper_main(void *arg) {
         stop = 1;
         continue;
       }
+      if ((uintptr_t)got[i].u == FIN_TAG) continue; /* finq is taken below */
       io_unit *u = got[i].u;
       if (!on_cqe(s, u, got[i].res)) continue;
       ferry_swap_req *r = u->req;
@@ -749,6 +805,14 @@ static void *reaper_main(void *arg) {
      * io_uring_enter per request (a virtio notification each on a VM) was
      * 2 requests per call at 128 KiB qd 32, this is 8 or more. */
     run_batch(s, fin, nfin);
+    pthread_mutex_lock(&s->mu); /* writes whose CRCs came after their data landed */
+    ferry_swap_req *late = s->finq;
+    s->finq = NULL;
+    pthread_mutex_unlock(&s->mu);
+    for (ferry_swap_req *r = late, *nx; r; r = nx) {
+      nx = r->crc_next;
+      finish_whole(s, r);
+    }
     drain_crcq(s);
   }
   return NULL;

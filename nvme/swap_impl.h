@@ -13,6 +13,7 @@
 
 #define MAX_RETRIES 8
 #define STOP_TAG ((uint64_t)1)
+#define FIN_TAG ((uint64_t)2) /* a NOP: writes on finq wait to be finished */
 #define BATCH 64
 #define MAX_FAULTS 16
 
@@ -91,6 +92,8 @@ struct ferry_swap {
   ferry_swap_req *runq_head, *runq_tail;
   ferry_swap_req *slotq_head, *slotq_tail;
   ferry_swap_req *crcq;    /* writes submitted whose CRCs the completion thread computes */
+  ferry_swap_req *finq;    /* whole writes whose CRCs came late: the completion thread
+                            * finishes them (woken by a FIN_TAG NOP) */
   /* read-check workers (cfg.check_threads): the completion thread
    * publishes a batch of finished pieces and takes pieces of it beside
    * them, then waits until every piece is processed */
