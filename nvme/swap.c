@@ -331,16 +331,23 @@ static void flush_sq(ferry_swap *s, int force) {
   if (ready && (force || starving(s) || ready * 4 >= s->cfg.queue_depth)) submit_now(s);
 }
 
+/* Detaches the list at *head (crcq or finq, linked by crc_next); with
+ * flush, first submits what is prepared when the list is not empty. */
+static ferry_swap_req *take_list(ferry_swap *s, ferry_swap_req **head, int flush) {
+  pthread_mutex_lock(&s->mu);
+  if (flush && *head) flush_sq(s, 1);
+  ferry_swap_req *q = *head;
+  *head = NULL;
+  pthread_mutex_unlock(&s->mu);
+  return q;
+}
+
 /* Completion side, after callbacks may have started writes: submits what
  * is prepared, then takes the CRCs of those writes while they are in
  * flight (none has finished: completions are reaped only between
  * batches, and every batch drains crcq before it ends). */
 static void drain_crcq(ferry_swap *s) {
-  pthread_mutex_lock(&s->mu);
-  if (s->crcq) flush_sq(s, 1);
-  ferry_swap_req *q = s->crcq;
-  s->crcq = NULL;
-  pthread_mutex_unlock(&s->mu);
+  ferry_swap_req *q = take_list(s, &s->crcq, 1);
   for (ferry_swap_req *r = q, *nx; r; r = nx) {
     nx = r->crc_next;
     claim_write_crcs(s, r);
@@ -803,13 +810,10 @@ static void *reaper_main(void *arg) {
     /* Prepared requests go to the disk while it is short of work or in
      * groups of qd/4 (flush_sq), the rest before the next wait: one
      * io_uring_enter per request (a virtio notification each on a VM) was
-     * 2 requests per call at 128 KiB qd 32, this is 8 or more. */
+     * 2 requests per call at 128 KiB qd 32, this is 5-7. */
     run_batch(s, fin, nfin);
-    pthread_mutex_lock(&s->mu); /* writes whose CRCs came after their data landed */
-    ferry_swap_req *late = s->finq;
-    s->finq = NULL;
-    pthread_mutex_unlock(&s->mu);
-    for (ferry_swap_req *r = late, *nx; r; r = nx) {
+    /* writes whose CRCs came after their data landed */
+    for (ferry_swap_req *r = take_list(s, &s->finq, 0), *nx; r; r = nx) {
       nx = r->crc_next;
       finish_whole(s, r);
     }
