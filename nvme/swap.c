@@ -95,14 +95,21 @@ static void locate(const ferry_swap *s, uint32_t phys, uint32_t pos, uint32_t *f
 /* completes. Compiled out of production builds.                            */
 
 #if FERRY_FAULT_INJECTION
+/* Rule i applies to an I/O of op on chunk (piece < 0: any piece) and
+ * has hits left. */
+static int fault_match(const ferry_swap *s, int i, int op, uint32_t chunk, int64_t piece) {
+  const ferry_fault *f = &s->faults[i];
+  if (f->count && s->fault_hits[i] >= f->count) return 0;
+  if (f->op >= 0 && f->op != op) return 0;
+  if (f->chunk >= 0 && (uint32_t)f->chunk != chunk) return 0;
+  return piece < 0 || f->piece < 0 || f->piece == piece;
+}
+
 static void fault_plan(ferry_swap *s, io_unit *u) {
   for (int i = 0; i < s->nfaults; i++) {
     ferry_fault *f = &s->faults[i];
     if (f->kind == FERRY_FAULT_CRC_DELAY) continue; /* per request: crc_delay_ms */
-    if (f->count && s->fault_hits[i] >= f->count) continue;
-    if (f->op >= 0 && f->op != u->req->op) continue;
-    if (f->chunk >= 0 && (uint32_t)f->chunk != u->req->chunk) continue;
-    if (f->piece >= 0 && (uint32_t)f->piece != u->piece) continue;
+    if (!fault_match(s, i, u->req->op, u->req->chunk, u->piece)) continue;
     s->fault_hits[i]++;
     u->fault = (int)f->kind;
     u->delay_ms = f->delay_ms;
@@ -113,9 +120,10 @@ static void fault_plan(ferry_swap *s, io_unit *u) {
 /* Milliseconds a CRC_DELAY rule holds back write r's CRCs (mutex held). */
 static unsigned crc_delay_ms(ferry_swap *s, const ferry_swap_req *r) {
   for (int i = 0; i < s->nfaults; i++) {
-    ferry_fault *f = &s->faults[i];
-    if (f->kind != FERRY_FAULT_CRC_DELAY || (f->count && s->fault_hits[i] >= f->count)) continue;
-    if (r->op != OP_WRITE || (f->chunk >= 0 && (uint32_t)f->chunk != r->chunk)) continue;
+    const ferry_fault *f = &s->faults[i];
+    if (f->kind != FERRY_FAULT_CRC_DELAY || r->op != OP_WRITE ||
+        !fault_match(s, i, r->op, r->chunk, -1))
+      continue;
     s->fault_hits[i]++;
     return f->delay_ms;
   }
@@ -156,17 +164,32 @@ void ferry_swap_fault_clear(ferry_swap *s) { (void)s; }
 /* ------------------------------------------------------------------------ */
 /* Submission side (store mutex held)                                        */
 
+static void submit_now(ferry_swap *s) {
+  int rc = io_uring_submit(&s->ring);
+  s->st.submit_calls++;
+  if (rc > 0) s->sq_inflight += rc;
+  if (rc < 0 && rc != -EAGAIN && rc != -EBUSY)
+    ferry_err(&s->err, FERRY_EIO, "swap '%s': io_uring_submit: %s", s->name, strerror(-rc));
+}
+
 static struct io_uring_sqe *get_sqe(ferry_swap *s) {
   struct io_uring_sqe *sqe = io_uring_get_sqe(&s->ring);
   if (!sqe) {
-    int rc = io_uring_submit(&s->ring);
-    s->st.submit_calls++;
-    if (rc > 0) s->sq_inflight += rc;
+    submit_now(s);
     sqe = io_uring_get_sqe(&s->ring);
   }
   FERRY_ASSERT(sqe, "swap '%s': submission queue full with %u units", s->name,
                s->cfg.queue_depth);
   return sqe;
+}
+
+/* Submits a NOP carrying tag (STOP_TAG, FIN_TAG) to wake the completion
+ * thread. */
+static void post_tag(ferry_swap *s, uint64_t tag) {
+  struct io_uring_sqe *sqe = get_sqe(s);
+  io_uring_prep_nop(sqe);
+  io_uring_sqe_set_data64(sqe, tag);
+  submit_now(s);
 }
 
 static void prep_unit(ferry_swap *s, io_unit *u) {
@@ -251,14 +274,6 @@ static int issue(ferry_swap *s) {
   return n;
 }
 
-static void submit_now(ferry_swap *s) {
-  int rc = io_uring_submit(&s->ring);
-  s->st.submit_calls++;
-  if (rc > 0) s->sq_inflight += rc;
-  if (rc < 0 && rc != -EAGAIN && rc != -EBUSY)
-    ferry_err(&s->err, FERRY_EIO, "swap '%s': io_uring_submit: %s", s->name, strerror(-rc));
-}
-
 /* The CRC of every piece of write r, into its physical slot's entries
  * (not visible to readers until the write commits: a shadow slot is not
  * mapped yet, and a chunk with a write in flight refuses reads). */
@@ -287,10 +302,7 @@ static void crcs_done(ferry_swap *s, ferry_swap_req *r) {
   pthread_mutex_lock(&s->mu);
   r->crc_next = s->finq;
   s->finq = r;
-  struct io_uring_sqe *sqe = get_sqe(s);
-  io_uring_prep_nop(sqe);
-  io_uring_sqe_set_data64(sqe, FIN_TAG);
-  submit_now(s);
+  post_tag(s, FIN_TAG);
   pthread_mutex_unlock(&s->mu);
 }
 
@@ -614,6 +626,11 @@ static int finish_req(ferry_swap *s, ferry_swap_req *r) {
   return 0;
 }
 
+/* A finished piece that gets a read check. */
+static int read_check_due(const ferry_swap *s, const done_piece *d) {
+  return !d->err && d->req->op == OP_READ && s->cfg.verify;
+}
+
 /* Flips the planned bit and checks a finished read piece against its
  * CRC, without the mutex. Returns 0, or 1 with *found on a mismatch. */
 static int check_piece(ferry_swap *s, const done_piece *d, uint32_t *found) {
@@ -656,7 +673,7 @@ static void finish_whole(ferry_swap *s, ferry_swap_req *r) {
  * bursts (32 x 1 MiB = 1.6 ms here). */
 static void process_piece(ferry_swap *s, done_piece *d) {
   ferry_swap_req *r = d->req;
-  int checked = !d->err && r->op == OP_READ && s->cfg.verify;
+  int checked = read_check_due(s, d);
   uint32_t found = 0;
   int bad = 0;
   double tc = checked ? ferry_now() : 0;
@@ -737,8 +754,7 @@ static void *worker_main(void *arg) {
  * the batch is processed: fin is reused for the next one. */
 static void run_batch(ferry_swap *s, done_piece *fin, unsigned nfin) {
   unsigned nchk = 0;
-  for (unsigned i = 0; i < nfin; i++)
-    nchk += !fin[i].err && fin[i].req->op == OP_READ && s->cfg.verify;
+  for (unsigned i = 0; i < nfin; i++) nchk += read_check_due(s, &fin[i]);
   if (!s->nworkers || nchk < 2) {
     for (unsigned i = 0; i < nfin; i++) process_piece(s, &fin[i]);
     return;
@@ -1307,10 +1323,7 @@ void ferry_swap_close(ferry_swap *s) {
   }
   if (s->reaper_started) {
     pthread_mutex_lock(&s->mu);
-    struct io_uring_sqe *sqe = get_sqe(s);
-    io_uring_prep_nop(sqe);
-    io_uring_sqe_set_data64(sqe, STOP_TAG);
-    submit_now(s);
+    post_tag(s, STOP_TAG);
     pthread_mutex_unlock(&s->mu);
     pthread_join(s->reaper, NULL);
   }
