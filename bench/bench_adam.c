@@ -43,24 +43,24 @@ static void usage(FILE *f) {
 }
 
 static int parse_dt(const char *s, int allow_none) {
-  if (!strcmp(s, "fp32") || !strcmp(s, "f32")) return FERRY_OPTIM_DT_F32;
-  if (!strcmp(s, "fp16") || !strcmp(s, "f16")) return FERRY_OPTIM_DT_F16;
-  if (!strcmp(s, "bf16")) return FERRY_OPTIM_DT_BF16;
-  if (allow_none && !strcmp(s, "none")) return FERRY_OPTIM_DT_NONE;
+  if (!strcmp(s, "fp32") || !strcmp(s, "f32")) return FERRY_DT_F32;
+  if (!strcmp(s, "fp16") || !strcmp(s, "f16")) return FERRY_DT_F16;
+  if (!strcmp(s, "bf16")) return FERRY_DT_BF16;
+  if (allow_none && !strcmp(s, "none")) return FERRY_DT_NONE;
   return -1;
 }
 
 static const char *dt_name(int dt) {
   switch (dt) {
-  case FERRY_OPTIM_DT_F32: return "fp32";
-  case FERRY_OPTIM_DT_F16: return "fp16";
-  case FERRY_OPTIM_DT_BF16: return "bf16";
+  case FERRY_DT_F32: return "fp32";
+  case FERRY_DT_F16: return "fp16";
+  case FERRY_DT_BF16: return "bf16";
   default: return "none";
   }
 }
 
 static size_t dt_size(int dt) {
-  return dt == FERRY_OPTIM_DT_F32 ? 4 : dt == FERRY_OPTIM_DT_NONE ? 0 : 2;
+  return dt == FERRY_DT_F32 ? 4 : dt == FERRY_DT_NONE ? 0 : 2;
 }
 
 static const char *opt_names[] = {"adamw", "adam", "adagrad", "lamb", "sgd", "lion"};
@@ -95,7 +95,7 @@ static void buf_free(bufset *b) {
 static uint16_t to16(float x, int dt) {
   uint32_t u;
   memcpy(&u, &x, 4);
-  if (dt == FERRY_OPTIM_DT_BF16) return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+  if (dt == FERRY_DT_BF16) return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
   /* fp16 for test data in a safe range: truncation is enough here */
   uint32_t s = (u >> 16) & 0x8000u, e = (u >> 23) & 0xffu, m = u & 0x7fffffu;
   if (e < 103) return (uint16_t)s;
@@ -104,7 +104,7 @@ static uint16_t to16(float x, int dt) {
 }
 
 static void fill_any(void *b, int dt, size_t i, float x) {
-  if (dt == FERRY_OPTIM_DT_F32)
+  if (dt == FERRY_DT_F32)
     ((float *)b)[i] = x;
   else
     ((uint16_t *)b)[i] = to16(x, dt);
@@ -196,7 +196,7 @@ __attribute__((target("avx2,f16c"))) static void downcast(const float *p, void *
                                                           size_t lo, size_t hi) {
   uint16_t *o = out;
   size_t i = lo;
-  if (cdt == FERRY_OPTIM_DT_F16) {
+  if (cdt == FERRY_DT_F16) {
     for (; i + 8 <= hi; i += 8)
       _mm_storeu_si128((__m128i *)(o + i),
                        _mm256_cvtps_ph(_mm256_loadu_ps(p + i), _MM_FROUND_TO_NEAREST_INT));
@@ -219,7 +219,7 @@ static void *share_main(void *arg) {
   bufset *b = s->b;
   if (s->kind == 1) {
     downcast(b->p, b->pc, s->cdt, s->lo, s->hi);
-  } else if (s->gdt == FERRY_OPTIM_DT_F32) {
+  } else if (s->gdt == FERRY_DT_F32) {
     roof_f32(b->p, b->g, b->m, b->v, s->lo, s->hi);
   } else {
     roof_g16(b->p, b->g, b->m, b->v, s->lo, s->hi);
@@ -235,7 +235,7 @@ static double run_shares(bufset *b, int kind, int threads, int gdt, int cdt) {
   double t0 = ferry_now();
   for (int i = 0; i < threads; i++) {
     sh[i] = (share){
-        b, kind, gdt, FERRY_OPTIM_DT_F32, cdt, b->n * i / threads, b->n * (i + 1) / threads};
+        b, kind, gdt, FERRY_DT_F32, cdt, b->n * i / threads, b->n * (i + 1) / threads};
     if (i) pthread_create(&th[i], NULL, share_main, &sh[i]);
   }
   share_main(&sh[0]);
@@ -303,7 +303,7 @@ static int validate(const ferry_optimizer_config *cfg, int gdt, int cdt, char *w
     const uint16_t *x = a.pc, *y = b.pc;
     for (size_t i = 0; i < n; i++)
       if (x[i] != y[i] &&
-          !((x[i] & 0x7f80) == 0 && (y[i] & 0x7fff) == 0 && cdt == FERRY_OPTIM_DT_BF16)) {
+          !((x[i] & 0x7f80) == 0 && (y[i] & 0x7fff) == 0 && cdt == FERRY_DT_BF16)) {
         snprintf(why, len, "param copy %zu: reference 0x%04x, kernels 0x%04x", i, x[i], y[i]);
         goto out;
       }
@@ -319,8 +319,8 @@ out:
 
 int ferry_bench_adam_main(int argc, char **argv) {
   uint64_t params = 256ull << 20;
-  int type = FERRY_OPTIM_ADAMW, gdt = FERRY_OPTIM_DT_F32, cdt = FERRY_OPTIM_DT_NONE;
-  int sdt = FERRY_OPTIM_DT_F32, threads = 1, steps = 5, json = 0, roof = 0, two = 0;
+  int type = FERRY_OPTIM_ADAMW, gdt = FERRY_DT_F32, cdt = FERRY_DT_NONE;
+  int sdt = FERRY_DT_F32, threads = 1, steps = 5, json = 0, roof = 0, two = 0;
   const char *simd = NULL;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
@@ -351,10 +351,10 @@ int ferry_bench_adam_main(int argc, char **argv) {
       } else if (!strcmp(a, "--grad")) {
         bad = (gdt = parse_dt(v, 0)) < 0;
       } else if (!strcmp(a, "--param-copy")) {
-        bad = (cdt = parse_dt(v, 1)) < 0 || cdt == FERRY_OPTIM_DT_F32;
+        bad = (cdt = parse_dt(v, 1)) < 0 || cdt == FERRY_DT_F32;
       } else if (!strcmp(a, "--state")) {
         sdt = parse_dt(v, 0);
-        bad = sdt != FERRY_OPTIM_DT_F32 && sdt != FERRY_OPTIM_DT_BF16;
+        bad = sdt != FERRY_DT_F32 && sdt != FERRY_DT_BF16;
       } else if (!strcmp(a, "--threads")) {
         char *e;
         threads = (int)strtol(v, &e, 10);
@@ -384,7 +384,7 @@ int ferry_bench_adam_main(int argc, char **argv) {
     fprintf(stderr, "ferry bench adam: --roofline models Adam's traffic: use adamw or adam\n");
     return 2;
   }
-  if (roof && sdt != FERRY_OPTIM_DT_F32) {
+  if (roof && sdt != FERRY_DT_F32) {
     fprintf(stderr, "ferry bench adam: --roofline models fp32 states\n");
     return 2;
   }
@@ -414,7 +414,7 @@ int ferry_bench_adam_main(int argc, char **argv) {
   }
   ferry_optim_span sp = span_of(&b, gdt, cdt);
   ferry_optim_span sp_nocopy = sp;
-  sp_nocopy.copy_dtype = FERRY_OPTIM_DT_NONE;
+  sp_nocopy.copy_dtype = FERRY_DT_NONE;
   /* one untimed round: page faults, caches, thread start */
   ferry_optimizer_step(o, &sp, 1, 1.0f);
   if (roof) run_shares(&b, 0, info.threads, gdt, cdt);

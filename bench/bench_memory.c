@@ -107,7 +107,7 @@ int ferry_bench_memory_main(int argc, char **argv) {
         char name[96];
         snprintf(name, sizeof name, "model.layers.%d.%s.weight%s", l, shapes[s].name, suffix[r]);
         int64_t shp[2] = {shapes[s].rows, shapes[s].cols};
-        ferry_mem_dtype dt = r == 0 ? FERRY_MEM_BF16 : r == 1 ? FERRY_MEM_BF16 : FERRY_MEM_F32;
+        ferry_dtype dt = r == 0 ? FERRY_DT_BF16 : r == 1 ? FERRY_DT_BF16 : FERRY_DT_F32;
         TRY(ferry_mem_register(m, name, dt, 2, shp, (uint32_t)l, (ferry_role)roles[r], NULL));
       }
   TRY(ferry_mem_finalize(m));

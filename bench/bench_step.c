@@ -9,7 +9,8 @@
 #include "bench/bench.h"
 #include "bench/json.h"
 
-#include "offload/engine_impl.h"
+#include "offload/config.h"
+#include "offload/engine_internal.h"
 #include "bench/synth_model.h"
 
 #include <stdio.h>
@@ -151,7 +152,7 @@ static ferry_engine *open_engine(const char *path, size_t resident_bytes) {
 /* Two steps with real kernels on one batch; the losses of three forwards. */
 static int validate_run(ferry_engine *e, int groups, int dim, int batch, double loss[3]) {
   synth_model m;
-  if (synth_init(&m, groups, dim, batch, e->dtype)) return FERRY_ENOMEM;
+  if (synth_init(&m, groups, dim, batch, engine_param_dtype(e))) return FERRY_ENOMEM;
   int rc = synth_register(e, &m);
   if (!rc) rc = ferry_engine_finalize(e);
   ferry_stream *s = NULL;
@@ -229,7 +230,7 @@ int ferry_bench_step_main(int argc, char **argv) {
   e = open_engine(cfg, 0);
   if (!e) return 1;
   synth_model m;
-  if (synth_init(&m, groups, dim, batch, e->dtype)) goto out;
+  if (synth_init(&m, groups, dim, batch, engine_param_dtype(e))) goto out;
   rc = synth_register(e, &m);
   if (!rc) rc = ferry_engine_finalize(e);
   synth_free(&m);
@@ -239,11 +240,11 @@ int ferry_bench_step_main(int argc, char **argv) {
     fprintf(stderr, "ferry bench step: %s\n", ferry_engine_last_error(e));
     goto out;
   }
-  sleep_model sm = {s, compute_ms * 1e-3, &e->tl};
+  sleep_model sm = {s, compute_ms * 1e-3, engine_timeline(e)};
   rc = timed_micro_batch(e, groups, &sm); /* warm-up */
   if (!rc) rc = ferry_step(e, NULL);
   if (!rc) rc = ferry_stream_synchronize(s);
-  ferry_timeline_reset(&e->tl);
+  ferry_timeline_reset(engine_timeline(e));
   double t0 = ferry_now();
   for (int k = 0; k < steps && !rc; k++) {
     rc = timed_micro_batch(e, groups, &sm);
@@ -258,13 +259,13 @@ int ferry_bench_step_main(int argc, char **argv) {
     goto out;
   }
   double per = (t1 - t0) / steps;
-  double comp = ferry_timeline_busy(&e->tl, FERRY_LANE_COMPUTE, t0, t1) / steps;
+  double comp = ferry_timeline_busy(engine_timeline(e), FERRY_LANE_COMPUTE, t0, t1) / steps;
   double busy[6];
   static const int lanes[6] = {-1, FERRY_LANE_H2D, FERRY_LANE_D2H, FERRY_LANE_OPTIM0,
                                FERRY_LANE_NVME_READ, FERRY_LANE_NVME_WRITE};
   static const char *names[6] = {"compute", "h2d", "d2h", "optimizer", "nvme_read", "nvme_write"};
   busy[0] = comp;
-  for (int k = 1; k < 6; k++) busy[k] = ferry_timeline_busy(&e->tl, lanes[k], t0, t1) / steps;
+  for (int k = 1; k < 6; k++) busy[k] = ferry_timeline_busy(engine_timeline(e), lanes[k], t0, t1) / steps;
   int longest = 0;
   for (int k = 1; k < 6; k++)
     if (busy[k] > busy[longest]) longest = k;

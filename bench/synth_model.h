@@ -17,7 +17,7 @@
 
 typedef struct {
   int groups, dim, batch;
-  int dtype; /* FERRY_OPTIM_DT_F32 / _F16 / _BF16: the engine's precision.params */
+  int dtype; /* FERRY_DT_F32 / _F16 / _BF16: the engine's precision.params */
   float *act;    /* (groups + 1) x batch x dim activations */
   float *dact;   /* batch x dim, the running d(loss)/d(activation) */
   float *dnext;  /* batch x dim scratch */
@@ -32,8 +32,8 @@ typedef struct {
   void *w, *gw; /* device param and grad of layer g */
 } synth_call;
 
-static inline float synth_get(const void *p, int dt, size_t i) { return optim_load(p, dt, i); }
-static inline void synth_put(void *p, int dt, size_t i, float x) { optim_store(p, dt, i, x); }
+static inline float synth_get(const void *p, int dt, size_t i) { return ferry_dt_load(p, dt, i); }
+static inline void synth_put(void *p, int dt, size_t i, float x) { ferry_dt_store(p, dt, i, x); }
 
 static inline int synth_forward_kernel(void *arg) {
   synth_call *c = arg;

@@ -68,6 +68,42 @@ FERRY_API const char *ferry_last_error(void);
 FERRY_API int ferry_parse_size(const char *s, uint64_t *out);
 
 /* ------------------------------------------------------------------------ */
+/* Element types: one list for every part (optimizer buffers, the memory     */
+/* manager's tensors, safetensors files, the engine's precision.params)      */
+
+typedef enum {
+  FERRY_DT_NONE = 0, /* no buffer */
+  FERRY_DT_F32 = 1,
+  FERRY_DT_F16 = 2,
+  FERRY_DT_BF16 = 3,
+  FERRY_DT_F64 = 4,
+  FERRY_DT_BOOL = 5,
+  FERRY_DT_U8 = 6,
+  FERRY_DT_I8 = 7,
+  FERRY_DT_F8_E5M2 = 8,
+  FERRY_DT_F8_E4M3 = 9,
+  FERRY_DT_I16 = 10,
+  FERRY_DT_U16 = 11,
+  FERRY_DT_I32 = 12,
+  FERRY_DT_U32 = 13,
+  FERRY_DT_I64 = 14,
+  FERRY_DT_U64 = 15,
+  FERRY_DT_COUNT
+} ferry_dtype;
+
+/* The name as safetensors spells it ("F32", "BF16", ...) and the element
+ * size in bytes; NULL / 0 for FERRY_DT_NONE and values out of range. */
+FERRY_API const char *ferry_dtype_name(ferry_dtype dtype);
+FERRY_API size_t ferry_dtype_size(ferry_dtype dtype);
+/* The dtype named `name` (len bytes, case-sensitive); -1 when none. */
+FERRY_API int ferry_dtype_parse(const char *name, size_t len);
+/* Element i of a buffer of F32, F16 or BF16, as a float; and the store of a
+ * float into one (round to nearest even, NaN kept and made quiet, as the
+ * x86 conversion instructions do). Other dtypes: load 0, store nothing. */
+FERRY_API float ferry_dtype_load(const void *buf, ferry_dtype dtype, size_t i);
+FERRY_API void ferry_dtype_store(void *buf, ferry_dtype dtype, size_t i, float x);
+
+/* ------------------------------------------------------------------------ */
 /* Logging                                                                   */
 
 enum {
@@ -437,13 +473,13 @@ typedef enum {
   FERRY_OPTIM_LION = 5     /* sign update; state1 = m; betas default (0.9, 0.99) */
 } ferry_optim_type;
 
-/* Element types of optimizer buffers. */
-enum {
-  FERRY_OPTIM_DT_NONE = 0, /* no buffer (param copy off) */
-  FERRY_OPTIM_DT_F32 = 1,
-  FERRY_OPTIM_DT_F16 = 2,
-  FERRY_OPTIM_DT_BF16 = 3
-};
+/* Element types of optimizer buffers: ferry_dtype's FERRY_DT_NONE (no
+ * buffer: param copy off), _F32, _F16, _BF16. The FERRY_OPTIM_DT_ names are
+ * deprecated aliases, kept for one release. */
+#define FERRY_OPTIM_DT_NONE FERRY_DT_NONE
+#define FERRY_OPTIM_DT_F32 FERRY_DT_F32
+#define FERRY_OPTIM_DT_F16 FERRY_DT_F16
+#define FERRY_OPTIM_DT_BF16 FERRY_DT_BF16
 
 typedef struct {
   ferry_optim_type type;
@@ -455,7 +491,7 @@ typedef struct {
   float dampening;     /* SGD */
   int nesterov;        /* SGD (needs momentum > 0 and dampening 0) */
   float lr_decay;      /* Adagrad */
-  int state_dtype;     /* FERRY_OPTIM_DT_F32 (default) or FERRY_OPTIM_DT_BF16 (rounded to
+  int state_dtype;     /* FERRY_DT_F32 (default) or FERRY_DT_BF16 (rounded to
                           nearest even; on AVX512-BF16 CPUs subnormals flush to 0) */
   int threads;         /* worker threads; 0 = one per core */
   int bind;            /* 1 (default): pin workers to cores with hwloc */
@@ -473,6 +509,12 @@ typedef struct {
  * 0.9/0.99), fp32 states, threads 0, bind 1. */
 FERRY_API ferry_optimizer_config ferry_optimizer_config_default(ferry_optim_type type);
 
+/* How many state buffers per element the optimizer `cfg` describes keeps:
+ * 2 (exp_avg and exp_avg_sq: AdamW, Adam, LAMB), 1 (Adagrad's sum, Lion's
+ * m, SGD's momentum buffer) or 0 (SGD without momentum); -1 for an unknown
+ * type. span.state1 and state2 must be given for that many. */
+FERRY_API int ferry_optimizer_state_count(const ferry_optimizer_config *cfg);
+
 /* One tensor (or a piece of one; LAMB's trust ratio is per span). */
 typedef struct {
   float *param;       /* fp32 master weights, updated in place */
@@ -481,8 +523,8 @@ typedef struct {
   void *state2;       /* exp_avg_sq (Adam, AdamW, LAMB); else unused */
   void *param_copy;   /* copy_dtype; written when copy_dtype != NONE */
   size_t n;           /* elements */
-  int grad_dtype;     /* FERRY_OPTIM_DT_F32, _F16, _BF16 */
-  int copy_dtype;     /* FERRY_OPTIM_DT_NONE, _F16, _BF16 */
+  int grad_dtype;     /* FERRY_DT_F32, _F16, _BF16 */
+  int copy_dtype;     /* FERRY_DT_NONE, _F16, _BF16 */
 } ferry_optim_span;
 
 typedef struct {
@@ -532,7 +574,7 @@ FERRY_API int ferry_optimizer_set_lr(ferry_optimizer *o, float lr);
 typedef struct {
   const void *data;
   size_t n;
-  int dtype; /* FERRY_OPTIM_DT_F32, _F16, _BF16 */
+  int dtype; /* FERRY_DT_F32, _F16, _BF16 */
 } ferry_grad_span;
 
 /* Sum of squares over all spans (double accumulation; raw values, before any
@@ -642,7 +684,7 @@ FERRY_API int ferry_engine_write_timeline(ferry_engine *e, const char *path);
 
 /* Where the bytes are and how they moved. Tiers and families index the
  * arrays below. Budgets hold: peak[t][*] sums never exceed budget[t]. */
-enum { FERRY_TIER_DEVICE = 0, FERRY_TIER_HOST = 1, FERRY_TIER_NVME = 2, FERRY_TIERS = 3 };
+typedef enum { FERRY_TIER_DEVICE = 0, FERRY_TIER_HOST = 1, FERRY_TIER_NVME = 2, FERRY_TIERS = 3 } ferry_tier;
 enum {
   FERRY_FAMILY_PARAMS = 0, /* 16-bit params */
   FERRY_FAMILY_GRADS = 1,  /* gradients */

@@ -18,7 +18,8 @@ typedef struct ferry_mem ferry_mem;
 /* Tiers and families index ferry_stats (include/ferry.h): FERRY_TIER_DEVICE,
  * FERRY_TIER_HOST, FERRY_TIER_NVME; FERRY_FAMILY_PARAMS, _GRADS, _OPTIM. */
 
-typedef enum { FERRY_MEM_F32 = 0, FERRY_MEM_F16 = 1, FERRY_MEM_BF16 = 2 } ferry_mem_dtype;
+/* Tensors have a ferry_dtype (include/ferry.h): its size is all the manager
+ * needs of it. */
 
 typedef enum {
   FERRY_ROLE_PARAM = 0,      /* 16-bit params: family PARAMS */
@@ -98,13 +99,13 @@ int ferry_mem_set_store(ferry_mem *m, const ferry_mem_store *store);
 
 /* Names: 1..FERRY_MEM_NAME_MAX printable ASCII bytes, unique. *id (may be
  * NULL) gets the tensor's id: 0, 1, ... in registration order. */
-int ferry_mem_register(ferry_mem *m, const char *name, ferry_mem_dtype dtype, int ndim,
+int ferry_mem_register(ferry_mem *m, const char *name, ferry_dtype dtype, int ndim,
                        const int64_t *shape, uint32_t group, ferry_role role, uint32_t *id);
 int ferry_mem_lookup(ferry_mem *m, const char *name, uint32_t *id);
 
 typedef struct {
   const char *name;
-  ferry_mem_dtype dtype;
+  ferry_dtype dtype;
   int ndim;
   const int64_t *shape;
   uint32_t group;

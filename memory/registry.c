@@ -20,7 +20,6 @@ static int role_family(int role) {
                                    : FERRY_FAMILY_OPTIM;
 }
 
-static size_t dtype_size(int dt) { return dt == FERRY_MEM_F32 ? 4 : 2; }
 
 /* Slot of `name` in the table, or of the empty slot where it would go. */
 static size_t hash_find(const ferry_mem *m, const char *name) {
@@ -58,7 +57,7 @@ static int check_name(ferry_mem *m, const char *name) {
   return FERRY_OK;
 }
 
-int ferry_mem_register(ferry_mem *m, const char *name, ferry_mem_dtype dtype, int ndim,
+int ferry_mem_register(ferry_mem *m, const char *name, ferry_dtype dtype, int ndim,
                        const int64_t *shape, uint32_t group, ferry_role role, uint32_t *id) {
   if (!m) return FERRY_EINVAL;
   int rc = check_name(m, name);
@@ -68,7 +67,7 @@ int ferry_mem_register(ferry_mem *m, const char *name, ferry_mem_dtype dtype, in
     rc = ferry_err(&m->err, FERRY_ESTATE, "register '%s': the layout is already final", name);
     goto out;
   }
-  if ((unsigned)dtype > FERRY_MEM_BF16) {
+  if (ferry_dtype_size(dtype) == 0) {
     rc = ferry_err(&m->err, FERRY_EINVAL, "register '%s': unknown dtype %d", name, (int)dtype);
     goto out;
   }
@@ -123,7 +122,7 @@ int ferry_mem_register(ferry_mem *m, const char *name, ferry_mem_dtype dtype, in
   t->ndim = (uint8_t)ndim;
   for (int d = 0; d < ndim; d++) t->shape[d] = shape[d];
   t->group = group;
-  t->bytes = (size_t)(numel * dtype_size(dtype));
+  t->bytes = (size_t)(numel * ferry_dtype_size(dtype));
   t->chunk = UINT32_MAX;
   m->hash[slot] = (uint32_t)m->nt + 1;
   if (id) *id = (uint32_t)m->nt;
@@ -163,7 +162,7 @@ int ferry_mem_tensor_get(ferry_mem *m, uint32_t id, ferry_mem_tensor_info *out) 
   }
   const mem_tensor *t = &m->t[id];
   out->name = t->name;
-  out->dtype = (ferry_mem_dtype)t->dtype;
+  out->dtype = (ferry_dtype)t->dtype;
   out->ndim = t->ndim;
   out->shape = t->shape;
   out->group = t->group;

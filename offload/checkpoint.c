@@ -238,19 +238,14 @@ static int list_files(const char *folder, const char *sub, ckpt_file **files, si
 /* ---- the engine's tensors ------------------------------------------------ */
 
 static ferry_st_dtype param_st_dtype(const ferry_engine *e) {
-  return e->dtype == FERRY_OPTIM_DT_F16    ? FERRY_ST_F16
-         : e->dtype == FERRY_OPTIM_DT_BF16 ? FERRY_ST_BF16
+  return e->dtype == FERRY_DT_F16    ? FERRY_ST_F16
+         : e->dtype == FERRY_DT_BF16 ? FERRY_ST_BF16
                                            : FERRY_ST_F32;
 }
 
 static int family_tier(const ferry_engine *e, int family) {
   int home = family == FERRY_FAMILY_PARAMS ? e->param_home : e->optim_home;
   return home == FERRY_TIER_DEVICE ? FERRY_TIER_DEVICE : FERRY_TIER_HOST;
-}
-
-static const char *role_suffix(int r) {
-  static const char *s[FERRY_ROLE_COUNT] = {"", ".grad", ".master", ".exp_avg", ".exp_avg_sq"};
-  return s[r];
 }
 
 /* One group of one family held at a time, in the tier the bytes are read
@@ -330,53 +325,16 @@ static int holder_get(holder *h, uint32_t id, int writing, void **ptr, size_t *b
   return FERRY_OK;
 }
 
-/* Waits for the loop to be between steps: no step, no drain, no micro-batch
- * half handed in, no group fetched; uploads of the last step done. */
-static int quiesce(ferry_engine *e, const char *op) {
-  if (!e->finalized) return ferry_err(&e->err, FERRY_ESTATE, "%s: call ferry_engine_finalize first", op);
-  int rc = engine_wait_step(e);
-  pthread_mutex_lock(&e->mu);
-  int failed = -1, why = 0;
-  for (uint32_t g = 0; g < e->ngroups && failed < 0; g++)
-    if (e->groups[g].failed) failed = (int)g, why = e->groups[g].failed;
-  pthread_mutex_unlock(&e->mu);
-  if (failed >= 0) /* the state is half a step: never saved, never overwritten */
-    return ferry_err(&e->err, FERRY_ESTATE,
-                     "%s: the optimizer update of group %d failed (%s); call ferry_step to run "
-                     "it again first",
-                     op, failed, ferry_strerror(why));
-  if (rc)
-    return ferry_err(&e->err, rc, "%s: the last step failed (%s)", op, ferry_strerror(rc));
-  rc = engine_wait_drain(e);
-  if (rc) return ferry_err(&e->err, rc, "%s: the gradient drain failed: %s", op, ferry_err_msg(&e->err));
-  pthread_mutex_lock(&e->mu);
-  int micro = e->micro, part = (int)e->drained_in_micro, fetched = -1;
-  for (uint32_t g = 0; g < e->ngroups && fetched < 0; g++)
-    if (e->groups[g].fetched) fetched = (int)g;
-  pthread_mutex_unlock(&e->mu);
-  if (micro || part)
-    return ferry_err(&e->err, FERRY_ESTATE,
-                     "%s: %d micro-batch(es) and %d group(s) of grads are accumulated; call it "
-                     "between steps (after ferry_step)",
-                     op, micro, part);
-  if (fetched >= 0)
-    return ferry_err(&e->err, FERRY_ESTATE, "%s: group %d is fetched; release every group first", op,
-                     fetched);
-  rc = ferry_stream_synchronize(e->up);
-  if (rc) return ferry_err(&e->err, rc, "%s: %s", op, ferry_device_last_error(e->dev));
-  return FERRY_OK;
-}
-
 /* Streams tensors into a writer: `roles` selects which (bit per role). */
 static int write_tensors(ferry_engine *e, holder *h, ferry_safetensors_writer *w, unsigned roles,
                          ferry_st_dtype param_dt) {
   int rc = ferry_safetensors_writer_metadata(w, "format", "pt");
-  for (size_t i = 0; i < e->nparams && !rc; i++) {
-    eng_param *p = &e->params[e->by_group[i]];
+  for (size_t i = 0; i < e->gt.nparams && !rc; i++) {
+    eng_param *p = &e->gt.params[e->gt.by_group[i]];
     for (int r = 0; r < FERRY_ROLE_COUNT && !rc; r++) {
       if (!(roles >> r & 1) || p->id[r] == UINT32_MAX) continue;
       char nm[FERRY_MEM_NAME_MAX + 1];
-      snprintf(nm, sizeof nm, "%s%s", p->name, role_suffix(r));
+      snprintf(nm, sizeof nm, "%s%s", p->name, group_role_suffix(r));
       rc = ferry_safetensors_writer_add(w, nm, r == FERRY_ROLE_PARAM ? param_dt : FERRY_ST_F32,
                                         p->ndim, p->shape);
     }
@@ -483,14 +441,16 @@ static int save_into(ferry_engine *e, const char *tmp, const void *blob, size_t 
   ckpt_manifest m;
   memset(&m, 0, sizeof m);
   m.version = CKPT_FORMAT_VERSION;
-  m.step = e->steps;
+  engine_progress pg;
+  engine_progress_get(e, &pg);
+  m.step = pg.steps;
   snprintf(m.param_dtype, sizeof m.param_dtype, "%s", ferry_st_dtype_name(param_st_dtype(e)));
   snprintf(m.optimizer, sizeof m.optimizer, "%s", optim_names[e->cv->opt_type]);
   m.states = e->nstates;
-  memcpy(&m.loss_scale_bits, &e->scaler.scale, sizeof m.loss_scale_bits);
-  m.good_steps = e->scaler.good_steps;
-  m.skipped = e->scaler.skipped;
-  m.tensors = e->nparams;
+  memcpy(&m.loss_scale_bits, &pg.scale, sizeof m.loss_scale_bits);
+  m.good_steps = pg.good_steps;
+  m.skipped = pg.skipped;
+  m.tensors = e->gt.nparams;
   m.blob_bytes = blob_len;
   size_t cap = 0;
   r = list_files(tmp, "params", &m.files, &m.nfiles, &cap);
@@ -561,13 +521,15 @@ int ferry_checkpoint_save(ferry_engine *e, const char *dir, const void *blob, si
   ferry_checkpoint_options o = opt ? *opt : ferry_checkpoint_options_default();
   if (o.keep < 0) return ferry_err(&e->err, FERRY_EINVAL, "checkpoint save: keep %d", o.keep);
   if (!o.max_shard_bytes) o.max_shard_bytes = CKPT_DEFAULT_SHARD;
-  int rc = quiesce(e, "checkpoint save");
+  int rc = engine_quiesce(e, "checkpoint save");
   if (rc) return rc;
   if (mkdir(dir, 0777) && errno != EEXIST)
     return ferry_err(&e->err, io_status(errno), "checkpoint save: mkdir %s: %s", dir, strerror(errno));
   remove_leftovers(dir);
   char name[64], tmp[4096], target[4096], trash[4096], tname[128];
-  snprintf(name, sizeof name, CKPT_PREFIX "%012" PRId64, e->steps);
+  engine_progress pg;
+  engine_progress_get(e, &pg);
+  snprintf(name, sizeof name, CKPT_PREFIX "%012" PRId64, pg.steps);
   snprintf(tname, sizeof tname, ".tmp-%s-%ld", name, (long)getpid());
   if (join(tmp, sizeof tmp, dir, tname) || join(target, sizeof target, dir, name) ||
       snprintf(trash, sizeof trash, "%s/.trash-%s-%ld", dir, name, (long)getpid()) >= (int)sizeof trash)
@@ -821,13 +783,13 @@ static int shape_equal(const ferry_st_tensor *t, const eng_param *p) {
 static int check_part(ferry_engine *e, ferry_safetensors *f, unsigned roles, const char *what,
                       char *why, size_t wl) {
   size_t want = 0;
-  for (size_t i = 0; i < e->nparams; i++) {
-    eng_param *p = &e->params[i];
+  for (size_t i = 0; i < e->gt.nparams; i++) {
+    eng_param *p = &e->gt.params[i];
     for (int r = 0; r < FERRY_ROLE_COUNT; r++) {
       if (!(roles >> r & 1) || p->id[r] == UINT32_MAX) continue;
       want++;
       char nm[FERRY_MEM_NAME_MAX + 1];
-      snprintf(nm, sizeof nm, "%s%s", p->name, role_suffix(r));
+      snprintf(nm, sizeof nm, "%s%s", p->name, group_role_suffix(r));
       ferry_st_tensor t;
       if (ferry_safetensors_find(f, nm, &t, NULL)) {
         snprintf(why, wl, "%.400s: no tensor '%.300s'", what, nm);
@@ -887,7 +849,7 @@ int ferry_checkpoint_load(ferry_engine *e, const char *path, void *blob, size_t 
                           size_t *blob_len) {
   if (!e) return FERRY_EINVAL;
   if (!path || !path[0]) return ferry_err(&e->err, FERRY_EINVAL, "checkpoint load: no path");
-  int rc = quiesce(e, "checkpoint load");
+  int rc = engine_quiesce(e, "checkpoint load");
   if (rc) return rc;
   char folder[4096], why[1024] = "";
   ckpt_manifest m;
@@ -904,9 +866,9 @@ int ferry_checkpoint_load(ferry_engine *e, const char *path, void *blob, size_t 
     snprintf(why, sizeof why, "optimizer %.300s with %d state(s), the engine runs %.300s with %d",
              m.optimizer, m.states, optim_names[e->cv->opt_type], e->nstates);
     rc = FERRY_ECORRUPT;
-  } else if (m.tensors != e->nparams) {
+  } else if (m.tensors != e->gt.nparams) {
     snprintf(why, sizeof why, "%llu params, the engine registered %zu",
-             (unsigned long long)m.tensors, e->nparams);
+             (unsigned long long)m.tensors, e->gt.nparams);
     rc = FERRY_ECORRUPT;
   } else if (e->dynamic_scale && !(scale > 0 && scale < INFINITY)) {
     snprintf(why, sizeof why, "loss scale %g is not a positive finite number", (double)scale);
@@ -963,16 +925,8 @@ int ferry_checkpoint_load(ferry_engine *e, const char *path, void *blob, size_t 
     return ferry_err(&e->err, rc, "%s (the engine's state is partly overwritten: load again)",
                      ferry_err_msg(&e->err));
   }
-  pthread_mutex_lock(&e->mu);
-  e->steps = m.step;
-  e->cur_step = m.step;
-  pthread_mutex_unlock(&e->mu);
-  ferry_optimizer_set_step(e->opt, m.step);
-  if (e->dynamic_scale) {
-    e->scaler.scale = scale;
-    e->scaler.good_steps = (int)m.good_steps;
-    e->scaler.skipped = m.skipped;
-  }
+  engine_progress p = {m.step, scale, (int)m.good_steps, m.skipped};
+  engine_restore(e, &p);
   ckpt_manifest_free(&m);
   return FERRY_OK;
 }
@@ -982,7 +936,7 @@ int ferry_checkpoint_load(ferry_engine *e, const char *path, void *blob, size_t 
 int ferry_export_weights(ferry_engine *e, const char *path, uint64_t max_shard_bytes) {
   if (!e) return FERRY_EINVAL;
   if (!path || !path[0]) return ferry_err(&e->err, FERRY_EINVAL, "export: no path");
-  int rc = quiesce(e, "export");
+  int rc = engine_quiesce(e, "export");
   if (rc) return rc;
   char tmp[4096], trash[4096], parent[4096];
   if (snprintf(tmp, sizeof tmp, "%s.tmp-%ld", path, (long)getpid()) >= (int)sizeof tmp ||

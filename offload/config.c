@@ -24,89 +24,104 @@ typedef struct {
   double lo, hi;       /* K_INT / K_FLOAT / K_FLOAT2 bounds (inclusive) */
   int lo_open;         /* K_FLOAT: lo excluded */
   const char *desc;
+  const int *vals;     /* K_ENUM: the enum value of each name; NULL: its index */
 } key_def;
 
 #define OFF(f) offsetof(ferry_config_values, f)
 
+/* The library's enum value of each name of an enum key, in the names' order
+ * (keys whose names are listed in their enum's own order need none). */
+static const int v_device[] = {FERRY_DEVICE_AUTO, FERRY_DEVICE_CUDA, FERRY_DEVICE_HOST};
+static const int v_tier[] = {FERRY_TIER_DEVICE, FERRY_TIER_HOST, FERRY_TIER_NVME};
+static const int v_optim[] = {FERRY_OPTIM_ADAMW, FERRY_OPTIM_ADAM, FERRY_OPTIM_ADAGRAD,
+                              FERRY_OPTIM_LAMB,  FERRY_OPTIM_SGD,  FERRY_OPTIM_LION};
+static const int v_prec[] = {FERRY_DT_F32, FERRY_DT_F16, FERRY_DT_BF16};
+static const int v_evict[] = {FERRY_EVICT_TRACE, FERRY_EVICT_LRU};
+static const int v_numa[] = {FERRY_NUMA_LOCAL, FERRY_NUMA_INTERLEAVE, FERRY_NUMA_NONE};
+static const int v_memlock[] = {FERRY_MEMLOCK_ERROR, FERRY_MEMLOCK_PAGEABLE};
+static const int v_verify[] = {FERRY_VERIFY_CRC32C, FERRY_VERIFY_NONE};
+static const int v_log[] = {FERRY_LOG_SILENT, FERRY_LOG_ERROR, FERRY_LOG_WARN, FERRY_LOG_INFO,
+                            FERRY_LOG_DEBUG};
+
 static const key_def keys[] = {
     {"device", K_ENUM, OFF(device), "auto", "auto|cuda|host", 0, 0, 0,
      "which backend stands for the GPU: cuda when a device is present (auto), or the emulated "
-     "host GPU"},
+     "host GPU", v_device},
     {"chunk_size", K_SIZE, OFF(chunk_size), "64M", NULL, 4096, 1e15, 0,
-     "unit of residency, transfer and I/O; tensors are packed into chunks of this size"},
+     "unit of residency, transfer and I/O; tensors are packed into chunks of this size", NULL},
     {"tiers.gpu.budget", K_SIZE, OFF(gpu_budget), "0", NULL, 0, 1e18, 0,
      "device memory ferry may use; 0 = free device memory less 5% (cuda); the host backend "
-     "needs a value"},
+     "needs a value", NULL},
     {"tiers.host.budget", K_SIZE, OFF(host_budget), "0", NULL, 0, 1e18, 0,
-     "host memory for the host tier and staging buffers; 0 = 80% of available RAM"},
+     "host memory for the host tier and staging buffers; 0 = 80% of available RAM", NULL},
     {"tiers.host.pinned", K_BOOL, OFF(host_pinned), "true", NULL, 0, 0, 0,
-     "page-lock the host tier for fast async copies"},
+     "page-lock the host tier for fast async copies", NULL},
     {"tiers.host.numa", K_ENUM, OFF(host_numa), "local", "local|interleave|none", 0, 0, 0,
-     "NUMA placement of the host tier"},
+     "NUMA placement of the host tier", v_numa},
     {"tiers.host.memlock_fallback", K_ENUM, OFF(host_memlock), "error", "error|pageable", 0, 0, 0,
      "when RLIMIT_MEMLOCK is below the pinned need: refuse to start, or use pageable memory "
-     "(logged)"},
+     "(logged)", v_memlock},
     {"tiers.host.hugepages", K_BOOL, OFF(host_hugepages), "true", NULL, 0, 0, 0,
-     "ask for transparent huge pages for the host tier"},
+     "ask for transparent huge pages for the host tier", NULL},
     {"tiers.nvme.paths", K_PATHS, OFF(nvme_paths), "", NULL, 0, 0, 0,
-     "directories for swap files, one file each, chunks striped across them"},
+     "directories for swap files, one file each, chunks striped across them", NULL},
     {"tiers.nvme.budget", K_SIZE, OFF(nvme_budget), "0", NULL, 0, 1e18, 0,
-     "NVMe bytes ferry may reserve; 0 = what the layout needs"},
+     "NVMe bytes ferry may reserve; 0 = what the layout needs", NULL},
     {"tiers.nvme.queue_depth", K_INT, OFF(nvme_queue_depth), "32", NULL, 1, 4096, 0,
-     "io_uring requests in flight per ring"},
+     "io_uring requests in flight per ring", NULL},
     {"tiers.nvme.block_size", K_SIZE, OFF(nvme_block_size), "1M", NULL, 4096, 1 << 30, 0,
-     "size of one I/O request"},
+     "size of one I/O request", NULL},
     {"tiers.nvme.verify", K_ENUM, OFF(nvme_verify), "crc32c", "crc32c|none", 0, 0, 0,
-     "checksum of every chunk written, checked on every read"},
+     "checksum of every chunk written, checked on every read", v_verify},
     {"tiers.nvme.sqpoll", K_BOOL, OFF(nvme_sqpoll), "false", NULL, 0, 0, 0,
-     "io_uring SQPOLL (a kernel thread polls submissions; costs a core)"},
+     "io_uring SQPOLL (a kernel thread polls submissions; costs a core)", NULL},
     {"tiers.nvme.check_threads", K_INT, OFF(nvme_check_threads), "1", NULL, 0, 64, 0,
-     "threads that share the CRC checks of each burst of reads with the completion thread"},
+     "threads that share the CRC checks of each burst of reads with the completion thread", NULL},
     {"tiers.nvme.keep_files", K_BOOL, OFF(nvme_keep_files), "false", NULL, 0, 0, 0,
-     "keep swap files and their index at exit (a new engine starts a fresh store)"},
+     "keep swap files and their index at exit (a new engine starts a fresh store)", NULL},
     {"placement.params", K_ENUM, OFF(place_params), "gpu", "gpu|host|nvme", 0, 0, 0,
-     "home tier of the 16-bit parameters (host or nvme: streamed per group)"},
+     "home tier of the 16-bit parameters (host or nvme: streamed per group)", v_tier},
     {"placement.grads", K_ENUM, OFF(place_grads), "host", "gpu|host", 0, 0, 0,
-     "where gradients accumulate in fp32"},
+     "where gradients accumulate in fp32", v_tier},
     {"placement.optimizer", K_ENUM, OFF(place_optimizer), "host", "gpu|host|nvme", 0, 0, 0,
-     "home tier of fp32 master weights and optimizer states"},
+     "home tier of fp32 master weights and optimizer states", v_tier},
     {"optimizer.type", K_ENUM, OFF(opt_type), "adamw", "adamw|adam|adagrad|lamb|sgd|lion", 0, 0,
-     0, "optimizer"},
-    {"optimizer.lr", K_FLOAT, OFF(lr), "0.0001", NULL, 0, 1e3, 1, "learning rate"},
+     0, "optimizer", v_optim},
+    {"optimizer.lr", K_FLOAT, OFF(lr), "0.0001", NULL, 0, 1e3, 1, "learning rate", NULL},
     {"optimizer.betas", K_FLOAT2, OFF(betas), "0.9, 0.999", NULL, 0, 1, 0,
-     "Adam/LAMB/Lion betas, each in [0, 1)"},
-    {"optimizer.eps", K_FLOAT, OFF(eps), "1e-08", NULL, 0, 1, 0, "denominator epsilon"},
+     "Adam/LAMB/Lion betas, each in [0, 1)", NULL},
+    {"optimizer.eps", K_FLOAT, OFF(eps), "1e-08", NULL, 0, 1, 0, "denominator epsilon", NULL},
     {"optimizer.weight_decay", K_FLOAT, OFF(weight_decay), "0.01", NULL, 0, 10, 0,
-     "weight decay (decoupled for adamw and lion, L2 for the others)"},
-    {"optimizer.momentum", K_FLOAT, OFF(momentum), "0.9", NULL, 0, 1, 0, "SGD momentum"},
-    {"optimizer.nesterov", K_BOOL, OFF(nesterov), "false", NULL, 0, 0, 0, "SGD Nesterov momentum"},
+     "weight decay (decoupled for adamw and lion, L2 for the others)", NULL},
+    {"optimizer.momentum", K_FLOAT, OFF(momentum), "0.9", NULL, 0, 1, 0, "SGD momentum", NULL},
+    {"optimizer.nesterov", K_BOOL, OFF(nesterov), "false", NULL, 0, 0, 0, "SGD Nesterov momentum", NULL},
     {"optimizer.threads", K_INT, OFF(threads), "0", NULL, 0, 4096, 0,
-     "CPU optimizer threads; 0 = one per core"},
+     "CPU optimizer threads; 0 = one per core", NULL},
     {"precision.params", K_ENUM, OFF(prec_params), "bf16", "fp32|fp16|bf16", 0, 0, 0,
-     "dtype of the parameters the GPU computes with"},
+     "dtype of the parameters the GPU computes with", v_prec},
     {"precision.loss_scale", K_SCALE, OFF(loss_scale), "dynamic", NULL, 0, 0, 0,
-     "\"dynamic\" or a fixed scale > 0 (fp16; bf16 and fp32 use 1)"},
+     "\"dynamic\" or a fixed scale > 0 (fp16; bf16 and fp32 use 1)", NULL},
     {"precision.initial_scale", K_FLOAT, OFF(initial_scale), "65536", NULL, 0, 1e30, 1,
-     "first dynamic loss scale"},
+     "first dynamic loss scale", NULL},
     {"precision.growth_interval", K_INT, OFF(growth_interval), "2000", NULL, 1, 1e9, 0,
-     "steps without overflow before the dynamic scale doubles"},
+     "steps without overflow before the dynamic scale doubles", NULL},
     {"precision.backoff", K_FLOAT, OFF(backoff), "0.5", NULL, 0, 1, 1,
-     "factor applied to the dynamic scale on overflow"},
+     "factor applied to the dynamic scale on overflow", NULL},
     {"clip_grad_norm", K_FLOAT, OFF(clip_grad_norm), "0", NULL, 0, 1e30, 0,
-     "clip gradients to this global L2 norm; 0 = off"},
+     "clip gradients to this global L2 norm; 0 = off", NULL},
     {"grad_accumulation", K_INT, OFF(grad_accumulation), "1", NULL, 1, 1e6, 0,
-     "micro-batches per optimizer step"},
+     "micro-batches per optimizer step", NULL},
     {"eviction", K_ENUM, OFF(eviction), "furthest", "furthest|lru", 0, 0, 0,
-     "eviction policy: furthest next use from the recorded trace, or least recently used"},
+     "eviction policy: furthest next use from the recorded trace, or least recently used", v_evict},
     {"prefetch_depth", K_INT, OFF(prefetch_depth), "0", NULL, 0, 1e6, 0,
-     "groups fetched ahead; 0 = as far as the device budget allows"},
+     "groups fetched ahead; 0 = as far as the device budget allows", NULL},
     {"step_during_backward", K_BOOL, OFF(step_during_backward), "true", NULL, 0, 0, 0,
      "run each group's optimizer update as soon as its grads are final, overlapping backward "
-     "(only without clipping and fp16 loss scaling, which need the whole gradient first)"},
+     "(only without clipping and fp16 loss scaling, which need the whole gradient first)", NULL},
     {"timeline", K_STR, OFF(timeline), "", NULL, 0, 0, 0,
-     "write a Chrome trace JSON of every transfer and kernel to this file; \"\" = off"},
+     "write a Chrome trace JSON of every transfer and kernel to this file; \"\" = off", NULL},
     {"log_level", K_ENUM, OFF(log_level), "silent", "silent|error|warn|info|debug", 0, 0, 0,
-     "engine log level (messages go to the log callback)"},
+     "engine log level (messages go to the log callback)", v_log},
 };
 #define NKEYS (int)(sizeof keys / sizeof keys[0])
 
@@ -193,6 +208,17 @@ static int enum_index(const key_def *k, const char *s) {
   return -1;
 }
 
+/* The j-th name of an enum key exists (j counts from 0). */
+static int enum_name_at(const key_def *k, int j) {
+  const char *p = k->names;
+  for (int i = 0; i < j; i++) {
+    p = strchr(p, '|');
+    if (!p) return 0;
+    p++;
+  }
+  return 1;
+}
+
 static int parse_double(const char *s, double *out) {
   char *end;
   errno = 0;
@@ -215,7 +241,7 @@ static int set_text(ferry_config_values *v, const key_def *k, const char *s, cha
       snprintf(why, wl, "one of %s", k->names);
       return -1;
     }
-    *(int *)dst = i;
+    *(int *)dst = k->vals ? k->vals[i] : i;
     return 0;
   }
   case K_SIZE: {
@@ -327,7 +353,9 @@ static void get_text(const ferry_config_values *v, const key_def *k, char *buf, 
   const char *src = (const char *)v + k->off;
   switch (k->k) {
   case K_ENUM: {
-    int idx = *(const int *)src, i = 0;
+    int val = *(const int *)src, idx = val, i = 0;
+    for (int j = 0; k->vals && enum_name_at(k, j); j++)
+      if (k->vals[j] == val) idx = j;
     const char *p = k->names;
     while (i < idx && strchr(p, '|')) {
       p = strchr(p, '|') + 1;

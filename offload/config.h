@@ -6,35 +6,39 @@
 #define FERRY_OFFLOAD_CONFIG_H
 
 #include "core/core.h"
+#include "memory/memory.h" /* ferry_evict_policy */
 
 #define FERRY_CFG_MAX_PATHS 16
 
-typedef enum { CFG_TIER_GPU = 0, CFG_TIER_HOST = 1, CFG_TIER_NVME = 2 } cfg_tier;
+/* The enums of keys that have no library enum of their own. */
+typedef enum { FERRY_NUMA_LOCAL = 0, FERRY_NUMA_INTERLEAVE = 1, FERRY_NUMA_NONE = 2 } ferry_numa_policy;
+typedef enum { FERRY_MEMLOCK_ERROR = 0, FERRY_MEMLOCK_PAGEABLE = 1 } ferry_memlock_fallback;
+typedef enum { FERRY_VERIFY_CRC32C = 0, FERRY_VERIFY_NONE = 1 } ferry_verify_mode;
 
-/* The typed values the engine reads. Enums are indices into the key's list
- * of names (see the table in config.c). */
+/* The typed values the engine reads. An enum key decodes straight into the
+ * library's own enum (the table in config.c maps each name to its value). */
 typedef struct {
-  int device;               /* 0 auto, 1 cuda, 2 host */
+  ferry_device_kind device;
   uint64_t chunk_size;
   uint64_t gpu_budget;      /* 0: free device memory (cuda); required for host */
   uint64_t host_budget;     /* 0: available RAM */
   int host_pinned;
-  int host_numa;            /* 0 local, 1 interleave, 2 none */
-  int host_memlock;         /* 0 error, 1 pageable */
+  ferry_numa_policy host_numa;
+  ferry_memlock_fallback host_memlock;
   int host_hugepages;
   int nvme_npaths;
   char nvme_paths[FERRY_CFG_MAX_PATHS][1024];
   uint64_t nvme_budget;     /* 0: what the layout needs */
   int64_t nvme_queue_depth;
   uint64_t nvme_block_size;
-  int nvme_verify;          /* 0 crc32c, 1 none */
+  ferry_verify_mode nvme_verify;
   int nvme_sqpoll;
   int64_t nvme_check_threads;
   int nvme_keep_files;
-  int place_params;         /* cfg_tier */
-  int place_grads;          /* cfg_tier (gpu or host) */
-  int place_optimizer;      /* cfg_tier */
-  int opt_type;             /* 0 adamw 1 adam 2 adagrad 3 lamb 4 sgd 5 lion */
+  ferry_tier place_params;
+  ferry_tier place_grads;      /* device or host */
+  ferry_tier place_optimizer;
+  ferry_optim_type opt_type;
   double lr;
   double betas[2];
   double eps;
@@ -42,18 +46,18 @@ typedef struct {
   double momentum;
   int nesterov;
   int64_t threads;          /* 0: all cores */
-  int prec_params;          /* 0 fp32 1 fp16 2 bf16 */
+  ferry_dtype prec_params;     /* F32, F16 or BF16 */
   double loss_scale;        /* 0: dynamic */
   double initial_scale;
   int64_t growth_interval;
   double backoff;
   double clip_grad_norm;    /* 0: off */
   int64_t grad_accumulation;
-  int eviction;             /* 0 furthest, 1 lru */
+  ferry_evict_policy eviction;
   int64_t prefetch_depth;   /* groups ahead; 0: as far as the budget allows */
   int step_during_backward; /* update each group once its grads are final */
   char timeline[1024];      /* "" off */
-  int log_level;            /* FERRY_LOG_* */
+  int log_level;               /* FERRY_LOG_* */
 } ferry_config_values;
 
 const ferry_config_values *ferry_config_values_get(const ferry_config *c);

@@ -1,6 +1,22 @@
-/* offload/engine_impl.h — the engine's private structures, shared by
- * engine.c (creation, registration, finalize, fetch/release, the gradient
- * drain) and step.c (the pipelined optimizer step).
+/* offload/engine_impl.h — the engine's private structures and the calls
+ * between its rooms. Each room is one file and calls go one way:
+ *
+ *   checkpoint.c ─┐
+ *   step.c ───────┼─> drain.c ─> stepper.c ─> group.c
+ *   engine.c ─────┘      (and every room may call group.c)
+ *
+ *   group.c    the group table: parameters, groups, their tensors in the
+ *              memory manager, each group's update state
+ *   stepper.c  the update worker (the stepper thread) and its queue
+ *   drain.c    the gradient drain (the drain thread), device grad buffers
+ *   step.c     the ferry_step driver: norm, scaling, queueing the updates
+ *   engine.c   create, finalize, fetch/release, quiesce/restore
+ *
+ * Threads: the loop (the caller of the public API), the drain thread and
+ * the stepper thread. One mutex, `mu`, guards every field marked (mu); a
+ * field marked (loop), (drain) or (stepper) is touched by that thread only;
+ * (fixed) fields are written by create/finalize before the threads start
+ * and only read afterwards.
  */
 #ifndef FERRY_ENGINE_IMPL_H
 #define FERRY_ENGINE_IMPL_H
@@ -13,9 +29,11 @@
 #include <pthread.h>
 
 #define ENGINE_GRAD_SLOTS 2   /* device grad buffers in flight (backward / drain) */
-#define ENGINE_STAGE_SLOTS 2  /* pinned buffers for D2H grads and param uploads */
+#define ENGINE_STAGE_SLOTS 2  /* pinned buffers for param uploads */
 
-typedef struct {
+/* ---- group.c: the group table -------------------------------------------- */
+
+typedef struct { /* (fixed) */
   char *name;
   int64_t shape[FERRY_MEM_MAX_DIMS];
   int ndim;
@@ -28,116 +46,203 @@ typedef struct {
   size_t goff;                   /* element offset within its group */
 } eng_param;
 
+/* A group's optimizer update, from its grads being final to its new params
+ * being where the next fetch finds them. Transitions (group_set_state):
+ *   IDLE ─queue─> QUEUED ─done─> UPDATED ─committed─> IDLE
+ *   QUEUED ─failed─> FAILED ─retried by ferry_step─> QUEUED
+ * A group is fetched only in IDLE or FAILED (FAILED: fetch reports it). */
+typedef enum {
+  GROUP_IDLE = 0,    /* params current */
+  GROUP_QUEUED = 1,  /* its update is queued or running */
+  GROUP_UPDATED = 2, /* updated; the new params are not committed yet */
+  GROUP_FAILED = 3,  /* the update failed before changing anything (fail_status) */
+  GROUP_STATE_COUNT
+} group_state;
+
 typedef struct {
-  uint32_t first, count; /* indices into e->by_group */
-  size_t n;              /* elements */
-  int fetched;           /* holds on the device params */
-  ferry_stream *stream;  /* stream of the current fetch */
-  int grad_slot;         /* device grad buffer held, -1 none */
-  ferry_event *uploaded; /* the step's upload of a device-home group's params */
-  double sumsq;          /* of the accumulated grads (last micro-batch) */
-  int nonfinite;
-  int step_queued;       /* its update is queued, running or not committed */
-  int updated;           /* its optimizer update is done, params not committed */
-  int failed;            /* its update failed before changing anything (the status):
-                            the next ferry_step runs it again */
+  uint32_t first, count; /* (fixed) indices into by_group */
+  size_t n;              /* (fixed) elements */
+  ferry_event *uploaded; /* (fixed) the step's upload of a device-home group's params */
+  int fetched;           /* (mu) holds on the device params */
+  group_state state;     /* (mu) group_set_state */
+  int fail_status;       /* (mu) the status of a FAILED update */
+  ferry_stream *stream;  /* (loop) stream of the current fetch */
+  int grad_slot;         /* (loop) device grad buffer held, -1 none */
+  double sumsq;          /* (drain; the loop after drain_wait) of the accumulated grads */
+  int nonfinite;         /*   (last micro-batch) */
 } eng_group;
 
 typedef struct {
-  void *dev;             /* device buffer (param dtype) */
-  int owner;             /* group, -1 free */
-  ferry_event *ready;    /* backward's writes done (recorded by grads_ready) */
+  eng_param *params;  /* (fixed) in registration order */
+  size_t nparams, capparams;
+  uint32_t *by_group; /* (fixed) param indices sorted by (group, registration) */
+  eng_group *groups;
+  uint32_t ngroups;
+  size_t max_group_n; /* (fixed) elements of the largest group */
+  size_t max_count;   /* (fixed) params of the group with most */
+} eng_groups;
+
+/* ---- drain.c: the gradient drain --------------------------------------- */
+
+typedef struct {
+  void *dev;             /* (fixed) device buffer (param dtype) */
+  ferry_event *ready;    /* (fixed) backward's writes done (recorded by grads_ready) */
+  int owner;             /* (mu) group, -1 free */
 } eng_grad_slot;
 
+typedef struct {
+  pthread_t thread;
+  int started;           /* (loop) */
+  pthread_cond_t cv_work, cv_idle, cv_slot; /* with mu */
+  uint32_t *queue;       /* (mu) groups whose grads are ready, FIFO */
+  size_t qhead, qtail, qcap;
+  int busy;              /* (mu) the drain thread is working on one */
+  int stop;              /* (mu) */
+  int status;            /* (mu) first error of the drain */
+  int micro;             /* (mu) micro-batches drained completely this step */
+  uint32_t in_micro;     /* (mu) groups drained in the current micro-batch */
+  eng_grad_slot slot[ENGINE_GRAD_SLOTS];
+  void *stage;           /* (drain) pinned, the largest group in param dtype */
+  ferry_optimizer *opt;  /* (drain) one-thread optimizer for accumulation and stats */
+} eng_drain;
+
+/* ---- stepper.c: the update worker ---------------------------------------- */
+
+typedef struct {
+  pthread_t thread;
+  int started;           /* (loop) */
+  pthread_cond_t cv;     /* with mu: queued / group done / released / stop */
+  uint32_t *queue;       /* (mu) groups waiting for their update, FIFO */
+  size_t head, tail;
+  uint32_t pending;      /* (mu) groups queued or being updated */
+  float gscale;          /* (mu) grad scale of the queued updates */
+  int64_t cur_step;      /* (mu) steps before the update being applied (bias correction) */
+  int status;            /* (mu) first error of an asynchronous step */
+  int stop;              /* (mu) */
+  /* (stepper; finalize's initial values before the thread starts) */
+  void *stage_up[ENGINE_STAGE_SLOTS];   /* pinned, the largest group in param dtype */
+  ferry_event *stage_up_ev[ENGINE_STAGE_SLOTS];
+  void *param_stage;                    /* host/NVMe param homes: the largest group */
+  ferry_optim_span *spans;              /* max params of a group */
+  void **dsts;                          /* per param of a group: where new params go */
+} eng_stepper;
+
+/* ---- the engine ------------------------------------------------------------ */
+
 struct ferry_engine {
+  /* (fixed) */
   ferry_config *cfg;
   const ferry_config_values *cv;
-  ferry_errbuf err;
   ferry_logger log;
   ferry_device *dev;
   int own_dev;
-  int finalized;
-  int dtype;        /* FERRY_OPTIM_DT_* of params and device grads */
-  size_t esize;     /* bytes per param element */
-  int param_home, grad_home, optim_home; /* FERRY_TIER_* */
-  int nstates;      /* optimizer states per element (0, 1, 2) */
-
-  eng_param *params;
-  size_t nparams, capparams;
-  uint32_t *by_group; /* param indices sorted by (group, registration) */
-  eng_group *groups;
-  uint32_t ngroups;
-  size_t max_group_n;
-
-  ferry_mem *mem;
-  ferry_swap *swap;
-  ferry_optimizer *opt;
-  ferry_loss_scaler scaler;
+  int finalized;     /* (loop) */
+  ferry_dtype dtype; /* of params and device grads */
+  size_t esize;      /* bytes per param element */
+  ferry_tier param_home, grad_home, optim_home;
+  int nstates;       /* optimizer states per element (0, 1, 2) */
+  int eager;         /* update each group as soon as its grads are final */
   int dynamic_scale;
   float fixed_scale;
+  ferry_mem *mem;    /* thread-safe */
+  ferry_swap *swap;  /* thread-safe */
+  ferry_optimizer *opt;    /* (stepper) */
+  ferry_stream *up, *down; /* param uploads (stepper), grad downloads (drain) */
+  ferry_timeline tl;       /* thread-safe */
+  double copy_t0[2];       /* (the manager's copy hook, in stream order) */
+  ferry_errbuf err;        /* any thread: the last failure's message */
 
-  ferry_stream *up, *down; /* engine copy streams: param uploads, grad downloads */
-  eng_grad_slot gslot[ENGINE_GRAD_SLOTS];
-  void *stage_up[ENGINE_STAGE_SLOTS];   /* pinned, max group in param dtype */
-  ferry_event *stage_up_ev[ENGINE_STAGE_SLOTS];
-  void *stage_down;                     /* pinned, max group in param dtype */
-  void *param_stage;                    /* host/NVMe param homes: the largest group */
-  ferry_optim_span *spans;              /* max params of a group */
-  ferry_grad_span *gspans;
-  void **dsts;                          /* per param of a group: where new params go */
-
-  /* gradient drain */
-  pthread_t drain;
-  int drain_started;
   pthread_mutex_t mu;
-  pthread_cond_t cv_work, cv_idle, cv_slot;
-  uint32_t *queue;     /* groups whose grads are ready, FIFO */
-  size_t qhead, qtail, qcap;
-  int draining;        /* the drain thread is working on one */
-  int stop;
-  int drain_status;    /* first error of the drain */
-  int micro;           /* micro-batches drained completely this step */
-  uint32_t drained_in_micro; /* groups drained in the current micro-batch */
+  eng_groups gt;
+  eng_drain drain;
+  eng_stepper stepper;
 
-  /* the step runs on its own thread; fetch(g) waits until group g is done */
-  pthread_t stepper;
-  int stepper_started;
-  pthread_cond_t cv_step;   /* step requested / group done / step over */
-  uint32_t *sq;             /* groups waiting for their update, FIFO */
-  size_t sq_head, sq_tail;
-  uint32_t step_pending;    /* groups queued or being updated */
-  float step_gscale;        /* grad scale of the queued updates */
-  int step_status;          /* first error of an asynchronous step */
-  int eager;                /* update each group as soon as its grads are final */
-  ferry_optimizer *gopt;    /* one-thread optimizer for the drain's helpers */
-
-  size_t fetches;           /* ferry_fetch calls since the last step */
-  int64_t steps;
-  int64_t cur_step;    /* steps before the update being applied (bias correction) */
+  /* (loop) the step driver and the loop's fetches */
+  ferry_loss_scaler scaler;
+  int64_t steps;       /* (loop writes under mu) optimizer steps taken */
+  size_t fetches;      /* ferry_fetch calls since the last step */
   int tracing;         /* recording the first step's fetch order */
   uint32_t *trace;     /* the loop's fetches of the first step (groups) */
   int *trace_fam;
   size_t ntrace, captrace;
-  ferry_timeline tl;
-  double copy_t0[2];   /* start of the manager's H2D / D2H copy in flight */
 };
 
-/* step.c */
-int engine_step(ferry_engine *e, ferry_step_info *info);
-void *engine_step_main(void *arg);
-/* Waits until no step is running; returns (and clears) its error. */
-int engine_wait_step(ferry_engine *e);
-/* Waits until group g of a running step is updated. */
-int engine_wait_step_group(ferry_engine *e, uint32_t g);
-/* Queues group g's update (e->mu held). */
-void engine_queue_step(ferry_engine *e, uint32_t g);
+/* The tier where the CPU (or the device, for device homes) works on a
+ * family: its home, or host when the home is NVMe. */
+static inline ferry_tier work_tier(ferry_tier home) {
+  return home == FERRY_TIER_NVME ? FERRY_TIER_HOST : home;
+}
+
+/* group.c */
+int group_add_param(ferry_engine *e, const char *name, const int64_t *shape, int ndim, int group,
+                    const float *values, ferry_init_fn init, void *init_user);
+int group_build(ferry_engine *e);          /* finalize: order, offsets, buffers */
+int group_register(ferry_engine *e);       /* finalize: tensors in the manager */
+void group_check_chunks(ferry_engine *e);  /* finalize: no chunk holds two groups */
+void group_free(eng_groups *gt);
+eng_param *group_param(ferry_engine *e, uint32_t g, uint32_t k); /* k-th param of group g */
+eng_param *group_find(ferry_engine *e, const char *name);
+/* Moves group g to `to` (mu held); aborts on a transition not in the chart. */
+void group_set_state(ferry_engine *e, uint32_t g, group_state to);
+const char *group_state_name(group_state s);
+/* A group whose update is queued, running or not committed yet. */
+static inline int group_pending(const eng_group *gr) {
+  return gr->state == GROUP_QUEUED || gr->state == GROUP_UPDATED;
+}
+const char *group_role_suffix(int role); /* "", ".grad", ".master", ... */
+/* Zeroes group g's accumulated grads (held: the caller holds them in the
+ * grads' work tier); a memory manager status. */
+int group_zero_grads(ferry_engine *e, uint32_t g, int held);
+/* e->err gets "what: <the manager's message>"; returns rc. */
+int engine_mem_err(ferry_engine *e, int rc, const char *what);
+
+/* stepper.c */
+int stepper_init(ferry_engine *e, size_t gbytes); /* finalize: buffers */
+int stepper_init_param_stage(ferry_engine *e);    /* finalize, after the manager */
+int stepper_start(ferry_engine *e);
+void stepper_stop(ferry_engine *e);
+void stepper_free(ferry_engine *e);
+void stepper_queue(ferry_engine *e, uint32_t g); /* (mu held) */
+/* Runs again the updates that failed; 1 when there were any. */
+int stepper_retry_failed(ferry_engine *e);
+/* Waits until no update is queued or running; returns (and clears) the
+ * first error. */
+int stepper_wait_all(ferry_engine *e);
+/* Waits until group g's update is done; its failure status, or 0. */
+int stepper_wait_group(ferry_engine *e, uint32_t g);
 /* Writes a group's params (param dtype) from its fp32 master values, which
  * must be held in the optimizer's work tier (finalize). */
-int engine_write_params(ferry_engine *e, uint32_t g, int slot, const float *unused);
-/* engine.c: prefetch what the trace expects next */
-void engine_prefetch(ferry_engine *e);
-/* engine.c */
-int engine_wait_drain(ferry_engine *e);
-int engine_fail(ferry_engine *e, int status, const char *what);
+int stepper_write_params(ferry_engine *e, uint32_t g);
+
+/* drain.c */
+int drain_init(ferry_engine *e, size_t gbytes); /* finalize: buffers */
+int drain_init_optimizer(ferry_engine *e, const ferry_optimizer_config *oc);
+int drain_start(ferry_engine *e);
+void drain_stop(ferry_engine *e);
+void drain_free(ferry_engine *e);
+/* A free device grad buffer for group g (waits while both are draining). */
+int drain_take_slot(ferry_engine *e, uint32_t g, int *slot);
+void drain_submit(ferry_engine *e, uint32_t g); /* its grads are ready */
+/* Waits until every submitted group is drained; the drain's first error. */
+int drain_wait(ferry_engine *e);
+void drain_progress(ferry_engine *e, int *micro, uint32_t *in_micro);
+void drain_reset_micro(ferry_engine *e);
+
+/* engine.c: for checkpoints */
+/* Waits until the loop is between steps (no step, no drain, no micro-batch
+ * half handed in, no group fetched, uploads done); `op` names the caller in
+ * errors. */
+int engine_quiesce(ferry_engine *e, const char *op);
+/* The step counter and loss scale a checkpoint saves and loads back. */
+typedef struct {
+  int64_t steps;
+  float scale;
+  int good_steps;
+  int64_t skipped;
+} engine_progress;
+void engine_progress_get(const ferry_engine *e, engine_progress *out);
+/* Sets them (after a quiesce, from a checkpoint): the next update uses
+ * step p->steps for its bias correction. */
+void engine_restore(ferry_engine *e, const engine_progress *p);
 
 #endif

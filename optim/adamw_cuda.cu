@@ -45,8 +45,8 @@ __device__ static inline uint16_t d_f32_to_bf16(float x) {
 }
 
 __device__ static inline float d_load_g(const void *g, int dt, size_t i) {
-  if (dt == OPTIM_DT_F16) return d_f16_to_f32(((const uint16_t *)g)[i]);
-  if (dt == OPTIM_DT_BF16) return __uint_as_float((uint32_t)((const uint16_t *)g)[i] << 16);
+  if (dt == FERRY_DT_F16) return d_f16_to_f32(((const uint16_t *)g)[i]);
+  if (dt == FERRY_DT_BF16) return __uint_as_float((uint32_t)((const uint16_t *)g)[i] << 16);
   return ((const float *)g)[i];
 }
 
@@ -64,11 +64,11 @@ __global__ static void adam_kernel(optim_scalars s, float *P, const void *G, int
     P[i] = p;
     M[i] = m;
     V[i] = v;
-    if (cdt == OPTIM_DT_F16)
+    if (cdt == FERRY_DT_F16)
       ((uint16_t *)PC)[i] = d_f32_to_f16(p);
-    else if (cdt == OPTIM_DT_BF16)
+    else if (cdt == FERRY_DT_BF16)
       ((uint16_t *)PC)[i] = d_f32_to_bf16(p);
-    else if (cdt == OPTIM_DT_F32)
+    else if (cdt == FERRY_DT_F32)
       ((float *)PC)[i] = p;
   }
 }

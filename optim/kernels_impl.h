@@ -41,8 +41,7 @@ typedef struct {
   int native_bf16;    /* AVX-512: use the AVX512-BF16 conversion instruction */
 } optim_scalars;
 
-/* Element types of the buffers of a tile (same values as the public ones). */
-enum { OPTIM_DT_NONE = 0, OPTIM_DT_F32 = 1, OPTIM_DT_F16 = 2, OPTIM_DT_BF16 = 3 };
+/* Element types of the buffers of a tile: ferry_dtype (include/ferry.h). */
 
 /* A contiguous run of elements of one tensor. Pointers are already offset to
  * the run's first element; none needs any alignment beyond its type's. */

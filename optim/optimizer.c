@@ -159,6 +159,19 @@ struct ferry_optimizer {
   size_t cap_hfirst;
 };
 
+int ferry_optimizer_state_count(const ferry_optimizer_config *cfg) {
+  if (!cfg) return -1;
+  switch (cfg->type) {
+  case FERRY_OPTIM_ADAMW:
+  case FERRY_OPTIM_ADAM:
+  case FERRY_OPTIM_LAMB: return 2;
+  case FERRY_OPTIM_ADAGRAD:
+  case FERRY_OPTIM_LION: return 1;
+  case FERRY_OPTIM_SGD: return cfg->momentum == 0.0f ? 0 : 1;
+  }
+  return -1;
+}
+
 ferry_optimizer_config ferry_optimizer_config_default(ferry_optim_type type) {
   ferry_optimizer_config c;
   memset(&c, 0, sizeof c);
@@ -167,7 +180,7 @@ ferry_optimizer_config ferry_optimizer_config_default(ferry_optim_type type) {
   c.beta1 = 0.9f;
   c.beta2 = 0.999f;
   c.eps = 1e-8f;
-  c.state_dtype = FERRY_OPTIM_DT_F32;
+  c.state_dtype = FERRY_DT_F32;
   c.bind = 1;
   switch (type) {
   case FERRY_OPTIM_ADAMW: c.weight_decay = 1e-2f; break;
@@ -204,7 +217,7 @@ static int check_config(const ferry_optimizer_config *c, char *why, size_t len) 
   if (c->nesterov && (c->momentum <= 0.0f || c->dampening != 0.0f))
     return snprintf(why, len, "nesterov needs momentum > 0 and dampening 0"), -1;
   if (!(c->lr_decay >= 0.0f)) return snprintf(why, len, "lr_decay %g", c->lr_decay), -1;
-  if (c->state_dtype != FERRY_OPTIM_DT_F32 && c->state_dtype != FERRY_OPTIM_DT_BF16)
+  if (c->state_dtype != FERRY_DT_F32 && c->state_dtype != FERRY_DT_BF16)
     return snprintf(why, len, "state_dtype %d (fp32 or bf16)", c->state_dtype), -1;
   if (c->threads < 0) return snprintf(why, len, "threads %d", c->threads), -1;
   return 0;
@@ -300,7 +313,7 @@ int ferry_optimizer_get_info(ferry_optimizer *o, ferry_optimizer_info *out) {
 }
 
 static int dt_ok(int dt) {
-  return dt == FERRY_OPTIM_DT_F32 || dt == FERRY_OPTIM_DT_F16 || dt == FERRY_OPTIM_DT_BF16;
+  return dt == FERRY_DT_F32 || dt == FERRY_DT_F16 || dt == FERRY_DT_BF16;
 }
 
 static int check_span(ferry_optimizer *o, const ferry_optim_span *sp, size_t i) {
@@ -310,7 +323,7 @@ static int check_span(ferry_optimizer *o, const ferry_optim_span *sp, size_t i) 
   if (!dt_ok(sp->grad_dtype))
     return ferry_err(&o->err, FERRY_EINVAL, "span %zu: grad_dtype %d (fp32, fp16, bf16)", i,
                      sp->grad_dtype);
-  if (sp->copy_dtype != FERRY_OPTIM_DT_NONE && !dt_ok(sp->copy_dtype))
+  if (sp->copy_dtype != FERRY_DT_NONE && !dt_ok(sp->copy_dtype))
     return ferry_err(&o->err, FERRY_EINVAL, "span %zu: copy_dtype %d", i, sp->copy_dtype);
   if (sp->n == 0) return 0;
   if (!sp->param || !sp->grad)
@@ -320,12 +333,12 @@ static int check_span(ferry_optimizer *o, const ferry_optim_span *sp, size_t i) 
                      "span %zu: state1 is NULL (this optimizer keeps a state)", i);
   if (need2 && !sp->state2)
     return ferry_err(&o->err, FERRY_EINVAL, "span %zu: state2 (exp_avg_sq) is NULL", i);
-  if (sp->copy_dtype != FERRY_OPTIM_DT_NONE && !sp->param_copy)
+  if (sp->copy_dtype != FERRY_DT_NONE && !sp->param_copy)
     return ferry_err(&o->err, FERRY_EINVAL, "span %zu: copy_dtype set but param_copy is NULL", i);
   return 0;
 }
 
-static size_t esize(int dt) { return dt == FERRY_OPTIM_DT_F32 ? 4 : 2; }
+static size_t esize(int dt) { return dt == FERRY_DT_F32 ? 4 : 2; }
 
 static int grow(void **p, size_t *cap, size_t need, size_t elem) {
   if (need <= *cap) return 0;
@@ -366,7 +379,7 @@ static int build_tiles(ferry_optimizer *o, const ferry_optim_span *spans, size_t
                   : NULL;
       if (o->cfg.type == FERRY_OPTIM_SGD && o->cfg.momentum == 0.0f) t->s1 = NULL;
       t->cdt = sp->copy_dtype;
-      t->pc = t->cdt != FERRY_OPTIM_DT_NONE ? (char *)sp->param_copy + off * esize(t->cdt) : NULL;
+      t->pc = t->cdt != FERRY_DT_NONE ? (char *)sp->param_copy + off * esize(t->cdt) : NULL;
       t->gdt = sp->grad_dtype;
       t->sdt = sdt;
       t->trust = 1.0f;
@@ -488,7 +501,7 @@ int ferry_optimizer_step_cuda(ferry_optimizer *o, const ferry_optim_span *spans,
   if (!o) return FERRY_EINVAL;
   if (o->cfg.type != FERRY_OPTIM_ADAMW && o->cfg.type != FERRY_OPTIM_ADAM)
     return ferry_err(&o->err, FERRY_ENOTSUP, "step_cuda: only AdamW and Adam run on the GPU");
-  if (o->cfg.state_dtype != FERRY_OPTIM_DT_F32)
+  if (o->cfg.state_dtype != FERRY_DT_F32)
     return ferry_err(&o->err, FERRY_ENOTSUP, "step_cuda: fp32 states only");
   if (count && !spans) return ferry_err(&o->err, FERRY_EINVAL, "step_cuda: spans is NULL");
   if (ferry_optimizer_query(o) != 0)
@@ -503,7 +516,7 @@ int ferry_optimizer_step_cuda(ferry_optimizer *o, const ferry_optim_span *spans,
     const ferry_optim_span *sp = &spans[i];
     if (!sp->n) continue;
     optim_tile t = {sp->param, sp->grad,       sp->state1,         sp->state2,     sp->param_copy,
-                    sp->n,     sp->grad_dtype, FERRY_OPTIM_DT_F32, sp->copy_dtype, 1.0f};
+                    sp->n,     sp->grad_dtype, FERRY_DT_F32, sp->copy_dtype, 1.0f};
     char why[256] = "";
     int rc = optim_cuda_step(&sc, &t, cuda_stream, why, sizeof why);
     if (rc) return ferry_err(&o->err, rc, "step_cuda: span %zu: %s", i, why);

@@ -14,24 +14,24 @@
 
 OPT_INLINE vf vb_load(const void *b, int dt, size_t i) {
   switch (dt) {
-  case OPTIM_DT_F16: return v_load_f16((const uint16_t *)b + i);
-  case OPTIM_DT_BF16: return v_load_bf16((const uint16_t *)b + i);
+  case FERRY_DT_F16: return v_load_f16((const uint16_t *)b + i);
+  case FERRY_DT_BF16: return v_load_bf16((const uint16_t *)b + i);
   default: return v_loadu((const float *)b + i);
   }
 }
 
 OPT_INLINE void vb_store(void *b, int dt, size_t i, vf x, int nb) {
   switch (dt) {
-  case OPTIM_DT_F16: v_store_f16((uint16_t *)b + i, x); break;
-  case OPTIM_DT_BF16: v_store_bf16((uint16_t *)b + i, x, nb); break;
-  case OPTIM_DT_F32: v_storeu((float *)b + i, x); break;
+  case FERRY_DT_F16: v_store_f16((uint16_t *)b + i, x); break;
+  case FERRY_DT_BF16: v_store_bf16((uint16_t *)b + i, x, nb); break;
+  case FERRY_DT_F32: v_storeu((float *)b + i, x); break;
   default: break;
   }
 }
 
 /* What a stored state reads back as (bf16 states round). */
 OPT_INLINE vf vb_roundtrip(vf x, int dt, int nb) {
-  if (dt != OPTIM_DT_BF16) return x;
+  if (dt != FERRY_DT_BF16) return x;
   uint16_t tmp[VW];
   v_store_bf16(tmp, x, nb);
   return v_load_bf16(tmp);
@@ -102,7 +102,7 @@ OPT_INLINE void step_body(const optim_scalars *s, const optim_tile *t, int type,
     default: break;
     }
     v_storeu(P + i, p);
-    if (cdt != OPTIM_DT_NONE) vb_store(t->pc, cdt, i, p, nb);
+    if (cdt != FERRY_DT_NONE) vb_store(t->pc, cdt, i, p, nb);
   }
   if (i < n) optim_ref_step_range(s, t, i, n);
 }
@@ -137,22 +137,22 @@ OPT_INLINE void lamb1_body(const optim_scalars *s, const optim_tile *t, double *
 
 #define OPT_C(TYPE, G, S)                                                                          \
   switch (t->cdt) {                                                                                \
-  case OPTIM_DT_F16: step_body(s, t, TYPE, G, S, OPTIM_DT_F16); return;                            \
-  case OPTIM_DT_BF16: step_body(s, t, TYPE, G, S, OPTIM_DT_BF16); return;                          \
-  case OPTIM_DT_F32: step_body(s, t, TYPE, G, S, OPTIM_DT_F32); return;                            \
-  default: step_body(s, t, TYPE, G, S, OPTIM_DT_NONE); return;                                     \
+  case FERRY_DT_F16: step_body(s, t, TYPE, G, S, FERRY_DT_F16); return;                            \
+  case FERRY_DT_BF16: step_body(s, t, TYPE, G, S, FERRY_DT_BF16); return;                          \
+  case FERRY_DT_F32: step_body(s, t, TYPE, G, S, FERRY_DT_F32); return;                            \
+  default: step_body(s, t, TYPE, G, S, FERRY_DT_NONE); return;                                     \
   }
 #define OPT_S(TYPE, G)                                                                             \
-  if (t->sdt == OPTIM_DT_BF16) {                                                                   \
-    OPT_C(TYPE, G, OPTIM_DT_BF16)                                                                  \
+  if (t->sdt == FERRY_DT_BF16) {                                                                   \
+    OPT_C(TYPE, G, FERRY_DT_BF16)                                                                  \
   } else {                                                                                         \
-    OPT_C(TYPE, G, OPTIM_DT_F32)                                                                   \
+    OPT_C(TYPE, G, FERRY_DT_F32)                                                                   \
   }
 #define OPT_G(TYPE)                                                                                \
   switch (t->gdt) {                                                                                \
-  case OPTIM_DT_F16: OPT_S(TYPE, OPTIM_DT_F16) return;                                             \
-  case OPTIM_DT_BF16: OPT_S(TYPE, OPTIM_DT_BF16) return;                                           \
-  default: OPT_S(TYPE, OPTIM_DT_F32) return;                                                       \
+  case FERRY_DT_F16: OPT_S(TYPE, FERRY_DT_F16) return;                                             \
+  case FERRY_DT_BF16: OPT_S(TYPE, FERRY_DT_BF16) return;                                           \
+  default: OPT_S(TYPE, FERRY_DT_F32) return;                                                       \
   }
 
 static void k_adamw(const optim_scalars *s, const optim_tile *t) { OPT_G(FERRY_OPTIM_ADAMW) }
@@ -161,7 +161,7 @@ static void k_adagrad(const optim_scalars *s, const optim_tile *t) { OPT_G(FERRY
 static void k_sgd(const optim_scalars *s, const optim_tile *t) { OPT_G(FERRY_OPTIM_SGD) }
 static void k_lion(const optim_scalars *s, const optim_tile *t) { OPT_G(FERRY_OPTIM_LION) }
 static void k_lamb2(const optim_scalars *s, const optim_tile *t) {
-  OPT_S(FERRY_OPTIM_LAMB, OPTIM_DT_F32) /* phase 2 reads no gradient */
+  OPT_S(FERRY_OPTIM_LAMB, FERRY_DT_F32) /* phase 2 reads no gradient */
 }
 
 static void k_step(const optim_scalars *s, const optim_tile *t) {
@@ -177,19 +177,19 @@ static void k_step(const optim_scalars *s, const optim_tile *t) {
 }
 
 static void k_lamb1(const optim_scalars *s, const optim_tile *t, double *psq, double *usq) {
-  int bf = t->sdt == OPTIM_DT_BF16;
+  int bf = t->sdt == FERRY_DT_BF16;
   switch (t->gdt) {
-  case OPTIM_DT_F16:
-    bf ? lamb1_body(s, t, psq, usq, OPTIM_DT_F16, OPTIM_DT_BF16)
-       : lamb1_body(s, t, psq, usq, OPTIM_DT_F16, OPTIM_DT_F32);
+  case FERRY_DT_F16:
+    bf ? lamb1_body(s, t, psq, usq, FERRY_DT_F16, FERRY_DT_BF16)
+       : lamb1_body(s, t, psq, usq, FERRY_DT_F16, FERRY_DT_F32);
     break;
-  case OPTIM_DT_BF16:
-    bf ? lamb1_body(s, t, psq, usq, OPTIM_DT_BF16, OPTIM_DT_BF16)
-       : lamb1_body(s, t, psq, usq, OPTIM_DT_BF16, OPTIM_DT_F32);
+  case FERRY_DT_BF16:
+    bf ? lamb1_body(s, t, psq, usq, FERRY_DT_BF16, FERRY_DT_BF16)
+       : lamb1_body(s, t, psq, usq, FERRY_DT_BF16, FERRY_DT_F32);
     break;
   default:
-    bf ? lamb1_body(s, t, psq, usq, OPTIM_DT_F32, OPTIM_DT_BF16)
-       : lamb1_body(s, t, psq, usq, OPTIM_DT_F32, OPTIM_DT_F32);
+    bf ? lamb1_body(s, t, psq, usq, FERRY_DT_F32, FERRY_DT_BF16)
+       : lamb1_body(s, t, psq, usq, FERRY_DT_F32, FERRY_DT_F32);
     break;
   }
 }
@@ -204,9 +204,9 @@ OPT_INLINE double sumsq_body(const void *g, int dt, size_t n) {
 
 static double k_sumsq(const void *g, int dt, size_t n) {
   switch (dt) {
-  case OPTIM_DT_F16: return sumsq_body(g, OPTIM_DT_F16, n);
-  case OPTIM_DT_BF16: return sumsq_body(g, OPTIM_DT_BF16, n);
-  default: return sumsq_body(g, OPTIM_DT_F32, n);
+  case FERRY_DT_F16: return sumsq_body(g, FERRY_DT_F16, n);
+  case FERRY_DT_BF16: return sumsq_body(g, FERRY_DT_BF16, n);
+  default: return sumsq_body(g, FERRY_DT_F32, n);
   }
 }
 
@@ -220,9 +220,9 @@ OPT_INLINE void acc_body(float *acc, const void *g, int dt, size_t n, float scal
 
 static void k_accumulate(float *acc, const void *g, int dt, size_t n, float scale) {
   switch (dt) {
-  case OPTIM_DT_F16: acc_body(acc, g, OPTIM_DT_F16, n, scale); break;
-  case OPTIM_DT_BF16: acc_body(acc, g, OPTIM_DT_BF16, n, scale); break;
-  default: acc_body(acc, g, OPTIM_DT_F32, n, scale); break;
+  case FERRY_DT_F16: acc_body(acc, g, FERRY_DT_F16, n, scale); break;
+  case FERRY_DT_BF16: acc_body(acc, g, FERRY_DT_BF16, n, scale); break;
+  default: acc_body(acc, g, FERRY_DT_F32, n, scale); break;
   }
 }
 

@@ -30,7 +30,7 @@
  * usage: test_plan_engine SCRATCH_DIR
  */
 #include "ferry.h"
-#include "offload/engine_impl.h"
+#include "offload/engine_internal.h"
 #include "offload/plan.h"
 #include "tests/test.h"
 
@@ -148,11 +148,12 @@ static int run_engine(ferry_config *c, const tensor *t, size_t nt, int groups, i
     out->host_optim = st.peak[FERRY_TIER_HOST][FERRY_FAMILY_OPTIM];
     out->host_homes = st.peak[FERRY_TIER_HOST][FERRY_FAMILY_PARAMS] +
                       st.peak[FERRY_TIER_HOST][FERRY_FAMILY_GRADS];
-    size_t gbytes = ferry_align_up(e->max_group_n * e->esize, 4096);
-    out->own_dev = ENGINE_GRAD_SLOTS * ferry_align_up(gbytes, 256);
-    /* host/NVMe param homes: one more staging of the largest group */
-    size_t unit = e->param_home != FERRY_TIER_DEVICE ? e->max_group_n : 0;
-    out->own_host = (ENGINE_STAGE_SLOTS + 1) * gbytes + unit * e->esize;
+    /* grad buffers; grad and upload staging, and for host/NVMe param homes
+     * one more staging of the largest group */
+    size_t own_dev, own_host;
+    engine_own_bytes(e, &own_dev, &own_host);
+    out->own_dev = own_dev;
+    out->own_host = own_host;
   }
   free(first);
   if (s) ferry_stream_destroy(s);

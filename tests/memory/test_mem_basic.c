@@ -35,21 +35,21 @@ static void test_registry(void) {
   ferry_mem *m = make(1 << 16, 1 << 20, 4096, FERRY_EVICT_LRU);
   int64_t shp[2] = {4, 8};
   uint32_t id;
-  EXPECT(ferry_mem_register(m, "", FERRY_MEM_F32, 2, shp, 0, FERRY_ROLE_PARAM, &id) == FERRY_EINVAL);
-  EXPECT(ferry_mem_register(m, "a\nb", FERRY_MEM_F32, 2, shp, 0, FERRY_ROLE_PARAM, &id) ==
+  EXPECT(ferry_mem_register(m, "", FERRY_DT_F32, 2, shp, 0, FERRY_ROLE_PARAM, &id) == FERRY_EINVAL);
+  EXPECT(ferry_mem_register(m, "a\nb", FERRY_DT_F32, 2, shp, 0, FERRY_ROLE_PARAM, &id) ==
          FERRY_EINVAL);
   EXPECT(strstr(ferry_mem_last_error(m), "non-printable") != NULL);
   char longname[300];
   memset(longname, 'x', sizeof longname - 1);
   longname[sizeof longname - 1] = 0;
-  EXPECT(ferry_mem_register(m, longname, FERRY_MEM_F32, 2, shp, 0, FERRY_ROLE_PARAM, &id) ==
+  EXPECT(ferry_mem_register(m, longname, FERRY_DT_F32, 2, shp, 0, FERRY_ROLE_PARAM, &id) ==
          FERRY_EINVAL);
-  EXPECT(ferry_mem_register(m, "w", FERRY_MEM_F32, 2, shp, 0, FERRY_ROLE_PARAM, &id) == 0 && id == 0);
-  EXPECT(ferry_mem_register(m, "w", FERRY_MEM_F16, 2, shp, 1, FERRY_ROLE_PARAM, &id) == FERRY_EINVAL);
+  EXPECT(ferry_mem_register(m, "w", FERRY_DT_F32, 2, shp, 0, FERRY_ROLE_PARAM, &id) == 0 && id == 0);
+  EXPECT(ferry_mem_register(m, "w", FERRY_DT_F16, 2, shp, 1, FERRY_ROLE_PARAM, &id) == FERRY_EINVAL);
   EXPECT(strstr(ferry_mem_last_error(m), "already registered") != NULL);
   int64_t bad[1] = {0};
-  EXPECT(ferry_mem_register(m, "z", FERRY_MEM_F32, 1, bad, 0, FERRY_ROLE_PARAM, &id) == FERRY_EINVAL);
-  EXPECT(ferry_mem_register(m, "w.grad", FERRY_MEM_BF16, 2, shp, 0, FERRY_ROLE_GRAD, &id) == 0 && id == 1);
+  EXPECT(ferry_mem_register(m, "z", FERRY_DT_F32, 1, bad, 0, FERRY_ROLE_PARAM, &id) == FERRY_EINVAL);
+  EXPECT(ferry_mem_register(m, "w.grad", FERRY_DT_BF16, 2, shp, 0, FERRY_ROLE_GRAD, &id) == 0 && id == 1);
   uint32_t got = 99;
   EXPECT(ferry_mem_lookup(m, "w.grad", &got) == 0 && got == 1);
   EXPECT(ferry_mem_lookup(m, "nope", &got) == FERRY_ENOENT);
@@ -65,7 +65,7 @@ static void test_layout(void) {
   for (int i = 0; i < 6; i++) {
     char name[16];
     snprintf(name, sizeof name, "p%d", i);
-    REQUIRE(ferry_mem_register(m, name, FERRY_MEM_F16, 1, &n[i], g[i], FERRY_ROLE_PARAM, NULL) == 0);
+    REQUIRE(ferry_mem_register(m, name, FERRY_DT_F16, 1, &n[i], g[i], FERRY_ROLE_PARAM, NULL) == 0);
   }
   REQUIRE(ferry_mem_finalize(m) == 0);
   ferry_mem_tensor_info t[6];
@@ -94,7 +94,7 @@ static void test_layout(void) {
 static void test_too_big(void) {
   ferry_mem *m = make(8192, 1 << 20, 4096, FERRY_EVICT_LRU);
   int64_t n = 10000; /* 20000 bytes of fp16, device budget 8 KiB */
-  REQUIRE(ferry_mem_register(m, "huge.weight", FERRY_MEM_F16, 1, &n, 0, FERRY_ROLE_PARAM, NULL) == 0);
+  REQUIRE(ferry_mem_register(m, "huge.weight", FERRY_DT_F16, 1, &n, 0, FERRY_ROLE_PARAM, NULL) == 0);
   EXPECT(ferry_mem_finalize(m) == FERRY_ENOMEM);
   const char *e = ferry_mem_last_error(m);
   EXPECT(strstr(e, "huge.weight") && strstr(e, "device") && strstr(e, "20000 bytes"));
@@ -109,7 +109,7 @@ static void test_enomem_and_trace(void) {
   for (uint32_t g = 0; g < 4; g++) {
     char name[16];
     snprintf(name, sizeof name, "l%u.w", g);
-    REQUIRE(ferry_mem_register(m, name, FERRY_MEM_F16, 1, &n, g, FERRY_ROLE_PARAM, NULL) == 0);
+    REQUIRE(ferry_mem_register(m, name, FERRY_DT_F16, 1, &n, g, FERRY_ROLE_PARAM, NULL) == 0);
   }
   REQUIRE(ferry_mem_finalize(m) == 0);
   EXPECT(ferry_mem_fetch(m, 0, 0, FERRY_TIER_DEVICE, NULL, 0) == 0);
@@ -164,7 +164,7 @@ static void test_illegal_transition(void) {
     REQUIRE(ferry_device_create(&dc, &dev) == 0);
     ferry_mem *m = make(1 << 16, 1 << 20, 4096, FERRY_EVICT_LRU);
     int64_t n = 64;
-    ferry_mem_register(m, "x", FERRY_MEM_F16, 1, &n, 0, FERRY_ROLE_PARAM, NULL);
+    ferry_mem_register(m, "x", FERRY_DT_F16, 1, &n, 0, FERRY_ROLE_PARAM, NULL);
     ferry_mem_finalize(m);
     mem_set_state(m, 0, FERRY_TIER_DEVICE, FERRY_RES_WRITING); /* absent -> writing */
     _exit(0);

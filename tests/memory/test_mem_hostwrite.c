@@ -69,7 +69,7 @@ static int run_home(int home) {
     char name[32];
     int64_t n = CS / 2;
     snprintf(name, sizeof name, "b%u.w", g);
-    REQUIRE(ferry_mem_register(m, name, FERRY_MEM_BF16, 1, &n, g, FERRY_ROLE_PARAM, &ids[g]) == 0);
+    REQUIRE(ferry_mem_register(m, name, FERRY_DT_BF16, 1, &n, g, FERRY_ROLE_PARAM, &ids[g]) == 0);
   }
   REQUIRE(ferry_mem_finalize(m) == 0);
   if (home == FERRY_TIER_NVME) REQUIRE(fake_store_attach(&fs, m, 20) == 0);

@@ -39,7 +39,7 @@ static int child(int fallback, rlim_t limit, size_t budget) {
   ferry_mem *m;
   if (ferry_mem_create(&mc, &m)) return 1;
   int64_t n = 1024;
-  ferry_mem_register(m, "w", FERRY_MEM_F16, 1, &n, 0, FERRY_ROLE_PARAM, NULL);
+  ferry_mem_register(m, "w", FERRY_DT_F16, 1, &n, 0, FERRY_ROLE_PARAM, NULL);
   int rc = ferry_mem_finalize(m);
   int bad = 0;
   char need[32];

@@ -178,14 +178,14 @@ static void run(int variant, int ops, unsigned long long seed) {
       for (int j = 0; j < k && nt < MAXT; j++) {
         int role = f == 0 ? FERRY_ROLE_PARAM : f == 1 ? FERRY_ROLE_GRAD
                                                      : FERRY_ROLE_MASTER + j % 3;
-        int dt = f == 2 ? FERRY_MEM_F32 : (test_rand(&rs) & 1) ? FERRY_MEM_F16 : FERRY_MEM_BF16;
+        int dt = f == 2 ? FERRY_DT_F32 : (test_rand(&rs) & 1) ? FERRY_DT_F16 : FERRY_DT_BF16;
         int64_t n = 16 + (int64_t)(test_rand(&rs) % 700);
         if (f == 0 && test_rand(&rs) % 30 == 0) n = 3000; /* bigger than a chunk: its own */
         groups[nt] = g;
         shapes[nt] = n;
         dts[nt] = dt;
         roles[nt] = role;
-        size_t b = (size_t)n * (dt == FERRY_MEM_F32 ? 4 : 2);
+        size_t b = (size_t)n * (dt == FERRY_DT_F32 ? 4 : 2);
         if (home[f] == FERRY_TIER_HOST) host_home += ferry_align_up(b, 256);
         T[nt].bytes = b;
         T[nt].group = g;
@@ -214,7 +214,7 @@ static void run(int variant, int ops, unsigned long long seed) {
   for (int i = 0; i < nt; i++) {
     char name[64];
     snprintf(name, sizeof name, "g%u.%s.%d", groups[i], ferry_family_name(T[i].fam), i);
-    REQUIRE(ferry_mem_register(m, name, (ferry_mem_dtype)dts[i], 1, &shapes[i], groups[i],
+    REQUIRE(ferry_mem_register(m, name, (ferry_dtype)dts[i], 1, &shapes[i], groups[i],
                                (ferry_role)roles[i], &ids[i]) == 0);
     T[i].id = ids[i];
     T[i].truth = calloc(1, T[i].bytes);

@@ -61,7 +61,7 @@ int main(void) {
   for (uint32_t g = 0; g < 8; g++) {
     char name[16];
     snprintf(name, sizeof name, "w%u", g);
-    REQUIRE(ferry_mem_register(m, name, FERRY_MEM_F16, 1, &n, g, FERRY_ROLE_PARAM, NULL) == 0);
+    REQUIRE(ferry_mem_register(m, name, FERRY_DT_F16, 1, &n, g, FERRY_ROLE_PARAM, NULL) == 0);
   }
   REQUIRE(ferry_mem_finalize(m) == 0);
   REQUIRE(ferry_mem_fetch(m, 0, 0, FERRY_TIER_DEVICE, NULL, 0) == 0);

@@ -108,11 +108,11 @@ int main(int argc, char **argv) {
     char name[32];
     int64_t n2 = CS / 2, n4 = CS / 4;
     snprintf(name, sizeof name, "b%u.w", g);
-    REQUIRE(ferry_mem_register(m, name, FERRY_MEM_BF16, 1, &n2, g, FERRY_ROLE_PARAM, &ids[g][0]) == 0);
+    REQUIRE(ferry_mem_register(m, name, FERRY_DT_BF16, 1, &n2, g, FERRY_ROLE_PARAM, &ids[g][0]) == 0);
     snprintf(name, sizeof name, "b%u.w.grad", g);
-    REQUIRE(ferry_mem_register(m, name, FERRY_MEM_BF16, 1, &n2, g, FERRY_ROLE_GRAD, &ids[g][1]) == 0);
+    REQUIRE(ferry_mem_register(m, name, FERRY_DT_BF16, 1, &n2, g, FERRY_ROLE_GRAD, &ids[g][1]) == 0);
     snprintf(name, sizeof name, "b%u.w.master", g);
-    REQUIRE(ferry_mem_register(m, name, FERRY_MEM_F32, 1, &n4, g, FERRY_ROLE_MASTER, &ids[g][2]) == 0);
+    REQUIRE(ferry_mem_register(m, name, FERRY_DT_F32, 1, &n4, g, FERRY_ROLE_MASTER, &ids[g][2]) == 0);
   }
   int rc = ferry_mem_finalize(m);
   if (rc) fprintf(stderr, "%s\n", ferry_mem_last_error(m));

@@ -72,7 +72,7 @@ static inline ferry_config *ck_config(const char *gpu, const char *placement, in
   char nvme[1200], text[4096];
   snprintf(nvme, sizeof nvme, "%s/nvme-%ld", ck_scratch, (long)getpid());
   mkdir(nvme, 0777);
-  const char *prec = dt == FERRY_OPTIM_DT_F32 ? "fp32" : dt == FERRY_OPTIM_DT_F16 ? "fp16" : "bf16";
+  const char *prec = dt == FERRY_DT_F32 ? "fp32" : dt == FERRY_DT_F16 ? "fp16" : "bf16";
   snprintf(text, sizeof text,
            "device = \"host\";\nchunk_size = \"4K\";\n"
            "tiers: { gpu: { budget = \"%s\"; }; host: { budget = \"16M\"; pinned = false; };\n"

@@ -29,12 +29,12 @@ static const struct {
   const char *name, *gpu, *placement, *sets;
   int dt;
 } modes[] = {
-    {"resident", "16M", P_RESIDENT, NULL, FERRY_OPTIM_DT_BF16},
-    {"zero3", "64K", P_ZERO3, NULL, FERRY_OPTIM_DT_BF16},
+    {"resident", "16M", P_RESIDENT, NULL, FERRY_DT_BF16},
+    {"zero3", "64K", P_ZERO3, NULL, FERRY_DT_BF16},
     /* a host tier too small for the state: every step reads NVMe */
-    {"nvme", "64K", P_NVME, "tiers.host.budget=96K", FERRY_OPTIM_DT_BF16},
+    {"nvme", "64K", P_NVME, "tiers.host.budget=96K", FERRY_DT_BF16},
     {"fp16-dynamic", "16M", P_OFFLOAD, "precision.initial_scale=1e12,precision.growth_interval=2",
-     FERRY_OPTIM_DT_F16},
+     FERRY_DT_F16},
 };
 #define OPEN(r, mode, dt) ck_open(r, modes[mode].gpu, modes[mode].placement, dt, modes[mode].sets)
 
@@ -155,7 +155,7 @@ static void test_resume(const char *self, int mode) {
 /* The exported file is a plain safetensors model of the params. */
 static void test_export(void) {
   ck_run r;
-  OPEN(&r, 0, FERRY_OPTIM_DT_BF16);
+  OPEN(&r, 0, FERRY_DT_BF16);
   result res;
   run(&r, 0, 2, &res);
   char path[1400];
@@ -198,7 +198,7 @@ static void test_keep(void) {
   snprintf(dir, sizeof dir, "%s/keep", ck_scratch);
   ck_rm(dir);
   ck_run r;
-  OPEN(&r, 0, FERRY_OPTIM_DT_BF16);
+  OPEN(&r, 0, FERRY_DT_BF16);
   ferry_checkpoint_options o = ferry_checkpoint_options_default();
   o.keep = 2;
   for (int s = 0; s < 4; s++) {
@@ -238,25 +238,25 @@ static void test_mismatch(void) {
   snprintf(dir, sizeof dir, "%s/mismatch", ck_scratch);
   ck_rm(dir);
   ck_run r;
-  OPEN(&r, 0, FERRY_OPTIM_DT_BF16);
+  OPEN(&r, 0, FERRY_DT_BF16);
   double loss;
   REQUIRE(ck_step(&r, 1, &loss) == 0);
   REQUIRE(ferry_checkpoint_save(r.e, dir, NULL, 0, NULL) == 0);
   ck_close(&r);
 
-  OPEN(&r, 0, FERRY_OPTIM_DT_F16); /* another precision */
+  OPEN(&r, 0, FERRY_DT_F16); /* another precision */
   int rc = ferry_checkpoint_load(r.e, dir, NULL, 0, NULL);
   printf("fp16 engine, bf16 checkpoint: %s: %s\n", ferry_strerror(rc), ferry_engine_last_error(r.e));
   EXPECT(rc == FERRY_ECORRUPT && strstr(ferry_engine_last_error(r.e), "BF16"));
   ck_close(&r);
 
-  ck_open(&r, "16M", P_RESIDENT, FERRY_OPTIM_DT_BF16, "optimizer.type=sgd,optimizer.momentum=0.9");
+  ck_open(&r, "16M", P_RESIDENT, FERRY_DT_BF16, "optimizer.type=sgd,optimizer.momentum=0.9");
   rc = ferry_checkpoint_load(r.e, dir, NULL, 0, NULL);
   printf("sgd engine, adamw checkpoint: %s: %s\n", ferry_strerror(rc), ferry_engine_last_error(r.e));
   EXPECT(rc == FERRY_ECORRUPT && strstr(ferry_engine_last_error(r.e), "adamw"));
   ck_close(&r);
 
-  ck_open_dims(&r, "16M", P_RESIDENT, FERRY_OPTIM_DT_BF16, NULL, CK_G, CK_D / 2); /* other shapes */
+  ck_open_dims(&r, "16M", P_RESIDENT, FERRY_DT_BF16, NULL, CK_G, CK_D / 2); /* other shapes */
   float before[CK_D / 2 * CK_D / 2], after[CK_D / 2 * CK_D / 2];
   REQUIRE(ferry_param_read(r.e, "layer3.w", before, CK_D / 2 * CK_D / 2) == 0);
   rc = ferry_checkpoint_load(r.e, dir, NULL, 0, NULL);

@@ -139,7 +139,7 @@ int main(int argc, char **argv) {
   snprintf(good, sizeof good, "%s/good", ck_scratch);
   snprintf(bad, sizeof bad, "%s/bad", ck_scratch);
   ck_rm(good);
-  ck_open(&eng, "16M", P_RES, FERRY_OPTIM_DT_BF16, NULL);
+  ck_open(&eng, "16M", P_RES, FERRY_DT_BF16, NULL);
   double loss;
   REQUIRE(ck_step(&eng, 1, &loss) == 0);
   ferry_checkpoint_options o = ferry_checkpoint_options_default();

@@ -18,7 +18,7 @@
 
 static int saver_main(const char *dir) {
   ck_run r;
-  ck_open_dims(&r, "16M", P_RES, FERRY_OPTIM_DT_BF16, NULL, KG, KD);
+  ck_open_dims(&r, "16M", P_RES, FERRY_DT_BF16, NULL, KG, KD);
   ferry_checkpoint_options o = ferry_checkpoint_options_default();
   o.keep = 2;
   o.max_shard_bytes = 40000;
@@ -96,7 +96,7 @@ int main(int argc, char **argv) {
     }
     closedir(d);
     /* and the newest loads into an engine, blob and all */
-    ck_open_dims(&r, "16M", P_RES, FERRY_OPTIM_DT_BF16, NULL, KG, KD);
+    ck_open_dims(&r, "16M", P_RES, FERRY_DT_BF16, NULL, KG, KD);
     ck_blob blob;
     size_t len;
     rc = ferry_checkpoint_load(r.e, dir, &blob, sizeof blob, &len);

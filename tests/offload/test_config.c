@@ -27,14 +27,15 @@ static void test_defaults_and_set(void) {
   ferry_config *c = fresh();
   const ferry_config_values *v = ferry_config_values_get(c);
   EXPECT(v->chunk_size == 64ull << 20);
-  EXPECT(v->device == 0 && v->place_params == CFG_TIER_GPU && v->place_grads == CFG_TIER_HOST);
+  EXPECT(v->device == FERRY_DEVICE_AUTO && v->place_params == FERRY_TIER_DEVICE &&
+         v->place_grads == FERRY_TIER_HOST);
   EXPECT(v->nvme_queue_depth == 32 && v->nvme_block_size == 1 << 20);
   EXPECT(v->betas[0] == 0.9 && v->betas[1] == 0.999 && v->loss_scale == 0);
   char buf[256];
   EXPECT(ferry_config_set(c, "tiers.gpu.budget", "20G") == 0 && v->gpu_budget == 20ull << 30);
   EXPECT(ferry_config_get(c, "tiers.gpu.budget", buf, sizeof buf) == 0 &&
          !strcmp(buf, "21474836480"));
-  EXPECT(ferry_config_set(c, "device", "host") == 0 && v->device == 2);
+  EXPECT(ferry_config_set(c, "device", "host") == 0 && v->device == FERRY_DEVICE_HOST);
   EXPECT(ferry_config_set(c, "optimizer.betas", "0.8, 0.95") == 0 && v->betas[1] == 0.95);
   EXPECT(ferry_config_set(c, "tiers.nvme.paths", "/a, /b/c") == 0 && v->nvme_npaths == 2 &&
          !strcmp(v->nvme_paths[1], "/b/c"));
@@ -79,9 +80,9 @@ static void test_file_errors(void) {
                      "clip_grad_norm = 1;\n"
                      "grad_accumulation = 4;\n";
   EXPECT(ferry_config_load_string(c, good, "good.cfg") == 0);
-  EXPECT(v->device == 2 && v->chunk_size == 8 << 20 && v->gpu_budget == 512 << 20);
-  EXPECT(v->nvme_npaths == 2 && v->nvme_queue_depth == 8 && v->place_optimizer == CFG_TIER_NVME);
-  EXPECT(v->opt_type == 1 && v->lr == 3e-4 && v->betas[1] == 0.95 && v->clip_grad_norm == 1.0);
+  EXPECT(v->device == FERRY_DEVICE_HOST && v->chunk_size == 8 << 20 && v->gpu_budget == 512 << 20);
+  EXPECT(v->nvme_npaths == 2 && v->nvme_queue_depth == 8 && v->place_optimizer == FERRY_TIER_NVME);
+  EXPECT(v->opt_type == FERRY_OPTIM_ADAM && v->lr == 3e-4 && v->betas[1] == 0.95 && v->clip_grad_norm == 1.0);
   EXPECT(v->grad_accumulation == 4);
 
   struct {

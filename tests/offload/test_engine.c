@@ -31,8 +31,8 @@ static ferry_engine *make_engine(const char *extra, int precision_dt) {
     extra = semi + 1;
   }
   char text[4096];
-  const char *prec = precision_dt == FERRY_OPTIM_DT_F32   ? "fp32"
-                     : precision_dt == FERRY_OPTIM_DT_F16 ? "fp16"
+  const char *prec = precision_dt == FERRY_DT_F32   ? "fp32"
+                     : precision_dt == FERRY_DT_F16 ? "fp16"
                                                           : "bf16";
   snprintf(text, sizeof text,
            "device = \"host\";\n"
@@ -136,7 +136,7 @@ static void test_placements(void) {
      * all: every step reads and writes it */
     set_key = i >= 3 ? "tiers.host.budget" : NULL;
     set_value = "640K";
-    int rc = train(placements[i].cfg, FERRY_OPTIM_DT_BF16, STEPS, 1, &r[i]);
+    int rc = train(placements[i].cfg, FERRY_DT_BF16, STEPS, 1, &r[i]);
     set_key = NULL;
     printf("%-18s rc %d  loss %.6f -> %.6f  device peak %llu B (%.3f of model states)  h2d %llu "
            "nvme r/w %llu/%llu\n",
@@ -171,10 +171,10 @@ static void test_overflow(void) {
   ferry_engine *e = make_engine("gpu=16M;"
                                 "placement: { params = \"gpu\"; grads = \"host\"; optimizer = "
                                 "\"host\"; };",
-                                FERRY_OPTIM_DT_F16);
+                                FERRY_DT_F16);
   set_key = NULL;
   synth_model m;
-  REQUIRE(synth_init(&m, G, D, B, FERRY_OPTIM_DT_F16) == 0);
+  REQUIRE(synth_init(&m, G, D, B, FERRY_DT_F16) == 0);
   REQUIRE(synth_register(e, &m) == 0 && ferry_engine_finalize(e) == 0);
   ferry_stream *s;
   REQUIRE(ferry_stream_create(ferry_engine_device(e), &s) == 0);
@@ -209,9 +209,9 @@ static void sgd_delta(const char *clip, float *delta, double *norm, float *coef)
      "placement: { params = \"gpu\"; grads = \"host\"; optimizer = \"host\"; };\n"
            "optimizer: { type = \"sgd\"; lr = 0.1; momentum = 0.0; weight_decay = 0.0; };\n%s",
            clip);
-  ferry_engine *e = make_engine(cfg, FERRY_OPTIM_DT_F32);
+  ferry_engine *e = make_engine(cfg, FERRY_DT_F32);
   synth_model m;
-  REQUIRE(synth_init(&m, G, D, B, FERRY_OPTIM_DT_F32) == 0);
+  REQUIRE(synth_init(&m, G, D, B, FERRY_DT_F32) == 0);
   REQUIRE(synth_register(e, &m) == 0 && ferry_engine_finalize(e) == 0);
   ferry_stream *s;
   REQUIRE(ferry_stream_create(ferry_engine_device(e), &s) == 0);
@@ -269,10 +269,10 @@ static void test_accumulation(void) {
                     "optimizer: { type = \"sgd\"; lr = 0.1; momentum = 0.9; };\n";
   char cfg4[512];
   snprintf(cfg4, sizeof cfg4, "%sgrad_accumulation = 4;", cfg);
-  ferry_engine *e1 = make_engine(cfg, FERRY_OPTIM_DT_F32), *e4 = make_engine(cfg4, FERRY_OPTIM_DT_F32);
+  ferry_engine *e1 = make_engine(cfg, FERRY_DT_F32), *e4 = make_engine(cfg4, FERRY_DT_F32);
   synth_model big, small;
-  REQUIRE(synth_init(&big, G, D, 4 * B, FERRY_OPTIM_DT_F32) == 0);
-  REQUIRE(synth_init(&small, G, D, B, FERRY_OPTIM_DT_F32) == 0);
+  REQUIRE(synth_init(&big, G, D, 4 * B, FERRY_DT_F32) == 0);
+  REQUIRE(synth_init(&small, G, D, B, FERRY_DT_F32) == 0);
   REQUIRE(synth_register(e1, &big) == 0 && ferry_engine_finalize(e1) == 0);
   REQUIRE(synth_register(e4, &small) == 0 && ferry_engine_finalize(e4) == 0);
   ferry_stream *s1, *s4;
@@ -331,7 +331,7 @@ static void test_bad_config(void) {
   ferry_config_destroy(c);
 
   /* registration errors */
-  e = make_engine("gpu=1M;", FERRY_OPTIM_DT_BF16);
+  e = make_engine("gpu=1M;", FERRY_DT_BF16);
   int64_t shape[2] = {4, 4}, bad[2] = {4, 0};
   EXPECT(ferry_param_register(e, "a", shape, 2, 0, NULL, NULL, NULL) == 0);
   EXPECT(ferry_param_register(e, "a", shape, 2, 0, NULL, NULL, NULL) == FERRY_EINVAL);
@@ -346,7 +346,7 @@ static void test_bad_config(void) {
   /* a tensor larger than the device budget: refused at finalize with numbers */
   e = make_engine("gpu=64K;"
      "placement: { params = \"host\"; };",
-                  FERRY_OPTIM_DT_BF16);
+                  FERRY_DT_BF16);
   int64_t huge[2] = {256, 256}; /* 128 KiB of bf16 */
   EXPECT(ferry_param_register(e, "huge", huge, 2, 0, NULL, NULL, NULL) == 0);
   int rc = ferry_engine_finalize(e);
@@ -361,7 +361,7 @@ static void test_bad_config(void) {
   set_value = "448K";
   e = make_engine("gpu=1M;"
                   "placement: { params = \"host\"; };",
-                  FERRY_OPTIM_DT_BF16);
+                  FERRY_DT_BF16);
   set_key = NULL;
   EXPECT(ferry_param_register(e, "huge", huge, 2, 0, NULL, NULL, NULL) == 0);
   rc = ferry_engine_finalize(e);
@@ -380,9 +380,9 @@ static int slow_kernel(void *arg) {
 static void test_destroy_in_flight(void) {
   ferry_engine *e = make_engine("gpu=112K;"
      "placement: { params = \"host\"; optimizer = \"nvme\"; };",
-                                FERRY_OPTIM_DT_BF16);
+                                FERRY_DT_BF16);
   synth_model m;
-  REQUIRE(synth_init(&m, G, D, B, FERRY_OPTIM_DT_BF16) == 0);
+  REQUIRE(synth_init(&m, G, D, B, FERRY_DT_BF16) == 0);
   REQUIRE(synth_register(e, &m) == 0 && ferry_engine_finalize(e) == 0);
   ferry_stream *s;
   REQUIRE(ferry_stream_create(ferry_engine_device(e), &s) == 0);

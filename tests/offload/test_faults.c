@@ -9,7 +9,7 @@
  * fallback; device memory taken by the caller is refused with the numbers.
  * argv[1]: a scratch folder.
  */
-#include "offload/engine_impl.h"
+#include "offload/engine_internal.h"
 #include "tests/offload/ckpt_util.h"
 
 #include <errno.h>
@@ -34,12 +34,12 @@ typedef struct {
 static int run_with_fault(const char *placement, const char *sets, ferry_fault_kind kind, int op,
                           result *out, const char *ckpt_dir) {
   ck_run r;
-  ck_open(&r, "64K", placement, FERRY_OPTIM_DT_BF16, sets);
+  ck_open(&r, "64K", placement, FERRY_DT_BF16, sets);
   int failures = 0;
   for (int step = 0; step < STEPS; step++) {
     if (kind && step == FAULT_AT) {
       ferry_fault f = {kind, op, -1, -1, 1, 0};
-      REQUIRE(ferry_swap_fault_add(r.e->swap, &f) == 0);
+      REQUIRE(ferry_swap_fault_add(engine_swap(r.e), &f) == 0);
     }
     for (int attempt = 0;; attempt++) {
       REQUIRE(attempt < 4);
@@ -75,7 +75,7 @@ static int run_with_fault(const char *placement, const char *sets, ferry_fault_k
   }
   ck_read_params(&r, CK_G, CK_D, out->params);
   ferry_swap_stats ss;
-  ferry_swap_get_stats(r.e->swap, &ss);
+  ferry_swap_get_stats(engine_swap(r.e), &ss);
   if (kind) EXPECT(ss.io_errors + ss.crc_errors >= 1); /* the fault did fire */
   if (kind) printf("  the store saw %llu I/O error(s), %llu CRC error(s)\n",
                    (unsigned long long)ss.io_errors, (unsigned long long)ss.crc_errors);
@@ -125,7 +125,7 @@ static void test_swap_faults(void) {
 static int enospc_child(const char *mnt) {
   ck_run r;
   ck_open_dims(&r, "16M", "placement: { params = \"gpu\"; grads = \"gpu\"; optimizer = \"gpu\"; };",
-               FERRY_OPTIM_DT_BF16, NULL, 4, 96);
+               FERRY_DT_BF16, NULL, 4, 96);
   double loss;
   REQUIRE(ck_step(&r, 1, &loss) == 0);
   char dir[2048];
@@ -194,7 +194,7 @@ static int memlock_child(int fallback) {
   char sets[128];
   snprintf(sets, sizeof sets, "tiers.host.pinned=true,tiers.host.memlock_fallback=%s",
            fallback ? "pageable" : "error");
-  int rc = ck_open_full(&r, "16M", P_OPTNVME, FERRY_OPTIM_DT_BF16, sets, CK_G, CK_D, dev, 1);
+  int rc = ck_open_full(&r, "16M", P_OPTNVME, FERRY_DT_BF16, sets, CK_G, CK_D, dev, 1);
   const char *msg = ferry_engine_last_error(r.e);
   printf("memlock 64K, memlock_fallback %s: finalize %s%s%s\n", fallback ? "pageable" : "error",
          ferry_strerror(rc), rc ? ": " : "", rc ? msg : "");
@@ -237,14 +237,14 @@ static void test_device_exhausted(void) {
   void *mine;
   REQUIRE(ferry_device_alloc(dev, (4 << 20) - (256 << 10), &mine) == 0); /* the caller's */
   ck_run r;
-  int rc = ck_open_full(&r, "4M", P_OPTNVME, FERRY_OPTIM_DT_BF16, NULL, CK_G, CK_D, dev, 1);
+  int rc = ck_open_full(&r, "4M", P_OPTNVME, FERRY_DT_BF16, NULL, CK_G, CK_D, dev, 1);
   const char *msg = ferry_engine_last_error(r.e);
   printf("device budget 4M, 3.75M taken by the caller: finalize %s: %s\n", ferry_strerror(rc), msg);
   EXPECT(rc == FERRY_ENOMEM);
   EXPECT(strstr(msg, "bytes") != NULL);
   ck_close(&r);
   /* a budget that fits what is left: it trains inside it */
-  rc = ck_open_full(&r, "192K", P_OPTNVME, FERRY_OPTIM_DT_BF16, NULL, CK_G, CK_D, dev, 1);
+  rc = ck_open_full(&r, "192K", P_OPTNVME, FERRY_DT_BF16, NULL, CK_G, CK_D, dev, 1);
   if (rc) printf("192K budget: %s\n", ferry_engine_last_error(r.e));
   EXPECT(rc == 0);
   if (!rc) {

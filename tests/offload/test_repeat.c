@@ -22,7 +22,7 @@ typedef struct {
 static void run_once(const char *placement, const char *sets, int groups, int dim, result *out) {
   ck_run r;
   REQUIRE(groups * dim * dim <= MAXP);
-  ck_open_dims(&r, "64K", placement, FERRY_OPTIM_DT_BF16, sets, groups, dim);
+  ck_open_dims(&r, "64K", placement, FERRY_DT_BF16, sets, groups, dim);
   for (int s = 0; s < STEPS; s++) {
     int rc = ck_step(&r, (unsigned long long)s + 1, &out->loss[s]);
     if (rc) fprintf(stderr, "step %d: %s\n", s, ferry_engine_last_error(r.e));

@@ -27,8 +27,8 @@ int main(void) {
   unsigned long long seed = 99;
   const size_t n = 100003;
   for (int type = FERRY_OPTIM_ADAMW; type <= FERRY_OPTIM_ADAM; type++)
-    for (int gdt = OPTIM_DT_F32; gdt <= OPTIM_DT_BF16; gdt++)
-      for (int cdt = OPTIM_DT_NONE; cdt <= OPTIM_DT_BF16; cdt++) {
+    for (int gdt = FERRY_DT_F32; gdt <= FERRY_DT_BF16; gdt++)
+      for (int cdt = FERRY_DT_NONE; cdt <= FERRY_DT_BF16; cdt++) {
         ferry_optimizer_config cfg = ferry_optimizer_config_default((ferry_optim_type)type);
         cfg.weight_decay = 0.05f;
         cfg.threads = 1;
@@ -36,7 +36,7 @@ int main(void) {
         ferry_optimizer *cpu = NULL, *gpu = NULL;
         REQUIRE(ferry_optimizer_create(&cfg, &cpu) == 0);
         REQUIRE(ferry_optimizer_create(&cfg, &gpu) == 0);
-        size_t gs = gdt == OPTIM_DT_F32 ? 4 : 2;
+        size_t gs = gdt == FERRY_DT_F32 ? 4 : 2;
         float *p = malloc(n * 4), *m = calloc(n, 4), *v = calloc(n, 4), *hp = malloc(n * 4);
         float *hm = malloc(n * 4), *hv = malloc(n * 4);
         unsigned char *g = malloc(n * 4);
@@ -57,7 +57,7 @@ int main(void) {
           for (size_t i = 0; i < n; i++) {
             float x = (float)((test_rand(&seed) >> 40) / 16777216.0) * 2 - 1;
             if (i == 7 && step == 3) x = NAN; /* NaN propagates the same way */
-            optim_store(g, gdt, i, x * 128.0f);
+            ferry_dt_store(g, gdt, i, x * 128.0f);
           }
           CK(cudaMemcpy(dg, g, n * gs, cudaMemcpyHostToDevice));
           ferry_optim_span hs = {p, g, m, v, pc, n, gdt, cdt};
@@ -77,7 +77,7 @@ int main(void) {
           int same = (memcmp(&p[i], &hp[i], 4) == 0 || (p[i] != p[i] && hp[i] != hp[i])) &&
                      (memcmp(&m[i], &hm[i], 4) == 0 || (m[i] != m[i] && hm[i] != hm[i])) &&
                      (memcmp(&v[i], &hv[i], 4) == 0 || (v[i] != v[i] && hv[i] != hv[i])) &&
-                     (cdt == OPTIM_DT_NONE || pc[i] == hpc[i] ||
+                     (cdt == FERRY_DT_NONE || pc[i] == hpc[i] ||
                       ((pc[i] & 0x7fff) > 0x7c00 && (hpc[i] & 0x7fff) > 0x7c00));
           if (!same && bad++ < 3)
             fprintf(stderr, "type %d g %d c %d [%zu]: cpu %.9g gpu %.9g\n", type, gdt, cdt, i, p[i],

@@ -17,35 +17,35 @@ static unsigned long long seed = 0x9e3779b97f4a7c15ull;
 static float frand(void) { return (float)((test_rand(&seed) >> 11) * (1.0 / 9007199254740992.0)); }
 static float srand1(void) { return 2.0f * frand() - 1.0f; }
 
-static size_t esz(int dt) { return dt == OPTIM_DT_F32 ? 4 : 2; }
+static size_t esz(int dt) { return dt == FERRY_DT_F32 ? 4 : 2; }
 
 /* 16-bit equal, allowing what the AVX512-BF16 instruction does differently:
  * subnormal results flushed to zero. */
 static int eq16(uint16_t ref, uint16_t got, int dt, int native) {
   if (ref == got) return 1;
-  int refnan = dt == OPTIM_DT_BF16 ? (ref & 0x7fff) > 0x7f80 : (ref & 0x7fff) > 0x7c00;
-  int gotnan = dt == OPTIM_DT_BF16 ? (got & 0x7fff) > 0x7f80 : (got & 0x7fff) > 0x7c00;
+  int refnan = dt == FERRY_DT_BF16 ? (ref & 0x7fff) > 0x7f80 : (ref & 0x7fff) > 0x7c00;
+  int gotnan = dt == FERRY_DT_BF16 ? (got & 0x7fff) > 0x7f80 : (got & 0x7fff) > 0x7c00;
   if (refnan && gotnan) return 1;
-  if (native && dt == OPTIM_DT_BF16 && (ref & 0x7f80) == 0 && (got & 0x7fff) == 0) return 1;
+  if (native && dt == FERRY_DT_BF16 && (ref & 0x7f80) == 0 && (got & 0x7fff) == 0) return 1;
   return 0;
 }
 
 static int eqf(float ref, float got) {
   if (isnan(ref) && isnan(got)) return 1;
-  return f32_bits(ref) == f32_bits(got);
+  return ferry_f32_bits(ref) == ferry_f32_bits(got);
 }
 
 static int cmp_buf(const void *ref, const void *got, int dt, size_t n, int native, const char *what,
                    const char *ctx) {
   for (size_t i = 0; i < n; i++) {
-    int ok = dt == OPTIM_DT_F32
+    int ok = dt == FERRY_DT_F32
                  ? eqf(((const float *)ref)[i], ((const float *)got)[i])
                  : eq16(((const uint16_t *)ref)[i], ((const uint16_t *)got)[i], dt, native);
     if (!ok) {
-      if (dt == OPTIM_DT_F32)
+      if (dt == FERRY_DT_F32)
         fprintf(stderr, "%s: %s[%zu]: ref %.9g (0x%08x) got %.9g (0x%08x)\n", ctx, what, i,
-                ((const float *)ref)[i], f32_bits(((const float *)ref)[i]), ((const float *)got)[i],
-                f32_bits(((const float *)got)[i]));
+                ((const float *)ref)[i], ferry_f32_bits(((const float *)ref)[i]), ((const float *)got)[i],
+                ferry_f32_bits(((const float *)got)[i]));
       else
         fprintf(stderr, "%s: %s[%zu]: ref 0x%04x got 0x%04x\n", ctx, what, i,
                 ((const uint16_t *)ref)[i], ((const uint16_t *)got)[i]);
@@ -69,12 +69,12 @@ static void fill(bufs *b, int gdt, int sdt, int special) {
       /* param bit patterns of every kind for the 16-bit copies */
       uint32_t u = (uint32_t)test_rand(&seed);
       switch (i % 8) {
-      case 0: p = f32_from_bits(u); break; /* anything, NaN included */
-      case 1: p = f32_from_bits((u & 0x807fffffu) | 0x33000000u); break; /* near 2^-25 */
-      case 2: p = f32_from_bits((u & 0x80ffffffu) | 0x38000000u); break; /* fp16 subnormal edge */
+      case 0: p = ferry_f32_from_bits(u); break; /* anything, NaN included */
+      case 1: p = ferry_f32_from_bits((u & 0x807fffffu) | 0x33000000u); break; /* near 2^-25 */
+      case 2: p = ferry_f32_from_bits((u & 0x80ffffffu) | 0x38000000u); break; /* fp16 subnormal edge */
       case 3: p = 65504.0f + (float)(u % 64); break;                     /* fp16 overflow edge */
-      case 4: p = f32_from_bits((u & 0x807fffffu)); break;               /* fp32 subnormal */
-      case 5: p = f32_from_bits((u & 0xffff8000u) | 0x8000u); break;     /* bf16 ties */
+      case 4: p = ferry_f32_from_bits((u & 0x807fffffu)); break;               /* fp32 subnormal */
+      case 5: p = ferry_f32_from_bits((u & 0xffff8000u) | 0x8000u); break;     /* bf16 ties */
       default: break;
       }
       if (i % 37 == 5) g = NAN;
@@ -83,9 +83,9 @@ static void fill(bufs *b, int gdt, int sdt, int special) {
       if (i % 47 == 3) g = 1e30f; /* fp16: rounds to inf */
     }
     b->p[i] = p;
-    optim_store(b->g, gdt, i, g);
-    optim_store(b->s1, sdt, i, m);
-    optim_store(b->s2, sdt, i, v);
+    ferry_dt_store(b->g, gdt, i, g);
+    ferry_dt_store(b->s1, sdt, i, m);
+    ferry_dt_store(b->s2, sdt, i, v);
   }
   memset(b->pc, 0x5a, sizeof b->pc);
 }
@@ -129,9 +129,9 @@ static const variant variants[] = {
 };
 
 static const char *dtn(int dt) {
-  return dt == OPTIM_DT_F16    ? "f16"
-         : dt == OPTIM_DT_BF16 ? "bf16"
-         : dt == OPTIM_DT_F32  ? "f32"
+  return dt == FERRY_DT_F16    ? "f16"
+         : dt == FERRY_DT_BF16 ? "bf16"
+         : dt == FERRY_DT_F32  ? "f32"
                                : "none";
 }
 
@@ -173,7 +173,7 @@ static int run_case(const optim_kernels *k, int native, const variant *vr, int g
   optim_kernels_scalar.step(&s, &ta);
   k->step(&sn, &tb);
   size_t tot = MAXN + 16;
-  ok &= cmp_buf(A.p, B.p, OPTIM_DT_F32, tot, native, "p", ctx);
+  ok &= cmp_buf(A.p, B.p, FERRY_DT_F32, tot, native, "p", ctx);
   ok &= cmp_buf(A.s1, B.s1, sdt, tot, native, "s1", ctx);
   ok &= cmp_buf(A.s2, B.s2, sdt, tot, native, "s2", ctx);
   if (cdt) ok &= cmp_buf(A.pc, B.pc, cdt, tot, native, "copy", ctx);
@@ -184,9 +184,9 @@ static void test_steps(const optim_kernels *k, int native) {
   static const size_t lens[] = {0, 1, 7, 8, 15, 16, 17, 31, 33, 100, 1000, 1027};
   int fails = 0;
   for (size_t v = 0; v < sizeof variants / sizeof variants[0]; v++)
-    for (int gdt = OPTIM_DT_F32; gdt <= OPTIM_DT_BF16; gdt++)
-      for (int sdt = OPTIM_DT_F32; sdt <= OPTIM_DT_BF16; sdt += 2)
-        for (int cdt = OPTIM_DT_NONE; cdt <= OPTIM_DT_BF16; cdt++)
+    for (int gdt = FERRY_DT_F32; gdt <= FERRY_DT_BF16; gdt++)
+      for (int sdt = FERRY_DT_F32; sdt <= FERRY_DT_BF16; sdt += 2)
+        for (int cdt = FERRY_DT_NONE; cdt <= FERRY_DT_BF16; cdt++)
           for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++)
             for (size_t off = 0; off <= 1; off++)
               for (int special = 0; special <= 1; special++) {
@@ -204,11 +204,11 @@ static void test_helpers(const optim_kernels *k) {
   static uint16_t h[MAXN + 16], bh[MAXN + 16];
   for (size_t i = 0; i < MAXN + 16; i++) {
     f[i] = srand1() * 100.0f;
-    h[i] = optim_f32_to_f16(f[i]);
-    bh[i] = optim_f32_to_bf16(f[i]);
+    h[i] = ferry_f32_to_f16(f[i]);
+    bh[i] = ferry_f32_to_bf16(f[i]);
   }
   const void *src[3] = {f, h, bh};
-  for (int dt = OPTIM_DT_F32; dt <= OPTIM_DT_BF16; dt++) {
+  for (int dt = FERRY_DT_F32; dt <= FERRY_DT_BF16; dt++) {
     const char *base = src[dt - 1];
     for (size_t n = 0; n < 1050; n += 17) {
       size_t off = n % 3;
@@ -227,22 +227,22 @@ static void test_helpers(const optim_kernels *k) {
   for (size_t pos = 0; pos < 40; pos++) {
     float save = f[pos];
     f[pos] = pos & 1 ? NAN : -INFINITY;
-    EXPECT(!isfinite(k->sumsq(f, OPTIM_DT_F32, 40)));
+    EXPECT(!isfinite(k->sumsq(f, FERRY_DT_F32, 40)));
     f[pos] = save;
     uint16_t hs = h[pos];
     h[pos] = 0x7c00; /* fp16 inf */
-    EXPECT(!isfinite(k->sumsq(h, OPTIM_DT_F16, 40)));
+    EXPECT(!isfinite(k->sumsq(h, FERRY_DT_F16, 40)));
     h[pos] = hs;
   }
-  EXPECT(isfinite(k->sumsq(f, OPTIM_DT_F32, 40)));
+  EXPECT(isfinite(k->sumsq(f, FERRY_DT_F32, 40)));
 }
 
 /* The scalar conversions against their definition. */
 static void test_conversions(void) {
   /* fp16 -> fp32 -> fp16 is the identity on every non-NaN pattern */
   for (uint32_t b = 0; b < 65536; b++) {
-    float x = optim_f16_to_f32((uint16_t)b);
-    uint16_t back = optim_f32_to_f16(x);
+    float x = ferry_f16_to_f32((uint16_t)b);
+    uint16_t back = ferry_f32_to_f16(x);
     if ((b & 0x7fff) > 0x7c00)
       EXPECT(isnan(x) && (back & 0x7fff) > 0x7c00);
     else if (back != b) {
@@ -251,24 +251,24 @@ static void test_conversions(void) {
       break;
     }
   }
-  EXPECT(optim_f32_to_f16(65519.0f) == 0x7bff);
-  EXPECT(optim_f32_to_f16(65520.0f) == 0x7c00);
-  EXPECT(optim_f32_to_f16(-1e9f) == 0xfc00);
-  EXPECT(optim_f32_to_f16(5.9604644775390625e-8f) == 0x0001);  /* 2^-24 */
-  EXPECT(optim_f32_to_f16(2.98023223876953125e-8f) == 0x0000); /* 2^-25 ties to even 0 */
-  EXPECT(optim_f32_to_f16(2.9802326e-8f) == 0x0001);           /* just above */
-  EXPECT(optim_f32_to_f16(1.0f + 1.0f / 2048) == 0x3c00);      /* tie to even */
-  EXPECT(optim_f32_to_f16(1.0f + 3.0f / 2048) == 0x3c02);
-  EXPECT((optim_f32_to_f16(NAN) & 0x7fff) > 0x7c00);
-  EXPECT(optim_f32_to_bf16(1.0f) == 0x3f80);
-  EXPECT(optim_f32_to_bf16(f32_from_bits(0x3f808000u)) == 0x3f80); /* tie to even */
-  EXPECT(optim_f32_to_bf16(f32_from_bits(0x3f818000u)) == 0x3f82);
-  EXPECT(optim_f32_to_bf16(f32_from_bits(0x7f7fffffu)) == 0x7f80); /* rounds to inf */
-  EXPECT((optim_f32_to_bf16(NAN) & 0x7fff) > 0x7f80);
-  EXPECT((optim_f32_to_bf16(f32_from_bits(0x7f800001u)) & 0x7fff) > 0x7f80); /* NaN kept */
+  EXPECT(ferry_f32_to_f16(65519.0f) == 0x7bff);
+  EXPECT(ferry_f32_to_f16(65520.0f) == 0x7c00);
+  EXPECT(ferry_f32_to_f16(-1e9f) == 0xfc00);
+  EXPECT(ferry_f32_to_f16(5.9604644775390625e-8f) == 0x0001);  /* 2^-24 */
+  EXPECT(ferry_f32_to_f16(2.98023223876953125e-8f) == 0x0000); /* 2^-25 ties to even 0 */
+  EXPECT(ferry_f32_to_f16(2.9802326e-8f) == 0x0001);           /* just above */
+  EXPECT(ferry_f32_to_f16(1.0f + 1.0f / 2048) == 0x3c00);      /* tie to even */
+  EXPECT(ferry_f32_to_f16(1.0f + 3.0f / 2048) == 0x3c02);
+  EXPECT((ferry_f32_to_f16(NAN) & 0x7fff) > 0x7c00);
+  EXPECT(ferry_f32_to_bf16(1.0f) == 0x3f80);
+  EXPECT(ferry_f32_to_bf16(ferry_f32_from_bits(0x3f808000u)) == 0x3f80); /* tie to even */
+  EXPECT(ferry_f32_to_bf16(ferry_f32_from_bits(0x3f818000u)) == 0x3f82);
+  EXPECT(ferry_f32_to_bf16(ferry_f32_from_bits(0x7f7fffffu)) == 0x7f80); /* rounds to inf */
+  EXPECT((ferry_f32_to_bf16(NAN) & 0x7fff) > 0x7f80);
+  EXPECT((ferry_f32_to_bf16(ferry_f32_from_bits(0x7f800001u)) & 0x7fff) > 0x7f80); /* NaN kept */
   for (uint32_t b = 0; b < 65536; b++) {
     if ((b & 0x7fff) > 0x7f80) continue;
-    EXPECT(optim_f32_to_bf16(optim_bf16_to_f32((uint16_t)b)) == b);
+    EXPECT(ferry_f32_to_bf16(ferry_bf16_to_f32((uint16_t)b)) == b);
   }
 }
 

@@ -46,7 +46,7 @@ static void model_grads(model *md, unsigned long long sd) {
   seed = sd;
   for (int s = 0; s < NSPAN; s++)
     for (size_t i = 0; i < span_n[s] + 1; i++)
-      md->g[s][i] = optim_f32_to_f16(srand1() * 64.0f);
+      md->g[s][i] = ferry_f32_to_f16(srand1() * 64.0f);
   seed = save;
 }
 
@@ -63,7 +63,7 @@ static void model_free(model *md) {
 static void spans_of(model *md, ferry_optim_span *sp) {
   for (int s = 0; s < NSPAN; s++) {
     ferry_optim_span x = {md->p[s],  md->g[s],  md->m[s],           md->v[s],
-                          md->pc[s], span_n[s], FERRY_OPTIM_DT_F16, FERRY_OPTIM_DT_BF16};
+                          md->pc[s], span_n[s], FERRY_DT_F16, FERRY_DT_BF16};
     sp[s] = x;
   }
 }
@@ -77,8 +77,8 @@ static void ref_step(model *md, const ferry_optimizer_config *cfg, int64_t t, fl
     int two = cfg->type == FERRY_OPTIM_ADAMW || cfg->type == FERRY_OPTIM_ADAM ||
               cfg->type == FERRY_OPTIM_LAMB;
     optim_tile tl = {md->p[k],      md->g[k],  mom ? md->m[k] : NULL, two ? md->v[k] : NULL,
-                     md->pc[k],     span_n[k], OPTIM_DT_F16,          OPTIM_DT_F32,
-                     OPTIM_DT_BF16, 1.0f};
+                     md->pc[k],     span_n[k], FERRY_DT_F16,          FERRY_DT_F32,
+                     FERRY_DT_BF16, 1.0f};
     if (cfg->type == FERRY_OPTIM_LAMB) {
       double ps = 0, us = 0;
       optim_kernels_scalar.lamb_phase1(&s, &tl, &ps, &us);
@@ -92,7 +92,7 @@ static int compare(model *a, model *b, double tol) {
   for (int s = 0; s < NSPAN; s++)
     for (size_t i = 0; i < span_n[s] + 1; i++) {
       float x = a->p[s][i], y = b->p[s][i];
-      int ok = tol == 0 ? f32_bits(x) == f32_bits(y) : fabs(x - y) <= tol * (fabs(x) + 1e-3);
+      int ok = tol == 0 ? ferry_f32_bits(x) == ferry_f32_bits(y) : fabs(x - y) <= tol * (fabs(x) + 1e-3);
       if (!ok) {
         fprintf(stderr, "span %d [%zu]: %.9g vs %.9g\n", s, i, x, y);
         return 0;
@@ -262,12 +262,12 @@ static void test_helpers(void) {
     ref += (double)f[i] * f[i];
   }
   for (int i = 0; i < N2; i++) {
-    h[i] = optim_f32_to_bf16(srand1() * 8);
-    double x = optim_bf16_to_f32(h[i]);
+    h[i] = ferry_f32_to_bf16(srand1() * 8);
+    double x = ferry_bf16_to_f32(h[i]);
     ref += x * x;
   }
   ferry_grad_span gs[3] = {
-      {f, N1, FERRY_OPTIM_DT_F32}, {NULL, 0, FERRY_OPTIM_DT_F16}, {h, N2, FERRY_OPTIM_DT_BF16}};
+      {f, N1, FERRY_DT_F32}, {NULL, 0, FERRY_DT_F16}, {h, N2, FERRY_DT_BF16}};
   double sum = -1;
   int nf = -1;
   EXPECT_EQ_INT(ferry_optimizer_grad_stats(o, gs, 3, &sum, &nf), 0);
@@ -288,10 +288,10 @@ static void test_helpers(void) {
   static uint16_t g16[N1];
   for (int i = 0; i < N1; i++) {
     acc[i] = want[i] = srand1();
-    g16[i] = optim_f32_to_f16(srand1());
-    want[i] = fmaf(optim_f16_to_f32(g16[i]), 0.5f, want[i]);
+    g16[i] = ferry_f32_to_f16(srand1());
+    want[i] = fmaf(ferry_f16_to_f32(g16[i]), 0.5f, want[i]);
   }
-  ferry_grad_span g = {g16, N1, FERRY_OPTIM_DT_F16};
+  ferry_grad_span g = {g16, N1, FERRY_DT_F16};
   EXPECT_EQ_INT(ferry_optimizer_grad_accumulate(o, acc, &g, 0.5f), 0);
   EXPECT(memcmp(acc, want, sizeof acc) == 0);
 

@@ -131,8 +131,8 @@ static void run_case(const fcase *c, int seed, const char *simd) {
                          v,
                          NULL,
                          (size_t)c->n,
-                         bf ? FERRY_OPTIM_DT_BF16 : FERRY_OPTIM_DT_F32,
-                         FERRY_OPTIM_DT_NONE};
+                         bf ? FERRY_DT_BF16 : FERRY_DT_F32,
+                         FERRY_DT_NONE};
   char ctx[128];
   int k = 0;
   /* fp32 rounding differs from torch's in order (lerp vs fma, divide by
@@ -142,7 +142,7 @@ static void run_case(const fcase *c, int seed, const char *simd) {
     for (int i = 0; i < c->n; i++) {
       float g = hval((uint64_t)seed, (uint64_t)step, (uint64_t)i);
       if (bf)
-        g16[i] = optim_f32_to_bf16(optim_bf16_to_f32(optim_f32_to_bf16(g)) * c->scale);
+        g16[i] = ferry_f32_to_bf16(ferry_bf16_to_f32(ferry_f32_to_bf16(g)) * c->scale);
       else
         g32[i] = g * c->scale;
     }

@@ -1,0 +1,49 @@
+/* core/dtype.c — the traits table of ferry_dtype and its public queries
+ * (name, size, parse, one-element load and store).
+ */
+#include "core/dtype.h"
+
+static const ferry_dtype_traits k_traits[FERRY_DT_COUNT] = {
+    [FERRY_DT_F32] = {"F32", 4, 1},         [FERRY_DT_F16] = {"F16", 2, 1},
+    [FERRY_DT_BF16] = {"BF16", 2, 1},       [FERRY_DT_F64] = {"F64", 8, 0},
+    [FERRY_DT_BOOL] = {"BOOL", 1, 0},       [FERRY_DT_U8] = {"U8", 1, 0},
+    [FERRY_DT_I8] = {"I8", 1, 0},           [FERRY_DT_F8_E5M2] = {"F8_E5M2", 1, 0},
+    [FERRY_DT_F8_E4M3] = {"F8_E4M3", 1, 0}, [FERRY_DT_I16] = {"I16", 2, 0},
+    [FERRY_DT_U16] = {"U16", 2, 0},         [FERRY_DT_I32] = {"I32", 4, 0},
+    [FERRY_DT_U32] = {"U32", 4, 0},         [FERRY_DT_I64] = {"I64", 8, 0},
+    [FERRY_DT_U64] = {"U64", 8, 0},
+};
+
+const ferry_dtype_traits *ferry_dtype_traits_of(ferry_dtype dt) {
+  if ((unsigned)dt >= FERRY_DT_COUNT || !k_traits[dt].name) return NULL;
+  return &k_traits[dt];
+}
+
+const char *ferry_dtype_name(ferry_dtype dt) {
+  const ferry_dtype_traits *t = ferry_dtype_traits_of(dt);
+  return t ? t->name : NULL;
+}
+
+size_t ferry_dtype_size(ferry_dtype dt) {
+  const ferry_dtype_traits *t = ferry_dtype_traits_of(dt);
+  return t ? t->size : 0;
+}
+
+int ferry_dtype_parse(const char *name, size_t len) {
+  if (!name) return -1;
+  for (int i = 0; i < FERRY_DT_COUNT; i++) {
+    const char *n = k_traits[i].name;
+    if (n && strlen(n) == len && !memcmp(n, name, len)) return i;
+  }
+  return -1;
+}
+
+float ferry_dtype_load(const void *buf, ferry_dtype dt, size_t i) {
+  const ferry_dtype_traits *t = ferry_dtype_traits_of(dt);
+  return buf && t && t->convertible ? ferry_dt_load(buf, dt, i) : 0.0f;
+}
+
+void ferry_dtype_store(void *buf, ferry_dtype dt, size_t i, float x) {
+  const ferry_dtype_traits *t = ferry_dtype_traits_of(dt);
+  if (buf && t && t->convertible) ferry_dt_store(buf, dt, i, x);
+}

@@ -1,0 +1,24 @@
+/* offload/engine_internal.h — the narrow internal API of the engine for
+ * tests and benchmarks, which need a few of its insides (its swap store for
+ * fault injection, its timeline, the bytes it keeps outside the manager)
+ * but never its struct.
+ */
+#ifndef FERRY_ENGINE_INTERNAL_H
+#define FERRY_ENGINE_INTERNAL_H
+
+#include "nvme/nvme.h"
+#include "offload/timeline.h"
+
+/* Waits until no optimizer update is queued or running; returns (and
+ * clears) the first error of the last step. */
+int engine_wait_step(ferry_engine *e);
+/* The io_uring swap store (NULL when nothing lives on NVMe). */
+ferry_swap *engine_swap(ferry_engine *e);
+ferry_timeline *engine_timeline(ferry_engine *e);
+ferry_dtype engine_param_dtype(const ferry_engine *e);
+/* The bytes of device memory and of host memory the engine keeps outside
+ * the memory manager (grad buffers; staging), out of the budgets
+ * (finalized engines). */
+void engine_own_bytes(const ferry_engine *e, size_t *own_dev, size_t *own_host);
+
+#endif

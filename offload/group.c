@@ -1,0 +1,198 @@
+/* offload/group.c — the group table: the parameters the loop registers,
+ * their groups (iteration order, element offsets), each parameter's tensors
+ * in the memory manager (one per role the optimizer has), and each group's
+ * update state with its checked transitions. The lowest room of the engine:
+ * it calls no other engine file.
+ */
+#include "offload/engine_impl.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *const role_suffix[FERRY_ROLE_COUNT] = {"", ".grad", ".master", ".exp_avg",
+                                                          ".exp_avg_sq"};
+
+int engine_mem_err(ferry_engine *e, int rc, const char *what) {
+  return ferry_err(&e->err, rc, "%s: %s", what, ferry_mem_last_error(e->mem));
+}
+
+int group_add_param(ferry_engine *e, const char *name, const int64_t *shape, int ndim, int group,
+                    const float *values, ferry_init_fn init, void *init_user) {
+  eng_groups *gt = &e->gt;
+  if (!name || !*name || strlen(name) > FERRY_MEM_NAME_MAX - 12)
+    return ferry_err(&e->err, FERRY_EINVAL, "param register: name is empty or longer than %d",
+                     FERRY_MEM_NAME_MAX - 12);
+  if (ndim < 1 || ndim > FERRY_MEM_MAX_DIMS || !shape)
+    return ferry_err(&e->err, FERRY_EINVAL, "param register '%s': ndim %d (1..%d)", name, ndim,
+                     FERRY_MEM_MAX_DIMS);
+  if (group < 0 || (uint32_t)group >= FERRY_MEM_MAX_GROUPS)
+    return ferry_err(&e->err, FERRY_EINVAL, "param register '%s': group %d out of range", name,
+                     group);
+  size_t n = 1;
+  for (int i = 0; i < ndim; i++) {
+    if (shape[i] <= 0 || (uint64_t)shape[i] > (SIZE_MAX >> 4) / n)
+      return ferry_err(&e->err, FERRY_EINVAL, "param register '%s': dimension %d is %lld", name,
+                       i, (long long)shape[i]);
+    n *= (size_t)shape[i];
+  }
+  for (size_t i = 0; i < gt->nparams; i++)
+    if (!strcmp(gt->params[i].name, name))
+      return ferry_err(&e->err, FERRY_EINVAL, "param register: '%s' is registered twice", name);
+  if (gt->nparams == gt->capparams) {
+    size_t nc = gt->capparams ? 2 * gt->capparams : 64;
+    eng_param *np = realloc(gt->params, nc * sizeof *np);
+    if (!np) return ferry_err(&e->err, FERRY_ENOMEM, "param register: out of memory");
+    gt->params = np;
+    gt->capparams = nc;
+  }
+  eng_param *p = &gt->params[gt->nparams];
+  memset(p, 0, sizeof *p);
+  p->name = strdup(name);
+  if (!p->name) return ferry_err(&e->err, FERRY_ENOMEM, "param register: out of memory");
+  memcpy(p->shape, shape, (size_t)ndim * sizeof *shape);
+  p->ndim = ndim;
+  p->n = n;
+  p->group = (uint32_t)group;
+  p->values = values;
+  p->init = init;
+  p->init_user = init_user;
+  for (int r = 0; r < FERRY_ROLE_COUNT; r++) p->id[r] = UINT32_MAX;
+  gt->nparams++;
+  return FERRY_OK;
+}
+
+static int cmp_group(const void *a, const void *b, void *ctx) {
+  const eng_param *p = ctx;
+  uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+  if (p[x].group != p[y].group) return p[x].group < p[y].group ? -1 : 1;
+  return x < y ? -1 : x > y;
+}
+
+int group_build(ferry_engine *e) {
+  eng_groups *gt = &e->gt;
+  gt->by_group = malloc(gt->nparams * sizeof *gt->by_group);
+  if (!gt->by_group) return ferry_err(&e->err, FERRY_ENOMEM, "finalize: out of memory");
+  uint32_t maxg = 0;
+  for (size_t i = 0; i < gt->nparams; i++) {
+    gt->by_group[i] = (uint32_t)i;
+    if (gt->params[i].group > maxg) maxg = gt->params[i].group;
+  }
+  qsort_r(gt->by_group, gt->nparams, sizeof *gt->by_group, cmp_group, gt->params);
+  gt->ngroups = maxg + 1;
+  gt->groups = calloc(gt->ngroups, sizeof *gt->groups);
+  if (!gt->groups) return ferry_err(&e->err, FERRY_ENOMEM, "finalize: out of memory");
+  for (size_t i = 0; i < gt->nparams;) {
+    uint32_t g = gt->params[gt->by_group[i]].group;
+    eng_group *gr = &gt->groups[g];
+    gr->first = (uint32_t)i;
+    gr->grad_slot = -1;
+    while (i < gt->nparams && gt->params[gt->by_group[i]].group == g) {
+      gt->params[gt->by_group[i]].goff = gr->n;
+      gr->n += gt->params[gt->by_group[i]].n;
+      gr->count++;
+      i++;
+    }
+    if (gr->count > gt->max_count) gt->max_count = gr->count;
+    if (gr->n > gt->max_group_n) gt->max_group_n = gr->n;
+  }
+  for (uint32_t g = 0; g < gt->ngroups; g++)
+    if (gt->groups[g].count == 0)
+      return ferry_err(&e->err, FERRY_EINVAL,
+                       "finalize: group %u has no parameters (groups must be numbered 0..%u "
+                       "without gaps)",
+                       g, maxg);
+  return FERRY_OK;
+}
+
+int group_register(ferry_engine *e) {
+  eng_groups *gt = &e->gt;
+  int rc = FERRY_OK;
+  for (size_t i = 0; i < gt->nparams && !rc; i++) {
+    eng_param *p = &gt->params[gt->by_group[i]];
+    for (int r = 0; r < FERRY_ROLE_COUNT && !rc; r++) {
+      if (r == FERRY_ROLE_EXP_AVG && e->nstates < 1) continue;
+      if (r == FERRY_ROLE_EXP_AVG_SQ && e->nstates < 2) continue;
+      char nm[FERRY_MEM_NAME_MAX + 1];
+      snprintf(nm, sizeof nm, "%s%s", p->name, role_suffix[r]);
+      ferry_dtype dt = r == FERRY_ROLE_PARAM ? e->dtype : FERRY_DT_F32;
+      rc = ferry_mem_register(e->mem, nm, dt, p->ndim, p->shape, p->group, (ferry_role)r,
+                              &p->id[r]);
+    }
+  }
+  return rc;
+}
+
+/* A chunk never holds two groups (memory/layout.c), so committing one
+ * group's params touches no other group's chunks: the commit after each
+ * update relies on it. */
+void group_check_chunks(ferry_engine *e) {
+  for (uint32_t g = 0; g < e->gt.ngroups; g++) {
+    uint32_t first_c = 0, count_c = 0;
+    ferry_mem_group_chunks(e->mem, g, FERRY_FAMILY_PARAMS, &first_c, &count_c);
+    for (uint32_t c = first_c; c < first_c + count_c; c++) {
+      ferry_mem_chunk_info ci;
+      FERRY_ASSERT(ferry_mem_chunk_get(e->mem, c, &ci) == 0 && ci.group_first == g &&
+                       ci.group_last == g,
+                   "finalize: param chunk %u of group %u holds other groups", c, g);
+    }
+  }
+}
+
+void group_free(eng_groups *gt) {
+  for (size_t i = 0; i < gt->nparams; i++) free(gt->params[i].name);
+  free(gt->params);
+  free(gt->by_group);
+  free(gt->groups);
+  memset(gt, 0, sizeof *gt);
+}
+
+eng_param *group_param(ferry_engine *e, uint32_t g, uint32_t k) {
+  return &e->gt.params[e->gt.by_group[e->gt.groups[g].first + k]];
+}
+
+eng_param *group_find(ferry_engine *e, const char *name) {
+  uint32_t id;
+  if (!e->mem || ferry_mem_lookup(e->mem, name, &id)) return NULL;
+  ferry_mem_tensor_info ti;
+  if (ferry_mem_tensor_get(e->mem, id, &ti) || ti.role != FERRY_ROLE_PARAM) return NULL;
+  for (size_t i = 0; i < e->gt.nparams; i++)
+    if (e->gt.params[i].id[FERRY_ROLE_PARAM] == id) return &e->gt.params[i];
+  return NULL;
+}
+
+const char *group_role_suffix(int role) {
+  return role >= 0 && role < FERRY_ROLE_COUNT ? role_suffix[role] : "";
+}
+
+const char *group_state_name(group_state s) {
+  static const char *const names[GROUP_STATE_COUNT] = {"idle", "queued", "updated", "failed"};
+  return (unsigned)s < GROUP_STATE_COUNT ? names[s] : "?";
+}
+
+void group_set_state(ferry_engine *e, uint32_t g, group_state to) {
+  eng_group *gr = &e->gt.groups[g];
+  group_state from = gr->state;
+  int ok = (from == GROUP_IDLE && to == GROUP_QUEUED) ||    /* grads final / step queues it */
+           (from == GROUP_FAILED && to == GROUP_QUEUED) ||  /* ferry_step runs it again */
+           (from == GROUP_QUEUED && to == GROUP_UPDATED) || /* the update is done */
+           (from == GROUP_QUEUED && to == GROUP_FAILED) ||  /* ... or failed */
+           (from == GROUP_UPDATED && to == GROUP_IDLE);     /* new params committed */
+  FERRY_ASSERT(ok, "group %u: update state %s -> %s", g, group_state_name(from),
+               group_state_name(to));
+  if (to == GROUP_QUEUED) gr->fail_status = 0;
+  gr->state = to;
+}
+
+int group_zero_grads(ferry_engine *e, uint32_t g, int held) {
+  ferry_tier gt = work_tier(e->grad_home);
+  int rc = held ? 0 : ferry_mem_fetch(e->mem, g, FERRY_FAMILY_GRADS, gt, NULL, 0);
+  if (rc) return rc;
+  eng_group *gr = &e->gt.groups[g];
+  for (uint32_t k = 0; k < gr->count; k++) {
+    void *acc;
+    ferry_mem_tensor_ptr(e->mem, group_param(e, g, k)->id[FERRY_ROLE_GRAD], gt, &acc);
+    memset(acc, 0, group_param(e, g, k)->n * sizeof(float));
+  }
+  return held ? FERRY_OK : ferry_mem_release(e->mem, g, FERRY_FAMILY_GRADS, gt, NULL);
+}

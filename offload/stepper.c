@@ -1,0 +1,338 @@
+/* offload/stepper.c — the update worker: the stepper thread takes groups
+ * from its queue in order and updates each — the NVMe read of the next
+ * group's optimizer state (a prefetch), the CPU optimizer on this one (one
+ * fused pass that also writes the params in their dtype), the write-back of
+ * its state to NVMe and the upload (device home) or commit (host and NVMe
+ * homes) of its new params — while the loop computes. Uses group.c only.
+ */
+#include "offload/engine_impl.h"
+#include "core/dtype.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static void *stepper_main(void *arg);
+
+int stepper_init(ferry_engine *e, size_t gbytes) {
+  eng_stepper *st = &e->stepper;
+  st->queue = calloc(e->gt.ngroups, sizeof *st->queue);
+  st->spans = calloc(e->gt.max_count, sizeof *st->spans);
+  st->dsts = calloc(e->gt.max_count, sizeof *st->dsts);
+  if (!st->queue || !st->spans || !st->dsts)
+    return ferry_err(&e->err, FERRY_ENOMEM, "finalize: out of memory");
+  int rc = FERRY_OK;
+  for (int i = 0; i < ENGINE_STAGE_SLOTS && !rc; i++) {
+    rc = ferry_host_alloc(e->dev, gbytes, &st->stage_up[i]);
+    if (!rc) rc = ferry_event_create(e->dev, &st->stage_up_ev[i]);
+  }
+  for (uint32_t g = 0; g < e->gt.ngroups && !rc; g++)
+    rc = ferry_event_create(e->dev, &e->gt.groups[g].uploaded);
+  if (rc)
+    return ferry_err(&e->err, rc, "finalize: engine buffers: %s", ferry_device_last_error(e->dev));
+  return FERRY_OK;
+}
+
+/* The param commit staging (host and NVMe homes), after the manager. */
+int stepper_init_param_stage(ferry_engine *e) {
+  if (e->param_home == FERRY_TIER_DEVICE) return FERRY_OK;
+  size_t bytes = e->gt.max_group_n * e->esize;
+  int rc = ferry_host_alloc(e->dev, bytes, &e->stepper.param_stage);
+  if (rc)
+    return ferry_err(&e->err, rc, "finalize: param staging of %zu bytes: %s", bytes,
+                     ferry_device_last_error(e->dev));
+  return FERRY_OK;
+}
+
+int stepper_start(ferry_engine *e) {
+  if (pthread_create(&e->stepper.thread, NULL, stepper_main, e))
+    return ferry_err(&e->err, FERRY_ENOMEM, "finalize: cannot start the step thread");
+  e->stepper.started = 1;
+  return FERRY_OK;
+}
+
+/* Lets the stepper finish what was queued, then stops it. */
+void stepper_stop(ferry_engine *e) {
+  pthread_mutex_lock(&e->mu);
+  e->stepper.stop = 1;
+  pthread_cond_broadcast(&e->stepper.cv);
+  pthread_mutex_unlock(&e->mu);
+  if (e->stepper.started) pthread_join(e->stepper.thread, NULL);
+  e->stepper.started = 0;
+}
+
+void stepper_free(ferry_engine *e) {
+  eng_stepper *st = &e->stepper;
+  if (e->dev) {
+    for (int i = 0; i < ENGINE_STAGE_SLOTS; i++) {
+      ferry_host_free(e->dev, st->stage_up[i]);
+      ferry_event_destroy(st->stage_up_ev[i]);
+    }
+    ferry_host_free(e->dev, st->param_stage);
+    for (uint32_t g = 0; e->gt.groups && g < e->gt.ngroups; g++)
+      ferry_event_destroy(e->gt.groups[g].uploaded);
+  }
+  free(st->queue);
+  free(st->spans);
+  free(st->dsts);
+}
+
+/* Where the optimizer writes group g's new params: a pinned staging buffer,
+ * uploaded by param_upload (device home), or the param staging buffer,
+ * copied into the host copy when the group commits (host and NVMe homes:
+ * the memory manager wants a host copy marked dirty before it is written,
+ * which drops device copies, which must not be held then). */
+static int param_prepare(ferry_engine *e, uint32_t g, int slot, void **dst) {
+  eng_group *gr = &e->gt.groups[g];
+  void *base = e->stepper.param_stage;
+  if (e->param_home == FERRY_TIER_DEVICE) {
+    int rc = ferry_event_synchronize(e->stepper.stage_up_ev[slot]); /* its last upload is done */
+    if (rc) return ferry_err(&e->err, rc, "step: %s", ferry_device_last_error(e->dev));
+    base = e->stepper.stage_up[slot];
+  }
+  for (uint32_t k = 0; k < gr->count; k++)
+    dst[k] = (char *)base + group_param(e, g, k)->goff * e->esize;
+  return FERRY_OK;
+}
+
+/* Device home: upload group g's staged params into its device copy. */
+static int param_upload(ferry_engine *e, uint32_t g, int slot) {
+  eng_group *gr = &e->gt.groups[g];
+  int rc = FERRY_OK;
+  double t0 = ferry_now();
+  for (uint32_t k = 0; k < gr->count && !rc; k++) {
+    eng_param *p = group_param(e, g, k);
+    void *d;
+    rc = ferry_mem_tensor_ptr(e->mem, p->id[FERRY_ROLE_PARAM], FERRY_TIER_DEVICE, &d);
+    if (rc) return engine_mem_err(e, rc, "step: upload");
+    rc = ferry_memcpy_async(e->up, d, (char *)e->stepper.stage_up[slot] + p->goff * e->esize,
+                            p->n * e->esize, FERRY_COPY_H2D);
+  }
+  if (!rc) rc = ferry_event_record(e->stepper.stage_up_ev[slot], e->up);
+  if (!rc) rc = ferry_event_record(gr->uploaded, e->up);
+  if (rc) return ferry_err(&e->err, rc, "step: upload: %s", ferry_device_last_error(e->dev));
+  ferry_timeline_add(&e->tl, FERRY_LANE_H2D, "params enqueue", t0, ferry_now());
+  return FERRY_OK;
+}
+
+/* Host and NVMe homes: group g, none of it held by the loop: mark the host
+ * copy dirty (dropping device copies), copy the staged params in, and write
+ * an NVMe home back. */
+static int param_commit(ferry_engine *e, uint32_t g) {
+  int rc = FERRY_OK;
+  int nvme = e->param_home == FERRY_TIER_NVME;
+  eng_group *gr = &e->gt.groups[g];
+  if (nvme) {
+    rc = ferry_mem_fetch(e->mem, g, FERRY_FAMILY_PARAMS, FERRY_TIER_HOST, NULL, 0);
+    if (rc) return engine_mem_err(e, rc, "step: params");
+  }
+  /* Loads of these params the loop waited for (its kernels ran after them)
+   * may not be noticed yet: complete them, so their holds are dropped. */
+  ferry_mem_poll(e->mem);
+  rc = ferry_mem_mark_dirty(e->mem, g, FERRY_FAMILY_PARAMS, FERRY_TIER_HOST, NULL);
+  /* The loop holds none of the group (after_update waited), so a device
+   * copy still held is a load in flight (a prefetch from NVMe through the
+   * host holds its chunk until the H2D is issued and seen complete): wait
+   * for it (it is dropped as stale once it lands), at most about 10 s. */
+  for (int tries = 0; rc == FERRY_EBUSY && tries < 100000; tries++) {
+    struct timespec ts = {0, 100000};
+    nanosleep(&ts, NULL);
+    ferry_mem_poll(e->mem);
+    rc = ferry_mem_mark_dirty(e->mem, g, FERRY_FAMILY_PARAMS, FERRY_TIER_HOST, NULL);
+  }
+  for (uint32_t k = 0; k < gr->count && !rc; k++) {
+    eng_param *p = group_param(e, g, k);
+    void *h;
+    rc = ferry_mem_tensor_ptr(e->mem, p->id[FERRY_ROLE_PARAM], FERRY_TIER_HOST, &h);
+    if (!rc)
+      memcpy(h, (char *)e->stepper.param_stage + p->goff * e->esize, p->n * e->esize);
+  }
+  if (nvme) {
+    int r2 = ferry_mem_release(e->mem, g, FERRY_FAMILY_PARAMS, FERRY_TIER_HOST, NULL);
+    if (!rc) rc = r2;
+    if (!rc) rc = ferry_mem_writeback(e->mem, g, FERRY_FAMILY_PARAMS, FERRY_TIER_HOST);
+  }
+  return rc ? engine_mem_err(e, rc, "step: params") : FERRY_OK;
+}
+
+int stepper_write_params(ferry_engine *e, uint32_t g) {
+  eng_group *gr = &e->gt.groups[g];
+  void **dst = e->stepper.dsts;
+  int rc = param_prepare(e, g, 0, dst);
+  if (rc) return rc;
+  ferry_tier ot = work_tier(e->optim_home);
+  for (uint32_t k = 0; k < gr->count; k++) {
+    eng_param *p = group_param(e, g, k);
+    float *master;
+    ferry_mem_tensor_ptr(e->mem, p->id[FERRY_ROLE_MASTER], ot, (void **)&master);
+    for (size_t i = 0; i < p->n; i++) ferry_dt_store(dst[k], e->dtype, i, master[i]);
+  }
+  return e->param_home == FERRY_TIER_DEVICE ? param_upload(e, g, 0) : param_commit(e, g);
+}
+
+/* Points the optimizer's spans at group g's tensors (all held) and at
+ * where its new params go. */
+static void fill_spans(ferry_engine *e, uint32_t g, void **dst) {
+  ferry_tier ot = work_tier(e->optim_home), gt = work_tier(e->grad_home);
+  for (uint32_t k = 0; k < e->gt.groups[g].count; k++) {
+    eng_param *p = group_param(e, g, k);
+    ferry_optim_span *sp = &e->stepper.spans[k];
+    memset(sp, 0, sizeof *sp);
+    ferry_mem_tensor_ptr(e->mem, p->id[FERRY_ROLE_MASTER], ot, (void **)&sp->param);
+    ferry_mem_tensor_ptr(e->mem, p->id[FERRY_ROLE_GRAD], gt, (void **)&sp->grad);
+    if (p->id[FERRY_ROLE_EXP_AVG] != UINT32_MAX)
+      ferry_mem_tensor_ptr(e->mem, p->id[FERRY_ROLE_EXP_AVG], ot, &sp->state1);
+    if (p->id[FERRY_ROLE_EXP_AVG_SQ] != UINT32_MAX)
+      ferry_mem_tensor_ptr(e->mem, p->id[FERRY_ROLE_EXP_AVG_SQ], ot, &sp->state2);
+    sp->param_copy = dst[k];
+    sp->n = p->n;
+    sp->grad_dtype = FERRY_DT_F32;
+    sp->copy_dtype = e->dtype;
+  }
+}
+
+/* Updates group i; `next` (UINT32_MAX: none) is the group expected after it,
+ * whose optimizer state is prefetched meanwhile. */
+static int update_group(ferry_engine *e, uint32_t i, uint32_t next, float gscale, int64_t step) {
+  eng_group *gr = &e->gt.groups[i];
+  ferry_tier ot = work_tier(e->optim_home), gt = work_tier(e->grad_home);
+  double t0 = ferry_now();
+  int rc = ferry_mem_fetch(e->mem, i, FERRY_FAMILY_OPTIM, ot, NULL, 0);
+  if (rc) return engine_mem_err(e, rc, "step: optimizer state");
+  double t1 = ferry_now();
+  if (t1 - t0 > 1e-4) ferry_timeline_add(&e->tl, FERRY_LANE_STEP, "wait for state", t0, t1);
+  if (next != UINT32_MAX) /* the read of the next group overlaps this group's update */
+    (void)ferry_mem_prefetch(e->mem, next, FERRY_FAMILY_OPTIM, ot);
+  rc = ferry_mem_fetch(e->mem, i, FERRY_FAMILY_GRADS, gt, NULL, 0);
+  if (rc) {
+    ferry_mem_release(e->mem, i, FERRY_FAMILY_OPTIM, ot, NULL);
+    return engine_mem_err(e, rc, "step: grads");
+  }
+  int slot = (int)(i % ENGINE_STAGE_SLOTS);
+  void **dst = e->stepper.dsts;
+  rc = ferry_mem_mark_dirty(e->mem, i, FERRY_FAMILY_OPTIM, ot, NULL); /* before writing */
+  if (rc) rc = engine_mem_err(e, rc, "step: optimizer state");
+  if (!rc) rc = param_prepare(e, i, slot, dst);
+  if (!rc) fill_spans(e, i, dst);
+  double t2 = ferry_now();
+  /* every group's update uses the same step number for its bias correction */
+  if (!rc) rc = ferry_optimizer_set_step(e->opt, step);
+  if (!rc) rc = ferry_optimizer_step(e->opt, e->stepper.spans, gr->count, gscale);
+  if (rc && rc != FERRY_ENOMEM)
+    rc = ferry_err(&e->err, rc, "step: optimizer: %s", ferry_optimizer_last_error(e->opt));
+  double t3 = ferry_now();
+  ferry_timeline_add(&e->tl, FERRY_LANE_OPTIM0, "optimizer", t2, t3);
+  if (!rc) rc = group_zero_grads(e, i, 1);
+  ferry_mem_release(e->mem, i, FERRY_FAMILY_GRADS, gt, NULL);
+  ferry_mem_release(e->mem, i, FERRY_FAMILY_OPTIM, ot, NULL);
+  /* write i back while the next group computes (held copies are never
+   * written back, so after the release) */
+  if (!rc && e->optim_home == FERRY_TIER_NVME) {
+    /* the update is done: a write that cannot start leaves the state dirty
+     * on the host, written again at eviction or flush (which report it) */
+    int wrc = ferry_mem_writeback(e->mem, i, FERRY_FAMILY_OPTIM, ot);
+    if (wrc)
+      ferry_logf(&e->log, FERRY_LOG_WARN, "step: write-back of group %u: %s", i,
+                 ferry_mem_last_error(e->mem));
+  }
+  /* a device home is written in place (only this group's bytes): upload now */
+  if (!rc && e->param_home == FERRY_TIER_DEVICE) rc = param_upload(e, i, slot);
+  return rc;
+}
+
+/* Ends group g's update (mu held): it leaves the queue's pending count. */
+static void finish_group(ferry_engine *e, uint32_t g, group_state to) {
+  group_set_state(e, g, to);
+  e->stepper.pending--;
+  pthread_cond_broadcast(&e->stepper.cv);
+}
+
+/* After group g's update. Host and NVMe homes: the new params are copied
+ * into the group's own chunks (no chunk holds two groups) once the loop
+ * holds none of them, which drops the stale device copy; the group's
+ * fetches wait until then (UPDATED). A failed update changed nothing. */
+static void after_update(ferry_engine *e, uint32_t g, int rc) {
+  eng_group *gr = &e->gt.groups[g];
+  pthread_mutex_lock(&e->mu);
+  if (rc) { /* update_group fails only before it changes anything */
+    gr->fail_status = rc;
+    if (!e->stepper.status) e->stepper.status = rc;
+  } else {
+    group_set_state(e, g, GROUP_UPDATED);
+  }
+  if (e->param_home != FERRY_TIER_DEVICE) {
+    while (gr->fetched && !e->stepper.stop) pthread_cond_wait(&e->stepper.cv, &e->mu);
+    if (!rc) {
+      pthread_mutex_unlock(&e->mu);
+      int crc = param_commit(e, g);
+      pthread_mutex_lock(&e->mu);
+      if (crc && !e->stepper.status) e->stepper.status = crc;
+    }
+  }
+  finish_group(e, g, rc ? GROUP_FAILED : GROUP_IDLE);
+  pthread_mutex_unlock(&e->mu);
+}
+
+/* The stepper thread: updates queued groups in order and says after each. */
+static void *stepper_main(void *arg) {
+  ferry_engine *e = arg;
+  eng_stepper *st = &e->stepper;
+  uint32_t ng = e->gt.ngroups;
+  pthread_mutex_lock(&e->mu);
+  for (;;) {
+    while (st->head == st->tail && !st->stop) pthread_cond_wait(&st->cv, &e->mu);
+    if (st->head == st->tail) break;
+    uint32_t g = st->queue[st->head++ % ng];
+    /* the next to prefetch: queued already, or (eager: backward order) g-1 */
+    uint32_t next = st->head != st->tail ? st->queue[st->head % ng]
+                    : e->eager           ? (g > 0 ? g - 1 : UINT32_MAX)
+                    : g + 1 < ng         ? g + 1
+                                         : UINT32_MAX;
+    float gscale = st->gscale;
+    int64_t step = st->cur_step;
+    pthread_mutex_unlock(&e->mu);
+    int rc = update_group(e, g, next, gscale, step); /* groups are independent */
+    after_update(e, g, rc);
+    pthread_mutex_lock(&e->mu);
+  }
+  pthread_mutex_unlock(&e->mu);
+  return NULL;
+}
+
+void stepper_queue(ferry_engine *e, uint32_t g) {
+  group_set_state(e, g, GROUP_QUEUED);
+  e->stepper.queue[e->stepper.tail++ % e->gt.ngroups] = g;
+  e->stepper.pending++;
+  pthread_cond_broadcast(&e->stepper.cv);
+}
+
+int stepper_retry_failed(ferry_engine *e) {
+  int retried = 0;
+  pthread_mutex_lock(&e->mu);
+  for (uint32_t g = 0; g < e->gt.ngroups; g++)
+    if (e->gt.groups[g].state == GROUP_FAILED) {
+      stepper_queue(e, g);
+      retried = 1;
+    }
+  pthread_mutex_unlock(&e->mu);
+  return retried;
+}
+
+int stepper_wait_all(ferry_engine *e) {
+  pthread_mutex_lock(&e->mu);
+  while (e->stepper.pending) pthread_cond_wait(&e->stepper.cv, &e->mu);
+  int rc = e->stepper.status;
+  e->stepper.status = 0;
+  pthread_mutex_unlock(&e->mu);
+  return rc;
+}
+
+int stepper_wait_group(ferry_engine *e, uint32_t g) {
+  eng_group *gr = &e->gt.groups[g];
+  pthread_mutex_lock(&e->mu);
+  while (group_pending(gr)) pthread_cond_wait(&e->stepper.cv, &e->mu);
+  int rc = gr->state == GROUP_FAILED ? gr->fail_status : 0;
+  if (rc) e->stepper.status = 0; /* reported here: the next ferry_step retries */
+  pthread_mutex_unlock(&e->mu);
+  return rc;
+}
