@@ -2,18 +2,29 @@
 """tools/call_cycles.py — find circles of calls between the library's source
 files, from the symbols of their object files (nm).
 
-  tools/call_cycles.py BUILD_DIR      (default: build)
+  tools/call_cycles.py [BUILD_DIR [--rules RULES]]   (default: build)
 
 File A uses file B when A's object has an undefined symbol that B's object
 defines. A circle is a strongly connected component of that graph with more
 than one file. Prints each circle with the symbols that close it, and the
-folder-level edges; exits 1 when a circle exists, 0 otherwise.
+folder-level edges. With --rules (build/parts/rules.txt, written by
+cmake/ferry_part.cmake: one "part: used parts..." line each), a call from one
+part into a part it does not declare is an error too. Exits 1 on a circle or
+an undeclared call, 0 otherwise (the test build.layers).
 """
 import glob, os, subprocess, sys
 
-def objects(build):
+def read_rules(path):
+    rules = {}
+    for line in open(path):
+        if ":" in line:
+            name, uses = line.split(":", 1)
+            rules[name.strip()] = set(uses.split())
+    return rules
+
+def objects(build, parts):
     objs = []
-    for part in ("core", "device", "memory", "nvme", "optim", "offload", "plan"):
+    for part in parts:
         objs += glob.glob(os.path.join(build, part, "CMakeFiles", "ferry_%s.dir" % part, "*.o"))
     return sorted(objs)
 
@@ -60,8 +71,16 @@ def sccs(nodes, edges):
     return out
 
 def main():
-    build = sys.argv[1] if len(sys.argv) > 1 else "build"
-    objs = objects(build)
+    args = sys.argv[1:]
+    rules = None
+    if "--rules" in args:
+        i = args.index("--rules")
+        rules = read_rules(args[i + 1])
+        del args[i:i + 2]
+    build = args[0] if args else "build"
+    parts = sorted(rules) if rules else ("core", "device", "memory", "nvme", "optim", "offload",
+                                         "plan")
+    objs = objects(build, parts)
     if not objs:
         print("call_cycles: no object files under %s (build first)" % build, file=sys.stderr)
         return 2
@@ -94,10 +113,18 @@ def main():
         if fa != fb:
             folders.setdefault(fa, set()).add(fb)
     print("folder edges:")
+    undeclared = 0
     for fa in sorted(folders):
         print("  %s -> %s" % (fa, ", ".join(sorted(folders[fa]))))
-    print("%d file(s), %d circle(s)" % (len(defs), len(bad)))
-    return 1 if bad else 0
+        for fb in sorted(folders[fa]):
+            if rules is not None and fb not in rules.get(fa, ()):
+                undeclared += 1
+                syms = sorted(s for (a, b), ss in why.items() if a.split("/")[0] == fa
+                              and b.split("/")[0] == fb for s in ss)
+                print("  error: %s calls into %s, which it does not declare (%s)"
+                      % (fa, fb, ", ".join(syms[:6])))
+    print("%d file(s), %d circle(s), %d undeclared call(s)" % (len(defs), len(bad), undeclared))
+    return 1 if bad or undeclared else 0
 
 if __name__ == "__main__":
     sys.exit(main())
