@@ -11,19 +11,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define DEVICE_ALIGN 256
-
-/* The host pool's alignment: the store's when any family lives on NVMe. */
-size_t mem_host_align(const ferry_mem *m) {
-  size_t a = DEVICE_ALIGN;
-  for (int f = 0; f < FERRY_FAMILIES; f++)
-    if (m->cfg.home[f] == FERRY_TIER_NVME && m->cfg.nvme_align > a) a = m->cfg.nvme_align;
-  return a;
-}
-
 static size_t chunk_align(const ferry_mem *m, int fam) {
   int home = m->cfg.home[fam], reach = m->cfg.reach[fam];
-  size_t a = DEVICE_ALIGN;
+  size_t a = MEM_DEVICE_ALIGN;
   size_t h = mem_host_align(m);
   if (reach <= FERRY_TIER_HOST && home >= FERRY_TIER_HOST && h > a) a = h;
   return a;
@@ -88,7 +78,7 @@ int mem_layout_build(ferry_mem *m) {
       if (t->family != fam || t->group != grp) open = 0;
       fam = t->family;
       grp = t->group;
-      size_t off = ferry_align_up(fill, DEVICE_ALIGN);
+      size_t off = ferry_align_up(fill, MEM_DEVICE_ALIGN);
       if (t->bytes > cs) {
         nchunks++; /* its own chunk */
         open = 0;
@@ -125,7 +115,7 @@ int mem_layout_build(ferry_mem *m) {
         cur->bytes = ferry_align_up(fill, a);
         cur = NULL;
       }
-      size_t off = ferry_align_up(fill, DEVICE_ALIGN);
+      size_t off = ferry_align_up(fill, MEM_DEVICE_ALIGN);
       int own = t->bytes > cs;
       if (own || !cur || off + t->bytes > cs) {
         if (cur) cur->bytes = ferry_align_up(fill, a);
