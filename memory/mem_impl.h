@@ -12,7 +12,7 @@
  *   stats.c      accounting
  *   pool.c, registry.c          the pool allocator, the tensor registry
  *   names.c      names of tiers, families and states (calls nothing)
- * Below memory/: the device API (ferry.h) and core/.
+ * Below memory/: device/ (the device API of ferry.h) and core/.
  */
 #ifndef FERRY_MEM_IMPL_H
 #define FERRY_MEM_IMPL_H

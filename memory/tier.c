@@ -4,7 +4,7 @@
  * NUMA-local through hwloc; huge pages by madvise), the copy streams, the
  * per-chunk events and store requests. Nothing here runs after start.
  */
-#include "memory/backend_impl.h"
+#include "device/backend_impl.h"
 #include "memory/mem_impl.h"
 
 #include <errno.h>
