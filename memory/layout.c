@@ -1,9 +1,9 @@
 /* memory/layout.c — the chunk layout: each family's tensors packed, group by
  * group in registration order, into chunks of at most chunk_size bytes that
  * never hold two groups (256-byte aligned offsets; a tensor larger than a
- * chunk gets a chunk of its own), the group
- * to chunk-range tables, and the checks that every chunk fits every tier it
- * must pass and that every home holds its family.
+ * chunk gets a chunk of its own), the group to chunk-range tables, and the
+ * checks that every chunk fits every tier it must pass and that every home
+ * holds its family. mem_layout_build runs the steps in that order.
  */
 #include "memory/mem_impl.h"
 
@@ -11,19 +11,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define DEVICE_ALIGN 256
-
-/* The host pool's alignment: the store's when any family lives on NVMe. */
-size_t mem_host_align(const ferry_mem *m) {
-  size_t a = DEVICE_ALIGN;
-  for (int f = 0; f < FERRY_FAMILIES; f++)
-    if (m->cfg.home[f] == FERRY_TIER_NVME && m->cfg.nvme_align > a) a = m->cfg.nvme_align;
-  return a;
-}
-
 static size_t chunk_align(const ferry_mem *m, int fam) {
   int home = m->cfg.home[fam], reach = m->cfg.reach[fam];
-  size_t a = DEVICE_ALIGN;
+  size_t a = MEM_DEVICE_ALIGN;
   size_t h = mem_host_align(m);
   if (reach <= FERRY_TIER_HOST && home >= FERRY_TIER_HOST && h > a) a = h;
   return a;
@@ -47,19 +37,12 @@ static int fail_chunk_too_big(ferry_mem *m, const mem_chunk *c, int tier, size_t
                    tier == FERRY_TIER_DEVICE ? "gpu" : ferry_tier_name(tier));
 }
 
-int mem_layout_build(ferry_mem *m) {
-  size_t cs = m->cfg.chunk_size;
-  m->ngroups = m->max_group;
-  m->order = malloc((m->nt + 1) * sizeof *m->order);
-  m->by_group = malloc((m->nt + 1) * sizeof *m->by_group);
-  m->group_start = calloc((size_t)m->ngroups + 1, sizeof *m->group_start);
-  m->ranges = calloc((size_t)m->ngroups * FERRY_FAMILIES + 1, sizeof *m->ranges);
-  if (!m->order || !m->by_group || !m->group_start || !m->ranges) goto oom;
-
-  /* The packing order: by family, then group, then registration. A chunk
-   * holds tensors of one group only, so fetching, updating or evicting one
-   * group never touches another's bytes (the optimizer thread commits a
-   * group's new params while the loop fetches the next one). */
+/* The packing order: by family, then group, then registration. A chunk
+ * holds tensors of one group only, so fetching, updating or evicting one
+ * group never touches another's bytes (the optimizer thread commits a
+ * group's new params while the loop fetches the next one). Returns the
+ * number of tensors ordered. */
+static size_t sort_order(ferry_mem *m) {
   size_t no = 0;
   for (int f = 0; f < FERRY_FAMILIES; f++) {
     size_t from = no;
@@ -76,94 +59,102 @@ int mem_layout_build(ferry_mem *m) {
       m->order[j] = v;
     }
   }
+  return no;
+}
 
-  /* Pass 1: count chunks. Pass 2: fill. */
+/* Pass 1 of the packing: how many chunks the first `no` tensors of the
+ * order take. */
+static uint32_t count_chunks(const ferry_mem *m, size_t no) {
+  size_t cs = m->cfg.chunk_size;
   uint32_t nchunks = 0;
-  {
-    size_t fill = 0;
-    int open = 0, fam = -1;
-    uint32_t grp = 0;
-    for (size_t k = 0; k < no; k++) {
-      const mem_tensor *t = &m->t[m->order[k]];
-      if (t->family != fam || t->group != grp) open = 0;
-      fam = t->family;
-      grp = t->group;
-      size_t off = ferry_align_up(fill, DEVICE_ALIGN);
-      if (t->bytes > cs) {
-        nchunks++; /* its own chunk */
-        open = 0;
-        fill = 0;
-        continue;
-      }
-      if (!open || off + t->bytes > cs) {
-        nchunks++;
-        open = 1;
-        off = 0;
-      }
-      fill = off + (t->bytes ? t->bytes : 1);
+  size_t fill = 0;
+  int open = 0, fam = -1;
+  uint32_t grp = 0;
+  for (size_t k = 0; k < no; k++) {
+    const mem_tensor *t = &m->t[m->order[k]];
+    if (t->family != fam || t->group != grp) open = 0;
+    fam = t->family;
+    grp = t->group;
+    size_t off = ferry_align_up(fill, MEM_DEVICE_ALIGN);
+    if (t->bytes > cs) {
+      nchunks++; /* its own chunk */
+      open = 0;
+      fill = 0;
+      continue;
     }
-  }
-  m->c = calloc((size_t)nchunks + 1, sizeof *m->c);
-  if (!m->c) goto oom;
-  m->nc = nchunks;
-  uint32_t ci = 0;
-  {
-    size_t fill = 0, a = 0;
-    mem_chunk *cur = NULL;
-    uint32_t idx = 0;
-    int fam = -1;
-    for (size_t k = 0; k < no; k++) {
-      mem_tensor *t = &m->t[m->order[k]];
-      if (t->family != fam) { /* a new family: its own alignment and numbering */
-        if (cur) cur->bytes = ferry_align_up(fill, a);
-        cur = NULL;
-        fam = t->family;
-        a = chunk_align(m, fam);
-        idx = 0;
-      }
-      if (cur && t->group != cur->gfirst) { /* a new group: a new chunk */
-        cur->bytes = ferry_align_up(fill, a);
-        cur = NULL;
-      }
-      size_t off = ferry_align_up(fill, DEVICE_ALIGN);
-      int own = t->bytes > cs;
-      if (own || !cur || off + t->bytes > cs) {
-        if (cur) cur->bytes = ferry_align_up(fill, a);
-        cur = &m->c[ci++];
-        cur->family = (uint8_t)fam;
-        cur->home = (uint8_t)m->cfg.home[fam];
-        cur->index = idx++;
-        cur->first_tensor = (uint32_t)k;
-        cur->gfirst = t->group;
-        cur->glast = t->group;
-        off = 0;
-      }
-      t->chunk = (uint32_t)(cur - m->c);
-      t->offset = off;
-      cur->ntensors++;
-      fill = off + (t->bytes ? t->bytes : 1);
-      if (own) {
-        cur->bytes = ferry_align_up(fill, a);
-        cur = NULL;
-        fill = 0;
-      }
+    if (!open || off + t->bytes > cs) {
+      nchunks++;
+      open = 1;
+      off = 0;
     }
-    if (cur) cur->bytes = ferry_align_up(fill, a);
+    fill = off + (t->bytes ? t->bytes : 1);
   }
-  FERRY_ASSERT(ci == nchunks, "layout: counted %u chunks, filled %u", nchunks, ci);
+  return nchunks;
+}
 
-  /* Group tables. */
+/* Pass 2 of the packing: places the tensors in m->c (sized by pass 1), sets
+ * each tensor's chunk and offset and each chunk's family, home, index,
+ * tensors, group and aligned size. Returns the number of chunks filled. */
+static uint32_t fill_chunks(ferry_mem *m, size_t no) {
+  size_t cs = m->cfg.chunk_size;
+  uint32_t ci = 0;
+  size_t fill = 0, a = 0;
+  mem_chunk *cur = NULL;
+  uint32_t idx = 0;
+  int fam = -1;
+  for (size_t k = 0; k < no; k++) {
+    mem_tensor *t = &m->t[m->order[k]];
+    if (t->family != fam) { /* a new family: its own alignment and numbering */
+      if (cur) cur->bytes = ferry_align_up(fill, a);
+      cur = NULL;
+      fam = t->family;
+      a = chunk_align(m, fam);
+      idx = 0;
+    }
+    if (cur && t->group != cur->gfirst) { /* a new group: a new chunk */
+      cur->bytes = ferry_align_up(fill, a);
+      cur = NULL;
+    }
+    size_t off = ferry_align_up(fill, MEM_DEVICE_ALIGN);
+    int own = t->bytes > cs;
+    if (own || !cur || off + t->bytes > cs) {
+      if (cur) cur->bytes = ferry_align_up(fill, a);
+      cur = &m->c[ci++];
+      cur->family = (uint8_t)fam;
+      cur->home = (uint8_t)m->cfg.home[fam];
+      cur->index = idx++;
+      cur->first_tensor = (uint32_t)k;
+      cur->gfirst = t->group;
+      cur->glast = t->group;
+      off = 0;
+    }
+    t->chunk = (uint32_t)(cur - m->c);
+    t->offset = off;
+    cur->ntensors++;
+    fill = off + (t->bytes ? t->bytes : 1);
+    if (own) {
+      cur->bytes = ferry_align_up(fill, a);
+      cur = NULL;
+      fill = 0;
+    }
+  }
+  if (cur) cur->bytes = ferry_align_up(fill, a);
+  return ci;
+}
+
+/* The group tables: by_group with its group_start offsets, and each (group,
+ * family)'s chunk range. FERRY_ENOMEM when the scratch counts cannot be
+ * allocated. */
+static int build_group_tables(ferry_mem *m) {
   for (size_t i = 0; i < m->nt; i++) m->group_start[m->t[i].group + 1]++;
   for (uint32_t g = 0; g < m->ngroups; g++) m->group_start[g + 1] += m->group_start[g];
-  {
-    uint32_t *fillp = calloc((size_t)m->ngroups + 1, sizeof *fillp);
-    if (!fillp) goto oom;
-    for (size_t i = 0; i < m->nt; i++) {
-      uint32_t g = m->t[i].group;
-      m->by_group[m->group_start[g] + fillp[g]++] = (uint32_t)i;
-    }
-    free(fillp);
+  uint32_t *fillp = calloc((size_t)m->ngroups + 1, sizeof *fillp);
+  if (!fillp) return FERRY_ENOMEM;
+  for (size_t i = 0; i < m->nt; i++) {
+    uint32_t g = m->t[i].group;
+    m->by_group[m->group_start[g] + fillp[g]++] = (uint32_t)i;
   }
+  free(fillp);
   for (size_t i = 0; i < m->nt; i++) {
     const mem_tensor *t = &m->t[i];
     mem_range *r = &m->ranges[(size_t)t->group * FERRY_FAMILIES + t->family];
@@ -177,10 +168,13 @@ int mem_layout_build(ferry_mem *m) {
       r->count = last - r->first + 1;
     }
   }
+  return FERRY_OK;
+}
 
-  /* Checks: every chunk fits every tier it passes; homes hold families;
-   * each cache tier keeps room for its largest chunk after the homes. */
-  size_t maxc[FERRY_TIERS] = {0};
+/* Every chunk fits every tier it passes (its largest per cache tier goes to
+ * maxc); assigns NVMe slots, sums the homes' bytes and marks home copies
+ * resident. */
+static int check_chunks(ferry_mem *m, size_t maxc[FERRY_TIERS]) {
   memset(m->home_bytes, 0, sizeof m->home_bytes);
   m->nslots = 0;
   m->slot_size = 0;
@@ -202,6 +196,12 @@ int mem_layout_build(ferry_mem *m) {
     c->state[c->home] = FERRY_RES_RESIDENT;
   }
   m->home_bytes[FERRY_TIER_NVME] = (size_t)m->nslots * m->slot_size;
+  return FERRY_OK;
+}
+
+/* Every home holds its families, and each cache tier keeps room for its
+ * largest chunk (maxc) after the chunks that live there. */
+static int check_homes(ferry_mem *m, const size_t maxc[FERRY_TIERS]) {
   for (int t = 0; t < FERRY_TIERS; t++) {
     char b1[32], b2[32];
     if (m->home_bytes[t] > m->cfg.budget[t])
@@ -218,6 +218,28 @@ int mem_layout_build(ferry_mem *m) {
     }
   }
   return FERRY_OK;
+}
+
+int mem_layout_build(ferry_mem *m) {
+  m->ngroups = m->max_group;
+  m->order = malloc((m->nt + 1) * sizeof *m->order);
+  m->by_group = malloc((m->nt + 1) * sizeof *m->by_group);
+  m->group_start = calloc((size_t)m->ngroups + 1, sizeof *m->group_start);
+  m->ranges = calloc((size_t)m->ngroups * FERRY_FAMILIES + 1, sizeof *m->ranges);
+  if (!m->order || !m->by_group || !m->group_start || !m->ranges) goto oom;
+
+  size_t no = sort_order(m);
+  uint32_t nchunks = count_chunks(m, no);
+  m->c = calloc((size_t)nchunks + 1, sizeof *m->c);
+  if (!m->c) goto oom;
+  m->nc = nchunks;
+  uint32_t ci = fill_chunks(m, no);
+  FERRY_ASSERT(ci == nchunks, "layout: counted %u chunks, filled %u", nchunks, ci);
+  if (build_group_tables(m)) goto oom;
+
+  size_t maxc[FERRY_TIERS] = {0};
+  int rc = check_chunks(m, maxc);
+  return rc ? rc : check_homes(m, maxc);
 oom:
   return ferry_err(&m->err, FERRY_ENOMEM, "layout: out of memory for %zu tensors", m->nt);
 }

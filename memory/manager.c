@@ -1,14 +1,11 @@
 /* memory/manager.c — the tiered memory manager's life cycle: configuration
  * defaults and checks, create, finalize (layout, then reserving the tiers),
- * wiring the NVMe store, destroy; and the names of tiers, families and
- * residency states used in every message.
+ * wiring the NVMe store, destroy. The top of memory/'s layers (mem_impl.h).
  */
 #include "memory/mem_impl.h"
 
 #include <stdlib.h>
 #include <string.h>
-
-void mem_drain(ferry_mem *m); /* residency.c */
 
 ferry_mem_config ferry_mem_config_default(void) {
   ferry_mem_config c;
@@ -24,35 +21,6 @@ ferry_mem_config ferry_mem_config_default(void) {
   c.numa_local = 1;
   c.nvme_align = 4096;
   return c;
-}
-
-const char *ferry_tier_name(int tier) {
-  switch (tier) {
-  case FERRY_TIER_DEVICE: return "device";
-  case FERRY_TIER_HOST: return "host";
-  case FERRY_TIER_NVME: return "nvme";
-  }
-  return "?";
-}
-
-const char *ferry_family_name(int family) {
-  switch (family) {
-  case FERRY_FAMILY_PARAMS: return "params";
-  case FERRY_FAMILY_GRADS: return "grads";
-  case FERRY_FAMILY_OPTIM: return "optimizer";
-  }
-  return "?";
-}
-
-const char *ferry_res_state_name(int s) {
-  switch (s) {
-  case FERRY_RES_ABSENT: return "absent";
-  case FERRY_RES_LOADING: return "loading";
-  case FERRY_RES_RESIDENT: return "resident";
-  case FERRY_RES_DIRTY: return "dirty";
-  case FERRY_RES_WRITING: return "writing";
-  }
-  return "?";
 }
 
 static int store_ok(const ferry_mem_store *s) {

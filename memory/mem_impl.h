@@ -1,6 +1,18 @@
 /* memory/mem_impl.h — the private structures of the tiered memory manager,
  * shared by its sources (registry, layout, pool, tier, residency, evict,
- * stats). Everything here is guarded by ferry_mem.mu unless said otherwise.
+ * stats, names). Everything here is guarded by ferry_mem.mu unless said
+ * otherwise.
+ *
+ * Layers: a source calls only sources below it, never one above, so the
+ * calls go one way (tools/call_cycles.py finds no circle):
+ *   manager.c    life cycle: create, finalize, set store, destroy
+ *   residency.c  fetch, release, mark dirty, write-back, flush, eviction moves
+ *   tier.c, layout.c, evict.c   reserving the tiers, the chunk layout, victim
+ *                choice and the access trace (none calls another)
+ *   stats.c      accounting
+ *   pool.c, registry.c          the pool allocator, the tensor registry
+ *   names.c      names of tiers, families and states (calls nothing)
+ * Below memory/: device/ (the device API of ferry.h) and core/.
  */
 #ifndef FERRY_MEM_IMPL_H
 #define FERRY_MEM_IMPL_H
@@ -139,12 +151,14 @@ struct ferry_mem {
   } marks[2][2]; /* [dir][begin]: host-function arguments of the on_copy hook */
 };
 
+/* Chunk offsets in a tier are 256-byte aligned (the device pool's alignment). */
+#define MEM_DEVICE_ALIGN 256
+
 /* registry.c */
 int mem_registry_metadata(const ferry_mem *m, size_t *bytes);
 void mem_registry_free(ferry_mem *m);
 /* layout.c */
 int mem_layout_build(ferry_mem *m);
-size_t mem_host_align(const ferry_mem *m);
 void mem_layout_free(ferry_mem *m);
 /* tier.c */
 int mem_tiers_reserve(ferry_mem *m);
@@ -159,6 +173,16 @@ void mem_stats_add(ferry_mem *m, int tier, int family, size_t bytes);
 void mem_stats_sub(ferry_mem *m, int tier, int family, size_t bytes);
 /* residency.c */
 void mem_set_state(ferry_mem *m, uint32_t ci, int tier, int to);
+void mem_drain(ferry_mem *m);
+
+/* The host pool's alignment: the store's when any family lives on NVMe.
+ * Read by layout.c (chunk sizes) and tier.c (the host pool). */
+static inline size_t mem_host_align(const ferry_mem *m) {
+  size_t a = MEM_DEVICE_ALIGN;
+  for (int f = 0; f < FERRY_FAMILIES; f++)
+    if (m->cfg.home[f] == FERRY_TIER_NVME && m->cfg.nvme_align > a) a = m->cfg.nvme_align;
+  return a;
+}
 
 static inline void *mem_tier_addr(ferry_mem *m, const mem_chunk *c, int tier) {
   return (tier == FERRY_TIER_DEVICE ? m->dev_base : m->host_base) + c->off[tier];

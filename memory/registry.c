@@ -57,47 +57,43 @@ static int check_name(ferry_mem *m, const char *name) {
   return FERRY_OK;
 }
 
+/* The checks of a registration after its name's, under the lock: not
+ * final yet, a known dtype and role, a valid shape (its element count in
+ * *numel), a group within the limit, room for one more tensor. */
+static int check_tensor(ferry_mem *m, const char *name, ferry_dtype dtype, int ndim,
+                        const int64_t *shape, uint32_t group, ferry_role role, uint64_t *numel) {
+  if (m->finalized)
+    return ferry_err(&m->err, FERRY_ESTATE, "register '%s': the layout is already final", name);
+  if (ferry_dtype_size(dtype) == 0)
+    return ferry_err(&m->err, FERRY_EINVAL, "register '%s': unknown dtype %d", name, (int)dtype);
+  if ((unsigned)role >= FERRY_ROLE_COUNT)
+    return ferry_err(&m->err, FERRY_EINVAL, "register '%s': unknown role %d", name, (int)role);
+  if (ndim < 0 || ndim > FERRY_MEM_MAX_DIMS || (ndim > 0 && !shape))
+    return ferry_err(&m->err, FERRY_EINVAL, "register '%s': %d dimensions (0..%d, shape needed)",
+                     name, ndim, FERRY_MEM_MAX_DIMS);
+  if (group >= FERRY_MEM_MAX_GROUPS)
+    return ferry_err(&m->err, FERRY_EINVAL, "register '%s': group %u is past the limit %u", name,
+                     group, FERRY_MEM_MAX_GROUPS - 1);
+  *numel = 1;
+  for (int d = 0; d < ndim; d++) {
+    if (shape[d] <= 0 || (uint64_t)shape[d] > (UINT64_MAX / 8) / *numel)
+      return ferry_err(&m->err, FERRY_EINVAL, "register '%s': dimension %d is %lld", name, d,
+                       (long long)shape[d]);
+    *numel *= (uint64_t)shape[d];
+  }
+  if (m->nt >= UINT32_MAX - 1)
+    return ferry_err(&m->err, FERRY_EOVERFLOW, "register: too many tensors");
+  return FERRY_OK;
+}
+
 int ferry_mem_register(ferry_mem *m, const char *name, ferry_dtype dtype, int ndim,
                        const int64_t *shape, uint32_t group, ferry_role role, uint32_t *id) {
   if (!m) return FERRY_EINVAL;
   int rc = check_name(m, name);
   if (rc) return rc;
   pthread_mutex_lock(&m->mu);
-  if (m->finalized) {
-    rc = ferry_err(&m->err, FERRY_ESTATE, "register '%s': the layout is already final", name);
-    goto out;
-  }
-  if (ferry_dtype_size(dtype) == 0) {
-    rc = ferry_err(&m->err, FERRY_EINVAL, "register '%s': unknown dtype %d", name, (int)dtype);
-    goto out;
-  }
-  if ((unsigned)role >= FERRY_ROLE_COUNT) {
-    rc = ferry_err(&m->err, FERRY_EINVAL, "register '%s': unknown role %d", name, (int)role);
-    goto out;
-  }
-  if (ndim < 0 || ndim > FERRY_MEM_MAX_DIMS || (ndim > 0 && !shape)) {
-    rc = ferry_err(&m->err, FERRY_EINVAL, "register '%s': %d dimensions (0..%d, shape needed)",
-                   name, ndim, FERRY_MEM_MAX_DIMS);
-    goto out;
-  }
-  if (group >= FERRY_MEM_MAX_GROUPS) {
-    rc = ferry_err(&m->err, FERRY_EINVAL, "register '%s': group %u is past the limit %u", name,
-                   group, FERRY_MEM_MAX_GROUPS - 1);
-    goto out;
-  }
   uint64_t numel = 1;
-  for (int d = 0; d < ndim; d++) {
-    if (shape[d] <= 0 || (uint64_t)shape[d] > (UINT64_MAX / 8) / numel) {
-      rc = ferry_err(&m->err, FERRY_EINVAL, "register '%s': dimension %d is %lld", name, d,
-                     (long long)shape[d]);
-      goto out;
-    }
-    numel *= (uint64_t)shape[d];
-  }
-  if (m->nt >= UINT32_MAX - 1) {
-    rc = ferry_err(&m->err, FERRY_EOVERFLOW, "register: too many tensors");
-    goto out;
-  }
+  if ((rc = check_tensor(m, name, dtype, ndim, shape, group, role, &numel))) goto out;
   if ((m->nt + 1) * 2 > m->hcap && (rc = hash_grow(m))) goto oom;
   size_t slot = hash_find(m, name);
   if (m->hash[slot]) {

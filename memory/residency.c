@@ -391,10 +391,10 @@ static int host_written_elsewhere(const mem_chunk *c) {
   return c->host_writer > 1 || (c->host_writer && !pthread_equal(c->writer, pthread_self()));
 }
 
-/* Holds chunk ci in tiers tier..home-1, reserving space and starting loads
- * where it is absent. On failure nothing of this call stays held. */
-static int acquire(ferry_mem *m, uint32_t ci, int tier, uint32_t group, unsigned flags,
-                   int *waited) {
+/* Before chunk ci is held in `tier`: a host reader waits until no dirty
+ * device copy is newer; a device load may not read a host copy another
+ * thread is writing. */
+static int acquire_check(ferry_mem *m, uint32_t ci, int tier, int *waited) {
   mem_chunk *c = &m->c[ci];
   if (tier == FERRY_TIER_HOST && c->state[FERRY_TIER_DEVICE] != FERRY_RES_ABSENT) {
     /* Host readers need the newest bytes: the device copy's, if dirty. */
@@ -419,12 +419,46 @@ static int acquire(ferry_mem *m, uint32_t ci, int tier, uint32_t group, unsigned
                      "it there first",
                      ci, ferry_family_name(c->family), c->index, c->gfirst, c->glast,
                      c->hold_host);
+  return FERRY_OK;
+}
+
+/* Fills the host copy of chunk ci, whose space was just reserved: zeros
+ * when its NVMe slot was never written, else an NVMe read is started. */
+static int start_host_fill(ferry_mem *m, uint32_t ci) {
+  mem_chunk *c = &m->c[ci];
+  int t = FERRY_TIER_HOST, rc = FERRY_OK;
+  if (c->never_written) {
+    memset(mem_tier_addr(m, c, t), 0, c->bytes);
+    mem_set_state(m, ci, t, FERRY_RES_RESIDENT);
+  } else if (!m->cfg.store.read) {
+    rc = ferry_err(&m->err, FERRY_ENOTSUP, "load of chunk %u: no NVMe store is set", ci);
+  } else {
+    c->io_status = 0;
+    rc = m->cfg.store.read(m->cfg.store.user, c->io, (uint32_t)c->off[FERRY_TIER_NVME],
+                           mem_tier_addr(m, c, t), c->bytes);
+    if (rc) rc = ferry_err(&m->err, rc, "NVMe read of chunk %u failed to start", ci);
+    else {
+      c->io_active = 1;
+      c->io_write = 0;
+      pend_add(m, ci);
+    }
+  }
+  return rc;
+}
+
+/* Holds chunk ci in tiers tier..home-1, reserving space and starting loads
+ * where it is absent. On failure nothing of this call stays held. */
+static int acquire(ferry_mem *m, uint32_t ci, int tier, uint32_t group, unsigned flags,
+                   int *waited) {
+  mem_chunk *c = &m->c[ci];
+  int rc = acquire_check(m, ci, tier, waited);
+  if (rc) return rc;
   for (int t = c->home - 1; t >= tier; t--) {
     c->use[t]++;
     if (c->state[t] != FERRY_RES_ABSENT) continue;
     mem_set_state(m, ci, t, FERRY_RES_LOADING);
     c->resv |= (uint8_t)(1u << t);
-    int rc = alloc_space(m, ci, t);
+    rc = alloc_space(m, ci, t);
     c->resv &= (uint8_t)~(1u << t);
     pthread_cond_broadcast(&m->cv);
     if (rc) {
@@ -433,23 +467,7 @@ static int acquire(ferry_mem *m, uint32_t ci, int tier, uint32_t group, unsigned
       return rc;
     }
     if (t == FERRY_TIER_HOST) {
-      if (c->never_written) {
-        memset(mem_tier_addr(m, c, t), 0, c->bytes);
-        mem_set_state(m, ci, t, FERRY_RES_RESIDENT);
-      } else if (!m->cfg.store.read) {
-        rc = ferry_err(&m->err, FERRY_ENOTSUP, "load of chunk %u: no NVMe store is set", ci);
-      } else {
-        c->io_status = 0;
-        rc = m->cfg.store.read(m->cfg.store.user, c->io, (uint32_t)c->off[FERRY_TIER_NVME],
-                               mem_tier_addr(m, c, t), c->bytes);
-        if (rc) rc = ferry_err(&m->err, rc, "NVMe read of chunk %u failed to start", ci);
-        else {
-          c->io_active = 1;
-          c->io_write = 0;
-          pend_add(m, ci);
-        }
-      }
-      if (rc) {
+      if ((rc = start_host_fill(m, ci))) {
         mem_set_state(m, ci, t, FERRY_RES_ABSENT);
         mem_pool_free(&m->pool[1], c->off[1]);
         mem_stats_sub(m, t, c->family, c->bytes);

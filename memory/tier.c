@@ -4,7 +4,7 @@
  * NUMA-local through hwloc; huge pages by madvise), the copy streams, the
  * per-chunk events and store requests. Nothing here runs after start.
  */
-#include "memory/backend_impl.h"
+#include "device/backend_impl.h"
 #include "memory/mem_impl.h"
 
 #include <errno.h>
@@ -141,7 +141,7 @@ int mem_tiers_reserve(ferry_mem *m) {
   }
   size_t dev_len = need_dev ? m->cfg.budget[FERRY_TIER_DEVICE] : 0;
   size_t host_len = need_host ? m->cfg.budget[FERRY_TIER_HOST] : 0;
-  if ((rc = mem_pool_init(&m->pool[0], dev_len, 256, m->nc)) ||
+  if ((rc = mem_pool_init(&m->pool[0], dev_len, MEM_DEVICE_ALIGN, m->nc)) ||
       (rc = mem_pool_init(&m->pool[1], host_len, mem_host_align(m), m->nc)))
     return ferry_err(&m->err, FERRY_ENOMEM, "pools: out of memory");
   dev_len = m->pool[0].capacity;

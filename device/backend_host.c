@@ -1,4 +1,4 @@
-/* memory/backend_host.c — the `host` backend: an emulated GPU.
+/* device/backend_host.c — the `host` backend: an emulated GPU.
  *
  * Device memory is one anonymous mapping of exactly `capacity` bytes (the
  * device layer caps allocations at it). Each stream is a FIFO worker thread.
@@ -8,7 +8,7 @@
  * generation counters: a record bumps the event's generation and completes
  * it in stream order; a wait captures the generation current at the call.
  */
-#include "memory/backend_impl.h"
+#include "device/backend_impl.h"
 
 #include <errno.h>
 #include <stdio.h>

@@ -1,4 +1,4 @@
-/* memory/cuda_sleep.cu — the one kernel of the cuda device backend: a timed
+/* device/cuda_sleep.cu — the one kernel of the cuda device backend: a timed
  * wait that occupies a stream like GPU compute of known duration, without a
  * CPU core (ferry_stream_sleep). One thread spins on the GPU's nanosecond
  * %globaltimer, parked with __nanosleep between reads. C entry points only.

@@ -1,4 +1,4 @@
-/* memory/hostinfo.c — the host side of the machine, as ferry info and the
+/* device/hostinfo.c — the host side of the machine, as ferry info and the
  * planner need it: CPU model, cores, NUMA nodes and their memory (hwloc),
  * RAM, the locked-memory limit and the huge page size.
  */

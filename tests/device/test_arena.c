@@ -1,8 +1,8 @@
-/* tests/memory/test_arena.c — the device sub-allocator: alignment, the hard
+/* tests/device/test_arena.c — the device sub-allocator: alignment, the hard
  * cap, coalescing, containment checks, and a randomized run against a
  * byte-map model.
  */
-#include "memory/arena.h"
+#include "device/arena.h"
 #include "ferry.h"
 #include "tests/test.h"
 

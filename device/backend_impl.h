@@ -1,6 +1,6 @@
-/* memory/backend_impl.h — the private contract between the device layer
- * (memory/device.c: validation, accounting, object lists) and a backend
- * (memory/backend_host.c, memory/backend_cuda.c). A backend is one table of
+/* device/backend_impl.h — the private contract between the device layer
+ * (device/device.c: validation, accounting, object lists) and a backend
+ * (device/backend_host.c, device/backend_cuda.c). A backend is one table of
  * function pointers; the device layer has already validated every argument
  * when a slot is called, so backends only do the work.
  */
@@ -8,7 +8,7 @@
 #define FERRY_BACKEND_IMPL_H
 
 #include "core/core.h"
-#include "memory/arena.h"
+#include "device/arena.h"
 
 typedef struct ferry_backend_ops ferry_backend_ops;
 

@@ -1,8 +1,8 @@
-/* memory/arena.c — first-fit sub-allocation over a sorted block array with
+/* device/arena.c — first-fit sub-allocation over a sorted block array with
  * coalescing of free neighbours. Lookups are binary searches, so checking
  * that a pointer range lies in a live allocation is O(log n).
  */
-#include "memory/arena.h"
+#include "device/arena.h"
 
 #include "ferry.h"
 

@@ -1,10 +1,10 @@
-/* memory/device.c — the public device API: picks a backend, validates every
+/* device/device.c — the public device API: picks a backend, validates every
  * argument (null, sizes, pointers that are not this device's, double frees),
  * sub-allocates the device arena with a hard cap, tracks pinned blocks,
  * streams and events so destroy can drain and free them, then calls the
  * backend's slot.
  */
-#include "memory/backend_impl.h"
+#include "device/backend_impl.h"
 
 #include <stdio.h>
 #include <stdlib.h>

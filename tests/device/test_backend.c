@@ -1,4 +1,4 @@
-/* tests/memory/test_backend.c — the device backend conformance suite, run
+/* tests/device/test_backend.c — the device backend conformance suite, run
  * once per backend: `test_backend host` and `test_backend cuda` (exit 77
  * without a CUDA device). Capacity enforcement, copies of 0, 1, odd,
  * unaligned and 1 GiB sizes, event ordering across streams, 64 concurrent

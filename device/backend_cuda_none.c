@@ -1,4 +1,4 @@
-/* memory/backend_cuda_none.c — what the CUDA entry points answer in a build
+/* device/backend_cuda_none.c — what the CUDA entry points answer in a build
  * without the CUDA backend (no nvcc, or FERRY_CUDA=OFF).
  */
 #include "core/core.h"

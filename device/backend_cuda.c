@@ -1,10 +1,10 @@
-/* memory/backend_cuda.c — the `cuda` device backend: one cudaMalloc'd arena of
+/* device/backend_cuda.c — the `cuda` device backend: one cudaMalloc'd arena of
  * `capacity` bytes (the device layer sub-allocates it), pinned host memory
  * from cudaHostAlloc, non-blocking CUDA streams, cudaEvents, host functions
  * through cudaLaunchHostFunc and the sleep kernel of cuda_sleep.cu. Also the
  * CUDA probes of the public API: ferry_cuda_compiled, ferry_gpu_list.
  */
-#include "memory/backend_impl.h"
+#include "device/backend_impl.h"
 
 #include <cuda_runtime.h>
 #include <stdarg.h>
@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* memory/cuda_sleep.cu */
+/* device/cuda_sleep.cu */
 cudaError_t ferry_cuda_sleep_launch(cudaStream_t stream, unsigned long long ns);
 cudaError_t ferry_cuda_sleep_prepare(void);
 

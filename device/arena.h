@@ -1,4 +1,4 @@
-/* memory/arena.h — a first-fit sub-allocator over one reserved range with a
+/* device/arena.h — a first-fit sub-allocator over one reserved range with a
  * hard capacity. Offsets only: the owner maps them to addresses. Used for the
  * device arena of every backend. Not thread-safe: the owner locks.
  */
