@@ -367,7 +367,7 @@ static void machine_text(char *buf, size_t len, const char *device) {
   if (gethostname(host, sizeof host - 1)) snprintf(host, sizeof host, "?");
   host[sizeof host - 1] = '\0';
   ferry_host_info hi;
-  if (ferry_host_info_get(&hi) == FERRY_OK)
+  if (ferry_host_get_info(&hi) == FERRY_OK)
     snprintf(buf, len, "%s: %s, %d threads, %s RAM; device %s", host, hi.cpu_model, hi.threads,
              ferry_format_size(hi.ram_bytes, ram, sizeof ram), device);
   else
@@ -521,7 +521,7 @@ int ferry_bench_all_main(int argc, char **argv) {
     snprintf(o.threads, sizeof o.threads, "%ld", t);
   } else {
     ferry_host_info hi;
-    int n = ferry_host_info_get(&hi) == FERRY_OK && hi.threads > 0 ? hi.threads : 0;
+    int n = ferry_host_get_info(&hi) == FERRY_OK && hi.threads > 0 ? hi.threads : 0;
     snprintf(o.threads, sizeof o.threads, "%d", n); /* 0: the optimizer's one per core */
   }
   o.steps = o.quick ? 3 : 5;

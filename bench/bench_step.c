@@ -273,7 +273,7 @@ int ferry_bench_step_main(int argc, char **argv) {
   if (timeline && ferry_engine_write_timeline(e, timeline))
     fprintf(stderr, "ferry bench step: %s\n", ferry_engine_last_error(e));
   ferry_stats st;
-  ferry_engine_stats(e, &st);
+  ferry_engine_get_stats(e, &st);
   if (json) {
     json_out j;
     json_begin(&j, stdout);

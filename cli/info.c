@@ -82,7 +82,7 @@ int cli_info(int argc, char **argv) {
   }
 
   ferry_host_info h;
-  int hrc = ferry_host_info_get(&h);
+  int hrc = ferry_host_get_info(&h);
   ferry_gpu_info gpus[FERRY_MAX_GPUS];
   int ngpu = 0;
   char gpu_why[256] = "";

@@ -711,7 +711,7 @@ int cli_plan(int argc, char **argv) {
   memset(&hw, 0, sizeof hw);
   hw.memlock = UINT64_MAX;
   ferry_host_info host;
-  int have_host = ferry_host_info_get(&host) == 0;
+  int have_host = ferry_host_get_info(&host) == 0;
   if (have_host) hw.memlock = host.memlock_bytes;
   char a[32];
   if (gpu_mem) {

@@ -27,7 +27,7 @@ static uint64_t meminfo_kb(const char *key) {
   return v;
 }
 
-int ferry_host_info_get(ferry_host_info *out) {
+int ferry_host_get_info(ferry_host_info *out) {
   if (!out) return FERRY_EINVAL;
   memset(out, 0, sizeof *out);
   out->simd = ferry_cpu_simd();
@@ -61,3 +61,5 @@ int ferry_host_info_get(ferry_host_info *out) {
   hwloc_topology_destroy(topo);
   return FERRY_OK;
 }
+
+int ferry_host_info_get(ferry_host_info *out) { return ferry_host_get_info(out); }

@@ -151,7 +151,7 @@ int main(int argc, char **argv) {
       printf("step %2d  loss %.6f  grad norm %.4f\n", step, loss, info.grad_norm);
   }
   ferry_stats st;
-  CHECK(ferry_engine_stats(e, &st));
+  CHECK(ferry_engine_get_stats(e, &st));
   printf("minimal_loop: %d steps through the engine, loss %.6f -> %.6f; params streamed to the "
          "device: peak %llu of %d bytes there at once, %llu bytes uploaded, %llu fetches "
          "stalled\n",

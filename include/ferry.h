@@ -21,6 +21,16 @@ extern "C" {
 #define FERRY_API
 #endif
 
+/* Names are ferry_<object>_<verb> (ferry_device_get_info, ferry_swap_open),
+ * except the training-loop calls, which are verbs on the engine
+ * (ferry_fetch, ferry_release, ferry_grads_ready, ferry_step, ...). An old
+ * name kept for one release is marked FERRY_DEPRECATED("new name"). */
+#if defined(__GNUC__)
+#define FERRY_DEPRECATED(use) __attribute__((deprecated("use " use)))
+#else
+#define FERRY_DEPRECATED(use)
+#endif
+
 /* ------------------------------------------------------------------------ */
 /* Version                                                                   */
 
@@ -259,7 +269,9 @@ typedef struct {
   uint64_t hugepage_bytes; /* default huge page size, 0 when none */
 } ferry_host_info;
 
-FERRY_API int ferry_host_info_get(ferry_host_info *out);
+FERRY_API int ferry_host_get_info(ferry_host_info *out);
+/* Deprecated since 0.2, removed in 0.3. */
+FERRY_API FERRY_DEPRECATED("ferry_host_get_info") int ferry_host_info_get(ferry_host_info *out);
 
 typedef struct {
   char name[128];
@@ -782,7 +794,10 @@ FERRY_API int ferry_export_weights(ferry_engine *e, const char *path, uint64_t m
 
 /* The engine's tiers: current and peak bytes per tier and family, bytes
  * moved per direction, evictions, stalls (declared here, after ferry_stats). */
-FERRY_API int ferry_engine_stats(ferry_engine *e, ferry_stats *out);
+FERRY_API int ferry_engine_get_stats(ferry_engine *e, ferry_stats *out);
+/* Deprecated since 0.2, removed in 0.3. */
+FERRY_API FERRY_DEPRECATED("ferry_engine_get_stats") int ferry_engine_stats(ferry_engine *e,
+                                                                           ferry_stats *out);
 
 #ifdef __cplusplus
 }

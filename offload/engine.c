@@ -183,7 +183,7 @@ static void on_copy(void *user, int dir, int begin) {
 
 static uint64_t available_ram(void) {
   ferry_host_info hi;
-  if (ferry_host_info_get(&hi)) return 0;
+  if (ferry_host_get_info(&hi)) return 0;
   return hi.ram_available_bytes ? hi.ram_available_bytes : hi.ram_bytes;
 }
 
@@ -575,7 +575,7 @@ int ferry_engine_write_timeline(ferry_engine *e, const char *path) {
   return ferry_timeline_write(&e->tl, path, &e->err);
 }
 
-int ferry_engine_stats(ferry_engine *e, ferry_stats *out) {
+int ferry_engine_get_stats(ferry_engine *e, ferry_stats *out) {
   if (!e || !out) return FERRY_EINVAL;
   if (!e->mem) {
     memset(out, 0, sizeof *out);
@@ -649,3 +649,5 @@ int engine_wait_step(ferry_engine *e) { return stepper_wait_all(e); }
 ferry_swap *engine_swap(ferry_engine *e) { return e->swap; }
 ferry_timeline *engine_timeline(ferry_engine *e) { return &e->tl; }
 ferry_dtype engine_param_dtype(const ferry_engine *e) { return e->dtype; }
+
+int ferry_engine_stats(ferry_engine *e, ferry_stats *out) { return ferry_engine_get_stats(e, out); }

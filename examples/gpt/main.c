@@ -702,7 +702,7 @@ static int cmd_train(int argc, char **argv) {
     double tps = tok_step / dt, stall = 0;
     uint64_t peak[3] = {0, peak_rss(), 0};
     if (ge) {
-      ferry_engine_stats(gpt_engine_handle(ge), &fs);
+      ferry_engine_get_stats(gpt_engine_handle(ge), &fs);
       for (int t = 0; t < 3; t++) peak[t] = fs.tier_peak[t];
       stall = 100.0 * (fs.stall_seconds - stall0) / dt;
       stall0 = fs.stall_seconds;
@@ -735,7 +735,7 @@ static int cmd_train(int argc, char **argv) {
   uint64_t peak[3] = {0, peak_rss(), 0};
   double stall = 0;
   if (ge) {
-    ferry_engine_stats(gpt_engine_handle(ge), &fs);
+    ferry_engine_get_stats(gpt_engine_handle(ge), &fs);
     for (int t = 0; t < 3; t++) peak[t] = fs.tier_peak[t];
     stall = t_all > 0 ? 100.0 * fs.stall_seconds / t_all : 0;
   }

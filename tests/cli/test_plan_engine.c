@@ -142,7 +142,7 @@ static int run_engine(ferry_config *c, const tensor *t, size_t nt, int groups, i
   if (!rc) rc = engine_wait_step(e);
   if (rc) fprintf(stderr, "engine: %s\n", ferry_engine_last_error(e));
   ferry_stats st;
-  if (!rc) rc = ferry_engine_stats(e, &st);
+  if (!rc) rc = ferry_engine_get_stats(e, &st);
   if (!rc) {
     for (int i = 0; i < FERRY_PLAN_TIERS; i++) out->manager[i] = st.tier_peak[i];
     out->host_optim = st.peak[FERRY_TIER_HOST][FERRY_FAMILY_OPTIM];

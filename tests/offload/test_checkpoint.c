@@ -73,7 +73,7 @@ static int resume_main(int mode, const char *ckpt, const char *out, const char *
   run(&r, (int)blob.next_step, STEPS, &res);
   REQUIRE(ferry_export_weights(r.e, export_path, 0) == 0);
   ferry_stats st;
-  REQUIRE(ferry_engine_stats(r.e, &st) == 0);
+  REQUIRE(ferry_engine_get_stats(r.e, &st) == 0);
   if (!strcmp(modes[mode].name, "nvme")) { /* the state really went through NVMe */
     printf("  resumed on nvme: %llu bytes read from NVMe, %llu written\n",
            (unsigned long long)st.bytes_nvme_to_host, (unsigned long long)st.bytes_host_to_nvme);

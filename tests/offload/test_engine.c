@@ -98,7 +98,7 @@ static int train(const char *extra, int dt, int steps, int accum, run_result *ou
     snprintf(name, sizeof name, "layer%d.w", g);
     rc = ferry_param_read(e, name, out->params + (size_t)g * D * D, D * D);
   }
-  ferry_engine_stats(e, &out->stats);
+  ferry_engine_get_stats(e, &out->stats);
   ferry_stream_destroy(s);
   ferry_engine_destroy(e);
   synth_free(&m);

@@ -251,7 +251,7 @@ static void test_device_exhausted(void) {
     double loss;
     EXPECT(ck_step(&r, 1, &loss) == 0 && ck_step(&r, 2, &loss) == 0);
     ferry_stats st;
-    ferry_engine_stats(r.e, &st);
+    ferry_engine_get_stats(r.e, &st);
     printf("192K budget: device peak %llu bytes of %llu\n",
            (unsigned long long)st.tier_peak[FERRY_TIER_DEVICE],
            (unsigned long long)st.budget[FERRY_TIER_DEVICE]);
