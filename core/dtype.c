@@ -47,3 +47,26 @@ void ferry_dtype_store(void *buf, ferry_dtype dt, size_t i, float x) {
   const ferry_dtype_traits *t = ferry_dtype_traits_of(dt);
   if (buf && t && t->convertible) ferry_dt_store(buf, dt, i, x);
 }
+
+/* One loop per source dtype, the store's switch inlined per element: the
+ * compiler hoists it, since dst_dtype does not change in the loop. */
+int ferry_dtype_convert(void *dst, ferry_dtype ddt, const void *src, ferry_dtype sdt, size_t n,
+                        float scale) {
+  const ferry_dtype_traits *dt = ferry_dtype_traits_of(ddt), *st = ferry_dtype_traits_of(sdt);
+  if (!dt || !st || !dt->convertible || !st->convertible || (n && (!dst || !src)))
+    return FERRY_EINVAL;
+  switch (sdt) {
+  case FERRY_DT_F16:
+    for (size_t i = 0; i < n; i++)
+      ferry_dt_store(dst, ddt, i, ferry_f16_to_f32(((const uint16_t *)src)[i]) * scale);
+    break;
+  case FERRY_DT_BF16:
+    for (size_t i = 0; i < n; i++)
+      ferry_dt_store(dst, ddt, i, ferry_bf16_to_f32(((const uint16_t *)src)[i]) * scale);
+    break;
+  default:
+    for (size_t i = 0; i < n; i++) ferry_dt_store(dst, ddt, i, ((const float *)src)[i] * scale);
+    break;
+  }
+  return FERRY_OK;
+}

@@ -112,6 +112,12 @@ FERRY_API int ferry_dtype_parse(const char *name, size_t len);
  * x86 conversion instructions do). Other dtypes: load 0, store nothing. */
 FERRY_API float ferry_dtype_load(const void *buf, ferry_dtype dtype, size_t i);
 FERRY_API void ferry_dtype_store(void *buf, ferry_dtype dtype, size_t i, float x);
+/* Converts n elements of src (src_dtype) into dst (dst_dtype), each as
+ * float times `scale` (1: exact), both F32, F16 or BF16 (FERRY_EINVAL
+ * otherwise). dst and src may not overlap unless they are the same buffer
+ * of one dtype. */
+FERRY_API int ferry_dtype_convert(void *dst, ferry_dtype dst_dtype, const void *src,
+                                  ferry_dtype src_dtype, size_t n, float scale);
 
 /* ------------------------------------------------------------------------ */
 /* Logging                                                                   */

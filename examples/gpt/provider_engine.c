@@ -11,14 +11,14 @@
 #include <string.h>
 #include <sys/stat.h>
 
-enum { DT_F32 = 0, DT_F16 = 1, DT_BF16 = 2 };
 enum { SLOT_EMB = 0, SLOT_OTHER = 1, NSLOTS = 2 };
 
 struct gpt_engine {
   const gpt_schema *s;
   ferry_engine *e;
   ferry_stream *st;
-  int dtype, micro;
+  ferry_dtype dtype; /* of the engine params: F32, F16 or BF16 */
+  int micro;
   gpt_weights_src *src; /* during finalize */
   int init_failed;
   void **dw, **dg;  /* per param: device pointers of the current fetch */
@@ -83,7 +83,9 @@ int gpt_engine_create(const gpt_schema *s, const ferry_config *cfg, ferry_device
     gpt_engine_free(ge);
     return -1;
   }
-  ge->dtype = !strcmp(prec, "fp32") ? DT_F32 : !strcmp(prec, "fp16") ? DT_F16 : DT_BF16;
+  ge->dtype = !strcmp(prec, "fp32")   ? FERRY_DT_F32
+              : !strcmp(prec, "fp16") ? FERRY_DT_F16
+                                      : FERRY_DT_BF16;
   ge->micro = (int)micro;
   int rc = ferry_engine_create(cfg, dev, &ge->e);
   if (rc) {
@@ -120,7 +122,7 @@ int gpt_engine_create(const gpt_schema *s, const ferry_config *cfg, ferry_device
   }
   for (int k = 0; k < NSLOTS; k++) {
     ge->owner[k] = -1;
-    if (ge->dtype == DT_F32 || !ge->cap[k]) continue;
+    if (ge->dtype == FERRY_DT_F32 || !ge->cap[k]) continue;
     ge->scratch[k] = malloc(2 * ge->cap[k] * sizeof(float));
     if (!ge->scratch[k]) {
       snprintf(err, el, "out of memory for the fp32 scratch (%zu floats)", 2 * ge->cap[k]);
@@ -185,7 +187,7 @@ static int ep_fetch(void *ctx, int group, gpt_fetch_mode mode, gpt_group_view *o
   if (mode == GPT_FETCH_WRITE)
     return fail(ge, "fetch for writing: the engine takes initial values at finalize "
                 "(gpt_weights_src)");
-  int back = mode == GPT_FETCH_BACKWARD, direct = ge->dtype == DT_F32;
+  int back = mode == GPT_FETCH_BACKWARD, direct = ge->dtype == FERRY_DT_F32;
   int k = slot_of(group), first = s->group_first[group], last = s->group_first[group + 1];
   int o = ge->owner[k];
   if (!direct && o >= 0 && o != group && (ge->fetched[o] > 0 || ge->grads_open[o]))
@@ -213,10 +215,7 @@ static int ep_fetch(void *ctx, int group, gpt_fetch_mode mode, gpt_group_view *o
         const uint16_t *src = ge->dw[i];
         float *dst = w + ge->goff[i];
         size_t n = s->params[i].numel;
-        if (ge->dtype == DT_BF16)
-          for (size_t j = 0; j < n; j++) dst[j] = gpt_bf16_to_f32(src[j]);
-        else
-          for (size_t j = 0; j < n; j++) dst[j] = gpt_f16_to_f32(src[j]);
+        ferry_dtype_convert(dst, FERRY_DT_F32, src, ge->dtype, n, 1.0f);
       }
       ge->owner[k] = group;
       ge->valid[k] = 1;
@@ -250,10 +249,7 @@ static int hand_in_scratch(gpt_engine *ge, int group) {
     uint16_t *dst = ge->dg[i];
     const float *src = g + ge->goff[i];
     size_t n = s->params[i].numel;
-    if (ge->dtype == DT_BF16)
-      for (size_t j = 0; j < n; j++) dst[j] = gpt_f32_to_bf16(src[j] * scale);
-    else
-      for (size_t j = 0; j < n; j++) dst[j] = gpt_f32_to_f16(src[j] * scale);
+    ferry_dtype_convert(dst, ge->dtype, src, FERRY_DT_F32, n, scale);
   }
   return 0;
 }
@@ -268,7 +264,7 @@ static int ep_release(void *ctx, int group, gpt_release_mode mode) {
     /* the group's last contribution of this micro-batch: hand it in once */
     if (!ge->grads_open[group])
       return fail(ge, "grads of group %d released without a backward fetch", group);
-    if (ge->dtype != DT_F32 && hand_in_scratch(ge, group)) return -1;
+    if (ge->dtype != FERRY_DT_F32 && hand_in_scratch(ge, group)) return -1;
     if (ferry_grads_ready(ge->e, group, ge->st)) return eng_err(ge, "grads ready", group);
     ge->grads_open[group] = 0;
   }
