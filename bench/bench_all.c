@@ -2,13 +2,13 @@
  * (fp32 grads + bf16 copy, fp16 grads) and copy (H2D, D2H) through their
  * entry points, with their --json output captured and parsed, shows progress
  * on stderr and writes the profile that `ferry plan --profile` reads (the
- * format is offload/plan.c's; the file is read back with its parser).
+ * format is plan/plan.c's; the file is read back with its parser).
  */
 #include "bench/bench.h"
 #include "bench/json.h"
 #include "core/core.h"
 #include "core/json.h"
-#include "offload/plan.h"
+#include "plan/plan.h"
 
 #include "ferry.h"
 

@@ -1,13 +1,13 @@
 /* cli/plan.c — `ferry plan`: will this model fit on this machine, where does
  * each byte go, how fast will a step be. Reads the machine through the
- * public API (or flags), runs the planner of offload/plan.h, and prints a
+ * public API (or flags), runs the planner of plan/plan.h, and prints a
  * table, one JSON object (--json), an engine config (--write-config) and an
  * SVG of the tiers (--svg).
  */
 #include "cli/cli.h"
 
 #include "ferry.h"
-#include "offload/plan.h"
+#include "plan/plan.h"
 
 #include <ctype.h>
 #include <errno.h>

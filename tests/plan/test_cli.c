@@ -6,7 +6,7 @@
  */
 #include "ferry.h"
 #include "core/json.h"
-#include "offload/plan.h"
+#include "plan/plan.h"
 #include "tests/test.h"
 
 #include <string.h>

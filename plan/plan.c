@@ -1,10 +1,10 @@
-/* offload/plan.c — the memory planner: model presets, parameter counts and
+/* plan/plan.c — the memory planner: model presets, parameter counts and
  * Hugging Face config.json files (read with core/json.h), bytes per family and tier
  * of each candidate placement, the step-time model and DeepSpeed's published
  * estimator formulas for comparison. Arithmetic only: no printing, no exits.
  * The formulas and their sources are written down in docs/PLANNING.md.
  */
-#include "offload/plan.h"
+#include "plan/plan.h"
 
 #include "core/file.h"
 #include "core/json.h"

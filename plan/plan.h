@@ -1,12 +1,12 @@
-/* offload/plan.h — the memory planner inside the library: model descriptions
+/* plan/plan.h — the memory planner inside the library: model descriptions
  * (presets with exact parameter counts, Hugging Face config.json of the GPT-2
  * and Llama families), bytes per family and tier for every candidate
  * placement, a step-time model from bandwidths, and the profile format that
  * `ferry bench all` writes. Pure arithmetic, no I/O except reading a named
  * file; never prints. docs/PLANNING.md has the formulas.
  */
-#ifndef FERRY_OFFLOAD_PLAN_H
-#define FERRY_OFFLOAD_PLAN_H
+#ifndef FERRY_PLAN_PLAN_H
+#define FERRY_PLAN_PLAN_H
 
 #include <stddef.h>
 #include <stdint.h>
