@@ -13,6 +13,7 @@
 
 #include <math.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -194,6 +195,102 @@ static int cfg_bool(const ferry_json_value *root, const char *key, int dflt, int
   return 0;
 }
 
+/* The integer keys of one family's config.json and where each goes; `dflt`
+ * < 0 means required. Read in this order (the first error is reported). */
+typedef struct {
+  const char *key;
+  int64_t dflt;
+  size_t off; /* in ferry_plan_model */
+} int_key;
+
+static const int_key gpt2_keys[] = {
+    {"n_embd", -1, offsetof(ferry_plan_model, hidden)},
+    {"n_layer", -1, offsetof(ferry_plan_model, layers)},
+    {"n_head", -1, offsetof(ferry_plan_model, heads)},
+    {"vocab_size", -1, offsetof(ferry_plan_model, vocab)},
+    {"n_positions", 1024, offsetof(ferry_plan_model, positions)},
+    {"n_inner", 0, offsetof(ferry_plan_model, ffn)},
+};
+
+static const int_key llama_keys[] = {
+    {"hidden_size", -1, offsetof(ferry_plan_model, hidden)},
+    {"intermediate_size", -1, offsetof(ferry_plan_model, ffn)},
+    {"num_hidden_layers", -1, offsetof(ferry_plan_model, layers)},
+    {"num_attention_heads", -1, offsetof(ferry_plan_model, heads)},
+    {"vocab_size", -1, offsetof(ferry_plan_model, vocab)},
+    {"max_position_embeddings", 0, offsetof(ferry_plan_model, positions)},
+    {"head_dim", 0, offsetof(ferry_plan_model, head_dim)},
+};
+
+static int cfg_ints(const ferry_json_value *root, const int_key *keys, size_t n,
+                    ferry_plan_model *m, const char *name, char *why, size_t wl) {
+  for (size_t i = 0; i < n; i++) {
+    int rc = cfg_int(root, keys[i].key, keys[i].dflt, (int64_t *)((char *)m + keys[i].off), name,
+                     why, wl);
+    if (rc) return rc;
+  }
+  return 0;
+}
+
+/* Which family the config describes: *gpt2 set, or 0 for the Llama family
+ * (*type: its model_type, or NULL when it has none). */
+static int config_family(const ferry_json_value *root, const char *name, const char **type,
+                         int *gpt2, char *why, size_t wl) {
+  if (root->type != FERRY_JSON_OBJ)
+    return fail(why, wl, FERRY_EINVAL, "%s: expected a JSON object at the top", name);
+  const ferry_json_value *mt = ferry_json_get(root, "model_type");
+  const char *t = mt && mt->type == FERRY_JSON_STR ? mt->str : NULL;
+  if (mt && !t)
+    return fail(why, wl, FERRY_EINVAL, "%s:%d: \"model_type\" must be a string", name, mt->line);
+  if (ferry_json_get(root, "num_local_experts") || ferry_json_get(root, "num_experts"))
+    return fail(why, wl, FERRY_ENOTSUP,
+                "%s: mixture-of-experts models are not supported by the planner", name);
+  *gpt2 = t ? !strcmp(t, "gpt2") : ferry_json_get(root, "n_embd") != NULL;
+  int llama = t ? (!strcmp(t, "llama") || !strcmp(t, "mistral") || !strcmp(t, "qwen2"))
+                : ferry_json_get(root, "hidden_size") != NULL;
+  if (!*gpt2 && !llama) {
+    if (t)
+      return fail(why, wl, FERRY_ENOTSUP,
+                  "%s: model_type \"%s\" is not supported (gpt2, llama, mistral, qwen2)", name, t);
+    return fail(why, wl, FERRY_ENOTSUP,
+                "%s: neither a GPT-2 (n_embd) nor a Llama-family (hidden_size) config", name);
+  }
+  *type = t;
+  return FERRY_OK;
+}
+
+static int gpt2_config(const ferry_json_value *root, ferry_plan_model *m, const char *name,
+                       char *why, size_t wl) {
+  m->arch = FERRY_ARCH_GPT2;
+  int rc = cfg_ints(root, gpt2_keys, sizeof gpt2_keys / sizeof gpt2_keys[0], m, name, why, wl);
+  if (!rc) rc = cfg_bool(root, "tie_word_embeddings", 1, &m->tied, name, why, wl);
+  if (rc) return rc;
+  if (!m->ffn) m->ffn = 4 * m->hidden;
+  m->kv_heads = m->heads;
+  return FERRY_OK;
+}
+
+static int llama_config(const ferry_json_value *root, const char *type, ferry_plan_model *m,
+                        const char *name, char *why, size_t wl) {
+  m->arch = FERRY_ARCH_LLAMA;
+  int ab = 0, mb = 0;
+  int rc = cfg_ints(root, llama_keys, sizeof llama_keys / sizeof llama_keys[0], m, name, why, wl);
+  if (!rc) rc = cfg_bool(root, "tie_word_embeddings", 0, &m->tied, name, why, wl);
+  if (!rc) rc = cfg_int(root, "num_key_value_heads", m->heads, &m->kv_heads, name, why, wl);
+  if (!rc) rc = cfg_bool(root, "attention_bias", 0, &ab, name, why, wl);
+  if (!rc) rc = cfg_bool(root, "mlp_bias", 0, &mb, name, why, wl);
+  if (rc) return rc;
+  int qwen = type && !strcmp(type, "qwen2");
+  m->qkv_bias = qwen || ab; /* Qwen2 always biases q/k/v; Llama's attention_bias all four */
+  m->o_bias = ab && !qwen;
+  m->mlp_bias = mb;
+  if (m->kv_heads > m->heads || m->heads % m->kv_heads)
+    return fail(why, wl, FERRY_EINVAL,
+                "%s: num_key_value_heads %lld must divide num_attention_heads %lld", name,
+                (long long)m->kv_heads, (long long)m->heads);
+  return FERRY_OK;
+}
+
 int ferry_plan_model_from_json(const char *text, size_t len, const char *name,
                                ferry_plan_model *out, char *why, size_t wl) {
   if (!name) name = "config.json";
@@ -201,92 +298,21 @@ int ferry_plan_model_from_json(const char *text, size_t len, const char *name,
   ferry_json_value *root = NULL;
   if (ferry_json_parse(text, len, &root, pwhy, sizeof pwhy))
     return fail(why, wl, FERRY_EINVAL, "%s: not valid JSON: %s", name, pwhy);
-  int rc = FERRY_EINVAL;
   ferry_plan_model m;
   memset(&m, 0, sizeof m);
-  if (root->type != FERRY_JSON_OBJ) {
-    fail(why, wl, rc, "%s: expected a JSON object at the top", name);
-    goto out;
-  }
-  const ferry_json_value *mt = ferry_json_get(root, "model_type");
-  const char *type = mt && mt->type == FERRY_JSON_STR ? mt->str : NULL;
-  if (mt && !type) {
-    fail(why, wl, rc, "%s:%d: \"model_type\" must be a string", name, mt->line);
-    goto out;
-  }
-  if (ferry_json_get(root, "num_local_experts") || ferry_json_get(root, "num_experts")) {
-    fail(why, wl, FERRY_ENOTSUP, "%s: mixture-of-experts models are not supported by the planner",
-         name);
-    rc = FERRY_ENOTSUP;
-    goto out;
-  }
-  int gpt2 = type ? !strcmp(type, "gpt2") : ferry_json_get(root, "n_embd") != NULL;
-  int llama = type ? (!strcmp(type, "llama") || !strcmp(type, "mistral") || !strcmp(type, "qwen2"))
-                   : ferry_json_get(root, "hidden_size") != NULL;
-  if (!gpt2 && !llama) {
-    if (type)
-      fail(why, wl, FERRY_ENOTSUP,
-           "%s: model_type \"%s\" is not supported (gpt2, llama, mistral, qwen2)", name, type);
-    else
-      fail(why, wl, FERRY_ENOTSUP,
-           "%s: neither a GPT-2 (n_embd) nor a Llama-family (hidden_size) config", name);
-    rc = FERRY_ENOTSUP;
-    goto out;
-  }
-  const char *base = strrchr(name, '/');
+  const char *type = NULL, *base = strrchr(name, '/');
+  int gpt2 = 0;
   snprintf(m.name, sizeof m.name, "%s", base ? base + 1 : name);
-  if (gpt2) {
-    m.arch = FERRY_ARCH_GPT2;
-    int64_t inner = 0;
-    if (cfg_int(root, "n_embd", -1, &m.hidden, name, why, wl) ||
-        cfg_int(root, "n_layer", -1, &m.layers, name, why, wl) ||
-        cfg_int(root, "n_head", -1, &m.heads, name, why, wl) ||
-        cfg_int(root, "vocab_size", -1, &m.vocab, name, why, wl) ||
-        cfg_int(root, "n_positions", 1024, &m.positions, name, why, wl) ||
-        cfg_int(root, "n_inner", 0, &inner, name, why, wl) ||
-        cfg_bool(root, "tie_word_embeddings", 1, &m.tied, name, why, wl))
-      goto out;
-    m.ffn = inner ? inner : 4 * m.hidden;
-    m.kv_heads = m.heads;
-  } else {
-    m.arch = FERRY_ARCH_LLAMA;
-    int64_t hd = 0;
-    if (cfg_int(root, "hidden_size", -1, &m.hidden, name, why, wl) ||
-        cfg_int(root, "intermediate_size", -1, &m.ffn, name, why, wl) ||
-        cfg_int(root, "num_hidden_layers", -1, &m.layers, name, why, wl) ||
-        cfg_int(root, "num_attention_heads", -1, &m.heads, name, why, wl) ||
-        cfg_int(root, "vocab_size", -1, &m.vocab, name, why, wl) ||
-        cfg_int(root, "max_position_embeddings", 0, &m.positions, name, why, wl) ||
-        cfg_int(root, "head_dim", 0, &hd, name, why, wl) ||
-        cfg_bool(root, "tie_word_embeddings", 0, &m.tied, name, why, wl))
-      goto out;
-    if (cfg_int(root, "num_key_value_heads", m.heads, &m.kv_heads, name, why, wl)) goto out;
-    int ab = 0, mb = 0;
-    if (cfg_bool(root, "attention_bias", 0, &ab, name, why, wl) ||
-        cfg_bool(root, "mlp_bias", 0, &mb, name, why, wl))
-      goto out;
-    int qwen = type && !strcmp(type, "qwen2");
-    m.qkv_bias = qwen || ab; /* Qwen2 always biases q/k/v; Llama's attention_bias all four */
-    m.o_bias = ab && !qwen;
-    m.mlp_bias = mb;
-    if (m.kv_heads > m.heads || m.heads % m.kv_heads) {
-      fail(why, wl, rc, "%s: num_key_value_heads %lld must divide num_attention_heads %lld", name,
-           (long long)m.kv_heads, (long long)m.heads);
-      goto out;
-    }
-    m.head_dim = hd;
+  int rc = config_family(root, name, &type, &gpt2, why, wl);
+  if (!rc)
+    rc = gpt2 ? gpt2_config(root, &m, name, why, wl) : llama_config(root, type, &m, name, why, wl);
+  if (!rc && !m.head_dim) {
+    if (m.hidden % m.heads)
+      rc = fail(why, wl, FERRY_EINVAL, "%s: hidden size %lld is not a multiple of %lld heads",
+                name, (long long)m.hidden, (long long)m.heads);
+    else m.head_dim = m.hidden / m.heads;
   }
-  if (!m.head_dim) {
-    if (m.hidden % m.heads) {
-      fail(why, wl, rc, "%s: hidden size %lld is not a multiple of %lld heads", name,
-           (long long)m.hidden, (long long)m.heads);
-      goto out;
-    }
-    m.head_dim = m.hidden / m.heads;
-  }
-  *out = m;
-  rc = FERRY_OK;
-out:
+  if (!rc) *out = m;
   ferry_json_free(root);
   return rc;
 }
@@ -652,10 +678,9 @@ static int tiers_fit(const ferry_plan_input *in, int p, double b, double *short_
 
 #define MAX_BATCH (1ll << 24)
 
-static void candidate(const ferry_plan_input *in, int p, ferry_plan_candidate *c) {
-  memset(c, 0, sizeof *c);
-  c->placement = p;
-  const ferry_plan_model *m = &in->model;
+/* Placement p's bytes per tier and family at the input's batch, whether they
+ * fit the budgets and, when not, by how much (in words, in c->why). */
+static void candidate_bytes(const ferry_plan_input *in, int p, ferry_plan_candidate *c) {
   double by[FERRY_PLAN_TIERS][FERRY_PLAN_FAMILIES], shortb[FERRY_PLAN_TIERS];
   place_bytes(in, p, (double)in->batch, by);
   for (int t = 0; t < FERRY_PLAN_TIERS; t++) {
@@ -671,21 +696,25 @@ static void candidate(const ferry_plan_input *in, int p, ferry_plan_candidate *c
   c->pinned_bytes = c->tier_bytes[FERRY_PLAN_HOST]; /* tiers.host.pinned = true */
   if (c->fits) {
     snprintf(c->why, sizeof c->why, "fits");
-  } else {
-    size_t o = 0;
-    for (int t = 0; t < FERRY_PLAN_TIERS; t++) {
-      if (!c->short_by[t]) continue;
-      char s[32], need[32], have[32];
-      fmt_bytes((double)c->short_by[t], s, sizeof s);
-      fmt_bytes((double)c->tier_bytes[t], need, sizeof need);
-      fmt_bytes((double)in->budget[t], have, sizeof have);
-      o += (size_t)snprintf(c->why + o, sizeof c->why - o, "%s%s short by %s (needs %s, budget %s)",
-                            o ? "; " : "", ferry_plan_tier_name(t), s, need, have);
-      if (o >= sizeof c->why) break;
-    }
+    return;
   }
+  size_t o = 0;
+  for (int t = 0; t < FERRY_PLAN_TIERS; t++) {
+    if (!c->short_by[t]) continue;
+    char s[32], need[32], have[32];
+    fmt_bytes((double)c->short_by[t], s, sizeof s);
+    fmt_bytes((double)c->tier_bytes[t], need, sizeof need);
+    fmt_bytes((double)in->budget[t], have, sizeof have);
+    o += (size_t)snprintf(c->why + o, sizeof c->why - o, "%s%s short by %s (needs %s, budget %s)",
+                          o ? "; " : "", ferry_plan_tier_name(t), s, need, have);
+    if (o >= sizeof c->why) break;
+  }
+}
 
-  /* traffic per step */
+/* Placement p's traffic per step, each component's seconds, the bottleneck
+ * and the step time of the pipeline. */
+static void candidate_time(const ferry_plan_input *in, int p, ferry_plan_candidate *c) {
+  const ferry_plan_model *m = &in->model;
   double P = (double)ferry_plan_model_params(m), pb = in->precision == FERRY_PREC_FP32 ? 4 : 2;
   int k = ferry_plan_optimizer_states(in->optimizer);
   double tokens = (double)in->batch * (double)in->seq;
@@ -733,24 +762,31 @@ static void candidate(const ferry_plan_input *in, int p, ferry_plan_candidate *c
    * worth of each of the others (filling and draining the pipeline) */
   c->fill_seconds = (sum - mx) / (double)ferry_plan_groups(m);
   c->step_seconds = mx + c->fill_seconds;
+}
 
-  /* the largest batch that fits at this sequence length */
-  if (!tiers_fit(in, p, 1, NULL)) {
-    c->max_batch = 0;
-  } else {
-    int64_t lo = 1, hi = 2;
-    while (hi <= MAX_BATCH && tiers_fit(in, p, (double)hi, NULL)) {
-      lo = hi;
-      hi *= 2;
-    }
-    if (hi > MAX_BATCH) hi = MAX_BATCH + 1;
-    while (hi - lo > 1) {
-      int64_t mid = lo + (hi - lo) / 2;
-      if (tiers_fit(in, p, (double)mid, NULL)) lo = mid;
-      else hi = mid;
-    }
-    c->max_batch = lo;
+/* The largest batch of placement p that fits at this sequence length. */
+static int64_t max_batch(const ferry_plan_input *in, int p) {
+  if (!tiers_fit(in, p, 1, NULL)) return 0;
+  int64_t lo = 1, hi = 2;
+  while (hi <= MAX_BATCH && tiers_fit(in, p, (double)hi, NULL)) {
+    lo = hi;
+    hi *= 2;
   }
+  if (hi > MAX_BATCH) hi = MAX_BATCH + 1;
+  while (hi - lo > 1) {
+    int64_t mid = lo + (hi - lo) / 2;
+    if (tiers_fit(in, p, (double)mid, NULL)) lo = mid;
+    else hi = mid;
+  }
+  return lo;
+}
+
+static void candidate(const ferry_plan_input *in, int p, ferry_plan_candidate *c) {
+  memset(c, 0, sizeof *c);
+  c->placement = p;
+  candidate_bytes(in, p, c);
+  candidate_time(in, p, c);
+  c->max_batch = max_batch(in, p);
 }
 
 int ferry_plan_compute(const ferry_plan_input *in, ferry_plan_result *out, char *why, size_t wl) {
