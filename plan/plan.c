@@ -165,6 +165,16 @@ int ferry_plan_model_from_params(uint64_t n, ferry_plan_model *out, char *why, s
   return FERRY_OK;
 }
 
+/* The JSON text of `name` as a tree; `status` with "name: not valid JSON:
+ * line L, column C: what" when it is not JSON. */
+static int parse_json(const char *text, size_t len, const char *name, int status,
+                      ferry_json_value **root, char *why, size_t wl) {
+  char pwhy[256];
+  if (ferry_json_parse(text, len, root, pwhy, sizeof pwhy))
+    return fail(why, wl, status, "%s: not valid JSON: %s", name, pwhy);
+  return FERRY_OK;
+}
+
 /* An integer field of config.json; `dflt` < 0 means required. */
 static int cfg_int(const ferry_json_value *root, const char *key, int64_t dflt, int64_t *out,
                    const char *name, char *why, size_t wl) {
@@ -294,10 +304,8 @@ static int llama_config(const ferry_json_value *root, const char *type, ferry_pl
 int ferry_plan_model_from_json(const char *text, size_t len, const char *name,
                                ferry_plan_model *out, char *why, size_t wl) {
   if (!name) name = "config.json";
-  char pwhy[256];
   ferry_json_value *root = NULL;
-  if (ferry_json_parse(text, len, &root, pwhy, sizeof pwhy))
-    return fail(why, wl, FERRY_EINVAL, "%s: not valid JSON: %s", name, pwhy);
+  if (parse_json(text, len, name, FERRY_EINVAL, &root, why, wl)) return FERRY_EINVAL;
   ferry_plan_model m;
   memset(&m, 0, sizeof m);
   const char *type = NULL, *base = strrchr(name, '/');
@@ -378,10 +386,8 @@ const char *ferry_plan_bandwidth_source(unsigned bit) {
 int ferry_plan_profile_parse(const char *text, size_t len, const char *name,
                              ferry_plan_bandwidth *bw, char *why, size_t wl) {
   if (!name) name = "profile";
-  char pwhy[256];
   ferry_json_value *root = NULL;
-  if (ferry_json_parse(text, len, &root, pwhy, sizeof pwhy))
-    return fail(why, wl, FERRY_ECONFIG, "%s: not valid JSON: %s", name, pwhy);
+  if (parse_json(text, len, name, FERRY_ECONFIG, &root, why, wl)) return FERRY_ECONFIG;
   int rc = FERRY_ECONFIG;
   ferry_plan_bandwidth b = *bw;
   if (root->type != FERRY_JSON_OBJ) {
