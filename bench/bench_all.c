@@ -2,12 +2,13 @@
  * (fp32 grads + bf16 copy, fp16 grads) and copy (H2D, D2H) through their
  * entry points, with their --json output captured and parsed, shows progress
  * on stderr and writes the profile that `ferry plan --profile` reads (the
- * format is offload/plan.c's; the file is read back with its parser).
+ * format is plan/plan.c's; the file is read back with its parser).
  */
 #include "bench/bench.h"
 #include "bench/json.h"
 #include "core/core.h"
-#include "offload/plan.h"
+#include "core/json.h"
+#include "plan/plan.h"
 
 #include "ferry.h"
 
@@ -141,32 +142,34 @@ fail:
 
 /* The object on the line of out whose "bench" is `bench` and, when key is
  * given, whose `key` equals `val`; NULL when none. The caller frees it. */
-static pj_value *find_result(const char *out, const char *bench, const char *key, const char *val) {
+static ferry_json_value *find_result(const char *out, const char *bench, const char *key,
+                                     const char *val) {
   for (const char *l = out; *l;) {
     const char *e = strchr(l, '\n');
     size_t n = e ? (size_t)(e - l) : strlen(l);
-    pj_value *v = NULL;
+    ferry_json_value *v = NULL;
     char why[128];
-    if (n && !ferry_pj_parse(l, n, &v, why, sizeof why)) {
-      const pj_value *b = ferry_pj_get(v, "bench"), *k = key ? ferry_pj_get(v, key) : NULL;
-      if (b && b->type == PJ_STR && !strcmp(b->str, bench) &&
-          (!key || (k && k->type == PJ_STR && !strcmp(k->str, val))))
+    if (n && !ferry_json_parse(l, n, &v, why, sizeof why)) {
+      const ferry_json_value *b = ferry_json_get(v, "bench"),
+                             *k = key ? ferry_json_get(v, key) : NULL;
+      if (b && b->type == FERRY_JSON_STR && !strcmp(b->str, bench) &&
+          (!key || (k && k->type == FERRY_JSON_STR && !strcmp(k->str, val))))
         return v;
     }
-    ferry_pj_free(v);
+    ferry_json_free(v);
     l += n + (e != NULL);
   }
   return NULL;
 }
 
-static double num(const pj_value *o, const char *key) {
-  const pj_value *v = o ? ferry_pj_get(o, key) : NULL;
-  return v && v->type == PJ_NUM ? v->num : 0;
+static double num(const ferry_json_value *o, const char *key) {
+  const ferry_json_value *v = o ? ferry_json_get(o, key) : NULL;
+  return v && v->type == FERRY_JSON_NUM ? v->num : 0;
 }
 
-static const char *str(const pj_value *o, const char *key, const char *dflt) {
-  const pj_value *v = o ? ferry_pj_get(o, key) : NULL;
-  return v && v->type == PJ_STR ? v->str : dflt;
+static const char *str(const ferry_json_value *o, const char *key, const char *dflt) {
+  const ferry_json_value *v = o ? ferry_json_get(o, key) : NULL;
+  return v && v->type == FERRY_JSON_STR ? v->str : dflt;
 }
 
 /* ---- progress on stderr ------------------------------------------------------ */
@@ -292,10 +295,10 @@ static void run_step(int s, const options *o, progress *pg, step_result *r) {
   }
   if (o->json) fputs(c.out, stdout);
   if (s <= ST_IO_WRITE) {
-    pj_value *v = find_result(c.out, "io", "mode", mode);
+    ferry_json_value *v = find_result(c.out, "io", "mode", mode);
     r->gbps[0] = num(v, "gb_per_s");
-    const pj_value *od = v ? ferry_pj_get(v, "o_direct") : NULL;
-    int direct = od && od->type == PJ_BOOL && od->b;
+    const ferry_json_value *od = v ? ferry_json_get(v, "o_direct") : NULL;
+    int direct = od && od->type == FERRY_JSON_BOOL && od->b;
     char sz[32];
     ferry_format_size((uint64_t)num(v, "bytes"), sz, sizeof sz);
     snprintf(r->line, sizeof r->line, "io %-5s  %s, bs 1M, qd 32, %s: %.3f GB/s, p99 %.0f us", mode,
@@ -305,11 +308,11 @@ static void run_step(int s, const options *o, progress *pg, step_result *r) {
              o->size, o->path, direct ? "O_DIRECT" : "buffered (no O_DIRECT here)",
              direct ? "" : "; the page cache may have served it, not the drive");
     r->ok = v != NULL;
-    ferry_pj_free(v);
+    ferry_json_free(v);
   } else if (s == ST_COPY) {
-    pj_value *v[3] = {find_result(c.out, "copy", "direction", "h2d"),
-                      find_result(c.out, "copy", "direction", "d2h"),
-                      find_result(c.out, "copy", "direction", "bidirectional")};
+    ferry_json_value *v[3] = {find_result(c.out, "copy", "direction", "h2d"),
+                              find_result(c.out, "copy", "direction", "d2h"),
+                              find_result(c.out, "copy", "direction", "bidirectional")};
     for (int d = 0; d < 3; d++)
       r->gbps[d] = num(v[d], "gb_per_s");
     const char *dev = str(v[0], "device", "?");
@@ -324,9 +327,9 @@ static void run_step(int s, const options *o, progress *pg, step_result *r) {
              host ? "; host backend: a memcpy between host buffers, not a PCIe link" : "");
     r->ok = v[0] && v[1];
     for (int d = 0; d < 3; d++)
-      ferry_pj_free(v[d]);
+      ferry_json_free(v[d]);
   } else {
-    pj_value *v = find_result(c.out, "adam", NULL, NULL);
+    ferry_json_value *v = find_result(c.out, "adam", NULL, NULL);
     r->gbps[0] = num(v, "gb_per_s");
     snprintf(r->line, sizeof r->line,
              "adam %s  adamw, %s grads%s, %.0f params, %.0f threads (%s): %.2f GB/s, "
@@ -340,7 +343,7 @@ static void run_step(int s, const options *o, progress *pg, step_result *r) {
              grad, s == ST_ADAM_F32 ? " --param-copy bf16" : "", o->params, o->threads, o->steps,
              num(v, "bytes_per_param"));
     r->ok = v != NULL;
-    ferry_pj_free(v);
+    ferry_json_free(v);
   }
   for (int d = 0; d < 3; d++)
     if (!(r->gbps[d] > 0 && r->gbps[d] <= 1e7) && (s == ST_COPY ? d < 2 : d == 0)) r->ok = 0;

@@ -1,17 +1,18 @@
 /* cli/plan.c — `ferry plan`: will this model fit on this machine, where does
  * each byte go, how fast will a step be. Reads the machine through the
- * public API (or flags), runs the planner of offload/plan.h, and prints a
+ * public API (or flags), runs the planner of plan/plan.h, and prints a
  * table, one JSON object (--json), an engine config (--write-config) and an
  * SVG of the tiers (--svg).
  */
 #include "cli/cli.h"
 
 #include "ferry.h"
-#include "offload/plan.h"
+#include "plan/plan.h"
 
 #include <ctype.h>
 #include <errno.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -202,14 +203,14 @@ static void svg_escape(FILE *f, const char *s) {
   }
 }
 
-static int write_svg(const char *path, const ferry_plan_input *in, const ferry_plan_result *r) {
-  FILE *f = fopen(path, "w");
-  if (!f) {
-    fprintf(stderr, "ferry plan: --svg %s: %s\n", path, strerror(errno));
-    return -1;
-  }
-  const int W = 980, H = 460, base = 360; /* the 0% line */
-  const double full = 230;                          /* pixels for 100% of a budget */
+/* The SVG's geometry: the 0% line, pixels for 100% of a budget, bar sizes. */
+enum { SVG_W = 980, SVG_H = 460, SVG_BASE = 360, SVG_GROUP_W = 185, SVG_BAR_W = 44 };
+static const double svg_full = 230;
+
+/* The title, the key line and the axis lines. */
+static void svg_head(FILE *f, const ferry_plan_input *in, const ferry_plan_result *r) {
+  const int W = SVG_W, H = SVG_H, base = SVG_BASE;
+  const double full = svg_full;
   fprintf(f,
           "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" "
           "viewBox=\"0 0 %d %d\" font-family=\"sans-serif\" font-size=\"12\">\n"
@@ -228,56 +229,73 @@ static int write_svg(const char *path, const ferry_plan_input *in, const ferry_p
           base - full, W - 20, base - full, base - full + 4);
   fprintf(f, "<line x1=\"40\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"#000\"/>\n", base, W - 20,
           base);
-  const int group_w = 185, bar_w = 44;
-  for (int p = 0; p < FERRY_PLACEMENTS; p++) {
-    const ferry_plan_candidate *c = &r->cand[p];
-    int gx = 50 + p * group_w;
-    for (int t = 0; t < FERRY_PLAN_TIERS; t++) {
-      int x = gx + t * (bar_w + 10);
-      double budget = (double)in->budget[t];
-      double y = base;
-      double total = (double)c->tier_bytes[t];
-      double scale = budget > 0 ? full / budget : 0;
-      double shown = total * scale;
-      double clip = shown > full * 1.25 ? full * 1.25 / shown : 1; /* keep bars on the page */
-      for (int fam = 0; fam < FERRY_PLAN_FAMILIES; fam++) {
-        double hgt = (double)c->bytes[t][fam] * scale * clip;
-        if (total > 0 && budget == 0) hgt = (double)c->bytes[t][fam] / total * full * 1.25;
-        if (hgt <= 0) continue;
-        y -= hgt;
-        char b[32];
-        fprintf(f, "<rect x=\"%d\" y=\"%.1f\" width=\"%d\" height=\"%.1f\" fill=\"%s\">"
-                   "<title>%s %s %s</title></rect>\n",
-                x, y, bar_w, hgt, fam_color[fam], ferry_plan_tier_name(t),
-                ferry_plan_family_name(fam), gib((double)c->bytes[t][fam], b, sizeof b));
-      }
-      char b[32];
-      int over = c->short_by[t] > 0;
-      fprintf(f, "<text x=\"%d\" y=\"%.1f\" text-anchor=\"middle\" font-size=\"10\" "
-                 "fill=\"%s\">%s%s</text>\n",
-              x + bar_w / 2, y - 4, over ? "#c00" : "#333", gib(total, b, sizeof b),
-              clip < 1 || (budget == 0 && total > 0) ? "+" : "");
-      fprintf(f, "<text x=\"%d\" y=\"%d\" text-anchor=\"middle\">%s</text>\n", x + bar_w / 2,
-              base + 16, ferry_plan_tier_name(t));
-    }
-    fprintf(f, "<text x=\"%d\" y=\"%d\" text-anchor=\"middle\" font-weight=\"bold\" "
-               "fill=\"%s\">%s%s</text>\n",
-            gx + (3 * bar_w + 20) / 2, base + 36, c->fits ? "#060" : "#c00",
-            ferry_plan_placement_name(p), p == r->recommended ? " *" : "");
-    if (c->fits)
-      fprintf(f, "<text x=\"%d\" y=\"%d\" text-anchor=\"middle\" fill=\"#333\">step %.2f s "
-                 "(%s)</text>\n",
-              gx + (3 * bar_w + 20) / 2, base + 52, c->step_seconds,
-              ferry_plan_component_name(c->bottleneck));
-    else
-      fprintf(f, "<text x=\"%d\" y=\"%d\" text-anchor=\"middle\" fill=\"#c00\">does not "
-                 "fit</text>\n", gx + (3 * bar_w + 20) / 2, base + 52);
+}
+
+/* One tier's bar of candidate c at x: its families stacked, total above. */
+static void svg_bar(FILE *f, const ferry_plan_input *in, const ferry_plan_candidate *c, int t,
+                    int x) {
+  const int base = SVG_BASE, bar_w = SVG_BAR_W;
+  const double full = svg_full;
+  double budget = (double)in->budget[t];
+  double y = base;
+  double total = (double)c->tier_bytes[t];
+  double scale = budget > 0 ? full / budget : 0;
+  double shown = total * scale;
+  double clip = shown > full * 1.25 ? full * 1.25 / shown : 1; /* keep bars on the page */
+  for (int fam = 0; fam < FERRY_PLAN_FAMILIES; fam++) {
+    double hgt = (double)c->bytes[t][fam] * scale * clip;
+    if (total > 0 && budget == 0) hgt = (double)c->bytes[t][fam] / total * full * 1.25;
+    if (hgt <= 0) continue;
+    y -= hgt;
+    char b[32];
+    fprintf(f, "<rect x=\"%d\" y=\"%.1f\" width=\"%d\" height=\"%.1f\" fill=\"%s\">"
+               "<title>%s %s %s</title></rect>\n",
+            x, y, bar_w, hgt, fam_color[fam], ferry_plan_tier_name(t),
+            ferry_plan_family_name(fam), gib((double)c->bytes[t][fam], b, sizeof b));
   }
+  char b[32];
+  int over = c->short_by[t] > 0;
+  fprintf(f, "<text x=\"%d\" y=\"%.1f\" text-anchor=\"middle\" font-size=\"10\" "
+             "fill=\"%s\">%s%s</text>\n",
+          x + bar_w / 2, y - 4, over ? "#c00" : "#333", gib(total, b, sizeof b),
+          clip < 1 || (budget == 0 && total > 0) ? "+" : "");
+  fprintf(f, "<text x=\"%d\" y=\"%d\" text-anchor=\"middle\">%s</text>\n", x + bar_w / 2,
+          base + 16, ferry_plan_tier_name(t));
+}
+
+/* Placement p's three bars, its name and its step time or "does not fit". */
+static void svg_placement(FILE *f, const ferry_plan_input *in, const ferry_plan_result *r, int p) {
+  const int base = SVG_BASE, bar_w = SVG_BAR_W;
+  const ferry_plan_candidate *c = &r->cand[p];
+  int gx = 50 + p * SVG_GROUP_W;
+  for (int t = 0; t < FERRY_PLAN_TIERS; t++) svg_bar(f, in, c, t, gx + t * (bar_w + 10));
+  fprintf(f, "<text x=\"%d\" y=\"%d\" text-anchor=\"middle\" font-weight=\"bold\" "
+             "fill=\"%s\">%s%s</text>\n",
+          gx + (3 * bar_w + 20) / 2, base + 36, c->fits ? "#060" : "#c00",
+          ferry_plan_placement_name(p), p == r->recommended ? " *" : "");
+  if (c->fits)
+    fprintf(f, "<text x=\"%d\" y=\"%d\" text-anchor=\"middle\" fill=\"#333\">step %.2f s "
+               "(%s)</text>\n",
+            gx + (3 * bar_w + 20) / 2, base + 52, c->step_seconds,
+            ferry_plan_component_name(c->bottleneck));
+  else
+    fprintf(f, "<text x=\"%d\" y=\"%d\" text-anchor=\"middle\" fill=\"#c00\">does not "
+               "fit</text>\n", gx + (3 * bar_w + 20) / 2, base + 52);
+}
+
+static int write_svg(const char *path, const ferry_plan_input *in, const ferry_plan_result *r) {
+  FILE *f = fopen(path, "w");
+  if (!f) {
+    fprintf(stderr, "ferry plan: --svg %s: %s\n", path, strerror(errno));
+    return -1;
+  }
+  svg_head(f, in, r);
+  for (int p = 0; p < FERRY_PLACEMENTS; p++) svg_placement(f, in, r, p);
   for (int fam = 0; fam < FERRY_PLAN_FAMILIES; fam++) {
     int x = 50 + fam * 130;
     fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"12\" height=\"12\" fill=\"%s\"/>"
                "<text x=\"%d\" y=\"%d\">%s</text>\n",
-            x, H - 26, fam_color[fam], x + 16, H - 16, ferry_plan_family_name(fam));
+            x, SVG_H - 26, fam_color[fam], x + 16, SVG_H - 16, ferry_plan_family_name(fam));
   }
   fprintf(f, "</svg>\n");
   if (fclose(f)) {
@@ -344,107 +362,120 @@ static int write_config(const char *path, const ferry_plan_input *in, const ferr
 
 /* ---- output ---------------------------------------------------------------- */
 
+/* The model, the training input and the chosen (or closest) placement. */
+static void json_summary(json_out *j, const ferry_plan_input *in, const ferry_plan_result *r,
+                         const hw_notes *hw) {
+  const ferry_plan_model *m = &in->model;
+  static const char *const arch[] = {"gpt2", "llama", "dense"};
+  json_str(j, "model", m->name);
+  json_str(j, "arch", arch[m->arch]);
+  json_uint(j, "params", r->params);
+  json_uint(j, "largest_group_params", r->largest_group);
+  json_int(j, "groups", r->groups);
+  json_int(j, "layers", m->layers);
+  json_int(j, "hidden", m->hidden);
+  json_int(j, "batch", in->batch);
+  json_int(j, "seq", in->seq);
+  json_str(j, "precision", ferry_plan_precision_name(in->precision));
+  json_str(j, "optimizer", ferry_plan_optimizer_name(in->optimizer));
+  json_bool(j, "checkpointing", in->checkpointing);
+  json_str(j, "attention", in->flash_attention ? "flash" : "materialized");
+  json_uint(j, "chunk_size", in->chunk_size);
+  int best = r->recommended >= 0 ? r->recommended : r->closest;
+  const ferry_plan_candidate *b = &r->cand[best];
+  if (r->recommended >= 0) json_str(j, "placement", ferry_plan_placement_name(best));
+  else json_null(j, "placement");
+  json_bool(j, "fits", r->recommended >= 0);
+  json_str(j, "closest", ferry_plan_placement_name(r->closest));
+  json_str(j, "why", b->why);
+  json_open(j, "tiers", '{');
+  for (int t = 0; t < FERRY_PLAN_TIERS; t++) {
+    json_open(j, ferry_plan_tier_name(t), '{');
+    json_uint(j, "bytes", b->tier_bytes[t]);
+    json_uint(j, "budget", in->budget[t]);
+    json_uint(j, "short_by", b->short_by[t]);
+    json_str(j, "budget_source", hw->text[t]);
+    json_close(j, '}');
+  }
+  json_close(j, '}');
+  json_num(j, "step_seconds", b->step_seconds);
+  json_str(j, "bottleneck", ferry_plan_component_name(b->bottleneck));
+  json_int(j, "max_batch", b->max_batch);
+  json_uint(j, "pinned_bytes", b->pinned_bytes);
+  if (hw->memlock == UINT64_MAX) json_null(j, "memlock_bytes");
+  else json_uint(j, "memlock_bytes", hw->memlock);
+}
+
+static void json_bandwidths(json_out *j, const ferry_plan_input *in) {
+  json_open(j, "bandwidths", '{');
+  json_open(j, "assumed", '[');
+  for (unsigned bit = 1; bit <= FERRY_PLAN_BW_DEVMEM; bit <<= 1)
+    if (!(in->bw.measured & bit)) json_str(j, NULL, ferry_plan_bandwidth_key(bit));
+  json_close(j, ']');
+  json_num(j, "h2d_gbps", in->bw.h2d_gbps);
+  json_num(j, "d2h_gbps", in->bw.d2h_gbps);
+  json_num(j, "nvme_read_gbps", in->bw.nvme_read_gbps);
+  json_num(j, "nvme_write_gbps", in->bw.nvme_write_gbps);
+  json_num(j, "cpu_optimizer_gbps", in->bw.cpu_optimizer_gbps);
+  json_num(j, "device_tflops", in->bw.device_tflops);
+  json_num(j, "device_tflops_fp32", in->bw.device_tflops_fp32);
+  json_num(j, "device_mem_gbps", in->bw.device_mem_gbps);
+  json_close(j, '}');
+}
+
+/* One element of "candidates": placement p, every tier and family. */
+static void json_candidate(json_out *j, const ferry_plan_input *in, const ferry_plan_candidate *c,
+                           int p) {
+  const char *pp, *pg, *po;
+  ferry_plan_placement_tiers(p, &pp, &pg, &po);
+  json_open(j, NULL, '{');
+  json_str(j, "placement", ferry_plan_placement_name(p));
+  json_str(j, "params_tier", pp);
+  json_str(j, "grads_tier", pg);
+  json_str(j, "optimizer_tier", po);
+  json_bool(j, "fits", c->fits);
+  json_str(j, "why", c->why);
+  json_open(j, "tiers", '{');
+  for (int t = 0; t < FERRY_PLAN_TIERS; t++) {
+    json_open(j, ferry_plan_tier_name(t), '{');
+    json_uint(j, "bytes", c->tier_bytes[t]);
+    json_uint(j, "budget", in->budget[t]);
+    json_uint(j, "short_by", c->short_by[t]);
+    json_open(j, "families", '{');
+    for (int f = 0; f < FERRY_PLAN_FAMILIES; f++)
+      json_uint(j, ferry_plan_family_name(f), c->bytes[t][f]);
+    json_close(j, '}');
+    json_close(j, '}');
+  }
+  json_close(j, '}');
+  json_uint(j, "pinned_bytes", c->pinned_bytes);
+  json_open(j, "traffic_bytes", '{');
+  json_num(j, "h2d", c->h2d_bytes);
+  json_num(j, "d2h", c->d2h_bytes);
+  json_num(j, "nvme_read", c->nvme_read_bytes);
+  json_num(j, "nvme_write", c->nvme_write_bytes);
+  json_num(j, "cpu", c->cpu_bytes);
+  json_close(j, '}');
+  json_num(j, "flops", c->flops);
+  json_open(j, "components", '{');
+  for (int k = 0; k < FERRY_COMPONENTS; k++)
+    json_num(j, ferry_plan_component_name(k), c->seconds[k]);
+  json_num(j, "fill_drain", c->fill_seconds);
+  json_close(j, '}');
+  json_num(j, "step_seconds", c->step_seconds);
+  json_str(j, "bottleneck", ferry_plan_component_name(c->bottleneck));
+  json_int(j, "max_batch", c->max_batch);
+  json_close(j, '}');
+}
+
 static void print_json(const ferry_plan_input *in, const ferry_plan_result *r,
                        const hw_notes *hw) {
   json_out j;
   json_begin(&j, stdout);
-  const ferry_plan_model *m = &in->model;
-  static const char *const arch[] = {"gpt2", "llama", "dense"};
-  json_str(&j, "model", m->name);
-  json_str(&j, "arch", arch[m->arch]);
-  json_uint(&j, "params", r->params);
-  json_uint(&j, "largest_group_params", r->largest_group);
-  json_int(&j, "groups", r->groups);
-  json_int(&j, "layers", m->layers);
-  json_int(&j, "hidden", m->hidden);
-  json_int(&j, "batch", in->batch);
-  json_int(&j, "seq", in->seq);
-  json_str(&j, "precision", ferry_plan_precision_name(in->precision));
-  json_str(&j, "optimizer", ferry_plan_optimizer_name(in->optimizer));
-  json_bool(&j, "checkpointing", in->checkpointing);
-  json_str(&j, "attention", in->flash_attention ? "flash" : "materialized");
-  json_uint(&j, "chunk_size", in->chunk_size);
-  int best = r->recommended >= 0 ? r->recommended : r->closest;
-  const ferry_plan_candidate *b = &r->cand[best];
-  if (r->recommended >= 0) json_str(&j, "placement", ferry_plan_placement_name(best));
-  else json_null(&j, "placement");
-  json_bool(&j, "fits", r->recommended >= 0);
-  json_str(&j, "closest", ferry_plan_placement_name(r->closest));
-  json_str(&j, "why", b->why);
-  json_open(&j, "tiers", '{');
-  for (int t = 0; t < FERRY_PLAN_TIERS; t++) {
-    json_open(&j, ferry_plan_tier_name(t), '{');
-    json_uint(&j, "bytes", b->tier_bytes[t]);
-    json_uint(&j, "budget", in->budget[t]);
-    json_uint(&j, "short_by", b->short_by[t]);
-    json_str(&j, "budget_source", hw->text[t]);
-    json_close(&j, '}');
-  }
-  json_close(&j, '}');
-  json_num(&j, "step_seconds", b->step_seconds);
-  json_str(&j, "bottleneck", ferry_plan_component_name(b->bottleneck));
-  json_int(&j, "max_batch", b->max_batch);
-  json_uint(&j, "pinned_bytes", b->pinned_bytes);
-  if (hw->memlock == UINT64_MAX) json_null(&j, "memlock_bytes");
-  else json_uint(&j, "memlock_bytes", hw->memlock);
-  json_open(&j, "bandwidths", '{');
-  json_open(&j, "assumed", '[');
-  for (unsigned bit = 1; bit <= FERRY_PLAN_BW_DEVMEM; bit <<= 1)
-    if (!(in->bw.measured & bit)) json_str(&j, NULL, ferry_plan_bandwidth_key(bit));
-  json_close(&j, ']');
-  json_num(&j, "h2d_gbps", in->bw.h2d_gbps);
-  json_num(&j, "d2h_gbps", in->bw.d2h_gbps);
-  json_num(&j, "nvme_read_gbps", in->bw.nvme_read_gbps);
-  json_num(&j, "nvme_write_gbps", in->bw.nvme_write_gbps);
-  json_num(&j, "cpu_optimizer_gbps", in->bw.cpu_optimizer_gbps);
-  json_num(&j, "device_tflops", in->bw.device_tflops);
-  json_num(&j, "device_tflops_fp32", in->bw.device_tflops_fp32);
-  json_num(&j, "device_mem_gbps", in->bw.device_mem_gbps);
-  json_close(&j, '}');
+  json_summary(&j, in, r, hw);
+  json_bandwidths(&j, in);
   json_open(&j, "candidates", '[');
-  for (int p = 0; p < FERRY_PLACEMENTS; p++) {
-    const ferry_plan_candidate *c = &r->cand[p];
-    const char *pp, *pg, *po;
-    ferry_plan_placement_tiers(p, &pp, &pg, &po);
-    json_open(&j, NULL, '{');
-    json_str(&j, "placement", ferry_plan_placement_name(p));
-    json_str(&j, "params_tier", pp);
-    json_str(&j, "grads_tier", pg);
-    json_str(&j, "optimizer_tier", po);
-    json_bool(&j, "fits", c->fits);
-    json_str(&j, "why", c->why);
-    json_open(&j, "tiers", '{');
-    for (int t = 0; t < FERRY_PLAN_TIERS; t++) {
-      json_open(&j, ferry_plan_tier_name(t), '{');
-      json_uint(&j, "bytes", c->tier_bytes[t]);
-      json_uint(&j, "budget", in->budget[t]);
-      json_uint(&j, "short_by", c->short_by[t]);
-      json_open(&j, "families", '{');
-      for (int f = 0; f < FERRY_PLAN_FAMILIES; f++)
-        json_uint(&j, ferry_plan_family_name(f), c->bytes[t][f]);
-      json_close(&j, '}');
-      json_close(&j, '}');
-    }
-    json_close(&j, '}');
-    json_uint(&j, "pinned_bytes", c->pinned_bytes);
-    json_open(&j, "traffic_bytes", '{');
-    json_num(&j, "h2d", c->h2d_bytes);
-    json_num(&j, "d2h", c->d2h_bytes);
-    json_num(&j, "nvme_read", c->nvme_read_bytes);
-    json_num(&j, "nvme_write", c->nvme_write_bytes);
-    json_num(&j, "cpu", c->cpu_bytes);
-    json_close(&j, '}');
-    json_num(&j, "flops", c->flops);
-    json_open(&j, "components", '{');
-    for (int k = 0; k < FERRY_COMPONENTS; k++)
-      json_num(&j, ferry_plan_component_name(k), c->seconds[k]);
-    json_num(&j, "fill_drain", c->fill_seconds);
-    json_close(&j, '}');
-    json_num(&j, "step_seconds", c->step_seconds);
-    json_str(&j, "bottleneck", ferry_plan_component_name(c->bottleneck));
-    json_int(&j, "max_batch", c->max_batch);
-    json_close(&j, '}');
-  }
+  for (int p = 0; p < FERRY_PLACEMENTS; p++) json_candidate(&j, in, &r->cand[p], p);
   json_close(&j, ']');
   json_end(&j);
 }
@@ -454,9 +485,11 @@ static void cell_gib(double b) {
   else printf(" %14.1f", b / (1024.0 * 1024 * 1024));
 }
 
-static void print_text(const ferry_plan_input *in, const ferry_plan_result *r, const hw_notes *hw) {
+/* The model, the training input, the budgets and the assumed bandwidths. */
+static void print_input(const ferry_plan_input *in, const ferry_plan_result *r,
+                        const hw_notes *hw) {
   const ferry_plan_model *m = &in->model;
-  char a[32], b[32];
+  char a[32];
   printf("model      %s: %s parameters", m->name, commas(r->params, a, sizeof a));
   if (m->arch == FERRY_ARCH_DENSE)
     printf(" (dense; shape assumed for activations: %lld layers, hidden %lld)\n",
@@ -478,27 +511,31 @@ static void print_text(const ferry_plan_input *in, const ferry_plan_result *r, c
   for (int t = 0; t < FERRY_PLAN_TIERS; t++)
     printf("%s %-4s %10s  %s\n", t ? "          " : "budgets   ", ferry_plan_tier_name(t),
            gib((double)in->budget[t], a, sizeof a), hw->text[t]);
-  if ((in->bw.measured & 0xff) != 0xff) {
-    printf("assumed    %s (no measurement; `ferry bench all` writes a --profile):\n",
-           in->bw.measured ? "some bandwidths from defaults" : "default bandwidths");
-    for (unsigned bit = 1; bit <= FERRY_PLAN_BW_DEVMEM; bit <<= 1) {
-      if (in->bw.measured & bit) continue;
-      double v = bit == FERRY_PLAN_BW_H2D          ? in->bw.h2d_gbps
-                 : bit == FERRY_PLAN_BW_D2H        ? in->bw.d2h_gbps
-                 : bit == FERRY_PLAN_BW_NVME_READ  ? in->bw.nvme_read_gbps
-                 : bit == FERRY_PLAN_BW_NVME_WRITE ? in->bw.nvme_write_gbps
-                 : bit == FERRY_PLAN_BW_CPU_OPT    ? in->bw.cpu_optimizer_gbps
-                 : bit == FERRY_PLAN_BW_TFLOPS     ? in->bw.device_tflops
-                 : bit == FERRY_PLAN_BW_TFLOPS32   ? in->bw.device_tflops_fp32
-                                                   : in->bw.device_mem_gbps;
-      const char *key = ferry_plan_bandwidth_key(bit);
-      const char *src = ferry_plan_bandwidth_source(bit);
-      if ((bit == FERRY_PLAN_BW_H2D || bit == FERRY_PLAN_BW_D2H) && hw->pcie_gen)
-        src = "from this GPU's PCIe link: 80% of its raw rate";
-      printf("             %-20s %7.1f %s  %s\n", key, v,
-             strstr(key, "tflops") ? "TFLOP/s" : "GB/s   ", src);
-    }
+  if ((in->bw.measured & 0xff) == 0xff) return;
+  printf("assumed    %s (no measurement; `ferry bench all` writes a --profile):\n",
+         in->bw.measured ? "some bandwidths from defaults" : "default bandwidths");
+  for (unsigned bit = 1; bit <= FERRY_PLAN_BW_DEVMEM; bit <<= 1) {
+    if (in->bw.measured & bit) continue;
+    double v = bit == FERRY_PLAN_BW_H2D          ? in->bw.h2d_gbps
+               : bit == FERRY_PLAN_BW_D2H        ? in->bw.d2h_gbps
+               : bit == FERRY_PLAN_BW_NVME_READ  ? in->bw.nvme_read_gbps
+               : bit == FERRY_PLAN_BW_NVME_WRITE ? in->bw.nvme_write_gbps
+               : bit == FERRY_PLAN_BW_CPU_OPT    ? in->bw.cpu_optimizer_gbps
+               : bit == FERRY_PLAN_BW_TFLOPS     ? in->bw.device_tflops
+               : bit == FERRY_PLAN_BW_TFLOPS32   ? in->bw.device_tflops_fp32
+                                                 : in->bw.device_mem_gbps;
+    const char *key = ferry_plan_bandwidth_key(bit);
+    const char *src = ferry_plan_bandwidth_source(bit);
+    if ((bit == FERRY_PLAN_BW_H2D || bit == FERRY_PLAN_BW_D2H) && hw->pcie_gen)
+      src = "from this GPU's PCIe link: 80% of its raw rate";
+    printf("             %-20s %7.1f %s  %s\n", key, v,
+           strstr(key, "tflops") ? "TFLOP/s" : "GB/s   ", src);
   }
+}
+
+/* Bytes per tier and family, one column per placement, and whether it fits. */
+static void print_bytes(const ferry_plan_input *in, const ferry_plan_result *r) {
+  char a[32];
   printf("\nbytes (GiB)       ");
   for (int p = 0; p < FERRY_PLACEMENTS; p++) printf(" %14s", ferry_plan_placement_name(p));
   printf("\n");
@@ -524,6 +561,10 @@ static void print_text(const ferry_plan_input *in, const ferry_plan_result *r, c
   }
   printf("  fits             ");
   for (int p = 0; p < FERRY_PLACEMENTS; p++) printf(" %14s", r->cand[p].fits ? "yes" : "no");
+}
+
+/* Seconds per component, one column per placement, and the step. */
+static void print_step(const ferry_plan_result *r) {
   printf("\n\nstep (seconds)    ");
   for (int p = 0; p < FERRY_PLACEMENTS; p++) printf(" %14s", ferry_plan_placement_name(p));
   printf("\n");
@@ -546,20 +587,14 @@ static void print_text(const ferry_plan_input *in, const ferry_plan_result *r, c
   printf("\n  %-16s", "largest batch");
   for (int p = 0; p < FERRY_PLACEMENTS; p++) printf(" %14lld", (long long)r->cand[p].max_batch);
   printf("\n\n");
-  for (int p = 0; p < FERRY_PLACEMENTS; p++)
-    if (!r->cand[p].fits)
-      printf("%-15s does not fit: %s\n", ferry_plan_placement_name(p), r->cand[p].why);
-  if (in->budget[FERRY_PLAN_NVME] == 0)
-    printf("(no NVMe given: --nvme SIZE or --nvme-path DIR plans the NVMe placements)\n");
-  printf("\n");
-  if (r->recommended < 0) {
-    const ferry_plan_candidate *c = &r->cand[r->closest];
-    printf("nothing fits. Closest: %s, %s.\n", ferry_plan_placement_name(r->closest), c->why);
-    if (in->batch > 1 && c->max_batch == 0)
-      printf("A smaller batch does not help: even batch 1 does not fit there.\n");
-    return;
-  }
+}
+
+/* The recommended placement: its step, what limits it, its tiers, the
+ * largest batch and whether pinning it fits RLIMIT_MEMLOCK. */
+static void print_recommended(const ferry_plan_input *in, const ferry_plan_result *r,
+                              const hw_notes *hw) {
   const ferry_plan_candidate *c = &r->cand[r->recommended];
+  char a[32], b[32];
   printf("recommended: %s — %s\n", ferry_plan_placement_name(r->recommended),
          ferry_plan_placement_desc(r->recommended));
   printf("  step ~ %.3f s, bottleneck %s (%.3f s", c->step_seconds,
@@ -585,29 +620,106 @@ static void print_text(const ferry_plan_input *in, const ferry_plan_result *r, c
            gib((double)c->tier_bytes[t], a, sizeof a), gib((double)in->budget[t], b, sizeof b));
   printf("\n");
   printf("  largest batch at seq %lld: %lld\n", (long long)in->seq, (long long)c->max_batch);
-  if (hw->memlock != UINT64_MAX && c->pinned_bytes > hw->memlock) {
-    if (hw->host_here)
-      printf("  warning: the host tier is pinned (%s) but RLIMIT_MEMLOCK here is %s: raise "
-             "`ulimit -l`, or set tiers.host.memlock_fallback = \"pageable\" (slower copies)\n",
-             gib((double)c->pinned_bytes, a, sizeof a), gib((double)hw->memlock, b, sizeof b));
-    else
-      printf("  note: %s of the host tier is pinned; the target machine's `ulimit -l` must "
-             "allow it (here it is %s)\n",
-             gib((double)c->pinned_bytes, a, sizeof a), gib((double)hw->memlock, b, sizeof b));
+  if (hw->memlock == UINT64_MAX || c->pinned_bytes <= hw->memlock) return;
+  if (hw->host_here)
+    printf("  warning: the host tier is pinned (%s) but RLIMIT_MEMLOCK here is %s: raise "
+           "`ulimit -l`, or set tiers.host.memlock_fallback = \"pageable\" (slower copies)\n",
+           gib((double)c->pinned_bytes, a, sizeof a), gib((double)hw->memlock, b, sizeof b));
+  else
+    printf("  note: %s of the host tier is pinned; the target machine's `ulimit -l` must "
+           "allow it (here it is %s)\n",
+           gib((double)c->pinned_bytes, a, sizeof a), gib((double)hw->memlock, b, sizeof b));
+}
+
+static void print_text(const ferry_plan_input *in, const ferry_plan_result *r, const hw_notes *hw) {
+  print_input(in, r, hw);
+  print_bytes(in, r);
+  print_step(r);
+  for (int p = 0; p < FERRY_PLACEMENTS; p++)
+    if (!r->cand[p].fits)
+      printf("%-15s does not fit: %s\n", ferry_plan_placement_name(p), r->cand[p].why);
+  if (in->budget[FERRY_PLAN_NVME] == 0)
+    printf("(no NVMe given: --nvme SIZE or --nvme-path DIR plans the NVMe placements)\n");
+  printf("\n");
+  if (r->recommended >= 0) {
+    print_recommended(in, r, hw);
+    return;
   }
+  const ferry_plan_candidate *c = &r->cand[r->closest];
+  printf("nothing fits. Closest: %s, %s.\n", ferry_plan_placement_name(r->closest), c->why);
+  if (in->batch > 1 && c->max_batch == 0)
+    printf("A smaller batch does not help: even batch 1 does not fit there.\n");
 }
 
 /* ---- main ------------------------------------------------------------------- */
 
-int cli_plan(int argc, char **argv) {
-  const char *model = NULL, *params = NULL, *gpu_mem = NULL, *host_mem = NULL, *nvme = NULL,
-             *nvme_path = NULL, *profile = NULL, *cfg_out = NULL, *svg = NULL;
-  int json = 0;
-  ferry_plan_input in = ferry_plan_input_default();
+/* The flags as given. */
+typedef struct {
+  const char *model, *params, *gpu_mem, *host_mem, *nvme, *nvme_path, *profile, *cfg_out, *svg;
+  int json;
+} plan_flags;
+
+#define PLAN_GO (-1) /* parse_flags: go on and plan */
+
+static void list_models(void) {
+  for (int k = 0; k < ferry_plan_preset_count(); k++) {
+    ferry_plan_model m;
+    char c[32];
+    ferry_plan_model_preset(ferry_plan_preset_name(k), &m, NULL, 0);
+    printf("%-14s %18s params\n", m.name, commas(ferry_plan_model_params(&m), c, sizeof c));
+  }
+}
+
+/* Flag o with its value v: 0, or 2 after saying what is wrong. */
+static int take_value(const char *o, const char *v, plan_flags *fl, ferry_plan_input *in) {
   static const char *const precs[] = {"fp32", "fp16", "bf16"};
   static const char *const opts[] = {"adamw", "adam", "adagrad", "lamb", "sgd", "lion"};
   static const char *const onoff[] = {"off", "on"};
   static const char *const attn[] = {"materialized", "flash"};
+  static const struct {
+    const char *flag;
+    size_t off;
+  } strs[] = {
+      {"--model", offsetof(plan_flags, model)},
+      {"--params", offsetof(plan_flags, params)},
+      {"--gpu-mem", offsetof(plan_flags, gpu_mem)},
+      {"--host-mem", offsetof(plan_flags, host_mem)},
+      {"--nvme", offsetof(plan_flags, nvme)},
+      {"--nvme-path", offsetof(plan_flags, nvme_path)},
+      {"--profile", offsetof(plan_flags, profile)},
+      {"--write-config", offsetof(plan_flags, cfg_out)},
+      {"--svg", offsetof(plan_flags, svg)},
+  };
+  for (size_t k = 0; k < sizeof strs / sizeof strs[0]; k++)
+    if (!strcmp(o, strs[k].flag)) {
+      *(const char **)((char *)fl + strs[k].off) = v;
+      return 0;
+    }
+  int bad = 0;
+  if (!strcmp(o, "--batch")) bad = parse_int(o, v, 1, 1 << 24, &in->batch);
+  else if (!strcmp(o, "--seq")) bad = parse_int(o, v, 1, 1 << 22, &in->seq);
+  else if (!strcmp(o, "--precision")) bad = pick(o, v, precs, 3, &in->precision);
+  else if (!strcmp(o, "--optimizer")) bad = pick(o, v, opts, 6, &in->optimizer);
+  else if (!strcmp(o, "--checkpointing")) bad = pick(o, v, onoff, 2, &in->checkpointing);
+  else if (!strcmp(o, "--attention")) bad = pick(o, v, attn, 2, &in->flash_attention);
+  else if (!strcmp(o, "--chunk-size")) {
+    bad = parse_size_flag(o, v, &in->chunk_size);
+    if (!bad && in->chunk_size < 4096) {
+      fprintf(stderr, "ferry plan: --chunk-size %s: at least 4096 bytes\n", v);
+      bad = 1;
+    }
+  }
+  return bad ? 2 : 0;
+}
+
+/* The command line: PLAN_GO, or the exit status of --help, --list-models or
+ * a bad flag. */
+static int parse_flags(int argc, char **argv, plan_flags *fl, ferry_plan_input *in) {
+  static const char *const with_value[] = {
+      "--model",  "--params",    "--gpu-mem",    "--host-mem",     "--nvme",
+      "--nvme-path", "--batch",  "--seq",        "--precision",    "--optimizer",
+      "--checkpointing", "--profile", "--write-config", "--svg", "--attention",
+      "--chunk-size"};
   for (int i = 1; i < argc; i++) {
     const char *o = argv[i];
     if (!strcmp(o, "-h") || !strcmp(o, "--help")) {
@@ -615,23 +727,13 @@ int cli_plan(int argc, char **argv) {
       return 0;
     }
     if (!strcmp(o, "--json")) {
-      json = 1;
+      fl->json = 1;
       continue;
     }
     if (!strcmp(o, "--list-models")) {
-      for (int k = 0; k < ferry_plan_preset_count(); k++) {
-        ferry_plan_model m;
-        char c[32];
-        ferry_plan_model_preset(ferry_plan_preset_name(k), &m, NULL, 0);
-        printf("%-14s %18s params\n", m.name, commas(ferry_plan_model_params(&m), c, sizeof c));
-      }
+      list_models();
       return 0;
     }
-    static const char *const with_value[] = {
-        "--model",  "--params",    "--gpu-mem",    "--host-mem",     "--nvme",
-        "--nvme-path", "--batch",  "--seq",        "--precision",    "--optimizer",
-        "--checkpointing", "--profile", "--write-config", "--svg", "--attention",
-        "--chunk-size"};
     int known = 0;
     for (size_t k = 0; k < sizeof with_value / sizeof with_value[0]; k++)
       known |= !strcmp(o, with_value[k]);
@@ -643,181 +745,202 @@ int cli_plan(int argc, char **argv) {
       fprintf(stderr, "ferry plan: %s needs a value\n", o);
       return 2;
     }
-    const char *v = argv[++i];
-    int bad = 0;
-    if (!strcmp(o, "--model")) model = v;
-    else if (!strcmp(o, "--params")) params = v;
-    else if (!strcmp(o, "--gpu-mem")) gpu_mem = v;
-    else if (!strcmp(o, "--host-mem")) host_mem = v;
-    else if (!strcmp(o, "--nvme")) nvme = v;
-    else if (!strcmp(o, "--nvme-path")) nvme_path = v;
-    else if (!strcmp(o, "--profile")) profile = v;
-    else if (!strcmp(o, "--write-config")) cfg_out = v;
-    else if (!strcmp(o, "--svg")) svg = v;
-    else if (!strcmp(o, "--batch")) bad = parse_int(o, v, 1, 1 << 24, &in.batch);
-    else if (!strcmp(o, "--seq")) bad = parse_int(o, v, 1, 1 << 22, &in.seq);
-    else if (!strcmp(o, "--precision")) bad = pick(o, v, precs, 3, &in.precision);
-    else if (!strcmp(o, "--optimizer")) bad = pick(o, v, opts, 6, &in.optimizer);
-    else if (!strcmp(o, "--checkpointing")) bad = pick(o, v, onoff, 2, &in.checkpointing);
-    else if (!strcmp(o, "--attention")) bad = pick(o, v, attn, 2, &in.flash_attention);
-    else if (!strcmp(o, "--chunk-size")) {
-      bad = parse_size_flag(o, v, &in.chunk_size);
-      if (!bad && in.chunk_size < 4096) {
-        fprintf(stderr, "ferry plan: --chunk-size %s: at least 4096 bytes\n", v);
-        bad = 1;
-      }
-    }
-    if (bad) return 2;
+    if (take_value(o, argv[++i], fl, in)) return 2;
   }
+  return PLAN_GO;
+}
 
-  /* the model */
+/* The model of --params, or of --model (a preset, or a config.json). */
+static int read_model(const plan_flags *fl, ferry_plan_model *m) {
   char why[512];
-  if (!!model == !!params) {
+  if (!!fl->model == !!fl->params) {
     fprintf(stderr, "ferry plan: give one of --model PRESET|config.json or --params N "
                     "(ferry plan --help; ferry plan --list-models)\n");
     return 2;
   }
-  if (params) {
+  if (fl->params) {
     uint64_t n;
-    if (parse_count(params, &n)) {
+    if (parse_count(fl->params, &n)) {
       fprintf(stderr, "ferry plan: --params '%s': expected a parameter count such as 13e9, "
-                      "13B, 350M or 7000000000\n", params);
+                      "13B, 350M or 7000000000\n", fl->params);
       return 2;
     }
-    if (ferry_plan_model_from_params(n, &in.model, why, sizeof why)) {
+    if (ferry_plan_model_from_params(n, m, why, sizeof why)) {
       fprintf(stderr, "ferry plan: %s\n", why);
       return 2;
     }
-  } else {
-    size_t ml = strlen(model);
-    int file = strchr(model, '/') || (ml > 5 && !strcmp(model + ml - 5, ".json"));
-    if (!file && ferry_plan_model_preset(model, &in.model, why, sizeof why)) {
-      FILE *f = fopen(model, "r"); /* a config.json in the current directory without ".json" */
-      if (!f) {
-        fprintf(stderr, "ferry plan: %s\n", why);
-        return 2;
-      }
-      fclose(f);
-      file = 1;
-    }
-    if (file && ferry_plan_model_from_file(model, &in.model, why, sizeof why)) {
-      fprintf(stderr, "ferry plan: %s\n", why);
-      return 2;
-    }
+    return 0;
   }
+  const char *model = fl->model;
+  size_t ml = strlen(model);
+  int file = strchr(model, '/') || (ml > 5 && !strcmp(model + ml - 5, ".json"));
+  if (!file && ferry_plan_model_preset(model, m, why, sizeof why)) {
+    FILE *f = fopen(model, "r"); /* a config.json in the current directory without ".json" */
+    if (!f) {
+      fprintf(stderr, "ferry plan: %s\n", why);
+      return 2;
+    }
+    fclose(f);
+    file = 1;
+  }
+  if (file && ferry_plan_model_from_file(model, m, why, sizeof why)) {
+    fprintf(stderr, "ferry plan: %s\n", why);
+    return 2;
+  }
+  return 0;
+}
 
-  /* the machine */
-  hw_notes hw;
-  memset(&hw, 0, sizeof hw);
-  hw.memlock = UINT64_MAX;
-  ferry_host_info host;
-  int have_host = ferry_host_get_info(&host) == 0;
-  if (have_host) hw.memlock = host.memlock_bytes;
+/* The GPU budget: 95% of --gpu-mem, or of GPU 0's free memory. */
+static int gpu_budget(const plan_flags *fl, ferry_plan_input *in, hw_notes *hw) {
   char a[32];
-  if (gpu_mem) {
+  if (fl->gpu_mem) {
     uint64_t g;
-    if (parse_size_flag("--gpu-mem", gpu_mem, &g)) return 2;
+    if (parse_size_flag("--gpu-mem", fl->gpu_mem, &g)) return 2;
     if (g == 0) {
       fprintf(stderr, "ferry plan: --gpu-mem %s: a GPU with no memory holds nothing; give the "
-                      "device's memory, e.g. --gpu-mem 24G\n", gpu_mem);
+                      "device's memory, e.g. --gpu-mem 24G\n", fl->gpu_mem);
       return 2;
     }
-    in.budget[FERRY_PLAN_GPU] = (uint64_t)((double)g * 0.95);
-    snprintf(hw.text[0], sizeof hw.text[0], "95%% of --gpu-mem %s (5%% left for the CUDA context)",
-             gib((double)g, a, sizeof a));
-  } else {
-    ferry_gpu_info gpus[FERRY_MAX_GPUS];
-    int n = 0;
-    char gwhy[256] = "";
-    ferry_gpu_list(gpus, FERRY_MAX_GPUS, &n, gwhy, sizeof gwhy);
-    if (n == 0) {
-      fprintf(stderr,
-              "ferry plan: no GPU on this machine (%s) and no --gpu-mem: give the memory of the "
-              "GPU to plan for, e.g. --gpu-mem 24G\n", gwhy[0] ? gwhy : "none found");
-      return 2;
-    }
-    in.budget[FERRY_PLAN_GPU] = (uint64_t)((double)gpus[0].free_memory * 0.95);
-    snprintf(hw.gpu_name, sizeof hw.gpu_name, "%s", gpus[0].name);
-    snprintf(hw.text[0], sizeof hw.text[0], "95%% of the %s free on GPU 0 (%s)",
-             gib((double)gpus[0].free_memory, a, sizeof a), gpus[0].name);
-    hw.pcie_gen = gpus[0].pcie_gen;
-    hw.pcie_width = gpus[0].pcie_width;
+    in->budget[FERRY_PLAN_GPU] = (uint64_t)((double)g * 0.95);
+    snprintf(hw->text[0], sizeof hw->text[0],
+             "95%% of --gpu-mem %s (5%% left for the CUDA context)", gib((double)g, a, sizeof a));
+    return 0;
   }
-  if (host_mem) {
+  ferry_gpu_info gpus[FERRY_MAX_GPUS];
+  int n = 0;
+  char gwhy[256] = "";
+  ferry_gpu_list(gpus, FERRY_MAX_GPUS, &n, gwhy, sizeof gwhy);
+  if (n == 0) {
+    fprintf(stderr,
+            "ferry plan: no GPU on this machine (%s) and no --gpu-mem: give the memory of the "
+            "GPU to plan for, e.g. --gpu-mem 24G\n", gwhy[0] ? gwhy : "none found");
+    return 2;
+  }
+  in->budget[FERRY_PLAN_GPU] = (uint64_t)((double)gpus[0].free_memory * 0.95);
+  snprintf(hw->gpu_name, sizeof hw->gpu_name, "%s", gpus[0].name);
+  snprintf(hw->text[0], sizeof hw->text[0], "95%% of the %s free on GPU 0 (%s)",
+           gib((double)gpus[0].free_memory, a, sizeof a), gpus[0].name);
+  hw->pcie_gen = gpus[0].pcie_gen;
+  hw->pcie_width = gpus[0].pcie_width;
+  return 0;
+}
+
+/* The host budget: 80% of --host-mem, or of the RAM available here (host:
+ * this machine's information, when have_host). */
+static int host_budget(const plan_flags *fl, const ferry_host_info *host, int have_host,
+                       ferry_plan_input *in, hw_notes *hw) {
+  char a[32];
+  if (fl->host_mem) {
     uint64_t h;
-    if (parse_size_flag("--host-mem", host_mem, &h)) return 2;
+    if (parse_size_flag("--host-mem", fl->host_mem, &h)) return 2;
     if (h == 0) {
       fprintf(stderr, "ferry plan: --host-mem %s: the process itself needs host memory; give "
-                      "the machine's RAM, e.g. --host-mem 128G\n", host_mem);
+                      "the machine's RAM, e.g. --host-mem 128G\n", fl->host_mem);
       return 2;
     }
-    in.budget[FERRY_PLAN_HOST] = (uint64_t)((double)h * 0.8);
-    snprintf(hw.text[1], sizeof hw.text[1], "80%% of --host-mem %s (tiers.host.budget default)",
+    in->budget[FERRY_PLAN_HOST] = (uint64_t)((double)h * 0.8);
+    snprintf(hw->text[1], sizeof hw->text[1], "80%% of --host-mem %s (tiers.host.budget default)",
              gib((double)h, a, sizeof a));
-  } else {
-    if (!have_host) {
-      fprintf(stderr, "ferry plan: cannot read this machine's memory (%s): give --host-mem\n",
-              ferry_last_error());
-      return 2;
-    }
-    in.budget[FERRY_PLAN_HOST] = (uint64_t)((double)host.ram_available_bytes * 0.8);
-    hw.host_here = 1;
-    snprintf(hw.text[1], sizeof hw.text[1], "80%% of the %s of RAM available here",
-             gib((double)host.ram_available_bytes, a, sizeof a));
+    return 0;
   }
-  if (nvme && nvme_path) {
+  if (!have_host) {
+    fprintf(stderr, "ferry plan: cannot read this machine's memory (%s): give --host-mem\n",
+            ferry_last_error());
+    return 2;
+  }
+  in->budget[FERRY_PLAN_HOST] = (uint64_t)((double)host->ram_available_bytes * 0.8);
+  hw->host_here = 1;
+  snprintf(hw->text[1], sizeof hw->text[1], "80%% of the %s of RAM available here",
+           gib((double)host->ram_available_bytes, a, sizeof a));
+  return 0;
+}
+
+/* The NVMe budget: --nvme, the free space of --nvme-path, or none. */
+static int nvme_budget(const plan_flags *fl, ferry_plan_input *in, hw_notes *hw) {
+  char a[32];
+  if (fl->nvme && fl->nvme_path) {
     fprintf(stderr, "ferry plan: give --nvme SIZE or --nvme-path DIR, not both\n");
     return 2;
   }
-  if (nvme) {
-    if (parse_size_flag("--nvme", nvme, &in.budget[FERRY_PLAN_NVME])) return 2;
-    if (in.budget[FERRY_PLAN_NVME] == 0) {
+  if (fl->nvme) {
+    if (parse_size_flag("--nvme", fl->nvme, &in->budget[FERRY_PLAN_NVME])) return 2;
+    if (in->budget[FERRY_PLAN_NVME] == 0) {
       fprintf(stderr, "ferry plan: --nvme %s: zero bytes of NVMe; leave the flag out to plan "
-                      "without NVMe\n", nvme);
+                      "without NVMe\n", fl->nvme);
       return 2;
     }
-    snprintf(hw.text[2], sizeof hw.text[2], "--nvme %s", gib((double)in.budget[2], a, sizeof a));
-  } else if (nvme_path) {
+    snprintf(hw->text[2], sizeof hw->text[2], "--nvme %s",
+             gib((double)in->budget[2], a, sizeof a));
+  } else if (fl->nvme_path) {
     ferry_path_info pi;
     char pwhy[256] = "";
-    if (ferry_path_probe(nvme_path, &pi, pwhy, sizeof pwhy)) {
-      fprintf(stderr, "ferry plan: --nvme-path %s: %s\n", nvme_path, pwhy);
+    if (ferry_path_probe(fl->nvme_path, &pi, pwhy, sizeof pwhy)) {
+      fprintf(stderr, "ferry plan: --nvme-path %s: %s\n", fl->nvme_path, pwhy);
       return 2;
     }
-    in.budget[FERRY_PLAN_NVME] = pi.free_bytes;
-    snprintf(hw.text[2], sizeof hw.text[2], "free space of %s (%s%s)", nvme_path, pi.fs_type,
-             pi.o_direct ? ", O_DIRECT works" : ", no O_DIRECT: buffered I/O, slower");
+    in->budget[FERRY_PLAN_NVME] = pi.free_bytes;
+    snprintf(hw->text[2], sizeof hw->text[2], "free space of %s (%s%s)", fl->nvme_path,
+             pi.fs_type, pi.o_direct ? ", O_DIRECT works" : ", no O_DIRECT: buffered I/O, slower");
   } else {
-    snprintf(hw.text[2], sizeof hw.text[2], "none given (--nvme SIZE or --nvme-path DIR)");
+    snprintf(hw->text[2], sizeof hw->text[2], "none given (--nvme SIZE or --nvme-path DIR)");
   }
+  return 0;
+}
 
-  /* bandwidths: the PCIe link of the GPU when known, then the profile */
-  if (hw.pcie_gen >= 1 && hw.pcie_width >= 1) {
+/* Every budget, from the flags or this machine (what each came from in hw). */
+static int machine_budgets(const plan_flags *fl, ferry_plan_input *in, hw_notes *hw) {
+  memset(hw, 0, sizeof *hw);
+  hw->memlock = UINT64_MAX;
+  ferry_host_info host;
+  int have_host = ferry_host_get_info(&host) == 0;
+  if (have_host) hw->memlock = host.memlock_bytes;
+  if (gpu_budget(fl, in, hw) || host_budget(fl, &host, have_host, in, hw) ||
+      nvme_budget(fl, in, hw))
+    return 2;
+  return 0;
+}
+
+/* Bandwidths: the PCIe link of the GPU when known, then the profile. */
+static int bandwidths(const plan_flags *fl, const hw_notes *hw, ferry_plan_input *in) {
+  if (hw->pcie_gen >= 1 && hw->pcie_width >= 1) {
     static const double lane[] = {0, 0.25, 0.5, 0.985, 1.969, 3.938, 7.877}; /* GB/s */
-    int g = hw.pcie_gen > 6 ? 6 : hw.pcie_gen;
-    in.bw.h2d_gbps = in.bw.d2h_gbps = 0.8 * lane[g] * hw.pcie_width;
+    int g = hw->pcie_gen > 6 ? 6 : hw->pcie_gen;
+    in->bw.h2d_gbps = in->bw.d2h_gbps = 0.8 * lane[g] * hw->pcie_width;
   }
-  if (profile && ferry_plan_profile_load(profile, &in.bw, why, sizeof why)) {
+  char why[512];
+  if (fl->profile && ferry_plan_profile_load(fl->profile, &in->bw, why, sizeof why)) {
     fprintf(stderr, "ferry plan: --profile: %s\n", why);
     return 2;
   }
+  return 0;
+}
 
+int cli_plan(int argc, char **argv) {
+  plan_flags fl;
+  memset(&fl, 0, sizeof fl);
+  ferry_plan_input in = ferry_plan_input_default();
+  hw_notes hw;
+  int rc = parse_flags(argc, argv, &fl, &in);
+  if (rc != PLAN_GO) return rc;
+  if (read_model(&fl, &in.model) || machine_budgets(&fl, &in, &hw) || bandwidths(&fl, &hw, &in))
+    return 2;
   ferry_plan_result r;
+  char why[512];
   if (ferry_plan_compute(&in, &r, why, sizeof why)) {
     fprintf(stderr, "ferry plan: %s\n", why);
     return 2;
   }
-  if (json) print_json(&in, &r, &hw);
+  if (fl.json) print_json(&in, &r, &hw);
   else print_text(&in, &r, &hw);
-  int rc = r.recommended >= 0 ? 0 : 1;
-  if (cfg_out) {
-    if (write_config(cfg_out, &in, &r, nvme_path)) rc = rc ? rc : 1;
-    else if (!json) printf("engine config for %s written to %s\n",
-                           ferry_plan_placement_name(r.recommended), cfg_out);
+  rc = r.recommended >= 0 ? 0 : 1;
+  if (fl.cfg_out) {
+    if (write_config(fl.cfg_out, &in, &r, fl.nvme_path)) rc = rc ? rc : 1;
+    else if (!fl.json) printf("engine config for %s written to %s\n",
+                              ferry_plan_placement_name(r.recommended), fl.cfg_out);
   }
-  if (svg) {
-    if (write_svg(svg, &in, &r)) rc = rc ? rc : 1;
-    else if (!json) printf("tiers drawn in %s\n", svg);
+  if (fl.svg) {
+    if (write_svg(fl.svg, &in, &r)) rc = rc ? rc : 1;
+    else if (!fl.json) printf("tiers drawn in %s\n", fl.svg);
   }
   return rc;
 }

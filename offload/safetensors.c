@@ -1,10 +1,13 @@
-/* offload/safetensors.c — safetensors files: a strict reader (a small JSON
- * parser that knows only the header's shape, every offset, size and name
+/* offload/safetensors.c — safetensors files: a strict reader (the header's
+ * known shape walked with core/json.h's cursor, every offset, size and name
  * checked before any tensor byte is read), sharded models through
  * model.safetensors.index.json, and a streaming writer whose bytes are
  * deterministic (Hugging Face's layout: dtype then name order, padded header).
  */
 #include "offload/safetensors.h"
+
+#include "core/file.h"
+#include "core/json.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -42,289 +45,6 @@ int ferry_st_dtype_parse(const char *s, size_t len) {
   for (int i = 0; i < FERRY_ST_DTYPE_COUNT; i++)
     if (strlen(k_dtypes[i].name) == len && memcmp(k_dtypes[i].name, s, len) == 0) return i;
   return -1;
-}
-
-/* ---- the JSON subset --------------------------------------------------------
- * A cursor over the header bytes. Every function either advances past what it
- * parsed or sets `why` and returns -1; nothing reads past `end`. */
-
-typedef struct {
-  const char *p, *end, *begin;
-  char why[256];
-} jcur;
-
-static void jset(jcur *j, const char *fmt, ...) FERRY_PRINTF(2, 3);
-static void jset(jcur *j, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(j->why, sizeof j->why, fmt, ap);
-  va_end(ap);
-}
-
-static int jfail(jcur *j, const char *what) {
-  if (!j->why[0])
-    jset(j, "bad JSON at byte %zu: %s", (size_t)(j->p - j->begin), what);
-  return -1;
-}
-
-static void jws(jcur *j) {
-  while (j->p < j->end && (*j->p == ' ' || *j->p == '\t' || *j->p == '\n' || *j->p == '\r'))
-    j->p++;
-}
-
-static int jpeek(jcur *j) {
-  jws(j);
-  return j->p < j->end ? (unsigned char)*j->p : -1;
-}
-
-static int jexpect(jcur *j, char c) {
-  if (jpeek(j) != (unsigned char)c) {
-    char m[32];
-    snprintf(m, sizeof m, "expected '%c'", c);
-    return jfail(j, m);
-  }
-  j->p++;
-  return 0;
-}
-
-static int hexval(int c) {
-  if (c >= '0' && c <= '9') return c - '0';
-  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-  return -1;
-}
-
-static int read_hex4(jcur *j, unsigned *out) {
-  if (j->end - j->p < 4) return jfail(j, "short \\u escape");
-  unsigned v = 0;
-  for (int i = 0; i < 4; i++) {
-    int h = hexval((unsigned char)j->p[i]);
-    if (h < 0) return jfail(j, "bad \\u escape");
-    v = v * 16 + (unsigned)h;
-  }
-  j->p += 4;
-  *out = v;
-  return 0;
-}
-
-static size_t utf8_put(char *o, unsigned cp) {
-  if (cp < 0x80) {
-    o[0] = (char)cp;
-    return 1;
-  }
-  if (cp < 0x800) {
-    o[0] = (char)(0xC0 | (cp >> 6));
-    o[1] = (char)(0x80 | (cp & 0x3F));
-    return 2;
-  }
-  if (cp < 0x10000) {
-    o[0] = (char)(0xE0 | (cp >> 12));
-    o[1] = (char)(0x80 | ((cp >> 6) & 0x3F));
-    o[2] = (char)(0x80 | (cp & 0x3F));
-    return 3;
-  }
-  o[0] = (char)(0xF0 | (cp >> 18));
-  o[1] = (char)(0x80 | ((cp >> 12) & 0x3F));
-  o[2] = (char)(0x80 | ((cp >> 6) & 0x3F));
-  o[3] = (char)(0x80 | (cp & 0x3F));
-  return 4;
-}
-
-/* Decodes one UTF-8 sequence at s (n bytes left); 0 when invalid. */
-static size_t utf8_get(const unsigned char *s, size_t n, unsigned *cp) {
-  if (n == 0) return 0;
-  unsigned c = s[0];
-  size_t len;
-  unsigned min;
-  if (c < 0x80) {
-    *cp = c;
-    return 1;
-  } else if ((c & 0xE0) == 0xC0) {
-    len = 2, min = 0x80, c &= 0x1F;
-  } else if ((c & 0xF0) == 0xE0) {
-    len = 3, min = 0x800, c &= 0x0F;
-  } else if ((c & 0xF8) == 0xF0) {
-    len = 4, min = 0x10000, c &= 0x07;
-  } else {
-    return 0;
-  }
-  if (n < len) return 0;
-  for (size_t i = 1; i < len; i++) {
-    if ((s[i] & 0xC0) != 0x80) return 0;
-    c = (c << 6) | (s[i] & 0x3F);
-  }
-  if (c < min || c > 0x10FFFF || (c >= 0xD800 && c <= 0xDFFF)) return 0;
-  *cp = c;
-  return len;
-}
-
-/* A string: decoded into a fresh NUL-terminated buffer (*out, *len). Strings
- * holding a NUL (\u0000) are refused: names are C strings here. */
-static int jstring(jcur *j, char **out, size_t *outlen) {
-  if (jexpect(j, '"')) return -1;
-  const char *s = j->p;
-  while (j->p < j->end && *j->p != '"') {
-    if (*j->p == '\\') j->p++;
-    if (j->p < j->end) j->p++;
-  }
-  if (j->p >= j->end) return jfail(j, "unterminated string");
-  size_t raw = (size_t)(j->p - s);
-  const char *stop = j->p;
-  j->p = s;
-  char *o = malloc(raw + 1);
-  if (!o) return jfail(j, "out of memory");
-  size_t n = 0;
-  while (j->p < stop) {
-    unsigned char c = (unsigned char)*j->p;
-    if (c < 0x20) {
-      free(o);
-      return jfail(j, "control character in string");
-    }
-    if (c != '\\') {
-      unsigned cp;
-      size_t l = utf8_get((const unsigned char *)j->p, (size_t)(stop - j->p), &cp);
-      if (!l) {
-        free(o);
-        return jfail(j, "invalid UTF-8 in string");
-      }
-      memcpy(o + n, j->p, l);
-      n += l;
-      j->p += l;
-      continue;
-    }
-    j->p++;
-    char e = *j->p++;
-    switch (e) {
-    case '"': o[n++] = '"'; break;
-    case '\\': o[n++] = '\\'; break;
-    case '/': o[n++] = '/'; break;
-    case 'b': o[n++] = '\b'; break;
-    case 'f': o[n++] = '\f'; break;
-    case 'n': o[n++] = '\n'; break;
-    case 'r': o[n++] = '\r'; break;
-    case 't': o[n++] = '\t'; break;
-    case 'u': {
-      unsigned cp, lo;
-      if (read_hex4(j, &cp)) {
-        free(o);
-        return -1;
-      }
-      if (cp >= 0xD800 && cp <= 0xDBFF) {
-        if (stop - j->p < 6 || j->p[0] != '\\' || j->p[1] != 'u') {
-          free(o);
-          return jfail(j, "lone surrogate in \\u escape");
-        }
-        j->p += 2;
-        if (read_hex4(j, &lo)) {
-          free(o);
-          return -1;
-        }
-        if (lo < 0xDC00 || lo > 0xDFFF) {
-          free(o);
-          return jfail(j, "bad surrogate pair");
-        }
-        cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
-      } else if (cp >= 0xDC00 && cp <= 0xDFFF) {
-        free(o);
-        return jfail(j, "lone surrogate in \\u escape");
-      }
-      if (cp == 0) {
-        free(o);
-        return jfail(j, "NUL in string");
-      }
-      /* an escape is at least 6 bytes and encodes to at most 4 */
-      n += utf8_put(o + n, cp);
-      break;
-    }
-    default: free(o); return jfail(j, "bad escape");
-    }
-  }
-  j->p = stop + 1;
-  o[n] = '\0';
-  *out = o;
-  if (outlen) *outlen = n;
-  return 0;
-}
-
-/* A non-negative integer that fits in 64 bits (no sign, fraction, exponent,
- * leading zeros). */
-static int juint(jcur *j, uint64_t *out) {
-  jws(j);
-  if (j->p >= j->end || *j->p < '0' || *j->p > '9') return jfail(j, "expected an unsigned integer");
-  if (*j->p == '0' && j->end - j->p > 1 && j->p[1] >= '0' && j->p[1] <= '9')
-    return jfail(j, "leading zero");
-  uint64_t v = 0;
-  while (j->p < j->end && *j->p >= '0' && *j->p <= '9') {
-    unsigned d = (unsigned)(*j->p - '0');
-    if (v > (UINT64_MAX - d) / 10) return jfail(j, "integer does not fit in 64 bits");
-    v = v * 10 + d;
-    j->p++;
-  }
-  if (j->p < j->end && (*j->p == '.' || *j->p == 'e' || *j->p == 'E'))
-    return jfail(j, "expected an integer");
-  *out = v;
-  return 0;
-}
-
-static int jliteral(jcur *j, const char *lit) {
-  size_t n = strlen(lit);
-  jws(j);
-  if ((size_t)(j->end - j->p) < n || memcmp(j->p, lit, n) != 0) return jfail(j, "bad literal");
-  j->p += n;
-  return 0;
-}
-
-/* Skips any JSON value (used for the index's "metadata"), nesting bounded. */
-static int jskip(jcur *j, int depth) {
-  if (depth > 64) return jfail(j, "nesting too deep");
-  int c = jpeek(j);
-  if (c == '"') {
-    char *s;
-    if (jstring(j, &s, NULL)) return -1;
-    free(s);
-    return 0;
-  }
-  if (c == '{' || c == '[') {
-    char close = c == '{' ? '}' : ']';
-    j->p++;
-    if (jpeek(j) == close) {
-      j->p++;
-      return 0;
-    }
-    for (;;) {
-      if (c == '{') {
-        char *k;
-        if (jstring(j, &k, NULL)) return -1;
-        free(k);
-        if (jexpect(j, ':')) return -1;
-      }
-      if (jskip(j, depth + 1)) return -1;
-      int d = jpeek(j);
-      if (d == ',') {
-        j->p++;
-        continue;
-      }
-      if (d == close) {
-        j->p++;
-        return 0;
-      }
-      return jfail(j, "expected ',' or a closing bracket");
-    }
-  }
-  if (c == 't') return jliteral(j, "true");
-  if (c == 'f') return jliteral(j, "false");
-  if (c == 'n') return jliteral(j, "null");
-  if (c == '-' || (c >= '0' && c <= '9')) {
-    if (c == '-') j->p++;
-    int digits = 0;
-    while (j->p < j->end && ((*j->p >= '0' && *j->p <= '9') || *j->p == '.' || *j->p == 'e' ||
-                             *j->p == 'E' || *j->p == '+' || *j->p == '-')) {
-      j->p++;
-      digits++;
-    }
-    return digits ? 0 : jfail(j, "bad number");
-  }
-  return jfail(j, "expected a value");
 }
 
 /* ---- the reader -------------------------------------------------------------- */
@@ -370,134 +90,149 @@ static int st_push(ferry_safetensors *f, st_entry *e) {
   return 0;
 }
 
-/* One tensor's object: {"dtype": ..., "shape": [...], "data_offsets": [b, e]}. */
-static int parse_tensor(jcur *j, st_entry *e, const char *name) {
-  int have_dtype = 0, have_shape = 0, have_off = 0;
-  if (jexpect(j, '{')) return -1;
-  if (jpeek(j) == '}') return jfail(j, "empty tensor entry");
-  for (;;) {
-    char *k;
-    if (jstring(j, &k, NULL)) return -1;
-    if (jexpect(j, ':')) {
-      free(k);
-      return -1;
-    }
-    if (strcmp(k, "dtype") == 0) {
-      free(k);
-      if (have_dtype++) return jfail(j, "\"dtype\" given twice");
-      char *d;
-      size_t dl;
-      if (jstring(j, &d, &dl)) return -1;
-      int dt = ferry_st_dtype_parse(d, dl);
-      if (dt < 0) {
-        jset(j, "tensor '%.128s': unknown dtype '%.32s'", name, d);
-        free(d);
-        return -1;
-      }
-      free(d);
-      e->dtype = (ferry_st_dtype)dt;
-    } else if (strcmp(k, "shape") == 0) {
-      free(k);
-      if (have_shape++) return jfail(j, "\"shape\" given twice");
-      if (jexpect(j, '[')) return -1;
-      e->ndim = 0;
-      if (jpeek(j) == ']') {
-        j->p++;
-      } else {
-        for (;;) {
-          uint64_t v;
-          if (juint(j, &v)) return -1;
-          if (e->ndim == FERRY_ST_MAX_DIMS) {
-            jset(j, "tensor '%.128s': more than %d dimensions", name,
-                     FERRY_ST_MAX_DIMS);
-            return -1;
-          }
-          if (v > (uint64_t)INT64_MAX) {
-            jset(j, "tensor '%.128s': dimension %llu too large", name,
-                     (unsigned long long)v);
-            return -1;
-          }
-          e->shape[e->ndim++] = (int64_t)v;
-          int c = jpeek(j);
-          if (c == ',') {
-            j->p++;
-            continue;
-          }
-          if (jexpect(j, ']')) return -1;
-          break;
-        }
-      }
-    } else if (strcmp(k, "data_offsets") == 0) {
-      free(k);
-      if (have_off++) return jfail(j, "\"data_offsets\" given twice");
-      if (jexpect(j, '[') || juint(j, &e->begin) || jexpect(j, ',') || juint(j, &e->end) ||
-          jexpect(j, ']'))
-        return -1;
-    } else {
-      jset(j, "tensor '%.128s': unknown field '%.64s'", name, k);
-      free(k);
-      return -1;
-    }
-    int c = jpeek(j);
-    if (c == ',') {
-      j->p++;
-      continue;
-    }
-    if (jexpect(j, '}')) return -1;
-    break;
-  }
-  if (!have_dtype || !have_shape || !have_off) {
-    jset(j, "tensor '%.128s': missing \"%s\"", name,
-             !have_dtype ? "dtype" : !have_shape ? "shape" : "data_offsets");
-    return -1;
-  }
+/* ---- the header's JSON --------------------------------------------------------
+ * Read with core/json.h's cursor. An error of JSON syntax reads "bad JSON at
+ * byte N: what"; an error of the header's content (a tensor's fields, its
+ * sizes) is written to `why` as it is. */
+
+typedef struct {
+  ferry_json_cur j;
+  char why[256]; /* a content error, or "" */
+  int oom;       /* the error is a failed allocation */
+} hcur;
+
+static void hcur_init(hcur *h, const char *text, size_t len) {
+  ferry_json_init(&h->j, text, len);
+  h->why[0] = '\0';
+  h->oom = 0;
+}
+
+static int hfail(hcur *h, const char *fmt, ...) FERRY_PRINTF(2, 3);
+static int hfail(hcur *h, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(h->why, sizeof h->why, fmt, ap);
+  va_end(ap);
+  return -1;
+}
+
+static int hoom(hcur *h) {
+  h->oom = 1;
+  return hfail(h, "out of memory");
+}
+
+/* The message of the error that stopped the reader. */
+static const char *hwhy(hcur *h) {
+  if (!h->why[0])
+    snprintf(h->why, sizeof h->why, "bad JSON at byte %zu: %s",
+             (size_t)((h->j.err_at ? h->j.err_at : h->j.p) - h->j.begin), h->j.why);
+  return h->why;
+}
+
+static int parse_dtype(hcur *h, st_entry *e, const char *name) {
+  char d[40];
+  size_t dl;
+  if (ferry_json_string(&h->j, d, sizeof d, &dl)) return -1;
+  int dt = dl < sizeof d ? ferry_st_dtype_parse(d, dl) : -1;
+  if (dt < 0) return hfail(h, "tensor '%.128s': unknown dtype '%.32s'", name, d);
+  e->dtype = (ferry_st_dtype)dt;
   return 0;
 }
 
-static int parse_metadata(jcur *j, ferry_safetensors *f, int keep) {
-  if (jpeek(j) == 'n') return jliteral(j, "null");
-  if (jexpect(j, '{')) return -1;
-  if (jpeek(j) == '}') {
-    j->p++;
-    return 0;
+static int parse_shape(hcur *h, st_entry *e, const char *name) {
+  ferry_json_iter it;
+  int more;
+  e->ndim = 0;
+  if (ferry_json_enter(&h->j, '[', &it)) return -1;
+  while ((more = ferry_json_more(&h->j, &it)) == 1) {
+    uint64_t v;
+    if (ferry_json_u64(&h->j, &v)) return -1;
+    if (e->ndim == FERRY_ST_MAX_DIMS)
+      return hfail(h, "tensor '%.128s': more than %d dimensions", name, FERRY_ST_MAX_DIMS);
+    if (v > (uint64_t)INT64_MAX)
+      return hfail(h, "tensor '%.128s': dimension %llu too large", name, (unsigned long long)v);
+    e->shape[e->ndim++] = (int64_t)v;
   }
-  for (;;) {
+  return more;
+}
+
+/* "data_offsets": exactly [begin, end]. */
+static int parse_offsets(hcur *h, st_entry *e) {
+  ferry_json_cur *j = &h->j;
+  return ferry_json_expect(j, '[') || ferry_json_u64(j, &e->begin) || ferry_json_expect(j, ',') ||
+                 ferry_json_u64(j, &e->end) || ferry_json_expect(j, ']')
+             ? -1
+             : 0;
+}
+
+/* One tensor's object: {"dtype": ..., "shape": [...], "data_offsets": [b, e]}. */
+static int parse_tensor(hcur *h, st_entry *e, const char *name) {
+  static const char *const fields[3] = {"dtype", "shape", "data_offsets"};
+  int seen[3] = {0, 0, 0}, more;
+  ferry_json_iter it;
+  if (ferry_json_enter(&h->j, '{', &it)) return -1;
+  if (ferry_json_peek(&h->j) == '}') return ferry_json_fail(&h->j, "empty tensor entry");
+  while ((more = ferry_json_more(&h->j, &it)) == 1) {
+    char k[72];
+    size_t kl;
+    int f = 0;
+    if (ferry_json_string(&h->j, k, sizeof k, &kl) || ferry_json_expect(&h->j, ':')) return -1;
+    while (f < 3 && (kl >= sizeof k || strcmp(k, fields[f]) != 0)) f++;
+    if (f == 3) return hfail(h, "tensor '%.128s': unknown field '%.64s'", name, k);
+    if (seen[f]++) return ferry_json_fail(&h->j, "\"%s\" given twice", fields[f]);
+    if (f == 0 ? parse_dtype(h, e, name) : f == 1 ? parse_shape(h, e, name) : parse_offsets(h, e))
+      return -1;
+  }
+  if (more < 0) return -1;
+  for (int f = 0; f < 3; f++)
+    if (!seen[f]) return hfail(h, "tensor '%.128s': missing \"%s\"", name, fields[f]);
+  return 0;
+}
+
+/* Keeps one metadata pair (taking k and v, freed on failure). */
+static int metadata_add(hcur *h, ferry_safetensors *f, char *k, char *v) {
+  for (size_t i = 0; i < f->nmeta; i++)
+    if (strcmp(f->mkeys[i], k) == 0) {
+      hfail(h, "__metadata__: key '%.128s' given twice", k);
+      free(k);
+      free(v);
+      return -1;
+    }
+  char **nk = realloc(f->mkeys, (f->nmeta + 1) * sizeof *nk);
+  if (nk) f->mkeys = nk;
+  char **nv = realloc(f->mvals, (f->nmeta + 1) * sizeof *nv);
+  if (nv) f->mvals = nv;
+  if (!nk || !nv) {
+    free(k);
+    free(v);
+    return hoom(h);
+  }
+  f->mkeys[f->nmeta] = k;
+  f->mvals[f->nmeta++] = v;
+  return 0;
+}
+
+/* "__metadata__": null or {string: string}; kept when `keep`. */
+static int parse_metadata(hcur *h, ferry_safetensors *f, int keep) {
+  ferry_json_iter it;
+  int more;
+  if (ferry_json_peek(&h->j) == 'n') return ferry_json_skip(&h->j);
+  if (ferry_json_enter(&h->j, '{', &it)) return -1;
+  while ((more = ferry_json_more(&h->j, &it)) == 1) {
     char *k, *v;
-    if (jstring(j, &k, NULL)) return -1;
-    if (jexpect(j, ':') || jstring(j, &v, NULL)) {
+    if (ferry_json_strdup(&h->j, &k, NULL)) return -1;
+    if (ferry_json_expect(&h->j, ':') || ferry_json_strdup(&h->j, &v, NULL)) {
       free(k);
       return -1;
     }
     if (keep) {
-      for (size_t i = 0; i < f->nmeta; i++)
-        if (strcmp(f->mkeys[i], k) == 0) {
-          jset(j, "__metadata__: key '%.128s' given twice", k);
-          free(k);
-          free(v);
-          return -1;
-        }
-      char **nk = realloc(f->mkeys, (f->nmeta + 1) * sizeof *nk);
-      if (nk) f->mkeys = nk;
-      char **nv = realloc(f->mvals, (f->nmeta + 1) * sizeof *nv);
-      if (nv) f->mvals = nv;
-      if (!nk || !nv) {
-        free(k);
-        free(v);
-        return jfail(j, "out of memory");
-      }
-      f->mkeys[f->nmeta] = k;
-      f->mvals[f->nmeta++] = v;
+      if (metadata_add(h, f, k, v)) return -1;
     } else {
       free(k);
       free(v);
     }
-    int c = jpeek(j);
-    if (c == ',') {
-      j->p++;
-      continue;
-    }
-    return jexpect(j, '}');
   }
+  return more;
 }
 
 static int cmp_begin(const void *a, const void *b) {
@@ -506,58 +241,44 @@ static int cmp_begin(const void *a, const void *b) {
   return x->end < y->end ? -1 : x->end > y->end;
 }
 
-/* Parses one file's header (hdr, n bytes) and checks every tensor against
- * the data section of `data_len` bytes; appends its tensors to f. */
-static int parse_header(ferry_safetensors *f, int shard, const char *hdr, uint64_t n,
-                        uint64_t data_len) {
-  jcur j = {.p = hdr, .end = hdr + n, .begin = hdr, .why = ""};
-  size_t first = f->nt;
-  int have_meta = 0;
-  if (jpeek(&j) != '{') {
-    jfail(&j, "header does not start with '{'");
-    goto bad;
-  }
-  j.p++;
-  if (jpeek(&j) == '}') {
-    j.p++;
-  } else {
-    for (;;) {
-      char *name;
-      if (jstring(&j, &name, NULL)) goto bad;
-      if (jexpect(&j, ':')) {
-        free(name);
-        goto bad;
-      }
-      if (strcmp(name, "__metadata__") == 0) {
-        free(name);
-        if (have_meta++) {
-          jfail(&j, "__metadata__ given twice");
-          goto bad;
-        }
-        if (parse_metadata(&j, f, shard == 0)) goto bad;
-      } else {
-        st_entry e = {.name = name, .shard = shard};
-        if (parse_tensor(&j, &e, name) || st_push(f, &e)) {
-          if (!j.why[0]) jfail(&j, "out of memory");
-          free(name);
-          goto bad;
-        }
-      }
-      int c = jpeek(&j);
-      if (c == ',') {
-        j.p++;
-        continue;
-      }
-      if (jexpect(&j, '}')) goto bad;
-      break;
+/* The header object: its tensors appended to f, its metadata kept for shard 0. */
+static int read_header_json(hcur *h, ferry_safetensors *f, int shard) {
+  ferry_json_cur *j = &h->j;
+  ferry_json_iter it;
+  int more, have_meta = 0;
+  if (ferry_json_peek(j) != '{') return ferry_json_fail(j, "header does not start with '{'");
+  if (ferry_json_enter(j, '{', &it)) return -1;
+  while ((more = ferry_json_more(j, &it)) == 1) {
+    char *name;
+    if (ferry_json_strdup(j, &name, NULL)) return -1;
+    if (ferry_json_expect(j, ':')) {
+      free(name);
+      return -1;
+    }
+    if (strcmp(name, "__metadata__") == 0) {
+      free(name);
+      if (have_meta++) return ferry_json_fail(j, "__metadata__ given twice");
+      if (parse_metadata(h, f, shard == 0)) return -1;
+      continue;
+    }
+    st_entry e = {.name = name, .shard = shard};
+    int rc = parse_tensor(h, &e, name);
+    if (!rc && st_push(f, &e)) rc = hoom(h);
+    if (rc) {
+      free(name);
+      return -1;
     }
   }
-  jws(&j);
-  if (j.p != j.end) {
-    jfail(&j, "trailing bytes after the header object");
-    goto bad;
-  }
-  /* sizes: shape product times the element size, without overflow */
+  if (more < 0) return -1;
+  if (!ferry_json_at_end(j)) return ferry_json_fail(j, "trailing bytes after the header object");
+  return 0;
+}
+
+/* Each tensor from `first` on: its size from shape and dtype (without
+ * overflow) against its data_offsets and the data section of data_len bytes;
+ * its absolute offset after a header of hdr_len bytes. */
+static int check_sizes(hcur *h, ferry_safetensors *f, size_t first, uint64_t hdr_len,
+                       uint64_t data_len) {
   for (size_t i = first; i < f->nt; i++) {
     st_entry *e = &f->t[i];
     uint64_t numel = 1;
@@ -569,64 +290,61 @@ static int parse_header(ferry_safetensors *f, int shard, const char *hdr, uint64
     }
     size_t es = ferry_st_dtype_size(e->dtype);
     if (!over && numel > UINT64_MAX / es) over = 1;
-    if (over) {
-      jset(&j, "tensor '%.128s': shape overflows 64 bits", e->name);
-      goto bad;
-    }
+    if (over) return hfail(h, "tensor '%.128s': shape overflows 64 bits", e->name);
     e->numel = numel;
     e->nbytes = numel * es;
-    if (e->end < e->begin) {
-      jset(&j, "tensor '%.128s': data_offsets [%llu, %llu] end before begin",
-               e->name, (unsigned long long)e->begin, (unsigned long long)e->end);
-      goto bad;
-    }
-    if (e->end - e->begin != e->nbytes) {
-      jset(&j,
-               "tensor '%.128s': data_offsets [%llu, %llu] hold %llu bytes but shape x %s needs "
-               "%llu",
-               e->name, (unsigned long long)e->begin, (unsigned long long)e->end,
-               (unsigned long long)(e->end - e->begin), ferry_st_dtype_name(e->dtype),
-               (unsigned long long)e->nbytes);
-      goto bad;
-    }
-    if (e->end > data_len) {
-      jset(&j,
-               "tensor '%.128s': data_offsets [%llu, %llu] past the end of the data (%llu bytes: "
-               "truncated file?)",
-               e->name, (unsigned long long)e->begin, (unsigned long long)e->end,
-               (unsigned long long)data_len);
-      goto bad;
-    }
-    e->offset = 8 + n + e->begin;
+    unsigned long long b = e->begin, en = e->end;
+    if (e->end < e->begin)
+      return hfail(h, "tensor '%.128s': data_offsets [%llu, %llu] end before begin", e->name, b,
+                   en);
+    if (e->end - e->begin != e->nbytes)
+      return hfail(h,
+                   "tensor '%.128s': data_offsets [%llu, %llu] hold %llu bytes but shape x %s "
+                   "needs %llu",
+                   e->name, b, en, en - b, ferry_st_dtype_name(e->dtype),
+                   (unsigned long long)e->nbytes);
+    if (e->end > data_len)
+      return hfail(h,
+                   "tensor '%.128s': data_offsets [%llu, %llu] past the end of the data (%llu "
+                   "bytes: truncated file?)",
+                   e->name, b, en, (unsigned long long)data_len);
+    e->offset = 8 + hdr_len + e->begin;
   }
-  /* file order; ranges must tile the data section: no overlap, no hole */
+  return 0;
+}
+
+/* The tensors from `first` on, put in file order, tile the data section:
+ * no overlap, no hole, nothing after. */
+static int check_tiling(hcur *h, ferry_safetensors *f, size_t first, uint64_t data_len) {
   if (f->nt > first) qsort(f->t + first, f->nt - first, sizeof *f->t, cmp_begin);
   uint64_t at = 0;
   for (size_t i = first; i < f->nt; i++) {
     st_entry *e = &f->t[i];
-    if (e->begin < at) {
-      jset(&j, "tensor '%.128s': data_offsets [%llu, %llu] overlap '%.128s'",
-               e->name, (unsigned long long)e->begin, (unsigned long long)e->end,
-               f->t[i - 1].name);
-      goto bad;
-    }
-    if (e->begin > at) {
-      jset(&j, "tensor '%.128s': hole of %llu bytes before its data",
-               e->name, (unsigned long long)(e->begin - at));
-      goto bad;
-    }
+    if (e->begin < at)
+      return hfail(h, "tensor '%.128s': data_offsets [%llu, %llu] overlap '%.128s'", e->name,
+                   (unsigned long long)e->begin, (unsigned long long)e->end, f->t[i - 1].name);
+    if (e->begin > at)
+      return hfail(h, "tensor '%.128s': hole of %llu bytes before its data", e->name,
+                   (unsigned long long)(e->begin - at));
     at = e->end;
   }
-  if (at != data_len) {
-    jset(&j, "%llu bytes after the last tensor's data",
-             (unsigned long long)(data_len - at));
-    goto bad;
-  }
+  if (at != data_len)
+    return hfail(h, "%llu bytes after the last tensor's data", (unsigned long long)(data_len - at));
   return 0;
-bad:
-  return ferry_err(&f->err, FERRY_ECORRUPT, "%s: %s", f->shards[shard].path, j.why);
 }
 
+/* Parses one file's header (hdr, n bytes) and checks every tensor against
+ * the data section of `data_len` bytes; appends its tensors to f. */
+static int parse_header(ferry_safetensors *f, int shard, const char *hdr, uint64_t n,
+                        uint64_t data_len) {
+  hcur h;
+  hcur_init(&h, hdr, n);
+  size_t first = f->nt;
+  if (read_header_json(&h, f, shard) || check_sizes(&h, f, first, n, data_len) ||
+      check_tiling(&h, f, first, data_len))
+    return ferry_err(&f->err, FERRY_ECORRUPT, "%s: %s", f->shards[shard].path, hwhy(&h));
+  return 0;
+}
 static int pread_full(int fd, void *buf, size_t n, uint64_t off) {
   unsigned char *p = buf;
   while (n) {
@@ -791,56 +509,25 @@ static char *path_join(const char *dir, const char *name) {
   return p;
 }
 
-static char *read_small_file(const char *path, size_t max, size_t *len, int *rc, char *why,
-                             size_t wl) {
-  FILE *fp = fopen(path, "rb");
-  if (!fp) {
-    *rc = errno == ENOENT ? FERRY_ENOENT : FERRY_EIO;
-    snprintf(why, wl, "%s: open: %s", path, strerror(errno));
-    return NULL;
-  }
-  char *buf = NULL;
-  size_t n = 0, cap = 0;
-  for (;;) {
-    if (n == cap) {
-      if (cap >= max) {
-        *rc = FERRY_ECORRUPT;
-        snprintf(why, wl, "%s: larger than %zu bytes", path, max);
-        free(buf);
-        fclose(fp);
-        return NULL;
-      }
-      cap = cap ? cap * 2 : 65536;
-      char *nb = realloc(buf, cap + 1);
-      if (!nb) {
-        *rc = FERRY_ENOMEM;
-        snprintf(why, wl, "%s: out of memory", path);
-        free(buf);
-        fclose(fp);
-        return NULL;
-      }
-      buf = nb;
-    }
-    size_t r = fread(buf + n, 1, cap - n, fp);
-    n += r;
-    if (r == 0) break;
-  }
-  int err = ferror(fp);
-  fclose(fp);
-  if (err) {
-    *rc = FERRY_EIO;
-    snprintf(why, wl, "%s: read failed", path);
-    free(buf);
-    return NULL;
-  }
-  buf[n] = 0;
-  *len = n;
-  return buf;
-}
+/* ---- sharded models: model.safetensors.index.json ----------------------------- */
 
 typedef struct {
   char *name, *file;
 } wm_entry;
+
+/* The index's "weight_map": tensor name to shard file. */
+typedef struct {
+  wm_entry *e;
+  size_t n, cap;
+} weight_map;
+
+static void wm_free(weight_map *w) {
+  for (size_t i = 0; i < w->n; i++) {
+    free(w->e[i].name);
+    free(w->e[i].file);
+  }
+  free(w->e);
+}
 
 static int cmp_wm(const void *a, const void *b) {
   return strcmp(((const wm_entry *)a)->name, ((const wm_entry *)b)->name);
@@ -849,208 +536,168 @@ static int cmp_str(const void *a, const void *b) {
   return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
-/* model.safetensors.index.json: {"metadata": {...}, "weight_map": {name: file}}. */
-static int open_index(const char *path, ferry_safetensors **out) {
-  char why[512] = "";
-  int rc = 0;
-  size_t len = 0;
-  char *text = read_small_file(path, 256u << 20, &len, &rc, why, sizeof why);
-  if (!text) return ferry_err_thread(rc, "safetensors: %s", why);
-  jcur j = {.p = text, .end = text + len, .begin = text, .why = ""};
-  wm_entry *wm = NULL;
-  size_t nwm = 0, capwm = 0;
-  char **files = NULL;
-  size_t nfiles = 0;
-  ferry_safetensors *f = NULL;
-  int have_wm = 0;
-  rc = FERRY_ECORRUPT;
-  if (jexpect(&j, '{')) goto bad;
-  if (jpeek(&j) != '}') {
-    for (;;) {
-      char *k;
-      if (jstring(&j, &k, NULL)) goto bad;
-      if (jexpect(&j, ':')) {
-        free(k);
-        goto bad;
-      }
-      int is_wm = strcmp(k, "weight_map") == 0;
-      free(k);
-      if (!is_wm) {
-        if (jskip(&j, 0)) goto bad;
-      } else {
-        if (have_wm++) {
-          jfail(&j, "weight_map given twice");
-          goto bad;
-        }
-        if (jexpect(&j, '{')) goto bad;
-        if (jpeek(&j) == '}') {
-          j.p++;
-        } else {
-          for (;;) {
-            wm_entry e = {0};
-            if (jstring(&j, &e.name, NULL)) goto bad;
-            if (jexpect(&j, ':') || jstring(&j, &e.file, NULL)) {
-              free(e.name);
-              goto bad;
-            }
-            if (nwm == capwm) {
-              capwm = capwm ? capwm * 2 : 256;
-              wm_entry *n2 = realloc(wm, capwm * sizeof *wm);
-              if (!n2) {
-                free(e.name);
-                free(e.file);
-                rc = FERRY_ENOMEM;
-                jfail(&j, "out of memory");
-                goto bad;
-              }
-              wm = n2;
-            }
-            wm[nwm++] = e;
-            int c = jpeek(&j);
-            if (c == ',') {
-              j.p++;
-              continue;
-            }
-            if (jexpect(&j, '}')) goto bad;
-            break;
-          }
-        }
-      }
-      int c = jpeek(&j);
-      if (c == ',') {
-        j.p++;
-        continue;
-      }
-      if (jexpect(&j, '}')) goto bad;
-      break;
+/* "weight_map": {name: file, ...}. */
+static int read_weight_map(hcur *h, weight_map *w) {
+  ferry_json_cur *j = &h->j;
+  ferry_json_iter it;
+  int more;
+  if (ferry_json_enter(j, '{', &it)) return -1;
+  while ((more = ferry_json_more(j, &it)) == 1) {
+    wm_entry e = {0};
+    if (ferry_json_strdup(j, &e.name, NULL) || ferry_json_expect(j, ':') ||
+        ferry_json_strdup(j, &e.file, NULL)) {
+      free(e.name);
+      return -1;
     }
-  } else {
-    j.p++;
-  }
-  jws(&j);
-  if (j.p != j.end) {
-    jfail(&j, "trailing bytes");
-    goto bad;
-  }
-  if (!have_wm) {
-    jset(&j, "no \"weight_map\"");
-    goto bad;
-  }
-  if (nwm) qsort(wm, nwm, sizeof *wm, cmp_wm);
-  for (size_t i = 0; i < nwm; i++) {
-    if (i && strcmp(wm[i].name, wm[i - 1].name) == 0) {
-      jset(&j, "weight_map: tensor '%.200s' given twice", wm[i].name);
-      goto bad;
+    if (w->n == w->cap) {
+      size_t cap = w->cap ? w->cap * 2 : 256;
+      wm_entry *n2 = realloc(w->e, cap * sizeof *n2);
+      if (!n2) {
+        free(e.name);
+        free(e.file);
+        return hoom(h);
+      }
+      w->e = n2;
+      w->cap = cap;
     }
-    if (!wm[i].file[0] || strchr(wm[i].file, '/') || strcmp(wm[i].file, "..") == 0 ||
-        strcmp(wm[i].file, ".") == 0) {
-      jset(&j, "weight_map: tensor '%.200s': file '%.100s' is not a plain "
-               "file name in the index's folder", wm[i].name, wm[i].file);
-      goto bad;
+    w->e[w->n++] = e;
+  }
+  return more;
+}
+
+/* The index object: its "weight_map"; other keys ("metadata") are skipped. */
+static int read_index(hcur *h, weight_map *w) {
+  ferry_json_cur *j = &h->j;
+  ferry_json_iter it;
+  int more, have_wm = 0;
+  if (ferry_json_enter(j, '{', &it)) return -1;
+  while ((more = ferry_json_more(j, &it)) == 1) {
+    char k[16];
+    size_t kl;
+    if (ferry_json_string(j, k, sizeof k, &kl) || ferry_json_expect(j, ':')) return -1;
+    if (kl >= sizeof k || strcmp(k, "weight_map") != 0) {
+      if (ferry_json_skip(j)) return -1;
+      continue;
     }
+    if (have_wm++) return ferry_json_fail(j, "weight_map given twice");
+    if (read_weight_map(h, w)) return -1;
   }
-  /* the distinct shard files, sorted */
-  files = malloc((nwm ? nwm : 1) * sizeof *files);
-  if (!files) {
-    rc = FERRY_ENOMEM;
-    goto bad;
+  if (more < 0) return -1;
+  if (!ferry_json_at_end(j)) return ferry_json_fail(j, "trailing bytes");
+  if (!have_wm) return hfail(h, "no \"weight_map\"");
+  return 0;
+}
+
+/* Sorts the map by name; refuses a name twice and a file that is not a plain
+ * name in the index's folder. */
+static int check_weight_map(hcur *h, weight_map *w) {
+  if (w->n) qsort(w->e, w->n, sizeof *w->e, cmp_wm);
+  for (size_t i = 0; i < w->n; i++) {
+    const wm_entry *e = &w->e[i];
+    if (i && strcmp(e->name, w->e[i - 1].name) == 0)
+      return hfail(h, "weight_map: tensor '%.200s' given twice", e->name);
+    if (!e->file[0] || strchr(e->file, '/') || strcmp(e->file, "..") == 0 ||
+        strcmp(e->file, ".") == 0)
+      return hfail(h, "weight_map: tensor '%.200s': file '%.100s' is not a plain file name in the "
+                      "index's folder", e->name, e->file);
   }
-  for (size_t i = 0; i < nwm; i++) files[i] = wm[i].file;
-  if (nwm) qsort(files, nwm, sizeof *files, cmp_str);
-  for (size_t i = 0; i < nwm; i++)
-    if (!nfiles || strcmp(files[nfiles - 1], files[i]) != 0) files[nfiles++] = files[i];
-  if (nfiles > 100000) {
-    jset(&j, "weight_map names %zu files", nfiles);
-    goto bad;
-  }
-  f = st_new(nfiles ? (int)nfiles : 1);
-  if (!f) {
-    rc = FERRY_ENOMEM;
-    goto bad;
-  }
+  return 0;
+}
+
+/* The distinct files of the map, sorted (pointers into the map). */
+static int list_files(hcur *h, const weight_map *w, char ***files, size_t *nfiles) {
+  char **fl = malloc((w->n ? w->n : 1) * sizeof *fl);
+  if (!fl) return hoom(h);
+  for (size_t i = 0; i < w->n; i++) fl[i] = w->e[i].file;
+  if (w->n) qsort(fl, w->n, sizeof *fl, cmp_str);
+  size_t n = 0;
+  for (size_t i = 0; i < w->n; i++)
+    if (!n || strcmp(fl[n - 1], fl[i]) != 0) fl[n++] = fl[i];
+  *files = fl;
+  *nfiles = n;
+  if (n > 100000) return hfail(h, "weight_map names %zu files", n);
+  return 0;
+}
+
+/* A reader with one shard per file, each in the folder of `index`, opened
+ * and indexed by name. *out is NULL when memory ran out before that;
+ * otherwise it holds the reader, with its error when the status is not 0. */
+static int open_shards(const char *index, char **files, size_t nfiles, ferry_safetensors **out) {
+  ferry_safetensors *f = st_new(nfiles ? (int)nfiles : 1);
+  char *dir = strdup(index);
+  *out = NULL;
+  if (!f || !dir) goto oom;
   if (!nfiles) f->nshards = 0;
-  {
-    char *dir = strdup(path);
-    if (!dir) {
-      rc = FERRY_ENOMEM;
-      goto bad;
-    }
-    char *slash = strrchr(dir, '/');
-    if (slash) *slash = 0;
-    else strcpy(dir, ".");
-    for (size_t i = 0; i < nfiles; i++) {
-      f->shards[i].path = path_join(dir, files[i]);
-      if (!f->shards[i].path) {
-        free(dir);
-        rc = FERRY_ENOMEM;
-        goto bad;
-      }
-    }
-    free(dir);
-  }
+  char *slash = strrchr(dir, '/');
+  if (slash) *slash = 0;
+  else strcpy(dir, ".");
+  for (size_t i = 0; i < nfiles; i++)
+    if (!(f->shards[i].path = path_join(dir, files[i]))) goto oom;
+  free(dir);
+  *out = f;
   for (size_t i = 0; i < nfiles; i++) {
-    rc = open_shard(f, (int)i);
-    if (rc) goto bad_f;
+    int rc = open_shard(f, (int)i);
+    if (rc) return rc;
   }
-  rc = build_index(f);
-  if (rc) goto bad_f;
-  /* the weight_map and the shards must agree exactly */
-  for (size_t i = 0; i < nwm; i++) {
+  return build_index(f);
+oom:
+  free(dir);
+  st_free(f);
+  return FERRY_ENOMEM;
+}
+
+/* The weight_map and the shards agree exactly: every mapped tensor is in the
+ * file it is mapped to, and the shards hold nothing else. */
+static int match_weight_map(ferry_safetensors *f, const char *path, const weight_map *w) {
+  for (size_t i = 0; i < w->n; i++) {
+    const wm_entry *m = &w->e[i];
     size_t lo = 0, hi = f->nt;
     while (lo < hi) {
       size_t mid = (lo + hi) / 2;
-      int c = strcmp(f->t[f->by_name[mid]].name, wm[i].name);
-      if (c < 0) lo = mid + 1;
+      if (strcmp(f->t[f->by_name[mid]].name, m->name) < 0) lo = mid + 1;
       else hi = mid;
     }
-    if (lo == f->nt || strcmp(f->t[f->by_name[lo]].name, wm[i].name) != 0) {
-      rc = ferry_err(&f->err, FERRY_ECORRUPT, "%s: tensor '%.200s' is in the weight_map but not "
-                     "in %s", path, wm[i].name, wm[i].file);
-      goto bad_f;
-    }
-    const st_entry *e = &f->t[f->by_name[lo]];
-    if (!ends_with(f->shards[e->shard].path, wm[i].file) ||
-        f->shards[e->shard].path[strlen(f->shards[e->shard].path) - strlen(wm[i].file) - 1] !=
-            '/') {
-      rc = ferry_err(&f->err, FERRY_ECORRUPT, "%s: tensor '%.200s' is mapped to %s but found in "
-                     "%s", path, wm[i].name, wm[i].file, f->shards[e->shard].path);
-      goto bad_f;
-    }
+    if (lo == f->nt || strcmp(f->t[f->by_name[lo]].name, m->name) != 0)
+      return ferry_err(&f->err, FERRY_ECORRUPT, "%s: tensor '%.200s' is in the weight_map but "
+                       "not in %s", path, m->name, m->file);
+    const char *sp = f->shards[f->t[f->by_name[lo]].shard].path;
+    if (!ends_with(sp, m->file) || sp[strlen(sp) - strlen(m->file) - 1] != '/')
+      return ferry_err(&f->err, FERRY_ECORRUPT, "%s: tensor '%.200s' is mapped to %s but found "
+                       "in %s", path, m->name, m->file, sp);
   }
-  if (f->nt != nwm) {
-    rc = ferry_err(&f->err, FERRY_ECORRUPT, "%s: the shards hold %zu tensors but the weight_map "
-                   "names %zu", path, f->nt, nwm);
-    goto bad_f;
+  if (f->nt != w->n)
+    return ferry_err(&f->err, FERRY_ECORRUPT, "%s: the shards hold %zu tensors but the "
+                     "weight_map names %zu", path, f->nt, w->n);
+  return 0;
+}
+
+/* model.safetensors.index.json: {"metadata": {...}, "weight_map": {name: file}}. */
+static int open_index(const char *path, ferry_safetensors **out) {
+  char why[512] = "", *text;
+  size_t len = 0;
+  int rc = ferry_read_file(path, 256u << 20, &text, &len, why, sizeof why);
+  if (rc) return ferry_err_thread(rc == FERRY_EOVERFLOW ? FERRY_ECORRUPT : rc, "safetensors: %s",
+                                  why);
+  hcur h;
+  hcur_init(&h, text, len);
+  weight_map w = {0};
+  char **files = NULL;
+  size_t nfiles = 0;
+  ferry_safetensors *f = NULL;
+  if (read_index(&h, &w) || check_weight_map(&h, &w) || list_files(&h, &w, &files, &nfiles)) {
+    rc = ferry_err_thread(h.oom ? FERRY_ENOMEM : FERRY_ECORRUPT, "safetensors: %s: %s", path,
+                          hwhy(&h));
+  } else {
+    rc = open_shards(path, files, nfiles, &f);
+    if (!rc) rc = match_weight_map(f, path, &w);
+    if (!f) rc = ferry_err_thread(rc, "safetensors: %s: out of memory", path);
+    else if (rc) rc = st_fail(f, rc, &f);
   }
-  for (size_t i = 0; i < nwm; i++) {
-    free(wm[i].name);
-    free(wm[i].file);
-  }
-  free(wm);
+  wm_free(&w);
   free(files);
   free(text);
   *out = f;
-  return 0;
-bad_f:
-  for (size_t i = 0; i < nwm; i++) {
-    free(wm[i].name);
-    free(wm[i].file);
-  }
-  free(wm);
-  free(files);
-  free(text);
-  return st_fail(f, rc, out);
-bad:
-  for (size_t i = 0; i < nwm; i++) {
-    free(wm[i].name);
-    free(wm[i].file);
-  }
-  free(wm);
-  free(files);
-  free(text);
-  st_free(f);
-  *out = NULL;
-  return ferry_err_thread(rc, "safetensors: %s: %s", path, j.why[0] ? j.why : "out of memory");
+  return rc;
 }
 
 int ferry_safetensors_open(const char *path, ferry_safetensors **out) {
@@ -1275,7 +922,7 @@ static void sb_json(sbuf *b, const char *s, int ascii) {
       sb_str(b, t);
     } else if (c >= 0x80 && ascii) {
       unsigned cp = 0;
-      size_t l = utf8_get(p, n, &cp);
+      size_t l = ferry_utf8_get(p, n, &cp);
       if (!l) l = 1, cp = 0xFFFD;
       if (cp >= 0x10000) {
         unsigned v = cp - 0x10000;
@@ -1301,7 +948,7 @@ static int valid_utf8(const char *s) {
   size_t n = strlen(s);
   while (n) {
     unsigned cp;
-    size_t l = utf8_get(p, n, &cp);
+    size_t l = ferry_utf8_get(p, n, &cp);
     if (!l) return 0;
     p += l;
     n -= l;
@@ -1455,12 +1102,10 @@ static int io_status(int neg_errno) {
                                                        : FERRY_EIO;
 }
 
-static int layout(ferry_safetensors_writer *w) {
-  if (w->failed) return ferry_err(&w->err, FERRY_ESTATE, "writer failed earlier");
-  if (w->laid_out) return 0;
-  w->laid_out = 1;
+/* Tensors in Hugging Face's order; metadata sorted by key so the header does
+ * not depend on call order. */
+static void layout_order(ferry_safetensors_writer *w) {
   if (w->nt) qsort(w->t, w->nt, sizeof *w->t, cmp_layout);
-  /* metadata sorted by key so the header does not depend on call order */
   for (size_t i = 1; i < w->nmeta; i++)
     for (size_t k = i; k > 0 && strcmp(w->mkeys[k - 1], w->mkeys[k]) > 0; k--) {
       char *t = w->mkeys[k];
@@ -1470,7 +1115,11 @@ static int layout(ferry_safetensors_writer *w) {
       w->mvals[k] = w->mvals[k - 1];
       w->mvals[k - 1] = t;
     }
-  /* shards: greedy in data order */
+}
+
+/* Shards filled greedily in data order, their paths named (a folder of
+ * model-0000i-of-0000n.safetensors when sharding), the folder made. */
+static int layout_shards(ferry_safetensors_writer *w) {
   int ns = 1;
   uint64_t cur = 0;
   for (size_t i = 0; i < w->nt; i++) {
@@ -1483,15 +1132,13 @@ static int layout(ferry_safetensors_writer *w) {
     cur += w->t[i].nbytes;
   }
   w->shards = calloc((size_t)ns, sizeof *w->shards);
-  if (!w->shards) goto oom;
+  if (!w->shards) return ferry_err(&w->err, FERRY_ENOMEM, "out of memory");
   w->nshards = ns;
   for (int s = 0; s < ns; s++) w->shards[s].fd = -1;
   if (w->max_shard) {
     if (mkdir(w->path, 0777) == 0) w->made_dir = 1;
-    else if (errno != EEXIST) {
-      w->failed = 1;
+    else if (errno != EEXIST)
       return ferry_err(&w->err, io_status(-errno), "%s: mkdir: %s", w->path, strerror(errno));
-    }
   }
   for (int s = 0; s < ns; s++) {
     char name[64];
@@ -1502,70 +1149,89 @@ static int layout(ferry_safetensors_writer *w) {
       else snprintf(name, sizeof name, "model-%05d-of-%05d.safetensors", s + 1, ns);
       w->shards[s].path = path_join(w->path, name);
     }
-    if (!w->shards[s].path) goto oom;
+    if (!w->shards[s].path) return ferry_err(&w->err, FERRY_ENOMEM, "out of memory");
   }
-  for (int s = 0; s < ns; s++) {
-    sbuf b = {0};
-    sb_put(&b, "{", 1);
-    int first = 1;
-    if (w->nmeta) {
-      sb_str(&b, "\"__metadata__\":{");
-      for (size_t i = 0; i < w->nmeta; i++) {
-        if (i) sb_put(&b, ",", 1);
-        sb_json(&b, w->mkeys[i], 0);
-        sb_put(&b, ":", 1);
-        sb_json(&b, w->mvals[i], 0);
-      }
-      sb_put(&b, "}", 1);
-      first = 0;
+  return 0;
+}
+
+/* Shard s's header: the metadata, then its tensors, padded with spaces to a
+ * multiple of 8 bytes. Adds its tensors' bytes to the shard. */
+static void shard_header(ferry_safetensors_writer *w, int s, sbuf *b) {
+  sb_put(b, "{", 1);
+  int first = 1;
+  if (w->nmeta) {
+    sb_str(b, "\"__metadata__\":{");
+    for (size_t i = 0; i < w->nmeta; i++) {
+      if (i) sb_put(b, ",", 1);
+      sb_json(b, w->mkeys[i], 0);
+      sb_put(b, ":", 1);
+      sb_json(b, w->mvals[i], 0);
     }
-    for (size_t i = 0; i < w->nt; i++) {
-      const wt_entry *e = &w->t[i];
-      if (e->shard != s) continue;
-      if (!first) sb_put(&b, ",", 1);
-      first = 0;
-      sb_json(&b, e->name, 0);
-      sb_str(&b, ":{\"dtype\":\"");
-      sb_str(&b, ferry_st_dtype_name(e->dtype));
-      sb_str(&b, "\",\"shape\":[");
-      for (int d = 0; d < e->ndim; d++) {
-        if (d) sb_put(&b, ",", 1);
-        sb_u64(&b, (uint64_t)e->shape[d]);
-      }
-      sb_str(&b, "],\"data_offsets\":[");
-      sb_u64(&b, e->begin);
-      sb_put(&b, ",", 1);
-      sb_u64(&b, e->begin + e->nbytes);
-      sb_str(&b, "]}");
-      w->shards[s].bytes += e->nbytes;
+    sb_put(b, "}", 1);
+    first = 0;
+  }
+  for (size_t i = 0; i < w->nt; i++) {
+    const wt_entry *e = &w->t[i];
+    if (e->shard != s) continue;
+    if (!first) sb_put(b, ",", 1);
+    first = 0;
+    sb_json(b, e->name, 0);
+    sb_str(b, ":{\"dtype\":\"");
+    sb_str(b, ferry_st_dtype_name(e->dtype));
+    sb_str(b, "\",\"shape\":[");
+    for (int d = 0; d < e->ndim; d++) {
+      if (d) sb_put(b, ",", 1);
+      sb_u64(b, (uint64_t)e->shape[d]);
     }
-    sb_put(&b, "}", 1);
-    while (!b.oom && b.n % 8) sb_put(&b, " ", 1);
-    if (b.oom) {
-      free(b.s);
-      goto oom;
-    }
-    unsigned char len8[8];
-    for (int i = 0; i < 8; i++) len8[i] = (unsigned char)((uint64_t)b.n >> (8 * i));
-    wt_shard *sh = &w->shards[s];
-    sh->data_start = 8 + b.n;
-    sh->fd = open(sh->path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
-    int r = sh->fd < 0 ? -errno : 0;
-    if (!r) r = write_full(sh->fd, len8, 8, 0);
-    if (!r) r = write_full(sh->fd, b.s, b.n, 8);
+    sb_str(b, "],\"data_offsets\":[");
+    sb_u64(b, e->begin);
+    sb_put(b, ",", 1);
+    sb_u64(b, e->begin + e->nbytes);
+    sb_str(b, "]}");
+    w->shards[s].bytes += e->nbytes;
+  }
+  sb_put(b, "}", 1);
+  while (!b->oom && b->n % 8) sb_put(b, " ", 1);
+}
+
+/* Creates shard s's file and writes its header length and header. */
+static int write_shard_header(ferry_safetensors_writer *w, int s) {
+  sbuf b = {0};
+  shard_header(w, s, &b);
+  if (b.oom) {
     free(b.s);
-    if (r) {
-      w->failed = 1;
-      return ferry_err(&w->err, io_status(r), "%s: writing the header: %s", sh->path,
-                       strerror(-r));
-    }
+    return ferry_err(&w->err, FERRY_ENOMEM, "out of memory");
+  }
+  unsigned char len8[8];
+  for (int i = 0; i < 8; i++) len8[i] = (unsigned char)((uint64_t)b.n >> (8 * i));
+  wt_shard *sh = &w->shards[s];
+  sh->data_start = 8 + b.n;
+  sh->fd = open(sh->path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+  int r = sh->fd < 0 ? -errno : 0;
+  if (!r) r = write_full(sh->fd, len8, 8, 0);
+  if (!r) r = write_full(sh->fd, b.s, b.n, 8);
+  free(b.s);
+  if (r)
+    return ferry_err(&w->err, io_status(r), "%s: writing the header: %s", sh->path,
+                     strerror(-r));
+  return 0;
+}
+
+/* At the first write: the order, the shards and every shard's header. */
+static int layout(ferry_safetensors_writer *w) {
+  if (w->failed) return ferry_err(&w->err, FERRY_ESTATE, "writer failed earlier");
+  if (w->laid_out) return 0;
+  w->laid_out = 1;
+  layout_order(w);
+  int rc = layout_shards(w);
+  for (int s = 0; !rc && s < w->nshards; s++) rc = write_shard_header(w, s);
+  if (rc) {
+    w->failed = 1;
+    return rc;
   }
   w->cur = 0;
   while (w->cur < w->nt && w->t[w->cur].nbytes == 0) w->cur++;
   return 0;
-oom:
-  w->failed = 1;
-  return ferry_err(&w->err, FERRY_ENOMEM, "out of memory");
 }
 
 const char *ferry_safetensors_writer_next(ferry_safetensors_writer *w) {

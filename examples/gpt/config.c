@@ -3,9 +3,13 @@
  * schema (Hugging Face names and shapes, one group per block).
  */
 #include "gpt.h"
-#include "json.h"
+
+#include "core/file.h"
+#include "core/json.h"
 
 #include <math.h>
+#include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -77,94 +81,126 @@ void gpt_config_describe(const gpt_config *c, char *buf, size_t len) {
            c->n_kv_head, c->d_ff, c->max_seq, c->tied ? ", tied head" : "");
 }
 
-/* config.json: the top-level keys the two families use; others skipped. */
-int gpt_config_load_json(const char *path, gpt_config *out, char *err, size_t el) {
+/* The config.json values this model reads (0 or -1: not given). */
+typedef struct {
+  char model_type[64];
+  double n_embd, n_layer, n_head, n_kv, n_inner, vocab, n_pos, eps, theta, tie;
+} json_config;
+
+/* The numeric (or boolean) keys of both families and where each goes. */
+static const struct {
+  const char *key;
+  size_t off;
+} num_keys[] = {
+    {"n_embd", offsetof(json_config, n_embd)},
+    {"hidden_size", offsetof(json_config, n_embd)},
+    {"n_layer", offsetof(json_config, n_layer)},
+    {"num_hidden_layers", offsetof(json_config, n_layer)},
+    {"n_head", offsetof(json_config, n_head)},
+    {"num_attention_heads", offsetof(json_config, n_head)},
+    {"num_key_value_heads", offsetof(json_config, n_kv)},
+    {"n_inner", offsetof(json_config, n_inner)},
+    {"intermediate_size", offsetof(json_config, n_inner)},
+    {"vocab_size", offsetof(json_config, vocab)},
+    {"n_positions", offsetof(json_config, n_pos)},
+    {"max_position_embeddings", offsetof(json_config, n_pos)},
+    {"layer_norm_epsilon", offsetof(json_config, eps)},
+    {"rms_norm_eps", offsetof(json_config, eps)},
+    {"rope_theta", offsetof(json_config, theta)},
+    {"tie_word_embeddings", offsetof(json_config, tie)},
+};
+
+/* One top-level member, its key read: refuses what this model does not have,
+ * keeps what it reads, skips the rest. 0, 1 (refused: err set), -1 (bad JSON). */
+static int config_member(ferry_json_cur *j, const char *key, json_config *r, const char *path,
+                         char *err, size_t el) {
+  int k = ferry_json_kind(j), b;
+  double v = 0;
+  char sval[64] = "";
+  /* features this model does not have: refuse rather than compute wrong */
+  if ((!strcmp(key, "rope_scaling") && k != FERRY_JSON_NULL) ||
+      ((!strcmp(key, "attention_bias") || !strcmp(key, "mlp_bias")) && k == FERRY_JSON_BOOL &&
+       ferry_json_peek(j) == 't')) {
+    snprintf(err, el, "%s: \"%s\" is not supported by this model", path, key);
+    return 1;
+  }
+  if (k == FERRY_JSON_NUM) {
+    if (ferry_json_number(j, &v, NULL, NULL)) return -1;
+  } else if (k == FERRY_JSON_STR) {
+    if (ferry_json_string(j, sval, sizeof sval, NULL)) return -1;
+  } else if (k == FERRY_JSON_BOOL) {
+    if (ferry_json_bool(j, &b)) return -1;
+    v = b;
+  } else {
+    return ferry_json_skip(j);
+  }
+  for (size_t i = 0; i < sizeof num_keys / sizeof num_keys[0]; i++)
+    if (!strcmp(key, num_keys[i].key) && k != FERRY_JSON_STR)
+      *(double *)((char *)r + num_keys[i].off) = v;
+  if (k != FERRY_JSON_STR) return 0;
+  if (!strcmp(key, "model_type")) snprintf(r->model_type, sizeof r->model_type, "%s", sval);
+  if (!strcmp(key, "activation_function") && strcmp(sval, "gelu_new") &&
+      strcmp(sval, "gelu_pytorch_tanh")) {
+    snprintf(err, el, "%s: activation_function '%s' not supported (gelu_new only)", path, sval);
+    return 1;
+  }
+  if (!strcmp(key, "hidden_act") && strcmp(sval, "silu")) {
+    snprintf(err, el, "%s: hidden_act '%s' not supported (silu only)", path, sval);
+    return 1;
+  }
+  return 0;
+}
+
+/* config.json's top-level members into r. */
+static int read_config_json(const char *path, json_config *r, char *err, size_t el) {
   size_t len;
-  char *text = gj_read_file(path, &len);
-  if (!text) {
+  char *text, key[128];
+  if (ferry_read_file(path, SIZE_MAX, &text, &len, NULL, 0)) {
     snprintf(err, el, "%s: cannot read", path);
     return -1;
   }
-  gj j = {text, text + len, 0};
-  char key[128], sval[64] = "", model_type[64] = "";
-  double n_embd = 0, n_layer = 0, n_head = 0, n_kv = 0, n_inner = 0, vocab = 0, n_pos = 0;
-  double eps = -1, theta = 10000, tie = -1;
-  if (!gj_eat(&j, '{')) goto bad;
-  if (!gj_eat(&j, '}')) {
-    for (;;) {
-      if (gj_string(&j, key, sizeof key) < 0 || !gj_eat(&j, ':')) goto bad;
-      int k = gj_kind(&j);
-      double v = 0;
-      /* features this model does not have: refuse rather than compute wrong */
-      if ((!strcmp(key, "rope_scaling") && k != 'z') ||
-          ((!strcmp(key, "attention_bias") || !strcmp(key, "mlp_bias")) && k == 't')) {
-        snprintf(err, el, "%s: \"%s\" is not supported by this model", path, key);
-        free(text);
-        return -1;
-      }
-      if (k == 'n') {
-        if (gj_number(&j, &v)) goto bad;
-      } else if (k == 's') {
-        if (gj_string(&j, sval, sizeof sval) < 0) goto bad;
-      } else if (k == 't' || k == 'f') {
-        v = k == 't';
-        if (gj_skip(&j, 0)) goto bad;
-      } else {
-        if (gj_skip(&j, 0)) goto bad;
-        k = 0;
-      }
-#define NUM(name, var) \
-  if (!strcmp(key, name) && (k == 'n' || k == 't' || k == 'f')) var = v;
-      NUM("n_embd", n_embd) NUM("hidden_size", n_embd) NUM("n_layer", n_layer);
-      NUM("num_hidden_layers", n_layer) NUM("n_head", n_head) NUM("num_attention_heads", n_head);
-      NUM("num_key_value_heads", n_kv) NUM("n_inner", n_inner) NUM("intermediate_size", n_inner);
-      NUM("vocab_size", vocab) NUM("n_positions", n_pos) NUM("max_position_embeddings", n_pos);
-      NUM("layer_norm_epsilon", eps) NUM("rms_norm_eps", eps) NUM("rope_theta", theta);
-      NUM("tie_word_embeddings", tie);
-#undef NUM
-      if (!strcmp(key, "model_type") && k == 's') snprintf(model_type, sizeof model_type, "%s", sval);
-      if (!strcmp(key, "activation_function") && k == 's' && strcmp(sval, "gelu_new") &&
-          strcmp(sval, "gelu_pytorch_tanh")) {
-        snprintf(err, el, "%s: activation_function '%s' not supported (gelu_new only)", path, sval);
-        free(text);
-        return -1;
-      }
-      if (!strcmp(key, "hidden_act") && k == 's' && strcmp(sval, "silu")) {
-        snprintf(err, el, "%s: hidden_act '%s' not supported (silu only)", path, sval);
-        free(text);
-        return -1;
-      }
-      if (gj_eat(&j, ',')) continue;
-      if (gj_eat(&j, '}')) break;
-      goto bad;
-    }
-  }
+  ferry_json_cur j;
+  ferry_json_iter it;
+  int more = 0, rc = 0;
+  ferry_json_init(&j, text, len);
+  if (ferry_json_enter(&j, '{', &it)) rc = -1;
+  while (!rc && (more = ferry_json_more(&j, &it)) == 1)
+    rc = ferry_json_string(&j, key, sizeof key, NULL) || ferry_json_expect(&j, ':')
+             ? -1
+             : config_member(&j, key, r, path, err, el);
+  if (!rc && more < 0) rc = -1;
+  if (rc < 0)
+    snprintf(err, el, "%s: not valid JSON near byte %zu", path,
+             (size_t)((j.err_at ? j.err_at : j.p) - text));
   free(text);
+  return rc ? -1 : 0;
+}
+
+/* config.json: the top-level keys the two families use; others skipped. */
+int gpt_config_load_json(const char *path, gpt_config *out, char *err, size_t el) {
+  json_config r = {.eps = -1, .theta = 10000, .tie = -1};
+  if (read_config_json(path, &r, err, el)) return -1;
   gpt_config c;
-  if (!strcmp(model_type, "gpt2")) {
-    c = gpt2_like((int)vocab, (int)n_embd, (int)n_layer, (int)n_head, (int)n_pos);
-    if (n_inner > 0) c.d_ff = (int)n_inner;
-    if (tie == 0) {
+  if (!strcmp(r.model_type, "gpt2")) {
+    c = gpt2_like((int)r.vocab, (int)r.n_embd, (int)r.n_layer, (int)r.n_head, (int)r.n_pos);
+    if (r.n_inner > 0) c.d_ff = (int)r.n_inner;
+    if (r.tie == 0) {
       snprintf(err, el, "%s: gpt2 with untied embeddings is not supported", path);
       return -1;
     }
-  } else if (!strcmp(model_type, "llama")) {
-    c = llama_like((int)vocab, (int)n_embd, (int)n_layer, (int)n_head,
-                   n_kv > 0 ? (int)n_kv : (int)n_head, (int)n_inner, (int)n_pos);
-    c.rope_theta = (float)theta;
-    c.tied = tie == 1;
+  } else if (!strcmp(r.model_type, "llama")) {
+    c = llama_like((int)r.vocab, (int)r.n_embd, (int)r.n_layer, (int)r.n_head,
+                   r.n_kv > 0 ? (int)r.n_kv : (int)r.n_head, (int)r.n_inner, (int)r.n_pos);
+    c.rope_theta = (float)r.theta;
+    c.tied = r.tie == 1;
   } else {
-    snprintf(err, el, "%s: model_type '%s' not supported (gpt2 or llama)", path, model_type);
+    snprintf(err, el, "%s: model_type '%s' not supported (gpt2 or llama)", path, r.model_type);
     return -1;
   }
-  if (eps > 0) c.norm_eps = (float)eps;
+  if (r.eps > 0) c.norm_eps = (float)r.eps;
   if (gpt_config_check(&c, err, el)) return -1;
   *out = c;
   return 0;
-bad:
-  snprintf(err, el, "%s: not valid JSON near byte %zu", path, (size_t)(j.p - text));
-  free(text);
-  return -1;
 }
 
 static void add(gpt_schema *s, int group, const char *name, int ndim, int64_t a, int64_t b,

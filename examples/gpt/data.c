@@ -3,7 +3,8 @@
  * (.u32) token ids; batches of windows at seeded random offsets.
  */
 #include "gpt.h"
-#include "json.h"
+
+#include "core/file.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -18,8 +19,8 @@ int gpt_data_load(gpt_data *d, const char *path, const gpt_tokenizer *tok, int v
   memset(d, 0, sizeof *d);
   d->rng = seed ^ 0xDA7A5EEDull;
   size_t len;
-  char *raw = gj_read_file(path, &len);
-  if (!raw) {
+  char *raw;
+  if (ferry_read_file(path, SIZE_MAX, &raw, &len, NULL, 0)) {
     snprintf(err, el, "%s: cannot read", path);
     return -1;
   }

@@ -6,7 +6,8 @@
  * folder. Prints nothing: messages go to the caller's buffer.
  */
 #include "gpt.h"
-#include "json.h"
+
+#include "core/file.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -251,8 +252,8 @@ int gpt_resume_peek(const char *folder, void *blob, size_t cap, size_t *len) {
   char path[4200];
   if ((size_t)snprintf(path, sizeof path, "%s/user.bin", folder) >= sizeof path) return -1;
   size_t n;
-  char *b = gj_read_file(path, &n);
-  if (!b) return -1;
+  char *b;
+  if (ferry_read_file(path, SIZE_MAX, &b, &n, NULL, 0)) return -1;
   if (n > cap) n = cap + 1; /* too big: the caller's size check refuses it */
   else memcpy(blob, b, n);
   free(b);

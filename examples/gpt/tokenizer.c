@@ -4,7 +4,9 @@
  * letters, digits, other and spaces, then merges by rank).
  */
 #include "gpt.h"
-#include "json.h"
+
+#include "core/file.h"
+#include "core/json.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -130,27 +132,26 @@ int gpt_tokenizer_bpe(const char *vocab_json, const char *merges_txt, gpt_tokeni
   t->bpe = 1;
   byte_map(t);
   size_t len;
-  char *text = gj_read_file(vocab_json, &len);
-  if (!text) {
+  char *text = NULL;
+  if (ferry_read_file(vocab_json, SIZE_MAX, &text, &len, NULL, 0)) {
     snprintf(err, el, "%s: cannot read", vocab_json);
     goto fail;
   }
-  gj j = {text, text + len, 0};
+  ferry_json_cur j;
+  ferry_json_iter it;
+  ferry_json_init(&j, text, len);
   char key[1024];
-  int max_id = -1;
-  if (!gj_eat(&j, '{')) goto bad_json;
-  if (!gj_eat(&j, '}'))
-    for (;;) {
-      double v;
-      if (gj_string(&j, key, sizeof key) < 0 || !gj_eat(&j, ':') || gj_number(&j, &v) || v < 0 ||
-          v > 10000000)
-        goto bad_json;
-      if (smap_put(&t->tok, key, (int)v)) goto oom;
-      if ((int)v > max_id) max_id = (int)v;
-      if (gj_eat(&j, ',')) continue;
-      if (gj_eat(&j, '}')) break;
+  int max_id = -1, more;
+  if (ferry_json_enter(&j, '{', &it)) goto bad_json;
+  while ((more = ferry_json_more(&j, &it)) == 1) {
+    double v;
+    if (ferry_json_string(&j, key, sizeof key, NULL) || ferry_json_expect(&j, ':') ||
+        ferry_json_number(&j, &v, NULL, NULL) || v < 0 || v > 10000000)
       goto bad_json;
-    }
+    if (smap_put(&t->tok, key, (int)v)) goto oom;
+    if ((int)v > max_id) max_id = (int)v;
+  }
+  if (more < 0) goto bad_json;
   free(text);
   text = NULL;
   t->vocab = max_id + 1;
@@ -159,8 +160,7 @@ int gpt_tokenizer_bpe(const char *vocab_json, const char *merges_txt, gpt_tokeni
   for (size_t i = 0; i < t->tok.cap; i++)
     if (t->tok.keys[i] && !t->id_str[t->tok.vals[i]])
       if (!(t->id_str[t->tok.vals[i]] = strdup(t->tok.keys[i]))) goto oom;
-  text = gj_read_file(merges_txt, &len);
-  if (!text) {
+  if (ferry_read_file(merges_txt, SIZE_MAX, &text, &len, NULL, 0)) {
     snprintf(err, el, "%s: cannot read", merges_txt);
     goto fail;
   }

@@ -31,7 +31,7 @@
  */
 #include "ferry.h"
 #include "offload/engine_internal.h"
-#include "offload/plan.h"
+#include "plan/plan.h"
 #include "tests/test.h"
 
 #include <math.h>

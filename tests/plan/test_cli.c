@@ -5,7 +5,8 @@
  * with what is short and by how much.
  */
 #include "ferry.h"
-#include "offload/plan.h"
+#include "core/json.h"
+#include "plan/plan.h"
 #include "tests/test.h"
 
 #include <string.h>
@@ -32,8 +33,8 @@ static int has(const char *needle) {
   return 0;
 }
 
-static const pj_value *member(const pj_value *o, const char *k, pj_type t) {
-  const pj_value *v = ferry_pj_get(o, k);
+static const ferry_json_value *member(const ferry_json_value *o, const char *k, ferry_json_type t) {
+  const ferry_json_value *v = ferry_json_get(o, k);
   if (!v || v->type != t) {
     fprintf(stderr, "  JSON key '%s' missing or of the wrong type\n", k);
     test_failures++;
@@ -42,13 +43,13 @@ static const pj_value *member(const pj_value *o, const char *k, pj_type t) {
   return v;
 }
 
-static void check_tiers(const pj_value *tiers) {
+static void check_tiers(const ferry_json_value *tiers) {
   static const char *const names[] = {"gpu", "host", "nvme"};
   for (int t = 0; t < 3 && tiers; t++) {
-    const pj_value *o = member(tiers, names[t], PJ_OBJ);
+    const ferry_json_value *o = member(tiers, names[t], FERRY_JSON_OBJ);
     if (!o) continue;
-    member(o, "bytes", PJ_NUM);
-    member(o, "budget", PJ_NUM);
+    member(o, "bytes", FERRY_JSON_NUM);
+    member(o, "budget", FERRY_JSON_NUM);
   }
 }
 
@@ -56,41 +57,42 @@ static void test_json(void) {
   const char *args = "--model llama-2-13b --gpu-mem 24G --host-mem 128G --nvme 2T --batch 1 "
                      "--seq 2048 --json";
   EXPECT_EQ_INT(run(0, args), 0);
-  pj_value *v = NULL;
+  ferry_json_value *v = NULL;
   char why[256];
-  int rc = ferry_pj_parse(out, strlen(out), &v, why, sizeof why);
+  int rc = ferry_json_parse(out, strlen(out), &v, why, sizeof why);
   if (rc) fprintf(stderr, "  not JSON: %s\n%s\n", why, out);
   REQUIRE(rc == 0);
-  const pj_value *p = member(v, "params", PJ_NUM);
+  const ferry_json_value *p = member(v, "params", FERRY_JSON_NUM);
   EXPECT(p && p->is_int && p->i == 13015864320ll);
-  const pj_value *pl = member(v, "placement", PJ_STR);
+  const ferry_json_value *pl = member(v, "placement", FERRY_JSON_STR);
   EXPECT(pl && !strcmp(pl->str, "nvme-optimizer"));
-  const pj_value *fits = member(v, "fits", PJ_BOOL);
+  const ferry_json_value *fits = member(v, "fits", FERRY_JSON_BOOL);
   EXPECT(fits && fits->b);
-  check_tiers(member(v, "tiers", PJ_OBJ));
-  const pj_value *gb = ferry_pj_get(ferry_pj_get(ferry_pj_get(v, "tiers"), "gpu"), "budget");
+  check_tiers(member(v, "tiers", FERRY_JSON_OBJ));
+  const ferry_json_value *gb =
+      ferry_json_get(ferry_json_get(ferry_json_get(v, "tiers"), "gpu"), "budget");
   EXPECT(gb && gb->i == (int64_t)((double)(24ull << 30) * 0.95));
-  const pj_value *s = member(v, "step_seconds", PJ_NUM);
+  const ferry_json_value *s = member(v, "step_seconds", FERRY_JSON_NUM);
   EXPECT(s && s->num > 0);
-  const pj_value *bn = member(v, "bottleneck", PJ_STR);
+  const ferry_json_value *bn = member(v, "bottleneck", FERRY_JSON_STR);
   EXPECT(bn && !strcmp(bn->str, "nvme"));
-  member(v, "max_batch", PJ_NUM);
-  const pj_value *as = ferry_pj_get(member(v, "bandwidths", PJ_OBJ), "assumed");
-  EXPECT(as && as->type == PJ_ARR && as->n == 8);
-  const pj_value *c = member(v, "candidates", PJ_ARR);
+  member(v, "max_batch", FERRY_JSON_NUM);
+  const ferry_json_value *as = ferry_json_get(member(v, "bandwidths", FERRY_JSON_OBJ), "assumed");
+  EXPECT(as && as->type == FERRY_JSON_ARR && as->n == 8);
+  const ferry_json_value *c = member(v, "candidates", FERRY_JSON_ARR);
   REQUIRE(c && c->n == FERRY_PLACEMENTS);
   for (size_t i = 0; i < c->n; i++) {
-    const pj_value *e = &c->items[i];
-    const pj_value *nm = member(e, "placement", PJ_STR);
+    const ferry_json_value *e = &c->items[i];
+    const ferry_json_value *nm = member(e, "placement", FERRY_JSON_STR);
     EXPECT(nm && !strcmp(nm->str, ferry_plan_placement_name((int)i)));
-    member(e, "fits", PJ_BOOL);
-    member(e, "why", PJ_STR);
-    check_tiers(member(e, "tiers", PJ_OBJ));
-    member(e, "components", PJ_OBJ);
-    member(e, "step_seconds", PJ_NUM);
-    member(e, "bottleneck", PJ_STR);
+    member(e, "fits", FERRY_JSON_BOOL);
+    member(e, "why", FERRY_JSON_STR);
+    check_tiers(member(e, "tiers", FERRY_JSON_OBJ));
+    member(e, "components", FERRY_JSON_OBJ);
+    member(e, "step_seconds", FERRY_JSON_NUM);
+    member(e, "bottleneck", FERRY_JSON_STR);
   }
-  ferry_pj_free(v);
+  ferry_json_free(v);
 }
 
 static void test_write_config(void) {

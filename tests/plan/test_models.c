@@ -4,7 +4,8 @@
  * strict JSON reader refuses what is not JSON.
  */
 #include "ferry.h"
-#include "offload/plan.h"
+#include "core/json.h"
+#include "plan/plan.h"
 #include "tests/test.h"
 
 #include <string.h>
@@ -86,11 +87,11 @@ static void test_configs(const char *dir) {
 }
 
 static int json_refused(const char *text, const char *needle) {
-  pj_value *v = NULL;
+  ferry_json_value *v = NULL;
   char why[256] = "";
-  int rc = ferry_pj_parse(text, strlen(text), &v, why, sizeof why);
+  int rc = ferry_json_parse(text, strlen(text), &v, why, sizeof why);
   if (rc == 0) {
-    ferry_pj_free(v);
+    ferry_json_free(v);
     fprintf(stderr, "  accepted: %s\n", text);
     return 0;
   }
@@ -102,21 +103,21 @@ static int json_refused(const char *text, const char *needle) {
 }
 
 static void test_json(void) {
-  pj_value *v = NULL;
+  ferry_json_value *v = NULL;
   const char *ok = "{\"a\": [1, -2.5e3, true, false, null, \"x\\u00e9\\ud83d\\ude00\\n\"],"
                    " \"b\": {\"c\": 9007199254740993}, \"d\": 0}";
-  REQUIRE(ferry_pj_parse(ok, strlen(ok), &v, NULL, 0) == 0);
-  const pj_value *a = ferry_pj_get(v, "a");
-  REQUIRE(a && a->type == PJ_ARR && a->n == 6);
+  REQUIRE(ferry_json_parse(ok, strlen(ok), &v, NULL, 0) == 0);
+  const ferry_json_value *a = ferry_json_get(v, "a");
+  REQUIRE(a && a->type == FERRY_JSON_ARR && a->n == 6);
   EXPECT(a->items[0].is_int && a->items[0].i == 1);
   EXPECT(!a->items[1].is_int && a->items[1].num == -2500);
-  EXPECT(a->items[2].type == PJ_BOOL && a->items[2].b == 1);
-  EXPECT(a->items[4].type == PJ_NULL);
+  EXPECT(a->items[2].type == FERRY_JSON_BOOL && a->items[2].b == 1);
+  EXPECT(a->items[4].type == FERRY_JSON_NULL);
   EXPECT(!strcmp(a->items[5].str, "x\xc3\xa9\xf0\x9f\x98\x80\n"));
-  const pj_value *c = ferry_pj_get(ferry_pj_get(v, "b"), "c");
+  const ferry_json_value *c = ferry_json_get(ferry_json_get(v, "b"), "c");
   EXPECT(c && c->is_int && c->i == 9007199254740993ll); /* exact past 2^53 */
-  EXPECT(ferry_pj_get(v, "zz") == NULL);
-  ferry_pj_free(v);
+  EXPECT(ferry_json_get(v, "zz") == NULL);
+  ferry_json_free(v);
 
   EXPECT(json_refused("{\"a\": 1,}", "trailing comma"));
   EXPECT(json_refused("[1, 2,]", "trailing comma"));

@@ -4,7 +4,7 @@
  * requests explained, the largest batch, the step model and profiles.
  */
 #include "ferry.h"
-#include "offload/plan.h"
+#include "plan/plan.h"
 #include "tests/test.h"
 
 #include <math.h>

@@ -1,16 +1,19 @@
-/* offload/plan.c — the memory planner: a strict JSON reader (config.json and
- * profiles), model presets and parameter counts, bytes per family and tier
+/* plan/plan.c — the memory planner: model presets, parameter counts and
+ * Hugging Face config.json files (read with core/json.h), bytes per family and tier
  * of each candidate placement, the step-time model and DeepSpeed's published
  * estimator formulas for comparison. Arithmetic only: no printing, no exits.
  * The formulas and their sources are written down in docs/PLANNING.md.
  */
-#include "offload/plan.h"
+#include "plan/plan.h"
+
+#include "core/file.h"
+#include "core/json.h"
 
 #include "ferry.h"
 
-#include <errno.h>
 #include <math.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,444 +28,6 @@ static int fail(char *why, size_t wl, int status, const char *fmt, ...) {
     va_end(ap);
   }
   return status;
-}
-
-/* ======================================================================== */
-/* The strict JSON reader                                                    */
-
-typedef struct {
-  const char *p, *end, *start;
-  int depth;
-  char *why;
-  size_t wl;
-  int failed;
-} pj_parser;
-
-static void pj_pos(const pj_parser *ps, const char *at, int *line, int *col) {
-  *line = 1;
-  *col = 1;
-  for (const char *q = ps->start; q < at && q < ps->end; q++) {
-    if (*q == '\n') {
-      (*line)++;
-      *col = 1;
-    } else {
-      (*col)++;
-    }
-  }
-}
-
-static int pj_err(pj_parser *ps, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static int pj_err(pj_parser *ps, const char *fmt, ...) {
-  if (ps->failed) return -1;
-  ps->failed = 1;
-  char msg[200];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(msg, sizeof msg, fmt, ap);
-  va_end(ap);
-  int line, col;
-  pj_pos(ps, ps->p, &line, &col);
-  fail(ps->why, ps->wl, 0, "line %d, column %d: %s", line, col, msg);
-  return -1;
-}
-
-static void pj_ws(pj_parser *ps) {
-  while (ps->p < ps->end &&
-         (*ps->p == ' ' || *ps->p == '\t' || *ps->p == '\n' || *ps->p == '\r'))
-    ps->p++;
-}
-
-static void pj_release(pj_value *v) {
-  if (!v) return;
-  free(v->str);
-  for (size_t i = 0; i < v->n; i++) {
-    pj_release(&v->items[i]);
-    if (v->keys) free(v->keys[i]);
-  }
-  free(v->items);
-  free(v->keys);
-  memset(v, 0, sizeof *v);
-}
-
-static int pj_hex4(pj_parser *ps, unsigned *out) {
-  if (ps->end - ps->p < 4) return pj_err(ps, "truncated \\u escape");
-  unsigned v = 0;
-  for (int i = 0; i < 4; i++) {
-    char c = *ps->p++;
-    v <<= 4;
-    if (c >= '0' && c <= '9') v |= (unsigned)(c - '0');
-    else if (c >= 'a' && c <= 'f') v |= (unsigned)(c - 'a' + 10);
-    else if (c >= 'A' && c <= 'F') v |= (unsigned)(c - 'A' + 10);
-    else return pj_err(ps, "bad hex digit in \\u escape");
-  }
-  *out = v;
-  return 0;
-}
-
-static size_t utf8_put(char *o, unsigned cp) {
-  if (cp < 0x80) {
-    o[0] = (char)cp;
-    return 1;
-  }
-  if (cp < 0x800) {
-    o[0] = (char)(0xC0 | (cp >> 6));
-    o[1] = (char)(0x80 | (cp & 0x3F));
-    return 2;
-  }
-  if (cp < 0x10000) {
-    o[0] = (char)(0xE0 | (cp >> 12));
-    o[1] = (char)(0x80 | ((cp >> 6) & 0x3F));
-    o[2] = (char)(0x80 | (cp & 0x3F));
-    return 3;
-  }
-  o[0] = (char)(0xF0 | (cp >> 18));
-  o[1] = (char)(0x80 | ((cp >> 12) & 0x3F));
-  o[2] = (char)(0x80 | ((cp >> 6) & 0x3F));
-  o[3] = (char)(0x80 | (cp & 0x3F));
-  return 4;
-}
-
-/* Length of a valid UTF-8 sequence at p (1-4), 0 when invalid. */
-static size_t utf8_valid(const unsigned char *p, const unsigned char *end) {
-  unsigned c = p[0];
-  size_t n;
-  unsigned min;
-  if (c < 0x80) return 1;
-  if ((c & 0xE0) == 0xC0) n = 2, min = 0x80;
-  else if ((c & 0xF0) == 0xE0) n = 3, min = 0x800;
-  else if ((c & 0xF8) == 0xF0) n = 4, min = 0x10000;
-  else return 0;
-  if ((size_t)(end - p) < n) return 0;
-  unsigned cp = c & (0x3F >> (n - 1));
-  for (size_t i = 1; i < n; i++) {
-    if ((p[i] & 0xC0) != 0x80) return 0;
-    cp = (cp << 6) | (p[i] & 0x3F);
-  }
-  if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return 0;
-  return n;
-}
-
-static int pj_string(pj_parser *ps, char **out) {
-  ps->p++; /* opening quote */
-  size_t cap = 32, len = 0;
-  char *s = malloc(cap);
-  if (!s) return pj_err(ps, "out of memory");
-  for (;;) {
-    if (ps->p >= ps->end) {
-      free(s);
-      return pj_err(ps, "unterminated string");
-    }
-    if (cap - len < 8) {
-      char *t = realloc(s, cap * 2);
-      if (!t) {
-        free(s);
-        return pj_err(ps, "out of memory");
-      }
-      s = t;
-      cap *= 2;
-    }
-    unsigned char c = (unsigned char)*ps->p;
-    if (c == '"') {
-      ps->p++;
-      break;
-    }
-    if (c < 0x20) {
-      free(s);
-      return pj_err(ps, "control character in string (escape it)");
-    }
-    if (c == '\\') {
-      ps->p++;
-      if (ps->p >= ps->end) {
-        free(s);
-        return pj_err(ps, "unterminated escape");
-      }
-      char e = *ps->p++;
-      switch (e) {
-      case '"': s[len++] = '"'; break;
-      case '\\': s[len++] = '\\'; break;
-      case '/': s[len++] = '/'; break;
-      case 'b': s[len++] = '\b'; break;
-      case 'f': s[len++] = '\f'; break;
-      case 'n': s[len++] = '\n'; break;
-      case 'r': s[len++] = '\r'; break;
-      case 't': s[len++] = '\t'; break;
-      case 'u': {
-        unsigned cp;
-        if (pj_hex4(ps, &cp)) {
-          free(s);
-          return -1;
-        }
-        if (cp >= 0xD800 && cp <= 0xDBFF) {
-          unsigned lo;
-          if (ps->end - ps->p < 2 || ps->p[0] != '\\' || ps->p[1] != 'u') {
-            free(s);
-            return pj_err(ps, "high surrogate without its low surrogate");
-          }
-          ps->p += 2;
-          if (pj_hex4(ps, &lo)) {
-            free(s);
-            return -1;
-          }
-          if (lo < 0xDC00 || lo > 0xDFFF) {
-            free(s);
-            return pj_err(ps, "invalid low surrogate");
-          }
-          cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
-        } else if (cp >= 0xDC00 && cp <= 0xDFFF) {
-          free(s);
-          return pj_err(ps, "lone low surrogate");
-        }
-        if (cp == 0) {
-          free(s);
-          return pj_err(ps, "\\u0000 is not supported in strings");
-        }
-        len += utf8_put(s + len, cp);
-        break;
-      }
-      default: free(s); return pj_err(ps, "invalid escape '\\%c'", e);
-      }
-      continue;
-    }
-    size_t n = utf8_valid((const unsigned char *)ps->p, (const unsigned char *)ps->end);
-    if (!n) {
-      free(s);
-      return pj_err(ps, "invalid UTF-8 in string");
-    }
-    memcpy(s + len, ps->p, n);
-    len += n;
-    ps->p += n;
-  }
-  s[len] = '\0';
-  *out = s;
-  return 0;
-}
-
-static int pj_number(pj_parser *ps, pj_value *v) {
-  const char *b = ps->p, *q = ps->p;
-  int integral = 1;
-  if (q < ps->end && *q == '-') q++;
-  if (q >= ps->end || !(*q >= '0' && *q <= '9')) return pj_err(ps, "invalid number");
-  if (*q == '0') {
-    q++;
-    if (q < ps->end && *q >= '0' && *q <= '9') return pj_err(ps, "leading zero in number");
-  } else {
-    while (q < ps->end && *q >= '0' && *q <= '9') q++;
-  }
-  if (q < ps->end && *q == '.') {
-    integral = 0;
-    q++;
-    if (q >= ps->end || !(*q >= '0' && *q <= '9')) return pj_err(ps, "digit expected after '.'");
-    while (q < ps->end && *q >= '0' && *q <= '9') q++;
-  }
-  if (q < ps->end && (*q == 'e' || *q == 'E')) {
-    integral = 0;
-    q++;
-    if (q < ps->end && (*q == '+' || *q == '-')) q++;
-    if (q >= ps->end || !(*q >= '0' && *q <= '9')) return pj_err(ps, "digit expected in exponent");
-    while (q < ps->end && *q >= '0' && *q <= '9') q++;
-  }
-  char buf[64];
-  size_t n = (size_t)(q - b);
-  if (n >= sizeof buf) return pj_err(ps, "number too long");
-  memcpy(buf, b, n);
-  buf[n] = '\0';
-  v->type = PJ_NUM;
-  v->num = strtod(buf, NULL);
-  if (!isfinite(v->num)) return pj_err(ps, "number out of range");
-  if (integral) {
-    errno = 0;
-    long long x = strtoll(buf, NULL, 10);
-    if (!errno) {
-      v->is_int = 1;
-      v->i = x;
-    }
-  }
-  ps->p = q;
-  return 0;
-}
-
-static int pj_value_parse(pj_parser *ps, pj_value *v);
-
-static int pj_push(pj_parser *ps, pj_value *v, size_t *cap, char *key) {
-  if (v->n == *cap) {
-    size_t nc = *cap ? *cap * 2 : 8;
-    pj_value *ni = realloc(v->items, nc * sizeof *ni);
-    if (!ni) return pj_err(ps, "out of memory");
-    v->items = ni;
-    if (v->type == PJ_OBJ) {
-      char **nk = realloc(v->keys, nc * sizeof *nk);
-      if (!nk) return pj_err(ps, "out of memory");
-      v->keys = nk;
-    }
-    *cap = nc;
-  }
-  memset(&v->items[v->n], 0, sizeof v->items[0]);
-  if (v->type == PJ_OBJ) v->keys[v->n] = key;
-  v->n++;
-  return 0;
-}
-
-static int pj_container(pj_parser *ps, pj_value *v, int obj) {
-  if (++ps->depth > 64) return pj_err(ps, "nesting deeper than 64");
-  v->type = obj ? PJ_OBJ : PJ_ARR;
-  ps->p++;
-  size_t cap = 0;
-  pj_ws(ps);
-  if (ps->p < ps->end && *ps->p == (obj ? '}' : ']')) {
-    ps->p++;
-    ps->depth--;
-    return 0;
-  }
-  for (;;) {
-    char *key = NULL;
-    pj_ws(ps);
-    if (obj) {
-      if (ps->p >= ps->end || *ps->p != '"')
-        return pj_err(ps, ps->p < ps->end && *ps->p == '}' ? "trailing comma in object"
-                                                           : "expected a quoted key");
-      const char *kat = ps->p;
-      if (pj_string(ps, &key)) return -1;
-      for (size_t i = 0; i < v->n; i++)
-        if (!strcmp(v->keys[i], key)) {
-          ps->p = kat;
-          int rc = pj_err(ps, "duplicate key \"%s\"", key);
-          free(key);
-          return rc;
-        }
-      pj_ws(ps);
-      if (ps->p >= ps->end || *ps->p != ':') {
-        free(key);
-        return pj_err(ps, "expected ':' after key");
-      }
-      ps->p++;
-    } else if (ps->p < ps->end && *ps->p == ']') {
-      return pj_err(ps, "trailing comma in array");
-    }
-    if (pj_push(ps, v, &cap, key)) {
-      free(key);
-      return -1;
-    }
-    if (pj_value_parse(ps, &v->items[v->n - 1])) return -1;
-    pj_ws(ps);
-    if (ps->p < ps->end && *ps->p == ',') {
-      ps->p++;
-      continue;
-    }
-    if (ps->p < ps->end && *ps->p == (obj ? '}' : ']')) {
-      ps->p++;
-      break;
-    }
-    return pj_err(ps, obj ? "expected ',' or '}'" : "expected ',' or ']'");
-  }
-  ps->depth--;
-  return 0;
-}
-
-static int pj_value_parse(pj_parser *ps, pj_value *v) {
-  pj_ws(ps);
-  if (ps->p >= ps->end) return pj_err(ps, "unexpected end of input");
-  int line, col;
-  pj_pos(ps, ps->p, &line, &col);
-  v->line = line;
-  char c = *ps->p;
-  if (c == '{' || c == '[') return pj_container(ps, v, c == '{');
-  if (c == '"') {
-    v->type = PJ_STR;
-    return pj_string(ps, &v->str);
-  }
-  if (c == '-' || (c >= '0' && c <= '9')) return pj_number(ps, v);
-  static const struct {
-    const char *w;
-    pj_type t;
-    int b;
-  } words[] = {{"true", PJ_BOOL, 1}, {"false", PJ_BOOL, 0}, {"null", PJ_NULL, 0}};
-  for (size_t i = 0; i < 3; i++) {
-    size_t n = strlen(words[i].w);
-    if ((size_t)(ps->end - ps->p) >= n && !memcmp(ps->p, words[i].w, n)) {
-      ps->p += n;
-      v->type = words[i].t;
-      v->b = words[i].b;
-      return 0;
-    }
-  }
-  if (c == '\'') return pj_err(ps, "strings take double quotes");
-  if (c == '/') return pj_err(ps, "comments are not JSON");
-  return pj_err(ps, "unexpected character '%c'", c);
-}
-
-int ferry_pj_parse(const char *text, size_t len, pj_value **out, char *why, size_t wl) {
-  if (!text || !out) return fail(why, wl, FERRY_EINVAL, "no JSON text");
-  pj_value *v = calloc(1, sizeof *v);
-  if (!v) return fail(why, wl, FERRY_ENOMEM, "out of memory");
-  pj_parser ps = {text, text + len, text, 0, why, wl, 0};
-  if (len >= 3 && (unsigned char)text[0] == 0xEF && (unsigned char)text[1] == 0xBB &&
-      (unsigned char)text[2] == 0xBF)
-    ps.p += 3; /* a UTF-8 byte-order mark */
-  int rc = pj_value_parse(&ps, v);
-  if (!rc) {
-    pj_ws(&ps);
-    if (ps.p < ps.end) rc = pj_err(&ps, "unexpected content after the JSON value");
-  }
-  if (rc) {
-    ferry_pj_free(v);
-    return FERRY_ECORRUPT;
-  }
-  *out = v;
-  return FERRY_OK;
-}
-
-void ferry_pj_free(pj_value *v) {
-  if (!v) return;
-  pj_release(v);
-  free(v);
-}
-
-const pj_value *ferry_pj_get(const pj_value *obj, const char *key) {
-  if (!obj || obj->type != PJ_OBJ) return NULL;
-  for (size_t i = 0; i < obj->n; i++)
-    if (!strcmp(obj->keys[i], key)) return &obj->items[i];
-  return NULL;
-}
-
-static int read_file(const char *path, size_t limit, char **text, size_t *len, char *why,
-                     size_t wl) {
-  FILE *f = fopen(path, "rb");
-  if (!f) {
-    int e = errno;
-    return fail(why, wl, e == ENOENT ? FERRY_ENOENT : FERRY_EIO, "%s: cannot open: %s", path,
-                strerror(e));
-  }
-  size_t cap = 4096, n = 0;
-  char *buf = malloc(cap);
-  for (;;) {
-    if (!buf) {
-      fclose(f);
-      return fail(why, wl, FERRY_ENOMEM, "%s: out of memory", path);
-    }
-    size_t r = fread(buf + n, 1, cap - n, f);
-    n += r;
-    if (n > limit) {
-      free(buf);
-      fclose(f);
-      return fail(why, wl, FERRY_EOVERFLOW, "%s: larger than %zu bytes", path, limit);
-    }
-    if (r == 0) break;
-    if (n == cap) {
-      char *t = realloc(buf, cap * 2);
-      if (!t) free(buf);
-      buf = t;
-      cap *= 2;
-    }
-  }
-  int err = ferror(f);
-  fclose(f);
-  if (err) {
-    free(buf);
-    return fail(why, wl, FERRY_EIO, "%s: read error", path);
-  }
-  *text = buf;
-  *len = n;
-  return FERRY_OK;
 }
 
 /* ======================================================================== */
@@ -600,138 +165,170 @@ int ferry_plan_model_from_params(uint64_t n, ferry_plan_model *out, char *why, s
   return FERRY_OK;
 }
 
+/* The JSON text of `name` as a tree; `status` with "name: not valid JSON:
+ * line L, column C: what" when it is not JSON. */
+static int parse_json(const char *text, size_t len, const char *name, int status,
+                      ferry_json_value **root, char *why, size_t wl) {
+  char pwhy[256];
+  if (ferry_json_parse(text, len, root, pwhy, sizeof pwhy))
+    return fail(why, wl, status, "%s: not valid JSON: %s", name, pwhy);
+  return FERRY_OK;
+}
+
 /* An integer field of config.json; `dflt` < 0 means required. */
-static int cfg_int(const pj_value *root, const char *key, int64_t dflt, int64_t *out,
+static int cfg_int(const ferry_json_value *root, const char *key, int64_t dflt, int64_t *out,
                    const char *name, char *why, size_t wl) {
-  const pj_value *v = ferry_pj_get(root, key);
-  if (!v || v->type == PJ_NULL) {
+  const ferry_json_value *v = ferry_json_get(root, key);
+  if (!v || v->type == FERRY_JSON_NULL) {
     if (dflt < 0)
       return fail(why, wl, FERRY_EINVAL, "%s: missing required key \"%s\"", name, key);
     *out = dflt;
     return 0;
   }
-  if (v->type != PJ_NUM || !v->is_int || v->i <= 0 || v->i > (1ll << 40))
+  if (v->type != FERRY_JSON_NUM || !v->is_int || v->i <= 0 || v->i > (1ll << 40))
     return fail(why, wl, FERRY_EINVAL, "%s:%d: \"%s\" must be a positive integer", name, v->line,
                 key);
   *out = v->i;
   return 0;
 }
 
-static int cfg_bool(const pj_value *root, const char *key, int dflt, int *out, const char *name,
-                    char *why, size_t wl) {
-  const pj_value *v = ferry_pj_get(root, key);
-  if (!v || v->type == PJ_NULL) {
+static int cfg_bool(const ferry_json_value *root, const char *key, int dflt, int *out,
+                    const char *name, char *why, size_t wl) {
+  const ferry_json_value *v = ferry_json_get(root, key);
+  if (!v || v->type == FERRY_JSON_NULL) {
     *out = dflt;
     return 0;
   }
-  if (v->type != PJ_BOOL)
+  if (v->type != FERRY_JSON_BOOL)
     return fail(why, wl, FERRY_EINVAL, "%s:%d: \"%s\" must be true or false", name, v->line, key);
   *out = v->b;
   return 0;
 }
 
+/* The integer keys of one family's config.json and where each goes; `dflt`
+ * < 0 means required. Read in this order (the first error is reported). */
+typedef struct {
+  const char *key;
+  int64_t dflt;
+  size_t off; /* in ferry_plan_model */
+} int_key;
+
+static const int_key gpt2_keys[] = {
+    {"n_embd", -1, offsetof(ferry_plan_model, hidden)},
+    {"n_layer", -1, offsetof(ferry_plan_model, layers)},
+    {"n_head", -1, offsetof(ferry_plan_model, heads)},
+    {"vocab_size", -1, offsetof(ferry_plan_model, vocab)},
+    {"n_positions", 1024, offsetof(ferry_plan_model, positions)},
+    {"n_inner", 0, offsetof(ferry_plan_model, ffn)},
+};
+
+static const int_key llama_keys[] = {
+    {"hidden_size", -1, offsetof(ferry_plan_model, hidden)},
+    {"intermediate_size", -1, offsetof(ferry_plan_model, ffn)},
+    {"num_hidden_layers", -1, offsetof(ferry_plan_model, layers)},
+    {"num_attention_heads", -1, offsetof(ferry_plan_model, heads)},
+    {"vocab_size", -1, offsetof(ferry_plan_model, vocab)},
+    {"max_position_embeddings", 0, offsetof(ferry_plan_model, positions)},
+    {"head_dim", 0, offsetof(ferry_plan_model, head_dim)},
+};
+
+static int cfg_ints(const ferry_json_value *root, const int_key *keys, size_t n,
+                    ferry_plan_model *m, const char *name, char *why, size_t wl) {
+  for (size_t i = 0; i < n; i++) {
+    int rc = cfg_int(root, keys[i].key, keys[i].dflt, (int64_t *)((char *)m + keys[i].off), name,
+                     why, wl);
+    if (rc) return rc;
+  }
+  return 0;
+}
+
+/* Which family the config describes: *gpt2 set, or 0 for the Llama family
+ * (*type: its model_type, or NULL when it has none). */
+static int config_family(const ferry_json_value *root, const char *name, const char **type,
+                         int *gpt2, char *why, size_t wl) {
+  if (root->type != FERRY_JSON_OBJ)
+    return fail(why, wl, FERRY_EINVAL, "%s: expected a JSON object at the top", name);
+  const ferry_json_value *mt = ferry_json_get(root, "model_type");
+  const char *t = mt && mt->type == FERRY_JSON_STR ? mt->str : NULL;
+  if (mt && !t)
+    return fail(why, wl, FERRY_EINVAL, "%s:%d: \"model_type\" must be a string", name, mt->line);
+  if (ferry_json_get(root, "num_local_experts") || ferry_json_get(root, "num_experts"))
+    return fail(why, wl, FERRY_ENOTSUP,
+                "%s: mixture-of-experts models are not supported by the planner", name);
+  *gpt2 = t ? !strcmp(t, "gpt2") : ferry_json_get(root, "n_embd") != NULL;
+  int llama = t ? (!strcmp(t, "llama") || !strcmp(t, "mistral") || !strcmp(t, "qwen2"))
+                : ferry_json_get(root, "hidden_size") != NULL;
+  if (!*gpt2 && !llama) {
+    if (t)
+      return fail(why, wl, FERRY_ENOTSUP,
+                  "%s: model_type \"%s\" is not supported (gpt2, llama, mistral, qwen2)", name, t);
+    return fail(why, wl, FERRY_ENOTSUP,
+                "%s: neither a GPT-2 (n_embd) nor a Llama-family (hidden_size) config", name);
+  }
+  *type = t;
+  return FERRY_OK;
+}
+
+static int gpt2_config(const ferry_json_value *root, ferry_plan_model *m, const char *name,
+                       char *why, size_t wl) {
+  m->arch = FERRY_ARCH_GPT2;
+  int rc = cfg_ints(root, gpt2_keys, sizeof gpt2_keys / sizeof gpt2_keys[0], m, name, why, wl);
+  if (!rc) rc = cfg_bool(root, "tie_word_embeddings", 1, &m->tied, name, why, wl);
+  if (rc) return rc;
+  if (!m->ffn) m->ffn = 4 * m->hidden;
+  m->kv_heads = m->heads;
+  return FERRY_OK;
+}
+
+static int llama_config(const ferry_json_value *root, const char *type, ferry_plan_model *m,
+                        const char *name, char *why, size_t wl) {
+  m->arch = FERRY_ARCH_LLAMA;
+  int ab = 0, mb = 0;
+  int rc = cfg_ints(root, llama_keys, sizeof llama_keys / sizeof llama_keys[0], m, name, why, wl);
+  if (!rc) rc = cfg_bool(root, "tie_word_embeddings", 0, &m->tied, name, why, wl);
+  if (!rc) rc = cfg_int(root, "num_key_value_heads", m->heads, &m->kv_heads, name, why, wl);
+  if (!rc) rc = cfg_bool(root, "attention_bias", 0, &ab, name, why, wl);
+  if (!rc) rc = cfg_bool(root, "mlp_bias", 0, &mb, name, why, wl);
+  if (rc) return rc;
+  int qwen = type && !strcmp(type, "qwen2");
+  m->qkv_bias = qwen || ab; /* Qwen2 always biases q/k/v; Llama's attention_bias all four */
+  m->o_bias = ab && !qwen;
+  m->mlp_bias = mb;
+  if (m->kv_heads > m->heads || m->heads % m->kv_heads)
+    return fail(why, wl, FERRY_EINVAL,
+                "%s: num_key_value_heads %lld must divide num_attention_heads %lld", name,
+                (long long)m->kv_heads, (long long)m->heads);
+  return FERRY_OK;
+}
+
 int ferry_plan_model_from_json(const char *text, size_t len, const char *name,
                                ferry_plan_model *out, char *why, size_t wl) {
   if (!name) name = "config.json";
-  char pwhy[256];
-  pj_value *root = NULL;
-  if (ferry_pj_parse(text, len, &root, pwhy, sizeof pwhy))
-    return fail(why, wl, FERRY_EINVAL, "%s: not valid JSON: %s", name, pwhy);
-  int rc = FERRY_EINVAL;
+  ferry_json_value *root = NULL;
+  if (parse_json(text, len, name, FERRY_EINVAL, &root, why, wl)) return FERRY_EINVAL;
   ferry_plan_model m;
   memset(&m, 0, sizeof m);
-  if (root->type != PJ_OBJ) {
-    fail(why, wl, rc, "%s: expected a JSON object at the top", name);
-    goto out;
-  }
-  const pj_value *mt = ferry_pj_get(root, "model_type");
-  const char *type = mt && mt->type == PJ_STR ? mt->str : NULL;
-  if (mt && !type) {
-    fail(why, wl, rc, "%s:%d: \"model_type\" must be a string", name, mt->line);
-    goto out;
-  }
-  if (ferry_pj_get(root, "num_local_experts") || ferry_pj_get(root, "num_experts")) {
-    fail(why, wl, FERRY_ENOTSUP, "%s: mixture-of-experts models are not supported by the planner",
-         name);
-    rc = FERRY_ENOTSUP;
-    goto out;
-  }
-  int gpt2 = type ? !strcmp(type, "gpt2") : ferry_pj_get(root, "n_embd") != NULL;
-  int llama = type ? (!strcmp(type, "llama") || !strcmp(type, "mistral") ||
-                      !strcmp(type, "qwen2"))
-                   : ferry_pj_get(root, "hidden_size") != NULL;
-  if (!gpt2 && !llama) {
-    if (type)
-      fail(why, wl, FERRY_ENOTSUP,
-           "%s: model_type \"%s\" is not supported (gpt2, llama, mistral, qwen2)", name, type);
-    else
-      fail(why, wl, FERRY_ENOTSUP,
-           "%s: neither a GPT-2 (n_embd) nor a Llama-family (hidden_size) config", name);
-    rc = FERRY_ENOTSUP;
-    goto out;
-  }
-  const char *base = strrchr(name, '/');
+  const char *type = NULL, *base = strrchr(name, '/');
+  int gpt2 = 0;
   snprintf(m.name, sizeof m.name, "%s", base ? base + 1 : name);
-  if (gpt2) {
-    m.arch = FERRY_ARCH_GPT2;
-    int64_t inner = 0;
-    if (cfg_int(root, "n_embd", -1, &m.hidden, name, why, wl) ||
-        cfg_int(root, "n_layer", -1, &m.layers, name, why, wl) ||
-        cfg_int(root, "n_head", -1, &m.heads, name, why, wl) ||
-        cfg_int(root, "vocab_size", -1, &m.vocab, name, why, wl) ||
-        cfg_int(root, "n_positions", 1024, &m.positions, name, why, wl) ||
-        cfg_int(root, "n_inner", 0, &inner, name, why, wl) ||
-        cfg_bool(root, "tie_word_embeddings", 1, &m.tied, name, why, wl))
-      goto out;
-    m.ffn = inner ? inner : 4 * m.hidden;
-    m.kv_heads = m.heads;
-  } else {
-    m.arch = FERRY_ARCH_LLAMA;
-    int64_t hd = 0;
-    if (cfg_int(root, "hidden_size", -1, &m.hidden, name, why, wl) ||
-        cfg_int(root, "intermediate_size", -1, &m.ffn, name, why, wl) ||
-        cfg_int(root, "num_hidden_layers", -1, &m.layers, name, why, wl) ||
-        cfg_int(root, "num_attention_heads", -1, &m.heads, name, why, wl) ||
-        cfg_int(root, "vocab_size", -1, &m.vocab, name, why, wl) ||
-        cfg_int(root, "max_position_embeddings", 0, &m.positions, name, why, wl) ||
-        cfg_int(root, "head_dim", 0, &hd, name, why, wl) ||
-        cfg_bool(root, "tie_word_embeddings", 0, &m.tied, name, why, wl))
-      goto out;
-    if (cfg_int(root, "num_key_value_heads", m.heads, &m.kv_heads, name, why, wl)) goto out;
-    int ab = 0, mb = 0;
-    if (cfg_bool(root, "attention_bias", 0, &ab, name, why, wl) ||
-        cfg_bool(root, "mlp_bias", 0, &mb, name, why, wl))
-      goto out;
-    int qwen = type && !strcmp(type, "qwen2");
-    m.qkv_bias = qwen || ab; /* Qwen2 always biases q/k/v; Llama's attention_bias all four */
-    m.o_bias = ab && !qwen;
-    m.mlp_bias = mb;
-    if (m.kv_heads > m.heads || m.heads % m.kv_heads) {
-      fail(why, wl, rc, "%s: num_key_value_heads %lld must divide num_attention_heads %lld", name,
-           (long long)m.kv_heads, (long long)m.heads);
-      goto out;
-    }
-    m.head_dim = hd;
+  int rc = config_family(root, name, &type, &gpt2, why, wl);
+  if (!rc)
+    rc = gpt2 ? gpt2_config(root, &m, name, why, wl) : llama_config(root, type, &m, name, why, wl);
+  if (!rc && !m.head_dim) {
+    if (m.hidden % m.heads)
+      rc = fail(why, wl, FERRY_EINVAL, "%s: hidden size %lld is not a multiple of %lld heads",
+                name, (long long)m.hidden, (long long)m.heads);
+    else m.head_dim = m.hidden / m.heads;
   }
-  if (!m.head_dim) {
-    if (m.hidden % m.heads) {
-      fail(why, wl, rc, "%s: hidden size %lld is not a multiple of %lld heads", name,
-           (long long)m.hidden, (long long)m.heads);
-      goto out;
-    }
-    m.head_dim = m.hidden / m.heads;
-  }
-  *out = m;
-  rc = FERRY_OK;
-out:
-  ferry_pj_free(root);
+  if (!rc) *out = m;
+  ferry_json_free(root);
   return rc;
 }
 
 int ferry_plan_model_from_file(const char *path, ferry_plan_model *out, char *why, size_t wl) {
   char *text;
   size_t len;
-  int rc = read_file(path, 16u << 20, &text, &len, why, wl);
+  int rc = ferry_read_file(path, 16u << 20, &text, &len, why, wl);
   if (rc) return rc;
   rc = ferry_plan_model_from_json(text, len, path, out, why, wl);
   free(text);
@@ -789,39 +386,37 @@ const char *ferry_plan_bandwidth_source(unsigned bit) {
 int ferry_plan_profile_parse(const char *text, size_t len, const char *name,
                              ferry_plan_bandwidth *bw, char *why, size_t wl) {
   if (!name) name = "profile";
-  char pwhy[256];
-  pj_value *root = NULL;
-  if (ferry_pj_parse(text, len, &root, pwhy, sizeof pwhy))
-    return fail(why, wl, FERRY_ECONFIG, "%s: not valid JSON: %s", name, pwhy);
+  ferry_json_value *root = NULL;
+  if (parse_json(text, len, name, FERRY_ECONFIG, &root, why, wl)) return FERRY_ECONFIG;
   int rc = FERRY_ECONFIG;
   ferry_plan_bandwidth b = *bw;
-  if (root->type != PJ_OBJ) {
+  if (root->type != FERRY_JSON_OBJ) {
     fail(why, wl, rc, "%s: expected a JSON object", name);
     goto out;
   }
-  const pj_value *fmt = ferry_pj_get(root, "format");
-  const pj_value *ver = ferry_pj_get(root, "version");
-  if (!fmt || fmt->type != PJ_STR || strcmp(fmt->str, "ferry-profile")) {
+  const ferry_json_value *fmt = ferry_json_get(root, "format");
+  const ferry_json_value *ver = ferry_json_get(root, "version");
+  if (!fmt || fmt->type != FERRY_JSON_STR || strcmp(fmt->str, "ferry-profile")) {
     fail(why, wl, rc, "%s: \"format\": \"ferry-profile\" is missing", name);
     goto out;
   }
-  if (!ver || ver->type != PJ_NUM || !ver->is_int || ver->i != 1) {
+  if (!ver || ver->type != FERRY_JSON_NUM || !ver->is_int || ver->i != 1) {
     fail(why, wl, rc, "%s: \"version\" must be 1 (this ferry reads profile version 1)", name);
     goto out;
   }
   for (size_t i = 0; i < root->n; i++) {
     const char *k = root->keys[i];
-    const pj_value *v = &root->items[i];
+    const ferry_json_value *v = &root->items[i];
     if (!strcmp(k, "format") || !strcmp(k, "version")) continue;
     if (!strcmp(k, "machine") || !strcmp(k, "created") || !strcmp(k, "ferry_version")) {
-      if (v->type != PJ_STR) {
+      if (v->type != FERRY_JSON_STR) {
         fail(why, wl, rc, "%s:%d: \"%s\" must be a string", name, v->line, k);
         goto out;
       }
       continue;
     }
     if (!strcmp(k, "sources")) { /* free-form notes per measurement */
-      if (v->type != PJ_OBJ) {
+      if (v->type != FERRY_JSON_OBJ) {
         fail(why, wl, rc, "%s:%d: \"sources\" must be an object", name, v->line);
         goto out;
       }
@@ -838,7 +433,7 @@ int ferry_plan_profile_parse(const char *text, size_t len, const char *name,
            "ferry_version, sources)", name, v->line, k, known);
       goto out;
     }
-    if (v->type != PJ_NUM || !(v->num > 0) || v->num > 1e7) {
+    if (v->type != FERRY_JSON_NUM || !(v->num > 0) || v->num > 1e7) {
       fail(why, wl, rc, "%s:%d: \"%s\" must be a number > 0 (GB/s or TFLOP/s)", name, v->line,
            k);
       goto out;
@@ -852,14 +447,14 @@ int ferry_plan_profile_parse(const char *text, size_t len, const char *name,
   *bw = b;
   rc = FERRY_OK;
 out:
-  ferry_pj_free(root);
+  ferry_json_free(root);
   return rc;
 }
 
 int ferry_plan_profile_load(const char *path, ferry_plan_bandwidth *bw, char *why, size_t wl) {
   char *text;
   size_t len;
-  int rc = read_file(path, 1u << 20, &text, &len, why, wl);
+  int rc = ferry_read_file(path, 1u << 20, &text, &len, why, wl);
   if (rc) return rc == FERRY_ENOENT ? rc : FERRY_ECONFIG;
   rc = ferry_plan_profile_parse(text, len, path, bw, why, wl);
   free(text);
@@ -1089,10 +684,9 @@ static int tiers_fit(const ferry_plan_input *in, int p, double b, double *short_
 
 #define MAX_BATCH (1ll << 24)
 
-static void candidate(const ferry_plan_input *in, int p, ferry_plan_candidate *c) {
-  memset(c, 0, sizeof *c);
-  c->placement = p;
-  const ferry_plan_model *m = &in->model;
+/* Placement p's bytes per tier and family at the input's batch, whether they
+ * fit the budgets and, when not, by how much (in words, in c->why). */
+static void candidate_bytes(const ferry_plan_input *in, int p, ferry_plan_candidate *c) {
   double by[FERRY_PLAN_TIERS][FERRY_PLAN_FAMILIES], shortb[FERRY_PLAN_TIERS];
   place_bytes(in, p, (double)in->batch, by);
   for (int t = 0; t < FERRY_PLAN_TIERS; t++) {
@@ -1108,21 +702,25 @@ static void candidate(const ferry_plan_input *in, int p, ferry_plan_candidate *c
   c->pinned_bytes = c->tier_bytes[FERRY_PLAN_HOST]; /* tiers.host.pinned = true */
   if (c->fits) {
     snprintf(c->why, sizeof c->why, "fits");
-  } else {
-    size_t o = 0;
-    for (int t = 0; t < FERRY_PLAN_TIERS; t++) {
-      if (!c->short_by[t]) continue;
-      char s[32], need[32], have[32];
-      fmt_bytes((double)c->short_by[t], s, sizeof s);
-      fmt_bytes((double)c->tier_bytes[t], need, sizeof need);
-      fmt_bytes((double)in->budget[t], have, sizeof have);
-      o += (size_t)snprintf(c->why + o, sizeof c->why - o, "%s%s short by %s (needs %s, budget %s)",
-                            o ? "; " : "", ferry_plan_tier_name(t), s, need, have);
-      if (o >= sizeof c->why) break;
-    }
+    return;
   }
+  size_t o = 0;
+  for (int t = 0; t < FERRY_PLAN_TIERS; t++) {
+    if (!c->short_by[t]) continue;
+    char s[32], need[32], have[32];
+    fmt_bytes((double)c->short_by[t], s, sizeof s);
+    fmt_bytes((double)c->tier_bytes[t], need, sizeof need);
+    fmt_bytes((double)in->budget[t], have, sizeof have);
+    o += (size_t)snprintf(c->why + o, sizeof c->why - o, "%s%s short by %s (needs %s, budget %s)",
+                          o ? "; " : "", ferry_plan_tier_name(t), s, need, have);
+    if (o >= sizeof c->why) break;
+  }
+}
 
-  /* traffic per step */
+/* Placement p's traffic per step, each component's seconds, the bottleneck
+ * and the step time of the pipeline. */
+static void candidate_time(const ferry_plan_input *in, int p, ferry_plan_candidate *c) {
+  const ferry_plan_model *m = &in->model;
   double P = (double)ferry_plan_model_params(m), pb = in->precision == FERRY_PREC_FP32 ? 4 : 2;
   int k = ferry_plan_optimizer_states(in->optimizer);
   double tokens = (double)in->batch * (double)in->seq;
@@ -1170,24 +768,31 @@ static void candidate(const ferry_plan_input *in, int p, ferry_plan_candidate *c
    * worth of each of the others (filling and draining the pipeline) */
   c->fill_seconds = (sum - mx) / (double)ferry_plan_groups(m);
   c->step_seconds = mx + c->fill_seconds;
+}
 
-  /* the largest batch that fits at this sequence length */
-  if (!tiers_fit(in, p, 1, NULL)) {
-    c->max_batch = 0;
-  } else {
-    int64_t lo = 1, hi = 2;
-    while (hi <= MAX_BATCH && tiers_fit(in, p, (double)hi, NULL)) {
-      lo = hi;
-      hi *= 2;
-    }
-    if (hi > MAX_BATCH) hi = MAX_BATCH + 1;
-    while (hi - lo > 1) {
-      int64_t mid = lo + (hi - lo) / 2;
-      if (tiers_fit(in, p, (double)mid, NULL)) lo = mid;
-      else hi = mid;
-    }
-    c->max_batch = lo;
+/* The largest batch of placement p that fits at this sequence length. */
+static int64_t max_batch(const ferry_plan_input *in, int p) {
+  if (!tiers_fit(in, p, 1, NULL)) return 0;
+  int64_t lo = 1, hi = 2;
+  while (hi <= MAX_BATCH && tiers_fit(in, p, (double)hi, NULL)) {
+    lo = hi;
+    hi *= 2;
   }
+  if (hi > MAX_BATCH) hi = MAX_BATCH + 1;
+  while (hi - lo > 1) {
+    int64_t mid = lo + (hi - lo) / 2;
+    if (tiers_fit(in, p, (double)mid, NULL)) lo = mid;
+    else hi = mid;
+  }
+  return lo;
+}
+
+static void candidate(const ferry_plan_input *in, int p, ferry_plan_candidate *c) {
+  memset(c, 0, sizeof *c);
+  c->placement = p;
+  candidate_bytes(in, p, c);
+  candidate_time(in, p, c);
+  c->max_batch = max_batch(in, p);
 }
 
 int ferry_plan_compute(const ferry_plan_input *in, ferry_plan_result *out, char *why, size_t wl) {

@@ -1,12 +1,12 @@
-/* offload/plan.h — the memory planner inside the library: model descriptions
+/* plan/plan.h — the memory planner inside the library: model descriptions
  * (presets with exact parameter counts, Hugging Face config.json of the GPT-2
  * and Llama families), bytes per family and tier for every candidate
  * placement, a step-time model from bandwidths, and the profile format that
  * `ferry bench all` writes. Pure arithmetic, no I/O except reading a named
  * file; never prints. docs/PLANNING.md has the formulas.
  */
-#ifndef FERRY_OFFLOAD_PLAN_H
-#define FERRY_OFFLOAD_PLAN_H
+#ifndef FERRY_PLAN_PLAN_H
+#define FERRY_PLAN_PLAN_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -54,30 +54,6 @@ uint64_t ferry_plan_head_params(const ferry_plan_model *m);
 /* The largest group: the unit the engine fetches and releases. */
 uint64_t ferry_plan_largest_group(const ferry_plan_model *m);
 int64_t ferry_plan_groups(const ferry_plan_model *m);
-
-/* ---- the strict JSON reader (config.json, profiles) --------------------- */
-
-typedef enum { PJ_NULL, PJ_BOOL, PJ_NUM, PJ_STR, PJ_ARR, PJ_OBJ } pj_type;
-
-typedef struct pj_value pj_value;
-struct pj_value {
-  pj_type type;
-  int b;
-  double num;
-  int is_int;      /* the number was written as an integer that fits int64 */
-  int64_t i;
-  char *str;       /* PJ_STR (unescaped, NUL-terminated) */
-  char **keys;     /* PJ_OBJ: n keys */
-  pj_value *items; /* PJ_ARR / PJ_OBJ: n values */
-  size_t n;
-  int line;
-};
-
-/* Parses one JSON text (RFC 8259: no trailing commas, no comments, no
- * duplicate keys, depth <= 64). On failure `why` has line and column. */
-int ferry_pj_parse(const char *text, size_t len, pj_value **out, char *why, size_t wl);
-void ferry_pj_free(pj_value *v);
-const pj_value *ferry_pj_get(const pj_value *obj, const char *key);
 
 /* ---- hardware numbers ----------------------------------------------------- */
 
