@@ -4,14 +4,14 @@
 #include "core/dtype.h"
 
 static const ferry_dtype_traits k_traits[FERRY_DT_COUNT] = {
-    [FERRY_DT_F32] = {"F32", 4, 1},         [FERRY_DT_F16] = {"F16", 2, 1},
-    [FERRY_DT_BF16] = {"BF16", 2, 1},       [FERRY_DT_F64] = {"F64", 8, 0},
-    [FERRY_DT_BOOL] = {"BOOL", 1, 0},       [FERRY_DT_U8] = {"U8", 1, 0},
-    [FERRY_DT_I8] = {"I8", 1, 0},           [FERRY_DT_F8_E5M2] = {"F8_E5M2", 1, 0},
-    [FERRY_DT_F8_E4M3] = {"F8_E4M3", 1, 0}, [FERRY_DT_I16] = {"I16", 2, 0},
-    [FERRY_DT_U16] = {"U16", 2, 0},         [FERRY_DT_I32] = {"I32", 4, 0},
-    [FERRY_DT_U32] = {"U32", 4, 0},         [FERRY_DT_I64] = {"I64", 8, 0},
-    [FERRY_DT_U64] = {"U64", 8, 0},
+    [FERRY_DT_BOOL] = {"BOOL", 1, 0, 0},       [FERRY_DT_U8] = {"U8", 1, 0, 1},
+    [FERRY_DT_I8] = {"I8", 1, 0, 2},           [FERRY_DT_F8_E5M2] = {"F8_E5M2", 1, 0, 3},
+    [FERRY_DT_F8_E4M3] = {"F8_E4M3", 1, 0, 4}, [FERRY_DT_I16] = {"I16", 2, 0, 5},
+    [FERRY_DT_U16] = {"U16", 2, 0, 6},         [FERRY_DT_F16] = {"F16", 2, 1, 7},
+    [FERRY_DT_BF16] = {"BF16", 2, 1, 8},       [FERRY_DT_I32] = {"I32", 4, 0, 9},
+    [FERRY_DT_U32] = {"U32", 4, 0, 10},        [FERRY_DT_F32] = {"F32", 4, 1, 11},
+    [FERRY_DT_F64] = {"F64", 8, 0, 12},        [FERRY_DT_I64] = {"I64", 8, 0, 13},
+    [FERRY_DT_U64] = {"U64", 8, 0, 14},
 };
 
 const ferry_dtype_traits *ferry_dtype_traits_of(ferry_dtype dt) {

@@ -17,6 +17,8 @@ typedef struct {
   const char *name; /* safetensors spelling: "F32", "BF16", ... */
   size_t size;      /* bytes per element */
   int convertible;  /* F32, F16, BF16: loads and stores as float */
+  int rank;         /* position in safetensors' own dtype list (BOOL 0 ... U64 14):
+                       its writer orders tensors by it, widest-listed first */
 } ferry_dtype_traits;
 
 /* The traits of dt; NULL for FERRY_DT_NONE and values out of range. */

@@ -361,41 +361,44 @@ FERRY_API int ferry_config_key_info(int i, const char **name, const char **type,
  * caller's buffer, so a big model never has to be in RAM whole. Sharded
  * models (model.safetensors.index.json and its weight_map) open as one. */
 
-typedef enum {
-  FERRY_ST_BOOL = 0,
-  FERRY_ST_U8,
-  FERRY_ST_I8,
-  FERRY_ST_F8_E5M2,
-  FERRY_ST_F8_E4M3,
-  FERRY_ST_I16,
-  FERRY_ST_U16,
-  FERRY_ST_F16,
-  FERRY_ST_BF16,
-  FERRY_ST_I32,
-  FERRY_ST_U32,
-  FERRY_ST_F32,
-  FERRY_ST_F64,
-  FERRY_ST_I64,
-  FERRY_ST_U64,
-  FERRY_ST_DTYPE_COUNT
-} ferry_st_dtype;
+/* A tensor's dtype is a ferry_dtype (every safetensors dtype has one, named
+ * as safetensors spells it: ferry_dtype_name). */
 
-#define FERRY_ST_MAX_DIMS 8
+#define FERRY_SAFETENSORS_MAX_DIMS 8
 
 typedef struct {
   const char *name;    /* valid while the file is open */
-  ferry_st_dtype dtype;
+  ferry_dtype dtype;
   int ndim;            /* 0 for a scalar */
-  int64_t shape[FERRY_ST_MAX_DIMS];
+  int64_t shape[FERRY_SAFETENSORS_MAX_DIMS];
   uint64_t numel;
   uint64_t nbytes;     /* numel * element size */
   int shard;           /* which file of a sharded model (0 when one file) */
   uint64_t offset;     /* absolute byte offset of the data in that file */
-} ferry_st_tensor;
+} ferry_safetensors_tensor;
 
-/* "F32", "BF16", ... and the element size in bytes; NULL / 0 when unknown. */
-FERRY_API const char *ferry_st_dtype_name(ferry_st_dtype dtype);
-FERRY_API size_t ferry_st_dtype_size(ferry_st_dtype dtype);
+/* Deprecated since 0.2, removed in 0.3: the safetensors names of before
+ * ferry_dtype. */
+typedef ferry_dtype ferry_st_dtype FERRY_DEPRECATED("ferry_dtype");
+typedef ferry_safetensors_tensor ferry_st_tensor FERRY_DEPRECATED("ferry_safetensors_tensor");
+#define FERRY_ST_MAX_DIMS FERRY_SAFETENSORS_MAX_DIMS
+#define FERRY_ST_BOOL FERRY_DT_BOOL
+#define FERRY_ST_U8 FERRY_DT_U8
+#define FERRY_ST_I8 FERRY_DT_I8
+#define FERRY_ST_F8_E5M2 FERRY_DT_F8_E5M2
+#define FERRY_ST_F8_E4M3 FERRY_DT_F8_E4M3
+#define FERRY_ST_I16 FERRY_DT_I16
+#define FERRY_ST_U16 FERRY_DT_U16
+#define FERRY_ST_F16 FERRY_DT_F16
+#define FERRY_ST_BF16 FERRY_DT_BF16
+#define FERRY_ST_I32 FERRY_DT_I32
+#define FERRY_ST_U32 FERRY_DT_U32
+#define FERRY_ST_F32 FERRY_DT_F32
+#define FERRY_ST_F64 FERRY_DT_F64
+#define FERRY_ST_I64 FERRY_DT_I64
+#define FERRY_ST_U64 FERRY_DT_U64
+FERRY_API FERRY_DEPRECATED("ferry_dtype_name") const char *ferry_st_dtype_name(ferry_dtype dtype);
+FERRY_API FERRY_DEPRECATED("ferry_dtype_size") size_t ferry_st_dtype_size(ferry_dtype dtype);
 
 typedef struct ferry_safetensors ferry_safetensors;
 
@@ -414,10 +417,10 @@ FERRY_API const char *ferry_safetensors_last_error(const ferry_safetensors *f);
 
 /* Tensors in file order (shard, then data offset). */
 FERRY_API size_t ferry_safetensors_count(const ferry_safetensors *f);
-FERRY_API int ferry_safetensors_get(const ferry_safetensors *f, size_t i, ferry_st_tensor *out);
+FERRY_API int ferry_safetensors_get(const ferry_safetensors *f, size_t i, ferry_safetensors_tensor *out);
 /* By name; FERRY_ENOENT when absent. `index` (may be NULL) gets i. */
 FERRY_API int ferry_safetensors_find(const ferry_safetensors *f, const char *name,
-                                     ferry_st_tensor *out, size_t *index);
+                                     ferry_safetensors_tensor *out, size_t *index);
 /* Copies `bytes` bytes of tensor i starting `offset` bytes into its data.
  * A range past the tensor is FERRY_EINVAL; a file that shrank since open is
  * FERRY_ECORRUPT; a failed read FERRY_EIO. */
@@ -457,7 +460,7 @@ FERRY_API int ferry_safetensors_writer_metadata(ferry_safetensors_writer *w, con
                                                 const char *value);
 /* Before the first write: a tensor (duplicate names: FERRY_EINVAL). */
 FERRY_API int ferry_safetensors_writer_add(ferry_safetensors_writer *w, const char *name,
-                                           ferry_st_dtype dtype, int ndim, const int64_t *shape);
+                                           ferry_dtype dtype, int ndim, const int64_t *shape);
 /* The name of the tensor whose bytes come next (NULL when all are written);
  * the first call fixes the layout. */
 FERRY_API const char *ferry_safetensors_writer_next(ferry_safetensors_writer *w);

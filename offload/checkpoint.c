@@ -237,12 +237,6 @@ static int list_files(const char *folder, const char *sub, ckpt_file **files, si
 
 /* ---- the engine's tensors ------------------------------------------------ */
 
-static ferry_st_dtype param_st_dtype(const ferry_engine *e) {
-  return e->dtype == FERRY_DT_F16    ? FERRY_ST_F16
-         : e->dtype == FERRY_DT_BF16 ? FERRY_ST_BF16
-                                           : FERRY_ST_F32;
-}
-
 static int family_tier(const ferry_engine *e, int family) {
   int home = family == FERRY_FAMILY_PARAMS ? e->param_home : e->optim_home;
   return home == FERRY_TIER_DEVICE ? FERRY_TIER_DEVICE : FERRY_TIER_HOST;
@@ -327,7 +321,7 @@ static int holder_get(holder *h, uint32_t id, int writing, void **ptr, size_t *b
 
 /* Streams tensors into a writer: `roles` selects which (bit per role). */
 static int write_tensors(ferry_engine *e, holder *h, ferry_safetensors_writer *w, unsigned roles,
-                         ferry_st_dtype param_dt) {
+                         ferry_dtype param_dt) {
   int rc = ferry_safetensors_writer_metadata(w, "format", "pt");
   for (size_t i = 0; i < e->gt.nparams && !rc; i++) {
     eng_param *p = &e->gt.params[e->gt.by_group[i]];
@@ -335,7 +329,7 @@ static int write_tensors(ferry_engine *e, holder *h, ferry_safetensors_writer *w
       if (!(roles >> r & 1) || p->id[r] == UINT32_MAX) continue;
       char nm[FERRY_MEM_NAME_MAX + 1];
       snprintf(nm, sizeof nm, "%s%s", p->name, group_role_suffix(r));
-      rc = ferry_safetensors_writer_add(w, nm, r == FERRY_ROLE_PARAM ? param_dt : FERRY_ST_F32,
+      rc = ferry_safetensors_writer_add(w, nm, r == FERRY_ROLE_PARAM ? param_dt : FERRY_DT_F32,
                                         p->ndim, p->shape);
     }
   }
@@ -373,7 +367,7 @@ static int write_tensors(ferry_engine *e, holder *h, ferry_safetensors_writer *w
 
 /* A writer over `path` (a folder when max_shard > 0) filled and finished. */
 static int write_model(ferry_engine *e, holder *h, const char *path, uint64_t max_shard,
-                       unsigned roles, ferry_st_dtype param_dt) {
+                       unsigned roles, ferry_dtype param_dt) {
   ferry_safetensors_writer *w;
   int rc = ferry_safetensors_writer_create(path, max_shard, &w);
   if (rc) return ferry_err(&e->err, rc, "checkpoint: %s", ferry_last_error());
@@ -422,13 +416,13 @@ static int save_into(ferry_engine *e, const char *tmp, const void *blob, size_t 
   char path[4096];
   if (!rc && join(path, sizeof path, tmp, "params"))
     rc = ferry_err(&e->err, FERRY_EOVERFLOW, "checkpoint: path too long");
-  if (!rc) rc = write_model(e, &h, path, max_shard, 1u << FERRY_ROLE_PARAM, param_st_dtype(e));
+  if (!rc) rc = write_model(e, &h, path, max_shard, 1u << FERRY_ROLE_PARAM, e->dtype);
   if (!rc && join(path, sizeof path, tmp, "optim"))
     rc = ferry_err(&e->err, FERRY_EOVERFLOW, "checkpoint: path too long");
   if (!rc)
     rc = write_model(e, &h, path, max_shard,
                      1u << FERRY_ROLE_MASTER | 1u << FERRY_ROLE_EXP_AVG | 1u << FERRY_ROLE_EXP_AVG_SQ,
-                     param_st_dtype(e));
+                     e->dtype);
   holder_destroy(&h);
   if (rc) return rc;
 
@@ -444,7 +438,7 @@ static int save_into(ferry_engine *e, const char *tmp, const void *blob, size_t 
   engine_progress pg;
   engine_progress_get(e, &pg);
   m.step = pg.steps;
-  snprintf(m.param_dtype, sizeof m.param_dtype, "%s", ferry_st_dtype_name(param_st_dtype(e)));
+  snprintf(m.param_dtype, sizeof m.param_dtype, "%s", ferry_dtype_name(e->dtype));
   snprintf(m.optimizer, sizeof m.optimizer, "%s", optim_names[e->cv->opt_type]);
   m.states = e->nstates;
   memcpy(&m.loss_scale_bits, &pg.scale, sizeof m.loss_scale_bits);
@@ -771,7 +765,7 @@ int ferry_checkpoint_verify(const char *path, ferry_checkpoint_info *info) {
 
 /* ---- load ------------------------------------------------------------------ */
 
-static int shape_equal(const ferry_st_tensor *t, const eng_param *p) {
+static int shape_equal(const ferry_safetensors_tensor *t, const eng_param *p) {
   if (t->ndim != p->ndim) return 0;
   for (int d = 0; d < p->ndim; d++)
     if (t->shape[d] != p->shape[d]) return 0;
@@ -790,16 +784,16 @@ static int check_part(ferry_engine *e, ferry_safetensors *f, unsigned roles, con
       want++;
       char nm[FERRY_MEM_NAME_MAX + 1];
       snprintf(nm, sizeof nm, "%s%s", p->name, group_role_suffix(r));
-      ferry_st_tensor t;
+      ferry_safetensors_tensor t;
       if (ferry_safetensors_find(f, nm, &t, NULL)) {
         snprintf(why, wl, "%.400s: no tensor '%.300s'", what, nm);
         return FERRY_ECORRUPT;
       }
-      ferry_st_dtype dt = r == FERRY_ROLE_PARAM ? param_st_dtype(e) : FERRY_ST_F32;
+      ferry_dtype dt = r == FERRY_ROLE_PARAM ? e->dtype : FERRY_DT_F32;
       if (t.dtype != dt || !shape_equal(&t, p)) {
         snprintf(why, wl, "%.10s: tensor '%.300s' is %.8s with %d dims (first %lld), the engine has %.8s with %d "
-                 "(first %lld)", what, nm, ferry_st_dtype_name(t.dtype) ? ferry_st_dtype_name(t.dtype) : "?",
-                 t.ndim, t.ndim ? (long long)t.shape[0] : 0LL, ferry_st_dtype_name(dt), p->ndim,
+                 "(first %lld)", what, nm, ferry_dtype_name(t.dtype) ? ferry_dtype_name(t.dtype) : "?",
+                 t.ndim, t.ndim ? (long long)t.shape[0] : 0LL, ferry_dtype_name(dt), p->ndim,
                  (long long)p->shape[0]);
         return FERRY_ECORRUPT;
       }
@@ -815,7 +809,7 @@ static int check_part(ferry_engine *e, ferry_safetensors *f, unsigned roles, con
 /* Reads every tensor of f, in file order, into the engine. */
 static int load_part(ferry_engine *e, holder *h, ferry_safetensors *f) {
   for (size_t i = 0; i < ferry_safetensors_count(f); i++) {
-    ferry_st_tensor t;
+    ferry_safetensors_tensor t;
     uint32_t id;
     ferry_safetensors_get(f, i, &t);
     if (ferry_mem_lookup(e->mem, t.name, &id))
@@ -858,9 +852,9 @@ int ferry_checkpoint_load(ferry_engine *e, const char *path, void *blob, size_t 
   ferry_safetensors *pf = NULL, *of = NULL;
   float scale;
   memcpy(&scale, &m.loss_scale_bits, sizeof scale);
-  if (strcmp(m.param_dtype, ferry_st_dtype_name(param_st_dtype(e)))) {
+  if (strcmp(m.param_dtype, ferry_dtype_name(e->dtype))) {
     snprintf(why, sizeof why, "params are %.300s, the engine's precision.params is %.300s", m.param_dtype,
-             ferry_st_dtype_name(param_st_dtype(e)));
+             ferry_dtype_name(e->dtype));
     rc = FERRY_ECORRUPT;
   } else if (strcmp(m.optimizer, optim_names[e->cv->opt_type]) || m.states != e->nstates) {
     snprintf(why, sizeof why, "optimizer %.300s with %d state(s), the engine runs %.300s with %d",
@@ -946,7 +940,7 @@ int ferry_export_weights(ferry_engine *e, const char *path, uint64_t max_shard_b
   rm_tree(tmp);
   holder h;
   rc = holder_init(&h, e);
-  if (!rc) rc = write_model(e, &h, tmp, max_shard_bytes, 1u << FERRY_ROLE_PARAM, param_st_dtype(e));
+  if (!rc) rc = write_model(e, &h, tmp, max_shard_bytes, 1u << FERRY_ROLE_PARAM, e->dtype);
   holder_destroy(&h);
   int r = 0;
   if (!rc && max_shard_bytes && (r = fsync_path(tmp)))

@@ -5,6 +5,7 @@
  * deterministic (Hugging Face's layout: dtype then name order, padded header).
  */
 #include "offload/safetensors.h"
+#include "core/dtype.h"
 
 #include "core/file.h"
 #include "core/json.h"
@@ -19,41 +20,17 @@
 
 /* ---- dtypes ---------------------------------------------------------------- */
 
-static const struct {
-  const char *name;
-  size_t size;
-} k_dtypes[FERRY_ST_DTYPE_COUNT] = {
-    [FERRY_ST_BOOL] = {"BOOL", 1},       [FERRY_ST_U8] = {"U8", 1},
-    [FERRY_ST_I8] = {"I8", 1},           [FERRY_ST_F8_E5M2] = {"F8_E5M2", 1},
-    [FERRY_ST_F8_E4M3] = {"F8_E4M3", 1}, [FERRY_ST_I16] = {"I16", 2},
-    [FERRY_ST_U16] = {"U16", 2},         [FERRY_ST_F16] = {"F16", 2},
-    [FERRY_ST_BF16] = {"BF16", 2},       [FERRY_ST_I32] = {"I32", 4},
-    [FERRY_ST_U32] = {"U32", 4},         [FERRY_ST_F32] = {"F32", 4},
-    [FERRY_ST_F64] = {"F64", 8},         [FERRY_ST_I64] = {"I64", 8},
-    [FERRY_ST_U64] = {"U64", 8},
-};
-
-const char *ferry_st_dtype_name(ferry_st_dtype d) {
-  return (unsigned)d < FERRY_ST_DTYPE_COUNT ? k_dtypes[d].name : NULL;
-}
-
-size_t ferry_st_dtype_size(ferry_st_dtype d) {
-  return (unsigned)d < FERRY_ST_DTYPE_COUNT ? k_dtypes[d].size : 0;
-}
-
-int ferry_st_dtype_parse(const char *s, size_t len) {
-  for (int i = 0; i < FERRY_ST_DTYPE_COUNT; i++)
-    if (strlen(k_dtypes[i].name) == len && memcmp(k_dtypes[i].name, s, len) == 0) return i;
-  return -1;
-}
+/* Deprecated names of ferry_dtype_name and ferry_dtype_size (core/dtype.c). */
+const char *ferry_st_dtype_name(ferry_dtype d) { return ferry_dtype_name(d); }
+size_t ferry_st_dtype_size(ferry_dtype d) { return ferry_dtype_size(d); }
 
 /* ---- the reader -------------------------------------------------------------- */
 
 typedef struct {
   char *name;
-  ferry_st_dtype dtype;
+  ferry_dtype dtype;
   int ndim;
-  int64_t shape[FERRY_ST_MAX_DIMS];
+  int64_t shape[FERRY_SAFETENSORS_MAX_DIMS];
   uint64_t numel, nbytes;
   uint64_t begin, end; /* data_offsets, relative to the data section */
   int shard;
@@ -133,9 +110,9 @@ static int parse_dtype(hcur *h, st_entry *e, const char *name) {
   char d[40];
   size_t dl;
   if (ferry_json_string(&h->j, d, sizeof d, &dl)) return -1;
-  int dt = dl < sizeof d ? ferry_st_dtype_parse(d, dl) : -1;
+  int dt = dl < sizeof d ? ferry_dtype_parse(d, dl) : -1;
   if (dt < 0) return hfail(h, "tensor '%.128s': unknown dtype '%.32s'", name, d);
-  e->dtype = (ferry_st_dtype)dt;
+  e->dtype = (ferry_dtype)dt;
   return 0;
 }
 
@@ -147,8 +124,8 @@ static int parse_shape(hcur *h, st_entry *e, const char *name) {
   while ((more = ferry_json_more(&h->j, &it)) == 1) {
     uint64_t v;
     if (ferry_json_u64(&h->j, &v)) return -1;
-    if (e->ndim == FERRY_ST_MAX_DIMS)
-      return hfail(h, "tensor '%.128s': more than %d dimensions", name, FERRY_ST_MAX_DIMS);
+    if (e->ndim == FERRY_SAFETENSORS_MAX_DIMS)
+      return hfail(h, "tensor '%.128s': more than %d dimensions", name, FERRY_SAFETENSORS_MAX_DIMS);
     if (v > (uint64_t)INT64_MAX)
       return hfail(h, "tensor '%.128s': dimension %llu too large", name, (unsigned long long)v);
     e->shape[e->ndim++] = (int64_t)v;
@@ -288,7 +265,7 @@ static int check_sizes(hcur *h, ferry_safetensors *f, size_t first, uint64_t hdr
       if (s && numel > UINT64_MAX / s) over = 1;
       numel *= s;
     }
-    size_t es = ferry_st_dtype_size(e->dtype);
+    size_t es = ferry_dtype_size(e->dtype);
     if (!over && numel > UINT64_MAX / es) over = 1;
     if (over) return hfail(h, "tensor '%.128s': shape overflows 64 bits", e->name);
     e->numel = numel;
@@ -301,7 +278,7 @@ static int check_sizes(hcur *h, ferry_safetensors *f, size_t first, uint64_t hdr
       return hfail(h,
                    "tensor '%.128s': data_offsets [%llu, %llu] hold %llu bytes but shape x %s "
                    "needs %llu",
-                   e->name, b, en, en - b, ferry_st_dtype_name(e->dtype),
+                   e->name, b, en, en - b, ferry_dtype_name(e->dtype),
                    (unsigned long long)e->nbytes);
     if (e->end > data_len)
       return hfail(h,
@@ -747,7 +724,7 @@ const char *ferry_safetensors_last_error(const ferry_safetensors *f) {
 
 size_t ferry_safetensors_count(const ferry_safetensors *f) { return f ? f->nt : 0; }
 
-static void fill_info(const st_entry *e, ferry_st_tensor *o) {
+static void fill_info(const st_entry *e, ferry_safetensors_tensor *o) {
   o->name = e->name;
   o->dtype = e->dtype;
   o->ndim = e->ndim;
@@ -759,7 +736,7 @@ static void fill_info(const st_entry *e, ferry_st_tensor *o) {
   o->offset = e->offset;
 }
 
-int ferry_safetensors_get(const ferry_safetensors *f, size_t i, ferry_st_tensor *out) {
+int ferry_safetensors_get(const ferry_safetensors *f, size_t i, ferry_safetensors_tensor *out) {
   if (!f || !out) return FERRY_EINVAL;
   if (i >= f->nt)
     return ferry_err((ferry_errbuf *)&f->err, FERRY_EINVAL, "tensor index %zu of %zu", i, f->nt);
@@ -767,7 +744,7 @@ int ferry_safetensors_get(const ferry_safetensors *f, size_t i, ferry_st_tensor 
   return 0;
 }
 
-int ferry_safetensors_find(const ferry_safetensors *f, const char *name, ferry_st_tensor *out,
+int ferry_safetensors_find(const ferry_safetensors *f, const char *name, ferry_safetensors_tensor *out,
                            size_t *index) {
   if (!f || !name) return FERRY_EINVAL;
   size_t lo = 0, hi = f->nt;
@@ -838,9 +815,9 @@ const char *ferry_safetensors_shard_path(const ferry_safetensors *f, int i) {
 
 typedef struct {
   char *name;
-  ferry_st_dtype dtype;
+  ferry_dtype dtype;
   int ndim;
-  int64_t shape[FERRY_ST_MAX_DIMS];
+  int64_t shape[FERRY_SAFETENSORS_MAX_DIMS];
   uint64_t nbytes;
   int shard;
   uint64_t begin;   /* within its shard's data section */
@@ -1033,15 +1010,15 @@ int ferry_safetensors_writer_metadata(ferry_safetensors_writer *w, const char *k
 }
 
 int ferry_safetensors_writer_add(ferry_safetensors_writer *w, const char *name,
-                                 ferry_st_dtype dtype, int ndim, const int64_t *shape) {
+                                 ferry_dtype dtype, int ndim, const int64_t *shape) {
   if (!w || !name) return FERRY_EINVAL;
   if (w->laid_out) return ferry_err(&w->err, FERRY_ESTATE, "tensor '%.200s' added after the "
                                     "first write", name);
   if (!name[0] || !valid_utf8(name) || strcmp(name, "__metadata__") == 0)
     return ferry_err(&w->err, FERRY_EINVAL, "tensor name '%.200s' not allowed", name);
-  if ((unsigned)dtype >= FERRY_ST_DTYPE_COUNT)
+  if (!ferry_dtype_traits_of(dtype))
     return ferry_err(&w->err, FERRY_EINVAL, "tensor '%.200s': unknown dtype %d", name, (int)dtype);
-  if (ndim < 0 || ndim > FERRY_ST_MAX_DIMS || (ndim && !shape))
+  if (ndim < 0 || ndim > FERRY_SAFETENSORS_MAX_DIMS || (ndim && !shape))
     return ferry_err(&w->err, FERRY_EINVAL, "tensor '%.200s': %d dimensions", name, ndim);
   uint64_t numel = 1;
   for (int d = 0; d < ndim; d++) {
@@ -1070,15 +1047,17 @@ int ferry_safetensors_writer_add(ferry_safetensors_writer *w, const char *name,
   e->dtype = dtype;
   e->ndim = ndim;
   if (ndim) memcpy(e->shape, shape, (size_t)ndim * sizeof *shape);
-  e->nbytes = numel * ferry_st_dtype_size(dtype);
+  e->nbytes = numel * ferry_dtype_size(dtype);
   w->nt++;
   return 0;
 }
 
-/* Hugging Face's order: wider dtypes (later in its enum) first, then name. */
+/* Hugging Face's order: dtypes later in safetensors' own list first (its
+ * rank), then name. */
 static int cmp_layout(const void *a, const void *b) {
   const wt_entry *x = a, *y = b;
-  if (x->dtype != y->dtype) return x->dtype > y->dtype ? -1 : 1;
+  int rx = ferry_dtype_traits_of(x->dtype)->rank, ry = ferry_dtype_traits_of(y->dtype)->rank;
+  if (rx != ry) return rx > ry ? -1 : 1;
   return strcmp(x->name, y->name);
 }
 
@@ -1177,7 +1156,7 @@ static void shard_header(ferry_safetensors_writer *w, int s, sbuf *b) {
     first = 0;
     sb_json(b, e->name, 0);
     sb_str(b, ":{\"dtype\":\"");
-    sb_str(b, ferry_st_dtype_name(e->dtype));
+    sb_str(b, ferry_dtype_name(e->dtype));
     sb_str(b, "\",\"shape\":[");
     for (int d = 0; d < e->ndim; d++) {
       if (d) sb_put(b, ",", 1);

@@ -10,7 +10,4 @@
 /* The safetensors limit on the JSON header (Hugging Face refuses larger). */
 #define FERRY_ST_MAX_HEADER (100u * 1000u * 1000u)
 
-/* Parses a dtype name ("F32"); -1 when unknown. */
-int ferry_st_dtype_parse(const char *s, size_t len);
-
 #endif

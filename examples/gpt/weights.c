@@ -34,7 +34,7 @@ static void shape_str(char *b, size_t n, int ndim, const int64_t *sh) {
 /* Finds the file's tensor for schema name `name`: the name itself, or with
  * the "transformer." prefix GPT2LMHeadModel's state dict carries. */
 static int find_tensor(ferry_safetensors *f, const gpt_schema *s, const char *name,
-                       ferry_st_tensor *t, size_t *idx) {
+                       ferry_safetensors_tensor *t, size_t *idx) {
   if (!ferry_safetensors_find(f, name, t, idx)) return 0;
   if (s->cfg.family == GPT_GPT2) {
     char alt[128];
@@ -88,16 +88,16 @@ int gpt_weights_src_open(const gpt_schema *s, const char *path, uint64_t seed,
   /* check every tensor before any value is handed out */
   for (int i = 0; i < s->n_params; i++) {
     const gpt_param *q = &s->params[i];
-    ferry_st_tensor t;
+    ferry_safetensors_tensor t;
     size_t idx;
     char want[64], got[64];
     if (find_tensor(w->f, s, q->name, &t, &idx)) {
       snprintf(err, el, "%s: tensor '%s' is missing", path, q->name);
       goto fail;
     }
-    if (t.dtype != FERRY_ST_F32 && t.dtype != FERRY_ST_F16 && t.dtype != FERRY_ST_BF16) {
+    if (t.dtype != FERRY_DT_F32 && t.dtype != FERRY_DT_F16 && t.dtype != FERRY_DT_BF16) {
       snprintf(err, el, "%s: tensor '%s' has dtype %s, expected F32, F16 or BF16", path, q->name,
-               ferry_st_dtype_name(t.dtype));
+               ferry_dtype_name(t.dtype));
       goto fail;
     }
     int same = t.ndim == q->ndim;
@@ -139,18 +139,18 @@ int gpt_weights_src_fill(gpt_weights_src *w, int i, float *dst, char *err, size_
     return 0;
   }
   const gpt_param *q = &w->s->params[i];
-  ferry_st_tensor t;
+  ferry_safetensors_tensor t;
   size_t idx;
   find_tensor(w->f, w->s, q->name, &t, &idx); /* checked at open */
   int rc = 0;
-  if (t.dtype == FERRY_ST_F32) {
+  if (t.dtype == FERRY_DT_F32) {
     rc = ferry_safetensors_read(w->f, idx, 0, dst, q->numel * sizeof(float));
   } else {
     for (size_t at = 0; !rc && at < q->numel; at += SRC_CHUNK) {
       size_t n = q->numel - at < SRC_CHUNK ? q->numel - at : SRC_CHUNK;
       rc = ferry_safetensors_read(w->f, idx, at * 2, w->tmp, n * 2);
       for (size_t k = 0; !rc && k < n; k++)
-        dst[at + k] = t.dtype == FERRY_ST_F16 ? gpt_f16_to_f32(w->tmp[k]) : gpt_bf16_to_f32(w->tmp[k]);
+        dst[at + k] = t.dtype == FERRY_DT_F16 ? gpt_f16_to_f32(w->tmp[k]) : gpt_bf16_to_f32(w->tmp[k]);
     }
   }
   if (rc) {
@@ -217,7 +217,7 @@ int gpt_weights_save_with(const gpt_schema *s, gpt_weights_read_fn read, void *u
   }
   int rc = ferry_safetensors_writer_metadata(w, "format", "pt");
   for (int i = 0; !rc && i < s->n_params; i++)
-    rc = ferry_safetensors_writer_add(w, s->params[i].name, FERRY_ST_F32, s->params[i].ndim,
+    rc = ferry_safetensors_writer_add(w, s->params[i].name, FERRY_DT_F32, s->params[i].ndim,
                                       s->params[i].shape);
   const char *next;
   while (!rc && (next = ferry_safetensors_writer_next(w))) {

@@ -16,10 +16,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (ferry_safetensors_open_memory(data, size, &f) != 0) return 0;
   static unsigned char buf[4096];
   for (size_t i = 0; i < ferry_safetensors_count(f); i++) {
-    ferry_st_tensor t;
+    ferry_safetensors_tensor t;
     if (ferry_safetensors_get(f, i, &t) != 0) __builtin_trap();
     if (t.offset + t.nbytes > size) __builtin_trap(); /* the reader promised in-bounds */
-    ferry_st_tensor u;
+    ferry_safetensors_tensor u;
     size_t idx;
     if (ferry_safetensors_find(f, t.name, &u, &idx) != 0 || idx != i) __builtin_trap();
     for (uint64_t at = 0; at < t.nbytes; at += sizeof buf) {

@@ -16,7 +16,7 @@
 #include <string.h>
 
 static void *read_all(ferry_safetensors *f, const char *name, size_t *n) {
-  ferry_st_tensor t;
+  ferry_safetensors_tensor t;
   size_t idx;
   REQUIRE(ferry_safetensors_find(f, name, &t, &idx) == 0);
   void *b = malloc(t.nbytes ? t.nbytes : 1);

@@ -24,11 +24,11 @@
 
 static double g_max_logit, g_max_grad, g_max_train;
 
-static void *read_all(ferry_safetensors *f, const char *name, size_t *n, ferry_st_dtype want) {
-  ferry_st_tensor t;
+static void *read_all(ferry_safetensors *f, const char *name, size_t *n, ferry_dtype want) {
+  ferry_safetensors_tensor t;
   size_t idx;
   if (ferry_safetensors_find(f, name, &t, &idx) || t.dtype != want) {
-    fprintf(stderr, "reference: no %s tensor '%s'\n", ferry_st_dtype_name(want), name);
+    fprintf(stderr, "reference: no %s tensor '%s'\n", ferry_dtype_name(want), name);
     exit(1);
   }
   void *b = malloc(t.nbytes ? t.nbytes : 1);
@@ -66,10 +66,10 @@ static void run_family(const char *dir, const char *family) {
     exit(1);
   }
   size_t nt, nl;
-  int32_t *tokens = read_all(ref, "tokens", &nt, FERRY_ST_I32);
-  int32_t *targets = read_all(ref, "targets", NULL, FERRY_ST_I32);
-  float *logits = read_all(ref, "logits", &nl, FERRY_ST_F32);
-  float *loss_ref = read_all(ref, "loss", NULL, FERRY_ST_F32);
+  int32_t *tokens = read_all(ref, "tokens", &nt, FERRY_DT_I32);
+  int32_t *targets = read_all(ref, "targets", NULL, FERRY_DT_I32);
+  float *logits = read_all(ref, "logits", &nl, FERRY_DT_F32);
+  float *loss_ref = read_all(ref, "loss", NULL, FERRY_DT_F32);
   int B = 2, T = (int)nt / 2;
 
   for (int ck = 0; ck < 2; ck++) {
@@ -103,7 +103,7 @@ static void run_family(const char *dir, const char *family) {
       char gname[128];
       snprintf(gname, sizeof gname, "grad.%s", s.params[i].name);
       size_t n;
-      float *gt = read_all(ref, gname, &n, FERRY_ST_F32);
+      float *gt = read_all(ref, gname, &n, FERRY_DT_F32);
       REQUIRE(n == s.params[i].numel);
       const float *gc = gpt_resident_g(&r, i);
       double mx = 0, md = 0;
@@ -131,10 +131,10 @@ static void run_family(const char *dir, const char *family) {
   /* 10 AdamW steps */
   memcpy(r.weights, w0, s.total_numel * sizeof(float));
   size_t ntt;
-  int32_t *ttok = read_all(ref, "train.tokens", &ntt, FERRY_ST_I32);
-  int32_t *ttgt = read_all(ref, "train.targets", NULL, FERRY_ST_I32);
+  int32_t *ttok = read_all(ref, "train.tokens", &ntt, FERRY_DT_I32);
+  int32_t *ttgt = read_all(ref, "train.targets", NULL, FERRY_DT_I32);
   size_t nsteps;
-  float *tloss = read_all(ref, "train.losses", &nsteps, FERRY_ST_F32);
+  float *tloss = read_all(ref, "train.losses", &nsteps, FERRY_DT_F32);
   const char *lr_s = ferry_safetensors_metadata_find(ref, "lr");
   const char *wd_s = ferry_safetensors_metadata_find(ref, "weight_decay");
   REQUIRE(lr_s && wd_s);

@@ -65,8 +65,8 @@ static void write_variant(const char *path, const gpt_schema *s, gpt_resident *r
     snprintf(name, sizeof name, "%s%s", variant == V_PREFIX ? "transformer." : "", q->name);
     int hit = victim && !strcmp(q->name, victim);
     if (variant == V_MISSING && hit) continue;
-    ferry_st_dtype dt = variant == V_BF16 ? FERRY_ST_BF16 : variant == V_F16 ? FERRY_ST_F16
-                        : variant == V_DTYPE && hit ? FERRY_ST_I32 : FERRY_ST_F32;
+    ferry_dtype dt = variant == V_BF16 ? FERRY_DT_BF16 : variant == V_F16 ? FERRY_DT_F16
+                        : variant == V_DTYPE && hit ? FERRY_DT_I32 : FERRY_DT_F32;
     int64_t shape[2] = {q->shape[0], q->shape[1]};
     int ndim = q->ndim;
     if (variant == V_SHAPE && hit) shape[0] += 1;

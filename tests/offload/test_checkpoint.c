@@ -172,10 +172,10 @@ static void test_export(void) {
   for (int g = 0; g < CK_G; g++) {
     char name[32];
     snprintf(name, sizeof name, "layer%d.w", g);
-    ferry_st_tensor t;
+    ferry_safetensors_tensor t;
     size_t i;
     REQUIRE(ferry_safetensors_find(f, name, &t, &i) == 0);
-    EXPECT(t.dtype == FERRY_ST_BF16 && t.ndim == 2 && t.shape[0] == CK_D && t.shape[1] == CK_D);
+    EXPECT(t.dtype == FERRY_DT_BF16 && t.ndim == 2 && t.shape[0] == CK_D && t.shape[1] == CK_D);
     REQUIRE(ferry_safetensors_read(f, i, 0, w, sizeof w) == 0);
     /* the bf16 params are the master weights rounded to nearest even */
     int ok = 1;

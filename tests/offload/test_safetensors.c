@@ -20,7 +20,7 @@ static unsigned char pat(uint64_t j, int seed) { return (unsigned char)((31 * j 
 
 typedef struct {
   const char *name;
-  ferry_st_dtype dtype;
+  ferry_dtype dtype;
   int ndim;
   int64_t shape[3];
   int seed;
@@ -28,15 +28,15 @@ typedef struct {
 
 /* the table of tests/fixtures/gen_safetensors.py */
 static const spec k_small[] = {
-    {"a.weight", FERRY_ST_F32, 2, {3, 4}, 0}, {"b.bias", FERRY_ST_F16, 1, {5}, 1},
-    {"c", FERRY_ST_BF16, 2, {2, 3}, 2},       {"d", FERRY_ST_I64, 1, {2}, 3},
-    {"e", FERRY_ST_U8, 1, {7}, 4},            {"scalar", FERRY_ST_F32, 0, {0}, 5},
-    {"empty", FERRY_ST_F32, 2, {0, 4}, 6},    {"z.i32", FERRY_ST_I32, 1, {3}, 7},
+    {"a.weight", FERRY_DT_F32, 2, {3, 4}, 0}, {"b.bias", FERRY_DT_F16, 1, {5}, 1},
+    {"c", FERRY_DT_BF16, 2, {2, 3}, 2},       {"d", FERRY_DT_I64, 1, {2}, 3},
+    {"e", FERRY_DT_U8, 1, {7}, 4},            {"scalar", FERRY_DT_F32, 0, {0}, 5},
+    {"empty", FERRY_DT_F32, 2, {0, 4}, 6},    {"z.i32", FERRY_DT_I32, 1, {3}, 7},
 };
 #define NSMALL (sizeof k_small / sizeof k_small[0])
 
 static uint64_t spec_bytes(const spec *s) {
-  uint64_t n = ferry_st_dtype_size(s->dtype);
+  uint64_t n = ferry_dtype_size(s->dtype);
   for (int d = 0; d < s->ndim; d++) n *= (uint64_t)s->shape[d];
   return n;
 }
@@ -111,7 +111,7 @@ static int write_specs(const char *path, uint64_t shard, const spec *s, size_t n
 static void check_contents(ferry_safetensors *f, const spec *s, size_t n) {
   EXPECT_EQ_INT(ferry_safetensors_count(f), n);
   for (size_t i = 0; i < n; i++) {
-    ferry_st_tensor t;
+    ferry_safetensors_tensor t;
     size_t idx;
     int rc = ferry_safetensors_find(f, s[i].name, &t, &idx);
     EXPECT_EQ_INT(rc, 0);
@@ -152,7 +152,7 @@ static void test_hf_fixture(void) {
   const char *v = ferry_safetensors_metadata_find(f, "format");
   EXPECT(v && strcmp(v, "pt") == 0);
   /* file order is data order: Hugging Face puts I64 first */
-  ferry_st_tensor t0;
+  ferry_safetensors_tensor t0;
   EXPECT_EQ_INT(ferry_safetensors_get(f, 0, &t0), 0);
   EXPECT(strcmp(t0.name, "d") == 0);
   ferry_safetensors_close(f);
@@ -179,13 +179,13 @@ static int copy_file(const char *src, const char *dst, uint64_t shard) {
     EXPECT_EQ_INT(ferry_safetensors_writer_metadata(w, k, v), 0);
   }
   for (size_t i = 0; i < ferry_safetensors_count(f); i++) {
-    ferry_st_tensor t;
+    ferry_safetensors_tensor t;
     ferry_safetensors_get(f, i, &t);
     EXPECT_EQ_INT(ferry_safetensors_writer_add(w, t.name, t.dtype, t.ndim, t.shape), 0);
   }
   const char *next;
   while ((next = ferry_safetensors_writer_next(w))) {
-    ferry_st_tensor t;
+    ferry_safetensors_tensor t;
     size_t idx;
     REQUIRE(ferry_safetensors_find(f, next, &t, &idx) == 0);
     unsigned char buf[7];
@@ -206,10 +206,10 @@ static void test_roundtrip(void) {
              *c = pth(g_tmp, "rt_c.safetensors");
   /* names needing escapes and non-ASCII, no metadata */
   static const spec odd[] = {
-      {"q\"uo\\te", FERRY_ST_F32, 1, {2}, 1},
-      {"tab\there\n", FERRY_ST_BF16, 2, {1, 3}, 2},
-      {"caf\xc3\xa9.\xf0\x9f\x98\x80", FERRY_ST_U16, 1, {4}, 3},
-      {"ctl\x01", FERRY_ST_F64, 1, {1}, 4},
+      {"q\"uo\\te", FERRY_DT_F32, 1, {2}, 1},
+      {"tab\there\n", FERRY_DT_BF16, 2, {1, 3}, 2},
+      {"caf\xc3\xa9.\xf0\x9f\x98\x80", FERRY_DT_U16, 1, {4}, 3},
+      {"ctl\x01", FERRY_DT_F64, 1, {1}, 4},
   };
   EXPECT_EQ_INT(write_specs(a, 0, odd, 4, 3, 0), 0);
   EXPECT_EQ_INT(copy_file(a, b, 0), 0);
@@ -230,9 +230,9 @@ static void test_roundtrip(void) {
 }
 
 static const spec k_sharded[] = {
-    {"layer.0.w", FERRY_ST_F32, 2, {4, 8}, 10}, {"layer.1.w", FERRY_ST_F32, 2, {4, 8}, 11},
-    {"layer.2.w", FERRY_ST_F32, 2, {4, 8}, 12}, {"layer.3.w", FERRY_ST_F32, 2, {4, 8}, 13},
-    {"layer.4.w", FERRY_ST_F32, 2, {4, 8}, 14},
+    {"layer.0.w", FERRY_DT_F32, 2, {4, 8}, 10}, {"layer.1.w", FERRY_DT_F32, 2, {4, 8}, 11},
+    {"layer.2.w", FERRY_DT_F32, 2, {4, 8}, 12}, {"layer.3.w", FERRY_DT_F32, 2, {4, 8}, 13},
+    {"layer.4.w", FERRY_DT_F32, 2, {4, 8}, 14},
 };
 
 static void test_sharded(void) {
@@ -441,7 +441,7 @@ static void test_hostile(void) {
   struct stat st;
   stat(p, &st);
   REQUIRE(truncate(p, st.st_size - 3) == 0);
-  ferry_st_tensor t;
+  ferry_safetensors_tensor t;
   size_t idx;
   ferry_safetensors_get(f, ferry_safetensors_count(f) - 1, &t);
   REQUIRE(ferry_safetensors_find(f, t.name, &t, &idx) == 0);
@@ -459,30 +459,30 @@ static void test_writer_errors(void) {
   const char *p = pth(g_tmp, "werr.safetensors");
   REQUIRE(ferry_safetensors_writer_create(p, 0, &w) == 0);
   int64_t s2[] = {2};
-  EXPECT_EQ_INT(ferry_safetensors_writer_add(w, "b", FERRY_ST_F32, 1, s2), 0);
-  EXPECT_EQ_INT(ferry_safetensors_writer_add(w, "a", FERRY_ST_F32, 1, s2), 0);
-  EXPECT_EQ_INT(ferry_safetensors_writer_add(w, "a", FERRY_ST_F32, 1, s2), FERRY_EINVAL);
-  EXPECT_EQ_INT(ferry_safetensors_writer_add(w, "__metadata__", FERRY_ST_F32, 1, s2), FERRY_EINVAL);
-  EXPECT_EQ_INT(ferry_safetensors_writer_add(w, "x", (ferry_st_dtype)99, 1, s2), FERRY_EINVAL);
+  EXPECT_EQ_INT(ferry_safetensors_writer_add(w, "b", FERRY_DT_F32, 1, s2), 0);
+  EXPECT_EQ_INT(ferry_safetensors_writer_add(w, "a", FERRY_DT_F32, 1, s2), 0);
+  EXPECT_EQ_INT(ferry_safetensors_writer_add(w, "a", FERRY_DT_F32, 1, s2), FERRY_EINVAL);
+  EXPECT_EQ_INT(ferry_safetensors_writer_add(w, "__metadata__", FERRY_DT_F32, 1, s2), FERRY_EINVAL);
+  EXPECT_EQ_INT(ferry_safetensors_writer_add(w, "x", (ferry_dtype)99, 1, s2), FERRY_EINVAL);
   float v[3] = {1, 2, 3};
   EXPECT_EQ_INT(ferry_safetensors_writer_write(w, "b", v, 8), FERRY_ESTATE);
   EXPECT(strstr(ferry_safetensors_writer_last_error(w), "expected 'a'") != NULL);
   EXPECT_EQ_INT(ferry_safetensors_writer_write(w, "a", v, 12), FERRY_EINVAL);
   EXPECT_EQ_INT(ferry_safetensors_writer_write(w, "a", v, 8), 0);
-  EXPECT_EQ_INT(ferry_safetensors_writer_add(w, "c", FERRY_ST_F32, 1, s2), FERRY_ESTATE);
+  EXPECT_EQ_INT(ferry_safetensors_writer_add(w, "c", FERRY_DT_F32, 1, s2), FERRY_ESTATE);
   EXPECT_EQ_INT(ferry_safetensors_writer_finish(w), FERRY_ESTATE);
   EXPECT(strstr(ferry_safetensors_writer_last_error(w), "'b': 0 of 8") != NULL);
   /* destroyed unfinished: the partial file is removed */
   ferry_safetensors_writer_destroy(w);
   EXPECT(access(p, F_OK) != 0);
   EXPECT_EQ_INT(ferry_safetensors_writer_create("/proc/nonexistent/dir/x", 0, &w), 0);
-  EXPECT_EQ_INT(ferry_safetensors_writer_add(w, "a", FERRY_ST_F32, 1, s2), 0);
+  EXPECT_EQ_INT(ferry_safetensors_writer_add(w, "a", FERRY_DT_F32, 1, s2), 0);
   EXPECT(ferry_safetensors_writer_next(w) == NULL);
   EXPECT(ferry_safetensors_writer_finish(w) != 0);
   ferry_safetensors_writer_destroy(w);
-  EXPECT(strcmp(ferry_st_dtype_name(FERRY_ST_BF16), "BF16") == 0);
-  EXPECT(ferry_st_dtype_size(FERRY_ST_F64) == 8);
-  EXPECT(ferry_st_dtype_name((ferry_st_dtype)-1) == NULL);
+  EXPECT(strcmp(ferry_dtype_name(FERRY_DT_BF16), "BF16") == 0);
+  EXPECT(ferry_dtype_size(FERRY_DT_F64) == 8);
+  EXPECT(ferry_dtype_name((ferry_dtype)-1) == NULL);
 }
 
 int main(int argc, char **argv) {
