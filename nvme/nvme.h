@@ -173,10 +173,6 @@ typedef struct {
 } ferry_swap_stats;
 void ferry_swap_get_stats(ferry_swap *s, ferry_swap_stats *out);
 
-/* CRC32C (Castagnoli), the iSCSI CRC: crc32c(0, "123456789", 9) is
- * 0xE3069283. Chains: crc32c(crc32c(0, a), b) = crc32c(0, a||b). */
-uint32_t ferry_crc32c(uint32_t crc, const void *data, size_t len);
-
 /* ---- fault injection (FERRY_FAULT_INJECTION builds; else FERRY_ENOTSUP) */
 
 typedef enum {

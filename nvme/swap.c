@@ -5,10 +5,10 @@
  * I/O and refills the queue. Fault injection lives here too (test builds).
  */
 #include "nvme/swap_impl.h"
+#include "core/crc32c.h"
 
 #include <errno.h>
 #include <fcntl.h>
-#include <isa-l/crc.h>
 #include <liburing.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,20 +16,6 @@
 #include <sys/stat.h>
 #include <sched.h>
 #include <unistd.h>
-
-/* ------------------------------------------------------------------------ */
-
-uint32_t ferry_crc32c(uint32_t crc, const void *data, size_t len) {
-  const unsigned char *p = data;
-  uint32_t c = ~crc;
-  while (len) { /* ISA-L takes an int length */
-    int n = len > (1u << 30) ? (1 << 30) : (int)len;
-    c = crc32_iscsi((unsigned char *)p, n, c);
-    p += n;
-    len -= (size_t)n;
-  }
-  return ~c;
-}
 
 ferry_swap_config ferry_swap_config_default(void) {
   ferry_swap_config c;

@@ -10,6 +10,7 @@
  * before it and u32 CRC32C of those bytes.
  */
 #include "nvme/swap_impl.h"
+#include "core/crc32c.h"
 
 #include <errno.h>
 #include <fcntl.h>
