@@ -1,5 +1,5 @@
 /* nvme/swap_impl.h — the swap store's private structures, shared by
- * swap.c (requests, completion thread, open/close) and swap_index.c (the
+ * swap_open.c (requests, completion thread, open/close) and swap_index.c (the
  * index saved next to kept files and read back by ferry_swap_reopen).
  */
 #ifndef FERRY_SWAP_IMPL_H

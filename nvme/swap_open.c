@@ -1,4 +1,4 @@
-/* nvme/swap.c — the io_uring swap store: files in 1..N directories holding
+/* nvme/swap_open.c — the io_uring swap store: files in 1..N directories holding
  * fixed-size chunk slots, blocks of a slot striped over the files, shadow
  * slots so a failed rewrite keeps the old bytes, CRC32C per block, one ring
  * per store with a completion thread that reaps, verifies, retries short
