@@ -2,7 +2,7 @@
  * is checked, queued (or waits for a spare slot), cut into pieces and
  * issued to the ring as units come free; what the completion side prepares
  * is submitted in batches (swap_flush_sq); a write's CRCs are taken while
- * it flies. Also poll, wait and drain.
+ * it flies. Also poll, wait, drain and what a finished request tells.
  */
 #include "nvme/swap_impl.h"
 #include "core/crc32c.h"
@@ -398,6 +398,12 @@ int ferry_swap_wait(ferry_swap_req *req) {
   int st = req->status;
   pthread_mutex_unlock(&s->mu);
   return st;
+}
+
+void ferry_swap_req_times(const ferry_swap_req *r, int *op, double *t_submit, double *t_done) {
+  if (op) *op = r->op;
+  if (t_submit) *t_submit = r->t_submit;
+  if (t_done) *t_done = r->t_done;
 }
 
 void ferry_swap_drain(ferry_swap *s) {
