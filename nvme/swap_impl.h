@@ -178,6 +178,7 @@ static inline void locate(const ferry_swap *s, uint32_t phys, uint32_t pos, uint
   *off = ((uint64_t)phys * s->ppf + pos / n) * s->bs;
 }
 
+/* A file operation's errno as a status code. */
 static inline int status_of_errno(int e) {
   switch (e) {
   case ENOSPC:
@@ -195,6 +196,8 @@ static inline int status_of_errno(int e) {
 
 /* Checks the configuration fields every store needs. */
 int swap_check_cfg(const ferry_swap_config *cfg, const char *name, int need_geometry);
+/* A store with cfg and name copied in and nothing opened; NULL when out
+ * of memory. */
 ferry_swap *swap_new_store(const ferry_swap_config *cfg, const char *name);
 /* What each directory offers: sets s->direct, mem_align and oa. */
 int swap_probe_dirs(ferry_swap *s, ferry_path_info *pi, dev_t *devs);
