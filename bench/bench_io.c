@@ -7,6 +7,7 @@
 #include "bench/bench.h"
 #include "bench/json.h"
 #include "bench/io_common.h"
+#include "core/crc32c.h"
 #include "nvme/nvme.h"
 
 #include <pthread.h>

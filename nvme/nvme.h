@@ -151,6 +151,11 @@ int ferry_swap_poll(ferry_swap_req *req);
 int ferry_swap_wait(ferry_swap_req *req);
 /* Blocks until nothing is in flight on the store. */
 void ferry_swap_drain(ferry_swap *s);
+/* What a finished request was and when (its callback has run, or poll or
+ * wait returned its status): *op 0 read, 1 write; *t_submit when it was
+ * started and *t_done when it completed (ferry_now seconds). Any out
+ * pointer may be NULL. */
+void ferry_swap_req_times(const ferry_swap_req *r, int *op, double *t_submit, double *t_done);
 
 /* Bytes of chunk as last written successfully (0 when never written). */
 size_t ferry_swap_chunk_len(ferry_swap *s, uint32_t chunk);
@@ -172,10 +177,6 @@ typedef struct {
                                  * the submission batch */
 } ferry_swap_stats;
 void ferry_swap_get_stats(ferry_swap *s, ferry_swap_stats *out);
-
-/* CRC32C (Castagnoli), the iSCSI CRC: crc32c(0, "123456789", 9) is
- * 0xE3069283. Chains: crc32c(crc32c(0, a), b) = crc32c(0, a||b). */
-uint32_t ferry_crc32c(uint32_t crc, const void *data, size_t len);
 
 /* ---- fault injection (FERRY_FAULT_INJECTION builds; else FERRY_ENOTSUP) */
 

@@ -1,12 +1,18 @@
-/* nvme/swap_impl.h — the swap store's private structures, shared by
- * swap.c (requests, completion thread, open/close) and swap_index.c (the
- * index saved next to kept files and read back by ferry_swap_reopen).
+/* nvme/swap_impl.h — the swap store's private structures and the calls
+ * between its files. From the top down (each file calls only files below
+ * it): swap_open.c and swap_reopen.c (a store's life: open, close, reopen
+ * from an index, info), swap_complete.c (the completion thread),
+ * swap_check.c (finished pieces: read check, commit, callback; the check
+ * workers), swap_submit.c (requests started and issued to the ring, write
+ * CRCs), swap_fault.c (fault injection); swap_index.c (the index file of
+ * kept files) calls none of them.
  */
 #ifndef FERRY_SWAP_IMPL_H
 #define FERRY_SWAP_IMPL_H
 
 #include "nvme/nvme.h"
 
+#include <errno.h>
 #include <liburing.h>
 #include <pthread.h>
 #include <sys/types.h>
@@ -133,6 +139,140 @@ typedef struct {
   uint32_t *crc;
   unsigned char *lost;
 } swap_saved;
+
+/* ---- geometry and errors (every file) ---------------------------------- */
+
+/* How many pieces a chunk of len bytes is cut into: full blocks, an
+ * aligned part of the tail, a sub-alignment tail. */
+static inline uint32_t npieces_of(const ferry_swap *s, size_t len) {
+  size_t nfull = len / s->bs, rem = len % s->bs, a = rem - rem % s->oa;
+  return (uint32_t)(nfull + (a > 0) + (rem - a > 0));
+}
+
+/* Piece k of a chunk of len bytes: its block position, offset inside the
+ * block, data bytes, and whether it is the sub-alignment tail (bounce). */
+static inline void piece_geom(const ferry_swap *s, size_t len, uint32_t k, uint32_t *pos,
+                              size_t *intra, size_t *dlen, int *bounce) {
+  size_t nfull = len / s->bs, rem = len % s->bs, a = rem - rem % s->oa;
+  *bounce = 0;
+  *intra = 0;
+  if (k < nfull) {
+    *pos = k;
+    *dlen = s->bs;
+  } else if (k == nfull && a) {
+    *pos = (uint32_t)nfull;
+    *dlen = a;
+  } else {
+    *pos = (uint32_t)nfull;
+    *intra = a;
+    *dlen = rem - a;
+    *bounce = 1;
+  }
+}
+
+/* Where block position pos of physical slot phys lives: file and offset. */
+static inline void locate(const ferry_swap *s, uint32_t phys, uint32_t pos, uint32_t *file,
+                          uint64_t *off) {
+  uint32_t n = (uint32_t)s->npaths;
+  *file = (phys + pos) % n;
+  *off = ((uint64_t)phys * s->ppf + pos / n) * s->bs;
+}
+
+/* A file operation's errno as a status code. */
+static inline int status_of_errno(int e) {
+  switch (e) {
+  case ENOSPC:
+  case EDQUOT: return FERRY_ENOSPC;
+  case ENOENT: return FERRY_ENOENT;
+  case EACCES:
+  case EPERM:
+  case EROFS: return FERRY_EPERM;
+  case ENOMEM: return FERRY_ENOMEM;
+  default: return FERRY_EIO;
+  }
+}
+
+/* ---- swap_open.c: what open and reopen share ----------------------------- */
+
+/* Checks the configuration fields every store needs. */
+int swap_check_cfg(const ferry_swap_config *cfg, const char *name, int need_geometry);
+/* A store with cfg and name copied in and nothing opened; NULL when out
+ * of memory. */
+ferry_swap *swap_new_store(const ferry_swap_config *cfg, const char *name);
+/* What each directory offers: sets s->direct, mem_align and oa. */
+int swap_probe_dirs(ferry_swap *s, ferry_path_info *pi, dev_t *devs);
+/* The in-memory index and the I/O units, sized once (geometry set). */
+int swap_alloc_index(ferry_swap *s);
+/* The ring, the files registered with it, the check workers and the
+ * completion thread. */
+int swap_start_ring(ferry_swap *s);
+/* Hands s's error to ferry_last_error, frees s; returns status. */
+int swap_open_fail(ferry_swap *s, int status);
+
+/* ---- swap_complete.c: the completion thread ----------------------------- */
+
+int swap_completion_start(ferry_swap *s);
+/* Stops and joins the completion thread (when started). */
+void swap_completion_stop(ferry_swap *s);
+
+/* ---- swap_check.c: finished pieces and the check workers ---------------- */
+
+/* Processes the finished pieces fin[0..nfin) (with the check workers when
+ * worth it); returns when every one is processed. */
+void swap_run_batch(ferry_swap *s, done_piece *fin, unsigned nfin);
+/* Commits request r, whose every piece is done (and a write's CRCs
+ * taken), and runs its callback. */
+void swap_finish_whole(ferry_swap *s, ferry_swap_req *r);
+int swap_workers_start(ferry_swap *s);
+/* Stops and joins the check workers (no batch may be in progress). */
+void swap_workers_stop(ferry_swap *s);
+
+/* ---- swap_submit.c: the submission side (mutex held unless said) -------- */
+
+void swap_submit_now(ferry_swap *s);
+struct io_uring_sqe *swap_get_sqe(ferry_swap *s);
+/* Submits a NOP carrying tag (STOP_TAG, FIN_TAG) to wake the completion
+ * thread. */
+void swap_post_tag(ferry_swap *s, uint64_t tag);
+/* Prepares the SQE of what is left of unit u's piece. */
+void swap_prep_unit(ferry_swap *s, io_unit *u);
+/* Issues pieces of the queued requests while units are free; returns how
+ * many. */
+int swap_issue(ferry_swap *s);
+/* Submits what the completion side prepared: now when force, when the
+ * disk is short of work, or when a quarter of the queue depth is ready. */
+void swap_flush_sq(ferry_swap *s, int force);
+/* The request lost a piece: issue nothing more of it. */
+void swap_fail_req(ferry_swap *s, ferry_swap_req *r, int err);
+/* A physical slot came free: start writes that waited for one. */
+void swap_start_waiting_writes(ferry_swap *s);
+/* Runs r's callback (no mutex) with this thread marked as reaping for s:
+ * the requests it starts wait to be submitted with the batch. */
+void swap_run_callback(ferry_swap *s, ferry_swap_req *r);
+/* Computes write r's CRCs unless another thread took them (no mutex). */
+void swap_claim_write_crcs(ferry_swap *s, ferry_swap_req *r);
+/* Detaches the list at *head (crcq or finq, linked by crc_next); with
+ * flush, first submits what is prepared when the list is not empty (takes
+ * the mutex). */
+ferry_swap_req *swap_take_list(ferry_swap *s, ferry_swap_req **head, int flush);
+/* Submits what is prepared, then takes the CRCs of the writes callbacks
+ * started (takes the mutex). */
+void swap_drain_crcq(ferry_swap *s);
+
+/* ---- swap_fault.c: fault injection (FERRY_FAULT_INJECTION builds) -------- */
+
+#if FERRY_FAULT_INJECTION
+/* Plans the fault of a piece as it is first issued (mutex held). */
+void swap_fault_plan(ferry_swap *s, io_unit *u);
+/* Milliseconds a CRC_DELAY rule holds back write r's CRCs (mutex held). */
+unsigned swap_crc_delay_ms(ferry_swap *s, const ferry_swap_req *r);
+/* Applies u's planned fault to its completion result *res (mutex held).
+ * Returns 1 when the completion must come u->delay_ms late: the result
+ * is saved in u and u->ts set, for a timeout the caller submits. */
+int swap_fault_apply(ferry_swap *s, io_unit *u, int *res);
+#endif
+
+/* ---- swap_index.c: the index of kept files ------------------------------ */
 
 /* Writes s's index to s->index_path (temp file, fsync, rename) after the
  * data files are synced. No request may be in flight. */

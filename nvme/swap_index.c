@@ -10,6 +10,7 @@
  * before it and u32 CRC32C of those bytes.
  */
 #include "nvme/swap_impl.h"
+#include "core/crc32c.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -24,7 +25,7 @@
 #define INDEX_VERSION 1u
 #define INDEX_MAX_BYTES (1ull << 34) /* 16 GiB: far above any real index */
 
-/* The index is sized exactly before it is written (index_bytes): a cursor
+/* The index is sized exactly before it is written (encode_index): a cursor
  * into one allocation. */
 typedef struct {
   unsigned char *p;
@@ -49,13 +50,37 @@ static int write_all(int fd, const unsigned char *p, size_t n) {
   return 0;
 }
 
-int swap_index_save(ferry_swap *s) {
-  for (int i = 0; i < s->npaths; i++) /* the data first: the index points at it */
+/* The data first: the index points at it. */
+static int sync_files(ferry_swap *s) {
+  for (int i = 0; i < s->npaths; i++)
     if (fdatasync(s->fds[i]) != 0) {
       int e = errno;
       return ferry_err(&s->err, FERRY_EIO, "swap '%s': fdatasync of %s: %s", s->name, s->files[i],
                        strerror(e));
     }
+  return FERRY_OK;
+}
+
+static void put_geometry(wbuf *b, const ferry_swap *s) {
+  put(b, INDEX_MAGIC, 8);
+  put32(b, INDEX_VERSION);
+  put32(b, (uint32_t)s->npaths);
+  put64(b, s->cfg.slot_size);
+  put64(b, s->bs);
+  put64(b, s->oa);
+  put64(b, s->file_bytes);
+  put32(b, s->cfg.nslots);
+  put32(b, s->cfg.spare_slots);
+  put32(b, s->positions);
+  put32(b, s->cps);
+  put32(b, s->ppf);
+  put32(b, s->nphys);
+  put32(b, (uint32_t)s->direct);
+  put32(b, (uint32_t)(s->cfg.verify != 0));
+}
+
+/* The whole index, in one allocation sized first (b->p: the caller frees). */
+static int encode_index(ferry_swap *s, wbuf *b) {
   /* absolute file paths: the store can be reopened from any directory */
   char (*abs)[PATH_MAX] = malloc((size_t)s->npaths * PATH_MAX);
   const char *path[FERRY_SWAP_MAX_PATHS];
@@ -68,52 +93,42 @@ int swap_index_save(ferry_swap *s) {
   }
   bytes += (size_t)s->cfg.nslots * (sizeof *s->map + 1) + (size_t)s->nphys * 8 +
            (size_t)s->nphys * s->cps * sizeof *s->crc + 8 + 4;
-  wbuf b = {malloc(bytes), 0};
-  if (!b.p) {
+  *b = (wbuf){malloc(bytes), 0};
+  if (!b->p) {
     free(abs);
     return ferry_err(&s->err, FERRY_ENOMEM, "swap '%s': out of memory for the index (%zu bytes)",
                      s->name, bytes);
   }
-  put(&b, INDEX_MAGIC, 8);
-  put32(&b, INDEX_VERSION);
-  put32(&b, (uint32_t)s->npaths);
-  put64(&b, s->cfg.slot_size);
-  put64(&b, s->bs);
-  put64(&b, s->oa);
-  put64(&b, s->file_bytes);
-  put32(&b, s->cfg.nslots);
-  put32(&b, s->cfg.spare_slots);
-  put32(&b, s->positions);
-  put32(&b, s->cps);
-  put32(&b, s->ppf);
-  put32(&b, s->nphys);
-  put32(&b, (uint32_t)s->direct);
-  put32(&b, (uint32_t)(s->cfg.verify != 0));
+  put_geometry(b, s);
   for (int i = 0; i < s->npaths; i++) {
     uint32_t len = (uint32_t)strlen(path[i]);
-    put32(&b, len);
-    put(&b, path[i], len);
+    put32(b, len);
+    put(b, path[i], len);
   }
   free(abs);
-  put(&b, s->map, (size_t)s->cfg.nslots * sizeof *s->map);
-  for (uint32_t p = 0; p < s->nphys; p++) put64(&b, s->plen[p]);
-  put(&b, s->crc, (size_t)s->nphys * s->cps * sizeof *s->crc);
-  put(&b, s->lost, s->cfg.nslots);
-  put64(&b, (uint64_t)b.n);
-  put32(&b, ferry_crc32c(0, b.p, b.n));
-  FERRY_ASSERT(b.n == bytes, "swap index: wrote %zu bytes, sized %zu", b.n, bytes);
+  put(b, s->map, (size_t)s->cfg.nslots * sizeof *s->map);
+  for (uint32_t p = 0; p < s->nphys; p++) put64(b, s->plen[p]);
+  put(b, s->crc, (size_t)s->nphys * s->cps * sizeof *s->crc);
+  put(b, s->lost, s->cfg.nslots);
+  put64(b, (uint64_t)b->n);
+  put32(b, ferry_crc32c(0, b->p, b->n));
+  FERRY_ASSERT(b->n == bytes, "swap index: wrote %zu bytes, sized %zu", b->n, bytes);
+  return FERRY_OK;
+}
 
+/* Puts the index's bytes at s->index_path: a temp file, fsync, rename,
+ * fsync of the directory. */
+static int replace_index(ferry_swap *s, const wbuf *b) {
   char tmp[1200];
   snprintf(tmp, sizeof tmp, "%s.tmp", s->index_path);
   int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
   int rc = FERRY_OK;
-  if (fd < 0 || write_all(fd, b.p, b.n) != 0 || fsync(fd) != 0) {
+  if (fd < 0 || write_all(fd, b->p, b->n) != 0 || fsync(fd) != 0) {
     int e = errno;
     rc = ferry_err(&s->err, e == ENOSPC ? FERRY_ENOSPC : FERRY_EIO,
                    "swap '%s': cannot write the index %s: %s", s->name, tmp, strerror(e));
   }
   if (fd >= 0) close(fd);
-  free(b.p);
   if (rc == FERRY_OK && rename(tmp, s->index_path) != 0) {
     int e = errno;
     rc = ferry_err(&s->err, FERRY_EIO, "swap '%s': cannot rename %s to %s: %s", s->name, tmp,
@@ -129,6 +144,17 @@ int swap_index_save(ferry_swap *s) {
     close(dfd);
   }
   return FERRY_OK;
+}
+
+int swap_index_save(ferry_swap *s) {
+  int rc = sync_files(s);
+  if (rc != FERRY_OK) return rc;
+  wbuf b;
+  rc = encode_index(s, &b);
+  if (rc != FERRY_OK) return rc;
+  rc = replace_index(s, &b);
+  free(b.p);
+  return rc;
 }
 
 /* ---- reading ----------------------------------------------------------- */
@@ -172,8 +198,9 @@ static int damaged(ferry_errbuf *e, const char *path, const char *what) {
   return ferry_err(e, FERRY_ECORRUPT, "index %s is damaged: %s", path, what);
 }
 
-int swap_index_load(const char *path, swap_saved *sv, ferry_errbuf *e) {
-  memset(sv, 0, sizeof *sv);
+/* Reads the whole index file at path into *buf (n bytes; the caller
+ * frees). */
+static int read_index_file(const char *path, unsigned char **buf, size_t *n, ferry_errbuf *e) {
   int fd = open(path, O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
     int er = errno;
@@ -186,122 +213,161 @@ int swap_index_load(const char *path, swap_saved *sv, ferry_errbuf *e) {
     close(fd);
     return damaged(e, path, "not a regular file of a plausible size");
   }
-  size_t n = (size_t)st.st_size;
-  unsigned char *buf = malloc(n);
-  if (!buf) {
+  *n = (size_t)st.st_size;
+  *buf = malloc(*n);
+  if (!*buf) {
     close(fd);
     return ferry_err(e, FERRY_ENOMEM, "out of memory reading the index %s", path);
   }
   size_t got = 0;
-  while (got < n) {
-    ssize_t k = read(fd, buf + got, n - got);
+  while (got < *n) {
+    ssize_t k = read(fd, *buf + got, *n - got);
     if (k < 0 && errno == EINTR) continue;
     if (k <= 0) break;
     got += (size_t)k;
   }
   close(fd);
-  if (got != n) {
-    free(buf);
-    return ferry_err(e, FERRY_EIO, "short read of the index %s (%zu of %zu bytes)", path, got, n);
+  if (got != *n) {
+    free(*buf);
+    return ferry_err(e, FERRY_EIO, "short read of the index %s (%zu of %zu bytes)", path, got, *n);
   }
+  return FERRY_OK;
+}
+
+/* The magic, the length in the trailer and the CRC32C (n >= 12). */
+static int check_trailer(const unsigned char *buf, size_t n, const char *path, ferry_errbuf *e) {
   uint64_t body;
   uint32_t want;
   memcpy(&body, buf + n - 12, 8);
   memcpy(&want, buf + n - 4, 4);
   uint32_t have = ferry_crc32c(0, buf, n - 4);
-  int rc = FERRY_OK;
   char why[256];
-  if (memcmp(buf, INDEX_MAGIC, 8) != 0) { /* n >= 12 */
-    rc = damaged(e, path, "not a ferry swap index (magic)");
-  } else if (body != n - 12) {
+  if (memcmp(buf, INDEX_MAGIC, 8) != 0) return damaged(e, path, "not a ferry swap index (magic)");
+  if (body != n - 12) {
     snprintf(why, sizeof why, "%zu bytes, its trailer says %llu + 12 (truncated or extended)", n,
              (unsigned long long)body);
-    rc = damaged(e, path, why);
-  } else if (have != want) {
+    return damaged(e, path, why);
+  }
+  if (have != want) {
     snprintf(why, sizeof why, "CRC32C expected 0x%08x, found 0x%08x", want, have);
-    rc = damaged(e, path, why);
+    return damaged(e, path, why);
   }
-  if (rc != FERRY_OK) {
-    free(buf);
-    return rc;
-  }
+  return FERRY_OK;
+}
 
-  rbuf r = {buf, n - 12, 8, 0};
-  uint32_t version = get32(&r);
-  if (version != INDEX_VERSION) {
-    free(buf);
-    return ferry_err(e, FERRY_ENOTSUP, "index %s has format version %u; this build reads %u",
-                     path, version, INDEX_VERSION);
-  }
-  uint32_t npaths = get32(&r);
-  sv->slot_size = get64(&r);
-  sv->bs = get64(&r);
-  sv->oa = get64(&r);
-  sv->file_bytes = get64(&r);
-  sv->nslots = get32(&r);
-  sv->spare_slots = get32(&r);
-  sv->positions = get32(&r);
-  sv->cps = get32(&r);
-  sv->ppf = get32(&r);
-  sv->nphys = get32(&r);
-  sv->direct = (int)get32(&r);
-  sv->verify = (int)get32(&r);
-  /* The geometry must be the one ferry_swap_open derives. */
-  const char *bad = NULL;
-  if (npaths < 1 || npaths > FERRY_SWAP_MAX_PATHS) bad = "file count";
-  else if (!sv->slot_size || !sv->nslots || !sv->bs || !sv->oa || sv->bs % sv->oa ||
-           sv->bs > (1u << 30) || sv->oa > (1u << 16))
-    bad = "sizes";
-  else if (sv->positions != (sv->slot_size + sv->bs - 1) / sv->bs || sv->cps != sv->positions + 1 ||
-           sv->ppf != (sv->positions + npaths - 1) / npaths ||
-           (uint64_t)sv->nphys != (uint64_t)sv->nslots + sv->spare_slots ||
-           sv->file_bytes / sv->bs / sv->ppf != sv->nphys ||
-           sv->file_bytes != (uint64_t)sv->nphys * sv->ppf * sv->bs)
-    bad = "geometry does not add up";
-  else if ((uint64_t)sv->nphys * sv->cps * 4 + (uint64_t)sv->nphys * 8 + (uint64_t)sv->nslots * 5 >
-           n)
-    bad = "arrays larger than the file";
-  sv->npaths = (int)npaths;
-  for (uint32_t i = 0; !bad && i < npaths; i++) {
-    uint32_t len = get32(&r);
-    if (len == 0 || len >= sizeof sv->files[i]) {
-      bad = "file path length";
-      break;
-    }
-    get(&r, sv->files[i], len);
+static void get_geometry(rbuf *r, swap_saved *sv) {
+  sv->slot_size = get64(r);
+  sv->bs = get64(r);
+  sv->oa = get64(r);
+  sv->file_bytes = get64(r);
+  sv->nslots = get32(r);
+  sv->spare_slots = get32(r);
+  sv->positions = get32(r);
+  sv->cps = get32(r);
+  sv->ppf = get32(r);
+  sv->nphys = get32(r);
+  sv->direct = (int)get32(r);
+  sv->verify = (int)get32(r);
+}
+
+/* The geometry must be the one ferry_swap_open derives, and the arrays fit
+ * in the file's n bytes: NULL, or what is wrong. */
+static const char *geometry_fault(const swap_saved *sv, uint32_t npaths, size_t n) {
+  if (npaths < 1 || npaths > FERRY_SWAP_MAX_PATHS) return "file count";
+  if (!sv->slot_size || !sv->nslots || !sv->bs || !sv->oa || sv->bs % sv->oa ||
+      sv->bs > (1u << 30) || sv->oa > (1u << 16))
+    return "sizes";
+  if (sv->positions != (sv->slot_size + sv->bs - 1) / sv->bs || sv->cps != sv->positions + 1 ||
+      sv->ppf != (sv->positions + npaths - 1) / npaths ||
+      (uint64_t)sv->nphys != (uint64_t)sv->nslots + sv->spare_slots ||
+      sv->file_bytes / sv->bs / sv->ppf != sv->nphys ||
+      sv->file_bytes != (uint64_t)sv->nphys * sv->ppf * sv->bs)
+    return "geometry does not add up";
+  if ((uint64_t)sv->nphys * sv->cps * 4 + (uint64_t)sv->nphys * 8 + (uint64_t)sv->nslots * 5 > n)
+    return "arrays larger than the file";
+  return NULL;
+}
+
+static const char *get_paths(rbuf *r, swap_saved *sv) {
+  for (int i = 0; i < sv->npaths; i++) {
+    uint32_t len = get32(r);
+    if (len == 0 || len >= sizeof sv->files[i]) return "file path length";
+    get(r, sv->files[i], len);
     sv->files[i][len] = 0;
   }
-  if (!bad) {
-    sv->map = malloc((size_t)sv->nslots * sizeof *sv->map);
-    sv->plen = malloc((size_t)sv->nphys * sizeof *sv->plen);
-    sv->crc = malloc((size_t)sv->nphys * sv->cps * sizeof *sv->crc);
-    sv->lost = malloc(sv->nslots);
-    if (!sv->map || !sv->plen || !sv->crc || !sv->lost) {
-      free(buf);
-      swap_saved_free(sv);
-      return ferry_err(e, FERRY_ENOMEM, "out of memory reading the index %s", path);
-    }
-    get(&r, sv->map, (size_t)sv->nslots * sizeof *sv->map);
-    for (uint32_t p = 0; p < sv->nphys; p++) sv->plen[p] = get64(&r);
-    get(&r, sv->crc, (size_t)sv->nphys * sv->cps * sizeof *sv->crc);
-    get(&r, sv->lost, sv->nslots);
-    if (r.bad) bad = "truncated arrays";
-    else if (r.at != r.n) bad = "bytes after the arrays";
+  return NULL;
+}
+
+/* Reads the arrays into sv (allocated here; *enomem when that failed):
+ * NULL, or what is wrong. */
+static const char *get_arrays(rbuf *r, swap_saved *sv, int *enomem) {
+  sv->map = malloc((size_t)sv->nslots * sizeof *sv->map);
+  sv->plen = malloc((size_t)sv->nphys * sizeof *sv->plen);
+  sv->crc = malloc((size_t)sv->nphys * sv->cps * sizeof *sv->crc);
+  sv->lost = malloc(sv->nslots);
+  if (!sv->map || !sv->plen || !sv->crc || !sv->lost) {
+    *enomem = 1;
+    return NULL;
   }
-  if (!bad) { /* every chunk maps to its own physical slot holding <= slot_size */
-    unsigned char *seen = calloc(sv->nphys, 1);
-    if (!seen) bad = "out of memory";
-    for (uint32_t i = 0; seen && !bad && i < sv->nslots; i++) {
-      uint32_t p = sv->map[i];
-      if (p >= sv->nphys || seen[p] || sv->plen[p] > sv->slot_size) bad = "chunk map";
-      else seen[p] = 1;
-    }
-    free(seen);
+  get(r, sv->map, (size_t)sv->nslots * sizeof *sv->map);
+  for (uint32_t p = 0; p < sv->nphys; p++) sv->plen[p] = get64(r);
+  get(r, sv->crc, (size_t)sv->nphys * sv->cps * sizeof *sv->crc);
+  get(r, sv->lost, sv->nslots);
+  if (r->bad) return "truncated arrays";
+  if (r->at != r->n) return "bytes after the arrays";
+  return NULL;
+}
+
+/* Every chunk maps to its own physical slot holding <= slot_size: NULL,
+ * or what is wrong. */
+static const char *map_fault(const swap_saved *sv) {
+  const char *bad = NULL;
+  unsigned char *seen = calloc(sv->nphys, 1);
+  if (!seen) bad = "out of memory";
+  for (uint32_t i = 0; seen && !bad && i < sv->nslots; i++) {
+    uint32_t p = sv->map[i];
+    if (p >= sv->nphys || seen[p] || sv->plen[p] > sv->slot_size) bad = "chunk map";
+    else seen[p] = 1;
   }
-  free(buf);
+  free(seen);
+  return bad;
+}
+
+/* Decodes a checked index of n bytes into sv (freed on failure). */
+static int decode_index(const unsigned char *buf, size_t n, const char *path, swap_saved *sv,
+                        ferry_errbuf *e) {
+  rbuf r = {buf, n - 12, 8, 0};
+  uint32_t version = get32(&r);
+  if (version != INDEX_VERSION)
+    return ferry_err(e, FERRY_ENOTSUP, "index %s has format version %u; this build reads %u",
+                     path, version, INDEX_VERSION);
+  uint32_t npaths = get32(&r);
+  get_geometry(&r, sv);
+  const char *bad = geometry_fault(sv, npaths, n);
+  sv->npaths = (int)npaths;
+  if (!bad) bad = get_paths(&r, sv);
+  int enomem = 0;
+  if (!bad) bad = get_arrays(&r, sv, &enomem);
+  if (enomem) {
+    swap_saved_free(sv);
+    return ferry_err(e, FERRY_ENOMEM, "out of memory reading the index %s", path);
+  }
+  if (!bad) bad = map_fault(sv);
   if (bad) {
     swap_saved_free(sv);
     return damaged(e, path, bad);
   }
   return FERRY_OK;
+}
+
+int swap_index_load(const char *path, swap_saved *sv, ferry_errbuf *e) {
+  memset(sv, 0, sizeof *sv);
+  unsigned char *buf = NULL;
+  size_t n = 0;
+  int rc = read_index_file(path, &buf, &n, e);
+  if (rc != FERRY_OK) return rc;
+  rc = check_trailer(buf, n, path, e);
+  if (rc == FERRY_OK) rc = decode_index(buf, n, path, sv, e);
+  free(buf);
+  return rc;
 }

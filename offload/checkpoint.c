@@ -6,6 +6,7 @@
  * manager; folders appear only complete (temporary folder, fsync, rename).
  */
 #include "offload/checkpoint.h"
+#include "core/crc32c.h"
 #include "offload/engine_impl.h"
 #include "offload/safetensors.h"
 

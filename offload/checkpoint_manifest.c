@@ -5,7 +5,7 @@
  * FERRY_ECORRUPT with the line number and the reason.
  */
 #include "offload/checkpoint.h"
-#include "nvme/nvme.h"
+#include "core/crc32c.h"
 
 #include <inttypes.h>
 #include <stdarg.h>

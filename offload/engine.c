@@ -161,9 +161,13 @@ static int st_read(void *user, void *req, uint32_t slot, void *buf, size_t len) 
 }
 /* A finished request becomes a span on the NVMe read or write lane. */
 static int st_done(ferry_engine *e, ferry_swap_req *r, int status) {
-  if (status != FERRY_EAGAIN)
-    ferry_timeline_add(&e->tl, r->op ? FERRY_LANE_NVME_WRITE : FERRY_LANE_NVME_READ,
-                       r->op ? "write" : "read", r->t_submit, r->t_done);
+  if (status != FERRY_EAGAIN) {
+    int op;
+    double t0, t1;
+    ferry_swap_req_times(r, &op, &t0, &t1);
+    ferry_timeline_add(&e->tl, op ? FERRY_LANE_NVME_WRITE : FERRY_LANE_NVME_READ,
+                       op ? "write" : "read", t0, t1);
+  }
   return status;
 }
 static int st_poll(void *user, void *req) { return st_done(user, req, ferry_swap_poll(req)); }

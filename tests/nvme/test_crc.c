@@ -2,7 +2,7 @@
  * value and a bitwise reference, over many lengths and alignments, and
  * chained in pieces.
  */
-#include "nvme/nvme.h"
+#include "core/crc32c.h"
 #include "tests/test.h"
 
 #include <string.h>

@@ -1,7 +1,8 @@
 /* tests/nvme/test_roundtrip.c — random data through the swap store and back:
  * 1 and 3 directories, sizes from 1 byte to 256 MiB with unaligned tails,
  * rewrites into shadow slots, registered buffers, buffered fallback, poll,
- * wait and callback completion, file modes and cleanup, misuse errors.
+ * wait and callback completion, what ferry_swap_req_times tells, file
+ * modes and cleanup, misuse errors.
  */
 #include "nvme_test.h"
 
@@ -20,6 +21,16 @@ static ferry_swap_config cfg_for(char dirs[][1200], int n, size_t slot, uint32_t
   c.slot_size = slot;
   c.nslots = nslots;
   return c;
+}
+
+/* What ferry_swap_req_times tells of finished request r: its op, and a
+ * completion time not before its start. */
+static void expect_times(const ferry_swap_req *r, int op) {
+  int got = -1;
+  double t_submit = 0, t_done = 0;
+  ferry_swap_req_times(r, &got, &t_submit, &t_done);
+  EXPECT_EQ_INT(got, op);
+  EXPECT(t_submit > 0 && t_done >= t_submit);
 }
 
 /* Writes every size to its own chunk (all in flight at once), reads them
@@ -49,6 +60,7 @@ static void roundtrip(ferry_swap *s, unsigned long long seed, int use_regs) {
       if (st) fprintf(stderr, "write %zu: %s\n", i, ferry_swap_last_error(s));
       EXPECT_EQ_INT(st, FERRY_OK);
       EXPECT_EQ_INT(ferry_swap_chunk_len(s, (uint32_t)i), sizes[i]);
+      expect_times(&req[i], 1);
     }
     for (size_t i = 0; i < NS; i++) {
       memset(dst[i], 0xA5, sizes[i]);
@@ -59,6 +71,7 @@ static void roundtrip(ferry_swap *s, unsigned long long seed, int use_regs) {
       int st = ferry_swap_wait(&req[i]);
       if (st) fprintf(stderr, "read %zu: %s\n", i, ferry_swap_last_error(s));
       EXPECT_EQ_INT(st, FERRY_OK);
+      expect_times(&req[i], 0);
       if (memcmp(src[i], dst[i], sizes[i])) {
         fprintf(stderr, "pass %d: chunk %zu (%zu bytes) differs\n", pass, i, sizes[i]);
         test_failures++;

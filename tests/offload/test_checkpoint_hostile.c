@@ -8,7 +8,7 @@
  * argv[1]: a scratch folder.
  */
 #include "offload/checkpoint.h"
-#include "nvme/nvme.h"
+#include "core/crc32c.h"
 #include "tests/offload/ckpt_util.h"
 
 #define P_RES "placement: { params = \"gpu\"; grads = \"gpu\"; optimizer = \"gpu\"; };"
