@@ -133,6 +133,7 @@ int ferry_device_get_info(ferry_device *dev, ferry_device_info *out) {
   out->peak = dev->arena.peak;
   pthread_mutex_unlock(&dev->mu);
   out->kind = dev->cfg.kind;
+  out->host_lock_pinned = dev->cfg.host_lock_pinned;
   return FERRY_OK;
 }
 

@@ -181,6 +181,8 @@ typedef struct {
   size_t total_memory;     /* physical memory of the device */
   size_t free_memory;      /* as the runtime reports it now */
   int pcie_gen, pcie_width; /* 0 when unknown */
+  int host_lock_pinned;    /* the config's: pinned allocations are mlock'ed (host
+                              backend), so they count against RLIMIT_MEMLOCK */
 } ferry_device_info;
 
 FERRY_API int ferry_device_create(const ferry_device_config *cfg, ferry_device **out);

@@ -4,7 +4,6 @@
  * NUMA-local through hwloc; huge pages by madvise), the copy streams, the
  * per-chunk events and store requests. Nothing here runs after start.
  */
-#include "device/backend_impl.h"
 #include "memory/mem_impl.h"
 
 #include <errno.h>
@@ -51,11 +50,12 @@ static int check_memlock(ferry_mem *m, size_t need) {
   struct rlimit rl;
   if (getrlimit(RLIMIT_MEMLOCK, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY) return 0;
   if ((uint64_t)rl.rlim_cur >= need) return 0;
-  ferry_device *dev = m->cfg.dev;
+  ferry_device_info di;
+  ferry_device_get_info(m->cfg.dev, &di);
   char b1[32], b2[32];
   ferry_format_size(rl.rlim_cur, b1, sizeof b1);
   ferry_format_size(need, b2, sizeof b2);
-  if (dev->cfg.kind == FERRY_DEVICE_CUDA) {
+  if (di.kind == FERRY_DEVICE_CUDA) {
     /* cudaHostAlloc pins in the driver, outside RLIMIT_MEMLOCK. */
     ferry_logf(&m->cfg.log, FERRY_LOG_WARN,
                "memory: RLIMIT_MEMLOCK is %s (%llu bytes), the pinned host pool needs %s; the "
@@ -63,7 +63,7 @@ static int check_memlock(ferry_mem *m, size_t need) {
                b1, (unsigned long long)rl.rlim_cur, b2);
     return 0;
   }
-  if (!dev->cfg.host_lock_pinned) return 0; /* this backend does not lock pages */
+  if (!di.host_lock_pinned) return 0; /* this backend does not lock pages */
   if (m->cfg.pinned_fallback) {
     ferry_logf(&m->cfg.log, FERRY_LOG_WARN,
                "memory: RLIMIT_MEMLOCK (ulimit -l) is %s (%llu bytes) but the pinned host pool "
