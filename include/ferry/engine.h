@@ -1,0 +1,153 @@
+/* ferry/engine.h — the engine: its configuration, the training-loop API and its statistics.
+ * Part of the public API: include ferry.h, which includes this file. */
+#ifndef FERRY_API_ENGINE_H
+#define FERRY_API_ENGINE_H
+
+#ifndef FERRY_H
+#error "include ferry.h, not ferry/engine.h"
+#endif
+
+/* ------------------------------------------------------------------------ */
+/* Engine configuration (offload/)                                           */
+
+/* Every key of the engine's libconfig file (docs/CONFIG.md lists them with
+ * their defaults) can be loaded from a file or a string, or set from C with
+ * the same dotted name ("tiers.gpu.budget") and the same value syntax
+ * ("20G"). Bad input is refused with FERRY_ECONFIG and a message naming the
+ * file, line, key, value and what was expected; an unknown key is an error
+ * with the nearest valid key suggested. */
+typedef struct ferry_config ferry_config;
+
+/* A configuration holding every default. */
+FERRY_API int ferry_config_create(ferry_config **out);
+FERRY_API void ferry_config_destroy(ferry_config *c);
+FERRY_API const char *ferry_config_last_error(const ferry_config *c);
+/* Applies a file's settings over the current values. Nothing is changed
+ * when the file is refused. */
+FERRY_API int ferry_config_load_file(ferry_config *c, const char *path);
+/* The same from text; `name` stands for the file name in messages. */
+FERRY_API int ferry_config_load_string(ferry_config *c, const char *text, const char *name);
+/* Sets one key from its text form: sizes "64M", numbers, true/false, enum
+ * names, arrays as "a, b". */
+FERRY_API int ferry_config_set(ferry_config *c, const char *key, const char *value);
+/* The current value of a key in its text form. */
+FERRY_API int ferry_config_get(const ferry_config *c, const char *key, char *buf, size_t len);
+/* Writes the whole configuration as a libconfig file that loads back to the
+ * same values. */
+FERRY_API int ferry_config_write_file(const ferry_config *c, const char *path);
+/* The number of keys, and the i-th key's name, type, default and meaning
+ * (for documentation and tools). */
+FERRY_API int ferry_config_key_count(void);
+FERRY_API int ferry_config_key_info(int i, const char **name, const char **type,
+                                    const char **default_value, const char **description);
+
+/* ------------------------------------------------------------------------ */
+/* The engine: training-loop API (offload/)                                  */
+
+/* A training loop registers its parameters once, then per step:
+ *
+ *   for g in 0..G-1:   ferry_fetch(e, g, s); forward kernels; ferry_release(e, g, s)
+ *   for g in G-1..0:   ferry_fetch(e, g, s); backward kernels write the grads
+ *                      into ferry_param_device's grad pointers;
+ *                      ferry_grads_ready(e, g, s); ferry_release(e, g, s)
+ *   ferry_step(e, &info)          (after grad_accumulation micro-batches)
+ *
+ * Param and grad device buffers have dtype precision.params. Everything else
+ * (fp32 grads, master weights, optimizer states, where each byte lives and
+ * when it moves) is the engine's. */
+typedef struct ferry_engine ferry_engine;
+
+/* Called at finalize to fill a parameter's initial fp32 values. */
+typedef int (*ferry_init_fn)(void *user, const char *name, float *values, size_t count);
+
+/* Creates the engine from a configuration (copied). dev: the device to use,
+ * or NULL to create one from the config (device, tiers.gpu.budget); the
+ * engine never destroys a device it did not create. */
+FERRY_API int ferry_engine_create(const ferry_config *cfg, ferry_device *dev,
+                                  ferry_engine **out);
+/* Drains all work in flight (a step included) and frees everything. */
+FERRY_API void ferry_engine_destroy(ferry_engine *e);
+FERRY_API const char *ferry_engine_last_error(const ferry_engine *e);
+FERRY_API ferry_device *ferry_engine_device(ferry_engine *e);
+
+/* Registers a parameter tensor of `group` (groups are numbered 0.. in
+ * forward order). Initial values: `values` (count = product of shape), or
+ * init(user, name, dst, count) at finalize, or zeros when both are NULL. */
+FERRY_API int ferry_param_register(ferry_engine *e, const char *name, const int64_t *shape,
+                                   int ndim, int group, const float *values, ferry_init_fn init,
+                                   void *init_user);
+/* Ends registration: lays out chunks, reserves every tier, places each
+ * family, fills the initial values. */
+FERRY_API int ferry_engine_finalize(ferry_engine *e);
+
+/* Returns once work enqueued on s after it may read the group's params. */
+FERRY_API int ferry_fetch(ferry_engine *e, int group, ferry_stream *s);
+/* The loop is done with the group once s reaches this point. */
+FERRY_API int ferry_release(ferry_engine *e, int group, ferry_stream *s);
+/* Device pointers of a parameter (param) and of its gradient buffer (grad),
+ * valid while its group is fetched. Either out pointer may be NULL. */
+FERRY_API int ferry_param_device(ferry_engine *e, const char *name, void **param, void **grad);
+/* The group's gradient buffers are complete once s reaches this point: the
+ * engine drains them (D2H), accumulates them in fp32 and adds them to the
+ * global norm, while the loop goes on. */
+FERRY_API int ferry_grads_ready(ferry_engine *e, int group, ferry_stream *s);
+
+typedef struct {
+  int64_t step;        /* optimizer steps taken so far */
+  int skipped;         /* 1: inf/NaN in the grads, step skipped (fp16) */
+  double grad_norm;    /* global L2 norm of the (unscaled) grads */
+  float loss_scale;    /* the scale to use for the next backward */
+  float clip_coef;     /* applied to every grad (1 = no clipping) */
+  double seconds;      /* wall time of ferry_step */
+} ferry_step_info;
+
+/* The optimizer step over every parameter, pipelined over the optimizer
+ * chunks; returns when the params of the next forward are being uploaded
+ * (the next ferry_fetch of a group waits only for that group). */
+FERRY_API int ferry_step(ferry_engine *e, ferry_step_info *info);
+/* Drops accumulated gradients (ferry_step does so after each step). */
+FERRY_API int ferry_zero_grads(ferry_engine *e);
+/* The loss scale to multiply the loss by before backward. */
+FERRY_API float ferry_loss_scale(const ferry_engine *e);
+/* Copies a parameter's current fp32 master values out (count elements). */
+FERRY_API int ferry_param_read(ferry_engine *e, const char *name, float *dst, size_t count);
+/* Writes the timeline recorded so far as Chrome trace JSON. */
+FERRY_API int ferry_engine_write_timeline(ferry_engine *e, const char *path);
+
+/* ------------------------------------------------------------------------ */
+/* Tiered memory: statistics (memory/)                                       */
+
+/* Where the bytes are and how they moved. Tiers and families index the
+ * arrays below. Budgets hold: peak[t][*] sums never exceed budget[t]. */
+typedef enum { FERRY_TIER_DEVICE = 0, FERRY_TIER_HOST = 1, FERRY_TIER_NVME = 2, FERRY_TIERS = 3 } ferry_tier;
+enum {
+  FERRY_FAMILY_PARAMS = 0, /* 16-bit params */
+  FERRY_FAMILY_GRADS = 1,  /* gradients */
+  FERRY_FAMILY_OPTIM = 2,  /* fp32 optimizer state: master, exp_avg, exp_avg_sq */
+  FERRY_FAMILIES = 3
+};
+
+typedef struct {
+  uint64_t budget[FERRY_TIERS];
+  uint64_t current[FERRY_TIERS][FERRY_FAMILIES]; /* bytes held now */
+  uint64_t peak[FERRY_TIERS][FERRY_FAMILIES];    /* high-water mark per family */
+  uint64_t tier_current[FERRY_TIERS];            /* sums over families */
+  uint64_t tier_peak[FERRY_TIERS];               /* high-water mark of the sum */
+  uint64_t bytes_h2d, bytes_d2h;                 /* host <-> device */
+  uint64_t bytes_host_to_nvme, bytes_nvme_to_host;
+  uint64_t evictions[FERRY_TIERS];               /* copies dropped to make room */
+  uint64_t writebacks[FERRY_TIERS];              /* dirty copies written one tier down */
+  uint64_t fetches, fetch_hits;                  /* fetches; of which all resident */
+  uint64_t stalls;                               /* fetches that had to wait */
+  double stall_seconds;                          /* time callers waited for chunks */
+  uint64_t metadata_bytes, managed_bytes;        /* bookkeeping vs tensor bytes */
+} ferry_stats;
+
+/* The engine's tiers: current and peak bytes per tier and family, bytes
+ * moved per direction, evictions, stalls. */
+FERRY_API int ferry_engine_get_stats(ferry_engine *e, ferry_stats *out);
+/* Deprecated since 0.2, removed in 0.3. */
+FERRY_API FERRY_DEPRECATED("ferry_engine_get_stats") int ferry_engine_stats(ferry_engine *e,
+                                                                           ferry_stats *out);
+
+#endif /* FERRY_API_ENGINE_H */
