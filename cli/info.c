@@ -55,22 +55,43 @@ static const char *fmt_size(uint64_t b, char *buf, size_t n) {
   return buf;
 }
 
-int cli_info(int argc, char **argv) {
-  int json = 0, npaths = 0;
+/* What `ferry info` was asked: --json and the --path directories. */
+typedef struct {
+  int json, npaths;
   const char *paths[MAX_PATHS];
+} info_args;
+
+/* What was probed: the host, the GPUs, io_uring and each --path. */
+typedef struct {
+  ferry_host_info h;
+  int hrc;
+  ferry_gpu_info gpus[FERRY_MAX_GPUS];
+  int ngpu, grc;
+  char gpu_why[256];
+  int urc;
+  char uring_why[256];
+  ferry_path_info pinfo[MAX_PATHS];
+  int prc[MAX_PATHS];
+  char pwhy[MAX_PATHS][256];
+} info_probe;
+
+/* -1: parsed; else the exit code (0 after --help, 2 on bad usage). */
+static int info_parse(int argc, char **argv, info_args *a) {
+  a->json = 0;
+  a->npaths = 0;
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--json")) {
-      json = 1;
+      a->json = 1;
     } else if (!strcmp(argv[i], "--path")) {
       if (i + 1 >= argc) {
         fprintf(stderr, "ferry info: --path needs a directory\n");
         return 2;
       }
-      if (npaths == MAX_PATHS) {
+      if (a->npaths == MAX_PATHS) {
         fprintf(stderr, "ferry info: at most %d --path options\n", MAX_PATHS);
         return 2;
       }
-      paths[npaths++] = argv[++i];
+      a->paths[a->npaths++] = argv[++i];
     } else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
       info_usage(stdout);
       return 0;
@@ -80,133 +101,168 @@ int cli_info(int argc, char **argv) {
       return 2;
     }
   }
+  return -1;
+}
 
-  ferry_host_info h;
-  int hrc = ferry_host_get_info(&h);
-  ferry_gpu_info gpus[FERRY_MAX_GPUS];
-  int ngpu = 0;
-  char gpu_why[256] = "";
-  int grc = ferry_gpu_list(gpus, FERRY_MAX_GPUS, &ngpu, gpu_why, sizeof gpu_why);
-  char uring_why[256] = "";
-  int urc = ferry_io_uring_probe(uring_why, sizeof uring_why);
-  ferry_path_info pinfo[MAX_PATHS];
-  int prc[MAX_PATHS];
-  char pwhy[MAX_PATHS][256];
-  for (int i = 0; i < npaths; i++)
-    prc[i] = ferry_path_probe(paths[i], &pinfo[i], pwhy[i], sizeof pwhy[i]);
+static void info_gather(const info_args *a, info_probe *pr) {
+  memset(pr, 0, sizeof *pr);
+  pr->hrc = ferry_host_get_info(&pr->h);
+  pr->grc = ferry_gpu_list(pr->gpus, FERRY_MAX_GPUS, &pr->ngpu, pr->gpu_why, sizeof pr->gpu_why);
+  pr->urc = ferry_io_uring_probe(pr->uring_why, sizeof pr->uring_why);
+  for (int i = 0; i < a->npaths; i++)
+    pr->prc[i] = ferry_path_probe(a->paths[i], &pr->pinfo[i], pr->pwhy[i], sizeof pr->pwhy[i]);
+}
 
-  if (json) {
-    json_out j;
-    json_begin(&j, stdout);
-    json_str(&j, "version", ferry_version());
-    json_str(&j, "cpu_model", h.cpu_model);
-    json_int(&j, "cores", h.cores);
-    json_int(&j, "threads", h.threads);
-    json_open(&j, "simd", '[');
-    for (size_t k = 0; k < sizeof simd_names / sizeof simd_names[0]; k++)
-      if (h.simd & simd_names[k].bit) json_str(&j, NULL, simd_names[k].name);
-    json_close(&j, ']');
-    json_int(&j, "numa_nodes", h.numa_nodes);
-    json_open(&j, "numa_memory_bytes", '[');
-    for (int k = 0; k < h.numa_nodes && k < FERRY_MAX_NUMA; k++)
-      json_uint(&j, NULL, h.numa_memory[k]);
-    json_close(&j, ']');
-    json_uint(&j, "ram_bytes", h.ram_bytes);
-    json_uint(&j, "ram_available_bytes", h.ram_available_bytes);
-    if (h.memlock_bytes == UINT64_MAX) json_null(&j, "memlock_bytes");
-    else json_uint(&j, "memlock_bytes", h.memlock_bytes);
-    json_bool(&j, "memlock_unlimited", h.memlock_bytes == UINT64_MAX);
-    json_uint(&j, "hugepage_bytes", h.hugepage_bytes);
-    json_bool(&j, "cuda_compiled", ferry_cuda_compiled());
-    json_open(&j, "gpus", '[');
-    for (int k = 0; k < ngpu; k++) {
-      json_open(&j, NULL, '{');
-      json_int(&j, "ordinal", gpus[k].ordinal);
-      json_str(&j, "name", gpus[k].name);
-      json_uint(&j, "total_bytes", gpus[k].total_memory);
-      json_uint(&j, "free_bytes", gpus[k].free_memory);
-      char cc[16];
-      snprintf(cc, sizeof cc, "%d.%d", gpus[k].cc_major, gpus[k].cc_minor);
-      json_str(&j, "compute_capability", cc);
-      json_int(&j, "pcie_gen", gpus[k].pcie_gen);
-      json_int(&j, "pcie_width", gpus[k].pcie_width);
-      json_close(&j, '}');
-    }
-    json_close(&j, ']');
-    if (ngpu == 0) json_str(&j, "gpus_reason", gpu_why);
-    json_bool(&j, "io_uring", urc == 0);
-    if (urc) json_str(&j, "io_uring_reason", uring_why);
-    json_open(&j, "paths", '[');
-    for (int k = 0; k < npaths; k++) {
-      json_open(&j, NULL, '{');
-      json_str(&j, "path", paths[k]);
-      json_bool(&j, "ok", prc[k] == 0);
-      if (prc[k]) {
-        json_str(&j, "error", pwhy[k]);
-      } else {
-        json_str(&j, "fs_type", pinfo[k].fs_type);
-        json_bool(&j, "o_direct", pinfo[k].o_direct);
-        json_str(&j, "io_mode", pinfo[k].o_direct ? "direct" : "buffered");
-        json_uint(&j, "dio_mem_align", pinfo[k].dio_mem_align);
-        json_uint(&j, "dio_offset_align", pinfo[k].dio_offset_align);
-        json_uint(&j, "free_bytes", pinfo[k].free_bytes);
-        json_uint(&j, "total_bytes", pinfo[k].total_bytes);
-        if (pinfo[k].online_discard >= 0) json_bool(&j, "online_discard", pinfo[k].online_discard);
-        else json_null(&j, "online_discard");
-      }
-      json_close(&j, '}');
-    }
-    json_close(&j, ']');
-    json_end(&j);
-    return hrc || grc ? 1 : 0;
+static void json_host(json_out *j, const ferry_host_info *h) {
+  json_str(j, "version", ferry_version());
+  json_str(j, "cpu_model", h->cpu_model);
+  json_int(j, "cores", h->cores);
+  json_int(j, "threads", h->threads);
+  json_open(j, "simd", '[');
+  for (size_t k = 0; k < sizeof simd_names / sizeof simd_names[0]; k++)
+    if (h->simd & simd_names[k].bit) json_str(j, NULL, simd_names[k].name);
+  json_close(j, ']');
+  json_int(j, "numa_nodes", h->numa_nodes);
+  json_open(j, "numa_memory_bytes", '[');
+  for (int k = 0; k < h->numa_nodes && k < FERRY_MAX_NUMA; k++)
+    json_uint(j, NULL, h->numa_memory[k]);
+  json_close(j, ']');
+  json_uint(j, "ram_bytes", h->ram_bytes);
+  json_uint(j, "ram_available_bytes", h->ram_available_bytes);
+  if (h->memlock_bytes == UINT64_MAX) json_null(j, "memlock_bytes");
+  else json_uint(j, "memlock_bytes", h->memlock_bytes);
+  json_bool(j, "memlock_unlimited", h->memlock_bytes == UINT64_MAX);
+  json_uint(j, "hugepage_bytes", h->hugepage_bytes);
+  json_bool(j, "cuda_compiled", ferry_cuda_compiled());
+}
+
+static void json_gpus(json_out *j, const info_probe *pr) {
+  json_open(j, "gpus", '[');
+  for (int k = 0; k < pr->ngpu; k++) {
+    const ferry_gpu_info *g = &pr->gpus[k];
+    json_open(j, NULL, '{');
+    json_int(j, "ordinal", g->ordinal);
+    json_str(j, "name", g->name);
+    json_uint(j, "total_bytes", g->total_memory);
+    json_uint(j, "free_bytes", g->free_memory);
+    char cc[16];
+    snprintf(cc, sizeof cc, "%d.%d", g->cc_major, g->cc_minor);
+    json_str(j, "compute_capability", cc);
+    json_int(j, "pcie_gen", g->pcie_gen);
+    json_int(j, "pcie_width", g->pcie_width);
+    json_close(j, '}');
   }
+  json_close(j, ']');
+  if (pr->ngpu == 0) json_str(j, "gpus_reason", pr->gpu_why);
+}
 
+static void json_paths(json_out *j, const info_args *a, const info_probe *pr) {
+  json_open(j, "paths", '[');
+  for (int k = 0; k < a->npaths; k++) {
+    const ferry_path_info *pi = &pr->pinfo[k];
+    json_open(j, NULL, '{');
+    json_str(j, "path", a->paths[k]);
+    json_bool(j, "ok", pr->prc[k] == 0);
+    if (pr->prc[k]) {
+      json_str(j, "error", pr->pwhy[k]);
+    } else {
+      json_str(j, "fs_type", pi->fs_type);
+      json_bool(j, "o_direct", pi->o_direct);
+      json_str(j, "io_mode", pi->o_direct ? "direct" : "buffered");
+      json_uint(j, "dio_mem_align", pi->dio_mem_align);
+      json_uint(j, "dio_offset_align", pi->dio_offset_align);
+      json_uint(j, "free_bytes", pi->free_bytes);
+      json_uint(j, "total_bytes", pi->total_bytes);
+      if (pi->online_discard >= 0) json_bool(j, "online_discard", pi->online_discard);
+      else json_null(j, "online_discard");
+    }
+    json_close(j, '}');
+  }
+  json_close(j, ']');
+}
+
+/* --json: one object; a path that fails its probe is reported in it but
+ * leaves the exit code 0. */
+static int info_print_json(const info_args *a, const info_probe *pr) {
+  json_out j;
+  json_begin(&j, stdout);
+  json_host(&j, &pr->h);
+  json_gpus(&j, pr);
+  json_bool(&j, "io_uring", pr->urc == 0);
+  if (pr->urc) json_str(&j, "io_uring_reason", pr->uring_why);
+  json_paths(&j, a, pr);
+  json_end(&j);
+  return pr->hrc || pr->grc ? 1 : 0;
+}
+
+static void text_host(const ferry_host_info *h) {
   char a[32], b[32];
   printf("ferry %s\n", ferry_version());
-  printf("cpu:        %s\n", h.cpu_model);
-  printf("cores:      %d physical, %d threads\n", h.cores, h.threads);
+  printf("cpu:        %s\n", h->cpu_model);
+  printf("cores:      %d physical, %d threads\n", h->cores, h->threads);
   printf("simd:      ");
   for (size_t k = 0; k < sizeof simd_names / sizeof simd_names[0]; k++)
-    if (h.simd & simd_names[k].bit) printf(" %s", simd_names[k].name);
-  printf("%s\n", h.simd ? "" : " none");
-  printf("numa nodes: %d\n", h.numa_nodes);
-  for (int k = 0; k < h.numa_nodes && k < FERRY_MAX_NUMA; k++)
-    printf("  node %d:   %s\n", k, fmt_size(h.numa_memory[k], a, sizeof a));
-  printf("ram:        %s (%s available)\n", fmt_size(h.ram_bytes, a, sizeof a),
-         fmt_size(h.ram_available_bytes, b, sizeof b));
-  if (h.memlock_bytes == UINT64_MAX) printf("memlock:    unlimited\n");
+    if (h->simd & simd_names[k].bit) printf(" %s", simd_names[k].name);
+  printf("%s\n", h->simd ? "" : " none");
+  printf("numa nodes: %d\n", h->numa_nodes);
+  for (int k = 0; k < h->numa_nodes && k < FERRY_MAX_NUMA; k++)
+    printf("  node %d:   %s\n", k, fmt_size(h->numa_memory[k], a, sizeof a));
+  printf("ram:        %s (%s available)\n", fmt_size(h->ram_bytes, a, sizeof a),
+         fmt_size(h->ram_available_bytes, b, sizeof b));
+  if (h->memlock_bytes == UINT64_MAX) printf("memlock:    unlimited\n");
   else
     printf("memlock:    %s (RLIMIT_MEMLOCK; bounds pinned host memory)\n",
-           fmt_size(h.memlock_bytes, a, sizeof a));
-  if (h.hugepage_bytes) printf("huge pages: %s\n", fmt_size(h.hugepage_bytes, a, sizeof a));
+           fmt_size(h->memlock_bytes, a, sizeof a));
+  if (h->hugepage_bytes) printf("huge pages: %s\n", fmt_size(h->hugepage_bytes, a, sizeof a));
   printf("cuda:       backend %s\n", ferry_cuda_compiled() ? "compiled" : "not compiled");
-  if (ngpu == 0) printf("gpus:       none (%s)\n", gpu_why);
-  for (int k = 0; k < ngpu; k++) {
-    printf("gpu %d:      %s, %s total, %s free, compute %d.%d", gpus[k].ordinal, gpus[k].name,
-           fmt_size(gpus[k].total_memory, a, sizeof a),
-           fmt_size(gpus[k].free_memory, b, sizeof b), gpus[k].cc_major, gpus[k].cc_minor);
-    if (gpus[k].pcie_gen) printf(", PCIe gen %d x%d", gpus[k].pcie_gen, gpus[k].pcie_width);
+}
+
+static void text_gpus(const info_probe *pr) {
+  char a[32], b[32];
+  if (pr->ngpu == 0) printf("gpus:       none (%s)\n", pr->gpu_why);
+  for (int k = 0; k < pr->ngpu; k++) {
+    const ferry_gpu_info *g = &pr->gpus[k];
+    printf("gpu %d:      %s, %s total, %s free, compute %d.%d", g->ordinal, g->name,
+           fmt_size(g->total_memory, a, sizeof a), fmt_size(g->free_memory, b, sizeof b),
+           g->cc_major, g->cc_minor);
+    if (g->pcie_gen) printf(", PCIe gen %d x%d", g->pcie_gen, g->pcie_width);
     printf("\n");
   }
-  printf("io_uring:   %s\n", urc == 0 ? "works" : uring_why);
-  for (int k = 0; k < npaths; k++) {
-    if (prc[k]) {
-      printf("path %s: error: %s\n", paths[k], pwhy[k]);
-      continue;
-    }
-    printf("path %s: %s, %s free of %s, %s", paths[k], pinfo[k].fs_type,
-           fmt_size(pinfo[k].free_bytes, a, sizeof a), fmt_size(pinfo[k].total_bytes, b, sizeof b),
-           pinfo[k].o_direct ? "O_DIRECT works" : "O_DIRECT refused: buffered I/O");
-    if (pinfo[k].o_direct)
-      printf(" (alignment: memory %zu, offset %zu)", pinfo[k].dio_mem_align,
-             pinfo[k].dio_offset_align);
-    printf("\n");
-    if (pinfo[k].online_discard == 1)
-      printf("  mounted with online discard: a removed swap file's blocks are trimmed at once,\n"
-             "  and on thin or virtual disks the next first write over them is slower\n"
-             "  (fstrim from a timer, and mounting without discard, avoids it)\n");
+}
+
+static void text_path(const char *path, const ferry_path_info *pi) {
+  char a[32], b[32];
+  printf("path %s: %s, %s free of %s, %s", path, pi->fs_type,
+         fmt_size(pi->free_bytes, a, sizeof a), fmt_size(pi->total_bytes, b, sizeof b),
+         pi->o_direct ? "O_DIRECT works" : "O_DIRECT refused: buffered I/O");
+  if (pi->o_direct)
+    printf(" (alignment: memory %zu, offset %zu)", pi->dio_mem_align, pi->dio_offset_align);
+  printf("\n");
+  if (pi->online_discard == 1)
+    printf("  mounted with online discard: a removed swap file's blocks are trimmed at once,\n"
+           "  and on thin or virtual disks the next first write over them is slower\n"
+           "  (fstrim from a timer, and mounting without discard, avoids it)\n");
+}
+
+/* Text: a path that fails its probe makes the exit code 1. */
+static int info_print_text(const info_args *a, const info_probe *pr) {
+  text_host(&pr->h);
+  text_gpus(pr);
+  printf("io_uring:   %s\n", pr->urc == 0 ? "works" : pr->uring_why);
+  for (int k = 0; k < a->npaths; k++) {
+    if (pr->prc[k]) printf("path %s: error: %s\n", a->paths[k], pr->pwhy[k]);
+    else text_path(a->paths[k], &pr->pinfo[k]);
   }
-  int bad = hrc || grc;
-  for (int k = 0; k < npaths; k++) bad |= prc[k] != 0;
+  int bad = pr->hrc || pr->grc;
+  for (int k = 0; k < a->npaths; k++) bad |= pr->prc[k] != 0;
   return bad ? 1 : 0;
+}
+
+int cli_info(int argc, char **argv) {
+  info_args a;
+  int rc = info_parse(argc, argv, &a);
+  if (rc >= 0) return rc;
+  info_probe pr;
+  info_gather(&a, &pr);
+  return a.json ? info_print_json(&a, &pr) : info_print_text(&a, &pr);
 }

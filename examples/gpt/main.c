@@ -438,425 +438,569 @@ static void json_peaks(const uint64_t *peak) {
          (unsigned long long)peak[0], (unsigned long long)peak[1], (unsigned long long)peak[2]);
 }
 
-/* An early exit of train after the data is loaded: frees what is held
- * (the sanitizer builds check that refusals leak nothing). */
-static int train_bail(int code, ferry_config *fc, gpt_engine *ge, gpt_data *d, gpt_tokenizer *tok,
-                      gpt_schema *s) {
-  if (ge) gpt_engine_free(ge);
-  if (fc) ferry_config_destroy(fc);
-  gpt_data_free(d);
-  gpt_tokenizer_free(tok);
-  gpt_schema_free(s);
-  return code;
+/* One `train` run: what it holds from the engine config to the last step.
+ * Every step below returns 0 or the exit code; train_free frees whatever is
+ * held, wherever the run stopped (the sanitizer builds check that refusals
+ * leak nothing). */
+typedef struct {
+  train_opts o;
+  FILE *info;           /* progress notes: stderr under --json, else stdout */
+  int seq;              /* --seq, or the model's default */
+  int micro, start;     /* micro-batches per step; the first step to run */
+  ferry_config *fc;     /* --engine's config, until the engine is made */
+  gpt_config cfg;
+  gpt_tokenizer *tok;
+  gpt_schema s;
+  gpt_data d;
+  gpt_resident r;       /* pre-engine: weights and grads in host memory */
+  gpt_adamw opt;        /* pre-engine: the AdamW state */
+  gpt_engine *ge;       /* --engine */
+  gpt_provider p;
+  gpt_model *m;         /* the CPU model */
+#ifdef GPT_HAVE_CUDA
+  int cuda_held;        /* --device cuda: cr and cm are to be freed */
+  gpt_cuda_model *cm;
+  gpt_cuda_resident cr;
+  gpt_provider cp;
+#endif
+  gpt_resume_state rs;  /* this run's fingerprint; saved with each checkpoint */
+  char ck_folder[4096]; /* --resume: the checkpoint found */
+  char ck_dir[4200];    /* --save-every: where checkpoints go */
+  int64_t ck_step;
+  char err[1024];
+} train_run;
+
+/* What the steps add up to, for the closing lines. */
+typedef struct {
+  double t_all, first, last; /* seconds in steps; the first and last loss */
+  int ran;                   /* steps this process runs */
+  long long tok_step;        /* tokens per step */
+  ferry_stats fs;            /* --engine: the engine's stats */
+} train_totals;
+
+static void train_free(train_run *t) {
+  gpt_model_free(t->m);
+#ifdef GPT_HAVE_CUDA
+  if (t->cuda_held) {
+    gpt_cuda_model_free(t->cm);
+    gpt_cuda_resident_free(&t->cr);
+  }
+#endif
+  gpt_engine_free(t->ge);
+  if (t->fc) ferry_config_destroy(t->fc);
+  gpt_adamw_free(&t->opt);
+  gpt_resident_free(&t->r);
+  gpt_data_free(&t->d);
+  gpt_tokenizer_free(t->tok);
+  gpt_schema_free(&t->s);
 }
 
-static int cmd_train(int argc, char **argv) {
-  train_opts o;
-  if (parse_train(argc, argv, &o)) return 0;
-  int steps = o.steps, batch = o.batch, seq = o.seq, json = o.json, cuda = o.cuda;
-  if (o.threads) openblas_set_num_threads(o.threads);
-  FILE *info = json ? stderr : stdout;
+/* --threads, where notes go, and whether --device cuda can run. */
+static int train_check_device(train_run *t) {
+  if (t->o.threads) openblas_set_num_threads(t->o.threads);
+  t->info = t->o.json ? stderr : stdout;
 #ifdef GPT_HAVE_CUDA
   char why[256];
-  if (cuda && gpt_cuda_available(why, sizeof why)) {
+  if (t->o.cuda && gpt_cuda_available(why, sizeof why)) {
     fprintf(stderr, "ferry-gpt: --device cuda: %s\n", why);
     return 1;
   }
 #else
-  if (cuda) {
+  if (t->o.cuda) {
     fprintf(stderr, "ferry-gpt: --device cuda: this build has no CUDA (configure with nvcc on "
             "PATH)\n");
     return 1;
   }
 #endif
+  return 0;
+}
 
-  ferry_config *fc = NULL;
-  if (o.engine) {
-    if (!(fc = engine_config(&o, info))) return 1;
+/* The engine config, the model's shape, the tokenizer and the data. */
+static int train_load(train_run *t) {
+  if (t->o.engine) {
+    if (!(t->fc = engine_config(&t->o, t->info))) return 1;
   } else {
-    fprintf(info, "ferry-gpt: note: no --engine: pre-engine path (all parameters resident in "
+    fprintf(t->info, "ferry-gpt: note: no --engine: pre-engine path (all parameters resident in "
             "host memory, plain AdamW)\n");
   }
-
-  gpt_config cfg;
-  load_model_config(o.model, &cfg);
-  if (!seq) seq = cfg.max_seq < 128 ? cfg.max_seq : 128;
-  if (seq > cfg.max_seq) {
-    fprintf(stderr, "ferry-gpt: --seq %d is more than the model's %d positions\n", seq, cfg.max_seq);
+  load_model_config(t->o.model, &t->cfg);
+  t->seq = t->o.seq;
+  if (!t->seq) t->seq = t->cfg.max_seq < 128 ? t->cfg.max_seq : 128;
+  if (t->seq > t->cfg.max_seq) {
+    fprintf(stderr, "ferry-gpt: --seq %d is more than the model's %d positions\n", t->seq,
+            t->cfg.max_seq);
     return 2;
   }
-  gpt_tokenizer *tok = load_tokenizer(o.tokdir);
-  if (gpt_tokenizer_vocab(tok) > cfg.vocab) {
+  t->tok = load_tokenizer(t->o.tokdir);
+  if (gpt_tokenizer_vocab(t->tok) > t->cfg.vocab) {
     fprintf(stderr, "ferry-gpt: the tokenizer has %d ids but the model only %d\n",
-            gpt_tokenizer_vocab(tok), cfg.vocab);
+            gpt_tokenizer_vocab(t->tok), t->cfg.vocab);
     return 1;
   }
-  char err[1024], desc[256];
-  gpt_schema s;
-  if (gpt_schema_build(&cfg, &s)) {
+  char desc[256];
+  if (gpt_schema_build(&t->cfg, &t->s)) {
     fprintf(stderr, "ferry-gpt: cannot build the model\n");
     return 1;
   }
-  gpt_config_describe(&cfg, desc, sizeof desc);
-  fprintf(info, "ferry-gpt: model %s; %.2fM parameters\n", desc, s.total_numel / 1e6);
-  gpt_data d;
-  if (gpt_data_load(&d, o.data, tok, cfg.vocab, o.seed, err, sizeof err)) {
-    fprintf(stderr, "ferry-gpt: %s\n", err);
+  gpt_config_describe(&t->cfg, desc, sizeof desc);
+  fprintf(t->info, "ferry-gpt: model %s; %.2fM parameters\n", desc, t->s.total_numel / 1e6);
+  if (gpt_data_load(&t->d, t->o.data, t->tok, t->cfg.vocab, t->o.seed, t->err, sizeof t->err)) {
+    fprintf(stderr, "ferry-gpt: %s\n", t->err);
     return 1;
   }
-  if (d.n < (size_t)seq + 1) {
-    fprintf(stderr, "ferry-gpt: %s holds %zu tokens, fewer than --seq + 1 = %d\n", o.data, d.n,
-            seq + 1);
+  if (t->d.n < (size_t)t->seq + 1) {
+    fprintf(stderr, "ferry-gpt: %s holds %zu tokens, fewer than --seq + 1 = %d\n", t->o.data,
+            t->d.n, t->seq + 1);
     return 1;
   }
-  gpt_resident r = {0};
-  gpt_adamw opt = {0};
-  gpt_engine *ge = NULL;
-  gpt_provider p;
-  int micro = 1, start = 1;
-  gpt_resume_state rs; /* this run's fingerprint; saved with each checkpoint */
-  char ck_folder[4096] = "", ck_dir[4200] = "";
-  int64_t ck_step = 0;
-  if (fc) {
-    describe_engine(fc, &s, info);
-    if (gpt_resume_fingerprint(&rs, &cfg, batch, seq, o.seed, o.data, &d, tok, fc, err,
-                               sizeof err)) {
-      fprintf(stderr, "ferry-gpt: %s\n", err);
-      return train_bail(1, fc, ge, &d, tok, &s);
-    }
-    if (o.save_every) snprintf(ck_dir, sizeof ck_dir, "%.4000s/" GPT_RESUME_SUBDIR, o.save);
-    if (o.resume) {
-      /* find the checkpoint and check its trainer state before building the
-       * engine: settings that differ are named before any tensor is read */
-      if (gpt_resume_find(o.resume, ck_folder, sizeof ck_folder, &ck_step, err, sizeof err)) {
-        fprintf(stderr, "ferry-gpt: --resume: %s\n", err);
-        return train_bail(1, fc, ge, &d, tok, &s);
-      }
-      static unsigned char peek[sizeof(gpt_resume_state)];
-      size_t plen;
-      int crc;
-      if (gpt_resume_peek(ck_folder, peek, sizeof peek, &plen) == 0 &&
-          (crc = gpt_resume_check(peek, plen, &rs, NULL, err, sizeof err))) {
-        /* other settings on the command line: bad usage; a foreign blob: runtime */
-        fprintf(stderr, "ferry-gpt: --resume %s: %s\n", ck_folder, err);
-        return train_bail(crc == -2 ? 2 : 1, fc, ge, &d, tok, &s);
-      }
-      if (o.weights)
-        fprintf(info, "ferry-gpt: note: --resume: the weights come from the checkpoint, not "
-                "--weights %s\n", o.weights);
-    }
-    gpt_weights_src *src;
-    if (gpt_weights_src_open(&s, o.resume ? NULL : o.weights, o.seed, &src, err, sizeof err)) {
-      fprintf(stderr, "ferry-gpt: %s\n", err);
-      return train_bail(1, fc, ge, &d, tok, &s);
-    }
-    int rc = gpt_engine_create(&s, fc, NULL, src, &ge, err, sizeof err);
-    gpt_weights_src_close(src);
-    ferry_config_destroy(fc);
-    fc = NULL;
-    if (rc) {
-      fprintf(stderr, "ferry-gpt: engine (%s): %s\n", o.engine, err);
-      return train_bail(1, fc, ge, &d, tok, &s);
-    }
-    p = gpt_engine_provider(ge);
-    micro = gpt_engine_micro_batches(ge);
-    if (o.resume) {
-      static unsigned char blob[sizeof(gpt_resume_state)];
-      size_t blen = 0;
-      gpt_resume_state got;
-      int lrc = gpt_engine_load(ge, ck_folder, blob, sizeof blob, &blen, err, sizeof err);
-      if (lrc == FERRY_EOVERFLOW) {
-        fprintf(stderr, "ferry-gpt: --resume %s: its trainer state (user.bin) is %zu bytes, not "
-                "the %zu of a ferry-gpt resume state: not a checkpoint of ferry-gpt train\n",
-                ck_folder, blen, sizeof blob);
-        return train_bail(1, fc, ge, &d, tok, &s);
-      }
-      if (lrc) {
-        fprintf(stderr, "ferry-gpt: --resume %s: %s\n", ck_folder, err);
-        return train_bail(1, fc, ge, &d, tok, &s);
-      }
-      int crc = gpt_resume_check(blob, blen, &rs, &got, err, sizeof err);
-      if (crc) {
-        fprintf(stderr, "ferry-gpt: --resume %s: %s\n", ck_folder, err);
-        return train_bail(crc == -2 ? 2 : 1, fc, ge, &d, tok, &s);
-      }
-      if (got.next_step != ck_step + 1) {
-        fprintf(stderr, "ferry-gpt: --resume %s: the folder is step %lld but its trainer state "
-                "continues at step %lld: not a checkpoint of ferry-gpt train\n", ck_folder,
-                (long long)ck_step, (long long)got.next_step);
-        return train_bail(1, fc, ge, &d, tok, &s);
-      }
-      if (got.next_step > 100000001) {
-        fprintf(stderr, "ferry-gpt: --resume %s: step %lld is past the largest --steps\n",
-                ck_folder, (long long)ck_step);
-        return train_bail(1, fc, ge, &d, tok, &s);
-      }
-      start = (int)got.next_step;
-      d.rng = got.data_rng;
-      fprintf(info, "ferry-gpt: resumed %s: %lld steps done, continuing at step %d of %d\n",
-              ck_folder, (long long)ck_step, start, steps);
-      if (start > steps)
-        fprintf(info, "ferry-gpt: note: the checkpoint is at step %lld, --steps is %d: no step "
-                "to run\n", (long long)ck_step, steps);
-    }
-  } else {
-    if (gpt_resident_init(&r, &s) || gpt_adamw_init(&opt, s.total_numel, o.lr, o.wd)) {
-      fprintf(stderr, "ferry-gpt: out of memory for %zu parameters\n", s.total_numel);
+  return 0;
+}
+
+/* --resume, before the engine is built: find the checkpoint and check its
+ * trainer state, so settings that differ are named before any tensor is
+ * read. */
+static int train_resume_find(train_run *t) {
+  if (gpt_resume_find(t->o.resume, t->ck_folder, sizeof t->ck_folder, &t->ck_step, t->err,
+                      sizeof t->err)) {
+    fprintf(stderr, "ferry-gpt: --resume: %s\n", t->err);
+    return 1;
+  }
+  static unsigned char peek[sizeof(gpt_resume_state)];
+  size_t plen;
+  int crc;
+  if (gpt_resume_peek(t->ck_folder, peek, sizeof peek, &plen) == 0 &&
+      (crc = gpt_resume_check(peek, plen, &t->rs, NULL, t->err, sizeof t->err))) {
+    /* other settings on the command line: bad usage; a foreign blob: runtime */
+    fprintf(stderr, "ferry-gpt: --resume %s: %s\n", t->ck_folder, t->err);
+    return crc == -2 ? 2 : 1;
+  }
+  if (t->o.weights)
+    fprintf(t->info, "ferry-gpt: note: --resume: the weights come from the checkpoint, not "
+            "--weights %s\n", t->o.weights);
+  return 0;
+}
+
+/* --resume, once the engine is built: load the checkpoint into it and take
+ * the next step and the sampler's state from its trainer state. */
+static int train_resume_load(train_run *t) {
+  static unsigned char blob[sizeof(gpt_resume_state)];
+  size_t blen = 0;
+  gpt_resume_state got;
+  int lrc = gpt_engine_load(t->ge, t->ck_folder, blob, sizeof blob, &blen, t->err, sizeof t->err);
+  if (lrc == FERRY_EOVERFLOW) {
+    fprintf(stderr, "ferry-gpt: --resume %s: its trainer state (user.bin) is %zu bytes, not "
+            "the %zu of a ferry-gpt resume state: not a checkpoint of ferry-gpt train\n",
+            t->ck_folder, blen, sizeof blob);
+    return 1;
+  }
+  if (lrc) {
+    fprintf(stderr, "ferry-gpt: --resume %s: %s\n", t->ck_folder, t->err);
+    return 1;
+  }
+  int crc = gpt_resume_check(blob, blen, &t->rs, &got, t->err, sizeof t->err);
+  if (crc) {
+    fprintf(stderr, "ferry-gpt: --resume %s: %s\n", t->ck_folder, t->err);
+    return crc == -2 ? 2 : 1;
+  }
+  if (got.next_step != t->ck_step + 1) {
+    fprintf(stderr, "ferry-gpt: --resume %s: the folder is step %lld but its trainer state "
+            "continues at step %lld: not a checkpoint of ferry-gpt train\n", t->ck_folder,
+            (long long)t->ck_step, (long long)got.next_step);
+    return 1;
+  }
+  if (got.next_step > 100000001) {
+    fprintf(stderr, "ferry-gpt: --resume %s: step %lld is past the largest --steps\n",
+            t->ck_folder, (long long)t->ck_step);
+    return 1;
+  }
+  t->start = (int)got.next_step;
+  t->d.rng = got.data_rng;
+  fprintf(t->info, "ferry-gpt: resumed %s: %lld steps done, continuing at step %d of %d\n",
+          t->ck_folder, (long long)t->ck_step, t->start, t->o.steps);
+  if (t->start > t->o.steps)
+    fprintf(t->info, "ferry-gpt: note: the checkpoint is at step %lld, --steps is %d: no step "
+            "to run\n", (long long)t->ck_step, t->o.steps);
+  return 0;
+}
+
+/* --engine: the run's fingerprint, the engine (weights from --weights, the
+ * seed or the checkpoint) and its provider. */
+static int train_setup_engine(train_run *t) {
+  describe_engine(t->fc, &t->s, t->info);
+  if (gpt_resume_fingerprint(&t->rs, &t->cfg, t->o.batch, t->seq, t->o.seed, t->o.data, &t->d,
+                             t->tok, t->fc, t->err, sizeof t->err)) {
+    fprintf(stderr, "ferry-gpt: %s\n", t->err);
+    return 1;
+  }
+  if (t->o.save_every)
+    snprintf(t->ck_dir, sizeof t->ck_dir, "%.4000s/" GPT_RESUME_SUBDIR, t->o.save);
+  int rc;
+  if (t->o.resume && (rc = train_resume_find(t))) return rc;
+  gpt_weights_src *src;
+  if (gpt_weights_src_open(&t->s, t->o.resume ? NULL : t->o.weights, t->o.seed, &src, t->err,
+                           sizeof t->err)) {
+    fprintf(stderr, "ferry-gpt: %s\n", t->err);
+    return 1;
+  }
+  rc = gpt_engine_create(&t->s, t->fc, NULL, src, &t->ge, t->err, sizeof t->err);
+  gpt_weights_src_close(src);
+  ferry_config_destroy(t->fc);
+  t->fc = NULL;
+  if (rc) {
+    fprintf(stderr, "ferry-gpt: engine (%s): %s\n", t->o.engine, t->err);
+    return 1;
+  }
+  t->p = gpt_engine_provider(t->ge);
+  t->micro = gpt_engine_micro_batches(t->ge);
+  return t->o.resume ? train_resume_load(t) : 0;
+}
+
+/* Without --engine: weights, grads and AdamW state in host memory. */
+static int train_setup_resident(train_run *t) {
+  if (gpt_resident_init(&t->r, &t->s) ||
+      gpt_adamw_init(&t->opt, t->s.total_numel, t->o.lr, t->o.wd)) {
+    fprintf(stderr, "ferry-gpt: out of memory for %zu parameters\n", t->s.total_numel);
+    return 1;
+  }
+  t->p = gpt_resident_provider(&t->r);
+  if (t->o.weights) {
+    if (gpt_weights_load(&t->s, &t->p, t->o.weights, t->err, sizeof t->err)) {
+      fprintf(stderr, "ferry-gpt: %s\n", t->err);
       return 1;
     }
-    p = gpt_resident_provider(&r);
-    if (o.weights) {
-      if (gpt_weights_load(&s, &p, o.weights, err, sizeof err)) {
-        fprintf(stderr, "ferry-gpt: %s\n", err);
-        return 1;
-      }
-    } else {
-      gpt_weights_init(&s, &p, o.seed);
-    }
+  } else {
+    gpt_weights_init(&t->s, &t->p, t->o.seed);
   }
-  gpt_run_config rc = {.batch = batch, .seq = seq, .checkpoint = o.ckpt};
-  gpt_model *m = NULL;
+  return 0;
+}
+
+/* The model (CPU, or the CUDA one with its device-resident weights), then
+ * the line that sizes the run. */
+static int train_make_model(train_run *t) {
+  gpt_run_config rc = {.batch = t->o.batch, .seq = t->seq, .checkpoint = t->o.ckpt};
 #ifdef GPT_HAVE_CUDA
-  gpt_cuda_model *cm = NULL;
-  gpt_cuda_resident cr;
-  gpt_provider cp;
-  if (cuda) {
-    if (gpt_cuda_resident_init(&cr, &s) || gpt_cuda_resident_upload(&cr, r.weights) ||
-        gpt_cuda_model_create(&s, &rc, &cm)) {
+  if (t->o.cuda) {
+    t->cuda_held = 1;
+    if (gpt_cuda_resident_init(&t->cr, &t->s) || gpt_cuda_resident_upload(&t->cr, t->r.weights) ||
+        gpt_cuda_model_create(&t->s, &rc, &t->cm)) {
       fprintf(stderr, "ferry-gpt: --device cuda: out of device memory or CUDA failure\n");
       return 1;
     }
-    cp = gpt_cuda_resident_provider(&cr);
+    t->cp = gpt_cuda_resident_provider(&t->cr);
   }
 #endif
-  if (!cuda && gpt_model_create(&s, &rc, &m)) {
-    fprintf(stderr, "ferry-gpt: out of memory for activations (batch %d, seq %d)\n", batch, seq);
+  if (!t->o.cuda && gpt_model_create(&t->s, &rc, &t->m)) {
+    fprintf(stderr, "ferry-gpt: out of memory for activations (batch %d, seq %d)\n", t->o.batch,
+            t->seq);
     return 1;
   }
-  if (ge)
-    fprintf(info, "ferry-gpt: %zu tokens of data, batch %d x seq %d x %d micro-batches, %d steps; "
-            "host: %.1f MB of activations, %.1f MB of fp32 scratch\n",
-            d.n, batch, seq, micro, steps, gpt_model_activation_bytes(m) / 1e6,
-            gpt_engine_scratch_bytes(ge) / 1e6);
+  if (t->ge)
+    fprintf(t->info, "ferry-gpt: %zu tokens of data, batch %d x seq %d x %d micro-batches, %d "
+            "steps; host: %.1f MB of activations, %.1f MB of fp32 scratch\n",
+            t->d.n, t->o.batch, t->seq, t->micro, t->o.steps,
+            gpt_model_activation_bytes(t->m) / 1e6, gpt_engine_scratch_bytes(t->ge) / 1e6);
   else
-    fprintf(info, "ferry-gpt: %zu tokens of data, batch %d x seq %d, %d steps, lr %g; host: "
+    fprintf(t->info, "ferry-gpt: %zu tokens of data, batch %d x seq %d, %d steps, lr %g; host: "
             "%.1f MB of weights+grads+AdamW, %.1f MB of activations\n",
-            d.n, batch, seq, steps, (double)o.lr, 16.0 * s.total_numel / 1e6,
-            m ? gpt_model_activation_bytes(m) / 1e6 : 0.0);
-  int32_t *x = malloc((size_t)batch * seq * sizeof *x), *y = malloc((size_t)batch * seq * sizeof *y);
-  double t_all = 0, first = NAN, last = NAN, stall0 = 0;
-  long long tok_step = (long long)batch * seq * micro;
-  ferry_stats fs;
-  memset(&fs, 0, sizeof fs);
+            t->d.n, t->o.batch, t->seq, t->o.steps, (double)t->o.lr, 16.0 * t->s.total_numel / 1e6,
+            t->m ? gpt_model_activation_bytes(t->m) / 1e6 : 0.0);
+  return 0;
+}
+
+#ifdef GPT_HAVE_CUDA
+/* One pre-engine step on the CUDA model: grads to the host, AdamW there,
+ * weights back up. */
+static int train_step_cuda(train_run *t, int st, int32_t *x, int32_t *y, float *loss) {
+  gpt_data_batch(&t->d, t->o.batch, t->seq, x, y);
+  if (t->cp.zero_grad(t->cp.ctx) || gpt_cuda_model_forward(t->cm, &t->cp, x, y, loss) ||
+      gpt_cuda_model_backward(t->cm, &t->cp) ||
+      gpt_cuda_resident_download_grads(&t->cr, t->r.grads)) {
+    fprintf(stderr, "ferry-gpt: step %d: %s\n", st, gpt_cuda_model_last_error(t->cm));
+    return 1;
+  }
+  gpt_adamw_step(&t->opt, &t->r);
+  if (gpt_cuda_resident_upload(&t->cr, t->r.weights)) {
+    fprintf(stderr, "ferry-gpt: step %d: upload failed\n", st);
+    return 1;
+  }
+  return 0;
+}
+#endif
+
+/* One step on the CPU model: its micro-batches' forward and backward, then
+ * the engine's step or the pre-engine AdamW. *loss: the micro-batches' mean. */
+static int train_step_cpu(train_run *t, int st, int32_t *x, int32_t *y, float *loss) {
+  double sum = 0;
+  for (int k = 0; k < t->micro; k++) {
+    float l;
+    gpt_data_batch(&t->d, t->o.batch, t->seq, x, y);
+    if (t->p.zero_grad(t->p.ctx) || gpt_model_forward(t->m, &t->p, x, y, &l) ||
+        gpt_model_backward(t->m, &t->p)) {
+      fprintf(stderr, "ferry-gpt: step %d: %s\n", st, gpt_model_last_error(t->m));
+      return 1;
+    }
+    sum += l;
+  }
+  *loss = (float)(sum / t->micro);
+  if (t->ge) {
+    ferry_step_info si;
+    if (gpt_engine_step(t->ge, &si)) {
+      fprintf(stderr, "ferry-gpt: step %d: %s\n", st,
+              ferry_engine_last_error(gpt_engine_handle(t->ge)));
+      return 1;
+    }
+  } else {
+    gpt_adamw_step(&t->opt, &t->r);
+  }
+  return 0;
+}
+
+/* Peak bytes per tier (gpu, host, nvme): with --engine its tiers (and *fs
+ * its stats), else the process's peak RSS as host. */
+static void train_peaks(const train_run *t, ferry_stats *fs, uint64_t peak[3]) {
+  peak[0] = 0, peak[1] = peak_rss(), peak[2] = 0;
+  if (!t->ge) return;
+  ferry_engine_get_stats(gpt_engine_handle(t->ge), fs);
+  for (int i = 0; i < 3; i++) peak[i] = fs->tier_peak[i];
+}
+
+/* The step's line: JSON or the progress line. *stall0: the engine's stall
+ * seconds so far, advanced to now. */
+static void train_report_step(const train_run *t, train_totals *tt, int st, float loss, double dt,
+                              double *stall0) {
+  double tps = tt->tok_step / dt, stall = 0;
+  uint64_t peak[3];
+  train_peaks(t, &tt->fs, peak);
+  if (t->ge) {
+    stall = 100.0 * (tt->fs.stall_seconds - *stall0) / dt;
+    *stall0 = tt->fs.stall_seconds;
+  }
+  if (t->o.json) {
+    printf("{\"step\": %d, \"loss\": %.9g, \"tokens_per_s\": %.1f, ", st, loss, tps);
+    json_peaks(peak);
+    printf(", \"stall_pct\": %.1f}\n", stall);
+  } else {
+    printf("step %5d/%d  loss %.4f  %8.0f tok/s  gpu %.3f GB  host %.3f GB  nvme %.3f GB  "
+           "stall %.1f%%\n",
+           st, t->o.steps, loss, tps, peak[0] / 1e9, peak[1] / 1e9, peak[2] / 1e9, stall);
+  }
+  fflush(stdout);
+}
+
+/* --save-every: after step st, an engine checkpoint with the trainer state. */
+static int train_checkpoint(train_run *t, int st) {
+  /* between steps: the engine holds step st, the sampler is at step st + 1 */
+  t->rs.next_step = st + 1;
+  t->rs.data_rng = t->d.rng;
+  double t1 = now_s();
+  if (gpt_engine_save(t->ge, t->ck_dir, &t->rs, sizeof t->rs, t->o.keep, t->err, sizeof t->err)) {
+    fprintf(stderr, "ferry-gpt: step %d: checkpoint into %s: %s\n", st, t->ck_dir, t->err);
+    return 1;
+  }
+  fprintf(t->info, "ferry-gpt: checkpoint %s/step-%012d (%.2f s)\n", t->ck_dir, st, now_s() - t1);
+  return 0;
+}
+
+/* Steps start..--steps, each reported, checkpointed when due. */
+static int train_steps(train_run *t, train_totals *tt) {
+  int batch = t->o.batch, seq = t->seq, steps = t->o.steps, start = t->start;
+  int32_t *x = malloc((size_t)batch * seq * sizeof *x);
+  int32_t *y = malloc((size_t)batch * seq * sizeof *y);
+  memset(tt, 0, sizeof *tt);
+  tt->first = NAN, tt->last = NAN;
+  tt->tok_step = (long long)batch * seq * t->micro;
+  tt->ran = steps >= start ? steps - start + 1 : 0;
+  double stall0 = 0;
   int status = 0;
-  int ran = steps >= start ? steps - start + 1 : 0; /* steps this process runs */
   for (int st = start; st <= steps && !status; st++) {
     double t0 = now_s();
     float loss = 0;
 #ifdef GPT_HAVE_CUDA
-    if (cuda) {
-      /* pre-engine: grads to the host, AdamW there, weights back up */
-      gpt_data_batch(&d, batch, seq, x, y);
-      if (cp.zero_grad(cp.ctx) || gpt_cuda_model_forward(cm, &cp, x, y, &loss) ||
-          gpt_cuda_model_backward(cm, &cp) || gpt_cuda_resident_download_grads(&cr, r.grads)) {
-        fprintf(stderr, "ferry-gpt: step %d: %s\n", st, gpt_cuda_model_last_error(cm));
-        return 1;
-      }
-      gpt_adamw_step(&opt, &r);
-      if (gpt_cuda_resident_upload(&cr, r.weights)) {
-        fprintf(stderr, "ferry-gpt: step %d: upload failed\n", st);
-        return 1;
-      }
-    } else
+    if (t->o.cuda) status = train_step_cuda(t, st, x, y, &loss);
+    else
 #endif
-    {
-      double sum = 0;
-      for (int k = 0; k < micro && !status; k++) {
-        float l;
-        gpt_data_batch(&d, batch, seq, x, y);
-        if (p.zero_grad(p.ctx) || gpt_model_forward(m, &p, x, y, &l) ||
-            gpt_model_backward(m, &p)) {
-          fprintf(stderr, "ferry-gpt: step %d: %s\n", st, gpt_model_last_error(m));
-          status = 1;
-        }
-        sum += l;
-      }
-      loss = (float)(sum / micro);
-      if (status) break;
-      if (ge) {
-        ferry_step_info si;
-        if (gpt_engine_step(ge, &si)) {
-          fprintf(stderr, "ferry-gpt: step %d: %s\n", st,
-                  ferry_engine_last_error(gpt_engine_handle(ge)));
-          status = 1;
-          break;
-        }
-      } else {
-        gpt_adamw_step(&opt, &r);
-      }
-    }
+      status = train_step_cpu(t, st, x, y, &loss);
+    if (status) break;
     double dt = now_s() - t0;
-    t_all += dt;
-    if (st == start) first = loss;
-    last = loss;
-    double tps = tok_step / dt, stall = 0;
-    uint64_t peak[3] = {0, peak_rss(), 0};
-    if (ge) {
-      ferry_engine_get_stats(gpt_engine_handle(ge), &fs);
-      for (int t = 0; t < 3; t++) peak[t] = fs.tier_peak[t];
-      stall = 100.0 * (fs.stall_seconds - stall0) / dt;
-      stall0 = fs.stall_seconds;
-    }
-    if (json) {
-      printf("{\"step\": %d, \"loss\": %.9g, \"tokens_per_s\": %.1f, ", st, loss, tps);
-      json_peaks(peak);
-      printf(", \"stall_pct\": %.1f}\n", stall);
-    } else {
-      printf("step %5d/%d  loss %.4f  %8.0f tok/s  gpu %.3f GB  host %.3f GB  nvme %.3f GB  "
-             "stall %.1f%%\n",
-             st, steps, loss, tps, peak[0] / 1e9, peak[1] / 1e9, peak[2] / 1e9, stall);
-    }
-    fflush(stdout);
-    if (ge && o.save_every && st % o.save_every == 0) {
-      /* between steps: the engine holds step st, the sampler is at step st + 1 */
-      rs.next_step = st + 1;
-      rs.data_rng = d.rng;
-      double t1 = now_s();
-      if (gpt_engine_save(ge, ck_dir, &rs, sizeof rs, o.keep, err, sizeof err)) {
-        fprintf(stderr, "ferry-gpt: step %d: checkpoint into %s: %s\n", st, ck_dir, err);
-        status = 1;
-        break;
-      }
-      fprintf(info, "ferry-gpt: checkpoint %s/step-%012d (%.2f s)\n", ck_dir, st, now_s() - t1);
-    }
+    tt->t_all += dt;
+    if (st == start) tt->first = loss;
+    tt->last = loss;
+    train_report_step(t, tt, st, loss, dt, &stall0);
+    if (t->ge && t->o.save_every && st % t->o.save_every == 0) status = train_checkpoint(t, st);
   }
-  if (status) goto out;
-  double tps = t_all > 0 ? (double)ran * tok_step / t_all : 0;
-  uint64_t peak[3] = {0, peak_rss(), 0};
+  free(x), free(y);
+  return status;
+}
+
+/* The closing lines: totals, peaks, stalls and (--engine) bytes moved. */
+static void train_report_totals(const train_run *t, train_totals *tt) {
+  int ran = tt->ran, start = t->start;
+  double tps = tt->t_all > 0 ? (double)ran * tt->tok_step / tt->t_all : 0;
+  uint64_t peak[3];
   double stall = 0;
-  if (ge) {
-    ferry_engine_get_stats(gpt_engine_handle(ge), &fs);
-    for (int t = 0; t < 3; t++) peak[t] = fs.tier_peak[t];
-    stall = t_all > 0 ? 100.0 * fs.stall_seconds / t_all : 0;
-  }
-  if (json) {
+  train_peaks(t, &tt->fs, peak);
+  if (t->ge) stall = tt->t_all > 0 ? 100.0 * tt->fs.stall_seconds / tt->t_all : 0;
+  const ferry_stats *fs = &tt->fs;
+  if (t->o.json) {
     printf("{\"final\": true, \"steps\": %d, \"first_step\": %d, \"tokens\": %lld, "
            "\"seconds\": %.3f, \"tokens_per_s\": %.1f, \"first_loss\": %.6f, "
            "\"last_loss\": %.6f, ",
-           ran, start, (long long)ran * tok_step, t_all, tps, ran ? first : 0.0,
-           ran ? last : 0.0);
+           ran, start, (long long)ran * tt->tok_step, tt->t_all, tps, ran ? tt->first : 0.0,
+           ran ? tt->last : 0.0);
     json_peaks(peak);
     printf(", \"stall_pct\": %.1f, \"rss_bytes\": %llu", stall, (unsigned long long)peak_rss());
-    if (ge)
+    if (t->ge)
       printf(", \"bytes_moved\": {\"h2d\": %llu, \"d2h\": %llu, \"host_to_nvme\": %llu, "
              "\"nvme_to_host\": %llu}, \"engine\": \"%s\"}\n",
-             (unsigned long long)fs.bytes_h2d, (unsigned long long)fs.bytes_d2h,
-             (unsigned long long)fs.bytes_host_to_nvme, (unsigned long long)fs.bytes_nvme_to_host,
-             o.engine);
+             (unsigned long long)fs->bytes_h2d, (unsigned long long)fs->bytes_d2h,
+             (unsigned long long)fs->bytes_host_to_nvme,
+             (unsigned long long)fs->bytes_nvme_to_host, t->o.engine);
     else
       printf(", \"engine\": \"pre-engine (resident)\"}\n");
   } else {
     printf("done: %d steps (%d..%d), %lld tokens in %.2f s, %.0f tok/s, loss %.4f -> %.4f\n",
-           ran, start, steps, (long long)ran * tok_step, t_all, tps, ran ? first : 0.0,
-           ran ? last : 0.0);
-    if (ge)
+           ran, start, t->o.steps, (long long)ran * tt->tok_step, tt->t_all, tps,
+           ran ? tt->first : 0.0, ran ? tt->last : 0.0);
+    if (t->ge)
       printf("peaks: gpu %.1f MB, host %.1f MB, nvme %.1f MB (engine tiers); process RSS %.1f "
              "MB; stalled %.1f%% of the time; moved h2d %.1f MB, d2h %.1f MB, host->nvme %.1f "
              "MB, nvme->host %.1f MB\n",
              peak[0] / 1e6, peak[1] / 1e6, peak[2] / 1e6, peak_rss() / 1e6, stall,
-             fs.bytes_h2d / 1e6, fs.bytes_d2h / 1e6, fs.bytes_host_to_nvme / 1e6,
-             fs.bytes_nvme_to_host / 1e6);
+             fs->bytes_h2d / 1e6, fs->bytes_d2h / 1e6, fs->bytes_host_to_nvme / 1e6,
+             fs->bytes_nvme_to_host / 1e6);
     else
       printf("peak host %.2f GB (process RSS)\n", peak_rss() / 1e9);
   }
-  if (ge && o.timeline) {
-    if (ferry_engine_write_timeline(gpt_engine_handle(ge), o.timeline)) {
-      fprintf(stderr, "ferry-gpt: --timeline %s: %s\n", o.timeline,
-              ferry_engine_last_error(gpt_engine_handle(ge)));
-      status = 1;
-    } else {
-      fprintf(info, "ferry-gpt: wrote the timeline %s (Chrome trace JSON: chrome://tracing or "
-              "https://ui.perfetto.dev)\n", o.timeline);
-    }
-  }
-  if (o.save) {
-    char path[4096];
-    int bad = 0;
-    if (mkdir(o.save, 0777) != 0 && errno != EEXIST) {
-      fprintf(stderr, "ferry-gpt: --save %s: %s\n", o.save, strerror(errno));
-      bad = 1;
-    } else if (ge ? gpt_weights_save_with(&s, gpt_engine_read, ge, o.save, 2ull << 30, err,
-                                          sizeof err)
-                  : gpt_weights_save(&s, &p, o.save, 2ull << 30, err, sizeof err)) {
-      fprintf(stderr, "ferry-gpt: %s\n", err);
-      bad = 1;
-    } else {
-      snprintf(path, sizeof path, "%.4000s/config.json", o.save);
-      if (write_config_json(path, &cfg)) {
-        fprintf(stderr, "ferry-gpt: cannot write %s\n", path);
-        bad = 1;
-      } else {
-        fprintf(info, "ferry-gpt: saved %s (model safetensors + config.json)\n", o.save);
-      }
-    }
-    if (bad) status = 1;
-  }
-out:
-  free(x), free(y);
-  gpt_model_free(m);
-#ifdef GPT_HAVE_CUDA
-  if (cuda) {
-    gpt_cuda_model_free(cm);
-    gpt_cuda_resident_free(&cr);
-  }
-#endif
-  gpt_engine_free(ge);
-  gpt_adamw_free(&opt);
-  gpt_resident_free(&r);
-  gpt_data_free(&d);
-  gpt_tokenizer_free(tok);
-  gpt_schema_free(&s);
-  return status;
 }
 
-static int cmd_sample(int argc, char **argv) {
+/* --timeline: the engine's Chrome trace. */
+static int train_write_timeline(const train_run *t) {
+  if (!t->ge || !t->o.timeline) return 0;
+  if (ferry_engine_write_timeline(gpt_engine_handle(t->ge), t->o.timeline)) {
+    fprintf(stderr, "ferry-gpt: --timeline %s: %s\n", t->o.timeline,
+            ferry_engine_last_error(gpt_engine_handle(t->ge)));
+    return 1;
+  }
+  fprintf(t->info, "ferry-gpt: wrote the timeline %s (Chrome trace JSON: chrome://tracing or "
+          "https://ui.perfetto.dev)\n", t->o.timeline);
+  return 0;
+}
+
+/* --save DIR: the weights (fp32 safetensors, from the engine or host
+ * memory) and config.json. */
+static int train_save(train_run *t) {
+  const char *dir = t->o.save;
+  if (!dir) return 0;
+  if (mkdir(dir, 0777) != 0 && errno != EEXIST) {
+    fprintf(stderr, "ferry-gpt: --save %s: %s\n", dir, strerror(errno));
+    return 1;
+  }
+  if (t->ge ? gpt_weights_save_with(&t->s, gpt_engine_read, t->ge, dir, 2ull << 30, t->err,
+                                    sizeof t->err)
+            : gpt_weights_save(&t->s, &t->p, dir, 2ull << 30, t->err, sizeof t->err)) {
+    fprintf(stderr, "ferry-gpt: %s\n", t->err);
+    return 1;
+  }
+  char path[4096];
+  snprintf(path, sizeof path, "%.4000s/config.json", dir);
+  if (write_config_json(path, &t->cfg)) {
+    fprintf(stderr, "ferry-gpt: cannot write %s\n", path);
+    return 1;
+  }
+  fprintf(t->info, "ferry-gpt: saved %s (model safetensors + config.json)\n", dir);
+  return 0;
+}
+
+static int cmd_train(int argc, char **argv) {
+  train_run t;
+  memset(&t, 0, sizeof t);
+  if (parse_train(argc, argv, &t.o)) return 0;
+  t.micro = 1, t.start = 1;
+  int rc = train_check_device(&t);
+  if (!rc) rc = train_load(&t);
+  if (!rc) rc = t.fc ? train_setup_engine(&t) : train_setup_resident(&t);
+  if (!rc) rc = train_make_model(&t);
+  train_totals tt;
+  if (!rc) rc = train_steps(&t, &tt);
+  if (!rc) {
+    train_report_totals(&t, &tt);
+    int bad_timeline = train_write_timeline(&t);
+    int bad_save = train_save(&t);
+    rc = bad_timeline || bad_save;
+  }
+  train_free(&t);
+  return rc;
+}
+
+/* Everything `sample` is told (--threads is applied as it is read). */
+typedef struct {
+  const char *model, *weights, *prompt, *tokdir;
+  int ntok;
+  float temp;
+  uint64_t seed;
+} sample_opts;
+
+/* 0: parsed; 1: --help printed. Bad usage exits 2. */
+static int parse_sample(int argc, char **argv, sample_opts *o) {
   static const struct option opts[] = {
       {"model", 1, 0, O_MODEL}, {"weights", 1, 0, O_WEIGHTS}, {"prompt", 1, 0, O_PROMPT},
       {"tokens", 1, 0, O_TOKENS}, {"temperature", 1, 0, O_TEMP}, {"seed", 1, 0, O_SEED},
       {"tokenizer", 1, 0, O_TOK}, {"threads", 1, 0, O_THREADS}, {"help", 0, 0, 'h'},
       {0, 0, 0, 0}};
-  const char *model = NULL, *weights = NULL, *prompt = "\n", *tokdir = NULL;
-  int ntok = 64, c;
-  float temp = 0.8f;
-  uint64_t seed = 1;
+  *o = (sample_opts){.prompt = "\n", .ntok = 64, .temp = 0.8f, .seed = 1};
+  int c;
   optind = 1;
   while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
     switch (c) {
-    case O_MODEL: model = optarg; break;
-    case O_WEIGHTS: weights = optarg; break;
-    case O_PROMPT: prompt = optarg; break;
-    case O_TOKENS: ntok = parse_int(optarg, "--tokens", 0, 1000000); break;
-    case O_TEMP: temp = parse_float(optarg, "--temperature"); break;
-    case O_SEED: seed = (uint64_t)parse_int(optarg, "--seed", 0, 2147483647); break;
-    case O_TOK: tokdir = optarg; break;
+    case O_MODEL: o->model = optarg; break;
+    case O_WEIGHTS: o->weights = optarg; break;
+    case O_PROMPT: o->prompt = optarg; break;
+    case O_TOKENS: o->ntok = parse_int(optarg, "--tokens", 0, 1000000); break;
+    case O_TEMP: o->temp = parse_float(optarg, "--temperature"); break;
+    case O_SEED: o->seed = (uint64_t)parse_int(optarg, "--seed", 0, 2147483647); break;
+    case O_TOK: o->tokdir = optarg; break;
     case O_THREADS: openblas_set_num_threads(parse_int(optarg, "--threads", 1, 1024)); break;
-    case 'h': fputs(k_sample_help, stdout); return 0;
+    case 'h': fputs(k_sample_help, stdout); return 1;
     default: die_usage("bad option for sample");
     }
   }
   if (optind < argc) die_usage("unexpected argument");
-  if (!model) die_usage("sample needs --model");
-  if (!weights) die_usage("sample needs --weights");
+  if (!o->model) die_usage("sample needs --model");
+  if (!o->weights) die_usage("sample needs --weights");
+  return 0;
+}
+
+/* The next token from the logits lg of V ids: the most likely one at
+ * temperature 0, else one drawn from softmax(lg / temp) (pr: V floats of
+ * scratch). */
+static int sample_pick(const float *lg, int V, float temp, float *pr, uint64_t *rng) {
+  int best = 0;
+  for (int v = 1; v < V; v++)
+    if (lg[v] > lg[best]) best = v;
+  int next = best;
+  if (temp > 0) {
+    double sum = 0;
+    for (int v = 0; v < V; v++) sum += pr[v] = expf((lg[v] - lg[best]) / temp);
+    double u = (double)(gpt_rand(rng) >> 11) / 9007199254740992.0 * sum, acc = 0;
+    for (next = 0; next < V - 1; next++)
+      if ((acc += pr[next]) > u) break;
+  }
+  return next;
+}
+
+static int cmd_sample(int argc, char **argv) {
+  sample_opts o;
+  if (parse_sample(argc, argv, &o)) return 0;
   gpt_config cfg;
-  load_model_config(model, &cfg);
-  gpt_tokenizer *tok = load_tokenizer(tokdir);
+  load_model_config(o.model, &cfg);
+  gpt_tokenizer *tok = load_tokenizer(o.tokdir);
   gpt_schema s;
   char err[1024];
   if (gpt_schema_build(&cfg, &s)) return 1;
   gpt_resident r;
   if (gpt_resident_init(&r, &s)) return 1;
   gpt_provider p = gpt_resident_provider(&r);
-  if (gpt_weights_load(&s, &p, weights, err, sizeof err)) {
+  if (gpt_weights_load(&s, &p, o.weights, err, sizeof err)) {
     fprintf(stderr, "ferry-gpt: %s\n", err);
     return 1;
   }
@@ -866,15 +1010,16 @@ static int cmd_sample(int argc, char **argv) {
   if (gpt_model_create(&s, &rc, &m)) return 1;
   int32_t *ids = NULL;
   size_t n = 0, cap = 0;
-  if (gpt_tokenizer_encode(tok, prompt, strlen(prompt), &ids, &n, &cap) || n == 0) {
+  if (gpt_tokenizer_encode(tok, o.prompt, strlen(o.prompt), &ids, &n, &cap) || n == 0) {
     fprintf(stderr, "ferry-gpt: the prompt encodes to no tokens\n");
     return 1;
   }
-  fputs(prompt, stdout);
+  fputs(o.prompt, stdout);
   int32_t *win = calloc((size_t)T, sizeof *win);
   float *pr = malloc((size_t)cfg.vocab * sizeof *pr);
-  uint64_t rng = seed;
-  for (int k = 0; k < ntok; k++) {
+  uint64_t rng = o.seed;
+  int V = gpt_tokenizer_vocab(tok) < cfg.vocab ? gpt_tokenizer_vocab(tok) : cfg.vocab;
+  for (int k = 0; k < o.ntok; k++) {
     size_t len = n < (size_t)T ? n : (size_t)T;
     memset(win, 0, (size_t)T * sizeof *win);
     memcpy(win, ids + n - len, len * sizeof *win); /* causal: padding after len is never seen */
@@ -883,17 +1028,7 @@ static int cmd_sample(int argc, char **argv) {
       return 1;
     }
     const float *lg = gpt_model_logits(m) + (len - 1) * (size_t)cfg.vocab;
-    int V = gpt_tokenizer_vocab(tok) < cfg.vocab ? gpt_tokenizer_vocab(tok) : cfg.vocab, best = 0;
-    for (int v = 1; v < V; v++)
-      if (lg[v] > lg[best]) best = v;
-    int next = best;
-    if (temp > 0) {
-      double sum = 0;
-      for (int v = 0; v < V; v++) sum += pr[v] = expf((lg[v] - lg[best]) / temp);
-      double u = (double)(gpt_rand(&rng) >> 11) / 9007199254740992.0 * sum, acc = 0;
-      for (next = 0; next < V - 1; next++)
-        if ((acc += pr[next]) > u) break;
-    }
+    int next = sample_pick(lg, V, o.temp, pr, &rng);
     if (n == cap) {
       cap = cap ? cap * 2 : 64;
       ids = realloc(ids, cap * sizeof *ids);
