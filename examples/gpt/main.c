@@ -988,64 +988,85 @@ static int sample_pick(const float *lg, int V, float temp, float *pr, uint64_t *
   return next;
 }
 
+/* Writes o->ntok sampled tokens after the prompt's `n` ids (ids grows). */
+static int sample_generate(const sample_opts *o, const gpt_config *cfg, gpt_tokenizer *tok,
+                           gpt_model *m, gpt_provider *p, int T, int32_t **ids, size_t *n,
+                           size_t *cap) {
+  int32_t *win = calloc((size_t)T, sizeof *win);
+  float *pr = malloc((size_t)cfg->vocab * sizeof *pr);
+  int rc = win && pr ? 0 : 1;
+  if (rc) fprintf(stderr, "ferry-gpt: out of memory\n");
+  uint64_t rng = o->seed;
+  int V = gpt_tokenizer_vocab(tok) < cfg->vocab ? gpt_tokenizer_vocab(tok) : cfg->vocab;
+  for (int k = 0; k < o->ntok && !rc; k++) {
+    size_t len = *n < (size_t)T ? *n : (size_t)T;
+    memset(win, 0, (size_t)T * sizeof *win);
+    memcpy(win, *ids + *n - len, len * sizeof *win); /* causal: padding after len is never seen */
+    if (gpt_model_forward(m, p, win, NULL, NULL)) {
+      fprintf(stderr, "ferry-gpt: %s\n", gpt_model_last_error(m));
+      rc = 1;
+      break;
+    }
+    const float *lg = gpt_model_logits(m) + (len - 1) * (size_t)cfg->vocab;
+    int next = sample_pick(lg, V, o->temp, pr, &rng);
+    if (*n == *cap) {
+      size_t nc = *cap ? *cap * 2 : 64;
+      int32_t *ni = realloc(*ids, nc * sizeof *ni);
+      if (!ni) {
+        fprintf(stderr, "ferry-gpt: out of memory\n");
+        rc = 1;
+        break;
+      }
+      *ids = ni;
+      *cap = nc;
+    }
+    (*ids)[(*n)++] = next;
+    char b[64];
+    size_t bl = gpt_tokenizer_decode(tok, next, b, sizeof b);
+    fwrite(b, 1, bl, stdout);
+    fflush(stdout);
+  }
+  free(win);
+  free(pr);
+  return rc;
+}
+
 static int cmd_sample(int argc, char **argv) {
   sample_opts o;
   if (parse_sample(argc, argv, &o)) return 0;
   gpt_config cfg;
   load_model_config(o.model, &cfg);
   gpt_tokenizer *tok = load_tokenizer(o.tokdir);
-  gpt_schema s;
+  gpt_schema s = {0};
+  gpt_resident r = {0};
+  gpt_model *m = NULL;
+  int32_t *ids = NULL;
+  size_t n = 0, cap = 0;
   char err[1024];
-  if (gpt_schema_build(&cfg, &s)) return 1;
-  gpt_resident r;
-  if (gpt_resident_init(&r, &s)) return 1;
+  int rc = 1; /* every exit below goes through `out`, which frees what is held */
+  if (gpt_schema_build(&cfg, &s) || gpt_resident_init(&r, &s)) goto out;
   gpt_provider p = gpt_resident_provider(&r);
   if (gpt_weights_load(&s, &p, o.weights, err, sizeof err)) {
     fprintf(stderr, "ferry-gpt: %s\n", err);
-    return 1;
+    goto out;
   }
   int T = cfg.max_seq < 256 ? cfg.max_seq : 256;
-  gpt_run_config rc = {.batch = 1, .seq = T};
-  gpt_model *m;
-  if (gpt_model_create(&s, &rc, &m)) return 1;
-  int32_t *ids = NULL;
-  size_t n = 0, cap = 0;
+  gpt_run_config run = {.batch = 1, .seq = T};
+  if (gpt_model_create(&s, &run, &m)) goto out;
   if (gpt_tokenizer_encode(tok, o.prompt, strlen(o.prompt), &ids, &n, &cap) || n == 0) {
     fprintf(stderr, "ferry-gpt: the prompt encodes to no tokens\n");
-    return 1;
+    goto out;
   }
   fputs(o.prompt, stdout);
-  int32_t *win = calloc((size_t)T, sizeof *win);
-  float *pr = malloc((size_t)cfg.vocab * sizeof *pr);
-  uint64_t rng = o.seed;
-  int V = gpt_tokenizer_vocab(tok) < cfg.vocab ? gpt_tokenizer_vocab(tok) : cfg.vocab;
-  for (int k = 0; k < o.ntok; k++) {
-    size_t len = n < (size_t)T ? n : (size_t)T;
-    memset(win, 0, (size_t)T * sizeof *win);
-    memcpy(win, ids + n - len, len * sizeof *win); /* causal: padding after len is never seen */
-    if (gpt_model_forward(m, &p, win, NULL, NULL)) {
-      fprintf(stderr, "ferry-gpt: %s\n", gpt_model_last_error(m));
-      return 1;
-    }
-    const float *lg = gpt_model_logits(m) + (len - 1) * (size_t)cfg.vocab;
-    int next = sample_pick(lg, V, o.temp, pr, &rng);
-    if (n == cap) {
-      cap = cap ? cap * 2 : 64;
-      ids = realloc(ids, cap * sizeof *ids);
-    }
-    ids[n++] = next;
-    char b[64];
-    size_t bl = gpt_tokenizer_decode(tok, next, b, sizeof b);
-    fwrite(b, 1, bl, stdout);
-    fflush(stdout);
-  }
-  printf("\n");
-  free(win), free(pr), free(ids);
+  rc = sample_generate(&o, &cfg, tok, m, &p, T, &ids, &n, &cap);
+  if (!rc) printf("\n");
+out:
+  free(ids);
   gpt_model_free(m);
   gpt_resident_free(&r);
   gpt_tokenizer_free(tok);
   gpt_schema_free(&s);
-  return 0;
+  return rc;
 }
 
 int main(int argc, char **argv) {
