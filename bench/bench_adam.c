@@ -317,11 +317,54 @@ out:
   return rv;
 }
 
-int ferry_bench_adam_main(int argc, char **argv) {
-  uint64_t params = 256ull << 20;
-  int type = FERRY_OPTIM_ADAMW, gdt = FERRY_DT_F32, cdt = FERRY_DT_NONE;
-  int sdt = FERRY_DT_F32, threads = 1, steps = 5, json = 0, roof = 0, two = 0;
-  const char *simd = NULL;
+/* ---- the command -------------------------------------------------------------- */
+
+typedef struct {
+  uint64_t params;
+  int type, gdt, cdt, sdt, threads, steps, json, roof, two;
+  const char *simd;
+} adam_opts;
+
+/* Takes option a's value v: 0 taken, 1 a bad value, 2 an unknown option
+ * (said on stderr, with the usage). */
+static int parse_value(adam_opts *o, const char *a, const char *v) {
+  if (!strcmp(a, "--params")) return ferry_parse_size(v, &o->params) != 0 || o->params == 0;
+  if (!strcmp(a, "--optimizer")) {
+    o->type = -1;
+    for (int k = 0; k < 6; k++)
+      if (!strcmp(v, opt_names[k])) o->type = k;
+    return o->type < 0;
+  }
+  if (!strcmp(a, "--grad")) return (o->gdt = parse_dt(v, 0)) < 0;
+  if (!strcmp(a, "--param-copy")) return (o->cdt = parse_dt(v, 1)) < 0 || o->cdt == FERRY_DT_F32;
+  if (!strcmp(a, "--state")) {
+    o->sdt = parse_dt(v, 0);
+    return o->sdt != FERRY_DT_F32 && o->sdt != FERRY_DT_BF16;
+  }
+  if (!strcmp(a, "--threads")) {
+    char *e;
+    o->threads = (int)strtol(v, &e, 10);
+    return *e || o->threads < 0;
+  }
+  if (!strcmp(a, "--steps")) {
+    char *e;
+    o->steps = (int)strtol(v, &e, 10);
+    return *e || o->steps < 1 || o->steps > 1000;
+  }
+  if (!strcmp(a, "--simd")) {
+    o->simd = v;
+    return 0;
+  }
+  fprintf(stderr, "ferry bench adam: unknown option '%s'\n", a);
+  usage(stderr);
+  return 2;
+}
+
+/* Returns -1 to go on, or the exit code (0 after --help, 2 bad usage). */
+static int parse_args(adam_opts *o, int argc, char **argv) {
+  *o = (adam_opts){
+      256ull << 20, FERRY_OPTIM_ADAMW, FERRY_DT_F32, FERRY_DT_NONE, FERRY_DT_F32, 1, 5, 0, 0, 0,
+      NULL};
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -329,95 +372,63 @@ int ferry_bench_adam_main(int argc, char **argv) {
       usage(stdout);
       return 0;
     } else if (!strcmp(a, "--json")) {
-      json = 1;
+      o->json = 1;
     } else if (!strcmp(a, "--roofline")) {
-      roof = 1;
+      o->roof = 1;
     } else if (!strcmp(a, "--two-pass")) {
-      two = 1;
+      o->two = 1;
     } else if (strncmp(a, "--", 2) || !v) {
       fprintf(stderr, "ferry bench adam: %s: %s (see --help)\n", a,
               strncmp(a, "--", 2) ? "not an option" : "needs a value");
       return 2;
     } else {
       i++;
-      int bad = 0;
-      if (!strcmp(a, "--params")) {
-        bad = ferry_parse_size(v, &params) != 0 || params == 0;
-      } else if (!strcmp(a, "--optimizer")) {
-        type = -1;
-        for (int k = 0; k < 6; k++)
-          if (!strcmp(v, opt_names[k])) type = k;
-        bad = type < 0;
-      } else if (!strcmp(a, "--grad")) {
-        bad = (gdt = parse_dt(v, 0)) < 0;
-      } else if (!strcmp(a, "--param-copy")) {
-        bad = (cdt = parse_dt(v, 1)) < 0 || cdt == FERRY_DT_F32;
-      } else if (!strcmp(a, "--state")) {
-        sdt = parse_dt(v, 0);
-        bad = sdt != FERRY_DT_F32 && sdt != FERRY_DT_BF16;
-      } else if (!strcmp(a, "--threads")) {
-        char *e;
-        threads = (int)strtol(v, &e, 10);
-        bad = *e || threads < 0;
-      } else if (!strcmp(a, "--steps")) {
-        char *e;
-        steps = (int)strtol(v, &e, 10);
-        bad = *e || steps < 1 || steps > 1000;
-      } else if (!strcmp(a, "--simd")) {
-        simd = v;
-      } else {
-        fprintf(stderr, "ferry bench adam: unknown option '%s'\n", a);
-        usage(stderr);
-        return 2;
-      }
+      int bad = parse_value(o, a, v);
+      if (bad == 2) return 2;
       if (bad) {
         fprintf(stderr, "ferry bench adam: bad value '%s' for %s (see --help)\n", v, a);
         return 2;
       }
     }
   }
-  if (two && !cdt) {
+  return -1;
+}
+
+/* The combinations --two-pass and --roofline model: -1 to go on, or 2
+ * (said on stderr). */
+static int check_args(const adam_opts *o) {
+  if (o->two && !o->cdt) {
     fprintf(stderr, "ferry bench adam: --two-pass needs --param-copy fp16 or bf16\n");
     return 2;
   }
-  if (roof && (type != FERRY_OPTIM_ADAMW && type != FERRY_OPTIM_ADAM)) {
+  if (o->roof && (o->type != FERRY_OPTIM_ADAMW && o->type != FERRY_OPTIM_ADAM)) {
     fprintf(stderr, "ferry bench adam: --roofline models Adam's traffic: use adamw or adam\n");
     return 2;
   }
-  if (roof && sdt != FERRY_DT_F32) {
+  if (o->roof && o->sdt != FERRY_DT_F32) {
     fprintf(stderr, "ferry bench adam: --roofline models fp32 states\n");
     return 2;
   }
-  ferry_optimizer_config cfg = ferry_optimizer_config_default((ferry_optim_type)type);
-  cfg.threads = threads;
-  cfg.state_dtype = sdt;
-  cfg.simd = simd;
-  if (type == FERRY_OPTIM_SGD) cfg.momentum = 0.9f;
-  char why[256];
-  if (validate(&cfg, gdt, cdt, why, sizeof why)) {
-    fprintf(stderr, "ferry bench adam: validation against the scalar reference failed: %s\n", why);
-    return 1;
-  }
-  ferry_optimizer *o = NULL;
-  if (ferry_optimizer_create(&cfg, &o)) {
-    fprintf(stderr, "ferry bench adam: %s\n", ferry_last_error());
-    return 1;
-  }
-  ferry_optimizer_info info;
-  ferry_optimizer_get_info(o, &info);
-  bufset b;
-  if (buf_make(&b, (size_t)params, gdt, sdt, cdt, 1)) {
-    fprintf(stderr, "ferry bench adam: cannot allocate buffers for %llu params\n",
-            (unsigned long long)params);
-    ferry_optimizer_destroy(o);
-    return 1;
-  }
-  ferry_optim_span sp = span_of(&b, gdt, cdt);
+  return -1;
+}
+
+/* Medians over the timed steps (0 for a comparison not asked for). */
+typedef struct {
+  double sec, rsec, tsec, frac;
+} adam_times;
+
+/* One untimed round, then o->steps timed steps of ours, each paired with
+ * the roofline kernel and the two-pass step when asked for. Returns the
+ * first failed step's status, or 0. */
+static int time_steps(ferry_optimizer *opt, bufset *b, const adam_opts *o, int threads,
+                      adam_times *t) {
+  int gdt = o->gdt, cdt = o->cdt, steps = o->steps, roof = o->roof, two = o->two;
+  ferry_optim_span sp = span_of(b, gdt, cdt);
   ferry_optim_span sp_nocopy = sp;
   sp_nocopy.copy_dtype = FERRY_DT_NONE;
   /* one untimed round: page faults, caches, thread start */
-  ferry_optimizer_step(o, &sp, 1, 1.0f);
-  if (roof) run_shares(&b, 0, info.threads, gdt, cdt);
+  ferry_optimizer_step(opt, &sp, 1, 1.0f);
+  if (roof) run_shares(b, 0, threads, gdt, cdt);
   double *t_ours = calloc((size_t)steps, sizeof(double));
   double *t_roof = calloc((size_t)steps, sizeof(double));
   double *t_two = calloc((size_t)steps, sizeof(double));
@@ -425,80 +436,133 @@ int ferry_bench_adam_main(int argc, char **argv) {
   int rc = 0;
   for (int s = 0; s < steps && !rc; s++) {
     /* alternate which runs first, so drifting load hits both alike */
-    if (roof && (s & 1)) t_roof[s] = run_shares(&b, 0, info.threads, gdt, cdt);
+    if (roof && (s & 1)) t_roof[s] = run_shares(b, 0, threads, gdt, cdt);
     double t0 = ferry_now();
-    rc = ferry_optimizer_step(o, &sp, 1, 1.0f);
+    rc = ferry_optimizer_step(opt, &sp, 1, 1.0f);
     t_ours[s] = ferry_now() - t0;
-    if (roof && !(s & 1)) t_roof[s] = run_shares(&b, 0, info.threads, gdt, cdt);
+    if (roof && !(s & 1)) t_roof[s] = run_shares(b, 0, threads, gdt, cdt);
     if (roof) t_ratio[s] = t_roof[s] / t_ours[s];
     if (two) {
       t0 = ferry_now();
-      rc |= ferry_optimizer_step(o, &sp_nocopy, 1, 1.0f);
-      t_two[s] = ferry_now() - t0 + run_shares(&b, 1, info.threads, gdt, cdt);
+      rc |= ferry_optimizer_step(opt, &sp_nocopy, 1, 1.0f);
+      t_two[s] = ferry_now() - t0 + run_shares(b, 1, threads, gdt, cdt);
     }
   }
-  if (rc) {
-    fprintf(stderr, "ferry bench adam: step failed: %s\n", ferry_optimizer_last_error(o));
-    buf_free(&b);
-    ferry_optimizer_destroy(o);
-    return 1;
-  }
-  double sec = median(t_ours, steps), rsec = roof ? median(t_roof, steps) : 0;
-  double tsec = two ? median(t_two, steps) : 0;
-  /* the median of per-pair ratios: robust to load that changes between pairs */
-  double frac = roof ? median(t_ratio, steps) : 0;
-  double ss = (double)dt_size(sdt);
-  double bpp = 8.0 + (double)dt_size(gdt) + 2.0 * ss * nstates(type) + (double)dt_size(cdt);
-  if (type == FERRY_OPTIM_LAMB) bpp += 4.0 + 2.0 * ss; /* phase 2 reads p, m, v again */
-  if (type == FERRY_OPTIM_SGD && cfg.momentum == 0.0f) bpp -= 2.0 * ss;
-  double rbpp = 8.0 + (double)dt_size(gdt) + 16.0;
-  double two_bpp = bpp + 4.0; /* the downcast pass reads p again */
-  double n = (double)params;
-  if (json) {
-    json_out j;
-    json_begin(&j, stdout);
-    json_str(&j, "bench", "adam");
-    json_str(&j, "optimizer", opt_names[type]);
-    json_str(&j, "simd", info.simd);
-    json_uint(&j, "params", (unsigned long long)params);
-    json_int(&j, "threads", info.threads);
-    json_str(&j, "grad_dtype", dt_name(gdt));
-    json_str(&j, "param_copy", dt_name(cdt));
-    json_str(&j, "state_dtype", dt_name(sdt));
-    json_int(&j, "steps", steps);
-    json_num(&j, "seconds_per_step", sec);
-    json_num(&j, "params_per_s", n / sec);
-    json_num(&j, "bytes_per_param", bpp);
-    json_num(&j, "gb_per_s", n * bpp / sec / 1e9);
-    if (roof) {
-      json_num(&j, "roofline_seconds_per_step", rsec);
-      json_num(&j, "roofline_gb_per_s", n * rbpp / rsec / 1e9);
-      json_num(&j, "fraction_of_roofline", frac);
-    }
-    if (two) {
-      json_num(&j, "two_pass_seconds_per_step", tsec);
-      json_num(&j, "two_pass_bytes_per_param", two_bpp);
-      json_num(&j, "fused_speedup", tsec / sec);
-    }
-    json_end(&j);
-  } else {
-    printf("adam bench: %s (%s kernels), %llu params, %d threads, grad %s, copy %s, states %s\n",
-           opt_names[type], info.simd, (unsigned long long)params, info.threads, dt_name(gdt),
-           dt_name(cdt), dt_name(sdt));
-    printf("  ours:     %.4f s/step  %.3f Gparam/s  %.0f B/param  %.2f GB/s (median of %d)\n", sec,
-           n / sec / 1e9, bpp, n * bpp / sec / 1e9, steps);
-    if (roof)
-      printf("  roofline: %.4f s/step  %.2f GB/s  -> ours at %.2f of the roofline\n", rsec,
-             n * rbpp / rsec / 1e9, frac);
-    if (two)
-      printf("  two-pass: %.4f s/step  %.0f B/param  -> fused is %.2fx faster\n", tsec, two_bpp,
-             tsec / sec);
+  if (!rc) {
+    t->sec = median(t_ours, steps);
+    t->rsec = roof ? median(t_roof, steps) : 0;
+    t->tsec = two ? median(t_two, steps) : 0;
+    /* the median of per-pair ratios: robust to load that changes between pairs */
+    t->frac = roof ? median(t_ratio, steps) : 0;
   }
   free(t_ours);
   free(t_roof);
   free(t_two);
   free(t_ratio);
+  return rc;
+}
+
+/* Bytes per parameter a step moves (the optimizer's traffic). */
+static double bytes_per_param(const adam_opts *o, float momentum) {
+  double ss = (double)dt_size(o->sdt);
+  double bpp =
+      8.0 + (double)dt_size(o->gdt) + 2.0 * ss * nstates(o->type) + (double)dt_size(o->cdt);
+  if (o->type == FERRY_OPTIM_LAMB) bpp += 4.0 + 2.0 * ss; /* phase 2 reads p, m, v again */
+  if (o->type == FERRY_OPTIM_SGD && momentum == 0.0f) bpp -= 2.0 * ss;
+  return bpp;
+}
+
+static void report(const adam_opts *o, const ferry_optimizer_info *info, const adam_times *t,
+                   double bpp) {
+  double sec = t->sec, rsec = t->rsec, tsec = t->tsec, frac = t->frac;
+  double rbpp = 8.0 + (double)dt_size(o->gdt) + 16.0;
+  double two_bpp = bpp + 4.0; /* the downcast pass reads p again */
+  double n = (double)o->params;
+  if (o->json) {
+    json_out j;
+    json_begin(&j, stdout);
+    json_str(&j, "bench", "adam");
+    json_str(&j, "optimizer", opt_names[o->type]);
+    json_str(&j, "simd", info->simd);
+    json_uint(&j, "params", (unsigned long long)o->params);
+    json_int(&j, "threads", info->threads);
+    json_str(&j, "grad_dtype", dt_name(o->gdt));
+    json_str(&j, "param_copy", dt_name(o->cdt));
+    json_str(&j, "state_dtype", dt_name(o->sdt));
+    json_int(&j, "steps", o->steps);
+    json_num(&j, "seconds_per_step", sec);
+    json_num(&j, "params_per_s", n / sec);
+    json_num(&j, "bytes_per_param", bpp);
+    json_num(&j, "gb_per_s", n * bpp / sec / 1e9);
+    if (o->roof) {
+      json_num(&j, "roofline_seconds_per_step", rsec);
+      json_num(&j, "roofline_gb_per_s", n * rbpp / rsec / 1e9);
+      json_num(&j, "fraction_of_roofline", frac);
+    }
+    if (o->two) {
+      json_num(&j, "two_pass_seconds_per_step", tsec);
+      json_num(&j, "two_pass_bytes_per_param", two_bpp);
+      json_num(&j, "fused_speedup", tsec / sec);
+    }
+    json_end(&j);
+    return;
+  }
+  printf("adam bench: %s (%s kernels), %llu params, %d threads, grad %s, copy %s, states %s\n",
+         opt_names[o->type], info->simd, (unsigned long long)o->params, info->threads,
+         dt_name(o->gdt), dt_name(o->cdt), dt_name(o->sdt));
+  printf("  ours:     %.4f s/step  %.3f Gparam/s  %.0f B/param  %.2f GB/s (median of %d)\n", sec,
+         n / sec / 1e9, bpp, n * bpp / sec / 1e9, o->steps);
+  if (o->roof)
+    printf("  roofline: %.4f s/step  %.2f GB/s  -> ours at %.2f of the roofline\n", rsec,
+           n * rbpp / rsec / 1e9, frac);
+  if (o->two)
+    printf("  two-pass: %.4f s/step  %.0f B/param  -> fused is %.2fx faster\n", tsec, two_bpp,
+           tsec / sec);
+}
+
+/* Validates, then times and reports: 0, or 1 (said on stderr). */
+static int run(const adam_opts *o) {
+  ferry_optimizer_config cfg = ferry_optimizer_config_default((ferry_optim_type)o->type);
+  cfg.threads = o->threads;
+  cfg.state_dtype = o->sdt;
+  cfg.simd = o->simd;
+  if (o->type == FERRY_OPTIM_SGD) cfg.momentum = 0.9f;
+  char why[256];
+  if (validate(&cfg, o->gdt, o->cdt, why, sizeof why)) {
+    fprintf(stderr, "ferry bench adam: validation against the scalar reference failed: %s\n", why);
+    return 1;
+  }
+  ferry_optimizer *opt = NULL;
+  if (ferry_optimizer_create(&cfg, &opt)) {
+    fprintf(stderr, "ferry bench adam: %s\n", ferry_last_error());
+    return 1;
+  }
+  ferry_optimizer_info info;
+  ferry_optimizer_get_info(opt, &info);
+  bufset b;
+  if (buf_make(&b, (size_t)o->params, o->gdt, o->sdt, o->cdt, 1)) {
+    fprintf(stderr, "ferry bench adam: cannot allocate buffers for %llu params\n",
+            (unsigned long long)o->params);
+    ferry_optimizer_destroy(opt);
+    return 1;
+  }
+  adam_times t;
+  int ret = 0;
+  if (time_steps(opt, &b, o, info.threads, &t)) {
+    fprintf(stderr, "ferry bench adam: step failed: %s\n", ferry_optimizer_last_error(opt));
+    ret = 1;
+  } else {
+    report(o, &info, &t, bytes_per_param(o, cfg.momentum));
+  }
   buf_free(&b);
-  ferry_optimizer_destroy(o);
-  return 0;
+  ferry_optimizer_destroy(opt);
+  return ret;
+}
+
+int ferry_bench_adam_main(int argc, char **argv) {
+  adam_opts o;
+  int ex = parse_args(&o, argc, argv);
+  if (ex < 0) ex = check_args(&o);
+  if (ex >= 0) return ex;
+  return run(&o);
 }

@@ -220,6 +220,36 @@ typedef struct {
   char device[128];
 } step_result;
 
+/* The argv of step s's benchmark, with room for its --steps and --iters
+ * values. */
+typedef struct {
+  char steps[16], iters[16];
+  char *argv[16];
+} step_args;
+
+static void step_argv(int s, const options *o, step_args *sa) {
+  snprintf(sa->steps, sizeof sa->steps, "%d", o->steps);
+  snprintf(sa->iters, sizeof sa->iters, "%d", o->iters);
+  const char *mode = s == ST_IO_READ ? "read" : "write";
+  const char *io[] = {"io",     "--mode", mode,     "--bs",  "1M",     "--qd", "32",
+                      "--size", o->size,  "--path", o->path, "--json", NULL};
+  const char *adam32[] = {"adam",         "--optimizer", "adamw",    "--grad",  "fp32",
+                          "--param-copy", "bf16",        "--params", o->params, "--threads",
+                          o->threads,     "--steps",     sa->steps,  "--json",  NULL};
+  const char *adam16[] = {"adam",     "--optimizer", "adamw",     "--grad",   "fp16",
+                          "--params", o->params,     "--threads", o->threads, "--steps",
+                          sa->steps,  "--json",      NULL};
+  const char *copy[] = {"copy",    "--device", o->device, "--size", o->copy_size,
+                        "--iters", sa->iters,  "--json",  NULL};
+  const char *const *w = s <= ST_IO_WRITE   ? io
+                         : s == ST_ADAM_F32 ? adam32
+                         : s == ST_ADAM_F16 ? adam16
+                                            : copy;
+  int n = 0; /* the benchmarks take char **, and leave the words as they are */
+  while ((sa->argv[n] = (char *)w[n]))
+    n++;
+}
+
 static int nargs(char **a) {
   int n = 0;
   while (a[n])
@@ -227,42 +257,10 @@ static int nargs(char **a) {
   return n;
 }
 
-static void run_step(int s, const options *o, progress *pg, step_result *r) {
-  char steps[16], iters[16];
-  snprintf(steps, sizeof steps, "%d", o->steps);
-  snprintf(iters, sizeof iters, "%d", o->iters);
+/* Step s's progress text, in r->what. */
+static void step_what(int s, const options *o, step_result *r) {
   const char *mode = s == ST_IO_READ ? "read" : "write";
   const char *grad = s == ST_ADAM_F32 ? "fp32" : "fp16";
-  char *io[] = {"io",     "--mode",        (char *)mode, "--bs",          "1M",     "--qd", "32",
-                "--size", (char *)o->size, "--path",     (char *)o->path, "--json", NULL};
-  char *adam32[] = {"adam",
-                    "--optimizer",
-                    "adamw",
-                    "--grad",
-                    "fp32",
-                    "--param-copy",
-                    "bf16",
-                    "--params",
-                    (char *)o->params,
-                    "--threads",
-                    (char *)o->threads,
-                    "--steps",
-                    steps,
-                    "--json",
-                    NULL};
-  char *adam16[] = {"adam",     "--optimizer",     "adamw",     "--grad",           "fp16",
-                    "--params", (char *)o->params, "--threads", (char *)o->threads, "--steps",
-                    steps,      "--json",          NULL};
-  char *copy[] = {"copy",    "--device", (char *)o->device, "--size", (char *)o->copy_size,
-                  "--iters", iters,      "--json",          NULL};
-  char **argv = s <= ST_IO_WRITE   ? io
-                : s == ST_ADAM_F32 ? adam32
-                : s == ST_ADAM_F16 ? adam16
-                                   : copy;
-  bench_fn fn = s <= ST_IO_WRITE ? ferry_bench_io_main
-                : s == ST_COPY   ? ferry_bench_copy_main
-                                 : ferry_bench_adam_main;
-  memset(r, 0, sizeof *r);
   if (s <= ST_IO_WRITE)
     snprintf(r->what, sizeof r->what, "io %s: %s, bs 1M, qd 32 on %s", mode, o->size, o->path);
   else if (s == ST_COPY)
@@ -271,6 +269,81 @@ static void run_step(int s, const options *o, progress *pg, step_result *r) {
   else
     snprintf(r->what, sizeof r->what, "adam: adamw, %s grads%s, %s params, %s threads", grad,
              s == ST_ADAM_F32 ? " + bf16 param copy" : "", o->params, o->threads);
+}
+
+/* What an io step printed: gb_per_s, its summary line and source note. */
+static void take_io(int s, const options *o, const char *out, step_result *r) {
+  const char *mode = s == ST_IO_READ ? "read" : "write";
+  ferry_json_value *v = find_result(out, "io", "mode", mode);
+  r->gbps[0] = num(v, "gb_per_s");
+  const ferry_json_value *od = v ? ferry_json_get(v, "o_direct") : NULL;
+  int direct = od && od->type == FERRY_JSON_BOOL && od->b;
+  char sz[32];
+  ferry_format_size((uint64_t)num(v, "bytes"), sz, sizeof sz);
+  snprintf(r->line, sizeof r->line, "io %-5s  %s, bs 1M, qd 32, %s: %.3f GB/s, p99 %.0f us", mode,
+           sz, direct ? "O_DIRECT" : "buffered", r->gbps[0], num(v, "p99_us"));
+  snprintf(r->source, sizeof r->source,
+           "ferry bench io --mode %s --bs 1M --qd 32 --size %s --path %s: %s, one pass%s", mode,
+           o->size, o->path, direct ? "O_DIRECT" : "buffered (no O_DIRECT here)",
+           direct ? "" : "; the page cache may have served it, not the drive");
+  r->ok = v != NULL;
+  ferry_json_free(v);
+}
+
+/* What the copy step printed: the three directions' gb_per_s, the device. */
+static void take_copy(const options *o, const char *out, step_result *r) {
+  ferry_json_value *v[3] = {find_result(out, "copy", "direction", "h2d"),
+                            find_result(out, "copy", "direction", "d2h"),
+                            find_result(out, "copy", "direction", "bidirectional")};
+  for (int d = 0; d < 3; d++)
+    r->gbps[d] = num(v[d], "gb_per_s");
+  const char *dev = str(v[0], "device", "?");
+  snprintf(r->device, sizeof r->device, "%s", dev);
+  int host = strstr(dev, "host") != NULL;
+  snprintf(r->line, sizeof r->line,
+           "copy       %s, %s per copy: h2d %.2f GB/s, d2h %.2f GB/s, both at once %.2f GB/s", dev,
+           o->copy_size, r->gbps[0], r->gbps[1], r->gbps[2]);
+  snprintf(r->source, sizeof r->source,
+           "ferry bench copy --device %s --size %s --iters %d: %s, median%s", o->device,
+           o->copy_size, o->iters, dev,
+           host ? "; host backend: a memcpy between host buffers, not a PCIe link" : "");
+  r->ok = v[0] && v[1];
+  for (int d = 0; d < 3; d++)
+    ferry_json_free(v[d]);
+}
+
+/* What an adam step printed: gb_per_s, its summary line and source note. */
+static void take_adam(int s, const options *o, const char *out, step_result *r) {
+  const char *grad = s == ST_ADAM_F32 ? "fp32" : "fp16";
+  ferry_json_value *v = find_result(out, "adam", NULL, NULL);
+  r->gbps[0] = num(v, "gb_per_s");
+  snprintf(r->line, sizeof r->line,
+           "adam %s  adamw, %s grads%s, %.0f params, %.0f threads (%s): %.2f GB/s, "
+           "%.3f Gparam/s, %.0f B/param",
+           grad, grad, s == ST_ADAM_F32 ? " + bf16 copy" : "", num(v, "params"), num(v, "threads"),
+           str(v, "simd", "?"), r->gbps[0], num(v, "params_per_s") / 1e9,
+           num(v, "bytes_per_param"));
+  snprintf(r->source, sizeof r->source,
+           "ferry bench adam --optimizer adamw --grad %s%s --params %s --threads %s --steps %d: "
+           "%.0f B/param, median step",
+           grad, s == ST_ADAM_F32 ? " --param-copy bf16" : "", o->params, o->threads, o->steps,
+           num(v, "bytes_per_param"));
+  r->ok = v != NULL;
+  ferry_json_free(v);
+}
+
+/* Runs step s's benchmark with its output captured, replays its messages,
+ * passes its JSON on with --json and takes its figures into r (r->ok: it
+ * passed and printed usable figures). */
+static void run_step(int s, const options *o, progress *pg, step_result *r) {
+  step_args sa;
+  step_argv(s, o, &sa);
+  char **argv = sa.argv;
+  bench_fn fn = s <= ST_IO_WRITE ? ferry_bench_io_main
+                : s == ST_COPY   ? ferry_bench_copy_main
+                                 : ferry_bench_adam_main;
+  memset(r, 0, sizeof *r);
+  step_what(s, o, r);
   progress_show(pg, s, NSTEPS, r->what);
   if (!fn) {
     progress_clear(pg);
@@ -294,57 +367,12 @@ static void run_step(int s, const options *o, progress *pg, step_result *r) {
     goto out;
   }
   if (o->json) fputs(c.out, stdout);
-  if (s <= ST_IO_WRITE) {
-    ferry_json_value *v = find_result(c.out, "io", "mode", mode);
-    r->gbps[0] = num(v, "gb_per_s");
-    const ferry_json_value *od = v ? ferry_json_get(v, "o_direct") : NULL;
-    int direct = od && od->type == FERRY_JSON_BOOL && od->b;
-    char sz[32];
-    ferry_format_size((uint64_t)num(v, "bytes"), sz, sizeof sz);
-    snprintf(r->line, sizeof r->line, "io %-5s  %s, bs 1M, qd 32, %s: %.3f GB/s, p99 %.0f us", mode,
-             sz, direct ? "O_DIRECT" : "buffered", r->gbps[0], num(v, "p99_us"));
-    snprintf(r->source, sizeof r->source,
-             "ferry bench io --mode %s --bs 1M --qd 32 --size %s --path %s: %s, one pass%s", mode,
-             o->size, o->path, direct ? "O_DIRECT" : "buffered (no O_DIRECT here)",
-             direct ? "" : "; the page cache may have served it, not the drive");
-    r->ok = v != NULL;
-    ferry_json_free(v);
-  } else if (s == ST_COPY) {
-    ferry_json_value *v[3] = {find_result(c.out, "copy", "direction", "h2d"),
-                              find_result(c.out, "copy", "direction", "d2h"),
-                              find_result(c.out, "copy", "direction", "bidirectional")};
-    for (int d = 0; d < 3; d++)
-      r->gbps[d] = num(v[d], "gb_per_s");
-    const char *dev = str(v[0], "device", "?");
-    snprintf(r->device, sizeof r->device, "%s", dev);
-    int host = strstr(dev, "host") != NULL;
-    snprintf(r->line, sizeof r->line,
-             "copy       %s, %s per copy: h2d %.2f GB/s, d2h %.2f GB/s, both at once %.2f GB/s",
-             dev, o->copy_size, r->gbps[0], r->gbps[1], r->gbps[2]);
-    snprintf(r->source, sizeof r->source,
-             "ferry bench copy --device %s --size %s --iters %d: %s, median%s", o->device,
-             o->copy_size, o->iters, dev,
-             host ? "; host backend: a memcpy between host buffers, not a PCIe link" : "");
-    r->ok = v[0] && v[1];
-    for (int d = 0; d < 3; d++)
-      ferry_json_free(v[d]);
-  } else {
-    ferry_json_value *v = find_result(c.out, "adam", NULL, NULL);
-    r->gbps[0] = num(v, "gb_per_s");
-    snprintf(r->line, sizeof r->line,
-             "adam %s  adamw, %s grads%s, %.0f params, %.0f threads (%s): %.2f GB/s, "
-             "%.3f Gparam/s, %.0f B/param",
-             grad, grad, s == ST_ADAM_F32 ? " + bf16 copy" : "", num(v, "params"),
-             num(v, "threads"), str(v, "simd", "?"), r->gbps[0], num(v, "params_per_s") / 1e9,
-             num(v, "bytes_per_param"));
-    snprintf(r->source, sizeof r->source,
-             "ferry bench adam --optimizer adamw --grad %s%s --params %s --threads %s --steps %d: "
-             "%.0f B/param, median step",
-             grad, s == ST_ADAM_F32 ? " --param-copy bf16" : "", o->params, o->threads, o->steps,
-             num(v, "bytes_per_param"));
-    r->ok = v != NULL;
-    ferry_json_free(v);
-  }
+  if (s <= ST_IO_WRITE)
+    take_io(s, o, c.out, r);
+  else if (s == ST_COPY)
+    take_copy(o, c.out, r);
+  else
+    take_adam(s, o, c.out, r);
   for (int d = 0; d < 3; d++)
     if (!(r->gbps[d] > 0 && r->gbps[d] <= 1e7) && (s == ST_COPY ? d < 2 : d == 0)) r->ok = 0;
   if (!r->ok)
@@ -450,12 +478,18 @@ static int size_arg(const char *v, char *dst, size_t len, uint64_t min) {
   return 0;
 }
 
-int ferry_bench_all_main(int argc, char **argv) {
-  options o;
-  memset(&o, 0, sizeof o);
-  o.device = "auto";
-  o.profile = "ferry-profile.json";
-  const char *size = NULL, *params = NULL, *threads = NULL, *copy_size = NULL;
+/* The values as given (NULL: not given), checked and defaulted by
+ * settle_args. */
+typedef struct {
+  const char *size, *params, *threads, *copy_size;
+} raw_args;
+
+/* Returns -1 to go on, or the exit code (0 after --help, 2 bad usage). */
+static int parse_args(options *o, raw_args *raw, int argc, char **argv) {
+  memset(o, 0, sizeof *o);
+  memset(raw, 0, sizeof *raw);
+  o->device = "auto";
+  o->profile = "ferry-profile.json";
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -463,57 +497,34 @@ int ferry_bench_all_main(int argc, char **argv) {
       usage(stdout);
       return 0;
     } else if (!strcmp(a, "--json"))
-      o.json = 1;
+      o->json = 1;
     else if (!strcmp(a, "--quick"))
-      o.quick = 1;
+      o->quick = 1;
     else if (!strcmp(a, "--path") && v)
-      o.path = argv[++i];
+      o->path = argv[++i];
     else if (!strcmp(a, "--profile-out") && v)
-      o.profile = argv[++i];
+      o->profile = argv[++i];
     else if (!strcmp(a, "--device") && v)
-      o.device = argv[++i];
+      o->device = argv[++i];
     else if (!strcmp(a, "--size") && v)
-      size = argv[++i];
+      raw->size = argv[++i];
     else if (!strcmp(a, "--params") && v)
-      params = argv[++i];
+      raw->params = argv[++i];
     else if (!strcmp(a, "--threads") && v)
-      threads = argv[++i];
+      raw->threads = argv[++i];
     else if (!strcmp(a, "--copy-size") && v)
-      copy_size = argv[++i];
+      raw->copy_size = argv[++i];
     else {
       fprintf(stderr, "ferry bench all: unknown or incomplete option '%s' (see --help)\n", a);
       return 2;
     }
   }
-  if (!o.path) {
-    fprintf(stderr, "ferry bench all: --path DIR is required (a folder on the drive to measure; "
-                    "see --help)\n");
-    return 2;
-  }
-  struct stat st;
-  if (stat(o.path, &st) || !S_ISDIR(st.st_mode)) {
-    fprintf(stderr, "ferry bench all: --path %s is not a folder\n", o.path);
-    return 2;
-  }
-  if (strcmp(o.device, "auto") && strcmp(o.device, "host") && strcmp(o.device, "cuda")) {
-    fprintf(stderr, "ferry bench all: --device must be auto, host or cuda, not '%s'\n", o.device);
-    return 2;
-  }
-  if (size_arg(size ? size : o.quick ? "256M" : "1G", o.size, sizeof o.size, 1u << 20)) {
-    fprintf(stderr, "ferry bench all: --size '%s' is not a size of at least 1M\n", size);
-    return 2;
-  }
-  if (size_arg(params ? params : o.quick ? "16M" : "64M", o.params, sizeof o.params, 1)) {
-    fprintf(stderr, "ferry bench all: --params '%s' is not a count such as 64M\n", params);
-    return 2;
-  }
-  if (size_arg(copy_size ? copy_size
-               : o.quick ? "64M"
-                         : "256M",
-               o.copy_size, sizeof o.copy_size, 1)) {
-    fprintf(stderr, "ferry bench all: --copy-size '%s' is not a size such as 256M\n", copy_size);
-    return 2;
-  }
+  return -1;
+}
+
+/* --threads, or the machine's thread count, into o->threads: -1 to go on,
+ * or 2 (said on stderr). */
+static int settle_threads(options *o, const char *threads) {
   if (threads) {
     char *e;
     long t = strtol(threads, &e, 10);
@@ -521,20 +532,62 @@ int ferry_bench_all_main(int argc, char **argv) {
       fprintf(stderr, "ferry bench all: --threads must be a count >= 1, not '%s'\n", threads);
       return 2;
     }
-    snprintf(o.threads, sizeof o.threads, "%ld", t);
+    snprintf(o->threads, sizeof o->threads, "%ld", t);
   } else {
     ferry_host_info hi;
     int n = ferry_host_get_info(&hi) == FERRY_OK && hi.threads > 0 ? hi.threads : 0;
-    snprintf(o.threads, sizeof o.threads, "%d", n); /* 0: the optimizer's one per core */
+    snprintf(o->threads, sizeof o->threads, "%d", n); /* 0: the optimizer's one per core */
   }
-  o.steps = o.quick ? 3 : 5;
-  o.iters = o.quick ? 3 : 5;
+  return -1;
+}
 
+/* Checks the options and fills in the defaults (--quick's smaller ones):
+ * -1 to go on, or 2 (said on stderr). */
+static int settle_args(options *o, const raw_args *raw) {
+  if (!o->path) {
+    fprintf(stderr, "ferry bench all: --path DIR is required (a folder on the drive to measure; "
+                    "see --help)\n");
+    return 2;
+  }
+  struct stat st;
+  if (stat(o->path, &st) || !S_ISDIR(st.st_mode)) {
+    fprintf(stderr, "ferry bench all: --path %s is not a folder\n", o->path);
+    return 2;
+  }
+  if (strcmp(o->device, "auto") && strcmp(o->device, "host") && strcmp(o->device, "cuda")) {
+    fprintf(stderr, "ferry bench all: --device must be auto, host or cuda, not '%s'\n", o->device);
+    return 2;
+  }
+  const char *size = raw->size, *params = raw->params, *copy_size = raw->copy_size;
+  if (size_arg(size ? size : o->quick ? "256M" : "1G", o->size, sizeof o->size, 1u << 20)) {
+    fprintf(stderr, "ferry bench all: --size '%s' is not a size of at least 1M\n", size);
+    return 2;
+  }
+  if (size_arg(params ? params : o->quick ? "16M" : "64M", o->params, sizeof o->params, 1)) {
+    fprintf(stderr, "ferry bench all: --params '%s' is not a count such as 64M\n", params);
+    return 2;
+  }
+  if (size_arg(copy_size  ? copy_size
+               : o->quick ? "64M"
+                          : "256M",
+               o->copy_size, sizeof o->copy_size, 1)) {
+    fprintf(stderr, "ferry bench all: --copy-size '%s' is not a size such as 256M\n", copy_size);
+    return 2;
+  }
+  int ex = settle_threads(o, raw->threads);
+  if (ex >= 0) return ex;
+  o->steps = o->quick ? 3 : 5;
+  o->iters = o->quick ? 3 : 5;
+  return -1;
+}
+
+/* Runs every step with progress on stderr (and, without --json, each
+ * step's summary line on stdout); returns the seconds they took. */
+static double run_steps(const options *o, step_result r[NSTEPS]) {
   progress pg = {isatty(2), 0, ferry_now()};
-  step_result r[NSTEPS];
   for (int s = 0; s < NSTEPS; s++) {
-    run_step(s, &o, &pg, &r[s]);
-    if (!o.json && r[s].ok) {
+    run_step(s, o, &pg, &r[s]);
+    if (!o->json && r[s].ok) {
       printf("%s\n", r[s].line);
       fflush(stdout);
     }
@@ -543,10 +596,24 @@ int ferry_bench_all_main(int argc, char **argv) {
   progress_show(&pg, NSTEPS, NSTEPS, "done");
   if (pg.tty) fputc('\n', stderr);
   pg.drawn = 0;
+  return total;
+}
 
-  /* what goes into the profile */
+/* What goes into the profile: the measured keys, and a note for each key
+ * this command cannot measure or whose benchmark failed. */
+typedef struct {
   pkey k[5];
-  int nk = 0, failed = 0;
+  int nk;
+  char optsrc[1200];
+  char notebuf[8][400];
+  const char *notes[8];
+  unsigned note_bits[8];
+  int nnotes;
+} profile_content;
+
+static void profile_keys(const step_result r[NSTEPS], profile_content *p) {
+  pkey *k = p->k;
+  int nk = 0;
   if (r[ST_COPY].ok) {
     k[nk++] = (pkey){FERRY_PLAN_BW_H2D, r[ST_COPY].gbps[0], r[ST_COPY].source};
     k[nk++] = (pkey){FERRY_PLAN_BW_D2H, r[ST_COPY].gbps[1], r[ST_COPY].source};
@@ -555,19 +622,18 @@ int ferry_bench_all_main(int argc, char **argv) {
     k[nk++] = (pkey){FERRY_PLAN_BW_NVME_READ, r[ST_IO_READ].gbps[0], r[ST_IO_READ].source};
   if (r[ST_IO_WRITE].ok)
     k[nk++] = (pkey){FERRY_PLAN_BW_NVME_WRITE, r[ST_IO_WRITE].gbps[0], r[ST_IO_WRITE].source};
-  char optsrc[1200];
   if (r[ST_ADAM_F32].ok) {
     if (r[ST_ADAM_F16].ok)
-      snprintf(optsrc, sizeof optsrc, "%s; with fp16 grads and no copy (%s) %.3g GB/s",
+      snprintf(p->optsrc, sizeof p->optsrc, "%s; with fp16 grads and no copy (%s) %.3g GB/s",
                r[ST_ADAM_F32].source, r[ST_ADAM_F16].source, r[ST_ADAM_F16].gbps[0]);
     else
-      snprintf(optsrc, sizeof optsrc, "%s", r[ST_ADAM_F32].source);
-    k[nk++] = (pkey){FERRY_PLAN_BW_CPU_OPT, r[ST_ADAM_F32].gbps[0], optsrc};
+      snprintf(p->optsrc, sizeof p->optsrc, "%s", r[ST_ADAM_F32].source);
+    k[nk++] = (pkey){FERRY_PLAN_BW_CPU_OPT, r[ST_ADAM_F32].gbps[0], p->optsrc};
   }
-  for (int s = 0; s < NSTEPS; s++)
-    failed += !r[s].ok;
+  p->nk = nk;
+}
 
-  /* the keys this command cannot measure, and the failed ones: a note each */
+static void profile_notes(profile_content *p) {
   static const unsigned all_bits[] = {FERRY_PLAN_BW_H2D,       FERRY_PLAN_BW_D2H,
                                       FERRY_PLAN_BW_NVME_READ, FERRY_PLAN_BW_NVME_WRITE,
                                       FERRY_PLAN_BW_CPU_OPT,   FERRY_PLAN_BW_TFLOPS,
@@ -576,70 +642,96 @@ int ferry_bench_all_main(int argc, char **argv) {
   const double defv[] = {def.h2d_gbps,           def.d2h_gbps,           def.nvme_read_gbps,
                          def.nvme_write_gbps,    def.cpu_optimizer_gbps, def.device_tflops,
                          def.device_tflops_fp32, def.device_mem_gbps};
-  char notebuf[8][400];
-  const char *notes[8];
-  unsigned note_bits[8];
-  int nnotes = 0;
   unsigned have = 0;
-  for (int i = 0; i < nk; i++)
-    have |= k[i].bit;
+  for (int i = 0; i < p->nk; i++)
+    have |= p->k[i].bit;
+  p->nnotes = 0;
   for (int i = 0; i < 8; i++) {
     unsigned b = all_bits[i];
     if (have & b) continue;
     int device_only =
         b == FERRY_PLAN_BW_TFLOPS || b == FERRY_PLAN_BW_TFLOPS32 || b == FERRY_PLAN_BW_DEVMEM;
-    snprintf(notebuf[nnotes], sizeof notebuf[nnotes],
+    int n = p->nnotes++;
+    snprintf(p->notebuf[n], sizeof p->notebuf[n],
              "not measured: %s; ferry plan assumes its default %g (%s)",
              device_only ? "ferry bench all has no device compute or memory benchmark yet"
                          : "its benchmark failed in this run",
              defv[i], ferry_plan_bandwidth_source(b));
-    notes[nnotes] = notebuf[nnotes];
-    note_bits[nnotes++] = b;
+    p->notes[n] = p->notebuf[n];
+    p->note_bits[n] = b;
   }
+}
 
+/* The last stdout line with --json: what was measured, assumed and failed. */
+static void summary_json(const options *o, const step_result r[NSTEPS], const profile_content *p,
+                         int werr, double total) {
+  json_out j;
+  json_begin(&j, stdout);
+  json_str(&j, "bench", "all");
+  if (werr)
+    json_null(&j, "profile");
+  else
+    json_str(&j, "profile", o->profile);
+  json_str(&j, "path", o->path);
+  if (r[ST_COPY].ok)
+    json_str(&j, "device", r[ST_COPY].device);
+  else
+    json_null(&j, "device");
+  json_bool(&j, "quick", o->quick);
+  json_num(&j, "seconds", total);
+  for (int i = 0; i < p->nk; i++)
+    json_num(&j, ferry_plan_bandwidth_key(p->k[i].bit), p->k[i].v);
+  json_open(&j, "assumed", '[');
+  for (int i = 0; i < p->nnotes; i++)
+    json_str(&j, NULL, ferry_plan_bandwidth_key(p->note_bits[i]));
+  json_close(&j, ']');
+  json_open(&j, "failed", '[');
+  static const char *const names[] = {"io read", "io write", "adam fp32", "adam fp16", "copy"};
+  for (int s = 0; s < NSTEPS; s++)
+    if (!r[s].ok) json_str(&j, NULL, names[s]);
+  json_close(&j, ']');
+  json_end(&j);
+}
+
+static void summary_text(const options *o, const step_result r[NSTEPS], const profile_content *p,
+                         int werr, double total, int failed) {
+  printf("\n");
+  if (!werr) printf("profile    %s (use: ferry plan --profile %s ...)\n", o->profile, o->profile);
+  for (int i = 0; i < p->nk; i++)
+    printf("  measured %-20s %10.3f GB/s\n", ferry_plan_bandwidth_key(p->k[i].bit), p->k[i].v);
+  for (int i = 0; i < p->nnotes; i++)
+    printf("  assumed  %-20s %s\n", ferry_plan_bandwidth_key(p->note_bits[i]), p->notes[i]);
+  if (r[ST_COPY].ok && strstr(r[ST_COPY].device, "host"))
+    printf("  note     h2d/d2h were measured on the host backend (memcpy, not a PCIe link); "
+           "on a GPU machine run this again there\n");
+  printf("%d of %d benchmarks passed in %.1f s\n", NSTEPS - failed, NSTEPS, total);
+}
+
+int ferry_bench_all_main(int argc, char **argv) {
+  options o;
+  raw_args raw;
+  int ex = parse_args(&o, &raw, argc, argv);
+  if (ex < 0) ex = settle_args(&o, &raw);
+  if (ex >= 0) return ex;
+
+  step_result r[NSTEPS];
+  double total = run_steps(&o, r);
+  int failed = 0;
+  for (int s = 0; s < NSTEPS; s++)
+    failed += !r[s].ok;
+
+  profile_content p;
+  profile_keys(r, &p);
+  profile_notes(&p);
   char machine[400], why[700];
   machine_text(machine, sizeof machine, r[ST_COPY].ok ? r[ST_COPY].device : "(copy failed)");
-  int werr = write_profile(o.profile, k, nk, machine, notes, note_bits, nnotes, why, sizeof why);
+  int werr =
+      write_profile(o.profile, p.k, p.nk, machine, p.notes, p.note_bits, p.nnotes, why, sizeof why);
   if (werr) fprintf(stderr, "ferry bench all: profile %s: %s\n", o.profile, why);
 
-  if (o.json) {
-    json_out j;
-    json_begin(&j, stdout);
-    json_str(&j, "bench", "all");
-    if (werr)
-      json_null(&j, "profile");
-    else
-      json_str(&j, "profile", o.profile);
-    json_str(&j, "path", o.path);
-    if (r[ST_COPY].ok)
-      json_str(&j, "device", r[ST_COPY].device);
-    else
-      json_null(&j, "device");
-    json_bool(&j, "quick", o.quick);
-    json_num(&j, "seconds", total);
-    for (int i = 0; i < nk; i++)
-      json_num(&j, ferry_plan_bandwidth_key(k[i].bit), k[i].v);
-    json_open(&j, "assumed", '[');
-    for (int i = 0; i < nnotes; i++)
-      json_str(&j, NULL, ferry_plan_bandwidth_key(note_bits[i]));
-    json_close(&j, ']');
-    json_open(&j, "failed", '[');
-    static const char *const names[] = {"io read", "io write", "adam fp32", "adam fp16", "copy"};
-    for (int s = 0; s < NSTEPS; s++)
-      if (!r[s].ok) json_str(&j, NULL, names[s]);
-    json_close(&j, ']');
-    json_end(&j);
-  } else {
-    printf("\n");
-    if (!werr) printf("profile    %s (use: ferry plan --profile %s ...)\n", o.profile, o.profile);
-    for (int i = 0; i < nk; i++)
-      printf("  measured %-20s %10.3f GB/s\n", ferry_plan_bandwidth_key(k[i].bit), k[i].v);
-    for (int i = 0; i < nnotes; i++)
-      printf("  assumed  %-20s %s\n", ferry_plan_bandwidth_key(note_bits[i]), notes[i]);
-    if (r[ST_COPY].ok && strstr(r[ST_COPY].device, "host"))
-      printf("  note     h2d/d2h were measured on the host backend (memcpy, not a PCIe link); "
-             "on a GPU machine run this again there\n");
-    printf("%d of %d benchmarks passed in %.1f s\n", NSTEPS - failed, NSTEPS, total);
-  }
+  if (o.json)
+    summary_json(&o, r, &p, werr, total);
+  else
+    summary_text(&o, r, &p, werr, total, failed);
   return failed || werr ? 1 : 0;
 }

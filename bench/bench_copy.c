@@ -40,46 +40,57 @@ static int cmp_d(const void *a, const void *b) {
   return x < y ? -1 : x > y;
 }
 
-#define TRY(call)                                                                        \
-  do {                                                                                   \
-    int rc_ = (call);                                                                    \
-    if (rc_) {                                                                           \
-      fprintf(stderr, "ferry bench copy: %s: %s: %s\n", #call, ferry_strerror(rc_),      \
-              dev ? ferry_device_last_error(dev) : ferry_last_error());                  \
-      goto out;                                                                          \
-    }                                                                                    \
+/* On failure: says which call failed and returns 1 (the device's error
+ * when there is one, dev being the caller's device). */
+#define TRY(call)                                                                                  \
+  do {                                                                                             \
+    int rc_ = (call);                                                                              \
+    if (rc_) {                                                                                     \
+      fprintf(stderr, "ferry bench copy: %s: %s: %s\n", #call, ferry_strerror(rc_),                \
+              dev ? ferry_device_last_error(dev) : ferry_last_error());                            \
+      return 1;                                                                                    \
+    }                                                                                              \
   } while (0)
 
-int ferry_bench_copy_main(int argc, char **argv) {
-  ferry_device_kind kind = FERRY_DEVICE_AUTO;
-  uint64_t size = 256ull << 20;
-  int iters = 5, json = 0;
+typedef struct {
+  ferry_device_kind kind;
+  uint64_t size;
+  int iters, json;
+} copy_opts;
+
+/* Returns -1 to go on, or the exit code (0 after --help, 2 bad usage). */
+static int parse_args(copy_opts *o, int argc, char **argv) {
+  *o = (copy_opts){FERRY_DEVICE_AUTO, 256ull << 20, 5, 0};
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-    if (!strcmp(a, "--json")) json = 1;
+    if (!strcmp(a, "--json"))
+      o->json = 1;
     else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
       usage(stdout);
       return 0;
     } else if (!strcmp(a, "--device") && v) {
       i++;
-      if (!strcmp(v, "auto")) kind = FERRY_DEVICE_AUTO;
-      else if (!strcmp(v, "host")) kind = FERRY_DEVICE_HOST;
-      else if (!strcmp(v, "cuda")) kind = FERRY_DEVICE_CUDA;
+      if (!strcmp(v, "auto"))
+        o->kind = FERRY_DEVICE_AUTO;
+      else if (!strcmp(v, "host"))
+        o->kind = FERRY_DEVICE_HOST;
+      else if (!strcmp(v, "cuda"))
+        o->kind = FERRY_DEVICE_CUDA;
       else {
         fprintf(stderr, "ferry bench copy: --device must be auto, host or cuda, not '%s'\n", v);
         return 2;
       }
     } else if (!strcmp(a, "--size") && v) {
       i++;
-      if (ferry_parse_size(v, &size) || size == 0) {
+      if (ferry_parse_size(v, &o->size) || o->size == 0) {
         fprintf(stderr, "ferry bench copy: --size '%s' is not a size such as 256M\n", v);
         return 2;
       }
     } else if (!strcmp(a, "--iters") && v) {
       i++;
-      iters = atoi(v);
-      if (iters < 1 || iters > 1000) {
+      o->iters = atoi(v);
+      if (o->iters < 1 || o->iters > 1000) {
         fprintf(stderr, "ferry bench copy: --iters must be 1..1000\n");
         return 2;
       }
@@ -89,19 +100,31 @@ int ferry_bench_copy_main(int argc, char **argv) {
       return 2;
     }
   }
+  return -1;
+}
 
-  int ret = 1;
+/* The device, its buffers of size bytes each, and two streams. */
+typedef struct {
+  ferry_device *dev;
+  ferry_device_info info;
+  unsigned char *h_in, *h_out, *d_a, *d_b;
+  ferry_stream *s1, *s2;
+} copy_rig;
+
+/* 0, or 1 (said on stderr); r->dev is set as soon as it exists, for the
+ * caller to destroy either way. */
+static int rig_open(copy_rig *r, const copy_opts *o) {
+  uint64_t size = o->size;
   ferry_device *dev = NULL;
   ferry_device_config cfg = ferry_device_config_default();
-  cfg.kind = kind;
+  cfg.kind = o->kind;
   cfg.capacity = (size_t)size * 2 + (1u << 20);
   unsigned char *h_in = NULL, *h_out = NULL, *d_a = NULL, *d_b = NULL;
   ferry_stream *s1 = NULL, *s2 = NULL;
   ferry_event *e0 = NULL, *e1 = NULL;
-  double *t = calloc((size_t)iters, sizeof *t);
-  if (!t) return 1;
-  TRY(ferry_device_create(&cfg, &dev));
   ferry_device_info info;
+  TRY(ferry_device_create(&cfg, &dev));
+  r->dev = dev;
   TRY(ferry_device_get_info(dev, &info));
   TRY(ferry_host_alloc(dev, size, (void **)&h_in));
   TRY(ferry_host_alloc(dev, size, (void **)&h_out));
@@ -111,51 +134,91 @@ int ferry_bench_copy_main(int argc, char **argv) {
   TRY(ferry_stream_create(dev, &s2));
   TRY(ferry_event_create(dev, &e0));
   TRY(ferry_event_create(dev, &e1));
+  *r = (copy_rig){dev, info, h_in, h_out, d_a, d_b, s1, s2};
+  return 0;
+}
 
-  /* validate: a round trip returns every byte */
-  for (uint64_t i = 0; i < size; i++) h_in[i] = (unsigned char)(i * 2654435761u >> 13);
+/* A round trip returns every byte: 0, or 1 (said on stderr). */
+static int validate(const copy_rig *r, uint64_t size) {
+  ferry_device *dev = r->dev;
+  unsigned char *h_in = r->h_in, *h_out = r->h_out, *d_a = r->d_a;
+  ferry_stream *s1 = r->s1;
+  for (uint64_t i = 0; i < size; i++)
+    h_in[i] = (unsigned char)(i * 2654435761u >> 13);
   memset(h_out, 0, size);
   TRY(ferry_memcpy_async(s1, d_a, h_in, size, FERRY_COPY_H2D));
   TRY(ferry_memcpy_async(s1, h_out, d_a, size, FERRY_COPY_D2H));
   TRY(ferry_stream_synchronize(s1));
   if (memcmp(h_in, h_out, size)) {
     fprintf(stderr, "ferry bench copy: validation failed: the round trip changed bytes\n");
-    goto out;
+    return 1;
   }
+  return 0;
+}
 
-  static const char *names[] = {"h2d", "d2h", "bidirectional"};
-  for (int dir = 0; dir < 3; dir++) {
-    for (int it = -1; it < iters; it++) { /* it = -1: untimed warm-up */
-      double t0 = now();
-      if (dir == 0 || dir == 2) TRY(ferry_memcpy_async(s1, d_a, h_in, size, FERRY_COPY_H2D));
-      if (dir == 1 || dir == 2) TRY(ferry_memcpy_async(s2, h_out, d_b, size, FERRY_COPY_D2H));
-      TRY(ferry_stream_synchronize(s1));
-      TRY(ferry_stream_synchronize(s2));
-      if (it >= 0) t[it] = now() - t0;
-    }
-    qsort(t, (size_t)iters, sizeof *t, cmp_d);
-    double sec = t[iters / 2];
-    uint64_t bytes = dir == 2 ? 2 * size : size;
-    double gbs = (double)bytes / sec / 1e9;
-    if (json) {
-      json_out j;
-      json_begin(&j, stdout);
-      json_str(&j, "bench", "copy");
-      json_str(&j, "device", info.name);
-      json_str(&j, "direction", names[dir]);
-      json_uint(&j, "bytes", bytes);
-      json_num(&j, "seconds", sec);
-      json_num(&j, "gb_per_s", gbs);
-      json_int(&j, "iters", iters);
-      json_end(&j);
-    } else {
-      printf("copy %-13s %s: %llu bytes in %.4f s = %.2f GB/s (median of %d)\n", names[dir],
-             info.name, (unsigned long long)bytes, sec, gbs, iters);
-    }
+static const char *dir_names[] = {"h2d", "d2h", "bidirectional"};
+
+/* The median seconds of iters copies in direction dir (0 h2d, 1 d2h, 2
+ * both), after one untimed warm-up; t has iters entries. 0, or 1 (said on
+ * stderr). */
+static int time_direction(const copy_rig *r, uint64_t size, int dir, int iters, double *t,
+                          double *median) {
+  ferry_device *dev = r->dev;
+  unsigned char *h_in = r->h_in, *h_out = r->h_out, *d_a = r->d_a, *d_b = r->d_b;
+  ferry_stream *s1 = r->s1, *s2 = r->s2;
+  for (int it = -1; it < iters; it++) { /* it = -1: untimed warm-up */
+    double t0 = now();
+    if (dir == 0 || dir == 2) TRY(ferry_memcpy_async(s1, d_a, h_in, size, FERRY_COPY_H2D));
+    if (dir == 1 || dir == 2) TRY(ferry_memcpy_async(s2, h_out, d_b, size, FERRY_COPY_D2H));
+    TRY(ferry_stream_synchronize(s1));
+    TRY(ferry_stream_synchronize(s2));
+    if (it >= 0) t[it] = now() - t0;
   }
-  ret = 0;
-out:
+  qsort(t, (size_t)iters, sizeof *t, cmp_d);
+  *median = t[iters / 2];
+  return 0;
+}
+
+static void report(const copy_opts *o, const char *device, int dir, uint64_t bytes, double sec) {
+  double gbs = (double)bytes / sec / 1e9;
+  if (o->json) {
+    json_out j;
+    json_begin(&j, stdout);
+    json_str(&j, "bench", "copy");
+    json_str(&j, "device", device);
+    json_str(&j, "direction", dir_names[dir]);
+    json_uint(&j, "bytes", bytes);
+    json_num(&j, "seconds", sec);
+    json_num(&j, "gb_per_s", gbs);
+    json_int(&j, "iters", o->iters);
+    json_end(&j);
+  } else {
+    printf("copy %-13s %s: %llu bytes in %.4f s = %.2f GB/s (median of %d)\n", dir_names[dir],
+           device, (unsigned long long)bytes, sec, gbs, o->iters);
+  }
+}
+
+/* Validates, then times and reports each direction: 0, or 1 (said on
+ * stderr). */
+static int run(copy_rig *r, const copy_opts *o) {
+  double *t = calloc((size_t)o->iters, sizeof *t);
+  if (!t) return 1;
+  int ret = rig_open(r, o) || validate(r, o->size);
+  for (int dir = 0; dir < 3 && !ret; dir++) {
+    double sec;
+    ret = time_direction(r, o->size, dir, o->iters, t, &sec);
+    if (!ret) report(o, r->info.name, dir, dir == 2 ? 2 * o->size : o->size, sec);
+  }
   free(t);
-  ferry_device_destroy(dev);
+  return ret;
+}
+
+int ferry_bench_copy_main(int argc, char **argv) {
+  copy_opts o;
+  int ex = parse_args(&o, argc, argv);
+  if (ex >= 0) return ex;
+  copy_rig r = {0};
+  int ret = run(&r, &o);
+  ferry_device_destroy(r.dev);
   return ret;
 }

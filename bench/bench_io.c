@@ -180,19 +180,31 @@ static int own_opt(const char *a, const char *v, void *ctx) {
   return 1;
 }
 
-int ferry_bench_io_main(int argc, char **argv) {
-  io_flags fl = {1, 1, 0, 0, 1};
+/* ---- the command -------------------------------------------------------------- */
+
+/* The options, checked, and what follows from them. */
+typedef struct {
   bench_io_opts o;
-  int ex = bench_io_parse(&o, argc, argv, "ferry bench io", usage, own_opt, &fl);
+  io_flags fl;
+  int op, random; /* op: 0 read, 1 write; random: randread's shuffled order */
+  uint32_t nops;  /* bs-sized chunks */
+  uint64_t size;  /* nops * bs */
+} io_args;
+
+/* Returns -1 to go on, or the exit code (0 after --help, 2 bad usage). */
+static int parse_args(io_args *a, int argc, char **argv) {
+  memset(a, 0, sizeof *a);
+  a->fl = (io_flags){1, 1, 0, 0, 1};
+  int ex = bench_io_parse(&a->o, argc, argv, "ferry bench io", usage, own_opt, &a->fl);
   if (ex >= 0) return ex;
-  int verify = fl.verify, fixed = fl.fixed, sqpoll = fl.sqpoll;
-  const char *path = o.path, *mode = o.mode;
-  uint64_t size = o.size, bs = o.bs, qd = o.qd;
-  int json = o.json, pages = o.pages;
-  int op, random = 0;
-  if (!strcmp(mode, "read")) op = 0;
-  else if (!strcmp(mode, "write")) op = 1;
-  else if (!strcmp(mode, "randread")) op = 0, random = 1;
+  const char *mode = a->o.mode;
+  uint64_t size = a->o.size, bs = a->o.bs, qd = a->o.qd;
+  if (!strcmp(mode, "read"))
+    a->op = 0;
+  else if (!strcmp(mode, "write"))
+    a->op = 1;
+  else if (!strcmp(mode, "randread"))
+    a->op = 0, a->random = 1;
   else {
     fprintf(stderr, "ferry bench io: --mode must be read, write or randread, not '%s'\n", mode);
     return 2;
@@ -201,225 +213,318 @@ int ferry_bench_io_main(int argc, char **argv) {
     fprintf(stderr, "ferry bench io: need 0 < bs <= 1G, 0 < qd <= 1024, size >= bs\n");
     return 2;
   }
-  uint32_t nops = (uint32_t)(size / bs);
-  size = (uint64_t)nops * bs;
+  a->nops = (uint32_t)(size / bs);
+  a->size = (uint64_t)a->nops * bs;
+  return -1;
+}
 
+/* The swap store on its own file in --path, one slot per chunk: 0, or 1
+ * (said on stderr). */
+static int open_store(const io_args *a, ferry_swap **s, ferry_swap_info *info) {
   ferry_swap_config cfg = ferry_swap_config_default();
-  cfg.paths[0] = path;
+  cfg.paths[0] = a->o.path;
   cfg.npaths = 1;
-  cfg.slot_size = bs;
-  cfg.nslots = nops;
+  cfg.slot_size = a->o.bs;
+  cfg.nslots = a->nops;
   cfg.spare_slots = 0; /* in place, like fio: the pass stays sequential on disk */
-  cfg.block_size = bs;
-  cfg.queue_depth = (unsigned)qd;
-  cfg.verify = verify;
-  cfg.sqpoll = sqpoll;
-  cfg.check_threads = fl.check_threads;
+  cfg.block_size = a->o.bs;
+  cfg.queue_depth = (unsigned)a->o.qd;
+  cfg.verify = a->fl.verify;
+  cfg.sqpoll = a->fl.sqpoll;
+  cfg.check_threads = a->fl.check_threads;
   cfg.name = "bench";
-  ferry_swap *s = NULL;
-  int rc = ferry_swap_open(&cfg, &s);
-  if (rc != FERRY_OK) {
+  if (ferry_swap_open(&cfg, s) != FERRY_OK) {
     fprintf(stderr, "ferry bench io: %s\n", ferry_last_error());
     return 1;
   }
-  ferry_swap_info info;
-  ferry_swap_get_info(s, &info);
+  ferry_swap_get_info(*s, info);
+  return 0;
+}
 
-  unsigned nq = (unsigned)qd;
-  unsigned nsl = fl.outstanding ? (unsigned)fl.outstanding : nq + 2;
-  unsigned char *wmem = NULL, *rmem = NULL;
-  size_t buflen = bench_pages_round(nq * bs, pages), rbuflen = bench_pages_round(nsl * bs, pages);
-  wmem = bench_pages_alloc(buflen, pages);
-  rmem = bench_pages_alloc(rbuflen, pages);
-  if ((!wmem || !rmem) && pages == BENCH_PAGES_HUGETLB) {
-    fprintf(stderr, "ferry bench io: --hugetlb: no %llu bytes of hugetlb pages (reserve them: "
-            "echo N > /proc/sys/vm/nr_hugepages)\n", (unsigned long long)(buflen + rbuflen));
-    bench_pages_free(wmem, buflen, pages);
-    bench_pages_free(rmem, rbuflen, pages);
-    ferry_swap_close(s);
+/* The passes' memory: nq write sources (chunk j is written from
+ * wbuf[j % nq]), nsl read targets (one per slot), and per-op arrays. */
+typedef struct {
+  unsigned nq, nsl;
+  int pages;
+  unsigned char *wmem, *rmem;
+  size_t buflen, rbuflen;
+  unsigned char **wbuf, **rbuf;
+  uint32_t *order, *slot_op;
+  double *lat;
+  io_slot *slots;
+} io_bufs;
+
+/* 0, or 1 (said on stderr); b is for bufs_free either way. */
+static int bufs_alloc(io_bufs *b, const io_args *a) {
+  size_t bs = a->o.bs;
+  memset(b, 0, sizeof *b);
+  b->nq = (unsigned)a->o.qd;
+  b->nsl = a->fl.outstanding ? (unsigned)a->fl.outstanding : b->nq + 2;
+  b->pages = a->o.pages;
+  unsigned nq = b->nq, nsl = b->nsl;
+  b->buflen = bench_pages_round(nq * bs, b->pages);
+  b->rbuflen = bench_pages_round(nsl * bs, b->pages);
+  b->wmem = bench_pages_alloc(b->buflen, b->pages);
+  b->rmem = bench_pages_alloc(b->rbuflen, b->pages);
+  if ((!b->wmem || !b->rmem) && b->pages == BENCH_PAGES_HUGETLB) {
+    fprintf(stderr,
+            "ferry bench io: --hugetlb: no %llu bytes of hugetlb pages (reserve them: "
+            "echo N > /proc/sys/vm/nr_hugepages)\n",
+            (unsigned long long)(b->buflen + b->rbuflen));
     return 1;
   }
-  int ok = wmem && rmem;
-  unsigned char **wbuf = calloc(nq, sizeof *wbuf), **rbuf = calloc(nsl, sizeof *rbuf);
-  uint32_t *order = malloc(nops * sizeof *order), *slot_op = calloc(nsl, sizeof *slot_op);
-  double *lat = malloc(nops * sizeof *lat);
-  io_slot *slots = calloc(nsl, sizeof *slots);
-  if (!ok || !wbuf || !rbuf || !order || !slot_op || !lat || !slots) {
+  b->wbuf = calloc(nq, sizeof *b->wbuf);
+  b->rbuf = calloc(nsl, sizeof *b->rbuf);
+  b->order = malloc(a->nops * sizeof *b->order);
+  b->slot_op = calloc(nsl, sizeof *b->slot_op);
+  b->lat = malloc(a->nops * sizeof *b->lat);
+  b->slots = calloc(nsl, sizeof *b->slots);
+  if (!b->wmem || !b->rmem || !b->wbuf || !b->rbuf || !b->order || !b->slot_op || !b->lat ||
+      !b->slots) {
     fprintf(stderr, "ferry bench io: out of memory for %u buffers of %llu bytes\n", nq,
             (unsigned long long)bs);
     return 1;
   }
+  for (unsigned i = 0; i < nq; i++)
+    b->wbuf[i] = b->wmem + i * bs;
+  for (unsigned i = 0; i < nsl; i++)
+    b->rbuf[i] = b->rmem + i * bs;
+  return 0;
+}
+
+static void bufs_free(io_bufs *b) {
+  bench_pages_free(b->wmem, b->buflen, b->pages);
+  bench_pages_free(b->rmem, b->rbuflen, b->pages);
+  free(b->wbuf);
+  free(b->rbuf);
+  free(b->order);
+  free(b->slot_op);
+  free(b->lat);
+  free(b->slots);
+}
+
+/* Incompressible contents for the nq write sources of bs bytes. */
+static void fill_sources(unsigned char *wmem, size_t nq, size_t bs) {
   unsigned long long seed = 0x243F6A8885A308D3ull;
   for (size_t i = 0; i < nq * bs; i += 8) {
     seed ^= seed << 13, seed ^= seed >> 7, seed ^= seed << 17;
     memcpy(wmem + i, &seed, bs - (i % bs) >= 8 ? 8 : bs - (i % bs));
   }
-  /* what the CRC alone costs on one core, for the CRC-overhead estimate */
-  double crc_gbs = 0;
-  {
-    volatile uint32_t sink = 0;
-    double tc = ferry_now();
-    size_t done = 0;
-    while (ferry_now() - tc < 0.1 || done < (64u << 20)) {
-      sink ^= ferry_crc32c(0, wmem, nq * bs);
-      done += nq * bs;
-    }
-    crc_gbs = (double)done / (ferry_now() - tc) / 1e9;
-    (void)sink;
+}
+
+/* What the CRC alone costs on one core (GB/s over a warm buffer), for the
+ * CRC-overhead estimate. */
+static double crc_rate(const unsigned char *mem, size_t len) {
+  volatile uint32_t sink = 0;
+  double tc = ferry_now();
+  size_t done = 0;
+  while (ferry_now() - tc < 0.1 || done < (64u << 20)) {
+    sink ^= ferry_crc32c(0, mem, len);
+    done += len;
   }
-  for (unsigned b = 0; b < nq; b++) wbuf[b] = wmem + b * bs;
-  for (unsigned b = 0; b < nsl; b++) rbuf[b] = rmem + b * bs;
+  (void)sink;
+  return (double)done / (ferry_now() - tc) / 1e9;
+}
+
+static void run_init(io_run *r, ferry_swap *s, io_bufs *b, const io_args *a) {
+  r->s = s;
+  r->nops = a->nops;
+  r->order = b->order;
+  r->wbuf = b->wbuf;
+  r->rbuf = b->rbuf;
+  r->qd = b->nq;
+  r->nslots = b->nsl;
+  r->bs = a->o.bs;
+  r->lat = b->lat;
+  r->slot_op = b->slot_op;
+  for (unsigned i = 0; i < b->nsl; i++) {
+    b->slots[i].run = r;
+    b->slots[i].idx = (int)i;
+  }
+  for (uint32_t i = 0; i < a->nops; i++)
+    b->order[i] = i;
+}
+
+/* The timed pass's seconds, CPU seconds and the store's counters around it. */
+typedef struct {
+  double secs, cpu;
+  ferry_swap_stats st0, st1;
+} io_timing;
+
+/* A fixed shuffle of order[0..n), for randread. */
+static void shuffle(uint32_t *order, uint32_t n) {
+  unsigned long long x = 0x9E3779B97F4A7C15ull;
+  for (uint32_t i = n - 1; i > 0; i--) {
+    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+    uint32_t j = (uint32_t)(x % (i + 1));
+    uint32_t t = order[i];
+    order[i] = order[j];
+    order[j] = t;
+  }
+}
+
+/* 1. writes the file (timed when mode is write; with --overwrite, the
+ * second of two passes, from buffers changed in between so that the
+ * validation tells the passes apart); 2. the timed read pass. Returns a
+ * status. */
+static int timed_passes(io_run *r, io_bufs *b, const io_args *a, io_timing *t) {
+  ferry_swap *s = r->s;
+  io_slot *slots = b->slots;
+  int op = a->op, rc;
+  memset(t, 0, sizeof *t);
+  r->op = 1;
+  if (a->o.overwrite) {
+    if ((rc = run_pass(r, slots))) return rc;
+    for (unsigned i = 0; i < b->nq; i++)
+      b->wbuf[i][0] ^= 0x5A, b->wbuf[i][r->bs - 1] ^= 0xA5;
+  }
+  if (op == 1) ferry_swap_get_stats(s, &t->st0);
+  double t0 = ferry_now(), c0 = cpu_seconds();
+  rc = run_pass(r, slots);
+  double t1 = ferry_now(), c1 = cpu_seconds();
+  if (rc) return rc;
+  if (op == 1) t->secs = t1 - t0, t->cpu = c1 - c0, ferry_swap_get_stats(s, &t->st1);
+  if (op == 0) {
+    if (a->random) shuffle(b->order, a->nops);
+    r->op = 0;
+    ferry_swap_get_stats(s, &t->st0);
+    t0 = ferry_now(), c0 = cpu_seconds();
+    rc = run_pass(r, slots);
+    t->secs = ferry_now() - t0, t->cpu = cpu_seconds() - c0;
+    ferry_swap_get_stats(s, &t->st1);
+  }
+  return rc;
+}
+
+/* 3. validate: reads everything back and compares (after the timed pass,
+ * so the timed read follows a write pass as fio's does after its layout).
+ * Returns a status (r->err set), or FERRY_OK with *differs set when a
+ * chunk read back differs (said on stderr). */
+static int read_back(io_run *r, io_slot *slots, int *differs) {
+  ferry_swap *s = r->s;
+  uint32_t nops = r->nops;
+  unsigned nq = r->qd;
+  size_t bs = r->bs;
+  int rc = FERRY_OK;
+  r->op = 0;
+  for (uint32_t i = 0; i < nops && !rc; i += nq) {
+    unsigned n = nops - i < nq ? nops - i : nq;
+    unsigned sub = 0;
+    for (; sub < n && !rc; sub++)
+      rc = ferry_swap_read(s, i + sub, r->rbuf[sub], bs, &slots[sub].req, NULL, NULL);
+    if (rc) sub--;
+    for (unsigned b = 0; b < sub; b++) {
+      int st = ferry_swap_wait(&slots[b].req);
+      if (!rc) rc = st;
+      if (!rc && memcmp(r->rbuf[b], r->wbuf[(i + b) % nq], bs)) {
+        fprintf(stderr, "ferry bench io: validation failed: chunk %u differs\n", i + b);
+        *differs = 1;
+        return FERRY_OK;
+      }
+    }
+  }
+  if (rc) snprintf(r->err, sizeof r->err, "%s", ferry_swap_last_error(s));
+  return rc;
+}
+
+static void report(const io_args *a, const ferry_swap_info *info, const io_timing *t, double *lat,
+                   double crc_gbs, int fixed, unsigned nsl) {
+  const char *mode = a->o.mode;
+  uint64_t size = a->size, bs = a->o.bs, qd = a->o.qd;
+  int verify = a->fl.verify, pages = a->o.pages;
+  double secs = t->secs, cpu = t->cpu;
+  double p50, p99;
+  bench_latency_us(lat, a->nops, &p50, &p99);
+  double gbs = (double)size / secs / 1e9, iops = a->nops / secs,
+         cpu_gb = cpu / ((double)size / 1e9);
+  double ck_s = t->st1.read_check_seconds - t->st0.read_check_seconds;
+  double ck_b = (double)(t->st1.read_check_bytes - t->st0.read_check_bytes);
+  double check_gbs = ck_s > 0 ? ck_b / ck_s / 1e9 : 0, check_sgb = ck_s / ((double)size / 1e9);
+  uint64_t calls = t->st1.submit_calls - t->st0.submit_calls;
+  double per_submit = calls ? (double)(t->st1.ios - t->st0.ios) / (double)calls : 0;
+  if (a->o.json) {
+    json_out j;
+    json_begin(&j, stdout);
+    bench_io_json_head(&j, "io", mode, bs, qd, size, secs, p50, p99);
+    json_num(&j, "cpu_s_per_gb", cpu_gb);
+    json_num(&j, "crc_gb_per_s", crc_gbs);
+    json_num(&j, "check_gb_per_s", check_gbs);
+    json_num(&j, "check_s_per_gb", check_sgb);
+    json_num(&j, "requests_per_submit", per_submit);
+    json_bool(&j, "verify", verify);
+    json_bool(&j, "o_direct", info->o_direct);
+    json_bool(&j, "fixed_buffers", fixed);
+    json_bool(&j, "sqpoll", a->fl.sqpoll);
+    json_bool(&j, "hugepages", pages != BENCH_PAGES_4K);
+    json_str(&j, "pages", bench_pages_name(pages));
+    json_bool(&j, "overwrite", a->o.overwrite);
+    json_uint(&j, "outstanding", nsl);
+    json_uint(&j, "check_threads", a->fl.check_threads);
+    json_str(&j, "path", a->o.path);
+    json_end(&j);
+    return;
+  }
+  char sz[32];
+  printf("io %s bs=%llu qd=%llu: %s in %.3f s = %.3f GB/s, %.0f IOPS, latency p50 %.0f us "
+         "p99 %.0f us, CPU %.3f s/GB (%s, crc %s, %s %s-page buffers; CRC32C alone %.1f GB/s)\n",
+         mode, (unsigned long long)bs, (unsigned long long)qd,
+         ferry_format_size(size, sz, sizeof sz), secs, gbs, iops, p50, p99, cpu_gb,
+         info->o_direct ? "O_DIRECT" : "buffered", verify ? "on" : "off",
+         fixed ? "registered" : "plain", bench_pages_name(pages), crc_gbs);
+  printf("  %.2f requests per io_uring submit call\n", per_submit);
+  if (ck_s > 0)
+    printf("  read checks: %.1f GB/s on the just-read data, %.3f s per GB read\n", check_gbs,
+           check_sgb);
+}
+
+/* Fills the buffers, registers them, runs the passes, validates and
+ * reports: 0, or 1 (said on stderr). r: mutex and condition initialized. */
+static int measure(ferry_swap *s, const ferry_swap_info *info, io_bufs *b, io_run *r,
+                   const io_args *a) {
+  size_t bs = a->o.bs;
+  unsigned nq = b->nq, nsl = b->nsl;
+  fill_sources(b->wmem, nq, bs);
+  double crc_gbs = crc_rate(b->wmem, nq * bs);
+  int fixed = a->fl.fixed;
   if (fixed) {
-    struct iovec iov[2] = {{wmem, nq * bs}, {rmem, nsl * bs}};
+    struct iovec iov[2] = {{b->wmem, nq * bs}, {b->rmem, nsl * bs}};
     if (ferry_swap_register_buffers(s, iov, 2) != FERRY_OK) {
-      fprintf(stderr, "ferry bench io: note: %s; continuing unregistered\n", ferry_swap_last_error(s));
+      fprintf(stderr, "ferry bench io: note: %s; continuing unregistered\n",
+              ferry_swap_last_error(s));
       fixed = 0;
     }
   }
+  run_init(r, s, b, a);
+  io_timing t;
+  int differs = 0;
+  int rc = timed_passes(r, b, a, &t);
+  if (!rc) rc = read_back(r, b->slots, &differs);
+  if (rc) {
+    fprintf(stderr, "ferry bench io: %s: %s\n", ferry_strerror(rc),
+            r->err[0] ? r->err : ferry_swap_last_error(s));
+    return 1;
+  }
+  if (differs) return 1;
+  report(a, info, &t, b->lat, crc_gbs, fixed, nsl);
+  return 0;
+}
+
+int ferry_bench_io_main(int argc, char **argv) {
+  io_args a;
+  int ex = parse_args(&a, argc, argv);
+  if (ex >= 0) return ex;
+  ferry_swap *s = NULL;
+  ferry_swap_info info;
+  if (open_store(&a, &s, &info)) return 1;
+  io_bufs b;
   io_run r;
   memset(&r, 0, sizeof r);
-  r.s = s;
-  r.nops = nops;
-  r.order = order;
-  r.wbuf = wbuf;
-  r.rbuf = rbuf;
-  r.qd = nq;
-  r.nslots = nsl;
-  r.bs = bs;
-  r.lat = lat;
-  r.slot_op = slot_op;
   pthread_mutex_init(&r.mu, NULL);
   pthread_cond_init(&r.cv, NULL);
-  for (unsigned b = 0; b < nsl; b++) {
-    slots[b].run = &r;
-    slots[b].idx = (int)b;
-  }
-  for (uint32_t i = 0; i < nops; i++) order[i] = i;
-
-  int status = 0;
-  double secs = 0, cpu = 0;
-  ferry_swap_stats st0, st1; /* around the timed pass */
-  memset(&st0, 0, sizeof st0);
-  memset(&st1, 0, sizeof st1);
-  /* 1. write the file (timed when mode is write; with --overwrite, the
-   * second of two passes, from buffers changed in between so that the
-   * validation tells the passes apart) */
-  r.op = 1;
-  if (o.overwrite) {
-    if ((rc = run_pass(&r, slots))) goto fail;
-    for (unsigned b = 0; b < nq; b++) wbuf[b][0] ^= 0x5A, wbuf[b][bs - 1] ^= 0xA5;
-  }
-  if (op == 1) ferry_swap_get_stats(s, &st0);
-  double t0 = ferry_now(), c0 = cpu_seconds();
-  rc = run_pass(&r, slots);
-  double t1 = ferry_now(), c1 = cpu_seconds();
-  if (rc) goto fail;
-  if (op == 1) secs = t1 - t0, cpu = c1 - c0, ferry_swap_get_stats(s, &st1);
-  /* 2. the timed read pass */
-  if (op == 0) {
-    if (random) {
-      unsigned long long x = 0x9E3779B97F4A7C15ull;
-      for (uint32_t i = nops - 1; i > 0; i--) {
-        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
-        uint32_t j = (uint32_t)(x % (i + 1));
-        uint32_t t = order[i];
-        order[i] = order[j];
-        order[j] = t;
-      }
-    }
-    r.op = 0;
-    ferry_swap_get_stats(s, &st0);
-    t0 = ferry_now(), c0 = cpu_seconds();
-    rc = run_pass(&r, slots);
-    secs = ferry_now() - t0, cpu = cpu_seconds() - c0;
-    ferry_swap_get_stats(s, &st1);
-    if (rc) goto fail;
-  }
-  /* 3. validate: read everything back and compare (after the timed pass, so
-   * the timed read follows a write pass as fio's does after its layout) */
-  {
-    r.op = 0;
-    rc = FERRY_OK;
-    for (uint32_t i = 0; i < nops && !rc; i += nq) {
-      unsigned n = nops - i < nq ? nops - i : nq;
-      unsigned sub = 0;
-      for (; sub < n && !rc; sub++)
-        rc = ferry_swap_read(s, i + sub, rbuf[sub], bs, &slots[sub].req, NULL, NULL);
-      if (rc) sub--;
-      for (unsigned b = 0; b < sub; b++) {
-        int st = ferry_swap_wait(&slots[b].req);
-        if (!rc) rc = st;
-        if (!rc && memcmp(rbuf[b], wbuf[(i + b) % nq], bs)) {
-          fprintf(stderr, "ferry bench io: validation failed: chunk %u differs\n", i + b);
-          status = 1;
-          goto out;
-        }
-      }
-    }
-    if (rc) {
-      snprintf(r.err, sizeof r.err, "%s", ferry_swap_last_error(s));
-      goto fail;
-    }
-  }
-  {
-    double p50, p99;
-    bench_latency_us(lat, nops, &p50, &p99);
-    double gbs = (double)size / secs / 1e9, iops = nops / secs, cpu_gb = cpu / ((double)size / 1e9);
-    double ck_s = st1.read_check_seconds - st0.read_check_seconds;
-    double ck_b = (double)(st1.read_check_bytes - st0.read_check_bytes);
-    double check_gbs = ck_s > 0 ? ck_b / ck_s / 1e9 : 0, check_sgb = ck_s / ((double)size / 1e9);
-    uint64_t calls = st1.submit_calls - st0.submit_calls;
-    double per_submit = calls ? (double)(st1.ios - st0.ios) / (double)calls : 0;
-    if (json) {
-      json_out j;
-      json_begin(&j, stdout);
-      bench_io_json_head(&j, "io", mode, bs, qd, size, secs, p50, p99);
-      json_num(&j, "cpu_s_per_gb", cpu_gb);
-      json_num(&j, "crc_gb_per_s", crc_gbs);
-      json_num(&j, "check_gb_per_s", check_gbs);
-      json_num(&j, "check_s_per_gb", check_sgb);
-      json_num(&j, "requests_per_submit", per_submit);
-      json_bool(&j, "verify", verify);
-      json_bool(&j, "o_direct", info.o_direct);
-      json_bool(&j, "fixed_buffers", fixed);
-      json_bool(&j, "sqpoll", sqpoll);
-      json_bool(&j, "hugepages", pages != BENCH_PAGES_4K);
-      json_str(&j, "pages", bench_pages_name(pages));
-      json_bool(&j, "overwrite", o.overwrite);
-      json_uint(&j, "outstanding", nsl);
-      json_uint(&j, "check_threads", fl.check_threads);
-      json_str(&j, "path", path);
-      json_end(&j);
-    } else {
-      char a[32];
-      printf("io %s bs=%llu qd=%llu: %s in %.3f s = %.3f GB/s, %.0f IOPS, latency p50 %.0f us "
-             "p99 %.0f us, CPU %.3f s/GB (%s, crc %s, %s %s-page buffers; CRC32C alone %.1f GB/s)\n",
-             mode, (unsigned long long)bs, (unsigned long long)qd,
-             ferry_format_size(size, a, sizeof a), secs, gbs, iops, p50, p99, cpu_gb,
-             info.o_direct ? "O_DIRECT" : "buffered", verify ? "on" : "off",
-             fixed ? "registered" : "plain", bench_pages_name(pages), crc_gbs);
-      printf("  %.2f requests per io_uring submit call\n", per_submit);
-      if (ck_s > 0)
-        printf("  read checks: %.1f GB/s on the just-read data, %.3f s per GB read\n", check_gbs,
-               check_sgb);
-    }
-  }
-  goto out;
-fail:
-  fprintf(stderr, "ferry bench io: %s: %s\n", ferry_strerror(rc ? rc : r.status),
-          r.err[0] ? r.err : ferry_swap_last_error(s));
-  status = 1;
-out:
+  int status = bufs_alloc(&b, &a) || measure(s, &info, &b, &r, &a);
   ferry_swap_close(s);
   pthread_mutex_destroy(&r.mu);
   pthread_cond_destroy(&r.cv);
-  bench_pages_free(wmem, buflen, pages);
-  bench_pages_free(rmem, rbuflen, pages);
-  free(wbuf);
-  free(rbuf);
-  free(order);
-  free(slot_op);
-  free(lat);
-  free(slots);
+  bufs_free(&b);
   return status;
 }

@@ -33,31 +33,42 @@ static void usage(FILE *f) {
           "  --json        one JSON object per result\n");
 }
 
-#define TRY(call)                                                                          \
-  do {                                                                                     \
-    int rc_ = (call);                                                                      \
-    if (rc_) {                                                                             \
-      fprintf(stderr, "ferry bench memory: %s: %s: %s\n", #call, ferry_strerror(rc_),      \
-              m ? ferry_mem_last_error(m) : ferry_last_error());                           \
-      goto out;                                                                            \
-    }                                                                                      \
+/* On failure: says which call failed and returns 1 (the manager's error
+ * when there is one, m being the caller's manager). */
+#define TRY(call)                                                                                  \
+  do {                                                                                             \
+    int rc_ = (call);                                                                              \
+    if (rc_) {                                                                                     \
+      fprintf(stderr, "ferry bench memory: %s: %s: %s\n", #call, ferry_strerror(rc_),              \
+              m ? ferry_mem_last_error(m) : ferry_last_error());                                   \
+      return 1;                                                                                    \
+    }                                                                                              \
   } while (0)
 
-int ferry_bench_memory_main(int argc, char **argv) {
-  int layers = 24, hidden = 512, json = 0;
-  long iters = 1000000;
-  uint64_t chunk = 16ull << 20;
+typedef struct {
+  int layers, hidden, json;
+  long iters;
+  uint64_t chunk;
+} mem_opts;
+
+/* Returns -1 to go on, or the exit code (0 after --help, 2 bad usage). */
+static int parse_args(mem_opts *o, int argc, char **argv) {
+  *o = (mem_opts){24, 512, 0, 1000000, 16ull << 20};
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-    if (!strcmp(a, "--json")) json = 1;
+    if (!strcmp(a, "--json"))
+      o->json = 1;
     else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
       usage(stdout);
       return 0;
-    } else if (!strcmp(a, "--layers") && v) layers = atoi(argv[++i]);
-    else if (!strcmp(a, "--hidden") && v) hidden = atoi(argv[++i]);
-    else if (!strcmp(a, "--iters") && v) iters = atol(argv[++i]);
+    } else if (!strcmp(a, "--layers") && v)
+      o->layers = atoi(argv[++i]);
+    else if (!strcmp(a, "--hidden") && v)
+      o->hidden = atoi(argv[++i]);
+    else if (!strcmp(a, "--iters") && v)
+      o->iters = atol(argv[++i]);
     else if (!strcmp(a, "--chunk") && v) {
-      if (ferry_parse_size(argv[++i], &chunk)) {
+      if (ferry_parse_size(argv[++i], &o->chunk)) {
         fprintf(stderr, "ferry bench memory: --chunk '%s' is not a size\n", v);
         return 2;
       }
@@ -66,24 +77,39 @@ int ferry_bench_memory_main(int argc, char **argv) {
       return 2;
     }
   }
-  if (layers < 1 || hidden < 8 || iters < 1) {
+  if (o->layers < 1 || o->hidden < 8 || o->iters < 1) {
     usage(stderr);
     return 2;
   }
-  int ret = 1;
-  ferry_device *dev = NULL;
-  ferry_mem *m = NULL;
-  int64_t h = hidden;
-  struct {
-    const char *name;
-    int64_t rows, cols;
-  } shapes[] = {{"qkv", h, 3 * h}, {"proj", h, h}, {"fc1", h, 4 * h},
-                {"fc2", 4 * h, h}, {"ln1", 1, h},  {"ln2", 1, h}};
-  const int ns = (int)(sizeof shapes / sizeof shapes[0]);
+  return -1;
+}
+
+/* The tensors of one layer (a group), as rows x cols of bf16 params. */
+typedef struct {
+  const char *name;
+  int64_t rows, cols;
+} layer_shape;
+
+enum { NSHAPES = 6, NROLES = 5 };
+
+/* A host device and a manager over it with every layer's tensors (params,
+ * grads, master, two states) registered and finalized: 0, or 1 (said on
+ * stderr). *devp and *mp are set as soon as they exist, for the caller to
+ * destroy either way. */
+static int open_model(const mem_opts *o, ferry_device **devp, ferry_mem **mp) {
+  int layers = o->layers;
+  uint64_t chunk = o->chunk;
+  int64_t h = o->hidden;
+  const layer_shape shapes[NSHAPES] = {{"qkv", h, 3 * h}, {"proj", h, h}, {"fc1", h, 4 * h},
+                                       {"fc2", 4 * h, h}, {"ln1", 1, h},  {"ln2", 1, h}};
+  const int ns = NSHAPES;
   size_t group_bytes = 0;
-  for (int s = 0; s < ns; s++) group_bytes += (size_t)(shapes[s].rows * shapes[s].cols * 2);
+  for (int s = 0; s < ns; s++)
+    group_bytes += (size_t)(shapes[s].rows * shapes[s].cols * 2);
   size_t params_bytes = group_bytes * (size_t)layers;
 
+  ferry_device *dev = NULL;
+  ferry_mem *m = NULL;
   ferry_device_config dc = ferry_device_config_default();
   dc.kind = FERRY_DEVICE_HOST;
   dc.capacity = 4 * (group_bytes + chunk) + (1u << 20);
@@ -96,14 +122,16 @@ int ferry_bench_memory_main(int argc, char **argv) {
   mc.home[FERRY_FAMILY_OPTIM] = FERRY_TIER_NVME;
   mc.host_pinned = 0; /* a bench of bookkeeping, not of copies */
   TRY(ferry_device_create(&dc, &dev));
+  *devp = dev;
   mc.dev = dev;
   TRY(ferry_mem_create(&mc, &m));
-  static const int roles[] = {FERRY_ROLE_PARAM, FERRY_ROLE_GRAD, FERRY_ROLE_MASTER,
-                              FERRY_ROLE_EXP_AVG, FERRY_ROLE_EXP_AVG_SQ};
-  static const char *suffix[] = {"", ".grad", ".master", ".exp_avg", ".exp_avg_sq"};
+  *mp = m;
+  static const int roles[NROLES] = {FERRY_ROLE_PARAM, FERRY_ROLE_GRAD, FERRY_ROLE_MASTER,
+                                    FERRY_ROLE_EXP_AVG, FERRY_ROLE_EXP_AVG_SQ};
+  static const char *suffix[NROLES] = {"", ".grad", ".master", ".exp_avg", ".exp_avg_sq"};
   for (int l = 0; l < layers; l++)
     for (int s = 0; s < ns; s++)
-      for (int r = 0; r < 5; r++) {
+      for (int r = 0; r < NROLES; r++) {
         char name[96];
         snprintf(name, sizeof name, "model.layers.%d.%s.weight%s", l, shapes[s].name, suffix[r]);
         int64_t shp[2] = {shapes[s].rows, shapes[s].cols};
@@ -111,9 +139,12 @@ int ferry_bench_memory_main(int argc, char **argv) {
         TRY(ferry_mem_register(m, name, dt, 2, shp, (uint32_t)l, (ferry_role)roles[r], NULL));
       }
   TRY(ferry_mem_finalize(m));
+  return 0;
+}
 
-  /* Validate: write group 0's params on the host, fetch to the device,
-   * compare. */
+/* Writes group 0's params on the host, fetches them to the device and
+ * compares: 0, or 1 (said on stderr). */
+static int validate(ferry_mem *m) {
   const uint32_t *ids;
   size_t nids;
   TRY(ferry_mem_group_tensors(m, 0, &ids, &nids));
@@ -139,11 +170,24 @@ int ferry_bench_memory_main(int argc, char **argv) {
     for (size_t i = 0; i < ti.bytes; i += 4093)
       if (b[i] != (unsigned char)(k + 1)) {
         fprintf(stderr, "ferry bench memory: validation failed: tensor %s byte %zu\n", ti.name, i);
-        goto out;
+        return 1;
       }
   }
+  return 0;
+}
 
-  /* Time: fetch + release of the resident group. */
+typedef struct {
+  double pair_ns, fetch_ns; /* per fetch + release, per fetch alone */
+  long heap_delta;          /* heap bytes the fetches allocated */
+  uint32_t count;           /* chunks per group */
+  size_t meta, managed;
+  double pct;
+} mem_result;
+
+/* Times fetch + release of the resident group 0, then fetches alone with
+ * the heap checked around them, then reads the accounting: 0, or 1 (said
+ * on stderr). */
+static int measure(ferry_mem *m, long iters, mem_result *res) {
   struct mallinfo2 mi0 = mallinfo2();
   double t0 = ferry_now();
   for (long i = 0; i < iters; i++) {
@@ -151,51 +195,73 @@ int ferry_bench_memory_main(int argc, char **argv) {
     ferry_mem_release(m, 0, FERRY_FAMILY_PARAMS, FERRY_TIER_DEVICE, NULL);
   }
   double t1 = ferry_now();
-  for (long i = 0; i < iters; i++) ferry_mem_fetch(m, 0, FERRY_FAMILY_PARAMS, FERRY_TIER_DEVICE, NULL, 0);
+  for (long i = 0; i < iters; i++)
+    ferry_mem_fetch(m, 0, FERRY_FAMILY_PARAMS, FERRY_TIER_DEVICE, NULL, 0);
   double t2 = ferry_now();
   struct mallinfo2 mi1 = mallinfo2();
   for (long i = 0; i < iters; i++)
     ferry_mem_release(m, 0, FERRY_FAMILY_PARAMS, FERRY_TIER_DEVICE, NULL);
   uint32_t first, count;
   TRY(ferry_mem_group_chunks(m, 0, FERRY_FAMILY_PARAMS, &first, &count));
-  long heap_delta = (long)mi1.uordblks - (long)mi0.uordblks;
+  res->count = count;
+  res->heap_delta = (long)mi1.uordblks - (long)mi0.uordblks;
 
   size_t meta, managed;
   TRY(ferry_mem_metadata(m, &meta, &managed));
-  double pct = 100.0 * (double)meta / (double)managed;
-  double pair_ns = (t1 - t0) / (double)iters * 1e9, fetch_ns = (t2 - t1) / (double)iters * 1e9;
-  if (json) {
+  res->meta = meta;
+  res->managed = managed;
+  res->pct = 100.0 * (double)meta / (double)managed;
+  res->pair_ns = (t1 - t0) / (double)iters * 1e9;
+  res->fetch_ns = (t2 - t1) / (double)iters * 1e9;
+  return 0;
+}
+
+static void report(const mem_opts *o, ferry_mem *m, const mem_result *r) {
+  if (o->json) {
     json_out j;
     json_begin(&j, stdout);
     json_str(&j, "bench", "memory");
     json_str(&j, "result", "metadata");
-    json_uint(&j, "metadata_bytes", meta);
-    json_uint(&j, "managed_bytes", managed);
-    json_num(&j, "percent", pct);
-    json_int(&j, "tensors", (long long)layers * ns * 5);
+    json_uint(&j, "metadata_bytes", r->meta);
+    json_uint(&j, "managed_bytes", r->managed);
+    json_num(&j, "percent", r->pct);
+    json_int(&j, "tensors", (long long)o->layers * NSHAPES * NROLES);
     json_uint(&j, "chunks", ferry_mem_chunk_count(m));
-    json_uint(&j, "chunk_size", chunk);
+    json_uint(&j, "chunk_size", o->chunk);
     json_end(&j);
     json_begin(&j, stdout);
     json_str(&j, "bench", "memory");
     json_str(&j, "result", "resident_fetch");
-    json_num(&j, "fetch_ns", fetch_ns);
-    json_num(&j, "fetch_release_ns", pair_ns);
-    json_uint(&j, "chunks_per_group", count);
-    json_int(&j, "iters", iters);
-    json_int(&j, "heap_bytes_delta", heap_delta);
+    json_num(&j, "fetch_ns", r->fetch_ns);
+    json_num(&j, "fetch_release_ns", r->pair_ns);
+    json_uint(&j, "chunks_per_group", r->count);
+    json_int(&j, "iters", o->iters);
+    json_int(&j, "heap_bytes_delta", r->heap_delta);
     json_end(&j);
   } else {
-    printf("layout: %d layers, hidden %d, %d tensors, %u chunks of %llu bytes\n", layers, hidden,
-           layers * ns * 5, ferry_mem_chunk_count(m), (unsigned long long)chunk);
-    printf("metadata: %zu bytes for %zu managed bytes = %.5f%% (target < 1%%)\n", meta, managed,
-           pct);
+    printf("layout: %d layers, hidden %d, %d tensors, %u chunks of %llu bytes\n", o->layers,
+           o->hidden, o->layers * NSHAPES * NROLES, ferry_mem_chunk_count(m),
+           (unsigned long long)o->chunk);
+    printf("metadata: %zu bytes for %zu managed bytes = %.5f%% (target < 1%%)\n", r->meta,
+           r->managed, r->pct);
     printf("resident fetch: %.1f ns (fetch + release %.1f ns), %u chunk(s) per group, heap "
            "delta over %ld fetches: %ld bytes (target < 1000 ns, no allocation)\n",
-           fetch_ns, pair_ns, count, iters, heap_delta);
+           r->fetch_ns, r->pair_ns, r->count, o->iters, r->heap_delta);
   }
-  ret = (pct < 1.0 && fetch_ns < 1000.0 && heap_delta == 0) ? 0 : 1;
-out:
+}
+
+int ferry_bench_memory_main(int argc, char **argv) {
+  mem_opts o;
+  int ex = parse_args(&o, argc, argv);
+  if (ex >= 0) return ex;
+  ferry_device *dev = NULL;
+  ferry_mem *m = NULL;
+  mem_result r;
+  int ret = open_model(&o, &dev, &m) || validate(m) || measure(m, o.iters, &r);
+  if (!ret) {
+    report(&o, m, &r);
+    ret = (r.pct < 1.0 && r.fetch_ns < 1000.0 && r.heap_delta == 0) ? 0 : 1;
+  }
   ferry_mem_destroy(m);
   ferry_device_destroy(dev);
   return ret;

@@ -170,118 +170,160 @@ static int validate_run(ferry_engine *e, int groups, int dim, int batch, double 
   return rc;
 }
 
-int ferry_bench_step_main(int argc, char **argv) {
-  const char *cfg = NULL, *timeline = NULL;
-  int groups = 24, dim = 512, batch = 8, steps = 5, json = 0;
-  double compute_ms = 4;
+/* ---- the command -------------------------------------------------------------- */
+
+typedef struct {
+  const char *cfg, *timeline;
+  int groups, dim, batch, steps, json;
+  double compute_ms;
+} step_opts;
+
+/* Returns -1 to go on, or the exit code (0 after --help, 2 bad usage).
+ * --set values go to sets[]. */
+static int parse_args(step_opts *o, int argc, char **argv) {
+  *o = (step_opts){NULL, NULL, 24, 512, 8, 5, 0, 4};
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-    if (!strcmp(a, "--json")) json = 1;
+    if (!strcmp(a, "--json"))
+      o->json = 1;
     else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
       usage(stdout);
       return 0;
-    } else if (v && !strcmp(a, "--config")) cfg = argv[++i];
-    else if (v && !strcmp(a, "--timeline")) timeline = argv[++i];
-    else if (v && !strcmp(a, "--set") && nsets < 32) sets[nsets++] = argv[++i];
-    else if (v && !strcmp(a, "--groups")) groups = atoi(argv[++i]);
-    else if (v && !strcmp(a, "--dim")) dim = atoi(argv[++i]);
-    else if (v && !strcmp(a, "--batch")) batch = atoi(argv[++i]);
-    else if (v && !strcmp(a, "--steps")) steps = atoi(argv[++i]);
-    else if (v && !strcmp(a, "--compute-ms")) compute_ms = atof(argv[++i]);
+    } else if (v && !strcmp(a, "--config"))
+      o->cfg = argv[++i];
+    else if (v && !strcmp(a, "--timeline"))
+      o->timeline = argv[++i];
+    else if (v && !strcmp(a, "--set") && nsets < 32)
+      sets[nsets++] = argv[++i];
+    else if (v && !strcmp(a, "--groups"))
+      o->groups = atoi(argv[++i]);
+    else if (v && !strcmp(a, "--dim"))
+      o->dim = atoi(argv[++i]);
+    else if (v && !strcmp(a, "--batch"))
+      o->batch = atoi(argv[++i]);
+    else if (v && !strcmp(a, "--steps"))
+      o->steps = atoi(argv[++i]);
+    else if (v && !strcmp(a, "--compute-ms"))
+      o->compute_ms = atof(argv[++i]);
     else {
       fprintf(stderr, "ferry bench step: unknown or incomplete option '%s'\n", a);
       usage(stderr);
       return 2;
     }
   }
-  if (!cfg) {
+  if (!o->cfg) {
     fprintf(stderr, "ferry bench step: --config FILE is required\n");
     return 2;
   }
-  if (groups < 1 || groups > 4096 || dim < 8 || dim > 8192 || batch < 1 || steps < 1 ||
-      !(compute_ms >= 0 && compute_ms < 10000)) {
+  if (o->groups < 1 || o->groups > 4096 || o->dim < 8 || o->dim > 8192 || o->batch < 1 ||
+      o->steps < 1 || !(o->compute_ms >= 0 && o->compute_ms < 10000)) {
     fprintf(stderr, "ferry bench step: out-of-range option (groups 1..4096, dim 8..8192, "
                     "batch >= 1, steps >= 1, compute-ms 0..10000)\n");
     return 2;
   }
+  return -1;
+}
 
-  /* validate: the configured engine's first steps equal the all-resident
-   * engine's bit for bit (real kernels, one batch twice) */
-  size_t params = (size_t)groups * dim * dim;
-  double ref[3], got[3];
-  ferry_engine *e = open_engine(cfg, params * 24 + ((size_t)64 << 20));
+static size_t model_params(const step_opts *o) { return (size_t)o->groups * o->dim * o->dim; }
+
+/* The configured engine's first steps equal the all-resident engine's bit
+ * for bit (real kernels, one batch twice); got: the configured engine's
+ * losses. 0, or 1 (said on stderr). */
+static int validate(const step_opts *o, double got[3]) {
+  double ref[3];
+  ferry_engine *e = open_engine(o->cfg, model_params(o) * 24 + ((size_t)64 << 20));
   if (!e) return 1;
-  int rc = validate_run(e, groups, dim, batch, ref);
+  int rc = validate_run(e, o->groups, o->dim, o->batch, ref);
   if (rc) fprintf(stderr, "ferry bench step: resident reference: %s\n", ferry_engine_last_error(e));
   ferry_engine_destroy(e);
   if (rc) return 1;
-  e = open_engine(cfg, 0);
+  e = open_engine(o->cfg, 0);
   if (!e) return 1;
-  int ret = 1;
-  rc = validate_run(e, groups, dim, batch, got);
+  int ret = 0;
+  rc = validate_run(e, o->groups, o->dim, o->batch, got);
   if (rc || memcmp(ref, got, sizeof ref)) {
-    fprintf(stderr, "ferry bench step: validation failed (%s; losses %.9g %.9g %.9g, resident "
-                    "%.9g %.9g %.9g)\n",
+    fprintf(stderr,
+            "ferry bench step: validation failed (%s; losses %.9g %.9g %.9g, resident "
+            "%.9g %.9g %.9g)\n",
             rc ? ferry_engine_last_error(e) : "differs from the resident run", got[0], got[1],
             got[2], ref[0], ref[1], ref[2]);
-    goto out;
+    ret = 1;
   }
-  ferry_engine_destroy(e); /* a fresh engine for timing: the trace of these steps */
-  e = open_engine(cfg, 0);
-  if (!e) return 1;
+  ferry_engine_destroy(e);
+  return ret;
+}
+
+/* Registers the synthetic model on e (no data: compute is modelled) and
+ * makes the compute stream: 0, or 1 (said on stderr, except when the
+ * model's buffers cannot be had). */
+static int prepare_timing(ferry_engine *e, const step_opts *o, ferry_stream **s) {
   synth_model m;
-  if (synth_init(&m, groups, dim, batch, engine_param_dtype(e))) goto out;
-  rc = synth_register(e, &m);
+  if (synth_init(&m, o->groups, o->dim, o->batch, engine_param_dtype(e))) return 1;
+  int rc = synth_register(e, &m);
   if (!rc) rc = ferry_engine_finalize(e);
   synth_free(&m);
-  ferry_stream *s = NULL;
-  if (!rc) rc = ferry_stream_create(ferry_engine_device(e), &s);
+  if (!rc) rc = ferry_stream_create(ferry_engine_device(e), s);
   if (rc) {
     fprintf(stderr, "ferry bench step: %s\n", ferry_engine_last_error(e));
-    goto out;
+    return 1;
   }
-  sleep_model sm = {s, compute_ms * 1e-3, engine_timeline(e)};
-  rc = timed_micro_batch(e, groups, &sm); /* warm-up */
+  return 0;
+}
+
+/* One warm-up step, then o->steps timed steps from *t0 to *t1, the last
+ * step's optimizer work included. Returns a status. */
+static int time_steps(ferry_engine *e, ferry_stream *s, const step_opts *o, double *t0,
+                      double *t1) {
+  sleep_model sm = {s, o->compute_ms * 1e-3, engine_timeline(e)};
+  int rc = timed_micro_batch(e, o->groups, &sm); /* warm-up */
   if (!rc) rc = ferry_step(e, NULL);
   if (!rc) rc = ferry_stream_synchronize(s);
   ferry_timeline_reset(engine_timeline(e));
-  double t0 = ferry_now();
-  for (int k = 0; k < steps && !rc; k++) {
-    rc = timed_micro_batch(e, groups, &sm);
+  *t0 = ferry_now();
+  for (int k = 0; k < o->steps && !rc; k++) {
+    rc = timed_micro_batch(e, o->groups, &sm);
     if (!rc) rc = ferry_step(e, NULL);
   }
   /* the last step's optimizer work belongs to the measured time */
   if (!rc) rc = ferry_stream_synchronize(s);
   if (!rc) rc = engine_wait_step(e);
-  double t1 = ferry_now();
-  if (rc) {
-    fprintf(stderr, "ferry bench step: %s\n", ferry_engine_last_error(e));
-    goto out;
-  }
-  double per = (t1 - t0) / steps;
-  double comp = ferry_timeline_busy(engine_timeline(e), FERRY_LANE_COMPUTE, t0, t1) / steps;
-  double busy[6];
-  static const int lanes[6] = {-1, FERRY_LANE_H2D, FERRY_LANE_D2H, FERRY_LANE_OPTIM0,
-                               FERRY_LANE_NVME_READ, FERRY_LANE_NVME_WRITE};
-  static const char *names[6] = {"compute", "h2d", "d2h", "optimizer", "nvme_read", "nvme_write"};
-  busy[0] = comp;
-  for (int k = 1; k < 6; k++) busy[k] = ferry_timeline_busy(engine_timeline(e), lanes[k], t0, t1) / steps;
+  *t1 = ferry_now();
+  return rc;
+}
+
+enum { NCOMP = 6 };
+static const char *comp_names[NCOMP] = {"compute",   "h2d",       "d2h",
+                                        "optimizer", "nvme_read", "nvme_write"};
+
+/* Each component's busy seconds per step between t0 and t1, from the
+ * engine's timeline; returns the longest one's index. */
+static int component_busy(ferry_engine *e, double t0, double t1, int steps, double busy[NCOMP]) {
+  static const int lanes[NCOMP] = {-1,
+                                   FERRY_LANE_H2D,
+                                   FERRY_LANE_D2H,
+                                   FERRY_LANE_OPTIM0,
+                                   FERRY_LANE_NVME_READ,
+                                   FERRY_LANE_NVME_WRITE};
+  busy[0] = ferry_timeline_busy(engine_timeline(e), FERRY_LANE_COMPUTE, t0, t1) / steps;
+  for (int k = 1; k < NCOMP; k++)
+    busy[k] = ferry_timeline_busy(engine_timeline(e), lanes[k], t0, t1) / steps;
   int longest = 0;
-  for (int k = 1; k < 6; k++)
+  for (int k = 1; k < NCOMP; k++)
     if (busy[k] > busy[longest]) longest = k;
+  return longest;
+}
+
+static void report(const step_opts *o, const double got[3], double per, const double busy[NCOMP],
+                   int longest, const ferry_stats *st) {
   double ratio = per / busy[longest];
-  if (timeline && ferry_engine_write_timeline(e, timeline))
-    fprintf(stderr, "ferry bench step: %s\n", ferry_engine_last_error(e));
-  ferry_stats st;
-  ferry_engine_get_stats(e, &st);
-  if (json) {
+  if (o->json) {
     json_out j;
     json_begin(&j, stdout);
     json_str(&j, "bench", "step");
-    json_str(&j, "config", cfg);
-    json_uint(&j, "params", params);
-    json_int(&j, "groups", groups);
-    json_int(&j, "steps", steps);
+    json_str(&j, "config", o->cfg);
+    json_uint(&j, "params", model_params(o));
+    json_int(&j, "groups", o->groups);
+    json_int(&j, "steps", o->steps);
     json_num(&j, "step_seconds", per);
     json_num(&j, "compute_s", busy[0]);
     json_num(&j, "h2d_s", busy[1]);
@@ -289,28 +331,59 @@ int ferry_bench_step_main(int argc, char **argv) {
     json_num(&j, "optimizer_s", busy[3]);
     json_num(&j, "nvme_read_s", busy[4]);
     json_num(&j, "nvme_write_s", busy[5]);
-    json_str(&j, "longest", names[longest]);
+    json_str(&j, "longest", comp_names[longest]);
     json_num(&j, "overlap_ratio", ratio);
-    json_uint(&j, "peak_gpu_bytes", st.tier_peak[FERRY_TIER_DEVICE]);
-    json_uint(&j, "peak_host_bytes", st.tier_peak[FERRY_TIER_HOST]);
-    json_uint(&j, "peak_nvme_bytes", st.tier_peak[FERRY_TIER_NVME]);
-    json_num(&j, "stall_seconds", st.stall_seconds);
+    json_uint(&j, "peak_gpu_bytes", st->tier_peak[FERRY_TIER_DEVICE]);
+    json_uint(&j, "peak_host_bytes", st->tier_peak[FERRY_TIER_HOST]);
+    json_uint(&j, "peak_nvme_bytes", st->tier_peak[FERRY_TIER_NVME]);
+    json_num(&j, "stall_seconds", st->stall_seconds);
     json_end(&j);
-  } else {
-    printf("step: %zu params in %d groups, %s\n", params, groups, cfg);
-    printf("  validation: losses %.6g %.6g %.6g equal the all-resident run's bit for bit\n",
-           got[0], got[1], got[2]);
-    printf("  step time %.4f s (mean of %d)\n", per, steps);
-    for (int k = 0; k < 6; k++)
-      printf("  %-10s busy %.4f s%s\n", names[k], busy[k], k == longest ? "  <- longest" : "");
-    printf("  overlap_ratio %.3f (step time / longest component)\n", ratio);
-    printf("  peaks: gpu %llu, host %llu, nvme %llu bytes; stalls %.3f s\n",
-           (unsigned long long)st.tier_peak[FERRY_TIER_DEVICE],
-           (unsigned long long)st.tier_peak[FERRY_TIER_HOST],
-           (unsigned long long)st.tier_peak[FERRY_TIER_NVME], st.stall_seconds);
+    return;
   }
+  printf("step: %zu params in %d groups, %s\n", model_params(o), o->groups, o->cfg);
+  printf("  validation: losses %.6g %.6g %.6g equal the all-resident run's bit for bit\n", got[0],
+         got[1], got[2]);
+  printf("  step time %.4f s (mean of %d)\n", per, o->steps);
+  for (int k = 0; k < NCOMP; k++)
+    printf("  %-10s busy %.4f s%s\n", comp_names[k], busy[k], k == longest ? "  <- longest" : "");
+  printf("  overlap_ratio %.3f (step time / longest component)\n", ratio);
+  printf("  peaks: gpu %llu, host %llu, nvme %llu bytes; stalls %.3f s\n",
+         (unsigned long long)st->tier_peak[FERRY_TIER_DEVICE],
+         (unsigned long long)st->tier_peak[FERRY_TIER_HOST],
+         (unsigned long long)st->tier_peak[FERRY_TIER_NVME], st->stall_seconds);
+}
+
+/* Times steps on a fresh engine (the trace of these steps) and reports: 0,
+ * or 1 (said on stderr). */
+static int run_timed(const step_opts *o, const double got[3]) {
+  ferry_engine *e = open_engine(o->cfg, 0);
+  if (!e) return 1;
+  ferry_stream *s = NULL;
+  double t0, t1;
+  int ret = 1;
+  if (prepare_timing(e, o, &s)) goto out;
+  if (time_steps(e, s, o, &t0, &t1)) {
+    fprintf(stderr, "ferry bench step: %s\n", ferry_engine_last_error(e));
+    goto out;
+  }
+  double busy[NCOMP];
+  int longest = component_busy(e, t0, t1, o->steps, busy);
+  if (o->timeline && ferry_engine_write_timeline(e, o->timeline))
+    fprintf(stderr, "ferry bench step: %s\n", ferry_engine_last_error(e));
+  ferry_stats st;
+  ferry_engine_get_stats(e, &st);
+  report(o, got, (t1 - t0) / o->steps, busy, longest, &st);
   ret = 0;
 out:
   ferry_engine_destroy(e);
   return ret;
+}
+
+int ferry_bench_step_main(int argc, char **argv) {
+  step_opts o;
+  int ex = parse_args(&o, argc, argv);
+  if (ex >= 0) return ex;
+  double got[3];
+  if (validate(&o, got)) return 1;
+  return run_timed(&o, got);
 }

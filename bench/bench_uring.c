@@ -119,135 +119,192 @@ static void usage(FILE *f) {
           "p50_us, p99_us, pages, overwrite, path.\n");
 }
 
-int ferry_bench_uring_main(int argc, char **argv) {
-  bench_io_opts o;
-  int ex = bench_io_parse(&o, argc, argv, "ferry bench uring", usage, NULL, NULL);
+/* ---- the command -------------------------------------------------------------- */
+
+/* Parses and checks the options: -1 to go on, or the exit code (0 after
+ * --help, 2 bad usage). op: 0 read, 1 write. */
+static int parse_args(bench_io_opts *o, int *op, int argc, char **argv) {
+  int ex = bench_io_parse(o, argc, argv, "ferry bench uring", usage, NULL, NULL);
   if (ex >= 0) return ex;
-  const char *path = o.path, *mode = o.mode;
-  uint64_t size = o.size, bs = o.bs, qd = o.qd;
-  int json = o.json, pages = o.pages;
-  int op;
-  if (!strcmp(mode, "read")) op = 0;
-  else if (!strcmp(mode, "write")) op = 1;
+  if (!strcmp(o->mode, "read"))
+    *op = 0;
+  else if (!strcmp(o->mode, "write"))
+    *op = 1;
   else {
-    fprintf(stderr, "ferry bench uring: --mode must be read or write, not '%s'\n", mode);
+    fprintf(stderr, "ferry bench uring: --mode must be read or write, not '%s'\n", o->mode);
     return 2;
   }
+  uint64_t size = o->size, bs = o->bs, qd = o->qd;
   if (bs < 4096 || bs % 4096 || bs > (1u << 30) || !qd || qd > 1024 || size < bs) {
     fprintf(stderr, "ferry bench uring: need bs a multiple of 4096 up to 1G (O_DIRECT), "
                     "0 < qd <= 1024, size >= bs\n");
     return 2;
   }
-  uring_run r;
-  memset(&r, 0, sizeof r);
-  r.op = 1;
-  r.bs = bs;
-  r.qd = (unsigned)qd;
-  r.nops = size / bs;
-  size = r.nops * bs;
+  return -1;
+}
 
+/* The run's buffers, its file (created O_EXCL | O_DIRECT, removed at exit)
+ * and its ring; torn down by rig_close. */
+typedef struct {
+  uring_run r;
   char file[4096];
-  int n = snprintf(file, sizeof file, "%s/ferry-uring-%ld.dat", path, (long)getpid());
-  if (n < 0 || (size_t)n >= sizeof file) {
+  int fd, ring_ok, pages;
+  size_t buflen;
+  unsigned char *check; /* one block, for reading a write pass back */
+} uring_rig;
+
+/* Creates the file: -1 to go on, or the exit code (said on stderr). */
+static int rig_file(uring_rig *g, const char *path) {
+  int n = snprintf(g->file, sizeof g->file, "%s/ferry-uring-%ld.dat", path, (long)getpid());
+  if (n < 0 || (size_t)n >= sizeof g->file) {
     fprintf(stderr, "ferry bench uring: path too long: %s\n", path);
     return 2;
   }
-  int fd = open(file, O_RDWR | O_CREAT | O_EXCL | O_DIRECT | O_CLOEXEC, 0600);
-  if (fd < 0) {
-    fprintf(stderr, "ferry bench uring: %s: %s\n", file, strerror(errno));
+  g->fd = open(g->file, O_RDWR | O_CREAT | O_EXCL | O_DIRECT | O_CLOEXEC, 0600);
+  if (g->fd < 0) {
+    fprintf(stderr, "ferry bench uring: %s: %s\n", g->file, strerror(errno));
     return 1;
   }
-  int status = 1, ring_ok = 0;
-  size_t buflen = bench_pages_round(r.qd * bs, pages);
-  r.mem = bench_pages_alloc(buflen, pages);
-  r.t_sub = calloc(r.qd, sizeof *r.t_sub);
-  r.slot_op = calloc(r.qd, sizeof *r.slot_op);
-  r.lat = malloc(r.nops * sizeof *r.lat);
-  unsigned char *check = bench_pages_alloc(bench_pages_round(bs, BENCH_PAGES_4K), BENCH_PAGES_4K);
-  double secs = 0;
-  if (fallocate(fd, 0, 0, (off_t)size) != 0) {
-    fprintf(stderr, "ferry bench uring: fallocate %s (%llu bytes): %s\n", file,
+  return -1;
+}
+
+/* Buffers, the file's blocks, incompressible contents and the ring with
+ * the buffers and the file registered: 0, or 1 (said on stderr). */
+static int rig_open(uring_rig *g, uint64_t size) {
+  uring_run *r = &g->r;
+  size_t bs = r->bs;
+  int pages = g->pages;
+  g->buflen = bench_pages_round(r->qd * bs, pages);
+  r->mem = bench_pages_alloc(g->buflen, pages);
+  r->t_sub = calloc(r->qd, sizeof *r->t_sub);
+  r->slot_op = calloc(r->qd, sizeof *r->slot_op);
+  r->lat = malloc(r->nops * sizeof *r->lat);
+  g->check = bench_pages_alloc(bench_pages_round(bs, BENCH_PAGES_4K), BENCH_PAGES_4K);
+  if (fallocate(g->fd, 0, 0, (off_t)size) != 0) {
+    fprintf(stderr, "ferry bench uring: fallocate %s (%llu bytes): %s\n", g->file,
             (unsigned long long)size, strerror(errno));
-    goto out;
+    return 1;
   }
-  if (!r.mem || !r.t_sub || !r.slot_op || !r.lat || !check) {
-    fprintf(stderr, "ferry bench uring: out of memory for %u x %llu-byte %s buffers%s\n", r.qd,
+  if (!r->mem || !r->t_sub || !r->slot_op || !r->lat || !g->check) {
+    fprintf(stderr, "ferry bench uring: out of memory for %u x %llu-byte %s buffers%s\n", r->qd,
             (unsigned long long)bs, bench_pages_name(pages),
-            pages == BENCH_PAGES_HUGETLB ? " (reserve hugetlb pages: echo N > /proc/sys/vm/nr_hugepages)" : "");
-    goto out;
+            pages == BENCH_PAGES_HUGETLB
+                ? " (reserve hugetlb pages: echo N > /proc/sys/vm/nr_hugepages)"
+                : "");
+    return 1;
   }
   unsigned long long x = 0x243F6A8885A308D3ull; /* incompressible contents */
-  for (size_t i = 0; i + 8 <= buflen; i += 8) {
+  for (size_t i = 0; i + 8 <= g->buflen; i += 8) {
     x ^= x << 13, x ^= x >> 7, x ^= x << 17;
-    memcpy(r.mem + i, &x, 8);
+    memcpy(r->mem + i, &x, 8);
   }
-  int rc = io_uring_queue_init(r.qd, &r.ring, 0);
+  int rc = io_uring_queue_init(r->qd, &r->ring, 0);
   if (rc < 0) {
-    fprintf(stderr, "ferry bench uring: io_uring_queue_init(%u): %s\n", r.qd, strerror(-rc));
-    goto out;
+    fprintf(stderr, "ferry bench uring: io_uring_queue_init(%u): %s\n", r->qd, strerror(-rc));
+    return 1;
   }
-  ring_ok = 1;
-  struct iovec iov = {r.mem, buflen};
-  if ((rc = io_uring_register_buffers(&r.ring, &iov, 1)) < 0 ||
-      (rc = io_uring_register_files(&r.ring, &fd, 1)) < 0) {
+  g->ring_ok = 1;
+  struct iovec iov = {r->mem, g->buflen};
+  if ((rc = io_uring_register_buffers(&r->ring, &iov, 1)) < 0 ||
+      (rc = io_uring_register_files(&r->ring, &g->fd, 1)) < 0) {
     fprintf(stderr, "ferry bench uring: io_uring_register: %s (RLIMIT_MEMLOCK?)\n", strerror(-rc));
-    goto out;
+    return 1;
   }
-  if (o.overwrite) {
-    if (pass(&r)) goto failed;
-    r.gen = 1ull << 63;
+  return 0;
+}
+
+static void rig_close(uring_rig *g) {
+  uring_run *r = &g->r;
+  if (g->ring_ok) io_uring_queue_exit(&r->ring);
+  close(g->fd);
+  unlink(g->file);
+  bench_pages_free(r->mem, g->buflen, g->pages);
+  bench_pages_free(g->check, bench_pages_round(r->bs, BENCH_PAGES_4K), BENCH_PAGES_4K);
+  free(r->t_sub);
+  free(r->slot_op);
+  free(r->lat);
+}
+
+/* The timed pass (read: after an untimed write pass; --overwrite: after
+ * an untimed first write), then a write pass read back and checked block
+ * by block. 0 with *secs set, or -1 with g->r.err set. */
+static int timed_pass(uring_rig *g, int op, int overwrite, double *secs) {
+  uring_run *r = &g->r;
+  size_t bs = r->bs;
+  if (overwrite) {
+    if (pass(r)) return -1;
+    r->gen = 1ull << 63;
   }
   double t0 = ferry_now();
-  if (pass(&r)) goto failed;
-  secs = ferry_now() - t0;
+  if (pass(r)) return -1;
+  *secs = ferry_now() - t0;
   if (!op) {
-    r.op = 0;
+    r->op = 0;
     t0 = ferry_now();
-    if (pass(&r)) goto failed;
-    secs = ferry_now() - t0;
-  } else { /* read the write pass back, block by block */
-    for (uint64_t i = 0; i < r.nops; i++) {
-      ssize_t got = pread(fd, check, bs, (off_t)(i * bs));
-      if (got != (ssize_t)bs || !stamp_ok(check, bs, i | r.gen)) {
-        snprintf(r.err, sizeof r.err, "validation: block %llu %s", (unsigned long long)i,
-                 got < 0 ? strerror(errno) : got != (ssize_t)bs ? "short read" : "holds wrong bytes");
-        goto failed;
-      }
+    if (pass(r)) return -1;
+    *secs = ferry_now() - t0;
+    return 0;
+  }
+  for (uint64_t i = 0; i < r->nops; i++) { /* read the write pass back, block by block */
+    ssize_t got = pread(g->fd, g->check, bs, (off_t)(i * bs));
+    if (got != (ssize_t)bs || !stamp_ok(g->check, bs, i | r->gen)) {
+      snprintf(r->err, sizeof r->err, "validation: block %llu %s", (unsigned long long)i,
+               got < 0              ? strerror(errno)
+               : got != (ssize_t)bs ? "short read"
+                                    : "holds wrong bytes");
+      return -1;
     }
   }
-  {
-    double p50, p99;
-    bench_latency_us(r.lat, r.nops, &p50, &p99);
-    double gbs = (double)size / secs / 1e9;
-    if (json) {
-      json_out j;
-      json_begin(&j, stdout);
-      bench_io_json_head(&j, "uring", mode, bs, qd, size, secs, p50, p99);
-      json_str(&j, "pages", bench_pages_name(pages));
-      json_bool(&j, "overwrite", o.overwrite);
-      json_str(&j, "path", path);
-      json_end(&j);
-    } else {
-      char a[32];
-      printf("uring %s bs=%llu qd=%llu: %s in %.3f s = %.3f GB/s, %.0f IOPS, latency p50 %.0f us "
-             "p99 %.0f us (floor: one thread, no CRC, %s-page buffers)\n",
-             mode, (unsigned long long)bs, (unsigned long long)qd,
-             ferry_format_size(size, a, sizeof a), secs, gbs, r.nops / secs, p50, p99,
-             bench_pages_name(pages));
-    }
+  return 0;
+}
+
+static void report(const bench_io_opts *o, uring_run *r, uint64_t size, double secs) {
+  double p50, p99;
+  bench_latency_us(r->lat, r->nops, &p50, &p99);
+  double gbs = (double)size / secs / 1e9;
+  if (o->json) {
+    json_out j;
+    json_begin(&j, stdout);
+    bench_io_json_head(&j, "uring", o->mode, o->bs, o->qd, size, secs, p50, p99);
+    json_str(&j, "pages", bench_pages_name(o->pages));
+    json_bool(&j, "overwrite", o->overwrite);
+    json_str(&j, "path", o->path);
+    json_end(&j);
+  } else {
+    char a[32];
+    printf("uring %s bs=%llu qd=%llu: %s in %.3f s = %.3f GB/s, %.0f IOPS, latency p50 %.0f us "
+           "p99 %.0f us (floor: one thread, no CRC, %s-page buffers)\n",
+           o->mode, (unsigned long long)o->bs, (unsigned long long)o->qd,
+           ferry_format_size(size, a, sizeof a), secs, gbs, r->nops / secs, p50, p99,
+           bench_pages_name(o->pages));
   }
+}
+
+int ferry_bench_uring_main(int argc, char **argv) {
+  bench_io_opts o;
+  int op;
+  int ex = parse_args(&o, &op, argc, argv);
+  if (ex >= 0) return ex;
+  uring_rig g;
+  memset(&g, 0, sizeof g);
+  g.pages = o.pages;
+  g.r.op = 1;
+  g.r.bs = o.bs;
+  g.r.qd = (unsigned)o.qd;
+  g.r.nops = o.size / o.bs;
+  uint64_t size = g.r.nops * o.bs;
+  ex = rig_file(&g, o.path);
+  if (ex >= 0) return ex;
+  int status = 1;
+  double secs = 0;
+  if (rig_open(&g, size)) goto out;
+  if (timed_pass(&g, op, o.overwrite, &secs)) {
+    fprintf(stderr, "ferry bench uring: %s: %s\n", g.file, g.r.err);
+    goto out;
+  }
+  report(&o, &g.r, size, secs);
   status = 0;
-  goto out;
-failed:
-  fprintf(stderr, "ferry bench uring: %s: %s\n", file, r.err);
 out:
-  if (ring_ok) io_uring_queue_exit(&r.ring);
-  close(fd);
-  unlink(file);
-  bench_pages_free(r.mem, buflen, pages);
-  bench_pages_free(check, bench_pages_round(bs, BENCH_PAGES_4K), BENCH_PAGES_4K);
-  free(r.t_sub);
-  free(r.slot_op);
-  free(r.lat);
+  rig_close(&g);
   return status;
 }
