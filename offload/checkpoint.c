@@ -547,8 +547,6 @@ int ferry_checkpoint_save(ferry_engine *e, const char *dir, const void *blob, si
 
 /* ---- verify ---------------------------------------------------------------- */
 
-/* Resolves path (a checkpoint folder, or a folder of them: the newest),
- * reads and checks the manifest and every file it lists. */
 /* The checkpoint folder of path: path itself when it holds a manifest,
  * else its newest step-* folder; *step: the N of that folder's name (-1
  * for a checkpoint folder named otherwise). Reads no manifest. */
@@ -603,18 +601,10 @@ int ferry_checkpoint_find(const char *path, char *folder, size_t cap, int64_t *s
   return FERRY_OK;
 }
 
-static int ckpt_open(const char *path, char *folder, size_t cap, ckpt_manifest *m, char *why,
-                     size_t wl) {
-  memset(m, 0, sizeof *m);
-  char mp[4096];
+/* The whole manifest file mp, at most CKPT_MANIFEST_MAX bytes, into a new
+ * buffer *text (the caller frees it). */
+static int read_manifest(const char *mp, char **text, size_t *len, char *why, size_t wl) {
   struct stat st;
-  int64_t step;
-  int frc = find_folder(path, folder, cap, &step, why, wl);
-  if (frc) return frc;
-  if (join(mp, sizeof mp, folder, CKPT_MANIFEST_NAME)) {
-    snprintf(why, wl, "path too long");
-    return FERRY_EOVERFLOW;
-  }
   int fd = open(mp, O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
     int err = errno;
@@ -626,73 +616,109 @@ static int ckpt_open(const char *path, char *folder, size_t cap, ckpt_manifest *
     snprintf(why, wl, "%.400s: not a regular file of at most %u bytes", mp, CKPT_MANIFEST_MAX);
     return FERRY_ECORRUPT;
   }
-  size_t len = (size_t)st.st_size;
-  char *text = malloc(len ? len : 1);
+  size_t n = (size_t)st.st_size;
+  char *s = malloc(n ? n : 1);
   size_t got = 0;
-  while (text && got < len) {
-    ssize_t r = read(fd, text + got, len - got);
+  while (s && got < n) {
+    ssize_t r = read(fd, s + got, n - got);
     if (r < 0 && errno == EINTR) continue;
     if (r <= 0) break;
     got += (size_t)r;
   }
   close(fd);
-  if (!text || got != len) {
-    free(text);
-    snprintf(why, wl, "%.400s: %.300s", mp, text ? "short read" : "out of memory");
-    return text ? FERRY_EIO : FERRY_ENOMEM;
+  if (!s || got != n) {
+    free(s);
+    snprintf(why, wl, "%.400s: %.300s", mp, s ? "short read" : "out of memory");
+    return s ? FERRY_EIO : FERRY_ENOMEM;
   }
+  *text = s;
+  *len = n;
+  return FERRY_OK;
+}
+
+/* Every file the manifest lists is in folder, a regular file of the
+ * listed size and CRC32C. */
+static int check_files(const ckpt_manifest *m, const char *folder, char *why, size_t wl) {
+  for (size_t i = 0; i < m->nfiles; i++) {
+    const ckpt_file *f = &m->files[i];
+    char fp[4096];
+    struct stat st;
+    uint64_t bytes;
+    uint32_t crc;
+    if (join(fp, sizeof fp, folder, f->path)) {
+      snprintf(why, wl, "path too long");
+      return FERRY_EOVERFLOW;
+    }
+    if (lstat(fp, &st) || !S_ISREG(st.st_mode)) {
+      snprintf(why, wl, "%.400s: listed in the manifest but missing or not a regular file", fp);
+      return FERRY_ECORRUPT;
+    }
+    if ((uint64_t)st.st_size != f->bytes) {
+      snprintf(why, wl, "%.400s: %llu bytes, the manifest says %llu (truncated or replaced)", fp,
+               (unsigned long long)st.st_size, (unsigned long long)f->bytes);
+      return FERRY_ECORRUPT;
+    }
+    int rc = file_crc(fp, &bytes, &crc, why, wl);
+    if (rc) return rc;
+    if (bytes != f->bytes || crc != f->crc) {
+      snprintf(why, wl, "%.400s: CRC32C %08x over %llu bytes, the manifest says %08x over %llu", fp,
+               crc, (unsigned long long)bytes, f->crc, (unsigned long long)f->bytes);
+      return FERRY_ECORRUPT;
+    }
+  }
+  return FERRY_OK;
+}
+
+/* The manifest (mp) lists user.bin, of blob_bytes bytes, and at least one
+ * params/ and one optim/ file. */
+static int check_required_files(const ckpt_manifest *m, const char *mp, char *why, size_t wl) {
+  int have_user = 0, have_params = 0, have_optim = 0;
+  for (size_t i = 0; i < m->nfiles; i++) {
+    const char *p = m->files[i].path;
+    if (!strcmp(p, "user.bin")) have_user = 1;
+    if (!strncmp(p, "params/", 7)) have_params = 1;
+    if (!strncmp(p, "optim/", 6)) have_optim = 1;
+  }
+  if (!have_user || !have_params || !have_optim) {
+    snprintf(why, wl, "%.400s: the manifest lists no %.300s", mp,
+             !have_user ? "user.bin" : !have_params ? "params/ file" : "optim/ file");
+    return FERRY_ECORRUPT;
+  }
+  for (size_t i = 0; i < m->nfiles; i++)
+    if (!strcmp(m->files[i].path, "user.bin") && m->files[i].bytes != m->blob_bytes) {
+      snprintf(why, wl, "%.400s: user.bin has %llu bytes, blob_bytes says %llu", mp,
+               (unsigned long long)m->files[i].bytes, (unsigned long long)m->blob_bytes);
+      return FERRY_ECORRUPT;
+    }
+  return FERRY_OK;
+}
+
+/* Finds the checkpoint folder of path (find_folder), reads its manifest
+ * into *m and checks every file it lists; on failure *m is empty. */
+static int ckpt_open(const char *path, char *folder, size_t cap, ckpt_manifest *m, char *why,
+                     size_t wl) {
+  memset(m, 0, sizeof *m);
+  char mp[4096];
+  int64_t step;
+  int rc = find_folder(path, folder, cap, &step, why, wl);
+  if (rc) return rc;
+  if (join(mp, sizeof mp, folder, CKPT_MANIFEST_NAME)) {
+    snprintf(why, wl, "path too long");
+    return FERRY_EOVERFLOW;
+  }
+  char *text;
+  size_t len;
+  rc = read_manifest(mp, &text, &len, why, wl);
+  if (rc) return rc;
   char pwhy[400];
-  int rc = ckpt_manifest_parse(text, len, 1, m, pwhy, sizeof pwhy);
+  rc = ckpt_manifest_parse(text, len, 1, m, pwhy, sizeof pwhy);
   free(text);
   if (rc) {
     snprintf(why, wl, "%.400s: %.300s", mp, pwhy);
     return rc;
   }
-  int have_user = 0, have_params = 0, have_optim = 0;
-  for (size_t i = 0; i < m->nfiles; i++) {
-    ckpt_file *f = &m->files[i];
-    char fp[4096];
-    uint64_t bytes;
-    uint32_t crc;
-    if (join(fp, sizeof fp, folder, f->path)) {
-      snprintf(why, wl, "path too long");
-      rc = FERRY_EOVERFLOW;
-      break;
-    }
-    if (lstat(fp, &st) || !S_ISREG(st.st_mode)) {
-      snprintf(why, wl, "%.400s: listed in the manifest but missing or not a regular file", fp);
-      rc = FERRY_ECORRUPT;
-      break;
-    }
-    if ((uint64_t)st.st_size != f->bytes) {
-      snprintf(why, wl, "%.400s: %llu bytes, the manifest says %llu (truncated or replaced)", fp,
-               (unsigned long long)st.st_size, (unsigned long long)f->bytes);
-      rc = FERRY_ECORRUPT;
-      break;
-    }
-    rc = file_crc(fp, &bytes, &crc, why, wl);
-    if (rc) break;
-    if (bytes != f->bytes || crc != f->crc) {
-      snprintf(why, wl, "%.400s: CRC32C %08x over %llu bytes, the manifest says %08x over %llu", fp,
-               crc, (unsigned long long)bytes, f->crc, (unsigned long long)f->bytes);
-      rc = FERRY_ECORRUPT;
-      break;
-    }
-    if (!strcmp(f->path, "user.bin")) have_user = 1;
-    if (!strncmp(f->path, "params/", 7)) have_params = 1;
-    if (!strncmp(f->path, "optim/", 6)) have_optim = 1;
-  }
-  if (!rc && (!have_user || !have_params || !have_optim)) {
-    snprintf(why, wl, "%.400s: the manifest lists no %.300s", mp,
-             !have_user ? "user.bin" : !have_params ? "params/ file" : "optim/ file");
-    rc = FERRY_ECORRUPT;
-  }
-  for (size_t i = 0; !rc && i < m->nfiles; i++)
-    if (!strcmp(m->files[i].path, "user.bin") && m->files[i].bytes != m->blob_bytes) {
-      snprintf(why, wl, "%.400s: user.bin has %llu bytes, blob_bytes says %llu", mp,
-               (unsigned long long)m->files[i].bytes, (unsigned long long)m->blob_bytes);
-      rc = FERRY_ECORRUPT;
-    }
+  rc = check_files(m, folder, why, wl);
+  if (!rc) rc = check_required_files(m, mp, why, wl);
   if (rc) ckpt_manifest_free(m);
   return rc;
 }
@@ -840,6 +866,77 @@ static int load_part(ferry_engine *e, holder *h, ferry_safetensors *f) {
   return holder_drop(h);
 }
 
+/* The checkpoint m fits the engine: its param dtype, optimizer and state
+ * count, param count and (with dynamic loss scaling) a usable scale. */
+static int check_fits(const ferry_engine *e, const ckpt_manifest *m, float scale, char *why,
+                      size_t wl) {
+  if (strcmp(m->param_dtype, ferry_dtype_name(e->dtype))) {
+    snprintf(why, wl, "params are %.300s, the engine's precision.params is %.300s", m->param_dtype,
+             ferry_dtype_name(e->dtype));
+    return FERRY_ECORRUPT;
+  }
+  if (strcmp(m->optimizer, optim_names[e->cv->opt_type]) || m->states != e->nstates) {
+    snprintf(why, wl, "optimizer %.300s with %d state(s), the engine runs %.300s with %d",
+             m->optimizer, m->states, optim_names[e->cv->opt_type], e->nstates);
+    return FERRY_ECORRUPT;
+  }
+  if (m->tensors != e->gt.nparams) {
+    snprintf(why, wl, "%llu params, the engine registered %zu", (unsigned long long)m->tensors,
+             e->gt.nparams);
+    return FERRY_ECORRUPT;
+  }
+  if (e->dynamic_scale && !(scale > 0 && scale < INFINITY)) {
+    snprintf(why, wl, "loss scale %g is not a positive finite number", (double)scale);
+    return FERRY_ECORRUPT;
+  }
+  return FERRY_OK;
+}
+
+/* Opens folder's params/ and optim/ models (*pf, *of; the caller closes
+ * them) and checks each holds exactly the engine's tensors. */
+static int open_parts(ferry_engine *e, const ckpt_manifest *m, const char *folder,
+                      ferry_safetensors **pf, ferry_safetensors **of, char *why, size_t wl) {
+  int rc = open_part(m, folder, "params", pf, why, wl);
+  if (!rc) rc = open_part(m, folder, "optim", of, why, wl);
+  if (!rc) rc = check_part(e, *pf, 1u << FERRY_ROLE_PARAM, "params", why, wl);
+  if (!rc)
+    rc = check_part(e, *of,
+                    1u << FERRY_ROLE_MASTER | 1u << FERRY_ROLE_EXP_AVG | 1u << FERRY_ROLE_EXP_AVG_SQ,
+                    "optim", why, wl);
+  return rc;
+}
+
+/* folder/user.bin, `bytes` long, into blob. */
+static int read_blob(ferry_engine *e, const char *folder, uint64_t bytes, void *blob) {
+  char bp[4096];
+  int fd = join(bp, sizeof bp, folder, "user.bin") ? -1 : open(bp, O_RDONLY | O_CLOEXEC);
+  size_t got = 0;
+  while (fd >= 0 && got < bytes) {
+    ssize_t r = read(fd, (char *)blob + got, (size_t)bytes - got);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) break;
+    got += (size_t)r;
+  }
+  if (fd >= 0) close(fd);
+  if (got != bytes) return ferry_err(&e->err, FERRY_EIO, "checkpoint load: %s: cannot read", bp);
+  return FERRY_OK;
+}
+
+/* Reads of (optimizer states) then pf (params) into the engine's tensors
+ * and flushes the memory manager. */
+static int load_tensors(ferry_engine *e, ferry_safetensors *pf, ferry_safetensors *of) {
+  holder h;
+  int rc = holder_init(&h, e);
+  if (!rc) rc = load_part(e, &h, of);
+  if (!rc) rc = load_part(e, &h, pf);
+  if (!rc) holder_drop(&h);
+  holder_destroy(&h);
+  if (rc) return rc;
+  rc = ferry_mem_flush(e->mem);
+  if (rc) rc = ferry_err(&e->err, rc, "checkpoint load: flush: %s", ferry_mem_last_error(e->mem));
+  return rc;
+}
+
 int ferry_checkpoint_load(ferry_engine *e, const char *path, void *blob, size_t blob_cap,
                           size_t *blob_len) {
   if (!e) return FERRY_EINVAL;
@@ -853,29 +950,8 @@ int ferry_checkpoint_load(ferry_engine *e, const char *path, void *blob, size_t 
   ferry_safetensors *pf = NULL, *of = NULL;
   float scale;
   memcpy(&scale, &m.loss_scale_bits, sizeof scale);
-  if (strcmp(m.param_dtype, ferry_dtype_name(e->dtype))) {
-    snprintf(why, sizeof why, "params are %.300s, the engine's precision.params is %.300s", m.param_dtype,
-             ferry_dtype_name(e->dtype));
-    rc = FERRY_ECORRUPT;
-  } else if (strcmp(m.optimizer, optim_names[e->cv->opt_type]) || m.states != e->nstates) {
-    snprintf(why, sizeof why, "optimizer %.300s with %d state(s), the engine runs %.300s with %d",
-             m.optimizer, m.states, optim_names[e->cv->opt_type], e->nstates);
-    rc = FERRY_ECORRUPT;
-  } else if (m.tensors != e->gt.nparams) {
-    snprintf(why, sizeof why, "%llu params, the engine registered %zu",
-             (unsigned long long)m.tensors, e->gt.nparams);
-    rc = FERRY_ECORRUPT;
-  } else if (e->dynamic_scale && !(scale > 0 && scale < INFINITY)) {
-    snprintf(why, sizeof why, "loss scale %g is not a positive finite number", (double)scale);
-    rc = FERRY_ECORRUPT;
-  }
-  if (!rc) rc = open_part(&m, folder, "params", &pf, why, sizeof why);
-  if (!rc) rc = open_part(&m, folder, "optim", &of, why, sizeof why);
-  if (!rc) rc = check_part(e, pf, 1u << FERRY_ROLE_PARAM, "params", why, sizeof why);
-  if (!rc)
-    rc = check_part(e, of,
-                    1u << FERRY_ROLE_MASTER | 1u << FERRY_ROLE_EXP_AVG | 1u << FERRY_ROLE_EXP_AVG_SQ,
-                    "optim", why, sizeof why);
+  rc = check_fits(e, &m, scale, why, sizeof why);
+  if (!rc) rc = open_parts(e, &m, folder, &pf, &of, why, sizeof why);
   if (blob_len) *blob_len = (size_t)m.blob_bytes;
   if (!rc && blob && blob_cap < m.blob_bytes) {
     snprintf(why, sizeof why, "the blob has %llu bytes, the buffer %zu", (unsigned long long)m.blob_bytes,
@@ -889,30 +965,8 @@ int ferry_checkpoint_load(ferry_engine *e, const char *path, void *blob, size_t 
     return ferry_err(&e->err, rc, "checkpoint load: %s: %s", folder, why);
   }
   /* Everything checked: from here on the engine's state is overwritten. */
-  char bp[4096];
-  if (blob && m.blob_bytes) {
-    int fd = join(bp, sizeof bp, folder, "user.bin") ? -1 : open(bp, O_RDONLY | O_CLOEXEC);
-    size_t got = 0;
-    while (fd >= 0 && got < m.blob_bytes) {
-      ssize_t r = read(fd, (char *)blob + got, (size_t)m.blob_bytes - got);
-      if (r < 0 && errno == EINTR) continue;
-      if (r <= 0) break;
-      got += (size_t)r;
-    }
-    if (fd >= 0) close(fd);
-    if (got != m.blob_bytes) rc = ferry_err(&e->err, FERRY_EIO, "checkpoint load: %s: cannot read", bp);
-  }
-  holder h;
-  memset(&h, 0, sizeof h);
-  if (!rc) rc = holder_init(&h, e);
-  if (!rc) rc = load_part(e, &h, of);
-  if (!rc) rc = load_part(e, &h, pf);
-  if (!rc) holder_drop(&h);
-  holder_destroy(&h);
-  if (!rc) {
-    rc = ferry_mem_flush(e->mem);
-    if (rc) rc = ferry_err(&e->err, rc, "checkpoint load: flush: %s", ferry_mem_last_error(e->mem));
-  }
+  if (blob && m.blob_bytes) rc = read_blob(e, folder, m.blob_bytes, blob);
+  if (!rc) rc = load_tensors(e, pf, of);
   ferry_safetensors_close(pf);
   ferry_safetensors_close(of);
   if (rc) {

@@ -148,6 +148,107 @@ static int check_path(mcur *c, const char *p, size_t n) {
   return 0;
 }
 
+/* The first line: "ferry-checkpoint <version>", the version this ferry reads. */
+static int parse_magic(mcur *c, ckpt_manifest *m) {
+  int rc = next_line(c);
+  if (rc) return rc;
+  static const char magic[] = "ferry-checkpoint ";
+  if (c->line_len < sizeof magic || memcmp(c->line_start, magic, sizeof magic - 1) != 0)
+    return mfail(c, "not a ferry checkpoint manifest (no \"ferry-checkpoint <version>\")");
+  uint64_t v;
+  rc = parse_u64(c, "version", c->line_start + sizeof magic - 1, c->line_len - (sizeof magic - 1),
+                 UINT32_MAX, &v);
+  if (rc) return rc;
+  if (v != CKPT_FORMAT_VERSION)
+    return mfail(c, "format version %" PRIu64 " (this ferry reads version %d)", v,
+                 CKPT_FORMAT_VERSION);
+  m->version = (int)v;
+  return 0;
+}
+
+/* The scalar lines, "step" to "files", in their fixed order; *nfiles: the
+ * count the "files" line gives. */
+static int parse_scalars(mcur *c, ckpt_manifest *m, uint64_t *nfiles) {
+  uint64_t step, states, good, skipped, tensors, blob;
+  const char *r;
+  size_t n;
+  int rc;
+  if ((rc = key_u64(c, "step", INT64_MAX, &step))) return rc;
+  if ((rc = key_word(c, "param_dtype", m->param_dtype, sizeof m->param_dtype))) return rc;
+  if (strcmp(m->param_dtype, "F32") && strcmp(m->param_dtype, "F16") &&
+      strcmp(m->param_dtype, "BF16"))
+    return mfail(c, "param_dtype \"%s\" (F32, F16 or BF16)", m->param_dtype);
+  if ((rc = key_word(c, "optimizer", m->optimizer, sizeof m->optimizer))) return rc;
+  if ((rc = key_u64(c, "optimizer_states", 2, &states))) return rc;
+  if ((rc = next_line(c)) || (rc = expect_key(c, "loss_scale", &r, &n)) ||
+      (rc = parse_hex32(c, "loss_scale", r, n, &m->loss_scale_bits)))
+    return rc;
+  if ((rc = key_u64(c, "loss_scale_good_steps", INT32_MAX, &good))) return rc;
+  if ((rc = key_u64(c, "loss_scale_skipped", INT64_MAX, &skipped))) return rc;
+  if ((rc = key_u64(c, "tensors", 1u << 30, &tensors))) return rc;
+  if ((rc = key_u64(c, "blob_bytes", CKPT_MAX_BLOB, &blob))) return rc;
+  if ((rc = key_u64(c, "files", CKPT_MAX_FILES, nfiles))) return rc;
+  m->step = (int64_t)step;
+  m->states = (int)states;
+  m->good_steps = (int64_t)good;
+  m->skipped = (int64_t)skipped;
+  m->tensors = tensors;
+  m->blob_bytes = blob;
+  return 0;
+}
+
+/* The i-th "file <path> <bytes> <crc32c>" line into m->files[i]; paths
+ * strictly increase. */
+static int parse_file_line(mcur *c, ckpt_manifest *m, size_t i) {
+  const char *r;
+  size_t n;
+  int rc;
+  if ((rc = next_line(c)) || (rc = expect_key(c, "file", &r, &n))) return rc;
+  const char *sp1 = memchr(r, ' ', n);
+  if (!sp1) return mfail(c, "expected \"file <path> <bytes> <crc32c>\"");
+  const char *sz = sp1 + 1;
+  const char *sp2 = memchr(sz, ' ', (size_t)(r + n - sz));
+  if (!sp2) return mfail(c, "expected \"file <path> <bytes> <crc32c>\"");
+  const char *hx = sp2 + 1;
+  size_t plen = (size_t)(sp1 - r);
+  if ((rc = check_path(c, r, plen))) return rc;
+  uint64_t bytes;
+  if ((rc = parse_u64(c, "file size", sz, (size_t)(sp2 - sz), CKPT_MAX_FILE_BYTES, &bytes)))
+    return rc;
+  if ((rc = parse_hex32(c, "file crc32c", hx, (size_t)(r + n - hx), &m->files[i].crc)))
+    return rc;
+  memcpy(m->files[i].path, r, plen);
+  m->files[i].path[plen] = 0;
+  m->files[i].bytes = bytes;
+  if (i > 0 && strcmp(m->files[i - 1].path, m->files[i].path) >= 0)
+    return mfail(c, "file \"%s\" is out of order or listed twice (paths are sorted)",
+                 m->files[i].path);
+  return 0;
+}
+
+/* The last line, "crc32c <hex>": nothing after it and, with check_crc,
+ * the CRC32C of every byte before it. */
+static int parse_crc_line(mcur *c, int check_crc) {
+  size_t body = c->at; /* bytes covered by the CRC */
+  const char *r;
+  size_t n;
+  uint32_t crc;
+  int rc;
+  if ((rc = next_line(c)) || (rc = expect_key(c, "crc32c", &r, &n)) ||
+      (rc = parse_hex32(c, "crc32c", r, n, &crc)))
+    return rc;
+  if (c->at != c->len) {
+    c->line++;
+    return mfail(c, "%zu bytes after the crc32c line", c->len - c->at);
+  }
+  if (check_crc) {
+    uint32_t got = ferry_crc32c(0, c->s, body);
+    if (got != crc)
+      return mfail(c, "the manifest's CRC32C is %08x, its last line says %08x (damaged)", got, crc);
+  }
+  return 0;
+}
+
 int ckpt_manifest_parse(const char *text, size_t len, int check_crc, ckpt_manifest *out,
                         char *why, size_t why_len) {
   if (why && why_len) why[0] = 0;
@@ -158,42 +259,10 @@ int ckpt_manifest_parse(const char *text, size_t len, int check_crc, ckpt_manife
   if (len > CKPT_MANIFEST_MAX) return mfail(&c, "the manifest is %zu bytes (at most %u)", len, CKPT_MANIFEST_MAX);
   ckpt_manifest m;
   memset(&m, 0, sizeof m);
-  int rc = next_line(&c);
+  uint64_t nfiles = 0;
+  int rc = parse_magic(&c, &m);
+  if (!rc) rc = parse_scalars(&c, &m, &nfiles);
   if (rc) return rc;
-  static const char magic[] = "ferry-checkpoint ";
-  if (c.line_len < sizeof magic || memcmp(c.line_start, magic, sizeof magic - 1) != 0)
-    return mfail(&c, "not a ferry checkpoint manifest (no \"ferry-checkpoint <version>\")");
-  uint64_t v;
-  rc = parse_u64(&c, "version", c.line_start + sizeof magic - 1, c.line_len - (sizeof magic - 1),
-                 UINT32_MAX, &v);
-  if (rc) return rc;
-  if (v != CKPT_FORMAT_VERSION)
-    return mfail(&c, "format version %" PRIu64 " (this ferry reads version %d)", v,
-                 CKPT_FORMAT_VERSION);
-  m.version = (int)v;
-  uint64_t step, states, good, skipped, tensors, blob, nfiles;
-  const char *r;
-  size_t n;
-  if ((rc = key_u64(&c, "step", INT64_MAX, &step))) return rc;
-  if ((rc = key_word(&c, "param_dtype", m.param_dtype, sizeof m.param_dtype))) return rc;
-  if (strcmp(m.param_dtype, "F32") && strcmp(m.param_dtype, "F16") && strcmp(m.param_dtype, "BF16"))
-    return mfail(&c, "param_dtype \"%s\" (F32, F16 or BF16)", m.param_dtype);
-  if ((rc = key_word(&c, "optimizer", m.optimizer, sizeof m.optimizer))) return rc;
-  if ((rc = key_u64(&c, "optimizer_states", 2, &states))) return rc;
-  if ((rc = next_line(&c)) || (rc = expect_key(&c, "loss_scale", &r, &n)) ||
-      (rc = parse_hex32(&c, "loss_scale", r, n, &m.loss_scale_bits)))
-    return rc;
-  if ((rc = key_u64(&c, "loss_scale_good_steps", INT32_MAX, &good))) return rc;
-  if ((rc = key_u64(&c, "loss_scale_skipped", INT64_MAX, &skipped))) return rc;
-  if ((rc = key_u64(&c, "tensors", 1u << 30, &tensors))) return rc;
-  if ((rc = key_u64(&c, "blob_bytes", CKPT_MAX_BLOB, &blob))) return rc;
-  if ((rc = key_u64(&c, "files", CKPT_MAX_FILES, &nfiles))) return rc;
-  m.step = (int64_t)step;
-  m.states = (int)states;
-  m.good_steps = (int64_t)good;
-  m.skipped = (int64_t)skipped;
-  m.tensors = tensors;
-  m.blob_bytes = blob;
   /* the file list can hold no more lines than the text has */
   if (nfiles > len / 16 + 1) return mfail(&c, "files %" PRIu64 ": more than the manifest can list", nfiles);
   m.files = calloc(nfiles ? nfiles : 1, sizeof *m.files);
@@ -202,56 +271,14 @@ int ckpt_manifest_parse(const char *text, size_t len, int check_crc, ckpt_manife
     return FERRY_ENOMEM;
   }
   m.nfiles = nfiles;
-  for (size_t i = 0; i < nfiles; i++) {
-    if ((rc = next_line(&c)) || (rc = expect_key(&c, "file", &r, &n))) goto fail;
-    const char *sp1 = memchr(r, ' ', n);
-    if (!sp1) {
-      rc = mfail(&c, "expected \"file <path> <bytes> <crc32c>\"");
-      goto fail;
-    }
-    const char *sz = sp1 + 1;
-    const char *sp2 = memchr(sz, ' ', (size_t)(r + n - sz));
-    if (!sp2) {
-      rc = mfail(&c, "expected \"file <path> <bytes> <crc32c>\"");
-      goto fail;
-    }
-    const char *hx = sp2 + 1;
-    size_t plen = (size_t)(sp1 - r);
-    if ((rc = check_path(&c, r, plen))) goto fail;
-    uint64_t bytes;
-    if ((rc = parse_u64(&c, "file size", sz, (size_t)(sp2 - sz), CKPT_MAX_FILE_BYTES, &bytes)))
-      goto fail;
-    if ((rc = parse_hex32(&c, "file crc32c", hx, (size_t)(r + n - hx), &m.files[i].crc))) goto fail;
-    memcpy(m.files[i].path, r, plen);
-    m.files[i].path[plen] = 0;
-    m.files[i].bytes = bytes;
-    if (i > 0 && strcmp(m.files[i - 1].path, m.files[i].path) >= 0) {
-      rc = mfail(&c, "file \"%s\" is out of order or listed twice (paths are sorted)", m.files[i].path);
-      goto fail;
-    }
-  }
-  size_t body = c.at; /* bytes covered by the CRC */
-  uint32_t crc;
-  if ((rc = next_line(&c)) || (rc = expect_key(&c, "crc32c", &r, &n)) ||
-      (rc = parse_hex32(&c, "crc32c", r, n, &crc)))
-    goto fail;
-  if (c.at != len) {
-    c.line++;
-    rc = mfail(&c, "%zu bytes after the crc32c line", len - c.at);
-    goto fail;
-  }
-  if (check_crc) {
-    uint32_t got = ferry_crc32c(0, text, body);
-    if (got != crc) {
-      rc = mfail(&c, "the manifest's CRC32C is %08x, its last line says %08x (damaged)", got, crc);
-      goto fail;
-    }
+  for (size_t i = 0; i < nfiles && !rc; i++) rc = parse_file_line(&c, &m, i);
+  if (!rc) rc = parse_crc_line(&c, check_crc);
+  if (rc) {
+    free(m.files);
+    return rc;
   }
   *out = m;
   return FERRY_OK;
-fail:
-  free(m.files);
-  return rc;
 }
 
 /* ---- writer ------------------------------------------------------------ */

@@ -229,122 +229,144 @@ static int parse_double(const char *s, double *out) {
   return 0;
 }
 
+/* One setter per kind of key: each parses s (leading blanks skipped) into
+ * dst, the key's field; on failure it writes what was expected and
+ * returns -1. */
+
+static int set_enum(const key_def *k, const char *s, char *dst, char *why, size_t wl) {
+  int i = enum_index(k, s);
+  if (i < 0) {
+    snprintf(why, wl, "one of %s", k->names);
+    return -1;
+  }
+  *(int *)dst = k->vals ? k->vals[i] : i;
+  return 0;
+}
+
+static int set_size(const key_def *k, const char *s, char *dst, char *why, size_t wl) {
+  uint64_t b;
+  if (ferry_parse_size(s, &b) || (double)b < k->lo || (double)b > k->hi) {
+    char lo[32];
+    snprintf(why, wl, "a size such as \"64M\" or \"20G\" (at least %s)",
+             ferry_format_size((uint64_t)k->lo, lo, sizeof lo));
+    return -1;
+  }
+  *(uint64_t *)dst = b;
+  return 0;
+}
+
+static int set_int(const key_def *k, const char *s, char *dst, char *why, size_t wl) {
+  char *end;
+  errno = 0;
+  long long x = strtoll(s, &end, 10);
+  while (isspace((unsigned char)*end)) end++;
+  if (errno || end == s || *end || (double)x < k->lo || (double)x > k->hi) {
+    snprintf(why, wl, "an integer in [%.0f, %.0f]", k->lo, k->hi);
+    return -1;
+  }
+  *(int64_t *)dst = x;
+  return 0;
+}
+
+static int set_float(const key_def *k, const char *s, char *dst, char *why, size_t wl) {
+  double x;
+  if (parse_double(s, &x) || x < k->lo || x > k->hi || (k->lo_open && x == k->lo)) {
+    snprintf(why, wl, "a number in %s%g, %g]", k->lo_open ? "(" : "[", k->lo, k->hi);
+    return -1;
+  }
+  *(double *)dst = x;
+  return 0;
+}
+
+static int set_bool(const char *s, char *dst, char *why, size_t wl) {
+  if (!strcmp(s, "true") || !strcmp(s, "1")) *(int *)dst = 1;
+  else if (!strcmp(s, "false") || !strcmp(s, "0")) *(int *)dst = 0;
+  else {
+    snprintf(why, wl, "true or false");
+    return -1;
+  }
+  return 0;
+}
+
+static int set_str(const char *s, char *dst, size_t cap, char *why, size_t wl) {
+  if (strlen(s) >= cap) {
+    snprintf(why, wl, "a string shorter than %zu bytes", cap);
+    return -1;
+  }
+  snprintf(dst, cap, "%s", s);
+  return 0;
+}
+
+/* Comma-separated paths; v keeps its old list unless every one is good. */
+static int set_paths(ferry_config_values *v, const char *s, char *why, size_t wl) {
+  ferry_config_values tmp = *v;
+  tmp.nvme_npaths = 0;
+  const char *p = s;
+  while (*p) {
+    const char *comma = strchr(p, ',');
+    size_t len = comma ? (size_t)(comma - p) : strlen(p);
+    while (len && isspace((unsigned char)p[len - 1])) len--;
+    if (len == 0 || len >= sizeof tmp.nvme_paths[0] || tmp.nvme_npaths == FERRY_CFG_MAX_PATHS) {
+      snprintf(why, wl, "1 to %d non-empty paths separated by commas", FERRY_CFG_MAX_PATHS);
+      return -1;
+    }
+    memcpy(tmp.nvme_paths[tmp.nvme_npaths], p, len);
+    tmp.nvme_paths[tmp.nvme_npaths++][len] = '\0';
+    if (!comma) break;
+    p = comma + 1;
+    while (isspace((unsigned char)*p)) p++;
+  }
+  memcpy(v->nvme_paths, tmp.nvme_paths, sizeof v->nvme_paths);
+  v->nvme_npaths = tmp.nvme_npaths;
+  return 0;
+}
+
+static int set_float2(const char *s, char *dst, char *why, size_t wl) {
+  double a, b;
+  char buf[128];
+  snprintf(buf, sizeof buf, "%s", s);
+  char *comma = strchr(buf, ',');
+  if (comma) *comma = '\0';
+  if (!comma || parse_double(buf, &a) || parse_double(comma + 1, &b) || a < 0 || a >= 1 ||
+      b < 0 || b >= 1) {
+    snprintf(why, wl, "two numbers in [0, 1), e.g. \"0.9, 0.999\"");
+    return -1;
+  }
+  ((double *)dst)[0] = a;
+  ((double *)dst)[1] = b;
+  return 0;
+}
+
+/* "dynamic" (stored as 0) or a fixed scale > 0. */
+static int set_scale(const char *s, char *dst, char *why, size_t wl) {
+  double x;
+  if (!strcmp(s, "dynamic")) {
+    *(double *)dst = 0;
+    return 0;
+  }
+  if (parse_double(s, &x) || !(x > 0)) {
+    snprintf(why, wl, "\"dynamic\" or a number > 0");
+    return -1;
+  }
+  *(double *)dst = x;
+  return 0;
+}
+
 /* Sets one key in `v` from text; on failure writes what was expected. */
 static int set_text(ferry_config_values *v, const key_def *k, const char *s, char *why,
                     size_t wl) {
   char *dst = (char *)v + k->off;
   while (isspace((unsigned char)*s)) s++;
   switch (k->k) {
-  case K_ENUM: {
-    int i = enum_index(k, s);
-    if (i < 0) {
-      snprintf(why, wl, "one of %s", k->names);
-      return -1;
-    }
-    *(int *)dst = k->vals ? k->vals[i] : i;
-    return 0;
-  }
-  case K_SIZE: {
-    uint64_t b;
-    if (ferry_parse_size(s, &b) || (double)b < k->lo || (double)b > k->hi) {
-      char lo[32];
-      snprintf(why, wl, "a size such as \"64M\" or \"20G\" (at least %s)",
-               ferry_format_size((uint64_t)k->lo, lo, sizeof lo));
-      return -1;
-    }
-    *(uint64_t *)dst = b;
-    return 0;
-  }
-  case K_INT: {
-    char *end;
-    errno = 0;
-    long long x = strtoll(s, &end, 10);
-    while (isspace((unsigned char)*end)) end++;
-    if (errno || end == s || *end || (double)x < k->lo || (double)x > k->hi) {
-      snprintf(why, wl, "an integer in [%.0f, %.0f]", k->lo, k->hi);
-      return -1;
-    }
-    *(int64_t *)dst = x;
-    return 0;
-  }
-  case K_FLOAT: {
-    double x;
-    if (parse_double(s, &x) || x < k->lo || x > k->hi || (k->lo_open && x == k->lo)) {
-      snprintf(why, wl, "a number in %s%g, %g]", k->lo_open ? "(" : "[", k->lo, k->hi);
-      return -1;
-    }
-    *(double *)dst = x;
-    return 0;
-  }
-  case K_BOOL:
-    if (!strcmp(s, "true") || !strcmp(s, "1")) *(int *)dst = 1;
-    else if (!strcmp(s, "false") || !strcmp(s, "0")) *(int *)dst = 0;
-    else {
-      snprintf(why, wl, "true or false");
-      return -1;
-    }
-    return 0;
-  case K_STR:
-    if (strlen(s) >= sizeof v->timeline) {
-      snprintf(why, wl, "a string shorter than %zu bytes", sizeof v->timeline);
-      return -1;
-    }
-    snprintf(dst, sizeof v->timeline, "%s", s);
-    return 0;
-  case K_PATHS: {
-    ferry_config_values tmp = *v;
-    tmp.nvme_npaths = 0;
-    const char *p = s;
-    while (*p) {
-      const char *comma = strchr(p, ',');
-      size_t len = comma ? (size_t)(comma - p) : strlen(p);
-      while (len && isspace((unsigned char)p[len - 1])) len--;
-      if (len == 0 || len >= sizeof tmp.nvme_paths[0] || tmp.nvme_npaths == FERRY_CFG_MAX_PATHS) {
-        snprintf(why, wl, "1 to %d non-empty paths separated by commas", FERRY_CFG_MAX_PATHS);
-        return -1;
-      }
-      memcpy(tmp.nvme_paths[tmp.nvme_npaths], p, len);
-      tmp.nvme_paths[tmp.nvme_npaths++][len] = '\0';
-      if (!comma) break;
-      p = comma + 1;
-      while (isspace((unsigned char)*p)) p++;
-    }
-    memcpy(v->nvme_paths, tmp.nvme_paths, sizeof v->nvme_paths);
-    v->nvme_npaths = tmp.nvme_npaths;
-    return 0;
-  }
-  case K_FLOAT2: {
-    double a, b;
-    char buf[128];
-    snprintf(buf, sizeof buf, "%s", s);
-    char *comma = strchr(buf, ',');
-    if (!comma) {
-      snprintf(why, wl, "two numbers in [0, 1), e.g. \"0.9, 0.999\"");
-      return -1;
-    }
-    *comma = '\0';
-    if (parse_double(buf, &a) || parse_double(comma + 1, &b) || a < 0 || a >= 1 || b < 0 ||
-        b >= 1) {
-      snprintf(why, wl, "two numbers in [0, 1), e.g. \"0.9, 0.999\"");
-      return -1;
-    }
-    ((double *)dst)[0] = a;
-    ((double *)dst)[1] = b;
-    return 0;
-  }
-  case K_SCALE: {
-    double x;
-    if (!strcmp(s, "dynamic")) {
-      *(double *)dst = 0;
-      return 0;
-    }
-    if (parse_double(s, &x) || !(x > 0)) {
-      snprintf(why, wl, "\"dynamic\" or a number > 0");
-      return -1;
-    }
-    *(double *)dst = x;
-    return 0;
-  }
+  case K_ENUM: return set_enum(k, s, dst, why, wl);
+  case K_SIZE: return set_size(k, s, dst, why, wl);
+  case K_INT: return set_int(k, s, dst, why, wl);
+  case K_FLOAT: return set_float(k, s, dst, why, wl);
+  case K_BOOL: return set_bool(s, dst, why, wl);
+  case K_STR: return set_str(s, dst, sizeof v->timeline, why, wl); /* the one string key */
+  case K_PATHS: return set_paths(v, s, why, wl);
+  case K_FLOAT2: return set_float2(s, dst, why, wl);
+  case K_SCALE: return set_scale(s, dst, why, wl);
   }
   return -1;
 }
