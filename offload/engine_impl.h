@@ -1,9 +1,9 @@
 /* offload/engine_impl.h — the engine's private structures and the calls
  * between its rooms. Each room is one file and calls go one way:
  *
- *   checkpoint.c ─┐
- *   step.c ───────┼─> drain.c ─> stepper.c ─> group.c
- *   engine.c ─────┘      (and every room may call group.c)
+ *   checkpoint.c ─> engine.c ─┐
+ *                   step.c ───┼─> drain.c ─> stepper.c ─> group.c
+ *                             └─ (every room may call group.c)
  *
  *   group.c    the group table: parameters, groups, their tensors in the
  *              memory manager, each group's update state
