@@ -24,13 +24,13 @@ typedef struct {
   double lo, hi;       /* K_INT / K_FLOAT / K_FLOAT2 bounds (inclusive) */
   int lo_open;         /* K_FLOAT: lo excluded */
   const char *desc;
-  const int *vals;     /* K_ENUM: the enum value of each name; NULL: its index */
+  const int *vals;     /* K_ENUM: the enum value of each name, in the names' order */
 } key_def;
 
 #define OFF(f) offsetof(ferry_config_values, f)
 
 /* The library's enum value of each name of an enum key, in the names' order
- * (keys whose names are listed in their enum's own order need none). */
+ * (every enum key has one, as long as its list of names). */
 static const int v_device[] = {FERRY_DEVICE_AUTO, FERRY_DEVICE_CUDA, FERRY_DEVICE_HOST};
 static const int v_tier[] = {FERRY_TIER_DEVICE, FERRY_TIER_HOST, FERRY_TIER_NVME};
 static const int v_optim[] = {FERRY_OPTIM_ADAMW, FERRY_OPTIM_ADAM, FERRY_OPTIM_ADAGRAD,
@@ -208,17 +208,6 @@ static int enum_index(const key_def *k, const char *s) {
   return -1;
 }
 
-/* The j-th name of an enum key exists (j counts from 0). */
-static int enum_name_at(const key_def *k, int j) {
-  const char *p = k->names;
-  for (int i = 0; i < j; i++) {
-    p = strchr(p, '|');
-    if (!p) return 0;
-    p++;
-  }
-  return 1;
-}
-
 static int parse_double(const char *s, double *out) {
   char *end;
   errno = 0;
@@ -239,7 +228,7 @@ static int set_enum(const key_def *k, const char *s, char *dst, char *why, size_
     snprintf(why, wl, "one of %s", k->names);
     return -1;
   }
-  *(int *)dst = k->vals ? k->vals[i] : i;
+  *(int *)dst = k->vals[i];
   return 0;
 }
 
@@ -375,15 +364,11 @@ static void get_text(const ferry_config_values *v, const key_def *k, char *buf, 
   const char *src = (const char *)v + k->off;
   switch (k->k) {
   case K_ENUM: {
-    int val = *(const int *)src, idx = val, i = 0;
-    for (int j = 0; k->vals && enum_name_at(k, j); j++)
-      if (k->vals[j] == val) idx = j;
-    const char *p = k->names;
-    while (i < idx && strchr(p, '|')) {
-      p = strchr(p, '|') + 1;
-      i++;
-    }
-    const char *bar = strchr(p, '|');
+    /* the name whose value the field holds (set_enum only stores values
+     * from vals) */
+    int val = *(const int *)src;
+    const char *p = k->names, *bar;
+    for (int j = 0; (bar = strchr(p, '|')) && k->vals[j] != val; j++) p = bar + 1;
     snprintf(buf, len, "%.*s", bar ? (int)(bar - p) : (int)strlen(p), p);
     return;
   }

@@ -199,8 +199,13 @@ static size_t device_budget(ferry_engine *e) {
   return budget > di.capacity ? di.capacity : budget;
 }
 
+/* One staging or grad buffer: the largest group in param dtype, whole pages. */
+static size_t group_buffer_bytes(const ferry_engine *e) {
+  return ferry_align_up(e->gt.max_group_n * e->esize, 4096);
+}
+
 void engine_own_bytes(const ferry_engine *e, size_t *own_dev, size_t *own_host) {
-  size_t gbytes = ferry_align_up(e->gt.max_group_n * e->esize, 4096);
+  size_t gbytes = group_buffer_bytes(e);
   /* device: the grad buffers; host: the grad and upload staging, and the
    * param commit staging (host and NVMe param homes) */
   *own_dev = ENGINE_GRAD_SLOTS * ferry_align_up(gbytes, 256);
@@ -343,7 +348,7 @@ static int init_values(ferry_engine *e) {
 
 /* The engine's own device and pinned buffers, outside the manager. */
 static int alloc_buffers(ferry_engine *e, size_t dev_budget, size_t own_dev) {
-  size_t gbytes = ferry_align_up(e->gt.max_group_n * e->esize, 4096);
+  size_t gbytes = group_buffer_bytes(e);
   if (own_dev >= dev_budget)
     return ferry_err(&e->err, FERRY_ENOMEM,
                      "finalize: the device budget (%zu bytes) cannot hold the %d gradient "
@@ -356,12 +361,11 @@ static int alloc_buffers(ferry_engine *e, size_t dev_budget, size_t own_dev) {
 
 /* The optimizer (the stepper's, all threads) and the drain's, and the
  * scaling of the step. */
-static int create_optimizers(ferry_engine *e) {
+static int create_optimizers(ferry_engine *e, const ferry_optimizer_config *oc) {
   const ferry_config_values *v = e->cv;
-  ferry_optimizer_config oc = optimizer_config(v);
-  int rc = ferry_optimizer_create(&oc, &e->opt);
+  int rc = ferry_optimizer_create(oc, &e->opt);
   if (rc) return ferry_err(&e->err, rc, "finalize: optimizer: %s", ferry_last_error());
-  rc = drain_init_optimizer(e, &oc);
+  rc = drain_init_optimizer(e, oc);
   if (rc) return rc;
   int fp16 = e->dtype == FERRY_DT_F16;
   e->dynamic_scale = fp16 && v->loss_scale == 0;
@@ -380,6 +384,7 @@ int ferry_engine_finalize(ferry_engine *e) {
   if (e->gt.nparams == 0) return ferry_err(&e->err, FERRY_ESTATE, "finalize: no parameters");
   int rc = group_build(e);
   size_t own_dev = 0, own_host = 0, dev_budget = 0;
+  ferry_optimizer_config oc = optimizer_config(e->cv);
   if (!rc) {
     engine_own_bytes(e, &own_dev, &own_host);
     dev_budget = device_budget(e);
@@ -387,7 +392,6 @@ int ferry_engine_finalize(ferry_engine *e) {
   }
   if (!rc) rc = create_manager(e, dev_budget, own_dev, own_host);
   if (!rc) {
-    ferry_optimizer_config oc = optimizer_config(e->cv);
     e->nstates = ferry_optimizer_state_count(&oc);
     rc = group_register(e);
     if (!rc) rc = ferry_mem_finalize(e->mem);
@@ -396,7 +400,7 @@ int ferry_engine_finalize(ferry_engine *e) {
     rc = stepper_init_param_stage(e);
   }
   if (!rc) rc = open_store(e);
-  if (!rc) rc = create_optimizers(e);
+  if (!rc) rc = create_optimizers(e, &oc);
   if (!rc) rc = init_values(e);
   if (!rc) rc = drain_start(e);
   if (!rc) rc = stepper_start(e);
