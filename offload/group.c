@@ -190,9 +190,10 @@ int group_zero_grads(ferry_engine *e, uint32_t g, int held) {
   if (rc) return rc;
   eng_group *gr = &e->gt.groups[g];
   for (uint32_t k = 0; k < gr->count; k++) {
+    eng_param *p = group_param(e, g, k);
     void *acc;
-    ferry_mem_tensor_ptr(e->mem, group_param(e, g, k)->id[FERRY_ROLE_GRAD], gt, &acc);
-    memset(acc, 0, group_param(e, g, k)->n * sizeof(float));
+    ferry_mem_tensor_ptr(e->mem, p->id[FERRY_ROLE_GRAD], gt, &acc);
+    memset(acc, 0, p->n * sizeof(float));
   }
   return held ? FERRY_OK : ferry_mem_release(e->mem, g, FERRY_FAMILY_GRADS, gt, NULL);
 }
