@@ -83,14 +83,34 @@ FERRY_API int ferry_stream_synchronize(ferry_stream *s);
 /* 0 when all enqueued work is done, FERRY_EAGAIN when not. */
 FERRY_API int ferry_stream_query(ferry_stream *s);
 
+/* The backend's own stream behind s: a cudaStream_t on cuda, NULL on the
+ * host backend (which has none). For launching the caller's kernels in the
+ * same order as ferry's copies. */
+FERRY_API int ferry_stream_native(ferry_stream *s, void **out);
+/* Adopts a stream the caller made (a cudaStream_t on cuda, of this device)
+ * as a ferry stream, so ferry's copies and events join the caller's order.
+ * The caller keeps ownership: ferry_stream_destroy (and device destroy)
+ * synchronizes it and forgets it, never destroys it. The host backend has
+ * no native streams: FERRY_ENOTSUP. native NULL: FERRY_EINVAL. */
+FERRY_API int ferry_stream_wrap(ferry_device *dev, void *native, ferry_stream **out);
+
 FERRY_API int ferry_memcpy_async(ferry_stream *s, void *dst, const void *src, size_t bytes,
                                  ferry_copy_kind kind);
 FERRY_API int ferry_memset_async(ferry_stream *s, void *dst, int value, size_t bytes);
 
+/* n elements of src (dtype st, device memory) times `scale` into dst (dtype
+ * dt, device memory), in stream order, rounded to nearest even as
+ * ferry_dtype_convert does (same bits on both backends). dst and src may be
+ * the same buffer only when the two dtypes have the same size. */
+FERRY_API int ferry_convert_async(ferry_stream *s, void *dst, ferry_dtype dt, const void *src,
+                                  ferry_dtype st, size_t n, float scale);
+
 /* A host function run in stream order. On the host backend it may read and
  * write device memory (it is an emulated kernel); on cuda it runs on a
- * runtime thread and must not touch device memory. A non-zero return is
- * kept and reported by the next synchronize of the stream. */
+ * runtime thread and must not touch device memory. On either backend it may
+ * call neither CUDA nor any ferry device function (no copy, launch, record
+ * or synchronize): on cuda such a call deadlocks or fails. A non-zero return
+ * is kept and reported by the next synchronize of the stream. */
 typedef int (*ferry_host_fn)(void *arg);
 FERRY_API int ferry_launch_host_func(ferry_stream *s, ferry_host_fn fn, void *arg);
 /* Occupies the stream for `seconds` without using a CPU core: a stand-in for

@@ -79,6 +79,18 @@ FERRY_API int ferry_param_register(ferry_engine *e, const char *name, const int6
 /* Ends registration: lays out chunks, reserves every tier, places each
  * family, fills the initial values. */
 FERRY_API int ferry_engine_finalize(ferry_engine *e);
+/* Before finalize: keeps `bytes` of the device budget (tiers.gpu.budget)
+ * out of the engine's pools for the caller's activations and workspace, so
+ * the budget bounds the whole device footprint apart from the runtime's
+ * context. Finalize fails with FERRY_ENOMEM, naming the sizes, when the
+ * budget cannot hold the reservation beside the engine's own buffers and
+ * its largest chunks. Called again, it replaces the amount. After finalize:
+ * FERRY_EINVAL. */
+FERRY_API int ferry_engine_reserve(ferry_engine *e, size_t bytes);
+/* After finalize: the reserved block (device memory, 256-byte aligned, the
+ * caller's to use until ferry_engine_destroy) and its size; NULL and 0 when
+ * nothing was reserved. Before finalize: FERRY_EINVAL. */
+FERRY_API int ferry_engine_reserved(ferry_engine *e, void **ptr, size_t *bytes);
 
 /* Returns once work enqueued on s after it may read the group's params. */
 FERRY_API int ferry_fetch(ferry_engine *e, int group, ferry_stream *s);
