@@ -55,6 +55,7 @@ int ferry_mem_create(const ferry_mem_config *cfg, ferry_mem **out) {
   m->cfg = *cfg;
   for (int d = 0; d < 2; d++) /* the on_copy hook's host-function arguments, set once */
     for (int b = 0; b < 2; b++) m->marks[d][b] = (struct mem_copy_mark){m, d, b};
+  m->copy_hook_on = m->cfg.on_copy != NULL;
   if (!m->cfg.nvme_align) m->cfg.nvme_align = 4096;
   ferry_errbuf_init(&m->err);
   pthread_mutex_init(&m->mu, NULL);

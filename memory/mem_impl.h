@@ -39,6 +39,10 @@ void mem_pool_destroy(mem_pool *p);
 int mem_pool_alloc(mem_pool *p, size_t bytes, size_t *off);
 void mem_pool_free(mem_pool *p, size_t off);
 
+/* Streams whose uses of one device copy are tracked apart (mem_chunk.use_ev);
+ * a further stream first waits for one of them and takes its event over. */
+#define MEM_USE_STREAMS 4
+
 typedef struct {
   char *name;
   uint8_t dtype, role, family, ndim;
@@ -82,8 +86,15 @@ typedef struct {
   uint64_t last_use;       /* LRU clock */
   int io_status;
   ferry_event *ev_load;  /* H2D into the device copy done */
-  ferry_event *ev_use;   /* the caller's last use / writes of the device copy */
   ferry_event *ev_wb;    /* D2H writeback done */
+  /* The holders' last use / writes of the device copy: one event per stream
+   * that released or marked it (s NULL: free). Every wait for its users
+   * (the next load into its space, the write-back D2H) waits for all. */
+  struct mem_use_mark {
+    ferry_stream *s;
+    ferry_event *ev;
+  } use_ev[MEM_USE_STREAMS];
+  uint8_t use_next;      /* the slot a fifth stream takes over next */
   void *io;              /* store request storage */
 } mem_chunk;
 
@@ -149,6 +160,7 @@ struct ferry_mem {
     ferry_mem *m;
     int dir, begin;
   } marks[2][2]; /* [dir][begin]: host-function arguments of the on_copy hook */
+  int copy_hook_on; /* launch them (ferry_mem_copy_hook) */
 };
 
 /* Chunk offsets in a tier are 256-byte aligned (the device pool's alignment). */

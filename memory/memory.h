@@ -78,7 +78,10 @@ typedef struct {
   ferry_mem_store store;         /* may also be set later with ferry_mem_set_store */
   /* Optional timeline hook: called in stream order on the copy streams when
    * a transfer the manager issued starts (begin 1) and ends (begin 0);
-   * dir 0 is H2D, 1 is D2H. On cuda it runs on a runtime thread. */
+   * dir 0 is H2D, 1 is D2H. On cuda it runs on a runtime thread. Each call
+   * is a host function on the stream (on cuda one runtime round trip), so
+   * they are launched only while the hook is on: from create when on_copy
+   * is set, and as ferry_mem_copy_hook switches it. */
   void (*on_copy)(void *user, int dir, int begin);
   void *copy_user;
   ferry_logger log;
@@ -190,6 +193,10 @@ int ferry_mem_evict(ferry_mem *m, uint32_t group, int family, int tier);
 int ferry_mem_flush(ferry_mem *m);
 /* Completes finished transfers; never blocks. */
 int ferry_mem_poll(ferry_mem *m);
+/* Switches the on_copy hook on (1) or off (0) for transfers issued from now
+ * on (those already queued still call it). FERRY_ESTATE to switch it on
+ * without an on_copy in the config. */
+int ferry_mem_copy_hook(ferry_mem *m, int on);
 
 /* Address of a tensor's bytes in `tier` (device or host): valid while held
  * there, or always in its home. FERRY_ESTATE when not resident there. */

@@ -52,13 +52,47 @@ static int has_work(const mem_chunk *c) {
   return c->io_active || c->d2h_active || c->load_issued || c->queued;
 }
 
+/* ---- the users of a device copy ------------------------------------------ */
+
+/* Records that `s` used (read or wrote) chunk c's device copy so far: on
+ * s's own event, else on a free one. When MEM_USE_STREAMS other streams hold
+ * them all, s waits for one of them (round robin) and takes its event over,
+ * so that event still stands for both streams' uses. */
+static int note_use(mem_chunk *c, ferry_stream *s) {
+  struct mem_use_mark *u = c->use_ev, *slot = NULL;
+  for (int k = 0; k < MEM_USE_STREAMS; k++) {
+    if (u[k].s == s) return ferry_event_record(u[k].ev, s);
+    if (!u[k].s && !slot) slot = &u[k];
+  }
+  if (!slot) {
+    slot = &u[c->use_next++ % MEM_USE_STREAMS];
+    int rc = ferry_stream_wait_event(s, slot->ev);
+    if (rc) return rc;
+  }
+  slot->s = s;
+  return ferry_event_record(slot->ev, s);
+}
+
+/* Work enqueued on `s` (a copy stream) after this waits for every recorded
+ * use of c's device copy, on whichever stream. */
+static int wait_uses(const mem_chunk *c, ferry_stream *s) {
+  int rc = FERRY_OK;
+  for (int k = 0; k < MEM_USE_STREAMS && !rc; k++)
+    if (c->use_ev[k].s) rc = ferry_stream_wait_event(s, c->use_ev[k].ev);
+  return rc;
+}
+
 static void drop_copy(ferry_mem *m, uint32_t ci, int tier) {
   mem_chunk *c = &m->c[ci];
   FERRY_ASSERT(c->use[tier] == 0 && !has_work(c),
                "memory: dropping chunk %u in the %s tier while in use (%u) or moving", ci,
                ferry_tier_name(tier), c->use[tier]);
-  if (tier == FERRY_TIER_DEVICE && c->ev_use)
-    (void)ferry_stream_wait_event(m->h2d, c->ev_use); /* the next load here waits for its users */
+  if (tier == FERRY_TIER_DEVICE && c->ev_load) {
+    /* Every later load goes through h2d: once it waits for all the users,
+     * the marks are spent (the space may go to another chunk). */
+    (void)wait_uses(c, m->h2d);
+    for (int k = 0; k < MEM_USE_STREAMS; k++) c->use_ev[k].s = NULL;
+  }
   mem_set_state(m, ci, tier, FERRY_RES_ABSENT);
   mem_pool_free(&m->pool[tier], c->off[tier]);
   mem_stats_sub(m, tier, c->family, c->bytes);
@@ -70,9 +104,10 @@ static int copy_mark(void *arg) {
   return 0;
 }
 
-/* Brackets a copy on `s` with the on_copy hook, when there is one. */
+/* Brackets a copy on `s` with the on_copy hook while it is on; off, no host
+ * function is launched at all. */
 static int mark(ferry_mem *m, ferry_stream *s, int dir, int begin) {
-  if (!m->cfg.on_copy) return FERRY_OK;
+  if (!m->copy_hook_on) return FERRY_OK;
   return ferry_launch_host_func(s, copy_mark, &m->marks[dir][begin]);
 }
 
@@ -223,7 +258,7 @@ static int start_writeback(ferry_mem *m, uint32_t ci, int tier) {
   if (tier == FERRY_TIER_DEVICE) {
     if (c->state[FERRY_TIER_HOST] == FERRY_RES_WRITING) return FERRY_EAGAIN;
     if (c->load_issued) return FERRY_EAGAIN; /* NOLOAD: its ordering event is pending */
-    int rc = ferry_stream_wait_event(m->d2h, c->ev_use);
+    int rc = wait_uses(c, m->d2h); /* every holder's writes, on every stream */
     if (!rc) (void)mark(m, m->d2h, 1, 1);
     if (!rc)
       rc = ferry_memcpy_async(m->d2h, mem_tier_addr(m, c, FERRY_TIER_HOST),
@@ -641,8 +676,8 @@ int ferry_mem_release(ferry_mem *m, uint32_t group, int family, int tier, ferry_
       }
   for (uint32_t ci = r->first; ci < r->first + r->count; ci++) {
     mem_chunk *c = &m->c[ci];
-    if (tier == FERRY_TIER_DEVICE && stream && c->ev_use) {
-      int e = ferry_event_record(c->ev_use, stream);
+    if (tier == FERRY_TIER_DEVICE && stream && c->ev_load) {
+      int e = note_use(c, stream);
       if (e && !rc) rc = ferry_err(&m->err, e, "release: %s", ferry_device_last_error(m->cfg.dev));
     }
     unpin(m, ci, tier, c->home);
@@ -713,8 +748,8 @@ int ferry_mem_mark_dirty(ferry_mem *m, uint32_t group, int family, int tier,
     while (c->state[tier] == FERRY_RES_WRITING || (tier == FERRY_TIER_HOST && c->d2h_active))
       wait_step(m, ci);
     if (c->state[tier] != FERRY_RES_DIRTY) mem_set_state(m, ci, tier, FERRY_RES_DIRTY);
-    if (tier == FERRY_TIER_DEVICE && stream && c->ev_use) {
-      int e = ferry_event_record(c->ev_use, stream);
+    if (tier == FERRY_TIER_DEVICE && stream && c->ev_load) {
+      int e = note_use(c, stream);
       if (e && !rc) rc = ferry_err(&m->err, e, "mark dirty: %s", ferry_device_last_error(m->cfg.dev));
     }
   }
@@ -792,6 +827,16 @@ int ferry_mem_poll(ferry_mem *m) {
   if (!m) return FERRY_EINVAL;
   pthread_mutex_lock(&m->mu);
   if (m->npend) progress(m);
+  pthread_mutex_unlock(&m->mu);
+  return FERRY_OK;
+}
+
+int ferry_mem_copy_hook(ferry_mem *m, int on) {
+  if (!m) return FERRY_EINVAL;
+  if (on && !m->cfg.on_copy)
+    return ferry_err(&m->err, FERRY_ESTATE, "copy hook: the config has no on_copy to call");
+  pthread_mutex_lock(&m->mu);
+  m->copy_hook_on = on != 0;
   pthread_mutex_unlock(&m->mu);
   return FERRY_OK;
 }

@@ -1,13 +1,16 @@
 /* memory/tier.c — reserving the tiers at finalize: the device arena (one
  * ferry_device_alloc of the device budget), the host pool (pinned through the
- * backend after an RLIMIT_MEMLOCK check, or pageable as a logged fallback;
- * NUMA-local through hwloc; huge pages by madvise), the copy streams, the
- * per-chunk events and store requests. Nothing here runs after start.
+ * backend after an RLIMIT_MEMLOCK check, or pageable as a logged fallback
+ * that the stats report and the cuda backend refuses; NUMA-local through
+ * hwloc, bound before the pages are touched and pinned; huge pages by
+ * madvise), the copy streams, the per-chunk events and store requests.
+ * Nothing here runs after start.
  */
 #include "memory/mem_impl.h"
 
 #include <errno.h>
 #include <hwloc.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -15,33 +18,76 @@
 
 #define HUGE_2M ((size_t)2 << 20)
 
-/* Binds [p, p+len) to the NUMA node of the calling thread's CPU; untouched
- * pages then land there (touched ones migrate). Best effort, logged. */
-static void bind_local(ferry_mem *m, void *p, size_t len) {
+/* The NUMA node(s) of the calling thread's CPU, when there is more than one
+ * node; ok 0 otherwise (nothing to bind). */
+typedef struct {
   hwloc_topology_t topo;
-  if (hwloc_topology_init(&topo) != 0) return;
-  if (hwloc_topology_load(topo) != 0) {
-    hwloc_topology_destroy(topo);
-    return;
+  hwloc_nodeset_t nodes;
+  int loaded, ok;
+} numa_local;
+
+static void numa_open(numa_local *n) {
+  memset(n, 0, sizeof *n);
+  if (hwloc_topology_init(&n->topo) != 0) return;
+  n->loaded = hwloc_topology_load(n->topo) == 0;
+  if (!n->loaded || hwloc_get_nbobjs_by_type(n->topo, HWLOC_OBJ_NUMANODE) < 2) return;
+  hwloc_cpuset_t cpu = hwloc_bitmap_alloc();
+  n->nodes = hwloc_bitmap_alloc();
+  if (cpu && n->nodes && hwloc_get_last_cpu_location(n->topo, cpu, HWLOC_CPUBIND_THREAD) == 0 &&
+      hwloc_cpuset_to_nodeset(n->topo, cpu, n->nodes) == 0)
+    n->ok = 1;
+  hwloc_bitmap_free(cpu);
+}
+
+static void numa_close(numa_local *n) {
+  hwloc_bitmap_free(n->nodes);
+  hwloc_topology_destroy(n->topo);
+}
+
+/* Binds the pageable range [p, p+len), not touched yet, to the local node:
+ * its pages are placed there when first touched. Best effort, logged. */
+static void bind_area(ferry_mem *m, void *p, size_t len) {
+  numa_local n;
+  numa_open(&n);
+  if (n.ok) {
+    if (hwloc_set_area_membind(n.topo, p, len, n.nodes, HWLOC_MEMBIND_BIND,
+                               HWLOC_MEMBIND_BYNODESET) == 0)
+      ferry_logf(&m->cfg.log, FERRY_LOG_INFO, "memory: host pool bound to the local NUMA node");
+    else
+      ferry_logf(&m->cfg.log, FERRY_LOG_WARN,
+                 "memory: cannot bind the host pool to the local NUMA node: %s", strerror(errno));
   }
-  int nn = hwloc_get_nbobjs_by_type(topo, HWLOC_OBJ_NUMANODE);
-  if (nn > 1) {
-    hwloc_cpuset_t cpu = hwloc_bitmap_alloc();
-    hwloc_nodeset_t nodes = hwloc_bitmap_alloc();
-    if (cpu && nodes && hwloc_get_last_cpu_location(topo, cpu, HWLOC_CPUBIND_THREAD) == 0) {
-      hwloc_cpuset_to_nodeset(topo, cpu, nodes);
-      if (hwloc_set_area_membind(topo, p, len, nodes, HWLOC_MEMBIND_BIND,
-                                 HWLOC_MEMBIND_BYNODESET | HWLOC_MEMBIND_MIGRATE) == 0)
-        ferry_logf(&m->cfg.log, FERRY_LOG_INFO, "memory: host pool bound to the local NUMA node");
-      else
-        ferry_logf(&m->cfg.log, FERRY_LOG_WARN,
-                   "memory: cannot bind the host pool to the local NUMA node: %s",
-                   strerror(errno));
-    }
-    hwloc_bitmap_free(cpu);
-    hwloc_bitmap_free(nodes);
+  numa_close(&n);
+}
+
+/* ferry_host_alloc with this thread's memory policy bound to the local node
+ * for the call: the backend touches and pins the pages inside it (mlock,
+ * cudaHostAlloc), so they are placed there before they are pinned (pinned
+ * pages cannot move afterwards). The thread's policy is restored after. */
+static int host_alloc_local(ferry_mem *m, size_t len, void **p) {
+  numa_local n;
+  if (m->cfg.numa_local) numa_open(&n);
+  else memset(&n, 0, sizeof n);
+  hwloc_nodeset_t old = n.ok ? hwloc_bitmap_alloc() : NULL;
+  hwloc_membind_policy_t oldpol = HWLOC_MEMBIND_DEFAULT;
+  const int flags = HWLOC_MEMBIND_THREAD | HWLOC_MEMBIND_BYNODESET;
+  int bound = old && hwloc_get_membind(n.topo, old, &oldpol, flags) == 0 &&
+              hwloc_set_membind(n.topo, n.nodes, HWLOC_MEMBIND_BIND, flags) == 0;
+  if (n.ok && !bound)
+    ferry_logf(&m->cfg.log, FERRY_LOG_WARN,
+               "memory: cannot bind the pinned host pool to the local NUMA node: %s",
+               strerror(errno));
+  int rc = ferry_host_alloc(m->cfg.dev, len, p);
+  if (bound) {
+    if (hwloc_set_membind(n.topo, old, oldpol, flags) != 0)
+      (void)hwloc_set_membind(n.topo, old, HWLOC_MEMBIND_DEFAULT, flags);
+    if (!rc)
+      ferry_logf(&m->cfg.log, FERRY_LOG_INFO,
+                 "memory: pinned host pool placed on the local NUMA node");
   }
-  hwloc_topology_destroy(topo);
+  hwloc_bitmap_free(old);
+  if (n.topo) numa_close(&n);
+  return rc;
 }
 
 /* 0 when the pool may be pinned, 1 when it must fall back to pageable
@@ -82,30 +128,56 @@ static int check_memlock(ferry_mem *m, size_t need) {
                    b1, (unsigned long long)rl.rlim_cur, b2, need);
 }
 
-static int reserve_host(ferry_mem *m, size_t len) {
-  int fallback = 0;
-  if (m->cfg.host_pinned) {
-    int rc = check_memlock(m, len);
-    if (rc < 0) return rc;
-    fallback = rc;
-    if (!fallback) {
-      void *p = NULL;
-      rc = ferry_host_alloc(m->cfg.dev, len, &p);
-      if (rc == 0) {
-        m->host_base = p;
-        m->host_is_pinned = 1;
-        if (m->cfg.numa_local) bind_local(m, p, len);
-        ferry_logf(&m->cfg.log, FERRY_LOG_INFO, "memory: pinned host pool of %zu bytes", len);
-        return FERRY_OK;
-      }
-      if (!m->cfg.pinned_fallback)
-        return ferry_err(&m->err, rc, "pinned host pool of %zu bytes: %s", len,
-                         ferry_device_last_error(m->cfg.dev));
-      ferry_logf(&m->cfg.log, FERRY_LOG_WARN,
-                 "memory: pinning a %zu-byte host pool failed (%s): using pageable memory", len,
-                 ferry_device_last_error(m->cfg.dev));
-    }
+/* A pageable pool on the cuda backend is refused: the runtime runs copies
+ * from and to pageable memory synchronously, and the manager issues them
+ * under its lock, so every transfer would stall every thread that calls it.
+ * (The host backend's copy engines are asynchronous for any memory.) */
+static int refuse_pageable_on_cuda(ferry_mem *m, size_t len, const char *why) {
+  ferry_device_info di;
+  if (ferry_device_get_info(m->cfg.dev, &di) != 0 || di.kind != FERRY_DEVICE_CUDA)
+    return FERRY_OK;
+  ferry_logf(&m->cfg.log, FERRY_LOG_ERROR,
+             "memory: refusing a pageable host pool of %zu bytes on cuda (%s)", len, why);
+  return ferry_err(&m->err, FERRY_ENOTSUP,
+                   "host pool of %zu bytes: %s; on the cuda backend the pool must be pinned (a "
+                   "copy from or to pageable memory is synchronous and would run under the "
+                   "memory manager's lock): set tiers.host.pinned = true (the CUDA driver pins "
+                   "outside RLIMIT_MEMLOCK) or lower tiers.host.budget",
+                   len, why);
+}
+
+/* The pinned pool, or FERRY_EAGAIN when it is to be pageable instead (the
+ * memlock check or the allocation failed and the fallback is allowed). */
+static int reserve_pinned(ferry_mem *m, size_t len, char *why, size_t why_len) {
+  int rc = check_memlock(m, len);
+  if (rc < 0) return rc;
+  if (rc == 1) {
+    snprintf(why, why_len, "RLIMIT_MEMLOCK is below the %zu bytes to pin", len);
+    return FERRY_EAGAIN;
   }
+  void *p = NULL;
+  rc = host_alloc_local(m, len, &p);
+  if (rc == 0) {
+    m->host_base = p;
+    m->host_is_pinned = 1;
+    ferry_logf(&m->cfg.log, FERRY_LOG_INFO, "memory: pinned host pool of %zu bytes", len);
+    return FERRY_OK;
+  }
+  if (!m->cfg.pinned_fallback)
+    return ferry_err(&m->err, rc, "pinned host pool of %zu bytes: %s", len,
+                     ferry_device_last_error(m->cfg.dev));
+  snprintf(why, why_len, "pinning it failed: %s", ferry_device_last_error(m->cfg.dev));
+  return FERRY_EAGAIN;
+}
+
+static int reserve_host(ferry_mem *m, size_t len) {
+  char why[FERRY_ERR_MAX + 64] = "tiers.host.pinned is false";
+  if (m->cfg.host_pinned) {
+    int rc = reserve_pinned(m, len, why, sizeof why);
+    if (rc != FERRY_EAGAIN) return rc;
+  }
+  int rc = refuse_pageable_on_cuda(m, len, why);
+  if (rc) return rc;
   size_t maplen = ferry_align_up(len, HUGE_2M);
   void *p = mmap(NULL, maplen, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (p == MAP_FAILED)
@@ -113,11 +185,14 @@ static int reserve_host(ferry_mem *m, size_t len) {
                      strerror(errno));
   if (madvise(p, maplen, MADV_HUGEPAGE) != 0)
     ferry_logf(&m->cfg.log, FERRY_LOG_DEBUG, "memory: no transparent huge pages for the host pool");
-  if (m->cfg.numa_local) bind_local(m, p, maplen);
+  if (m->cfg.numa_local) bind_area(m, p, maplen); /* before the first touch */
   m->host_base = p;
   m->host_map_len = maplen;
   m->host_is_pinned = 0;
-  ferry_logf(&m->cfg.log, FERRY_LOG_INFO, "memory: pageable host pool of %zu bytes", len);
+  m->st.host_pageable_bytes = len;
+  /* A fallback the caller did not choose is a warning; a chosen one is info. */
+  ferry_logf(&m->cfg.log, m->cfg.host_pinned ? FERRY_LOG_WARN : FERRY_LOG_INFO,
+             "memory: pageable host pool of %zu bytes (%s); copies from it are slower", len, why);
   return FERRY_OK;
 }
 
@@ -170,9 +245,11 @@ int mem_tiers_reserve(ferry_mem *m) {
     }
     mem_stats_add(m, c->home, c->family, c->bytes);
     if (m->cfg.reach[c->family] == FERRY_TIER_DEVICE && c->home > FERRY_TIER_DEVICE) {
-      if ((rc = ferry_event_create(dev, &c->ev_load)) ||
-          (rc = ferry_event_create(dev, &c->ev_use)) || (rc = ferry_event_create(dev, &c->ev_wb)))
-        return ferry_err(&m->err, rc, "chunk events: %s", ferry_device_last_error(dev));
+      rc = ferry_event_create(dev, &c->ev_load);
+      if (!rc) rc = ferry_event_create(dev, &c->ev_wb);
+      for (int k = 0; k < MEM_USE_STREAMS && !rc; k++)
+        rc = ferry_event_create(dev, &c->use_ev[k].ev);
+      if (rc) return ferry_err(&m->err, rc, "chunk events: %s", ferry_device_last_error(dev));
     }
   }
   if ((rc = ferry_stream_synchronize(m->h2d)))
@@ -189,8 +266,8 @@ void mem_tiers_release(ferry_mem *m) {
   m->h2d = m->d2h = NULL;
   for (uint32_t i = 0; m->c && i < m->nc; i++) {
     ferry_event_destroy(m->c[i].ev_load);
-    ferry_event_destroy(m->c[i].ev_use);
     ferry_event_destroy(m->c[i].ev_wb);
+    for (int k = 0; k < MEM_USE_STREAMS; k++) ferry_event_destroy(m->c[i].use_ev[k].ev);
   }
   if (m->dev_base) ferry_device_free(dev, m->dev_base);
   if (m->host_base) {

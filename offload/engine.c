@@ -244,6 +244,9 @@ static int create_manager(ferry_engine *e, size_t dev_budget, size_t own_dev, si
   mc.copy_user = e;
   int rc = ferry_mem_create(&mc, &e->mem);
   if (rc) return ferry_err(&e->err, rc, "finalize: memory manager: %s", ferry_last_error());
+  /* The copy spans cost two host functions per copy: only for a timeline
+   * that is written, or read through engine_timeline. */
+  if (!v->timeline[0]) (void)ferry_mem_copy_hook(e->mem, 0);
   return FERRY_OK;
 }
 
@@ -655,7 +658,10 @@ void engine_restore(ferry_engine *e, const engine_progress *p) {
 
 int engine_wait_step(ferry_engine *e) { return stepper_wait_all(e); }
 ferry_swap *engine_swap(ferry_engine *e) { return e->swap; }
-ferry_timeline *engine_timeline(ferry_engine *e) { return &e->tl; }
+ferry_timeline *engine_timeline(ferry_engine *e) {
+  if (e->mem) (void)ferry_mem_copy_hook(e->mem, 1); /* its reader wants the copy spans */
+  return &e->tl;
+}
 ferry_dtype engine_param_dtype(const ferry_engine *e) { return e->dtype; }
 
 int ferry_engine_stats(ferry_engine *e, ferry_stats *out) { return ferry_engine_get_stats(e, out); }

@@ -14,6 +14,8 @@
 int engine_wait_step(ferry_engine *e);
 /* The io_uring swap store (NULL when nothing lives on NVMe). */
 ferry_swap *engine_swap(ferry_engine *e);
+/* The engine's timeline; asking for it switches the manager's copy spans
+ * on (they are off unless the config names a timeline file). */
 ferry_timeline *engine_timeline(ferry_engine *e);
 ferry_dtype engine_param_dtype(const ferry_engine *e);
 /* The bytes of device memory and of host memory the engine keeps outside

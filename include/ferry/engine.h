@@ -153,6 +153,8 @@ typedef struct {
   uint64_t stalls;                               /* fetches that had to wait */
   double stall_seconds;                          /* time callers waited for chunks */
   uint64_t metadata_bytes, managed_bytes;        /* bookkeeping vs tensor bytes */
+  uint64_t host_pageable_bytes; /* host pool bytes that are pageable, not pinned (pinning was
+                                   off, or failed and the fallback allowed it); 0 when pinned */
 } ferry_stats;
 
 /* The engine's tiers: current and peak bytes per tier and family, bytes

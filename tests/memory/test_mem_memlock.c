@@ -1,7 +1,8 @@
 /* tests/memory/test_mem_memlock.c — the pinned host pool against a low
  * RLIMIT_MEMLOCK, in child processes (setrlimit there only): without the
  * fallback, finalize fails with FERRY_ENOMEM and a message giving the limit
- * and the bytes needed; with it, the pool is pageable and a warning says so.
+ * and the bytes needed; with it, the pool is pageable, a warning gives its
+ * size and the stats report it (host_pageable_bytes).
  */
 #include "memory/mem_impl.h"
 #include "tests/test.h"
@@ -53,6 +54,13 @@ static int child(int fallback, rlim_t limit, size_t budget) {
     printf("fallback: rc %d, pinned %d, log:\n%s", rc, m->host_is_pinned, logbuf);
     bad = rc != 0 || m->host_is_pinned || !strstr(logbuf, "pageable") ||
           !strstr(logbuf, "RLIMIT_MEMLOCK");
+    /* Not silent: a warning with the size, and the stats say so. */
+    char warn[64];
+    snprintf(warn, sizeof warn, "%d:memory: pageable host pool of %zu bytes", FERRY_LOG_WARN,
+             budget);
+    ferry_stats st;
+    bad |= !strstr(logbuf, warn) || ferry_mem_get_stats(m, &st) != 0 ||
+           st.host_pageable_bytes != budget;
     if (!bad) { /* the pool works */
       bad |= ferry_mem_fetch(m, 0, 0, FERRY_TIER_DEVICE, NULL, 0) != 0;
       bad |= ferry_mem_release(m, 0, 0, FERRY_TIER_DEVICE, NULL) != 0;
