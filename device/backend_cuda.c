@@ -7,6 +7,7 @@
 #include "device/backend_impl.h"
 
 #include <cuda_runtime.h>
+#include <dlfcn.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -20,6 +21,7 @@ cudaError_t ferry_cuda_sleep_prepare(void);
 /* device/convert.cu */
 cudaError_t ferry_cuda_convert_launch(cudaStream_t stream, void *dst, int dt, const void *src,
                                       int st, size_t n, float scale, uint32_t default_nan);
+cudaError_t ferry_cuda_convert_prepare(void);
 
 typedef struct {
   int ordinal;
@@ -203,6 +205,21 @@ static uint32_t host_default_nan(void) {
   return u;
 }
 
+/* Loads ferry's kernels on the current device now, so no step pays for
+ * module loading (or PTX JIT on a GPU newer than the machine code); one that
+ * cannot load is logged, and its calls fail with the runtime's message. */
+static void prepare_kernels(ferry_device *dev, const cuda_dev *cd) {
+  static const char *const what[2] = {"the sleep kernel (ferry_stream_sleep)",
+                                      "the conversion kernel (ferry_convert_async)"};
+  cudaError_t e[2] = {ferry_cuda_sleep_prepare(), ferry_cuda_convert_prepare()};
+  for (int i = 0; i < 2; i++) {
+    if (e[i] == cudaSuccess) continue;
+    (void)cudaGetLastError();
+    ferry_logf(&dev->log, FERRY_LOG_WARN, "cuda: %s cannot load on %s: %s (%s)", what[i],
+               cd->name, cudaGetErrorString(e[i]), cudaGetErrorName(e[i]));
+  }
+}
+
 static int cuda_init(ferry_device *dev, char **base) {
   int ord = dev->cfg.cuda_ordinal, n = 0;
   int rc = FERRY_CUDA_CHECK(dev, cudaGetDeviceCount(&n), "no usable CUDA driver or device");
@@ -247,13 +264,7 @@ static int cuda_init(ferry_device *dev, char **base) {
                              "bytes free)",
                              reserve, ord, cd->name, free_b, total_b)))
     goto out;
-  cudaError_t pe = ferry_cuda_sleep_prepare();
-  if (pe != cudaSuccess) {
-    (void)cudaGetLastError();
-    ferry_logf(&dev->log, FERRY_LOG_WARN,
-               "cuda: the sleep kernel cannot load on %s (%s); ferry_stream_sleep will fail",
-               cd->name, cudaGetErrorString(pe));
-  }
+  prepare_kernels(dev, cd);
   dev->cfg.capacity = cap;
   dev->impl = cd;
   *base = arena;
@@ -681,6 +692,56 @@ int ferry_cuda_available(char *why, size_t why_len) {
   return 1;
 }
 
+/* Free memory per device from NVML, when the driver's libnvidia-ml is there
+ * (loaded at run time: no build or link dependency). NVML asks the driver
+ * without a CUDA context, which cudaMemGetInfo would create on every GPU. */
+typedef struct {
+  unsigned long long total, free, used;
+} nvml_memory;
+
+typedef struct {
+  void *lib;
+  int (*init)(void);
+  int (*shutdown)(void);
+  int (*by_bus)(const char *bus, void **device);
+  int (*memory)(void *device, nvml_memory *mem);
+} nvml_api;
+
+static int nvml_open(nvml_api *n) {
+  memset(n, 0, sizeof n[0]);
+  n->lib = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (!n->lib) return 0;
+  *(void **)&n->init = dlsym(n->lib, "nvmlInit_v2");
+  *(void **)&n->shutdown = dlsym(n->lib, "nvmlShutdown");
+  *(void **)&n->by_bus = dlsym(n->lib, "nvmlDeviceGetHandleByPciBusId_v2");
+  *(void **)&n->memory = dlsym(n->lib, "nvmlDeviceGetMemoryInfo");
+  if (n->init && n->shutdown && n->by_bus && n->memory && n->init() == 0) return 1;
+  dlclose(n->lib);
+  n->lib = NULL;
+  return 0;
+}
+
+static void nvml_close(nvml_api *n) {
+  if (!n->lib) return;
+  (void)n->shutdown();
+  dlclose(n->lib);
+}
+
+/* Device i's free memory, 0 when NVML cannot say. */
+static size_t nvml_free(nvml_api *n, int ordinal) {
+  char bus[64];
+  void *d = NULL;
+  nvml_memory mem;
+  if (!n->lib || cudaDeviceGetPCIBusId(bus, (int)sizeof bus, ordinal) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  if (n->by_bus(bus, &d) != 0 || n->memory(d, &mem) != 0) return 0;
+  return (size_t)mem.free;
+}
+
+/* Lists the devices with calls that create no context (properties, PCI bus
+ * id); free memory comes from NVML. */
 int ferry_gpu_list(ferry_gpu_info *out, int max, int *count, char *why, size_t why_len) {
   if (!count || max < 0 || (max > 0 && !out)) return FERRY_EINVAL;
   *count = 0;
@@ -696,8 +757,8 @@ int ferry_gpu_list(ferry_gpu_info *out, int max, int *count, char *why, size_t w
       put_why(why, why_len, "the CUDA runtime reports no device");
     return FERRY_OK;
   }
-  int prev = 0;
-  if (cudaGetDevice(&prev) != cudaSuccess) prev = 0;
+  nvml_api nv;
+  nvml_open(&nv);
   int k = 0;
   for (int i = 0; i < n && k < max; i++) {
     ferry_gpu_info *g = &out[k];
@@ -712,17 +773,11 @@ int ferry_gpu_list(ferry_gpu_info *out, int max, int *count, char *why, size_t w
     g->total_memory = prop.totalGlobalMem;
     g->cc_major = prop.major;
     g->cc_minor = prop.minor;
-    /* Free memory needs the device's context; a device in exclusive or
-     * prohibited mode may refuse one, which leaves free_memory 0. */
-    size_t fr = 0, tot = 0;
-    if (cudaSetDevice(i) == cudaSuccess && cudaMemGetInfo(&fr, &tot) == cudaSuccess)
-      g->free_memory = fr;
-    (void)cudaGetLastError();
+    g->free_memory = nvml_free(&nv, i);
     read_pcie(i, &g->pcie_gen, &g->pcie_width);
     k++;
   }
-  (void)cudaSetDevice(prev);
-  (void)cudaGetLastError();
+  nvml_close(&nv);
   *count = k;
   if (k == 0) put_why(why, why_len, "%d CUDA device(s) present, none could be queried", n);
   return FERRY_OK;

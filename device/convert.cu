@@ -52,3 +52,11 @@ extern "C" cudaError_t ferry_cuda_convert_launch(cudaStream_t stream, void *dst,
   return cudaLaunchKernel((const void *)convert_kernel, dim3(blocks), dim3(threads), args, 0,
                           stream);
 }
+
+/* Loads the kernel's module on the current device now (module loading is
+ * lazy; a GPU without machine code for it JIT-compiles the PTX here), so the
+ * first conversion does not pay for it inside a step. */
+extern "C" cudaError_t ferry_cuda_convert_prepare(void) {
+  cudaFuncAttributes attr;
+  return cudaFuncGetAttributes(&attr, (const void *)convert_kernel);
+}

@@ -170,7 +170,8 @@ typedef struct {
   char name[128];
   int ordinal;
   size_t total_memory;
-  size_t free_memory;
+  size_t free_memory; /* from NVML (the driver's libnvidia-ml, loaded at run time);
+                         0 when it is not there. Listing creates no CUDA context. */
   int cc_major, cc_minor;
   int pcie_gen, pcie_width; /* 0 when unknown */
 } ferry_gpu_info;
