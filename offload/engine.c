@@ -121,6 +121,7 @@ void ferry_engine_destroy(ferry_engine *e) {
   ferry_optimizer_destroy(e->opt);
   drain_free(e);
   stepper_free(e);
+  if (e->dev && e->reserved) ferry_device_free(e->dev, e->reserved);
   if (e->dev) {
     ferry_stream_destroy(e->up);
     ferry_stream_destroy(e->down);
@@ -204,6 +205,11 @@ static size_t group_buffer_bytes(const ferry_engine *e) {
   return ferry_align_up(e->gt.max_group_n * e->esize, 4096);
 }
 
+/* The caller's reservation as it counts against the device budget. */
+static size_t reserve_footprint(const ferry_engine *e) {
+  return ferry_align_up(e->reserve_bytes, 256);
+}
+
 void engine_own_bytes(const ferry_engine *e, size_t *own_dev, size_t *own_host) {
   size_t gbytes = group_buffer_bytes(e);
   /* device: the grad buffers; host: the grad and upload staging, and the
@@ -219,7 +225,7 @@ static int create_manager(ferry_engine *e, size_t dev_budget, size_t own_dev, si
   const ferry_config_values *v = e->cv;
   ferry_mem_config mc = ferry_mem_config_default();
   mc.dev = e->dev;
-  mc.budget[FERRY_TIER_DEVICE] = dev_budget - own_dev;
+  mc.budget[FERRY_TIER_DEVICE] = dev_budget - own_dev - reserve_footprint(e);
   uint64_t host = v->host_budget ? v->host_budget : available_ram() / 10 * 8;
   if (host <= own_host)
     return ferry_err(&e->err, FERRY_ENOMEM,
@@ -346,16 +352,24 @@ static int init_values(ferry_engine *e) {
   return FERRY_OK;
 }
 
-/* The engine's own device and pinned buffers, outside the manager. */
+/* The engine's own device and pinned buffers, outside the manager, and the
+ * caller's reservation (ferry_engine_reserve). */
 static int alloc_buffers(ferry_engine *e, size_t dev_budget, size_t own_dev) {
-  size_t gbytes = group_buffer_bytes(e);
-  if (own_dev >= dev_budget)
+  size_t gbytes = group_buffer_bytes(e), res = reserve_footprint(e);
+  if (own_dev >= dev_budget || res >= dev_budget - own_dev)
     return ferry_err(&e->err, FERRY_ENOMEM,
-                     "finalize: the device budget (%zu bytes) cannot hold the %d gradient "
-                     "buffers of the largest group (%zu bytes each)",
-                     dev_budget, ENGINE_GRAD_SLOTS, gbytes);
+                     "finalize: the device budget (%zu bytes) cannot hold the reservation "
+                     "(%zu bytes, ferry_engine_reserve) beside the engine's %d gradient buffers "
+                     "of the largest group (%zu bytes in all) and room for its chunks",
+                     dev_budget, e->reserve_bytes, ENGINE_GRAD_SLOTS, own_dev);
   int rc = drain_init(e, gbytes);
   if (!rc) rc = stepper_init(e, gbytes);
+  if (!rc && e->reserve_bytes) {
+    rc = ferry_device_alloc(e->dev, e->reserve_bytes, &e->reserved);
+    if (rc)
+      return ferry_err(&e->err, rc, "finalize: the reservation of %zu bytes: %s", e->reserve_bytes,
+                       ferry_device_last_error(e->dev));
+  }
   return rc;
 }
 
@@ -378,6 +392,39 @@ static int create_optimizers(ferry_engine *e, const ferry_optimizer_config *oc) 
   return FERRY_OK;
 }
 
+/* The layout's failure; one for lack of device room names the reservation
+ * that took part of the budget. */
+static int layout_err(ferry_engine *e, int rc, size_t dev_budget, size_t own_dev) {
+  rc = engine_mem_err(e, rc, "finalize: layout");
+  if (rc != FERRY_ENOMEM || !e->reserve_bytes) return rc;
+  char msg[FERRY_ERR_MAX];
+  snprintf(msg, sizeof msg, "%s", ferry_err_msg(&e->err));
+  return ferry_err(&e->err, rc,
+                   "%s (the device budget of %zu bytes less the engine's gradient buffers, %zu "
+                   "bytes, and the reservation, %zu bytes, leaves %zu bytes for its chunks)",
+                   msg, dev_budget, own_dev, e->reserve_bytes,
+                   dev_budget - own_dev - reserve_footprint(e));
+}
+
+int ferry_engine_reserve(ferry_engine *e, size_t bytes) {
+  if (!e) return FERRY_EINVAL;
+  if (e->finalized || e->mem)
+    return ferry_err(&e->err, FERRY_EINVAL, "reserve: call it before ferry_engine_finalize");
+  if (bytes > SIZE_MAX - 256)
+    return ferry_err(&e->err, FERRY_EINVAL, "reserve: %zu bytes", bytes);
+  e->reserve_bytes = bytes;
+  return FERRY_OK;
+}
+
+int ferry_engine_reserved(ferry_engine *e, void **ptr, size_t *bytes) {
+  if (!e || !ptr || !bytes) return FERRY_EINVAL;
+  if (!e->finalized)
+    return ferry_err(&e->err, FERRY_EINVAL, "reserved: call it after ferry_engine_finalize");
+  *ptr = e->reserved;
+  *bytes = e->reserved ? e->reserve_bytes : 0;
+  return FERRY_OK;
+}
+
 int ferry_engine_finalize(ferry_engine *e) {
   if (!e) return FERRY_EINVAL;
   if (e->finalized) return ferry_err(&e->err, FERRY_ESTATE, "finalize: already finalized");
@@ -395,7 +442,7 @@ int ferry_engine_finalize(ferry_engine *e) {
     e->nstates = ferry_optimizer_state_count(&oc);
     rc = group_register(e);
     if (!rc) rc = ferry_mem_finalize(e->mem);
-    if (rc) return engine_mem_err(e, rc, "finalize: layout");
+    if (rc) return layout_err(e, rc, dev_budget, own_dev);
     group_check_chunks(e);
     rc = stepper_init_param_stage(e);
   }

@@ -148,6 +148,8 @@ struct ferry_engine {
   ferry_swap *swap;  /* thread-safe */
   ferry_optimizer *opt;    /* (stepper) */
   ferry_stream *up, *down; /* param uploads (stepper), grad downloads (drain) */
+  size_t reserve_bytes;    /* (loop) ferry_engine_reserve: the caller's share of the budget */
+  void *reserved;          /* (fixed) its device block, allocated at finalize */
   ferry_timeline tl;       /* thread-safe */
   double copy_t0[2];       /* (the manager's copy hook, in stream order) */
   ferry_errbuf err;        /* any thread: the last failure's message */
