@@ -723,6 +723,21 @@ out:
   return rc;
 }
 
+int ferry_mem_wait_users(ferry_mem *m, uint32_t group, int family, ferry_stream *stream) {
+  if (!m || !stream) return FERRY_EINVAL;
+  const mem_range *r = NULL;
+  pthread_mutex_lock(&m->mu);
+  int rc = check_call(m, group, family, FERRY_TIER_DEVICE, "wait for users", &r);
+  for (uint32_t ci = rc ? 0 : r->first; !rc && ci < r->first + r->count; ci++) {
+    mem_chunk *c = &m->c[ci];
+    if (c->state[FERRY_TIER_DEVICE] == FERRY_RES_ABSENT || !c->ev_use) continue;
+    int e = ferry_stream_wait_event(stream, c->ev_use);
+    if (e) rc = ferry_err(&m->err, e, "wait for users: %s", ferry_device_last_error(m->cfg.dev));
+  }
+  pthread_mutex_unlock(&m->mu);
+  return rc;
+}
+
 int ferry_mem_writeback(ferry_mem *m, uint32_t group, int family, int tier) {
   if (!m) return FERRY_EINVAL;
   const mem_range *r;

@@ -169,9 +169,12 @@ int mem_tiers_reserve(ferry_mem *m) {
         return ferry_err(&m->err, rc, "zeroing device chunks: %s", ferry_device_last_error(dev));
     }
     mem_stats_add(m, c->home, c->family, c->bytes);
-    if (m->cfg.reach[c->family] == FERRY_TIER_DEVICE && c->home > FERRY_TIER_DEVICE) {
-      if ((rc = ferry_event_create(dev, &c->ev_load)) ||
-          (rc = ferry_event_create(dev, &c->ev_use)) || (rc = ferry_event_create(dev, &c->ev_wb)))
+    /* ev_use also for device homes: ferry_mem_wait_users orders in-place
+     * writers after the readers */
+    if (m->cfg.reach[c->family] == FERRY_TIER_DEVICE) {
+      if ((rc = ferry_event_create(dev, &c->ev_use)) ||
+          (c->home > FERRY_TIER_DEVICE && ((rc = ferry_event_create(dev, &c->ev_load)) ||
+                                           (rc = ferry_event_create(dev, &c->ev_wb)))))
         return ferry_err(&m->err, rc, "chunk events: %s", ferry_device_last_error(dev));
     }
   }

@@ -95,11 +95,23 @@ static int param_prepare(ferry_engine *e, uint32_t g, int slot, void **dst) {
   return FERRY_OK;
 }
 
-/* Device home: upload group g's staged params into its device copy. */
+/* Waits (mu held) until the loop holds none of group g: its releases have
+ * recorded every use of the group's device copies. */
+static void wait_released(ferry_engine *e, eng_group *gr) {
+  while (gr->fetched && !e->stepper.stop) pthread_cond_wait(&e->stepper.cv, &e->mu);
+}
+
+/* Device home: upload group g's staged params into its device copy, in
+ * place, once the loop's streams are done reading it (the H2D on e->up
+ * waits for every use the releases recorded). */
 static int param_upload(ferry_engine *e, uint32_t g, int slot) {
   eng_group *gr = &e->gt.groups[g];
-  int rc = FERRY_OK;
+  pthread_mutex_lock(&e->mu);
+  wait_released(e, gr);
+  pthread_mutex_unlock(&e->mu);
   double t0 = ferry_now();
+  int rc = ferry_mem_wait_users(e->mem, g, FERRY_FAMILY_PARAMS, e->up);
+  if (rc) return engine_mem_err(e, rc, "step: upload");
   for (uint32_t k = 0; k < gr->count && !rc; k++) {
     eng_param *p = group_param(e, g, k);
     void *d;
@@ -261,7 +273,7 @@ static void after_update(ferry_engine *e, uint32_t g, int rc) {
     group_set_state(e, g, GROUP_UPDATED);
   }
   if (e->param_home != FERRY_TIER_DEVICE) {
-    while (gr->fetched && !e->stepper.stop) pthread_cond_wait(&e->stepper.cv, &e->mu);
+    wait_released(e, gr);
     if (!rc) {
       pthread_mutex_unlock(&e->mu);
       int crc = param_commit(e, g);

@@ -6,6 +6,7 @@
  * aligned, and goes back to the device at destroy.
  */
 #include "bench/synth_model.h"
+#include "tests/offload/engine_util.h"
 #include "tests/test.h"
 
 #include <stdint.h>
@@ -23,17 +24,7 @@ static ferry_engine *make_engine(const char *gpu_budget, const char *placement) 
            "precision: { params = \"bf16\"; };\n"
            "placement: { %s };\n",
            gpu_budget, placement);
-  ferry_config *c = NULL;
-  REQUIRE(ferry_config_create(&c) == 0);
-  int rc = ferry_config_load_string(c, text, "reserve.cfg");
-  if (rc) fprintf(stderr, "config: %s\n", ferry_config_last_error(c));
-  REQUIRE(rc == 0);
-  ferry_engine *e = NULL;
-  rc = ferry_engine_create(c, NULL, &e);
-  if (rc) fprintf(stderr, "engine create: %s\n", ferry_last_error());
-  ferry_config_destroy(c);
-  REQUIRE(rc == 0);
-  return e;
+  return eu_engine(text, NULL);
 }
 
 static const char *offloaded = "params = \"host\"; grads = \"host\"; optimizer = \"host\";";
