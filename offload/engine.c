@@ -215,7 +215,7 @@ void engine_own_bytes(const ferry_engine *e, size_t *own_dev, size_t *own_host) 
   /* device: the grad buffers; host: the grad and upload staging, and the
    * param commit staging (host and NVMe param homes) */
   *own_dev = ENGINE_GRAD_SLOTS * ferry_align_up(gbytes, 256);
-  *own_host = (ENGINE_STAGE_SLOTS + 1) * gbytes +
+  *own_host = (ENGINE_STAGE_SLOTS + ENGINE_DRAIN_STAGES) * gbytes +
               (e->param_home != FERRY_TIER_DEVICE ? e->gt.max_group_n * e->esize : 0);
 }
 
@@ -356,12 +356,17 @@ static int init_values(ferry_engine *e) {
  * caller's reservation (ferry_engine_reserve). */
 static int alloc_buffers(ferry_engine *e, size_t dev_budget, size_t own_dev) {
   size_t gbytes = group_buffer_bytes(e), res = reserve_footprint(e);
-  if (own_dev >= dev_budget || res >= dev_budget - own_dev)
+  if (own_dev >= dev_budget || res >= dev_budget - own_dev) {
+    char what[96] = "";
+    if (e->reserve_bytes)
+      snprintf(what, sizeof what, "the reservation (%zu bytes, ferry_engine_reserve) beside ",
+               e->reserve_bytes);
     return ferry_err(&e->err, FERRY_ENOMEM,
-                     "finalize: the device budget (%zu bytes) cannot hold the reservation "
-                     "(%zu bytes, ferry_engine_reserve) beside the engine's %d gradient buffers "
-                     "of the largest group (%zu bytes in all) and room for its chunks",
-                     dev_budget, e->reserve_bytes, ENGINE_GRAD_SLOTS, own_dev);
+                     "finalize: the device budget (%zu bytes) cannot hold %sthe engine's %d "
+                     "gradient buffers of the largest group (%zu bytes in all) and room for its "
+                     "chunks",
+                     dev_budget, what, ENGINE_GRAD_SLOTS, own_dev);
+  }
   int rc = drain_init(e, gbytes);
   if (!rc) rc = stepper_init(e, gbytes);
   if (!rc && e->reserve_bytes) {
@@ -578,7 +583,9 @@ int ferry_param_device(ferry_engine *e, const char *name, void **param, void **g
       int rc = drain_take_slot(e, p->group, &got);
       if (rc) return ferry_err(&e->err, rc, "param device: the gradient drain failed");
       gr->grad_slot = got;
-      rc = ferry_memset_async(gr->stream, e->drain.slot[got].dev, 0, gr->n * e->esize);
+      /* after the drain's last copy out of it */
+      rc = ferry_stream_wait_event(gr->stream, e->drain.slot[got].drained);
+      if (!rc) rc = ferry_memset_async(gr->stream, e->drain.slot[got].dev, 0, gr->n * e->esize);
       if (rc) return ferry_err(&e->err, rc, "param device: %s", ferry_device_last_error(e->dev));
     }
     *grad = (char *)e->drain.slot[gr->grad_slot].dev + p->goff * e->esize;
@@ -598,8 +605,8 @@ int ferry_grads_ready(ferry_engine *e, int group, ferry_stream *s) {
                      group);
   rc = ferry_event_record(e->drain.slot[gr->grad_slot].ready, s);
   if (rc) return ferry_err(&e->err, rc, "grads ready: %s", ferry_device_last_error(e->dev));
-  gr->grad_slot = -1; /* the drain owns it now (its owner still names the group) */
-  drain_submit(e, (uint32_t)group);
+  drain_submit(e, (uint32_t)group, gr->grad_slot); /* the drain owns it now */
+  gr->grad_slot = -1;
   return FERRY_OK;
 }
 
@@ -704,5 +711,6 @@ int engine_wait_step(ferry_engine *e) { return stepper_wait_all(e); }
 ferry_swap *engine_swap(ferry_engine *e) { return e->swap; }
 ferry_timeline *engine_timeline(ferry_engine *e) { return &e->tl; }
 ferry_dtype engine_param_dtype(const ferry_engine *e) { return e->dtype; }
+void engine_set_d2h_delay(ferry_engine *e, double seconds) { e->drain.d2h_delay = seconds; }
 
 int ferry_engine_stats(ferry_engine *e, ferry_stats *out) { return ferry_engine_get_stats(e, out); }

@@ -30,6 +30,7 @@
 
 #define ENGINE_GRAD_SLOTS 2   /* device grad buffers in flight (backward / drain) */
 #define ENGINE_STAGE_SLOTS 2  /* pinned buffers for param uploads */
+#define ENGINE_DRAIN_STAGES 2 /* pinned buffers for grad downloads (one copying, one summed) */
 
 /* ---- group.c: the group table -------------------------------------------- */
 
@@ -87,22 +88,38 @@ typedef struct {
 typedef struct {
   void *dev;             /* (fixed) device buffer (param dtype) */
   ferry_event *ready;    /* (fixed) backward's writes done (recorded by grads_ready) */
+  ferry_event *drained;  /* (fixed) the last copy out of it done (on e->down) */
   int owner;             /* (mu) group, -1 free */
 } eng_grad_slot;
+
+/* A pinned buffer a group's grads are copied into (D2H) and summed from. */
+typedef struct {
+  void *buf;             /* (fixed) the largest group in param dtype */
+  ferry_event *done;     /* (fixed) its D2H done (on e->down) */
+  double t0, t1;         /* (e->down's host functions; the drain after `done`) the D2H's span */
+} eng_drain_stage;
+
+typedef struct {
+  uint32_t group;
+  int slot;              /* the device grad buffer its grads are in */
+} eng_drain_item;
 
 typedef struct {
   pthread_t thread;
   int started;           /* (loop) */
   pthread_cond_t cv_work, cv_idle, cv_slot; /* with mu */
-  uint32_t *queue;       /* (mu) groups whose grads are ready, FIFO */
-  size_t qhead, qtail, qcap;
-  int busy;              /* (mu) the drain thread is working on one */
+  /* (mu) groups whose grads are ready, FIFO: [qhead, qissue) are being
+   * copied D2H (at most ENGINE_DRAIN_STAGES, item i into stage i % it),
+   * [qissue, qtail) wait; qhead moves once a group is summed */
+  eng_drain_item *queue;
+  size_t qhead, qissue, qtail, qcap;
   int stop;              /* (mu) */
   int status;            /* (mu) first error of the drain */
   int micro;             /* (mu) micro-batches drained completely this step */
   uint32_t in_micro;     /* (mu) groups drained in the current micro-batch */
   eng_grad_slot slot[ENGINE_GRAD_SLOTS];
-  void *stage;           /* (drain) pinned, the largest group in param dtype */
+  eng_drain_stage stage[ENGINE_DRAIN_STAGES];
+  double d2h_delay;      /* (fixed) tests: a stream sleep before each D2H */
   ferry_optimizer *opt;  /* (drain) one-thread optimizer for accumulation and stats */
 } eng_drain;
 
@@ -224,7 +241,7 @@ void drain_stop(ferry_engine *e);
 void drain_free(ferry_engine *e);
 /* A free device grad buffer for group g (waits while both are draining). */
 int drain_take_slot(ferry_engine *e, uint32_t g, int *slot);
-void drain_submit(ferry_engine *e, uint32_t g); /* its grads are ready */
+void drain_submit(ferry_engine *e, uint32_t g, int slot); /* its grads are ready there */
 /* Waits until every submitted group is drained; the drain's first error. */
 int drain_wait(ferry_engine *e);
 void drain_progress(ferry_engine *e, int *micro, uint32_t *in_micro);

@@ -7,12 +7,13 @@
  */
 #include "bench/synth_model.h"
 #include "offload/engine_internal.h"
+#include "offload/timeline.h"
 #include "tests/offload/engine_util.h"
 #include "tests/test.h"
 
 #include <stdint.h>
 
-#define G 3
+#define G 4
 #define D 32
 #define N (D * D)
 
@@ -30,7 +31,8 @@ static ferry_engine *make_engine(const char *extra) {
   return eu_engine(text, NULL);
 }
 
-static void register_params(ferry_engine *e) {
+static void register_params(ferry_engine *e, double d2h_delay) {
+  engine_set_d2h_delay(e, d2h_delay);
   for (int g = 0; g < G; g++) {
     char name[32];
     snprintf(name, sizeof name, "layer%d.w", g);
@@ -67,10 +69,10 @@ static void bf16_of(const float *v, uint16_t *out) {
   for (size_t i = 0; i < N; i++) ferry_dt_store(out, FERRY_DT_BF16, i, v[i]);
 }
 
-/* Backward over every group with fixed grads; group 0's params are read
- * once more after a long sleep, behind its release: the step commits its
- * new params meanwhile. Returns what that read saw. */
-static void backward_with_slow_reader(ferry_engine *e, ferry_stream *s, read_arg *rd) {
+/* Backward over every group with fixed grads. With rd, group 0's params
+ * are read once more after a long sleep, behind its release: the step
+ * commits its new params meanwhile; rd gets what that read saw. */
+static void backward(ferry_engine *e, ferry_stream *s, read_arg *rd) {
   static fill_arg fills[G];
   for (int g = G - 1; g >= 0; g--) {
     char name[32];
@@ -81,7 +83,7 @@ static void backward_with_slow_reader(ferry_engine *e, ferry_stream *s, read_arg
     fills[g] = (fill_arg){gw, 0.01f * (float)(g + 1)};
     REQUIRE(ferry_launch_host_func(s, fill_grads, &fills[g]) == 0);
     REQUIRE(ferry_grads_ready(e, g, s) == 0);
-    if (g == 0) { /* the loop still reads group 0 well after its grads are in */
+    if (g == 0 && rd) { /* the loop still reads group 0 well after its grads are in */
       rd->param = w;
       REQUIRE(ferry_stream_sleep(s, 0.3) == 0);
       REQUIRE(ferry_launch_host_func(s, read_params, rd) == 0);
@@ -92,7 +94,7 @@ static void backward_with_slow_reader(ferry_engine *e, ferry_stream *s, read_arg
 
 static void commit_waits_for_reader(const char *mode) {
   ferry_engine *e = make_engine(mode);
-  register_params(e);
+  register_params(e, 0);
   ferry_stream *s = NULL;
   REQUIRE(ferry_stream_create(ferry_engine_device(e), &s) == 0);
   float before[N], after[N];
@@ -102,7 +104,7 @@ static void commit_waits_for_reader(const char *mode) {
 
   static read_arg rd;
   memset(&rd, 0, sizeof rd);
-  backward_with_slow_reader(e, s, &rd);
+  backward(e, s, &rd);
   ferry_step_info info;
   int rc = ferry_step(e, &info);
   if (rc) fprintf(stderr, "step: %s\n", ferry_engine_last_error(e));
@@ -130,7 +132,47 @@ static void commit_waits_for_reader(const char *mode) {
   ferry_engine_destroy(e);
 }
 
+/* Backward with a slow D2H link (a 0.1 s stream sleep before each grad
+ * copy): the drain sums group g+1 from one staging buffer while group g's
+ * copy runs into the other, so every sum but the last lies inside the
+ * span of another group's D2H. The single-buffered drain copied only after
+ * the sum before, so none did. */
+static void drain_overlaps(void) {
+  ferry_engine *e = make_engine("step_during_backward = false;");
+  register_params(e, 0.1);
+  ferry_stream *s = NULL;
+  REQUIRE(ferry_stream_create(ferry_engine_device(e), &s) == 0);
+  backward(e, s, NULL);
+  REQUIRE(ferry_stream_synchronize(s) == 0);
+  REQUIRE(ferry_step(e, NULL) == 0); /* waits for the drain */
+  REQUIRE(engine_wait_step(e) == 0);
+  const ferry_timeline *tl = engine_timeline(e);
+  size_t n = atomic_load(&tl->n), nd2h = 0, nacc = 0, inside = 0;
+  if (n > tl->cap) n = tl->cap;
+  for (size_t i = 0; i < n; i++) {
+    const ferry_span *a = &tl->spans[i];
+    nd2h += a->lane == FERRY_LANE_D2H && !strcmp(a->name, "grads D2H");
+    if (a->lane != FERRY_LANE_OPTIM0 || strcmp(a->name, "accumulate")) continue;
+    nacc++;
+    for (size_t j = 0; j < n; j++) {
+      const ferry_span *c = &tl->spans[j];
+      if (c->lane == FERRY_LANE_D2H && !strcmp(c->name, "grads D2H") && c->t0 <= a->t0 &&
+          a->t1 <= c->t1) {
+        inside++;
+        break;
+      }
+    }
+  }
+  printf("drain: %zu D2H spans, %zu sums, %zu of them during a D2H\n", nd2h, nacc, inside);
+  EXPECT_EQ_INT(nd2h, G);
+  EXPECT_EQ_INT(nacc, G);
+  EXPECT(inside >= G - 2); /* G - 1 unless a sum took longer than 0.1 s */
+  ferry_stream_destroy(s);
+  ferry_engine_destroy(e);
+}
+
 int main(void) {
+  drain_overlaps();
   /* eager: the update runs during backward, as soon as group 0's grads are in */
   commit_waits_for_reader("step_during_backward = true;");
   /* at ferry_step */
