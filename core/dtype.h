@@ -13,6 +13,14 @@
 #include <stdint.h>
 #include <string.h>
 
+/* Under nvcc the conversions below are host and device functions, so the
+ * CUDA converter (device/convert.cu) runs these very lines. */
+#ifdef __CUDACC__
+#define FERRY_DTYPE_FN static inline __host__ __device__
+#else
+#define FERRY_DTYPE_FN static inline
+#endif
+
 typedef struct {
   const char *name; /* safetensors spelling: "F32", "BF16", ... */
   size_t size;      /* bytes per element */
@@ -24,18 +32,18 @@ typedef struct {
 /* The traits of dt; NULL for FERRY_DT_NONE and values out of range. */
 const ferry_dtype_traits *ferry_dtype_traits_of(ferry_dtype dt);
 
-static inline uint32_t ferry_f32_bits(float x) {
+FERRY_DTYPE_FN uint32_t ferry_f32_bits(float x) {
   uint32_t u;
   memcpy(&u, &x, 4);
   return u;
 }
-static inline float ferry_f32_from_bits(uint32_t u) {
+FERRY_DTYPE_FN float ferry_f32_from_bits(uint32_t u) {
   float x;
   memcpy(&x, &u, 4);
   return x;
 }
 
-static inline float ferry_f16_to_f32(uint16_t h) {
+FERRY_DTYPE_FN float ferry_f16_to_f32(uint16_t h) {
   uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
   uint32_t exp = (h >> 10) & 0x1fu, man = h & 0x3ffu;
   if (exp == 0x1f) /* inf, or NaN made quiet */
@@ -49,7 +57,7 @@ static inline float ferry_f16_to_f32(uint16_t h) {
   return ferry_f32_from_bits(sign | ((exp + 112u) << 23) | (man << 13));
 }
 
-static inline uint16_t ferry_f32_to_f16(float x) {
+FERRY_DTYPE_FN uint16_t ferry_f32_to_f16(float x) {
   uint32_t u = ferry_f32_bits(x);
   uint16_t sign = (uint16_t)((u >> 16) & 0x8000u);
   uint32_t a = u & 0x7fffffffu;
@@ -67,9 +75,11 @@ static inline uint16_t ferry_f32_to_f16(float x) {
   return (uint16_t)(sign | ((r - 0x38000000u) >> 13));
 }
 
-static inline float ferry_bf16_to_f32(uint16_t h) { return ferry_f32_from_bits((uint32_t)h << 16); }
+FERRY_DTYPE_FN float ferry_bf16_to_f32(uint16_t h) {
+  return ferry_f32_from_bits((uint32_t)h << 16);
+}
 
-static inline uint16_t ferry_f32_to_bf16(float x) {
+FERRY_DTYPE_FN uint16_t ferry_f32_to_bf16(float x) {
   uint32_t u = ferry_f32_bits(x);
   if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u); /* quiet NaN */
   return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
@@ -77,7 +87,7 @@ static inline uint16_t ferry_f32_to_bf16(float x) {
 
 /* Element i of an F32/F16/BF16 buffer (anything else reads as F32: the
  * callers pass only convertible dtypes). */
-static inline float ferry_dt_load(const void *b, int dt, size_t i) {
+FERRY_DTYPE_FN float ferry_dt_load(const void *b, int dt, size_t i) {
   switch (dt) {
   case FERRY_DT_F16: return ferry_f16_to_f32(((const uint16_t *)b)[i]);
   case FERRY_DT_BF16: return ferry_bf16_to_f32(((const uint16_t *)b)[i]);
@@ -86,7 +96,7 @@ static inline float ferry_dt_load(const void *b, int dt, size_t i) {
 }
 
 /* Stores x as element i of an F32/F16/BF16 buffer; other dtypes: nothing. */
-static inline void ferry_dt_store(void *b, int dt, size_t i, float x) {
+FERRY_DTYPE_FN void ferry_dt_store(void *b, int dt, size_t i, float x) {
   switch (dt) {
   case FERRY_DT_F16: ((uint16_t *)b)[i] = ferry_f32_to_f16(x); break;
   case FERRY_DT_BF16: ((uint16_t *)b)[i] = ferry_f32_to_bf16(x); break;

@@ -7,6 +7,7 @@
 #include "device/backend_impl.h"
 
 #include <cuda_runtime.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -16,11 +17,15 @@
 /* device/cuda_sleep.cu */
 cudaError_t ferry_cuda_sleep_launch(cudaStream_t stream, unsigned long long ns);
 cudaError_t ferry_cuda_sleep_prepare(void);
+/* device/convert.cu */
+cudaError_t ferry_cuda_convert_launch(cudaStream_t stream, void *dst, int dt, const void *src,
+                                      int st, size_t n, float scale, uint32_t default_nan);
 
 typedef struct {
   int ordinal;
   char name[128];
   size_t total;
+  uint32_t default_nan; /* the host's inf * 0, for the converter's NaNs */
 } cuda_dev;
 
 typedef struct {
@@ -29,6 +34,7 @@ typedef struct {
    * caller instead of spinning a core, which the CPU optimizer needs. */
   cudaEvent_t done;
   atomic_int sticky; /* first non-zero return of a host function */
+  int owned;         /* 0: the caller's stream (ferry_stream_wrap), never destroyed here */
 } cuda_stream;
 
 typedef struct {
@@ -186,6 +192,17 @@ static void read_pcie(int ordinal, int *gen, int *width) {
 
 /* ---- device ------------------------------------------------------------- */
 
+/* The NaN this CPU's float multiply makes of inf * 0 (x86: 0xffc00000), for
+ * the converter to give the host's bits. volatile keeps the compiler from
+ * folding it. */
+static uint32_t host_default_nan(void) {
+  volatile float inf = HUGE_VALF, zero = 0.0f;
+  float r = inf * zero;
+  uint32_t u;
+  memcpy(&u, &r, sizeof u);
+  return u;
+}
+
 static int cuda_init(ferry_device *dev, char **base) {
   int ord = dev->cfg.cuda_ordinal, n = 0;
   int rc = FERRY_CUDA_CHECK(dev, cudaGetDeviceCount(&n), "no usable CUDA driver or device");
@@ -196,6 +213,7 @@ static int cuda_init(ferry_device *dev, char **base) {
   cuda_dev *cd = calloc(1, sizeof *cd);
   if (!cd) return FERRY_DEV_ERR(dev, FERRY_ENOMEM, "out of memory");
   cd->ordinal = ord;
+  cd->default_nan = host_default_nan();
   int prev = 0;
   struct cudaDeviceProp prop;
   size_t free_b = 0, total_b = 0;
@@ -300,27 +318,39 @@ static void cuda_host_free(ferry_device *dev, void *ptr, size_t bytes) {
 
 /* ---- streams ------------------------------------------------------------- */
 
-static int cuda_stream_create(ferry_stream *s) {
+/* Makes s's impl around a stream: ours (native NULL: created here, non-
+ * blocking, so never serialised against the legacy default stream the
+ * caller's kernels may use) or the caller's (adopted, never destroyed). */
+static int stream_setup(ferry_stream *s, cudaStream_t native) {
   ferry_device *dev = s->dev;
   cuda_dev *cd = dev->impl;
   cuda_stream *cs = calloc(1, sizeof *cs);
   if (!cs) return FERRY_DEV_ERR(dev, FERRY_ENOMEM, "stream create: out of memory");
   atomic_init(&cs->sticky, 0);
+  cs->owned = native == NULL;
+  cs->st = native;
   int prev, rc;
   rc = FERRY_CUDA_CHECK(dev, dev_enter(cd, &prev), "select CUDA device %d", cd->ordinal);
   if (rc) {
     free(cs);
     return rc;
   }
-  /* Non-blocking: never serialised against the legacy default stream the
-   * caller's own kernels may use. */
-  rc = FERRY_CUDA_CHECK(dev, cudaStreamCreateWithFlags(&cs->st, cudaStreamNonBlocking),
-                        "stream create");
+  if (cs->owned)
+    rc = FERRY_CUDA_CHECK(dev, cudaStreamCreateWithFlags(&cs->st, cudaStreamNonBlocking),
+                          "stream create");
   if (!rc) {
     rc = FERRY_CUDA_CHECK(
         dev, cudaEventCreateWithFlags(&cs->done, cudaEventBlockingSync | cudaEventDisableTiming),
         "stream create: its sync event");
-    if (rc) (void)cudaStreamDestroy(cs->st);
+    /* An adopted stream must be one of this device: recording our event on
+     * it fails otherwise, before ferry queues anything there. */
+    if (!rc && !cs->owned) {
+      rc = FERRY_CUDA_CHECK(dev, cudaEventRecord(cs->done, cs->st),
+                            "stream wrap: %p is not a stream of CUDA device %d (%s)", native,
+                            cd->ordinal, cd->name);
+      if (rc) (void)cudaEventDestroy(cs->done);
+    }
+    if (rc && cs->owned) (void)cudaStreamDestroy(cs->st);
   }
   dev_leave(cd, prev);
   if (rc) {
@@ -328,6 +358,18 @@ static int cuda_stream_create(ferry_stream *s) {
     return rc;
   }
   s->impl = cs;
+  return FERRY_OK;
+}
+
+static int cuda_stream_create(ferry_stream *s) { return stream_setup(s, NULL); }
+
+static int cuda_stream_wrap(ferry_stream *s, void *native) {
+  return stream_setup(s, (cudaStream_t)native);
+}
+
+static int cuda_stream_native(ferry_stream *s, void **out) {
+  cuda_stream *cs = s->impl;
+  *out = (void *)cs->st;
   return FERRY_OK;
 }
 
@@ -364,7 +406,7 @@ static int cuda_stream_destroy(ferry_stream *s) {
     rc = take_sticky(s, cs);
   }
   (void)cudaEventDestroy(cs->done);
-  (void)cudaStreamDestroy(cs->st);
+  if (cs->owned) (void)cudaStreamDestroy(cs->st); /* an adopted one stays the caller's */
   (void)cudaGetLastError();
   free(cs);
   s->impl = NULL;
@@ -466,6 +508,21 @@ static int cuda_host_func(ferry_stream *s, ferry_host_fn fn, void *arg) {
   c->fn = fn;
   c->arg = arg;
   return enqueue_host_call(s, c, "launch host func");
+}
+
+static int cuda_convert(ferry_stream *s, void *dst, ferry_dtype dt, const void *src, ferry_dtype st,
+                        size_t n, float scale) {
+  ferry_device *dev = s->dev;
+  cuda_dev *cd = dev->impl;
+  cuda_stream *cs = s->impl;
+  int prev;
+  ENTER(dev, cd, prev);
+  int rc = FERRY_CUDA_CHECK(
+      dev, ferry_cuda_convert_launch(cs->st, dst, (int)dt, src, (int)st, n, scale, cd->default_nan),
+      "convert of %zu elements %s to %s (scale %g), dst %p, src %p (kernel launch)", n,
+      ferry_dtype_name(st), ferry_dtype_name(dt), (double)scale, dst, src);
+  dev_leave(cd, prev);
+  return rc;
 }
 
 static int cuda_sleep(ferry_stream *s, double seconds) {
@@ -585,12 +642,15 @@ const ferry_backend_ops ferry_backend_cuda = {
     /* .host_alloc = */ cuda_host_alloc,
     /* .host_free = */ cuda_host_free,
     /* .stream_create = */ cuda_stream_create,
+    /* .stream_wrap = */ cuda_stream_wrap,
+    /* .stream_native = */ cuda_stream_native,
     /* .stream_destroy = */ cuda_stream_destroy,
     /* .stream_synchronize = */ cuda_stream_synchronize,
     /* .stream_query = */ cuda_stream_query,
     /* .memcpy_async = */ cuda_memcpy_async,
     /* .memset_async = */ cuda_memset_async,
     /* .host_func = */ cuda_host_func,
+    /* .convert = */ cuda_convert,
     /* .sleep = */ cuda_sleep,
     /* .event_create = */ cuda_event_create,
     /* .event_destroy = */ cuda_event_destroy,

@@ -10,6 +10,7 @@
  */
 #include "device/backend_impl.h"
 
+
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,7 +19,7 @@
 #include <time.h>
 #include <unistd.h>
 
-typedef enum { OP_COPY, OP_MEMSET, OP_FUNC, OP_SLEEP, OP_RECORD, OP_WAIT } op_kind;
+typedef enum { OP_COPY, OP_MEMSET, OP_FUNC, OP_SLEEP, OP_RECORD, OP_WAIT, OP_CONVERT } op_kind;
 
 typedef struct host_event host_event;
 typedef struct host_stream host_stream;
@@ -28,9 +29,11 @@ typedef struct op {
   struct op *next;
   void *dst;
   const void *src;
-  size_t bytes;
+  size_t bytes; /* OP_CONVERT: elements */
   int value;
   ferry_copy_kind copy;
+  ferry_dtype dt, st; /* OP_CONVERT: dst and src dtypes */
+  float scale;
   ferry_host_fn fn;
   void *arg;
   double seconds;
@@ -256,6 +259,11 @@ static void run_op(host_stream *hs, op *o) {
     pthread_mutex_unlock(&hs->mu);
     break;
   case OP_MEMSET: memset(o->dst, o->value, o->bytes); break;
+  case OP_CONVERT:
+    /* The emulated kernel: core's conversion itself, so the bits are its
+     * bits. The arguments live in the op until it ran. */
+    (void)ferry_dtype_convert(o->dst, o->dt, o->src, o->st, o->bytes, o->scale);
+    break;
   case OP_FUNC: {
     int rc = o->fn(o->arg);
     if (rc) {
@@ -334,6 +342,17 @@ static int host_stream_create(ferry_stream *s) {
   return FERRY_OK;
 }
 
+static int host_stream_wrap(ferry_stream *s, void *native) {
+  return FERRY_DEV_ERR(s->dev, FERRY_ENOTSUP,
+                       "stream wrap: the host backend has no native streams to adopt (%p)", native);
+}
+
+static int host_stream_native(ferry_stream *s, void **out) {
+  (void)s;
+  *out = NULL;
+  return FERRY_OK;
+}
+
 static int take_sticky(host_stream *hs) {
   int rc = hs->sticky;
   hs->sticky = 0;
@@ -401,6 +420,19 @@ static int host_host_func(ferry_stream *s, ferry_host_fn fn, void *arg) {
   if (!o) return FERRY_ENOMEM;
   o->fn = fn;
   o->arg = arg;
+  return enqueue(s, o);
+}
+
+static int host_convert(ferry_stream *s, void *dst, ferry_dtype dt, const void *src,
+                        ferry_dtype st, size_t n, float scale) {
+  op *o = op_new(s, OP_CONVERT);
+  if (!o) return FERRY_ENOMEM;
+  o->dst = dst;
+  o->src = src;
+  o->bytes = n;
+  o->dt = dt;
+  o->st = st;
+  o->scale = scale;
   return enqueue(s, o);
 }
 
@@ -505,12 +537,15 @@ const ferry_backend_ops ferry_backend_host = {
     /* .host_alloc = */ host_host_alloc,
     /* .host_free = */ host_host_free,
     /* .stream_create = */ host_stream_create,
+    /* .stream_wrap = */ host_stream_wrap,
+    /* .stream_native = */ host_stream_native,
     /* .stream_destroy = */ host_stream_destroy,
     /* .stream_synchronize = */ host_stream_synchronize,
     /* .stream_query = */ host_stream_query,
     /* .memcpy_async = */ host_memcpy_async,
     /* .memset_async = */ host_memset_async,
     /* .host_func = */ host_host_func,
+    /* .convert = */ host_convert,
     /* .sleep = */ host_sleep,
     /* .event_create = */ host_event_create,
     /* .event_destroy = */ host_event_destroy,

@@ -62,6 +62,11 @@ struct ferry_backend_ops {
   void (*host_free)(ferry_device *dev, void *ptr, size_t bytes);
 
   int (*stream_create)(ferry_stream *s);
+  /* Adopt the caller's native stream as s (never destroyed by ferry);
+   * FERRY_ENOTSUP where the backend has no native streams. */
+  int (*stream_wrap)(ferry_stream *s, void *native);
+  /* The backend's own stream behind s (NULL when it has none). */
+  int (*stream_native)(ferry_stream *s, void **out);
   /* Drain the stream's work, then free it. */
   int (*stream_destroy)(ferry_stream *s);
   int (*stream_synchronize)(ferry_stream *s);
@@ -70,6 +75,9 @@ struct ferry_backend_ops {
                       ferry_copy_kind kind);
   int (*memset_async)(ferry_stream *s, void *dst, int value, size_t bytes);
   int (*host_func)(ferry_stream *s, ferry_host_fn fn, void *arg);
+  /* n > 0 elements, both dtypes F32/F16/BF16, as ferry_dtype_convert. */
+  int (*convert)(ferry_stream *s, void *dst, ferry_dtype dt, const void *src, ferry_dtype st,
+                 size_t n, float scale);
   int (*sleep)(ferry_stream *s, double seconds);
 
   int (*event_create)(ferry_event *e);

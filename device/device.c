@@ -6,6 +6,9 @@
  */
 #include "device/backend_impl.h"
 
+#include "core/dtype.h"
+
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -221,14 +224,15 @@ int ferry_host_free(ferry_device *dev, void *ptr) {
 
 /* ---- streams ---------------------------------------------------------- */
 
-int ferry_stream_create(ferry_device *dev, ferry_stream **out) {
-  if (!dev) return FERRY_EINVAL;
-  if (!out) return FERRY_DEV_ERR(dev, FERRY_EINVAL, "stream create: out is NULL");
+/* A new stream object, made by the backend's stream_create (native NULL)
+ * or stream_wrap, then put on the device's list. */
+static int stream_add(ferry_device *dev, void *native, ferry_stream **out, const char *op) {
+  if (!out) return FERRY_DEV_ERR(dev, FERRY_EINVAL, "%s: out is NULL", op);
   *out = NULL;
   ferry_stream *s = calloc(1, sizeof *s);
-  if (!s) return FERRY_DEV_ERR(dev, FERRY_ENOMEM, "stream create: out of memory");
+  if (!s) return FERRY_DEV_ERR(dev, FERRY_ENOMEM, "%s: out of memory", op);
   s->dev = dev;
-  int rc = dev->ops->stream_create(s);
+  int rc = native ? dev->ops->stream_wrap(s, native) : dev->ops->stream_create(s);
   if (rc) {
     free(s);
     return rc;
@@ -240,6 +244,25 @@ int ferry_stream_create(ferry_device *dev, ferry_stream **out) {
   pthread_mutex_unlock(&dev->mu);
   *out = s;
   return FERRY_OK;
+}
+
+int ferry_stream_create(ferry_device *dev, ferry_stream **out) {
+  if (!dev) return FERRY_EINVAL;
+  return stream_add(dev, NULL, out, "stream create");
+}
+
+int ferry_stream_wrap(ferry_device *dev, void *native, ferry_stream **out) {
+  if (!dev) return FERRY_EINVAL;
+  if (out) *out = NULL;
+  if (!native) return FERRY_DEV_ERR(dev, FERRY_EINVAL, "stream wrap: the native stream is NULL");
+  return stream_add(dev, native, out, "stream wrap");
+}
+
+int ferry_stream_native(ferry_stream *s, void **out) {
+  if (!s) return FERRY_EINVAL;
+  if (!out) return FERRY_DEV_ERR(s->dev, FERRY_EINVAL, "stream native: out is NULL");
+  *out = NULL;
+  return s->dev->ops->stream_native(s, out);
 }
 
 int ferry_stream_destroy(ferry_stream *s) {
@@ -328,6 +351,65 @@ int ferry_memset_async(ferry_stream *s, void *dst, int value, size_t bytes) {
   int rc = check_device_range(s->dev, dst, bytes, "dst", "memset");
   if (rc) return rc;
   return s->dev->ops->memset_async(s, dst, value, bytes);
+}
+
+/* ---- conversion ------------------------------------------------------- */
+
+/* Bytes per element of a dtype the converter takes (F32, F16, BF16); 0 for
+ * any other. */
+static size_t convert_size(ferry_dtype dt) {
+  const ferry_dtype_traits *t = ferry_dtype_traits_of(dt);
+  return t && t->convertible ? t->size : 0;
+}
+
+static const char *dt_name(ferry_dtype dt) {
+  const char *n = ferry_dtype_name(dt);
+  return n ? n : "an unknown dtype";
+}
+
+/* An operand of a conversion. On the host backend it lies in one live
+ * allocation of the arena. On cuda it may also be device memory the caller
+ * allocated (outside the arena); a range that touches the arena must still
+ * lie in one live allocation of it. */
+static int check_convert_range(ferry_device *dev, const void *p, size_t bytes, const char *what) {
+  uintptr_t a = (uintptr_t)p, lo = (uintptr_t)dev->base, hi = lo + dev->arena.capacity;
+  int touches = a < hi && a + bytes > lo;
+  if (!touches && dev->ops != &ferry_backend_host) return FERRY_OK;
+  return check_device_range(dev, p, bytes, what, "convert");
+}
+
+/* dst and src may be one buffer when the dtypes have one size (each element
+ * is read before it is written); any other overlap would race. */
+static int check_convert_overlap(ferry_device *dev, const void *dst, size_t db, const void *src,
+                                 size_t sb, int same_size) {
+  uintptr_t d = (uintptr_t)dst, s = (uintptr_t)src;
+  if (d >= s + sb || s >= d + db || (d == s && same_size)) return FERRY_OK;
+  return FERRY_DEV_ERR(dev, FERRY_EINVAL,
+                       "convert: dst %p + %zu bytes overlaps src %p + %zu bytes; only the same "
+                       "buffer, with dtypes of one size, converts in place",
+                       dst, db, src, sb);
+}
+
+int ferry_convert_async(ferry_stream *s, void *dst, ferry_dtype dt, const void *src,
+                        ferry_dtype st, size_t n, float scale) {
+  if (!s) return FERRY_EINVAL;
+  ferry_device *dev = s->dev;
+  size_t dsz = convert_size(dt), ssz = convert_size(st);
+  if (!dsz || !ssz)
+    return FERRY_DEV_ERR(dev, FERRY_EINVAL,
+                         "convert: %s to %s: only F32, F16 and BF16 convert (dtypes %d to %d)",
+                         dt_name(st), dt_name(dt), (int)st, (int)dt);
+  if (n == 0) return FERRY_OK;
+  if (!dst || !src)
+    return FERRY_DEV_ERR(dev, FERRY_EINVAL, "convert: %s pointer is NULL (%zu elements)",
+                         dst ? "src" : "dst", n);
+  if (n > SIZE_MAX / 4)
+    return FERRY_DEV_ERR(dev, FERRY_EINVAL, "convert: %zu elements overflow a byte count", n);
+  int rc = check_convert_range(dev, src, n * ssz, "src");
+  if (!rc) rc = check_convert_range(dev, dst, n * dsz, "dst");
+  if (!rc) rc = check_convert_overlap(dev, dst, n * dsz, src, n * ssz, dsz == ssz);
+  if (rc) return rc;
+  return dev->ops->convert(s, dst, dt, src, st, n, scale);
 }
 
 int ferry_launch_host_func(ferry_stream *s, ferry_host_fn fn, void *arg) {

@@ -6,6 +6,7 @@
  * sleeps that use no CPU, and bad arguments rejected with a status.
  */
 #include "ferry.h"
+#include "tests/device/backend_arg.h"
 #include "tests/test.h"
 
 #include <string.h>
@@ -296,17 +297,7 @@ static void test_bad_args(void) {
 
 int main(int argc, char **argv) {
   const char *which = argc > 1 ? argv[1] : "host";
-  if (!strcmp(which, "host")) {
-    kind = FERRY_DEVICE_HOST;
-  } else if (!strcmp(which, "cuda")) {
-    kind = FERRY_DEVICE_CUDA;
-    if (!ferry_cuda_compiled()) TEST_SKIP("the CUDA backend is not compiled into this build");
-    ferry_gpu_info g[1];
-    int n = 0;
-    char why[256] = "";
-    ferry_gpu_list(g, 1, &n, why, sizeof why);
-    if (n == 0) TEST_SKIP("no CUDA device: %s", why);
-  } else {
+  if (!test_backend_arg(which, &kind)) {
     fprintf(stderr, "usage: test_backend host|cuda\n");
     return 2;
   }
