@@ -10,6 +10,7 @@
  */
 #include "offload/engine_impl.h"
 
+#include <math.h>
 #include <stdlib.h>
 
 static void *drain_main(void *arg);
@@ -99,7 +100,12 @@ int drain_take_slot(ferry_engine *e, uint32_t g, int *slot) {
 void drain_submit(ferry_engine *e, uint32_t g, int slot) {
   eng_drain *d = &e->drain;
   pthread_mutex_lock(&e->mu);
-  d->queue[d->qtail++ % d->qcap] = (eng_drain_item){g, slot};
+  int last = d->sub_micro + 1 >= e->cv->grad_accumulation;
+  d->queue[d->qtail++ % d->qcap] = (eng_drain_item){g, slot, last};
+  if (++d->sub_in_micro == e->gt.ngroups) {
+    d->sub_in_micro = 0;
+    d->sub_micro++;
+  }
   pthread_cond_signal(&d->cv_work);
   pthread_mutex_unlock(&e->mu);
 }
@@ -115,17 +121,25 @@ static int stamp_end(void *arg) {
   return 0;
 }
 
-/* Enqueues on e->down, after the loop's grads_ready event, the copy of
- * one group's grads from its device buffer into a staging buffer; the
- * buffer's `done` and the slot's `drained` events follow it. */
-static int enqueue_d2h(ferry_engine *e, const eng_drain_item *it, eng_drain_stage *st) {
+/* Enqueues on e->down, after the loop's grads_ready event, the work on one
+ * group's grads in its device buffer (stage st, index `si`): their copy
+ * into the staging buffer, or with device math the kernels that sum them
+ * into the device grads; the stage's `done` and the slot's `drained`
+ * events follow. */
+static int enqueue_d2h(ferry_engine *e, const eng_drain_item *it, int si) {
   eng_grad_slot *sl = &e->drain.slot[it->slot];
+  eng_drain_stage *st = &e->drain.stage[si];
   int rc = ferry_stream_wait_event(e->down, sl->ready);
   if (!rc) rc = ferry_launch_host_func(e->down, stamp_begin, st);
   if (!rc && e->drain.d2h_delay > 0) rc = ferry_stream_sleep(e->down, e->drain.d2h_delay);
-  if (!rc)
+  if (rc) return ferry_err(&e->err, rc, "drain: %s", ferry_device_last_error(e->dev));
+  if (engine_gpu_math(e)) {
+    rc = gpu_drain_enqueue(e, it->group, sl->dev, si, it->last);
+    if (rc) return rc;
+  } else {
     rc = ferry_memcpy_async(e->down, st->buf, sl->dev, e->gt.groups[it->group].n * e->esize,
                             FERRY_COPY_D2H);
+  }
   if (!rc) rc = ferry_launch_host_func(e->down, stamp_end, st);
   if (!rc) rc = ferry_event_record(st->done, e->down);
   if (!rc) rc = ferry_event_record(sl->drained, e->down);
@@ -145,7 +159,7 @@ static void issue_copies(ferry_engine *e) {
     int rc = FERRY_OK;
     if (!d->status) {
       pthread_mutex_unlock(&e->mu);
-      rc = enqueue_d2h(e, &it, &d->stage[pos % ENGINE_DRAIN_STAGES]);
+      rc = enqueue_d2h(e, &it, (int)(pos % ENGINE_DRAIN_STAGES));
       pthread_mutex_lock(&e->mu);
     }
     if (rc && !d->status) d->status = rc;
@@ -160,23 +174,21 @@ static void issue_copies(ferry_engine *e) {
 static int wait_copy(ferry_engine *e, eng_drain_stage *st) {
   int rc = ferry_event_synchronize(st->done);
   if (rc) return ferry_err(&e->err, rc, "drain: %s", ferry_device_last_error(e->dev));
-  ferry_timeline_add(&e->tl, FERRY_LANE_D2H, "grads D2H", st->t0, st->t1);
+  if (engine_gpu_math(e)) ferry_timeline_add(&e->tl, FERRY_LANE_OPTIM0, "accumulate (gpu)", st->t0, st->t1);
+  else ferry_timeline_add(&e->tl, FERRY_LANE_D2H, "grads D2H", st->t0, st->t1);
   return FERRY_OK;
 }
 
-/* Sums group g's downloaded grads (stage buf) into its fp32 host grads;
- * on the last micro-batch, its squared norm and inf/NaN flag. */
-static int accumulate(ferry_engine *e, uint32_t g, const void *buf) {
+/* The CPU path: sums group g's downloaded grads (stage buf) into its fp32
+ * grads; on the last micro-batch, their squared norm and inf/NaN flag. */
+static int accumulate_cpu(ferry_engine *e, uint32_t g, const void *buf, int last, double *sumsq,
+                          int *nonfinite) {
   eng_group *gr = &e->gt.groups[g];
   eng_drain *d = &e->drain;
-  double t2 = ferry_now();
   ferry_tier gt = work_tier(e->grad_home);
   int rc = ferry_mem_fetch(e->mem, g, FERRY_FAMILY_GRADS, gt, NULL, 0);
   if (rc) return engine_mem_err(e, rc, "drain: grads");
   float scale = 1.0f / (float)e->cv->grad_accumulation;
-  int last = d->micro + 1 >= e->cv->grad_accumulation;
-  double sumsq = 0;
-  int nonfinite = 0;
   for (uint32_t k = 0; k < gr->count && !rc; k++) {
     eng_param *p = group_param(e, g, k);
     float *acc;
@@ -188,16 +200,35 @@ static int accumulate(ferry_engine *e, uint32_t g, const void *buf) {
       double s = 0;
       int nf = 0;
       rc = ferry_optimizer_grad_stats(d->opt, &as, 1, &s, &nf);
-      sumsq += s;
-      nonfinite |= nf;
+      *sumsq += s;
+      *nonfinite |= nf;
     }
   }
   ferry_mem_release(e->mem, g, FERRY_FAMILY_GRADS, gt, NULL);
-  ferry_timeline_add(&e->tl, FERRY_LANE_OPTIM0, "accumulate", t2, ferry_now());
   if (rc) return ferry_err(&e->err, rc, "drain: %s", ferry_optimizer_last_error(d->opt));
+  return FERRY_OK;
+}
+
+/* Group g's grads of item `it`, in stage si, are summed (the CPU sums them
+ * now; device math has, once the stage's event is done): on the last
+ * micro-batch, its squared norm and inf/NaN flag, and with eager updates
+ * its update is queued. */
+static int accumulate(ferry_engine *e, const eng_drain_item *it, int si) {
+  uint32_t g = it->group;
+  eng_group *gr = &e->gt.groups[g];
+  double t2 = ferry_now(), sumsq = 0;
+  int nonfinite = 0, rc = FERRY_OK;
+  if (engine_gpu_math(e)) {
+    sumsq = it->last ? gpu_drain_sumsq(e, g, si) : 0;
+    nonfinite = !isfinite(sumsq);
+  } else {
+    rc = accumulate_cpu(e, g, e->drain.stage[si].buf, it->last, &sumsq, &nonfinite);
+    ferry_timeline_add(&e->tl, FERRY_LANE_OPTIM0, "accumulate", t2, ferry_now());
+  }
+  if (rc) return rc;
   gr->sumsq = sumsq;
   gr->nonfinite = nonfinite;
-  if (last && e->eager) { /* its grads are final: update it now, during backward */
+  if (it->last && e->eager) { /* its grads are final: update it now, during backward */
     pthread_mutex_lock(&e->mu);
     e->stepper.gscale = 1.0f / e->fixed_scale;
     stepper_queue(e, g);
@@ -230,8 +261,9 @@ static void *drain_main(void *arg) {
     if (d->qhead == d->qtail) break;
     issue_copies(e); /* the oldest group's copy at least */
     size_t pos = d->qhead;
-    uint32_t g = d->queue[pos % d->qcap].group;
-    eng_drain_stage *st = &d->stage[pos % ENGINE_DRAIN_STAGES];
+    eng_drain_item it = d->queue[pos % d->qcap];
+    int si = (int)(pos % ENGINE_DRAIN_STAGES);
+    eng_drain_stage *st = &d->stage[si];
     int failed = d->status;
     pthread_mutex_unlock(&e->mu);
     int rc = failed ? FERRY_OK : wait_copy(e, st);
@@ -239,7 +271,7 @@ static void *drain_main(void *arg) {
     issue_copies(e); /* a group handed in meanwhile: its copy overlaps this sum */
     failed = failed || d->status;
     pthread_mutex_unlock(&e->mu);
-    if (!rc && !failed) rc = accumulate(e, g, st->buf);
+    if (!rc && !failed) rc = accumulate(e, &it, si);
     pthread_mutex_lock(&e->mu);
     finish_item(e, rc);
   }
@@ -267,5 +299,7 @@ void drain_reset_micro(ferry_engine *e) {
   pthread_mutex_lock(&e->mu);
   e->drain.micro = 0;
   e->drain.in_micro = 0;
+  e->drain.sub_micro = 0;
+  e->drain.sub_in_micro = 0;
   pthread_mutex_unlock(&e->mu);
 }

@@ -36,6 +36,27 @@ static int check_placement(const ferry_engine *e) {
   return FERRY_OK;
 }
 
+/* Where the arithmetic on grads and optimizer state runs (engine_gpu_math):
+ * on a real GPU when the optimizer state lives there, which needs the
+ * grads there too (check_placement) and an optimizer with CUDA kernels. */
+static int choose_math(ferry_engine *e, const ferry_device_info *di) {
+  const ferry_config_values *v = e->cv;
+  e->gpu_math = !di->emulated && e->optim_home == FERRY_TIER_DEVICE;
+  if (!di->emulated && e->grad_home == FERRY_TIER_DEVICE && !e->gpu_math)
+    return ferry_err_thread(FERRY_ENOTSUP,
+                            "engine create: placement.grads = \"gpu\" on %s needs "
+                            "placement.optimizer = \"gpu\" too (the CPU optimizer cannot read "
+                            "device memory)",
+                            di->name);
+  if (e->gpu_math && v->opt_type != FERRY_OPTIM_ADAMW && v->opt_type != FERRY_OPTIM_ADAM)
+    return ferry_err_thread(FERRY_ENOTSUP,
+                            "engine create: placement.optimizer = \"gpu\" on %s runs the CUDA "
+                            "AdamW: optimizer.type must be \"adamw\" or \"adam\" (or put the "
+                            "optimizer on the host or nvme)",
+                            di->name);
+  return FERRY_OK;
+}
+
 /* The engine's own device, unless the caller gave one. */
 static int open_device(ferry_engine *e, ferry_device *dev) {
   const ferry_config_values *v = e->cv;
@@ -56,13 +77,7 @@ static int open_device(ferry_engine *e, ferry_device *dev) {
   }
   ferry_device_info di;
   ferry_device_get_info(e->dev, &di);
-  if (!di.emulated && (e->grad_home == FERRY_TIER_DEVICE || e->optim_home == FERRY_TIER_DEVICE))
-    return ferry_err_thread(FERRY_ENOTSUP,
-                            "engine create: grads or optimizer state on the gpu run the CPU "
-                            "kernels on device memory, which only the host backend allows; "
-                            "this build's CUDA path needs placement.grads = \"host\" and "
-                            "placement.optimizer = \"host\" or \"nvme\"");
-  return FERRY_OK;
+  return choose_math(e, &di);
 }
 
 int ferry_engine_create(const ferry_config *cfg, ferry_device *dev, ferry_engine **out) {
@@ -121,6 +136,7 @@ void ferry_engine_destroy(ferry_engine *e) {
   ferry_optimizer_destroy(e->opt);
   drain_free(e);
   stepper_free(e);
+  gpu_free(e);
   if (e->dev && e->reserved) ferry_device_free(e->dev, e->reserved);
   if (e->dev) {
     ferry_stream_destroy(e->up);
@@ -212,9 +228,10 @@ static size_t reserve_footprint(const ferry_engine *e) {
 
 void engine_own_bytes(const ferry_engine *e, size_t *own_dev, size_t *own_host) {
   size_t gbytes = group_buffer_bytes(e);
-  /* device: the grad buffers; host: the grad and upload staging, and the
-   * param commit staging (host and NVMe param homes) */
-  *own_dev = ENGINE_GRAD_SLOTS * ferry_align_up(gbytes, 256);
+  /* device: the grad buffers (and device math's scratch); host: the grad
+   * and upload staging, and the param commit staging (host and NVMe param
+   * homes) */
+  *own_dev = ENGINE_GRAD_SLOTS * ferry_align_up(gbytes, 256) + gpu_own_dev_bytes(e);
   *own_host = (ENGINE_STAGE_SLOTS + ENGINE_DRAIN_STAGES) * gbytes +
               (e->param_home != FERRY_TIER_DEVICE ? e->gt.max_group_n * e->esize : 0);
 }
@@ -295,42 +312,75 @@ static ferry_optimizer_config optimizer_config(const ferry_config_values *v) {
   return oc;
 }
 
-/* One group's fp32 master (values, init callback, or zeros) and zero
- * states, held in the optimizer's work tier. */
-static int init_master(ferry_engine *e, uint32_t g, ferry_tier ot) {
-  for (uint32_t k = 0; k < e->gt.groups[g].count; k++) {
-    eng_param *p = group_param(e, g, k);
-    float *master;
-    ferry_mem_tensor_ptr(e->mem, p->id[FERRY_ROLE_MASTER], ot, (void **)&master);
-    if (p->values) {
-      memcpy(master, p->values, p->n * sizeof(float));
-    } else if (p->init) {
-      int irc = p->init(p->init_user, p->name, master, p->n);
-      if (irc)
-        return ferry_err(&e->err, FERRY_EINVAL, "finalize: init callback of '%s' returned %d",
-                         p->name, irc);
-    } else {
-      memset(master, 0, p->n * sizeof(float));
-    }
-    for (int r = FERRY_ROLE_EXP_AVG; r <= FERRY_ROLE_EXP_AVG_SQ; r++) {
-      if (p->id[r] == UINT32_MAX) continue;
-      void *st;
-      ferry_mem_tensor_ptr(e->mem, p->id[r], ot, &st);
-      memset(st, 0, p->n * sizeof(float));
-    }
+/* A parameter's initial fp32 values into dst (host memory): its values,
+ * its init callback, or zeros. */
+static int initial_values(ferry_engine *e, const eng_param *p, float *dst) {
+  if (p->values) {
+    memcpy(dst, p->values, p->n * sizeof(float));
+  } else if (p->init) {
+    int irc = p->init(p->init_user, p->name, dst, p->n);
+    if (irc)
+      return ferry_err(&e->err, FERRY_EINVAL, "finalize: init callback of '%s' returned %d",
+                       p->name, irc);
+  } else {
+    memset(dst, 0, p->n * sizeof(float));
   }
   return FERRY_OK;
 }
 
+/* One group's fp32 master and zero states, held in the optimizer's work
+ * tier. Device math: through `tmp` (host, the largest param) and copies. */
+static int init_master(ferry_engine *e, uint32_t g, ferry_tier ot, float *tmp) {
+  int gpu = engine_gpu_math(e);
+  for (uint32_t k = 0; k < e->gt.groups[g].count; k++) {
+    eng_param *p = group_param(e, g, k);
+    float *master;
+    ferry_mem_tensor_ptr(e->mem, p->id[FERRY_ROLE_MASTER], ot, (void **)&master);
+    int rc = initial_values(e, p, gpu ? tmp : master);
+    if (!rc && gpu) rc = gpu_upload_f32(e, master, tmp, p->n);
+    for (int r = FERRY_ROLE_EXP_AVG; r <= FERRY_ROLE_EXP_AVG_SQ && !rc; r++) {
+      if (p->id[r] == UINT32_MAX) continue;
+      void *st;
+      ferry_mem_tensor_ptr(e->mem, p->id[r], ot, &st);
+      if (gpu) rc = gpu_zero(e, st, p->n * sizeof(float));
+      else memset(st, 0, p->n * sizeof(float));
+    }
+    if (rc) return rc;
+  }
+  return FERRY_OK;
+}
+
+static int init_groups(ferry_engine *e, float *tmp);
+
 /* Fills master, zero states, zero grads, and the params from the master
  * values. */
 static int init_values(ferry_engine *e) {
+  float *tmp = NULL;
+  if (engine_gpu_math(e)) {
+    size_t maxn = 0;
+    for (size_t i = 0; i < e->gt.nparams; i++)
+      if (e->gt.params[i].n > maxn) maxn = e->gt.params[i].n;
+    tmp = malloc(maxn * sizeof(float));
+    if (!tmp) return ferry_err(&e->err, FERRY_ENOMEM, "finalize: out of memory");
+  }
+  int rc = init_groups(e, tmp);
+  free(tmp);
+  if (!rc) rc = ferry_stream_synchronize(e->up);
+  if (!rc) rc = ferry_stream_synchronize(e->down);
+  if (rc) return ferry_err(&e->err, rc, "finalize: %s", ferry_device_last_error(e->dev));
+  rc = ferry_mem_flush(e->mem);
+  if (rc) return engine_mem_err(e, rc, "finalize: flush");
+  return FERRY_OK;
+}
+
+/* init_values per group. */
+static int init_groups(ferry_engine *e, float *tmp) {
   ferry_tier ot = work_tier(e->optim_home), gt = work_tier(e->grad_home);
   for (uint32_t g = 0; g < e->gt.ngroups; g++) {
     int rc = ferry_mem_fetch(e->mem, g, FERRY_FAMILY_OPTIM, ot, NULL, 0);
     if (!rc) rc = ferry_mem_mark_dirty(e->mem, g, FERRY_FAMILY_OPTIM, ot, NULL);
     if (rc) return engine_mem_err(e, rc, "finalize: optimizer state");
-    rc = init_master(e, g, ot);
+    rc = init_master(e, g, ot, tmp);
     if (rc) {
       ferry_mem_release(e->mem, g, FERRY_FAMILY_OPTIM, ot, NULL);
       return rc;
@@ -343,12 +393,10 @@ static int init_values(ferry_engine *e) {
     rc = ferry_mem_fetch(e->mem, g, FERRY_FAMILY_GRADS, gt, NULL, 0);
     if (!rc) rc = ferry_mem_mark_dirty(e->mem, g, FERRY_FAMILY_GRADS, gt, NULL);
     if (rc) return engine_mem_err(e, rc, "finalize: grads");
-    group_zero_grads(e, g, 1);
+    rc = group_zero_grads(e, g, 1);
     ferry_mem_release(e->mem, g, FERRY_FAMILY_GRADS, gt, NULL);
+    if (rc) return rc;
   }
-  int rc = ferry_stream_synchronize(e->up);
-  if (!rc) rc = ferry_mem_flush(e->mem);
-  if (rc) return engine_mem_err(e, rc, "finalize: flush");
   return FERRY_OK;
 }
 
@@ -441,6 +489,7 @@ int ferry_engine_finalize(ferry_engine *e) {
     engine_own_bytes(e, &own_dev, &own_host);
     dev_budget = device_budget(e);
     rc = alloc_buffers(e, dev_budget, own_dev);
+    if (!rc) rc = gpu_init(e);
   }
   if (!rc) rc = create_manager(e, dev_budget, own_dev, own_host);
   if (!rc) {
@@ -626,9 +675,10 @@ int ferry_param_read(ferry_engine *e, const char *name, float *dst, size_t count
   if (rc) return engine_mem_err(e, rc, "param read");
   float *master;
   ferry_mem_tensor_ptr(e->mem, p->id[FERRY_ROLE_MASTER], ot, (void **)&master);
-  memcpy(dst, master, count * sizeof(float));
+  if (engine_gpu_math(e)) rc = gpu_read_f32(e, dst, master, count); /* after the step's kernels */
+  else memcpy(dst, master, count * sizeof(float));
   ferry_mem_release(e->mem, p->group, FERRY_FAMILY_OPTIM, ot, NULL);
-  return FERRY_OK;
+  return rc;
 }
 
 int ferry_engine_write_timeline(ferry_engine *e, const char *path) {
@@ -681,6 +731,7 @@ int engine_quiesce(ferry_engine *e, const char *op) {
     return ferry_err(&e->err, FERRY_ESTATE, "%s: group %d is fetched; release every group first", op,
                      fetched);
   rc = ferry_stream_synchronize(e->up);
+  if (!rc) rc = ferry_stream_synchronize(e->down); /* device math's last kernels */
   if (rc) return ferry_err(&e->err, rc, "%s: %s", op, ferry_device_last_error(e->dev));
   return FERRY_OK;
 }
