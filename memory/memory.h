@@ -183,6 +183,11 @@ int ferry_mem_release(ferry_mem *m, uint32_t group, int family, int tier, ferry_
  * caller that writes a host home without holding it must order those writes
  * against other threads' device fetches itself. */
 int ferry_mem_mark_dirty(ferry_mem *m, uint32_t group, int family, int tier, ferry_stream *stream);
+/* Orders `stream` after every use of the group's device copies recorded so
+ * far (the streams handed to release and mark dirty): work enqueued on it
+ * afterwards waits for them. For a writer that overwrites a device copy in
+ * place while other streams may still read it (the engine's param upload). */
+int ferry_mem_wait_users(ferry_mem *m, uint32_t group, int family, ferry_stream *stream);
 /* Starts writing dirty copies of the group in `tier` back one tier down
  * (copies held there are skipped). */
 int ferry_mem_writeback(ferry_mem *m, uint32_t group, int family, int tier);

@@ -676,7 +676,7 @@ int ferry_mem_release(ferry_mem *m, uint32_t group, int family, int tier, ferry_
       }
   for (uint32_t ci = r->first; ci < r->first + r->count; ci++) {
     mem_chunk *c = &m->c[ci];
-    if (tier == FERRY_TIER_DEVICE && stream && c->ev_load) {
+    if (tier == FERRY_TIER_DEVICE && stream && c->use_ev[0].ev) {
       int e = note_use(c, stream);
       if (e && !rc) rc = ferry_err(&m->err, e, "release: %s", ferry_device_last_error(m->cfg.dev));
     }
@@ -748,12 +748,27 @@ int ferry_mem_mark_dirty(ferry_mem *m, uint32_t group, int family, int tier,
     while (c->state[tier] == FERRY_RES_WRITING || (tier == FERRY_TIER_HOST && c->d2h_active))
       wait_step(m, ci);
     if (c->state[tier] != FERRY_RES_DIRTY) mem_set_state(m, ci, tier, FERRY_RES_DIRTY);
-    if (tier == FERRY_TIER_DEVICE && stream && c->ev_load) {
+    if (tier == FERRY_TIER_DEVICE && stream && c->use_ev[0].ev) {
       int e = note_use(c, stream);
       if (e && !rc) rc = ferry_err(&m->err, e, "mark dirty: %s", ferry_device_last_error(m->cfg.dev));
     }
   }
 out:
+  pthread_mutex_unlock(&m->mu);
+  return rc;
+}
+
+int ferry_mem_wait_users(ferry_mem *m, uint32_t group, int family, ferry_stream *stream) {
+  if (!m || !stream) return FERRY_EINVAL;
+  const mem_range *r = NULL;
+  pthread_mutex_lock(&m->mu);
+  int rc = check_call(m, group, family, FERRY_TIER_DEVICE, "wait for users", &r);
+  for (uint32_t ci = rc ? 0 : r->first; !rc && ci < r->first + r->count; ci++) {
+    mem_chunk *c = &m->c[ci];
+    if (c->state[FERRY_TIER_DEVICE] == FERRY_RES_ABSENT || !c->use_ev[0].ev) continue;
+    int e = wait_uses(c, stream);
+    if (e) rc = ferry_err(&m->err, e, "wait for users: %s", ferry_device_last_error(m->cfg.dev));
+  }
   pthread_mutex_unlock(&m->mu);
   return rc;
 }

@@ -38,8 +38,8 @@ static size_t metadata_locked(const ferry_mem *m) {
     b += 2 * (2 * (size_t)m->nc + 2) * sizeof(mem_block);        /* pools */
     if (m->io_mem) b += ferry_align_up(m->cfg.store.req_size ? m->cfg.store.req_size : 1, 64) * m->nc;
     for (uint32_t i = 0; i < m->nc; i++)
-      if (m->c[i].ev_load) /* an event handle and its backend state: about 128 bytes */
-        b += (2 + MEM_USE_STREAMS) * 128;
+      if (m->c[i].use_ev[0].ev) /* an event handle and its backend state: about 128 bytes */
+        b += ((m->c[i].ev_load ? 2 : 0) + MEM_USE_STREAMS) * 128;
   }
   b += m->captrace * sizeof(mem_trace_ent);
   if (m->tpos) b += m->ntrace * sizeof(uint32_t) +

@@ -244,11 +244,15 @@ int mem_tiers_reserve(ferry_mem *m) {
         return ferry_err(&m->err, rc, "zeroing device chunks: %s", ferry_device_last_error(dev));
     }
     mem_stats_add(m, c->home, c->family, c->bytes);
-    if (m->cfg.reach[c->family] == FERRY_TIER_DEVICE && c->home > FERRY_TIER_DEVICE) {
-      rc = ferry_event_create(dev, &c->ev_load);
-      if (!rc) rc = ferry_event_create(dev, &c->ev_wb);
+    /* use events also for device homes: ferry_mem_wait_users orders
+     * in-place writers after the readers */
+    if (m->cfg.reach[c->family] == FERRY_TIER_DEVICE) {
       for (int k = 0; k < MEM_USE_STREAMS && !rc; k++)
         rc = ferry_event_create(dev, &c->use_ev[k].ev);
+      if (!rc && c->home > FERRY_TIER_DEVICE) {
+        rc = ferry_event_create(dev, &c->ev_load);
+        if (!rc) rc = ferry_event_create(dev, &c->ev_wb);
+      }
       if (rc) return ferry_err(&m->err, rc, "chunk events: %s", ferry_device_last_error(dev));
     }
   }

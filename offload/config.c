@@ -82,9 +82,11 @@ static const key_def keys[] = {
     {"placement.params", K_ENUM, OFF(place_params), "gpu", "gpu|host|nvme", 0, 0, 0,
      "home tier of the 16-bit parameters (host or nvme: streamed per group)", v_tier},
     {"placement.grads", K_ENUM, OFF(place_grads), "host", "gpu|host", 0, 0, 0,
-     "where gradients accumulate in fp32", v_tier},
+     "where gradients accumulate in fp32 (gpu: with placement.optimizer = gpu)", v_tier},
     {"placement.optimizer", K_ENUM, OFF(place_optimizer), "host", "gpu|host|nvme", 0, 0, 0,
-     "home tier of fp32 master weights and optimizer states", v_tier},
+     "home tier of fp32 master weights and optimizer states (gpu on cuda: the CUDA AdamW, "
+     "so optimizer.type adamw or adam, with placement.grads = gpu)",
+     v_tier},
     {"optimizer.type", K_ENUM, OFF(opt_type), "adamw", "adamw|adam|adagrad|lamb|sgd|lion", 0, 0,
      0, "optimizer", v_optim},
     {"optimizer.lr", K_FLOAT, OFF(lr), "0.0001", NULL, 0, 1e3, 1, "learning rate", NULL},

@@ -1,13 +1,16 @@
 /* offload/drain.c — the gradient drain: the device grad buffers the loop's
- * backward writes into, and the drain thread, which waits for a group's
- * grads, copies them D2H, accumulates them into the fp32 host grads (scaled
- * by 1/grad_accumulation) and, on the last micro-batch, adds their squared
- * norm and inf/NaN flag — while backward goes on. With eager updates it
- * hands each group whose grads are final to the stepper. Uses stepper.c
- * and group.c.
+ * backward writes into, and the drain thread, which copies a group's grads
+ * D2H once they are ready, accumulates them into the fp32 host grads
+ * (scaled by 1/grad_accumulation) and, on the last micro-batch, adds their
+ * squared norm and inf/NaN flag — while backward goes on. The copies are
+ * double-buffered: the D2H of the next group runs on the engine's D2H
+ * stream while the CPU sums the one before from the other pinned buffer.
+ * With eager updates it hands each group whose grads are final to the
+ * stepper. Uses stepper.c and group.c.
  */
 #include "offload/engine_impl.h"
 
+#include <math.h>
 #include <stdlib.h>
 
 static void *drain_main(void *arg);
@@ -21,8 +24,12 @@ int drain_init(ferry_engine *e, size_t gbytes) {
   for (int i = 0; i < ENGINE_GRAD_SLOTS && !rc; i++) {
     rc = ferry_device_alloc(e->dev, gbytes, &d->slot[i].dev);
     if (!rc) rc = ferry_event_create(e->dev, &d->slot[i].ready);
+    if (!rc) rc = ferry_event_create(e->dev, &d->slot[i].drained);
   }
-  if (!rc) rc = ferry_host_alloc(e->dev, gbytes, &d->stage);
+  for (int i = 0; i < ENGINE_DRAIN_STAGES && !rc; i++) {
+    rc = ferry_host_alloc(e->dev, gbytes, &d->stage[i].buf);
+    if (!rc) rc = ferry_event_create(e->dev, &d->stage[i].done);
+  }
   if (rc)
     return ferry_err(&e->err, rc, "finalize: engine buffers: %s", ferry_device_last_error(e->dev));
   return FERRY_OK;
@@ -63,8 +70,12 @@ void drain_free(ferry_engine *e) {
     for (int i = 0; i < ENGINE_GRAD_SLOTS; i++) {
       ferry_device_free(e->dev, d->slot[i].dev);
       ferry_event_destroy(d->slot[i].ready);
+      ferry_event_destroy(d->slot[i].drained);
     }
-    ferry_host_free(e->dev, d->stage);
+    for (int i = 0; i < ENGINE_DRAIN_STAGES; i++) {
+      ferry_host_free(e->dev, d->stage[i].buf);
+      ferry_event_destroy(d->stage[i].done);
+    }
   }
   free(d->queue);
 }
@@ -86,73 +97,138 @@ int drain_take_slot(ferry_engine *e, uint32_t g, int *slot) {
   return got < 0 ? ds : FERRY_OK;
 }
 
-void drain_submit(ferry_engine *e, uint32_t g) {
+void drain_submit(ferry_engine *e, uint32_t g, int slot) {
   eng_drain *d = &e->drain;
   pthread_mutex_lock(&e->mu);
-  d->queue[d->qtail++ % d->qcap] = g;
+  int last = d->sub_micro + 1 >= e->cv->grad_accumulation;
+  d->queue[d->qtail++ % d->qcap] = (eng_drain_item){g, slot, last};
+  if (++d->sub_in_micro == e->gt.ngroups) {
+    d->sub_in_micro = 0;
+    d->sub_micro++;
+  }
   pthread_cond_signal(&d->cv_work);
   pthread_mutex_unlock(&e->mu);
 }
 
-/* Copies group g's grads D2H into the staging buffer and frees its device
- * buffer. */
-static int download(ferry_engine *e, uint32_t g) {
-  eng_drain *d = &e->drain;
-  int slot = -1;
-  pthread_mutex_lock(&e->mu);
-  for (int i = 0; i < ENGINE_GRAD_SLOTS; i++)
-    if (d->slot[i].owner == (int)g) slot = i;
-  pthread_mutex_unlock(&e->mu);
-  FERRY_ASSERT(slot >= 0, "drain: group %u has no gradient buffer", g);
-  int rc = ferry_event_synchronize(d->slot[slot].ready);
-  double t1 = ferry_now();
-  if (!rc)
-    rc = ferry_memcpy_async(e->down, d->stage, d->slot[slot].dev, e->gt.groups[g].n * e->esize,
+/* Stream-order stamps of a D2H's begin and end (host functions: they call
+ * nothing but the clock). */
+static int stamp_begin(void *arg) {
+  ((eng_drain_stage *)arg)->t0 = ferry_now();
+  return 0;
+}
+static int stamp_end(void *arg) {
+  ((eng_drain_stage *)arg)->t1 = ferry_now();
+  return 0;
+}
+
+/* Enqueues on e->down, after the loop's grads_ready event, the work on one
+ * group's grads in its device buffer (stage st, index `si`): their copy
+ * into the staging buffer, or with device math the kernels that sum them
+ * into the device grads; the stage's `done` and the slot's `drained`
+ * events follow. */
+static int enqueue_d2h(ferry_engine *e, const eng_drain_item *it, int si) {
+  eng_grad_slot *sl = &e->drain.slot[it->slot];
+  eng_drain_stage *st = &e->drain.stage[si];
+  int rc = ferry_stream_wait_event(e->down, sl->ready);
+  if (!rc) rc = ferry_launch_host_func(e->down, stamp_begin, st);
+  if (!rc && e->drain.d2h_delay > 0) rc = ferry_stream_sleep(e->down, e->drain.d2h_delay);
+  if (rc) return ferry_err(&e->err, rc, "drain: %s", ferry_device_last_error(e->dev));
+  if (engine_gpu_math(e)) {
+    rc = gpu_drain_enqueue(e, it->group, sl->dev, si, it->last);
+    if (rc) return rc;
+  } else {
+    rc = ferry_memcpy_async(e->down, st->buf, sl->dev, e->gt.groups[it->group].n * e->esize,
                             FERRY_COPY_D2H);
-  if (!rc) rc = ferry_stream_synchronize(e->down);
-  ferry_timeline_add(&e->tl, FERRY_LANE_D2H, "grads D2H", t1, ferry_now());
-  pthread_mutex_lock(&e->mu);
-  d->slot[slot].owner = -1;
-  pthread_cond_broadcast(&d->cv_slot);
-  pthread_mutex_unlock(&e->mu);
+  }
+  if (!rc) rc = ferry_launch_host_func(e->down, stamp_end, st);
+  if (!rc) rc = ferry_event_record(st->done, e->down);
+  if (!rc) rc = ferry_event_record(sl->drained, e->down);
   if (rc) return ferry_err(&e->err, rc, "drain: %s", ferry_device_last_error(e->dev));
   return FERRY_OK;
 }
 
-static int drain_one(ferry_engine *e, uint32_t g) {
+/* (mu held) Starts the D2H of every waiting group a staging buffer is free
+ * for, in queue order. A device grad buffer goes back to the loop as soon
+ * as its copy is enqueued: its next zeroing waits for `drained`. After a
+ * failure nothing more is copied; the buffers are still given back. */
+static void issue_copies(ferry_engine *e) {
+  eng_drain *d = &e->drain;
+  while (d->qissue < d->qtail && d->qissue - d->qhead < ENGINE_DRAIN_STAGES) {
+    size_t pos = d->qissue;
+    eng_drain_item it = d->queue[pos % d->qcap];
+    int rc = FERRY_OK;
+    if (!d->status) {
+      pthread_mutex_unlock(&e->mu);
+      rc = enqueue_d2h(e, &it, (int)(pos % ENGINE_DRAIN_STAGES));
+      pthread_mutex_lock(&e->mu);
+    }
+    if (rc && !d->status) d->status = rc;
+    d->slot[it.slot].owner = -1;
+    d->qissue++;
+    pthread_cond_broadcast(&d->cv_slot);
+  }
+}
+
+/* Waits for the D2H into stage st (only what the CPU needs now) and puts
+ * it on the timeline. */
+static int wait_copy(ferry_engine *e, eng_drain_stage *st) {
+  int rc = ferry_event_synchronize(st->done);
+  if (rc) return ferry_err(&e->err, rc, "drain: %s", ferry_device_last_error(e->dev));
+  if (engine_gpu_math(e)) ferry_timeline_add(&e->tl, FERRY_LANE_OPTIM0, "accumulate (gpu)", st->t0, st->t1);
+  else ferry_timeline_add(&e->tl, FERRY_LANE_D2H, "grads D2H", st->t0, st->t1);
+  return FERRY_OK;
+}
+
+/* The CPU path: sums group g's downloaded grads (stage buf) into its fp32
+ * grads; on the last micro-batch, their squared norm and inf/NaN flag. */
+static int accumulate_cpu(ferry_engine *e, uint32_t g, const void *buf, int last, double *sumsq,
+                          int *nonfinite) {
   eng_group *gr = &e->gt.groups[g];
   eng_drain *d = &e->drain;
-  int rc = download(e, g);
-  if (rc) return rc;
-  double t2 = ferry_now();
   ferry_tier gt = work_tier(e->grad_home);
-  rc = ferry_mem_fetch(e->mem, g, FERRY_FAMILY_GRADS, gt, NULL, 0);
+  int rc = ferry_mem_fetch(e->mem, g, FERRY_FAMILY_GRADS, gt, NULL, 0);
   if (rc) return engine_mem_err(e, rc, "drain: grads");
   float scale = 1.0f / (float)e->cv->grad_accumulation;
-  int last = d->micro + 1 >= e->cv->grad_accumulation;
-  double sumsq = 0;
-  int nonfinite = 0;
   for (uint32_t k = 0; k < gr->count && !rc; k++) {
     eng_param *p = group_param(e, g, k);
     float *acc;
     ferry_mem_tensor_ptr(e->mem, p->id[FERRY_ROLE_GRAD], gt, (void **)&acc);
-    ferry_grad_span gs = {(char *)d->stage + p->goff * e->esize, p->n, e->dtype};
+    ferry_grad_span gs = {(const char *)buf + p->goff * e->esize, p->n, e->dtype};
     rc = ferry_optimizer_grad_accumulate(d->opt, acc, &gs, scale);
     if (!rc && last) {
       ferry_grad_span as = {acc, p->n, FERRY_DT_F32};
       double s = 0;
       int nf = 0;
       rc = ferry_optimizer_grad_stats(d->opt, &as, 1, &s, &nf);
-      sumsq += s;
-      nonfinite |= nf;
+      *sumsq += s;
+      *nonfinite |= nf;
     }
   }
   ferry_mem_release(e->mem, g, FERRY_FAMILY_GRADS, gt, NULL);
-  ferry_timeline_add(&e->tl, FERRY_LANE_OPTIM0, "accumulate", t2, ferry_now());
   if (rc) return ferry_err(&e->err, rc, "drain: %s", ferry_optimizer_last_error(d->opt));
+  return FERRY_OK;
+}
+
+/* Group g's grads of item `it`, in stage si, are summed (the CPU sums them
+ * now; device math has, once the stage's event is done): on the last
+ * micro-batch, its squared norm and inf/NaN flag, and with eager updates
+ * its update is queued. */
+static int accumulate(ferry_engine *e, const eng_drain_item *it, int si) {
+  uint32_t g = it->group;
+  eng_group *gr = &e->gt.groups[g];
+  double t2 = ferry_now(), sumsq = 0;
+  int nonfinite = 0, rc = FERRY_OK;
+  if (engine_gpu_math(e)) {
+    sumsq = it->last ? gpu_drain_sumsq(e, g, si) : 0;
+    nonfinite = !isfinite(sumsq);
+  } else {
+    rc = accumulate_cpu(e, g, e->drain.stage[si].buf, it->last, &sumsq, &nonfinite);
+    ferry_timeline_add(&e->tl, FERRY_LANE_OPTIM0, "accumulate", t2, ferry_now());
+  }
+  if (rc) return rc;
   gr->sumsq = sumsq;
   gr->nonfinite = nonfinite;
-  if (last && e->eager) { /* its grads are final: update it now, during backward */
+  if (it->last && e->eager) { /* its grads are final: update it now, during backward */
     pthread_mutex_lock(&e->mu);
     e->stepper.gscale = 1.0f / e->fixed_scale;
     stepper_queue(e, g);
@@ -161,6 +237,21 @@ static int drain_one(ferry_engine *e, uint32_t g) {
   return FERRY_OK;
 }
 
+/* (mu held) The oldest group in the queue is summed: count it. */
+static void finish_item(ferry_engine *e, int rc) {
+  eng_drain *d = &e->drain;
+  d->qhead++;
+  if (rc && !d->status) d->status = rc;
+  if (++d->in_micro == e->gt.ngroups) {
+    d->in_micro = 0;
+    d->micro++;
+  }
+  if (d->qhead == d->qtail) pthread_cond_broadcast(&d->cv_idle);
+}
+
+/* The drain thread: per group in queue order, its D2H (started as soon as
+ * a staging buffer is free), then, once the CPU needs it, the wait for that
+ * copy and the sum — with the next group's copy started before the sum. */
 static void *drain_main(void *arg) {
   ferry_engine *e = arg;
   eng_drain *d = &e->drain;
@@ -168,21 +259,21 @@ static void *drain_main(void *arg) {
   for (;;) {
     while (d->qhead == d->qtail && !d->stop) pthread_cond_wait(&d->cv_work, &e->mu);
     if (d->qhead == d->qtail) break;
-    uint32_t g = d->queue[d->qhead % d->qcap];
-    d->busy = 1;
+    issue_copies(e); /* the oldest group's copy at least */
+    size_t pos = d->qhead;
+    eng_drain_item it = d->queue[pos % d->qcap];
+    int si = (int)(pos % ENGINE_DRAIN_STAGES);
+    eng_drain_stage *st = &d->stage[si];
     int failed = d->status;
     pthread_mutex_unlock(&e->mu);
-    int rc = failed ? FERRY_OK : drain_one(e, g);
+    int rc = failed ? FERRY_OK : wait_copy(e, st);
     pthread_mutex_lock(&e->mu);
-    d->qhead++;
-    d->busy = 0;
-    if (rc && !d->status) d->status = rc;
-    if (++d->in_micro == e->gt.ngroups) {
-      d->in_micro = 0;
-      d->micro++;
-    }
-    if (d->qhead == d->qtail) pthread_cond_broadcast(&d->cv_idle);
-    pthread_cond_broadcast(&d->cv_slot);
+    issue_copies(e); /* a group handed in meanwhile: its copy overlaps this sum */
+    failed = failed || d->status;
+    pthread_mutex_unlock(&e->mu);
+    if (!rc && !failed) rc = accumulate(e, &it, si);
+    pthread_mutex_lock(&e->mu);
+    finish_item(e, rc);
   }
   pthread_mutex_unlock(&e->mu);
   return NULL;
@@ -191,7 +282,7 @@ static void *drain_main(void *arg) {
 int drain_wait(ferry_engine *e) {
   eng_drain *d = &e->drain;
   pthread_mutex_lock(&e->mu);
-  while (d->qhead != d->qtail || d->busy) pthread_cond_wait(&d->cv_idle, &e->mu);
+  while (d->qhead != d->qtail) pthread_cond_wait(&d->cv_idle, &e->mu);
   int rc = d->status;
   pthread_mutex_unlock(&e->mu);
   return rc;
@@ -208,5 +299,7 @@ void drain_reset_micro(ferry_engine *e) {
   pthread_mutex_lock(&e->mu);
   e->drain.micro = 0;
   e->drain.in_micro = 0;
+  e->drain.sub_micro = 0;
+  e->drain.sub_in_micro = 0;
   pthread_mutex_unlock(&e->mu);
 }

@@ -36,6 +36,27 @@ static int check_placement(const ferry_engine *e) {
   return FERRY_OK;
 }
 
+/* Where the arithmetic on grads and optimizer state runs (engine_gpu_math):
+ * on a real GPU when the optimizer state lives there, which needs the
+ * grads there too (check_placement) and an optimizer with CUDA kernels. */
+static int choose_math(ferry_engine *e, const ferry_device_info *di) {
+  const ferry_config_values *v = e->cv;
+  e->gpu_math = !di->emulated && e->optim_home == FERRY_TIER_DEVICE;
+  if (!di->emulated && e->grad_home == FERRY_TIER_DEVICE && !e->gpu_math)
+    return ferry_err_thread(FERRY_ENOTSUP,
+                            "engine create: placement.grads = \"gpu\" on %s needs "
+                            "placement.optimizer = \"gpu\" too (the CPU optimizer cannot read "
+                            "device memory)",
+                            di->name);
+  if (e->gpu_math && v->opt_type != FERRY_OPTIM_ADAMW && v->opt_type != FERRY_OPTIM_ADAM)
+    return ferry_err_thread(FERRY_ENOTSUP,
+                            "engine create: placement.optimizer = \"gpu\" on %s runs the CUDA "
+                            "AdamW: optimizer.type must be \"adamw\" or \"adam\" (or put the "
+                            "optimizer on the host or nvme)",
+                            di->name);
+  return FERRY_OK;
+}
+
 /* The engine's own device, unless the caller gave one. */
 static int open_device(ferry_engine *e, ferry_device *dev) {
   const ferry_config_values *v = e->cv;
@@ -56,13 +77,7 @@ static int open_device(ferry_engine *e, ferry_device *dev) {
   }
   ferry_device_info di;
   ferry_device_get_info(e->dev, &di);
-  if (!di.emulated && (e->grad_home == FERRY_TIER_DEVICE || e->optim_home == FERRY_TIER_DEVICE))
-    return ferry_err_thread(FERRY_ENOTSUP,
-                            "engine create: grads or optimizer state on the gpu run the CPU "
-                            "kernels on device memory, which only the host backend allows; "
-                            "this build's CUDA path needs placement.grads = \"host\" and "
-                            "placement.optimizer = \"host\" or \"nvme\"");
-  return FERRY_OK;
+  return choose_math(e, &di);
 }
 
 int ferry_engine_create(const ferry_config *cfg, ferry_device *dev, ferry_engine **out) {
@@ -121,6 +136,8 @@ void ferry_engine_destroy(ferry_engine *e) {
   ferry_optimizer_destroy(e->opt);
   drain_free(e);
   stepper_free(e);
+  gpu_free(e);
+  if (e->dev && e->reserved) ferry_device_free(e->dev, e->reserved);
   if (e->dev) {
     ferry_stream_destroy(e->up);
     ferry_stream_destroy(e->down);
@@ -204,12 +221,18 @@ static size_t group_buffer_bytes(const ferry_engine *e) {
   return ferry_align_up(e->gt.max_group_n * e->esize, 4096);
 }
 
+/* The caller's reservation as it counts against the device budget. */
+static size_t reserve_footprint(const ferry_engine *e) {
+  return ferry_align_up(e->reserve_bytes, 256);
+}
+
 void engine_own_bytes(const ferry_engine *e, size_t *own_dev, size_t *own_host) {
   size_t gbytes = group_buffer_bytes(e);
-  /* device: the grad buffers; host: the grad and upload staging, and the
-   * param commit staging (host and NVMe param homes) */
-  *own_dev = ENGINE_GRAD_SLOTS * ferry_align_up(gbytes, 256);
-  *own_host = (ENGINE_STAGE_SLOTS + 1) * gbytes +
+  /* device: the grad buffers (and device math's scratch); host: the grad
+   * and upload staging, and the param commit staging (host and NVMe param
+   * homes) */
+  *own_dev = ENGINE_GRAD_SLOTS * ferry_align_up(gbytes, 256) + gpu_own_dev_bytes(e);
+  *own_host = (ENGINE_STAGE_SLOTS + ENGINE_DRAIN_STAGES) * gbytes +
               (e->param_home != FERRY_TIER_DEVICE ? e->gt.max_group_n * e->esize : 0);
 }
 
@@ -219,7 +242,7 @@ static int create_manager(ferry_engine *e, size_t dev_budget, size_t own_dev, si
   const ferry_config_values *v = e->cv;
   ferry_mem_config mc = ferry_mem_config_default();
   mc.dev = e->dev;
-  mc.budget[FERRY_TIER_DEVICE] = dev_budget - own_dev;
+  mc.budget[FERRY_TIER_DEVICE] = dev_budget - own_dev - reserve_footprint(e);
   uint64_t host = v->host_budget ? v->host_budget : available_ram() / 10 * 8;
   if (host <= own_host)
     return ferry_err(&e->err, FERRY_ENOMEM,
@@ -292,42 +315,75 @@ static ferry_optimizer_config optimizer_config(const ferry_config_values *v) {
   return oc;
 }
 
-/* One group's fp32 master (values, init callback, or zeros) and zero
- * states, held in the optimizer's work tier. */
-static int init_master(ferry_engine *e, uint32_t g, ferry_tier ot) {
-  for (uint32_t k = 0; k < e->gt.groups[g].count; k++) {
-    eng_param *p = group_param(e, g, k);
-    float *master;
-    ferry_mem_tensor_ptr(e->mem, p->id[FERRY_ROLE_MASTER], ot, (void **)&master);
-    if (p->values) {
-      memcpy(master, p->values, p->n * sizeof(float));
-    } else if (p->init) {
-      int irc = p->init(p->init_user, p->name, master, p->n);
-      if (irc)
-        return ferry_err(&e->err, FERRY_EINVAL, "finalize: init callback of '%s' returned %d",
-                         p->name, irc);
-    } else {
-      memset(master, 0, p->n * sizeof(float));
-    }
-    for (int r = FERRY_ROLE_EXP_AVG; r <= FERRY_ROLE_EXP_AVG_SQ; r++) {
-      if (p->id[r] == UINT32_MAX) continue;
-      void *st;
-      ferry_mem_tensor_ptr(e->mem, p->id[r], ot, &st);
-      memset(st, 0, p->n * sizeof(float));
-    }
+/* A parameter's initial fp32 values into dst (host memory): its values,
+ * its init callback, or zeros. */
+static int initial_values(ferry_engine *e, const eng_param *p, float *dst) {
+  if (p->values) {
+    memcpy(dst, p->values, p->n * sizeof(float));
+  } else if (p->init) {
+    int irc = p->init(p->init_user, p->name, dst, p->n);
+    if (irc)
+      return ferry_err(&e->err, FERRY_EINVAL, "finalize: init callback of '%s' returned %d",
+                       p->name, irc);
+  } else {
+    memset(dst, 0, p->n * sizeof(float));
   }
   return FERRY_OK;
 }
 
+/* One group's fp32 master and zero states, held in the optimizer's work
+ * tier. Device math: through `tmp` (host, the largest param) and copies. */
+static int init_master(ferry_engine *e, uint32_t g, ferry_tier ot, float *tmp) {
+  int gpu = engine_gpu_math(e);
+  for (uint32_t k = 0; k < e->gt.groups[g].count; k++) {
+    eng_param *p = group_param(e, g, k);
+    float *master;
+    ferry_mem_tensor_ptr(e->mem, p->id[FERRY_ROLE_MASTER], ot, (void **)&master);
+    int rc = initial_values(e, p, gpu ? tmp : master);
+    if (!rc && gpu) rc = gpu_upload_f32(e, master, tmp, p->n);
+    for (int r = FERRY_ROLE_EXP_AVG; r <= FERRY_ROLE_EXP_AVG_SQ && !rc; r++) {
+      if (p->id[r] == UINT32_MAX) continue;
+      void *st;
+      ferry_mem_tensor_ptr(e->mem, p->id[r], ot, &st);
+      if (gpu) rc = gpu_zero(e, st, p->n * sizeof(float));
+      else memset(st, 0, p->n * sizeof(float));
+    }
+    if (rc) return rc;
+  }
+  return FERRY_OK;
+}
+
+static int init_groups(ferry_engine *e, float *tmp);
+
 /* Fills master, zero states, zero grads, and the params from the master
  * values. */
 static int init_values(ferry_engine *e) {
+  float *tmp = NULL;
+  if (engine_gpu_math(e)) {
+    size_t maxn = 0;
+    for (size_t i = 0; i < e->gt.nparams; i++)
+      if (e->gt.params[i].n > maxn) maxn = e->gt.params[i].n;
+    tmp = malloc(maxn * sizeof(float));
+    if (!tmp) return ferry_err(&e->err, FERRY_ENOMEM, "finalize: out of memory");
+  }
+  int rc = init_groups(e, tmp);
+  free(tmp);
+  if (!rc) rc = ferry_stream_synchronize(e->up);
+  if (!rc) rc = ferry_stream_synchronize(e->down);
+  if (rc) return ferry_err(&e->err, rc, "finalize: %s", ferry_device_last_error(e->dev));
+  rc = ferry_mem_flush(e->mem);
+  if (rc) return engine_mem_err(e, rc, "finalize: flush");
+  return FERRY_OK;
+}
+
+/* init_values per group. */
+static int init_groups(ferry_engine *e, float *tmp) {
   ferry_tier ot = work_tier(e->optim_home), gt = work_tier(e->grad_home);
   for (uint32_t g = 0; g < e->gt.ngroups; g++) {
     int rc = ferry_mem_fetch(e->mem, g, FERRY_FAMILY_OPTIM, ot, NULL, 0);
     if (!rc) rc = ferry_mem_mark_dirty(e->mem, g, FERRY_FAMILY_OPTIM, ot, NULL);
     if (rc) return engine_mem_err(e, rc, "finalize: optimizer state");
-    rc = init_master(e, g, ot);
+    rc = init_master(e, g, ot, tmp);
     if (rc) {
       ferry_mem_release(e->mem, g, FERRY_FAMILY_OPTIM, ot, NULL);
       return rc;
@@ -340,25 +396,36 @@ static int init_values(ferry_engine *e) {
     rc = ferry_mem_fetch(e->mem, g, FERRY_FAMILY_GRADS, gt, NULL, 0);
     if (!rc) rc = ferry_mem_mark_dirty(e->mem, g, FERRY_FAMILY_GRADS, gt, NULL);
     if (rc) return engine_mem_err(e, rc, "finalize: grads");
-    group_zero_grads(e, g, 1);
+    rc = group_zero_grads(e, g, 1);
     ferry_mem_release(e->mem, g, FERRY_FAMILY_GRADS, gt, NULL);
+    if (rc) return rc;
   }
-  int rc = ferry_stream_synchronize(e->up);
-  if (!rc) rc = ferry_mem_flush(e->mem);
-  if (rc) return engine_mem_err(e, rc, "finalize: flush");
   return FERRY_OK;
 }
 
-/* The engine's own device and pinned buffers, outside the manager. */
+/* The engine's own device and pinned buffers, outside the manager, and the
+ * caller's reservation (ferry_engine_reserve). */
 static int alloc_buffers(ferry_engine *e, size_t dev_budget, size_t own_dev) {
-  size_t gbytes = group_buffer_bytes(e);
-  if (own_dev >= dev_budget)
+  size_t gbytes = group_buffer_bytes(e), res = reserve_footprint(e);
+  if (own_dev >= dev_budget || res >= dev_budget - own_dev) {
+    char what[96] = "";
+    if (e->reserve_bytes)
+      snprintf(what, sizeof what, "the reservation (%zu bytes, ferry_engine_reserve) beside ",
+               e->reserve_bytes);
     return ferry_err(&e->err, FERRY_ENOMEM,
-                     "finalize: the device budget (%zu bytes) cannot hold the %d gradient "
-                     "buffers of the largest group (%zu bytes each)",
-                     dev_budget, ENGINE_GRAD_SLOTS, gbytes);
+                     "finalize: the device budget (%zu bytes) cannot hold %sthe engine's %d "
+                     "gradient buffers of the largest group (%zu bytes in all) and room for its "
+                     "chunks",
+                     dev_budget, what, ENGINE_GRAD_SLOTS, own_dev);
+  }
   int rc = drain_init(e, gbytes);
   if (!rc) rc = stepper_init(e, gbytes);
+  if (!rc && e->reserve_bytes) {
+    rc = ferry_device_alloc(e->dev, e->reserve_bytes, &e->reserved);
+    if (rc)
+      return ferry_err(&e->err, rc, "finalize: the reservation of %zu bytes: %s", e->reserve_bytes,
+                       ferry_device_last_error(e->dev));
+  }
   return rc;
 }
 
@@ -381,6 +448,39 @@ static int create_optimizers(ferry_engine *e, const ferry_optimizer_config *oc) 
   return FERRY_OK;
 }
 
+/* The layout's failure; one for lack of device room names the reservation
+ * that took part of the budget. */
+static int layout_err(ferry_engine *e, int rc, size_t dev_budget, size_t own_dev) {
+  rc = engine_mem_err(e, rc, "finalize: layout");
+  if (rc != FERRY_ENOMEM || !e->reserve_bytes) return rc;
+  char msg[FERRY_ERR_MAX];
+  snprintf(msg, sizeof msg, "%s", ferry_err_msg(&e->err));
+  return ferry_err(&e->err, rc,
+                   "%s (the device budget of %zu bytes less the engine's gradient buffers, %zu "
+                   "bytes, and the reservation, %zu bytes, leaves %zu bytes for its chunks)",
+                   msg, dev_budget, own_dev, e->reserve_bytes,
+                   dev_budget - own_dev - reserve_footprint(e));
+}
+
+int ferry_engine_reserve(ferry_engine *e, size_t bytes) {
+  if (!e) return FERRY_EINVAL;
+  if (e->finalized || e->mem)
+    return ferry_err(&e->err, FERRY_EINVAL, "reserve: call it before ferry_engine_finalize");
+  if (bytes > SIZE_MAX - 256)
+    return ferry_err(&e->err, FERRY_EINVAL, "reserve: %zu bytes", bytes);
+  e->reserve_bytes = bytes;
+  return FERRY_OK;
+}
+
+int ferry_engine_reserved(ferry_engine *e, void **ptr, size_t *bytes) {
+  if (!e || !ptr || !bytes) return FERRY_EINVAL;
+  if (!e->finalized)
+    return ferry_err(&e->err, FERRY_EINVAL, "reserved: call it after ferry_engine_finalize");
+  *ptr = e->reserved;
+  *bytes = e->reserved ? e->reserve_bytes : 0;
+  return FERRY_OK;
+}
+
 int ferry_engine_finalize(ferry_engine *e) {
   if (!e) return FERRY_EINVAL;
   if (e->finalized) return ferry_err(&e->err, FERRY_ESTATE, "finalize: already finalized");
@@ -392,13 +492,14 @@ int ferry_engine_finalize(ferry_engine *e) {
     engine_own_bytes(e, &own_dev, &own_host);
     dev_budget = device_budget(e);
     rc = alloc_buffers(e, dev_budget, own_dev);
+    if (!rc) rc = gpu_init(e);
   }
   if (!rc) rc = create_manager(e, dev_budget, own_dev, own_host);
   if (!rc) {
     e->nstates = ferry_optimizer_state_count(&oc);
     rc = group_register(e);
     if (!rc) rc = ferry_mem_finalize(e->mem);
-    if (rc) return engine_mem_err(e, rc, "finalize: layout");
+    if (rc) return layout_err(e, rc, dev_budget, own_dev);
     group_check_chunks(e);
     rc = stepper_init_param_stage(e);
   }
@@ -534,7 +635,9 @@ int ferry_param_device(ferry_engine *e, const char *name, void **param, void **g
       int rc = drain_take_slot(e, p->group, &got);
       if (rc) return ferry_err(&e->err, rc, "param device: the gradient drain failed");
       gr->grad_slot = got;
-      rc = ferry_memset_async(gr->stream, e->drain.slot[got].dev, 0, gr->n * e->esize);
+      /* after the drain's last copy out of it */
+      rc = ferry_stream_wait_event(gr->stream, e->drain.slot[got].drained);
+      if (!rc) rc = ferry_memset_async(gr->stream, e->drain.slot[got].dev, 0, gr->n * e->esize);
       if (rc) return ferry_err(&e->err, rc, "param device: %s", ferry_device_last_error(e->dev));
     }
     *grad = (char *)e->drain.slot[gr->grad_slot].dev + p->goff * e->esize;
@@ -554,8 +657,8 @@ int ferry_grads_ready(ferry_engine *e, int group, ferry_stream *s) {
                      group);
   rc = ferry_event_record(e->drain.slot[gr->grad_slot].ready, s);
   if (rc) return ferry_err(&e->err, rc, "grads ready: %s", ferry_device_last_error(e->dev));
-  gr->grad_slot = -1; /* the drain owns it now (its owner still names the group) */
-  drain_submit(e, (uint32_t)group);
+  drain_submit(e, (uint32_t)group, gr->grad_slot); /* the drain owns it now */
+  gr->grad_slot = -1;
   return FERRY_OK;
 }
 
@@ -575,9 +678,10 @@ int ferry_param_read(ferry_engine *e, const char *name, float *dst, size_t count
   if (rc) return engine_mem_err(e, rc, "param read");
   float *master;
   ferry_mem_tensor_ptr(e->mem, p->id[FERRY_ROLE_MASTER], ot, (void **)&master);
-  memcpy(dst, master, count * sizeof(float));
+  if (engine_gpu_math(e)) rc = gpu_read_f32(e, dst, master, count); /* after the step's kernels */
+  else memcpy(dst, master, count * sizeof(float));
   ferry_mem_release(e->mem, p->group, FERRY_FAMILY_OPTIM, ot, NULL);
-  return FERRY_OK;
+  return rc;
 }
 
 int ferry_engine_write_timeline(ferry_engine *e, const char *path) {
@@ -630,6 +734,7 @@ int engine_quiesce(ferry_engine *e, const char *op) {
     return ferry_err(&e->err, FERRY_ESTATE, "%s: group %d is fetched; release every group first", op,
                      fetched);
   rc = ferry_stream_synchronize(e->up);
+  if (!rc) rc = ferry_stream_synchronize(e->down); /* device math's last kernels */
   if (rc) return ferry_err(&e->err, rc, "%s: %s", op, ferry_device_last_error(e->dev));
   return FERRY_OK;
 }
@@ -663,5 +768,6 @@ ferry_timeline *engine_timeline(ferry_engine *e) {
   return &e->tl;
 }
 ferry_dtype engine_param_dtype(const ferry_engine *e) { return e->dtype; }
+void engine_set_d2h_delay(ferry_engine *e, double seconds) { e->drain.d2h_delay = seconds; }
 
 int ferry_engine_stats(ferry_engine *e, ferry_stats *out) { return ferry_engine_get_stats(e, out); }

@@ -2,8 +2,8 @@
  * between its rooms. Each room is one file and calls go one way:
  *
  *   checkpoint.c ─> engine.c ─┐
- *                   step.c ───┼─> drain.c ─> stepper.c ─> group.c
- *                             └─ (every room may call group.c)
+ *                   step.c ───┼─> drain.c ─> stepper.c ─> group.c ─> gpu.c
+ *                             └─ (every room may call group.c and gpu.c)
  *
  *   group.c    the group table: parameters, groups, their tensors in the
  *              memory manager, each group's update state
@@ -11,6 +11,9 @@
  *   drain.c    the gradient drain (the drain thread), device grad buffers
  *   step.c     the ferry_step driver: norm, scaling, queueing the updates
  *   engine.c   create, finalize, fetch/release, quiesce/restore
+ *   gpu.c      the leaf operations on grads and optimizer state that live
+ *              on a real GPU (CUDA kernels, copies); below group.c, every
+ *              room may call it and it calls no other
  *
  * Threads: the loop (the caller of the public API), the drain thread and
  * the stepper thread. One mutex, `mu`, guards every field marked (mu); a
@@ -30,6 +33,7 @@
 
 #define ENGINE_GRAD_SLOTS 2   /* device grad buffers in flight (backward / drain) */
 #define ENGINE_STAGE_SLOTS 2  /* pinned buffers for param uploads */
+#define ENGINE_DRAIN_STAGES 2 /* pinned buffers for grad downloads (one copying, one summed) */
 
 /* ---- group.c: the group table -------------------------------------------- */
 
@@ -87,22 +91,41 @@ typedef struct {
 typedef struct {
   void *dev;             /* (fixed) device buffer (param dtype) */
   ferry_event *ready;    /* (fixed) backward's writes done (recorded by grads_ready) */
+  ferry_event *drained;  /* (fixed) the last copy out of it done (on e->down) */
   int owner;             /* (mu) group, -1 free */
 } eng_grad_slot;
+
+/* A pinned buffer a group's grads are copied into (D2H) and summed from. */
+typedef struct {
+  void *buf;             /* (fixed) the largest group in param dtype */
+  ferry_event *done;     /* (fixed) its D2H done (on e->down) */
+  double t0, t1;         /* (e->down's host functions; the drain after `done`) the D2H's span */
+} eng_drain_stage;
+
+typedef struct {
+  uint32_t group;
+  int slot;              /* the device grad buffer its grads are in */
+  int last;              /* of the step's last micro-batch: its grads become final */
+} eng_drain_item;
 
 typedef struct {
   pthread_t thread;
   int started;           /* (loop) */
   pthread_cond_t cv_work, cv_idle, cv_slot; /* with mu */
-  uint32_t *queue;       /* (mu) groups whose grads are ready, FIFO */
-  size_t qhead, qtail, qcap;
-  int busy;              /* (mu) the drain thread is working on one */
+  /* (mu) groups whose grads are ready, FIFO: [qhead, qissue) are being
+   * copied D2H (at most ENGINE_DRAIN_STAGES, item i into stage i % it),
+   * [qissue, qtail) wait; qhead moves once a group is summed */
+  eng_drain_item *queue;
+  size_t qhead, qissue, qtail, qcap;
   int stop;              /* (mu) */
   int status;            /* (mu) first error of the drain */
   int micro;             /* (mu) micro-batches drained completely this step */
   uint32_t in_micro;     /* (mu) groups drained in the current micro-batch */
+  int sub_micro;         /* (mu) the same counts of the groups handed in */
+  uint32_t sub_in_micro;
   eng_grad_slot slot[ENGINE_GRAD_SLOTS];
-  void *stage;           /* (drain) pinned, the largest group in param dtype */
+  eng_drain_stage stage[ENGINE_DRAIN_STAGES];
+  double d2h_delay;      /* (fixed) tests: a stream sleep before each D2H */
   ferry_optimizer *opt;  /* (drain) one-thread optimizer for accumulation and stats */
 } eng_drain;
 
@@ -127,6 +150,18 @@ typedef struct {
   void **dsts;                          /* per param of a group: where new params go */
 } eng_stepper;
 
+/* ---- gpu.c: device math ------------------------------------------------------ */
+
+/* What the CUDA path keeps beside the drain and the stepper (allocated at
+ * finalize only when engine_gpu_math). */
+typedef struct {
+  void *stream;          /* (fixed) e->down's cudaStream_t: all device math runs on it */
+  double *partials;      /* (fixed) device: the sum of squares' first pass */
+  double *dsums;         /* (fixed) device: per drain stage, one sum per param of a group */
+  double *hsums;         /* (fixed) pinned: their copies (the drain, after the stage's event) */
+  void *params;          /* (fixed) device: a group's new params (host and NVMe param homes) */
+} eng_gpu;
+
 /* ---- the engine ------------------------------------------------------------ */
 
 struct ferry_engine {
@@ -142,12 +177,15 @@ struct ferry_engine {
   ferry_tier param_home, grad_home, optim_home;
   int nstates;       /* optimizer states per element (0, 1, 2) */
   int eager;         /* update each group as soon as its grads are final */
+  int gpu_math;      /* engine_gpu_math */
   int dynamic_scale;
   float fixed_scale;
   ferry_mem *mem;    /* thread-safe */
   ferry_swap *swap;  /* thread-safe */
   ferry_optimizer *opt;    /* (stepper) */
   ferry_stream *up, *down; /* param uploads (stepper), grad downloads (drain) */
+  size_t reserve_bytes;    /* (loop) ferry_engine_reserve: the caller's share of the budget */
+  void *reserved;          /* (fixed) its device block, allocated at finalize */
   ferry_timeline tl;       /* thread-safe */
   double copy_t0[2];       /* (the manager's copy hook, in stream order) */
   ferry_errbuf err;        /* any thread: the last failure's message */
@@ -156,6 +194,7 @@ struct ferry_engine {
   eng_groups gt;
   eng_drain drain;
   eng_stepper stepper;
+  eng_gpu gpu;
 
   /* (loop) the step driver and the loop's fetches */
   ferry_loss_scaler scaler;
@@ -173,6 +212,14 @@ static inline ferry_tier work_tier(ferry_tier home) {
   return home == FERRY_TIER_NVME ? FERRY_TIER_HOST : home;
 }
 
+/* Which kernels do the arithmetic on grads and optimizer state: 1 when both
+ * live on a real GPU (placement.optimizer = "gpu" on cuda: CUDA kernels on
+ * e->down, gpu.c), 0 for the CPU kernels (host memory, or the host
+ * backend's emulated device memory, which the CPU reads). Set once at
+ * create; the only choice between the paths. Everything around the leaf
+ * operations (which groups, their order, their states) is the same code. */
+static inline int engine_gpu_math(const ferry_engine *e) { return e->gpu_math; }
+
 /* group.c */
 int group_add_param(ferry_engine *e, const char *name, const int64_t *shape, int ndim, int group,
                     const float *values, ferry_init_fn init, void *init_user);
@@ -180,7 +227,10 @@ int group_build(ferry_engine *e);          /* finalize: order, offsets, buffers 
 int group_register(ferry_engine *e);       /* finalize: tensors in the manager */
 void group_check_chunks(ferry_engine *e);  /* finalize: no chunk holds two groups */
 void group_free(eng_groups *gt);
-eng_param *group_param(ferry_engine *e, uint32_t g, uint32_t k); /* k-th param of group g */
+/* The k-th param of group g. */
+static inline eng_param *group_param(ferry_engine *e, uint32_t g, uint32_t k) {
+  return &e->gt.params[e->gt.by_group[e->gt.groups[g].first + k]];
+}
 eng_param *group_find(ferry_engine *e, const char *name);
 /* Moves group g to `to` (mu held); aborts on a transition not in the chart. */
 void group_set_state(ferry_engine *e, uint32_t g, group_state to);
@@ -191,7 +241,7 @@ static inline int group_pending(const eng_group *gr) {
 }
 const char *group_role_suffix(int role); /* "", ".grad", ".master", ... */
 /* Zeroes group g's accumulated grads (held: the caller holds them in the
- * grads' work tier); a memory manager status. */
+ * grads' work tier); a status with e->err set. */
 int group_zero_grads(ferry_engine *e, uint32_t g, int held);
 /* e->err gets "what: <the manager's message>"; returns rc. */
 int engine_mem_err(ferry_engine *e, int rc, const char *what);
@@ -222,11 +272,38 @@ void drain_stop(ferry_engine *e);
 void drain_free(ferry_engine *e);
 /* A free device grad buffer for group g (waits while both are draining). */
 int drain_take_slot(ferry_engine *e, uint32_t g, int *slot);
-void drain_submit(ferry_engine *e, uint32_t g); /* its grads are ready */
+void drain_submit(ferry_engine *e, uint32_t g, int slot); /* its grads are ready there */
 /* Waits until every submitted group is drained; the drain's first error. */
 int drain_wait(ferry_engine *e);
 void drain_progress(ferry_engine *e, int *micro, uint32_t *in_micro);
 void drain_reset_micro(ferry_engine *e);
+
+/* gpu.c (only when engine_gpu_math; every call is stream-ordered on e->down) */
+size_t gpu_own_dev_bytes(const ferry_engine *e); /* its device scratch */
+int gpu_init(ferry_engine *e);                   /* finalize: stream, scratch */
+void gpu_free(ferry_engine *e);
+/* n floats H2D into device memory, then waits (finalize's initial values). */
+int gpu_upload_f32(ferry_engine *e, float *dst, const float *src, size_t n);
+/* n floats D2H from device memory, then waits (ferry_param_read). */
+int gpu_read_f32(ferry_engine *e, float *dst, const float *src, size_t n);
+int gpu_zero(ferry_engine *e, void *dst, size_t bytes);
+/* Group g's params in their dtype from its device masters into dst[k] per
+ * param (device memory), then gpu_params_home. */
+int gpu_write_params(ferry_engine *e, uint32_t g, void **dst);
+/* Where the optimizer writes group g's new params: the device params
+ * (device home: fused, in place) or the device scratch (host homes). */
+void gpu_param_dsts(ferry_engine *e, uint32_t g, void **dst);
+/* Host and NVMe param homes: the scratch's new params D2H into the param
+ * staging, then waits. Device home: records the group's `uploaded`. */
+int gpu_params_home(ferry_engine *e, uint32_t g);
+/* The CUDA AdamW over the stepper's spans of group g. */
+int gpu_optimizer_step(ferry_engine *e, uint32_t g, float gscale);
+/* The drain: group g's grads (param dtype, device) scaled into its fp32
+ * device grads; on the last micro-batch, each param's sum of squares into
+ * drain stage `stage`'s sums, copied D2H. */
+int gpu_drain_enqueue(ferry_engine *e, uint32_t g, const void *grads, int stage, int last);
+/* After the stage's event: the group's sum of squares (params in order). */
+double gpu_drain_sumsq(ferry_engine *e, uint32_t g, int stage);
 
 /* engine.c: for checkpoints */
 /* Waits until the loop is between steps (no step, no drain, no micro-batch

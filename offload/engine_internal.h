@@ -22,5 +22,8 @@ ferry_dtype engine_param_dtype(const ferry_engine *e);
  * the memory manager (grad buffers; staging), out of the budgets
  * (finalized engines). */
 void engine_own_bytes(const ferry_engine *e, size_t *own_dev, size_t *own_host);
+/* Tests (before finalize): every grad D2H of the drain is preceded by a
+ * stream sleep of `seconds` on the D2H stream, standing for a slow link. */
+void engine_set_d2h_delay(ferry_engine *e, double seconds);
 
 #endif

@@ -147,10 +147,6 @@ void group_free(eng_groups *gt) {
   memset(gt, 0, sizeof *gt);
 }
 
-eng_param *group_param(ferry_engine *e, uint32_t g, uint32_t k) {
-  return &e->gt.params[e->gt.by_group[e->gt.groups[g].first + k]];
-}
-
 eng_param *group_find(ferry_engine *e, const char *name) {
   uint32_t id;
   if (!e->mem || ferry_mem_lookup(e->mem, name, &id)) return NULL;
@@ -187,13 +183,16 @@ void group_set_state(ferry_engine *e, uint32_t g, group_state to) {
 int group_zero_grads(ferry_engine *e, uint32_t g, int held) {
   ferry_tier gt = work_tier(e->grad_home);
   int rc = held ? 0 : ferry_mem_fetch(e->mem, g, FERRY_FAMILY_GRADS, gt, NULL, 0);
-  if (rc) return rc;
+  if (rc) return engine_mem_err(e, rc, "zero grads");
   eng_group *gr = &e->gt.groups[g];
   for (uint32_t k = 0; k < gr->count; k++) {
     eng_param *p = group_param(e, g, k);
     void *acc;
     ferry_mem_tensor_ptr(e->mem, p->id[FERRY_ROLE_GRAD], gt, &acc);
-    memset(acc, 0, p->n * sizeof(float));
+    if (!engine_gpu_math(e)) memset(acc, 0, p->n * sizeof(float));
+    else if ((rc = gpu_zero(e, acc, p->n * sizeof(float)))) break; /* device memory */
   }
-  return held ? FERRY_OK : ferry_mem_release(e->mem, g, FERRY_FAMILY_GRADS, gt, NULL);
+  int r2 = held ? FERRY_OK : ferry_mem_release(e->mem, g, FERRY_FAMILY_GRADS, gt, NULL);
+  if (rc) return rc;
+  return r2 ? engine_mem_err(e, r2, "zero grads") : FERRY_OK;
 }

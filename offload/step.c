@@ -24,7 +24,7 @@ int ferry_zero_grads(ferry_engine *e) {
   if (rc) return rc;
   for (uint32_t g = 0; g < e->gt.ngroups; g++) {
     rc = group_zero_grads(e, g, 0);
-    if (rc) return engine_mem_err(e, rc, "zero grads");
+    if (rc) return rc;
     e->gt.groups[g].sumsq = 0;
     e->gt.groups[g].nonfinite = 0;
   }
@@ -143,7 +143,7 @@ int ferry_step(ferry_engine *e, ferry_step_info *info) {
   if (skip) {
     for (uint32_t i = 0; i < e->gt.ngroups && !rc; i++) {
       rc = group_zero_grads(e, i, 0);
-      if (rc) return engine_mem_err(e, rc, "step: grads");
+      if (rc) return rc;
     }
   } else if (!e->eager) {
     pthread_mutex_lock(&e->mu);

@@ -1,9 +1,10 @@
 /* offload/stepper.c — the update worker: the stepper thread takes groups
  * from its queue in order and updates each — the NVMe read of the next
- * group's optimizer state (a prefetch), the CPU optimizer on this one (one
- * fused pass that also writes the params in their dtype), the write-back of
- * its state to NVMe and the upload (device home) or commit (host and NVMe
- * homes) of its new params — while the loop computes. Uses group.c only.
+ * group's optimizer state (a prefetch), the optimizer on this one (one
+ * fused pass that also writes the params in their dtype: the CPU's, or with
+ * device math the CUDA AdamW through gpu.c), the write-back of its state to
+ * NVMe and the upload (device home) or commit (host and NVMe homes) of its
+ * new params — while the loop computes. Uses group.c and gpu.c.
  */
 #include "offload/engine_impl.h"
 #include "core/dtype.h"
@@ -95,10 +96,29 @@ static int param_prepare(ferry_engine *e, uint32_t g, int slot, void **dst) {
   return FERRY_OK;
 }
 
-/* Device home: upload group g's staged params into its device copy. */
+/* Waits (mu held) until the loop holds none of group g: its releases have
+ * recorded every use of the group's device copies. */
+static void wait_released(ferry_engine *e, eng_group *gr) {
+  while (gr->fetched && !e->stepper.stop) pthread_cond_wait(&e->stepper.cv, &e->mu);
+}
+
+/* Device home: orders `stream` (where group g's params are about to be
+ * written in place) after the loop's reads of them: waits until the loop
+ * has released the group, then for every use its releases recorded. */
+static int wait_readers(ferry_engine *e, uint32_t g, ferry_stream *stream) {
+  pthread_mutex_lock(&e->mu);
+  wait_released(e, &e->gt.groups[g]);
+  pthread_mutex_unlock(&e->mu);
+  int rc = ferry_mem_wait_users(e->mem, g, FERRY_FAMILY_PARAMS, stream);
+  return rc ? engine_mem_err(e, rc, "step: params") : FERRY_OK;
+}
+
+/* Device home: upload group g's staged params into its device copy, in
+ * place, once the loop's streams are done reading it. */
 static int param_upload(ferry_engine *e, uint32_t g, int slot) {
   eng_group *gr = &e->gt.groups[g];
-  int rc = FERRY_OK;
+  int rc = wait_readers(e, g, e->up);
+  if (rc) return rc;
   double t0 = ferry_now();
   for (uint32_t k = 0; k < gr->count && !rc; k++) {
     eng_param *p = group_param(e, g, k);
@@ -158,6 +178,11 @@ static int param_commit(ferry_engine *e, uint32_t g) {
 int stepper_write_params(ferry_engine *e, uint32_t g) {
   eng_group *gr = &e->gt.groups[g];
   void **dst = e->stepper.dsts;
+  if (engine_gpu_math(e)) { /* the masters are device memory: a kernel converts */
+    gpu_param_dsts(e, g, dst);
+    int rc = gpu_write_params(e, g, dst);
+    return rc || e->param_home == FERRY_TIER_DEVICE ? rc : param_commit(e, g);
+  }
   int rc = param_prepare(e, g, 0, dst);
   if (rc) return rc;
   ferry_tier ot = work_tier(e->optim_home);
@@ -191,10 +216,52 @@ static void fill_spans(ferry_engine *e, uint32_t g, void **dst) {
   }
 }
 
+/* The optimizer pass over group i (its state and grads held): the CPU's
+ * fused pass, which writes the new params into a staging buffer, or with
+ * device math the CUDA AdamW on e->down, fused with the param copy (device
+ * home: in place, once the loop's reads of them are done). Every group's
+ * update uses the same step number for its bias correction. */
+static int run_optimizer(ferry_engine *e, uint32_t i, int slot, float gscale, int64_t step) {
+  void **dst = e->stepper.dsts;
+  int gpu = engine_gpu_math(e), rc = FERRY_OK;
+  if (gpu) {
+    gpu_param_dsts(e, i, dst);
+    if (e->param_home == FERRY_TIER_DEVICE) rc = wait_readers(e, i, e->down);
+  } else {
+    rc = param_prepare(e, i, slot, dst);
+  }
+  if (rc) return rc;
+  fill_spans(e, i, dst);
+  double t2 = ferry_now();
+  rc = ferry_optimizer_set_step(e->opt, step);
+  if (!rc && gpu) return gpu_optimizer_step(e, i, gscale);
+  if (!rc) rc = ferry_optimizer_step(e->opt, e->stepper.spans, e->gt.groups[i].count, gscale);
+  if (rc && rc != FERRY_ENOMEM)
+    rc = ferry_err(&e->err, rc, "step: optimizer: %s", ferry_optimizer_last_error(e->opt));
+  ferry_timeline_add(&e->tl, FERRY_LANE_OPTIM0, "optimizer", t2, ferry_now());
+  return rc;
+}
+
+/* After group i's optimizer pass (its state released): the NVMe write-back
+ * of the state, and the new params where the next fetch finds them. */
+static int after_optimizer(ferry_engine *e, uint32_t i, int slot) {
+  if (e->optim_home == FERRY_TIER_NVME) {
+    /* the update is done: a write that cannot start leaves the state dirty
+     * on the host, written again at eviction or flush (which report it) */
+    int wrc = ferry_mem_writeback(e->mem, i, FERRY_FAMILY_OPTIM, work_tier(e->optim_home));
+    if (wrc)
+      ferry_logf(&e->log, FERRY_LOG_WARN, "step: write-back of group %u: %s", i,
+                 ferry_mem_last_error(e->mem));
+  }
+  /* device math: recorded (device home) or staged for the commit; the CPU's
+   * params of a device home are uploaded now (only this group's bytes) */
+  if (engine_gpu_math(e)) return gpu_params_home(e, i);
+  return e->param_home == FERRY_TIER_DEVICE ? param_upload(e, i, slot) : FERRY_OK;
+}
+
 /* Updates group i; `next` (UINT32_MAX: none) is the group expected after it,
  * whose optimizer state is prefetched meanwhile. */
 static int update_group(ferry_engine *e, uint32_t i, uint32_t next, float gscale, int64_t step) {
-  eng_group *gr = &e->gt.groups[i];
   ferry_tier ot = work_tier(e->optim_home), gt = work_tier(e->grad_home);
   double t0 = ferry_now();
   int rc = ferry_mem_fetch(e->mem, i, FERRY_FAMILY_OPTIM, ot, NULL, 0);
@@ -209,35 +276,14 @@ static int update_group(ferry_engine *e, uint32_t i, uint32_t next, float gscale
     return engine_mem_err(e, rc, "step: grads");
   }
   int slot = (int)(i % ENGINE_STAGE_SLOTS);
-  void **dst = e->stepper.dsts;
   rc = ferry_mem_mark_dirty(e->mem, i, FERRY_FAMILY_OPTIM, ot, NULL); /* before writing */
   if (rc) rc = engine_mem_err(e, rc, "step: optimizer state");
-  if (!rc) rc = param_prepare(e, i, slot, dst);
-  if (!rc) fill_spans(e, i, dst);
-  double t2 = ferry_now();
-  /* every group's update uses the same step number for its bias correction */
-  if (!rc) rc = ferry_optimizer_set_step(e->opt, step);
-  if (!rc) rc = ferry_optimizer_step(e->opt, e->stepper.spans, gr->count, gscale);
-  if (rc && rc != FERRY_ENOMEM)
-    rc = ferry_err(&e->err, rc, "step: optimizer: %s", ferry_optimizer_last_error(e->opt));
-  double t3 = ferry_now();
-  ferry_timeline_add(&e->tl, FERRY_LANE_OPTIM0, "optimizer", t2, t3);
+  if (!rc) rc = run_optimizer(e, i, slot, gscale, step);
   if (!rc) rc = group_zero_grads(e, i, 1);
   ferry_mem_release(e->mem, i, FERRY_FAMILY_GRADS, gt, NULL);
   ferry_mem_release(e->mem, i, FERRY_FAMILY_OPTIM, ot, NULL);
-  /* write i back while the next group computes (held copies are never
-   * written back, so after the release) */
-  if (!rc && e->optim_home == FERRY_TIER_NVME) {
-    /* the update is done: a write that cannot start leaves the state dirty
-     * on the host, written again at eviction or flush (which report it) */
-    int wrc = ferry_mem_writeback(e->mem, i, FERRY_FAMILY_OPTIM, ot);
-    if (wrc)
-      ferry_logf(&e->log, FERRY_LOG_WARN, "step: write-back of group %u: %s", i,
-                 ferry_mem_last_error(e->mem));
-  }
-  /* a device home is written in place (only this group's bytes): upload now */
-  if (!rc && e->param_home == FERRY_TIER_DEVICE) rc = param_upload(e, i, slot);
-  return rc;
+  /* held copies are never written back, so after the release */
+  return rc ? rc : after_optimizer(e, i, slot);
 }
 
 /* Ends group g's update (mu held): it leaves the queue's pending count. */
@@ -261,7 +307,7 @@ static void after_update(ferry_engine *e, uint32_t g, int rc) {
     group_set_state(e, g, GROUP_UPDATED);
   }
   if (e->param_home != FERRY_TIER_DEVICE) {
-    while (gr->fetched && !e->stepper.stop) pthread_cond_wait(&e->stepper.cv, &e->mu);
+    wait_released(e, gr);
     if (!rc) {
       pthread_mutex_unlock(&e->mu);
       int crc = param_commit(e, g);

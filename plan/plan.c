@@ -598,10 +598,11 @@ static void place_bytes(const ferry_plan_input *in, int p, double b,
   double grad_bufs = 2 * G * pb;             /* being written, being drained */
   double unit = ch > 0 ? ch : 4 * G;         /* NVMe param swap unit */
   /* The engine's own host buffers (offload/engine.c, finalize): two upload
-   * staging buffers and one D2H buffer of the largest group in every
-   * placement, and the param commit staging of one group when the params
-   * live off the device (a chunk holds one group, so a unit is one group). */
-  double staging = 3 * G * pb, commit_stage = G * pb;
+   * staging buffers and two D2H buffers (double-buffered drain) of the
+   * largest group in every placement, and the param commit staging of one
+   * group when the params live off the device (a chunk holds one group, so
+   * a unit is one group). */
+  double staging = 4 * G * pb, commit_stage = G * pb;
   /* NVMe optimizer state: the step holds one group's master and states
    * (update i), prefetches the next (i+1) and writes the last back (i-1),
    * each a group's chunks: 3 (ceil(G (4 + 4k) / C) + 1) C. */

@@ -235,7 +235,7 @@ int main(int argc, char **argv) {
      * the tier only holds homes; each plus the engine's own buffers of it */
     uint64_t gpu_budget = (uint64_t)(want[FERRY_PLAN_GPU] * (dev_cached ? 1 : 2) + slots);
     uint64_t host_budget = (uint64_t)(want[FERRY_PLAN_HOST] * (host_cached ? 1 : 2) + eng_units +
-                                      3 * G * pb + (1 << 20));
+                                      4 * G * pb + (1 << 20));
     rc |= setu(cfg, "tiers.gpu.budget", gpu_budget);
     rc |= setu(cfg, "tiers.host.budget", host_budget);
     if (!strcmp(po, "nvme") || !strcmp(pp, "nvme")) {

@@ -355,8 +355,8 @@ static void test_bad_config(void) {
   ferry_engine_destroy(e);
 
   /* the host budget pays for the engine's own pinned buffers: with params
-   * on the host, 2 grad stagings + 1 D2H buffer + the param commit staging
-   * of the largest group (4 x 128 KiB here) */
+   * on the host, 2 upload stagings + 2 D2H buffers + the param commit
+   * staging of the largest group (5 x 128 KiB here) */
   set_key = "tiers.host.budget";
   set_value = "448K";
   e = make_engine("gpu=1M;"
@@ -367,7 +367,7 @@ static void test_bad_config(void) {
   rc = ferry_engine_finalize(e);
   EXPECT(rc == FERRY_ENOMEM);
   printf("host budget: %s\n", ferry_engine_last_error(e));
-  EXPECT(strstr(ferry_engine_last_error(e), "staging buffers (524288 bytes)") != NULL);
+  EXPECT(strstr(ferry_engine_last_error(e), "staging buffers (655360 bytes)") != NULL);
   ferry_engine_destroy(e);
 }
 
