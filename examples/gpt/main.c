@@ -499,9 +499,10 @@ typedef struct {
 static void train_free(train_run *t) {
   gpt_model_free(t->m);
 #ifdef GPT_HAVE_CUDA
-  /* the model first: it waits for its stream, which is the engine's */
-  gpt_cuda_model_free(t->cm);
+  /* the resident weights (cudaFree waits for the device), then the model
+   * (it waits for its stream, the engine's with --engine), then the engine */
   if (t->cr.schema) gpt_cuda_resident_free(&t->cr);
+  gpt_cuda_model_free(t->cm);
   if (t->pinned) gpt_cuda_host_unregister(t->r.weights), gpt_cuda_host_unregister(t->r.grads);
 #endif
   gpt_engine_free(t->ge);

@@ -956,8 +956,8 @@ extern "C" int gpt_cuda_resident_init(gpt_cuda_resident *r, const gpt_schema *s,
   return 0;
 }
 
+/* cudaFree waits for the device's work; the stream may already be gone. */
 extern "C" void gpt_cuda_resident_free(gpt_cuda_resident *r) {
-  if (r->stream) cudaStreamSynchronize((cudaStream_t)r->stream);
   cudaFree(r->weights), cudaFree(r->grads), free(r->offset);
   memset(r, 0, sizeof *r);
 }

@@ -165,9 +165,9 @@ static void run_cuda(const gpt_schema *s, const float *w, ferry_dtype dt, int ck
   EXPECT(fabsf(l2 - r->loss) <= 1e-6f * fabsf(r->loss));
   EXPECT(gpt_cuda_model_loss(m, &l2) != 0); /* nothing since the last read */
   free(again);
-  gpt_cuda_model_free(m);
-  if (dt == FERRY_DT_F32) gpt_cuda_resident_free(&dr);
+  if (dt == FERRY_DT_F32) gpt_cuda_resident_free(&dr); /* before the model's stream goes */
   else td_free(&td);
+  gpt_cuda_model_free(m);
 }
 
 /* c against t: loss, logits, per-tensor grads. */
