@@ -115,9 +115,16 @@ typedef enum {
   GPT_RELEASE_WRITTEN = 3 /* after GPT_FETCH_WRITE: the weights changed */
 } gpt_release_mode;
 
+/* One fetched group. w[slot] points at the weights in dtype `wdt`: the
+ * pointers keep type float * but hold wdt data (FERRY_DT_F32 from the
+ * resident providers and the engine provider's synchronous mode; the
+ * params' own FERRY_DT_BF16 / F16 / F32 from its stream mode); a model
+ * reads them as that dtype (the CPU model requires F32 and refuses others).
+ * g[slot] are always fp32 accumulators the model adds into. */
 typedef struct {
   float *w[GPT_MAX_SLOTS];
   float *g[GPT_MAX_SLOTS];
+  ferry_dtype wdt;
 } gpt_group_view;
 
 typedef struct gpt_provider {
@@ -189,31 +196,75 @@ uint16_t gpt_f32_to_bf16(float f);
  * its initial values come from a gpt_weights_src through the init callback
  * at finalize. fetch = ferry_fetch (+ ferry_param_device), release =
  * ferry_release, GPT_RELEASE_GRADS = ferry_grads_ready first (once per group
- * per micro-batch; GPT_RELEASE_PARTIAL hands nothing in). The CPU model
- * computes in fp32: with precision.params = fp32 on the host backend it
- * reads and writes the engine's device buffers directly; with bf16 / fp16
- * the provider converts a group's params into an fp32 scratch and its fp32
- * grads back into the engine's grad buffers (times the loss scale). The
- * scratch is one slot for the embedding group (its grads stay open from the
- * tied head to the end of backward) and one for every other group, each
- * sized for its largest group. Compute runs on the caller's thread: the
- * provider synchronizes its stream after every fetch. */
+ * per micro-batch; GPT_RELEASE_PARTIAL hands nothing in). Two modes:
+ *
+ * GPT_ENGINE_SYNC, for the CPU model (fp32, on the caller's thread, over
+ * the emulated device only): the provider synchronizes its stream after
+ * every fetch. With precision.params = fp32 the views are the engine's
+ * device buffers; with bf16 / fp16 the provider converts a group's params
+ * into an fp32 host scratch and, at GPT_RELEASE_GRADS, its fp32 grads back
+ * into the engine's grad buffers (times the loss scale). Views: wdt F32.
+ *
+ * GPT_ENGINE_STREAM, for models that compute in the order of the
+ * provider's stream (the CUDA model, which launches on its native stream;
+ * tests/gpt/test_stream.c on the host backend): no call waits for the
+ * device. fetch enqueues the engine's fetch on the stream and hands out
+ * the engine's param buffers in their own dtype (view wdt = the params'
+ * dtype); the grads are fp32 accumulators in device memory, zeroed in
+ * stream order at a group's first backward fetch; GPT_RELEASE_GRADS
+ * enqueues the conversion of each tensor into the engine's grad buffer
+ * (ferry_convert_async, times the loss scale), then ferry_grads_ready and
+ * ferry_release, all on the stream.
+ *
+ * In both modes the fp32 grads sit in two slots, one for the embedding
+ * group (its grads stay open from the tied head to the end of backward) and
+ * one for every other group, each sized for its largest group (stream
+ * mode: always; sync mode: 16-bit params only). A slot is handed to the
+ * next group only once its owner's grads were released; in stream mode the
+ * next group's zeroing is enqueued after the owner's conversion on the same
+ * stream, so the device never clears a slot before it was read. In stream
+ * mode the slots and the model's activations and workspace are one block
+ * reserved out of tiers.gpu.budget (ferry_engine_reserve): [model bytes |
+ * embedding slot | other slot], each part 256-aligned. */
 typedef struct gpt_engine gpt_engine;
 
+typedef enum { GPT_ENGINE_SYNC = 0, GPT_ENGINE_STREAM = 1 } gpt_engine_mode;
+
+typedef struct {
+  gpt_engine_mode mode;
+  size_t model_bytes; /* stream mode: device bytes the model wants from the reserved block */
+} gpt_engine_options;
+
 /* Creates the engine from cfg (the caller keeps cfg), registers the schema,
- * fills it from src and finalizes. dev: NULL = the engine makes one. */
+ * fills it from src and finalizes. dev: NULL = the engine makes one (the
+ * config's device). opt: NULL = GPT_ENGINE_SYNC. Sync mode refuses a
+ * device that is not the emulated one. On failure err names the step and
+ * the ferry status (e.g. "FERRY_ENODEV"). */
 int gpt_engine_create(const gpt_schema *s, const ferry_config *cfg, ferry_device *dev,
-                      gpt_weights_src *src, gpt_engine **out, char *err, size_t errlen);
+                      gpt_weights_src *src, const gpt_engine_options *opt, gpt_engine **out,
+                      char *err, size_t errlen);
 void gpt_engine_free(gpt_engine *ge);
 gpt_provider gpt_engine_provider(gpt_engine *ge);
 ferry_engine *gpt_engine_handle(gpt_engine *ge);
+/* The dtype of the config's precision.params (F32, F16 or BF16), or
+ * FERRY_DT_NONE when the key cannot be read. */
+ferry_dtype gpt_engine_config_dtype(const ferry_config *cfg);
+/* The dtype of the engine's params (F32, F16 or BF16). */
+ferry_dtype gpt_engine_dtype(const gpt_engine *ge);
+/* The provider's stream: the model launches its work on it (stream mode). */
+ferry_stream *gpt_engine_stream(gpt_engine *ge);
+/* Stream mode: the model's part of the reserved block (device memory,
+ * 256-aligned, model_bytes long); NULL and 0 in sync mode or when
+ * model_bytes was 0. */
+void gpt_engine_model_memory(gpt_engine *ge, void **base, size_t *bytes);
 /* Micro-batches per ferry_step (the config's grad_accumulation). */
 int gpt_engine_micro_batches(const gpt_engine *ge);
 /* ferry_step, and the fp32 scratch no longer mirrors the params. */
 int gpt_engine_step(gpt_engine *ge, ferry_step_info *info);
 /* Param i's fp32 master values (ferry_param_read); a gpt_weights_read_fn. */
 int gpt_engine_read(void *ge, int param, float *dst);
-/* Bytes of fp32 scratch the provider holds. */
+/* Bytes of fp32 scratch the provider holds: host memory in sync mode,
+ * device memory (the grad slots, inside the reserved block) in stream mode. */
 size_t gpt_engine_scratch_bytes(const gpt_engine *ge);
 /* ferry_checkpoint_save into dir (made when missing, parents too) keeping
  * the newest `keep` (0 = all); ferry_checkpoint_load of path, after which

@@ -1,8 +1,11 @@
 /* examples/gpt/gpt_cuda.h — the model on a CUDA GPU: the same forward,
  * backward and cross-entropy as model_cpu.c, GEMMs in bf16 on cuBLAS with
- * fp32 accumulation, CUDA C kernels for the rest. Parameters come through
- * the same gpt_provider, whose pointers are then device memory; a resident
- * device provider is here for tests. Built when FERRY_HAVE_CUDA.
+ * fp32 accumulation, CUDA C kernels for the rest, all on one stream.
+ * Parameters come through the same gpt_provider, whose pointers are then
+ * device memory in the view's dtype (the engine provider's stream mode, or
+ * the fp32 resident device provider below). The device memory layout of
+ * activations and workspace (cuda_layout.c) is plain C, built and tested
+ * everywhere; the model itself is built when FERRY_HAVE_CUDA.
  */
 #ifndef FERRY_GPT_CUDA_H
 #define FERRY_GPT_CUDA_H
@@ -13,35 +16,164 @@
 extern "C" {
 #endif
 
+/* ---- the device memory layout (cuda_layout.c, plain C) ----------------------------
+ * Every byte of device memory the model uses besides the params and grads
+ * is one block laid out here: buffers at 256-aligned offsets, none
+ * overlapping. Activations saved for backward that are only GEMM operands
+ * there are bf16 (they are rounded to bf16 for their GEMM anyway); the
+ * residual stream, norm statistics, the logits and what GELU / SwiGLU
+ * backward reads stay fp32. Attention scores are materialized one batch
+ * row at a time (workspace: H x T x T), the probabilities kept for
+ * backward in bf16 (B x H x T x T). With checkpointing one block's
+ * activations are kept (recomputed per block in backward). */
+enum {
+  /* the whole pass */
+  GCL_XRES = 0, /* (L+1) x BT x C fp32: block inputs, then the last block's output */
+  GCL_NF,       /* BT x C bf16: the final norm's output */
+  GCL_MEANF,    /* BT fp32 */
+  GCL_RSTDF,    /* BT fp32 */
+  GCL_LOGITS,   /* BT x V fp32 */
+  GCL_DLOGITS,  /* BT x V bf16: (softmax - onehot) / BT, a GEMM operand only */
+  GCL_ROWLOSS,  /* BT fp32 */
+  GCL_LOSS,     /* 1 double: the loss sum since the last read */
+  GCL_TOK,      /* BT int32 */
+  GCL_TGT,      /* BT int32 */
+  GCL_ROPE_COS, /* T x hd/2 fp32 (Llama; 0 bytes for GPT-2) */
+  GCL_ROPE_SIN,
+  /* workspace */
+  GCL_DRES,     /* BT x C fp32: d(residual) */
+  GCL_DN,       /* BT x C fp32: d(norm output) */
+  GCL_DAO,      /* BT x C bf16: d(attention output), a GEMM operand only */
+  GCL_DQKV,     /* BT x qkvw fp32: d(q k v); the forward's q k v GEMM output */
+  GCL_DH1,      /* BT x F fp32: d(fc) / d(gate) */
+  GCL_DH2,      /* BT x F fp32: Llama d(up) (0 bytes for GPT-2) */
+  GCL_SCORES,   /* H x T x T fp32: one batch row's scores / d(probabilities) */
+  GCL_DSCORES,  /* H x T x T bf16: one batch row's d(scores), a GEMM operand */
+  GCL_ABF,      /* max(BT x C, BT x qkvw, BT x F) bf16: fp32 GEMM operands rounded */
+  GCL_WBF,      /* the largest matrix, bf16: fp32 / fp16 weights rounded (0 for bf16) */
+  GCL_DTMP,     /* BT x C fp32: a recomputed block's output (checkpointing only) */
+  GCL_CUBLAS,   /* the cuBLAS workspace (cublasSetWorkspace) */
+  GCL_BLOCKS,   /* n_acts x block_bytes: the blocks' saved activations */
+  GCL_COUNT
+};
+enum {
+  GCA_N1 = 0, /* BT x C bf16 */
+  GCA_MEAN1,  /* BT fp32 */
+  GCA_RSTD1,  /* BT fp32 */
+  GCA_QKV,    /* BT x qkvw bf16: GPT-2 rows [q k v]; Llama planar q | k | v, q and k rotated */
+  GCA_ATT,    /* B x H x T x T bf16: softmax probabilities */
+  GCA_AO,     /* BT x C bf16: attention output */
+  GCA_XMID,   /* BT x C fp32: residual after attention */
+  GCA_N2,     /* BT x C bf16 */
+  GCA_MEAN2,  /* BT fp32 */
+  GCA_RSTD2,  /* BT fp32 */
+  GCA_H1,     /* BT x F fp32: GPT-2 fc + bias (GELU's input); Llama gate */
+  GCA_H2,     /* BT x F: GPT-2 gelu(fc) bf16; Llama up fp32 */
+  GCA_H3,     /* BT x F bf16: Llama silu(gate) * up (0 bytes for GPT-2) */
+  GCA_COUNT
+};
+
+typedef struct {
+  size_t off, bytes;
+} gpt_cuda_span;
+
+typedef struct {
+  gpt_cuda_span buf[GCL_COUNT]; /* offsets from the block's base */
+  gpt_cuda_span act[GCA_COUNT]; /* offsets within one block's activations */
+  size_t block_bytes;           /* one block's activations (256-aligned) */
+  int n_acts;                   /* blocks kept: L, or 1 with checkpointing */
+  int qkvw;                     /* C + 2 n_kv_head hd */
+  size_t abf_elems, wbf_elems;  /* capacities of the bf16 scratches */
+  size_t bytes;                 /* the whole block */
+} gpt_cuda_layout_t;
+
+/* Bytes of the cuBLAS workspace in the layout. */
+#define GPT_CUDA_CUBLAS_WORKSPACE ((size_t)16 << 20)
+
+/* The layout for schema s, run rc, and weights read in dtype wdt (BF16: no
+ * weight scratch). Returns out->bytes; 0 when rc is out of range. */
+size_t gpt_cuda_layout(const gpt_schema *s, const gpt_run_config *rc, ferry_dtype wdt,
+                       gpt_cuda_layout_t *out);
+/* "xres", "n1", ...: the name of buf i / act i, for messages and tests. */
+const char *gpt_cuda_layout_buf_name(int i);
+const char *gpt_cuda_layout_act_name(int i);
+
+/* ---- the model (model_cuda.cu) ------------------------------------------------------ */
+
 /* 0 when a CUDA device can be used; else -1 and the reason in why. */
 int gpt_cuda_available(char *why, size_t len);
 
 typedef struct gpt_cuda_model gpt_cuda_model;
 
-int gpt_cuda_model_create(const gpt_schema *s, const gpt_run_config *rc, gpt_cuda_model **out);
+/* Where the model's device memory and stream come from. base/bytes: the
+ * block for gpt_cuda_layout (at least its bytes, 256-aligned), or NULL to
+ * have the model cudaMalloc one. stream: the cudaStream_t every launch,
+ * copy and cuBLAS call goes to (the engine provider's, through
+ * ferry_stream_native), or NULL for a stream of the model's own. wdt: the
+ * dtype the provider's views will have (F32 for the resident provider,
+ * the engine's precision.params in stream mode); it sizes the weight
+ * scratch. A NULL gpt_cuda_mem: own block, own stream, F32. */
+typedef struct {
+  void *base;
+  size_t bytes;
+  void *stream;
+  ferry_dtype wdt;
+} gpt_cuda_mem;
+
+/* 0, or -1 with what failed (the CUDA or cuBLAS error, the sizes) in err. */
+int gpt_cuda_model_create(const gpt_schema *s, const gpt_run_config *rc, const gpt_cuda_mem *mem,
+                          gpt_cuda_model **out, char *err, size_t errlen);
+/* Waits for the stream, then frees what the model owns (never a given
+ * block or stream). */
 void gpt_cuda_model_free(gpt_cuda_model *m);
 const char *gpt_cuda_model_last_error(const gpt_cuda_model *m);
-/* tokens, targets: host arrays of batch*seq ids. */
+/* The stream the model launches on (a cudaStream_t). */
+void *gpt_cuda_model_stream(const gpt_cuda_model *m);
+/* Bytes of the model's device block (gpt_cuda_layout). */
+size_t gpt_cuda_model_bytes(const gpt_cuda_model *m);
+/* Enqueues the forward pass on the stream; returns without waiting for the
+ * device. tokens, targets: host arrays of batch*seq ids (copied into pinned
+ * staging before return; targets NULL: logits only). With targets the mean
+ * cross-entropy is added to the model's loss sum on the device and copied
+ * back asynchronously. */
 int gpt_cuda_model_forward(gpt_cuda_model *m, gpt_provider *p, const int32_t *tokens,
-                           const int32_t *targets, float *loss);
+                           const int32_t *targets);
+/* Enqueues the backward pass of the last forward with targets: the grads
+ * are added into the provider's fp32 accumulators in stream order. */
 int gpt_cuda_model_backward(gpt_cuda_model *m, gpt_provider *p);
-/* Copies the last forward's logits [batch*seq, vocab] to host memory. */
+/* The mean of the losses of the forwards with targets since the last call:
+ * waits for the last one's copy (one event), then resets the sum. Call it
+ * once per optimizer step (after the backward and the engine's step, it
+ * does not wait at all). */
+int gpt_cuda_model_loss(gpt_cuda_model *m, float *loss);
+/* Copies the last forward's logits [batch*seq, vocab] to host memory and
+ * waits for them (tests; not for the step loop). */
 int gpt_cuda_model_logits(gpt_cuda_model *m, float *host);
 
-/* Every weight and gradient in device memory (fp32), schema order. */
+/* Every weight and gradient in device memory (fp32), schema order: the
+ * provider of the pre-engine --device cuda path and of the tests. Its
+ * copies and zeroing go to `stream` (the model's, gpt_cuda_model_stream). */
 typedef struct {
   const gpt_schema *schema;
   float *weights, *grads; /* device */
   size_t *offset;
+  void *stream;
   char err[256];
 } gpt_cuda_resident;
 
-int gpt_cuda_resident_init(gpt_cuda_resident *r, const gpt_schema *s);
+int gpt_cuda_resident_init(gpt_cuda_resident *r, const gpt_schema *s, void *stream);
 void gpt_cuda_resident_free(gpt_cuda_resident *r);
 gpt_provider gpt_cuda_resident_provider(gpt_cuda_resident *r);
-/* Host <-> device copies of all weights / grads (total_numel floats). */
+/* Host -> device copy of all weights (total_numel floats), enqueued on the
+ * stream: host_weights must stay unchanged until the stream passes it (the
+ * next download_grads waits for it). */
 int gpt_cuda_resident_upload(gpt_cuda_resident *r, const float *host_weights);
+/* Device -> host copy of all grads; waits for it (and all work before it). */
 int gpt_cuda_resident_download_grads(gpt_cuda_resident *r, float *host_grads);
+/* Page-locks host memory the resident copies use (cudaHostRegister), so
+ * they run asynchronously; unregister before freeing it. */
+int gpt_cuda_host_register(void *p, size_t bytes);
+void gpt_cuda_host_unregister(void *p);
 
 #ifdef __cplusplus
 }

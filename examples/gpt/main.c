@@ -5,9 +5,7 @@
  * runs the pre-engine path (everything resident in host memory, AdamW).
  */
 #include "gpt.h"
-#ifdef GPT_HAVE_CUDA
-#include "gpt_cuda.h"
-#endif
+#include "gpt_cuda.h" /* the device layout always; the model when GPT_HAVE_CUDA */
 
 #include "ferry.h"
 
@@ -42,9 +40,13 @@ static const char *k_train_help =
     "    With --engine, every parameter lives in ferry's engine, placed as the config says\n"
     "    (GPU budget, host, NVMe; see examples/configs/), and the engine's optimizer (the\n"
     "    config's optimizer.*, precision.*, clip_grad_norm, grad_accumulation micro-batches\n"
-    "    of B sequences per step) does the step. The model computes in fp32 on the CPU over\n"
-    "    the emulated GPU (device = \"host\"). Without --engine: the pre-engine path, every\n"
-    "    weight, gradient and AdamW state in host memory, a plain AdamW in this example.\n"
+    "    of B sequences per step) does the step. --device cpu: the model computes in fp32\n"
+    "    on the CPU over the emulated GPU (device = \"host\"). --device cuda: the CUDA model\n"
+    "    computes on the engine's GPU (the config's device is taken as \"cuda\"), reading\n"
+    "    the params in their precision where the engine placed them, its activations and\n"
+    "    workspace reserved out of tiers.gpu.budget. Without --engine: the pre-engine path,\n"
+    "    every weight, gradient and AdamW state in host memory, a plain AdamW in this\n"
+    "    example.\n"
     "\n"
     "    One line per step: step, loss, tokens per second, peak bytes per engine tier (gpu,\n"
     "    host, nvme; without --engine: the process's peak RSS as host) and the share of the\n"
@@ -101,8 +103,12 @@ static const char *k_train_help =
     "                          bytes, 256 ids).\n"
     "    --threads N           OpenBLAS threads (default: OpenBLAS's choice).\n"
     "    --device cpu|cuda     where the model computes (default cpu). cuda: the CUDA\n"
-    "                          kernels (bf16 GEMMs, fp32 accumulation) on GPU 0 with the\n"
-    "                          weights resident on the device; the pre-engine AdamW still\n"
+    "                          kernels (bf16 GEMMs, fp32 accumulation, bf16 activations\n"
+    "                          where they are GEMM operands) on GPU 0, all on one stream.\n"
+    "                          With --engine: the engine's device is cuda (a config that\n"
+    "                          says \"host\" or \"auto\" is overridden, with a note), the\n"
+    "                          params stay where the config places them. Without --engine:\n"
+    "                          fp32 weights resident on the device; the pre-engine AdamW\n"
     "                          steps on the host (grads down, weights up each step).\n"
     "    --json                one JSON object per step instead of the progress line:\n"
     "                          {\"step\", \"loss\", \"tokens_per_s\", \"peak_bytes\": {\"gpu\",\n"
@@ -125,8 +131,9 @@ static const char *k_train_help =
     "        --steps 1000 --save out/ --save-every 50 --keep 3 --resume out/\n"
     "\n"
     "EXIT STATUS\n"
-    "    0 on success, 1 on a runtime failure (also: no checkpoint in --resume DIR, a damaged\n"
-    "    one), 2 on bad usage (also: --resume with settings other than the checkpoint's).\n";
+    "    0 on success, 1 on a runtime failure (also: no usable GPU for --device cuda, no\n"
+    "    checkpoint in --resume DIR, a damaged one), 2 on bad usage (also: --resume with\n"
+    "    settings other than the checkpoint's).\n";
 
 static const char *k_sample_help =
     "NAME\n"
@@ -346,8 +353,6 @@ static int parse_train(int argc, char **argv, train_opts *o) {
     die_usage("--save-every needs --save DIR (checkpoints go to DIR/" GPT_RESUME_SUBDIR ")");
   if (o->keep_given && !o->save_every) die_usage("--keep needs --save-every");
   if (o->resume && !o->resume[0]) die_usage("--resume wants a folder");
-  if (o->engine && o->cuda)
-    die_usage("--device cuda runs the pre-engine path only (no --engine yet)");
   return 0;
 }
 
@@ -366,8 +371,20 @@ static int make_dirs(const char *path) {
   return stat(b, &st) == 0 && S_ISDIR(st.st_mode) ? 0 : -1;
 }
 
+/* --device cuda --engine: the engine's device is cuda whatever the config
+ * says ("host", "auto"), with a note when that changes it. */
+static int engine_device_cuda(ferry_config *fc, const char *file, FILE *info) {
+  char dev[32] = "";
+  ferry_config_get(fc, "device", dev, sizeof dev);
+  if (!strcmp(dev, "cuda")) return 0;
+  fprintf(info, "ferry-gpt: note: --device cuda: the engine's device is cuda (%s says "
+          "device = \"%s\")\n", file, dev);
+  return ferry_config_set(fc, "device", "cuda");
+}
+
 /* The engine configuration: the file, then --lr / --weight-decay when
- * given, then each --set; the NVMe directories made when missing. */
+ * given, then each --set; --device cuda makes the device cuda; the NVMe
+ * directories made when missing. */
 static ferry_config *engine_config(const train_opts *o, FILE *info) {
   ferry_config *fc;
   if (ferry_config_create(&fc)) {
@@ -393,6 +410,7 @@ static ferry_config *engine_config(const train_opts *o, FILE *info) {
     snprintf(key, sizeof key, "%.*s", (int)(eq - o->set[i]), o->set[i]);
     if (ferry_config_set(fc, key, eq + 1)) goto bad_set;
   }
+  if (o->cuda && engine_device_cuda(fc, o->engine, info)) goto bad_set;
   if (ferry_config_get(fc, "tiers.nvme.paths", v, sizeof v) == 0 && v[0]) {
     for (char *p = v, *next; p && *p; p = next) {
       next = strchr(p, ',');
@@ -458,10 +476,10 @@ typedef struct {
   gpt_provider p;
   gpt_model *m;         /* the CPU model */
 #ifdef GPT_HAVE_CUDA
-  int cuda_held;        /* --device cuda: cr and cm are to be freed */
-  gpt_cuda_model *cm;
-  gpt_cuda_resident cr;
-  gpt_provider cp;
+  gpt_cuda_model *cm;   /* --device cuda */
+  gpt_cuda_resident cr; /* --device cuda without --engine: weights and grads on the device */
+  int pinned;           /* ... and r's host arrays page-locked for its copies */
+  gpt_provider cp;      /* the provider the CUDA model reads: the engine's or cr's */
 #endif
   gpt_resume_state rs;  /* this run's fingerprint; saved with each checkpoint */
   char ck_folder[4096]; /* --resume: the checkpoint found */
@@ -481,10 +499,11 @@ typedef struct {
 static void train_free(train_run *t) {
   gpt_model_free(t->m);
 #ifdef GPT_HAVE_CUDA
-  if (t->cuda_held) {
-    gpt_cuda_model_free(t->cm);
-    gpt_cuda_resident_free(&t->cr);
-  }
+  /* the resident weights (cudaFree waits for the device), then the model
+   * (it waits for its stream, the engine's with --engine), then the engine */
+  if (t->cr.schema) gpt_cuda_resident_free(&t->cr);
+  gpt_cuda_model_free(t->cm);
+  if (t->pinned) gpt_cuda_host_unregister(t->r.weights), gpt_cuda_host_unregister(t->r.grads);
 #endif
   gpt_engine_free(t->ge);
   if (t->fc) ferry_config_destroy(t->fc);
@@ -495,13 +514,15 @@ static void train_free(train_run *t) {
   gpt_schema_free(&t->s);
 }
 
-/* --threads, where notes go, and whether --device cuda can run. */
+/* --threads, where notes go, and whether --device cuda can run (with
+ * --engine the engine's device creation says so, with the runtime's own
+ * message). */
 static int train_check_device(train_run *t) {
   if (t->o.threads) openblas_set_num_threads(t->o.threads);
   t->info = t->o.json ? stderr : stdout;
 #ifdef GPT_HAVE_CUDA
   char why[256];
-  if (t->o.cuda && gpt_cuda_available(why, sizeof why)) {
+  if (t->o.cuda && !t->o.engine && gpt_cuda_available(why, sizeof why)) {
     fprintf(stderr, "ferry-gpt: --device cuda: %s\n", why);
     return 1;
   }
@@ -623,8 +644,14 @@ static int train_resume_load(train_run *t) {
   return 0;
 }
 
+static gpt_run_config run_config(const train_run *t) {
+  gpt_run_config rc = {.batch = t->o.batch, .seq = t->seq, .checkpoint = t->o.ckpt};
+  return rc;
+}
+
 /* --engine: the run's fingerprint, the engine (weights from --weights, the
- * seed or the checkpoint) and its provider. */
+ * seed or the checkpoint; --device cuda: in stream mode, with the CUDA
+ * model's device block reserved) and its provider. */
 static int train_setup_engine(train_run *t) {
   describe_engine(t->fc, &t->s, t->info);
   if (gpt_resume_fingerprint(&t->rs, &t->cfg, t->o.batch, t->seq, t->o.seed, t->o.data, &t->d,
@@ -642,7 +669,14 @@ static int train_setup_engine(train_run *t) {
     fprintf(stderr, "ferry-gpt: %s\n", t->err);
     return 1;
   }
-  rc = gpt_engine_create(&t->s, t->fc, NULL, src, &t->ge, t->err, sizeof t->err);
+  gpt_engine_options eo = {GPT_ENGINE_SYNC, 0};
+  if (t->o.cuda) { /* the CUDA model's block is reserved with the engine's grad slots */
+    gpt_cuda_layout_t lay;
+    gpt_run_config run = run_config(t);
+    eo.mode = GPT_ENGINE_STREAM;
+    eo.model_bytes = gpt_cuda_layout(&t->s, &run, gpt_engine_config_dtype(t->fc), &lay);
+  }
+  rc = gpt_engine_create(&t->s, t->fc, NULL, src, &eo, &t->ge, t->err, sizeof t->err);
   gpt_weights_src_close(src);
   ferry_config_destroy(t->fc);
   t->fc = NULL;
@@ -674,53 +708,118 @@ static int train_setup_resident(train_run *t) {
   return 0;
 }
 
-/* The model (CPU, or the CUDA one with its device-resident weights), then
- * the line that sizes the run. */
-static int train_make_model(train_run *t) {
-  gpt_run_config rc = {.batch = t->o.batch, .seq = t->seq, .checkpoint = t->o.ckpt};
 #ifdef GPT_HAVE_CUDA
-  if (t->o.cuda) {
-    t->cuda_held = 1;
-    if (gpt_cuda_resident_init(&t->cr, &t->s) || gpt_cuda_resident_upload(&t->cr, t->r.weights) ||
-        gpt_cuda_model_create(&t->s, &rc, &t->cm)) {
-      fprintf(stderr, "ferry-gpt: --device cuda: out of device memory or CUDA failure\n");
+/* --device cuda: the CUDA model. With --engine in the engine's reserved
+ * block, on the provider's stream; without, on its own block and stream,
+ * over fp32 weights resident on the device (uploaded from r). */
+static int train_make_cuda(train_run *t) {
+  gpt_run_config rc = run_config(t);
+  if (t->ge) {
+    gpt_cuda_mem mem = {NULL, 0, NULL, FERRY_DT_NONE};
+    gpt_engine_model_memory(t->ge, &mem.base, &mem.bytes);
+    if (ferry_stream_native(gpt_engine_stream(t->ge), &mem.stream) || !mem.stream) {
+      fprintf(stderr, "ferry-gpt: --device cuda: the engine's stream has no CUDA stream (is "
+              "its device cuda?)\n");
       return 1;
     }
-    t->cp = gpt_cuda_resident_provider(&t->cr);
+    mem.wdt = gpt_engine_dtype(t->ge);
+    t->cp = t->p;
+    if (gpt_cuda_model_create(&t->s, &rc, &mem, &t->cm, t->err, sizeof t->err)) {
+      fprintf(stderr, "ferry-gpt: --device cuda: %s\n", t->err);
+      return 1;
+    }
+    return 0;
   }
+  if (gpt_cuda_model_create(&t->s, &rc, NULL, &t->cm, t->err, sizeof t->err)) {
+    fprintf(stderr, "ferry-gpt: --device cuda: %s\n", t->err);
+    return 1;
+  }
+  size_t hb = t->s.total_numel * sizeof(float);
+  t->pinned = !gpt_cuda_host_register(t->r.weights, hb);
+  if (t->pinned && gpt_cuda_host_register(t->r.grads, hb)) {
+    gpt_cuda_host_unregister(t->r.weights);
+    t->pinned = 0;
+  }
+  if (!t->pinned)
+    fprintf(t->info, "ferry-gpt: note: --device cuda: cannot page-lock the host weights and "
+            "grads; their copies each step are synchronous\n");
+  if (gpt_cuda_resident_init(&t->cr, &t->s, gpt_cuda_model_stream(t->cm)) ||
+      gpt_cuda_resident_upload(&t->cr, t->r.weights)) {
+    fprintf(stderr, "ferry-gpt: --device cuda: out of device memory for the weights (%s)\n",
+            t->cr.err);
+    return 1;
+  }
+  t->cp = gpt_cuda_resident_provider(&t->cr);
+  return 0;
+}
+#endif
+
+/* The model (CPU, or the CUDA one), then the line that sizes the run. */
+static int train_make_model(train_run *t) {
+  gpt_run_config rc = run_config(t);
+#ifdef GPT_HAVE_CUDA
+  if (t->o.cuda && train_make_cuda(t)) return 1;
 #endif
   if (!t->o.cuda && gpt_model_create(&t->s, &rc, &t->m)) {
     fprintf(stderr, "ferry-gpt: out of memory for activations (batch %d, seq %d)\n", t->o.batch,
             t->seq);
     return 1;
   }
+  double act = 0;
+  const char *where = "host";
+#ifdef GPT_HAVE_CUDA
+  if (t->cm) act = gpt_cuda_model_bytes(t->cm) / 1e6, where = "device";
+#endif
+  if (t->m) act = gpt_model_activation_bytes(t->m) / 1e6;
   if (t->ge)
     fprintf(t->info, "ferry-gpt: %zu tokens of data, batch %d x seq %d x %d micro-batches, %d "
-            "steps; host: %.1f MB of activations, %.1f MB of fp32 scratch\n",
-            t->d.n, t->o.batch, t->seq, t->micro, t->o.steps,
-            gpt_model_activation_bytes(t->m) / 1e6, gpt_engine_scratch_bytes(t->ge) / 1e6);
+            "steps; %s: %.1f MB of activations and workspace, %.1f MB of fp32 grad scratch\n",
+            t->d.n, t->o.batch, t->seq, t->micro, t->o.steps, where, act,
+            gpt_engine_scratch_bytes(t->ge) / 1e6);
   else
     fprintf(t->info, "ferry-gpt: %zu tokens of data, batch %d x seq %d, %d steps, lr %g; host: "
-            "%.1f MB of weights+grads+AdamW, %.1f MB of activations\n",
+            "%.1f MB of weights+grads+AdamW; %s: %.1f MB of activations\n",
             t->d.n, t->o.batch, t->seq, t->o.steps, (double)t->o.lr, 16.0 * t->s.total_numel / 1e6,
-            t->m ? gpt_model_activation_bytes(t->m) / 1e6 : 0.0);
+            where, act);
   return 0;
 }
 
+/* The engine's optimizer step; 0, or 1 with the engine's message printed. */
+static int train_engine_step(train_run *t, int st) {
+  ferry_step_info si;
+  if (gpt_engine_step(t->ge, &si) == 0) return 0;
+  fprintf(stderr, "ferry-gpt: step %d: %s\n", st, ferry_engine_last_error(gpt_engine_handle(t->ge)));
+  return 1;
+}
+
 #ifdef GPT_HAVE_CUDA
-/* One pre-engine step on the CUDA model: grads to the host, AdamW there,
- * weights back up. */
+/* One step on the CUDA model: its micro-batches' forward and backward
+ * enqueued, then the engine's step (or, pre-engine: grads down, AdamW on
+ * the host, weights up), then the loss: one event wait, long passed. */
 static int train_step_cuda(train_run *t, int st, int32_t *x, int32_t *y, float *loss) {
-  gpt_data_batch(&t->d, t->o.batch, t->seq, x, y);
-  if (t->cp.zero_grad(t->cp.ctx) || gpt_cuda_model_forward(t->cm, &t->cp, x, y, loss) ||
-      gpt_cuda_model_backward(t->cm, &t->cp) ||
-      gpt_cuda_resident_download_grads(&t->cr, t->r.grads)) {
-    fprintf(stderr, "ferry-gpt: step %d: %s\n", st, gpt_cuda_model_last_error(t->cm));
-    return 1;
+  for (int k = 0; k < t->micro; k++) {
+    gpt_data_batch(&t->d, t->o.batch, t->seq, x, y);
+    if (t->cp.zero_grad(t->cp.ctx) || gpt_cuda_model_forward(t->cm, &t->cp, x, y) ||
+        gpt_cuda_model_backward(t->cm, &t->cp)) {
+      fprintf(stderr, "ferry-gpt: step %d: %s\n", st, gpt_cuda_model_last_error(t->cm));
+      return 1;
+    }
   }
-  gpt_adamw_step(&t->opt, &t->r);
-  if (gpt_cuda_resident_upload(&t->cr, t->r.weights)) {
-    fprintf(stderr, "ferry-gpt: step %d: upload failed\n", st);
+  if (t->ge) {
+    if (train_engine_step(t, st)) return 1;
+  } else {
+    if (gpt_cuda_resident_download_grads(&t->cr, t->r.grads)) {
+      fprintf(stderr, "ferry-gpt: step %d: %s\n", st, t->cr.err);
+      return 1;
+    }
+    gpt_adamw_step(&t->opt, &t->r);
+    if (gpt_cuda_resident_upload(&t->cr, t->r.weights)) {
+      fprintf(stderr, "ferry-gpt: step %d: %s\n", st, t->cr.err);
+      return 1;
+    }
+  }
+  if (gpt_cuda_model_loss(t->cm, loss)) {
+    fprintf(stderr, "ferry-gpt: step %d: %s\n", st, gpt_cuda_model_last_error(t->cm));
     return 1;
   }
   return 0;
@@ -742,16 +841,8 @@ static int train_step_cpu(train_run *t, int st, int32_t *x, int32_t *y, float *l
     sum += l;
   }
   *loss = (float)(sum / t->micro);
-  if (t->ge) {
-    ferry_step_info si;
-    if (gpt_engine_step(t->ge, &si)) {
-      fprintf(stderr, "ferry-gpt: step %d: %s\n", st,
-              ferry_engine_last_error(gpt_engine_handle(t->ge)));
-      return 1;
-    }
-  } else {
-    gpt_adamw_step(&t->opt, &t->r);
-  }
+  if (t->ge) return train_engine_step(t, st);
+  gpt_adamw_step(&t->opt, &t->r);
   return 0;
 }
 

@@ -460,6 +460,9 @@ static void block_bwd(gpt_model *m, acts *a, const gpt_group_view *g, const floa
     if (p->fetch(p->ctx, (grp), (mode), (view)))                                                \
       return fail(m, "fetch of group %d failed: %s", (grp), p->last_error ? p->last_error(p->ctx) \
                                                                         : "");                  \
+    if ((view)->wdt != FERRY_DT_F32)                                                            \
+      return fail(m, "group %d: the CPU model reads fp32 weights, the provider gave dtype %d "   \
+                  "(use the engine provider's synchronous mode)", (grp), (int)(view)->wdt);     \
   } while (0)
 #define RELEASE(grp, mode)                                                                      \
   do {                                                                                          \

@@ -39,6 +39,7 @@ static int res_fetch(void *ctx, int group, gpt_fetch_mode mode, gpt_group_view *
   const gpt_schema *s = r->schema;
   if (group < 0 || group >= s->n_groups) return -1;
   memset(out, 0, sizeof *out);
+  out->wdt = FERRY_DT_F32;
   for (int i = s->group_first[group]; i < s->group_first[group + 1]; i++) {
     int slot = s->params[i].slot;
     out->w[slot] = r->weights + r->offset[i];

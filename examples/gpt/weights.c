@@ -170,6 +170,10 @@ static int fill_provider(const gpt_schema *s, gpt_provider *p, gpt_weights_src *
       return -1;
     }
     int rc = 0;
+    if (v.wdt != FERRY_DT_F32) {
+      snprintf(err, el, "group %d: the provider's weights are not fp32 host memory", gi);
+      rc = -1;
+    }
     for (int i = s->group_first[gi]; !rc && i < s->group_first[gi + 1]; i++)
       rc = gpt_weights_src_fill(w, i, v.w[s->params[i].slot], err, el);
     if (p->release(p->ctx, gi, GPT_RELEASE_WRITTEN) && !rc) {
@@ -247,6 +251,10 @@ static int read_through_provider(void *user, int i, float *dst) {
   const gpt_param *q = &r->s->params[i];
   gpt_group_view v;
   if (r->p->fetch(r->p->ctx, q->group, GPT_FETCH_FORWARD, &v)) return -1;
+  if (v.wdt != FERRY_DT_F32) {
+    r->p->release(r->p->ctx, q->group, GPT_RELEASE_FORWARD);
+    return -1;
+  }
   memcpy(dst, v.w[q->slot], q->numel * sizeof(float));
   return r->p->release(r->p->ctx, q->group, GPT_RELEASE_FORWARD);
 }
