@@ -1,6 +1,9 @@
 /* bench/bench_copy.c — `ferry bench copy`: host<->device copy bandwidth on
  * the chosen backend (H2D, D2H, and both at once on two streams), from
- * pinned host memory. Validates the bytes of one round trip, then times.
+ * pinned host memory, at one or more sizes. Validates the bytes of one round
+ * trip, then times. tools/cuda_peak.cu measures the same copies with the
+ * CUDA runtime alone (the same sizes, directions, warm-up and median), so
+ * tools/gpu_check.sh divides one by the other.
  */
 #include "bench/bench.h"
 #include "bench/json.h"
@@ -15,18 +18,24 @@
 
 static void usage(FILE *f) {
   fprintf(f,
-          "usage: ferry bench copy [--device auto|host|cuda] [--size SIZE] [--iters N] [--json]\n"
+          "usage: ferry bench copy [--device auto|host|cuda] [--size SIZE[,SIZE...]]\n"
+          "                        [--direction h2d|d2h|both|all] [--iters N] [--json]\n"
           "\n"
           "Measures copies between pinned host memory and device memory: H2D, D2H, and\n"
           "H2D and D2H at once on two streams (bidirectional). The bytes of one round\n"
-          "trip are checked first; then each direction is timed over N iterations and\n"
-          "the median is reported.\n"
+          "trip of the largest size are checked first; then each size and direction is\n"
+          "timed over N iterations after one untimed warm-up, and the median is reported\n"
+          "(wall time from the first enqueue to the end of the stream synchronize).\n"
           "\n"
-          "  --device KIND  backend (default auto: cuda when a GPU is present, else host)\n"
-          "  --size SIZE    bytes per copy (default 256M)\n"
-          "  --iters N      timed iterations per direction (default 5)\n"
-          "  --json         one JSON object per direction: bench, device, direction,\n"
-          "                 bytes, seconds, gb_per_s\n");
+          "  --device KIND    backend (default auto: cuda when a GPU is present, else host)\n"
+          "  --size SIZES     bytes per copy, one size or a comma list (default 256M;\n"
+          "                   e.g. 4M,64M,1G)\n"
+          "  --direction DIR  h2d, d2h, both (bidirectional: H2D and D2H at once on two\n"
+          "                   streams, bytes counted twice) or all (default)\n"
+          "  --iters N        timed iterations per size and direction (default 5)\n"
+          "  --json           one JSON object per size and direction: bench, device,\n"
+          "                   direction (h2d, d2h, bidirectional), bytes, seconds,\n"
+          "                   gb_per_s, iters\n");
 }
 
 static double now(void) {
@@ -52,15 +61,58 @@ static int cmp_d(const void *a, const void *b) {
     }                                                                                              \
   } while (0)
 
+enum { MAX_SIZES = 16 };
+
 typedef struct {
   ferry_device_kind kind;
-  uint64_t size;
+  uint64_t sizes[MAX_SIZES];
+  int nsizes;
+  uint64_t size; /* the largest of sizes: the buffers' */
+  unsigned dirs; /* bit d: direction d (0 h2d, 1 d2h, 2 both) */
   int iters, json;
 } copy_opts;
 
+/* "4M,64M,1G" into o->sizes and o->size: 0, or 2 (said on stderr). */
+static int parse_sizes(copy_opts *o, const char *v) {
+  char buf[256];
+  snprintf(buf, sizeof buf, "%s", v);
+  o->nsizes = 0;
+  o->size = 0;
+  char *save = NULL;
+  for (char *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+    uint64_t n;
+    if (o->nsizes == MAX_SIZES || ferry_parse_size(t, &n) || n == 0) {
+      fprintf(stderr, "ferry bench copy: --size '%s' is not a size such as 256M or a list of "
+                      "at most %d such as 4M,64M,1G\n", v, MAX_SIZES);
+      return 2;
+    }
+    o->sizes[o->nsizes++] = n;
+    if (n > o->size) o->size = n;
+  }
+  if (!o->nsizes) {
+    fprintf(stderr, "ferry bench copy: --size is empty\n");
+    return 2;
+  }
+  return 0;
+}
+
+/* h2d, d2h, both or all into o->dirs: 0, or 2 (said on stderr). */
+static int parse_direction(copy_opts *o, const char *v) {
+  static const char *names[] = {"h2d", "d2h", "both", "all"};
+  static const unsigned masks[] = {1, 2, 4, 7};
+  for (int k = 0; k < 4; k++)
+    if (!strcmp(v, names[k])) {
+      o->dirs = masks[k];
+      return 0;
+    }
+  fprintf(stderr, "ferry bench copy: --direction must be h2d, d2h, both or all, not '%s'\n", v);
+  return 2;
+}
+
 /* Returns -1 to go on, or the exit code (0 after --help, 2 bad usage). */
 static int parse_args(copy_opts *o, int argc, char **argv) {
-  *o = (copy_opts){FERRY_DEVICE_AUTO, 256ull << 20, 5, 0};
+  *o = (copy_opts){.kind = FERRY_DEVICE_AUTO, .sizes = {256ull << 20}, .nsizes = 1,
+                   .size = 256ull << 20, .dirs = 7, .iters = 5};
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -83,10 +135,10 @@ static int parse_args(copy_opts *o, int argc, char **argv) {
       }
     } else if (!strcmp(a, "--size") && v) {
       i++;
-      if (ferry_parse_size(v, &o->size) || o->size == 0) {
-        fprintf(stderr, "ferry bench copy: --size '%s' is not a size such as 256M\n", v);
-        return 2;
-      }
+      if (parse_sizes(o, v)) return 2;
+    } else if (!strcmp(a, "--direction") && v) {
+      i++;
+      if (parse_direction(o, v)) return 2;
     } else if (!strcmp(a, "--iters") && v) {
       i++;
       o->iters = atoi(v);
@@ -198,16 +250,20 @@ static void report(const copy_opts *o, const char *device, int dir, uint64_t byt
   }
 }
 
-/* Validates, then times and reports each direction: 0, or 1 (said on
- * stderr). */
+/* Validates, then times and reports each size and direction: 0, or 1
+ * (said on stderr). */
 static int run(copy_rig *r, const copy_opts *o) {
   double *t = calloc((size_t)o->iters, sizeof *t);
   if (!t) return 1;
   int ret = rig_open(r, o) || validate(r, o->size);
-  for (int dir = 0; dir < 3 && !ret; dir++) {
-    double sec;
-    ret = time_direction(r, o->size, dir, o->iters, t, &sec);
-    if (!ret) report(o, r->info.name, dir, dir == 2 ? 2 * o->size : o->size, sec);
+  for (int k = 0; k < o->nsizes && !ret; k++) {
+    uint64_t size = o->sizes[k];
+    for (int dir = 0; dir < 3 && !ret; dir++) {
+      if (!(o->dirs & (1u << dir))) continue;
+      double sec;
+      ret = time_direction(r, size, dir, o->iters, t, &sec);
+      if (!ret) report(o, r->info.name, dir, dir == 2 ? 2 * size : size, sec);
+    }
   }
   free(t);
   return ret;

@@ -3,3 +3,8 @@
 # cli/CMakeLists.txt at the end of the top directory.
 ferry_add_test(NAME cli.plan.vs_engine SOURCES ${PROJECT_SOURCE_DIR}/tests/cli/test_plan_engine.c
                EXE test_plan_engine TIMEOUT 120 ARGS ${PROJECT_BINARY_DIR}/tests/cli-scratch)
+# `ferry bench step` (validated and --no-validate, each placement) and
+# `ferry bench copy` (size lists, one direction) on the host backend.
+ferry_add_test(NAME cli.bench_step_copy EXE sh TIMEOUT 120
+               ARGS ${PROJECT_SOURCE_DIR}/tests/cli/bench_step_copy_test.sh $<TARGET_FILE:ferry_cli>
+                    ${PROJECT_SOURCE_DIR} ${PROJECT_BINARY_DIR}/tests/bench-step-copy)
