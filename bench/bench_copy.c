@@ -6,6 +6,7 @@
  * tools/gpu_check.sh divides one by the other.
  */
 #include "bench/bench.h"
+#include "bench/copy_opts.h"
 #include "bench/json.h"
 
 #include "ferry.h"
@@ -38,17 +39,6 @@ static void usage(FILE *f) {
           "                   gb_per_s, iters\n");
 }
 
-static double now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static int cmp_d(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return x < y ? -1 : x > y;
-}
-
 /* On failure: says which call failed and returns 1 (the device's error
  * when there is one, dev being the caller's device). */
 #define TRY(call)                                                                                  \
@@ -61,58 +51,19 @@ static int cmp_d(const void *a, const void *b) {
     }                                                                                              \
   } while (0)
 
-enum { MAX_SIZES = 16 };
-
 typedef struct {
   ferry_device_kind kind;
-  uint64_t sizes[MAX_SIZES];
-  int nsizes;
-  uint64_t size; /* the largest of sizes: the buffers' */
-  unsigned dirs; /* bit d: direction d (0 h2d, 1 d2h, 2 both) */
+  copy_plan plan;
   int iters, json;
 } copy_opts;
 
-/* "4M,64M,1G" into o->sizes and o->size: 0, or 2 (said on stderr). */
-static int parse_sizes(copy_opts *o, const char *v) {
-  char buf[256];
-  snprintf(buf, sizeof buf, "%s", v);
-  o->nsizes = 0;
-  o->size = 0;
-  char *save = NULL;
-  for (char *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
-    uint64_t n;
-    if (o->nsizes == MAX_SIZES || ferry_parse_size(t, &n) || n == 0) {
-      fprintf(stderr, "ferry bench copy: --size '%s' is not a size such as 256M or a list of "
-                      "at most %d such as 4M,64M,1G\n", v, MAX_SIZES);
-      return 2;
-    }
-    o->sizes[o->nsizes++] = n;
-    if (n > o->size) o->size = n;
-  }
-  if (!o->nsizes) {
-    fprintf(stderr, "ferry bench copy: --size is empty\n");
-    return 2;
-  }
-  return 0;
-}
-
-/* h2d, d2h, both or all into o->dirs: 0, or 2 (said on stderr). */
-static int parse_direction(copy_opts *o, const char *v) {
-  static const char *names[] = {"h2d", "d2h", "both", "all"};
-  static const unsigned masks[] = {1, 2, 4, 7};
-  for (int k = 0; k < 4; k++)
-    if (!strcmp(v, names[k])) {
-      o->dirs = masks[k];
-      return 0;
-    }
-  fprintf(stderr, "ferry bench copy: --direction must be h2d, d2h, both or all, not '%s'\n", v);
-  return 2;
-}
+static int parse_size(const char *s, uint64_t *out) { return ferry_parse_size(s, out); }
 
 /* Returns -1 to go on, or the exit code (0 after --help, 2 bad usage). */
 static int parse_args(copy_opts *o, int argc, char **argv) {
-  *o = (copy_opts){.kind = FERRY_DEVICE_AUTO, .sizes = {256ull << 20}, .nsizes = 1,
-                   .size = 256ull << 20, .dirs = 7, .iters = 5};
+  *o = (copy_opts){.kind = FERRY_DEVICE_AUTO,
+                   .plan = {.sizes = {256ull << 20}, .nsizes = 1, .max_size = 256ull << 20, .dirs = 7},
+                   .iters = 5};
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -135,10 +86,10 @@ static int parse_args(copy_opts *o, int argc, char **argv) {
       }
     } else if (!strcmp(a, "--size") && v) {
       i++;
-      if (parse_sizes(o, v)) return 2;
+      if (copy_parse_sizes(&o->plan, v, "ferry bench copy", parse_size)) return 2;
     } else if (!strcmp(a, "--direction") && v) {
       i++;
-      if (parse_direction(o, v)) return 2;
+      if (copy_parse_direction(&o->plan, v, "ferry bench copy")) return 2;
     } else if (!strcmp(a, "--iters") && v) {
       i++;
       o->iters = atoi(v);
@@ -166,7 +117,7 @@ typedef struct {
 /* 0, or 1 (said on stderr); r->dev is set as soon as it exists, for the
  * caller to destroy either way. */
 static int rig_open(copy_rig *r, const copy_opts *o) {
-  uint64_t size = o->size;
+  uint64_t size = o->plan.max_size;
   ferry_device *dev = NULL;
   ferry_device_config cfg = ferry_device_config_default();
   cfg.kind = o->kind;
@@ -208,8 +159,6 @@ static int validate(const copy_rig *r, uint64_t size) {
   return 0;
 }
 
-static const char *dir_names[] = {"h2d", "d2h", "bidirectional"};
-
 /* The median seconds of iters copies in direction dir (0 h2d, 1 d2h, 2
  * both), after one untimed warm-up; t has iters entries. 0, or 1 (said on
  * stderr). */
@@ -219,15 +168,14 @@ static int time_direction(const copy_rig *r, uint64_t size, int dir, int iters, 
   unsigned char *h_in = r->h_in, *h_out = r->h_out, *d_a = r->d_a, *d_b = r->d_b;
   ferry_stream *s1 = r->s1, *s2 = r->s2;
   for (int it = -1; it < iters; it++) { /* it = -1: untimed warm-up */
-    double t0 = now();
+    double t0 = copy_now();
     if (dir == 0 || dir == 2) TRY(ferry_memcpy_async(s1, d_a, h_in, size, FERRY_COPY_H2D));
     if (dir == 1 || dir == 2) TRY(ferry_memcpy_async(s2, h_out, d_b, size, FERRY_COPY_D2H));
     TRY(ferry_stream_synchronize(s1));
     TRY(ferry_stream_synchronize(s2));
-    if (it >= 0) t[it] = now() - t0;
+    if (it >= 0) t[it] = copy_now() - t0;
   }
-  qsort(t, (size_t)iters, sizeof *t, cmp_d);
-  *median = t[iters / 2];
+  *median = copy_median(t, iters);
   return 0;
 }
 
@@ -238,14 +186,14 @@ static void report(const copy_opts *o, const char *device, int dir, uint64_t byt
     json_begin(&j, stdout);
     json_str(&j, "bench", "copy");
     json_str(&j, "device", device);
-    json_str(&j, "direction", dir_names[dir]);
+    json_str(&j, "direction", copy_dir_names[dir]);
     json_uint(&j, "bytes", bytes);
     json_num(&j, "seconds", sec);
     json_num(&j, "gb_per_s", gbs);
     json_int(&j, "iters", o->iters);
     json_end(&j);
   } else {
-    printf("copy %-13s %s: %llu bytes in %.4f s = %.2f GB/s (median of %d)\n", dir_names[dir],
+    printf("copy %-13s %s: %llu bytes in %.4f s = %.2f GB/s (median of %d)\n", copy_dir_names[dir],
            device, (unsigned long long)bytes, sec, gbs, o->iters);
   }
 }
@@ -255,11 +203,12 @@ static void report(const copy_opts *o, const char *device, int dir, uint64_t byt
 static int run(copy_rig *r, const copy_opts *o) {
   double *t = calloc((size_t)o->iters, sizeof *t);
   if (!t) return 1;
-  int ret = rig_open(r, o) || validate(r, o->size);
-  for (int k = 0; k < o->nsizes && !ret; k++) {
-    uint64_t size = o->sizes[k];
+  const copy_plan *p = &o->plan;
+  int ret = rig_open(r, o) || validate(r, p->max_size);
+  for (int k = 0; k < p->nsizes && !ret; k++) {
+    uint64_t size = p->sizes[k];
     for (int dir = 0; dir < 3 && !ret; dir++) {
-      if (!(o->dirs & (1u << dir))) continue;
+      if (!(p->dirs & (1u << dir))) continue;
       double sec;
       ret = time_direction(r, size, dir, o->iters, t, &sec);
       if (!ret) report(o, r->info.name, dir, dir == 2 ? 2 * size : size, sec);

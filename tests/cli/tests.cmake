@@ -8,3 +8,9 @@ ferry_add_test(NAME cli.plan.vs_engine SOURCES ${PROJECT_SOURCE_DIR}/tests/cli/t
 ferry_add_test(NAME cli.bench_step_copy EXE sh TIMEOUT 120
                ARGS ${PROJECT_SOURCE_DIR}/tests/cli/bench_step_copy_test.sh $<TARGET_FILE:ferry_cli>
                     ${PROJECT_SOURCE_DIR} ${PROJECT_BINARY_DIR}/tests/bench-step-copy)
+# ferry-cuda-peak (bench/cuda_peak.cu, CUDA builds only): a small validated
+# pass; exit 77 (skip) without a GPU.
+if(TARGET ferry-cuda-peak)
+  add_test(NAME cli.cuda_peak COMMAND ferry-cuda-peak --size 1M,4M --iters 2 --json)
+  set_tests_properties(cli.cuda_peak PROPERTIES TIMEOUT 60 SKIP_RETURN_CODE 77)
+endif()
