@@ -14,3 +14,8 @@ if(TARGET ferry-cuda-peak)
   add_test(NAME cli.cuda_peak COMMAND ferry-cuda-peak --size 1M,4M --iters 2 --json)
   set_tests_properties(cli.cuda_peak PROPERTIES TIMEOUT 60 SKIP_RETURN_CODE 77)
 endif()
+# tools/gpu_check.sh and tools/gpucheck.py without a GPU: the figures, the
+# test runner's verdicts, and a --dry-run's results.json (no build needed).
+ferry_add_test(NAME tools.gpu_check EXE sh TIMEOUT 60
+               ARGS ${PROJECT_SOURCE_DIR}/tests/tools/gpu_check_test.sh ${PROJECT_SOURCE_DIR}
+                    ${PROJECT_BINARY_DIR}/tests/gpu-check)
