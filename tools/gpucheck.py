@@ -22,6 +22,7 @@ import os
 import re
 import shlex
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -206,6 +207,16 @@ def count_statuses(recs):
 # ---- processes -----------------------------------------------------------------------
 
 
+# Every child started (each leads its own process group, so a time limit
+# kills its whole tree); the check kills those left when it is stopped.
+LIVE = set()
+
+
+def kill_live():
+    for p in list(LIVE):
+        kill_group(p)
+
+
 def run_cmd(cmd, timeout, env=None, cwd=None, log=None):
     """Runs cmd with a time limit (its whole process group is killed past
     it); output (stdout and stderr together) into log and returned."""
@@ -213,6 +224,7 @@ def run_cmd(cmd, timeout, env=None, cwd=None, log=None):
     try:
         p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env,
                              cwd=cwd, start_new_session=True)
+        LIVE.add(p)
     except OSError as e:
         out = "cannot run %s: %s" % (cmd[0], e)
         if log:
@@ -227,6 +239,7 @@ def run_cmd(cmd, timeout, env=None, cwd=None, log=None):
         timed_out = True
         kill_group(p)
         out, _ = p.communicate()
+    LIVE.discard(p)
     text = out.decode("utf-8", "replace")
     if log:
         with open(log, "w") as f:
@@ -272,6 +285,7 @@ class MemSampler:
                 ["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits",
                  "-lms", "100", "-i", "0"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                 start_new_session=True)
+            LIVE.add(self.p)
         except OSError:
             return
         self.t = threading.Thread(target=self._read, daemon=True)
@@ -291,6 +305,7 @@ class MemSampler:
             time.sleep(0.25)  # one more sample after the run
             kill_group(self.p)
             self.p.wait()
+            LIVE.discard(self.p)
             self.t.join(2)
         return self.peak
 
@@ -918,7 +933,24 @@ class Check:
         self.res.write()
         return 1 if failed else 0
 
+    def stopped(self, signum, frame):
+        """SIGTERM (gpu_check.sh's timeout) or SIGINT: kill what runs, keep
+        the parts that ended, say so in results.json, exit 124."""
+        kill_live()
+        self.res.data["stopped"] = "signal %d after %.0f s: the parts not listed did not end" % (
+            signum, time.time() - self.t0)
+        try:
+            self.summary()
+        except Exception as e:  # the file must still say it was stopped
+            self.res.data["summary_error"] = str(e)
+        self.res.data["status"] = "fail"
+        self.res.write()
+        print("gpucheck: stopped by signal %d; partial results written" % signum, flush=True)
+        os._exit(124)
+
     def main(self):
+        signal.signal(signal.SIGTERM, self.stopped)
+        signal.signal(signal.SIGINT, self.stopped)
         print("gpucheck: results in %s/results.json%s" % (
             self.out, "" if not self.no_gpu else "; no GPU: " + self.no_gpu), flush=True)
         if self.preflight():
