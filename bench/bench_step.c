@@ -182,6 +182,7 @@ static int validate_run(ferry_engine *e, int groups, int dim, int batch, double 
     loss[k] = m.loss;
     if (!rc && k < 2) rc = ferry_step(e, NULL);
   }
+  if (rc && s) ferry_stream_synchronize(s); /* nothing queued may outlive the buffers */
   synth_stage_close(&st);
   free(calls);
   synth_free(&m);

@@ -628,6 +628,9 @@ class Check:
         with open(mf) as f:
             self.manifest = json.load(f)["tests"]
         elves = bundle_elves(self.bundle)
+        for f in elves:  # in case the copy lost the mode bits
+            if "/lib/" not in f and not os.access(f, os.X_OK):
+                os.chmod(f, 0o755)
         bad = ldd_missing(elves, self.env) if shutil.which("ldd") else {}
         figs.update(files_checked=len(elves), unresolved={
             os.path.relpath(k, self.bundle): v for k, v in bad.items()}, tests=len(self.manifest))
