@@ -42,10 +42,11 @@ build() {
   command -v nvcc >/dev/null || die "nvcc not found: the bundle is a CUDA build"
   # Release at -O2: the optimisation level the -Werror build is kept clean at
   # (gcc's -O3 adds maybe-uninitialized warnings of its own).
+  mkdir -p "$BUILD"
   # shellcheck disable=SC2086
   cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release "-DCMAKE_C_FLAGS_RELEASE=-O2 -DNDEBUG" \
     -DFERRY_CUDA=ON -DFERRY_WERROR=ON -DFERRY_TESTS=ON ${GPU_BUNDLE_CMAKE_ARGS:-} \
-    >"$BUILD.configure.log" 2>&1 || { cat "$BUILD.configure.log"; die "configure failed"; }
+    >"$BUILD/configure.log" 2>&1 || { cat "$BUILD/configure.log"; die "configure failed"; }
   cmake --build "$BUILD" -j "$JOBS" || die "build failed"
 }
 
