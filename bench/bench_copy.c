@@ -1,8 +1,12 @@
 /* bench/bench_copy.c — `ferry bench copy`: host<->device copy bandwidth on
  * the chosen backend (H2D, D2H, and both at once on two streams), from
- * pinned host memory. Validates the bytes of one round trip, then times.
+ * pinned host memory, at one or more sizes. Validates the bytes of one round
+ * trip, then times. tools/cuda_peak.cu measures the same copies with the
+ * CUDA runtime alone (the same sizes, directions, warm-up and median), so
+ * tools/gpu_check.sh divides one by the other.
  */
 #include "bench/bench.h"
+#include "bench/copy_opts.h"
 #include "bench/json.h"
 
 #include "ferry.h"
@@ -15,29 +19,24 @@
 
 static void usage(FILE *f) {
   fprintf(f,
-          "usage: ferry bench copy [--device auto|host|cuda] [--size SIZE] [--iters N] [--json]\n"
+          "usage: ferry bench copy [--device auto|host|cuda] [--size SIZE[,SIZE...]]\n"
+          "                        [--direction h2d|d2h|both|all] [--iters N] [--json]\n"
           "\n"
           "Measures copies between pinned host memory and device memory: H2D, D2H, and\n"
           "H2D and D2H at once on two streams (bidirectional). The bytes of one round\n"
-          "trip are checked first; then each direction is timed over N iterations and\n"
-          "the median is reported.\n"
+          "trip of the largest size are checked first; then each size and direction is\n"
+          "timed over N iterations after one untimed warm-up, and the median is reported\n"
+          "(wall time from the first enqueue to the end of the stream synchronize).\n"
           "\n"
-          "  --device KIND  backend (default auto: cuda when a GPU is present, else host)\n"
-          "  --size SIZE    bytes per copy (default 256M)\n"
-          "  --iters N      timed iterations per direction (default 5)\n"
-          "  --json         one JSON object per direction: bench, device, direction,\n"
-          "                 bytes, seconds, gb_per_s\n");
-}
-
-static double now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static int cmp_d(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return x < y ? -1 : x > y;
+          "  --device KIND    backend (default auto: cuda when a GPU is present, else host)\n"
+          "  --size SIZES     bytes per copy, one size or a comma list (default 256M;\n"
+          "                   e.g. 4M,64M,1G)\n"
+          "  --direction DIR  h2d, d2h, both (bidirectional: H2D and D2H at once on two\n"
+          "                   streams, bytes counted twice) or all (default)\n"
+          "  --iters N        timed iterations per size and direction (default 5)\n"
+          "  --json           one JSON object per size and direction: bench, device,\n"
+          "                   direction (h2d, d2h, bidirectional), bytes, seconds,\n"
+          "                   gb_per_s, iters\n");
 }
 
 /* On failure: says which call failed and returns 1 (the device's error
@@ -54,13 +53,17 @@ static int cmp_d(const void *a, const void *b) {
 
 typedef struct {
   ferry_device_kind kind;
-  uint64_t size;
+  copy_plan plan;
   int iters, json;
 } copy_opts;
 
+static int parse_size(const char *s, uint64_t *out) { return ferry_parse_size(s, out); }
+
 /* Returns -1 to go on, or the exit code (0 after --help, 2 bad usage). */
 static int parse_args(copy_opts *o, int argc, char **argv) {
-  *o = (copy_opts){FERRY_DEVICE_AUTO, 256ull << 20, 5, 0};
+  *o = (copy_opts){.kind = FERRY_DEVICE_AUTO,
+                   .plan = {.sizes = {256ull << 20}, .nsizes = 1, .max_size = 256ull << 20, .dirs = 7},
+                   .iters = 5};
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -83,10 +86,10 @@ static int parse_args(copy_opts *o, int argc, char **argv) {
       }
     } else if (!strcmp(a, "--size") && v) {
       i++;
-      if (ferry_parse_size(v, &o->size) || o->size == 0) {
-        fprintf(stderr, "ferry bench copy: --size '%s' is not a size such as 256M\n", v);
-        return 2;
-      }
+      if (copy_parse_sizes(&o->plan, v, "ferry bench copy", parse_size)) return 2;
+    } else if (!strcmp(a, "--direction") && v) {
+      i++;
+      if (copy_parse_direction(&o->plan, v, "ferry bench copy")) return 2;
     } else if (!strcmp(a, "--iters") && v) {
       i++;
       o->iters = atoi(v);
@@ -114,7 +117,7 @@ typedef struct {
 /* 0, or 1 (said on stderr); r->dev is set as soon as it exists, for the
  * caller to destroy either way. */
 static int rig_open(copy_rig *r, const copy_opts *o) {
-  uint64_t size = o->size;
+  uint64_t size = o->plan.max_size;
   ferry_device *dev = NULL;
   ferry_device_config cfg = ferry_device_config_default();
   cfg.kind = o->kind;
@@ -156,8 +159,6 @@ static int validate(const copy_rig *r, uint64_t size) {
   return 0;
 }
 
-static const char *dir_names[] = {"h2d", "d2h", "bidirectional"};
-
 /* The median seconds of iters copies in direction dir (0 h2d, 1 d2h, 2
  * both), after one untimed warm-up; t has iters entries. 0, or 1 (said on
  * stderr). */
@@ -167,15 +168,14 @@ static int time_direction(const copy_rig *r, uint64_t size, int dir, int iters, 
   unsigned char *h_in = r->h_in, *h_out = r->h_out, *d_a = r->d_a, *d_b = r->d_b;
   ferry_stream *s1 = r->s1, *s2 = r->s2;
   for (int it = -1; it < iters; it++) { /* it = -1: untimed warm-up */
-    double t0 = now();
+    double t0 = copy_now();
     if (dir == 0 || dir == 2) TRY(ferry_memcpy_async(s1, d_a, h_in, size, FERRY_COPY_H2D));
     if (dir == 1 || dir == 2) TRY(ferry_memcpy_async(s2, h_out, d_b, size, FERRY_COPY_D2H));
     TRY(ferry_stream_synchronize(s1));
     TRY(ferry_stream_synchronize(s2));
-    if (it >= 0) t[it] = now() - t0;
+    if (it >= 0) t[it] = copy_now() - t0;
   }
-  qsort(t, (size_t)iters, sizeof *t, cmp_d);
-  *median = t[iters / 2];
+  *median = copy_median(t, iters);
   return 0;
 }
 
@@ -186,28 +186,33 @@ static void report(const copy_opts *o, const char *device, int dir, uint64_t byt
     json_begin(&j, stdout);
     json_str(&j, "bench", "copy");
     json_str(&j, "device", device);
-    json_str(&j, "direction", dir_names[dir]);
+    json_str(&j, "direction", copy_dir_names[dir]);
     json_uint(&j, "bytes", bytes);
     json_num(&j, "seconds", sec);
     json_num(&j, "gb_per_s", gbs);
     json_int(&j, "iters", o->iters);
     json_end(&j);
   } else {
-    printf("copy %-13s %s: %llu bytes in %.4f s = %.2f GB/s (median of %d)\n", dir_names[dir],
+    printf("copy %-13s %s: %llu bytes in %.4f s = %.2f GB/s (median of %d)\n", copy_dir_names[dir],
            device, (unsigned long long)bytes, sec, gbs, o->iters);
   }
 }
 
-/* Validates, then times and reports each direction: 0, or 1 (said on
- * stderr). */
+/* Validates, then times and reports each size and direction: 0, or 1
+ * (said on stderr). */
 static int run(copy_rig *r, const copy_opts *o) {
   double *t = calloc((size_t)o->iters, sizeof *t);
   if (!t) return 1;
-  int ret = rig_open(r, o) || validate(r, o->size);
-  for (int dir = 0; dir < 3 && !ret; dir++) {
-    double sec;
-    ret = time_direction(r, o->size, dir, o->iters, t, &sec);
-    if (!ret) report(o, r->info.name, dir, dir == 2 ? 2 * o->size : o->size, sec);
+  const copy_plan *p = &o->plan;
+  int ret = rig_open(r, o) || validate(r, p->max_size);
+  for (int k = 0; k < p->nsizes && !ret; k++) {
+    uint64_t size = p->sizes[k];
+    for (int dir = 0; dir < 3 && !ret; dir++) {
+      if (!(p->dirs & (1u << dir))) continue;
+      double sec;
+      ret = time_direction(r, size, dir, o->iters, t, &sec);
+      if (!ret) report(o, r->info.name, dir, dir == 2 ? 2 * size : size, sec);
+    }
   }
   free(t);
   return ret;

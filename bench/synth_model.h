@@ -3,6 +3,9 @@
  * and a squared-error loss, forward and backward run as host-backend stream
  * kernels on the params the engine fetched. Params and grads on the device
  * have the engine's dtype (fp32, fp16 or bf16); activations are the test's.
+ * synth_micro_batch runs the kernels on the device buffers (host backend
+ * only); synth_micro_batch_staged copies through pinned host buffers, so it
+ * runs on cuda too.
  */
 #ifndef FERRY_BENCH_SYNTH_MODEL_H
 #define FERRY_BENCH_SYNTH_MODEL_H
@@ -161,6 +164,86 @@ static inline int synth_register(ferry_engine *e, synth_model *m) {
                                    (void *)(intptr_t)g));
   }
   return 0;
+}
+
+/* Pinned host copies of one layer's param and grad: the staged micro-batch
+ * copies each param down before its host kernel and the grad up after, so
+ * the kernels never touch device memory (on cuda a host function must not). */
+typedef struct {
+  ferry_device *dev;
+  void *w, *gw;
+  size_t bytes; /* one layer's param in the engine's dtype */
+} synth_stage;
+
+static inline int synth_stage_open(synth_stage *st, ferry_device *dev, const synth_model *m) {
+  memset(st, 0, sizeof *st);
+  st->dev = dev;
+  st->bytes = (size_t)m->dim * m->dim * ferry_dtype_size((ferry_dtype)m->dtype);
+  int rc = ferry_host_alloc(dev, st->bytes, &st->w);
+  if (!rc) rc = ferry_host_alloc(dev, st->bytes, &st->gw);
+  return rc;
+}
+
+static inline void synth_stage_close(synth_stage *st) {
+  if (st->w) ferry_host_free(st->dev, st->w);
+  if (st->gw) ferry_host_free(st->dev, st->gw);
+  st->w = st->gw = NULL;
+}
+
+/* Layer g's forward on the staged copy of its param (stream order: the copy
+ * down, the kernel, then the next layer's copy reuses the buffer). */
+static inline int synth_forward_staged(ferry_engine *e, synth_model *m, ferry_stream *s,
+                                       const synth_stage *st, synth_call *c, int g) {
+  char name[32];
+  snprintf(name, sizeof name, "layer%d.w", g);
+  void *w;
+  c->m = m;
+  c->g = g;
+  c->w = st->w;
+  c->gw = NULL;
+  SYNTH_TRY(ferry_fetch(e, g, s));
+  SYNTH_TRY(ferry_param_device(e, name, &w, NULL));
+  SYNTH_TRY(ferry_memcpy_async(s, st->w, w, st->bytes, FERRY_COPY_D2H));
+  SYNTH_TRY(ferry_launch_host_func(s, synth_forward_kernel, c));
+  SYNTH_TRY(ferry_release(e, g, s));
+  return 0;
+}
+
+/* Layer g's backward: param down, kernel into the staged grad, grad up. */
+static inline int synth_backward_staged(ferry_engine *e, synth_model *m, ferry_stream *s,
+                                        const synth_stage *st, synth_call *c, int g) {
+  char name[32];
+  snprintf(name, sizeof name, "layer%d.w", g);
+  void *w, *gw;
+  c->m = m;
+  c->g = g;
+  c->w = st->w;
+  c->gw = st->gw;
+  SYNTH_TRY(ferry_fetch(e, g, s));
+  SYNTH_TRY(ferry_param_device(e, name, &w, &gw));
+  SYNTH_TRY(ferry_memcpy_async(s, st->w, w, st->bytes, FERRY_COPY_D2H));
+  SYNTH_TRY(ferry_launch_host_func(s, synth_backward_kernel, c));
+  SYNTH_TRY(ferry_memcpy_async(s, gw, st->gw, st->bytes, FERRY_COPY_H2D));
+  SYNTH_TRY(ferry_grads_ready(e, g, s));
+  SYNTH_TRY(ferry_release(e, g, s));
+  return 0;
+}
+
+/* synth_micro_batch through host copies (synth_stage): the same numbers on
+ * either backend, with every device byte moved by ferry_memcpy_async. */
+static inline int synth_micro_batch_staged(ferry_engine *e, synth_model *m, ferry_stream *s,
+                                           const synth_stage *st, synth_call *calls) {
+  m->loss_scale = ferry_loss_scale(e);
+  for (int g = 0; g < m->groups; g++) {
+    int rc = synth_forward_staged(e, m, s, st, &calls[g], g);
+    if (rc) return rc;
+  }
+  SYNTH_TRY(ferry_launch_host_func(s, synth_loss_kernel, m));
+  for (int g = m->groups - 1; g >= 0; g--) {
+    int rc = synth_backward_staged(e, m, s, st, &calls[m->groups + g], g);
+    if (rc) return rc;
+  }
+  return ferry_stream_synchronize(s);
 }
 
 /* One micro-batch: forward, loss, backward; grads handed to the engine. */

@@ -3,3 +3,19 @@
 # cli/CMakeLists.txt at the end of the top directory.
 ferry_add_test(NAME cli.plan.vs_engine SOURCES ${PROJECT_SOURCE_DIR}/tests/cli/test_plan_engine.c
                EXE test_plan_engine TIMEOUT 120 ARGS ${PROJECT_BINARY_DIR}/tests/cli-scratch)
+# `ferry bench step` (validated and --no-validate, each placement) and
+# `ferry bench copy` (size lists, one direction) on the host backend.
+ferry_add_test(NAME cli.bench_step_copy EXE sh TIMEOUT 120
+               ARGS ${PROJECT_SOURCE_DIR}/tests/cli/bench_step_copy_test.sh $<TARGET_FILE:ferry_cli>
+                    ${PROJECT_SOURCE_DIR} ${PROJECT_BINARY_DIR}/tests/bench-step-copy)
+# ferry-cuda-peak (bench/cuda_peak.cu, CUDA builds only): a small validated
+# pass; exit 77 (skip) without a GPU.
+if(TARGET ferry-cuda-peak)
+  add_test(NAME cli.cuda_peak COMMAND ferry-cuda-peak --size 1M,4M --iters 2 --json)
+  set_tests_properties(cli.cuda_peak PROPERTIES TIMEOUT 60 SKIP_RETURN_CODE 77)
+endif()
+# tools/gpu_check.sh and tools/gpucheck.py without a GPU: the figures, the
+# test runner's verdicts, and a --dry-run's results.json (no build needed).
+ferry_add_test(NAME tools.gpu_check EXE sh TIMEOUT 60
+               ARGS ${PROJECT_SOURCE_DIR}/tests/tools/gpu_check_test.sh ${PROJECT_SOURCE_DIR}
+                    ${PROJECT_BINARY_DIR}/tests/gpu-check)

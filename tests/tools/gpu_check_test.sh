@@ -1,0 +1,169 @@
+#!/bin/sh
+# tests/tools/gpu_check_test.sh — the GPU check without a GPU: the figures
+# of tools/gpucheck.py on canned inputs (selftest); its test runner keeps
+# ctest's rules (skip code, pass expression, WILL_FAIL, time limit) on a
+# fake manifest; tools/gpu_check.sh --dry-run on a fake bundle ends at once
+# with a valid OUTDIR/results.json holding every part, each GPU part a skip
+# with its reason, and a summary of the targets. $1 = the repository root,
+# $2 = a scratch folder. Exit 0 pass, 1 fail, 77 skip (no python3).
+set -u
+root=$1
+dir=$2
+command -v python3 >/dev/null || { echo "tools.gpu_check: skip: no python3"; exit 77; }
+rm -rf "$dir" && mkdir -p "$dir/bundle/bin" || exit 1
+fail() {
+  echo "tools.gpu_check: FAILED: $*" >&2
+  exit 1
+}
+python3 "$root/tools/gpucheck.py" selftest || fail "gpucheck.py selftest"
+cat >"$dir/bundle/tests.json" <<'JSON'
+{"tests": [
+ {"name": "t.pass", "command": ["sh", "-c", "test -d @BUNDLE@/bin && test -f @ROOT@/tools/gpucheck.py"],
+  "cwd": "@BUNDLE@/tests/a", "timeout": 30, "skip_rc": 77, "will_fail": false, "pass_regex": [],
+  "fail_regex": [], "env": [], "serial": false},
+ {"name": "t.skip", "command": ["sh", "-c", "echo no device; exit 77"], "cwd": "@BUNDLE@", "timeout": 30,
+  "skip_rc": 77, "will_fail": false, "pass_regex": [], "fail_regex": [], "env": [], "serial": false},
+ {"name": "t.fail", "command": ["sh", "-c", "exit 3"], "cwd": "@BUNDLE@", "timeout": 30, "skip_rc": 77,
+  "will_fail": false, "pass_regex": [], "fail_regex": [], "env": [], "serial": true},
+ {"name": "t.willfail", "command": ["sh", "-c", "exit 1"], "cwd": "@BUNDLE@", "timeout": 30,
+  "skip_rc": null, "will_fail": true, "pass_regex": [], "fail_regex": [], "env": [], "serial": false},
+ {"name": "t.regex", "command": ["sh", "-c", "echo \"value $GPUCHECK_T\"; exit 1"], "cwd": "@BUNDLE@",
+  "timeout": 30, "skip_rc": null, "will_fail": false, "pass_regex": ["value 4[0-9]"], "fail_regex": [],
+  "env": ["GPUCHECK_T=42"], "serial": false},
+ {"name": "t.slow", "command": ["sleep", "30"], "cwd": "@BUNDLE@", "timeout": 1, "skip_rc": 77,
+  "will_fail": false, "pass_regex": [], "fail_regex": [], "env": [], "serial": false}
+], "left_out": []}
+JSON
+python3 "$root/tools/gpucheck.py" run-tests "$dir/bundle/tests.json" --root "$root" \
+  --bundle "$dir/bundle" --logs "$dir/logs" --jobs 3 >"$dir/run.json"
+[ $? -eq 1 ] || fail "run-tests with a failing test should exit 1"
+python3 - "$dir/run.json" <<'PY' || fail "run-tests verdicts (above)"
+import json, sys
+r = {t["name"]: t["status"] for t in json.load(open(sys.argv[1]))["tests"]}
+want = {"t.pass": "pass", "t.skip": "skip", "t.fail": "fail", "t.willfail": "pass",
+        "t.regex": "pass", "t.slow": "timeout"}
+if r != want:
+    print("got", r, "want", want)
+    sys.exit(1)
+PY
+t0=$(date +%s)
+GPUCHECK_BUNDLE="$dir/bundle" "$root/tools/gpu_check.sh" --dry-run "$dir/out" >"$dir/check.out" 2>&1 ||
+  { cat "$dir/check.out"; fail "gpu_check.sh --dry-run exited non-zero"; }
+[ $(($(date +%s) - t0)) -le 20 ] || fail "gpu_check.sh --dry-run took over 20 s"
+python3 -m json.tool "$dir/out/results.json" >/dev/null || fail "results.json is not JSON"
+python3 - "$dir/out/results.json" <<'PY' || fail "results.json's shape (above)"
+import json, sys
+d = json.load(open(sys.argv[1]))
+parts = d["parts"]
+names = ["preflight", "context", "tests", "copy", "bench_step", "gpt", "memcheck", "tests_rest"]
+assert list(parts) == names, list(parts)
+assert parts["preflight"]["status"] == "pass", parts["preflight"]
+for n in names[1:]:
+    p = parts[n]
+    assert p["status"] == "skip" and "dry-run" in p["reason"], (n, p)
+for p in parts.values():
+    assert set(p) >= {"status", "command", "wall_s", "figures"}, p
+s = d["summary"]
+assert s["met"] == 0 and s["not_met"] == 0 and s["not_measured"] == len(s["targets"]) >= 17, s
+assert d["status"] == "pass" and d["no_gpu_reason"], d
+PY
+
+# A whole check on a fake GPU: nvidia-smi, compute-sanitizer and the bundle's
+# programs are scripts that print what the real ones print, so every part
+# runs and its figures and the summary's targets come out as computed; its
+# D2H is 0.8 of the peak, so the copy part fails and the check exits 1.
+fake=$dir/fake
+mkdir -p "$fake/path" "$fake/bundle/bin" || exit 1
+cat >"$fake/path/nvidia-smi" <<'SH'
+#!/bin/sh
+case "$*" in
+*name,driver_version*) echo "Fake H200, 580.00, 143771" ;;
+*-lms*) while :; do echo 1500; sleep 0.1; done ;;
+*memory.used*) echo 1000 ;;
+*) exit 1 ;;
+esac
+SH
+cat >"$fake/path/compute-sanitizer" <<'SH'
+#!/bin/sh
+while [ $# -gt 0 ]; do case $1 in --*) shift 2 ;; *) break ;; esac; done
+exec "$@"
+SH
+cat >"$fake/bundle/bin/ferry-cuda-peak" <<'SH'
+#!/bin/sh
+if [ "$1" = --context ]; then
+  echo '{"bench":"cuda_context","device":"Fake","used_bytes":524288000}'
+  sleep 0.5
+  exit 0
+fi
+for b in 4194304 67108864 1073741824; do
+  for d in h2d d2h; do echo "{\"bench\":\"cuda_peak\",\"direction\":\"$d\",\"bytes\":$b,\"gb_per_s\":50}"; done
+  echo "{\"bench\":\"cuda_peak\",\"direction\":\"bidirectional\",\"bytes\":$((2 * b)),\"gb_per_s\":90}"
+done
+SH
+cat >"$fake/bundle/bin/ferry" <<'SH'
+#!/bin/sh
+case "$2" in
+copy)
+  for b in 4194304 67108864 1073741824; do
+    echo "{\"bench\":\"copy\",\"direction\":\"h2d\",\"bytes\":$b,\"gb_per_s\":48}"
+    echo "{\"bench\":\"copy\",\"direction\":\"d2h\",\"bytes\":$b,\"gb_per_s\":40}"
+    echo "{\"bench\":\"copy\",\"direction\":\"bidirectional\",\"bytes\":$((2 * b)),\"gb_per_s\":85}"
+  done ;;
+step) echo '{"bench":"step","validated":false,"step_seconds":1.1,"overlap_ratio":1.1}' ;;
+*) exit 2 ;;
+esac
+SH
+cat >"$fake/bundle/bin/ferry-gpt" <<'SH'
+#!/bin/sh
+dev=cpu tl=
+while [ $# -gt 0 ]; do
+  case $1 in --device) dev=$2; shift ;; --timeline) tl=$2; shift ;; esac
+  shift
+done
+for k in 1 2 3 4 5 6 7 8 9 10; do
+  loss=5.$((60 - k))
+  [ "$dev" = cuda ] && loss=${loss}1
+  echo "{\"step\": $k, \"loss\": $loss, \"tokens_per_s\": 1000}"
+done
+echo '{"final": true}'
+[ -n "$tl" ] && echo '{"traceEvents":[{"ph":"M","tid":0,"name":"thread_name","args":{"name":"compute"}},{"ph":"X","tid":0,"ts":0,"dur":9000000}]}' >"$tl"
+exit 0
+SH
+chmod +x "$fake/path/"* "$fake/bundle/bin/"*
+cat >"$fake/bundle/tests.json" <<'JSON'
+{"tests": [
+ {"name": "x.cuda", "command": ["sh", "-c", "exit 0"], "cwd": "@BUNDLE@", "timeout": 30,
+  "skip_rc": 77, "will_fail": false, "pass_regex": [], "fail_regex": [], "env": [], "serial": false},
+ {"name": "x.other", "command": ["sh", "-c", "exit 77"], "cwd": "@BUNDLE@", "timeout": 30,
+  "skip_rc": 77, "will_fail": false, "pass_regex": [], "fail_regex": [], "env": [], "serial": false}
+], "left_out": []}
+JSON
+PATH="$fake/path:$PATH" GPUCHECK_BUNDLE="$fake/bundle" GPUCHECK_SECONDS=120 \
+  "$root/tools/gpu_check.sh" "$fake/out" >"$dir/fake.out" 2>&1
+rc=$?
+[ $rc -eq 1 ] || { cat "$dir/fake.out"; fail "gpu_check.sh on the fake GPU exited $rc, not 1"; }
+python3 - "$fake/out/results.json" <<'PY' || { cat "$dir/fake.out"; fail "the fake GPU's results (above)"; }
+import json, sys
+d = json.load(open(sys.argv[1]))
+P = d["parts"]
+bad = {k: v.get("reason") for k, v in P.items() if v["status"] != "pass"}
+assert list(bad) == ["copy"] and "0.90" in bad["copy"], bad
+assert d["status"] == "fail" and d["failed_parts"] == ["copy"], d["status"]
+assert d["gpu"]["name"] == "Fake H200", d["gpu"]
+c = P["copy"]["figures"]
+assert abs(c["min_ratio_h2d"] - 0.96) < 1e-9 and abs(c["min_ratio_d2h"] - 0.8) < 1e-9, c
+assert abs(P["context"]["figures"]["context_mib"] - 500) < 1e-9, P["context"]
+runs = P["gpt"]["figures"]["runs"]
+assert len(runs) == 6 and all(r["status"] == "pass" for r in runs), runs
+r = runs[0]
+assert abs(r["max_rel_diff_vs_cpu"] - 0.1 / 59.0 * 1.0) < 0.01, r
+assert r["device_mib"] == 500 and r["within_budget"], r
+nvme = [r for r in runs if r["model"] == "gpt2" and r["placement"] == "offload-nvme"][0]
+assert abs(nvme["timeline"]["ratio"] - 1.0) < 1e-9, nvme
+T = {t["target"].split(":")[0]: t for t in d["summary"]["targets"]}
+assert T["ferry H2D / raw cudaMemcpyAsync (min over 4M, 64M, 1G)"]["met"] is True, T
+assert T["ferry D2H / raw cudaMemcpyAsync (min over 4M, 64M, 1G)"]["met"] is False, T
+assert d["summary"]["not_measured"] == 0, [t for t in d["summary"]["targets"] if t["met"] is None]
+PY
+rm -rf "$dir"
+echo "tools.gpu_check: ok"

@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# tools/gpu_check.sh [--dry-run] [OUTDIR] — the whole GPU check in one
+# command, on a machine with an NVIDIA GPU, run from the repository root
+# with gpucheck/ (tools/gpu_bundle.sh) carried along. It builds nothing.
+# Within 8 minutes on one GPU it runs, each part under its own time limit:
+#   preflight   the bundle is there and ldd resolves every library
+#   context     an idle CUDA context's device memory (ferry-cuda-peak --context)
+#   tests       every CUDA test and the engine tests (the bundle's manifest)
+#   copy        ferry bench copy against ferry-cuda-peak: pinned H2D, D2H,
+#               both at once, at 4M, 64M and 1G (ratio; target >= 0.90)
+#   bench_step  ferry bench step on cuda, params on the host, the optimizer
+#               on the host and then on NVMe, with the timeline's figures
+#   gpt         ferry-gpt small and gpt2, --device cuda --engine CFG in each
+#               placement of examples/configs/, 10 steps: losses against
+#               --device cpu (run beside, on 8 threads), tokens/s, peak
+#               device memory (nvidia-smi) against tiers.gpu.budget + context
+#   memcheck    compute-sanitizer memcheck on the CUDA tests, where it works
+#   tests_rest  the rest of the test list, as time allows
+# and writes OUTDIR/results.json (default build/gpucheck/) after every part:
+# each part's status (pass, fail, skip), command, wall seconds, figures and
+# log (OUTDIR/logs/), then a summary of the targets, met or not. Without a
+# GPU (or with --dry-run) every GPU part is a skip with the reason, at once.
+# The logic is tools/gpucheck.py; this sets the time limit around it.
+# Exit 0 when no part failed, 1 otherwise.
+#
+# Environment: GPUCHECK_BUNDLE (default gpucheck), GPUCHECK_SECONDS (the
+# whole check's limit, default 470).
+set -u
+cd "$(dirname "$0")/.." || exit 1
+dry=()
+if [ "${1:-}" = --dry-run ]; then
+  dry=(--dry-run)
+  shift
+fi
+case ${1:-} in
+-h | --help)
+  sed -n '2,/^$/s/^# \{0,1\}//p' "$0"
+  exit 0
+  ;;
+esac
+OUTDIR=${1:-build/gpucheck}
+BUNDLE=${GPUCHECK_BUNDLE:-gpucheck}
+TOTAL=${GPUCHECK_SECONDS:-470}
+mkdir -p "$OUTDIR" || exit 1
+if ! command -v python3 >/dev/null; then
+  # the check's logic needs python3: say so in the one file it promises
+  printf '{"schema": 1, "status": "fail", "parts": {"preflight": {"status": "fail", "command": "", "wall_s": 0, "figures": {}, "reason": "python3 not found"}}}\n' \
+    >"$OUTDIR/results.json"
+  echo "gpu_check: python3 not found" >&2
+  exit 1
+fi
+# The parts' own limits end inside TOTAL - 15 s; timeout is the backstop.
+timeout -k 10 "$TOTAL" python3 tools/gpucheck.py check --root . --bundle "$BUNDLE" \
+  --out "$OUTDIR" --budget "$((TOTAL - 15))" "${dry[@]}"
+rc=$?
+if [ $rc -eq 124 ] || [ $rc -eq 137 ]; then
+  echo "gpu_check: stopped at the ${TOTAL} s limit; $OUTDIR/results.json holds the parts that ended" >&2
+fi
+exit $rc
