@@ -372,10 +372,18 @@ static int make_dirs(const char *path) {
 }
 
 /* --device cuda --engine: the engine's device is cuda whatever the config
- * says ("host", "auto"), with a note when that changes it. */
+ * says ("host", "auto"), and its host pool is pinned (the cuda backend
+ * refuses a pageable one: its copies would be synchronous), each with a
+ * note when that changes the config. */
 static int engine_device_cuda(ferry_config *fc, const char *file, FILE *info) {
-  char dev[32] = "";
+  char dev[32] = "", pin[16] = "";
   ferry_config_get(fc, "device", dev, sizeof dev);
+  ferry_config_get(fc, "tiers.host.pinned", pin, sizeof pin);
+  if (strcmp(pin, "true")) {
+    fprintf(info, "ferry-gpt: note: --device cuda: tiers.host.pinned = true (%s says %s)\n",
+            file, pin);
+    if (ferry_config_set(fc, "tiers.host.pinned", "true")) return -1;
+  }
   if (!strcmp(dev, "cuda")) return 0;
   fprintf(info, "ferry-gpt: note: --device cuda: the engine's device is cuda (%s says "
           "device = \"%s\")\n", file, dev);
