@@ -79,7 +79,9 @@ static int mark_end(void *arg) {
 }
 
 static int timed_kernel(const sleep_model *sm, double seconds) {
-  marks[0].tl = sm->tl;
+  /* set once, before the stream's first mark reads it (no race with the
+   * stream thread's mark_end of the kernel before) */
+  if (marks[0].tl != sm->tl) marks[0].tl = sm->tl;
   int rc = ferry_launch_host_func(sm->s, mark_begin, &marks[0]);
   if (!rc) rc = ferry_stream_sleep(sm->s, seconds);
   if (!rc) rc = ferry_launch_host_func(sm->s, mark_end, &marks[0]);
