@@ -139,6 +139,7 @@ static void complete_io(ferry_mem *m, uint32_t ci, int status) {
       mem_set_state(m, ci, FERRY_TIER_HOST, FERRY_RES_RESIDENT);
       c->never_written = 0;
       m->st.bytes_host_to_nvme += c->bytes;
+      m->st.nvme_write_bytes[c->family] += c->bytes;
       m->st.writebacks[FERRY_TIER_HOST]++;
     } else {
       mem_set_state(m, ci, FERRY_TIER_HOST, FERRY_RES_DIRTY);
@@ -147,6 +148,7 @@ static void complete_io(ferry_mem *m, uint32_t ci, int status) {
   } else if (status == 0) {
     mem_set_state(m, ci, FERRY_TIER_HOST, FERRY_RES_RESIDENT);
     m->st.bytes_nvme_to_host += c->bytes;
+    m->st.nvme_read_bytes[c->family] += c->bytes;
   } else {
     c->io_status = status;
     mem_set_state(m, ci, FERRY_TIER_HOST, FERRY_RES_ABSENT);

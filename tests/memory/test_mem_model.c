@@ -301,6 +301,12 @@ static void run(int variant, int ops, unsigned long long seed) {
          (unsigned long long)st.bytes_d2h, (unsigned long long)st.bytes_host_to_nvme,
          (unsigned long long)st.bytes_nvme_to_host, (unsigned long long)st.stalls);
   EXPECT(st.fetches > 0 && st.evictions[0] > 0);
+  uint64_t rd = 0, wr = 0; /* the per-family NVMe counts add up to the totals */
+  for (int f = 0; f < FERRY_FAMILIES; f++) {
+    rd += st.nvme_read_bytes[f];
+    wr += st.nvme_write_bytes[f];
+  }
+  EXPECT(rd == st.bytes_nvme_to_host && wr == st.bytes_host_to_nvme);
   EXPECT(fs.errors == 0);
   ferry_mem_destroy(m);
   fake_store_close(&fs);
