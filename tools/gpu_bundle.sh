@@ -2,7 +2,8 @@
 # tools/gpu_bundle.sh — builds ferry Release with CUDA (build-gpu/) and
 # gathers into gpucheck/ what tools/gpu_check.sh runs on a machine with a GPU
 # but none of ferry's build dependencies: the programs (ferry, ferry-gpt,
-# ferry-cuda-peak, minimal_loop), every test program with a manifest of the
+# ferry-cuda-peak, minimal_loop) and ferry-gpt's CUDA model module
+# (lib/libferry-gpt-cuda.so), every test program with a manifest of the
 # test commands (gpucheck/tests.json, made from ctest by tools/gpucheck.py;
 # the fixtures and configs come from the repository, copied there beside
 # it), and the shared libraries they load except the C library's family,
@@ -76,6 +77,10 @@ gather_programs() {
       die "$BUILD/bin/$p was not built"
     fi
   done
+  # ferry-gpt's CUDA model: a module it dlopen()s from $ORIGIN/../lib (here
+  # gpucheck/lib) for --device cuda; ldd of the program does not name it
+  [ -f "$BUILD/lib/libferry-gpt-cuda.so" ] || die "$BUILD/lib/libferry-gpt-cuda.so was not built"
+  cp "$BUILD/lib/libferry-gpt-cuda.so" "$OUT/lib/"
   ctest --test-dir "$BUILD" --show-only=json-v1 >"$BUILD/ctest.json" || die "ctest --show-only failed"
   python3 tools/gpucheck.py manifest "$BUILD/ctest.json" "$ROOT" "$ROOT/$BUILD" "$OUT" ||
     die "the test manifest could not be made"

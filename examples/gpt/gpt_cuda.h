@@ -5,7 +5,10 @@
  * device memory in the view's dtype (the engine provider's stream mode, or
  * the fp32 resident device provider below). The device memory layout of
  * activations and workspace (cuda_layout.c) is plain C, built and tested
- * everywhere; the model itself is built when FERRY_HAVE_CUDA.
+ * everywhere; the model itself is built when FERRY_HAVE_CUDA, into the
+ * shared module libferry-gpt-cuda.so (with cuBLAS) that ferry-gpt opens
+ * only for --device cuda (gpt_cuda_load below), so a CPU run never maps
+ * cuBLAS; the tests link the same objects statically.
  */
 #ifndef FERRY_GPT_CUDA_H
 #define FERRY_GPT_CUDA_H
@@ -174,6 +177,52 @@ int gpt_cuda_resident_download_grads(gpt_cuda_resident *r, float *host_grads);
  * they run asynchronously; unregister before freeing it. */
 int gpt_cuda_host_register(void *p, size_t bytes);
 void gpt_cuda_host_unregister(void *p);
+
+/* ---- the module (cuda_entry.c, cuda_load.c) ---------------------------------------
+ * libferry-gpt-cuda.so exports one symbol, GPT_CUDA_ENTRY, a function that
+ * returns the table below. The loader checks abi and the sizes of the
+ * structs both sides share (the module is built from the same tree; a
+ * stale or foreign one is refused, naming the numbers). */
+#define GPT_CUDA_ABI 1
+#define GPT_CUDA_MODULE_FILE "libferry-gpt-cuda.so"
+#define GPT_CUDA_ENTRY "gpt_cuda_module_api"
+/* The loader's override: the module's path (tests; a relocated build). */
+#define GPT_CUDA_MODULE_ENV "FERRY_GPT_CUDA_MODULE"
+
+typedef struct {
+  uint32_t abi;                                 /* GPT_CUDA_ABI */
+  uint32_t api_bytes;                           /* sizeof(gpt_cuda_api) */
+  uint32_t schema_bytes, run_bytes, provider_bytes, mem_bytes, resident_bytes;
+  int (*available)(char *why, size_t len);
+  int (*model_create)(const gpt_schema *s, const gpt_run_config *rc, const gpt_cuda_mem *mem,
+                      gpt_cuda_model **out, char *err, size_t errlen);
+  void (*model_free)(gpt_cuda_model *m);
+  const char *(*model_last_error)(const gpt_cuda_model *m);
+  void *(*model_stream)(const gpt_cuda_model *m);
+  size_t (*model_bytes)(const gpt_cuda_model *m);
+  int (*model_forward)(gpt_cuda_model *m, gpt_provider *p, const int32_t *tokens,
+                       const int32_t *targets);
+  int (*model_backward)(gpt_cuda_model *m, gpt_provider *p);
+  int (*model_loss)(gpt_cuda_model *m, float *loss);
+  int (*model_logits)(gpt_cuda_model *m, float *host);
+  int (*resident_init)(gpt_cuda_resident *r, const gpt_schema *s, void *stream);
+  void (*resident_free)(gpt_cuda_resident *r);
+  gpt_provider (*resident_provider)(gpt_cuda_resident *r);
+  int (*resident_upload)(gpt_cuda_resident *r, const float *host_weights);
+  int (*resident_download_grads)(gpt_cuda_resident *r, float *host_grads);
+  int (*host_register)(void *p, size_t bytes);
+  void (*host_unregister)(void *p);
+} gpt_cuda_api;
+
+/* The module's entry (GPT_CUDA_ENTRY): the table of the functions above. */
+typedef const gpt_cuda_api *(*gpt_cuda_entry_fn)(void);
+
+/* Opens the module once per process (it stays mapped) and returns its
+ * table: from $GPT_CUDA_MODULE_ENV when set, else <the executable's
+ * folder>/../lib/, then the install lib folder. 0, or -1 with every path
+ * tried and why (dlerror, a missing entry, another ABI) in err; without
+ * CUDA in the build, -1 saying so. */
+int gpt_cuda_load(const gpt_cuda_api **out, char *err, size_t len);
 
 #ifdef __cplusplus
 }

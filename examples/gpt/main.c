@@ -5,7 +5,8 @@
  * runs the pre-engine path (everything resident in host memory, AdamW).
  */
 #include "gpt.h"
-#include "gpt_cuda.h" /* the device layout always; the model when GPT_HAVE_CUDA */
+#include "footprint.h"
+#include "gpt_cuda.h" /* the device layout; the model through its module (--device cuda) */
 
 #include "ferry.h"
 
@@ -16,7 +17,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
 
@@ -30,7 +30,7 @@ static const char *k_train_help =
     "                    [--weight-decay WD] [--seed K] [--save DIR] [--checkpoint]\n"
     "                    [--tokenizer DIR] [--threads N] [--device cpu|cuda] [--json]\n"
     "                    [--set KEY=VALUE]... [--timeline FILE]\n"
-    "                    [--save-every N [--keep K]] [--resume DIR]\n"
+    "                    [--save-every N [--keep K]] [--resume DIR] [--stats-json FILE]\n"
     "\n"
     "DESCRIPTION\n"
     "    Trains a decoder-only transformer with AdamW on next-token prediction. Batches of\n"
@@ -50,7 +50,12 @@ static const char *k_train_help =
     "\n"
     "    One line per step: step, loss, tokens per second, peak bytes per engine tier (gpu,\n"
     "    host, nvme; without --engine: the process's peak RSS as host) and the share of the\n"
-    "    step's wall time spent waiting for transfers (stall).\n"
+    "    step's wall time spent waiting for transfers (stall). At the end: the totals, then\n"
+    "    the footprint: \"memory: peak RSS ...; engine peaks gpu P/B, host P/B, nvme P;\n"
+    "    trainer activations ..., scratch ..., data ...\" (peak RSS from VmHWM; the engine's\n"
+    "    tier peaks and budgets; the CPU model's activation buffers, the engine provider's\n"
+    "    host scratch and the token ids) and, with --engine, the NVMe bytes read and written\n"
+    "    per family (params / grads / optimizer) in all, per step and before step 1.\n"
     "\n"
     "OPTIONS\n"
     "    --model PRESET|FILE   tiny (GPT-2 style, ~1M params), small (~10M), gpt2 (124M),\n"
@@ -115,7 +120,16 @@ static const char *k_train_help =
     "                          \"host\", \"nvme\"}, \"stall_pct\"}, then one with \"final\": true\n"
     "                          and totals (\"steps\" this process ran from \"first_step\";\n"
     "                          with --engine also \"bytes_moved\"). Losses print as %.9g:\n"
-    "                          every bit of the fp32 value.\n"
+    "                          every bit of the fp32 value. The final object also holds\n"
+    "                          the --stats-json keys but steps, losses and engine.\n"
+    "    --stats-json FILE     at the end write one JSON object to FILE: steps, losses[],\n"
+    "                          engine (the config, or null), peak_rss_bytes,\n"
+    "                          activation_bytes, scratch_bytes, data_bytes, resident_bytes,\n"
+    "                          tier_peak and budget {gpu, host, nvme}, and\n"
+    "                          {params, grads, optimizer} of nvme_read_bytes /\n"
+    "                          nvme_write_bytes (the whole run), *_per_step (the mean after\n"
+    "                          setup) and nvme_setup_read_bytes / nvme_setup_write_bytes\n"
+    "                          (before step 1). Without --engine the engine's keys are 0.\n"
     "    -h, --help            this text.\n"
     "\n"
     "EXAMPLES\n"
@@ -262,22 +276,16 @@ static double now_s(void) {
   return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-static uint64_t peak_rss(void) {
-  struct rusage ru;
-  getrusage(RUSAGE_SELF, &ru);
-  return (uint64_t)ru.ru_maxrss * 1024;
-}
-
 enum { O_MODEL = 256, O_WEIGHTS, O_DATA, O_ENGINE, O_STEPS, O_BATCH, O_SEQ, O_LR, O_WD, O_SEED,
        O_SAVE, O_JSON, O_CKPT, O_TOK, O_THREADS, O_PROMPT, O_TOKENS, O_TEMP, O_DEVICE, O_SET,
-       O_TIMELINE, O_SAVE_EVERY, O_KEEP, O_RESUME };
+       O_TIMELINE, O_SAVE_EVERY, O_KEEP, O_RESUME, O_STATS_JSON };
 
 enum { MAX_SETS = 32 };
 
 /* Everything `train` is told. A new flag is a field here, an entry in
  * k_train_opts and a case in parse_train. */
 typedef struct {
-  const char *model, *weights, *data, *engine, *save, *tokdir, *timeline, *resume;
+  const char *model, *weights, *data, *engine, *save, *tokdir, *timeline, *resume, *stats_json;
   int steps, batch, seq, json, ckpt, threads, cuda;
   int save_every, keep, keep_given; /* checkpoints: every N steps into save/checkpoints */
   float lr, wd;
@@ -295,6 +303,7 @@ static const struct option k_train_opts[] = {
     {"checkpoint", 0, 0, O_CKPT}, {"tokenizer", 1, 0, O_TOK},     {"threads", 1, 0, O_THREADS},
     {"device", 1, 0, O_DEVICE},   {"set", 1, 0, O_SET},           {"timeline", 1, 0, O_TIMELINE},
     {"save-every", 1, 0, O_SAVE_EVERY}, {"keep", 1, 0, O_KEEP}, {"resume", 1, 0, O_RESUME},
+    {"stats-json", 1, 0, O_STATS_JSON},
     {"help", 0, 0, 'h'},          {0, 0, 0, 0}};
 
 /* 0: parsed; 1: --help printed. Bad usage exits 2. */
@@ -338,6 +347,7 @@ static int parse_train(int argc, char **argv, train_opts *o) {
     case O_SAVE_EVERY: o->save_every = parse_int(optarg, "--save-every", 1, 100000000); break;
     case O_KEEP: o->keep = parse_int(optarg, "--keep", 0, 1000000), o->keep_given = 1; break;
     case O_RESUME: o->resume = optarg; break;
+    case O_STATS_JSON: o->stats_json = optarg; break;
     case 'h': fputs(k_train_help, stdout); return 1;
     default: die_usage("bad option for train");
     }
@@ -483,12 +493,11 @@ typedef struct {
   gpt_engine *ge;       /* --engine */
   gpt_provider p;
   gpt_model *m;         /* the CPU model */
-#ifdef GPT_HAVE_CUDA
+  const gpt_cuda_api *cu; /* --device cuda: the CUDA model's module, opened */
   gpt_cuda_model *cm;   /* --device cuda */
   gpt_cuda_resident cr; /* --device cuda without --engine: weights and grads on the device */
   int pinned;           /* ... and r's host arrays page-locked for its copies */
   gpt_provider cp;      /* the provider the CUDA model reads: the engine's or cr's */
-#endif
   gpt_resume_state rs;  /* this run's fingerprint; saved with each checkpoint */
   char ck_folder[4096]; /* --resume: the checkpoint found */
   char ck_dir[4200];    /* --save-every: where checkpoints go */
@@ -502,17 +511,20 @@ typedef struct {
   int ran;                   /* steps this process runs */
   long long tok_step;        /* tokens per step */
   ferry_stats fs;            /* --engine: the engine's stats */
+  ferry_stats fs0;           /* ... before the first step */
+  uint64_t nvme_rd[FERRY_FAMILIES], nvme_wr[FERRY_FAMILIES]; /* ... after the last step */
+  float *losses;             /* --stats-json: each step's loss */
 } train_totals;
 
 static void train_free(train_run *t) {
   gpt_model_free(t->m);
-#ifdef GPT_HAVE_CUDA
   /* the resident weights (cudaFree waits for the device), then the model
    * (it waits for its stream, the engine's with --engine), then the engine */
-  if (t->cr.schema) gpt_cuda_resident_free(&t->cr);
-  gpt_cuda_model_free(t->cm);
-  if (t->pinned) gpt_cuda_host_unregister(t->r.weights), gpt_cuda_host_unregister(t->r.grads);
-#endif
+  if (t->cu) {
+    if (t->cr.schema) t->cu->resident_free(&t->cr);
+    t->cu->model_free(t->cm);
+    if (t->pinned) t->cu->host_unregister(t->r.weights), t->cu->host_unregister(t->r.grads);
+  }
   gpt_engine_free(t->ge);
   if (t->fc) ferry_config_destroy(t->fc);
   gpt_adamw_free(&t->opt);
@@ -522,25 +534,23 @@ static void train_free(train_run *t) {
   gpt_schema_free(&t->s);
 }
 
-/* --threads, where notes go, and whether --device cuda can run (with
+/* --threads, where notes go, and for --device cuda the CUDA model's module
+ * (only then: a CPU run maps no cuBLAS) and whether it can run (with
  * --engine the engine's device creation says so, with the runtime's own
  * message). */
 static int train_check_device(train_run *t) {
   if (t->o.threads) openblas_set_num_threads(t->o.threads);
   t->info = t->o.json ? stderr : stdout;
-#ifdef GPT_HAVE_CUDA
-  char why[256];
-  if (t->o.cuda && !t->o.engine && gpt_cuda_available(why, sizeof why)) {
+  if (!t->o.cuda) return 0;
+  char why[2048];
+  if (gpt_cuda_load(&t->cu, why, sizeof why)) {
+    fprintf(stderr, "ferry-gpt: --device cuda: cannot load the CUDA model: %s\n", why);
+    return 1;
+  }
+  if (!t->o.engine && t->cu->available(why, sizeof why)) {
     fprintf(stderr, "ferry-gpt: --device cuda: %s\n", why);
     return 1;
   }
-#else
-  if (t->o.cuda) {
-    fprintf(stderr, "ferry-gpt: --device cuda: this build has no CUDA (configure with nvcc on "
-            "PATH)\n");
-    return 1;
-  }
-#endif
   return 0;
 }
 
@@ -572,7 +582,8 @@ static int train_load(train_run *t) {
     return 1;
   }
   gpt_config_describe(&t->cfg, desc, sizeof desc);
-  fprintf(t->info, "ferry-gpt: model %s; %.2fM parameters\n", desc, t->s.total_numel / 1e6);
+  fprintf(t->info, "ferry-gpt: model %s; %.2fM parameters (%zu)\n", desc, t->s.total_numel / 1e6,
+          t->s.total_numel);
   if (gpt_data_load(&t->d, t->o.data, t->tok, t->cfg.vocab, t->o.seed, t->err, sizeof t->err)) {
     fprintf(stderr, "ferry-gpt: %s\n", t->err);
     return 1;
@@ -716,7 +727,6 @@ static int train_setup_resident(train_run *t) {
   return 0;
 }
 
-#ifdef GPT_HAVE_CUDA
 /* --device cuda: the CUDA model. With --engine in the engine's reserved
  * block, on the provider's stream; without, on its own block and stream,
  * over fp32 weights resident on the device (uploaded from r). */
@@ -732,42 +742,39 @@ static int train_make_cuda(train_run *t) {
     }
     mem.wdt = gpt_engine_dtype(t->ge);
     t->cp = t->p;
-    if (gpt_cuda_model_create(&t->s, &rc, &mem, &t->cm, t->err, sizeof t->err)) {
+    if (t->cu->model_create(&t->s, &rc, &mem, &t->cm, t->err, sizeof t->err)) {
       fprintf(stderr, "ferry-gpt: --device cuda: %s\n", t->err);
       return 1;
     }
     return 0;
   }
-  if (gpt_cuda_model_create(&t->s, &rc, NULL, &t->cm, t->err, sizeof t->err)) {
+  if (t->cu->model_create(&t->s, &rc, NULL, &t->cm, t->err, sizeof t->err)) {
     fprintf(stderr, "ferry-gpt: --device cuda: %s\n", t->err);
     return 1;
   }
   size_t hb = t->s.total_numel * sizeof(float);
-  t->pinned = !gpt_cuda_host_register(t->r.weights, hb);
-  if (t->pinned && gpt_cuda_host_register(t->r.grads, hb)) {
-    gpt_cuda_host_unregister(t->r.weights);
+  t->pinned = !t->cu->host_register(t->r.weights, hb);
+  if (t->pinned && t->cu->host_register(t->r.grads, hb)) {
+    t->cu->host_unregister(t->r.weights);
     t->pinned = 0;
   }
   if (!t->pinned)
     fprintf(t->info, "ferry-gpt: note: --device cuda: cannot page-lock the host weights and "
             "grads; their copies each step are synchronous\n");
-  if (gpt_cuda_resident_init(&t->cr, &t->s, gpt_cuda_model_stream(t->cm)) ||
-      gpt_cuda_resident_upload(&t->cr, t->r.weights)) {
+  if (t->cu->resident_init(&t->cr, &t->s, t->cu->model_stream(t->cm)) ||
+      t->cu->resident_upload(&t->cr, t->r.weights)) {
     fprintf(stderr, "ferry-gpt: --device cuda: out of device memory for the weights (%s)\n",
             t->cr.err);
     return 1;
   }
-  t->cp = gpt_cuda_resident_provider(&t->cr);
+  t->cp = t->cu->resident_provider(&t->cr);
   return 0;
 }
-#endif
 
 /* The model (CPU, or the CUDA one), then the line that sizes the run. */
 static int train_make_model(train_run *t) {
   gpt_run_config rc = run_config(t);
-#ifdef GPT_HAVE_CUDA
   if (t->o.cuda && train_make_cuda(t)) return 1;
-#endif
   if (!t->o.cuda && gpt_model_create(&t->s, &rc, &t->m)) {
     fprintf(stderr, "ferry-gpt: out of memory for activations (batch %d, seq %d)\n", t->o.batch,
             t->seq);
@@ -775,9 +782,7 @@ static int train_make_model(train_run *t) {
   }
   double act = 0;
   const char *where = "host";
-#ifdef GPT_HAVE_CUDA
-  if (t->cm) act = gpt_cuda_model_bytes(t->cm) / 1e6, where = "device";
-#endif
+  if (t->cm) act = t->cu->model_bytes(t->cm) / 1e6, where = "device";
   if (t->m) act = gpt_model_activation_bytes(t->m) / 1e6;
   if (t->ge)
     fprintf(t->info, "ferry-gpt: %zu tokens of data, batch %d x seq %d x %d micro-batches, %d "
@@ -800,39 +805,37 @@ static int train_engine_step(train_run *t, int st) {
   return 1;
 }
 
-#ifdef GPT_HAVE_CUDA
 /* One step on the CUDA model: its micro-batches' forward and backward
  * enqueued, then the engine's step (or, pre-engine: grads down, AdamW on
  * the host, weights up), then the loss: one event wait, long passed. */
 static int train_step_cuda(train_run *t, int st, int32_t *x, int32_t *y, float *loss) {
   for (int k = 0; k < t->micro; k++) {
     gpt_data_batch(&t->d, t->o.batch, t->seq, x, y);
-    if (t->cp.zero_grad(t->cp.ctx) || gpt_cuda_model_forward(t->cm, &t->cp, x, y) ||
-        gpt_cuda_model_backward(t->cm, &t->cp)) {
-      fprintf(stderr, "ferry-gpt: step %d: %s\n", st, gpt_cuda_model_last_error(t->cm));
+    if (t->cp.zero_grad(t->cp.ctx) || t->cu->model_forward(t->cm, &t->cp, x, y) ||
+        t->cu->model_backward(t->cm, &t->cp)) {
+      fprintf(stderr, "ferry-gpt: step %d: %s\n", st, t->cu->model_last_error(t->cm));
       return 1;
     }
   }
   if (t->ge) {
     if (train_engine_step(t, st)) return 1;
   } else {
-    if (gpt_cuda_resident_download_grads(&t->cr, t->r.grads)) {
+    if (t->cu->resident_download_grads(&t->cr, t->r.grads)) {
       fprintf(stderr, "ferry-gpt: step %d: %s\n", st, t->cr.err);
       return 1;
     }
     gpt_adamw_step(&t->opt, &t->r);
-    if (gpt_cuda_resident_upload(&t->cr, t->r.weights)) {
+    if (t->cu->resident_upload(&t->cr, t->r.weights)) {
       fprintf(stderr, "ferry-gpt: step %d: %s\n", st, t->cr.err);
       return 1;
     }
   }
-  if (gpt_cuda_model_loss(t->cm, loss)) {
-    fprintf(stderr, "ferry-gpt: step %d: %s\n", st, gpt_cuda_model_last_error(t->cm));
+  if (t->cu->model_loss(t->cm, loss)) {
+    fprintf(stderr, "ferry-gpt: step %d: %s\n", st, t->cu->model_last_error(t->cm));
     return 1;
   }
   return 0;
 }
-#endif
 
 /* One step on the CPU model: its micro-batches' forward and backward, then
  * the engine's step or the pre-engine AdamW. *loss: the micro-batches' mean. */
@@ -857,10 +860,26 @@ static int train_step_cpu(train_run *t, int st, int32_t *x, int32_t *y, float *l
 /* Peak bytes per tier (gpu, host, nvme): with --engine its tiers (and *fs
  * its stats), else the process's peak RSS as host. */
 static void train_peaks(const train_run *t, ferry_stats *fs, uint64_t peak[3]) {
-  peak[0] = 0, peak[1] = peak_rss(), peak[2] = 0;
+  peak[0] = 0, peak[1] = gpt_peak_rss_bytes(), peak[2] = 0;
   if (!t->ge) return;
   ferry_engine_get_stats(gpt_engine_handle(t->ge), fs);
   for (int i = 0; i < 3; i++) peak[i] = fs->tier_peak[i];
+}
+
+/* The step's NVMe bytes per family and direction (JSON keys); the totals
+ * so far become the next step's start. */
+static void json_step_nvme(train_totals *tt) {
+  uint64_t rd[FERRY_FAMILIES], wr[FERRY_FAMILIES];
+  for (int k = 0; k < FERRY_FAMILIES; k++) {
+    rd[k] = tt->fs.nvme_read_bytes[k] - tt->nvme_rd[k];
+    wr[k] = tt->fs.nvme_write_bytes[k] - tt->nvme_wr[k];
+    tt->nvme_rd[k] = tt->fs.nvme_read_bytes[k];
+    tt->nvme_wr[k] = tt->fs.nvme_write_bytes[k];
+  }
+  printf(", ");
+  gpt_footprint_json_families(stdout, "nvme_read_bytes", rd);
+  printf(", ");
+  gpt_footprint_json_families(stdout, "nvme_write_bytes", wr);
 }
 
 /* The step's line: JSON or the progress line. *stall0: the engine's stall
@@ -877,7 +896,9 @@ static void train_report_step(const train_run *t, train_totals *tt, int st, floa
   if (t->o.json) {
     printf("{\"step\": %d, \"loss\": %.9g, \"tokens_per_s\": %.1f, ", st, loss, tps);
     json_peaks(peak);
-    printf(", \"stall_pct\": %.1f}\n", stall);
+    printf(", \"stall_pct\": %.1f", stall);
+    if (t->ge) json_step_nvme(tt);
+    printf("}\n");
   } else {
     printf("step %5d/%d  loss %.4f  %8.0f tok/s  gpu %.3f GB  host %.3f GB  nvme %.3f GB  "
            "stall %.1f%%\n",
@@ -909,21 +930,29 @@ static int train_steps(train_run *t, train_totals *tt) {
   tt->first = NAN, tt->last = NAN;
   tt->tok_step = (long long)batch * seq * t->micro;
   tt->ran = steps >= start ? steps - start + 1 : 0;
+  if (t->ge) {
+    ferry_engine_get_stats(gpt_engine_handle(t->ge), &tt->fs0);
+    memcpy(tt->nvme_rd, tt->fs0.nvme_read_bytes, sizeof tt->nvme_rd);
+    memcpy(tt->nvme_wr, tt->fs0.nvme_write_bytes, sizeof tt->nvme_wr);
+  }
+  if (t->o.stats_json && !(tt->losses = calloc((size_t)tt->ran + 1, sizeof *tt->losses))) {
+    fprintf(stderr, "ferry-gpt: out of memory\n");
+    free(x), free(y);
+    return 1;
+  }
   double stall0 = 0;
   int status = 0;
   for (int st = start; st <= steps && !status; st++) {
     double t0 = now_s();
     float loss = 0;
-#ifdef GPT_HAVE_CUDA
     if (t->o.cuda) status = train_step_cuda(t, st, x, y, &loss);
-    else
-#endif
-      status = train_step_cpu(t, st, x, y, &loss);
+    else status = train_step_cpu(t, st, x, y, &loss);
     if (status) break;
     double dt = now_s() - t0;
     tt->t_all += dt;
     if (st == start) tt->first = loss;
     tt->last = loss;
+    if (tt->losses) tt->losses[st - start] = loss;
     train_report_step(t, tt, st, loss, dt, &stall0);
     if (t->ge && t->o.save_every && st % t->o.save_every == 0) status = train_checkpoint(t, st);
   }
@@ -931,8 +960,39 @@ static int train_steps(train_run *t, train_totals *tt) {
   return status;
 }
 
-/* The closing lines: totals, peaks, stalls and (--engine) bytes moved. */
-static void train_report_totals(const train_run *t, train_totals *tt) {
+/* The run's footprint once its steps are done (tt->fs: the engine's stats
+ * after the last step). */
+static void train_footprint(const train_run *t, const train_totals *tt, gpt_footprint *f) {
+  memset(f, 0, sizeof *f);
+  f->peak_rss = gpt_peak_rss_bytes();
+  if (t->m) f->activation_bytes = gpt_model_activation_bytes(t->m);
+  /* sync mode (the CPU model): host scratch; stream mode: device memory */
+  if (t->ge && !t->o.cuda) f->scratch_bytes = gpt_engine_scratch_bytes(t->ge);
+  f->data_bytes = t->d.n * sizeof *t->d.tokens;
+  if (!t->ge) f->resident_bytes = 16 * (uint64_t)t->s.total_numel; /* w, g, m, v in fp32 */
+  if (t->ge) {
+    gpt_footprint_engine(f, &tt->fs);
+    memcpy(f->setup_read, tt->fs0.nvme_read_bytes, sizeof f->setup_read);
+    memcpy(f->setup_write, tt->fs0.nvme_write_bytes, sizeof f->setup_write);
+  }
+  f->steps = tt->ran;
+  f->losses = tt->losses;
+}
+
+/* --stats-json FILE: the footprint, the steps and their losses. */
+static int train_write_stats(const train_run *t, const gpt_footprint *f) {
+  char err[512];
+  if (!t->o.stats_json) return 0;
+  if (gpt_footprint_write(f, t->o.engine, t->o.stats_json, err, sizeof err)) {
+    fprintf(stderr, "ferry-gpt: --stats-json %s\n", err);
+    return 1;
+  }
+  return 0;
+}
+
+/* The closing lines: totals, peaks, stalls and (--engine) bytes moved, then
+ * the footprint (JSON keys, or the memory and nvme lines). */
+static void train_report_totals(const train_run *t, train_totals *tt, gpt_footprint *f) {
   int ran = tt->ran, start = t->start;
   double tps = tt->t_all > 0 ? (double)ran * tt->tok_step / tt->t_all : 0;
   uint64_t peak[3];
@@ -940,6 +1000,7 @@ static void train_report_totals(const train_run *t, train_totals *tt) {
   train_peaks(t, &tt->fs, peak);
   if (t->ge) stall = tt->t_all > 0 ? 100.0 * tt->fs.stall_seconds / tt->t_all : 0;
   const ferry_stats *fs = &tt->fs;
+  train_footprint(t, tt, f);
   if (t->o.json) {
     printf("{\"final\": true, \"steps\": %d, \"first_step\": %d, \"tokens\": %lld, "
            "\"seconds\": %.3f, \"tokens_per_s\": %.1f, \"first_loss\": %.6f, "
@@ -947,15 +1008,17 @@ static void train_report_totals(const train_run *t, train_totals *tt) {
            ran, start, (long long)ran * tt->tok_step, tt->t_all, tps, ran ? tt->first : 0.0,
            ran ? tt->last : 0.0);
     json_peaks(peak);
-    printf(", \"stall_pct\": %.1f, \"rss_bytes\": %llu", stall, (unsigned long long)peak_rss());
+    printf(", \"stall_pct\": %.1f, \"rss_bytes\": %llu", stall, (unsigned long long)gpt_peak_rss_bytes());
     if (t->ge)
       printf(", \"bytes_moved\": {\"h2d\": %llu, \"d2h\": %llu, \"host_to_nvme\": %llu, "
-             "\"nvme_to_host\": %llu}, \"engine\": \"%s\"}\n",
+             "\"nvme_to_host\": %llu}, \"engine\": \"%s\", ",
              (unsigned long long)fs->bytes_h2d, (unsigned long long)fs->bytes_d2h,
              (unsigned long long)fs->bytes_host_to_nvme,
              (unsigned long long)fs->bytes_nvme_to_host, t->o.engine);
     else
-      printf(", \"engine\": \"pre-engine (resident)\"}\n");
+      printf(", \"engine\": \"pre-engine (resident)\", ");
+    gpt_footprint_json(f, stdout);
+    printf("}\n");
   } else {
     printf("done: %d steps (%d..%d), %lld tokens in %.2f s, %.0f tok/s, loss %.4f -> %.4f\n",
            ran, start, t->o.steps, (long long)ran * tt->tok_step, tt->t_all, tps,
@@ -964,12 +1027,14 @@ static void train_report_totals(const train_run *t, train_totals *tt) {
       printf("peaks: gpu %.1f MB, host %.1f MB, nvme %.1f MB (engine tiers); process RSS %.1f "
              "MB; stalled %.1f%% of the time; moved h2d %.1f MB, d2h %.1f MB, host->nvme %.1f "
              "MB, nvme->host %.1f MB\n",
-             peak[0] / 1e6, peak[1] / 1e6, peak[2] / 1e6, peak_rss() / 1e6, stall,
+             peak[0] / 1e6, peak[1] / 1e6, peak[2] / 1e6, gpt_peak_rss_bytes() / 1e6, stall,
              fs->bytes_h2d / 1e6, fs->bytes_d2h / 1e6, fs->bytes_host_to_nvme / 1e6,
              fs->bytes_nvme_to_host / 1e6);
     else
-      printf("peak host %.2f GB (process RSS)\n", peak_rss() / 1e9);
+      printf("peak host %.2f GB (process RSS)\n", gpt_peak_rss_bytes() / 1e9);
   }
+  gpt_footprint_print(f, t->info);
+  fflush(stdout);
 }
 
 /* --timeline: the engine's Chrome trace. */
@@ -1020,13 +1085,17 @@ static int cmd_train(int argc, char **argv) {
   if (!rc) rc = t.fc ? train_setup_engine(&t) : train_setup_resident(&t);
   if (!rc) rc = train_make_model(&t);
   train_totals tt;
+  memset(&tt, 0, sizeof tt);
   if (!rc) rc = train_steps(&t, &tt);
   if (!rc) {
-    train_report_totals(&t, &tt);
+    gpt_footprint f;
+    train_report_totals(&t, &tt, &f);
+    int bad_stats = train_write_stats(&t, &f);
     int bad_timeline = train_write_timeline(&t);
     int bad_save = train_save(&t);
-    rc = bad_timeline || bad_save;
+    rc = bad_stats || bad_timeline || bad_save;
   }
+  free(tt.losses);
   train_free(&t);
   return rc;
 }

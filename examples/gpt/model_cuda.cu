@@ -426,7 +426,7 @@ static wref W_(const gpt_group_view *v, int slot) {
 /* y[N,out] (yt) = x[N,in] W; conv1d: W [in,out], else [out,in]. */
 static int linear_fwd(gpt_cuda_model *m, void *y, cudaDataType_t yt, const bf16 *x, wref W, int N,
                       int in, int out, int conv1d) {
-  const bf16 *wb;
+  const bf16 *wb = NULL; /* set by weight_bf16 on success (gcc -O2 cannot tell) */
   TRY(weight_bf16(m, W.p, W.dt, (size_t)in * out, &wb));
   return rgemm(m, 0, !conv1d, N, out, in, 1.0f, x, in, 0, wb, conv1d ? out : in, 0, 0.0f, y, yt,
                out, 0, 1);
@@ -437,7 +437,7 @@ static int linear_fwd(gpt_cuda_model *m, void *y, cudaDataType_t yt, const bf16 
 static int linear_bwd(gpt_cuda_model *m, void *dx, cudaDataType_t dxt, float beta, float *dW,
                       const bf16 *dy, const bf16 *x, wref W, int N, int in, int out, int conv1d) {
   if (dx) {
-    const bf16 *wb;
+    const bf16 *wb = NULL;
     TRY(weight_bf16(m, W.p, W.dt, (size_t)in * out, &wb));
     TRY(rgemm(m, 0, conv1d, N, in, out, 1.0f, dy, out, 0, wb, conv1d ? out : in, 0, beta, dx, dxt,
               in, 0, 1));

@@ -1,0 +1,46 @@
+/* examples/gpt/footprint.h — a train run's memory footprint and NVMe
+ * traffic: the process's peak RSS beside the engine's tier peaks and
+ * budgets and the trainer's own host buffers, the NVMe bytes per family
+ * and direction; as a text line, a JSON fragment and a --stats-json file.
+ */
+#ifndef FERRY_GPT_FOOTPRINT_H
+#define FERRY_GPT_FOOTPRINT_H
+
+#include "ferry.h"
+
+#include <stdint.h>
+#include <stdio.h>
+
+typedef struct {
+  uint64_t peak_rss;         /* VmHWM of /proc/self/status, else ru_maxrss */
+  uint64_t activation_bytes; /* the CPU model's host buffers (0 for the CUDA model) */
+  uint64_t scratch_bytes;    /* the engine provider's host scratch (sync mode) */
+  uint64_t data_bytes;       /* the token ids held */
+  uint64_t resident_bytes;   /* pre-engine: weights, grads and AdamW state in host memory */
+  int engine;                /* 1: the engine's fields below are filled */
+  uint64_t tier_peak[FERRY_TIERS], budget[FERRY_TIERS];
+  uint64_t nvme_read[FERRY_FAMILIES], nvme_write[FERRY_FAMILIES];   /* the whole run */
+  uint64_t setup_read[FERRY_FAMILIES], setup_write[FERRY_FAMILIES]; /* before the first step */
+  int steps;                 /* steps this process ran */
+  const float *losses;       /* their losses (steps of them), or NULL */
+} gpt_footprint;
+
+/* The process's peak resident set in bytes. */
+uint64_t gpt_peak_rss_bytes(void);
+/* Takes the tier peaks, budgets and NVMe totals from the engine's stats;
+ * sets engine. */
+void gpt_footprint_engine(gpt_footprint *f, const ferry_stats *fs);
+/* "memory: peak RSS ...; engine peaks ...; trainer ..." and, on the engine,
+ * "nvme: read ..., written ...; per step ...". */
+void gpt_footprint_print(const gpt_footprint *f, FILE *out);
+/* "peak_rss_bytes": ..., ...: the keys of gpt_footprint_write but steps,
+ * losses and engine, without braces (for a JSON object under way). */
+void gpt_footprint_json(const gpt_footprint *f, FILE *out);
+/* "key": {"params": v[0], "grads": v[1], "optimizer": v[2]} */
+void gpt_footprint_json_families(FILE *out, const char *key, const uint64_t *v);
+/* One JSON object into path: steps, losses[], engine (the config, or null)
+ * and the fragment above. 0, or -1 with the reason in err. */
+int gpt_footprint_write(const gpt_footprint *f, const char *engine, const char *path, char *err,
+                        size_t len);
+
+#endif
