@@ -169,7 +169,8 @@ int gpt_footprint_write(const gpt_footprint *f, const char *engine, const char *
                         size_t len) {
   FILE *out = fopen(path, "w");
   if (!out) return snprintf(err, len, "%s: %s", path, strerror(errno)), -1;
-  fprintf(out, "{\"steps\": %d, \"losses\": [", f->steps);
+  fprintf(out, "{\"params\": %llu, \"steps\": %d, \"losses\": [", (unsigned long long)f->params,
+          f->steps);
   for (int i = 0; f->losses && i < f->steps; i++)
     fprintf(out, "%s%.9g", i ? ", " : "", (double)f->losses[i]);
   fprintf(out, "], \"engine\": ");

@@ -12,6 +12,7 @@
 #include <stdio.h>
 
 typedef struct {
+  uint64_t params;           /* the model's parameter count */
   uint64_t peak_rss;         /* VmHWM of /proc/self/status, else ru_maxrss */
   uint64_t activation_bytes; /* the CPU model's host buffers (0 for the CUDA model) */
   uint64_t scratch_bytes;    /* the engine provider's host scratch (sync mode) */
@@ -38,7 +39,7 @@ void gpt_footprint_print(const gpt_footprint *f, FILE *out);
 void gpt_footprint_json(const gpt_footprint *f, FILE *out);
 /* "key": {"params": v[0], "grads": v[1], "optimizer": v[2]} */
 void gpt_footprint_json_families(FILE *out, const char *key, const uint64_t *v);
-/* One JSON object into path: steps, losses[], engine (the config, or null)
+/* One JSON object into path: params, steps, losses[], engine (the config, or null)
  * and the fragment above. 0, or -1 with the reason in err. */
 int gpt_footprint_write(const gpt_footprint *f, const char *engine, const char *path, char *err,
                         size_t len);

@@ -964,6 +964,7 @@ static int train_steps(train_run *t, train_totals *tt) {
  * after the last step). */
 static void train_footprint(const train_run *t, const train_totals *tt, gpt_footprint *f) {
   memset(f, 0, sizeof *f);
+  f->params = (uint64_t)t->s.total_numel;
   f->peak_rss = gpt_peak_rss_bytes();
   if (t->m) f->activation_bytes = gpt_model_activation_bytes(t->m);
   /* sync mode (the CPU model): host scratch; stream mode: device memory */
