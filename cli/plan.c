@@ -18,9 +18,14 @@
 
 int cli_plan(int argc, char **argv);
 
+/* The options of --help (after the introduction), and the output's. */
+static void plan_usage_options(FILE *f);
+static void plan_usage_output(FILE *f);
+
 static void plan_usage(FILE *f) {
   fprintf(f,
 "usage: ferry plan (--model PRESET|config.json | --params N) [options]\n"
+"       ferry plan --largest [machine and training options]\n"
 "\n"
 "Answers, before a job starts or hardware is bought: does this model train on\n"
 "this machine, where does each byte go (GPU, pinned host RAM, NVMe), how long\n"
@@ -28,17 +33,28 @@ static void plan_usage(FILE *f) {
 "placements the engine supports it prints the bytes of every family in every\n"
 "tier, whether they fit and, if not, which tier is short by how much; the\n"
 "step time split into compute, host-to-device, device-to-host, CPU optimizer\n"
-"and NVMe, with the bottleneck named; and the largest batch that fits. The\n"
-"recommended placement is the fastest one that fits. docs/PLANNING.md has\n"
-"every formula and assumption.\n"
+"and NVMe, with the bottleneck named; the NVMe bytes per step of each family;\n"
+"the process's peak RSS; and the largest batch that fits. The recommended\n"
+"placement is the fastest one that fits. --largest answers the other way\n"
+"round: the largest dense Llama-shaped model this machine trains.\n"
+"docs/PLANNING.md has every formula and assumption.\n"
 "\n"
 "placements (the engine's placement.params / grads / optimizer):\n"
 "  all-gpu         gpu  / gpu  / gpu    everything on the device\n"
 "  zero-offload    gpu  / host / host   ZeRO-Offload: CPU optimizer\n"
 "  zero3-offload   host / host / host   params streamed per group (ZeRO-3 offload)\n"
-"  nvme-optimizer  host / host / nvme   fp32 master and states on NVMe\n"
-"  zero-infinity   nvme / host / nvme   params too on NVMe (ZeRO-Infinity)\n"
-"\n"
+"  nvme-optimizer  host / nvme / nvme   fp32 master and states on NVMe\n"
+"  zero-infinity   nvme / nvme / nvme   params too on NVMe (ZeRO-Infinity)\n"
+"The grads column is placement.grads = \"auto\" when gradients are kept. When\n"
+"the step runs during backward (no --clip-grad-norm, precision not fp16,\n"
+"--grad-accumulation 1) \"auto\" keeps none: a group's grads live only in\n"
+"staging, are applied and dropped. Each candidate prints its resolved triple.\n"
+"\n");
+  plan_usage_options(f);
+}
+
+static void plan_usage_options(FILE *f) {
+  fprintf(f,
 "model (one of):\n"
 "  --model NAME        a preset with its exact parameter count: gpt2, gpt2-medium,\n"
 "                      gpt2-large, gpt2-xl, llama-2-7b, llama-2-13b, llama-2-70b,\n"
@@ -46,14 +62,25 @@ static void plan_usage(FILE *f) {
 "  --model FILE        a Hugging Face config.json of the GPT-2 family (gpt2) or the\n"
 "                      Llama family (llama, mistral, qwen2)\n"
 "  --params N          a dense Llama-shaped model of N parameters (13e9, 13B, 350M)\n"
+"  --largest           instead of a model: search the largest --params model that\n"
+"                      fits (binary search on the count, 1%% resolution) and print\n"
+"                      its shape, placement, step time and footprint\n"
 "  --list-models       print the presets and their parameter counts\n"
 "\n"
 "machine (defaults come from this machine, as `ferry info` sees it):\n"
+"  --device cuda|host  the engine's device (default cuda). host: the host\n"
+"                      backend's emulated GPU, whose budget is host RAM (it\n"
+"                      adds to the RSS) and whose CPU model computes in fp32\n"
 "  --gpu-mem SIZE      the GPU's memory (24G); budget = 95%% of it, as the engine\n"
 "                      keeps 5%% for the CUDA context. Default: the free memory of\n"
-"                      GPU 0 less 5%%. Without a GPU here this flag is required.\n"
+"                      GPU 0 less 5%%. Without a GPU here this flag (or\n"
+"                      --gpu-budget) is required.\n"
+"  --gpu-budget SIZE   the device budget itself (tiers.gpu.budget), not 95%% of\n"
+"                      anything; --device host needs it (or --gpu-mem)\n"
 "  --host-mem SIZE     the machine's RAM (128G); budget = 80%% of it, the engine's\n"
 "                      tiers.host.budget default. Default: 80%% of available RAM.\n"
+"  --host-budget SIZE  the host budget itself (tiers.host.budget): the engine's\n"
+"                      staging and pinned pool, reserved once at finalize\n"
 "  --nvme SIZE         NVMe space for the swap files (2T); budget = SIZE\n"
 "  --nvme-path DIR     probe DIR instead: its free space is the budget, and\n"
 "                      --write-config puts DIR in tiers.nvme.paths\n"
@@ -69,31 +96,53 @@ static void plan_usage(FILE *f) {
 "                      GPU computes with and of the activations\n"
 "  --optimizer O       adamw (default), adam, lamb (2 fp32 states), adagrad, sgd\n"
 "                      (momentum), lion (1 state)\n"
+"  --grad-accumulation N  micro-batches per optimizer step (default 1)\n"
+"  --clip-grad-norm X  global-norm clipping (default 0 = off); > 0 keeps the\n"
+"                      gradients until backward ends\n"
+"  --grad-precision fp32|bf16  the gradient accumulators (precision.grads):\n"
+"                      4 or 2 bytes per param (default fp32)\n"
 "  --checkpointing on|off   activation checkpointing per block (default on)\n"
 "  --attention materialized|flash   whether S x S attention scores are kept\n"
 "                      (default materialized: the conservative count)\n"
 "  --chunk-size SIZE   the engine's chunk size (default 64M); families are\n"
 "                      reserved in whole chunks\n"
-"\n"
+"\n");
+  plan_usage_output(f);
+}
+
+static void plan_usage_output(FILE *f) {
+  fprintf(f,
 "output:\n"
-"  --json              one JSON object: params, placement, fits, tiers (gpu, host,\n"
-"                      nvme: bytes and budget), step_seconds, bottleneck,\n"
-"                      max_batch, bandwidths, assumed, candidates[] (each with its\n"
-"                      tiers and families, fits, why, components, step_seconds)\n"
+"  --json              one JSON object: params, placement, placement_keys, fits,\n"
+"                      tiers (gpu, host, nvme: bytes and budget), step_seconds,\n"
+"                      bottleneck, max_batch, rss_bytes, nvme_bytes_per_step,\n"
+"                      bandwidths, assumed, candidates[] (each with\n"
+"                      placement_keys {params, grads, optimizer}, its tiers and\n"
+"                      families, fits, why, components, step_seconds, rss_bytes,\n"
+"                      nvme_bytes_per_step {read, write: {params, grads,\n"
+"                      optimizer}}, readahead, cached_groups). With --largest:\n"
+"                      fits and largest {params, layers, hidden, ffn, heads,\n"
+"                      vocab, placement, placement_keys, step_seconds, ...}\n"
 "  --write-config FILE write the engine config (libconfig) of the recommended\n"
-"                      placement with the budgets used here\n"
+"                      placement with the budgets used here, the resolved\n"
+"                      placement.grads, precision.grads, grad_accumulation,\n"
+"                      clip_grad_norm and device\n"
 "  --svg FILE          draw each placement's tiers as stacked bars against budgets\n"
 "  -h, --help          this text\n"
 "\n"
 "Sizes are powers of 1024 (24G = 24 GiB); bandwidths are 10^9 bytes/s.\n"
 "\n"
-"exit status: 0 a placement fits; 1 none fits (what is short by how much is\n"
-"printed); 2 bad usage or an impossible request (zero budgets, bad sizes, no\n"
-"GPU and no --gpu-mem, an unreadable config.json or profile).\n"
+"exit status: 0 a placement fits (--largest: a model was found); 1 none fits\n"
+"(what is short by how much is printed), or --write-config failed; 2 bad usage\n"
+"or an impossible request (zero budgets, bad sizes, no GPU and no --gpu-mem,\n"
+"an unreadable config.json or profile).\n"
 "\n"
-"example:\n"
-"  ferry plan --model llama-2-13b --gpu-mem 24G --host-mem 128G --nvme 2T \\\n"
-"             --batch 1 --seq 2048\n");
+"examples:\n"
+"  ferry plan --model llama-2-13b --gpu-mem 24G --host-mem 32G --nvme 2T \\\n"
+"             --batch 1 --seq 2048\n"
+"  ferry plan --largest --gpu-mem 24G --host-mem 64G --nvme 8T --seq 2048\n"
+"  ferry plan --model llama-100m.json --device host --gpu-budget 32M \\\n"
+"             --host-budget 64M --nvme 64G --json\n");
 }
 
 /* ---- small helpers -------------------------------------------------------- */
@@ -128,6 +177,19 @@ static int parse_int(const char *flag, const char *s, int64_t lo, int64_t hi, in
   if (errno || end == s || *end || v < lo || v > hi) {
     fprintf(stderr, "ferry plan: %s '%s': expected an integer from %lld to %lld\n", flag, s,
             (long long)lo, (long long)hi);
+    return -1;
+  }
+  *out = v;
+  return 0;
+}
+
+/* --clip-grad-norm X: a number >= 0 (0 = off). */
+static int parse_clip(const char *s, double *out) {
+  char *end;
+  errno = 0;
+  double v = strtod(s, &end);
+  if (errno || end == s || *end || !isfinite(v) || v < 0) {
+    fprintf(stderr, "ferry plan: --clip-grad-norm '%s': expected a number >= 0 (0 = off)\n", s);
     return -1;
   }
   *out = v;
@@ -191,8 +253,8 @@ typedef struct {
 
 /* ---- SVG ------------------------------------------------------------------- */
 
-static const char *const fam_color[FERRY_PLAN_FAMILIES] = {"#4e79a7", "#f28e2b", "#e15759", "#76b7b2",
-                                                      "#59a14f", "#edc948", "#b07aa1"};
+static const char *const fam_color[FERRY_PLAN_FAMILIES] = {
+    "#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1", "#9c755f"};
 
 static void svg_escape(FILE *f, const char *s) {
   for (; *s; s++) {
@@ -327,6 +389,10 @@ static int write_config(const char *path, const ferry_plan_input *in, const ferr
            (unsigned long long)(in->chunk_size ? in->chunk_size : 64ull << 20));
   snprintf(nvme, sizeof nvme, "%llu", (unsigned long long)in->budget[FERRY_PLAN_NVME]);
   int uses_nvme = r->cand[r->recommended].tier_bytes[FERRY_PLAN_NVME] > 0;
+  pg = ferry_plan_grads_name(r->cand[r->recommended].grads); /* "auto" resolved */
+  char accum[32], clip[32];
+  snprintf(accum, sizeof accum, "%lld", (long long)in->grad_accumulation);
+  snprintf(clip, sizeof clip, "%.9g", in->clip_grad_norm);
   struct {
     const char *k, *v;
   } sets[] = {
@@ -338,6 +404,10 @@ static int write_config(const char *path, const ferry_plan_input *in, const ferr
       {"placement.optimizer", po},
       {"optimizer.type", ferry_plan_optimizer_name(in->optimizer)},
       {"precision.params", ferry_plan_precision_name(in->precision)},
+      {"precision.grads", ferry_plan_precision_name(in->grad_precision)},
+      {"grad_accumulation", accum},
+      {"clip_grad_norm", clip},
+      {"device", in->device == FERRY_PLAN_DEV_HOST ? "host" : "cuda"},
       {"tiers.nvme.budget", uses_nvme ? nvme : "0"},
       {"tiers.nvme.paths", uses_nvme && nvme_path ? nvme_path : NULL},
   };
@@ -362,6 +432,48 @@ static int write_config(const char *path, const ferry_plan_input *in, const ferr
 
 /* ---- output ---------------------------------------------------------------- */
 
+/* placement_keys: the engine's placement.params / grads / optimizer of
+ * placement p, grads as "auto" resolves them. */
+static void json_placement_keys(json_out *j, int p, int grads) {
+  const char *pp, *pg, *po;
+  ferry_plan_placement_tiers(p, &pp, &pg, &po);
+  json_open(j, "placement_keys", '{');
+  json_str(j, "params", pp);
+  json_str(j, "grads", ferry_plan_grads_name(grads));
+  json_str(j, "optimizer", po);
+  json_close(j, '}');
+}
+
+/* A candidate's peak RSS, NVMe bytes per step, read-ahead and cached groups. */
+static void json_footprint(json_out *j, const ferry_plan_candidate *c) {
+  static const char *const fam[FERRY_PLAN_NV_FAMILIES] = {"params", "grads", "optimizer"};
+  json_open(j, "rss_bytes", '{');
+  json_uint(j, "total", c->rss.total);
+  json_uint(j, "host_budget", c->rss.host_budget);
+  json_uint(j, "device_budget", c->rss.device_budget);
+  json_uint(j, "activations", c->rss.activations);
+  json_uint(j, "scratch", c->rss.scratch);
+  json_uint(j, "library", c->rss.library);
+  json_uint(j, "cuda_context", c->rss.cuda);
+  json_close(j, '}');
+  json_open(j, "nvme_bytes_per_step", '{');
+  for (int d = 0; d < 2; d++) {
+    json_open(j, d ? "write" : "read", '{');
+    for (int f = 0; f < FERRY_PLAN_NV_FAMILIES; f++)
+      json_uint(j, fam[f], (uint64_t)llround(d ? c->nvme_write[f] : c->nvme_read[f]));
+    json_close(j, '}');
+  }
+  json_close(j, '}');
+  json_open(j, "readahead", '{');
+  json_uint(j, "bytes", c->readahead_bytes);
+  json_bool(j, "fits", c->readahead_fits);
+  json_close(j, '}');
+  json_open(j, "cached_groups", '{');
+  json_int(j, "host", c->cached_groups_host);
+  json_int(j, "device", c->cached_groups_device);
+  json_close(j, '}');
+}
+
 /* The model, the training input and the chosen (or closest) placement. */
 static void json_summary(json_out *j, const ferry_plan_input *in, const ferry_plan_result *r,
                          const hw_notes *hw) {
@@ -381,6 +493,10 @@ static void json_summary(json_out *j, const ferry_plan_input *in, const ferry_pl
   json_bool(j, "checkpointing", in->checkpointing);
   json_str(j, "attention", in->flash_attention ? "flash" : "materialized");
   json_uint(j, "chunk_size", in->chunk_size);
+  json_str(j, "device", in->device == FERRY_PLAN_DEV_HOST ? "host" : "cuda");
+  json_int(j, "grad_accumulation", in->grad_accumulation);
+  json_num(j, "clip_grad_norm", in->clip_grad_norm);
+  json_str(j, "grad_precision", ferry_plan_precision_name(in->grad_precision));
   int best = r->recommended >= 0 ? r->recommended : r->closest;
   const ferry_plan_candidate *b = &r->cand[best];
   if (r->recommended >= 0) json_str(j, "placement", ferry_plan_placement_name(best));
@@ -402,6 +518,8 @@ static void json_summary(json_out *j, const ferry_plan_input *in, const ferry_pl
   json_str(j, "bottleneck", ferry_plan_component_name(b->bottleneck));
   json_int(j, "max_batch", b->max_batch);
   json_uint(j, "pinned_bytes", b->pinned_bytes);
+  json_placement_keys(j, best, b->grads);
+  json_footprint(j, b);
   if (hw->memlock == UINT64_MAX) json_null(j, "memlock_bytes");
   else json_uint(j, "memlock_bytes", hw->memlock);
 }
@@ -429,10 +547,12 @@ static void json_candidate(json_out *j, const ferry_plan_input *in, const ferry_
   const char *pp, *pg, *po;
   ferry_plan_placement_tiers(p, &pp, &pg, &po);
   json_open(j, NULL, '{');
+  pg = ferry_plan_grads_name(c->grads);
   json_str(j, "placement", ferry_plan_placement_name(p));
   json_str(j, "params_tier", pp);
   json_str(j, "grads_tier", pg);
   json_str(j, "optimizer_tier", po);
+  json_placement_keys(j, p, c->grads);
   json_bool(j, "fits", c->fits);
   json_str(j, "why", c->why);
   json_open(j, "tiers", '{');
@@ -465,6 +585,7 @@ static void json_candidate(json_out *j, const ferry_plan_input *in, const ferry_
   json_num(j, "step_seconds", c->step_seconds);
   json_str(j, "bottleneck", ferry_plan_component_name(c->bottleneck));
   json_int(j, "max_batch", c->max_batch);
+  json_footprint(j, c);
   json_close(j, '}');
 }
 
@@ -508,6 +629,10 @@ static void print_input(const ferry_plan_input *in, const ferry_plan_result *r,
          ferry_plan_optimizer_name(in->optimizer), ferry_plan_optimizer_states(in->optimizer),
          ferry_plan_optimizer_states(in->optimizer) > 1 ? "s" : "",
          in->checkpointing ? "on" : "off", in->flash_attention ? "flash" : "materialized");
+  printf("           grad accumulation %lld, clip_grad_norm %s, %s grad accumulators, device %s\n",
+         (long long)in->grad_accumulation, in->clip_grad_norm > 0 ? "on" : "off",
+         ferry_plan_precision_name(in->grad_precision),
+         in->device == FERRY_PLAN_DEV_HOST ? "host (emulated GPU, fp32 CPU model)" : "cuda");
   for (int t = 0; t < FERRY_PLAN_TIERS; t++)
     printf("%s %-4s %10s  %s\n", t ? "          " : "budgets   ", ferry_plan_tier_name(t),
            gib((double)in->budget[t], a, sizeof a), hw->text[t]);
@@ -538,6 +663,14 @@ static void print_bytes(const ferry_plan_input *in, const ferry_plan_result *r) 
   char a[32];
   printf("\nbytes (GiB)       ");
   for (int p = 0; p < FERRY_PLACEMENTS; p++) printf(" %14s", ferry_plan_placement_name(p));
+  printf("\n  %-17s", "params/grads/opt");
+  for (int p = 0; p < FERRY_PLACEMENTS; p++) {
+    const char *pp, *pg, *po;
+    char cell[48];
+    ferry_plan_placement_tiers(p, &pp, &pg, &po);
+    snprintf(cell, sizeof cell, "%s/%s/%s", pp, ferry_plan_grads_name(r->cand[p].grads), po);
+    printf("%15s", cell);
+  }
   printf("\n");
   for (int t = 0; t < FERRY_PLAN_TIERS; t++) {
     for (int f = 0; f < FERRY_PLAN_FAMILIES; f++) {
@@ -561,6 +694,33 @@ static void print_bytes(const ferry_plan_input *in, const ferry_plan_result *r) 
   }
   printf("  fits             ");
   for (int p = 0; p < FERRY_PLACEMENTS; p++) printf(" %14s", r->cand[p].fits ? "yes" : "no");
+  printf("\n  %-16s", "read-ahead");
+  for (int p = 0; p < FERRY_PLACEMENTS; p++) {
+    const ferry_plan_candidate *c = &r->cand[p];
+    char cell[32];
+    snprintf(cell, sizeof cell, "%.1f%s", (double)c->readahead_bytes / (1024.0 * 1024 * 1024),
+             c->readahead_fits ? "" : " !");
+    printf(" %14s", c->readahead_bytes ? cell : "-");
+  }
+  printf("\n  %-16s", "peak RSS");
+  for (int p = 0; p < FERRY_PLACEMENTS; p++) cell_gib((double)r->cand[p].rss.total);
+}
+
+/* NVMe bytes per step, per direction and engine family (rows with bytes). */
+static void print_nvme_rows(const ferry_plan_result *r) {
+  static const char *const fam[FERRY_PLAN_NV_FAMILIES] = {"params", "grads", "optimizer"};
+  int header = 0;
+  for (int d = 0; d < 2; d++)
+    for (int f = 0; f < FERRY_PLAN_NV_FAMILIES; f++) {
+      int any = 0;
+      for (int p = 0; p < FERRY_PLACEMENTS; p++)
+        any |= (d ? r->cand[p].nvme_write[f] : r->cand[p].nvme_read[f]) > 0;
+      if (!any) continue;
+      if (!header++) printf("\n\nnvme per step (GiB)");
+      printf("\n  %-5s %-10s", d ? "write" : "read", fam[f]);
+      for (int p = 0; p < FERRY_PLACEMENTS; p++)
+        cell_gib(d ? r->cand[p].nvme_write[f] : r->cand[p].nvme_read[f]);
+    }
 }
 
 /* Seconds per component, one column per placement, and the step. */
@@ -586,7 +746,42 @@ static void print_step(const ferry_plan_result *r) {
     printf(" %14s", ferry_plan_component_name(r->cand[p].bottleneck));
   printf("\n  %-16s", "largest batch");
   for (int p = 0; p < FERRY_PLACEMENTS; p++) printf(" %14lld", (long long)r->cand[p].max_batch);
+  print_nvme_rows(r);
   printf("\n\n");
+}
+
+/* The recommended placement's homes, peak RSS, NVMe bytes per step and
+ * read-ahead. */
+static void print_footprint(const ferry_plan_input *in, int p, const ferry_plan_candidate *c) {
+  const ferry_plan_rss *s = &c->rss;
+  const char *pp, *pg, *po;
+  char a[32], b[32], d[32], e[32], f[32], g[32], h[32];
+  ferry_plan_placement_tiers(p, &pp, &pg, &po);
+  printf("  placement.params = %s, placement.grads = %s (\"auto\"), placement.optimizer = %s\n",
+         pp, ferry_plan_grads_name(c->grads), po);
+  printf("  peak RSS ~ %s = host budget %s + device budget %s + activations %s + scratch %s "
+         "+ library %s + CUDA context %s\n",
+         gib((double)s->total, a, sizeof a), gib((double)s->host_budget, b, sizeof b),
+         gib((double)s->device_budget, d, sizeof d), gib((double)s->activations, e, sizeof e),
+         gib((double)s->scratch, f, sizeof f), gib((double)s->library, g, sizeof g),
+         gib((double)s->cuda, h, sizeof h));
+  if (c->nvme_read_bytes > 0 || c->nvme_write_bytes > 0)
+    printf("  NVMe per step: read params %s, grads %s, optimizer %s; write params %s, grads %s, "
+           "optimizer %s\n",
+           gib(c->nvme_read[0], a, sizeof a), gib(c->nvme_read[1], b, sizeof b),
+           gib(c->nvme_read[2], d, sizeof d), gib(c->nvme_write[0], e, sizeof e),
+           gib(c->nvme_write[1], f, sizeof f), gib(c->nvme_write[2], g, sizeof g));
+  if (c->cached_groups_host > 0)
+    printf("  NVMe params kept at the forward/backward turn: %lld group(s) (host pool; %lld of "
+           "them also on the device)\n", (long long)c->cached_groups_host,
+           (long long)(c->cached_groups_device < c->cached_groups_host ? c->cached_groups_device
+                                                                       : c->cached_groups_host));
+  if (c->readahead_bytes)
+    printf("  read-ahead: the next group's optimizer chunks, %s: %s\n",
+           gib((double)c->readahead_bytes, a, sizeof a),
+           c->readahead_fits ? "fits beside the working set"
+                             : "no room (the step waits for each group's read)");
+  (void)in;
 }
 
 /* The recommended placement: its step, what limits it, its tiers, the
@@ -620,6 +815,7 @@ static void print_recommended(const ferry_plan_input *in, const ferry_plan_resul
            gib((double)c->tier_bytes[t], a, sizeof a), gib((double)in->budget[t], b, sizeof b));
   printf("\n");
   printf("  largest batch at seq %lld: %lld\n", (long long)in->seq, (long long)c->max_batch);
+  print_footprint(in, r->recommended, c);
   if (hw->memlock == UINT64_MAX || c->pinned_bytes <= hw->memlock) return;
   if (hw->host_here)
     printf("  warning: the host tier is pinned (%s) but RLIMIT_MEMLOCK here is %s: raise "
@@ -656,7 +852,8 @@ static void print_text(const ferry_plan_input *in, const ferry_plan_result *r, c
 /* The flags as given. */
 typedef struct {
   const char *model, *params, *gpu_mem, *host_mem, *nvme, *nvme_path, *profile, *cfg_out, *svg;
-  int json;
+  const char *gpu_budget, *host_budget;
+  int json, largest;
 } plan_flags;
 
 #define PLAN_GO (-1) /* parse_flags: go on and plan */
@@ -676,6 +873,8 @@ static int take_value(const char *o, const char *v, plan_flags *fl, ferry_plan_i
   static const char *const opts[] = {"adamw", "adam", "adagrad", "lamb", "sgd", "lion"};
   static const char *const onoff[] = {"off", "on"};
   static const char *const attn[] = {"materialized", "flash"};
+  static const char *const devs[] = {"cuda", "host"};
+  static const char *const gprecs[] = {"fp32", "bf16"};
   static const struct {
     const char *flag;
     size_t off;
@@ -689,6 +888,8 @@ static int take_value(const char *o, const char *v, plan_flags *fl, ferry_plan_i
       {"--profile", offsetof(plan_flags, profile)},
       {"--write-config", offsetof(plan_flags, cfg_out)},
       {"--svg", offsetof(plan_flags, svg)},
+      {"--gpu-budget", offsetof(plan_flags, gpu_budget)},
+      {"--host-budget", offsetof(plan_flags, host_budget)},
   };
   for (size_t k = 0; k < sizeof strs / sizeof strs[0]; k++)
     if (!strcmp(o, strs[k].flag)) {
@@ -702,6 +903,15 @@ static int take_value(const char *o, const char *v, plan_flags *fl, ferry_plan_i
   else if (!strcmp(o, "--optimizer")) bad = pick(o, v, opts, 6, &in->optimizer);
   else if (!strcmp(o, "--checkpointing")) bad = pick(o, v, onoff, 2, &in->checkpointing);
   else if (!strcmp(o, "--attention")) bad = pick(o, v, attn, 2, &in->flash_attention);
+  else if (!strcmp(o, "--device")) bad = pick(o, v, devs, 2, &in->device);
+  else if (!strcmp(o, "--grad-accumulation"))
+    bad = parse_int(o, v, 1, 1000000, &in->grad_accumulation);
+  else if (!strcmp(o, "--clip-grad-norm")) bad = parse_clip(v, &in->clip_grad_norm);
+  else if (!strcmp(o, "--grad-precision")) {
+    int g = 0;
+    bad = pick(o, v, gprecs, 2, &g);
+    in->grad_precision = g ? FERRY_PREC_BF16 : FERRY_PREC_FP32;
+  }
   else if (!strcmp(o, "--chunk-size")) {
     bad = parse_size_flag(o, v, &in->chunk_size);
     if (!bad && in->chunk_size < 4096) {
@@ -719,15 +929,16 @@ static int parse_flags(int argc, char **argv, plan_flags *fl, ferry_plan_input *
       "--model",  "--params",    "--gpu-mem",    "--host-mem",     "--nvme",
       "--nvme-path", "--batch",  "--seq",        "--precision",    "--optimizer",
       "--checkpointing", "--profile", "--write-config", "--svg", "--attention",
-      "--chunk-size"};
+      "--chunk-size", "--gpu-budget", "--host-budget", "--device", "--grad-accumulation",
+      "--clip-grad-norm", "--grad-precision"};
   for (int i = 1; i < argc; i++) {
     const char *o = argv[i];
     if (!strcmp(o, "-h") || !strcmp(o, "--help")) {
       plan_usage(stdout);
       return 0;
     }
-    if (!strcmp(o, "--json")) {
-      fl->json = 1;
+    if (!strcmp(o, "--json") || !strcmp(o, "--largest")) {
+      *(o[2] == 'j' ? &fl->json : &fl->largest) = 1;
       continue;
     }
     if (!strcmp(o, "--list-models")) {
@@ -790,9 +1001,41 @@ static int read_model(const plan_flags *fl, ferry_plan_model *m) {
   return 0;
 }
 
-/* The GPU budget: 95% of --gpu-mem, or of GPU 0's free memory. */
+/* --gpu-budget / --host-budget (tier t, the value v, the machine flag `mem`
+ * that may not come with it): the budget itself. 0 when set, 2 on an
+ * error, -1 when the flag was not given. */
+static int exact_budget(int t, const char *v, const char *mem, ferry_plan_input *in,
+                        hw_notes *hw) {
+  static const char *const flag[] = {"--gpu-budget", "--host-budget"};
+  static const char *const mflag[] = {"--gpu-mem", "--host-mem"};
+  char a[32];
+  if (!v) return -1;
+  if (mem) {
+    fprintf(stderr, "ferry plan: give %s SIZE or %s SIZE, not both\n", mflag[t], flag[t]);
+    return 2;
+  }
+  if (parse_size_flag(flag[t], v, &in->budget[t])) return 2;
+  if (in->budget[t] == 0) {
+    fprintf(stderr, "ferry plan: %s %s: a budget of 0 holds nothing\n", flag[t], v);
+    return 2;
+  }
+  snprintf(hw->text[t], sizeof hw->text[t], "%s %s (tiers.%s.budget)%s", flag[t],
+           gib((double)in->budget[t], a, sizeof a), ferry_plan_tier_name(t),
+           t == FERRY_PLAN_GPU && in->device == FERRY_PLAN_DEV_HOST
+               ? ", the host backend's emulated device" : "");
+  return 0;
+}
+
+/* The GPU budget: --gpu-budget, 95% of --gpu-mem, or of GPU 0's free memory. */
 static int gpu_budget(const plan_flags *fl, ferry_plan_input *in, hw_notes *hw) {
   char a[32];
+  int rc = exact_budget(FERRY_PLAN_GPU, fl->gpu_budget, fl->gpu_mem, in, hw);
+  if (rc >= 0) return rc;
+  if (!fl->gpu_mem && in->device == FERRY_PLAN_DEV_HOST) {
+    fprintf(stderr, "ferry plan: --device host: give the emulated device's budget, "
+                    "--gpu-budget SIZE (or --gpu-mem SIZE)\n");
+    return 2;
+  }
   if (fl->gpu_mem) {
     uint64_t g;
     if (parse_size_flag("--gpu-mem", fl->gpu_mem, &g)) return 2;
@@ -825,11 +1068,13 @@ static int gpu_budget(const plan_flags *fl, ferry_plan_input *in, hw_notes *hw) 
   return 0;
 }
 
-/* The host budget: 80% of --host-mem, or of the RAM available here (host:
+/* The host budget: --host-budget, 80% of --host-mem, or of the RAM available here (host:
  * this machine's information, when have_host). */
 static int host_budget(const plan_flags *fl, const ferry_host_info *host, int have_host,
                        ferry_plan_input *in, hw_notes *hw) {
   char a[32];
+  int rc = exact_budget(FERRY_PLAN_HOST, fl->host_budget, fl->host_mem, in, hw);
+  if (rc >= 0) return rc;
   if (fl->host_mem) {
     uint64_t h;
     if (parse_size_flag("--host-mem", fl->host_mem, &h)) return 2;
@@ -915,6 +1160,95 @@ static int bandwidths(const plan_flags *fl, const hw_notes *hw, ferry_plan_input
   return 0;
 }
 
+/* --largest as text: the model found, its placement and step, and why the
+ * next size up does not fit. */
+static void largest_text(const ferry_plan_largest_result *L, const hw_notes *hw) {
+  const ferry_plan_model *m = &L->in.model;
+  const ferry_plan_result *r = &L->fit;
+  const ferry_plan_candidate *c = &r->cand[r->recommended];
+  char a[32], b[32];
+  for (int t = 0; t < FERRY_PLAN_TIERS; t++)
+    printf("%s %-4s %10s  %s\n", t ? "          " : "budgets   ", ferry_plan_tier_name(t),
+           gib((double)L->in.budget[t], a, sizeof a), hw->text[t]);
+  printf("largest    %s parameters fit (dense Llama shape: %lld layers, hidden %lld, ffn %lld, "
+         "%lld heads, vocab %lld; search resolution 1%%, %d plans)\n",
+         commas(L->params, a, sizeof a), (long long)m->layers, (long long)m->hidden,
+         (long long)m->ffn, (long long)m->heads, (long long)m->vocab, L->evaluations);
+  printf("           batch %lld x seq %lld, %s params\n", (long long)L->in.batch,
+         (long long)L->in.seq, ferry_plan_precision_name(L->in.precision));
+  printf("placement  %s, step ~ %.3f s (bottleneck %s)\n",
+         ferry_plan_placement_name(r->recommended), c->step_seconds,
+         ferry_plan_component_name(c->bottleneck));
+  printf("  tiers:");
+  for (int t = 0; t < FERRY_PLAN_TIERS; t++)
+    printf("%s %s %s of %s", t ? "," : "", ferry_plan_tier_name(t),
+           gib((double)c->tier_bytes[t], a, sizeof a), gib((double)L->in.budget[t], b, sizeof b));
+  printf("\n");
+  print_footprint(&L->in, r->recommended, c);
+  const ferry_plan_candidate *n = &L->above.cand[L->above.closest];
+  printf("next       %s parameters do not fit: closest %s, %s\n", commas(L->next, a, sizeof a),
+         ferry_plan_placement_name(L->above.closest), n->why);
+}
+
+static void largest_json(const ferry_plan_largest_result *L) {
+  const ferry_plan_model *m = &L->in.model;
+  const ferry_plan_result *r = &L->fit;
+  json_out j;
+  json_begin(&j, stdout);
+  json_bool(&j, "fits", L->params > 0);
+  json_open(&j, "largest", '{');
+  json_uint(&j, "params", L->params);
+  if (L->params) {
+    const ferry_plan_candidate *c = &r->cand[r->recommended];
+    json_int(&j, "layers", m->layers);
+    json_int(&j, "hidden", m->hidden);
+    json_int(&j, "ffn", m->ffn);
+    json_int(&j, "heads", m->heads);
+    json_int(&j, "vocab", m->vocab);
+    json_str(&j, "placement", ferry_plan_placement_name(r->recommended));
+    json_placement_keys(&j, r->recommended, c->grads);
+    json_num(&j, "step_seconds", c->step_seconds);
+    json_str(&j, "bottleneck", ferry_plan_component_name(c->bottleneck));
+    json_open(&j, "tiers", '{');
+    for (int t = 0; t < FERRY_PLAN_TIERS; t++) {
+      json_open(&j, ferry_plan_tier_name(t), '{');
+      json_uint(&j, "bytes", c->tier_bytes[t]);
+      json_uint(&j, "budget", L->in.budget[t]);
+      json_close(&j, '}');
+    }
+    json_close(&j, '}');
+    json_footprint(&j, c);
+    json_uint(&j, "next_params", L->next);
+    json_str(&j, "next_why", L->above.cand[L->above.closest].why);
+  }
+  json_num(&j, "resolution", 0.01);
+  json_int(&j, "evaluations", L->evaluations);
+  json_close(&j, '}');
+  json_end(&j);
+}
+
+/* --largest: the search over dense models on the machine the flags give. */
+static int plan_largest(const plan_flags *fl, ferry_plan_input *in, hw_notes *hw) {
+  if (fl->model || fl->params) {
+    fprintf(stderr, "ferry plan: --largest searches the model size: leave out --model and "
+                    "--params\n");
+    return 2;
+  }
+  if (machine_budgets(fl, in, hw) || bandwidths(fl, hw, in)) return 2;
+  static ferry_plan_largest_result L;
+  char why[512];
+  if (ferry_plan_largest(in, 0.01, &L, why, sizeof why)) {
+    fprintf(stderr, "ferry plan: --largest: %s\n", why);
+    return 2;
+  }
+  if (fl->json) largest_json(&L);
+  else if (L.params) largest_text(&L, hw);
+  else printf("largest    none: not even a dense model of 1,000 parameters fits these budgets\n");
+  if (!L.params) return 1;
+  if (fl->cfg_out && write_config(fl->cfg_out, &L.in, &L.fit, fl->nvme_path)) return 1;
+  return 0;
+}
+
 int cli_plan(int argc, char **argv) {
   plan_flags fl;
   memset(&fl, 0, sizeof fl);
@@ -922,6 +1256,7 @@ int cli_plan(int argc, char **argv) {
   hw_notes hw;
   int rc = parse_flags(argc, argv, &fl, &in);
   if (rc != PLAN_GO) return rc;
+  if (fl.largest) return plan_largest(&fl, &in, &hw);
   if (read_model(&fl, &in.model) || machine_budgets(&fl, &in, &hw) || bandwidths(&fl, &hw, &in))
     return 2;
   ferry_plan_result r;

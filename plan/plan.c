@@ -471,10 +471,12 @@ static const char *const place_desc[FERRY_PLACEMENTS] = {
     "params on the GPU; grads, master and optimizer states on the host (ZeRO-Offload)",
     "params streamed from the host per group; grads and optimizer on the host (ZeRO-3 offload)",
     "params streamed from the host; master and optimizer states on NVMe",
-    "params and master + optimizer states on NVMe, grads on the host (ZeRO-Infinity)"};
+    "params, master and optimizer states on NVMe (ZeRO-Infinity)"};
+/* grads: the home when they are kept (placement.grads = "auto" may resolve
+ * to "none": ferry_plan_grads_auto) */
 static const char *const place_tiers[FERRY_PLACEMENTS][3] = {
     {"gpu", "gpu", "gpu"},    {"gpu", "host", "host"},  {"host", "host", "host"},
-    {"host", "host", "nvme"}, {"nvme", "host", "nvme"}};
+    {"host", "nvme", "nvme"}, {"nvme", "nvme", "nvme"}};
 
 const char *ferry_plan_placement_name(int p) {
   return p >= 0 && p < FERRY_PLACEMENTS ? place_names[p] : "?";
@@ -489,9 +491,13 @@ void ferry_plan_placement_tiers(int p, const char **params, const char **grads,
   if (grads) *grads = place_tiers[p][1];
   if (optimizer) *optimizer = place_tiers[p][2];
 }
+const char *ferry_plan_grads_name(int g) {
+  static const char *const n[] = {"gpu", "host", "nvme", "none"};
+  return g >= 0 && g <= 3 ? n[g] : "?";
+}
 const char *ferry_plan_family_name(int f) {
-  static const char *const n[FERRY_PLAN_FAMILIES] = {"params",      "grads",   "master", "optimizer",
-                                                "activations", "buffers", "workspace"};
+  static const char *const n[FERRY_PLAN_FAMILIES] = {
+      "params", "grads", "master", "optimizer", "activations", "buffers", "workspace", "swap"};
   return f >= 0 && f < FERRY_PLAN_FAMILIES ? n[f] : "?";
 }
 const char *ferry_plan_tier_name(int t) {
@@ -529,7 +535,17 @@ ferry_plan_input ferry_plan_input_default(void) {
   in.flash_attention = 0;
   in.chunk_size = 64ull << 20;
   in.bw = ferry_plan_bandwidth_default();
+  in.grad_accumulation = 1;
+  in.clip_grad_norm = 0;
+  in.grad_precision = FERRY_PREC_FP32;
+  in.device = FERRY_PLAN_DEV_CUDA;
   return in;
+}
+
+/* Bytes of one activation element: the compute dtype on a GPU; the CPU
+ * model (--device host) computes in fp32 whatever the params' dtype. */
+static double act_dtype(const ferry_plan_input *in) {
+  return in->device == FERRY_PLAN_DEV_HOST || in->precision == FERRY_PREC_FP32 ? 4 : 2;
 }
 
 #define RUNTIME_WORKSPACE (256.0 * 1024 * 1024) /* cuBLAS workspace, allocator slack */
@@ -562,7 +578,7 @@ static double block_activations(const ferry_plan_model *m, double ab, double b, 
  * the logits in compute dtype plus fp32 for the loss. */
 static double activation_bytes(const ferry_plan_input *in, double b) {
   const ferry_plan_model *m = &in->model;
-  double ab = in->precision == FERRY_PREC_FP32 ? 4 : 2, s = (double)in->seq;
+  double ab = act_dtype(in), s = (double)in->seq;
   double h = (double)m->hidden, L = (double)m->layers;
   double blk = block_activations(m, ab, b, s, in->flash_attention);
   double blocks = in->checkpointing ? L * ab * s * b * h + blk : L * blk;
@@ -571,91 +587,128 @@ static double activation_bytes(const ferry_plan_input *in, double b) {
 }
 
 /* Backward scratch: gradients flowing through one block (in, out, the widest
- * intermediate twice) and, with materialized attention, the scores' grad. */
+ * intermediate twice) and, with materialized attention, the scores' grad;
+ * on a GPU also the runtime's workspace (cuBLAS, allocator slack). */
 static double workspace_bytes(const ferry_plan_input *in, double b) {
   const ferry_plan_model *m = &in->model;
-  double ab = in->precision == FERRY_PREC_FP32 ? 4 : 2, s = (double)in->seq;
+  double ab = act_dtype(in), s = (double)in->seq;
   double h = (double)m->hidden, f = (double)m->ffn;
   double wide = f > q_dim(m) + 2 * kv_dim(m) ? f : q_dim(m) + 2 * kv_dim(m);
-  double w = RUNTIME_WORKSPACE + ab * s * b * (2 * h + 2 * wide);
+  double w = (in->device == FERRY_PLAN_DEV_HOST ? 0 : RUNTIME_WORKSPACE) +
+             ab * s * b * (2 * h + 2 * wide);
   if (!in->flash_attention) w += ab * (double)m->heads * s * s * b;
   return w;
 }
 
 static double round_chunk(double x, double ch) { return ch > 0 ? ceil(x / ch) * ch : x; }
 
+/* One group's chunks of a family: ⌈x / C⌉ + 1 chunks (a group may straddle
+ * one more), or x bytes exactly with chunk rounding off. */
+static double group_chunks(double x, double ch) { return ch > 0 ? (ceil(x / ch) + 1) * ch : x; }
+
+int ferry_plan_grads_auto(const ferry_plan_input *in, int p) {
+  if (p == FERRY_PLACE_ALL_GPU) return FERRY_PLAN_GRADS_GPU;
+  /* the step runs during backward: no global norm to wait for, no fp16
+   * dynamic scaling (it needs the whole gradient's overflow flag), one
+   * micro-batch per step */
+  int eager = !(in->clip_grad_norm > 0) && in->precision != FERRY_PREC_FP16 &&
+              in->grad_accumulation <= 1;
+  if (eager) return FERRY_PLAN_GRADS_NONE;
+  return p == FERRY_PLACE_ZERO_OFFLOAD || p == FERRY_PLACE_ZERO3_OFFLOAD ? FERRY_PLAN_GRADS_HOST
+                                                                          : FERRY_PLAN_GRADS_NVME;
+}
+
+/* What a placement puts where, and the sizes its formulas share. */
+typedef struct {
+  int ph, gh, oh;          /* homes: FERRY_PLAN_GPU/HOST/NVME; gh a ferry_plan_grads */
+  double P, G, ch;         /* params, largest group, chunk size */
+  double pb, gb, ob;       /* bytes per param: param dtype, grad accumulator, optimizer family */
+  int k;                   /* fp32 optimizer states */
+  int cpu_path;            /* the CPU does the optimizer's arithmetic */
+  double grp_p, grp_g, grp_o; /* one group's chunks of each family */
+} place_ctx;
+
+static place_ctx place_context(const ferry_plan_input *in, int p) {
+  static const int ph[FERRY_PLACEMENTS] = {FERRY_PLAN_GPU, FERRY_PLAN_GPU, FERRY_PLAN_HOST,
+                                           FERRY_PLAN_HOST, FERRY_PLAN_NVME};
+  static const int oh[FERRY_PLACEMENTS] = {FERRY_PLAN_GPU, FERRY_PLAN_HOST, FERRY_PLAN_HOST,
+                                           FERRY_PLAN_NVME, FERRY_PLAN_NVME};
+  place_ctx c;
+  memset(&c, 0, sizeof c);
+  c.ph = ph[p];
+  c.oh = oh[p];
+  c.gh = ferry_plan_grads_auto(in, p);
+  c.P = (double)ferry_plan_model_params(&in->model);
+  c.G = (double)ferry_plan_largest_group(&in->model);
+  c.ch = (double)in->chunk_size;
+  c.pb = in->precision == FERRY_PREC_FP32 ? 4 : 2;
+  c.gb = in->grad_precision == FERRY_PREC_BF16 ? 2 : 4;
+  c.k = ferry_plan_optimizer_states(in->optimizer);
+  c.ob = 4.0 * (1 + c.k);
+  c.cpu_path = in->device == FERRY_PLAN_DEV_HOST || c.oh != FERRY_PLAN_GPU;
+  c.grp_p = group_chunks(c.G * c.pb, c.ch);
+  c.grp_g = group_chunks(c.G * c.gb, c.ch);
+  c.grp_o = group_chunks(c.G * c.ob, c.ch);
+  return c;
+}
+
+/* Elements of the model's largest single tensor (a chunk of its own when
+ * it outgrows a chunk). */
+static double largest_tensor(const ferry_plan_model *m) {
+  double h = (double)m->hidden, f = (double)m->ffn, v = (double)m->vocab * h;
+  double t = h * f;
+  if (m->arch == FERRY_ARCH_GPT2) t = fmax(fmax(t, 3 * h * h), (double)m->positions * h);
+  else t = fmax(t, h * q_dim(m));
+  return fmax(t, v);
+}
+
+/* The engine's own host buffers, out of tiers.host.budget at finalize:
+ * drain staging (2 groups, always), upload staging (2 groups, device-home
+ * params on the CPU path) and commit staging (1 group, params off the device). */
+static double staging_bytes(const place_ctx *c) {
+  double g = c->G * c->pb;
+  double up = c->ph == FERRY_PLAN_GPU && c->cpu_path ? 2 * g : 0;
+  return 2 * g + up + (c->ph != FERRY_PLAN_GPU ? g : 0);
+}
+
+/* The host pool's working set of the NVMe homes: one group's optimizer
+ * chunks, two of grads (one drained, one stepped), two of params (one
+ * fetched, one committed), and one largest chunk of slack. */
+static double swap_bytes(const ferry_plan_input *in, const place_ctx *c) {
+  double w = 0, big = 0, t = largest_tensor(&in->model);
+  if (c->oh == FERRY_PLAN_NVME) w += c->grp_o, big = fmax(big, 4 * t);
+  if (c->gh == FERRY_PLAN_GRADS_NVME) w += 2 * c->grp_g, big = fmax(big, c->gb * t);
+  if (c->ph == FERRY_PLAN_NVME) w += 2 * c->grp_p, big = fmax(big, c->pb * t);
+  if (w > 0 && c->ch > 0) w += fmax(c->ch, big);
+  return w;
+}
+
 /* Bytes per tier and family of placement p at batch b. */
 static void place_bytes(const ferry_plan_input *in, int p, double b,
                         double out[FERRY_PLAN_TIERS][FERRY_PLAN_FAMILIES]) {
   memset(out, 0, sizeof(double) * FERRY_PLAN_TIERS * FERRY_PLAN_FAMILIES);
-  const ferry_plan_model *m = &in->model;
-  double P = (double)ferry_plan_model_params(m), G = (double)ferry_plan_largest_group(m);
-  double pb = in->precision == FERRY_PREC_FP32 ? 4 : 2, ch = (double)in->chunk_size;
-  int k = ferry_plan_optimizer_states(in->optimizer);
-  /* one group fetched: its chunks (a group may straddle one more chunk) */
-  double group_fetch = ch > 0 ? (ceil(G * pb / ch) + 1) * ch : G * pb;
-  double window = 2 * group_fetch;           /* the group in use and the next */
-  double grad_bufs = 2 * G * pb;             /* being written, being drained */
-  double unit = ch > 0 ? ch : 4 * G;         /* NVMe param swap unit */
-  /* The engine's own host buffers (offload/engine.c, finalize): two upload
-   * staging buffers and two D2H buffers (double-buffered drain) of the
-   * largest group in every placement, and the param commit staging of one
-   * group when the params live off the device (a chunk holds one group, so
-   * a unit is one group). */
-  double staging = 4 * G * pb, commit_stage = G * pb;
-  /* NVMe optimizer state: the step holds one group's master and states
-   * (update i), prefetches the next (i+1) and writes the last back (i-1),
-   * each a group's chunks: 3 (ceil(G (4 + 4k) / C) + 1) C. */
-  double opt_group = ch > 0 ? (ceil(G * 4 * (1 + k) / ch) + 1) * ch : G * 4 * (1 + k);
-  double params = round_chunk(P * pb, ch), fp32 = round_chunk(P * 4, ch);
-  double *gpu = out[FERRY_PLAN_GPU], *host = out[FERRY_PLAN_HOST], *nvme = out[FERRY_PLAN_NVME];
-
-  gpu[FERRY_FAM_ACT] = activation_bytes(in, b);
-  gpu[FERRY_FAM_WORKSPACE] = workspace_bytes(in, b);
-  gpu[FERRY_FAM_GRADS] = grad_bufs;
-  switch (p) {
-  case FERRY_PLACE_ALL_GPU:
-    gpu[FERRY_FAM_PARAMS] = params;
-    gpu[FERRY_FAM_GRADS] += fp32;
-    gpu[FERRY_FAM_MASTER] = fp32;
-    gpu[FERRY_FAM_OPTIM] = k * fp32;
-    host[FERRY_FAM_BUFFERS] = staging;
-    break;
-  case FERRY_PLACE_ZERO_OFFLOAD:
-    gpu[FERRY_FAM_PARAMS] = params;
-    host[FERRY_FAM_GRADS] = fp32;
-    host[FERRY_FAM_MASTER] = fp32;
-    host[FERRY_FAM_OPTIM] = k * fp32;
-    /* D2H grad staging; 16-bit params written by the optimizer, uploaded */
-    host[FERRY_FAM_BUFFERS] = staging;
-    break;
-  case FERRY_PLACE_ZERO3_OFFLOAD:
-    gpu[FERRY_FAM_PARAMS] = window;
-    host[FERRY_FAM_PARAMS] = params;
-    host[FERRY_FAM_GRADS] = fp32;
-    host[FERRY_FAM_MASTER] = fp32;
-    host[FERRY_FAM_OPTIM] = k * fp32;
-    host[FERRY_FAM_BUFFERS] = staging + commit_stage;
-    break;
-  case FERRY_PLACE_NVME_OPT:
-    gpu[FERRY_FAM_PARAMS] = window;
-    host[FERRY_FAM_PARAMS] = params;
-    host[FERRY_FAM_GRADS] = fp32;
-    /* read i+1, update i, write i-1: three groups of master and states */
-    host[FERRY_FAM_BUFFERS] = staging + commit_stage + 3 * opt_group;
-    nvme[FERRY_FAM_MASTER] = fp32;
-    nvme[FERRY_FAM_OPTIM] = k * fp32;
-    break;
-  case FERRY_PLACE_INFINITY:
-    gpu[FERRY_FAM_PARAMS] = window;
-    host[FERRY_FAM_GRADS] = fp32;
-    /* + NVMe -> pinned -> device param window, and param write-back staging */
-    host[FERRY_FAM_BUFFERS] = staging + commit_stage + 3 * opt_group + window + 2 * unit;
-    nvme[FERRY_FAM_PARAMS] = params;
-    nvme[FERRY_FAM_MASTER] = fp32;
-    nvme[FERRY_FAM_OPTIM] = k * fp32;
-    break;
+  place_ctx c = place_context(in, p);
+  double params = round_chunk(c.P * c.pb, c.ch), fp32 = round_chunk(c.P * 4, c.ch);
+  double grads = round_chunk(c.P * c.gb, c.ch);
+  double *gpu = out[FERRY_PLAN_GPU], *host = out[FERRY_PLAN_HOST];
+  /* activations and scratch: the device's on a GPU; the CPU model's host
+   * allocations on --device host (in the RSS, not in the device budget) */
+  if (in->device == FERRY_PLAN_DEV_CUDA) {
+    gpu[FERRY_FAM_ACT] = activation_bytes(in, b);
+    gpu[FERRY_FAM_WORKSPACE] = workspace_bytes(in, b);
   }
+  gpu[FERRY_FAM_GRADS] = 2 * c.G * c.pb; /* grad buffers: being written, being drained */
+  /* params: the whole family at home, else two groups (in use, next) */
+  if (c.ph == FERRY_PLAN_GPU) gpu[FERRY_FAM_PARAMS] = params;
+  else gpu[FERRY_FAM_PARAMS] = 2 * c.grp_p;
+  out[c.ph][FERRY_FAM_PARAMS] += c.ph == FERRY_PLAN_GPU ? 0 : params;
+  if (c.gh == FERRY_PLAN_GRADS_GPU) gpu[FERRY_FAM_GRADS] += grads;
+  else if (c.gh == FERRY_PLAN_GRADS_HOST) host[FERRY_FAM_GRADS] = grads;
+  else if (c.gh == FERRY_PLAN_GRADS_NVME) out[FERRY_PLAN_NVME][FERRY_FAM_GRADS] = grads;
+  out[c.oh][FERRY_FAM_MASTER] = fp32;
+  out[c.oh][FERRY_FAM_OPTIM] = c.k * fp32;
+  host[FERRY_FAM_BUFFERS] = staging_bytes(&c);
+  host[FERRY_FAM_SWAP] = swap_bytes(in, &c);
 }
 
 static void fmt_bytes(double b, char *buf, size_t n) {
@@ -700,7 +753,7 @@ static void candidate_bytes(const ferry_plan_input *in, int p, ferry_plan_candid
   }
   c->fits = tiers_fit(in, p, (double)in->batch, shortb);
   for (int t = 0; t < FERRY_PLAN_TIERS; t++) c->short_by[t] = (uint64_t)llround(shortb[t]);
-  c->pinned_bytes = c->tier_bytes[FERRY_PLAN_HOST]; /* tiers.host.pinned = true */
+  c->pinned_bytes = in->budget[FERRY_PLAN_HOST]; /* pool + staging, pinned at finalize */
   if (c->fits) {
     snprintf(c->why, sizeof c->why, "fits");
     return;
@@ -718,36 +771,130 @@ static void candidate_bytes(const ferry_plan_input *in, int p, ferry_plan_candid
   }
 }
 
+/* Bytes of one family of the whole model as the engine lays it out: each
+ * group's tensors packed into chunks trimmed to what they hold (4 KiB
+ * alignment on the way to NVMe), e bytes per element. */
+static double family_bytes(const ferry_plan_model *m, double e) {
+  double E = (double)ferry_plan_embed_params(m), B = (double)ferry_plan_block_params(m);
+  double H = (double)ferry_plan_head_params(m);
+  return round_chunk(E * e, 4096) + (double)m->layers * round_chunk(B * e, 4096) +
+         round_chunk(H * e, 4096);
+}
+
+/* Param bytes of the first (front) or last (!front) n groups. */
+static double end_groups_bytes(const ferry_plan_model *m, int64_t n, int front, double pb) {
+  int64_t L = m->layers;
+  double E = (double)ferry_plan_embed_params(m), B = (double)ferry_plan_block_params(m);
+  double H = (double)ferry_plan_head_params(m);
+  if (n <= 0) return 0;
+  if (n >= L + 2) return (E + (double)L * B + H) * pb;
+  double edge = front ? E : H; /* the embedding opens forward; the head closes it */
+  return (edge + (double)(n - 1 > L ? L : n - 1) * B) * pb;
+}
+
+/* NVMe params: how many groups each pool keeps at the forward/backward turn:
+ * the head (used back to back) and whole groups in the room the tier's
+ * budget leaves beside everything else. */
+static void cached_groups(const ferry_plan_input *in, const place_ctx *c,
+                          ferry_plan_candidate *w) {
+  const ferry_plan_candidate *k = w;
+  int64_t groups = ferry_plan_groups(&in->model);
+  w->cached_groups_host = w->cached_groups_device = 0;
+  if (c->ph != FERRY_PLAN_NVME || c->grp_p <= 0) return;
+  for (int t = FERRY_PLAN_GPU; t <= FERRY_PLAN_HOST; t++) {
+    double room = (double)in->budget[t] - (double)k->tier_bytes[t];
+    int64_t n = 1 + (room > 0 ? (int64_t)floor(room / c->grp_p) : 0);
+    if (n > groups) n = groups;
+    if (t == FERRY_PLAN_GPU) w->cached_groups_device = n;
+    else w->cached_groups_host = n;
+  }
+}
+
+/* NVMe bytes per step, per family and direction (docs/PLANNING.md, "NVMe
+ * bytes per step"). A copy in the device implies one in the host pool, so
+ * the host's cached groups are the ones not read again. */
+static void nvme_traffic(const ferry_plan_input *in, const place_ctx *c, ferry_plan_candidate *k) {
+  const ferry_plan_model *m = &in->model;
+  double A = (double)in->grad_accumulation;
+  memset(k->nvme_read, 0, sizeof k->nvme_read);
+  memset(k->nvme_write, 0, sizeof k->nvme_write);
+  if (c->oh == FERRY_PLAN_NVME) {
+    double o = family_bytes(m, 4) * (1 + c->k); /* master and each state: 4-byte tensors */
+    k->nvme_read[FERRY_PLAN_NV_OPTIM] = o;
+    k->nvme_write[FERRY_PLAN_NV_OPTIM] = o;
+  }
+  if (c->gh == FERRY_PLAN_GRADS_NVME) { /* written per micro-batch, read back to accumulate
+                                           (A - 1) times and once by the step */
+    double g = family_bytes(m, c->gb);
+    k->nvme_write[FERRY_PLAN_NV_GRADS] = A * g;
+    k->nvme_read[FERRY_PLAN_NV_GRADS] = A * g;
+  }
+  if (c->ph == FERRY_PLAN_NVME) { /* forward and backward per micro-batch, less the turns */
+    double pf = family_bytes(m, c->pb);
+    cached_groups(in, c, k);
+    double back = end_groups_bytes(m, k->cached_groups_host, 0, c->pb);
+    double front = end_groups_bytes(m, k->cached_groups_host, 1, c->pb);
+    k->nvme_read[FERRY_PLAN_NV_PARAMS] = 2 * A * pf - A * back - (A - 1) * front;
+    k->nvme_write[FERRY_PLAN_NV_PARAMS] = pf;
+  }
+  k->nvme_read_bytes = k->nvme_write_bytes = 0;
+  for (int f = 0; f < FERRY_PLAN_NV_FAMILIES; f++) {
+    k->nvme_read_bytes += k->nvme_read[f];
+    k->nvme_write_bytes += k->nvme_write[f];
+  }
+}
+
+/* The process's peak RSS: the budgets reserved at finalize, the trainer's
+ * host memory, the library and the CUDA context (docs/PLANNING.md). */
+static void rss_bytes(const ferry_plan_input *in, ferry_plan_rss *r) {
+  const ferry_plan_model *m = &in->model;
+  int host = in->device == FERRY_PLAN_DEV_HOST;
+  double b = (double)in->batch, pb = in->precision == FERRY_PREC_FP32 ? 4 : 2;
+  memset(r, 0, sizeof *r);
+  r->host_budget = in->budget[FERRY_PLAN_HOST];
+  r->device_budget = host ? in->budget[FERRY_PLAN_GPU] : 0;
+  if (host) r->activations = (uint64_t)llround(activation_bytes(in, b) + workspace_bytes(in, b));
+  /* token ids in and targets (int32); the CPU model over 16-bit params keeps
+   * fp32 weights and grads of two groups (the embedding, the largest other) */
+  double scratch = 8 * b * (double)in->seq;
+  if (host && pb < 4) {
+    double E = (double)ferry_plan_embed_params(m), B = (double)ferry_plan_block_params(m);
+    double H = (double)ferry_plan_head_params(m);
+    scratch += 2 * 4 * (E + fmax(B, H));
+  }
+  r->scratch = (uint64_t)llround(scratch);
+  r->library = FERRY_PLAN_LIBRARY_OVERHEAD;
+  r->cuda = host ? 0 : FERRY_PLAN_CUDA_HOST_BYTES;
+  r->total = r->host_budget + r->device_budget + r->activations + r->scratch + r->library + r->cuda;
+}
+
 /* Placement p's traffic per step, each component's seconds, the bottleneck
- * and the step time of the pipeline. */
+ * and the step time of the pipeline. A step is grad_accumulation
+ * micro-batches. */
 static void candidate_time(const ferry_plan_input *in, int p, ferry_plan_candidate *c) {
   const ferry_plan_model *m = &in->model;
-  double P = (double)ferry_plan_model_params(m), pb = in->precision == FERRY_PREC_FP32 ? 4 : 2;
-  int k = ferry_plan_optimizer_states(in->optimizer);
-  double tokens = (double)in->batch * (double)in->seq;
+  place_ctx x = place_context(in, p);
+  double P = x.P, pb = x.pb, A = (double)in->grad_accumulation;
+  int k = x.k;
+  double tokens = A * (double)in->batch * (double)in->seq;
   double fwd_bwd = in->checkpointing ? 8 : 6; /* recompute adds one forward */
   double attn = (in->checkpointing ? 16 : 12) * (double)m->layers * (double)in->seq * q_dim(m);
   c->flops = fwd_bwd * P * tokens + attn * tokens;
-  double opt_bytes = 4 + 8 + 8.0 * k + pb; /* grad in, master r/w, states r/w, param out */
-  double tflops = in->precision == FERRY_PREC_FP32 ? in->bw.device_tflops_fp32 : in->bw.device_tflops;
-  double state_bytes = (4 + 4.0 * k) * P;
-  switch (p) {
-  case FERRY_PLACE_ALL_GPU: break;
-  case FERRY_PLACE_ZERO_OFFLOAD: c->h2d_bytes = P * pb; break;
-  default: c->h2d_bytes = 2 * P * pb; break; /* forward and backward fetch every group */
-  }
+  int none = x.gh == FERRY_PLAN_GRADS_NONE;
+  /* grad in (the accumulator, or the drained 16-bit grads), master r/w,
+   * states r/w, param out */
+  double opt_bytes = (none ? pb : x.gb) + 8 + 8.0 * k + pb;
+  double tflops = in->precision == FERRY_PREC_FP32 || in->device == FERRY_PLAN_DEV_HOST
+                      ? in->bw.device_tflops_fp32 : in->bw.device_tflops;
+  if (p == FERRY_PLACE_ZERO_OFFLOAD) c->h2d_bytes = P * pb;
+  else if (p != FERRY_PLACE_ALL_GPU) c->h2d_bytes = 2 * A * P * pb; /* fwd and bwd fetches */
   if (p != FERRY_PLACE_ALL_GPU) {
-    c->d2h_bytes = P * pb;
-    c->cpu_bytes = P * (opt_bytes + pb + 4); /* + 16-bit grads into fp32 accumulation */
+    c->d2h_bytes = A * P * pb;
+    /* + the drained grads summed into the accumulator (first micro-batch
+     * writes it, later ones read and write it) */
+    c->cpu_bytes = P * opt_bytes + (none ? 0 : P * (A * (pb + x.gb) + (A - 1) * x.gb));
   }
-  if (p == FERRY_PLACE_NVME_OPT || p == FERRY_PLACE_INFINITY) {
-    c->nvme_read_bytes = state_bytes;
-    c->nvme_write_bytes = state_bytes;
-  }
-  if (p == FERRY_PLACE_INFINITY) {
-    c->nvme_read_bytes += 2 * P * pb;
-    c->nvme_write_bytes += P * pb;
-  }
+  nvme_traffic(in, &x, c);
   c->seconds[FERRY_COMP_COMPUTE] = c->flops / (tflops * 1e12);
   if (p == FERRY_PLACE_ALL_GPU) /* the step runs on the GPU after backward, not overlapped */
     c->seconds[FERRY_COMP_COMPUTE] += P * opt_bytes / (in->bw.device_mem_gbps * 1e9);
@@ -788,11 +935,23 @@ static int64_t max_batch(const ferry_plan_input *in, int p) {
   return lo;
 }
 
+/* The next group's NVMe optimizer chunks, read ahead when the host budget
+ * has room beside the working set (not part of the fit). */
+static void candidate_readahead(const ferry_plan_input *in, int p, ferry_plan_candidate *c) {
+  place_ctx x = place_context(in, p);
+  c->readahead_bytes = x.oh == FERRY_PLAN_NVME ? (uint64_t)llround(x.grp_o) : 0;
+  c->readahead_fits = c->tier_bytes[FERRY_PLAN_HOST] + c->readahead_bytes <=
+                      in->budget[FERRY_PLAN_HOST];
+}
+
 static void candidate(const ferry_plan_input *in, int p, ferry_plan_candidate *c) {
   memset(c, 0, sizeof *c);
   c->placement = p;
+  c->grads = ferry_plan_grads_auto(in, p);
   candidate_bytes(in, p, c);
   candidate_time(in, p, c);
+  candidate_readahead(in, p, c);
+  rss_bytes(in, &c->rss);
   c->max_batch = max_batch(in, p);
 }
 
@@ -818,6 +977,15 @@ int ferry_plan_compute(const ferry_plan_input *in, ferry_plan_result *out, char 
   if (in->optimizer < 0 || in->optimizer > 5)
     return fail(why, wl, FERRY_EINVAL, "optimizer %d: adamw, adam, adagrad, lamb, sgd or lion",
                 in->optimizer);
+  if (in->grad_accumulation < 1 || in->grad_accumulation > 1000000)
+    return fail(why, wl, FERRY_EINVAL, "grad accumulation %lld: must be 1 to 1000000",
+                (long long)in->grad_accumulation);
+  if (!(in->clip_grad_norm >= 0) || !isfinite(in->clip_grad_norm))
+    return fail(why, wl, FERRY_EINVAL, "clip_grad_norm must be >= 0 (0 = off)");
+  if (in->grad_precision != FERRY_PREC_FP32 && in->grad_precision != FERRY_PREC_BF16)
+    return fail(why, wl, FERRY_EINVAL, "grad precision %d: fp32 or bf16", in->grad_precision);
+  if (in->device != FERRY_PLAN_DEV_CUDA && in->device != FERRY_PLAN_DEV_HOST)
+    return fail(why, wl, FERRY_EINVAL, "device %d: cuda or host", in->device);
   const double *bws[] = {&in->bw.h2d_gbps,           &in->bw.d2h_gbps,
                          &in->bw.nvme_read_gbps,     &in->bw.nvme_write_gbps,
                          &in->bw.cpu_optimizer_gbps, &in->bw.device_tflops,
@@ -847,6 +1015,64 @@ int ferry_plan_compute(const ferry_plan_input *in, ferry_plan_result *out, char 
     }
   }
   if (out->recommended >= 0) out->closest = out->recommended;
+  return FERRY_OK;
+}
+
+/* ======================================================================== */
+/* The largest model that fits                                              */
+
+/* Whether a dense model of n parameters fits: -1 on an input error. */
+static int dense_fits(const ferry_plan_input *base, uint64_t n, ferry_plan_input *in,
+                      ferry_plan_result *r, char *why, size_t wl) {
+  *in = *base;
+  if (ferry_plan_model_from_params(n, &in->model, why, wl)) return -1;
+  if (ferry_plan_compute(in, r, why, wl)) return -1;
+  return r->recommended >= 0;
+}
+
+int ferry_plan_largest(const ferry_plan_input *in, double resolution,
+                       ferry_plan_largest_result *out, char *why, size_t wl) {
+  if (!in || !out) return fail(why, wl, FERRY_EINVAL, "plan: NULL argument");
+  if (!(resolution > 0 && resolution <= 1))
+    return fail(why, wl, FERRY_EINVAL, "plan: resolution %g: must be in (0, 1]", resolution);
+  memset(out, 0, sizeof *out);
+  ferry_plan_input t;
+  ferry_plan_result r;
+  const uint64_t cap = 1000000000000000ull;
+  uint64_t lo = 1000000, hi = 0;
+  int f = dense_fits(in, lo, &t, &r, why, wl);
+  out->evaluations++;
+  if (f < 0) return FERRY_EINVAL;
+  if (!f) { /* below a million: try the smallest model */
+    hi = lo;
+    lo = 1000;
+    f = dense_fits(in, lo, &t, &r, why, wl);
+    out->evaluations++;
+    if (f <= 0) return f < 0 ? FERRY_EINVAL : FERRY_OK; /* nothing fits */
+  }
+  while (!hi) { /* doubling */
+    uint64_t n = lo * 2 > cap ? cap : lo * 2;
+    f = dense_fits(in, n, &t, &r, why, wl);
+    out->evaluations++;
+    if (f < 0) return FERRY_EINVAL;
+    if (f && n == cap) return fail(why, wl, FERRY_EINVAL, "plan: 10^15 parameters still fit");
+    if (f) lo = n;
+    else hi = n;
+  }
+  while ((double)hi > (double)lo * (1 + resolution)) { /* geometric bisection */
+    uint64_t mid = (uint64_t)llround(sqrt((double)lo * (double)hi));
+    if (mid <= lo || mid >= hi) break;
+    f = dense_fits(in, mid, &t, &r, why, wl);
+    out->evaluations++;
+    if (f < 0) return FERRY_EINVAL;
+    if (f) lo = mid;
+    else hi = mid;
+  }
+  out->params = lo;
+  out->next = hi;
+  if (dense_fits(in, hi, &t, &out->above, why, wl) < 0) return FERRY_EINVAL;
+  if (dense_fits(in, lo, &out->in, &out->fit, why, wl) < 0) return FERRY_EINVAL;
+  out->evaluations += 2;
   return FERRY_OK;
 }
 

@@ -103,6 +103,7 @@ typedef enum {
   FERRY_FAM_ACT,        /* activations kept for backward */
   FERRY_FAM_BUFFERS,    /* transfer and pinned staging buffers */
   FERRY_FAM_WORKSPACE,  /* runtime and backward scratch */
+  FERRY_FAM_SWAP,       /* host: the NVMe homes' working set in the pool */
   FERRY_PLAN_FAMILIES
 } ferry_plan_family;
 
@@ -117,6 +118,23 @@ typedef enum {
 
 typedef enum { FERRY_PREC_FP32 = 0, FERRY_PREC_FP16 = 1, FERRY_PREC_BF16 = 2 } ferry_plan_prec;
 
+/* Where a placement's gradients live (the engine's placement.grads as
+ * "auto" resolves it; docs/PLANNING.md, "Gradient homes"). */
+typedef enum {
+  FERRY_PLAN_GRADS_GPU = 0,  /* fp32 (or bf16) accumulators on the device */
+  FERRY_PLAN_GRADS_HOST = 1, /* accumulators in host RAM, the whole model */
+  FERRY_PLAN_GRADS_NVME = 2, /* accumulators on NVMe, one group at a time in RAM */
+  FERRY_PLAN_GRADS_NONE = 3  /* no accumulator: a group's grads live only in staging */
+} ferry_plan_grads;
+
+/* The device the engine runs on: a CUDA GPU, or the host backend's emulated
+ * GPU (its device budget is host RAM; the CPU model computes in fp32). */
+typedef enum { FERRY_PLAN_DEV_CUDA = 0, FERRY_PLAN_DEV_HOST = 1 } ferry_plan_device;
+
+/* Constants of the RSS prediction (docs/PLANNING.md, "Peak RSS"). */
+#define FERRY_PLAN_LIBRARY_OVERHEAD (64ull << 20) /* ferry's code, threads, tables */
+#define FERRY_PLAN_CUDA_HOST_BYTES (512ull << 20) /* CUDA context + cuBLAS, host side */
+
 typedef struct {
   ferry_plan_model model;
   int64_t batch, seq;
@@ -127,17 +145,37 @@ typedef struct {
   uint64_t budget[FERRY_PLAN_TIERS];
   uint64_t chunk_size; /* families are reserved in whole chunks; 0 = exact bytes */
   ferry_plan_bandwidth bw;
+  int64_t grad_accumulation; /* micro-batches per optimizer step (>= 1) */
+  double clip_grad_norm;     /* 0 = off; > 0 keeps gradients for the global norm */
+  int grad_precision;        /* FERRY_PREC_FP32 or FERRY_PREC_BF16: accumulator bytes 4 or 2 */
+  int device;                /* ferry_plan_device */
 } ferry_plan_input;
 
 /* Defaults: batch 1, seq 1024, bf16, adamw, checkpointing on, materialized
- * attention, chunk 64 MiB, default bandwidths, budgets 0. */
+ * attention, chunk 64 MiB, default bandwidths, budgets 0, no accumulation,
+ * no clipping, fp32 gradient accumulators, a CUDA device. */
 ferry_plan_input ferry_plan_input_default(void);
 
 enum { FERRY_COMP_COMPUTE = 0, FERRY_COMP_H2D, FERRY_COMP_D2H, FERRY_COMP_CPU, FERRY_COMP_NVME,
        FERRY_COMPONENTS };
 
+/* The process's peak RSS (docs/PLANNING.md, "Peak RSS"). */
+typedef struct {
+  uint64_t host_budget;   /* the pool and staging, reserved once at finalize */
+  uint64_t device_budget; /* --device host: the emulated device is host RAM */
+  uint64_t activations;   /* --device host: the CPU model's activations and backward scratch */
+  uint64_t scratch;       /* the trainer's host scratch (token ids; fp32 slots on the CPU) */
+  uint64_t library;       /* FERRY_PLAN_LIBRARY_OVERHEAD */
+  uint64_t cuda;          /* --device cuda: FERRY_PLAN_CUDA_HOST_BYTES */
+  uint64_t total;
+} ferry_plan_rss;
+
+/* NVMe bytes per optimizer step, per engine family (params, grads, optimizer). */
+enum { FERRY_PLAN_NV_PARAMS = 0, FERRY_PLAN_NV_GRADS, FERRY_PLAN_NV_OPTIM, FERRY_PLAN_NV_FAMILIES };
+
 typedef struct {
   int placement;
+  int grads;                           /* ferry_plan_grads, resolved as "auto" does */
   uint64_t bytes[FERRY_PLAN_TIERS][FERRY_PLAN_FAMILIES];
   uint64_t tier_bytes[FERRY_PLAN_TIERS];
   uint64_t short_by[FERRY_PLAN_TIERS]; /* bytes over budget, 0 when within */
@@ -150,6 +188,12 @@ typedef struct {
   double fill_seconds, step_seconds;
   int bottleneck;                      /* FERRY_COMP_* */
   int64_t max_batch;                   /* largest batch that fits at this seq; 0 = none */
+  uint64_t readahead_bytes;            /* the next group's NVMe optimizer chunks (not in the fit) */
+  int readahead_fits;                  /* the host budget has room for them beside the rest */
+  ferry_plan_rss rss;
+  double nvme_read[FERRY_PLAN_NV_FAMILIES], nvme_write[FERRY_PLAN_NV_FAMILIES];
+  int64_t cached_groups_host;          /* NVMe params: groups the host pool keeps at a turn */
+  int64_t cached_groups_device;        /* ... and the device pool (also in the host: inclusive) */
 } ferry_plan_candidate;
 
 typedef struct {
@@ -163,9 +207,15 @@ typedef struct {
 
 const char *ferry_plan_placement_name(int p);
 const char *ferry_plan_placement_desc(int p);
-/* Config values of a placement: "gpu"/"host"/"nvme" for params, grads, optimizer. */
+/* Config values of a placement: "gpu"/"host"/"nvme" for params, grads, optimizer.
+ * `grads` is the home when gradients are kept (clipping, fp16, accumulation);
+ * the candidate's `grads` field says what "auto" resolves to for an input. */
 void ferry_plan_placement_tiers(int p, const char **params, const char **grads,
                                 const char **optimizer);
+/* "gpu", "host", "nvme" or "none" (placement.grads). */
+const char *ferry_plan_grads_name(int g);
+/* The engine's placement.grads = "auto" for placement p and this input. */
+int ferry_plan_grads_auto(const ferry_plan_input *in, int p);
 const char *ferry_plan_family_name(int f);
 const char *ferry_plan_tier_name(int t);
 const char *ferry_plan_component_name(int c);
@@ -177,6 +227,23 @@ int ferry_plan_optimizer_states(int opt);
 /* Validates the input (FERRY_EINVAL with the reason) and fills `out`. A plan
  * in which nothing fits is still a success: see out->recommended. */
 int ferry_plan_compute(const ferry_plan_input *in, ferry_plan_result *out, char *why, size_t wl);
+
+/* The largest dense Llama-shaped model (ferry_plan_model_from_params) that
+ * fits in->budget: a search over the parameter count, doubling from 1M and
+ * then bisecting geometrically until the next size up is within
+ * `resolution` (0.01 = 1%) and does not fit. in->model is ignored. On
+ * success out->params is the answer and `fit` its plan, `next` the plan of
+ * the size `resolution` larger (which does not fit); out->params = 0 when
+ * not even 1000 parameters fit. */
+typedef struct {
+  uint64_t params;   /* the largest that fits; 0 = none */
+  uint64_t next;     /* the next size up, which does not fit */
+  ferry_plan_input in; /* the input with the model found */
+  ferry_plan_result fit, above;
+  int evaluations;   /* plans computed */
+} ferry_plan_largest_result;
+int ferry_plan_largest(const ferry_plan_input *in, double resolution,
+                       ferry_plan_largest_result *out, char *why, size_t wl);
 
 /* DeepSpeed's published estimators of model-state bytes on one GPU
  * (estimate_zero2_model_states_mem_needs / estimate_zero3_..., one node, one

@@ -32,6 +32,7 @@ static void test_deepspeed(void) {
   for (size_t i = 0; i < sizeof models / sizeof models[0]; i++) {
     ferry_plan_input in = input(models[i], 1ull << 50, 1ull << 50, 1ull << 50);
     in.chunk_size = 0;
+    in.clip_grad_norm = 1; /* gradients kept, in host RAM, as DeepSpeed keeps them */
     ferry_plan_result r;
     REQUIRE(ferry_plan_compute(&in, &r, NULL, 0) == 0);
     double P = (double)r.params, G = (double)r.largest_group, gpu, cpu;
@@ -76,15 +77,51 @@ static void test_families(void) {
   uint64_t P = r.params, G = r.largest_group;
   EXPECT(G == ferry_plan_block_params(&in.model)); /* a block outweighs the embedding here */
   const ferry_plan_candidate *inf = &r.cand[FERRY_PLACE_INFINITY];
+  /* no clipping, bf16, one micro-batch: the step runs during backward and
+   * "auto" keeps no gradients anywhere but the device's two group buffers */
+  for (int p = 1; p < FERRY_PLACEMENTS; p++) {
+    EXPECT(r.cand[p].grads == FERRY_PLAN_GRADS_NONE);
+    EXPECT(r.cand[p].bytes[FERRY_PLAN_HOST][FERRY_FAM_GRADS] == 0);
+    EXPECT(r.cand[p].bytes[FERRY_PLAN_NVME][FERRY_FAM_GRADS] == 0);
+    EXPECT(r.cand[p].bytes[FERRY_PLAN_GPU][FERRY_FAM_GRADS] == 4 * G);
+  }
+  EXPECT(r.cand[FERRY_PLACE_ALL_GPU].grads == FERRY_PLAN_GRADS_GPU);
   EXPECT(inf->bytes[FERRY_PLAN_NVME][FERRY_FAM_PARAMS] == 2 * P);
   EXPECT(inf->bytes[FERRY_PLAN_NVME][FERRY_FAM_MASTER] == 4 * P);
   EXPECT(inf->bytes[FERRY_PLAN_NVME][FERRY_FAM_OPTIM] == 8 * P);
-  EXPECT(inf->bytes[FERRY_PLAN_HOST][FERRY_FAM_GRADS] == 4 * P);
   EXPECT(inf->bytes[FERRY_PLAN_GPU][FERRY_FAM_PARAMS] == 4 * G);
   EXPECT(inf->tier_bytes[FERRY_PLAN_NVME] == 14 * P);
+  /* host: drain 2 G p + commit G p; working set: one group's optimizer
+   * chunks (master + 2 states: 12 G) + two groups of params (2 x 2 G); no
+   * slack without chunks */
+  EXPECT(inf->bytes[FERRY_PLAN_HOST][FERRY_FAM_BUFFERS] == 6 * G);
+  EXPECT(inf->bytes[FERRY_PLAN_HOST][FERRY_FAM_SWAP] == 12 * G + 4 * G);
+  EXPECT(inf->tier_bytes[FERRY_PLAN_HOST] == 22 * G);
   const ferry_plan_candidate *no = &r.cand[FERRY_PLACE_NVME_OPT];
   EXPECT(no->bytes[FERRY_PLAN_HOST][FERRY_FAM_PARAMS] == 2 * P);
   EXPECT(no->tier_bytes[FERRY_PLAN_NVME] == 12 * P);
+  /* zero-offload: drain 2 G p + uploads 2 G p (params on the device, CPU optimizer) */
+  EXPECT(r.cand[FERRY_PLACE_ZERO_OFFLOAD].bytes[FERRY_PLAN_HOST][FERRY_FAM_BUFFERS] == 8 * G);
+  /* kept gradients: clipping puts them at home (host, or NVMe beside the
+   * optimizer); bf16 accumulators halve them; NVMe grads add two groups */
+  in.clip_grad_norm = 1;
+  in.grad_precision = FERRY_PREC_BF16;
+  REQUIRE(ferry_plan_compute(&in, &r, NULL, 0) == 0);
+  EXPECT(r.cand[FERRY_PLACE_ZERO3_OFFLOAD].grads == FERRY_PLAN_GRADS_HOST);
+  EXPECT(r.cand[FERRY_PLACE_ZERO3_OFFLOAD].bytes[FERRY_PLAN_HOST][FERRY_FAM_GRADS] == 2 * P);
+  EXPECT(inf->grads == FERRY_PLAN_GRADS_NVME);
+  EXPECT(inf->bytes[FERRY_PLAN_NVME][FERRY_FAM_GRADS] == 2 * P);
+  EXPECT(inf->bytes[FERRY_PLAN_HOST][FERRY_FAM_SWAP] == 12 * G + 4 * G + 2 * 2 * G);
+  /* fp16 needs the whole gradient (dynamic scaling); so does accumulation */
+  in.clip_grad_norm = 0;
+  in.precision = FERRY_PREC_FP16;
+  EXPECT(ferry_plan_grads_auto(&in, FERRY_PLACE_NVME_OPT) == FERRY_PLAN_GRADS_NVME);
+  in.precision = FERRY_PREC_BF16;
+  in.grad_accumulation = 4;
+  EXPECT(ferry_plan_grads_auto(&in, FERRY_PLACE_ZERO_OFFLOAD) == FERRY_PLAN_GRADS_HOST);
+  in.grad_accumulation = 1;
+  EXPECT(ferry_plan_grads_auto(&in, FERRY_PLACE_ZERO_OFFLOAD) == FERRY_PLAN_GRADS_NONE);
+  in.grad_precision = FERRY_PREC_FP32;
   /* one fp32 state for SGD, Adagrad and Lion; fp32 params are 4 bytes */
   for (int opt = 0; opt <= 5; opt++) {
     in.optimizer = opt;
@@ -212,13 +249,36 @@ static void test_recommend_and_batch(void) {
   double P = (double)r.params, T = 2048, L = 40, h = 5120;
   EXPECT(fabs(r.cand[1].flops - (8 * P * T + 16 * L * 2048 * h * T)) < 1e3);
   EXPECT(fabs(r.cand[1].seconds[FERRY_COMP_COMPUTE] - r.cand[1].flops / 50e12) < 1e-9);
-  /* traffic: ZeRO-Infinity reads 12 B/param of fp32 state plus the 16-bit
-   * params twice, writes the state and the params once */
+  /* traffic: ZeRO-Infinity reads and writes 12 B/param of fp32 state; the
+   * 16-bit params are written once and read in forward; backward finds every
+   * group still in the 102 GiB host pool (42 groups cached at the turn) */
   const ferry_plan_candidate *inf = &r.cand[FERRY_PLACE_INFINITY];
-  EXPECT(inf->nvme_read_bytes == 16 * P && inf->nvme_write_bytes == 14 * P);
-  EXPECT(fabs(inf->seconds[FERRY_COMP_NVME] - (16 * P / 3.5e9 + 14 * P / 3.0e9)) < 1e-9);
+  EXPECT(inf->cached_groups_host == 42);
+  EXPECT(fabs(inf->nvme_read[FERRY_PLAN_NV_OPTIM] / (12 * P) - 1) < 1e-4);
+  EXPECT(fabs(inf->nvme_read[FERRY_PLAN_NV_PARAMS] / (2 * P) - 1) < 1e-4);
+  EXPECT(inf->nvme_read[FERRY_PLAN_NV_GRADS] == 0 && inf->nvme_write[FERRY_PLAN_NV_GRADS] == 0);
+  EXPECT(fabs(inf->nvme_read_bytes / (14 * P) - 1) < 1e-4);
+  EXPECT(fabs(inf->nvme_write_bytes / (14 * P) - 1) < 1e-4);
   EXPECT(inf->h2d_bytes == 4 * P && inf->d2h_bytes == 2 * P);
-  EXPECT(fabs(inf->seconds[FERRY_COMP_CPU] - P * 36 / 25e9) < 1e-9);
+  /* grads "none": the optimizer reads the 16-bit grads, no accumulation pass */
+  EXPECT(fabs(inf->seconds[FERRY_COMP_CPU] - P * 28 / 25e9) < 1e-9);
+  /* a tight host budget: only the head is cached, so backward reads all but it */
+  ferry_plan_input t = in;
+  t.budget[FERRY_PLAN_HOST] = inf->tier_bytes[FERRY_PLAN_HOST];
+  ferry_plan_result rt;
+  REQUIRE(ferry_plan_compute(&t, &rt, NULL, 0) == 0);
+  const ferry_plan_candidate *ti = &rt.cand[FERRY_PLACE_INFINITY];
+  double head = 2.0 * (double)ferry_plan_head_params(&in.model);
+  EXPECT(ti->fits && ti->cached_groups_host == 1);
+  EXPECT(fabs(ti->nvme_read[FERRY_PLAN_NV_PARAMS] / (4 * P - head) - 1) < 1e-4);
+  /* NVMe grads: written per micro-batch, read back A - 1 times and by the step */
+  t = in;
+  t.grad_accumulation = 4;
+  REQUIRE(ferry_plan_compute(&t, &rt, NULL, 0) == 0);
+  ti = &rt.cand[FERRY_PLACE_INFINITY];
+  EXPECT(ti->grads == FERRY_PLAN_GRADS_NVME);
+  EXPECT(fabs(ti->nvme_write[FERRY_PLAN_NV_GRADS] / (16 * P) - 1) < 1e-4);
+  EXPECT(fabs(ti->nvme_read[FERRY_PLAN_NV_GRADS] / (16 * P) - 1) < 1e-4);
   /* a small model on a big GPU: all on the device */
   in = input("gpt2", 24ull << 30, 64ull << 30, 0);
   REQUIRE(ferry_plan_compute(&in, &r, NULL, 0) == 0);
@@ -256,7 +316,35 @@ static void test_profile(void) {
   }
 }
 
+/* Peak RSS: budgets, the CPU model's memory on --device host, the library
+ * and, on CUDA, the context; --device host computes activations in fp32. */
+static void test_rss(void) {
+  ferry_plan_input in = input("gpt2", 32ull << 20, 64ull << 20, 1ull << 30);
+  in.seq = 256;
+  ferry_plan_result r;
+  REQUIRE(ferry_plan_compute(&in, &r, NULL, 0) == 0);
+  const ferry_plan_rss *c = &r.cand[FERRY_PLACE_INFINITY].rss;
+  EXPECT(c->host_budget == 64ull << 20 && c->device_budget == 0 && c->activations == 0);
+  EXPECT(c->library == FERRY_PLAN_LIBRARY_OVERHEAD && c->cuda == FERRY_PLAN_CUDA_HOST_BYTES);
+  EXPECT(c->scratch == 8 * 256); /* token ids in and out */
+  EXPECT(c->total == c->host_budget + c->scratch + c->library + c->cuda);
+  uint64_t act16 = r.cand[0].bytes[FERRY_PLAN_GPU][FERRY_FAM_ACT];
+  in.device = FERRY_PLAN_DEV_HOST;
+  REQUIRE(ferry_plan_compute(&in, &r, NULL, 0) == 0);
+  c = &r.cand[FERRY_PLACE_INFINITY].rss;
+  /* the emulated device's budget and the CPU model's fp32 activations are host RAM */
+  EXPECT(r.cand[0].bytes[FERRY_PLAN_GPU][FERRY_FAM_ACT] == 0);
+  EXPECT(c->device_budget == 32ull << 20 && c->cuda == 0);
+  EXPECT(c->activations > act16); /* fp32 activations and backward scratch */
+  double E = (double)ferry_plan_embed_params(&in.model);
+  double B = (double)ferry_plan_block_params(&in.model);
+  EXPECT(c->scratch == (uint64_t)(8 * 256 + 8 * (E + B)));
+  EXPECT(c->total ==
+         c->host_budget + c->device_budget + c->activations + c->scratch + c->library);
+}
+
 int main(void) {
+  test_rss();
   test_deepspeed();
   test_families();
   test_activations();
