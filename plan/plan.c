@@ -602,9 +602,14 @@ static double workspace_bytes(const ferry_plan_input *in, double b) {
 
 static double round_chunk(double x, double ch) { return ch > 0 ? ceil(x / ch) * ch : x; }
 
-/* One group's chunks of a family: ⌈x / C⌉ + 1 chunks (a group may straddle
- * one more), or x bytes exactly with chunk rounding off. */
-static double group_chunks(double x, double ch) { return ch > 0 ? (ceil(x / ch) + 1) * ch : x; }
+/* One group's chunks of a family, as the engine's layout makes them: no
+ * chunk holds two groups, and a chunk is as large as the tensors packed
+ * into it (at most C, unless one tensor is larger), rounded up to a page
+ * for the host and NVMe tiers: x bytes plus a page for each of its
+ * ⌈x / C⌉ + 1 chunks (a tensor that does not fit closes a chunk early). */
+static double group_chunks(double x, double ch) {
+  return ch > 0 ? x + (ceil(x / ch) + 1) * 4096 : x;
+}
 
 int ferry_plan_grads_auto(const ferry_plan_input *in, int p) {
   if (p == FERRY_PLACE_ALL_GPU) return FERRY_PLAN_GRADS_GPU;
