@@ -503,7 +503,10 @@ static int acquire(ferry_mem *m, uint32_t ci, int tier, uint32_t group, unsigned
       unpin(m, ci, t, c->home);
       return rc;
     }
-    if (t == FERRY_TIER_HOST) {
+    if (t == FERRY_TIER_HOST && t == tier && (flags & FERRY_MEM_NOLOAD) && c->gfirst == group &&
+        c->glast == group) {
+      mem_set_state(m, ci, t, FERRY_RES_DIRTY); /* the caller writes every byte: no read */
+    } else if (t == FERRY_TIER_HOST) {
       if ((rc = start_host_fill(m, ci))) {
         mem_set_state(m, ci, t, FERRY_RES_ABSENT);
         mem_pool_free(&m->pool[1], c->off[1]);
