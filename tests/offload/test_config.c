@@ -28,7 +28,7 @@ static void test_defaults_and_set(void) {
   const ferry_config_values *v = ferry_config_values_get(c);
   EXPECT(v->chunk_size == 64ull << 20);
   EXPECT(v->device == FERRY_DEVICE_AUTO && v->place_params == FERRY_TIER_DEVICE &&
-         v->place_grads == FERRY_TIER_HOST);
+         v->place_grads == FERRY_GRADS_AUTO && v->prec_grads == FERRY_DT_F32);
   EXPECT(v->nvme_queue_depth == 32 && v->nvme_block_size == 1 << 20);
   EXPECT(v->betas[0] == 0.9 && v->betas[1] == 0.999 && v->loss_scale == 0);
   char buf[256];
