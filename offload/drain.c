@@ -110,10 +110,10 @@ int drain_take_slot(ferry_engine *e, uint32_t g, int *slot) {
   *slot = got;
   if (held >= 0)
     return ferry_err(&e->err, FERRY_ESTATE,
-                     "group %u's grad buffer: group %d is still fetched after its grads were "
-                     "handed in, and with placement.grads = \"none\" its update (which waits "
-                     "for that release) holds the staging the drain needs; release a group "
-                     "after ferry_grads_ready",
+                     "param device: group %u's grad buffer: group %d is still fetched after "
+                     "its grads were handed in, and with placement.grads = \"none\" its "
+                     "update (which waits for that release) holds the staging the drain "
+                     "needs; release a group after ferry_grads_ready",
                      g, held);
   return got < 0 ? ds : FERRY_OK;
 }
@@ -204,8 +204,10 @@ static int wait_copy(ferry_engine *e, eng_drain_stage *st) {
 /* acc = bf16(acc + scale * g), rounded to nearest even (bf16 accumulators:
  * the fp32 path's fused multiply-add, then one rounding). */
 static void accumulate_bf16(uint16_t *acc, const void *g, ferry_dtype dt, size_t n, float scale) {
-  for (size_t i = 0; i < n; i++)
-    acc[i] = ferry_f32_to_bf16(fmaf(ferry_dt_load(g, (int)dt, i), scale, ferry_bf16_to_f32(acc[i])));
+  for (size_t i = 0; i < n; i++) {
+    float sum = fmaf(ferry_dt_load(g, (int)dt, i), scale, ferry_bf16_to_f32(acc[i]));
+    acc[i] = ferry_f32_to_bf16(sum);
+  }
 }
 
 /* The sum of squares and inf/NaN flag of group g's grads (per param, in

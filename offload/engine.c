@@ -795,6 +795,7 @@ int ferry_param_device(ferry_engine *e, const char *name, void **param, void **g
     if (gr->grad_slot < 0) { /* take a device grad buffer, zeroed in stream order */
       int got;
       int rc = drain_take_slot(e, p->group, &got);
+      if (rc == FERRY_ESTATE) return rc; /* the loop holds up the drain: said why */
       if (rc) return ferry_err(&e->err, rc, "param device: the gradient drain failed");
       gr->grad_slot = got;
       /* after the drain's last copy out of it */

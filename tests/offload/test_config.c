@@ -42,6 +42,19 @@ static void test_defaults_and_set(void) {
   EXPECT(ferry_config_set(c, "precision.loss_scale", "1024") == 0 && v->loss_scale == 1024);
   EXPECT(ferry_config_set(c, "precision.loss_scale", "dynamic") == 0 && v->loss_scale == 0);
   EXPECT(ferry_config_set(c, "log_level", "debug") == 0 && v->log_level == FERRY_LOG_DEBUG);
+  /* placement.grads: the tiers, "auto" and "none"; precision.grads */
+  EXPECT(ferry_config_set(c, "placement.grads", "none") == 0 &&
+         v->place_grads == FERRY_GRADS_NONE);
+  EXPECT(ferry_config_get(c, "placement.grads", buf, sizeof buf) == 0 && !strcmp(buf, "none"));
+  EXPECT(ferry_config_set(c, "placement.grads", "nvme") == 0 && v->place_grads == FERRY_TIER_NVME);
+  EXPECT(ferry_config_set(c, "placement.grads", "auto") == 0 &&
+         v->place_grads == FERRY_GRADS_AUTO);
+  EXPECT(ferry_config_get(c, "placement.grads", buf, sizeof buf) == 0 && !strcmp(buf, "auto"));
+  EXPECT(ferry_config_set(c, "placement.grads", "disk") == FERRY_ECONFIG &&
+         has(c, "auto|gpu|host|nvme|none"));
+  EXPECT(ferry_config_set(c, "precision.grads", "bf16") == 0 && v->prec_grads == FERRY_DT_BF16);
+  EXPECT(ferry_config_get(c, "precision.grads", buf, sizeof buf) == 0 && !strcmp(buf, "bf16"));
+  EXPECT(ferry_config_set(c, "precision.grads", "fp16") == FERRY_ECONFIG && has(c, "fp32|bf16"));
 
   /* refused values name the key, the value and what was expected */
   EXPECT(ferry_config_set(c, "chunk_size", "12Q") == FERRY_ECONFIG && has(c, "chunk_size") &&
