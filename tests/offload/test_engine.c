@@ -405,15 +405,21 @@ static int slow_kernel(void *arg) {
   return 0;
 }
 
+/* A finalized bf16 engine on the synthetic model, and a stream of its device. */
+static ferry_engine *synth_engine(const char *cfg, synth_model *m, ferry_stream **s) {
+  ferry_engine *e = make_engine(cfg, FERRY_DT_BF16);
+  REQUIRE(synth_init(m, G, D, B, FERRY_DT_BF16) == 0);
+  REQUIRE(synth_register(e, m) == 0 && ferry_engine_finalize(e) == 0);
+  REQUIRE(ferry_stream_create(ferry_engine_device(e), s) == 0);
+  return e;
+}
+
 static void test_destroy_in_flight(void) {
-  ferry_engine *e = make_engine("gpu=112K;"
-     "placement: { params = \"host\"; optimizer = \"nvme\"; };",
-                                FERRY_DT_BF16);
   synth_model m;
-  REQUIRE(synth_init(&m, G, D, B, FERRY_DT_BF16) == 0);
-  REQUIRE(synth_register(e, &m) == 0 && ferry_engine_finalize(e) == 0);
   ferry_stream *s;
-  REQUIRE(ferry_stream_create(ferry_engine_device(e), &s) == 0);
+  ferry_engine *e = synth_engine("gpu=112K;"
+                                 "placement: { params = \"host\"; optimizer = \"nvme\"; };",
+                                 &m, &s);
   synth_call calls[2 * G];
   synth_batch(&m, 3);
   REQUIRE(synth_micro_batch(e, &m, s, calls) == 0);
@@ -619,13 +625,10 @@ static void test_host_working_set(const char *grads, const char *more) {
  * whose staging the drain needs; asking for another grad buffer then is
  * refused, not a deadlock, and releasing the groups lets everything end. */
 static void test_none_held_groups(void) {
-  ferry_engine *e = make_engine("gpu=1M;placement: { params = \"host\"; grads = \"none\"; };",
-                                FERRY_DT_BF16);
   synth_model m;
-  REQUIRE(synth_init(&m, G, D, B, FERRY_DT_BF16) == 0);
-  REQUIRE(synth_register(e, &m) == 0 && ferry_engine_finalize(e) == 0);
   ferry_stream *s;
-  REQUIRE(ferry_stream_create(ferry_engine_device(e), &s) == 0);
+  ferry_engine *e =
+      synth_engine("gpu=1M;placement: { params = \"host\"; grads = \"none\"; };", &m, &s);
   int rc = 0, g = G - 1;
   for (; g >= 0 && !rc; g--) {
     char name[32];
