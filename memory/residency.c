@@ -390,8 +390,11 @@ static int alloc_space(ferry_mem *m, uint32_t ci, int tier) {
       uint32_t moving = NO_CHUNK;
       for (uint32_t k = 0; k < m->npend && moving == NO_CHUNK; k++) {
         const mem_chunk *o = &m->c[m->pend[k]];
+        /* a host copy under a device copy nobody holds frees up with it,
+         * once that copy's own transfer is done */
         if (o->state[tier] != FERRY_RES_ABSENT && !o->use[tier] && tier < o->home &&
-            (tier == FERRY_TIER_DEVICE || o->state[FERRY_TIER_DEVICE] == FERRY_RES_ABSENT))
+            (tier == FERRY_TIER_DEVICE || o->state[FERRY_TIER_DEVICE] == FERRY_RES_ABSENT ||
+             !o->use[FERRY_TIER_DEVICE]))
           moving = m->pend[k];
       }
       if (moving != NO_CHUNK) {
