@@ -62,6 +62,7 @@ void drain_stop(ferry_engine *e) {
   pthread_mutex_lock(&e->mu);
   e->drain.stop = 1;
   pthread_cond_broadcast(&e->drain.cv_work);
+  pthread_cond_broadcast(&e->stepper.cv); /* an update waiting for a release goes on */
   pthread_mutex_unlock(&e->mu);
   if (e->drain.started) pthread_join(e->drain.thread, NULL);
   e->drain.started = 0;
@@ -237,7 +238,7 @@ static int group_stats(ferry_engine *e, uint32_t g, const void *src, ferry_dtype
 static int hold_accumulators(ferry_engine *e, uint32_t g, ferry_tier gt) {
   eng_group *gr = &e->gt.groups[g];
   int nvme = e->grad_home == FERRY_TIER_NVME, fresh = nvme && gr->grads_zero;
-  int rc = ferry_mem_fetch(e->mem, g, FERRY_FAMILY_GRADS, gt, NULL, fresh ? FERRY_MEM_NOLOAD : 0);
+  int rc = group_fetch(e, g, FERRY_FAMILY_GRADS, gt, NULL, fresh ? FERRY_MEM_NOLOAD : 0, NULL);
   if (rc) return engine_mem_err(e, rc, "drain: grads");
   if (nvme) rc = ferry_mem_mark_dirty(e->mem, g, FERRY_FAMILY_GRADS, gt, NULL);
   if (rc) {

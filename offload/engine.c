@@ -727,6 +727,15 @@ static void record_trace(ferry_engine *e, int group) {
   }
 }
 
+/* The drain or the stepper has work (it may free room the loop's fetch
+ * needs). */
+static int threads_busy(ferry_engine *e) {
+  pthread_mutex_lock(&e->mu);
+  int busy = e->stepper.pending || e->drain.qhead != e->drain.qtail;
+  pthread_mutex_unlock(&e->mu);
+  return busy;
+}
+
 int ferry_fetch(ferry_engine *e, int group, ferry_stream *s) {
   if (!e) return FERRY_EINVAL;
   int rc = check_group(e, group, "fetch");
@@ -740,7 +749,7 @@ int ferry_fetch(ferry_engine *e, int group, ferry_stream *s) {
                      "fetch: group %d: its optimizer update failed (%s); release the groups held "
                      "and call ferry_step to run it again",
                      group, ferry_strerror(rc));
-  rc = ferry_mem_fetch(e->mem, (uint32_t)group, FERRY_FAMILY_PARAMS, FERRY_TIER_DEVICE, s, 0);
+  rc = group_fetch(e, (uint32_t)group, FERRY_FAMILY_PARAMS, FERRY_TIER_DEVICE, s, 0, threads_busy);
   if (rc) return engine_mem_err(e, rc, "fetch");
   /* params uploaded by the last step (device home): ordered on e->up */
   rc = ferry_stream_wait_event(s, gr->uploaded);

@@ -269,6 +269,13 @@ const char *group_role_suffix(int role); /* "", ".grad", ".master", ... */
  * grads' work tier); a status with e->err set. grads "none": nothing; an
  * NVMe home: sets grads_zero (no write). */
 int group_zero_grads(ferry_engine *e, uint32_t g, int held);
+/* ferry_mem_fetch as the engine's threads call it: at the host pool's
+ * minimum the drain's, the stepper's and the loop's working sets share it,
+ * and room another thread holds comes free as that thread goes on, so
+ * FERRY_ENOMEM is tried again every 0.1 ms for about 10 s (others_busy,
+ * when given: only while it says another thread may free room). */
+int group_fetch(ferry_engine *e, uint32_t g, int family, ferry_tier tier, ferry_stream *s,
+                unsigned flags, int (*others_busy)(ferry_engine *));
 /* e->err gets "what: <the manager's message>"; returns rc. */
 int engine_mem_err(ferry_engine *e, int rc, const char *what);
 

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 static const char *const role_suffix[FERRY_ROLE_COUNT] = {"", ".grad", ".master", ".exp_avg",
                                                           ".exp_avg_sq"};
@@ -159,6 +160,18 @@ eng_param *group_find(ferry_engine *e, const char *name) {
   for (size_t i = 0; i < e->gt.nparams; i++)
     if (e->gt.params[i].id[FERRY_ROLE_PARAM] == id) return &e->gt.params[i];
   return NULL;
+}
+
+int group_fetch(ferry_engine *e, uint32_t g, int family, ferry_tier tier, ferry_stream *s,
+                unsigned flags, int (*others_busy)(ferry_engine *)) {
+  int rc = ferry_mem_fetch(e->mem, g, family, tier, s, flags);
+  for (int tries = 0; rc == FERRY_ENOMEM && tries < 100000 && (!others_busy || others_busy(e));
+       tries++) {
+    struct timespec ts = {0, 100000};
+    nanosleep(&ts, NULL);
+    rc = ferry_mem_fetch(e->mem, g, family, tier, s, flags);
+  }
+  return rc;
 }
 
 const char *group_role_suffix(int role) {

@@ -103,10 +103,12 @@ static int param_prepare(ferry_engine *e, uint32_t g, int slot, void **dst) {
  * grad buffer is told (drain.c checks that the loop is not the one
  * holding the drain up). */
 static void wait_released(ferry_engine *e, eng_group *gr) {
-  if (!gr->fetched || e->stepper.stop) return;
+  /* destroy (the drain stops first): the loop releases nothing any more */
+  if (!gr->fetched || e->stepper.stop || e->drain.stop) return;
   e->stepper.waits_for = gr - e->gt.groups;
   pthread_cond_broadcast(&e->drain.cv_slot);
-  while (gr->fetched && !e->stepper.stop) pthread_cond_wait(&e->stepper.cv, &e->mu);
+  while (gr->fetched && !e->stepper.stop && !e->drain.stop)
+    pthread_cond_wait(&e->stepper.cv, &e->mu);
   e->stepper.waits_for = -1;
 }
 
@@ -143,6 +145,15 @@ static int param_upload(ferry_engine *e, uint32_t g, int slot) {
   return FERRY_OK;
 }
 
+/* The engine is being destroyed (its drain stops first): the loop will
+ * release nothing it still holds. */
+static int destroying(ferry_engine *e) {
+  pthread_mutex_lock(&e->mu);
+  int stop = e->drain.stop;
+  pthread_mutex_unlock(&e->mu);
+  return stop;
+}
+
 /* Host and NVMe homes: group g, none of it held by the loop: mark the host
  * copy dirty (dropping device copies), copy the staged params in, and write
  * an NVMe home back. */
@@ -151,7 +162,7 @@ static int param_commit(ferry_engine *e, uint32_t g) {
   int nvme = e->param_home == FERRY_TIER_NVME;
   eng_group *gr = &e->gt.groups[g];
   if (nvme) {
-    rc = ferry_mem_fetch(e->mem, g, FERRY_FAMILY_PARAMS, FERRY_TIER_HOST, NULL, 0);
+    rc = group_fetch(e, g, FERRY_FAMILY_PARAMS, FERRY_TIER_HOST, NULL, 0, NULL);
     if (rc) return engine_mem_err(e, rc, "step: params");
   }
   /* Loads of these params the loop waited for (its kernels ran after them)
@@ -161,8 +172,9 @@ static int param_commit(ferry_engine *e, uint32_t g) {
   /* The loop holds none of the group (after_update waited), so a device
    * copy still held is a load in flight (a prefetch from NVMe through the
    * host holds its chunk until the H2D is issued and seen complete): wait
-   * for it (it is dropped as stale once it lands), at most about 10 s. */
-  for (int tries = 0; rc == FERRY_EBUSY && tries < 100000; tries++) {
+   * for it (it is dropped as stale once it lands), at most about 10 s
+   * (not at destroy, when the loop may still hold it). */
+  for (int tries = 0; rc == FERRY_EBUSY && tries < 100000 && !destroying(e); tries++) {
     struct timespec ts = {0, 100000};
     nanosleep(&ts, NULL);
     ferry_mem_poll(e->mem);
@@ -294,7 +306,7 @@ void stepper_lend_stage(ferry_engine *e, uint32_t g, int si) {
 static int hold_state(ferry_engine *e, uint32_t i, uint32_t next) {
   ferry_tier ot = work_tier(e->optim_home), gt = work_tier(e->grad_home);
   double t0 = ferry_now();
-  int rc = ferry_mem_fetch(e->mem, i, FERRY_FAMILY_OPTIM, ot, NULL, 0);
+  int rc = group_fetch(e, i, FERRY_FAMILY_OPTIM, ot, NULL, 0, NULL);
   if (rc) return engine_mem_err(e, rc, "step: optimizer state");
   double t1 = ferry_now();
   if (t1 - t0 > 1e-4) ferry_timeline_add(&e->tl, FERRY_LANE_STEP, "wait for state", t0, t1);
@@ -303,7 +315,7 @@ static int hold_state(ferry_engine *e, uint32_t i, uint32_t next) {
   /* NVMe grads are not read ahead: with eager updates the next group's are
    * not final yet (the drain writes them), and in a tight pool a read ahead
    * is evicted before its use and read twice */
-  rc = ferry_mem_fetch(e->mem, i, FERRY_FAMILY_GRADS, gt, NULL, 0);
+  rc = group_fetch(e, i, FERRY_FAMILY_GRADS, gt, NULL, 0, NULL);
   if (rc) {
     ferry_mem_release(e->mem, i, FERRY_FAMILY_OPTIM, ot, NULL);
     return engine_mem_err(e, rc, "step: grads");
