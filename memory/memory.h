@@ -149,7 +149,8 @@ int ferry_mem_group_chunks(ferry_mem *m, uint32_t group, int family, uint32_t *f
 
 enum {
   /* The caller overwrites every byte: chunks that hold only this group's
-   * tensors get space but no load (they become dirty at once). */
+   * tensors get space but no load (they become dirty at once), in the
+   * device tier or, fetched to the host, with no NVMe read. */
   FERRY_MEM_NOLOAD = 1u << 0
 };
 

@@ -390,8 +390,11 @@ static int alloc_space(ferry_mem *m, uint32_t ci, int tier) {
       uint32_t moving = NO_CHUNK;
       for (uint32_t k = 0; k < m->npend && moving == NO_CHUNK; k++) {
         const mem_chunk *o = &m->c[m->pend[k]];
+        /* a host copy under a device copy nobody holds frees up with it,
+         * once that copy's own transfer is done */
         if (o->state[tier] != FERRY_RES_ABSENT && !o->use[tier] && tier < o->home &&
-            (tier == FERRY_TIER_DEVICE || o->state[FERRY_TIER_DEVICE] == FERRY_RES_ABSENT))
+            (tier == FERRY_TIER_DEVICE || o->state[FERRY_TIER_DEVICE] == FERRY_RES_ABSENT ||
+             !o->use[FERRY_TIER_DEVICE]))
           moving = m->pend[k];
       }
       if (moving != NO_CHUNK) {
@@ -503,7 +506,10 @@ static int acquire(ferry_mem *m, uint32_t ci, int tier, uint32_t group, unsigned
       unpin(m, ci, t, c->home);
       return rc;
     }
-    if (t == FERRY_TIER_HOST) {
+    if (t == FERRY_TIER_HOST && t == tier && (flags & FERRY_MEM_NOLOAD) && c->gfirst == group &&
+        c->glast == group) {
+      mem_set_state(m, ci, t, FERRY_RES_DIRTY); /* the caller writes every byte: no read */
+    } else if (t == FERRY_TIER_HOST) {
       if ((rc = start_host_fill(m, ci))) {
         mem_set_state(m, ci, t, FERRY_RES_ABSENT);
         mem_pool_free(&m->pool[1], c->off[1]);

@@ -33,9 +33,12 @@ typedef struct {
  * (every enum key has one, as long as its list of names). */
 static const int v_device[] = {FERRY_DEVICE_AUTO, FERRY_DEVICE_CUDA, FERRY_DEVICE_HOST};
 static const int v_tier[] = {FERRY_TIER_DEVICE, FERRY_TIER_HOST, FERRY_TIER_NVME};
+static const int v_grads[] = {FERRY_GRADS_AUTO, FERRY_TIER_DEVICE, FERRY_TIER_HOST,
+                              FERRY_TIER_NVME, FERRY_GRADS_NONE};
 static const int v_optim[] = {FERRY_OPTIM_ADAMW, FERRY_OPTIM_ADAM, FERRY_OPTIM_ADAGRAD,
                               FERRY_OPTIM_LAMB,  FERRY_OPTIM_SGD,  FERRY_OPTIM_LION};
 static const int v_prec[] = {FERRY_DT_F32, FERRY_DT_F16, FERRY_DT_BF16};
+static const int v_prec_grads[] = {FERRY_DT_F32, FERRY_DT_BF16};
 static const int v_evict[] = {FERRY_EVICT_TRACE, FERRY_EVICT_LRU};
 static const int v_numa[] = {FERRY_NUMA_LOCAL, FERRY_NUMA_INTERLEAVE, FERRY_NUMA_NONE};
 static const int v_memlock[] = {FERRY_MEMLOCK_ERROR, FERRY_MEMLOCK_PAGEABLE};
@@ -76,16 +79,21 @@ static const key_def keys[] = {
     {"tiers.nvme.sqpoll", K_BOOL, OFF(nvme_sqpoll), "false", NULL, 0, 0, 0,
      "io_uring SQPOLL (a kernel thread polls submissions; costs a core)", NULL},
     {"tiers.nvme.check_threads", K_INT, OFF(nvme_check_threads), "1", NULL, 0, 64, 0,
-     "threads that share the CRC checks of each burst of reads with the completion thread", NULL},
+     "threads that share the CRC checks of each burst of reads with the completion thread "
+     "(0..64; 0: the completion thread checks alone)", NULL},
     {"tiers.nvme.keep_files", K_BOOL, OFF(nvme_keep_files), "false", NULL, 0, 0, 0,
      "keep swap files and their index at exit (a new engine starts a fresh store)", NULL},
     {"placement.params", K_ENUM, OFF(place_params), "gpu", "gpu|host|nvme", 0, 0, 0,
      "home tier of the 16-bit parameters (host or nvme: streamed per group)", v_tier},
-    {"placement.grads", K_ENUM, OFF(place_grads), "host", "gpu|host", 0, 0, 0,
-     "where gradients accumulate in fp32 (gpu: with placement.optimizer = gpu)", v_tier},
+    {"placement.grads", K_ENUM, OFF(place_grads), "auto", "auto|gpu|host|nvme|none", 0, 0, 0,
+     "where gradients accumulate: auto = gpu with placement.optimizer = gpu, none when the "
+     "step runs during backward (step_during_backward, no clipping, no fp16) with "
+     "grad_accumulation = 1, else the optimizer's home; none = no accumulator, each group's "
+     "grads live in the drain's staging until its update; nvme needs tiers.nvme.paths",
+     v_grads},
     {"placement.optimizer", K_ENUM, OFF(place_optimizer), "host", "gpu|host|nvme", 0, 0, 0,
      "home tier of fp32 master weights and optimizer states (gpu on cuda: the CUDA AdamW, "
-     "so optimizer.type adamw or adam, with placement.grads = gpu)",
+     "so optimizer.type adamw or adam, with placement.grads = gpu or auto)",
      v_tier},
     {"optimizer.type", K_ENUM, OFF(opt_type), "adamw", "adamw|adam|adagrad|lamb|sgd|lion", 0, 0,
      0, "optimizer", v_optim},
@@ -101,6 +109,9 @@ static const key_def keys[] = {
      "CPU optimizer threads; 0 = one per core", NULL},
     {"precision.params", K_ENUM, OFF(prec_params), "bf16", "fp32|fp16|bf16", 0, 0, 0,
      "dtype of the parameters the GPU computes with", v_prec},
+    {"precision.grads", K_ENUM, OFF(prec_grads), "fp32", "fp32|bf16", 0, 0, 0,
+     "dtype of the gradient accumulators of host and nvme grad homes (bf16 halves their "
+     "bytes; not with placement.grads = gpu)", v_prec_grads},
     {"precision.loss_scale", K_SCALE, OFF(loss_scale), "dynamic", NULL, 0, 0, 0,
      "\"dynamic\" or a fixed scale > 0 (fp16; bf16 and fp32 use 1)", NULL},
     {"precision.initial_scale", K_FLOAT, OFF(initial_scale), "65536", NULL, 0, 1e30, 1,

@@ -14,6 +14,9 @@
 typedef enum { FERRY_NUMA_LOCAL = 0, FERRY_NUMA_INTERLEAVE = 1, FERRY_NUMA_NONE = 2 } ferry_numa_policy;
 typedef enum { FERRY_MEMLOCK_ERROR = 0, FERRY_MEMLOCK_PAGEABLE = 1 } ferry_memlock_fallback;
 typedef enum { FERRY_VERIFY_CRC32C = 0, FERRY_VERIFY_NONE = 1 } ferry_verify_mode;
+/* placement.grads beside the tiers (ferry_tier): "auto", resolved at
+ * ferry_engine_create, and "none" (no accumulator: the drain's staging). */
+enum { FERRY_GRADS_AUTO = -1, FERRY_GRADS_NONE = -2 };
 
 /* The typed values the engine reads. An enum key decodes straight into the
  * library's own enum (the table in config.c maps each name to its value). */
@@ -36,7 +39,7 @@ typedef struct {
   int64_t nvme_check_threads;
   int nvme_keep_files;
   ferry_tier place_params;
-  ferry_tier place_grads;      /* device or host */
+  int place_grads;          /* a ferry_tier, FERRY_GRADS_AUTO or FERRY_GRADS_NONE */
   ferry_tier place_optimizer;
   ferry_optim_type opt_type;
   double lr;
@@ -47,6 +50,7 @@ typedef struct {
   int nesterov;
   int64_t threads;          /* 0: all cores */
   ferry_dtype prec_params;     /* F32, F16 or BF16 */
+  ferry_dtype prec_grads;      /* F32 or BF16: accumulators of host and NVMe grad homes */
   double loss_scale;        /* 0: dynamic */
   double initial_scale;
   int64_t growth_interval;

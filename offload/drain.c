@@ -1,17 +1,21 @@
 /* offload/drain.c — the gradient drain: the device grad buffers the loop's
  * backward writes into, and the drain thread, which copies a group's grads
- * D2H once they are ready, accumulates them into the fp32 host grads
- * (scaled by 1/grad_accumulation) and, on the last micro-batch, adds their
- * squared norm and inf/NaN flag — while backward goes on. The copies are
+ * D2H once they are ready, accumulates them into the group's accumulators
+ * (fp32 or bf16, in the host or written behind to NVMe; scaled by
+ * 1/grad_accumulation) and, on the last micro-batch, adds their squared
+ * norm and inf/NaN flag — while backward goes on. The copies are
  * double-buffered: the D2H of the next group runs on the engine's D2H
  * stream while the CPU sums the one before from the other pinned buffer.
  * With eager updates it hands each group whose grads are final to the
- * stepper. Uses stepper.c and group.c.
+ * stepper; with grads "none" the staging buffer that holds them goes with
+ * it, and comes back after the update. Uses stepper.c and group.c.
  */
 #include "offload/engine_impl.h"
+#include "core/dtype.h"
 
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 static void *drain_main(void *arg);
 
@@ -27,7 +31,7 @@ int drain_init(ferry_engine *e, size_t gbytes) {
     if (!rc) rc = ferry_event_create(e->dev, &d->slot[i].drained);
   }
   for (int i = 0; i < ENGINE_DRAIN_STAGES && !rc; i++) {
-    rc = ferry_host_alloc(e->dev, gbytes, &d->stage[i].buf);
+    if (engine_drain_staged(e)) rc = ferry_host_alloc(e->dev, gbytes, &d->stage[i].buf);
     if (!rc) rc = ferry_event_create(e->dev, &d->stage[i].done);
   }
   if (rc)
@@ -58,6 +62,7 @@ void drain_stop(ferry_engine *e) {
   pthread_mutex_lock(&e->mu);
   e->drain.stop = 1;
   pthread_cond_broadcast(&e->drain.cv_work);
+  pthread_cond_broadcast(&e->stepper.cv); /* an update waiting for a release goes on */
   pthread_mutex_unlock(&e->mu);
   if (e->drain.started) pthread_join(e->drain.thread, NULL);
   e->drain.started = 0;
@@ -73,27 +78,44 @@ void drain_free(ferry_engine *e) {
       ferry_event_destroy(d->slot[i].drained);
     }
     for (int i = 0; i < ENGINE_DRAIN_STAGES; i++) {
-      ferry_host_free(e->dev, d->stage[i].buf);
+      if (d->stage[i].buf) ferry_host_free(e->dev, d->stage[i].buf);
       ferry_event_destroy(d->stage[i].done);
     }
   }
   free(d->queue);
 }
 
+/* (mu held) grads "none": the group the loop holds whose release the
+ * stepper waits for while the drain waits for a stage lent to the stepper
+ * (a loop that would wait for a grad buffer now waits forever); -1 none. */
+static int loop_blocks_drain(ferry_engine *e) {
+  int64_t g = e->stepper.waits_for;
+  if (!e->drain.stage_wait || g < 0 || !e->gt.groups[g].fetched) return -1;
+  return (int)g;
+}
+
 int drain_take_slot(ferry_engine *e, uint32_t g, int *slot) {
   eng_drain *d = &e->drain;
   pthread_mutex_lock(&e->mu);
   int got = -1;
+  int held = -1;
   for (;;) {
     for (int i = 0; i < ENGINE_GRAD_SLOTS && got < 0; i++)
       if (d->slot[i].owner < 0) got = i;
-    if (got >= 0 || d->status) break;
+    if (got >= 0 || d->status || (held = loop_blocks_drain(e)) >= 0) break;
     pthread_cond_wait(&d->cv_slot, &e->mu);
   }
   if (got >= 0) d->slot[got].owner = (int)g;
   int ds = d->status;
   pthread_mutex_unlock(&e->mu);
   *slot = got;
+  if (held >= 0)
+    return ferry_err(&e->err, FERRY_ESTATE,
+                     "param device: group %u's grad buffer: group %d is still fetched after "
+                     "its grads were handed in, and with placement.grads = \"none\" its "
+                     "update (which waits for that release) holds the staging the drain "
+                     "needs; release a group after ferry_grads_ready",
+                     g, held);
   return got < 0 ? ds : FERRY_OK;
 }
 
@@ -155,6 +177,7 @@ static void issue_copies(ferry_engine *e) {
   eng_drain *d = &e->drain;
   while (d->qissue < d->qtail && d->qissue - d->qhead < ENGINE_DRAIN_STAGES) {
     size_t pos = d->qissue;
+    if (!d->status && d->stage[pos % ENGINE_DRAIN_STAGES].lent) break; /* the stepper's */
     eng_drain_item it = d->queue[pos % d->qcap];
     int rc = FERRY_OK;
     if (!d->status) {
@@ -179,34 +202,95 @@ static int wait_copy(ferry_engine *e, eng_drain_stage *st) {
   return FERRY_OK;
 }
 
-/* The CPU path: sums group g's downloaded grads (stage buf) into its fp32
- * grads; on the last micro-batch, their squared norm and inf/NaN flag. */
+/* acc = bf16(acc + scale * g), rounded to nearest even (bf16 accumulators:
+ * the fp32 path's fused multiply-add, then one rounding). */
+static void accumulate_bf16(uint16_t *acc, const void *g, ferry_dtype dt, size_t n, float scale) {
+  for (size_t i = 0; i < n; i++) {
+    float sum = fmaf(ferry_dt_load(g, (int)dt, i), scale, ferry_bf16_to_f32(acc[i]));
+    acc[i] = ferry_f32_to_bf16(sum);
+  }
+}
+
+/* The sum of squares and inf/NaN flag of group g's grads (per param, in
+ * order: the same sum whatever holds them), from `src` (dtype dt) or, with
+ * src NULL, from its accumulators in tier gt. */
+static int group_stats(ferry_engine *e, uint32_t g, const void *src, ferry_dtype dt, ferry_tier gt,
+                       double *sumsq, int *nonfinite) {
+  int rc = FERRY_OK;
+  for (uint32_t k = 0; k < e->gt.groups[g].count && !rc; k++) {
+    eng_param *p = group_param(e, g, k);
+    void *data = NULL;
+    if (src) data = (char *)(uintptr_t)src + p->goff * ferry_dtype_size(dt);
+    else ferry_mem_tensor_ptr(e->mem, p->id[FERRY_ROLE_GRAD], gt, &data);
+    ferry_grad_span as = {data, p->n, dt};
+    double s = 0;
+    int nf = 0;
+    rc = ferry_optimizer_grad_stats(e->drain.opt, &as, 1, &s, &nf);
+    *sumsq += s;
+    *nonfinite |= nf;
+  }
+  return rc;
+}
+
+/* Holds group g's accumulators in tier gt for the drain to add to. NVMe
+ * home: marked dirty; one that counts as zero is fetched without a load
+ * and zeroed here (no NVMe read of zeros). */
+static int hold_accumulators(ferry_engine *e, uint32_t g, ferry_tier gt) {
+  eng_group *gr = &e->gt.groups[g];
+  int nvme = e->grad_home == FERRY_TIER_NVME, fresh = nvme && gr->grads_zero;
+  int rc = group_fetch(e, g, FERRY_FAMILY_GRADS, gt, NULL, fresh ? FERRY_MEM_NOLOAD : 0, NULL);
+  if (rc) return engine_mem_err(e, rc, "drain: grads");
+  if (nvme) rc = ferry_mem_mark_dirty(e->mem, g, FERRY_FAMILY_GRADS, gt, NULL);
+  if (rc) {
+    ferry_mem_release(e->mem, g, FERRY_FAMILY_GRADS, gt, NULL);
+    return engine_mem_err(e, rc, "drain: grads");
+  }
+  for (uint32_t k = 0; fresh && k < gr->count; k++) {
+    eng_param *p = group_param(e, g, k);
+    void *acc;
+    ferry_mem_tensor_ptr(e->mem, p->id[FERRY_ROLE_GRAD], gt, &acc);
+    memset(acc, 0, p->n * ferry_dtype_size(e->grad_dtype));
+  }
+  gr->grads_zero = 0;
+  return FERRY_OK;
+}
+
+/* The CPU path: sums group g's downloaded grads (stage buf) into its
+ * accumulators (fp32, or bf16 rounded per add); on the last micro-batch,
+ * their squared norm and inf/NaN flag. With grads "none" there is nothing
+ * to add to: the stats come from the staged grads themselves. An NVMe home
+ * is written behind. */
 static int accumulate_cpu(ferry_engine *e, uint32_t g, const void *buf, int last, double *sumsq,
                           int *nonfinite) {
   eng_group *gr = &e->gt.groups[g];
   eng_drain *d = &e->drain;
   ferry_tier gt = work_tier(e->grad_home);
-  int rc = ferry_mem_fetch(e->mem, g, FERRY_FAMILY_GRADS, gt, NULL, 0);
-  if (rc) return engine_mem_err(e, rc, "drain: grads");
+  if (e->grads_none) {
+    int rc = group_stats(e, g, buf, e->dtype, gt, sumsq, nonfinite);
+    return rc ? ferry_err(&e->err, rc, "drain: %s", ferry_optimizer_last_error(d->opt)) : rc;
+  }
+  int rc = hold_accumulators(e, g, gt);
+  if (rc) return rc;
   float scale = 1.0f / (float)e->cv->grad_accumulation;
   for (uint32_t k = 0; k < gr->count && !rc; k++) {
     eng_param *p = group_param(e, g, k);
-    float *acc;
-    ferry_mem_tensor_ptr(e->mem, p->id[FERRY_ROLE_GRAD], gt, (void **)&acc);
-    ferry_grad_span gs = {(const char *)buf + p->goff * e->esize, p->n, e->dtype};
-    rc = ferry_optimizer_grad_accumulate(d->opt, acc, &gs, scale);
-    if (!rc && last) {
-      ferry_grad_span as = {acc, p->n, FERRY_DT_F32};
-      double s = 0;
-      int nf = 0;
-      rc = ferry_optimizer_grad_stats(d->opt, &as, 1, &s, &nf);
-      *sumsq += s;
-      *nonfinite |= nf;
+    void *acc;
+    ferry_mem_tensor_ptr(e->mem, p->id[FERRY_ROLE_GRAD], gt, &acc);
+    const void *src = (const char *)buf + p->goff * e->esize;
+    if (e->grad_dtype == FERRY_DT_BF16) {
+      accumulate_bf16(acc, src, e->dtype, p->n, scale);
+    } else {
+      ferry_grad_span gs = {src, p->n, e->dtype};
+      rc = ferry_optimizer_grad_accumulate(d->opt, acc, &gs, scale);
     }
   }
-  ferry_mem_release(e->mem, g, FERRY_FAMILY_GRADS, gt, NULL);
+  if (!rc && last) rc = group_stats(e, g, NULL, e->grad_dtype, gt, sumsq, nonfinite);
+  int r2 = ferry_mem_release(e->mem, g, FERRY_FAMILY_GRADS, gt, NULL);
+  /* written behind (held copies are never written back: after the release) */
+  if (!r2 && e->grad_home == FERRY_TIER_NVME)
+    r2 = ferry_mem_writeback(e->mem, g, FERRY_FAMILY_GRADS, gt);
   if (rc) return ferry_err(&e->err, rc, "drain: %s", ferry_optimizer_last_error(d->opt));
-  return FERRY_OK;
+  return r2 ? engine_mem_err(e, r2, "drain: grads") : FERRY_OK;
 }
 
 /* Group g's grads of item `it`, in stage si, are summed (the CPU sums them
@@ -231,6 +315,7 @@ static int accumulate(ferry_engine *e, const eng_drain_item *it, int si) {
   if (it->last && e->eager) { /* its grads are final: update it now, during backward */
     pthread_mutex_lock(&e->mu);
     e->stepper.gscale = 1.0f / e->fixed_scale;
+    if (e->grads_none) stepper_lend_stage(e, g, si); /* its grads stay there */
     stepper_queue(e, g);
     pthread_mutex_unlock(&e->mu);
   }
@@ -249,6 +334,27 @@ static void finish_item(ferry_engine *e, int rc) {
   if (d->qhead == d->qtail) pthread_cond_broadcast(&d->cv_idle);
 }
 
+/* (mu held) grads "none": until the oldest group's copy is issued, which
+ * waits for its stage to come back from the stepper; a stage lent to an
+ * update that failed fails the drain (those grads are kept for its retry). */
+static void wait_stage(ferry_engine *e) {
+  eng_drain *d = &e->drain;
+  while (d->qissue == d->qhead && !d->status) {
+    uint32_t lent = d->stage[d->qhead % ENGINE_DRAIN_STAGES].lent;
+    FERRY_ASSERT(lent, "drain: the oldest group's copy waits, but its stage is not lent");
+    const eng_group *gr = &e->gt.groups[lent - 1];
+    if (gr->state == GROUP_FAILED) {
+      d->status = gr->fail_status;
+    } else {
+      d->stage_wait = 1;
+      pthread_cond_broadcast(&d->cv_slot); /* a loop waiting for a buffer checks the cycle */
+      pthread_cond_wait(&d->cv_work, &e->mu);
+      d->stage_wait = 0;
+    }
+    issue_copies(e);
+  }
+}
+
 /* The drain thread: per group in queue order, its D2H (started as soon as
  * a staging buffer is free), then, once the CPU needs it, the wait for that
  * copy and the sum — with the next group's copy started before the sum. */
@@ -260,6 +366,7 @@ static void *drain_main(void *arg) {
     while (d->qhead == d->qtail && !d->stop) pthread_cond_wait(&d->cv_work, &e->mu);
     if (d->qhead == d->qtail) break;
     issue_copies(e); /* the oldest group's copy at least */
+    wait_stage(e);
     size_t pos = d->qhead;
     eng_drain_item it = d->queue[pos % d->qcap];
     int si = (int)(pos % ENGINE_DRAIN_STAGES);

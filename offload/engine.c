@@ -23,17 +23,80 @@ ferry_device *ferry_engine_device(ferry_engine *e) { return e ? e->dev : NULL; }
 /* Placement rules the configuration alone decides. */
 static int check_placement(const ferry_engine *e) {
   const ferry_config_values *v = e->cv;
-  if ((e->param_home == FERRY_TIER_NVME || e->optim_home == FERRY_TIER_NVME) &&
-      v->nvme_npaths == 0)
+  const char *on_nvme = e->param_home == FERRY_TIER_NVME   ? "params"
+                        : e->grad_home == FERRY_TIER_NVME  ? "grads"
+                        : e->optim_home == FERRY_TIER_NVME ? "optimizer"
+                                                           : NULL;
+  if (on_nvme && v->nvme_npaths == 0)
     return ferry_err_thread(FERRY_ECONFIG,
                             "engine create: placement puts %s on nvme but tiers.nvme.paths is "
-                            "empty",
-                            e->param_home == FERRY_TIER_NVME ? "params" : "optimizer");
+                            "empty (name the swap directories, or move placement.params, "
+                            "placement.grads and placement.optimizer off nvme)",
+                            on_nvme);
   if (e->optim_home == FERRY_TIER_DEVICE && e->grad_home != FERRY_TIER_DEVICE)
     return ferry_err_thread(FERRY_ECONFIG,
                             "engine create: placement.optimizer = \"gpu\" needs placement.grads "
                             "= \"gpu\" (the optimizer reads the grads where it runs)");
+  if (e->grad_home == FERRY_TIER_DEVICE && v->prec_grads != FERRY_DT_F32)
+    return ferry_err_thread(FERRY_ECONFIG,
+                            "engine create: precision.grads = \"bf16\" is for host and nvme "
+                            "grad homes; placement.grads is \"gpu\"%s (set precision.grads = "
+                            "\"fp32\")",
+                            v->place_grads == FERRY_GRADS_AUTO ? " (auto, with the optimizer on "
+                                                                 "the gpu)" : "");
   return FERRY_OK;
+}
+
+/* Why a step cannot drop its grads as it applies them (placement.grads =
+ * "none"), and what to set instead; NULL when it can. */
+static const char *why_grads_kept(const ferry_engine *e, const char **fix) {
+  const ferry_config_values *v = e->cv;
+  *fix = NULL;
+  if (!v->step_during_backward) *fix = "step_during_backward = true";
+  else if (v->clip_grad_norm > 0) *fix = "clip_grad_norm = 0";
+  else if (e->dtype == FERRY_DT_F16) *fix = "precision.params = \"bf16\" or \"fp32\"";
+  else if (v->grad_accumulation != 1) *fix = "grad_accumulation = 1";
+  if (!*fix) return NULL;
+  if (!v->step_during_backward) return "step_during_backward = false waits for the whole gradient";
+  if (v->clip_grad_norm > 0) return "clip_grad_norm needs the global norm before any update";
+  if (e->dtype == FERRY_DT_F16) return "fp16 params check every gradient for overflow first";
+  return "grad_accumulation > 1 sums micro-batches into kept gradients";
+}
+
+/* placement.grads as the engine uses it (create): "auto" decided, "none"
+ * checked; also whether updates run during backward (eager). */
+static int resolve_grads(ferry_engine *e) {
+  const ferry_config_values *v = e->cv;
+  /* Without a global decision (clipping, overflow skip) each group's update
+   * can run as soon as its grads are final, during backward. */
+  e->eager = v->step_during_backward && v->clip_grad_norm == 0 && e->dtype != FERRY_DT_F16;
+  const char *fix, *why = why_grads_kept(e, &fix);
+  int pg = v->place_grads;
+  if (pg == FERRY_GRADS_AUTO)
+    pg = e->optim_home == FERRY_TIER_DEVICE ? FERRY_TIER_DEVICE
+         : !why                             ? FERRY_GRADS_NONE
+                                            : (int)e->optim_home;
+  if (pg == FERRY_GRADS_NONE && why)
+    return ferry_err_thread(FERRY_ECONFIG,
+                            "engine create: placement.grads = \"none\" keeps no gradients, but "
+                            "%s: set %s, or placement.grads = \"host\", \"nvme\" or "
+                            "\"auto\"",
+                            why, fix);
+  e->grads_none = pg == FERRY_GRADS_NONE;
+  e->grad_home = e->grads_none ? FERRY_TIER_HOST : (ferry_tier)pg;
+  e->grad_dtype = e->grads_none ? e->dtype : v->prec_grads;
+  ferry_logf(&e->log, FERRY_LOG_INFO, "engine: placement.grads = \"%s\"%s%s",
+             e->grads_none                        ? "none"
+             : e->grad_home == FERRY_TIER_DEVICE ? "gpu"
+                                                 : ferry_tier_name(e->grad_home),
+             v->place_grads == FERRY_GRADS_AUTO ? " (auto)" : "",
+             !e->grads_none && e->grad_dtype == FERRY_DT_BF16 ? ", bf16 accumulators" : "");
+  return FERRY_OK;
+}
+
+ferry_tier ferry_engine_grad_home(const ferry_engine *e, int *none) {
+  if (none) *none = e ? e->grads_none : 0;
+  return e ? e->grad_home : FERRY_TIER_HOST;
 }
 
 /* Where the arithmetic on grads and optimizer state runs (engine_gpu_math):
@@ -92,6 +155,7 @@ int ferry_engine_create(const ferry_config *cfg, ferry_device *dev, ferry_engine
   pthread_cond_init(&e->drain.cv_slot, NULL);
   pthread_cond_init(&e->stepper.cv, NULL);
   for (int i = 0; i < ENGINE_GRAD_SLOTS; i++) e->drain.slot[i].owner = -1;
+  e->stepper.waits_for = -1;
   int rc = ferry_config_clone(cfg, &e->cfg);
   if (rc) {
     ferry_engine_destroy(e);
@@ -102,9 +166,9 @@ int ferry_engine_create(const ferry_config *cfg, ferry_device *dev, ferry_engine
   e->dtype = v->prec_params;
   e->esize = ferry_dtype_size(e->dtype);
   e->param_home = v->place_params;
-  e->grad_home = v->place_grads;
   e->optim_home = v->place_optimizer;
-  rc = check_placement(e);
+  rc = resolve_grads(e);
+  if (!rc) rc = check_placement(e);
   if (!rc) rc = open_device(e, dev);
   if (rc) {
     char msg[FERRY_ERR_MAX];
@@ -226,14 +290,27 @@ static size_t reserve_footprint(const ferry_engine *e) {
   return ferry_align_up(e->reserve_bytes, 256);
 }
 
+/* The engine's pinned host buffers by kind, in the bytes they are
+ * allocated with (engine_drain_staged, engine_upload_staged, gpu.c). */
+typedef struct {
+  size_t drain, upload, commit;
+} engine_staging;
+
+static engine_staging staging_bytes(const ferry_engine *e) {
+  size_t gbytes = group_buffer_bytes(e);
+  engine_staging st = {0, 0, 0};
+  st.drain = engine_drain_staged(e) ? ENGINE_DRAIN_STAGES * gbytes : gpu_own_host_bytes(e);
+  st.upload = engine_upload_staged(e) ? ENGINE_STAGE_SLOTS * gbytes : 0;
+  st.commit = e->param_home != FERRY_TIER_DEVICE ? e->gt.max_group_n * e->esize : 0;
+  return st;
+}
+
 void engine_own_bytes(const ferry_engine *e, size_t *own_dev, size_t *own_host) {
   size_t gbytes = group_buffer_bytes(e);
-  /* device: the grad buffers (and device math's scratch); host: the grad
-   * and upload staging, and the param commit staging (host and NVMe param
-   * homes) */
+  engine_staging st = staging_bytes(e);
+  /* device: the grad buffers (and device math's scratch) */
   *own_dev = ENGINE_GRAD_SLOTS * ferry_align_up(gbytes, 256) + gpu_own_dev_bytes(e);
-  *own_host = (ENGINE_STAGE_SLOTS + ENGINE_DRAIN_STAGES) * gbytes +
-              (e->param_home != FERRY_TIER_DEVICE ? e->gt.max_group_n * e->esize : 0);
+  *own_host = st.drain + st.upload + st.commit;
 }
 
 /* The memory manager, with what the engine's own buffers leave of the
@@ -249,7 +326,7 @@ static int create_manager(ferry_engine *e, size_t dev_budget, size_t own_dev, si
                      "finalize: host budget %llu bytes cannot hold the engine's staging buffers "
                      "(%zu bytes)",
                      (unsigned long long)host, own_host);
-  mc.budget[FERRY_TIER_HOST] = (size_t)(host - own_host);
+  mc.budget[FERRY_TIER_HOST] = e->host_pool = (size_t)(host - own_host);
   mc.budget[FERRY_TIER_NVME] = v->nvme_budget ? (size_t)v->nvme_budget : (size_t)1 << 62;
   mc.chunk_size = (size_t)v->chunk_size;
   mc.home[FERRY_FAMILY_PARAMS] = e->param_home;
@@ -271,6 +348,82 @@ static int create_manager(ferry_engine *e, size_t dev_budget, size_t own_dev, si
    * that is written, or read through engine_timeline. */
   if (!v->timeline[0]) (void)ferry_mem_copy_hook(e->mem, 0);
   return FERRY_OK;
+}
+
+/* Bytes of a family's chunks: of the group with the most, of the whole
+ * family, and of its largest chunk (a chunk never holds two groups). */
+static void family_bytes(ferry_engine *e, int family, size_t *group_max, size_t *total,
+                         size_t *chunk_max) {
+  *group_max = *total = *chunk_max = 0;
+  for (uint32_t g = 0; g < e->gt.ngroups; g++) {
+    uint32_t first = 0, count = 0;
+    size_t sum = 0;
+    ferry_mem_group_chunks(e->mem, g, family, &first, &count);
+    for (uint32_t c = first; c < first + count; c++) {
+      ferry_mem_chunk_info ci;
+      if (ferry_mem_chunk_get(e->mem, c, &ci)) continue;
+      sum += ci.bytes;
+      if (ci.bytes > *chunk_max) *chunk_max = ci.bytes;
+    }
+    *total += sum;
+    if (sum > *group_max) *group_max = sum;
+  }
+}
+
+#define MIB(x) ((double)(x) / 1048576.0)
+
+/* One step's working set in the host pool, each term (see
+ * check_host_pool). */
+typedef struct {
+  size_t optim, grads, params, slack, home[FERRY_FAMILIES], total;
+} host_need;
+
+static host_need host_working_set(ferry_engine *e) {
+  const ferry_tier home[FERRY_FAMILIES] = {e->param_home, e->grad_home, e->optim_home};
+  size_t gmax[FERRY_FAMILIES], total[FERRY_FAMILIES], cmax[FERRY_FAMILIES];
+  host_need n;
+  memset(&n, 0, sizeof n);
+  for (int f = 0; f < FERRY_FAMILIES; f++) {
+    family_bytes(e, f, &gmax[f], &total[f], &cmax[f]);
+    if (home[f] == FERRY_TIER_NVME && cmax[f] > n.slack) n.slack = cmax[f];
+    if (home[f] == FERRY_TIER_HOST) n.home[f] = total[f];
+  }
+  /* optimizer state: the group being updated; grads: one group drained and
+   * one stepped; params: one group fetched and one committed */
+  if (home[FERRY_FAMILY_OPTIM] == FERRY_TIER_NVME) n.optim = gmax[FERRY_FAMILY_OPTIM];
+  if (home[FERRY_FAMILY_GRADS] == FERRY_TIER_NVME) n.grads = 2 * gmax[FERRY_FAMILY_GRADS];
+  if (home[FERRY_FAMILY_PARAMS] == FERRY_TIER_NVME) n.params = 2 * gmax[FERRY_FAMILY_PARAMS];
+  n.total = n.optim + n.grads + n.params + n.slack;
+  for (int f = 0; f < FERRY_FAMILIES; f++) n.total += n.home[f];
+  return n;
+}
+
+/* Finalize: the manager's host pool (tiers.host.budget less the engine's
+ * staging) holds one step's working set, or FERRY_ENOMEM naming every
+ * number. */
+static int check_host_pool(ferry_engine *e, size_t own_host) {
+  host_need n = host_working_set(e);
+  if (e->host_pool >= n.total) {
+    /* NVMe params read ahead through the host: only into what the working
+     * set leaves (an in-flight read under its device copy is not waited
+     * for by a fetch that needs the room) */
+    e->param_ahead = n.params ? (e->host_pool - n.total) / (n.params / 2) : SIZE_MAX;
+    return FERRY_OK;
+  }
+  engine_staging st = staging_bytes(e);
+  double least = ceil(MIB(own_host + n.total) * 10) / 10;
+  return ferry_err(&e->err, FERRY_ENOMEM,
+                   "finalize: tiers.host.budget of %.1f MiB is too small: the engine's staging "
+                   "takes %.1f MiB (drain %.1f, uploads %.1f, param commit %.1f) and leaves a "
+                   "pool of %.1f MiB, but one step needs %.1f MiB there (optimizer state of the "
+                   "largest group %.1f + 2 x its grads %.1f + 2 x its params %.1f + the largest "
+                   "chunk %.1f + host homes %.1f: params %.1f, grads %.1f, optimizer %.1f); set "
+                   "tiers.host.budget to at least %.1f MiB",
+                   MIB(own_host + e->host_pool), MIB(own_host), MIB(st.drain), MIB(st.upload),
+                   MIB(st.commit), MIB(e->host_pool), MIB(n.total), MIB(n.optim), MIB(n.grads),
+                   MIB(n.params), MIB(n.slack),
+                   MIB(n.home[0] + n.home[1] + n.home[2]), MIB(n.home[FERRY_FAMILY_PARAMS]),
+                   MIB(n.home[FERRY_FAMILY_GRADS]), MIB(n.home[FERRY_FAMILY_OPTIM]), least);
 }
 
 /* The io_uring swap store, when the layout puts chunks on NVMe. */
@@ -354,6 +507,7 @@ static int init_master(ferry_engine *e, uint32_t g, ferry_tier ot, float *tmp) {
 }
 
 static int init_groups(ferry_engine *e, float *tmp);
+static int init_grads(ferry_engine *e, uint32_t g, ferry_tier gt);
 
 /* Fills master, zero states, zero grads, and the params from the master
  * values. */
@@ -393,14 +547,23 @@ static int init_groups(ferry_engine *e, float *tmp) {
     if (!rc && e->optim_home == FERRY_TIER_NVME) /* after the release: held copies stay */
       rc = ferry_mem_writeback(e->mem, g, FERRY_FAMILY_OPTIM, ot);
     if (rc) return rc == FERRY_EINVAL ? rc : engine_mem_err(e, rc, "finalize: initial values");
-    rc = ferry_mem_fetch(e->mem, g, FERRY_FAMILY_GRADS, gt, NULL, 0);
-    if (!rc) rc = ferry_mem_mark_dirty(e->mem, g, FERRY_FAMILY_GRADS, gt, NULL);
-    if (rc) return engine_mem_err(e, rc, "finalize: grads");
-    rc = group_zero_grads(e, g, 1);
-    ferry_mem_release(e->mem, g, FERRY_FAMILY_GRADS, gt, NULL);
+    rc = init_grads(e, g, gt);
     if (rc) return rc;
   }
   return FERRY_OK;
+}
+
+/* Group g's zero accumulators: none kept ("none"), a flag (NVMe home: the
+ * slot reads as zeros and is never read before its first write), or zeros
+ * written in their home. */
+static int init_grads(ferry_engine *e, uint32_t g, ferry_tier gt) {
+  if (e->grads_none || e->grad_home == FERRY_TIER_NVME) return group_zero_grads(e, g, 0);
+  int rc = ferry_mem_fetch(e->mem, g, FERRY_FAMILY_GRADS, gt, NULL, 0);
+  if (!rc) rc = ferry_mem_mark_dirty(e->mem, g, FERRY_FAMILY_GRADS, gt, NULL);
+  if (rc) return engine_mem_err(e, rc, "finalize: grads");
+  rc = group_zero_grads(e, g, 1);
+  ferry_mem_release(e->mem, g, FERRY_FAMILY_GRADS, gt, NULL);
+  return rc;
 }
 
 /* The engine's own device and pinned buffers, outside the manager, and the
@@ -438,10 +601,7 @@ static int create_optimizers(ferry_engine *e, const ferry_optimizer_config *oc) 
   rc = drain_init_optimizer(e, oc);
   if (rc) return rc;
   int fp16 = e->dtype == FERRY_DT_F16;
-  e->dynamic_scale = fp16 && v->loss_scale == 0;
-  /* Without a global decision (clipping, overflow skip) each group's update
-   * can run as soon as its grads are final, during backward. */
-  e->eager = v->step_during_backward && v->clip_grad_norm == 0 && !fp16;
+  e->dynamic_scale = fp16 && v->loss_scale == 0; /* e->eager: resolve_grads */
   e->fixed_scale = fp16 && v->loss_scale > 0 ? (float)v->loss_scale : 1;
   ferry_loss_scaler_init(&e->scaler, (float)v->initial_scale, 2.0f, (float)v->backoff,
                          (int)v->growth_interval);
@@ -501,7 +661,8 @@ int ferry_engine_finalize(ferry_engine *e) {
     if (!rc) rc = ferry_mem_finalize(e->mem);
     if (rc) return layout_err(e, rc, dev_budget, own_dev);
     group_check_chunks(e);
-    rc = stepper_init_param_stage(e);
+    rc = check_host_pool(e, own_host);
+    if (!rc) rc = stepper_init_param_stage(e);
   }
   if (!rc) rc = open_store(e);
   if (!rc) rc = create_optimizers(e, &oc);
@@ -532,6 +693,7 @@ static void prefetch(ferry_engine *e) {
   uint32_t ng = e->gt.ngroups;
   size_t depth = e->cv->prefetch_depth ? (size_t)e->cv->prefetch_depth : ng;
   if (depth >= ng) depth = ng - 1;
+  if (depth > e->param_ahead) depth = e->param_ahead; /* NVMe params: the host's room */
   size_t len = ferry_mem_trace_length(e->mem);
 
   for (size_t k = 1; k <= depth; k++) {
@@ -565,6 +727,15 @@ static void record_trace(ferry_engine *e, int group) {
   }
 }
 
+/* The drain or the stepper has work (it may free room the loop's fetch
+ * needs). */
+static int threads_busy(ferry_engine *e) {
+  pthread_mutex_lock(&e->mu);
+  int busy = e->stepper.pending || e->drain.qhead != e->drain.qtail;
+  pthread_mutex_unlock(&e->mu);
+  return busy;
+}
+
 int ferry_fetch(ferry_engine *e, int group, ferry_stream *s) {
   if (!e) return FERRY_EINVAL;
   int rc = check_group(e, group, "fetch");
@@ -578,7 +749,7 @@ int ferry_fetch(ferry_engine *e, int group, ferry_stream *s) {
                      "fetch: group %d: its optimizer update failed (%s); release the groups held "
                      "and call ferry_step to run it again",
                      group, ferry_strerror(rc));
-  rc = ferry_mem_fetch(e->mem, (uint32_t)group, FERRY_FAMILY_PARAMS, FERRY_TIER_DEVICE, s, 0);
+  rc = group_fetch(e, (uint32_t)group, FERRY_FAMILY_PARAMS, FERRY_TIER_DEVICE, s, 0, threads_busy);
   if (rc) return engine_mem_err(e, rc, "fetch");
   /* params uploaded by the last step (device home): ordered on e->up */
   rc = ferry_stream_wait_event(s, gr->uploaded);
@@ -633,6 +804,7 @@ int ferry_param_device(ferry_engine *e, const char *name, void **param, void **g
     if (gr->grad_slot < 0) { /* take a device grad buffer, zeroed in stream order */
       int got;
       int rc = drain_take_slot(e, p->group, &got);
+      if (rc == FERRY_ESTATE) return rc; /* the loop holds up the drain: said why */
       if (rc) return ferry_err(&e->err, rc, "param device: the gradient drain failed");
       gr->grad_slot = got;
       /* after the drain's last copy out of it */
@@ -769,5 +941,15 @@ ferry_timeline *engine_timeline(ferry_engine *e) {
 }
 ferry_dtype engine_param_dtype(const ferry_engine *e) { return e->dtype; }
 void engine_set_d2h_delay(ferry_engine *e, double seconds) { e->drain.d2h_delay = seconds; }
+size_t engine_family_chunk_bytes(ferry_engine *e, int family) {
+  size_t gmax, total, cmax;
+  family_bytes(e, family, &gmax, &total, &cmax);
+  return total;
+}
+size_t engine_host_need(ferry_engine *e) { return host_working_set(e).total; }
+int engine_flush(ferry_engine *e) {
+  int rc = ferry_mem_flush(e->mem);
+  return rc ? engine_mem_err(e, rc, "flush") : FERRY_OK;
+}
 
 int ferry_engine_stats(ferry_engine *e, ferry_stats *out) { return ferry_engine_get_stats(e, out); }

@@ -72,6 +72,12 @@ typedef struct {
   int fail_status;       /* (mu) the status of a FAILED update */
   ferry_stream *stream;  /* (loop) stream of the current fetch */
   int grad_slot;         /* (loop) device grad buffer held, -1 none */
+  /* NVMe grad home: the accumulator counts as zero (set at finalize and by
+   * group_zero_grads instead of writing zeros; the drain's next
+   * accumulation fetches it without a load). (the drain and the stepper or
+   * the loop: ordered by the group's update state and drain_wait) */
+  int grads_zero;
+  int grad_stage;        /* (mu) grads "none": the drain stage lent to its update, -1 none */
   double sumsq;          /* (drain; the loop after drain_wait) of the accumulated grads */
   int nonfinite;         /*   (last micro-batch) */
 } eng_group;
@@ -100,6 +106,10 @@ typedef struct {
   void *buf;             /* (fixed) the largest group in param dtype */
   ferry_event *done;     /* (fixed) its D2H done (on e->down) */
   double t0, t1;         /* (e->down's host functions; the drain after `done`) the D2H's span */
+  /* (mu) grads "none": 1 + the group whose grads it holds, lent to the
+   * stepper until that group's optimizer pass is done (stepper_return_stage);
+   * 0: the drain's */
+  uint32_t lent;
 } eng_drain_stage;
 
 typedef struct {
@@ -118,6 +128,7 @@ typedef struct {
   eng_drain_item *queue;
   size_t qhead, qissue, qtail, qcap;
   int stop;              /* (mu) */
+  int stage_wait;        /* (mu) waiting for a stage lent to the stepper */
   int status;            /* (mu) first error of the drain */
   int micro;             /* (mu) micro-batches drained completely this step */
   uint32_t in_micro;     /* (mu) groups drained in the current micro-batch */
@@ -142,6 +153,7 @@ typedef struct {
   int64_t cur_step;      /* (mu) steps before the update being applied (bias correction) */
   int status;            /* (mu) first error of an asynchronous step */
   int stop;              /* (mu) */
+  int64_t waits_for;     /* (mu) the group whose release by the loop it waits for, -1 none */
   /* (stepper; finalize's initial values before the thread starts) */
   void *stage_up[ENGINE_STAGE_SLOTS];   /* pinned, the largest group in param dtype */
   ferry_event *stage_up_ev[ENGINE_STAGE_SLOTS];
@@ -175,6 +187,8 @@ struct ferry_engine {
   ferry_dtype dtype; /* of params and device grads */
   size_t esize;      /* bytes per param element */
   ferry_tier param_home, grad_home, optim_home;
+  int grads_none;        /* placement.grads "none": no accumulator (grad_home says host) */
+  ferry_dtype grad_dtype; /* of the accumulators (none: of the staged grads, e->dtype) */
   int nstates;       /* optimizer states per element (0, 1, 2) */
   int eager;         /* update each group as soon as its grads are final */
   int gpu_math;      /* engine_gpu_math */
@@ -184,6 +198,8 @@ struct ferry_engine {
   ferry_swap *swap;  /* thread-safe */
   ferry_optimizer *opt;    /* (stepper) */
   ferry_stream *up, *down; /* param uploads (stepper), grad downloads (drain) */
+  size_t host_pool;        /* (fixed) the manager's host budget: tiers.host.budget less staging */
+  size_t param_ahead;      /* (fixed) NVMe params: groups the loop may read ahead (host room) */
   size_t reserve_bytes;    /* (loop) ferry_engine_reserve: the caller's share of the budget */
   void *reserved;          /* (fixed) its device block, allocated at finalize */
   ferry_timeline tl;       /* thread-safe */
@@ -220,6 +236,15 @@ static inline ferry_tier work_tier(ferry_tier home) {
  * operations (which groups, their order, their states) is the same code. */
 static inline int engine_gpu_math(const ferry_engine *e) { return e->gpu_math; }
 
+/* Which pinned staging buffers the engine allocates (outside the manager,
+ * out of tiers.host.budget): the drain's two on the CPU path (device math
+ * sums on the GPU); the two upload buffers for device-home params on the
+ * CPU path; the param commit buffer for host and NVMe param homes. */
+static inline int engine_drain_staged(const ferry_engine *e) { return !e->gpu_math; }
+static inline int engine_upload_staged(const ferry_engine *e) {
+  return e->param_home == FERRY_TIER_DEVICE && !e->gpu_math;
+}
+
 /* group.c */
 int group_add_param(ferry_engine *e, const char *name, const int64_t *shape, int ndim, int group,
                     const float *values, ferry_init_fn init, void *init_user);
@@ -241,8 +266,16 @@ static inline int group_pending(const eng_group *gr) {
 }
 const char *group_role_suffix(int role); /* "", ".grad", ".master", ... */
 /* Zeroes group g's accumulated grads (held: the caller holds them in the
- * grads' work tier); a status with e->err set. */
+ * grads' work tier); a status with e->err set. grads "none": nothing; an
+ * NVMe home: sets grads_zero (no write). */
 int group_zero_grads(ferry_engine *e, uint32_t g, int held);
+/* ferry_mem_fetch as the engine's threads call it: at the host pool's
+ * minimum the drain's, the stepper's and the loop's working sets share it,
+ * and room another thread holds comes free as that thread goes on, so
+ * FERRY_ENOMEM is tried again every 0.1 ms for about 10 s (others_busy,
+ * when given: only while it says another thread may free room). */
+int group_fetch(ferry_engine *e, uint32_t g, int family, ferry_tier tier, ferry_stream *s,
+                unsigned flags, int (*others_busy)(ferry_engine *));
 /* e->err gets "what: <the manager's message>"; returns rc. */
 int engine_mem_err(ferry_engine *e, int rc, const char *what);
 
@@ -253,6 +286,9 @@ int stepper_start(ferry_engine *e);
 void stepper_stop(ferry_engine *e);
 void stepper_free(ferry_engine *e);
 void stepper_queue(ferry_engine *e, uint32_t g); /* (mu held) */
+/* grads "none" (mu held): group g's grads are in drain stage si, lent to
+ * its update until the optimizer pass over them is done. */
+void stepper_lend_stage(ferry_engine *e, uint32_t g, int si);
 /* Runs again the updates that failed; 1 when there were any. */
 int stepper_retry_failed(ferry_engine *e);
 /* Waits until no update is queued or running; returns (and clears) the
@@ -279,7 +315,8 @@ void drain_progress(ferry_engine *e, int *micro, uint32_t *in_micro);
 void drain_reset_micro(ferry_engine *e);
 
 /* gpu.c (only when engine_gpu_math; every call is stream-ordered on e->down) */
-size_t gpu_own_dev_bytes(const ferry_engine *e); /* its device scratch */
+size_t gpu_own_dev_bytes(const ferry_engine *e);  /* its device scratch */
+size_t gpu_own_host_bytes(const ferry_engine *e); /* its pinned sums */
 int gpu_init(ferry_engine *e);                   /* finalize: stream, scratch */
 void gpu_free(ferry_engine *e);
 /* n floats H2D into device memory, then waits (finalize's initial values). */

@@ -26,4 +26,12 @@ void engine_own_bytes(const ferry_engine *e, size_t *own_dev, size_t *own_host);
  * stream sleep of `seconds` on the D2H stream, standing for a slow link. */
 void engine_set_d2h_delay(ferry_engine *e, double seconds);
 
+/* Finalized engines: the bytes of a family's chunks (all groups); the host
+ * pool's one-step working set that finalize checks (check_host_pool in
+ * engine.c); and a flush of every dirty copy to its home (waits for the
+ * NVMe writes, so ferry_stats counts them). */
+size_t engine_family_chunk_bytes(ferry_engine *e, int family);
+size_t engine_host_need(ferry_engine *e);
+int engine_flush(ferry_engine *e);
+
 #endif

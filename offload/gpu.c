@@ -27,10 +27,14 @@ size_t gpu_own_dev_bytes(const ferry_engine *e) {
   return b;
 }
 
+size_t gpu_own_host_bytes(const ferry_engine *e) {
+  return engine_gpu_math(e) ? ENGINE_DRAIN_STAGES * e->gt.max_count * sizeof(double) : 0;
+}
+
 int gpu_init(ferry_engine *e) {
   if (!engine_gpu_math(e)) return FERRY_OK;
   eng_gpu *gp = &e->gpu;
-  size_t nsums = ENGINE_DRAIN_STAGES * e->gt.max_count * sizeof(double);
+  size_t nsums = gpu_own_host_bytes(e);
   int rc = ferry_stream_native(e->down, &gp->stream);
   if (!rc && !gp->stream) rc = FERRY_ENOTSUP; /* not a CUDA stream */
   if (!rc)

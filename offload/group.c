@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 static const char *const role_suffix[FERRY_ROLE_COUNT] = {"", ".grad", ".master", ".exp_avg",
                                                           ".exp_avg_sq"};
@@ -87,6 +88,7 @@ int group_build(ferry_engine *e) {
     eng_group *gr = &gt->groups[g];
     gr->first = (uint32_t)i;
     gr->grad_slot = -1;
+    gr->grad_stage = -1;
     while (i < gt->nparams && gt->params[gt->by_group[i]].group == g) {
       gt->params[gt->by_group[i]].goff = gr->n;
       gr->n += gt->params[gt->by_group[i]].n;
@@ -113,9 +115,12 @@ int group_register(ferry_engine *e) {
     for (int r = 0; r < FERRY_ROLE_COUNT && !rc; r++) {
       if (r == FERRY_ROLE_EXP_AVG && e->nstates < 1) continue;
       if (r == FERRY_ROLE_EXP_AVG_SQ && e->nstates < 2) continue;
+      if (r == FERRY_ROLE_GRAD && e->grads_none) continue; /* no accumulator */
       char nm[FERRY_MEM_NAME_MAX + 1];
       snprintf(nm, sizeof nm, "%s%s", p->name, role_suffix[r]);
-      ferry_dtype dt = r == FERRY_ROLE_PARAM ? e->dtype : FERRY_DT_F32;
+      ferry_dtype dt = r == FERRY_ROLE_PARAM  ? e->dtype
+                       : r == FERRY_ROLE_GRAD ? e->grad_dtype
+                                              : FERRY_DT_F32;
       rc = ferry_mem_register(e->mem, nm, dt, p->ndim, p->shape, p->group, (ferry_role)r,
                               &p->id[r]);
     }
@@ -157,6 +162,18 @@ eng_param *group_find(ferry_engine *e, const char *name) {
   return NULL;
 }
 
+int group_fetch(ferry_engine *e, uint32_t g, int family, ferry_tier tier, ferry_stream *s,
+                unsigned flags, int (*others_busy)(ferry_engine *)) {
+  int rc = ferry_mem_fetch(e->mem, g, family, tier, s, flags);
+  for (int tries = 0; rc == FERRY_ENOMEM && tries < 100000 && (!others_busy || others_busy(e));
+       tries++) {
+    struct timespec ts = {0, 100000};
+    nanosleep(&ts, NULL);
+    rc = ferry_mem_fetch(e->mem, g, family, tier, s, flags);
+  }
+  return rc;
+}
+
 const char *group_role_suffix(int role) {
   return role >= 0 && role < FERRY_ROLE_COUNT ? role_suffix[role] : "";
 }
@@ -181,16 +198,22 @@ void group_set_state(ferry_engine *e, uint32_t g, group_state to) {
 }
 
 int group_zero_grads(ferry_engine *e, uint32_t g, int held) {
+  if (e->grads_none) return FERRY_OK; /* nothing kept */
+  if (e->grad_home == FERRY_TIER_NVME) { /* a flag, not a write */
+    e->gt.groups[g].grads_zero = 1;
+    return FERRY_OK;
+  }
   ferry_tier gt = work_tier(e->grad_home);
   int rc = held ? 0 : ferry_mem_fetch(e->mem, g, FERRY_FAMILY_GRADS, gt, NULL, 0);
   if (rc) return engine_mem_err(e, rc, "zero grads");
   eng_group *gr = &e->gt.groups[g];
+  size_t es = ferry_dtype_size(e->grad_dtype);
   for (uint32_t k = 0; k < gr->count; k++) {
     eng_param *p = group_param(e, g, k);
     void *acc;
     ferry_mem_tensor_ptr(e->mem, p->id[FERRY_ROLE_GRAD], gt, &acc);
-    if (!engine_gpu_math(e)) memset(acc, 0, p->n * sizeof(float));
-    else if ((rc = gpu_zero(e, acc, p->n * sizeof(float)))) break; /* device memory */
+    if (!engine_gpu_math(e)) memset(acc, 0, p->n * es);
+    else if ((rc = gpu_zero(e, acc, p->n * es))) break; /* device memory */
   }
   int r2 = held ? FERRY_OK : ferry_mem_release(e->mem, g, FERRY_FAMILY_GRADS, gt, NULL);
   if (rc) return rc;

@@ -4,7 +4,9 @@
  * fused pass that also writes the params in their dtype: the CPU's, or with
  * device math the CUDA AdamW through gpu.c), the write-back of its state to
  * NVMe and the upload (device home) or commit (host and NVMe homes) of its
- * new params — while the loop computes. Uses group.c and gpu.c.
+ * new params — while the loop computes. With grads "none" the grads are in
+ * a drain staging buffer lent with the group, given back after its
+ * optimizer pass. Uses group.c and gpu.c.
  */
 #include "offload/engine_impl.h"
 #include "core/dtype.h"
@@ -24,7 +26,7 @@ int stepper_init(ferry_engine *e, size_t gbytes) {
     return ferry_err(&e->err, FERRY_ENOMEM, "finalize: out of memory");
   int rc = FERRY_OK;
   for (int i = 0; i < ENGINE_STAGE_SLOTS && !rc; i++) {
-    rc = ferry_host_alloc(e->dev, gbytes, &st->stage_up[i]);
+    if (engine_upload_staged(e)) rc = ferry_host_alloc(e->dev, gbytes, &st->stage_up[i]);
     if (!rc) rc = ferry_event_create(e->dev, &st->stage_up_ev[i]);
   }
   for (uint32_t g = 0; g < e->gt.ngroups && !rc; g++)
@@ -66,10 +68,10 @@ void stepper_free(ferry_engine *e) {
   eng_stepper *st = &e->stepper;
   if (e->dev) {
     for (int i = 0; i < ENGINE_STAGE_SLOTS; i++) {
-      ferry_host_free(e->dev, st->stage_up[i]);
+      if (st->stage_up[i]) ferry_host_free(e->dev, st->stage_up[i]);
       ferry_event_destroy(st->stage_up_ev[i]);
     }
-    ferry_host_free(e->dev, st->param_stage);
+    if (st->param_stage) ferry_host_free(e->dev, st->param_stage);
     for (uint32_t g = 0; e->gt.groups && g < e->gt.ngroups; g++)
       ferry_event_destroy(e->gt.groups[g].uploaded);
   }
@@ -97,9 +99,17 @@ static int param_prepare(ferry_engine *e, uint32_t g, int slot, void **dst) {
 }
 
 /* Waits (mu held) until the loop holds none of group g: its releases have
- * recorded every use of the group's device copies. */
+ * recorded every use of the group's device copies. A loop waiting for a
+ * grad buffer is told (drain.c checks that the loop is not the one
+ * holding the drain up). */
 static void wait_released(ferry_engine *e, eng_group *gr) {
-  while (gr->fetched && !e->stepper.stop) pthread_cond_wait(&e->stepper.cv, &e->mu);
+  /* destroy (the drain stops first): the loop releases nothing any more */
+  if (!gr->fetched || e->stepper.stop || e->drain.stop) return;
+  e->stepper.waits_for = gr - e->gt.groups;
+  pthread_cond_broadcast(&e->drain.cv_slot);
+  while (gr->fetched && !e->stepper.stop && !e->drain.stop)
+    pthread_cond_wait(&e->stepper.cv, &e->mu);
+  e->stepper.waits_for = -1;
 }
 
 /* Device home: orders `stream` (where group g's params are about to be
@@ -135,6 +145,15 @@ static int param_upload(ferry_engine *e, uint32_t g, int slot) {
   return FERRY_OK;
 }
 
+/* The engine is being destroyed (its drain stops first): the loop will
+ * release nothing it still holds. */
+static int destroying(ferry_engine *e) {
+  pthread_mutex_lock(&e->mu);
+  int stop = e->drain.stop;
+  pthread_mutex_unlock(&e->mu);
+  return stop;
+}
+
 /* Host and NVMe homes: group g, none of it held by the loop: mark the host
  * copy dirty (dropping device copies), copy the staged params in, and write
  * an NVMe home back. */
@@ -143,7 +162,7 @@ static int param_commit(ferry_engine *e, uint32_t g) {
   int nvme = e->param_home == FERRY_TIER_NVME;
   eng_group *gr = &e->gt.groups[g];
   if (nvme) {
-    rc = ferry_mem_fetch(e->mem, g, FERRY_FAMILY_PARAMS, FERRY_TIER_HOST, NULL, 0);
+    rc = group_fetch(e, g, FERRY_FAMILY_PARAMS, FERRY_TIER_HOST, NULL, 0, NULL);
     if (rc) return engine_mem_err(e, rc, "step: params");
   }
   /* Loads of these params the loop waited for (its kernels ran after them)
@@ -153,8 +172,9 @@ static int param_commit(ferry_engine *e, uint32_t g) {
   /* The loop holds none of the group (after_update waited), so a device
    * copy still held is a load in flight (a prefetch from NVMe through the
    * host holds its chunk until the H2D is issued and seen complete): wait
-   * for it (it is dropped as stale once it lands), at most about 10 s. */
-  for (int tries = 0; rc == FERRY_EBUSY && tries < 100000; tries++) {
+   * for it (it is dropped as stale once it lands), at most about 10 s
+   * (not at destroy, when the loop may still hold it). */
+  for (int tries = 0; rc == FERRY_EBUSY && tries < 100000 && !destroying(e); tries++) {
     struct timespec ts = {0, 100000};
     nanosleep(&ts, NULL);
     ferry_mem_poll(e->mem);
@@ -199,19 +219,23 @@ int stepper_write_params(ferry_engine *e, uint32_t g) {
  * where its new params go. */
 static void fill_spans(ferry_engine *e, uint32_t g, void **dst) {
   ferry_tier ot = work_tier(e->optim_home), gt = work_tier(e->grad_home);
+  int stage = e->gt.groups[g].grad_stage; /* grads "none": where its grads are */
   for (uint32_t k = 0; k < e->gt.groups[g].count; k++) {
     eng_param *p = group_param(e, g, k);
     ferry_optim_span *sp = &e->stepper.spans[k];
     memset(sp, 0, sizeof *sp);
     ferry_mem_tensor_ptr(e->mem, p->id[FERRY_ROLE_MASTER], ot, (void **)&sp->param);
-    ferry_mem_tensor_ptr(e->mem, p->id[FERRY_ROLE_GRAD], gt, (void **)&sp->grad);
+    if (e->grads_none)
+      sp->grad = (const char *)e->drain.stage[stage].buf + p->goff * e->esize;
+    else
+      ferry_mem_tensor_ptr(e->mem, p->id[FERRY_ROLE_GRAD], gt, (void **)&sp->grad);
     if (p->id[FERRY_ROLE_EXP_AVG] != UINT32_MAX)
       ferry_mem_tensor_ptr(e->mem, p->id[FERRY_ROLE_EXP_AVG], ot, &sp->state1);
     if (p->id[FERRY_ROLE_EXP_AVG_SQ] != UINT32_MAX)
       ferry_mem_tensor_ptr(e->mem, p->id[FERRY_ROLE_EXP_AVG_SQ], ot, &sp->state2);
     sp->param_copy = dst[k];
     sp->n = p->n;
-    sp->grad_dtype = FERRY_DT_F32;
+    sp->grad_dtype = e->grad_dtype; /* "none": the staged grads' (param dtype) */
     sp->copy_dtype = e->dtype;
   }
 }
@@ -259,28 +283,59 @@ static int after_optimizer(ferry_engine *e, uint32_t i, int slot) {
   return e->param_home == FERRY_TIER_DEVICE ? param_upload(e, i, slot) : FERRY_OK;
 }
 
-/* Updates group i; `next` (UINT32_MAX: none) is the group expected after it,
- * whose optimizer state is prefetched meanwhile. */
-static int update_group(ferry_engine *e, uint32_t i, uint32_t next, float gscale, int64_t step) {
+/* grads "none": group g's drain stage goes back to the drain, its grads
+ * applied. */
+static void return_stage(ferry_engine *e, uint32_t g) {
+  pthread_mutex_lock(&e->mu);
+  eng_group *gr = &e->gt.groups[g];
+  e->drain.stage[gr->grad_stage].lent = 0;
+  gr->grad_stage = -1;
+  pthread_cond_broadcast(&e->drain.cv_work);
+  pthread_mutex_unlock(&e->mu);
+}
+
+void stepper_lend_stage(ferry_engine *e, uint32_t g, int si) {
+  e->drain.stage[si].lent = g + 1;
+  e->gt.groups[g].grad_stage = si;
+}
+
+/* Holds group i's optimizer state and grads in their work tiers and starts
+ * the NVMe read of the next group's optimizer state (a prefetch that
+ * overlaps this update). With grads "none" its grads are in the drain's
+ * stage. */
+static int hold_state(ferry_engine *e, uint32_t i, uint32_t next) {
   ferry_tier ot = work_tier(e->optim_home), gt = work_tier(e->grad_home);
   double t0 = ferry_now();
-  int rc = ferry_mem_fetch(e->mem, i, FERRY_FAMILY_OPTIM, ot, NULL, 0);
+  int rc = group_fetch(e, i, FERRY_FAMILY_OPTIM, ot, NULL, 0, NULL);
   if (rc) return engine_mem_err(e, rc, "step: optimizer state");
   double t1 = ferry_now();
   if (t1 - t0 > 1e-4) ferry_timeline_add(&e->tl, FERRY_LANE_STEP, "wait for state", t0, t1);
-  if (next != UINT32_MAX) /* the read of the next group overlaps this group's update */
-    (void)ferry_mem_prefetch(e->mem, next, FERRY_FAMILY_OPTIM, ot);
-  rc = ferry_mem_fetch(e->mem, i, FERRY_FAMILY_GRADS, gt, NULL, 0);
+  if (next != UINT32_MAX) (void)ferry_mem_prefetch(e->mem, next, FERRY_FAMILY_OPTIM, ot);
+  if (e->grads_none) return FERRY_OK;
+  /* NVMe grads are not read ahead: with eager updates the next group's are
+   * not final yet (the drain writes them), and in a tight pool a read ahead
+   * is evicted before its use and read twice */
+  rc = group_fetch(e, i, FERRY_FAMILY_GRADS, gt, NULL, 0, NULL);
   if (rc) {
     ferry_mem_release(e->mem, i, FERRY_FAMILY_OPTIM, ot, NULL);
     return engine_mem_err(e, rc, "step: grads");
   }
+  return FERRY_OK;
+}
+
+/* Updates group i; `next` (UINT32_MAX: none) is the group expected after it,
+ * whose optimizer state is prefetched meanwhile. */
+static int update_group(ferry_engine *e, uint32_t i, uint32_t next, float gscale, int64_t step) {
+  ferry_tier ot = work_tier(e->optim_home), gt = work_tier(e->grad_home);
+  int rc = hold_state(e, i, next);
+  if (rc) return rc;
   int slot = (int)(i % ENGINE_STAGE_SLOTS);
   rc = ferry_mem_mark_dirty(e->mem, i, FERRY_FAMILY_OPTIM, ot, NULL); /* before writing */
   if (rc) rc = engine_mem_err(e, rc, "step: optimizer state");
   if (!rc) rc = run_optimizer(e, i, slot, gscale, step);
+  if (!rc && e->grads_none) return_stage(e, i); /* a failed update keeps them for its retry */
   if (!rc) rc = group_zero_grads(e, i, 1);
-  ferry_mem_release(e->mem, i, FERRY_FAMILY_GRADS, gt, NULL);
+  if (!e->grads_none) ferry_mem_release(e->mem, i, FERRY_FAMILY_GRADS, gt, NULL);
   ferry_mem_release(e->mem, i, FERRY_FAMILY_OPTIM, ot, NULL);
   /* held copies are never written back, so after the release */
   return rc ? rc : after_optimizer(e, i, slot);
@@ -291,6 +346,7 @@ static void finish_group(ferry_engine *e, uint32_t g, group_state to) {
   group_set_state(e, g, to);
   e->stepper.pending--;
   pthread_cond_broadcast(&e->stepper.cv);
+  if (to == GROUP_FAILED) pthread_cond_broadcast(&e->drain.cv_work); /* a stage it holds */
 }
 
 /* After group g's update. Host and NVMe homes: the new params are copied

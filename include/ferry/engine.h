@@ -166,4 +166,13 @@ FERRY_API int ferry_engine_get_stats(ferry_engine *e, ferry_stats *out);
 FERRY_API FERRY_DEPRECATED("ferry_engine_get_stats") int ferry_engine_stats(ferry_engine *e,
                                                                            ferry_stats *out);
 
+/* Where the engine keeps the gradient accumulators: placement.grads as
+ * ferry_engine_create resolved it ("auto" decided), FERRY_TIER_DEVICE,
+ * FERRY_TIER_HOST or FERRY_TIER_NVME. *none (may be NULL) is set to 1 when
+ * there is no accumulator (placement.grads "none": a group's grads live only
+ * in the drain's pinned staging until its update, and the tier returned is
+ * FERRY_TIER_HOST), else 0. For programs that print the placement. A NULL
+ * engine: FERRY_TIER_HOST and 0. */
+FERRY_API ferry_tier ferry_engine_grad_home(const ferry_engine *e, int *none);
+
 #endif /* FERRY_API_ENGINE_H */

@@ -23,6 +23,8 @@ typedef struct {
 #define P_RESIDENT "placement: { params = \"gpu\"; grads = \"gpu\"; optimizer = \"gpu\"; };"
 #define P_ZERO3 "placement: { params = \"host\"; grads = \"host\"; optimizer = \"host\"; };"
 #define P_NVME "placement: { params = \"nvme\"; grads = \"host\"; optimizer = \"nvme\"; };"
+#define P_NONE "placement: { params = \"nvme\"; grads = \"none\"; optimizer = \"nvme\"; };"
+#define P_GNVME "placement: { params = \"nvme\"; grads = \"nvme\"; optimizer = \"nvme\"; };"
 #define P_OFFLOAD "placement: { params = \"gpu\"; grads = \"host\"; optimizer = \"host\"; };"
 
 static const struct {
@@ -33,6 +35,9 @@ static const struct {
     {"zero3", "64K", P_ZERO3, NULL, FERRY_DT_BF16},
     /* a host tier too small for the state: every step reads NVMe */
     {"nvme", "64K", P_NVME, "tiers.host.budget=96K", FERRY_DT_BF16},
+    /* the gradient homes that keep nothing in the host (issue 21) */
+    {"grads-none", "64K", P_NONE, "tiers.host.budget=96K", FERRY_DT_BF16},
+    {"grads-nvme", "64K", P_GNVME, "tiers.host.budget=160K", FERRY_DT_BF16},
     {"fp16-dynamic", "16M", P_OFFLOAD, "precision.initial_scale=1e12,precision.growth_interval=2",
      FERRY_DT_F16},
 };

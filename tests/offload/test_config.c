@@ -28,7 +28,7 @@ static void test_defaults_and_set(void) {
   const ferry_config_values *v = ferry_config_values_get(c);
   EXPECT(v->chunk_size == 64ull << 20);
   EXPECT(v->device == FERRY_DEVICE_AUTO && v->place_params == FERRY_TIER_DEVICE &&
-         v->place_grads == FERRY_TIER_HOST);
+         v->place_grads == FERRY_GRADS_AUTO && v->prec_grads == FERRY_DT_F32);
   EXPECT(v->nvme_queue_depth == 32 && v->nvme_block_size == 1 << 20);
   EXPECT(v->betas[0] == 0.9 && v->betas[1] == 0.999 && v->loss_scale == 0);
   char buf[256];
@@ -42,6 +42,19 @@ static void test_defaults_and_set(void) {
   EXPECT(ferry_config_set(c, "precision.loss_scale", "1024") == 0 && v->loss_scale == 1024);
   EXPECT(ferry_config_set(c, "precision.loss_scale", "dynamic") == 0 && v->loss_scale == 0);
   EXPECT(ferry_config_set(c, "log_level", "debug") == 0 && v->log_level == FERRY_LOG_DEBUG);
+  /* placement.grads: the tiers, "auto" and "none"; precision.grads */
+  EXPECT(ferry_config_set(c, "placement.grads", "none") == 0 &&
+         v->place_grads == FERRY_GRADS_NONE);
+  EXPECT(ferry_config_get(c, "placement.grads", buf, sizeof buf) == 0 && !strcmp(buf, "none"));
+  EXPECT(ferry_config_set(c, "placement.grads", "nvme") == 0 && v->place_grads == FERRY_TIER_NVME);
+  EXPECT(ferry_config_set(c, "placement.grads", "auto") == 0 &&
+         v->place_grads == FERRY_GRADS_AUTO);
+  EXPECT(ferry_config_get(c, "placement.grads", buf, sizeof buf) == 0 && !strcmp(buf, "auto"));
+  EXPECT(ferry_config_set(c, "placement.grads", "disk") == FERRY_ECONFIG &&
+         has(c, "auto|gpu|host|nvme|none"));
+  EXPECT(ferry_config_set(c, "precision.grads", "bf16") == 0 && v->prec_grads == FERRY_DT_BF16);
+  EXPECT(ferry_config_get(c, "precision.grads", buf, sizeof buf) == 0 && !strcmp(buf, "bf16"));
+  EXPECT(ferry_config_set(c, "precision.grads", "fp16") == FERRY_ECONFIG && has(c, "fp32|bf16"));
 
   /* refused values name the key, the value and what was expected */
   EXPECT(ferry_config_set(c, "chunk_size", "12Q") == FERRY_ECONFIG && has(c, "chunk_size") &&
