@@ -151,7 +151,12 @@ enum {
   /* The caller overwrites every byte: chunks that hold only this group's
    * tensors get space but no load (they become dirty at once), in the
    * device tier or, fetched to the host, with no NVMe read. */
-  FERRY_MEM_NOLOAD = 1u << 0
+  FERRY_MEM_NOLOAD = 1u << 0,
+  /* Not an access of the loop's order: the fetch neither records into the
+   * trace nor moves its replay cursor (the engine's drain, stepper and
+   * checkpoints; a commit's fetch of group g during backward would move the
+   * cursor to g's use in the next forward and mislead eviction). */
+  FERRY_MEM_NOTRACE = 1u << 1
 };
 
 /* Makes `family`'s chunks of `group` resident in `tier` (through every tier

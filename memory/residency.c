@@ -582,7 +582,7 @@ static int do_fetch(ferry_mem *m, uint32_t group, int family, int tier, ferry_st
   if (m->npend) progress(m);
   if (hold) {
     m->st.fetches++;
-    mem_trace_on_fetch(m, group, family);
+    if (!(flags & FERRY_MEM_NOTRACE)) mem_trace_on_fetch(m, group, family);
   }
   uint64_t now = ++m->clock;
   if (hold && all_resident(m, r, tier)) { /* the fast path: no moves, no allocation */

@@ -298,7 +298,8 @@ static int holder_get(holder *h, uint32_t id, int writing, void **ptr, size_t *b
   if (!h->held || h->group != ti.group || h->family != ti.family || h->writing != writing) {
     rc = holder_drop(h);
     if (rc) return rc;
-    rc = ferry_mem_fetch(e->mem, ti.group, ti.family, tier, tier == FERRY_TIER_DEVICE ? h->s : NULL, 0);
+    rc = ferry_mem_fetch(e->mem, ti.group, ti.family, tier, tier == FERRY_TIER_DEVICE ? h->s : NULL,
+                         FERRY_MEM_NOTRACE);
     if (rc)
       return ferry_err(&e->err, rc, "checkpoint: fetching group %u (%s): %s", ti.group,
                        ferry_family_name(ti.family), ferry_mem_last_error(e->mem));

@@ -319,7 +319,7 @@ static int create_manager(ferry_engine *e, size_t dev_budget, size_t own_dev, si
   const ferry_config_values *v = e->cv;
   ferry_mem_config mc = ferry_mem_config_default();
   mc.dev = e->dev;
-  mc.budget[FERRY_TIER_DEVICE] = dev_budget - own_dev - reserve_footprint(e);
+  mc.budget[FERRY_TIER_DEVICE] = e->dev_pool = dev_budget - own_dev - reserve_footprint(e);
   uint64_t host = v->host_budget ? v->host_budget : available_ram() / 10 * 8;
   if (host <= own_host)
     return ferry_err(&e->err, FERRY_ENOMEM,
@@ -385,11 +385,14 @@ static host_need host_working_set(ferry_engine *e) {
   memset(&n, 0, sizeof n);
   for (int f = 0; f < FERRY_FAMILIES; f++) {
     family_bytes(e, f, &gmax[f], &total[f], &cmax[f]);
-    if (home[f] == FERRY_TIER_NVME && cmax[f] > n.slack) n.slack = cmax[f];
+    if (home[f] == FERRY_TIER_NVME && 2 * cmax[f] > n.slack) n.slack = 2 * cmax[f];
     if (home[f] == FERRY_TIER_HOST) n.home[f] = total[f];
   }
   /* optimizer state: the group being updated; grads: one group drained and
-   * one stepped; params: one group fetched and one committed */
+   * one stepped; params: one group fetched and one committed; slack: two
+   * largest chunks, one for the hole a chunk is placed in and one lost to
+   * the holes between held copies of mixed sizes (first fit; at one chunk
+   * of slack a 4 MiB chunk found 11 MB free in four holes, none of 4 MiB) */
   if (home[FERRY_FAMILY_OPTIM] == FERRY_TIER_NVME) n.optim = gmax[FERRY_FAMILY_OPTIM];
   if (home[FERRY_FAMILY_GRADS] == FERRY_TIER_NVME) n.grads = 2 * gmax[FERRY_FAMILY_GRADS];
   if (home[FERRY_FAMILY_PARAMS] == FERRY_TIER_NVME) n.params = 2 * gmax[FERRY_FAMILY_PARAMS];
@@ -405,9 +408,17 @@ static int check_host_pool(ferry_engine *e, size_t own_host) {
   host_need n = host_working_set(e);
   if (e->host_pool >= n.total) {
     /* NVMe params read ahead through the host: only into what the working
-     * set leaves (an in-flight read under its device copy is not waited
-     * for by a fetch that needs the room) */
-    e->param_ahead = n.params ? (e->host_pool - n.total) / (n.params / 2) : SIZE_MAX;
+     * set leaves once the host copies of the device's cached params are
+     * counted (copies are inclusive: every device copy of an NVMe-homed
+     * chunk keeps its host copy); a read ahead into less room is evicted
+     * before its use and read twice (llama-100m at 32M/64M: 127 group
+     * reads a step instead of 91; an in-flight read under its device copy
+     * is not waited for by a fetch that needs the room) */
+    size_t room = e->host_pool - n.total, cached = e->dev_pool;
+    e->param_ahead = !n.params ? SIZE_MAX : room > cached ? (room - cached) / (n.params / 2) : 0;
+    /* the next group's optimizer state likewise: a read ahead the working
+     * set evicts before its use is read twice */
+    e->optim_ahead = !n.optim || (room > cached && room - cached >= n.optim);
     return FERRY_OK;
   }
   engine_staging st = staging_bytes(e);
@@ -416,7 +427,7 @@ static int check_host_pool(ferry_engine *e, size_t own_host) {
                    "finalize: tiers.host.budget of %.1f MiB is too small: the engine's staging "
                    "takes %.1f MiB (drain %.1f, uploads %.1f, param commit %.1f) and leaves a "
                    "pool of %.1f MiB, but one step needs %.1f MiB there (optimizer state of the "
-                   "largest group %.1f + 2 x its grads %.1f + 2 x its params %.1f + the largest "
+                   "largest group %.1f + 2 x its grads %.1f + 2 x its params %.1f + 2 x the largest "
                    "chunk %.1f + host homes %.1f: params %.1f, grads %.1f, optimizer %.1f); set "
                    "tiers.host.budget to at least %.1f MiB",
                    MIB(own_host + e->host_pool), MIB(own_host), MIB(st.drain), MIB(st.upload),
@@ -534,7 +545,7 @@ static int init_values(ferry_engine *e) {
 static int init_groups(ferry_engine *e, float *tmp) {
   ferry_tier ot = work_tier(e->optim_home), gt = work_tier(e->grad_home);
   for (uint32_t g = 0; g < e->gt.ngroups; g++) {
-    int rc = ferry_mem_fetch(e->mem, g, FERRY_FAMILY_OPTIM, ot, NULL, 0);
+    int rc = ferry_mem_fetch(e->mem, g, FERRY_FAMILY_OPTIM, ot, NULL, FERRY_MEM_NOTRACE);
     if (!rc) rc = ferry_mem_mark_dirty(e->mem, g, FERRY_FAMILY_OPTIM, ot, NULL);
     if (rc) return engine_mem_err(e, rc, "finalize: optimizer state");
     rc = init_master(e, g, ot, tmp);
@@ -558,7 +569,7 @@ static int init_groups(ferry_engine *e, float *tmp) {
  * written in their home. */
 static int init_grads(ferry_engine *e, uint32_t g, ferry_tier gt) {
   if (e->grads_none || e->grad_home == FERRY_TIER_NVME) return group_zero_grads(e, g, 0);
-  int rc = ferry_mem_fetch(e->mem, g, FERRY_FAMILY_GRADS, gt, NULL, 0);
+  int rc = ferry_mem_fetch(e->mem, g, FERRY_FAMILY_GRADS, gt, NULL, FERRY_MEM_NOTRACE);
   if (!rc) rc = ferry_mem_mark_dirty(e->mem, g, FERRY_FAMILY_GRADS, gt, NULL);
   if (rc) return engine_mem_err(e, rc, "finalize: grads");
   rc = group_zero_grads(e, g, 1);
@@ -846,7 +857,7 @@ int ferry_param_read(ferry_engine *e, const char *name, float *dst, size_t count
   if (!rc) rc = drain_wait(e);
   if (rc) return rc;
   ferry_tier ot = work_tier(e->optim_home);
-  rc = ferry_mem_fetch(e->mem, p->group, FERRY_FAMILY_OPTIM, ot, NULL, 0);
+  rc = ferry_mem_fetch(e->mem, p->group, FERRY_FAMILY_OPTIM, ot, NULL, FERRY_MEM_NOTRACE);
   if (rc) return engine_mem_err(e, rc, "param read");
   float *master;
   ferry_mem_tensor_ptr(e->mem, p->id[FERRY_ROLE_MASTER], ot, (void **)&master);

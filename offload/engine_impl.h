@@ -199,6 +199,9 @@ struct ferry_engine {
   ferry_optimizer *opt;    /* (stepper) */
   ferry_stream *up, *down; /* param uploads (stepper), grad downloads (drain) */
   size_t host_pool;        /* (fixed) the manager's host budget: tiers.host.budget less staging */
+  int optim_ahead;         /* (fixed) the stepper reads the next group's optimizer state ahead:
+                              the pool has room for it beside the working set (or no NVMe) */
+  size_t dev_pool;          /* (fixed) the manager's device budget */
   size_t param_ahead;      /* (fixed) NVMe params: groups the loop may read ahead (host room) */
   size_t reserve_bytes;    /* (loop) ferry_engine_reserve: the caller's share of the budget */
   void *reserved;          /* (fixed) its device block, allocated at finalize */

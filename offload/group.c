@@ -204,7 +204,7 @@ int group_zero_grads(ferry_engine *e, uint32_t g, int held) {
     return FERRY_OK;
   }
   ferry_tier gt = work_tier(e->grad_home);
-  int rc = held ? 0 : ferry_mem_fetch(e->mem, g, FERRY_FAMILY_GRADS, gt, NULL, 0);
+  int rc = held ? 0 : ferry_mem_fetch(e->mem, g, FERRY_FAMILY_GRADS, gt, NULL, FERRY_MEM_NOTRACE);
   if (rc) return engine_mem_err(e, rc, "zero grads");
   eng_group *gr = &e->gt.groups[g];
   size_t es = ferry_dtype_size(e->grad_dtype);

@@ -162,7 +162,10 @@ static int param_commit(ferry_engine *e, uint32_t g) {
   int nvme = e->param_home == FERRY_TIER_NVME;
   eng_group *gr = &e->gt.groups[g];
   if (nvme) {
-    rc = group_fetch(e, g, FERRY_FAMILY_PARAMS, FERRY_TIER_HOST, NULL, 0, NULL);
+    /* no read: the commit overwrites every param of the group, and no
+     * chunk holds another group's */
+    rc = group_fetch(e, g, FERRY_FAMILY_PARAMS, FERRY_TIER_HOST, NULL,
+                     FERRY_MEM_NOLOAD | FERRY_MEM_NOTRACE, NULL);
     if (rc) return engine_mem_err(e, rc, "step: params");
   }
   /* Loads of these params the loop waited for (its kernels ran after them)
@@ -306,16 +309,17 @@ void stepper_lend_stage(ferry_engine *e, uint32_t g, int si) {
 static int hold_state(ferry_engine *e, uint32_t i, uint32_t next) {
   ferry_tier ot = work_tier(e->optim_home), gt = work_tier(e->grad_home);
   double t0 = ferry_now();
-  int rc = group_fetch(e, i, FERRY_FAMILY_OPTIM, ot, NULL, 0, NULL);
+  int rc = group_fetch(e, i, FERRY_FAMILY_OPTIM, ot, NULL, FERRY_MEM_NOTRACE, NULL);
   if (rc) return engine_mem_err(e, rc, "step: optimizer state");
   double t1 = ferry_now();
   if (t1 - t0 > 1e-4) ferry_timeline_add(&e->tl, FERRY_LANE_STEP, "wait for state", t0, t1);
-  if (next != UINT32_MAX) (void)ferry_mem_prefetch(e->mem, next, FERRY_FAMILY_OPTIM, ot);
+  if (next != UINT32_MAX && e->optim_ahead) /* only into room the working set leaves */
+    (void)ferry_mem_prefetch(e->mem, next, FERRY_FAMILY_OPTIM, ot);
   if (e->grads_none) return FERRY_OK;
   /* NVMe grads are not read ahead: with eager updates the next group's are
    * not final yet (the drain writes them), and in a tight pool a read ahead
    * is evicted before its use and read twice */
-  rc = group_fetch(e, i, FERRY_FAMILY_GRADS, gt, NULL, 0, NULL);
+  rc = group_fetch(e, i, FERRY_FAMILY_GRADS, gt, NULL, FERRY_MEM_NOTRACE, NULL);
   if (rc) {
     ferry_mem_release(e->mem, i, FERRY_FAMILY_OPTIM, ot, NULL);
     return engine_mem_err(e, rc, "step: grads");
