@@ -678,13 +678,13 @@ static double staging_bytes(const place_ctx *c) {
 
 /* The host pool's working set of the NVMe homes: one group's optimizer
  * chunks, two of grads (one drained, one stepped), two of params (one
- * fetched, one committed), and one largest chunk of slack. */
+ * fetched, one committed), and two largest chunks of slack (the engine's host_working_set). */
 static double swap_bytes(const ferry_plan_input *in, const place_ctx *c) {
   double w = 0, big = 0, t = largest_tensor(&in->model);
   if (c->oh == FERRY_PLAN_NVME) w += c->grp_o, big = fmax(big, 4 * t);
   if (c->gh == FERRY_PLAN_GRADS_NVME) w += 2 * c->grp_g, big = fmax(big, c->gb * t);
   if (c->ph == FERRY_PLAN_NVME) w += 2 * c->grp_p, big = fmax(big, c->pb * t);
-  if (w > 0 && c->ch > 0) w += fmax(c->ch, big);
+  if (w > 0 && c->ch > 0) w += 2 * fmax(c->ch, big);
   return w;
 }
 

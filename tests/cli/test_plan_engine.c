@@ -109,6 +109,7 @@ typedef struct {
   uint64_t nvme_rd[FERRY_FAMILIES], nvme_wr[FERRY_FAMILIES]; /* the last step's NVMe bytes */
   uint64_t host_optim;                /* ferry_stats peak of the optimizer family on the host */
   uint64_t host_homes;                /* ... and of params + grads there */
+  uint64_t host_params;               /* ... and of params alone */
   uint64_t own_dev, own_host;         /* the engine's buffers outside the manager */
 } measured;
 
@@ -163,6 +164,7 @@ static int run_engine(ferry_config *c, const tensor *t, size_t nt, int groups, i
       out->nvme_rd[f] = st.nvme_read_bytes[f] - st0.nvme_read_bytes[f];
       out->nvme_wr[f] = st.nvme_write_bytes[f] - st0.nvme_write_bytes[f];
     }
+    out->host_params = st.peak[FERRY_TIER_HOST][FERRY_FAMILY_PARAMS];
     out->host_homes = st.peak[FERRY_TIER_HOST][FERRY_FAMILY_PARAMS] +
                       st.peak[FERRY_TIER_HOST][FERRY_FAMILY_GRADS];
     /* grad buffers; grad and upload staging, and for host/NVMe param homes
@@ -298,7 +300,9 @@ int main(int argc, char **argv) {
              "engine's optimizer peak in the host; ran in the plan's host tier %llu)\n",
              ferry_plan_placement_name(p), "host", swap, (unsigned long long)got.host_optim,
              (unsigned long long)host_budget);
-      got.manager[FERRY_PLAN_HOST] = got.host_homes;
+      /* homes only: NVMe-homed params pass through the host pool too */
+      got.manager[FERRY_PLAN_HOST] =
+          got.host_homes - (strcmp(pp, "nvme") ? 0 : got.host_params);
     }
     { /* the NVMe prediction at the budgets the engine ran with */
       ferry_plan_input at = in;
