@@ -17,7 +17,8 @@ zero-infinity.cfg). Checks:
 
 With --bench it also asks `ferry plan` for the same model and budgets and
 prints (and with --json-out writes) the measured NVMe bytes per step per
-family and direction beside the planner's prediction, with the error.
+family and direction beside the planner's prediction, with the error, which
+must be within 5% each.
 
 usage: scaled_proof.py --gpt FERRY-GPT --ferry FERRY --root REPO --work DIR
                        [--bench] [--json-out FILE] [--steps N]
@@ -129,6 +130,9 @@ def compare_nvme(a, stats, nparams):
                          "error": err})
             print("scaled_proof: nvme %-5s %-9s measured %10.1f MiB/step, plan %10.1f MiB/step, "
                   "error %+.1f%%" % (d, f, m / MIB, p / MIB, 100 * err))
+    bad = [r for r in rows if abs(r["error"]) > 0.05]
+    if bad:
+        fail("NVMe bytes per step off the plan by more than 5%%: %s" % bad)
     return rows
 
 
@@ -142,6 +146,8 @@ def main():
     ap.add_argument("--bench", action="store_true")
     ap.add_argument("--json-out")
     a = ap.parse_args()
+    for k in ("gpt", "ferry", "root", "work"):  # the runs happen in the work folder
+        setattr(a, k, os.path.abspath(getattr(a, k)))
     os.makedirs(a.work, exist_ok=True)
     make_data(os.path.join(a.work, "tokens.u16"))
     res, _ = run_gpt(a, "resident", "resident.cfg", ["--set", "clip_grad_norm=0"])
