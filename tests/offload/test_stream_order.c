@@ -167,7 +167,12 @@ static void drain_overlaps(void) {
   printf("drain: %zu D2H spans, %zu sums, %zu of them ending during a D2H\n", nd2h, nacc, inside);
   EXPECT_EQ_INT(nd2h, G);
   EXPECT_EQ_INT(nacc, G);
-  EXPECT(inside >= G - 2); /* G - 1 unless a sum took longer than 0.1 s */
+  /* G - 1 on a quiet machine; under load (CI runs tests two at a time) a
+   * sum can outlast the next 0.1 s copy or the drain thread can be
+   * descheduled across it, and G - 2 failed there once in ~10 runs. The
+   * single-buffered drain ends none inside a copy, so one still tells the
+   * two apart. */
+  EXPECT(inside >= 1);
   ferry_stream_destroy(s);
   ferry_engine_destroy(e);
 }
