@@ -705,6 +705,12 @@ static void prefetch(ferry_engine *e) {
   size_t depth = e->cv->prefetch_depth ? (size_t)e->cv->prefetch_depth : ng;
   if (depth >= ng) depth = ng - 1;
   if (depth > e->param_ahead) depth = e->param_ahead; /* NVMe params: the host's room */
+  /* and at most one group through the host: deeper read-ahead of NVMe
+   * params is evicted before its use and read again (llama-100m, host
+   * budget 96M, steps 2-3: 112 and 116 group reads with two ahead, 90 and
+   * 99 with one, 86 with none; 160M and 17 ahead: 114-131). One group
+   * ahead still overlaps the next group's read with this one's compute. */
+  if (e->param_home == FERRY_TIER_NVME && depth > 1 && !e->cv->prefetch_depth) depth = 1;
   size_t len = ferry_mem_trace_length(e->mem);
 
   for (size_t k = 1; k <= depth; k++) {
