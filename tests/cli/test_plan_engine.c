@@ -30,8 +30,7 @@
  * per step of each family are printed beside the plan's prediction.
  *
  * Gradients are resolved as placement.grads = "auto" does (no clipping,
- * bf16, one micro-batch: "none" off the GPU); an engine config that does
- * not know "none" is the engine before issue 21, and the test skips (77).
+ * bf16, one micro-batch: "none" off the GPU).
  *
  * usage: test_plan_engine SCRATCH_DIR
  */
@@ -184,16 +183,6 @@ static double rel(double got, double want) {
   return want > 0 ? fabs(got - want) / want : (got > 0 ? INFINITY : 0);
 }
 
-/* Whether this build's engine knows the gradient homes of issue 21. */
-static int config_has_grad_homes(void) {
-  ferry_config *c = NULL;
-  REQUIRE(ferry_config_create(&c) == 0);
-  int ok = ferry_config_set(c, "placement.grads", "none") == 0 &&
-           ferry_config_set(c, "precision.grads", "fp32") == 0;
-  ferry_config_destroy(c);
-  return ok;
-}
-
 /* The plan's NVMe bytes of the last step beside the engine's, per family
  * (printed; docs/PLANNING.md, "NVMe bytes per step"). */
 static void print_nvme(const ferry_plan_candidate *c, const measured *got) {
@@ -210,11 +199,6 @@ static void print_nvme(const ferry_plan_candidate *c, const measured *got) {
 
 int main(int argc, char **argv) {
   REQUIRE(argc == 2);
-  if (!config_has_grad_homes()) {
-    printf("skip: this engine's config has no placement.grads = \"none\" / precision.grads "
-           "(the engine of issue 21, which the plan predicts, is not in this tree)\n");
-    return 77;
-  }
   const char *scratch = argv[1];
   mkdir(scratch, 0700);
   char nvme_dir[1024];

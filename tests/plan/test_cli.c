@@ -112,26 +112,7 @@ static void test_json(void) {
   ferry_json_free(v);
 }
 
-/* Whether this build's engine config knows the gradient homes of issue 21
- * (placement.grads = "none", precision.grads); --write-config writes them. */
-static int config_has_grad_homes(void) {
-  ferry_config *c = NULL;
-  REQUIRE(ferry_config_create(&c) == 0);
-  int ok = ferry_config_set(c, "precision.grads", "bf16") == 0 &&
-           ferry_config_set(c, "placement.grads", "none") == 0;
-  ferry_config_destroy(c);
-  return ok;
-}
-
 static void test_write_config(void) {
-  if (!config_has_grad_homes()) { /* the engine's half of issue 21 is not in this tree */
-    fprintf(stderr, "  note: the config lacks placement.grads = \"none\" / precision.grads: "
-                    "--write-config is checked for its refusal only\n");
-    EXPECT_EQ_INT(run(1, "--model gpt2-xl --gpu-mem 12G --host-mem 64G --write-config /dev/null"),
-                  1);
-    EXPECT(has("--write-config"));
-    return;
-  }
   char cfg[1024], args[2048];
   snprintf(cfg, sizeof cfg, "%s/plan-test.cfg", dir);
   remove(cfg);
