@@ -238,7 +238,8 @@ static int group_stats(ferry_engine *e, uint32_t g, const void *src, ferry_dtype
 static int hold_accumulators(ferry_engine *e, uint32_t g, ferry_tier gt) {
   eng_group *gr = &e->gt.groups[g];
   int nvme = e->grad_home == FERRY_TIER_NVME, fresh = nvme && gr->grads_zero;
-  int rc = group_fetch(e, g, FERRY_FAMILY_GRADS, gt, NULL, (fresh ? FERRY_MEM_NOLOAD : 0) | FERRY_MEM_NOTRACE, NULL);
+  unsigned flags = (fresh ? FERRY_MEM_NOLOAD : 0) | FERRY_MEM_NOTRACE;
+  int rc = group_fetch(e, g, FERRY_FAMILY_GRADS, gt, NULL, flags, NULL);
   if (rc) return engine_mem_err(e, rc, "drain: grads");
   if (nvme) rc = ferry_mem_mark_dirty(e->mem, g, FERRY_FAMILY_GRADS, gt, NULL);
   if (rc) {

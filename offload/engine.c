@@ -427,8 +427,8 @@ static int check_host_pool(ferry_engine *e, size_t own_host) {
                    "finalize: tiers.host.budget of %.1f MiB is too small: the engine's staging "
                    "takes %.1f MiB (drain %.1f, uploads %.1f, param commit %.1f) and leaves a "
                    "pool of %.1f MiB, but one step needs %.1f MiB there (optimizer state of the "
-                   "largest group %.1f + 2 x its grads %.1f + 2 x its params %.1f + 2 x the largest "
-                   "chunk %.1f + host homes %.1f: params %.1f, grads %.1f, optimizer %.1f); set "
+                   "largest group %.1f + 2 x its grads %.1f + 2 x its params %.1f + 2 x the "
+                   "largest chunk %.1f + host homes %.1f: params %.1f, grads %.1f, optimizer %.1f); set "
                    "tiers.host.budget to at least %.1f MiB",
                    MIB(own_host + e->host_pool), MIB(own_host), MIB(st.drain), MIB(st.upload),
                    MIB(st.commit), MIB(e->host_pool), MIB(n.total), MIB(n.optim), MIB(n.grads),

@@ -32,7 +32,10 @@ uint64_t gpt_peak_rss_bytes(void) {
 
 void gpt_footprint_engine(gpt_footprint *f, const ferry_stats *fs) {
   f->engine = 1;
-  for (int t = 0; t < FERRY_TIERS; t++) f->tier_peak[t] = fs->tier_peak[t], f->budget[t] = fs->budget[t];
+  for (int t = 0; t < FERRY_TIERS; t++) {
+    f->tier_peak[t] = fs->tier_peak[t];
+    f->budget[t] = fs->budget[t];
+  }
   for (int k = 0; k < FERRY_FAMILIES; k++)
     f->nvme_read[k] = fs->nvme_read_bytes[k], f->nvme_write[k] = fs->nvme_write_bytes[k];
 }

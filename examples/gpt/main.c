@@ -1009,7 +1009,8 @@ static void train_report_totals(const train_run *t, train_totals *tt, gpt_footpr
            ran, start, (long long)ran * tt->tok_step, tt->t_all, tps, ran ? tt->first : 0.0,
            ran ? tt->last : 0.0);
     json_peaks(peak);
-    printf(", \"stall_pct\": %.1f, \"rss_bytes\": %llu", stall, (unsigned long long)gpt_peak_rss_bytes());
+    printf(", \"stall_pct\": %.1f, \"rss_bytes\": %llu", stall,
+           (unsigned long long)f->peak_rss);
     if (t->ge)
       printf(", \"bytes_moved\": {\"h2d\": %llu, \"d2h\": %llu, \"host_to_nvme\": %llu, "
              "\"nvme_to_host\": %llu}, \"engine\": \"%s\", ",
@@ -1028,11 +1029,11 @@ static void train_report_totals(const train_run *t, train_totals *tt, gpt_footpr
       printf("peaks: gpu %.1f MB, host %.1f MB, nvme %.1f MB (engine tiers); process RSS %.1f "
              "MB; stalled %.1f%% of the time; moved h2d %.1f MB, d2h %.1f MB, host->nvme %.1f "
              "MB, nvme->host %.1f MB\n",
-             peak[0] / 1e6, peak[1] / 1e6, peak[2] / 1e6, gpt_peak_rss_bytes() / 1e6, stall,
+             peak[0] / 1e6, peak[1] / 1e6, peak[2] / 1e6, f->peak_rss / 1e6, stall,
              fs->bytes_h2d / 1e6, fs->bytes_d2h / 1e6, fs->bytes_host_to_nvme / 1e6,
              fs->bytes_nvme_to_host / 1e6);
     else
-      printf("peak host %.2f GB (process RSS)\n", gpt_peak_rss_bytes() / 1e9);
+      printf("peak host %.2f GB (process RSS)\n", f->peak_rss / 1e9);
   }
   gpt_footprint_print(f, t->info);
   fflush(stdout);
