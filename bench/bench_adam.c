@@ -136,7 +136,7 @@ static int buf_make(bufset *b, size_t n, int gdt, int sdt, int cdt, unsigned see
 }
 
 static ferry_optim_span span_of(bufset *b, int gdt, int cdt) {
-  ferry_optim_span s = {b->p, b->g, b->m, b->v, b->pc, b->n, gdt, cdt};
+  ferry_optim_span s = {b->p, b->g, b->m, b->v, b->pc, b->n, gdt, cdt, 0};
   return s;
 }
 

@@ -113,6 +113,10 @@ void optim_scalars_make(optim_scalars *s, const ferry_optimizer_config *cfg, flo
   }
 }
 
+static int dt_ok(int dt) {
+  return dt == FERRY_DT_F32 || dt == FERRY_DT_F16 || dt == FERRY_DT_BF16;
+}
+
 /* ---- the optimizer object ------------------------------------------------- */
 
 typedef struct {
@@ -172,6 +176,39 @@ int ferry_optimizer_state_count(const ferry_optimizer_config *cfg) {
   return -1;
 }
 
+/* The elements per absmax block of an int8 state. */
+static size_t qblock(const ferry_optimizer_config *c) {
+  return c->state_block ? c->state_block : 256;
+}
+
+size_t ferry_optimizer_state_bytes(const ferry_optimizer_config *cfg, size_t n) {
+  if (!cfg) return 0;
+  switch (cfg->state_dtype) {
+  case FERRY_DT_F32: return 4 * n;
+  case FERRY_DT_BF16: return 2 * n;
+  case FERRY_DT_I8: {
+    size_t b = qblock(cfg);
+    return (n + 63) / 64 * 64 + (n + b - 1) / b * sizeof(float);
+  }
+  default: return 0;
+  }
+}
+
+double ferry_optimizer_bytes_per_param(const ferry_optimizer_config *cfg, int grad_dtype,
+                                       int copy_dtype) {
+  int ns = ferry_optimizer_state_count(cfg);
+  if (ns < 0 || !dt_ok(grad_dtype) || (copy_dtype != FERRY_DT_NONE && !dt_ok(copy_dtype)))
+    return -1;
+  int mdt = cfg->master_dtype ? cfg->master_dtype : FERRY_DT_F32;
+  double state = cfg->state_dtype == FERRY_DT_I8 ? 1.0 + 4.0 / (double)qblock(cfg)
+                 : cfg->state_dtype == FERRY_DT_BF16 ? 2.0
+                                                     : 4.0;
+  double b = 2.0 * (double)ferry_dtype_size(mdt) + 2.0 * ns * state;
+  b += (double)ferry_dtype_size(grad_dtype);
+  if (copy_dtype != FERRY_DT_NONE) b += (double)ferry_dtype_size(copy_dtype);
+  return b;
+}
+
 ferry_optimizer_config ferry_optimizer_config_default(ferry_optim_type type) {
   ferry_optimizer_config c;
   memset(&c, 0, sizeof c);
@@ -217,8 +254,18 @@ static int check_config(const ferry_optimizer_config *c, char *why, size_t len) 
   if (c->nesterov && (c->momentum <= 0.0f || c->dampening != 0.0f))
     return snprintf(why, len, "nesterov needs momentum > 0 and dampening 0"), -1;
   if (!(c->lr_decay >= 0.0f)) return snprintf(why, len, "lr_decay %g", c->lr_decay), -1;
-  if (c->state_dtype != FERRY_DT_F32 && c->state_dtype != FERRY_DT_BF16)
-    return snprintf(why, len, "state_dtype %d (fp32 or bf16)", c->state_dtype), -1;
+  if (c->state_dtype != FERRY_DT_F32 && c->state_dtype != FERRY_DT_BF16 &&
+      c->state_dtype != FERRY_DT_I8)
+    return snprintf(why, len, "state_dtype %d (fp32, bf16 or int8)", c->state_dtype), -1;
+  if (c->state_dtype == FERRY_DT_I8 && c->type != FERRY_OPTIM_ADAMW &&
+      c->type != FERRY_OPTIM_ADAM && c->type != FERRY_OPTIM_LION)
+    return snprintf(why, len, "int8 states are for AdamW, Adam and Lion only"), -1;
+  if (c->state_block && (c->state_block < 32 || c->state_block > 4096 ||
+                         (c->state_block & (c->state_block - 1))))
+    return snprintf(why, len, "state_block %zu (a power of two in [32, 4096])", c->state_block),
+           -1;
+  if (c->master_dtype != 0 && c->master_dtype != FERRY_DT_F32 && c->master_dtype != FERRY_DT_BF16)
+    return snprintf(why, len, "master_dtype %d (fp32 or bf16)", c->master_dtype), -1;
   if (c->threads < 0) return snprintf(why, len, "threads %d", c->threads), -1;
   return 0;
 }
@@ -244,6 +291,10 @@ int ferry_optimizer_create(const ferry_optimizer_config *cfg, ferry_optimizer **
           "this CPU (scalar, avx2, avx512)",
           getenv("FERRY_SIMD"));
   }
+  if (cfg->state_dtype == FERRY_DT_I8 || cfg->master_dtype == FERRY_DT_BF16)
+    return ferry_err_thread(FERRY_ENOTSUP,
+                            "ferry_optimizer_create: int8 states and the bf16 master are not "
+                            "implemented yet");
   const optim_kernels *k = optim_kernels_get(level);
   if (!k)
     return ferry_err_thread(FERRY_ENOTSUP,
@@ -312,9 +363,6 @@ int ferry_optimizer_get_info(ferry_optimizer *o, ferry_optimizer_info *out) {
   return FERRY_OK;
 }
 
-static int dt_ok(int dt) {
-  return dt == FERRY_DT_F32 || dt == FERRY_DT_F16 || dt == FERRY_DT_BF16;
-}
 
 static int check_span(ferry_optimizer *o, const ferry_optim_span *sp, size_t i) {
   int type = (int)o->cfg.type;
@@ -370,7 +418,7 @@ static int build_tiles(ferry_optimizer *o, const ferry_optim_span *spans, size_t
       optim_tile *t = &st->t;
       size_t es = esize(sdt);
       t->n = sp->n - off < T ? sp->n - off : T;
-      t->p = sp->param + off;
+      t->p = (float *)sp->param + off;
       t->g = (const char *)sp->grad + off * esize(sp->grad_dtype);
       t->s1 = sp->state1 ? (char *)sp->state1 + off * es : NULL;
       t->s2 = sp->state2 && (o->cfg.type == FERRY_OPTIM_ADAMW || o->cfg.type == FERRY_OPTIM_ADAM ||

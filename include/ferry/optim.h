@@ -48,8 +48,19 @@ typedef struct {
   float dampening;     /* SGD */
   int nesterov;        /* SGD (needs momentum > 0 and dampening 0) */
   float lr_decay;      /* Adagrad */
-  int state_dtype;     /* FERRY_DT_F32 (default) or FERRY_DT_BF16 (rounded to
-                          nearest even; on AVX512-BF16 CPUs subnormals flush to 0) */
+  int state_dtype;     /* FERRY_DT_F32 (default), FERRY_DT_BF16 (rounded to
+                          nearest even; on AVX512-BF16 CPUs subnormals flush to 0)
+                          or FERRY_DT_I8: 8-bit blockwise dynamic quantization
+                          (see "Compact state" below; AdamW, Adam and Lion) */
+  size_t state_block;  /* int8 states: elements per fp32 absmax block, a power of
+                          two in [32, 4096]; 0 = 256 */
+  int master_dtype;    /* FERRY_DT_F32 (default; 0 reads as it): span.param is the
+                          fp32 master. FERRY_DT_BF16: span.param holds the bf16
+                          params themselves, updated in place in fp32 and written
+                          back with stochastic rounding; copy_dtype must be NONE */
+  uint64_t seed;       /* stochastic rounding: mixed with the step and each
+                          element's index (span.index + i), so results are
+                          deterministic and resumable */
   int threads;         /* worker threads; 0 = one per core */
   int bind;            /* 1 (default): pin workers to cores with hwloc */
   const char *simd;    /* NULL: FERRY_SIMD or the best the CPU has; else
@@ -74,15 +85,45 @@ FERRY_API int ferry_optimizer_state_count(const ferry_optimizer_config *cfg);
 
 /* One tensor (or a piece of one; LAMB's trust ratio is per span). */
 typedef struct {
-  float *param;       /* fp32 master weights, updated in place */
+  void *param;        /* the master weights (cfg.master_dtype: fp32, or bf16),
+                         updated in place */
   const void *grad;   /* grad_dtype */
-  void *state1;       /* exp_avg / momentum buffer / Adagrad sum; state_dtype */
+  void *state1;       /* exp_avg / momentum buffer / Adagrad sum; state_dtype,
+                         ferry_optimizer_state_bytes(cfg, n) bytes */
   void *state2;       /* exp_avg_sq (Adam, AdamW, LAMB); else unused */
   void *param_copy;   /* copy_dtype; written when copy_dtype != NONE */
   size_t n;           /* elements */
   int grad_dtype;     /* FERRY_DT_F32, _F16, _BF16 */
   int copy_dtype;     /* FERRY_DT_NONE, _F16, _BF16 */
+  uint64_t index;     /* bf16 master: the stochastic-rounding counter of element
+                         0 (the element's index in the model; spans must not
+                         overlap) */
 } ferry_optim_span;
+
+/* Compact state. With state_dtype FERRY_DT_I8 a state buffer of n elements
+ * is packed as round_up(n, 64) one-byte codes, then ceil(n / state_block)
+ * fp32 absmax values, one per block of state_block elements (the last block
+ * may be short). Each code is a float with 3 mantissa bits scaled by its
+ * block's absmax: exp_avg, momentum and Lion's m (signed) as sign + 4-bit
+ * exponent, exp_avg_sq (never negative) as a 5-bit exponent, so small values
+ * keep a relative precision of 2^-4 down to 2^-14 (signed) and 2^-30
+ * (unsigned) of the block's absmax, as 8-bit Adam's dynamic code does.
+ * A zeroed buffer is a zero state. The kernels dequantize, update and
+ * requantize each block in one pass over memory; the update itself uses the
+ * fp32 states before they are requantized. */
+
+/* Bytes of one state buffer of n elements for cfg's state_dtype: 4n (fp32),
+ * 2n (bf16), or the int8 packing above. 0 for an invalid config. */
+FERRY_API size_t ferry_optimizer_state_bytes(const ferry_optimizer_config *cfg, size_t n);
+
+/* Bytes a step's fused pass moves per parameter, read plus written: the
+ * master (read and written), each state (with its absmax share), the
+ * gradient of grad_dtype and the param copy of copy_dtype (FERRY_DT_NONE:
+ * none). AdamW with fp32 states, bf16 grads and a bf16 copy: 28; bf16
+ * states 20; int8 states 16.0625 (16 of codes, 1/16 of absmax at blocks of
+ * 256); bf16 master + int8 states 10.0625. -1 for an invalid config. */
+FERRY_API double ferry_optimizer_bytes_per_param(const ferry_optimizer_config *cfg, int grad_dtype,
+                                                 int copy_dtype);
 
 typedef struct {
   char simd[16];   /* kernels in use: "scalar", "avx2", "avx512" */

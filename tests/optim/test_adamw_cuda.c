@@ -93,8 +93,8 @@ static void run_case(int type, ferry_dtype gdt, ferry_dtype cdt, cudaStream_t st
       ferry_dt_store(b.g, gdt, i, x * 128.0f);
     }
     CK(cudaMemcpyAsync(b.dg, b.g, n * gs, cudaMemcpyHostToDevice, st));
-    ferry_optim_span hs = {b.p, b.g, b.m, b.v, b.pc, n, gdt, cdt};
-    ferry_optim_span ds = {b.dp, b.dg, b.dm, b.dv, b.dpc, n, gdt, cdt};
+    ferry_optim_span hs = {b.p, b.g, b.m, b.v, b.pc, n, gdt, cdt, 0};
+    ferry_optim_span ds = {b.dp, b.dg, b.dm, b.dv, b.dpc, n, gdt, cdt, 0};
     EXPECT_EQ_INT(ferry_optimizer_step(cpu, &hs, 1, 1.0f / 128), 0);
     int rc = ferry_optimizer_step_cuda(gpu, &ds, 1, 1.0f / 128, (void *)st);
     if (rc) fprintf(stderr, "step_cuda: %s\n", ferry_optimizer_last_error(gpu));

@@ -63,7 +63,7 @@ static void model_free(model *md) {
 static void spans_of(model *md, ferry_optim_span *sp) {
   for (int s = 0; s < NSPAN; s++) {
     ferry_optim_span x = {md->p[s],  md->g[s],  md->m[s],           md->v[s],
-                          md->pc[s], span_n[s], FERRY_DT_F16, FERRY_DT_BF16};
+                          md->pc[s], span_n[s], FERRY_DT_F16, FERRY_DT_BF16, 0};
     sp[s] = x;
   }
 }

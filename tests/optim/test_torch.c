@@ -132,7 +132,8 @@ static void run_case(const fcase *c, int seed, const char *simd) {
                          NULL,
                          (size_t)c->n,
                          bf ? FERRY_DT_BF16 : FERRY_DT_F32,
-                         FERRY_DT_NONE};
+                         FERRY_DT_NONE,
+                         0};
   char ctx[128];
   int k = 0;
   /* fp32 rounding differs from torch's in order (lerp vs fma, divide by
