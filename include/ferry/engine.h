@@ -157,6 +157,10 @@ typedef struct {
                                    off, or failed and the fallback allowed it); 0 when pinned */
   uint64_t nvme_read_bytes[FERRY_FAMILIES];  /* NVMe -> host bytes per family (completed reads) */
   uint64_t nvme_write_bytes[FERRY_FAMILIES]; /* host -> NVMe bytes per family (completed writes) */
+  /* The engine's optimizer pass: bytes per parameter per step it reads and
+   * writes (ferry_optimizer_bytes_per_param of its master, states, grads and
+   * param copy); 0 from the memory manager alone. */
+  double optim_bytes_per_param;
 } ferry_stats;
 
 /* The engine's tiers: current and peak bytes per tier and family, bytes
