@@ -47,9 +47,28 @@ OPT_INLINE vi vq_hash(vi x) { /* optim_hash32 on each lane */
   return vi_xor(x, vi_srli(x, 16));
 }
 
+/* The stochastic-rounding key of a tile: optim_sr_hikey of its elements
+ * when they all share the high half of their index (one = 1), else one = 0
+ * and each vector derives its own. */
+typedef struct {
+  vi hk;
+  int one;
+} vq_srkey;
+
+OPT_INLINE vq_srkey vq_srkey_of(const optim_scalars *s, const optim_tile *t) {
+  vq_srkey k;
+  k.one = t->n == 0 || (t->index >> 32) == ((t->index + t->n - 1) >> 32);
+  k.hk = vi_set1(optim_sr_hikey(s->sr_key, t->index));
+  return k;
+}
+
 /* optim_sr_bits of elements idx0 .. idx0 + VW - 1 */
-OPT_INLINE vi vq_sr_bits(uint32_t key, uint64_t idx0) {
+OPT_INLINE vi vq_sr_bits(const vq_srkey *sk, uint32_t key, uint64_t idx0) {
   uint32_t lo = (uint32_t)idx0;
+  if (sk->one) {
+    vi x = vi_xor(sk->hk, vi_add(vi_set1(lo), vi_iota()));
+    return vi_srli(vq_hash(x), 16);
+  }
   if (lo <= 0xFFFFFFFFu - (VW - 1)) { /* one high half: one key */
     vi x = vi_xor(vi_set1(optim_sr_hikey(key, idx0)), vi_add(vi_set1(lo), vi_iota()));
     return vi_srli(vq_hash(x), 16);
@@ -66,13 +85,14 @@ OPT_INLINE vf vq_load_p(const optim_tile *t, int mdt, size_t i) {
 }
 
 /* optim_p_store: fp32, or bf16 = (bits + 16 random bits) >> 16, NaN quiet */
-OPT_INLINE void vq_store_p(const optim_scalars *s, const optim_tile *t, int mdt, size_t i, vf p) {
+OPT_INLINE void vq_store_p(const optim_scalars *s, const optim_tile *t, const vq_srkey *sk, int mdt,
+                           size_t i, vf p) {
   if (mdt != FERRY_DT_BF16) {
     v_storeu((float *)t->p + i, p);
     return;
   }
   vi u = vf_as_vi(p);
-  vi r = vi_srli(vi_add(u, vq_sr_bits(s->sr_key, t->index + i)), 16);
+  vi r = vi_srli(vi_add(u, vq_sr_bits(sk, s->sr_key, t->index + i)), 16);
   vi q = vi_or(vi_srli(u, 16), vi_set1(0x40));
   r = vi_sel_gt(vi_and(u, vi_set1(0x7FFFFFFFu)), vi_set1(0x7F800000u), q, r);
   v_store_u16((uint16_t *)t->p + i, r);
@@ -115,12 +135,18 @@ OPT_INLINE uint32_t vq_hmaxu(vi x) {
   return m;
 }
 
-/* One int8 block [b, e) (AdamW, Adam, Lion), as optim_ref_qblock: pass 1
- * computes only the new states and their absmax (as the integer max of the
- * |x| bits, equal to the float max, and > 0x7F7FFFFF when one is inf/NaN);
- * pass 2 recomputes them from L1, updates the param and writes the codes. */
+/* One int8 block [b, e) (AdamW, Adam, Lion), as optim_ref_qblock. Pass 1
+ * reads codes and gradients, computes the new fp32 states and keeps them in
+ * two block-local buffers on the stack (2 x block floats, in L1: the step is
+ * compute-bound, so pass 2 reloads instead of dequantizing and updating
+ * again; for Lion the second buffer holds the sign argument c), and takes
+ * the absmax as the integer max of the |x| bits (equal to the float max;
+ * > 0x7F7FFFFF when one is inf or NaN). Pass 2 updates the param from the
+ * fp32 states and writes the codes with the new absmax. A partial last
+ * block's tail (< VW elements) runs the scalar reference's passes. */
 OPT_INLINE void qblock_body(const optim_scalars *s, const optim_tile *t, size_t b, size_t e,
-                            size_t k, int type, int gdt, int mdt, int cdt) {
+                            size_t k, int type, int gdt, int mdt, int cdt, float *buf1,
+                            float *buf2) {
   const vf gs = v_set1(s->gscale), b1 = v_set1(s->beta1), b2 = v_set1(s->beta2);
   const vf omb1 = v_set1(s->omb1), omb2 = v_set1(s->omb2), eps = v_set1(s->eps);
   const vf wd = v_set1(s->wd), decay = v_set1(s->decay), isb2 = v_set1(s->inv_sqrt_bc2);
@@ -134,18 +160,22 @@ OPT_INLINE void qblock_body(const optim_scalars *s, const optim_tile *t, size_t 
   size_t i = b;
   for (; i + VW <= e; i += VW) {
     vf g = v_mul(vb_load(t->g, gdt, i), gs);
-    if (type == FERRY_OPTIM_ADAM) g = v_fma(wd, vq_load_p(t, mdt, i), g);
-    vf m = vq_dec(v_load_u8(c1 + i), A1v, 1);
+    vf m = vq_dec(v_load_u8(c1 + i), A1v, 1), x;
     if (two) {
+      if (type == FERRY_OPTIM_ADAM) g = v_fma(wd, vq_load_p(t, mdt, i), g);
       vf v = vq_dec(v_load_u8(c2 + i), A2v, 0);
       m = v_fma(b1, m, v_mul(omb1, g));
-      v = v_fma(b2, v, v_mul(v_mul(omb2, g), g));
-      mx2 = vi_maxu(mx2, vi_and(vf_as_vi(v), absm));
+      x = v_fma(b2, v, v_mul(v_mul(omb2, g), g));
+      mx2 = vi_maxu(mx2, vi_and(vf_as_vi(x), absm));
     } else {
+      x = v_fma(b1, m, v_mul(omb1, g)); /* c */
       m = v_fma(b2, m, v_mul(omb2, g));
     }
     mx1 = vi_maxu(mx1, vi_and(vf_as_vi(m), absm));
+    v_storeu(buf1 + (i - b), m);
+    v_storeu(buf2 + (i - b), x);
   }
+  const size_t vend = i;
   float f1 = 0.0f, f2 = 0.0f;
   int bad1 = 0, bad2 = 0;
   if (i < e) optim_ref_q_pass1(s, t, i, e, A1, A2, &f1, &f2, &bad1, &bad2);
@@ -158,26 +188,20 @@ OPT_INLINE void qblock_body(const optim_scalars *s, const optim_tile *t, size_t 
   const float i1 = optim_q_inv(N1), i2 = optim_q_inv(N2);
   const vf i1v = v_set1(i1), i2v = v_set1(i2);
   const vi zero = vi_set1(0);
-  for (i = b; i + VW <= e; i += VW) {
-    vf g = v_mul(vb_load(t->g, gdt, i), gs);
+  const vq_srkey sk = vq_srkey_of(s, t);
+#pragma GCC unroll 2
+  for (i = b; i < vend; i += VW) {
     vf p = vq_load_p(t, mdt, i);
-    vf m = vq_dec(v_load_u8(c1 + i), A1v, 1), v;
+    vf m = v_loadu(buf1 + (i - b)), x = v_loadu(buf2 + (i - b));
+    p = v_mul(p, decay);
     if (two) {
-      if (type == FERRY_OPTIM_ADAM) g = v_fma(wd, p, g);
-      v = vq_dec(v_load_u8(c2 + i), A2v, 0);
-      m = v_fma(b1, m, v_mul(omb1, g));
-      v = v_fma(b2, v, v_mul(v_mul(omb2, g), g));
-      p = v_mul(p, decay);
-      p = v_fma(nstep, v_div(m, v_fma(v_sqrt(v), isb2, eps)), p);
-      v_store_u8(c2 + i, i2 != 0.0f ? vq_enc(v, i2v, 0) : zero);
+      p = v_fma(nstep, v_div(m, v_fma(v_sqrt(x), isb2, eps)), p);
+      v_store_u8(c2 + i, i2 != 0.0f ? vq_enc(x, i2v, 0) : zero);
     } else {
-      vf c = v_fma(b1, m, v_mul(omb1, g));
-      p = v_mul(p, decay);
-      p = v_fma(nstep, v_sign(c), p);
-      m = v_fma(b2, m, v_mul(omb2, g));
+      p = v_fma(nstep, v_sign(x), p);
     }
     v_store_u8(c1 + i, i1 != 0.0f ? vq_enc(m, i1v, 1) : zero);
-    vq_store_p(s, t, mdt, i, p);
+    vq_store_p(s, t, &sk, mdt, i, p);
     if (cdt != FERRY_DT_NONE) vb_store(t->pc, cdt, i, p, nb);
   }
   if (i < e) optim_ref_q_pass2(s, t, i, e, A1, A2, i1, i2);
@@ -185,11 +209,32 @@ OPT_INLINE void qblock_body(const optim_scalars *s, const optim_tile *t, size_t 
   if (two) t->a2[k] = N2;
 }
 
+#ifndef OPTIM_Q_AHEAD
+#define OPTIM_Q_AHEAD 2048
+#endif
+
 OPT_INLINE void qstep_body(const optim_scalars *s, const optim_tile *t, int type, int gdt, int mdt,
                            int cdt) {
   const size_t B = t->block, n = t->n;
-  for (size_t k = 0, b = 0; b < n; k++, b += B)
-    qblock_body(s, t, b, b + B < n ? b + B : n, k, type, gdt, mdt, cdt);
+  float buf1[4096], buf2[4096]; /* block-local (state_block <= 4096) */
+  const size_t gsz = gdt == FERRY_DT_F32 ? 4 : 2, msz = mdt == FERRY_DT_BF16 ? 2 : 4;
+  const size_t ahead = OPTIM_Q_AHEAD; /* elements: software prefetch distance */
+  for (size_t k = 0, b = 0; b < n; k++, b += B) {
+    /* the stream is compute-heavy: ask for the lines `ahead` elements on */
+    for (size_t j = b + ahead; j < b + ahead + B && j < n; j += 64) {
+      __builtin_prefetch((const char *)t->g + j * gsz, 0, 0);
+      __builtin_prefetch((const char *)t->g + (j + 32) * gsz, 0, 0);
+      __builtin_prefetch((const char *)t->p + j * msz, 1, 0);
+      __builtin_prefetch((const char *)t->p + (j + 32) * msz, 1, 0);
+      if (msz == 4) {
+        __builtin_prefetch((const char *)t->p + (j + 16) * msz, 1, 0);
+        __builtin_prefetch((const char *)t->p + (j + 48) * msz, 1, 0);
+      }
+      __builtin_prefetch((const uint8_t *)t->s1 + j, 1, 0);
+      if (t->s2) __builtin_prefetch((const uint8_t *)t->s2 + j, 1, 0);
+    }
+    qblock_body(s, t, b, b + B < n ? b + B : n, k, type, gdt, mdt, cdt, buf1, buf2);
+  }
 }
 
 OPT_INLINE void step_body(const optim_scalars *s, const optim_tile *t, int type, int gdt, int sdt,
@@ -201,6 +246,7 @@ OPT_INLINE void step_body(const optim_scalars *s, const optim_tile *t, int type,
   const float nstep_f = type == FERRY_OPTIM_LAMB ? s->neg_step * t->trust : s->neg_step;
   const vf nstep = v_set1(nstep_f);
   const int nb = s->native_bf16, mom = s->sgd_momentum, nest = s->nesterov;
+  const vq_srkey sk = vq_srkey_of(s, t);
   const size_t n = t->n;
   size_t i = 0;
   for (; i + VW <= n; i += VW) {
@@ -255,7 +301,7 @@ OPT_INLINE void step_body(const optim_scalars *s, const optim_tile *t, int type,
     }
     default: break;
     }
-    vq_store_p(s, t, mdt, i, p);
+    vq_store_p(s, t, &sk, mdt, i, p);
     if (cdt != FERRY_DT_NONE) vb_store(t->pc, cdt, i, p, nb);
   }
   if (i < n) optim_ref_step_range(s, t, i, n);
