@@ -147,19 +147,6 @@ static int choose_math(ferry_engine *e, const ferry_device_info *di) {
                             "AdamW: optimizer.type must be \"adamw\" or \"adam\" (or put the "
                             "optimizer on the host or nvme)",
                             di->name);
-  /* the engine's device math keeps fp32 masters and fp32 states */
-  if (e->gpu_math && (v->opt_state_dtype != FERRY_DT_F32 || e->master_bf16))
-    return ferry_err_thread(FERRY_ENOTSUP,
-                            "engine create: placement.optimizer = \"gpu\" on %s: compact "
-                            "optimizer state (optimizer.state_dtype = \"%s\", precision.master "
-                            "= \"%s\") on the device is not implemented yet; put the optimizer "
-                            "on the host or nvme, or use optimizer.state_dtype = \"fp32\" and "
-                            "precision.master = \"fp32\"",
-                            di->name,
-                            v->opt_state_dtype == FERRY_DT_I8     ? "int8"
-                            : v->opt_state_dtype == FERRY_DT_BF16 ? "bf16"
-                                                                  : "fp32",
-                            e->master_bf16 ? "bf16" : "fp32");
   return FERRY_OK;
 }
 
@@ -927,6 +914,7 @@ static int read_bf16_master(ferry_engine *e, const eng_param *p, float *dst) {
   ferry_stream *s = NULL;
   void *buf = malloc(gr->n * e->esize);
   int rc = buf ? ferry_stream_synchronize(e->up) : FERRY_ENOMEM;
+  if (!rc) rc = ferry_stream_synchronize(e->down); /* device math's last kernels */
   if (!rc) rc = ferry_stream_create(e->dev, &s);
   if (rc) {
     free(buf);

@@ -341,9 +341,14 @@ int gpu_upload_f32(ferry_engine *e, float *dst, const float *src, size_t n);
 /* n floats D2H from device memory, then waits (ferry_param_read). */
 int gpu_read_f32(ferry_engine *e, float *dst, const float *src, size_t n);
 int gpu_zero(ferry_engine *e, void *dst, size_t bytes);
-/* Group g's params in their dtype from its device masters into dst[k] per
- * param (device memory), then gpu_params_home. */
-int gpu_write_params(ferry_engine *e, uint32_t g, void **dst);
+/* Group g's params in their dtype from its device masters (or, a bf16
+ * master, from vals: its fp32 initial values, goff-indexed, host memory)
+ * into dst[k] per param (device memory), then gpu_params_home. */
+int gpu_write_params(ferry_engine *e, uint32_t g, void **dst, const float *vals);
+/* A bf16 master, host and NVMe param homes: the staged current params
+ * (the stepper's param staging) H2D into the device scratch the kernel
+ * updates in place. */
+int gpu_stage_params(ferry_engine *e, uint32_t g);
 /* Where the optimizer writes group g's new params: the device params
  * (device home: fused, in place) or the device scratch (host homes). */
 void gpu_param_dsts(ferry_engine *e, uint32_t g, void **dst);

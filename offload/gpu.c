@@ -6,13 +6,17 @@
  * values in and masters out. Everything is enqueued on e->down, so the
  * device math runs in the order the drain and the stepper hand it in; the
  * host side never dereferences device memory. The host backend never comes
- * here: its emulated device memory is the CPU kernels'. Its masters and
- * states are fp32 (compact optimizer state on the gpu is refused at create,
- * choose_math in engine.c), so every param has a master here. Calls no
- * other engine file.
+ * here: its emulated device memory is the CPU kernels'. Compact optimizer
+ * state passes through as it is (the CUDA kernels take bf16 and int8
+ * states); with a bf16 master there is no master: the kernel updates the
+ * device params in place (device home) or a device scratch filled from the
+ * staged params (host and NVMe homes). Calls no other engine file.
  */
 #include "offload/engine_impl.h"
 #include "optim/grad_cuda.h"
+#include "core/dtype.h"
+
+#include <stdlib.h>
 
 #include <math.h>
 
@@ -99,8 +103,23 @@ int gpu_params_home(ferry_engine *e, uint32_t g) {
   return rc ? dev_err(e, rc, "step: params") : FERRY_OK;
 }
 
-int gpu_write_params(ferry_engine *e, uint32_t g, void **dst) {
+int gpu_write_params(ferry_engine *e, uint32_t g, void **dst, const float *vals) {
   int rc = FERRY_OK;
+  if (vals) { /* a bf16 master: the initial values, converted here and copied H2D */
+    eng_group *gr = &e->gt.groups[g];
+    char *h = malloc(gr->n * e->esize);
+    if (!h) return ferry_err(&e->err, FERRY_ENOMEM, "finalize: out of memory");
+    for (size_t i = 0; i < gr->n; i++) ferry_dt_store(h, e->dtype, i, vals[i]);
+    for (uint32_t k = 0; k < gr->count && !rc; k++) {
+      eng_param *p = group_param(e, g, k);
+      rc = ferry_memcpy_async(e->down, dst[k], h + p->goff * e->esize, p->n * e->esize,
+                              FERRY_COPY_H2D);
+    }
+    if (!rc) rc = ferry_stream_synchronize(e->down); /* h is pageable and freed now */
+    free(h);
+    if (rc) return dev_err(e, rc, "finalize: params from the initial values");
+    return gpu_params_home(e, g);
+  }
   for (uint32_t k = 0; k < e->gt.groups[g].count && !rc; k++) {
     eng_param *p = group_param(e, g, k);
     float *master;
@@ -109,6 +128,14 @@ int gpu_write_params(ferry_engine *e, uint32_t g, void **dst) {
   }
   if (rc) return dev_err(e, rc, "finalize: params from the masters");
   return gpu_params_home(e, g);
+}
+
+int gpu_stage_params(ferry_engine *e, uint32_t g) {
+  /* stream order: the kernel after it, then gpu_params_home's D2H into
+   * the same staging */
+  int rc = ferry_memcpy_async(e->down, e->gpu.params, e->stepper.param_stage,
+                              e->gt.groups[g].n * e->esize, FERRY_COPY_H2D);
+  return rc ? dev_err(e, rc, "step: params") : FERRY_OK;
 }
 
 int gpu_optimizer_step(ferry_engine *e, uint32_t g, float gscale) {

@@ -206,7 +206,7 @@ int stepper_write_params(ferry_engine *e, uint32_t g, const float *vals) {
   void **dst = e->stepper.dsts;
   if (engine_gpu_math(e)) { /* the masters are device memory: a kernel converts */
     gpu_param_dsts(e, g, dst);
-    int rc = gpu_write_params(e, g, dst);
+    int rc = gpu_write_params(e, g, dst, vals);
     return rc || e->param_home == FERRY_TIER_DEVICE ? rc : param_commit(e, g);
   }
   int rc = param_prepare(e, g, 0, dst);
@@ -292,7 +292,12 @@ static int run_optimizer(ferry_engine *e, uint32_t i, int slot, float gscale, in
   int gpu = engine_gpu_math(e), rc = FERRY_OK;
   if (gpu) {
     gpu_param_dsts(e, i, dst);
-    if (e->param_home == FERRY_TIER_DEVICE) rc = wait_readers(e, i, e->down);
+    if (e->param_home == FERRY_TIER_DEVICE) {
+      rc = wait_readers(e, i, e->down); /* a bf16 master: updated in place there */
+    } else if (e->master_bf16) { /* the scratch starts as the current params */
+      rc = stepper_read_params(e, i, e->stepper.param_stage, e->up);
+      if (!rc) rc = gpu_stage_params(e, i);
+    }
   } else {
     rc = param_prepare(e, i, slot, dst);
     /* a bf16 master: the staging starts as the current params (a failed

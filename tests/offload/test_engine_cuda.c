@@ -5,7 +5,9 @@
  * with the optimizer there, else on the host), against the same run on the
  * host backend: the fp32 masters (ferry_param_read) equal bit for bit (the
  * CUDA AdamW and grad kernels do the CPU's operations), and the bf16 params
- * in the device buffers are the masters rounded. Exits 77 with the reason
+ * in the device buffers are the masters rounded; then the compact layouts
+ * (bf16 and int8 states, bf16 master) with the optimizer on the gpu in
+ * every param home, the same way. Exits 77 with the reason
  * when there is no GPU. argv[1]: a scratch directory for the NVMe tier.
  */
 #include "core/dtype.h"
@@ -24,6 +26,8 @@
 
 static char scratch[1024];
 static int have_nvme;
+/* optimizer.state_dtype and precision.master of the runs */
+static const char *state_dtype = "fp32", *master = "fp32";
 
 static size_t param_n(int k) { return k == 0 ? (size_t)ROWS * COLS : COLS; }
 
@@ -41,17 +45,19 @@ static int init_fn(void *user, const char *name, float *v, size_t n) {
 
 static ferry_engine *make(const char *device, const char *params, const char *optim) {
   char nvme[1200], text[2048];
-  snprintf(nvme, sizeof nvme, "%s/%s-%s-%s", scratch, device, params, optim);
+  snprintf(nvme, sizeof nvme, "%s/%s-%s-%s-%s-%s", scratch, device, params, optim, state_dtype,
+           master);
   mkdir(nvme, 0700);
   snprintf(text, sizeof text,
            "device = \"%s\";\n"
            "chunk_size = \"16K\";\n"
            "tiers: { gpu: { budget = \"64M\"; }; host: { budget = \"64M\"; pinned = %s; };\n"
            "         nvme: { paths = [\"%s\"]; block_size = \"4K\"; }; };\n"
-           "optimizer: { type = \"adamw\"; lr = 0.01; weight_decay = 0.1; threads = 2; };\n"
-           "precision: { params = \"bf16\"; };\n"
+           "optimizer: { type = \"adamw\"; lr = 0.01; weight_decay = 0.1; threads = 2;\n"
+           "             state_dtype = \"%s\"; state_block = 64; };\n"
+           "precision: { params = \"bf16\"; master = \"%s\"; };\n"
            "placement: { params = \"%s\"; grads = \"%s\"; optimizer = \"%s\"; };\n",
-           device, strcmp(device, "cuda") ? "false" : "true", nvme, params,
+           device, strcmp(device, "cuda") ? "false" : "true", nvme, state_dtype, master, params,
            strcmp(optim, "gpu") ? "host" : "gpu", optim);
   ferry_engine *e = eu_engine(text, NULL);
   for (int g = 0; g < NG; g++)
@@ -179,8 +185,10 @@ static void compare(const char *params, const char *optim) {
     double d = fabs((double)gpu[i] - cpu[i]);
     if (d > maxd) maxd = d;
   }
-  printf("params %-5s optimizer %-5s: %zu of %zu masters differ (max %.3g); device params %s/%s\n",
-         params, optim, differ, total, maxd, gpu_ok ? "ok" : "WRONG", cpu_ok ? "ok" : "WRONG");
+  printf("params %-5s optimizer %-5s states %-4s master %-4s: %zu of %zu masters differ (max "
+         "%.3g); device params %s/%s\n",
+         params, optim, state_dtype, master, differ, total, maxd, gpu_ok ? "ok" : "WRONG",
+         cpu_ok ? "ok" : "WRONG");
   EXPECT_EQ_INT(differ, 0);
   EXPECT(gpu_ok && cpu_ok);
   free(gpu);
@@ -202,5 +210,14 @@ int main(int argc, char **argv) {
   static const char *const homes[] = {"gpu", "host", "nvme"};
   for (int p = 0; p < 3; p++)
     for (int o = 0; o < 3; o++) compare(homes[p], homes[o]);
+  /* compact optimizer state with the CUDA kernels (optimizer on the gpu),
+   * every param home, against the host backend's CPU kernels */
+  static const char *const layouts[][2] = {
+      {"bf16", "fp32"}, {"int8", "fp32"}, {"fp32", "bf16"}, {"int8", "bf16"}};
+  for (size_t l = 0; l < sizeof layouts / sizeof layouts[0]; l++) {
+    state_dtype = layouts[l][0];
+    master = layouts[l][1];
+    for (int p = 0; p < 3; p++) compare(homes[p], "gpu");
+  }
   return test_finish("engine.cuda");
 }
