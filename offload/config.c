@@ -93,7 +93,7 @@ static const key_def keys[] = {
      "grads live in the drain's staging until its update; nvme needs tiers.nvme.paths",
      v_grads},
     {"placement.optimizer", K_ENUM, OFF(place_optimizer), "host", "gpu|host|nvme", 0, 0, 0,
-     "home tier of fp32 master weights and optimizer states (gpu on cuda: the CUDA AdamW, "
+     "home tier of the master weights and optimizer states (gpu on cuda: the CUDA AdamW, "
      "so optimizer.type adamw or adam, with placement.grads = gpu or auto)",
      v_tier},
     {"optimizer.type", K_ENUM, OFF(opt_type), "adamw", "adamw|adam|adagrad|lamb|sgd|lion", 0, 0,
