@@ -189,7 +189,6 @@ OPT_INLINE void qblock_body(const optim_scalars *s, const optim_tile *t, size_t 
   const vf i1v = v_set1(i1), i2v = v_set1(i2);
   const vi zero = vi_set1(0);
   const vq_srkey sk = vq_srkey_of(s, t);
-#pragma GCC unroll 2
   for (i = b; i < vend; i += VW) {
     vf p = vq_load_p(t, mdt, i);
     vf m = v_loadu(buf1 + (i - b)), x = v_loadu(buf2 + (i - b));
