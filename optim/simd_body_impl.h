@@ -189,7 +189,6 @@ OPT_INLINE void qblock_body(const optim_scalars *s, const optim_tile *t, size_t 
   const vf i1v = v_set1(i1), i2v = v_set1(i2);
   const vi zero = vi_set1(0);
   const vq_srkey sk = vq_srkey_of(s, t);
-#pragma GCC unroll 2
   for (i = b; i < vend; i += VW) {
     vf p = vq_load_p(t, mdt, i);
     vf m = v_loadu(buf1 + (i - b)), x = v_loadu(buf2 + (i - b));
@@ -209,12 +208,29 @@ OPT_INLINE void qblock_body(const optim_scalars *s, const optim_tile *t, size_t 
   if (two) t->a2[k] = N2;
 }
 
+#ifndef OPTIM_Q_AHEAD
+#define OPTIM_Q_AHEAD 1024 /* elements */
+#endif
+
 OPT_INLINE void qstep_body(const optim_scalars *s, const optim_tile *t, int type, int gdt, int mdt,
                            int cdt) {
   const size_t B = t->block, n = t->n;
   float buf1[4096], buf2[4096]; /* block-local (state_block <= 4096) */
-  for (size_t k = 0, b = 0; b < n; k++, b += B)
+  const size_t gsz = gdt == FERRY_DT_F32 ? 4 : 2, msz = mdt == FERRY_DT_BF16 ? 2 : 4;
+  for (size_t k = 0, b = 0; b < n; k++, b += B) {
+    /* the loop is compute-heavy and the hardware prefetcher falls behind:
+     * ask for the lines of the elements OPTIM_Q_AHEAD on (into all caches) */
+    size_t pe = b + OPTIM_Q_AHEAD + B < n ? b + OPTIM_Q_AHEAD + B : n;
+    for (size_t j = b + OPTIM_Q_AHEAD; j < pe; j += 64) {
+      for (size_t x = 0; x < 64 * gsz; x += 64)
+        __builtin_prefetch((const char *)t->g + j * gsz + x, 0, 3);
+      for (size_t x = 0; x < 64 * msz; x += 64)
+        __builtin_prefetch((const char *)t->p + j * msz + x, 1, 3);
+      __builtin_prefetch((const uint8_t *)t->s1 + j, 1, 3);
+      if (t->s2) __builtin_prefetch((const uint8_t *)t->s2 + j, 1, 3);
+    }
     qblock_body(s, t, b, b + B < n ? b + B : n, k, type, gdt, mdt, cdt, buf1, buf2);
+  }
 }
 
 OPT_INLINE void step_body(const optim_scalars *s, const optim_tile *t, int type, int gdt, int sdt,
