@@ -853,14 +853,23 @@ static double family_bytes(const ferry_plan_model *m, double e) {
 /* The optimizer family of the whole model on NVMe: per group, the master
  * (when there is one) and each state, as ferry_optimizer_state_bytes packs
  * a group's elements, each rounded to 4 KiB. */
+static double optim_group_bytes(const ferry_plan_input *in, const place_ctx *c, double n) {
+  return round_chunk(n * c->mb, 4096) + c->k * round_chunk(state_bytes(in, n), 4096);
+}
+
 static double optim_family_bytes(const ferry_plan_input *in, const place_ctx *c) {
   const ferry_plan_model *m = &in->model;
-  double n[3] = {(double)ferry_plan_embed_params(m), (double)ferry_plan_block_params(m),
-                 (double)ferry_plan_head_params(m)};
-  double times[3] = {1, (double)m->layers, 1}, o = 0;
-  for (int i = 0; i < 3; i++)
-    o += times[i] * (round_chunk(n[i] * c->mb, 4096) +
-                     c->k * round_chunk(state_bytes(in, n[i]), 4096));
+  return optim_group_bytes(in, c, (double)ferry_plan_embed_params(m)) +
+         (double)m->layers * optim_group_bytes(in, c, (double)ferry_plan_block_params(m)) +
+         optim_group_bytes(in, c, (double)ferry_plan_head_params(m));
+}
+
+double ferry_plan_optim_nvme_bytes(const ferry_plan_input *in, int p, const uint64_t *group_params,
+                                   size_t ngroups) {
+  if (!in || p < 0 || p >= FERRY_PLACEMENTS || (ngroups && !group_params)) return 0;
+  place_ctx c = place_context(in, p);
+  double o = 0;
+  for (size_t i = 0; i < ngroups; i++) o += optim_group_bytes(in, &c, (double)group_params[i]);
   return o;
 }
 

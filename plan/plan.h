@@ -245,6 +245,13 @@ double ferry_plan_optim_bytes_per_param(const ferry_plan_input *in, int p);
  * ferry_optimizer_bytes_per_param for this input's states, master, the
  * gradient it reads and the param copy it writes. */
 double ferry_plan_step_bytes_per_param(const ferry_plan_input *in, int p);
+/* The optimizer family (the master when there is one, then each state) of
+ * groups of these parameter counts as placement p lays it out on NVMe, each
+ * group's tensors rounded to 4 KiB: the bytes a step reads, and writes back,
+ * with the optimizer on NVMe (used for the model's groups, and by `ferry
+ * bench step` for its synthetic model's). */
+double ferry_plan_optim_nvme_bytes(const ferry_plan_input *in, int p, const uint64_t *group_params,
+                                   size_t ngroups);
 
 /* Validates the input (FERRY_EINVAL with the reason) and fills `out`. A plan
  * in which nothing fits is still a success: see out->recommended. */

@@ -19,3 +19,8 @@ endif()
 ferry_add_test(NAME tools.gpu_check EXE sh TIMEOUT 60
                ARGS ${PROJECT_SOURCE_DIR}/tests/tools/gpu_check_test.sh ${PROJECT_SOURCE_DIR}
                     ${PROJECT_BINARY_DIR}/tests/gpu-check)
+# `ferry bench step` with the optimizer on NVMe: the measured NVMe bytes per
+# step of the optimizer family within 5% of the planner's, per state layout.
+ferry_add_test(NAME cli.bench_step_nvme EXE sh TIMEOUT 120
+               ARGS ${PROJECT_SOURCE_DIR}/tests/cli/bench_step_nvme_test.sh $<TARGET_FILE:ferry_cli>
+                    ${PROJECT_SOURCE_DIR} ${PROJECT_BINARY_DIR}/tests/bench-step-nvme fp32)
