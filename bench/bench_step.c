@@ -513,11 +513,11 @@ static void report(const step_opts *o, const double got[3], const step_result *r
   for (int d = 0; d < 2; d++) {
     json_open(&j, d ? "nvme_write_bytes_per_step" : "nvme_read_bytes_per_step", '{');
     for (int f = 0; f < FERRY_FAMILIES; f++)
-      json_num(&j, fam_names[f], d ? r->nvme_wr[f] : r->nvme_rd[f]);
+      json_uint(&j, fam_names[f], (uint64_t)llround(d ? r->nvme_wr[f] : r->nvme_rd[f]));
     json_close(&j, '}');
   }
   if (r->plan_optim > 0) {
-    json_num(&j, "plan_optimizer_nvme_bytes_per_step", r->plan_optim);
+    json_uint(&j, "plan_optimizer_nvme_bytes_per_step", (uint64_t)llround(r->plan_optim));
     json_num(&j, "optimizer_nvme_error", r->optim_error);
   } else {
     json_null(&j, "plan_optimizer_nvme_bytes_per_step");
