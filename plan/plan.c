@@ -555,12 +555,12 @@ static double state_per_param(const ferry_plan_input *in) {
 }
 
 /* The master's bytes per param in the optimizer's home: 4 (fp32); with a
- * bf16 master the params are the master, 0, except where the params live
- * on the device and the CPU steps them (zero-offload), which keeps a bf16
- * master in host RAM. */
+ * bf16 master the params are the master, 0 (the engine keeps no master
+ * tensor: the step stages the current params from their home, read back
+ * from the device when they live there). */
 static double master_per_param(const ferry_plan_input *in, int p) {
-  if (!bf16_master(in)) return 4;
-  return p == FERRY_PLACE_ZERO_OFFLOAD ? 2 : 0;
+  (void)p;
+  return bf16_master(in) ? 0 : 4;
 }
 
 double ferry_plan_optim_bytes_per_param(const ferry_plan_input *in, int p) {
@@ -985,6 +985,8 @@ static void candidate_time(const ferry_plan_input *in, int p, ferry_plan_candida
   else if (p != FERRY_PLACE_ALL_GPU) c->h2d_bytes = 2 * A * P * pb; /* fwd and bwd fetches */
   if (p != FERRY_PLACE_ALL_GPU) {
     c->d2h_bytes = A * P * pb;
+    /* a bf16 master whose params live on the device: the step reads them back */
+    if (bf16_master(in) && x.ph == FERRY_PLAN_GPU) c->d2h_bytes += P * pb;
     /* + the drained grads summed into the accumulator (first micro-batch
      * writes it, later ones read and write it) */
     c->cpu_bytes = P * opt_bytes + (none ? 0 : P * (A * (pb + x.gb) + (A - 1) * x.gb));
