@@ -1,6 +1,8 @@
 /* offload/checkpoint.c — checkpoints of the engine and the export of its
  * weights. A checkpoint is a folder: params/ (the params in their dtype, a
- * plain safetensors model), optim/ (fp32 master and optimizer states),
+ * plain safetensors model), optim/ (the fp32 master, none with a bf16
+ * master, and the optimizer states as they are kept: fp32, bf16, or int8
+ * codes with their absmax as one U8 tensor of bytes),
  * user.bin (the caller's blob) and a manifest (scalars, every file's size
  * and CRC32C). Tensors stream one group at a time through the memory
  * manager; folders appear only complete (temporary folder, fsync, rename).
@@ -331,8 +333,13 @@ static int write_tensors(ferry_engine *e, holder *h, ferry_safetensors_writer *w
       if (!(roles >> r & 1) || p->id[r] == UINT32_MAX) continue;
       char nm[FERRY_MEM_NAME_MAX + 1];
       snprintf(nm, sizeof nm, "%s%s", p->name, group_role_suffix(r));
-      rc = ferry_safetensors_writer_add(w, nm, r == FERRY_ROLE_PARAM ? param_dt : FERRY_DT_F32,
-                                        p->ndim, p->shape);
+      /* as registered: compact states as they are (bf16, or int8 codes and
+       * absmax as one U8 tensor of bytes) */
+      ferry_mem_tensor_info ti;
+      rc = ferry_mem_tensor_get(e->mem, p->id[r], &ti);
+      if (rc) return ferry_err(&e->err, rc, "checkpoint: %s: %s", nm, ferry_mem_last_error(e->mem));
+      rc = ferry_safetensors_writer_add(w, nm, r == FERRY_ROLE_PARAM ? param_dt : ti.dtype,
+                                        ti.ndim, ti.shape);
     }
   }
   if (rc) return ferry_err(&e->err, rc, "%s", ferry_safetensors_writer_last_error(w));
@@ -443,6 +450,9 @@ static int save_into(ferry_engine *e, const char *tmp, const void *blob, size_t 
   snprintf(m.param_dtype, sizeof m.param_dtype, "%s", ferry_dtype_name(e->dtype));
   snprintf(m.optimizer, sizeof m.optimizer, "%s", optim_names[e->cv->opt_type]);
   m.states = e->nstates;
+  snprintf(m.state_dtype, sizeof m.state_dtype, "%s", ferry_dtype_name(e->ocfg.state_dtype));
+  m.state_block = e->ocfg.state_block;
+  snprintf(m.master_dtype, sizeof m.master_dtype, "%s", e->master_bf16 ? "BF16" : "F32");
   memcpy(&m.loss_scale_bits, &pg.scale, sizeof m.loss_scale_bits);
   m.good_steps = pg.good_steps;
   m.skipped = pg.skipped;
@@ -770,9 +780,11 @@ int ferry_checkpoint_verify(const char *path, ferry_checkpoint_info *info) {
              ferry_safetensors_count(pf), (unsigned long long)m.tensors);
     rc = FERRY_ECORRUPT;
   }
-  if (!rc && ferry_safetensors_count(of) != m.tensors * (uint64_t)(1 + m.states)) {
+  /* a master per param (none with a bf16 master) and its states */
+  uint64_t per = (uint64_t)m.states + (strcmp(m.master_dtype, "BF16") ? 1 : 0);
+  if (!rc && ferry_safetensors_count(of) != m.tensors * per) {
     snprintf(why, sizeof why, "%.400s/optim holds %zu tensors, expected %llu", folder,
-             ferry_safetensors_count(of), (unsigned long long)(m.tensors * (uint64_t)(1 + m.states)));
+             ferry_safetensors_count(of), (unsigned long long)(m.tensors * per));
     rc = FERRY_ECORRUPT;
   }
   if (!rc && info) {
@@ -793,10 +805,10 @@ int ferry_checkpoint_verify(const char *path, ferry_checkpoint_info *info) {
 
 /* ---- load ------------------------------------------------------------------ */
 
-static int shape_equal(const ferry_safetensors_tensor *t, const eng_param *p) {
-  if (t->ndim != p->ndim) return 0;
-  for (int d = 0; d < p->ndim; d++)
-    if (t->shape[d] != p->shape[d]) return 0;
+static int shape_equal(const ferry_safetensors_tensor *t, int ndim, const int64_t *shape) {
+  if (t->ndim != ndim) return 0;
+  for (int d = 0; d < ndim; d++)
+    if (t->shape[d] != shape[d]) return 0;
   return 1;
 }
 
@@ -817,12 +829,16 @@ static int check_part(ferry_engine *e, ferry_safetensors *f, unsigned roles, con
         snprintf(why, wl, "%.400s: no tensor '%.300s'", what, nm);
         return FERRY_ECORRUPT;
       }
-      ferry_dtype dt = r == FERRY_ROLE_PARAM ? e->dtype : FERRY_DT_F32;
-      if (t.dtype != dt || !shape_equal(&t, p)) {
+      ferry_mem_tensor_info ti; /* as registered (compact states: their dtype and bytes) */
+      if (ferry_mem_tensor_get(e->mem, p->id[r], &ti)) {
+        snprintf(why, wl, "%.400s: tensor '%.300s' is not the engine's", what, nm);
+        return FERRY_ECORRUPT;
+      }
+      if (t.dtype != ti.dtype || !shape_equal(&t, ti.ndim, ti.shape)) {
         snprintf(why, wl, "%.10s: tensor '%.300s' is %.8s with %d dims (first %lld), the engine has %.8s with %d "
                  "(first %lld)", what, nm, ferry_dtype_name(t.dtype) ? ferry_dtype_name(t.dtype) : "?",
-                 t.ndim, t.ndim ? (long long)t.shape[0] : 0LL, ferry_dtype_name(dt), p->ndim,
-                 (long long)p->shape[0]);
+                 t.ndim, t.ndim ? (long long)t.shape[0] : 0LL, ferry_dtype_name(ti.dtype), ti.ndim,
+                 (long long)ti.shape[0]);
         return FERRY_ECORRUPT;
       }
     }
@@ -867,6 +883,11 @@ static int load_part(ferry_engine *e, holder *h, ferry_safetensors *f) {
   return holder_drop(h);
 }
 
+/* The config value of a manifest dtype name ("F32" -> "fp32"). */
+static const char *layout_name(const char *dt) {
+  return !strcmp(dt, "F32") ? "fp32" : !strcmp(dt, "BF16") ? "bf16" : !strcmp(dt, "I8") ? "int8" : dt;
+}
+
 /* The checkpoint m fits the engine: its param dtype, optimizer and state
  * count, param count and (with dynamic loss scaling) a usable scale. */
 static int check_fits(const ferry_engine *e, const ckpt_manifest *m, float scale, char *why,
@@ -879,6 +900,29 @@ static int check_fits(const ferry_engine *e, const ckpt_manifest *m, float scale
   if (strcmp(m->optimizer, optim_names[e->cv->opt_type]) || m->states != e->nstates) {
     snprintf(why, wl, "optimizer %.300s with %d state(s), the engine runs %.300s with %d",
              m->optimizer, m->states, optim_names[e->cv->opt_type], e->nstates);
+    return FERRY_ECORRUPT;
+  }
+  /* the optimizer's layout: never converted on load */
+  const char *sdt = ferry_dtype_name(e->ocfg.state_dtype), *mdt = e->master_bf16 ? "BF16" : "F32";
+  if (strcmp(m->state_dtype, sdt)) {
+    snprintf(why, wl, "the optimizer states are %.8s, the engine's optimizer.state_dtype is "
+             "\"%.8s\" (a checkpoint is loaded only into the layout it was saved from; set "
+             "optimizer.state_dtype = \"%.8s\")",
+             m->state_dtype, layout_name(sdt), layout_name(m->state_dtype));
+    return FERRY_ECORRUPT;
+  }
+  if (e->ocfg.state_dtype == FERRY_DT_I8 && m->state_block != e->ocfg.state_block) {
+    snprintf(why, wl, "the int8 optimizer states have blocks of %llu, the engine's "
+             "optimizer.state_block is %zu (set optimizer.state_block = %llu)",
+             (unsigned long long)m->state_block, e->ocfg.state_block,
+             (unsigned long long)m->state_block);
+    return FERRY_ECORRUPT;
+  }
+  if (strcmp(m->master_dtype, mdt)) {
+    snprintf(why, wl, "the master weights are %.8s, the engine's precision.master is \"%.8s\" "
+             "(set precision.master = \"%.8s\")",
+             !strcmp(m->master_dtype, "BF16") ? "the bf16 params" : "fp32", layout_name(mdt),
+             layout_name(m->master_dtype));
     return FERRY_ECORRUPT;
   }
   if (m->tensors != e->gt.nparams) {

@@ -8,7 +8,8 @@
 
 #include "core/core.h"
 
-#define CKPT_FORMAT_VERSION 1
+#define CKPT_FORMAT_VERSION 2 /* written; version 1 (no optimizer layout lines: fp32
+                                 states and master) is still read */
 #define CKPT_MANIFEST_NAME "manifest"
 #define CKPT_MANIFEST_MAX (1u << 20)  /* bytes of a manifest */
 #define CKPT_MAX_FILES 4096
@@ -29,6 +30,9 @@ typedef struct {
   char param_dtype[8];       /* "F32", "F16", "BF16" */
   char optimizer[16];        /* "adamw", ... */
   int states;                /* optimizer states per element: 0, 1, 2 */
+  char state_dtype[8];       /* "F32", "BF16", "I8" (version 1: "F32") */
+  uint64_t state_block;      /* int8 states' absmax block (version 1: 256) */
+  char master_dtype[8];      /* "F32", or "BF16": no master, the params are it */
   uint32_t loss_scale_bits;  /* the dynamic loss scale (float bits) */
   int64_t good_steps;        /* loss scaler: steps since the last overflow or growth */
   int64_t skipped;           /* loss scaler: steps skipped */

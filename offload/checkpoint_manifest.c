@@ -159,10 +159,35 @@ static int parse_magic(mcur *c, ckpt_manifest *m) {
   rc = parse_u64(c, "version", c->line_start + sizeof magic - 1, c->line_len - (sizeof magic - 1),
                  UINT32_MAX, &v);
   if (rc) return rc;
-  if (v != CKPT_FORMAT_VERSION)
-    return mfail(c, "format version %" PRIu64 " (this ferry reads version %d)", v,
+  if (v != 1 && v != CKPT_FORMAT_VERSION)
+    return mfail(c, "format version %" PRIu64 " (this ferry reads versions 1 to %d)", v,
                  CKPT_FORMAT_VERSION);
   m->version = (int)v;
+  return 0;
+}
+
+/* Version 2's optimizer layout lines; version 1 has none: fp32 states and
+ * master. */
+static int parse_layout(mcur *c, ckpt_manifest *m) {
+  if (m->version == 1) {
+    snprintf(m->state_dtype, sizeof m->state_dtype, "F32");
+    snprintf(m->master_dtype, sizeof m->master_dtype, "F32");
+    m->state_block = 256;
+    return 0;
+  }
+  int rc;
+  if ((rc = key_word(c, "optimizer_state_dtype", m->state_dtype, sizeof m->state_dtype)))
+    return rc;
+  if (strcmp(m->state_dtype, "F32") && strcmp(m->state_dtype, "BF16") &&
+      strcmp(m->state_dtype, "I8"))
+    return mfail(c, "optimizer_state_dtype \"%s\" (F32, BF16 or I8)", m->state_dtype);
+  if ((rc = key_u64(c, "optimizer_state_block", 4096, &m->state_block))) return rc;
+  if (m->state_block < 32 || (m->state_block & (m->state_block - 1)))
+    return mfail(c, "optimizer_state_block %" PRIu64 " (a power of two in [32, 4096])",
+                 m->state_block);
+  if ((rc = key_word(c, "master_dtype", m->master_dtype, sizeof m->master_dtype))) return rc;
+  if (strcmp(m->master_dtype, "F32") && strcmp(m->master_dtype, "BF16"))
+    return mfail(c, "master_dtype \"%s\" (F32 or BF16)", m->master_dtype);
   return 0;
 }
 
@@ -180,6 +205,7 @@ static int parse_scalars(mcur *c, ckpt_manifest *m, uint64_t *nfiles) {
     return mfail(c, "param_dtype \"%s\" (F32, F16 or BF16)", m->param_dtype);
   if ((rc = key_word(c, "optimizer", m->optimizer, sizeof m->optimizer))) return rc;
   if ((rc = key_u64(c, "optimizer_states", 2, &states))) return rc;
+  if ((rc = parse_layout(c, m))) return rc;
   if ((rc = next_line(c)) || (rc = expect_key(c, "loss_scale", &r, &n)) ||
       (rc = parse_hex32(c, "loss_scale", r, n, &m->loss_scale_bits)))
     return rc;
@@ -294,6 +320,9 @@ int ckpt_manifest_format(const ckpt_manifest *m, char **text, size_t *len) {
                    "param_dtype %s\n"
                    "optimizer %s\n"
                    "optimizer_states %d\n"
+                   "optimizer_state_dtype %s\n"
+                   "optimizer_state_block %" PRIu64 "\n"
+                   "master_dtype %s\n"
                    "loss_scale %08" PRIx32 "\n"
                    "loss_scale_good_steps %" PRId64 "\n"
                    "loss_scale_skipped %" PRId64 "\n"
@@ -301,7 +330,7 @@ int ckpt_manifest_format(const ckpt_manifest *m, char **text, size_t *len) {
                    "blob_bytes %" PRIu64 "\n"
                    "files %zu\n",
                    CKPT_FORMAT_VERSION, m->step, m->param_dtype, m->optimizer, m->states,
-                   m->loss_scale_bits, m->good_steps, m->skipped, m->tensors, m->blob_bytes,
+                   m->state_dtype, m->state_block, m->master_dtype, m->loss_scale_bits, m->good_steps, m->skipped, m->tensors, m->blob_bytes,
                    m->nfiles);
   size_t at = (size_t)n;
   for (size_t i = 0; i < m->nfiles; i++)

@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-typedef enum { K_ENUM, K_SIZE, K_INT, K_FLOAT, K_BOOL, K_STR, K_PATHS, K_FLOAT2, K_SCALE } kind;
+typedef enum { K_ENUM, K_SIZE, K_INT, K_POW2, K_FLOAT, K_BOOL, K_STR, K_PATHS, K_FLOAT2, K_SCALE } kind;
 
 typedef struct {
   const char *name;
@@ -39,6 +39,7 @@ static const int v_optim[] = {FERRY_OPTIM_ADAMW, FERRY_OPTIM_ADAM, FERRY_OPTIM_A
                               FERRY_OPTIM_LAMB,  FERRY_OPTIM_SGD,  FERRY_OPTIM_LION};
 static const int v_prec[] = {FERRY_DT_F32, FERRY_DT_F16, FERRY_DT_BF16};
 static const int v_prec_grads[] = {FERRY_DT_F32, FERRY_DT_BF16};
+static const int v_state_dt[] = {FERRY_DT_F32, FERRY_DT_BF16, FERRY_DT_I8};
 static const int v_evict[] = {FERRY_EVICT_TRACE, FERRY_EVICT_LRU};
 static const int v_numa[] = {FERRY_NUMA_LOCAL, FERRY_NUMA_INTERLEAVE, FERRY_NUMA_NONE};
 static const int v_memlock[] = {FERRY_MEMLOCK_ERROR, FERRY_MEMLOCK_PAGEABLE};
@@ -107,11 +108,23 @@ static const key_def keys[] = {
     {"optimizer.nesterov", K_BOOL, OFF(nesterov), "false", NULL, 0, 0, 0, "SGD Nesterov momentum", NULL},
     {"optimizer.threads", K_INT, OFF(threads), "0", NULL, 0, 4096, 0,
      "CPU optimizer threads; 0 = one per core", NULL},
+    {"optimizer.state_dtype", K_ENUM, OFF(opt_state_dtype), "fp32", "fp32|bf16|int8", 0, 0, 0,
+     "dtype of the optimizer states (exp_avg, exp_avg_sq, momentum): bf16 halves them; int8 "
+     "keeps one byte per value and an fp32 absmax per block of optimizer.state_block values "
+     "(adamw, adam and lion)",
+     v_state_dt},
+    {"optimizer.state_block", K_POW2, OFF(opt_state_block), "256", NULL, 32, 4096, 0,
+     "int8 states: values per fp32 absmax block, a power of two in [32, 4096]", NULL},
     {"precision.params", K_ENUM, OFF(prec_params), "bf16", "fp32|fp16|bf16", 0, 0, 0,
      "dtype of the parameters the GPU computes with", v_prec},
     {"precision.grads", K_ENUM, OFF(prec_grads), "fp32", "fp32|bf16", 0, 0, 0,
      "dtype of the gradient accumulators of host and nvme grad homes (bf16 halves their "
      "bytes; not with placement.grads = gpu)", v_prec_grads},
+    {"precision.master", K_ENUM, OFF(prec_master), "fp32", "fp32|bf16", 0, 0, 0,
+     "master weights: fp32 (a master copy beside the params) or bf16 (no copy: the bf16 params "
+     "are the master, updated in fp32 and written back with stochastic rounding; needs "
+     "precision.params = bf16)",
+     v_prec_grads},
     {"precision.loss_scale", K_SCALE, OFF(loss_scale), "dynamic", NULL, 0, 0, 0,
      "\"dynamic\" or a fixed scale > 0 (fp16; bf16 and fp32 use 1)", NULL},
     {"precision.initial_scale", K_FLOAT, OFF(initial_scale), "65536", NULL, 0, 1e30, 1,
@@ -148,6 +161,7 @@ static const char *kind_name(kind k) {
   case K_ENUM: return "enum";
   case K_SIZE: return "size";
   case K_INT: return "integer";
+  case K_POW2: return "power of two";
   case K_FLOAT: return "number";
   case K_BOOL: return "boolean";
   case K_STR: return "string";
@@ -262,8 +276,10 @@ static int set_int(const key_def *k, const char *s, char *dst, char *why, size_t
   errno = 0;
   long long x = strtoll(s, &end, 10);
   while (isspace((unsigned char)*end)) end++;
-  if (errno || end == s || *end || (double)x < k->lo || (double)x > k->hi) {
-    snprintf(why, wl, "an integer in [%.0f, %.0f]", k->lo, k->hi);
+  if (errno || end == s || *end || (double)x < k->lo || (double)x > k->hi ||
+      (k->k == K_POW2 && (x & (x - 1)))) {
+    snprintf(why, wl, "%s in [%.0f, %.0f]", k->k == K_POW2 ? "a power of two" : "an integer", k->lo,
+             k->hi);
     return -1;
   }
   *(int64_t *)dst = x;
@@ -362,7 +378,8 @@ static int set_text(ferry_config_values *v, const key_def *k, const char *s, cha
   switch (k->k) {
   case K_ENUM: return set_enum(k, s, dst, why, wl);
   case K_SIZE: return set_size(k, s, dst, why, wl);
-  case K_INT: return set_int(k, s, dst, why, wl);
+  case K_INT:
+  case K_POW2: return set_int(k, s, dst, why, wl);
   case K_FLOAT: return set_float(k, s, dst, why, wl);
   case K_BOOL: return set_bool(s, dst, why, wl);
   case K_STR: return set_str(s, dst, sizeof v->timeline, why, wl); /* the one string key */
@@ -386,7 +403,8 @@ static void get_text(const ferry_config_values *v, const key_def *k, char *buf, 
     return;
   }
   case K_SIZE: snprintf(buf, len, "%llu", (unsigned long long)*(const uint64_t *)src); return;
-  case K_INT: snprintf(buf, len, "%lld", (long long)*(const int64_t *)src); return;
+  case K_INT:
+  case K_POW2: snprintf(buf, len, "%lld", (long long)*(const int64_t *)src); return;
   case K_FLOAT: snprintf(buf, len, "%.17g", *(const double *)src); return;
   case K_BOOL: snprintf(buf, len, "%s", *(const int *)src ? "true" : "false"); return;
   case K_STR: snprintf(buf, len, "%s", src); return;
@@ -551,10 +569,10 @@ static int apply(reader *r, const config_setting_t *s, const key_def *k, const c
     if ((k->k == K_ENUM || k->k == K_STR) && t != CONFIG_TYPE_STRING)
       return rd_err(r, s, "key '%s': expected a quoted string%s%s", path,
                     k->k == K_ENUM ? ", one of " : "", k->k == K_ENUM ? k->names : "");
-    if ((k->k == K_INT || k->k == K_FLOAT) && t == CONFIG_TYPE_STRING)
+    if ((k->k == K_INT || k->k == K_POW2 || k->k == K_FLOAT) && t == CONFIG_TYPE_STRING)
       return rd_err(r, s, "key '%s': expected %s, not a string (write it without quotes)", path,
                     kind_name(k->k));
-    if (k->k == K_INT && t == CONFIG_TYPE_FLOAT)
+    if ((k->k == K_INT || k->k == K_POW2) && t == CONFIG_TYPE_FLOAT)
       return rd_err(r, s, "key '%s': expected an integer", path);
     scalar_text(s, text, sizeof text);
   }

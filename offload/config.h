@@ -49,8 +49,11 @@ typedef struct {
   double momentum;
   int nesterov;
   int64_t threads;          /* 0: all cores */
+  ferry_dtype opt_state_dtype; /* F32, BF16 or I8 (blockwise int8) */
+  int64_t opt_state_block;  /* int8 states: elements per absmax block, a power of two */
   ferry_dtype prec_params;     /* F32, F16 or BF16 */
   ferry_dtype prec_grads;      /* F32 or BF16: accumulators of host and NVMe grad homes */
+  ferry_dtype prec_master;     /* F32 (a master copy) or BF16 (the params are the master) */
   double loss_scale;        /* 0: dynamic */
   double initial_scale;
   int64_t growth_interval;

@@ -7,6 +7,7 @@
  */
 #include "offload/engine_internal.h"
 #include "offload/engine_impl.h"
+#include "core/dtype.h"
 
 #include <errno.h>
 #include <math.h>
@@ -44,6 +45,35 @@ static int check_placement(const ferry_engine *e) {
                             "\"fp32\")",
                             v->place_grads == FERRY_GRADS_AUTO ? " (auto, with the optimizer on "
                                                                  "the gpu)" : "");
+  return FERRY_OK;
+}
+
+/* The compact optimizer layouts the configuration asks for
+ * (optimizer.state_dtype, optimizer.state_block, precision.master) and
+ * what they need. */
+static int check_compact(ferry_engine *e) {
+  const ferry_config_values *v = e->cv;
+  static const char *const opt_names[] = {"adamw", "adam", "adagrad", "lamb", "sgd", "lion"};
+  e->master_bf16 = v->prec_master == FERRY_DT_BF16;
+  if (e->master_bf16 && v->prec_params != FERRY_DT_BF16)
+    return ferry_err_thread(FERRY_ECONFIG,
+                            "engine create: precision.master = \"bf16\" needs precision.params "
+                            "= \"bf16\" (the bf16 params are the master), not \"%s\"",
+                            v->prec_params == FERRY_DT_F32 ? "fp32" : "fp16");
+  if (v->opt_state_dtype == FERRY_DT_I8 && v->opt_type != FERRY_OPTIM_ADAMW &&
+      v->opt_type != FERRY_OPTIM_ADAM && v->opt_type != FERRY_OPTIM_LION)
+    return ferry_err_thread(FERRY_ECONFIG,
+                            "engine create: optimizer.state_dtype = \"int8\" needs optimizer.type "
+                            "\"adamw\", \"adam\" or \"lion\", not \"%s\" (or set "
+                            "optimizer.state_dtype = \"fp32\" or \"bf16\")",
+                            opt_names[v->opt_type]);
+  ferry_optimizer_config oc = ferry_optimizer_config_default(v->opt_type);
+  oc.momentum = (float)v->momentum;
+  if (e->master_bf16 && ferry_optimizer_state_count(&oc) == 0)
+    return ferry_err_thread(FERRY_ECONFIG,
+                            "engine create: precision.master = \"bf16\" with optimizer.type "
+                            "\"sgd\" and optimizer.momentum = 0 keeps no optimizer state at all; "
+                            "not supported (set precision.master = \"fp32\" or a momentum)");
   return FERRY_OK;
 }
 
@@ -117,6 +147,19 @@ static int choose_math(ferry_engine *e, const ferry_device_info *di) {
                             "AdamW: optimizer.type must be \"adamw\" or \"adam\" (or put the "
                             "optimizer on the host or nvme)",
                             di->name);
+  /* the engine's device math keeps fp32 masters and fp32 states */
+  if (e->gpu_math && (v->opt_state_dtype != FERRY_DT_F32 || e->master_bf16))
+    return ferry_err_thread(FERRY_ENOTSUP,
+                            "engine create: placement.optimizer = \"gpu\" on %s: compact "
+                            "optimizer state (optimizer.state_dtype = \"%s\", precision.master "
+                            "= \"%s\") on the device is not implemented yet; put the optimizer "
+                            "on the host or nvme, or use optimizer.state_dtype = \"fp32\" and "
+                            "precision.master = \"fp32\"",
+                            di->name,
+                            v->opt_state_dtype == FERRY_DT_I8     ? "int8"
+                            : v->opt_state_dtype == FERRY_DT_BF16 ? "bf16"
+                                                                  : "fp32",
+                            e->master_bf16 ? "bf16" : "fp32");
   return FERRY_OK;
 }
 
@@ -167,7 +210,8 @@ int ferry_engine_create(const ferry_config *cfg, ferry_device *dev, ferry_engine
   e->esize = ferry_dtype_size(e->dtype);
   e->param_home = v->place_params;
   e->optim_home = v->place_optimizer;
-  rc = resolve_grads(e);
+  rc = check_compact(e);
+  if (!rc) rc = resolve_grads(e);
   if (!rc) rc = check_placement(e);
   if (!rc) rc = open_device(e, dev);
   if (rc) {
@@ -476,6 +520,10 @@ static ferry_optimizer_config optimizer_config(const ferry_config_values *v) {
   oc.momentum = (float)v->momentum;
   oc.nesterov = v->nesterov;
   oc.threads = (int)v->threads;
+  oc.state_dtype = v->opt_state_dtype;
+  oc.state_block = (size_t)v->opt_state_block;
+  oc.master_dtype = v->prec_master;
+  oc.seed = ENGINE_SR_SEED;
   return oc;
 }
 
@@ -495,23 +543,38 @@ static int initial_values(ferry_engine *e, const eng_param *p, float *dst) {
   return FERRY_OK;
 }
 
-/* One group's fp32 master and zero states, held in the optimizer's work
- * tier. Device math: through `tmp` (host, the largest param) and copies. */
+/* One group's fp32 master (none with a bf16 master) and zero states (the
+ * packed bytes: a zeroed int8 buffer is a zero state), held in the
+ * optimizer's work tier. Device math: through `tmp` (host, the largest
+ * param) and copies. */
 static int init_master(ferry_engine *e, uint32_t g, ferry_tier ot, float *tmp) {
   int gpu = engine_gpu_math(e);
   for (uint32_t k = 0; k < e->gt.groups[g].count; k++) {
     eng_param *p = group_param(e, g, k);
-    float *master;
-    ferry_mem_tensor_ptr(e->mem, p->id[FERRY_ROLE_MASTER], ot, (void **)&master);
-    int rc = initial_values(e, p, gpu ? tmp : master);
-    if (!rc && gpu) rc = gpu_upload_f32(e, master, tmp, p->n);
+    int rc = FERRY_OK;
+    if (!e->master_bf16) {
+      float *master;
+      ferry_mem_tensor_ptr(e->mem, p->id[FERRY_ROLE_MASTER], ot, (void **)&master);
+      rc = initial_values(e, p, gpu ? tmp : master);
+      if (!rc && gpu) rc = gpu_upload_f32(e, master, tmp, p->n);
+    }
     for (int r = FERRY_ROLE_EXP_AVG; r <= FERRY_ROLE_EXP_AVG_SQ && !rc; r++) {
       if (p->id[r] == UINT32_MAX) continue;
       void *st;
       ferry_mem_tensor_ptr(e->mem, p->id[r], ot, &st);
-      if (gpu) rc = gpu_zero(e, st, p->n * sizeof(float));
-      else memset(st, 0, p->n * sizeof(float));
+      if (gpu) rc = gpu_zero(e, st, p->state_bytes);
+      else memset(st, 0, p->state_bytes);
     }
+    if (rc) return rc;
+  }
+  return FERRY_OK;
+}
+
+/* A bf16 master: group g's initial fp32 values into vals (goff-indexed). */
+static int group_initial_values(ferry_engine *e, uint32_t g, float *vals) {
+  for (uint32_t k = 0; k < e->gt.groups[g].count; k++) {
+    eng_param *p = group_param(e, g, k);
+    int rc = initial_values(e, p, vals + p->goff);
     if (rc) return rc;
   }
   return FERRY_OK;
@@ -521,13 +584,14 @@ static int init_groups(ferry_engine *e, float *tmp);
 static int init_grads(ferry_engine *e, uint32_t g, ferry_tier gt);
 
 /* Fills master, zero states, zero grads, and the params from the master
- * values. */
+ * values (a bf16 master: from the initial values). */
 static int init_values(ferry_engine *e) {
   float *tmp = NULL;
-  if (engine_gpu_math(e)) {
-    size_t maxn = 0;
-    for (size_t i = 0; i < e->gt.nparams; i++)
-      if (e->gt.params[i].n > maxn) maxn = e->gt.params[i].n;
+  if (engine_gpu_math(e) || e->master_bf16) {
+    size_t maxn = e->gt.max_group_n; /* bf16 master: a group's values */
+    if (!e->master_bf16)
+      for (size_t i = maxn = 0; i < e->gt.nparams; i++)
+        if (e->gt.params[i].n > maxn) maxn = e->gt.params[i].n;
     tmp = malloc(maxn * sizeof(float));
     if (!tmp) return ferry_err(&e->err, FERRY_ENOMEM, "finalize: out of memory");
   }
@@ -553,7 +617,8 @@ static int init_groups(ferry_engine *e, float *tmp) {
       ferry_mem_release(e->mem, g, FERRY_FAMILY_OPTIM, ot, NULL);
       return rc;
     }
-    rc = stepper_write_params(e, g);
+    if (e->master_bf16) rc = group_initial_values(e, g, tmp);
+    if (!rc) rc = stepper_write_params(e, g, e->master_bf16 ? tmp : NULL);
     ferry_mem_release(e->mem, g, FERRY_FAMILY_OPTIM, ot, NULL);
     if (!rc && e->optim_home == FERRY_TIER_NVME) /* after the release: held copies stay */
       rc = ferry_mem_writeback(e->mem, g, FERRY_FAMILY_OPTIM, ot);
@@ -667,7 +732,10 @@ int ferry_engine_finalize(ferry_engine *e) {
   }
   if (!rc) rc = create_manager(e, dev_budget, own_dev, own_host);
   if (!rc) {
+    e->ocfg = oc;
     e->nstates = ferry_optimizer_state_count(&oc);
+    for (size_t i = 0; i < e->gt.nparams; i++)
+      e->gt.params[i].state_bytes = ferry_optimizer_state_bytes(&oc, e->gt.params[i].n);
     rc = group_register(e);
     if (!rc) rc = ferry_mem_finalize(e->mem);
     if (rc) return layout_err(e, rc, dev_budget, own_dev);
@@ -683,6 +751,7 @@ int ferry_engine_finalize(ferry_engine *e) {
   if (rc) return rc;
   e->tracing = 1; /* the loop's fetches until the first step become the trace */
   ferry_timeline_reset(&e->tl);
+  e->tl.optim_bytes_per_param = engine_optim_bytes_per_param(e);
   e->finalized = 1;
   return FERRY_OK;
 }
@@ -851,6 +920,27 @@ int ferry_grads_ready(ferry_engine *e, int group, ferry_stream *s) {
   return FERRY_OK;
 }
 
+/* A bf16 master is the params: the group's, read where they are (the
+ * uploads of the last step done first), widened to fp32. */
+static int read_bf16_master(ferry_engine *e, const eng_param *p, float *dst) {
+  eng_group *gr = &e->gt.groups[p->group];
+  ferry_stream *s = NULL;
+  void *buf = malloc(gr->n * e->esize);
+  int rc = buf ? ferry_stream_synchronize(e->up) : FERRY_ENOMEM;
+  if (!rc) rc = ferry_stream_create(e->dev, &s);
+  if (rc) {
+    free(buf);
+    return ferry_err(&e->err, rc, "param read: %s",
+                     rc == FERRY_ENOMEM ? "out of memory" : ferry_device_last_error(e->dev));
+  }
+  rc = stepper_read_params(e, p->group, buf, s);
+  for (size_t i = 0; !rc && i < p->n; i++)
+    dst[i] = ferry_dt_load((const char *)buf + p->goff * e->esize, e->dtype, i);
+  ferry_stream_destroy(s);
+  free(buf);
+  return rc;
+}
+
 int ferry_param_read(ferry_engine *e, const char *name, float *dst, size_t count) {
   if (!e || !dst) return FERRY_EINVAL;
   if (!e->finalized) return ferry_err(&e->err, FERRY_ESTATE, "param read: not finalized");
@@ -862,6 +952,7 @@ int ferry_param_read(ferry_engine *e, const char *name, float *dst, size_t count
   int rc = stepper_wait_all(e);
   if (!rc) rc = drain_wait(e);
   if (rc) return rc;
+  if (e->master_bf16) return read_bf16_master(e, p, dst);
   ferry_tier ot = work_tier(e->optim_home);
   rc = ferry_mem_fetch(e->mem, p->group, FERRY_FAMILY_OPTIM, ot, NULL, FERRY_MEM_NOTRACE);
   if (rc) return engine_mem_err(e, rc, "param read");
@@ -879,13 +970,25 @@ int ferry_engine_write_timeline(ferry_engine *e, const char *path) {
   return ferry_timeline_write(&e->tl, path, &e->err);
 }
 
+double engine_optim_bytes_per_param(const ferry_engine *e) {
+  /* what the optimizer's pass reads and writes: the grads it reads (the
+   * accumulators, or the staged grads of "none") and the param copy it
+   * writes (none with a bf16 master, which is updated in place) */
+  if (!e->mem) return 0;
+  double b = ferry_optimizer_bytes_per_param(&e->ocfg, e->grad_dtype,
+                                             e->master_bf16 ? FERRY_DT_NONE : e->dtype);
+  return b > 0 ? b : 0;
+}
+
 int ferry_engine_get_stats(ferry_engine *e, ferry_stats *out) {
   if (!e || !out) return FERRY_EINVAL;
   if (!e->mem) {
     memset(out, 0, sizeof *out);
     return FERRY_OK;
   }
-  return ferry_mem_get_stats(e->mem, out);
+  int rc = ferry_mem_get_stats(e->mem, out);
+  if (!rc) out->optim_bytes_per_param = engine_optim_bytes_per_param(e);
+  return rc;
 }
 
 /* ---- for checkpoints ------------------------------------------------------ */

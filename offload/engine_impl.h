@@ -34,6 +34,10 @@
 #define ENGINE_GRAD_SLOTS 2   /* device grad buffers in flight (backward / drain) */
 #define ENGINE_STAGE_SLOTS 2  /* pinned buffers for param uploads */
 #define ENGINE_DRAIN_STAGES 2 /* pinned buffers for grad downloads (one copying, one summed) */
+/* The stochastic-rounding seed of a bf16 master (precision.master): fixed,
+ * so runs repeat and resume bit for bit (the counter is the step and each
+ * element's index in registration order, eng_param.gindex). */
+#define ENGINE_SR_SEED 0x6665727279535231ull
 
 /* ---- group.c: the group table -------------------------------------------- */
 
@@ -48,6 +52,9 @@ typedef struct { /* (fixed) */
   void *init_user;
   uint32_t id[FERRY_ROLE_COUNT]; /* memory manager ids per role (UINT32_MAX: none) */
   size_t goff;                   /* element offset within its group */
+  uint64_t gindex;               /* element offset in the model, registration order (the
+                                    stochastic-rounding index of a bf16 master) */
+  size_t state_bytes;            /* bytes of one optimizer state (ferry_optimizer_state_bytes) */
 } eng_param;
 
 /* A group's optimizer update, from its grads being final to its new params
@@ -190,6 +197,8 @@ struct ferry_engine {
   int grads_none;        /* placement.grads "none": no accumulator (grad_home says host) */
   ferry_dtype grad_dtype; /* of the accumulators (none: of the staged grads, e->dtype) */
   int nstates;       /* optimizer states per element (0, 1, 2) */
+  int master_bf16;   /* precision.master = bf16: no master tensor, the params are the master */
+  ferry_optimizer_config ocfg; /* the optimizer's configuration (finalize) */
   int eager;         /* update each group as soon as its grads are final */
   int gpu_math;      /* engine_gpu_math */
   int dynamic_scale;
@@ -299,9 +308,14 @@ int stepper_retry_failed(ferry_engine *e);
 int stepper_wait_all(ferry_engine *e);
 /* Waits until group g's update is done; its failure status, or 0. */
 int stepper_wait_group(ferry_engine *e, uint32_t g);
-/* Writes a group's params (param dtype) from its fp32 master values, which
+/* Writes a group's params (param dtype) from fp32 values: vals (the
+ * group's values, goff-indexed), or when NULL its fp32 master values, which
  * must be held in the optimizer's work tier (finalize). */
-int stepper_write_params(ferry_engine *e, uint32_t g);
+int stepper_write_params(ferry_engine *e, uint32_t g, const float *vals);
+/* Copies group g's current params (param dtype, goff-indexed) from where
+ * they live (host copy; NVMe through the host; device copy D2H on s) into
+ * dst, host memory. Between its updates (the stepper, or quiesced). */
+int stepper_read_params(ferry_engine *e, uint32_t g, void *dst, ferry_stream *s);
 
 /* drain.c */
 int drain_init(ferry_engine *e, size_t gbytes); /* finalize: buffers */
@@ -344,6 +358,10 @@ int gpu_optimizer_step(ferry_engine *e, uint32_t g, float gscale);
 int gpu_drain_enqueue(ferry_engine *e, uint32_t g, const void *grads, int stage, int last);
 /* After the stage's event: the group's sum of squares (params in order). */
 double gpu_drain_sumsq(ferry_engine *e, uint32_t g, int stage);
+
+/* engine.c: ferry_optimizer_bytes_per_param of the engine's optimizer
+ * pass (ferry_stats.optim_bytes_per_param, the timeline's metadata). */
+double engine_optim_bytes_per_param(const ferry_engine *e);
 
 /* engine.c: for checkpoints */
 /* Waits until the loop is between steps (no step, no drain, no micro-batch

@@ -98,6 +98,11 @@ int group_build(ferry_engine *e) {
     if (gr->count > gt->max_count) gt->max_count = gr->count;
     if (gr->n > gt->max_group_n) gt->max_group_n = gr->n;
   }
+  uint64_t at = 0; /* registration order */
+  for (size_t i = 0; i < gt->nparams; i++) {
+    gt->params[i].gindex = at;
+    at += gt->params[i].n;
+  }
   for (uint32_t g = 0; g < gt->ngroups; g++)
     if (gt->groups[g].count == 0)
       return ferry_err(&e->err, FERRY_EINVAL,
@@ -116,13 +121,24 @@ int group_register(ferry_engine *e) {
       if (r == FERRY_ROLE_EXP_AVG && e->nstates < 1) continue;
       if (r == FERRY_ROLE_EXP_AVG_SQ && e->nstates < 2) continue;
       if (r == FERRY_ROLE_GRAD && e->grads_none) continue; /* no accumulator */
+      if (r == FERRY_ROLE_MASTER && e->master_bf16) continue; /* the params are the master */
       char nm[FERRY_MEM_NAME_MAX + 1];
       snprintf(nm, sizeof nm, "%s%s", p->name, role_suffix[r]);
       ferry_dtype dt = r == FERRY_ROLE_PARAM  ? e->dtype
                        : r == FERRY_ROLE_GRAD ? e->grad_dtype
                                               : FERRY_DT_F32;
-      rc = ferry_mem_register(e->mem, nm, dt, p->ndim, p->shape, p->group, (ferry_role)r,
-                              &p->id[r]);
+      int ndim = p->ndim;
+      const int64_t *shape = p->shape;
+      int64_t packed = (int64_t)p->state_bytes;
+      if (r == FERRY_ROLE_EXP_AVG || r == FERRY_ROLE_EXP_AVG_SQ) {
+        dt = e->ocfg.state_dtype;
+        if (dt == FERRY_DT_I8) { /* codes and absmax: bytes, one dimension */
+          dt = FERRY_DT_U8;
+          ndim = 1;
+          shape = &packed;
+        }
+      }
+      rc = ferry_mem_register(e->mem, nm, dt, ndim, shape, p->group, (ferry_role)r, &p->id[r]);
     }
   }
   return rc;

@@ -198,7 +198,7 @@ static int param_commit(ferry_engine *e, uint32_t g) {
   return rc ? engine_mem_err(e, rc, "step: params") : FERRY_OK;
 }
 
-int stepper_write_params(ferry_engine *e, uint32_t g) {
+int stepper_write_params(ferry_engine *e, uint32_t g, const float *vals) {
   eng_group *gr = &e->gt.groups[g];
   void **dst = e->stepper.dsts;
   if (engine_gpu_math(e)) { /* the masters are device memory: a kernel converts */
@@ -211,11 +211,43 @@ int stepper_write_params(ferry_engine *e, uint32_t g) {
   ferry_tier ot = work_tier(e->optim_home);
   for (uint32_t k = 0; k < gr->count; k++) {
     eng_param *p = group_param(e, g, k);
-    float *master;
-    ferry_mem_tensor_ptr(e->mem, p->id[FERRY_ROLE_MASTER], ot, (void **)&master);
-    for (size_t i = 0; i < p->n; i++) ferry_dt_store(dst[k], e->dtype, i, master[i]);
+    const float *src = vals ? vals + p->goff : NULL;
+    if (!src) ferry_mem_tensor_ptr(e->mem, p->id[FERRY_ROLE_MASTER], ot, (void **)&src);
+    for (size_t i = 0; i < p->n; i++) ferry_dt_store(dst[k], e->dtype, i, src[i]);
   }
   return e->param_home == FERRY_TIER_DEVICE ? param_upload(e, g, 0) : param_commit(e, g);
+}
+
+int stepper_read_params(ferry_engine *e, uint32_t g, void *dst, ferry_stream *s) {
+  eng_group *gr = &e->gt.groups[g];
+  int rc;
+  if (e->param_home == FERRY_TIER_DEVICE) {
+    /* the device copy is the home (always resident); copies on s follow
+     * the group's last upload when s is e->up, else the caller waited */
+    for (uint32_t k = 0; k < gr->count; k++) {
+      eng_param *p = group_param(e, g, k);
+      void *d;
+      rc = ferry_mem_tensor_ptr(e->mem, p->id[FERRY_ROLE_PARAM], FERRY_TIER_DEVICE, &d);
+      if (rc) return engine_mem_err(e, rc, "params");
+      rc = ferry_memcpy_async(s, (char *)dst + p->goff * e->esize, d, p->n * e->esize,
+                              FERRY_COPY_D2H);
+      if (rc) return ferry_err(&e->err, rc, "params: %s", ferry_device_last_error(e->dev));
+    }
+    rc = ferry_stream_synchronize(s);
+    return rc ? ferry_err(&e->err, rc, "params: %s", ferry_device_last_error(e->dev)) : FERRY_OK;
+  }
+  /* host home: the host copy; NVMe home: read into the host first */
+  rc = group_fetch(e, g, FERRY_FAMILY_PARAMS, FERRY_TIER_HOST, NULL, FERRY_MEM_NOTRACE, NULL);
+  if (rc) return engine_mem_err(e, rc, "params");
+  for (uint32_t k = 0; k < gr->count && !rc; k++) {
+    eng_param *p = group_param(e, g, k);
+    void *h;
+    rc = ferry_mem_tensor_ptr(e->mem, p->id[FERRY_ROLE_PARAM], FERRY_TIER_HOST, &h);
+    if (!rc) memcpy((char *)dst + p->goff * e->esize, h, p->n * e->esize);
+  }
+  int r2 = ferry_mem_release(e->mem, g, FERRY_FAMILY_PARAMS, FERRY_TIER_HOST, NULL);
+  if (!rc) rc = r2;
+  return rc ? engine_mem_err(e, rc, "params") : FERRY_OK;
 }
 
 /* Points the optimizer's spans at group g's tensors (all held) and at
@@ -227,7 +259,10 @@ static void fill_spans(ferry_engine *e, uint32_t g, void **dst) {
     eng_param *p = group_param(e, g, k);
     ferry_optim_span *sp = &e->stepper.spans[k];
     memset(sp, 0, sizeof *sp);
-    ferry_mem_tensor_ptr(e->mem, p->id[FERRY_ROLE_MASTER], ot, (void **)&sp->param);
+    if (e->master_bf16) /* the staged copy of its current params, updated in place */
+      sp->param = dst[k];
+    else
+      ferry_mem_tensor_ptr(e->mem, p->id[FERRY_ROLE_MASTER], ot, (void **)&sp->param);
     if (e->grads_none)
       sp->grad = (const char *)e->drain.stage[stage].buf + p->goff * e->esize;
     else
@@ -236,10 +271,11 @@ static void fill_spans(ferry_engine *e, uint32_t g, void **dst) {
       ferry_mem_tensor_ptr(e->mem, p->id[FERRY_ROLE_EXP_AVG], ot, &sp->state1);
     if (p->id[FERRY_ROLE_EXP_AVG_SQ] != UINT32_MAX)
       ferry_mem_tensor_ptr(e->mem, p->id[FERRY_ROLE_EXP_AVG_SQ], ot, &sp->state2);
-    sp->param_copy = dst[k];
+    sp->param_copy = e->master_bf16 ? NULL : dst[k];
     sp->n = p->n;
     sp->grad_dtype = e->grad_dtype; /* "none": the staged grads' (param dtype) */
-    sp->copy_dtype = e->dtype;
+    sp->copy_dtype = e->master_bf16 ? FERRY_DT_NONE : e->dtype;
+    sp->index = p->gindex; /* the same for every placement and grouping */
   }
 }
 
@@ -256,6 +292,11 @@ static int run_optimizer(ferry_engine *e, uint32_t i, int slot, float gscale, in
     if (e->param_home == FERRY_TIER_DEVICE) rc = wait_readers(e, i, e->down);
   } else {
     rc = param_prepare(e, i, slot, dst);
+    /* a bf16 master: the staging starts as the current params (a failed
+     * update leaves the params themselves unchanged) */
+    void *base = e->param_home == FERRY_TIER_DEVICE ? e->stepper.stage_up[slot]
+                                                    : e->stepper.param_stage;
+    if (!rc && e->master_bf16) rc = stepper_read_params(e, i, base, e->up);
   }
   if (rc) return rc;
   fill_spans(e, i, dst);

@@ -134,7 +134,10 @@ int ferry_timeline_write(const ferry_timeline *tl, const char *path, ferry_errbu
     fputc('}', f);
     first = 0;
   }
-  fprintf(f, "\n],\"otherData\":{\"dropped_spans\":%zu}}\n", ferry_timeline_dropped(tl));
+  fprintf(f, "\n],\"otherData\":{\"dropped_spans\":%zu", ferry_timeline_dropped(tl));
+  if (tl->optim_bytes_per_param > 0)
+    fprintf(f, ",\"optim_bytes_per_param\":%.4f", tl->optim_bytes_per_param);
+  fputs("}}\n", f);
   if (fclose(f) != 0) {
     int e = errno;
     return ferry_err(err, FERRY_EIO, "timeline: write of %s failed: %s", path, strerror(e));

@@ -33,6 +33,8 @@ typedef struct ferry_timeline {
   size_t cap;
   atomic_size_t n;       /* spans recorded (may exceed cap: the rest dropped) */
   double origin;         /* t = 0 of the trace */
+  double optim_bytes_per_param; /* written at start (the engine's finalize): the metadata's
+                                   "optim_bytes_per_param", 0 = left out */
 } ferry_timeline;
 
 int ferry_timeline_init(ferry_timeline *tl, size_t capacity);

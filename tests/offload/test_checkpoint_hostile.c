@@ -162,7 +162,7 @@ int main(int argc, char **argv) {
   spit(mp, m, len / 2);
   expect_refused("truncated manifest", "manifest line");
   copy_good();
-  edit("manifest", "ferry-checkpoint 1", "ferry-checkpoint 9");
+  edit("manifest", "ferry-checkpoint 2", "ferry-checkpoint 9");
   expect_refused("another format version", "version 9");
   copy_good();
   edit("manifest", "step 1\n", "step 2\n");
