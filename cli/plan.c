@@ -419,13 +419,9 @@ static int write_config(const char *path, const ferry_plan_input *in, const ferr
       {"device", in->device == FERRY_PLAN_DEV_HOST ? "host" : "cuda"},
       {"tiers.nvme.budget", uses_nvme ? nvme : "0"},
       {"tiers.nvme.paths", uses_nvme && nvme_path ? nvme_path : NULL},
-      /* the compact-state keys: written when they differ from the engine's
-       * defaults (fp32 states, block 256, fp32 master) */
-      {"optimizer.state_dtype",
-       in->state_dtype != FERRY_DT_F32 ? ferry_plan_dtype_name(in->state_dtype) : NULL},
-      {"optimizer.state_block", in->state_dtype == FERRY_DT_I8 ? block : NULL},
-      {"precision.master",
-       in->master_dtype == FERRY_DT_BF16 ? ferry_plan_dtype_name(in->master_dtype) : NULL},
+      {"optimizer.state_dtype", ferry_plan_dtype_name(in->state_dtype)},
+      {"optimizer.state_block", block},
+      {"precision.master", ferry_plan_dtype_name(in->master_dtype)},
   };
   int rc = 0;
   for (size_t i = 0; i < sizeof sets / sizeof sets[0] && !rc; i++) {

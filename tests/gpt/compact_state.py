@@ -51,7 +51,7 @@ def run(a, name):
     cmd = [a.gpt, "train", "--model", "small", "--data", a.data, "--engine",
            os.path.join(a.root, "examples/configs/offload-nvme.cfg"),
            "--set", "tiers.host.budget=128M", "--steps", str(a.steps), "--batch", "4",
-           "--seq", "128", "--lr", "2e-3", "--seed", "1", "--stats-json", stats]
+           "--seq", "128", "--lr", a.lr, "--seed", "1", "--stats-json", stats]
     for kv in RUNS[name][0]:
         cmd += ["--set", kv]
     print("compact_state: " + " ".join(cmd), flush=True)
@@ -93,6 +93,7 @@ def main():
     ap.add_argument("--data", default="/usr/share/common-licenses/GPL-3")
     ap.add_argument("--steps", type=int, default=300)
     ap.add_argument("--runs", default="fp32,bf16,int8,int8-m16")
+    ap.add_argument("--lr", default="6e-4")
     ap.add_argument("--json-out")
     a = ap.parse_args()
     names = a.runs.split(",")

@@ -72,8 +72,15 @@ if(NOT _err MATCHES "memory: peak RSS [0-9.]+ [KMG]iB; engine peaks gpu [0-9.]+/
 endif()
 # the optimizer pass's bytes per param and step (ferry_stats.optim_bytes_per_param)
 string(JSON _obt ERROR_VARIABLE _jerr TYPE "${_j}" optim_bytes_per_param)
-if(_jerr OR NOT _obt STREQUAL "NUMBER")
-  message(FATAL_ERROR "optim_bytes_per_param: a number with --engine (${_jerr}):\n${_j}")
+get(_obp optim_bytes_per_param)
+# offload-nvme.cfg: fp32 grad accumulators (clipping on) read, fp32 master and
+# two fp32 states read and written, the bf16 param copy written: 4+8+16+2
+if(_jerr OR NOT _obt STREQUAL "NUMBER" OR NOT _obp EQUAL 30)
+  message(FATAL_ERROR "optim_bytes_per_param: 30 with --engine offload-nvme.cfg, got "
+    "'${_obp}' (${_jerr}):\n${_j}")
+endif()
+if(NOT _err MATCHES "; optimizer 30 B/param/step; ")
+  message(FATAL_ERROR "the memory line lacks '; optimizer 30 B/param/step; ':\n${_err}")
 endif()
 message(STATUS "engine: ${_j}")
 

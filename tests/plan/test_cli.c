@@ -277,7 +277,7 @@ static void test_compact_state(void) {
   static const double home[] = {12, 8, 6.03125, 2.03125}, step[] = {28, 20, 16.0625, 10.0625};
   double nvme_s[4] = {0};
   for (int i = 0; i < 4; i++) {
-    char args[512];
+    char args[2048];
     snprintf(args, sizeof args, "%s %s --json", base, opt[i]);
     EXPECT_EQ_INT(run(0, args), 0);
     ferry_json_value *v = NULL;
@@ -308,7 +308,7 @@ static void test_compact_state(void) {
   EXPECT(nvme_s[3] > 0 && nvme_s[3] < nvme_s[2] && nvme_s[2] < nvme_s[1] &&
          nvme_s[1] < nvme_s[0]);
   EXPECT(nvme_s[3] > 0 && nvme_s[0] / nvme_s[3] >= 2.5);
-  char args[512];
+  char args[2048];
   snprintf(args, sizeof args, "%s --state-dtype int8 --state-block 1024 --master bf16", base);
   EXPECT_EQ_INT(run(0, args), 0);
   EXPECT(has("2 int8 states, block 1024, bf16 master"));
@@ -329,6 +329,26 @@ static void test_compact_state(void) {
   snprintf(args, sizeof args, "%s --master fp16", base);
   EXPECT_EQ_INT(run(1, args), 2);
   EXPECT(has("--master 'fp16'"));
+  /* --write-config: the engine's keys, loaded back by the engine's config */
+  char cfg[1024];
+  snprintf(cfg, sizeof cfg, "%s/plan-compact.cfg", dir);
+  remove(cfg);
+  snprintf(args, sizeof args, "--model gpt2-xl --gpu-mem 12G --host-mem 64G --state-dtype int8 "
+           "--state-block 512 --master bf16 --write-config '%s'", cfg);
+  EXPECT_EQ_INT(run(1, args), 0);
+  ferry_config *c = NULL;
+  REQUIRE(ferry_config_create(&c) == 0);
+  int lrc = ferry_config_load_file(c, cfg);
+  if (lrc) fprintf(stderr, "  %s\n", ferry_config_last_error(c));
+  EXPECT(lrc == 0);
+  char buf[64];
+  EXPECT(ferry_config_get(c, "optimizer.state_dtype", buf, sizeof buf) == 0 &&
+         !strcmp(buf, "int8"));
+  EXPECT(ferry_config_get(c, "optimizer.state_block", buf, sizeof buf) == 0 &&
+         !strcmp(buf, "512"));
+  EXPECT(ferry_config_get(c, "precision.master", buf, sizeof buf) == 0 && !strcmp(buf, "bf16"));
+  ferry_config_destroy(c);
+  remove(cfg);
 }
 
 int main(int argc, char **argv) {
