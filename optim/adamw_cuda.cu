@@ -39,7 +39,7 @@ extern "C" int optim_cuda_step(const optim_scalars *s, const optim_tile *t, void
   int threads = 256;
   size_t want = (t->n + threads - 1) / threads;
   int blocks = want > 65535u * 8u ? 65535 * 8 : (int)want;
-  adam_kernel<<<blocks, threads, 0, (cudaStream_t)stream>>>(*s, t->p, t->g, t->gdt, (float *)t->s1,
+  adam_kernel<<<blocks, threads, 0, (cudaStream_t)stream>>>(*s, (float *)t->p, t->g, t->gdt, (float *)t->s1,
                                                             (float *)t->s2, t->pc, t->cdt, t->n);
   cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess) {

@@ -5,7 +5,10 @@
 #include "optim/scalar_impl.h"
 
 static void scalar_step(const optim_scalars *s, const optim_tile *t) {
-  optim_ref_step_range(s, t, 0, t->n);
+  if (t->sdt == FERRY_DT_I8)
+    optim_ref_qstep_from(s, t, 0);
+  else
+    optim_ref_step_range(s, t, 0, t->n);
 }
 
 static void scalar_lamb1(const optim_scalars *s, const optim_tile *t, double *psq, double *usq) {

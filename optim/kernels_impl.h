@@ -39,6 +39,8 @@ typedef struct {
   int sgd_momentum;   /* SGD: a momentum buffer is used */
   int nesterov;       /* SGD */
   int native_bf16;    /* AVX-512: use the AVX512-BF16 conversion instruction */
+  uint32_t sr_key;    /* bf16 master: stochastic-rounding key of this step
+                         (optim_sr_key(seed, step), optim/quant_impl.h) */
 } optim_scalars;
 
 /* Element types of the buffers of a tile: ferry_dtype (include/ferry.h). */
@@ -46,7 +48,7 @@ typedef struct {
 /* A contiguous run of elements of one tensor. Pointers are already offset to
  * the run's first element; none needs any alignment beyond its type's. */
 typedef struct {
-  float *p;      /* fp32 master, read and written */
+  void *p;       /* master (mdt: fp32, or bf16 params), read and written */
   const void *g; /* gradient, gdt */
   void *s1;      /* m / momentum buffer / Adagrad sum, sdt (NULL when unused) */
   void *s2;      /* v (Adam, AdamW, LAMB), sdt */
@@ -54,6 +56,12 @@ typedef struct {
   size_t n;
   int gdt, sdt, cdt;
   float trust; /* LAMB phase 2: trust ratio of this tensor */
+  int mdt;     /* master: FERRY_DT_F32 (0 reads as it) or FERRY_DT_BF16 */
+  uint64_t index; /* bf16 master: stochastic-rounding counter of element 0 */
+  /* int8 states (sdt FERRY_DT_I8): s1/s2 point at the tile's first code, a1/a2
+   * at the absmax of its first block; the tile starts at a block boundary. */
+  size_t block; /* elements per absmax block */
+  float *a1, *a2;
 } optim_tile;
 
 /* ---- CUDA AdamW (adamw_cuda.cu, or cuda_none.c) ------------------------ */

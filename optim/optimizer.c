@@ -5,6 +5,7 @@
  * loss scaler.
  */
 #include "optim/optim.h"
+#include "optim/quant_impl.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -78,6 +79,7 @@ void optim_scalars_make(optim_scalars *s, const ferry_optimizer_config *cfg, flo
   s->decay = 1.0f;
   s->inv_bc1 = 1.0f;
   s->inv_sqrt_bc2 = 1.0f;
+  s->sr_key = optim_sr_key(cfg->seed, t);
   double bc1 = 1.0 - pow(b1, (double)t), bc2 = 1.0 - pow(b2, (double)t);
   switch (cfg->type) {
   case FERRY_OPTIM_ADAMW:
@@ -291,10 +293,6 @@ int ferry_optimizer_create(const ferry_optimizer_config *cfg, ferry_optimizer **
           "this CPU (scalar, avx2, avx512)",
           getenv("FERRY_SIMD"));
   }
-  if (cfg->state_dtype == FERRY_DT_I8 || cfg->master_dtype == FERRY_DT_BF16)
-    return ferry_err_thread(FERRY_ENOTSUP,
-                            "ferry_optimizer_create: int8 states and the bf16 master are not "
-                            "implemented yet");
   const optim_kernels *k = optim_kernels_get(level);
   if (!k)
     return ferry_err_thread(FERRY_ENOTSUP,
@@ -305,6 +303,12 @@ int ferry_optimizer_create(const ferry_optimizer_config *cfg, ferry_optimizer **
   o->cfg = *cfg;
   o->cfg.simd = NULL; /* not kept: the caller's string */
   if (!o->cfg.tile) o->cfg.tile = 65536;
+  if (!o->cfg.master_dtype) o->cfg.master_dtype = FERRY_DT_F32;
+  if (o->cfg.state_dtype == FERRY_DT_I8) { /* int8 tiles start at block boundaries */
+    size_t b = qblock(&o->cfg);
+    o->cfg.state_block = b;
+    o->cfg.tile = (o->cfg.tile + b - 1) / b * b;
+  }
   o->k = k;
   o->level = level;
   o->native_bf16 = level == OPTIM_SIMD_AVX512 && (ferry_cpu_simd() & FERRY_SIMD_AVX512BF16);
@@ -373,6 +377,11 @@ static int check_span(ferry_optimizer *o, const ferry_optim_span *sp, size_t i) 
                      sp->grad_dtype);
   if (sp->copy_dtype != FERRY_DT_NONE && !dt_ok(sp->copy_dtype))
     return ferry_err(&o->err, FERRY_EINVAL, "span %zu: copy_dtype %d", i, sp->copy_dtype);
+  if (o->cfg.master_dtype == FERRY_DT_BF16 && sp->copy_dtype != FERRY_DT_NONE)
+    return ferry_err(&o->err, FERRY_EINVAL,
+                     "span %zu: copy_dtype %d with master_dtype bf16 (the bf16 params are the "
+                     "master, updated in place: copy_dtype must be FERRY_DT_NONE)",
+                     i, sp->copy_dtype);
   if (sp->n == 0) return 0;
   if (!sp->param || !sp->grad)
     return ferry_err(&o->err, FERRY_EINVAL, "span %zu: param or grad is NULL", i);
@@ -386,7 +395,9 @@ static int check_span(ferry_optimizer *o, const ferry_optim_span *sp, size_t i) 
   return 0;
 }
 
-static size_t esize(int dt) { return dt == FERRY_DT_F32 ? 4 : 2; }
+static size_t esize(int dt) {
+  return dt == FERRY_DT_F32 ? 4 : dt == FERRY_DT_I8 ? 1 : 2;
+}
 
 static int grow(void **p, size_t *cap, size_t need, size_t elem) {
   if (need <= *cap) return 0;
@@ -418,7 +429,9 @@ static int build_tiles(ferry_optimizer *o, const ferry_optim_span *spans, size_t
       optim_tile *t = &st->t;
       size_t es = esize(sdt);
       t->n = sp->n - off < T ? sp->n - off : T;
-      t->p = (float *)sp->param + off;
+      t->mdt = o->cfg.master_dtype;
+      t->p = (char *)sp->param + off * esize(t->mdt);
+      t->index = sp->index + off;
       t->g = (const char *)sp->grad + off * esize(sp->grad_dtype);
       t->s1 = sp->state1 ? (char *)sp->state1 + off * es : NULL;
       t->s2 = sp->state2 && (o->cfg.type == FERRY_OPTIM_ADAMW || o->cfg.type == FERRY_OPTIM_ADAM ||
@@ -431,6 +444,12 @@ static int build_tiles(ferry_optimizer *o, const ferry_optim_span *spans, size_t
       t->gdt = sp->grad_dtype;
       t->sdt = sdt;
       t->trust = 1.0f;
+      t->block = qblock(&o->cfg);
+      t->a1 = t->a2 = NULL;
+      if (sdt == FERRY_DT_I8) { /* off is a multiple of the block */
+        if (t->s1) t->a1 = optim_q_absmax_ptr(sp->state1, sp->n) + off / t->block;
+        if (t->s2) t->a2 = optim_q_absmax_ptr(sp->state2, sp->n) + off / t->block;
+      }
       st->span = i;
     }
   }
@@ -549,8 +568,10 @@ int ferry_optimizer_step_cuda(ferry_optimizer *o, const ferry_optim_span *spans,
   if (!o) return FERRY_EINVAL;
   if (o->cfg.type != FERRY_OPTIM_ADAMW && o->cfg.type != FERRY_OPTIM_ADAM)
     return ferry_err(&o->err, FERRY_ENOTSUP, "step_cuda: only AdamW and Adam run on the GPU");
-  if (o->cfg.state_dtype != FERRY_DT_F32)
-    return ferry_err(&o->err, FERRY_ENOTSUP, "step_cuda: fp32 states only");
+  if (o->cfg.state_dtype != FERRY_DT_F32 || o->cfg.master_dtype != FERRY_DT_F32)
+    return ferry_err(&o->err, FERRY_ENOTSUP,
+                     "step_cuda: fp32 states and an fp32 master only (the bf16 and int8 "
+                     "states and the bf16 master run on the CPU)");
   if (count && !spans) return ferry_err(&o->err, FERRY_EINVAL, "step_cuda: spans is NULL");
   if (ferry_optimizer_query(o) != 0)
     return ferry_err(&o->err, FERRY_EBUSY, "step_cuda: a CPU step is still running");
@@ -563,8 +584,19 @@ int ferry_optimizer_step_cuda(ferry_optimizer *o, const ferry_optim_span *spans,
   for (size_t i = 0; i < count; i++) {
     const ferry_optim_span *sp = &spans[i];
     if (!sp->n) continue;
-    optim_tile t = {sp->param, sp->grad,       sp->state1,         sp->state2,     sp->param_copy,
-                    sp->n,     sp->grad_dtype, FERRY_DT_F32, sp->copy_dtype, 1.0f};
+    optim_tile t;
+    memset(&t, 0, sizeof t);
+    t.p = sp->param;
+    t.g = sp->grad;
+    t.s1 = sp->state1;
+    t.s2 = sp->state2;
+    t.pc = sp->param_copy;
+    t.n = sp->n;
+    t.gdt = sp->grad_dtype;
+    t.sdt = FERRY_DT_F32;
+    t.cdt = sp->copy_dtype;
+    t.trust = 1.0f;
+    t.mdt = FERRY_DT_F32;
     char why[256] = "";
     int rc = optim_cuda_step(&sc, &t, cuda_stream, why, sizeof why);
     if (rc) return ferry_err(&o->err, rc, "step_cuda: span %zu: %s", i, why);

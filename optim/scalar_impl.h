@@ -9,6 +9,7 @@
 
 #include "core/dtype.h"
 #include "optim/optim.h"
+#include "optim/quant_impl.h"
 
 #include <math.h>
 #include <stdint.h>
@@ -72,7 +73,24 @@ static inline void optim_elem(const optim_scalars *s, float g, float *pp, float 
   *pv = v;
 }
 
-/* The reference step over elements [b, e) of a tile. */
+/* The master of element i: fp32, or a bf16 param. */
+static inline float optim_p_load(const optim_tile *t, size_t i) {
+  if (t->mdt == FERRY_DT_BF16) return ferry_bf16_to_f32(((const uint16_t *)t->p)[i]);
+  return ((const float *)t->p)[i];
+}
+/* Stores the new master of element i: bf16 with stochastic rounding keyed by
+ * (seed, step, t->index + i). */
+static inline void optim_p_store(const optim_scalars *s, const optim_tile *t, size_t i, float p) {
+  if (t->mdt == FERRY_DT_BF16) {
+    uint64_t idx = t->index + i;
+    uint32_t r = optim_sr_bits(optim_sr_hikey(s->sr_key, idx), idx);
+    ((uint16_t *)t->p)[i] = optim_bf16_sr(p, r);
+  } else {
+    ((float *)t->p)[i] = p;
+  }
+}
+
+/* The reference step over elements [b, e) of a tile (fp32 or bf16 states). */
 static inline void optim_ref_step_range(const optim_scalars *s, const optim_tile *t, size_t b,
                                         size_t e) {
   int has1 = t->s1 != NULL, has2 = t->s2 != NULL, lamb = s->type == FERRY_OPTIM_LAMB;
@@ -80,15 +98,59 @@ static inline void optim_ref_step_range(const optim_scalars *s, const optim_tile
   if (lamb) ls.neg_step = s->neg_step * t->trust;
   for (size_t i = b; i < e; i++) {
     float g = ferry_dt_load(t->g, t->gdt, i) * s->gscale;
-    float p = t->p[i];
+    float p = optim_p_load(t, i);
     float m = has1 ? ferry_dt_load(t->s1, t->sdt, i) : 0.0f;
     float v = has2 ? ferry_dt_load(t->s2, t->sdt, i) : 0.0f;
     optim_elem(&ls, g, &p, &m, &v);
-    t->p[i] = p;
+    optim_p_store(s, t, i, p);
     if (has1 && !lamb) ferry_dt_store(t->s1, t->sdt, i, m);
     if (has2 && !lamb) ferry_dt_store(t->s2, t->sdt, i, v);
     if (t->cdt != FERRY_DT_NONE) ferry_dt_store(t->pc, t->cdt, i, p);
   }
+}
+
+/* Int8 states (AdamW, Adam, Lion): the block of elements [b, e) of a tile,
+ * b at a block start, its absmax at slot k. Pass 1 dequantizes, updates m, v
+ * in fp32 and takes the new absmax; pass 2 recomputes the same fp32 values,
+ * writes the param (from the fp32 states) and the requantized codes. */
+static inline void optim_ref_qblock(const optim_scalars *s, const optim_tile *t, size_t b,
+                                    size_t e, size_t k) {
+  uint8_t *c1 = (uint8_t *)t->s1, *c2 = (uint8_t *)t->s2;
+  const int has2 = c2 != NULL;
+  const float A1 = t->a1[k], A2 = has2 ? t->a2[k] : 0.0f;
+  float mx1 = 0.0f, mx2 = 0.0f;
+  int bad1 = 0, bad2 = 0;
+  for (size_t i = b; i < e; i++) {
+    float g = ferry_dt_load(t->g, t->gdt, i) * s->gscale;
+    float p = optim_p_load(t, i);
+    float m = optim_q_dec_s(c1[i], A1), v = has2 ? optim_q_dec_u(c2[i], A2) : 0.0f;
+    optim_elem(s, g, &p, &m, &v);
+    float am = fabsf(m), av = fabsf(v);
+    mx1 = am > mx1 ? am : mx1;
+    mx2 = av > mx2 ? av : mx2;
+    bad1 |= !(am <= 3.40282347e38f);
+    bad2 |= !(av <= 3.40282347e38f);
+  }
+  const float N1 = optim_q_absmax(mx1, bad1), N2 = optim_q_absmax(mx2, bad2);
+  const float i1 = optim_q_inv(N1), i2 = optim_q_inv(N2);
+  for (size_t i = b; i < e; i++) {
+    float g = ferry_dt_load(t->g, t->gdt, i) * s->gscale;
+    float p = optim_p_load(t, i);
+    float m = optim_q_dec_s(c1[i], A1), v = has2 ? optim_q_dec_u(c2[i], A2) : 0.0f;
+    optim_elem(s, g, &p, &m, &v);
+    optim_p_store(s, t, i, p);
+    if (t->cdt != FERRY_DT_NONE) ferry_dt_store(t->pc, t->cdt, i, p);
+    c1[i] = i1 != 0.0f ? optim_q_enc_s(m, i1) : 0;
+    if (has2) c2[i] = i2 != 0.0f ? optim_q_enc_u(v, i2) : 0;
+  }
+  t->a1[k] = N1;
+  if (has2) t->a2[k] = N2;
+}
+
+/* The reference int8 step over the blocks of a tile from block k0 on. */
+static inline void optim_ref_qstep_from(const optim_scalars *s, const optim_tile *t, size_t k0) {
+  for (size_t k = k0, b = k0 * t->block; b < t->n; k++, b += t->block)
+    optim_ref_qblock(s, t, b, b + t->block < t->n ? b + t->block : t->n, k);
 }
 
 /* LAMB phase 1 over [b, e): m, v updated, sums of p^2 and u^2 added. */
@@ -97,7 +159,7 @@ static inline void optim_ref_lamb1_range(const optim_scalars *s, const optim_til
   double ps = 0, us = 0;
   for (size_t i = b; i < e; i++) {
     float g = ferry_dt_load(t->g, t->gdt, i) * s->gscale;
-    float p = t->p[i];
+    float p = optim_p_load(t, i);
     float m = ferry_dt_load(t->s1, t->sdt, i), v = ferry_dt_load(t->s2, t->sdt, i);
     m = fmaf(s->beta1, m, s->omb1 * g);
     v = fmaf(s->beta2, v, (s->omb2 * g) * g);

@@ -117,7 +117,7 @@ OPT_INLINE void lamb1_body(const optim_scalars *s, const optim_tile *t, double *
   const size_t n = t->n;
   size_t i = 0;
   for (; i + VW <= n; i += VW) {
-    vf p = v_loadu(t->p + i);
+    vf p = v_loadu((const float *)t->p + i);
     vf g = v_mul(vb_load(t->g, gdt, i), gs);
     vf m = vb_load(t->s1, sdt, i), v = vb_load(t->s2, sdt, i);
     m = v_fma(b1, m, v_mul(omb1, g));
@@ -165,6 +165,14 @@ static void k_lamb2(const optim_scalars *s, const optim_tile *t) {
 }
 
 static void k_step(const optim_scalars *s, const optim_tile *t) {
+  if (t->sdt == FERRY_DT_I8) {
+    optim_ref_qstep_from(s, t, 0);
+    return;
+  }
+  if (t->mdt == FERRY_DT_BF16) {
+    optim_ref_step_range(s, t, 0, t->n);
+    return;
+  }
   switch (s->type) {
   case FERRY_OPTIM_ADAMW: k_adamw(s, t); break;
   case FERRY_OPTIM_ADAM: k_adam(s, t); break;
@@ -177,6 +185,10 @@ static void k_step(const optim_scalars *s, const optim_tile *t) {
 }
 
 static void k_lamb1(const optim_scalars *s, const optim_tile *t, double *psq, double *usq) {
+  if (t->mdt == FERRY_DT_BF16) {
+    optim_ref_lamb1_range(s, t, 0, t->n, psq, usq);
+    return;
+  }
   int bf = t->sdt == FERRY_DT_BF16;
   switch (t->gdt) {
   case FERRY_DT_F16:

@@ -1,0 +1,466 @@
+/* tests/optim/test_compact.c — compact optimizer state: the int8 code's
+ * round trip (random, heavy-tailed, all-zero, partial blocks, both codes,
+ * non-finite), one step of every combination (AdamW, Adam, Lion x bf16/int8
+ * states x fp32/bf16 master) against an fp32-state reference, stochastic
+ * rounding unbiased and not round-to-nearest, determinism (twice, 1 vs 2
+ * threads, resumed via set_step) and every SIMD level equal to the scalar
+ * reference bit for bit.
+ */
+#include "optim/optim.h"
+#include "optim/quant_impl.h"
+#include "tests/test.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+static unsigned long long seed = 0x243f6a8885a308d3ull;
+static double urand(void) { return ((test_rand(&seed) >> 11) + 0.5) * (1.0 / 9007199254740992.0); }
+static float srand1(void) { return (float)(2.0 * urand() - 1.0); }
+
+/* ---- the code's round trip ------------------------------------------------ */
+
+/* Bound (stated): |decode(encode(x)) - x| <= 2^-4 |x| (3 mantissa bits,
+ * round to nearest) + half the linear step (2^-18 signed, 2^-34 unsigned) of
+ * absmax, each widened by 2^-16 for the fp32 roundings of x / absmax and of
+ * the decode's multiply. */
+static int roundtrip(const float *x, size_t n, size_t block, int sgn, const char *what) {
+  int ok = 1;
+  for (size_t b = 0; b < n; b += block) {
+    size_t e = b + block < n ? b + block : n;
+    float mx = 0;
+    int bad = 0;
+    for (size_t i = b; i < e; i++) {
+      float a = fabsf(x[i]);
+      mx = a > mx ? a : mx;
+      bad |= !(a <= 3.40282347e38f);
+    }
+    float A = optim_q_absmax(mx, bad), inv = optim_q_inv(A);
+    for (size_t i = b; i < e; i++) {
+      uint8_t c = inv != 0.0f ? (sgn ? optim_q_enc_s(x[i], inv) : optim_q_enc_u(x[i], inv)) : 0;
+      float d = sgn ? optim_q_dec_s(c, A) : optim_q_dec_u(c, A);
+      if (bad) {
+        if (!isnan(d)) ok = 0;
+        continue;
+      }
+      double lin = sgn ? 0x1p-18 : 0x1p-34;
+      double bound = (0x1p-4 * fabs((double)x[i]) + lin * A) * (1 + 0x1p-16);
+      if (A == 0.0f) bound = fabs((double)x[i]); /* below the smallest normal: 0 */
+      if (!(fabs((double)d - x[i]) <= bound)) {
+        fprintf(stderr, "%s: x[%zu] %.9g decodes to %.9g (absmax %.9g, code 0x%02x)\n", what, i,
+                x[i], d, A, c);
+        ok = 0;
+        break;
+      }
+    }
+  }
+  return ok;
+}
+
+static void test_codec(void) {
+  enum { N = 256 * 40 + 77 };
+  float *x = malloc(N * sizeof *x);
+  REQUIRE(x);
+  for (int sgn = 0; sgn <= 1; sgn++) {
+    for (size_t i = 0; i < N; i++) /* uniform */
+      x[i] = sgn ? srand1() : (float)urand();
+    EXPECT(roundtrip(x, N, 256, sgn, "uniform"));
+    for (size_t i = 0; i < N; i++) { /* Cauchy: heavy tails */
+      double c = tan(3.14159265358979 * (urand() - 0.5));
+      x[i] = (float)(sgn ? c : fabs(c));
+    }
+    EXPECT(roundtrip(x, N, 256, sgn, "cauchy"));
+    for (size_t i = 0; i < N; i++) { /* lognormal over ~40 decades */
+      double z = sqrt(-2 * log(urand())) * cos(6.283185307179586 * urand());
+      double v = exp(z * 20.0);
+      if (v > 1e30) v = 1e30;
+      if (v < 1e-30) v = 1e-30;
+      x[i] = (float)(sgn && (test_rand(&seed) & 1) ? -v : v);
+    }
+    EXPECT(roundtrip(x, N, 64, sgn, "lognormal"));
+    memset(x, 0, N * sizeof *x); /* all zero */
+    EXPECT(roundtrip(x, N, 256, sgn, "zero"));
+    for (size_t i = 0; i < 100; i++) /* partial last block (n = 100, block 64) */
+      x[i] = sgn ? srand1() * 1e-3f : (float)urand() * 1e-6f;
+    EXPECT(roundtrip(x, 100, 64, sgn, "partial"));
+    x[5] = NAN; /* non-finite: absmax NaN, the block decodes to NaN */
+    EXPECT(roundtrip(x, 100, 64, sgn, "nan"));
+    x[5] = INFINITY;
+    EXPECT(roundtrip(x, 100, 64, sgn, "inf"));
+  }
+  /* exact points of the code */
+  EXPECT(optim_q_enc_s(1.0f, 1.0f) == 120 && optim_q_dec_s(120, 1.0f) == 1.0f);
+  EXPECT(optim_q_enc_s(-1.0f, 1.0f) == (0x80 | 120) && optim_q_dec_s(0xF8, 2.0f) == -2.0f);
+  EXPECT(optim_q_enc_u(1.0f, 1.0f) == 248 && optim_q_dec_u(248, 3.0f) == 3.0f);
+  EXPECT(optim_q_enc_s(0x1p-14f, 1.0f) == 8 && optim_q_dec_s(8, 1.0f) == 0x1p-14f);
+  EXPECT(optim_q_enc_s(-0x1p-30f, 1.0f) == 0); /* rounds to 0: no negative zero code */
+  EXPECT(optim_q_enc_u(0x1p-30f, 1.0f) == 8 && optim_q_dec_u(3, 1.0f) == 3 * 0x1p-33f);
+  EXPECT(optim_q_enc_s(1.0625f, 1.0f) == 120); /* tie: to even mantissa */
+  EXPECT(optim_q_enc_s(1.1875f, 1.0f) == 122);
+  free(x);
+}
+
+/* ---- a model of two spans and its buffers ---------------------------------- */
+
+#define NSPAN 2
+static const size_t span_n[NSPAN] = {1337, 2600};
+
+typedef struct {
+  void *p[NSPAN], *g[NSPAN], *s1[NSPAN], *s2[NSPAN], *pc[NSPAN];
+  size_t pbytes[NSPAN], sbytes[NSPAN], cbytes[NSPAN];
+} model;
+
+static size_t dsz(int dt) { return dt == FERRY_DT_F32 ? 4 : 2; }
+
+static void model_init(model *md, const ferry_optimizer_config *c, int gdt, int cdt,
+                       unsigned long long s0) {
+  unsigned long long sd = s0;
+  int mdt = c->master_dtype ? c->master_dtype : FERRY_DT_F32;
+  for (int s = 0; s < NSPAN; s++) {
+    size_t n = span_n[s];
+    md->pbytes[s] = n * dsz(mdt);
+    md->sbytes[s] = ferry_optimizer_state_bytes(c, n);
+    md->cbytes[s] = cdt ? n * dsz(cdt) : 0;
+    md->p[s] = malloc(md->pbytes[s]);
+    md->g[s] = malloc(n * dsz(gdt));
+    md->s1[s] = calloc(1, md->sbytes[s]);
+    md->s2[s] = calloc(1, md->sbytes[s]);
+    md->pc[s] = cdt ? calloc(1, md->cbytes[s]) : NULL;
+    REQUIRE(md->p[s] && md->g[s] && md->s1[s] && md->s2[s] && (!cdt || md->pc[s]));
+    for (size_t i = 0; i < n; i++) {
+      float v = (float)((test_rand(&sd) >> 40) / 16777216.0) - 0.5f;
+      ferry_dt_store(md->p[s], mdt, i, v);
+    }
+  }
+}
+
+static void model_grads(model *md, int gdt, unsigned long long s0) {
+  unsigned long long sd = s0;
+  for (int s = 0; s < NSPAN; s++)
+    for (size_t i = 0; i < span_n[s]; i++) {
+      float v = ((float)((test_rand(&sd) >> 40) / 16777216.0) - 0.5f) * 0.1f;
+      if (s == 1 && i >= 1024 && i < 1280) v *= 1e-4f; /* a block of small values */
+      ferry_dt_store(md->g[s], gdt, i, v);
+    }
+}
+
+static void model_free(model *md) {
+  for (int s = 0; s < NSPAN; s++) {
+    free(md->p[s]);
+    free(md->g[s]);
+    free(md->s1[s]);
+    free(md->s2[s]);
+    free(md->pc[s]);
+  }
+}
+
+static int model_same(const model *a, const model *b) {
+  for (int s = 0; s < NSPAN; s++)
+    if (memcmp(a->p[s], b->p[s], a->pbytes[s]) || memcmp(a->s1[s], b->s1[s], a->sbytes[s]) ||
+        memcmp(a->s2[s], b->s2[s], a->sbytes[s]) ||
+        (a->cbytes[s] && memcmp(a->pc[s], b->pc[s], a->cbytes[s])))
+      return 0;
+  return 1;
+}
+
+static int model_step(ferry_optimizer *o, model *md, int gdt, int cdt, int nstate) {
+  ferry_optim_span sp[NSPAN];
+  uint64_t idx = 0;
+  for (int s = 0; s < NSPAN; s++) {
+    ferry_optim_span x = {md->p[s],  md->g[s], md->s1[s], nstate > 1 ? md->s2[s] : NULL,
+                          md->pc[s], span_n[s], gdt,      cdt,       idx};
+    sp[s] = x;
+    idx += span_n[s];
+  }
+  return ferry_optimizer_step(o, sp, NSPAN, 0.5f);
+}
+
+/* The decoded state i of a span. */
+static float state_at(const ferry_optimizer_config *c, void *buf, size_t n, size_t i, int sgn) {
+  if (c->state_dtype != FERRY_DT_I8) return ferry_dt_load(buf, c->state_dtype, i);
+  size_t b = c->state_block ? c->state_block : 256;
+  float A = optim_q_absmax_ptr(buf, n)[i / b];
+  uint8_t code = ((uint8_t *)buf)[i];
+  return sgn ? optim_q_dec_s(code, A) : optim_q_dec_u(code, A);
+}
+
+static ferry_optimizer *make(ferry_optimizer_config c, const char *simd, int threads) {
+  c.simd = simd;
+  c.threads = threads;
+  c.bind = 0;
+  c.tile = 700; /* int8: rounded up to a multiple of the block */
+  ferry_optimizer *o = NULL;
+  int rc = ferry_optimizer_create(&c, &o);
+  if (rc) fprintf(stderr, "create: %s\n", ferry_last_error());
+  REQUIRE(rc == 0 && o);
+  return o;
+}
+
+static const char *tname(int t) {
+  return t == FERRY_OPTIM_ADAMW ? "adamw" : t == FERRY_OPTIM_ADAM ? "adam" : "lion";
+}
+
+/* One step of a combination against an fp32-state, fp32-master optimizer
+ * started from the decoded compact state: with an fp32 master the params are
+ * bit-identical (the update uses the fp32 states before requantization);
+ * with a bf16 master the result is one of the two bf16 neighbours of the
+ * reference. New states: int8 within the code's bound of the reference
+ * (absmax exactly the block's max |reference|), bf16 within 2^-8 relative. */
+static void test_vs_reference(ferry_optimizer_config c, int gdt, const char *ctx) {
+  int ns = ferry_optimizer_state_count(&c);
+  int mdt = c.master_dtype ? c.master_dtype : FERRY_DT_F32;
+  ferry_optimizer_config rc = c;
+  rc.state_dtype = FERRY_DT_F32;
+  rc.master_dtype = FERRY_DT_F32;
+  model cm, rm;
+  model_init(&cm, &c, gdt, 0, 11);
+  model_init(&rm, &rc, gdt, 0, 11);
+  ferry_optimizer *o = make(c, "scalar", 1), *r = make(rc, "scalar", 1);
+  size_t block = c.state_block ? c.state_block : 256;
+  for (int step = 1; step <= 3; step++) {
+    model_grads(&cm, gdt, 100 + step);
+    model_grads(&rm, gdt, 100 + step);
+    for (int s = 0; s < NSPAN; s++) /* the reference starts from the decoded state */
+      for (size_t i = 0; i < span_n[s]; i++) {
+        ((float *)rm.p[s])[i] = ferry_dt_load(cm.p[s], mdt, i);
+        ((float *)rm.s1[s])[i] = state_at(&c, cm.s1[s], span_n[s], i, 1);
+        if (ns > 1) ((float *)rm.s2[s])[i] = state_at(&c, cm.s2[s], span_n[s], i, 0);
+      }
+    REQUIRE(ferry_optimizer_set_step(r, step - 1) == 0);
+    REQUIRE(model_step(o, &cm, gdt, 0, ns) == 0);
+    REQUIRE(model_step(r, &rm, gdt, 0, ns) == 0);
+    int bad = 0;
+    for (int s = 0; s < NSPAN && !bad; s++) {
+      size_t n = span_n[s];
+      for (size_t i = 0; i < n && !bad; i++) {
+        float ref = ((float *)rm.p[s])[i], got = ferry_dt_load(cm.p[s], mdt, i);
+        if (mdt == FERRY_DT_F32) {
+          bad = ferry_f32_bits(ref) != ferry_f32_bits(got);
+        } else {
+          uint32_t rb = ferry_f32_bits(ref);
+          float lo = ferry_bf16_to_f32((uint16_t)(rb >> 16));
+          float hi = ferry_bf16_to_f32((uint16_t)((rb >> 16) + 1));
+          bad = !(got == lo || (got == hi && (rb & 0xFFFF)));
+        }
+        if (bad) fprintf(stderr, "%s step %d: p[%d][%zu] ref %.9g got %.9g\n", ctx, step, s, i,
+                         ref, got);
+        for (int k = 0; k < ns && !bad; k++) {
+          float *rs = k ? rm.s2[s] : rm.s1[s];
+          void *cs = k ? cm.s2[s] : cm.s1[s];
+          float x = rs[i], d = state_at(&c, cs, n, i, k == 0), bound;
+          if (c.state_dtype == FERRY_DT_I8) {
+            size_t b0 = i / block * block, b1 = b0 + block < n ? b0 + block : n;
+            float mx = 0;
+            for (size_t j = b0; j < b1; j++)
+              mx = fabsf(rs[j]) > mx ? fabsf(rs[j]) : mx;
+            float A = optim_q_absmax_ptr(cs, n)[i / block];
+            if (A != (mx < OPTIM_Q_TINY ? 0.0f : mx)) {
+              bad = 1;
+              fprintf(stderr, "%s: absmax %.9g, max |ref| %.9g\n", ctx, A, mx);
+            }
+            bound = (0x1p-4f * fabsf(x) + (k ? 0x1p-34f : 0x1p-18f) * mx) * (1 + 0x1p-16f);
+          } else {
+            bound = 0x1p-8f * fabsf(x);
+          }
+          if (!(fabsf(d - x) <= bound)) {
+            bad = 1;
+            fprintf(stderr, "%s step %d: state%d[%d][%zu] ref %.9g got %.9g\n", ctx, step, k + 1,
+                    s, i, x, d);
+          }
+        }
+      }
+    }
+    EXPECT(!bad);
+  }
+  ferry_optimizer_destroy(o);
+  ferry_optimizer_destroy(r);
+  model_free(&cm);
+  model_free(&rm);
+}
+
+/* Runs `steps` steps of c from the same start; the final buffers in *out. */
+static void run(model *out, ferry_optimizer_config c, const char *simd, int threads, int gdt,
+                int cdt, int steps) {
+  int ns = ferry_optimizer_state_count(&c);
+  model_init(out, &c, gdt, cdt, 7);
+  ferry_optimizer *o = make(c, simd, threads);
+  for (int k = 1; k <= steps; k++) {
+    model_grads(out, gdt, 200 + k);
+    REQUIRE(model_step(o, out, gdt, cdt, ns) == 0);
+  }
+  ferry_optimizer_destroy(o);
+}
+
+static void test_determinism(ferry_optimizer_config c, int gdt, int cdt, const char *ctx) {
+  int ns = ferry_optimizer_state_count(&c);
+  model a, b, r;
+  run(&a, c, "scalar", 1, gdt, cdt, 3);
+  run(&b, c, "scalar", 2, gdt, cdt, 3);
+  if (!model_same(&a, &b)) fprintf(stderr, "%s: 1 vs 2 threads differ\n", ctx);
+  EXPECT(model_same(&a, &b));
+  model_free(&b);
+  run(&b, c, "scalar", 1, gdt, cdt, 3);
+  EXPECT(model_same(&a, &b));
+  model_free(&b);
+  /* resume: two steps, then a fresh optimizer at step 2 takes the third */
+  run(&r, c, "scalar", 2, gdt, cdt, 2);
+  ferry_optimizer *o = make(c, "scalar", 2);
+  REQUIRE(ferry_optimizer_set_step(o, 2) == 0);
+  model_grads(&r, gdt, 203);
+  REQUIRE(model_step(o, &r, gdt, cdt, ns) == 0);
+  if (!model_same(&a, &r)) fprintf(stderr, "%s: resumed run differs\n", ctx);
+  EXPECT(model_same(&a, &r));
+  ferry_optimizer_destroy(o);
+  model_free(&r);
+  /* every SIMD level this CPU runs equals the scalar reference */
+  const char *lv[] = {"avx2", "avx512"};
+  for (int l = 0; l < 2; l++) {
+    if (!optim_kernels_get(optim_simd_parse(lv[l]))) continue;
+    run(&b, c, lv[l], 2, gdt, cdt, 3);
+    if (!model_same(&a, &b)) fprintf(stderr, "%s: %s differs from scalar\n", ctx, lv[l]);
+    EXPECT(model_same(&a, &b));
+    model_free(&b);
+  }
+  model_free(&a);
+}
+
+/* ---- stochastic rounding --------------------------------------------------- */
+
+static void sr_check(const float *got, size_t n, float exact, const char *ctx) {
+  uint32_t eb = ferry_f32_bits(exact);
+  float lo = ferry_bf16_to_f32((uint16_t)(eb >> 16)), hi = ferry_bf16_to_f32((uint16_t)((eb >> 16) + 1));
+  double f = ((double)exact - lo) / ((double)hi - lo), sum = 0;
+  size_t ups = 0, other = 0;
+  for (size_t i = 0; i < n; i++) {
+    sum += got[i];
+    ups += got[i] == hi;
+    other += got[i] != hi && got[i] != lo;
+  }
+  double mean = sum / (double)n, se = sqrt(f * (1 - f) / (double)n) * fabs((double)hi - lo);
+  printf("%s: exact %.9g mean %.9g (%.2f standard errors), rounded up %.4f (p %.4f)\n", ctx,
+         exact, mean, fabs(mean - exact) / se, (double)ups / (double)n, f);
+  EXPECT(other == 0);
+  EXPECT(fabs(mean - (double)exact) <= 3 * se);
+  /* not round-to-nearest: that would round every trial the same way */
+  EXPECT(ups > (size_t)(0.9 * f * (double)n) && ups < (size_t)(1.1 * f * (double)n) + 1);
+}
+
+static void test_sr(void) {
+  enum { N = 100000 };
+  float *got = malloc(N * sizeof *got);
+  uint16_t *p = malloc(N * 2);
+  float *g = malloc(N * 4);
+  REQUIRE(got && p && g);
+  /* 10^5 elements of one step through the optimizer (SGD, bf16 master):
+   * p = 1 - lr x g lands 0.3 of a bf16 unit above 1 */
+  ferry_optimizer_config c = ferry_optimizer_config_default(FERRY_OPTIM_SGD);
+  c.master_dtype = FERRY_DT_BF16;
+  c.lr = 1.0f;
+  c.seed = 12345;
+  ferry_optimizer *o = make(c, NULL, 2);
+  float step = -0.3f * 0x1p-7f;
+  for (size_t i = 0; i < N; i++) {
+    p[i] = 0x3F80; /* 1.0 */
+    g[i] = step;
+  }
+  ferry_optim_span sp = {p, g, NULL, NULL, NULL, N, FERRY_DT_F32, FERRY_DT_NONE, 1000};
+  REQUIRE(ferry_optimizer_step(o, &sp, 1, 1.0f) == 0);
+  for (size_t i = 0; i < N; i++)
+    got[i] = ferry_bf16_to_f32(p[i]);
+  sr_check(got, N, fmaf(-1.0f, step, 1.0f), "sr over elements");
+  /* one element over 10^5 steps (the key of each step), a negative value */
+  float x = -3.0f - 0.7f * 0x1p-6f;
+  for (size_t k = 0; k < N; k++) {
+    uint32_t key = optim_sr_key(99, (int64_t)k + 1);
+    got[k] = ferry_bf16_to_f32(optim_bf16_sr(x, optim_sr_bits(optim_sr_hikey(key, 5), 5)));
+  }
+  sr_check(got, N, x, "sr over steps");
+  /* NaN stays NaN, inf stays inf */
+  EXPECT((optim_bf16_sr(NAN, 0xFFFF) & 0x7FFF) > 0x7F80);
+  EXPECT(optim_bf16_sr(INFINITY, 0xFFFF) == 0x7F80);
+  ferry_optimizer_destroy(o);
+  free(got);
+  free(p);
+  free(g);
+}
+
+/* ---- refusals and non-finite blocks ---------------------------------------- */
+
+static void test_edges(void) {
+  ferry_optimizer *o = NULL;
+  ferry_optimizer_config c = ferry_optimizer_config_default(FERRY_OPTIM_LAMB);
+  c.state_dtype = FERRY_DT_I8;
+  EXPECT(ferry_optimizer_create(&c, &o) == FERRY_EINVAL && !o);
+  c = ferry_optimizer_config_default(FERRY_OPTIM_ADAMW);
+  c.master_dtype = FERRY_DT_BF16;
+  o = make(c, NULL, 1);
+  uint16_t p[8] = {0};
+  float g[8] = {0}, m[8] = {0}, v[8] = {0};
+  uint16_t pc[8];
+  ferry_optim_span sp = {p, g, m, v, pc, 8, FERRY_DT_F32, FERRY_DT_BF16, 0};
+  EXPECT(ferry_optimizer_step(o, &sp, 1, 1.0f) == FERRY_EINVAL);
+  EXPECT(strstr(ferry_optimizer_last_error(o), "copy_dtype") != NULL);
+  ferry_optimizer_destroy(o);
+  /* a NaN gradient: its block's absmax becomes NaN (decodes to NaN), the
+   * other blocks stay finite */
+  c = ferry_optimizer_config_default(FERRY_OPTIM_ADAMW);
+  c.state_dtype = FERRY_DT_I8;
+  c.state_block = 32;
+  o = make(c, NULL, 1);
+  enum { N = 100 };
+  float P[N], G[N];
+  size_t sb = ferry_optimizer_state_bytes(&c, N);
+  EXPECT(sb == 128 + 4 * 4);
+  uint8_t *s1 = calloc(1, sb), *s2 = calloc(1, sb);
+  REQUIRE(s1 && s2);
+  for (int i = 0; i < N; i++) {
+    P[i] = 1.0f;
+    G[i] = 0.01f * (float)(i + 1);
+  }
+  G[40] = NAN;
+  ferry_optim_span q = {P, G, s1, s2, NULL, N, FERRY_DT_F32, FERRY_DT_NONE, 0};
+  REQUIRE(ferry_optimizer_step(o, &q, 1, 1.0f) == 0);
+  float *A1 = optim_q_absmax_ptr(s1, N), *A2 = optim_q_absmax_ptr(s2, N);
+  EXPECT(isnan(A1[1]) && isnan(A2[1]) && s1[40] == 0 && s1[33] == 0);
+  EXPECT(isfinite(A1[0]) && isfinite(A1[2]) && isfinite(A1[3]) && A1[3] > 0);
+  EXPECT(isfinite(P[0]) && isnan(P[40]) && isfinite(P[99]));
+  free(s1);
+  free(s2);
+  ferry_optimizer_destroy(o);
+}
+
+int main(void) {
+  test_codec();
+  test_sr();
+  test_edges();
+  const int types[] = {FERRY_OPTIM_ADAMW, FERRY_OPTIM_ADAM, FERRY_OPTIM_LION};
+  const int sdts[] = {FERRY_DT_F32, FERRY_DT_BF16, FERRY_DT_I8};
+  for (int ti = 0; ti < 3; ti++)
+    for (int si = 0; si < 3; si++)
+      for (int mi = 0; mi < 2; mi++) {
+        ferry_optimizer_config c = ferry_optimizer_config_default((ferry_optim_type)types[ti]);
+        c.state_dtype = sdts[si];
+        c.master_dtype = mi ? FERRY_DT_BF16 : FERRY_DT_F32;
+        c.state_block = si == 2 && ti == 1 ? 64 : 0;
+        c.seed = 42;
+        if (c.type == FERRY_OPTIM_LION) c.lr = 1e-3f;
+        char ctx[96];
+        snprintf(ctx, sizeof ctx, "%s state %s master %s", tname(types[ti]),
+                 si == 0 ? "fp32" : si == 1 ? "bf16" : "int8", mi ? "bf16" : "fp32");
+        if (si) test_vs_reference(c, FERRY_DT_BF16, ctx);
+        for (int gi = 0; gi < 2; gi++) {
+          int gdt = gi ? FERRY_DT_BF16 : FERRY_DT_F32;
+          test_determinism(c, gdt, mi ? FERRY_DT_NONE : FERRY_DT_BF16, ctx);
+        }
+      }
+  /* bf16 master for the other optimizers of the generic path */
+  const int others[] = {FERRY_OPTIM_SGD, FERRY_OPTIM_ADAGRAD, FERRY_OPTIM_LAMB};
+  for (int k = 0; k < 3; k++) {
+    ferry_optimizer_config c = ferry_optimizer_config_default((ferry_optim_type)others[k]);
+    c.master_dtype = FERRY_DT_BF16;
+    c.momentum = others[k] == FERRY_OPTIM_SGD ? 0.9f : 0.0f;
+    test_determinism(c, FERRY_DT_BF16, FERRY_DT_NONE, "bf16 master (sgd/adagrad/lamb)");
+  }
+  return test_finish("optim.compact");
+}
