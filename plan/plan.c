@@ -929,8 +929,9 @@ static void nvme_traffic(const ferry_plan_input *in, const place_ctx *c, ferry_p
     k->nvme_read[FERRY_PLAN_NV_PARAMS] = 2 * A * pf - A * back - (A - 1) * front;
     /* written once by the step (from the master, or the params themselves
      * updated in place); a bf16 master is the params: no master traffic,
-     * but a step after backward (gradients kept) reads them once more */
-    if (bf16_master(in) && c->gh != FERRY_PLAN_GRADS_NONE) k->nvme_read[FERRY_PLAN_NV_PARAMS] += pf;
+     * but the step reads the params it updates once more (staged from
+     * their home; by then the group has left the host pool) */
+    if (bf16_master(in)) k->nvme_read[FERRY_PLAN_NV_PARAMS] += pf;
     k->nvme_write[FERRY_PLAN_NV_PARAMS] = pf;
   }
   k->nvme_read_bytes = k->nvme_write_bytes = 0;
