@@ -1,8 +1,9 @@
 /* bench/bench_adam.c — `ferry bench adam`: the CPU optimizer step. Validates
  * one step of the chosen kernels against the scalar reference (bit for bit;
- * LAMB within 1e-5), then times steps over --params parameters. --roofline
- * times, interleaved with ours, a kernel with the same memory traffic and no
- * arithmetic; --two-pass times the step without the param copy followed by a
+ * LAMB within 1e-5), then times steps over --params parameters, for any state
+ * dtype (fp32, bf16, int8) and master (fp32, bf16). --roofline times,
+ * interleaved with ours, a read-modify-write kernel with no arithmetic that
+ * moves the same bytes per element as the chosen combination; --two-pass times the step without the param copy followed by a
  * separate fp32 -> 16-bit downcast pass (what fusing saves).
  */
 #include "bench/bench.h"
@@ -24,21 +25,27 @@ static void usage(FILE *f) {
           "  --grad DT           gradient dtype: fp32 (default), fp16, bf16\n"
           "  --param-copy DT     16-bit param copy written in the same pass: none (default),\n"
           "                      fp16, bf16\n"
-          "  --state DT          optimizer state dtype: fp32 (default), bf16\n"
+          "  --state-dtype DT    optimizer state dtype: fp32 (default), bf16, int8 (blockwise,\n"
+          "                      absmax per --state-block elements); --state is an alias\n"
+          "  --state-block N     int8 states: elements per absmax block (default 256)\n"
+          "  --master DT         fp32 (default): fp32 master weights; bf16: the bf16 params are\n"
+          "                      the master, stochastic rounding, no param copy (--param-copy\n"
+          "                      is ignored)\n"
           "  --threads N         worker threads (default 1; 0 = one per core)\n"
           "  --steps N           timed steps (default 5); the median is reported\n"
           "  --simd LEVEL        scalar, avx2, avx512 (default: best the CPU has, or FERRY_SIMD)\n"
-          "  --roofline          also time a no-arithmetic kernel with the same memory traffic\n"
-          "                      (read p, g, m, v; write p, m, v), interleaved with ours\n"
+          "  --roofline          also time a no-arithmetic read-modify-write kernel with the\n"
+          "                      same memory traffic (the same bytes per element of p, g, each\n"
+          "                      state with its absmax, the copy), interleaved with ours\n"
           "  --two-pass          also time step-without-copy + a separate downcast pass\n"
           "                      (needs --param-copy fp16|bf16), interleaved with ours\n"
           "  --json              one JSON object on stdout\n"
           "  -h, --help          this text\n"
           "JSON keys: bench, optimizer, simd, params, threads, grad_dtype, param_copy,\n"
-          "state_dtype, steps, seconds_per_step, params_per_s, bytes_per_param, gb_per_s, and\n"
-          "with --roofline roofline_seconds_per_step, roofline_gb_per_s, fraction_of_roofline "
-          "(median of\n"
-          "per-pair roofline/ours ratios);\n"
+          "state_dtype, master_dtype, state_block, steps, seconds_per_step, params_per_s, bytes_per_param, gb_per_s, and\n"
+          "with --roofline roofline_seconds_per_step, roofline_gb_per_s,\n"
+          "roofline_bytes_per_param, fraction_of_roofline (median of per-pair roofline/ours\n"
+          "ratios);\n"
           "with --two-pass two_pass_seconds_per_step, two_pass_bytes_per_param, fused_speedup.\n");
 }
 
@@ -55,26 +62,25 @@ static const char *dt_name(int dt) {
   case FERRY_DT_F32: return "fp32";
   case FERRY_DT_F16: return "fp16";
   case FERRY_DT_BF16: return "bf16";
+  case FERRY_DT_I8: return "int8";
   default: return "none";
   }
 }
 
 static size_t dt_size(int dt) {
-  return dt == FERRY_DT_F32 ? 4 : dt == FERRY_DT_NONE ? 0 : 2;
+  return dt == FERRY_DT_F32 ? 4 : dt == FERRY_DT_NONE ? 0 : dt == FERRY_DT_I8 ? 1 : 2;
 }
 
 static const char *opt_names[] = {"adamw", "adam", "adagrad", "lamb", "sgd", "lion"};
 
-static int nstates(int type) {
-  return type == FERRY_OPTIM_ADAMW || type == FERRY_OPTIM_ADAM || type == FERRY_OPTIM_LAMB ? 2 : 1;
-}
 
 /* ---- buffers --------------------------------------------------------------- */
 
 typedef struct {
   size_t n;
-  float *p;
-  void *g, *m, *v, *pc;
+  int mdt, sdt, gdt, cdt;
+  size_t sbytes; /* bytes of one state buffer (ferry_optimizer_state_bytes) */
+  void *p, *g, *m, *v, *pc;
 } bufset;
 
 static void *big_alloc(size_t bytes) {
@@ -110,13 +116,22 @@ static void fill_any(void *b, int dt, size_t i, float x) {
     ((uint16_t *)b)[i] = to16(x, dt);
 }
 
-static int buf_make(bufset *b, size_t n, int gdt, int sdt, int cdt, unsigned seed) {
+/* Buffers for n params of cfg; int8 states start as zero (a zero state),
+ * fp32/bf16 ones with small values. */
+static int buf_make(bufset *b, size_t n, const ferry_optimizer_config *cfg, int gdt, int cdt,
+                    unsigned seed) {
+  int sdt = cfg->state_dtype;
   memset(b, 0, sizeof *b);
   b->n = n;
-  b->p = big_alloc(n * 4);
+  b->mdt = cfg->master_dtype ? cfg->master_dtype : FERRY_DT_F32;
+  b->sdt = sdt;
+  b->gdt = gdt;
+  b->cdt = cdt;
+  b->sbytes = ferry_optimizer_state_bytes(cfg, n) + 64; /* slack: validation offsets */
+  b->p = big_alloc(n * dt_size(b->mdt));
   b->g = big_alloc(n * dt_size(gdt));
-  b->m = big_alloc(n * dt_size(sdt));
-  b->v = big_alloc(n * dt_size(sdt));
+  b->m = big_alloc(b->sbytes);
+  b->v = big_alloc(b->sbytes);
   b->pc = cdt ? big_alloc(n * dt_size(cdt)) : NULL;
   if (!b->p || !b->g || !b->m || !b->v || (cdt && !b->pc)) {
     buf_free(b);
@@ -126,11 +141,17 @@ static int buf_make(bufset *b, size_t n, int gdt, int sdt, int cdt, unsigned see
   for (size_t i = 0; i < n; i++) {
     x = x * 1664525u + 1013904223u;
     float r = (float)(x >> 8) * (1.0f / 16777216.0f) - 0.5f;
-    b->p[i] = r;
+    fill_any(b->p, b->mdt, i, r);
     fill_any(b->g, gdt, i, r * 0.25f);
-    fill_any(b->m, sdt, i, r * 0.01f);
-    fill_any(b->v, sdt, i, r * r * 1e-4f);
+    if (sdt != FERRY_DT_I8) {
+      fill_any(b->m, sdt, i, r * 0.01f);
+      fill_any(b->v, sdt, i, r * r * 1e-4f);
+    }
     if (cdt) fill_any(b->pc, cdt, i, 0.0f);
+  }
+  if (sdt == FERRY_DT_I8) {
+    memset(b->m, 0, b->sbytes);
+    memset(b->v, 0, b->sbytes);
   }
   return 0;
 }
@@ -145,7 +166,8 @@ static ferry_optim_span span_of(bufset *b, int gdt, int cdt) {
 typedef struct {
   bufset *b;
   int kind; /* 0 roofline, 1 downcast */
-  int gdt, sdt, cdt;
+  int nst;  /* roofline: state buffers */
+  size_t block;
   size_t lo, hi;
 } share;
 
@@ -153,42 +175,62 @@ typedef struct {
  * every value back unchanged, yet must load g and store p, m, v. */
 static volatile uint32_t g_zero = 0;
 
-__attribute__((target("avx2,f16c"))) static void roof_f32(float *p, const float *g, float *m,
-                                                          float *v, size_t lo, size_t hi) {
-  const __m256 z = _mm256_castsi256_ps(_mm256_set1_epi32((int)g_zero));
+/* Read-modify-write of bytes [lo, hi) of a stream: every 32 bytes loaded and
+ * stored back unchanged (xor with a zero the compiler cannot see). */
+__attribute__((target("avx2"))) static void rmw_bytes(void *buf, size_t lo, size_t hi) {
+  uint8_t *b = buf;
+  const __m256i z = _mm256_set1_epi32((int)g_zero);
   size_t i = lo;
-  for (; i + 8 <= hi; i += 8) {
-    __m256 P = _mm256_loadu_ps(p + i), G = _mm256_loadu_ps(g + i);
-    __m256 M = _mm256_loadu_ps(m + i), V = _mm256_loadu_ps(v + i);
-    _mm256_storeu_ps(p + i, _mm256_xor_ps(P, _mm256_and_ps(G, z)));
-    _mm256_storeu_ps(m + i, _mm256_xor_ps(M, _mm256_and_ps(V, z)));
-    _mm256_storeu_ps(v + i, _mm256_xor_ps(V, _mm256_and_ps(P, z)));
-  }
-  for (; i < hi; i++) {
-    volatile float *vp = p;
-    vp[i] = p[i] + g[i] * 0.0f;
-    m[i] = m[i];
-    v[i] = v[i];
-  }
+  for (; i + 32 <= hi; i += 32)
+    _mm256_storeu_si256((__m256i *)(b + i),
+                        _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(b + i)), z));
+  for (; i < hi; i++)
+    b[i] ^= (uint8_t)g_zero;
 }
 
-/* Same traffic for 16-bit grads: p, m, v fp32, g 16-bit. */
-__attribute__((target("avx2,f16c"))) static void roof_g16(float *p, const uint16_t *g, float *m,
-                                                          float *v, size_t lo, size_t hi) {
-  const __m256 z = _mm256_castsi256_ps(_mm256_set1_epi32((int)g_zero));
+/* Reads bytes [lo, hi); folds them into a sink the compiler must keep. */
+static volatile uint32_t g_sink;
+__attribute__((target("avx2"))) static void read_bytes(const void *buf, size_t lo, size_t hi) {
+  const uint8_t *b = buf;
+  __m256i acc = _mm256_setzero_si256();
   size_t i = lo;
-  for (; i + 8 <= hi; i += 8) {
-    __m256 P = _mm256_loadu_ps(p + i);
-    __m256 G =
-        _mm256_castsi256_ps(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(g + i))));
-    __m256 M = _mm256_loadu_ps(m + i), V = _mm256_loadu_ps(v + i);
-    _mm256_storeu_ps(p + i, _mm256_xor_ps(P, _mm256_and_ps(G, z)));
-    _mm256_storeu_ps(m + i, _mm256_xor_ps(M, _mm256_and_ps(V, z)));
-    _mm256_storeu_ps(v + i, _mm256_xor_ps(V, _mm256_and_ps(P, z)));
-  }
-  for (; i < hi; i++) {
-    volatile float *vp = p;
-    vp[i] = p[i] + (float)g[i] * 0.0f;
+  for (; i + 32 <= hi; i += 32)
+    acc = _mm256_xor_si256(acc, _mm256_loadu_si256((const __m256i *)(b + i)));
+  uint32_t x = (uint32_t)_mm256_extract_epi32(acc, 0);
+  for (; i < hi; i++)
+    x ^= b[i];
+  g_sink = x;
+}
+
+/* Writes bytes [lo, hi). */
+__attribute__((target("avx2"))) static void write_bytes(void *buf, size_t lo, size_t hi) {
+  uint8_t *b = buf;
+  const __m256i z = _mm256_set1_epi32((int)g_zero);
+  size_t i = lo;
+  for (; i + 32 <= hi; i += 32)
+    _mm256_storeu_si256((__m256i *)(b + i), z);
+  for (; i < hi; i++)
+    b[i] = (uint8_t)g_zero;
+}
+
+/* The read-modify-write roofline over elements [lo, hi), in chunks of 2048
+ * elements so every stream is in flight at once as in the fused step: p and
+ * the states read and written, g read, the copy written; int8 states also
+ * read and write their absmax (4 bytes per block). */
+static void roof_rmw(bufset *b, int nst, size_t block, size_t lo, size_t hi) {
+  size_t ms = dt_size(b->mdt), gs = dt_size(b->gdt), ss = dt_size(b->sdt), cs = dt_size(b->cdt);
+  size_t codes = (b->n + 63) / 64 * 64;
+  void *st[2] = {b->m, b->v};
+  for (size_t c = lo; c < hi; c += 2048) {
+    size_t e = c + 2048 < hi ? c + 2048 : hi;
+    rmw_bytes(b->p, c * ms, e * ms);
+    read_bytes(b->g, c * gs, e * gs);
+    for (int k = 0; k < nst; k++) {
+      rmw_bytes(st[k], c * ss, e * ss);
+      if (b->sdt == FERRY_DT_I8)
+        rmw_bytes((char *)st[k] + codes, c / block * 4, (e + block - 1) / block * 4);
+    }
+    if (cs) write_bytes(b->pc, c * cs, e * cs);
   }
 }
 
@@ -217,25 +259,24 @@ __attribute__((target("avx2,f16c"))) static void downcast(const float *p, void *
 static void *share_main(void *arg) {
   share *s = arg;
   bufset *b = s->b;
-  if (s->kind == 1) {
-    downcast(b->p, b->pc, s->cdt, s->lo, s->hi);
-  } else if (s->gdt == FERRY_DT_F32) {
-    roof_f32(b->p, b->g, b->m, b->v, s->lo, s->hi);
-  } else {
-    roof_g16(b->p, b->g, b->m, b->v, s->lo, s->hi);
-  }
+  if (s->kind == 1)
+    downcast(b->p, b->pc, b->cdt, s->lo, s->hi);
+  else
+    roof_rmw(b, s->nst, s->block, s->lo, s->hi);
   return NULL;
 }
 
-static double run_shares(bufset *b, int kind, int threads, int gdt, int cdt) {
+static double run_shares(bufset *b, int kind, int threads, int nst, size_t block) {
   if (threads < 1) threads = 1;
   if (threads > 64) threads = 64;
   share sh[64];
   pthread_t th[64];
   double t0 = ferry_now();
   for (int i = 0; i < threads; i++) {
-    sh[i] = (share){
-        b, kind, gdt, FERRY_DT_F32, cdt, b->n * i / threads, b->n * (i + 1) / threads};
+    /* shares start at block boundaries (int8 absmax) */
+    size_t lo = b->n * i / threads / block * block, hi = b->n * (i + 1) / threads / block * block;
+    if (i == threads - 1) hi = b->n;
+    sh[i] = (share){b, kind, nst, block, lo, hi};
     if (i) pthread_create(&th[i], NULL, share_main, &sh[i]);
   }
   share_main(&sh[0]);
@@ -259,8 +300,7 @@ static double median(double *x, int n) {
 static int validate(const ferry_optimizer_config *cfg, int gdt, int cdt, char *why, size_t len) {
   size_t n = (1u << 20) + 13;
   bufset a, b;
-  if (buf_make(&a, n, gdt, cfg->state_dtype, cdt, 7) ||
-      buf_make(&b, n, gdt, cfg->state_dtype, cdt, 7)) {
+  if (buf_make(&a, n, cfg, gdt, cdt, 7) || buf_make(&b, n, cfg, gdt, cdt, 7)) {
     snprintf(why, len, "out of memory");
     buf_free(&a);
     return -1;
@@ -276,12 +316,14 @@ static int validate(const ferry_optimizer_config *cfg, int gdt, int cdt, char *w
   }
   ferry_optim_span sa = span_of(&a, gdt, cdt), sb = span_of(&b, gdt, cdt);
   /* offset by one element: misaligned pointers, as real tensors may be */
-  sa.param++, sb.param++;
+  /* (int8 states stay aligned: their absmax are floats after the codes) */
+  size_t ms = dt_size(a.mdt), so = cfg->state_dtype == FERRY_DT_I8 ? 0 : dt_size(a.sdt);
+  sa.param = (char *)sa.param + ms, sb.param = (char *)sb.param + ms;
   sa.grad = (const char *)sa.grad + dt_size(gdt), sb.grad = (const char *)sb.grad + dt_size(gdt);
-  sa.state1 = (char *)sa.state1 + dt_size(cfg->state_dtype);
-  sb.state1 = (char *)sb.state1 + dt_size(cfg->state_dtype);
-  sa.state2 = (char *)sa.state2 + dt_size(cfg->state_dtype);
-  sb.state2 = (char *)sb.state2 + dt_size(cfg->state_dtype);
+  sa.state1 = (char *)sa.state1 + so;
+  sb.state1 = (char *)sb.state1 + so;
+  sa.state2 = (char *)sa.state2 + so;
+  sb.state2 = (char *)sb.state2 + so;
   if (cdt) sa.param_copy = (char *)sa.param_copy + 2, sb.param_copy = (char *)sb.param_copy + 2;
   sa.n = sb.n = n - 1;
   for (int step = 0; step < 2; step++)
@@ -291,12 +333,17 @@ static int validate(const ferry_optimizer_config *cfg, int gdt, int cdt, char *w
     }
   double tol = cfg->type == FERRY_OPTIM_LAMB ? 1e-5 : 0;
   for (size_t i = 0; i < n; i++) {
-    float x = a.p[i], y = b.p[i];
+    float x = ferry_dtype_load(a.p, (ferry_dtype)a.mdt, i),
+          y = ferry_dtype_load(b.p, (ferry_dtype)b.mdt, i);
     int ok = tol == 0 ? memcmp(&x, &y, 4) == 0 : fabs(x - y) <= tol * (fabs(x) + 1e-3);
     if (!ok) {
       snprintf(why, len, "param %zu: reference %.9g, kernels %.9g", i, x, y);
       goto out;
     }
+  }
+  if (tol == 0 && (memcmp(a.m, b.m, a.sbytes) || memcmp(a.v, b.v, a.sbytes))) {
+    snprintf(why, len, "the %s states differ from the reference", dt_name(a.sdt));
+    goto out;
   }
   if (tol == 0 && cdt && memcmp(a.pc, b.pc, n * 2) != 0) {
     /* AVX512-BF16 flushes subnormals: only those may differ */
@@ -323,6 +370,8 @@ typedef struct {
   uint64_t params;
   int type, gdt, cdt, sdt, threads, steps, json, roof, two;
   const char *simd;
+  int mdt;            /* --master */
+  uint64_t block;     /* --state-block */
 } adam_opts;
 
 /* Takes option a's value v: 0 taken, 1 a bad value, 2 an unknown option
@@ -337,10 +386,17 @@ static int parse_value(adam_opts *o, const char *a, const char *v) {
   }
   if (!strcmp(a, "--grad")) return (o->gdt = parse_dt(v, 0)) < 0;
   if (!strcmp(a, "--param-copy")) return (o->cdt = parse_dt(v, 1)) < 0 || o->cdt == FERRY_DT_F32;
-  if (!strcmp(a, "--state")) {
-    o->sdt = parse_dt(v, 0);
-    return o->sdt != FERRY_DT_F32 && o->sdt != FERRY_DT_BF16;
+  if (!strcmp(a, "--state") || !strcmp(a, "--state-dtype")) {
+    o->sdt = !strcmp(v, "int8") ? FERRY_DT_I8 : parse_dt(v, 0);
+    return o->sdt != FERRY_DT_F32 && o->sdt != FERRY_DT_BF16 && o->sdt != FERRY_DT_I8;
   }
+  if (!strcmp(a, "--master")) {
+    o->mdt = parse_dt(v, 0);
+    return o->mdt != FERRY_DT_F32 && o->mdt != FERRY_DT_BF16;
+  }
+  if (!strcmp(a, "--state-block"))
+    return ferry_parse_size(v, &o->block) != 0 || o->block < 32 || o->block > 4096 ||
+           (o->block & (o->block - 1));
   if (!strcmp(a, "--threads")) {
     char *e;
     o->threads = (int)strtol(v, &e, 10);
@@ -364,7 +420,7 @@ static int parse_value(adam_opts *o, const char *a, const char *v) {
 static int parse_args(adam_opts *o, int argc, char **argv) {
   *o = (adam_opts){
       256ull << 20, FERRY_OPTIM_ADAMW, FERRY_DT_F32, FERRY_DT_NONE, FERRY_DT_F32, 1, 5, 0, 0, 0,
-      NULL};
+      NULL, FERRY_DT_F32, 256};
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -391,6 +447,7 @@ static int parse_args(adam_opts *o, int argc, char **argv) {
       }
     }
   }
+  if (o->mdt == FERRY_DT_BF16) o->cdt = FERRY_DT_NONE; /* the params are the master */
   return -1;
 }
 
@@ -401,12 +458,12 @@ static int check_args(const adam_opts *o) {
     fprintf(stderr, "ferry bench adam: --two-pass needs --param-copy fp16 or bf16\n");
     return 2;
   }
-  if (o->roof && (o->type != FERRY_OPTIM_ADAMW && o->type != FERRY_OPTIM_ADAM)) {
-    fprintf(stderr, "ferry bench adam: --roofline models Adam's traffic: use adamw or adam\n");
+  if (o->roof && o->type == FERRY_OPTIM_LAMB) {
+    fprintf(stderr, "ferry bench adam: --roofline models one pass: not for lamb\n");
     return 2;
   }
-  if (o->roof && o->sdt != FERRY_DT_F32) {
-    fprintf(stderr, "ferry bench adam: --roofline models fp32 states\n");
+  if (o->two && o->mdt == FERRY_DT_BF16) {
+    fprintf(stderr, "ferry bench adam: --two-pass needs an fp32 master (--master fp32)\n");
     return 2;
   }
   return -1;
@@ -420,15 +477,16 @@ typedef struct {
 /* One untimed round, then o->steps timed steps of ours, each paired with
  * the roofline kernel and the two-pass step when asked for. Returns the
  * first failed step's status, or 0. */
-static int time_steps(ferry_optimizer *opt, bufset *b, const adam_opts *o, int threads,
+static int time_steps(ferry_optimizer *opt, bufset *b, const adam_opts *o, int threads, int nst,
                       adam_times *t) {
   int gdt = o->gdt, cdt = o->cdt, steps = o->steps, roof = o->roof, two = o->two;
+  size_t blk = o->sdt == FERRY_DT_I8 ? (size_t)o->block : 256;
   ferry_optim_span sp = span_of(b, gdt, cdt);
   ferry_optim_span sp_nocopy = sp;
   sp_nocopy.copy_dtype = FERRY_DT_NONE;
   /* one untimed round: page faults, caches, thread start */
   ferry_optimizer_step(opt, &sp, 1, 1.0f);
-  if (roof) run_shares(b, 0, threads, gdt, cdt);
+  if (roof) run_shares(b, 0, threads, nst, blk);
   double *t_ours = calloc((size_t)steps, sizeof(double));
   double *t_roof = calloc((size_t)steps, sizeof(double));
   double *t_two = calloc((size_t)steps, sizeof(double));
@@ -436,16 +494,16 @@ static int time_steps(ferry_optimizer *opt, bufset *b, const adam_opts *o, int t
   int rc = 0;
   for (int s = 0; s < steps && !rc; s++) {
     /* alternate which runs first, so drifting load hits both alike */
-    if (roof && (s & 1)) t_roof[s] = run_shares(b, 0, threads, gdt, cdt);
+    if (roof && (s & 1)) t_roof[s] = run_shares(b, 0, threads, nst, blk);
     double t0 = ferry_now();
     rc = ferry_optimizer_step(opt, &sp, 1, 1.0f);
     t_ours[s] = ferry_now() - t0;
-    if (roof && !(s & 1)) t_roof[s] = run_shares(b, 0, threads, gdt, cdt);
+    if (roof && !(s & 1)) t_roof[s] = run_shares(b, 0, threads, nst, blk);
     if (roof) t_ratio[s] = t_roof[s] / t_ours[s];
     if (two) {
       t0 = ferry_now();
       rc |= ferry_optimizer_step(opt, &sp_nocopy, 1, 1.0f);
-      t_two[s] = ferry_now() - t0 + run_shares(b, 1, threads, gdt, cdt);
+      t_two[s] = ferry_now() - t0 + run_shares(b, 1, threads, nst, blk);
     }
   }
   if (!rc) {
@@ -462,20 +520,19 @@ static int time_steps(ferry_optimizer *opt, bufset *b, const adam_opts *o, int t
   return rc;
 }
 
-/* Bytes per parameter a step moves (the optimizer's traffic). */
-static double bytes_per_param(const adam_opts *o, float momentum) {
-  double ss = (double)dt_size(o->sdt);
-  double bpp =
-      8.0 + (double)dt_size(o->gdt) + 2.0 * ss * nstates(o->type) + (double)dt_size(o->cdt);
-  if (o->type == FERRY_OPTIM_LAMB) bpp += 4.0 + 2.0 * ss; /* phase 2 reads p, m, v again */
-  if (o->type == FERRY_OPTIM_SGD && momentum == 0.0f) bpp -= 2.0 * ss;
+/* Bytes per parameter a step moves: the library's traffic formula
+ * (ferry_optimizer_bytes_per_param), plus LAMB's second pass. */
+static double bytes_per_param(const adam_opts *o, const ferry_optimizer_config *cfg) {
+  double bpp = ferry_optimizer_bytes_per_param(cfg, o->gdt, o->cdt);
+  if (o->type == FERRY_OPTIM_LAMB) /* phase 2 reads p, m, v again and writes p */
+    bpp += 2.0 * (double)dt_size(o->mdt) + 2.0 * (double)dt_size(o->sdt);
   return bpp;
 }
 
 static void report(const adam_opts *o, const ferry_optimizer_info *info, const adam_times *t,
                    double bpp) {
   double sec = t->sec, rsec = t->rsec, tsec = t->tsec, frac = t->frac;
-  double rbpp = 8.0 + (double)dt_size(o->gdt) + 16.0;
+  double rbpp = bpp; /* the roofline moves the same bytes (not modelled for LAMB) */
   double two_bpp = bpp + 4.0; /* the downcast pass reads p again */
   double n = (double)o->params;
   if (o->json) {
@@ -489,6 +546,8 @@ static void report(const adam_opts *o, const ferry_optimizer_info *info, const a
     json_str(&j, "grad_dtype", dt_name(o->gdt));
     json_str(&j, "param_copy", dt_name(o->cdt));
     json_str(&j, "state_dtype", dt_name(o->sdt));
+    json_str(&j, "master_dtype", dt_name(o->mdt));
+    json_uint(&j, "state_block", (unsigned long long)o->block);
     json_int(&j, "steps", o->steps);
     json_num(&j, "seconds_per_step", sec);
     json_num(&j, "params_per_s", n / sec);
@@ -497,6 +556,7 @@ static void report(const adam_opts *o, const ferry_optimizer_info *info, const a
     if (o->roof) {
       json_num(&j, "roofline_seconds_per_step", rsec);
       json_num(&j, "roofline_gb_per_s", n * rbpp / rsec / 1e9);
+      json_num(&j, "roofline_bytes_per_param", rbpp);
       json_num(&j, "fraction_of_roofline", frac);
     }
     if (o->two) {
@@ -507,10 +567,11 @@ static void report(const adam_opts *o, const ferry_optimizer_info *info, const a
     json_end(&j);
     return;
   }
-  printf("adam bench: %s (%s kernels), %llu params, %d threads, grad %s, copy %s, states %s\n",
+  printf("adam bench: %s (%s kernels), %llu params, %d threads, grad %s, copy %s, states %s, "
+         "master %s\n",
          opt_names[o->type], info->simd, (unsigned long long)o->params, info->threads,
-         dt_name(o->gdt), dt_name(o->cdt), dt_name(o->sdt));
-  printf("  ours:     %.4f s/step  %.3f Gparam/s  %.0f B/param  %.2f GB/s (median of %d)\n", sec,
+         dt_name(o->gdt), dt_name(o->cdt), dt_name(o->sdt), dt_name(o->mdt));
+  printf("  ours:     %.4f s/step  %.3f Gparam/s  %.4g B/param  %.2f GB/s (median of %d)\n", sec,
          n / sec / 1e9, bpp, n * bpp / sec / 1e9, o->steps);
   if (o->roof)
     printf("  roofline: %.4f s/step  %.2f GB/s  -> ours at %.2f of the roofline\n", rsec,
@@ -525,6 +586,8 @@ static int run(const adam_opts *o) {
   ferry_optimizer_config cfg = ferry_optimizer_config_default((ferry_optim_type)o->type);
   cfg.threads = o->threads;
   cfg.state_dtype = o->sdt;
+  cfg.state_block = (size_t)o->block;
+  cfg.master_dtype = o->mdt;
   cfg.simd = o->simd;
   if (o->type == FERRY_OPTIM_SGD) cfg.momentum = 0.9f;
   char why[256];
@@ -540,7 +603,7 @@ static int run(const adam_opts *o) {
   ferry_optimizer_info info;
   ferry_optimizer_get_info(opt, &info);
   bufset b;
-  if (buf_make(&b, (size_t)o->params, o->gdt, o->sdt, o->cdt, 1)) {
+  if (buf_make(&b, (size_t)o->params, &cfg, o->gdt, o->cdt, 1)) {
     fprintf(stderr, "ferry bench adam: cannot allocate buffers for %llu params\n",
             (unsigned long long)o->params);
     ferry_optimizer_destroy(opt);
@@ -548,11 +611,11 @@ static int run(const adam_opts *o) {
   }
   adam_times t;
   int ret = 0;
-  if (time_steps(opt, &b, o, info.threads, &t)) {
+  if (time_steps(opt, &b, o, info.threads, ferry_optimizer_state_count(&cfg), &t)) {
     fprintf(stderr, "ferry bench adam: step failed: %s\n", ferry_optimizer_last_error(opt));
     ret = 1;
   } else {
-    report(o, &info, &t, bytes_per_param(o, cfg.momentum));
+    report(o, &info, &t, bytes_per_param(o, &cfg));
   }
   buf_free(&b);
   ferry_optimizer_destroy(opt);

@@ -6,8 +6,10 @@
  * values in and masters out. Everything is enqueued on e->down, so the
  * device math runs in the order the drain and the stepper hand it in; the
  * host side never dereferences device memory. The host backend never comes
- * here: its emulated device memory is the CPU kernels'. Calls no other
- * engine file.
+ * here: its emulated device memory is the CPU kernels'. Its masters and
+ * states are fp32 (compact optimizer state on the gpu is refused at create,
+ * choose_math in engine.c), so every param has a master here. Calls no
+ * other engine file.
  */
 #include "offload/engine_impl.h"
 #include "optim/grad_cuda.h"

@@ -6,7 +6,10 @@
  * NVMe and the upload (device home) or commit (host and NVMe homes) of its
  * new params — while the loop computes. With grads "none" the grads are in
  * a drain staging buffer lent with the group, given back after its
- * optimizer pass. Uses group.c and gpu.c.
+ * optimizer pass. With a bf16 master (precision.master) the optimizer
+ * updates a staged copy of the group's current params in place
+ * (stepper_read_params), which is then uploaded or committed the same way.
+ * Uses group.c and gpu.c.
  */
 #include "offload/engine_impl.h"
 #include "core/dtype.h"

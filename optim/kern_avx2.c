@@ -62,6 +62,41 @@ static inline double vd_hsum(vd a0, vd a1) {
   return (t[0] + t[1]) + (t[2] + t[3]);
 }
 
+/* 32-bit integer lanes: the int8 code and the stochastic-rounding hash */
+typedef __m256i vi;
+static inline vi vi_set1(uint32_t x) { return _mm256_set1_epi32((int)x); }
+static inline vi vi_iota(void) { return _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7); }
+static inline vi vi_loadu(const uint32_t *p) { return _mm256_loadu_si256((const __m256i *)p); }
+static inline vi vi_and(vi a, vi b) { return _mm256_and_si256(a, b); }
+static inline vi vi_or(vi a, vi b) { return _mm256_or_si256(a, b); }
+static inline vi vi_xor(vi a, vi b) { return _mm256_xor_si256(a, b); }
+static inline vi vi_add(vi a, vi b) { return _mm256_add_epi32(a, b); }
+static inline vi vi_sub(vi a, vi b) { return _mm256_sub_epi32(a, b); }
+static inline vi vi_mullo(vi a, vi b) { return _mm256_mullo_epi32(a, b); }
+static inline vi vi_minu(vi a, vi b) { return _mm256_min_epu32(a, b); }
+static inline vi vi_maxu(vi a, vi b) { return _mm256_max_epu32(a, b); }
+#define vi_srli(a, n) _mm256_srli_epi32((a), (n))
+#define vi_slli(a, n) _mm256_slli_epi32((a), (n))
+/* a > b (signed) ? x : y */
+static inline vi vi_sel_gt(vi a, vi b, vi x, vi y) {
+  return _mm256_blendv_epi8(y, x, _mm256_cmpgt_epi32(a, b));
+}
+static inline vf vi_as_vf(vi a) { return _mm256_castsi256_ps(a); }
+static inline vi vf_as_vi(vf a) { return _mm256_castps_si256(a); }
+static inline vf vi_to_vf(vi a) { return _mm256_cvtepi32_ps(a); }
+static inline vi vf_rint(vf a) { return _mm256_cvtps_epi32(a); } /* nearest even (MXCSR) */
+static inline vi v_load_u8(const uint8_t *p) {
+  return _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)p));
+}
+static inline void v_store_u8(uint8_t *p, vi x) { /* lanes hold 0..255 */
+  __m128i w = _mm_packus_epi32(_mm256_castsi256_si128(x), _mm256_extracti128_si256(x, 1));
+  _mm_storel_epi64((__m128i *)p, _mm_packus_epi16(w, w));
+}
+static inline void v_store_u16(uint16_t *p, vi x) { /* lanes hold 0..65535 */
+  _mm_storeu_si128((__m128i *)p,
+                   _mm_packus_epi32(_mm256_castsi256_si128(x), _mm256_extracti128_si256(x, 1)));
+}
+
 #define OPTIM_SIMD_PREFIX optim_kernels_avx2
 #define OPTIM_SIMD_NAME   "avx2"
 #include "optim/simd_body_impl.h"

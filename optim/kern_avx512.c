@@ -65,6 +65,40 @@ static inline double vd_hsum(vd a0, vd a1) {
   return ((t[0] + t[1]) + (t[2] + t[3])) + ((t[4] + t[5]) + (t[6] + t[7]));
 }
 
+/* 32-bit integer lanes: the int8 code and the stochastic-rounding hash */
+typedef __m512i vi;
+static inline vi vi_set1(uint32_t x) { return _mm512_set1_epi32((int)x); }
+static inline vi vi_iota(void) {
+  return _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+}
+static inline vi vi_loadu(const uint32_t *p) { return _mm512_loadu_si512((const void *)p); }
+static inline vi vi_and(vi a, vi b) { return _mm512_and_si512(a, b); }
+static inline vi vi_or(vi a, vi b) { return _mm512_or_si512(a, b); }
+static inline vi vi_xor(vi a, vi b) { return _mm512_xor_si512(a, b); }
+static inline vi vi_add(vi a, vi b) { return _mm512_add_epi32(a, b); }
+static inline vi vi_sub(vi a, vi b) { return _mm512_sub_epi32(a, b); }
+static inline vi vi_mullo(vi a, vi b) { return _mm512_mullo_epi32(a, b); }
+static inline vi vi_minu(vi a, vi b) { return _mm512_min_epu32(a, b); }
+static inline vi vi_maxu(vi a, vi b) { return _mm512_max_epu32(a, b); }
+#define vi_srli(a, n) _mm512_srli_epi32((a), (n))
+#define vi_slli(a, n) _mm512_slli_epi32((a), (n))
+static inline vi vi_sel_gt(vi a, vi b, vi x, vi y) {
+  return _mm512_mask_mov_epi32(y, _mm512_cmpgt_epi32_mask(a, b), x);
+}
+static inline vf vi_as_vf(vi a) { return _mm512_castsi512_ps(a); }
+static inline vi vf_as_vi(vf a) { return _mm512_castps_si512(a); }
+static inline vf vi_to_vf(vi a) { return _mm512_cvtepi32_ps(a); }
+static inline vi vf_rint(vf a) { return _mm512_cvtps_epi32(a); } /* nearest even (MXCSR) */
+static inline vi v_load_u8(const uint8_t *p) {
+  return _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)p));
+}
+static inline void v_store_u8(uint8_t *p, vi x) {
+  _mm_storeu_si128((__m128i *)p, _mm512_cvtepi32_epi8(x));
+}
+static inline void v_store_u16(uint16_t *p, vi x) {
+  _mm256_storeu_si256((__m256i *)p, _mm512_cvtepi32_epi16(x));
+}
+
 #define OPTIM_SIMD_PREFIX optim_kernels_avx512
 #define OPTIM_SIMD_NAME   "avx512"
 #include "optim/simd_body_impl.h"

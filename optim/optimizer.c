@@ -568,10 +568,6 @@ int ferry_optimizer_step_cuda(ferry_optimizer *o, const ferry_optim_span *spans,
   if (!o) return FERRY_EINVAL;
   if (o->cfg.type != FERRY_OPTIM_ADAMW && o->cfg.type != FERRY_OPTIM_ADAM)
     return ferry_err(&o->err, FERRY_ENOTSUP, "step_cuda: only AdamW and Adam run on the GPU");
-  if (o->cfg.state_dtype != FERRY_DT_F32 || o->cfg.master_dtype != FERRY_DT_F32)
-    return ferry_err(&o->err, FERRY_ENOTSUP,
-                     "step_cuda: fp32 states and an fp32 master only (the bf16 and int8 "
-                     "states and the bf16 master run on the CPU)");
   if (count && !spans) return ferry_err(&o->err, FERRY_EINVAL, "step_cuda: spans is NULL");
   if (ferry_optimizer_query(o) != 0)
     return ferry_err(&o->err, FERRY_EBUSY, "step_cuda: a CPU step is still running");
@@ -593,10 +589,16 @@ int ferry_optimizer_step_cuda(ferry_optimizer *o, const ferry_optim_span *spans,
     t.pc = sp->param_copy;
     t.n = sp->n;
     t.gdt = sp->grad_dtype;
-    t.sdt = FERRY_DT_F32;
+    t.sdt = o->cfg.state_dtype;
     t.cdt = sp->copy_dtype;
     t.trust = 1.0f;
-    t.mdt = FERRY_DT_F32;
+    t.mdt = o->cfg.master_dtype;
+    t.index = sp->index;
+    t.block = qblock(&o->cfg);
+    if (t.sdt == FERRY_DT_I8) {
+      t.a1 = optim_q_absmax_ptr(sp->state1, sp->n);
+      t.a2 = optim_q_absmax_ptr(sp->state2, sp->n);
+    }
     char why[256] = "";
     int rc = optim_cuda_step(&sc, &t, cuda_stream, why, sizeof why);
     if (rc) return ferry_err(&o->err, rc, "step_cuda: span %zu: %s", i, why);

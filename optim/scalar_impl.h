@@ -109,40 +109,54 @@ static inline void optim_ref_step_range(const optim_scalars *s, const optim_tile
   }
 }
 
-/* Int8 states (AdamW, Adam, Lion): the block of elements [b, e) of a tile,
- * b at a block start, its absmax at slot k. Pass 1 dequantizes, updates m, v
- * in fp32 and takes the new absmax; pass 2 recomputes the same fp32 values,
- * writes the param (from the fp32 states) and the requantized codes. */
-static inline void optim_ref_qblock(const optim_scalars *s, const optim_tile *t, size_t b,
-                                    size_t e, size_t k) {
-  uint8_t *c1 = (uint8_t *)t->s1, *c2 = (uint8_t *)t->s2;
-  const int has2 = c2 != NULL;
-  const float A1 = t->a1[k], A2 = has2 ? t->a2[k] : 0.0f;
-  float mx1 = 0.0f, mx2 = 0.0f;
-  int bad1 = 0, bad2 = 0;
+/* Int8 states (AdamW, Adam, Lion), pass 1 over [b, e) of one block whose
+ * absmax are A1, A2: dequantize, update m, v in fp32 (not stored), raise the
+ * running max of |m|, |v| and flag non-finite values. */
+static inline void optim_ref_q_pass1(const optim_scalars *s, const optim_tile *t, size_t b,
+                                     size_t e, float A1, float A2, float *mx1, float *mx2,
+                                     int *bad1, int *bad2) {
+  const uint8_t *c1 = (const uint8_t *)t->s1, *c2 = (const uint8_t *)t->s2;
   for (size_t i = b; i < e; i++) {
     float g = ferry_dt_load(t->g, t->gdt, i) * s->gscale;
     float p = optim_p_load(t, i);
-    float m = optim_q_dec_s(c1[i], A1), v = has2 ? optim_q_dec_u(c2[i], A2) : 0.0f;
+    float m = optim_q_dec_s(c1[i], A1), v = c2 ? optim_q_dec_u(c2[i], A2) : 0.0f;
     optim_elem(s, g, &p, &m, &v);
     float am = fabsf(m), av = fabsf(v);
-    mx1 = am > mx1 ? am : mx1;
-    mx2 = av > mx2 ? av : mx2;
-    bad1 |= !(am <= 3.40282347e38f);
-    bad2 |= !(av <= 3.40282347e38f);
+    *mx1 = am > *mx1 ? am : *mx1;
+    *mx2 = av > *mx2 ? av : *mx2;
+    *bad1 |= !(am <= 3.40282347e38f);
+    *bad2 |= !(av <= 3.40282347e38f);
   }
-  const float N1 = optim_q_absmax(mx1, bad1), N2 = optim_q_absmax(mx2, bad2);
-  const float i1 = optim_q_inv(N1), i2 = optim_q_inv(N2);
+}
+
+/* Pass 2 over [b, e): the same fp32 m', v' again, the param updated from
+ * them, the codes written with the new absmax (inverses i1, i2; 0: codes 0). */
+static inline void optim_ref_q_pass2(const optim_scalars *s, const optim_tile *t, size_t b,
+                                     size_t e, float A1, float A2, float i1, float i2) {
+  uint8_t *c1 = (uint8_t *)t->s1, *c2 = (uint8_t *)t->s2;
   for (size_t i = b; i < e; i++) {
     float g = ferry_dt_load(t->g, t->gdt, i) * s->gscale;
     float p = optim_p_load(t, i);
-    float m = optim_q_dec_s(c1[i], A1), v = has2 ? optim_q_dec_u(c2[i], A2) : 0.0f;
+    float m = optim_q_dec_s(c1[i], A1), v = c2 ? optim_q_dec_u(c2[i], A2) : 0.0f;
     optim_elem(s, g, &p, &m, &v);
     optim_p_store(s, t, i, p);
     if (t->cdt != FERRY_DT_NONE) ferry_dt_store(t->pc, t->cdt, i, p);
     c1[i] = i1 != 0.0f ? optim_q_enc_s(m, i1) : 0;
-    if (has2) c2[i] = i2 != 0.0f ? optim_q_enc_u(v, i2) : 0;
+    if (c2) c2[i] = i2 != 0.0f ? optim_q_enc_u(v, i2) : 0;
   }
+}
+
+/* One int8 block [b, e) of a tile (b at a block start), its absmax at slot
+ * k: pass 1, the new absmax, pass 2 (from L1), the absmax stored. */
+static inline void optim_ref_qblock(const optim_scalars *s, const optim_tile *t, size_t b,
+                                    size_t e, size_t k) {
+  const int has2 = t->s2 != NULL;
+  const float A1 = t->a1[k], A2 = has2 ? t->a2[k] : 0.0f;
+  float mx1 = 0.0f, mx2 = 0.0f;
+  int bad1 = 0, bad2 = 0;
+  optim_ref_q_pass1(s, t, b, e, A1, A2, &mx1, &mx2, &bad1, &bad2);
+  const float N1 = optim_q_absmax(mx1, bad1), N2 = optim_q_absmax(mx2, bad2);
+  optim_ref_q_pass2(s, t, b, e, A1, A2, optim_q_inv(N1), optim_q_inv(N2));
   t->a1[k] = N1;
   if (has2) t->a2[k] = N2;
 }

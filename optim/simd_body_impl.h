@@ -37,8 +37,208 @@ OPT_INLINE vf vb_roundtrip(vf x, int dt, int nb) {
   return v_load_bf16(tmp);
 }
 
+/* ---- compact state: bf16 master (stochastic rounding), the int8 code ---- */
+
+OPT_INLINE vi vq_hash(vi x) { /* optim_hash32 on each lane */
+  x = vi_xor(x, vi_srli(x, 16));
+  x = vi_mullo(x, vi_set1(0x7feb352du));
+  x = vi_xor(x, vi_srli(x, 15));
+  x = vi_mullo(x, vi_set1(0x846ca68bu));
+  return vi_xor(x, vi_srli(x, 16));
+}
+
+/* The stochastic-rounding key of a tile: optim_sr_hikey of its elements
+ * when they all share the high half of their index (one = 1), else one = 0
+ * and each vector derives its own. */
+typedef struct {
+  vi hk;
+  int one;
+} vq_srkey;
+
+OPT_INLINE vq_srkey vq_srkey_of(const optim_scalars *s, const optim_tile *t) {
+  vq_srkey k;
+  k.one = t->n == 0 || (t->index >> 32) == ((t->index + t->n - 1) >> 32);
+  k.hk = vi_set1(optim_sr_hikey(s->sr_key, t->index));
+  return k;
+}
+
+/* optim_sr_bits of elements idx0 .. idx0 + VW - 1 */
+OPT_INLINE vi vq_sr_bits(const vq_srkey *sk, uint32_t key, uint64_t idx0) {
+  uint32_t lo = (uint32_t)idx0;
+  if (sk->one) {
+    vi x = vi_xor(sk->hk, vi_add(vi_set1(lo), vi_iota()));
+    return vi_srli(vq_hash(x), 16);
+  }
+  if (lo <= 0xFFFFFFFFu - (VW - 1)) { /* one high half: one key */
+    vi x = vi_xor(vi_set1(optim_sr_hikey(key, idx0)), vi_add(vi_set1(lo), vi_iota()));
+    return vi_srli(vq_hash(x), 16);
+  }
+  uint32_t r[VW];
+  for (int l = 0; l < VW; l++)
+    r[l] = optim_sr_bits(optim_sr_hikey(key, idx0 + (uint64_t)l), idx0 + (uint64_t)l);
+  return vi_loadu(r);
+}
+
+OPT_INLINE vf vq_load_p(const optim_tile *t, int mdt, size_t i) {
+  return mdt == FERRY_DT_BF16 ? v_load_bf16((const uint16_t *)t->p + i)
+                              : v_loadu((const float *)t->p + i);
+}
+
+/* optim_p_store: fp32, or bf16 = (bits + 16 random bits) >> 16, NaN quiet */
+OPT_INLINE void vq_store_p(const optim_scalars *s, const optim_tile *t, const vq_srkey *sk, int mdt,
+                           size_t i, vf p) {
+  if (mdt != FERRY_DT_BF16) {
+    v_storeu((float *)t->p + i, p);
+    return;
+  }
+  vi u = vf_as_vi(p);
+  vi r = vi_srli(vi_add(u, vq_sr_bits(sk, s->sr_key, t->index + i)), 16);
+  vi q = vi_or(vi_srli(u, 16), vi_set1(0x40));
+  r = vi_sel_gt(vi_and(u, vi_set1(0x7FFFFFFFu)), vi_set1(0x7F800000u), q, r);
+  v_store_u16((uint16_t *)t->p + i, r);
+}
+
+/* optim_q_dec_s (sgn) / optim_q_dec_u of codes c with absmax A */
+OPT_INLINE vf vq_dec(vi c, vf A, int sgn) {
+  vi u = sgn ? vi_and(c, vi_set1(0x7F)) : c;
+  vf lin = v_mul(vi_to_vf(u), v_set1(sgn ? 0x1p-17f : 0x1p-33f));
+  vi nor = vi_add(vi_slli(u, 20), vi_set1((sgn ? 112u : 96u) << 23)); /* ((u>>3)+bias)<<23 | (u&7)<<20 */
+  vf x = v_mul(vi_as_vf(vi_sel_gt(vi_set1(8), u, vf_as_vi(lin), nor)), A);
+  if (sgn) x = vi_as_vf(vi_xor(vf_as_vi(x), vi_slli(vi_and(c, vi_set1(0x80)), 24)));
+  return x;
+}
+
+/* optim_q_enc_s (sgn) / optim_q_enc_u of x with inv = 1 / absmax */
+OPT_INLINE vi vq_enc(vf x, vf inv, int sgn) {
+  vf y = v_mul(x, inv);
+  vi ya = vi_and(vf_as_vi(y), vi_set1(0x7FFFFFFFu));
+  vi ulin = vf_rint(v_mul(vi_as_vf(ya), v_set1(sgn ? 0x1p17f : 0x1p33f)));
+  vi r = vi_add(vi_add(ya, vi_set1(0x7FFFFu)), vi_and(vi_srli(ya, 20), vi_set1(1)));
+  vi unor = vi_minu(vi_sub(vi_srli(r, 20), vi_set1((sgn ? 112u : 96u) << 3)),
+                    vi_set1(sgn ? 127u : 255u));
+  /* a < 2^-14 (2^-30) compared on the bits: a is never NaN here */
+  vi u = vi_sel_gt(vi_set1(sgn ? 0x38800000u : 0x30800000u), ya, ulin, unor);
+  if (sgn) /* 0x80 for y < 0 with a nonzero magnitude */
+    u = vi_or(u, vi_slli(vi_and(vi_srli(vf_as_vi(y), 31), vi_minu(u, vi_set1(1))), 7));
+  return u;
+}
+
+/* The largest lane (unsigned). */
+OPT_INLINE uint32_t vq_hmaxu(vi x) {
+  float tmp[VW];
+  v_storeu(tmp, vi_as_vf(x));
+  uint32_t m = 0;
+  for (int l = 0; l < VW; l++) {
+    uint32_t b = ferry_f32_bits(tmp[l]);
+    m = b > m ? b : m;
+  }
+  return m;
+}
+
+/* One int8 block [b, e) (AdamW, Adam, Lion), as optim_ref_qblock. Pass 1
+ * reads codes and gradients, computes the new fp32 states and keeps them in
+ * two block-local buffers on the stack (2 x block floats, in L1: the step is
+ * compute-bound, so pass 2 reloads instead of dequantizing and updating
+ * again; for Lion the second buffer holds the sign argument c), and takes
+ * the absmax as the integer max of the |x| bits (equal to the float max;
+ * > 0x7F7FFFFF when one is inf or NaN). Pass 2 updates the param from the
+ * fp32 states and writes the codes with the new absmax. A partial last
+ * block's tail (< VW elements) runs the scalar reference's passes. */
+OPT_INLINE void qblock_body(const optim_scalars *s, const optim_tile *t, size_t b, size_t e,
+                            size_t k, int type, int gdt, int mdt, int cdt, float *buf1,
+                            float *buf2) {
+  const vf gs = v_set1(s->gscale), b1 = v_set1(s->beta1), b2 = v_set1(s->beta2);
+  const vf omb1 = v_set1(s->omb1), omb2 = v_set1(s->omb2), eps = v_set1(s->eps);
+  const vf wd = v_set1(s->wd), decay = v_set1(s->decay), isb2 = v_set1(s->inv_sqrt_bc2);
+  const vf nstep = v_set1(s->neg_step);
+  const vi absm = vi_set1(0x7FFFFFFFu);
+  const int two = type != FERRY_OPTIM_LION, nb = s->native_bf16;
+  uint8_t *c1 = (uint8_t *)t->s1, *c2 = (uint8_t *)t->s2;
+  const float A1 = t->a1[k], A2 = two ? t->a2[k] : 0.0f;
+  const vf A1v = v_set1(A1), A2v = v_set1(A2);
+  vi mx1 = vi_set1(0), mx2 = vi_set1(0);
+  size_t i = b;
+  for (; i + VW <= e; i += VW) {
+    vf g = v_mul(vb_load(t->g, gdt, i), gs);
+    vf m = vq_dec(v_load_u8(c1 + i), A1v, 1), x;
+    if (two) {
+      if (type == FERRY_OPTIM_ADAM) g = v_fma(wd, vq_load_p(t, mdt, i), g);
+      vf v = vq_dec(v_load_u8(c2 + i), A2v, 0);
+      m = v_fma(b1, m, v_mul(omb1, g));
+      x = v_fma(b2, v, v_mul(v_mul(omb2, g), g));
+      mx2 = vi_maxu(mx2, vi_and(vf_as_vi(x), absm));
+    } else {
+      x = v_fma(b1, m, v_mul(omb1, g)); /* c */
+      m = v_fma(b2, m, v_mul(omb2, g));
+    }
+    mx1 = vi_maxu(mx1, vi_and(vf_as_vi(m), absm));
+    v_storeu(buf1 + (i - b), m);
+    v_storeu(buf2 + (i - b), x);
+  }
+  const size_t vend = i;
+  float f1 = 0.0f, f2 = 0.0f;
+  int bad1 = 0, bad2 = 0;
+  if (i < e) optim_ref_q_pass1(s, t, i, e, A1, A2, &f1, &f2, &bad1, &bad2);
+  uint32_t h1 = vq_hmaxu(mx1), h2 = vq_hmaxu(mx2);
+  bad1 |= h1 > 0x7F7FFFFFu;
+  bad2 |= h2 > 0x7F7FFFFFu;
+  if (!bad1 && ferry_f32_from_bits(h1) > f1) f1 = ferry_f32_from_bits(h1);
+  if (!bad2 && ferry_f32_from_bits(h2) > f2) f2 = ferry_f32_from_bits(h2);
+  const float N1 = optim_q_absmax(f1, bad1), N2 = optim_q_absmax(f2, bad2);
+  const float i1 = optim_q_inv(N1), i2 = optim_q_inv(N2);
+  const vf i1v = v_set1(i1), i2v = v_set1(i2);
+  const vi zero = vi_set1(0);
+  const vq_srkey sk = vq_srkey_of(s, t);
+#pragma GCC unroll 2
+  for (i = b; i < vend; i += VW) {
+    vf p = vq_load_p(t, mdt, i);
+    vf m = v_loadu(buf1 + (i - b)), x = v_loadu(buf2 + (i - b));
+    p = v_mul(p, decay);
+    if (two) {
+      p = v_fma(nstep, v_div(m, v_fma(v_sqrt(x), isb2, eps)), p);
+      v_store_u8(c2 + i, i2 != 0.0f ? vq_enc(x, i2v, 0) : zero);
+    } else {
+      p = v_fma(nstep, v_sign(x), p);
+    }
+    v_store_u8(c1 + i, i1 != 0.0f ? vq_enc(m, i1v, 1) : zero);
+    vq_store_p(s, t, &sk, mdt, i, p);
+    if (cdt != FERRY_DT_NONE) vb_store(t->pc, cdt, i, p, nb);
+  }
+  if (i < e) optim_ref_q_pass2(s, t, i, e, A1, A2, i1, i2);
+  t->a1[k] = N1;
+  if (two) t->a2[k] = N2;
+}
+
+#ifndef OPTIM_Q_AHEAD
+#define OPTIM_Q_AHEAD 2048
+#endif
+
+OPT_INLINE void qstep_body(const optim_scalars *s, const optim_tile *t, int type, int gdt, int mdt,
+                           int cdt) {
+  const size_t B = t->block, n = t->n;
+  float buf1[4096], buf2[4096]; /* block-local (state_block <= 4096) */
+  const size_t gsz = gdt == FERRY_DT_F32 ? 4 : 2, msz = mdt == FERRY_DT_BF16 ? 2 : 4;
+  const size_t ahead = OPTIM_Q_AHEAD; /* elements: software prefetch distance */
+  for (size_t k = 0, b = 0; b < n; k++, b += B) {
+    /* the stream is compute-heavy: ask for the lines `ahead` elements on */
+    for (size_t j = b + ahead; j < b + ahead + B && j < n; j += 64) {
+      __builtin_prefetch((const char *)t->g + j * gsz, 0, 0);
+      __builtin_prefetch((const char *)t->g + (j + 32) * gsz, 0, 0);
+      __builtin_prefetch((const char *)t->p + j * msz, 1, 0);
+      __builtin_prefetch((const char *)t->p + (j + 32) * msz, 1, 0);
+      if (msz == 4) {
+        __builtin_prefetch((const char *)t->p + (j + 16) * msz, 1, 0);
+        __builtin_prefetch((const char *)t->p + (j + 48) * msz, 1, 0);
+      }
+      __builtin_prefetch((const uint8_t *)t->s1 + j, 1, 0);
+      if (t->s2) __builtin_prefetch((const uint8_t *)t->s2 + j, 1, 0);
+    }
+    qblock_body(s, t, b, b + B < n ? b + B : n, k, type, gdt, mdt, cdt, buf1, buf2);
+  }
+}
+
 OPT_INLINE void step_body(const optim_scalars *s, const optim_tile *t, int type, int gdt, int sdt,
-                          int cdt) {
+                          int cdt, int mdt) {
   const vf gs = v_set1(s->gscale), b1 = v_set1(s->beta1), b2 = v_set1(s->beta2);
   const vf omb1 = v_set1(s->omb1), omb2 = v_set1(s->omb2), eps = v_set1(s->eps);
   const vf wd = v_set1(s->wd), decay = v_set1(s->decay), isb2 = v_set1(s->inv_sqrt_bc2);
@@ -46,11 +246,11 @@ OPT_INLINE void step_body(const optim_scalars *s, const optim_tile *t, int type,
   const float nstep_f = type == FERRY_OPTIM_LAMB ? s->neg_step * t->trust : s->neg_step;
   const vf nstep = v_set1(nstep_f);
   const int nb = s->native_bf16, mom = s->sgd_momentum, nest = s->nesterov;
-  float *P = t->p;
+  const vq_srkey sk = vq_srkey_of(s, t);
   const size_t n = t->n;
   size_t i = 0;
   for (; i + VW <= n; i += VW) {
-    vf p = v_loadu(P + i);
+    vf p = vq_load_p(t, mdt, i);
     vf g = v_set1(0.0f);
     if (type != FERRY_OPTIM_LAMB) g = v_mul(vb_load(t->g, gdt, i), gs);
     switch (type) {
@@ -101,7 +301,7 @@ OPT_INLINE void step_body(const optim_scalars *s, const optim_tile *t, int type,
     }
     default: break;
     }
-    v_storeu(P + i, p);
+    vq_store_p(s, t, &sk, mdt, i, p);
     if (cdt != FERRY_DT_NONE) vb_store(t->pc, cdt, i, p, nb);
   }
   if (i < n) optim_ref_step_range(s, t, i, n);
@@ -117,7 +317,7 @@ OPT_INLINE void lamb1_body(const optim_scalars *s, const optim_tile *t, double *
   const size_t n = t->n;
   size_t i = 0;
   for (; i + VW <= n; i += VW) {
-    vf p = v_loadu((const float *)t->p + i);
+    vf p = vq_load_p(t, t->mdt, i);
     vf g = v_mul(vb_load(t->g, gdt, i), gs);
     vf m = vb_load(t->s1, sdt, i), v = vb_load(t->s2, sdt, i);
     m = v_fma(b1, m, v_mul(omb1, g));
@@ -136,11 +336,33 @@ OPT_INLINE void lamb1_body(const optim_scalars *s, const optim_tile *t, double *
 }
 
 #define OPT_C(TYPE, G, S)                                                                          \
+  if (t->mdt == FERRY_DT_BF16) {                                                                   \
+    step_body(s, t, TYPE, G, S, FERRY_DT_NONE, FERRY_DT_BF16);                                     \
+    return;                                                                                        \
+  }                                                                                                \
   switch (t->cdt) {                                                                                \
-  case FERRY_DT_F16: step_body(s, t, TYPE, G, S, FERRY_DT_F16); return;                            \
-  case FERRY_DT_BF16: step_body(s, t, TYPE, G, S, FERRY_DT_BF16); return;                          \
-  case FERRY_DT_F32: step_body(s, t, TYPE, G, S, FERRY_DT_F32); return;                            \
-  default: step_body(s, t, TYPE, G, S, FERRY_DT_NONE); return;                                     \
+  case FERRY_DT_F16: step_body(s, t, TYPE, G, S, FERRY_DT_F16, FERRY_DT_F32); return;              \
+  case FERRY_DT_BF16: step_body(s, t, TYPE, G, S, FERRY_DT_BF16, FERRY_DT_F32); return;            \
+  case FERRY_DT_F32: step_body(s, t, TYPE, G, S, FERRY_DT_F32, FERRY_DT_F32); return;              \
+  default: step_body(s, t, TYPE, G, S, FERRY_DT_NONE, FERRY_DT_F32); return;                       \
+  }
+/* int8 states: master and copy, then gradient */
+#define OPT_QM(TYPE, G)                                                                            \
+  if (t->mdt == FERRY_DT_BF16) {                                                                   \
+    qstep_body(s, t, TYPE, G, FERRY_DT_BF16, FERRY_DT_NONE);                                       \
+    return;                                                                                        \
+  }                                                                                                \
+  switch (t->cdt) {                                                                                \
+  case FERRY_DT_F16: qstep_body(s, t, TYPE, G, FERRY_DT_F32, FERRY_DT_F16); return;                \
+  case FERRY_DT_BF16: qstep_body(s, t, TYPE, G, FERRY_DT_F32, FERRY_DT_BF16); return;              \
+  case FERRY_DT_F32: qstep_body(s, t, TYPE, G, FERRY_DT_F32, FERRY_DT_F32); return;                \
+  default: qstep_body(s, t, TYPE, G, FERRY_DT_F32, FERRY_DT_NONE); return;                         \
+  }
+#define OPT_QG(TYPE)                                                                               \
+  switch (t->gdt) {                                                                                \
+  case FERRY_DT_F16: OPT_QM(TYPE, FERRY_DT_F16)                                                    \
+  case FERRY_DT_BF16: OPT_QM(TYPE, FERRY_DT_BF16)                                                  \
+  default: OPT_QM(TYPE, FERRY_DT_F32)                                                              \
   }
 #define OPT_S(TYPE, G)                                                                             \
   if (t->sdt == FERRY_DT_BF16) {                                                                   \
@@ -164,14 +386,18 @@ static void k_lamb2(const optim_scalars *s, const optim_tile *t) {
   OPT_S(FERRY_OPTIM_LAMB, FERRY_DT_F32) /* phase 2 reads no gradient */
 }
 
+static void k_q_adamw(const optim_scalars *s, const optim_tile *t) { OPT_QG(FERRY_OPTIM_ADAMW) }
+static void k_q_adam(const optim_scalars *s, const optim_tile *t) { OPT_QG(FERRY_OPTIM_ADAM) }
+static void k_q_lion(const optim_scalars *s, const optim_tile *t) { OPT_QG(FERRY_OPTIM_LION) }
+
 static void k_step(const optim_scalars *s, const optim_tile *t) {
   if (t->sdt == FERRY_DT_I8) {
-    optim_ref_qstep_from(s, t, 0);
-    return;
-  }
-  if (t->mdt == FERRY_DT_BF16) {
-    optim_ref_step_range(s, t, 0, t->n);
-    return;
+    switch (s->type) {
+    case FERRY_OPTIM_ADAMW: k_q_adamw(s, t); return;
+    case FERRY_OPTIM_ADAM: k_q_adam(s, t); return;
+    case FERRY_OPTIM_LION: k_q_lion(s, t); return;
+    default: optim_ref_qstep_from(s, t, 0); return; /* refused at create: unreachable */
+    }
   }
   switch (s->type) {
   case FERRY_OPTIM_ADAMW: k_adamw(s, t); break;
@@ -185,10 +411,6 @@ static void k_step(const optim_scalars *s, const optim_tile *t) {
 }
 
 static void k_lamb1(const optim_scalars *s, const optim_tile *t, double *psq, double *usq) {
-  if (t->mdt == FERRY_DT_BF16) {
-    optim_ref_lamb1_range(s, t, 0, t->n, psq, usq);
-    return;
-  }
   int bf = t->sdt == FERRY_DT_BF16;
   switch (t->gdt) {
   case FERRY_DT_F16:

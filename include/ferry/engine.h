@@ -121,7 +121,9 @@ FERRY_API int ferry_step(ferry_engine *e, ferry_step_info *info);
 FERRY_API int ferry_zero_grads(ferry_engine *e);
 /* The loss scale to multiply the loss by before backward. */
 FERRY_API float ferry_loss_scale(const ferry_engine *e);
-/* Copies a parameter's current fp32 master values out (count elements). */
+/* Copies a parameter's current fp32 master values out (count elements);
+ * with precision.master = "bf16" the params, which are the master, widened
+ * to fp32. */
 FERRY_API int ferry_param_read(ferry_engine *e, const char *name, float *dst, size_t count);
 /* Writes the timeline recorded so far as Chrome trace JSON. */
 FERRY_API int ferry_engine_write_timeline(ferry_engine *e, const char *path);
@@ -135,7 +137,8 @@ typedef enum { FERRY_TIER_DEVICE = 0, FERRY_TIER_HOST = 1, FERRY_TIER_NVME = 2, 
 enum {
   FERRY_FAMILY_PARAMS = 0, /* 16-bit params */
   FERRY_FAMILY_GRADS = 1,  /* gradients */
-  FERRY_FAMILY_OPTIM = 2,  /* fp32 optimizer state: master, exp_avg, exp_avg_sq */
+  FERRY_FAMILY_OPTIM = 2,  /* optimizer state: the fp32 master (none with precision.master =
+                              bf16), exp_avg, exp_avg_sq (optimizer.state_dtype) */
   FERRY_FAMILIES = 3
 };
 

@@ -158,7 +158,8 @@ FERRY_API int ferry_optimizer_query(ferry_optimizer *o);
 /* Waits for the step in flight (if any); returns its status. */
 FERRY_API int ferry_optimizer_wait(ferry_optimizer *o);
 /* AdamW/Adam over spans whose buffers are CUDA device memory, on a
- * cudaStream_t (NULL = default stream); same math as the CPU kernels.
+ * cudaStream_t (NULL = default stream); same math as the CPU kernels, bit for
+ * bit, for fp32, bf16 and int8 states and an fp32 or bf16 master.
  * FERRY_ENOTSUP without CUDA or for other optimizer types. */
 FERRY_API int ferry_optimizer_step_cuda(ferry_optimizer *o, const ferry_optim_span *spans,
                                         size_t count, float grad_scale, void *cuda_stream);

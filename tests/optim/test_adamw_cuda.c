@@ -3,8 +3,10 @@
  * copies) over several steps, grad dtypes and copy dtypes (F32 copies are
  * four bytes: every buffer is sized by ferry_dtype_size), through the
  * public ferry_optimizer_step_cuda on a stream of its own, synchronized
- * before the host reads. Uses the CUDA runtime directly for buffers. Exits
- * 77 when no CUDA device is present.
+ * before the host reads. Uses the CUDA runtime directly for buffers. Then
+ * the compact states (bf16, int8 at blocks of 64 and 256) and the bf16
+ * master (stochastic rounding): every byte of params and states equal to
+ * the CPU's after five steps. Exits 77 when no CUDA device is present.
  */
 #include "optim/optim.h"
 #include "optim/scalar_impl.h"
@@ -121,6 +123,70 @@ static void run_case(int type, ferry_dtype gdt, ferry_dtype cdt, cudaStream_t st
   ferry_optimizer_destroy(gpu);
 }
 
+/* Compact state: five steps on the CPU (scalar) and the GPU, every byte of
+ * params and states compared (int8 codes and absmax included; NaN-free). */
+static void run_compact(int type, int sdt, int mdt, size_t block, cudaStream_t st,
+                        unsigned long long *seed) {
+  const size_t n = 70001; /* a partial last block */
+  ferry_optimizer_config cfg = ferry_optimizer_config_default((ferry_optim_type)type);
+  cfg.weight_decay = 0.05f;
+  cfg.threads = 1;
+  cfg.simd = "scalar";
+  cfg.state_dtype = sdt;
+  cfg.master_dtype = mdt;
+  cfg.state_block = block;
+  cfg.seed = 7;
+  ferry_optimizer *cpu = NULL, *gpu = NULL;
+  REQUIRE(ferry_optimizer_create(&cfg, &cpu) == 0);
+  REQUIRE(ferry_optimizer_create(&cfg, &gpu) == 0);
+  size_t pb = n * ferry_dtype_size((ferry_dtype)mdt), sb = ferry_optimizer_state_bytes(&cfg, n);
+  unsigned char *p = malloc(pb), *m = calloc(1, sb), *v = calloc(1, sb), *g = malloc(n * 2);
+  unsigned char *hp = malloc(pb), *hm = malloc(sb), *hv = malloc(sb);
+  REQUIRE(p && m && v && g && hp && hm && hv);
+  void *dp, *dm, *dv, *dg;
+  CK(cudaMalloc(&dp, pb));
+  CK(cudaMalloc(&dm, sb));
+  CK(cudaMalloc(&dv, sb));
+  CK(cudaMalloc(&dg, n * 2));
+  for (size_t i = 0; i < n; i++)
+    ferry_dt_store(p, mdt, i, (float)((test_rand(seed) >> 40) / 16777216.0) - 0.5f);
+  CK(cudaMemcpyAsync(dp, p, pb, cudaMemcpyHostToDevice, st));
+  CK(cudaMemsetAsync(dm, 0, sb, st));
+  CK(cudaMemsetAsync(dv, 0, sb, st));
+  for (int step = 0; step < 5; step++) {
+    CK(cudaStreamSynchronize(st));
+    for (size_t i = 0; i < n; i++) {
+      float x = (float)((test_rand(seed) >> 40) / 16777216.0) * 2 - 1;
+      if (i >= 512 && i < 1024) x *= 1e-5f; /* blocks of small values */
+      ferry_dt_store(g, FERRY_DT_BF16, i, x);
+    }
+    CK(cudaMemcpyAsync(dg, g, n * 2, cudaMemcpyHostToDevice, st));
+    ferry_optim_span hs = {p, g, m, v, NULL, n, FERRY_DT_BF16, FERRY_DT_NONE, 1000};
+    ferry_optim_span ds = {dp, dg, dm, dv, NULL, n, FERRY_DT_BF16, FERRY_DT_NONE, 1000};
+    EXPECT_EQ_INT(ferry_optimizer_step(cpu, &hs, 1, 0.5f), 0);
+    int rc = ferry_optimizer_step_cuda(gpu, &ds, 1, 0.5f, (void *)st);
+    if (rc) fprintf(stderr, "step_cuda: %s\n", ferry_optimizer_last_error(gpu));
+    EXPECT_EQ_INT(rc, 0);
+  }
+  CK(cudaMemcpyAsync(hp, dp, pb, cudaMemcpyDeviceToHost, st));
+  CK(cudaMemcpyAsync(hm, dm, sb, cudaMemcpyDeviceToHost, st));
+  CK(cudaMemcpyAsync(hv, dv, sb, cudaMemcpyDeviceToHost, st));
+  CK(cudaStreamSynchronize(st));
+  int same = !memcmp(p, hp, pb) && !memcmp(m, hm, sb) && !memcmp(v, hv, sb);
+  if (!same)
+    fprintf(stderr, "compact type %d state %d master %d block %zu: GPU differs (p %d m %d v %d)\n",
+            type, sdt, mdt, block, memcmp(p, hp, pb) != 0, memcmp(m, hm, sb) != 0,
+            memcmp(v, hv, sb) != 0);
+  EXPECT(same);
+  CK(cudaFree(dp));
+  CK(cudaFree(dm));
+  CK(cudaFree(dv));
+  CK(cudaFree(dg));
+  free(p), free(m), free(v), free(g), free(hp), free(hm), free(hv);
+  ferry_optimizer_destroy(cpu);
+  ferry_optimizer_destroy(gpu);
+}
+
 int main(void) {
   int ndev = 0;
   cudaError_t e = cudaGetDeviceCount(&ndev);
@@ -134,6 +200,13 @@ int main(void) {
     for (int gdt = FERRY_DT_F32; gdt <= FERRY_DT_BF16; gdt++)
       for (int cdt = FERRY_DT_NONE; cdt <= FERRY_DT_BF16; cdt++)
         run_case(type, (ferry_dtype)gdt, (ferry_dtype)cdt, st, &seed);
+  for (int type = FERRY_OPTIM_ADAMW; type <= FERRY_OPTIM_ADAM; type++)
+    for (int mdt = FERRY_DT_F32; mdt <= FERRY_DT_BF16; mdt += FERRY_DT_BF16 - FERRY_DT_F32) {
+      run_compact(type, FERRY_DT_F32, mdt, 0, st, &seed);
+      run_compact(type, FERRY_DT_BF16, mdt, 0, st, &seed);
+      run_compact(type, FERRY_DT_I8, mdt, 0, st, &seed);
+      run_compact(type, FERRY_DT_I8, mdt, 64, st, &seed);
+    }
   CK(cudaStreamDestroy(st));
   return test_finish("optim.adamw_cuda");
 }

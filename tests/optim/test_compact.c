@@ -430,8 +430,78 @@ static void test_edges(void) {
   ferry_optimizer_destroy(o);
 }
 
+/* Every code decoded by every level: int8 states holding all 256 codes under
+ * absmax values of many scales, 0, subnormal-range and NaN, inf/NaN/huge
+ * gradients, a partial last block; every level's params, codes and absmax
+ * equal the scalar reference's. */
+static void test_all_codes(void) {
+  enum { N = 64 * 37 + 21 };
+  const float amax[] = {1.0f, 3e-20f, 0.0f, 7e5f, NAN, 1e-37f, 2.5f, 1e30f};
+  const char *lv[] = {"scalar", "avx2", "avx512"};
+  const int types[] = {FERRY_OPTIM_ADAMW, FERRY_OPTIM_ADAM, FERRY_OPTIM_LION};
+  for (int ti = 0; ti < 3; ti++)
+    for (int mi = 0; mi < 2; mi++) {
+      ferry_optimizer_config c = ferry_optimizer_config_default((ferry_optim_type)types[ti]);
+      c.state_dtype = FERRY_DT_I8;
+      c.state_block = 64;
+      c.master_dtype = mi ? FERRY_DT_BF16 : FERRY_DT_F32;
+      c.seed = 3;
+      size_t sb = ferry_optimizer_state_bytes(&c, N), pb = N * (mi ? 2 : 4);
+      unsigned char *ref[3] = {0}, *got[3] = {0};
+      for (int l = 0; l < 3; l++) {
+        if (l && !optim_kernels_get(optim_simd_parse(lv[l]))) continue;
+        unsigned char *p = malloc(pb), *s1 = calloc(1, sb), *s2 = calloc(1, sb);
+        float *g = malloc(N * 4);
+        REQUIRE(p && s1 && s2 && g);
+        for (size_t i = 0; i < N; i++) {
+          s1[i] = (uint8_t)(i * 7);
+          s2[i] = (uint8_t)(i * 13 + 5);
+          ferry_dt_store(p, c.master_dtype, i, (float)((i % 97) - 48) * 0.01f);
+          g[i] = (float)((int)(i % 31) - 15) * 1e-3f;
+        }
+        g[100] = INFINITY, g[700] = NAN, g[900] = 3e38f, g[1300] = -1e-30f;
+        float *A1 = optim_q_absmax_ptr(s1, N), *A2 = optim_q_absmax_ptr(s2, N);
+        for (size_t k = 0; k < (N + 63) / 64; k++) {
+          A1[k] = amax[k % 8];
+          A2[k] = fabsf(amax[(k + 3) % 8]);
+        }
+        ferry_optimizer *o = make(c, lv[l], 1);
+        ferry_optim_span sp = {p, g, s1, types[ti] == FERRY_OPTIM_LION ? NULL : s2, NULL, N,
+                               FERRY_DT_F32, FERRY_DT_NONE, 77};
+        REQUIRE(ferry_optimizer_step(o, &sp, 1, 1.0f) == 0);
+        REQUIRE(ferry_optimizer_step(o, &sp, 1, 1.0f) == 0);
+        ferry_optimizer_destroy(o);
+        got[0] = p, got[1] = s1, got[2] = s2;
+        if (!l) {
+          ref[0] = p, ref[1] = s1, ref[2] = s2;
+        } else {
+          int same = !memcmp(ref[0], p, pb) && !memcmp(ref[1], s1, sb) &&
+                     (types[ti] == FERRY_OPTIM_LION || !memcmp(ref[2], s2, sb));
+          if (!same) {
+            fprintf(stderr, "all codes: %s %s master %s differs from scalar\n", lv[l],
+                    tname(types[ti]), mi ? "bf16" : "fp32");
+            for (int q = 0; q < 3; q++) {
+              size_t len = q ? sb : pb;
+              for (size_t j = 0; j < len; j++)
+                if (ref[q][j] != got[q][j]) {
+                  fprintf(stderr, "  buffer %d byte %zu: 0x%02x vs 0x%02x\n", q, j, ref[q][j],
+                          got[q][j]);
+                  break;
+                }
+            }
+          }
+          EXPECT(same);
+          free(got[0]), free(got[1]), free(got[2]);
+        }
+        free(g);
+      }
+      free(ref[0]), free(ref[1]), free(ref[2]);
+    }
+}
+
 int main(void) {
   test_codec();
+  test_all_codes();
   test_sr();
   test_edges();
   const int types[] = {FERRY_OPTIM_ADAMW, FERRY_OPTIM_ADAM, FERRY_OPTIM_LION};

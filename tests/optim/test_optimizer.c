@@ -78,7 +78,8 @@ static void ref_step(model *md, const ferry_optimizer_config *cfg, int64_t t, fl
               cfg->type == FERRY_OPTIM_LAMB;
     optim_tile tl = {md->p[k],      md->g[k],  mom ? md->m[k] : NULL, two ? md->v[k] : NULL,
                      md->pc[k],     span_n[k], FERRY_DT_F16,          FERRY_DT_F32,
-                     FERRY_DT_BF16, 1.0f};
+                     FERRY_DT_BF16, 1.0f,      FERRY_DT_F32,          0,
+                     0,             NULL,      NULL};
     if (cfg->type == FERRY_OPTIM_LAMB) {
       double ps = 0, us = 0;
       optim_kernels_scalar.lamb_phase1(&s, &tl, &ps, &us);
