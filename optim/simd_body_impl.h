@@ -209,32 +209,12 @@ OPT_INLINE void qblock_body(const optim_scalars *s, const optim_tile *t, size_t 
   if (two) t->a2[k] = N2;
 }
 
-#ifndef OPTIM_Q_AHEAD
-#define OPTIM_Q_AHEAD 2048
-#endif
-
 OPT_INLINE void qstep_body(const optim_scalars *s, const optim_tile *t, int type, int gdt, int mdt,
                            int cdt) {
   const size_t B = t->block, n = t->n;
   float buf1[4096], buf2[4096]; /* block-local (state_block <= 4096) */
-  const size_t gsz = gdt == FERRY_DT_F32 ? 4 : 2, msz = mdt == FERRY_DT_BF16 ? 2 : 4;
-  const size_t ahead = OPTIM_Q_AHEAD; /* elements: software prefetch distance */
-  for (size_t k = 0, b = 0; b < n; k++, b += B) {
-    /* the stream is compute-heavy: ask for the lines `ahead` elements on */
-    for (size_t j = b + ahead; j < b + ahead + B && j < n; j += 64) {
-      __builtin_prefetch((const char *)t->g + j * gsz, 0, 0);
-      __builtin_prefetch((const char *)t->g + (j + 32) * gsz, 0, 0);
-      __builtin_prefetch((const char *)t->p + j * msz, 1, 0);
-      __builtin_prefetch((const char *)t->p + (j + 32) * msz, 1, 0);
-      if (msz == 4) {
-        __builtin_prefetch((const char *)t->p + (j + 16) * msz, 1, 0);
-        __builtin_prefetch((const char *)t->p + (j + 48) * msz, 1, 0);
-      }
-      __builtin_prefetch((const uint8_t *)t->s1 + j, 1, 0);
-      if (t->s2) __builtin_prefetch((const uint8_t *)t->s2 + j, 1, 0);
-    }
+  for (size_t k = 0, b = 0; b < n; k++, b += B)
     qblock_body(s, t, b, b + B < n ? b + B : n, k, type, gdt, mdt, cdt, buf1, buf2);
-  }
 }
 
 OPT_INLINE void step_body(const optim_scalars *s, const optim_tile *t, int type, int gdt, int sdt,
