@@ -6,7 +6,10 @@
  * must equal the all-resident run's bit for bit; --no-validate skips it),
  * then times steps and reports the step time, each component's busy time
  * from the engine's timeline, and overlap_ratio = step time / the longest
- * component.
+ * component. It also counts the NVMe bytes per step of each family and,
+ * with the optimizer on NVMe, sets the optimizer family's beside the
+ * planner's prediction for the same groups and state layout
+ * (ferry_plan_optim_nvme_bytes).
  */
 #include "bench/bench.h"
 #include "bench/json.h"
@@ -14,6 +17,7 @@
 #include "offload/config.h"
 #include "offload/engine_internal.h"
 #include "bench/synth_model.h"
+#include "plan/plan.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -25,6 +29,7 @@ static void usage(FILE *f) {
   fprintf(f,
           "usage: ferry bench step --config FILE [--groups G] [--dim D] [--batch B]\n"
           "                        [--compute-ms MS] [--steps N] [--timeline FILE]\n"
+          "                        [--state-dtype fp32|bf16|int8] [--master fp32|bf16]\n"
           "                        [--set KEY=VALUE]... [--no-validate] [--json]\n"
           "\n"
           "Runs the engine configured by FILE on a synthetic model of G square linear\n"
@@ -47,12 +52,24 @@ static void usage(FILE *f) {
           "  --compute-ms MS  modelled forward time per group (default 4)\n"
           "  --steps N        timed steps (default 5)\n"
           "  --timeline FILE  write the Chrome trace of the timed steps\n"
+          "  --state-dtype D  the optimizer states: --set optimizer.state_dtype=D\n"
+          "  --master M       the master weights: --set precision.master=M (bf16 needs\n"
+          "                   bf16 params)\n"
           "  --set KEY=VALUE  override a config key (e.g. tiers.host.budget=96M, device=cuda)\n"
           "  --no-validate    skip the validation (said in the output: validated false)\n"
           "  --json           one JSON object: bench, config, device, validated, params,\n"
           "                   groups, steps, step_seconds,\n"
           "                   compute_s, h2d_s, d2h_s, optimizer_s, nvme_read_s,\n"
-          "                   nvme_write_s, longest, overlap_ratio\n");
+          "                   nvme_write_s, longest, overlap_ratio, state_dtype, master,\n"
+          "                   nvme_read_bytes_per_step and nvme_write_bytes_per_step\n"
+          "                   {params, grads, optimizer} (the timed steps' mean), and with\n"
+          "                   the optimizer on NVMe plan_optimizer_nvme_bytes_per_step (the\n"
+          "                   planner's read = write prediction) and optimizer_nvme_error\n"
+          "                   (the larger of |measured/plan - 1| for read and write)\n"
+          "\n"
+          "With the optimizer on NVMe, give a host budget too small to keep its state\n"
+          "between steps (e.g. --set tiers.host.budget=16M): the planner counts every\n"
+          "group read and written each step.\n");
 }
 
 typedef struct {
@@ -111,14 +128,42 @@ static int timed_micro_batch(ferry_engine *e, int groups, const sleep_model *sm)
   return FERRY_OK;
 }
 
-static const char *sets[32];
+static const char *sets[34];
 static int nsets;
+static char state_set[64], master_set[64]; /* --state-dtype / --master as --set values */
+
+/* The layout the configured engine runs (for the planner's prediction). */
+typedef struct {
+  int optim_on_nvme;
+  ferry_plan_input in; /* optimizer, precision, state dtype / block, master */
+} step_layout;
+
+/* The config's optimizer and state layout as a plan input. The compact-state
+ * keys read as their defaults where this build's config does not know them. */
+static void read_layout(const ferry_config *c, step_layout *l) {
+  const ferry_config_values *v = ferry_config_values_get(c);
+  char b[64];
+  l->optim_on_nvme = v->place_optimizer == FERRY_TIER_NVME;
+  l->in = ferry_plan_input_default();
+  l->in.optimizer = (int)v->opt_type;
+  l->in.precision = v->prec_params == FERRY_DT_F32   ? FERRY_PREC_FP32
+                    : v->prec_params == FERRY_DT_F16 ? FERRY_PREC_FP16
+                                                     : FERRY_PREC_BF16;
+  if (!ferry_config_get(c, "optimizer.state_dtype", b, sizeof b))
+    l->in.state_dtype = !strcmp(b, "int8") ? FERRY_DT_I8
+                        : !strcmp(b, "bf16") ? FERRY_DT_BF16 : FERRY_DT_F32;
+  if (!ferry_config_get(c, "optimizer.state_block", b, sizeof b))
+    l->in.state_block = strtoll(b, NULL, 10);
+  if (!ferry_config_get(c, "precision.master", b, sizeof b))
+    l->in.master_dtype = !strcmp(b, "bf16") ? FERRY_DT_BF16 : FERRY_DT_F32;
+}
 
 /* The engine of the config file (then the --set values); resident_bytes >
  * 0: the same settings with everything on the device (a device that
  * large, the host backend), the reference. *optim_on_device (may be NULL):
  * the configured optimizer runs on the device. */
-static ferry_engine *open_engine(const char *path, size_t resident_bytes, int *optim_on_device) {
+static ferry_engine *open_engine(const char *path, size_t resident_bytes, int *optim_on_device,
+                                 step_layout *layout) {
   ferry_config *c = NULL;
   if (ferry_config_create(&c)) return NULL;
   int rc = ferry_config_load_file(c, path);
@@ -152,6 +197,7 @@ static ferry_engine *open_engine(const char *path, size_t resident_bytes, int *o
   const ferry_config_values *v = ferry_config_values_get(c);
   for (int i = 0; i < v->nvme_npaths; i++) mkdir(v->nvme_paths[i], 0700);
   if (optim_on_device) *optim_on_device = v->place_optimizer == FERRY_TIER_DEVICE;
+  if (layout) read_layout(c, layout);
   ferry_engine *e = NULL;
   if (ferry_engine_create(c, NULL, &e)) {
     fprintf(stderr, "ferry bench step: engine: %s\n", ferry_last_error());
@@ -218,6 +264,18 @@ static int parse_args(step_opts *o, int argc, char **argv) {
       o->timeline = argv[++i];
     else if (v && !strcmp(a, "--set") && nsets < 32)
       sets[nsets++] = argv[++i];
+    else if (v && (!strcmp(a, "--state-dtype") || !strcmp(a, "--master"))) {
+      int st = a[2] == 's';
+      const char *val = argv[++i];
+      int ok = !strcmp(val, "fp32") || !strcmp(val, "bf16") || (st && !strcmp(val, "int8"));
+      if (!ok) {
+        fprintf(stderr, "ferry bench step: %s '%s': expected %s\n", a, val,
+                st ? "fp32, bf16 or int8" : "fp32 or bf16");
+        return 2;
+      }
+      char *dst = st ? state_set : master_set;
+      snprintf(dst, 64, "%s=%s", st ? "optimizer.state_dtype" : "precision.master", val);
+    }
     else if (v && !strcmp(a, "--groups"))
       o->groups = atoi(argv[++i]);
     else if (v && !strcmp(a, "--dim"))
@@ -238,6 +296,9 @@ static int parse_args(step_opts *o, int argc, char **argv) {
     fprintf(stderr, "ferry bench step: --config FILE is required\n");
     return 2;
   }
+  /* after the --set values: the flags win */
+  if (state_set[0]) sets[nsets++] = state_set;
+  if (master_set[0]) sets[nsets++] = master_set;
   if (o->groups < 1 || o->groups > 4096 || o->dim < 8 || o->dim > 8192 || o->batch < 1 ||
       o->steps < 1 || !(o->compute_ms >= 0 && o->compute_ms < 10000)) {
     fprintf(stderr, "ferry bench step: out-of-range option (groups 1..4096, dim 8..8192, "
@@ -263,14 +324,14 @@ static int losses_agree(const double ref[3], const double got[3], int tolerant) 
  * or 1 (said on stderr). */
 static int validate(const step_opts *o, double got[3]) {
   double ref[3];
-  ferry_engine *e = open_engine(o->cfg, model_params(o) * 24 + ((size_t)64 << 20), NULL);
+  ferry_engine *e = open_engine(o->cfg, model_params(o) * 24 + ((size_t)64 << 20), NULL, NULL);
   if (!e) return 1;
   int rc = validate_run(e, o->groups, o->dim, o->batch, ref);
   if (rc) fprintf(stderr, "ferry bench step: resident reference: %s\n", ferry_engine_last_error(e));
   ferry_engine_destroy(e);
   if (rc) return 1;
   int optim_dev = 0;
-  e = open_engine(o->cfg, 0, &optim_dev);
+  e = open_engine(o->cfg, 0, &optim_dev, NULL);
   if (!e) return 1;
   int ret = 0;
   ferry_device_info info;
@@ -309,11 +370,13 @@ static int prepare_timing(ferry_engine *e, const step_opts *o, ferry_stream **s)
 /* One warm-up step, then o->steps timed steps from *t0 to *t1, the last
  * step's optimizer work included. Returns a status. */
 static int time_steps(ferry_engine *e, ferry_stream *s, const step_opts *o, double *t0,
-                      double *t1) {
+                      double *t1, ferry_stats *before) {
   sleep_model sm = {s, o->compute_ms * 1e-3, engine_timeline(e)};
   int rc = timed_micro_batch(e, o->groups, &sm); /* warm-up */
   if (!rc) rc = ferry_step(e, NULL);
   if (!rc) rc = ferry_stream_synchronize(s);
+  if (!rc) rc = engine_wait_step(e); /* the warm-up's NVMe writes are not the timed steps' */
+  if (!rc) rc = ferry_engine_get_stats(e, before);
   ferry_timeline_reset(engine_timeline(e));
   *t0 = ferry_now();
   for (int k = 0; k < o->steps && !rc; k++) {
@@ -356,7 +419,33 @@ typedef struct {
   double busy[NCOMP];
   int longest;
   ferry_stats st;
+  double nvme_rd[FERRY_FAMILIES], nvme_wr[FERRY_FAMILIES]; /* per timed step */
+  step_layout layout;
+  double plan_optim;  /* the planner's optimizer NVMe bytes per step (read = write); 0: off NVMe */
+  double optim_error; /* max |measured / plan - 1| of read and write */
 } step_result;
+
+static const char *fam_names[FERRY_FAMILIES] = {"params", "grads", "optimizer"};
+
+/* The NVMe bytes of the timed steps and, with the optimizer on NVMe, the
+ * planner's figure for the synthetic model's groups and this layout. */
+static void nvme_per_step(const step_opts *o, const ferry_stats *before, step_result *r) {
+  for (int f = 0; f < FERRY_FAMILIES; f++) {
+    r->nvme_rd[f] = (double)(r->st.nvme_read_bytes[f] - before->nvme_read_bytes[f]) / o->steps;
+    r->nvme_wr[f] = (double)(r->st.nvme_write_bytes[f] - before->nvme_write_bytes[f]) / o->steps;
+  }
+  r->plan_optim = r->optim_error = 0;
+  if (!r->layout.optim_on_nvme) return;
+  uint64_t *groups = malloc((size_t)o->groups * sizeof *groups);
+  if (!groups) return;
+  for (int g = 0; g < o->groups; g++) groups[g] = (uint64_t)o->dim * (uint64_t)o->dim;
+  r->plan_optim = ferry_plan_optim_nvme_bytes(&r->layout.in, FERRY_PLACE_NVME_OPT, groups,
+                                              (size_t)o->groups);
+  free(groups);
+  if (r->plan_optim > 0)
+    r->optim_error = fmax(fabs(r->nvme_rd[FERRY_FAMILY_OPTIM] / r->plan_optim - 1),
+                          fabs(r->nvme_wr[FERRY_FAMILY_OPTIM] / r->plan_optim - 1));
+}
 
 static void report_text(const step_opts *o, const double got[3], const step_result *r) {
   const ferry_stats *st = &r->st;
@@ -376,6 +465,18 @@ static void report_text(const step_opts *o, const double got[3], const step_resu
          (unsigned long long)st->tier_peak[FERRY_TIER_DEVICE],
          (unsigned long long)st->tier_peak[FERRY_TIER_HOST],
          (unsigned long long)st->tier_peak[FERRY_TIER_NVME], st->stall_seconds);
+  const ferry_plan_input *li = &r->layout.in;
+  printf("  optimizer: %s states, %s master\n", ferry_plan_dtype_name(li->state_dtype),
+         ferry_plan_dtype_name(li->master_dtype));
+  for (int f = 0; f < FERRY_FAMILIES; f++)
+    if (r->nvme_rd[f] > 0 || r->nvme_wr[f] > 0)
+      printf("  nvme %-9s per step: read %.0f, written %.0f bytes\n", fam_names[f],
+             r->nvme_rd[f], r->nvme_wr[f]);
+  if (r->plan_optim > 0)
+    printf("  nvme optimizer per step: planner %.0f bytes read and written; measured read "
+           "%+.2f%%, written %+.2f%%\n", r->plan_optim,
+           100 * (r->nvme_rd[FERRY_FAMILY_OPTIM] / r->plan_optim - 1),
+           100 * (r->nvme_wr[FERRY_FAMILY_OPTIM] / r->plan_optim - 1));
 }
 
 static void report(const step_opts *o, const double got[3], const step_result *r) {
@@ -407,23 +508,40 @@ static void report(const step_opts *o, const double got[3], const step_result *r
   json_uint(&j, "peak_host_bytes", st->tier_peak[FERRY_TIER_HOST]);
   json_uint(&j, "peak_nvme_bytes", st->tier_peak[FERRY_TIER_NVME]);
   json_num(&j, "stall_seconds", st->stall_seconds);
+  json_str(&j, "state_dtype", ferry_plan_dtype_name(r->layout.in.state_dtype));
+  json_str(&j, "master", ferry_plan_dtype_name(r->layout.in.master_dtype));
+  for (int d = 0; d < 2; d++) {
+    json_open(&j, d ? "nvme_write_bytes_per_step" : "nvme_read_bytes_per_step", '{');
+    for (int f = 0; f < FERRY_FAMILIES; f++)
+      json_uint(&j, fam_names[f], (uint64_t)llround(d ? r->nvme_wr[f] : r->nvme_rd[f]));
+    json_close(&j, '}');
+  }
+  if (r->plan_optim > 0) {
+    json_uint(&j, "plan_optimizer_nvme_bytes_per_step", (uint64_t)llround(r->plan_optim));
+    json_num(&j, "optimizer_nvme_error", r->optim_error);
+  } else {
+    json_null(&j, "plan_optimizer_nvme_bytes_per_step");
+    json_null(&j, "optimizer_nvme_error");
+  }
   json_end(&j);
 }
 
 /* Times steps on a fresh engine (the trace of these steps) and reports: 0,
  * or 1 (said on stderr). */
 static int run_timed(const step_opts *o, const double got[3]) {
-  ferry_engine *e = open_engine(o->cfg, 0, NULL);
+  step_result r;
+  memset(&r, 0, sizeof r);
+  ferry_engine *e = open_engine(o->cfg, 0, NULL, &r.layout);
   if (!e) return 1;
   ferry_stream *s = NULL;
+  ferry_stats before;
   double t0, t1;
   int ret = 1;
   if (prepare_timing(e, o, &s)) goto out;
-  if (time_steps(e, s, o, &t0, &t1)) {
+  if (time_steps(e, s, o, &t0, &t1, &before)) {
     fprintf(stderr, "ferry bench step: %s\n", ferry_engine_last_error(e));
     goto out;
   }
-  step_result r;
   ferry_device_info info;
   r.device = ferry_device_get_info(ferry_engine_device(e), &info) ? "?" : info.name;
   r.per = (t1 - t0) / o->steps;
@@ -431,6 +549,7 @@ static int run_timed(const step_opts *o, const double got[3]) {
   if (o->timeline && ferry_engine_write_timeline(e, o->timeline))
     fprintf(stderr, "ferry bench step: %s\n", ferry_engine_last_error(e));
   ferry_engine_get_stats(e, &r.st);
+  nvme_per_step(o, &before, &r);
   report(o, got, &r);
   ret = 0;
 out:

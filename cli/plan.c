@@ -101,6 +101,14 @@ static void plan_usage_options(FILE *f) {
 "                      gradients until backward ends\n"
 "  --grad-precision fp32|bf16  the gradient accumulators (precision.grads):\n"
 "                      4 or 2 bytes per param (default fp32)\n"
+"  --state-dtype fp32|bf16|int8  the optimizer states (optimizer.state_dtype,\n"
+"                      default fp32): 4, 2 or 1 byte per element; int8 adds one\n"
+"                      fp32 absmax per --state-block elements\n"
+"  --state-block N     int8 states: elements per absmax (optimizer.state_block),\n"
+"                      a power of two from 32 to 4096 (default 256)\n"
+"  --master fp32|bf16  the master weights (precision.master, default fp32). bf16\n"
+"                      needs --precision bf16: the params are the master (no\n"
+"                      4-byte copy; updated with stochastic rounding)\n"
 "  --checkpointing on|off   activation checkpointing per block (default on)\n"
 "  --attention materialized|flash   whether S x S attention scores are kept\n"
 "                      (default materialized: the conservative count)\n"
@@ -390,7 +398,8 @@ static int write_config(const char *path, const ferry_plan_input *in, const ferr
   snprintf(nvme, sizeof nvme, "%llu", (unsigned long long)in->budget[FERRY_PLAN_NVME]);
   int uses_nvme = r->cand[r->recommended].tier_bytes[FERRY_PLAN_NVME] > 0;
   pg = ferry_plan_grads_name(r->cand[r->recommended].grads); /* "auto" resolved */
-  char accum[32], clip[32];
+  char accum[32], clip[32], block[32];
+  snprintf(block, sizeof block, "%lld", (long long)(in->state_block ? in->state_block : 256));
   snprintf(accum, sizeof accum, "%lld", (long long)in->grad_accumulation);
   snprintf(clip, sizeof clip, "%.9g", in->clip_grad_norm);
   struct {
@@ -410,6 +419,9 @@ static int write_config(const char *path, const ferry_plan_input *in, const ferr
       {"device", in->device == FERRY_PLAN_DEV_HOST ? "host" : "cuda"},
       {"tiers.nvme.budget", uses_nvme ? nvme : "0"},
       {"tiers.nvme.paths", uses_nvme && nvme_path ? nvme_path : NULL},
+      {"optimizer.state_dtype", ferry_plan_dtype_name(in->state_dtype)},
+      {"optimizer.state_block", block},
+      {"precision.master", ferry_plan_dtype_name(in->master_dtype)},
   };
   int rc = 0;
   for (size_t i = 0; i < sizeof sets / sizeof sets[0] && !rc; i++) {
@@ -472,6 +484,8 @@ static void json_footprint(json_out *j, const ferry_plan_candidate *c) {
   json_int(j, "host", c->cached_groups_host);
   json_int(j, "device", c->cached_groups_device);
   json_close(j, '}');
+  json_num(j, "optim_bytes_per_param", c->optim_bytes_per_param);
+  json_num(j, "step_bytes_per_param", c->step_bytes_per_param);
 }
 
 /* The model, the training input and the chosen (or closest) placement. */
@@ -497,6 +511,9 @@ static void json_summary(json_out *j, const ferry_plan_input *in, const ferry_pl
   json_int(j, "grad_accumulation", in->grad_accumulation);
   json_num(j, "clip_grad_norm", in->clip_grad_norm);
   json_str(j, "grad_precision", ferry_plan_precision_name(in->grad_precision));
+  json_str(j, "state_dtype", ferry_plan_dtype_name(in->state_dtype));
+  json_int(j, "state_block", in->state_block ? in->state_block : 256);
+  json_str(j, "master", ferry_plan_dtype_name(in->master_dtype));
   int best = r->recommended >= 0 ? r->recommended : r->closest;
   const ferry_plan_candidate *b = &r->cand[best];
   if (r->recommended >= 0) json_str(j, "placement", ferry_plan_placement_name(best));
@@ -623,12 +640,17 @@ static void print_input(const ferry_plan_input *in, const ferry_plan_result *r,
            m->qkv_bias ? ", q/k/v biases" : "");
   printf("           %lld groups (embedding, %lld blocks, head); largest %s parameters\n",
          (long long)r->groups, (long long)m->layers, commas(r->largest_group, a, sizeof a));
-  printf("training   batch %lld x seq %lld, %s params, %s (%d fp32 state%s), checkpointing %s, "
-         "attention %s\n",
+  char blk[48] = "";
+  if (in->state_dtype == FERRY_DT_I8)
+    snprintf(blk, sizeof blk, ", block %lld", (long long)(in->state_block ? in->state_block : 256));
+  printf("training   batch %lld x seq %lld, %s params, %s (%d %s state%s%s, %s master), "
+         "checkpointing %s, attention %s\n",
          (long long)in->batch, (long long)in->seq, ferry_plan_precision_name(in->precision),
          ferry_plan_optimizer_name(in->optimizer), ferry_plan_optimizer_states(in->optimizer),
-         ferry_plan_optimizer_states(in->optimizer) > 1 ? "s" : "",
-         in->checkpointing ? "on" : "off", in->flash_attention ? "flash" : "materialized");
+         ferry_plan_dtype_name(in->state_dtype),
+         ferry_plan_optimizer_states(in->optimizer) > 1 ? "s" : "", blk,
+         ferry_plan_dtype_name(in->master_dtype), in->checkpointing ? "on" : "off",
+         in->flash_attention ? "flash" : "materialized");
   printf("           grad accumulation %lld, clip_grad_norm %s, %s grad accumulators, device %s\n",
          (long long)in->grad_accumulation, in->clip_grad_norm > 0 ? "on" : "off",
          ferry_plan_precision_name(in->grad_precision),
@@ -781,7 +803,12 @@ static void print_footprint(const ferry_plan_input *in, int p, const ferry_plan_
            gib((double)c->readahead_bytes, a, sizeof a),
            c->readahead_fits ? "fits beside the working set"
                              : "no room (the step waits for each group's read)");
-  (void)in;
+  printf("  optimizer: %s states%s, %s master: %.4g bytes per param at home, %.4g moved per "
+         "param and step (read + written)\n",
+         ferry_plan_dtype_name(in->state_dtype), in->state_dtype == FERRY_DT_I8 ? " + absmax" : "",
+         ferry_plan_dtype_name(in->master_dtype), c->optim_bytes_per_param,
+         c->step_bytes_per_param);
+  (void)p;
 }
 
 /* The recommended placement: its step, what limits it, its tiers, the
@@ -875,6 +902,8 @@ static int take_value(const char *o, const char *v, plan_flags *fl, ferry_plan_i
   static const char *const attn[] = {"materialized", "flash"};
   static const char *const devs[] = {"cuda", "host"};
   static const char *const gprecs[] = {"fp32", "bf16"};
+  static const char *const sdts[] = {"fp32", "bf16", "int8"};
+  static const int sdt_val[] = {FERRY_DT_F32, FERRY_DT_BF16, FERRY_DT_I8};
   static const struct {
     const char *flag;
     size_t off;
@@ -912,6 +941,19 @@ static int take_value(const char *o, const char *v, plan_flags *fl, ferry_plan_i
     bad = pick(o, v, gprecs, 2, &g);
     in->grad_precision = g ? FERRY_PREC_BF16 : FERRY_PREC_FP32;
   }
+  else if (!strcmp(o, "--state-dtype") || !strcmp(o, "--master")) {
+    int d = 0;
+    int master = o[2] == 'm';
+    bad = pick(o, v, sdts, master ? 2 : 3, &d);
+    *(master ? &in->master_dtype : &in->state_dtype) = sdt_val[d];
+  }
+  else if (!strcmp(o, "--state-block")) {
+    bad = parse_int(o, v, 32, 4096, &in->state_block);
+    if (!bad && (in->state_block & (in->state_block - 1))) {
+      fprintf(stderr, "ferry plan: --state-block %s: a power of two from 32 to 4096\n", v);
+      bad = 1;
+    }
+  }
   else if (!strcmp(o, "--chunk-size")) {
     bad = parse_size_flag(o, v, &in->chunk_size);
     if (!bad && in->chunk_size < 4096) {
@@ -930,7 +972,7 @@ static int parse_flags(int argc, char **argv, plan_flags *fl, ferry_plan_input *
       "--nvme-path", "--batch",  "--seq",        "--precision",    "--optimizer",
       "--checkpointing", "--profile", "--write-config", "--svg", "--attention",
       "--chunk-size", "--gpu-budget", "--host-budget", "--device", "--grad-accumulation",
-      "--clip-grad-norm", "--grad-precision"};
+      "--clip-grad-norm", "--grad-precision", "--state-dtype", "--state-block", "--master"};
   for (int i = 1; i < argc; i++) {
     const char *o = argv[i];
     if (!strcmp(o, "-h") || !strcmp(o, "--help")) {
@@ -957,6 +999,11 @@ static int parse_flags(int argc, char **argv, plan_flags *fl, ferry_plan_input *
       return 2;
     }
     if (take_value(o, argv[++i], fl, in)) return 2;
+  }
+  if (in->master_dtype == FERRY_DT_BF16 && in->precision != FERRY_PREC_BF16) {
+    fprintf(stderr, "ferry plan: --master bf16 needs --precision bf16 (the params are the "
+                    "master), not --precision %s\n", ferry_plan_precision_name(in->precision));
+    return 2;
   }
   return PLAN_GO;
 }

@@ -521,6 +521,64 @@ int ferry_plan_optimizer_states(int opt) {
   return opt == FERRY_OPTIM_ADAMW || opt == FERRY_OPTIM_ADAM || opt == FERRY_OPTIM_LAMB ? 2 : 1;
 }
 
+const char *ferry_plan_dtype_name(int dt) {
+  switch (dt) {
+  case FERRY_DT_F32: return "fp32";
+  case FERRY_DT_BF16: return "bf16";
+  case FERRY_DT_I8: return "int8";
+  default: return NULL;
+  }
+}
+
+/* The optimizer config whose formulas (ferry_optimizer_state_bytes,
+ * ferry_optimizer_bytes_per_param) the plan uses. */
+static ferry_optimizer_config plan_optim_config(const ferry_plan_input *in) {
+  ferry_optimizer_config o = ferry_optimizer_config_default((ferry_optim_type)in->optimizer);
+  o.state_dtype = in->state_dtype ? in->state_dtype : FERRY_DT_F32;
+  o.state_block = in->state_block > 0 ? (size_t)in->state_block : 256;
+  o.master_dtype = in->master_dtype ? in->master_dtype : FERRY_DT_F32;
+  return o;
+}
+
+static int bf16_master(const ferry_plan_input *in) { return in->master_dtype == FERRY_DT_BF16; }
+
+/* Bytes of one state buffer of n elements (int8: codes rounded up to 64 and
+ * one fp32 absmax per block). */
+static double state_bytes(const ferry_plan_input *in, double n) {
+  ferry_optimizer_config o = plan_optim_config(in);
+  return (double)ferry_optimizer_state_bytes(&o, (size_t)n);
+}
+
+/* Bytes per element of one state, large tensors (the absmax share included). */
+static double state_per_param(const ferry_plan_input *in) {
+  return state_bytes(in, 1 << 24) / (double)(1 << 24);
+}
+
+/* The master's bytes per param in the optimizer's home: 4 (fp32); with a
+ * bf16 master the params are the master, 0 (the engine keeps no master
+ * tensor: the step stages the current params from their home, read back
+ * from the device when they live there). */
+static double master_per_param(const ferry_plan_input *in, int p) {
+  (void)p;
+  return bf16_master(in) ? 0 : 4;
+}
+
+double ferry_plan_optim_bytes_per_param(const ferry_plan_input *in, int p) {
+  return master_per_param(in, p) + ferry_plan_optimizer_states(in->optimizer) * state_per_param(in);
+}
+
+double ferry_plan_step_bytes_per_param(const ferry_plan_input *in, int p) {
+  ferry_optimizer_config o = plan_optim_config(in);
+  int pdt = in->precision == FERRY_PREC_FP32 ? FERRY_DT_F32
+            : in->precision == FERRY_PREC_FP16 ? FERRY_DT_F16 : FERRY_DT_BF16;
+  /* the gradient read: the accumulator, or the drained 16-bit grads (none) */
+  int gdt = ferry_plan_grads_auto(in, p) == FERRY_PLAN_GRADS_NONE ? pdt
+            : in->grad_precision == FERRY_PREC_BF16 ? FERRY_DT_BF16 : FERRY_DT_F32;
+  /* the param copy written: none when the params are the master */
+  double b = ferry_optimizer_bytes_per_param(&o, gdt, bf16_master(in) ? FERRY_DT_NONE : pdt);
+  return b < 0 ? 0 : b;
+}
+
 /* ======================================================================== */
 /* The plan                                                                  */
 
@@ -539,6 +597,9 @@ ferry_plan_input ferry_plan_input_default(void) {
   in.clip_grad_norm = 0;
   in.grad_precision = FERRY_PREC_FP32;
   in.device = FERRY_PLAN_DEV_CUDA;
+  in.state_dtype = FERRY_DT_F32;
+  in.state_block = 256;
+  in.master_dtype = FERRY_DT_F32;
   return in;
 }
 
@@ -628,7 +689,8 @@ typedef struct {
   int ph, gh, oh;          /* homes: FERRY_PLAN_GPU/HOST/NVME; gh a ferry_plan_grads */
   double P, G, ch;         /* params, largest group, chunk size */
   double pb, gb, ob;       /* bytes per param: param dtype, grad accumulator, optimizer family */
-  int k;                   /* fp32 optimizer states */
+  double mb, sb;           /* bytes per param of the master (0: the params are it), of a state */
+  int k;                   /* optimizer states */
   int cpu_path;            /* the CPU does the optimizer's arithmetic */
   double grp_p, grp_g, grp_o; /* one group's chunks of each family */
 } place_ctx;
@@ -649,7 +711,9 @@ static place_ctx place_context(const ferry_plan_input *in, int p) {
   c.pb = in->precision == FERRY_PREC_FP32 ? 4 : 2;
   c.gb = in->grad_precision == FERRY_PREC_BF16 ? 2 : 4;
   c.k = ferry_plan_optimizer_states(in->optimizer);
-  c.ob = 4.0 * (1 + c.k);
+  c.mb = master_per_param(in, p);
+  c.sb = state_per_param(in);
+  c.ob = c.mb + c.k * c.sb;
   c.cpu_path = in->device == FERRY_PLAN_DEV_HOST || c.oh != FERRY_PLAN_GPU;
   c.grp_p = group_chunks(c.G * c.pb, c.ch);
   c.grp_g = group_chunks(c.G * c.gb, c.ch);
@@ -681,7 +745,7 @@ static double staging_bytes(const place_ctx *c) {
  * fetched, one committed), and two largest chunks of slack (the engine's host_working_set). */
 static double swap_bytes(const ferry_plan_input *in, const place_ctx *c) {
   double w = 0, big = 0, t = largest_tensor(&in->model);
-  if (c->oh == FERRY_PLAN_NVME) w += c->grp_o, big = fmax(big, 4 * t);
+  if (c->oh == FERRY_PLAN_NVME) w += c->grp_o, big = fmax(big, fmax(c->mb, c->sb) * t);
   if (c->gh == FERRY_PLAN_GRADS_NVME) w += 2 * c->grp_g, big = fmax(big, c->gb * t);
   if (c->ph == FERRY_PLAN_NVME) w += 2 * c->grp_p, big = fmax(big, c->pb * t);
   if (w > 0 && c->ch > 0) w += 2 * fmax(c->ch, big);
@@ -693,7 +757,7 @@ static void place_bytes(const ferry_plan_input *in, int p, double b,
                         double out[FERRY_PLAN_TIERS][FERRY_PLAN_FAMILIES]) {
   memset(out, 0, sizeof(double) * FERRY_PLAN_TIERS * FERRY_PLAN_FAMILIES);
   place_ctx c = place_context(in, p);
-  double params = round_chunk(c.P * c.pb, c.ch), fp32 = round_chunk(c.P * 4, c.ch);
+  double params = round_chunk(c.P * c.pb, c.ch);
   double grads = round_chunk(c.P * c.gb, c.ch);
   double *gpu = out[FERRY_PLAN_GPU], *host = out[FERRY_PLAN_HOST];
   /* activations and scratch: the device's on a GPU; the CPU model's host
@@ -710,8 +774,8 @@ static void place_bytes(const ferry_plan_input *in, int p, double b,
   if (c.gh == FERRY_PLAN_GRADS_GPU) gpu[FERRY_FAM_GRADS] += grads;
   else if (c.gh == FERRY_PLAN_GRADS_HOST) host[FERRY_FAM_GRADS] = grads;
   else if (c.gh == FERRY_PLAN_GRADS_NVME) out[FERRY_PLAN_NVME][FERRY_FAM_GRADS] = grads;
-  out[c.oh][FERRY_FAM_MASTER] = fp32;
-  out[c.oh][FERRY_FAM_OPTIM] = c.k * fp32;
+  out[c.oh][FERRY_FAM_MASTER] = round_chunk(c.P * c.mb, c.ch);
+  out[c.oh][FERRY_FAM_OPTIM] = c.k * round_chunk(state_bytes(in, c.P), c.ch);
   host[FERRY_FAM_BUFFERS] = staging_bytes(&c);
   host[FERRY_FAM_SWAP] = swap_bytes(in, &c);
 }
@@ -786,6 +850,29 @@ static double family_bytes(const ferry_plan_model *m, double e) {
          round_chunk(H * e, 4096);
 }
 
+/* The optimizer family of the whole model on NVMe: per group, the master
+ * (when there is one) and each state, as ferry_optimizer_state_bytes packs
+ * a group's elements, each rounded to 4 KiB. */
+static double optim_group_bytes(const ferry_plan_input *in, const place_ctx *c, double n) {
+  return round_chunk(n * c->mb, 4096) + c->k * round_chunk(state_bytes(in, n), 4096);
+}
+
+static double optim_family_bytes(const ferry_plan_input *in, const place_ctx *c) {
+  const ferry_plan_model *m = &in->model;
+  return optim_group_bytes(in, c, (double)ferry_plan_embed_params(m)) +
+         (double)m->layers * optim_group_bytes(in, c, (double)ferry_plan_block_params(m)) +
+         optim_group_bytes(in, c, (double)ferry_plan_head_params(m));
+}
+
+double ferry_plan_optim_nvme_bytes(const ferry_plan_input *in, int p, const uint64_t *group_params,
+                                   size_t ngroups) {
+  if (!in || p < 0 || p >= FERRY_PLACEMENTS || (ngroups && !group_params)) return 0;
+  place_ctx c = place_context(in, p);
+  double o = 0;
+  for (size_t i = 0; i < ngroups; i++) o += optim_group_bytes(in, &c, (double)group_params[i]);
+  return o;
+}
+
 /* Param bytes of the first (front) or last (!front) n groups. */
 static double end_groups_bytes(const ferry_plan_model *m, int64_t n, int front, double pb) {
   int64_t L = m->layers;
@@ -824,7 +911,7 @@ static void nvme_traffic(const ferry_plan_input *in, const place_ctx *c, ferry_p
   memset(k->nvme_read, 0, sizeof k->nvme_read);
   memset(k->nvme_write, 0, sizeof k->nvme_write);
   if (c->oh == FERRY_PLAN_NVME) {
-    double o = family_bytes(m, 4) * (1 + c->k); /* master and each state: 4-byte tensors */
+    double o = optim_family_bytes(in, c); /* the master (if any) and each state */
     k->nvme_read[FERRY_PLAN_NV_OPTIM] = o;
     k->nvme_write[FERRY_PLAN_NV_OPTIM] = o;
   }
@@ -840,6 +927,11 @@ static void nvme_traffic(const ferry_plan_input *in, const place_ctx *c, ferry_p
     double back = end_groups_bytes(m, k->cached_groups_host, 0, c->pb);
     double front = end_groups_bytes(m, k->cached_groups_host, 1, c->pb);
     k->nvme_read[FERRY_PLAN_NV_PARAMS] = 2 * A * pf - A * back - (A - 1) * front;
+    /* written once by the step (from the master, or the params themselves
+     * updated in place); a bf16 master is the params: no master traffic,
+     * but the step reads the params it updates once more (staged from
+     * their home; by then the group has left the host pool) */
+    if (bf16_master(in)) k->nvme_read[FERRY_PLAN_NV_PARAMS] += pf;
     k->nvme_write[FERRY_PLAN_NV_PARAMS] = pf;
   }
   k->nvme_read_bytes = k->nvme_write_bytes = 0;
@@ -880,21 +972,22 @@ static void candidate_time(const ferry_plan_input *in, int p, ferry_plan_candida
   const ferry_plan_model *m = &in->model;
   place_ctx x = place_context(in, p);
   double P = x.P, pb = x.pb, A = (double)in->grad_accumulation;
-  int k = x.k;
   double tokens = A * (double)in->batch * (double)in->seq;
   double fwd_bwd = in->checkpointing ? 8 : 6; /* recompute adds one forward */
   double attn = (in->checkpointing ? 16 : 12) * (double)m->layers * (double)in->seq * q_dim(m);
   c->flops = fwd_bwd * P * tokens + attn * tokens;
   int none = x.gh == FERRY_PLAN_GRADS_NONE;
   /* grad in (the accumulator, or the drained 16-bit grads), master r/w,
-   * states r/w, param out */
-  double opt_bytes = (none ? pb : x.gb) + 8 + 8.0 * k + pb;
+   * states r/w, param out: ferry_optimizer_bytes_per_param */
+  double opt_bytes = ferry_plan_step_bytes_per_param(in, p);
   double tflops = in->precision == FERRY_PREC_FP32 || in->device == FERRY_PLAN_DEV_HOST
                       ? in->bw.device_tflops_fp32 : in->bw.device_tflops;
   if (p == FERRY_PLACE_ZERO_OFFLOAD) c->h2d_bytes = P * pb;
   else if (p != FERRY_PLACE_ALL_GPU) c->h2d_bytes = 2 * A * P * pb; /* fwd and bwd fetches */
   if (p != FERRY_PLACE_ALL_GPU) {
     c->d2h_bytes = A * P * pb;
+    /* a bf16 master whose params live on the device: the step reads them back */
+    if (bf16_master(in) && x.ph == FERRY_PLAN_GPU) c->d2h_bytes += P * pb;
     /* + the drained grads summed into the accumulator (first micro-batch
      * writes it, later ones read and write it) */
     c->cpu_bytes = P * opt_bytes + (none ? 0 : P * (A * (pb + x.gb) + (A - 1) * x.gb));
@@ -953,6 +1046,8 @@ static void candidate(const ferry_plan_input *in, int p, ferry_plan_candidate *c
   memset(c, 0, sizeof *c);
   c->placement = p;
   c->grads = ferry_plan_grads_auto(in, p);
+  c->optim_bytes_per_param = ferry_plan_optim_bytes_per_param(in, p);
+  c->step_bytes_per_param = ferry_plan_step_bytes_per_param(in, p);
   candidate_bytes(in, p, c);
   candidate_time(in, p, c);
   candidate_readahead(in, p, c);
@@ -991,6 +1086,22 @@ int ferry_plan_compute(const ferry_plan_input *in, ferry_plan_result *out, char 
     return fail(why, wl, FERRY_EINVAL, "grad precision %d: fp32 or bf16", in->grad_precision);
   if (in->device != FERRY_PLAN_DEV_CUDA && in->device != FERRY_PLAN_DEV_HOST)
     return fail(why, wl, FERRY_EINVAL, "device %d: cuda or host", in->device);
+  int sdt = in->state_dtype ? in->state_dtype : FERRY_DT_F32;
+  if (!ferry_plan_dtype_name(sdt))
+    return fail(why, wl, FERRY_EINVAL, "optimizer.state_dtype %d: fp32, bf16 or int8", sdt);
+  int64_t sbk = in->state_block;
+  if (sbk && (sbk < 32 || sbk > 4096 || (sbk & (sbk - 1))))
+    return fail(why, wl, FERRY_EINVAL,
+                "optimizer.state_block %lld: a power of two from 32 to 4096 (default 256)",
+                (long long)sbk);
+  int mdt = in->master_dtype ? in->master_dtype : FERRY_DT_F32;
+  if (mdt != FERRY_DT_F32 && mdt != FERRY_DT_BF16)
+    return fail(why, wl, FERRY_EINVAL, "precision.master %d: fp32 or bf16", mdt);
+  if (mdt == FERRY_DT_BF16 && in->precision != FERRY_PREC_BF16)
+    return fail(why, wl, FERRY_EINVAL,
+                "precision.master = bf16 needs bf16 params (precision.params = bf16, not %s): "
+                "the params are the master",
+                ferry_plan_precision_name(in->precision));
   const double *bws[] = {&in->bw.h2d_gbps,           &in->bw.d2h_gbps,
                          &in->bw.nvme_read_gbps,     &in->bw.nvme_write_gbps,
                          &in->bw.cpu_optimizer_gbps, &in->bw.device_tflops,

@@ -149,11 +149,20 @@ typedef struct {
   double clip_grad_norm;     /* 0 = off; > 0 keeps gradients for the global norm */
   int grad_precision;        /* FERRY_PREC_FP32 or FERRY_PREC_BF16: accumulator bytes 4 or 2 */
   int device;                /* ferry_plan_device */
+  /* Compact optimizer state (the engine's optimizer.state_dtype,
+   * optimizer.state_block, precision.master): the optimizer family's bytes
+   * and the CPU pass's traffic come from ferry_optimizer_state_bytes and
+   * ferry_optimizer_bytes_per_param (include/ferry/optim.h). */
+  int state_dtype;           /* FERRY_DT_F32 (0 reads as it), FERRY_DT_BF16, FERRY_DT_I8 */
+  int64_t state_block;       /* int8: elements per absmax, a power of two 32..4096; 0 = 256 */
+  int master_dtype;          /* FERRY_DT_F32 (0 reads as it) or FERRY_DT_BF16: the bf16
+                                params are the master (needs precision bf16) */
 } ferry_plan_input;
 
 /* Defaults: batch 1, seq 1024, bf16, adamw, checkpointing on, materialized
  * attention, chunk 64 MiB, default bandwidths, budgets 0, no accumulation,
- * no clipping, fp32 gradient accumulators, a CUDA device. */
+ * no clipping, fp32 gradient accumulators, a CUDA device, fp32 states
+ * (block 256) and an fp32 master. */
 ferry_plan_input ferry_plan_input_default(void);
 
 enum { FERRY_COMP_COMPUTE = 0, FERRY_COMP_H2D, FERRY_COMP_D2H, FERRY_COMP_CPU, FERRY_COMP_NVME,
@@ -194,6 +203,8 @@ typedef struct {
   double nvme_read[FERRY_PLAN_NV_FAMILIES], nvme_write[FERRY_PLAN_NV_FAMILIES];
   int64_t cached_groups_host;          /* NVMe params: groups the host pool keeps at a turn */
   int64_t cached_groups_device;        /* ... and the device pool (also in the host: inclusive) */
+  double optim_bytes_per_param;        /* ferry_plan_optim_bytes_per_param */
+  double step_bytes_per_param;         /* ferry_plan_step_bytes_per_param */
 } ferry_plan_candidate;
 
 typedef struct {
@@ -221,8 +232,26 @@ const char *ferry_plan_tier_name(int t);
 const char *ferry_plan_component_name(int c);
 const char *ferry_plan_precision_name(int prec);
 const char *ferry_plan_optimizer_name(int opt);
-/* Number of fp32 optimizer states per parameter (adam/adamw/lamb 2, others 1). */
+/* Number of optimizer states per parameter (adam/adamw/lamb 2, others 1). */
 int ferry_plan_optimizer_states(int opt);
+/* "fp32", "bf16", "int8" (optimizer.state_dtype, precision.master); NULL
+ * for another dtype. */
+const char *ferry_plan_dtype_name(int dt);
+/* The optimizer family's bytes per parameter: the fp32 master (none when
+ * the params are the master) plus each state at its dtype, int8 with its
+ * absmax share; placement p, as the master may need a host copy. */
+double ferry_plan_optim_bytes_per_param(const ferry_plan_input *in, int p);
+/* Bytes the CPU (or GPU) optimizer pass moves per parameter and step:
+ * ferry_optimizer_bytes_per_param for this input's states, master, the
+ * gradient it reads and the param copy it writes. */
+double ferry_plan_step_bytes_per_param(const ferry_plan_input *in, int p);
+/* The optimizer family (the master when there is one, then each state) of
+ * groups of these parameter counts as placement p lays it out on NVMe, each
+ * group's tensors rounded to 4 KiB: the bytes a step reads, and writes back,
+ * with the optimizer on NVMe (used for the model's groups, and by `ferry
+ * bench step` for its synthetic model's). */
+double ferry_plan_optim_nvme_bytes(const ferry_plan_input *in, int p, const uint64_t *group_params,
+                                   size_t ngroups);
 
 /* Validates the input (FERRY_EINVAL with the reason) and fills `out`. A plan
  * in which nothing fits is still a success: see out->recommended. */

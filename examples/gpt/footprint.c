@@ -38,6 +38,7 @@ void gpt_footprint_engine(gpt_footprint *f, const ferry_stats *fs) {
   }
   for (int k = 0; k < FERRY_FAMILIES; k++)
     f->nvme_read[k] = fs->nvme_read_bytes[k], f->nvme_write[k] = fs->nvme_write_bytes[k];
+  f->optim_bytes_per_param = fs->optim_bytes_per_param;
 }
 
 /* The value in the unit that suits `scale` (B, KiB, MiB, GiB), 1 decimal. */
@@ -97,8 +98,10 @@ static void print_engine_peaks(const gpt_footprint *f, FILE *out) {
 void gpt_footprint_print(const gpt_footprint *f, FILE *out) {
   char a[32], b[32], c[32], d[96], e[96];
   fprintf(out, "memory: peak RSS %s", size_of(f->peak_rss, a, sizeof a));
-  if (f->engine) print_engine_peaks(f, out);
-  else fprintf(out, "; pre-engine weights+grads+AdamW %s", size_of(f->resident_bytes, a, sizeof a));
+  if (f->engine) {
+    print_engine_peaks(f, out);
+    fprintf(out, "; optimizer %.4g B/param/step", f->optim_bytes_per_param);
+  } else fprintf(out, "; pre-engine weights+grads+AdamW %s", size_of(f->resident_bytes, a, sizeof a));
   fprintf(out, "; trainer activations %s, scratch %s, data %s\n",
           size_of(f->activation_bytes, a, sizeof a), size_of(f->scratch_bytes, b, sizeof b),
           size_of(f->data_bytes, c, sizeof c));
@@ -135,6 +138,8 @@ void gpt_footprint_json(const gpt_footprint *f, FILE *out) {
   json_tiers(out, "tier_peak", f->tier_peak);
   fprintf(out, ", ");
   json_tiers(out, "budget", f->budget);
+  if (f->engine) fprintf(out, ", \"optim_bytes_per_param\": %.9g", f->optim_bytes_per_param);
+  else fprintf(out, ", \"optim_bytes_per_param\": null");
   uint64_t rd[FERRY_FAMILIES], wr[FERRY_FAMILIES];
   per_step(f, rd, wr);
   const struct {

@@ -22,6 +22,8 @@ typedef struct {
   uint64_t tier_peak[FERRY_TIERS], budget[FERRY_TIERS];
   uint64_t nvme_read[FERRY_FAMILIES], nvme_write[FERRY_FAMILIES];   /* the whole run */
   uint64_t setup_read[FERRY_FAMILIES], setup_write[FERRY_FAMILIES]; /* before the first step */
+  double optim_bytes_per_param; /* the engine's optimizer pass, bytes read + written per
+                                   param and step (ferry_stats.optim_bytes_per_param) */
   int steps;                 /* steps this process ran */
   const float *losses;       /* their losses (steps of them), or NULL */
 } gpt_footprint;

@@ -32,7 +32,13 @@
  * Gradients are resolved as placement.grads = "auto" does (no clipping,
  * bf16, one micro-batch: "none" off the GPU).
  *
- * usage: test_plan_engine SCRATCH_DIR
+ * Each optimizer layout named after the scratch folder is run (default all):
+ * fp32 (states and master), bf16 (states), int8 (states, blocks of 256),
+ * int8-m16 (int8 states, the bf16 params as the master): the planner's
+ * optimizer and master rows follow ferry_optimizer_state_bytes, and the
+ * engine is configured with optimizer.state_dtype / precision.master.
+ *
+ * usage: test_plan_engine SCRATCH_DIR [LAYOUT...]
  */
 #include "ferry.h"
 #include "offload/engine_internal.h"
@@ -197,9 +203,38 @@ static void print_nvme(const ferry_plan_candidate *c, const measured *got) {
   }
 }
 
+/* An optimizer layout: its name, the plan's state and master dtypes, and
+ * the config values (NULL: the key is left at its default). */
+typedef struct {
+  const char *name;
+  int state_dtype, master_dtype;
+  const char *state_key, *master_key;
+} layout;
+
+static const layout layouts[] = {
+    {"fp32", FERRY_DT_F32, FERRY_DT_F32, NULL, NULL},
+    {"bf16", FERRY_DT_BF16, FERRY_DT_F32, "bf16", NULL},
+    {"int8", FERRY_DT_I8, FERRY_DT_F32, "int8", NULL},
+    {"int8-m16", FERRY_DT_I8, FERRY_DT_BF16, "int8", "bf16"},
+};
+
+static void run_layout(const char *scratch, const layout *ly);
+
 int main(int argc, char **argv) {
-  REQUIRE(argc == 2);
-  const char *scratch = argv[1];
+  REQUIRE(argc >= 2);
+  int n = 0;
+  for (int i = 2; i < argc; i++)
+    for (size_t k = 0; k < sizeof layouts / sizeof layouts[0]; k++)
+      if (!strcmp(argv[i], layouts[k].name)) run_layout(argv[1], &layouts[k]), n++;
+  REQUIRE(n == argc - 2); /* every name known */
+  if (argc == 2)
+    for (size_t k = 0; k < sizeof layouts / sizeof layouts[0]; k++)
+      run_layout(argv[1], &layouts[k]);
+  return test_failures ? 1 : 0;
+}
+
+static void run_layout(const char *scratch, const layout *ly) {
+  printf("== optimizer layout %s\n", ly->name);
   mkdir(scratch, 0700);
   char nvme_dir[1024];
   snprintf(nvme_dir, sizeof nvme_dir, "%s/nvme", scratch);
@@ -214,6 +249,8 @@ int main(int argc, char **argv) {
   in.seq = 128;
   in.device = FERRY_PLAN_DEV_HOST; /* the engine below runs on the host backend */
   in.budget[FERRY_PLAN_GPU] = in.budget[FERRY_PLAN_HOST] = in.budget[FERRY_PLAN_NVME] = 1ull << 40;
+  in.state_dtype = ly->state_dtype;
+  in.master_dtype = ly->master_dtype;
   ferry_plan_result r;
   REQUIRE(ferry_plan_compute(&in, &r, why, sizeof why) == 0);
 
@@ -259,6 +296,8 @@ int main(int argc, char **argv) {
     rc |= set(cfg, "optimizer.type", "adamw");
     rc |= set(cfg, "precision.params", "bf16");
     rc |= set(cfg, "tiers.host.pinned", "false");
+    if (ly->state_key) rc |= set(cfg, "optimizer.state_dtype", ly->state_key);
+    if (ly->master_key) rc |= set(cfg, "precision.master", ly->master_key);
     rc |= set(cfg, "clip_grad_norm", "0");
     /* budgets: the plan's figure where a family is cached, twice it where
      * the tier only holds homes; each plus the engine's own buffers of it */
@@ -319,5 +358,4 @@ int main(int argc, char **argv) {
       test_failures++;
     }
   }
-  return test_failures ? 1 : 0;
 }

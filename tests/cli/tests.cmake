@@ -2,7 +2,7 @@
 # it plans for (docs/PLANNING.md, "What is validated"). Included by
 # cli/CMakeLists.txt at the end of the top directory.
 ferry_add_test(NAME cli.plan.vs_engine SOURCES ${PROJECT_SOURCE_DIR}/tests/cli/test_plan_engine.c
-               EXE test_plan_engine TIMEOUT 120 ARGS ${PROJECT_BINARY_DIR}/tests/cli-scratch)
+               EXE test_plan_engine TIMEOUT 240 ARGS ${PROJECT_BINARY_DIR}/tests/cli-scratch fp32 bf16 int8 int8-m16)
 # `ferry bench step` (validated and --no-validate, each placement) and
 # `ferry bench copy` (size lists, one direction) on the host backend.
 ferry_add_test(NAME cli.bench_step_copy EXE sh TIMEOUT 120
@@ -19,3 +19,8 @@ endif()
 ferry_add_test(NAME tools.gpu_check EXE sh TIMEOUT 60
                ARGS ${PROJECT_SOURCE_DIR}/tests/tools/gpu_check_test.sh ${PROJECT_SOURCE_DIR}
                     ${PROJECT_BINARY_DIR}/tests/gpu-check)
+# `ferry bench step` with the optimizer on NVMe: the measured NVMe bytes per
+# step of the optimizer family within 5% of the planner's, per state layout.
+ferry_add_test(NAME cli.bench_step_nvme EXE sh TIMEOUT 120
+               ARGS ${PROJECT_SOURCE_DIR}/tests/cli/bench_step_nvme_test.sh $<TARGET_FILE:ferry_cli>
+                    ${PROJECT_SOURCE_DIR} ${PROJECT_BINARY_DIR}/tests/bench-step-nvme fp32 bf16 int8 int8-m16)

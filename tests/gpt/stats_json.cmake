@@ -3,7 +3,7 @@
 # every key, the losses the --json steps print, tier peaks within budgets, a
 # peak RSS no smaller than the trainer's own buffers, NVMe writes of the
 # optimizer family whose setup + per-step sum is the total, and stderr the
-# "memory:" and "nvme" lines; without --engine, the resident bytes (16 per
+# "memory:" (with the optimizer's bytes per param and step) and "nvme" lines; without --engine, the resident bytes (16 per
 # parameter) and zeros for the engine's keys.
 # -DEXE=ferry-gpt -DDATA=file -DCONFIGS=examples/configs. Runs in a scratch
 # directory (offload-nvme.cfg's relative build/nvme-swap is made there).
@@ -76,9 +76,21 @@ if(_wt LESS_EQUAL 0 OR NOT _nlines EQUAL 3 OR _missing LESS 0 OR _missing GREATE
     "largest step line ${_max}, "
     "${_nlines} step lines summing to ${_sum}:\n${_out}")
 endif()
-if(NOT _err MATCHES "memory: peak RSS [0-9.]+ [KMG]iB; engine peaks gpu [0-9.]+/[0-9.]+ MiB, host [0-9.]+/[0-9.]+ MiB, nvme [0-9.]+ [KMG]?i?B; trainer activations [0-9.]+ MiB, scratch [0-9.]+ MiB, data"
+if(NOT _err MATCHES "memory: peak RSS [0-9.]+ [KMG]iB; engine peaks gpu [0-9.]+/[0-9.]+ MiB, host [0-9.]+/[0-9.]+ MiB, nvme [0-9.]+ [KMG]?i?B; optimizer [0-9.e+-]+ B/param/step; trainer activations [0-9.]+ MiB, scratch [0-9.]+ MiB, data"
    OR NOT _err MATCHES "nvme \\(params / grads / optimizer\\): read [^\n]*, written [^\n]*; per step read")
   message(FATAL_ERROR "expected the memory and nvme lines on stderr:\n${_err}")
+endif()
+# the optimizer pass's bytes per param and step (ferry_stats.optim_bytes_per_param)
+string(JSON _obt ERROR_VARIABLE _jerr TYPE "${_j}" optim_bytes_per_param)
+get(_obp optim_bytes_per_param)
+# offload-nvme.cfg: fp32 grad accumulators (clipping on) read, fp32 master and
+# two fp32 states read and written, the bf16 param copy written: 4+8+16+2
+if(_jerr OR NOT _obt STREQUAL "NUMBER" OR NOT _obp EQUAL 30)
+  message(FATAL_ERROR "optim_bytes_per_param: 30 with --engine offload-nvme.cfg, got "
+    "'${_obp}' (${_jerr}):\n${_j}")
+endif()
+if(NOT _err MATCHES "; optimizer 30 B/param/step; ")
+  message(FATAL_ERROR "the memory line lacks '; optimizer 30 B/param/step; ':\n${_err}")
 endif()
 message(STATUS "engine: ${_j}")
 
@@ -89,6 +101,10 @@ file(READ resident.json _j)
 get(_res resident_bytes)
 get(_gp tier_peak gpu)
 get(_nw nvme_write_bytes optimizer)
+string(JSON _obt TYPE "${_j}" optim_bytes_per_param)
+if(NOT _obt STREQUAL "NULL")
+  message(FATAL_ERROR "optim_bytes_per_param: null without --engine:\n${_j}")
+endif()
 if(NOT _rc EQUAL 0 OR _res LESS_EQUAL 0 OR NOT _gp EQUAL 0 OR NOT _nw EQUAL 0 OR
    NOT _out MATCHES "memory: peak RSS [^\n]*; pre-engine weights\\+grads\\+AdamW [0-9.]+ MiB")
   message(FATAL_ERROR "pre-engine (exit ${_rc}):\n${_j}\n${_out}")

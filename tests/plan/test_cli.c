@@ -268,6 +268,89 @@ static void test_exact_budgets(void) {
          has("gpu/gpu/gpu"));
 }
 
+/* --state-dtype, --state-block, --master: JSON keys and values, the text
+ * line, and the usage errors (a bf16 master needs bf16 params). */
+static void test_compact_state(void) {
+  const char *base = "--model llama-2-13b --gpu-mem 24G --host-mem 128G --nvme 2T --seq 2048";
+  static const char *const opt[] = {"", "--state-dtype bf16", "--state-dtype int8",
+                                    "--state-dtype int8 --master bf16"};
+  static const double home[] = {12, 8, 6.03125, 2.03125}, step[] = {28, 20, 16.0625, 10.0625};
+  double nvme_s[4] = {0};
+  for (int i = 0; i < 4; i++) {
+    char args[2048];
+    snprintf(args, sizeof args, "%s %s --json", base, opt[i]);
+    EXPECT_EQ_INT(run(0, args), 0);
+    ferry_json_value *v = NULL;
+    if (ferry_json_parse(out, strlen(out), &v, NULL, 0)) {
+      test_failures++;
+      continue;
+    }
+    const ferry_json_value *sd = member(v, "state_dtype", FERRY_JSON_STR);
+    const ferry_json_value *ms = member(v, "master", FERRY_JSON_STR);
+    const ferry_json_value *sb = member(v, "state_block", FERRY_JSON_NUM);
+    EXPECT(sd && !strcmp(sd->str, i == 0 ? "fp32" : i == 1 ? "bf16" : "int8"));
+    EXPECT(ms && !strcmp(ms->str, i == 3 ? "bf16" : "fp32"));
+    EXPECT(sb && sb->i == 256);
+    const ferry_json_value *ob = member(v, "optim_bytes_per_param", FERRY_JSON_NUM);
+    const ferry_json_value *tb = member(v, "step_bytes_per_param", FERRY_JSON_NUM);
+    EXPECT(ob && ob->num == home[i]);
+    EXPECT(tb && tb->num == step[i]);
+    const ferry_json_value *c = ferry_json_get(v, "candidates");
+    if (c && c->n == FERRY_PLACEMENTS) {
+      const ferry_json_value *e = &c->items[FERRY_PLACE_NVME_OPT];
+      const ferry_json_value *k = ferry_json_get(e, "components");
+      const ferry_json_value *n = k ? ferry_json_get(k, "nvme") : NULL;
+      EXPECT(n && n->type == FERRY_JSON_NUM);
+      if (n) nvme_s[i] = n->num;
+    }
+    ferry_json_free(v);
+  }
+  EXPECT(nvme_s[3] > 0 && nvme_s[3] < nvme_s[2] && nvme_s[2] < nvme_s[1] &&
+         nvme_s[1] < nvme_s[0]);
+  EXPECT(nvme_s[3] > 0 && nvme_s[0] / nvme_s[3] >= 2.5);
+  char args[2048];
+  snprintf(args, sizeof args, "%s --state-dtype int8 --state-block 1024 --master bf16", base);
+  EXPECT_EQ_INT(run(0, args), 0);
+  EXPECT(has("2 int8 states, block 1024, bf16 master"));
+  EXPECT(has("optimizer: int8 states + absmax, bf16 master"));
+  /* usage errors name the flag and value; exit 2 */
+  snprintf(args, sizeof args, "%s --precision fp32 --master bf16", base);
+  EXPECT_EQ_INT(run(1, args), 2);
+  EXPECT(has("--master bf16 needs --precision bf16"));
+  snprintf(args, sizeof args, "%s --precision fp16 --master bf16", base);
+  EXPECT_EQ_INT(run(1, args), 2);
+  EXPECT(has("not --precision fp16"));
+  snprintf(args, sizeof args, "%s --state-dtype fp8", base);
+  EXPECT_EQ_INT(run(1, args), 2);
+  EXPECT(has("--state-dtype 'fp8'"));
+  snprintf(args, sizeof args, "%s --state-block 300", base);
+  EXPECT_EQ_INT(run(1, args), 2);
+  EXPECT(has("--state-block 300"));
+  snprintf(args, sizeof args, "%s --master fp16", base);
+  EXPECT_EQ_INT(run(1, args), 2);
+  EXPECT(has("--master 'fp16'"));
+  /* --write-config: the engine's keys, loaded back by the engine's config */
+  char cfg[1024];
+  snprintf(cfg, sizeof cfg, "%s/plan-compact.cfg", dir);
+  remove(cfg);
+  snprintf(args, sizeof args, "--model gpt2-xl --gpu-mem 12G --host-mem 64G --state-dtype int8 "
+           "--state-block 512 --master bf16 --write-config '%s'", cfg);
+  EXPECT_EQ_INT(run(1, args), 0);
+  ferry_config *c = NULL;
+  REQUIRE(ferry_config_create(&c) == 0);
+  int lrc = ferry_config_load_file(c, cfg);
+  if (lrc) fprintf(stderr, "  %s\n", ferry_config_last_error(c));
+  EXPECT(lrc == 0);
+  char buf[64];
+  EXPECT(ferry_config_get(c, "optimizer.state_dtype", buf, sizeof buf) == 0 &&
+         !strcmp(buf, "int8"));
+  EXPECT(ferry_config_get(c, "optimizer.state_block", buf, sizeof buf) == 0 &&
+         !strcmp(buf, "512"));
+  EXPECT(ferry_config_get(c, "precision.master", buf, sizeof buf) == 0 && !strcmp(buf, "bf16"));
+  ferry_config_destroy(c);
+  remove(cfg);
+}
+
 int main(int argc, char **argv) {
   REQUIRE(argc > 2);
   bin = argv[1];
@@ -277,5 +360,6 @@ int main(int argc, char **argv) {
   test_write_config();
   test_svg_and_profile();
   test_impossible();
+  test_compact_state();
   return test_finish("plan.cli");
 }

@@ -10,6 +10,8 @@
 #include <math.h>
 #include <string.h>
 
+#define EXPECT_NEAR(a, b, tol) EXPECT(fabs((double)(a) - (double)(b)) <= (tol))
+
 static ferry_plan_input input(const char *preset, uint64_t gpu, uint64_t host, uint64_t nvme) {
   ferry_plan_input in = ferry_plan_input_default();
   REQUIRE(ferry_plan_model_preset(preset, &in.model, NULL, 0) == 0);
@@ -343,7 +345,103 @@ static void test_rss(void) {
          c->host_budget + c->device_budget + c->activations + c->scratch + c->library);
 }
 
+/* Compact optimizer state (issue 22): bytes per param from the optimizer's
+ * own formulas, int8 < bf16 < fp32 in every family and NVMe count, the
+ * llama-2-13b NVMe-bound step >= 2.5x shorter with a bf16 master and int8
+ * states, and the combinations the planner refuses. */
+static void test_compact_state(void) {
+  static const int sdt[] = {FERRY_DT_F32, FERRY_DT_BF16, FERRY_DT_I8, FERRY_DT_I8};
+  static const int mdt[] = {FERRY_DT_F32, FERRY_DT_F32, FERRY_DT_F32, FERRY_DT_BF16};
+  /* AdamW, bf16 grads and copy: 28 / 20 / 16.0625 / 10.0625 (optim.h) */
+  static const double step_bpp[] = {28, 20, 16.0625, 10.0625};
+  static const double home_bpp[] = {12, 8, 6.03125, 2.03125};
+  ferry_plan_result r[4];
+  for (int i = 0; i < 4; i++) {
+    ferry_plan_input in = input("llama-2-13b", 24ull << 30, 32ull << 30, 2ull << 40);
+    in.seq = 2048;
+    in.state_dtype = sdt[i];
+    in.master_dtype = mdt[i];
+    REQUIRE(ferry_plan_compute(&in, &r[i], NULL, 0) == 0);
+    const ferry_plan_candidate *no = &r[i].cand[FERRY_PLACE_NVME_OPT];
+    EXPECT_NEAR(no->optim_bytes_per_param, home_bpp[i], 1e-9);
+    /* eager step (grads "none"): the drained bf16 grads are what it reads */
+    EXPECT_NEAR(no->step_bytes_per_param, step_bpp[i], 1e-9);
+    EXPECT_NEAR(no->seconds[FERRY_COMP_CPU],
+                (double)r[i].params * step_bpp[i] / (in.bw.cpu_optimizer_gbps * 1e9), 1e-6);
+    /* the optimizer family on NVMe: read and written once a step */
+    double fam = no->nvme_read[FERRY_PLAN_NV_OPTIM];
+    EXPECT_NEAR(fam / ((double)r[i].params * home_bpp[i]), 1.0, 0.001);
+    EXPECT_NEAR(no->nvme_write[FERRY_PLAN_NV_OPTIM], fam, 1);
+    /* ZeRO-Infinity: a bf16 master is the params, counted once: written
+     * once by the step as with an fp32 master, read for forward, backward
+     * and once more by the step (p·P); no master bytes */
+    const ferry_plan_candidate *zi = &r[i].cand[FERRY_PLACE_INFINITY];
+    double pf = 2.0 * (double)r[i].params;
+    EXPECT_NEAR(zi->nvme_write[FERRY_PLAN_NV_PARAMS],
+                r[0].cand[FERRY_PLACE_INFINITY].nvme_write[FERRY_PLAN_NV_PARAMS], 1);
+    EXPECT_NEAR(zi->nvme_read[FERRY_PLAN_NV_PARAMS] -
+                    r[0].cand[FERRY_PLACE_INFINITY].nvme_read[FERRY_PLAN_NV_PARAMS],
+                mdt[i] == FERRY_DT_BF16 ? pf : 0, mdt[i] == FERRY_DT_BF16 ? 0.001 * pf : 1);
+    EXPECT_NEAR(zi->nvme_read[FERRY_PLAN_NV_OPTIM], fam, 1);
+    if (mdt[i] == FERRY_DT_BF16) EXPECT_EQ_INT(no->bytes[FERRY_PLAN_NVME][FERRY_FAM_MASTER], 0);
+  }
+  /* monotone: int8 < bf16 < fp32 in every count that holds states */
+  for (int i = 1; i < 4; i++) {
+    for (int p = FERRY_PLACE_ZERO_OFFLOAD; p < FERRY_PLACEMENTS; p++) {
+      const ferry_plan_candidate *a = &r[i - 1].cand[p], *b = &r[i].cand[p];
+      int home = p >= FERRY_PLACE_NVME_OPT ? FERRY_PLAN_NVME : FERRY_PLAN_HOST;
+      EXPECT(b->bytes[home][FERRY_FAM_OPTIM] + b->bytes[home][FERRY_FAM_MASTER] <
+             a->bytes[home][FERRY_FAM_OPTIM] + a->bytes[home][FERRY_FAM_MASTER]);
+      EXPECT(b->step_bytes_per_param < a->step_bytes_per_param);
+      EXPECT(b->seconds[FERRY_COMP_CPU] < a->seconds[FERRY_COMP_CPU]);
+      if (p >= FERRY_PLACE_NVME_OPT) {
+        EXPECT(b->nvme_read_bytes < a->nvme_read_bytes);
+        EXPECT(b->nvme_write_bytes < a->nvme_write_bytes);
+        EXPECT(b->tier_bytes[FERRY_PLAN_NVME] < a->tier_bytes[FERRY_PLAN_NVME]);
+      }
+    }
+  }
+  /* the target: llama-2-13b, one drive, NVMe-bound (nvme-optimizer, ~97 s
+   * with fp32): >= 2.5x shorter with a bf16 master and int8 states */
+  const ferry_plan_candidate *f32 = &r[0].cand[FERRY_PLACE_NVME_OPT];
+  const ferry_plan_candidate *i8m = &r[3].cand[FERRY_PLACE_NVME_OPT];
+  EXPECT_EQ_INT(f32->bottleneck, FERRY_COMP_NVME);
+  EXPECT(f32->step_seconds > 90);
+  printf("llama-2-13b nvme-optimizer step: fp32 %.3f s, bf16 %.3f, int8 %.3f, bf16 master + "
+         "int8 %.3f (%.2fx)\n", f32->step_seconds, r[1].cand[FERRY_PLACE_NVME_OPT].step_seconds,
+         r[2].cand[FERRY_PLACE_NVME_OPT].step_seconds, i8m->step_seconds,
+         f32->step_seconds / i8m->step_seconds);
+  EXPECT(f32->step_seconds / i8m->step_seconds >= 2.5);
+  EXPECT(f32->seconds[FERRY_COMP_NVME] / i8m->seconds[FERRY_COMP_NVME] >= 2.5);
+  EXPECT(r[0].cand[FERRY_PLACE_INFINITY].step_seconds /
+             r[3].cand[FERRY_PLACE_INFINITY].step_seconds >= 2.5);
+
+  /* refused: a bf16 master over fp16 or fp32 params, a bad block, a bad dtype */
+  ferry_plan_input in = input("gpt2", 24ull << 30, 32ull << 30, 0);
+  ferry_plan_result x;
+  char why[256];
+  in.master_dtype = FERRY_DT_BF16;
+  in.precision = FERRY_PREC_FP32;
+  EXPECT_EQ_INT(ferry_plan_compute(&in, &x, why, sizeof why), FERRY_EINVAL);
+  EXPECT(strstr(why, "precision.master") && strstr(why, "fp32"));
+  in.precision = FERRY_PREC_FP16;
+  EXPECT_EQ_INT(ferry_plan_compute(&in, &x, why, sizeof why), FERRY_EINVAL);
+  in.precision = FERRY_PREC_BF16;
+  EXPECT_EQ_INT(ferry_plan_compute(&in, &x, why, sizeof why), 0);
+  in.state_dtype = FERRY_DT_I8;
+  in.state_block = 100;
+  EXPECT_EQ_INT(ferry_plan_compute(&in, &x, why, sizeof why), FERRY_EINVAL);
+  EXPECT(strstr(why, "optimizer.state_block") != NULL);
+  in.state_block = 64; /* a smaller block: more absmax bytes */
+  EXPECT_EQ_INT(ferry_plan_compute(&in, &x, why, sizeof why), 0);
+  EXPECT_NEAR(x.cand[FERRY_PLACE_NVME_OPT].optim_bytes_per_param, 2 * (1 + 4.0 / 64), 1e-9);
+  in.state_dtype = FERRY_DT_F16;
+  EXPECT_EQ_INT(ferry_plan_compute(&in, &x, why, sizeof why), FERRY_EINVAL);
+  EXPECT(strstr(why, "optimizer.state_dtype") != NULL);
+}
+
 int main(void) {
+  test_compact_state();
   test_rss();
   test_deepspeed();
   test_families();
