@@ -287,24 +287,35 @@ static void fill_spans(ferry_engine *e, uint32_t g, void **dst) {
  * device math the CUDA AdamW on e->down, fused with the param copy (device
  * home: in place, once the loop's reads of them are done). Every group's
  * update uses the same step number for its bias correction. */
+/* A bf16 master: the staging (or, with device math, the device scratch)
+ * starts as group i's current params, so a failed update leaves the params
+ * themselves unchanged. Read before the group's optimizer state and grads
+ * are held: the stepper then holds one family at a time in the host pool
+ * (at the pool's minimum, a params read beside its own state hold and the
+ * loop's holds left no hole for a chunk, and the loop waited on the step). */
+static int stage_master(ferry_engine *e, uint32_t i, int slot) {
+  if (!e->master_bf16) return FERRY_OK;
+  int rc;
+  if (engine_gpu_math(e)) {
+    if (e->param_home == FERRY_TIER_DEVICE) return FERRY_OK; /* in place there */
+    rc = stepper_read_params(e, i, e->stepper.param_stage, e->up);
+    return rc ? rc : gpu_stage_params(e, i);
+  }
+  rc = param_prepare(e, i, slot, e->stepper.dsts); /* the stage's last upload is done */
+  void *base = e->param_home == FERRY_TIER_DEVICE ? e->stepper.stage_up[slot]
+                                                  : e->stepper.param_stage;
+  return rc ? rc : stepper_read_params(e, i, base, e->up);
+}
+
 static int run_optimizer(ferry_engine *e, uint32_t i, int slot, float gscale, int64_t step) {
   void **dst = e->stepper.dsts;
   int gpu = engine_gpu_math(e), rc = FERRY_OK;
   if (gpu) {
     gpu_param_dsts(e, i, dst);
-    if (e->param_home == FERRY_TIER_DEVICE) {
+    if (e->param_home == FERRY_TIER_DEVICE)
       rc = wait_readers(e, i, e->down); /* a bf16 master: updated in place there */
-    } else if (e->master_bf16) { /* the scratch starts as the current params */
-      rc = stepper_read_params(e, i, e->stepper.param_stage, e->up);
-      if (!rc) rc = gpu_stage_params(e, i);
-    }
   } else {
     rc = param_prepare(e, i, slot, dst);
-    /* a bf16 master: the staging starts as the current params (a failed
-     * update leaves the params themselves unchanged) */
-    void *base = e->param_home == FERRY_TIER_DEVICE ? e->stepper.stage_up[slot]
-                                                    : e->stepper.param_stage;
-    if (!rc && e->master_bf16) rc = stepper_read_params(e, i, base, e->up);
   }
   if (rc) return rc;
   fill_spans(e, i, dst);
@@ -380,9 +391,10 @@ static int hold_state(ferry_engine *e, uint32_t i, uint32_t next) {
  * whose optimizer state is prefetched meanwhile. */
 static int update_group(ferry_engine *e, uint32_t i, uint32_t next, float gscale, int64_t step) {
   ferry_tier ot = work_tier(e->optim_home), gt = work_tier(e->grad_home);
-  int rc = hold_state(e, i, next);
-  if (rc) return rc;
   int slot = (int)(i % ENGINE_STAGE_SLOTS);
+  int rc = stage_master(e, i, slot);
+  if (!rc) rc = hold_state(e, i, next);
+  if (rc) return rc;
   rc = ferry_mem_mark_dirty(e->mem, i, FERRY_FAMILY_OPTIM, ot, NULL); /* before writing */
   if (rc) rc = engine_mem_err(e, rc, "step: optimizer state");
   if (!rc) rc = run_optimizer(e, i, slot, gscale, step);
