@@ -37,8 +37,6 @@ typedef struct {
 int mem_pool_init(mem_pool *p, size_t capacity, size_t align, size_t max_allocs);
 void mem_pool_destroy(mem_pool *p);
 int mem_pool_alloc(mem_pool *p, size_t bytes, size_t *off);
-/* The same from the top: the highest free block that fits, its top part. */
-int mem_pool_alloc_top(mem_pool *p, size_t bytes, size_t *off);
 void mem_pool_free(mem_pool *p, size_t off);
 
 /* Streams whose uses of one device copy are tracked apart (mem_chunk.use_ev);

@@ -1,5 +1,4 @@
-/* memory/pool.c — the tier pools' sub-allocator: first fit (or, on
- * request, last fit from the top) with coalescing
+/* memory/pool.c — the tier pools' sub-allocator: first fit with coalescing
  * over a block array sized once at init (a pool holding at most k
  * allocations never has more than 2k + 1 blocks), so the steady state never
  * allocates. Offsets only; the manager locks.
@@ -41,28 +40,6 @@ int mem_pool_alloc(mem_pool *p, size_t bytes, size_t *off) {
       b->size = need;
     }
     b->used = 1;
-    p->used += need;
-    *off = b->off;
-    return FERRY_OK;
-  }
-  return FERRY_ENOMEM;
-}
-
-int mem_pool_alloc_top(mem_pool *p, size_t bytes, size_t *off) {
-  size_t need = ferry_align_up(bytes ? bytes : 1, p->align);
-  for (size_t i = p->n; i-- > 0;) {
-    mem_block *b = &p->b[i];
-    if (b->used || b->size < need) continue;
-    if (b->size > need) { /* the free rest stays below, at block i */
-      if (p->n == p->cap) return FERRY_ENOMEM; /* cannot happen within max_allocs */
-      memmove(&p->b[i + 2], &p->b[i + 1], (p->n - i - 1) * sizeof *p->b);
-      p->b[i + 1] = (mem_block){b->off + b->size - need, need, 1};
-      p->n++;
-      b->size -= need;
-      b = &p->b[i + 1];
-    } else {
-      b->used = 1;
-    }
     p->used += need;
     *off = b->off;
     return FERRY_OK;

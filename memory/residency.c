@@ -378,18 +378,9 @@ static void describe_holders(ferry_mem *m, int tier, char *buf, size_t len) {
 static int alloc_space(ferry_mem *m, uint32_t ci, int tier) {
   mem_chunk *c = &m->c[ci];
   mem_pool *p = &m->pool[tier];
-  /* NVMe-homed optimizer chunks pass through the host from the top of its
-   * pool, the params and grads from the bottom: the optimizer's held
-   * chunks (one group's, the stepper's) and the loop's then sit at two
-   * ends instead of splitting the free room into holes none of which a
-   * chunk fits (at the pool's minimum, 14 MiB free in four holes under
-   * 4 MiB each held a 4 MiB chunk out) */
-  int top = tier == FERRY_TIER_HOST && c->family == FERRY_FAMILY_OPTIM &&
-            c->home == FERRY_TIER_NVME;
   for (;;) {
     if (p->used + ferry_align_up(c->bytes, p->align) <= p->capacity &&
-        (top ? mem_pool_alloc_top(p, c->bytes, &c->off[tier])
-             : mem_pool_alloc(p, c->bytes, &c->off[tier])) == 0) {
+        mem_pool_alloc(p, c->bytes, &c->off[tier]) == 0) {
       mem_stats_add(m, tier, c->family, c->bytes);
       return FERRY_OK;
     }
