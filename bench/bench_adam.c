@@ -13,6 +13,7 @@
 #include <immintrin.h>
 #include <math.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -189,7 +190,7 @@ __attribute__((target("avx2"))) static void rmw_bytes(void *buf, size_t lo, size
 }
 
 /* Reads bytes [lo, hi); folds them into a sink the compiler must keep. */
-static volatile uint32_t g_sink;
+static _Atomic uint32_t g_sink; /* written by every roofline thread */
 __attribute__((target("avx2"))) static void read_bytes(const void *buf, size_t lo, size_t hi) {
   const uint8_t *b = buf;
   __m256i acc = _mm256_setzero_si256();
@@ -199,7 +200,7 @@ __attribute__((target("avx2"))) static void read_bytes(const void *buf, size_t l
   uint32_t x = (uint32_t)_mm256_extract_epi32(acc, 0);
   for (; i < hi; i++)
     x ^= b[i];
-  g_sink = x;
+  atomic_store_explicit(&g_sink, x, memory_order_relaxed);
 }
 
 /* Writes bytes [lo, hi). */
