@@ -30,6 +30,7 @@ const char *ferry_strerror(int status) {
   case FERRY_ENOENT: return "not found";
   case FERRY_EPERM: return "permission denied";
   case FERRY_EOVERFLOW: return "value too large";
+  case FERRY_ETIMEDOUT: return "timed out waiting for another rank";
   default: return "unknown status";
   }
 }

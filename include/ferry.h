@@ -67,7 +67,8 @@ enum {
   FERRY_ESTATE = -11,   /* call not valid in the object's current state */
   FERRY_ENOENT = -12,   /* no such file, tensor, group or key */
   FERRY_EPERM = -13,    /* permission denied */
-  FERRY_EOVERFLOW = -14 /* a size or count does not fit */
+  FERRY_EOVERFLOW = -14, /* a size or count does not fit */
+  FERRY_ETIMEDOUT = -15  /* a peer (another rank) did not answer in time */
 };
 
 /* A short, static description of a status code ("invalid argument"). */
@@ -153,6 +154,7 @@ FERRY_API void ferry_log_stderr(void *user, int level, const char *message);
 #include "ferry/device.h"
 #include "ferry/safetensors.h"
 #include "ferry/optim.h"
+#include "ferry/dist.h"
 #include "ferry/engine.h"
 #include "ferry/checkpoint.h"
 

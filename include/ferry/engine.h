@@ -92,6 +92,17 @@ FERRY_API int ferry_engine_reserve(ferry_engine *e, size_t bytes);
  * nothing was reserved. Before finalize: FERRY_EINVAL. */
 FERRY_API int ferry_engine_reserved(ferry_engine *e, void **ptr, size_t *bytes);
 
+/* Before finalize: the ranks this engine trains with (a communicator of
+ * every rank of the job; c must outlive the engine). The engine makes its
+ * own channels from it (ferry_comm_dup) at finalize, a collective. Each
+ * rank keeps its share of the optimizer state, grads and params as
+ * dist.zero_stage says; every rank then calls the engine's functions in the
+ * same order, with the same registrations and configuration (finalize
+ * refuses a mismatch, naming the key). With ranks, the grads each rank
+ * hands in are averaged over the ranks. A comm of one rank, or none: the
+ * engine trains alone. After finalize: FERRY_ESTATE. */
+FERRY_API int ferry_engine_set_comm(ferry_engine *e, ferry_comm *c);
+
 /* Returns once work enqueued on s after it may read the group's params. */
 FERRY_API int ferry_fetch(ferry_engine *e, int group, ferry_stream *s);
 /* The loop is done with the group once s reaches this point. */
@@ -125,6 +136,9 @@ FERRY_API float ferry_loss_scale(const ferry_engine *e);
  * with precision.master = "bf16" the params, which are the master, widened
  * to fp32. */
 FERRY_API int ferry_param_read(ferry_engine *e, const char *name, float *dst, size_t count);
+/* With ranks at dist.zero_stage >= 1 each rank holds a share of the
+ * master, so ferry_param_read is a collective: every rank calls it, in the
+ * same order, and every rank gets the whole tensor. */
 /* Writes the timeline recorded so far as Chrome trace JSON. */
 FERRY_API int ferry_engine_write_timeline(ferry_engine *e, const char *path);
 
@@ -164,6 +178,11 @@ typedef struct {
    * writes (ferry_optimizer_bytes_per_param of its master, states, grads and
    * param copy); 0 from the memory manager alone. */
   double optim_bytes_per_param;
+  /* Communication between ranks (ferry_engine_set_comm; 0 alone), summed
+   * over the engine's channels: collectives, bytes this rank sent, time
+   * they ran, and time the engine's threads waited for them. */
+  uint64_t comm_ops, comm_bytes;
+  double comm_seconds, comm_wait_seconds;
 } ferry_stats;
 
 /* The engine's tiers: current and peak bytes per tier and family, bytes
