@@ -302,13 +302,30 @@ static void load(ferry_engine *e, const char *dir) {
   REQUIRE(rc == 0);
 }
 
+/* A fresh engine (comm NULL: the reference, fed the averaged grads) loads
+ * dir and runs steps 2.. : 1 when its params differ from want/wb. */
+static int resumed(const variant *v, int stage, ferry_comm *comm, const char *dir,
+                   const float *want, const unsigned char *wb, const char *what) {
+  static float got[NTOTAL];
+  static unsigned char gb[NTOTAL * 4];
+  ferry_stream *s;
+  ferry_engine *e = made(v, stage, comm, &s);
+  load(e, dir);
+  steps(e, s, v, 2, STEPS, comm == NULL);
+  read_all(e, s, got, gb);
+  done(e, s);
+  int differ = memcmp(got, want, sizeof got) || memcmp(gb, wb, sizeof gb);
+  if (differ) fprintf(stderr, "  rank %d: %s differs\n", rank, what);
+  return differ;
+}
+
 /* Checkpoints of a sharded engine hold every tensor whole (one rank's
  * checkpoint): a save at step 2 and a load into a fresh engine go on
  * exactly on 2 ranks, on 1 rank (the reference, fed the averaged grads),
  * and a 1-rank checkpoint loads on 2 ranks. */
 static int test_checkpoints(const variant *v, int stage, ferry_comm *comm) {
-  static float want[NTOTAL], got[NTOTAL];
-  static unsigned char wb[NTOTAL * 4], gb[NTOTAL * 4];
+  static float want[NTOTAL];
+  static unsigned char wb[NTOTAL * 4];
   char dd[1200], dr[1200];
   snprintf(dd, sizeof dd, "%.1000s/ckpt-dist-%d-%d", scratch, stage, (int)(v - variants));
   snprintf(dr, sizeof dr, "%.1000s/ckpt-ref-%d-%d", scratch, stage, (int)(v - variants));
@@ -325,38 +342,10 @@ static int test_checkpoints(const variant *v, int stage, ferry_comm *comm) {
   read_all(d, sd, want, wb);
   done(d, sd);
   done(r, sr);
-  int bad = 0;
-  /* 2 ranks -> 2 ranks */
-  d = made(v, stage, comm, &sd);
-  load(d, dd);
-  steps(d, sd, v, 2, STEPS, 0);
-  read_all(d, sd, got, gb);
-  done(d, sd);
-  if (memcmp(got, want, sizeof got) || memcmp(gb, wb, sizeof gb)) {
-    fprintf(stderr, "  rank %d: resumed on 2 ranks differs\n", rank);
-    bad++;
-  }
-  /* 2 ranks -> 1 rank */
-  r = made(v, stage, NULL, &sr);
-  load(r, dd);
-  steps(r, sr, v, 2, STEPS, 1);
-  read_all(r, sr, got, gb);
-  done(r, sr);
-  if (memcmp(got, want, sizeof got) || memcmp(gb, wb, sizeof gb)) {
-    fprintf(stderr, "  rank %d: the 2-rank checkpoint on 1 rank differs\n", rank);
-    bad++;
-  }
-  /* 1 rank -> 2 ranks */
-  d = made(v, stage, comm, &sd);
-  load(d, dr);
-  steps(d, sd, v, 2, STEPS, 0);
-  read_all(d, sd, got, gb);
-  done(d, sd);
-  if (memcmp(got, want, sizeof got) || memcmp(gb, wb, sizeof gb)) {
-    fprintf(stderr, "  rank %d: the 1-rank checkpoint on 2 ranks differs\n", rank);
-    bad++;
-  }
-  return bad;
+  /* 2 ranks -> 2 ranks, 2 ranks -> 1 rank, 1 rank -> 2 ranks */
+  return resumed(v, stage, comm, dd, want, wb, "resumed on 2 ranks") +
+         resumed(v, stage, NULL, dd, want, wb, "the 2-rank checkpoint on 1 rank") +
+         resumed(v, stage, comm, dr, want, wb, "the 1-rank checkpoint on 2 ranks");
 }
 
 /* Ranks that disagree on a key both fail at finalize, naming it. */
