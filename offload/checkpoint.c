@@ -6,6 +6,10 @@
  * user.bin (the caller's blob) and a manifest (scalars, every file's size
  * and CRC32C). Tensors stream one group at a time through the memory
  * manager; folders appear only complete (temporary folder, fsync, rename).
+ * With ranks, save and load are collectives: the folder is the one a
+ * single rank writes (every tensor whole), each rank of a sharded engine
+ * writes and reads its pieces at their offsets, and the ranks agree on
+ * every phase's status.
  */
 #include "offload/checkpoint.h"
 #include "core/crc32c.h"
@@ -375,11 +379,13 @@ static int write_tensors(ferry_engine *e, holder *h, ferry_safetensors_writer *w
 }
 
 /* ---- sharded engines (ZeRO stage >= 1 with ranks) -------------------------
- * The checkpoint of a sharded engine is the one a single rank writes: its
- * optim part holds every master and state whole (the ranks' pieces
- * gathered on the loop channel, rank 0 writes), so it loads on any number
- * of ranks, and each rank loads only its pieces (reads at their offsets).
- * The params are whole on every rank; rank 0 writes them. */
+ * The checkpoint of a sharded engine has the files and layout of one a
+ * single rank writes: optim/ holds every master and state whole, so it
+ * loads on any number of ranks. Rank 0 lays the optim files out (headers,
+ * every tensor's bytes a hole, st_writer_finish_holes); then every rank
+ * writes its pieces into them at their offsets (pwrite) and each rank
+ * loads only its pieces (reads at the same offsets). The params are whole
+ * on every rank; rank 0 writes them. */
 
 /* The engine keeps role r (an optim role) of its params. */
 static int keeps_role(const ferry_engine *e, int r) {
@@ -400,8 +406,7 @@ static void whole_info(const ferry_engine *e, const eng_param *p, int r, ferry_d
 }
 
 /* int8 states of n elements: codes padded to 64 bytes, then one fp32
- * absmax per block (ferry_optimizer_state_bytes). A piece starts at a
- * block boundary, so its blocks are the whole tensor's. */
+ * absmax per block (ferry_optimizer_state_bytes). */
 static size_t codes_bytes(size_t n) { return (n + 63) / 64 * 64; }
 static size_t blocks_of(const ferry_engine *e, size_t n) {
   size_t b = e->ocfg.state_block ? e->ocfg.state_block : 256;
@@ -411,120 +416,39 @@ static int is_int8(const ferry_engine *e, int r) {
   return r != FERRY_ROLE_MASTER && e->ocfg.state_dtype == FERRY_DT_I8;
 }
 
-/* This rank's piece of role r of p into host memory `mine` (nothing when
- * it has none). */
-static int piece_out(ferry_engine *e, holder *h, const eng_param *p, int r, char *mine) {
-  if (!p->pn) return FERRY_OK;
-  void *ptr;
-  size_t bytes;
-  int rc = holder_get(h, p->id[r], 0, &ptr, &bytes);
-  if (rc) return rc;
-  if (h->tier != FERRY_TIER_DEVICE) {
-    memcpy(mine, ptr, bytes);
-    return FERRY_OK;
-  }
-  rc = ferry_memcpy_async(h->s, mine, ptr, bytes, FERRY_COPY_D2H);
-  if (!rc) rc = ferry_stream_synchronize(h->s);
-  return rc ? ferry_err(&e->err, rc, "checkpoint: %s", ferry_device_last_error(e->dev)) : FERRY_OK;
-}
+/* A run of bytes of this rank's tensor (at `at`) and where it lies in the
+ * whole tensor of the checkpoint (`whole`). */
+typedef struct {
+  size_t at, whole, bytes;
+} piece_run;
 
-/* Role r of p whole into `full` on every rank (a collective): every rank's
- * piece gathered in rank order (int8: the codes, then the absmax). */
-static int gather_whole(ferry_engine *e, const eng_param *p, int r, const char *mine, char *full,
-                        size_t *counts) {
-  size_t off;
-  int rc;
-  if (is_int8(e, r)) {
-    for (int k = 0; k < e->nranks; k++) counts[k] = group_param_piece(e, p, k, &off);
-    rc = ferry_comm_allgather(e->ch_loop, mine, full, counts, FERRY_DT_U8, NULL, NULL);
-    memset(full + p->n, 0, codes_bytes(p->n) - p->n);
-    for (int k = 0; !rc && k < e->nranks; k++)
-      counts[k] = blocks_of(e, group_param_piece(e, p, k, &off)) * sizeof(float);
-    if (!rc)
-      rc = ferry_comm_allgather(e->ch_loop, mine + codes_bytes(p->pn), full + codes_bytes(p->n),
-                                counts, FERRY_DT_U8, NULL, NULL);
-  } else {
+/* The runs of this rank's piece [plo, plo + pn) of role r of p; the runs of
+ * all ranks tile the whole tensor. fp32 and bf16: one run at plo. int8:
+ * the codes at plo (the last piece also covers the whole tensor's code
+ * padding: plo is a multiple of 64, so its padding is the whole's) and the
+ * absmax at the whole's absmax of block plo / block (a piece starts at a
+ * block boundary: group_partition's alignment is at least the block). */
+static int piece_runs(const ferry_engine *e, const eng_param *p, int r, piece_run *run) {
+  if (!is_int8(e, r)) {
     size_t es = r == FERRY_ROLE_MASTER ? 4 : ferry_dtype_size(e->ocfg.state_dtype);
-    for (int k = 0; k < e->nranks; k++) counts[k] = group_param_piece(e, p, k, &off) * es;
-    rc = ferry_comm_allgather(e->ch_loop, mine, full, counts, FERRY_DT_U8, NULL, NULL);
+    run[0] = (piece_run){0, p->plo * es, p->pn * es};
+    return 1;
   }
-  if (rc)
-    return ferry_err(&e->err, rc, "checkpoint: gathering %s%s: %s", p->name,
-                     group_role_suffix(r), ferry_comm_last_error(e->ch_loop));
-  return FERRY_OK;
+  size_t block = e->ocfg.state_block ? e->ocfg.state_block : 256;
+  FERRY_ASSERT(p->plo % 64 == 0 && p->plo % block == 0, "%s: piece at %zu", p->name, p->plo);
+  size_t codes = p->plo + p->pn == p->n ? codes_bytes(p->n) - p->plo : p->pn;
+  run[0] = (piece_run){0, p->plo, codes};
+  run[1] = (piece_run){codes_bytes(p->pn), codes_bytes(p->n) + p->plo / block * sizeof(float),
+                       blocks_of(e, p->pn) * sizeof(float)};
+  return 2;
 }
 
-/* Bytes of the largest whole optim tensor. */
-static size_t largest_whole(const ferry_engine *e) {
-  size_t m = 0;
-  for (size_t i = 0; i < e->gt.nparams; i++) {
-    size_t n = e->gt.params[i].n, b = 4 * n, sb = ferry_optimizer_state_bytes(&e->ocfg, n);
-    if (b > m) m = b;
-    if (sb > m) m = sb;
-  }
-  return m;
-}
-
-/* The optim part of a sharded save, on every rank (a collective): rank 0
- * names each tensor its writer `w` asks for next (a broadcast; -1 ends it,
- * also when rank 0 has no writer or failed), every rank gives its piece,
- * rank 0 writes the whole. Returns this rank's status. */
-static int optim_phase(ferry_engine *e, holder *h, ferry_safetensors_writer *w) {
-  e->ckpt_optim_done = 1;
-  size_t big = largest_whole(e);
-  char *mine = malloc(big + 64), *full = malloc(big + 64);
-  size_t *counts = calloc((size_t)e->nranks, sizeof *counts);
-  int rc = mine && full && counts ? FERRY_OK : ferry_err(&e->err, FERRY_ENOMEM, "checkpoint: out of memory");
-  int wrc = rc; /* rank 0: the writer's first failure */
-  for (;;) {
-    int32_t msg[2] = {-1, -1};
-    const char *nm = e->rank == 0 && w && !wrc ? ferry_safetensors_writer_next(w) : NULL;
-    for (size_t i = 0; nm && i < e->gt.nparams && msg[0] < 0; i++)
-      for (int r = FERRY_ROLE_MASTER; r < FERRY_ROLE_COUNT && msg[0] < 0; r++) {
-        char t[FERRY_MEM_NAME_MAX + 1];
-        snprintf(t, sizeof t, "%s%s", e->gt.params[i].name, group_role_suffix(r));
-        if (keeps_role(e, r) && !strcmp(t, nm)) msg[0] = (int32_t)i, msg[1] = r;
-      }
-    if (nm && msg[0] < 0) wrc = ferry_err(&e->err, FERRY_ESTATE, "checkpoint: no tensor '%s'", nm);
-    int crc = ferry_comm_broadcast(e->ch_loop, msg, 2, FERRY_DT_I32, 0, NULL, NULL);
-    if (crc) {
-      rc = ferry_err(&e->err, crc, "checkpoint: %s", ferry_comm_last_error(e->ch_loop));
-      break;
-    }
-    if (msg[0] < 0) break;
-    const eng_param *p = &e->gt.params[msg[0]];
-    int prc = mine ? piece_out(e, h, p, msg[1], mine) : FERRY_ENOMEM;
-    if (prc && !rc) rc = prc; /* still takes part in the gather */
-    crc = gather_whole(e, p, msg[1], mine ? mine : "", full ? full : mine, counts);
-    if (crc) {
-      rc = crc;
-      break;
-    }
-    if (e->rank == 0 && !wrc) {
-      ferry_dtype dt;
-      int nd;
-      int64_t shape[FERRY_MEM_MAX_DIMS];
-      whole_info(e, p, msg[1], &dt, &nd, shape);
-      size_t bytes = ferry_dtype_size(dt);
-      for (int d = 0; d < nd; d++) bytes *= (size_t)shape[d];
-      wrc = ferry_safetensors_writer_write(w, nm, full, bytes);
-      if (wrc) wrc = ferry_err(&e->err, wrc, "%s", ferry_safetensors_writer_last_error(w));
-    }
-  }
-  free(mine);
-  free(full);
-  free(counts);
-  int drc = holder_drop(h);
-  if (!rc) rc = wrc;
-  return rc ? rc : drc;
-}
-
-/* Rank 0's optim part of a sharded save: every tensor whole. */
-static int write_whole_optim(ferry_engine *e, holder *h, const char *path, uint64_t max_shard) {
+/* Rank 0: optim/ laid out with every tensor whole and its bytes holes. */
+static int layout_optim(ferry_engine *e, const char *path, uint64_t max_shard) {
   ferry_safetensors_writer *w = NULL;
   int rc = ferry_safetensors_writer_create(path, max_shard, &w);
-  if (rc) rc = ferry_err(&e->err, rc, "checkpoint: %s", ferry_last_error());
-  if (!rc) rc = ferry_safetensors_writer_metadata(w, "format", "pt");
+  if (rc) return ferry_err(&e->err, rc, "checkpoint: %s", ferry_last_error());
+  rc = ferry_safetensors_writer_metadata(w, "format", "pt");
   for (size_t i = 0; i < e->gt.nparams && !rc; i++) {
     eng_param *p = &e->gt.params[e->gt.by_group[i]];
     for (int r = FERRY_ROLE_MASTER; r < FERRY_ROLE_COUNT && !rc; r++) {
@@ -538,28 +462,58 @@ static int write_whole_optim(ferry_engine *e, holder *h, const char *path, uint6
       rc = ferry_safetensors_writer_add(w, nm, dt, nd, shape);
     }
   }
-  if (w && rc) rc = ferry_err(&e->err, rc, "%s", ferry_safetensors_writer_last_error(w));
-  if (!rc) { /* lays the files out now (see write_tensors) */
-    rc = ferry_safetensors_writer_write(w, "", NULL, 0);
-    if (rc == FERRY_ESTATE) rc = FERRY_OK;
-    else if (rc) rc = ferry_err(&e->err, rc, "%s", ferry_safetensors_writer_last_error(w));
-  }
-  int prc = optim_phase(e, h, rc ? NULL : w); /* the others wait for it */
-  if (!rc) rc = prc;
-  if (!rc) {
-    rc = ferry_safetensors_writer_finish(w);
-    if (rc) rc = ferry_err(&e->err, rc, "%s", ferry_safetensors_writer_last_error(w));
-  }
+  if (!rc) rc = st_writer_finish_holes(w);
+  if (rc) rc = ferry_err(&e->err, rc, "checkpoint: %s", ferry_safetensors_writer_last_error(w));
   ferry_safetensors_writer_destroy(w);
   return rc;
 }
 
-/* This rank's pieces of every optim tensor of f (a whole-tensor
- * checkpoint, from any number of ranks) into the engine. */
-static int load_pieces(ferry_engine *e, holder *h, ferry_safetensors *f) {
-  size_t big = largest_whole(e);
-  char *mine = malloc(big + 64);
-  if (!mine) return ferry_err(&e->err, FERRY_ENOMEM, "checkpoint load: out of memory");
+/* n bytes between this rank's tensor (ptr, in the holder's tier) and a
+ * file (fd at off, or tensor ti of f): to the file when `out`, else from
+ * it. Device bytes go through the holder's bounce buffer. */
+static int move_run(ferry_engine *e, holder *h, char *ptr, int out, int fd, uint64_t off,
+                    ferry_safetensors *f, size_t ti, uint64_t toff, size_t n, const char *nm) {
+  for (size_t at = 0; at < n;) {
+    size_t k = h->tier == FERRY_TIER_DEVICE ? (n - at < CKPT_BOUNCE ? n - at : CKPT_BOUNCE) : n;
+    char *buf = h->tier == FERRY_TIER_DEVICE ? h->bounce : ptr + at;
+    int rc = FERRY_OK;
+    if (out && h->tier == FERRY_TIER_DEVICE) {
+      rc = ferry_memcpy_async(h->s, buf, ptr + at, k, FERRY_COPY_D2H);
+      if (!rc) rc = ferry_stream_synchronize(h->s);
+    } else if (!out && h->tier == FERRY_TIER_DEVICE) {
+      rc = ferry_stream_synchronize(h->s); /* the bounce buffer is free */
+    }
+    if (rc) return ferry_err(&e->err, rc, "checkpoint: %s: %s", nm, ferry_device_last_error(e->dev));
+    if (out) {
+      for (size_t d = 0; d < k;) {
+        ssize_t wr = pwrite(fd, buf + d, k - d, (off_t)(off + at + d));
+        if (wr < 0 && errno == EINTR) continue;
+        if (wr < 0) {
+          int err = errno;
+          return ferry_err(&e->err, io_status(err), "checkpoint: %s: pwrite at %llu: %s", nm,
+                           (unsigned long long)(off + at + d), strerror(err));
+        }
+        d += (size_t)wr;
+      }
+    } else {
+      rc = ferry_safetensors_read(f, ti, toff + at, buf, k);
+      if (rc)
+        return ferry_err(&e->err, rc, "checkpoint load: '%s': %s", nm, ferry_safetensors_last_error(f));
+      if (h->tier == FERRY_TIER_DEVICE) {
+        rc = ferry_memcpy_async(h->s, ptr + at, buf, k, FERRY_COPY_H2D);
+        if (rc) return ferry_err(&e->err, rc, "checkpoint load: %s: %s", nm, ferry_device_last_error(e->dev));
+      }
+    }
+    at += k;
+  }
+  return FERRY_OK;
+}
+
+/* Every piece this rank keeps of every optim tensor, between the engine
+ * and the checkpoint's optim/ model f (whole tensors): written into its
+ * files (out; fds: f's shards opened for writing) or read from them. One
+ * group of one family held at a time, in group order. */
+static int move_pieces(ferry_engine *e, holder *h, ferry_safetensors *f, int out, const int *fds) {
   int rc = FERRY_OK;
   for (size_t i = 0; i < e->gt.nparams && !rc; i++) {
     eng_param *p = &e->gt.params[e->gt.by_group[i]];
@@ -569,48 +523,61 @@ static int load_pieces(ferry_engine *e, holder *h, ferry_safetensors *f) {
       snprintf(nm, sizeof nm, "%s%s", p->name, group_role_suffix(r));
       ferry_safetensors_tensor t;
       size_t ti;
-      if (ferry_safetensors_find(f, nm, &t, &ti)) {
-        rc = ferry_err(&e->err, FERRY_ECORRUPT, "checkpoint load: no tensor '%s'", nm);
-        break;
-      }
+      if (ferry_safetensors_find(f, nm, &t, &ti))
+        return ferry_err(&e->err, FERRY_ECORRUPT, "checkpoint: no tensor '%s'", nm);
       void *ptr;
       size_t bytes;
-      rc = holder_get(h, p->id[r], 1, &ptr, &bytes);
-      if (rc) break;
-      if (is_int8(e, r)) {
-        size_t cb = codes_bytes(p->pn);
-        memset(mine, 0, cb);
-        rc = ferry_safetensors_read(f, ti, p->plo, mine, p->pn);
-        if (!rc)
-          rc = ferry_safetensors_read(f, ti, codes_bytes(p->n) + blocks_of(e, p->plo) * sizeof(float),
-                                      mine + cb, blocks_of(e, p->pn) * sizeof(float));
-      } else {
-        size_t es = r == FERRY_ROLE_MASTER ? 4 : ferry_dtype_size(e->ocfg.state_dtype);
-        rc = ferry_safetensors_read(f, ti, p->plo * es, mine, p->pn * es);
-      }
-      if (rc) {
-        rc = ferry_err(&e->err, rc, "checkpoint load: '%s': %s", nm, ferry_safetensors_last_error(f));
-        break;
-      }
-      if (h->tier != FERRY_TIER_DEVICE) {
-        memcpy(ptr, mine, bytes);
-      } else {
-        rc = ferry_memcpy_async(h->s, ptr, mine, bytes, FERRY_COPY_H2D);
-        if (!rc) rc = ferry_stream_synchronize(h->s);
-        if (rc) rc = ferry_err(&e->err, rc, "checkpoint load: %s", ferry_device_last_error(e->dev));
+      rc = holder_get(h, p->id[r], !out, &ptr, &bytes);
+      piece_run run[2];
+      int nr = rc ? 0 : piece_runs(e, p, r, run);
+      for (int k = 0; k < nr && !rc; k++) {
+        FERRY_ASSERT(run[k].at + run[k].bytes <= bytes && run[k].whole + run[k].bytes <= t.nbytes,
+                     "%s: run %d out of bounds", nm, k);
+        rc = move_run(e, h, (char *)ptr + run[k].at, out, out ? fds[t.shard] : -1,
+                      t.offset + run[k].whole, f, ti, run[k].whole, run[k].bytes, nm);
       }
     }
   }
-  free(mine);
   int drc = holder_drop(h);
   return rc ? rc : drc;
+}
+
+/* This rank's pieces into the laid-out optim/ model at path, fsynced. */
+static int write_pieces(ferry_engine *e, const char *path) {
+  ferry_safetensors *f = NULL;
+  int rc = ferry_safetensors_open(path, &f);
+  if (rc) return ferry_err(&e->err, rc, "checkpoint: %s", ferry_last_error());
+  int ns = ferry_safetensors_shard_count(f);
+  int *fds = malloc((size_t)ns * sizeof *fds);
+  if (!fds) rc = ferry_err(&e->err, FERRY_ENOMEM, "checkpoint: out of memory");
+  for (int s = 0; s < ns && fds; s++) fds[s] = -1;
+  for (int s = 0; s < ns && !rc; s++) {
+    fds[s] = open(ferry_safetensors_shard_path(f, s), O_WRONLY | O_CLOEXEC);
+    if (fds[s] < 0)
+      rc = ferry_err(&e->err, io_status(errno), "checkpoint: %s: %s", ferry_safetensors_shard_path(f, s),
+                     strerror(errno));
+  }
+  holder h;
+  if (!rc) {
+    rc = holder_init(&h, e);
+    if (!rc) rc = move_pieces(e, &h, f, 1, fds);
+    holder_destroy(&h);
+  }
+  for (int s = 0; s < ns && fds; s++) {
+    if (fds[s] < 0) continue;
+    if (!rc && fsync(fds[s]))
+      rc = ferry_err(&e->err, io_status(errno), "checkpoint: fsync %s: %s",
+                     ferry_safetensors_shard_path(f, s), strerror(errno));
+    close(fds[s]);
+  }
+  free(fds);
+  ferry_safetensors_close(f);
+  return rc;
 }
 
 /* A writer over `path` (a folder when max_shard > 0) filled and finished. */
 static int write_model(ferry_engine *e, holder *h, const char *path, uint64_t max_shard,
                        unsigned roles, ferry_dtype param_dt) {
-  if (engine_sharded(e) && !(roles >> FERRY_ROLE_PARAM & 1))
-    return write_whole_optim(e, h, path, max_shard);
   ferry_safetensors_writer *w;
   int rc = ferry_safetensors_writer_create(path, max_shard, &w);
   if (rc) return ferry_err(&e->err, rc, "checkpoint: %s", ferry_last_error());
@@ -651,30 +618,38 @@ static int parent_of(const char *path, char *out, size_t cap) {
 
 /* ---- save ------------------------------------------------------------------ */
 
-/* Everything of one save into the folder tmp (which exists). */
-static int save_into(ferry_engine *e, const char *tmp, const void *blob, size_t blob_len,
-                     uint64_t max_shard) {
+/* The files of one save into the folder tmp (which exists): params/,
+ * optim/ unless `optim` is 0 (a sharded engine's ranks write theirs), and
+ * user.bin. */
+static int save_files(ferry_engine *e, const char *tmp, const void *blob, size_t blob_len,
+                      uint64_t max_shard, int optim) {
   holder h;
   int rc = holder_init(&h, e);
   char path[4096];
   if (!rc && join(path, sizeof path, tmp, "params"))
     rc = ferry_err(&e->err, FERRY_EOVERFLOW, "checkpoint: path too long");
   if (!rc) rc = write_model(e, &h, path, max_shard, 1u << FERRY_ROLE_PARAM, e->dtype);
-  if (!rc && join(path, sizeof path, tmp, "optim"))
+  if (!rc && optim && join(path, sizeof path, tmp, "optim"))
     rc = ferry_err(&e->err, FERRY_EOVERFLOW, "checkpoint: path too long");
-  if (!rc)
+  if (!rc && optim)
     rc = write_model(e, &h, path, max_shard,
                      1u << FERRY_ROLE_MASTER | 1u << FERRY_ROLE_EXP_AVG | 1u << FERRY_ROLE_EXP_AVG_SQ,
                      e->dtype);
   holder_destroy(&h);
   if (rc) return rc;
-
   int r;
   if (join(path, sizeof path, tmp, "user.bin"))
     return ferry_err(&e->err, FERRY_EOVERFLOW, "checkpoint: path too long");
   if ((r = write_file(path, blob_len ? blob : "", blob_len)))
     return ferry_err(&e->err, io_status(-r), "checkpoint: %s: %s", path, strerror(-r));
+  return FERRY_OK;
+}
 
+/* The manifest of the complete files in tmp (each file's size and CRC32C,
+ * read back), then every folder fsynced. */
+static int save_manifest(ferry_engine *e, const char *tmp, size_t blob_len) {
+  int rc = FERRY_OK, r;
+  char path[4096];
   ckpt_manifest m;
   memset(&m, 0, sizeof m);
   m.version = CKPT_FORMAT_VERSION;
@@ -690,6 +665,8 @@ static int save_into(ferry_engine *e, const char *tmp, const void *blob, size_t 
   memcpy(&m.loss_scale_bits, &pg.scale, sizeof m.loss_scale_bits);
   m.good_steps = pg.good_steps;
   m.skipped = pg.skipped;
+  m.ranks = (uint64_t)e->nranks;
+  m.zero_stage = (uint64_t)e->zero_stage;
   m.tensors = e->gt.nparams;
   m.blob_bytes = blob_len;
   size_t cap = 0;
@@ -732,6 +709,13 @@ static int save_into(ferry_engine *e, const char *tmp, const void *blob, size_t 
   return FERRY_OK;
 }
 
+/* Everything of one save into the folder tmp (which exists). */
+static int save_into(ferry_engine *e, const char *tmp, const void *blob, size_t blob_len,
+                     uint64_t max_shard) {
+  int rc = save_files(e, tmp, blob, blob_len, max_shard, 1);
+  return rc ? rc : save_manifest(e, tmp, blob_len);
+}
+
 /* Keeps the newest `keep` checkpoints of root: older ones are renamed
  * aside (so a half-removed one never looks like a checkpoint), then removed. */
 static void prune(const char *root, int keep) {
@@ -750,69 +734,122 @@ static void prune(const char *root, int keep) {
   free(list);
 }
 
-static int save_local(ferry_engine *e, const char *dir, const void *blob, size_t blob_len,
-                      const ferry_checkpoint_options *opt);
-
-int ferry_checkpoint_save(ferry_engine *e, const char *dir, const void *blob, size_t blob_len,
-                          const ferry_checkpoint_options *opt) {
-  if (!e) return FERRY_EINVAL;
-  if (!dir || !dir[0]) return ferry_err(&e->err, FERRY_EINVAL, "checkpoint save: no folder");
-  if (blob_len && !blob) return ferry_err(&e->err, FERRY_EINVAL, "checkpoint save: blob is NULL");
-  if (blob_len > CKPT_MAX_BLOB)
-    return ferry_err(&e->err, FERRY_EINVAL, "checkpoint save: blob of %zu bytes (at most %llu)",
-                     blob_len, (unsigned long long)CKPT_MAX_BLOB);
-  ferry_checkpoint_options o = opt ? *opt : ferry_checkpoint_options_default();
-  if (o.keep < 0) return ferry_err(&e->err, FERRY_EINVAL, "checkpoint save: keep %d", o.keep);
-  if (!o.max_shard_bytes) o.max_shard_bytes = CKPT_DEFAULT_SHARD;
-  int rc = engine_quiesce(e, "checkpoint save");
-  if (e->nranks <= 1) return rc ? rc : save_local(e, dir, blob, blob_len, &o);
-  /* with ranks (a collective): rank 0 writes, every rank of a sharded
-   * engine gives its pieces */
-  rc = ranks_agree(e, rc, "checkpoint save");
-  if (rc) return rc;
-  e->ckpt_optim_done = 0;
-  if (e->rank == 0) rc = save_local(e, dir, blob, blob_len, &o);
-  if (engine_sharded(e) && !e->ckpt_optim_done) { /* rank 0 failed before it, or another rank */
-    holder h;
-    int hrc = holder_init(&h, e);
-    int prc = optim_phase(e, &h, NULL);
-    holder_destroy(&h);
-    if (!rc) rc = hrc ? hrc : prc;
-  }
-  return ranks_root_status(e, rc, "checkpoint save");
+/* The folders of a save of step `steps` into dir by process pid: the
+ * temporary one, the checkpoint, and where a replaced one goes. */
+static int save_names(ferry_engine *e, const char *dir, int64_t steps, long pid, char *tmp,
+                      char *target, char *trash) {
+  char name[64], tname[128];
+  snprintf(name, sizeof name, CKPT_PREFIX "%012" PRId64, steps);
+  snprintf(tname, sizeof tname, ".tmp-%s-%ld", name, pid);
+  if (join(tmp, 4096, dir, tname) || join(target, 4096, dir, name) ||
+      snprintf(trash, 4096, "%s/.trash-%s-%ld", dir, name, pid) >= 4096)
+    return ferry_err(&e->err, FERRY_EOVERFLOW, "checkpoint save: folder name too long");
+  return FERRY_OK;
 }
 
-/* A save of this engine's folder (one rank, or rank 0 of a sharded engine,
- * whose optim part gathers the other ranks' pieces). */
-static int save_local(ferry_engine *e, const char *dir, const void *blob, size_t blob_len,
-                      const ferry_checkpoint_options *opt) {
-  ferry_checkpoint_options o = *opt;
-  int rc;
+/* DIR made if needed, the leftovers of killed saves removed, tmp made. */
+static int save_begin(ferry_engine *e, const char *dir, const char *tmp) {
   if (mkdir(dir, 0777) && errno != EEXIST)
     return ferry_err(&e->err, io_status(errno), "checkpoint save: mkdir %s: %s", dir, strerror(errno));
   remove_leftovers(dir);
-  char name[64], tmp[4096], target[4096], trash[4096], tname[128];
-  engine_progress pg;
-  engine_progress_get(e, &pg);
-  snprintf(name, sizeof name, CKPT_PREFIX "%012" PRId64, pg.steps);
-  snprintf(tname, sizeof tname, ".tmp-%s-%ld", name, (long)getpid());
-  if (join(tmp, sizeof tmp, dir, tname) || join(target, sizeof target, dir, name) ||
-      snprintf(trash, sizeof trash, "%s/.trash-%s-%ld", dir, name, (long)getpid()) >= (int)sizeof trash)
-    return ferry_err(&e->err, FERRY_EOVERFLOW, "checkpoint save: folder name too long");
   if (mkdir(tmp, 0777))
     return ferry_err(&e->err, io_status(errno), "checkpoint save: mkdir %s: %s", tmp, strerror(errno));
-  rc = save_into(e, tmp, blob, blob_len, o.max_shard_bytes);
-  if (!rc) {
-    int r = rename_into_place(tmp, target, trash);
-    if (!r) r = fsync_path(dir);
-    if (r) rc = ferry_err(&e->err, io_status(-r), "checkpoint save: rename %s -> %s: %s", tmp, target, strerror(-r));
-  }
+  return FERRY_OK;
+}
+
+/* The complete tmp renamed into target's place, DIR fsynced. */
+static int save_publish(ferry_engine *e, const char *dir, const char *tmp, const char *target,
+                        const char *trash) {
+  int r = rename_into_place(tmp, target, trash);
+  if (!r) r = fsync_path(dir);
+  if (r)
+    return ferry_err(&e->err, io_status(-r), "checkpoint save: rename %s -> %s: %s", tmp, target,
+                     strerror(-r));
+  return FERRY_OK;
+}
+
+/* A save by one process. */
+static int save_local(ferry_engine *e, const char *dir, const void *blob, size_t blob_len,
+                      const ferry_checkpoint_options *o) {
+  char tmp[4096], target[4096], trash[4096];
+  engine_progress pg;
+  engine_progress_get(e, &pg);
+  int rc = save_names(e, dir, pg.steps, (long)getpid(), tmp, target, trash);
+  if (!rc) rc = save_begin(e, dir, tmp);
+  if (rc) return rc;
+  rc = save_into(e, tmp, blob, blob_len, o->max_shard_bytes);
+  if (!rc) rc = save_publish(e, dir, tmp, target, trash);
   if (rc) {
     rm_tree(tmp); /* no partial folder stays behind */
     return rc;
   }
-  prune(dir, o.keep);
+  prune(dir, o->keep);
   return FERRY_OK;
+}
+
+/* A save by every rank (a collective on the loop channel), in three phases
+ * each closed by an agreement on the ranks' statuses (ranks_agree: a
+ * failure on any rank fails the save on every rank): rank 0 makes the
+ * temporary folder (named by its pid) and, sharded, lays optim/ out; every
+ * rank of a sharded engine writes its pieces there while rank 0 writes
+ * params/, user.bin (its blob) and, at stage 0, optim/ whole; rank 0
+ * writes the manifest and renames. On a failure rank 0 removes the
+ * temporary folder; nothing earlier is touched. */
+static int save_ranks(ferry_engine *e, const char *dir, const void *blob, size_t blob_len,
+                      const ferry_checkpoint_options *o) {
+  static const char op[] = "checkpoint save";
+  int64_t pid = (int64_t)getpid();
+  int rc = ferry_comm_broadcast(e->ch_loop, &pid, 1, FERRY_DT_I64, 0, NULL, NULL);
+  if (rc) return ferry_err(&e->err, rc, "%s: %s", op, ferry_comm_last_error(e->ch_loop));
+  char tmp[4096], target[4096], trash[4096], optim[4096];
+  engine_progress pg;
+  engine_progress_get(e, &pg);
+  int sharded = engine_sharded(e), made = 0;
+  rc = save_names(e, dir, pg.steps, (long)pid, tmp, target, trash);
+  if (!rc && join(optim, sizeof optim, tmp, "optim"))
+    rc = ferry_err(&e->err, FERRY_EOVERFLOW, "%s: path too long", op);
+  if (!rc && e->rank == 0) {
+    rc = save_begin(e, dir, tmp);
+    made = !rc;
+    if (!rc && sharded) rc = layout_optim(e, optim, o->max_shard_bytes);
+  }
+  rc = ranks_agree(e, rc, op);
+  if (!rc) {
+    if (sharded) rc = write_pieces(e, optim);
+    if (!rc && e->rank == 0) rc = save_files(e, tmp, blob, blob_len, o->max_shard_bytes, !sharded);
+    rc = ranks_agree(e, rc, op);
+  }
+  if (!rc) {
+    if (e->rank == 0) {
+      rc = save_manifest(e, tmp, blob_len);
+      if (!rc) rc = save_publish(e, dir, tmp, target, trash);
+    }
+    rc = ranks_agree(e, rc, op);
+  }
+  if (e->rank == 0 && made) {
+    if (rc) rm_tree(tmp); /* (gone already when it was renamed) */
+    else prune(dir, o->keep);
+  }
+  return rc;
+}
+
+int ferry_checkpoint_save(ferry_engine *e, const char *dir, const void *blob, size_t blob_len,
+                          const ferry_checkpoint_options *opt) {
+  if (!e) return FERRY_EINVAL;
+  ferry_checkpoint_options o = opt ? *opt : ferry_checkpoint_options_default();
+  if (!o.max_shard_bytes) o.max_shard_bytes = CKPT_DEFAULT_SHARD;
+  int rc = FERRY_OK;
+  if (!dir || !dir[0]) rc = ferry_err(&e->err, FERRY_EINVAL, "checkpoint save: no folder");
+  else if (blob_len && !blob) rc = ferry_err(&e->err, FERRY_EINVAL, "checkpoint save: blob is NULL");
+  else if (blob_len > CKPT_MAX_BLOB)
+    rc = ferry_err(&e->err, FERRY_EINVAL, "checkpoint save: blob of %zu bytes (at most %llu)",
+                   blob_len, (unsigned long long)CKPT_MAX_BLOB);
+  else if (o.keep < 0) rc = ferry_err(&e->err, FERRY_EINVAL, "checkpoint save: keep %d", o.keep);
+  if (!rc) rc = engine_quiesce(e, "checkpoint save");
+  if (e->nranks <= 1) return rc ? rc : save_local(e, dir, blob, blob_len, &o);
+  /* with ranks (a collective): a refusal on one rank refuses on all */
+  rc = ranks_agree(e, rc, "checkpoint save");
+  return rc ? rc : save_ranks(e, dir, blob, blob_len, &o);
 }
 
 /* ---- verify ---------------------------------------------------------------- */
@@ -965,8 +1002,8 @@ static int check_required_files(const ckpt_manifest *m, const char *mp, char *wh
 
 /* Finds the checkpoint folder of path (find_folder), reads its manifest
  * into *m and checks every file it lists; on failure *m is empty. */
-static int ckpt_open(const char *path, char *folder, size_t cap, ckpt_manifest *m, char *why,
-                     size_t wl) {
+static int ckpt_open(const char *path, char *folder, size_t cap, ckpt_manifest *m, int check_crc,
+                     char *why, size_t wl) {
   memset(m, 0, sizeof *m);
   char mp[4096];
   int64_t step;
@@ -987,7 +1024,7 @@ static int ckpt_open(const char *path, char *folder, size_t cap, ckpt_manifest *
     snprintf(why, wl, "%.400s: %.300s", mp, pwhy);
     return rc;
   }
-  rc = check_files(m, folder, why, wl);
+  rc = check_crc ? check_files(m, folder, why, wl) : FERRY_OK;
   if (!rc) rc = check_required_files(m, mp, why, wl);
   if (rc) ckpt_manifest_free(m);
   return rc;
@@ -1029,7 +1066,7 @@ int ferry_checkpoint_verify(const char *path, ferry_checkpoint_info *info) {
   if (!path || !path[0]) return ferry_err_thread(FERRY_EINVAL, "checkpoint verify: no path");
   char folder[4096], why[1024] = "";
   ckpt_manifest m;
-  int rc = ckpt_open(path, folder, sizeof folder, &m, why, sizeof why);
+  int rc = ckpt_open(path, folder, sizeof folder, &m, 1, why, sizeof why);
   if (rc) return ferry_err_thread(rc, "checkpoint verify: %s", why);
   ferry_safetensors *pf = NULL, *of = NULL;
   rc = open_part(&m, folder, "params", &pf, why, sizeof why);
@@ -1237,7 +1274,7 @@ static int read_blob(ferry_engine *e, const char *folder, uint64_t bytes, void *
 static int load_tensors(ferry_engine *e, ferry_safetensors *pf, ferry_safetensors *of) {
   holder h;
   int rc = holder_init(&h, e);
-  if (!rc) rc = engine_sharded(e) ? load_pieces(e, &h, of) : load_part(e, &h, of);
+  if (!rc) rc = engine_sharded(e) ? move_pieces(e, &h, of, 0, NULL) : load_part(e, &h, of);
   if (!rc) rc = load_part(e, &h, pf);
   if (!rc) holder_drop(&h);
   holder_destroy(&h);
@@ -1247,60 +1284,123 @@ static int load_tensors(ferry_engine *e, ferry_safetensors *pf, ferry_safetensor
   return rc;
 }
 
-static int load_local(ferry_engine *e, const char *path, void *blob, size_t blob_cap,
-                      size_t *blob_len);
+/* A checkpoint opened and checked against the engine, not loaded yet. */
+typedef struct {
+  char folder[4096];
+  ckpt_manifest m;
+  ferry_safetensors *pf, *of;
+  float scale;
+} ckpt_loading;
+
+static void loading_close(ckpt_loading *L) {
+  ferry_safetensors_close(L->pf);
+  ferry_safetensors_close(L->of);
+  ckpt_manifest_free(&L->m);
+  L->pf = L->of = NULL;
+}
+
+/* Everything a load checks before it changes anything (check_crc 0: not
+ * the files' sizes and CRCs, which another rank checked). */
+static int load_check(ferry_engine *e, const char *path, void *blob, size_t blob_cap,
+                      size_t *blob_len, int check_crc, ckpt_loading *L) {
+  char why[1024] = "";
+  memset(L, 0, sizeof *L);
+  int rc = ckpt_open(path, L->folder, sizeof L->folder, &L->m, check_crc, why, sizeof why);
+  if (rc) return ferry_err(&e->err, rc, "checkpoint load: %s", why);
+  memcpy(&L->scale, &L->m.loss_scale_bits, sizeof L->scale);
+  rc = check_fits(e, &L->m, L->scale, why, sizeof why);
+  if (!rc) rc = open_parts(e, &L->m, L->folder, &L->pf, &L->of, why, sizeof why);
+  if (blob_len) *blob_len = (size_t)L->m.blob_bytes;
+  if (!rc && blob && blob_cap < L->m.blob_bytes) {
+    snprintf(why, sizeof why, "the blob has %llu bytes, the buffer %zu",
+             (unsigned long long)L->m.blob_bytes, blob_cap);
+    rc = FERRY_EOVERFLOW;
+  }
+  if (rc) {
+    loading_close(L);
+    return ferry_err(&e->err, rc, "checkpoint load: %s: %s", L->folder, why);
+  }
+  return FERRY_OK;
+}
+
+/* Everything checked: the engine's state overwritten (the blob, the
+ * tensors: a sharded engine's optim pieces read at their offsets). */
+static int load_apply(ferry_engine *e, ckpt_loading *L, void *blob) {
+  int rc = FERRY_OK;
+  if (blob && L->m.blob_bytes) rc = read_blob(e, L->folder, L->m.blob_bytes, blob);
+  if (!rc) rc = load_tensors(e, L->pf, L->of);
+  if (rc)
+    return ferry_err(&e->err, rc, "%s (the engine's state is partly overwritten: load again)",
+                     ferry_err_msg(&e->err));
+  return FERRY_OK;
+}
+
+static void load_restore(ferry_engine *e, const ckpt_loading *L) {
+  engine_progress p = {L->m.step, L->scale, (int)L->m.good_steps, L->m.skipped};
+  engine_restore(e, &p);
+}
+
+#define WHY_BYTES 512 /* of rank 0's verdict sent to the others */
+
+/* A load by every rank (a collective on the loop channel): rank 0 checks
+ * the manifest and every file's size and CRC32C and sends its verdict
+ * (status and message) to the others; then every rank checks the
+ * checkpoint against its engine (headers, shapes, layout, blob size), the
+ * ranks agree, and every rank loads (the params whole, a sharded engine's
+ * optim pieces at their offsets); the ranks agree again. A refusal on any
+ * rank refuses on every rank before anything changes. */
+static int load_ranks(ferry_engine *e, const char *path, void *blob, size_t blob_cap,
+                      size_t *blob_len) {
+  static const char op[] = "checkpoint load";
+  ckpt_loading L;
+  memset(&L, 0, sizeof L);
+  char verdict[WHY_BYTES];
+  memset(verdict, 0, sizeof verdict);
+  int rc = FERRY_OK;
+  if (e->rank == 0) {
+    rc = load_check(e, path, blob, blob_cap, blob_len, 1, &L);
+    int32_t v = rc;
+    memcpy(verdict, &v, sizeof v);
+    if (rc) snprintf(verdict + 4, sizeof verdict - 4, "%s", ferry_err_msg(&e->err));
+  }
+  int crc = ferry_comm_broadcast(e->ch_loop, verdict, sizeof verdict, FERRY_DT_U8, 0, NULL, NULL);
+  if (crc) {
+    loading_close(&L);
+    return ferry_err(&e->err, crc, "%s: rank 0's verdict: %s", op, ferry_comm_last_error(e->ch_loop));
+  }
+  int32_t v;
+  memcpy(&v, verdict, sizeof v);
+  verdict[sizeof verdict - 1] = 0;
+  if (v) {
+    if (e->rank) rc = ferry_err(&e->err, v, "%s (checked by rank 0)", verdict + 4);
+    return rc;
+  }
+  if (e->rank) rc = load_check(e, path, blob, blob_cap, blob_len, 0, &L);
+  rc = ranks_agree(e, rc, op);
+  if (!rc) rc = load_apply(e, &L, blob);
+  rc = ranks_agree(e, rc, op);
+  if (!rc) load_restore(e, &L);
+  loading_close(&L);
+  return rc;
+}
 
 int ferry_checkpoint_load(ferry_engine *e, const char *path, void *blob, size_t blob_cap,
                           size_t *blob_len) {
   if (!e) return FERRY_EINVAL;
-  if (!path || !path[0]) return ferry_err(&e->err, FERRY_EINVAL, "checkpoint load: no path");
-  int rc = engine_quiesce(e, "checkpoint load");
-  if (e->nranks <= 1) return rc ? rc : load_local(e, path, blob, blob_cap, blob_len);
-  /* with ranks (a collective): every rank reads (a sharded engine its
-   * pieces); all or none succeed */
-  rc = ranks_agree(e, rc, "checkpoint load");
-  if (!rc) rc = load_local(e, path, blob, blob_cap, blob_len);
-  return ranks_agree(e, rc, "checkpoint load");
-}
-
-static int load_local(ferry_engine *e, const char *path, void *blob, size_t blob_cap,
-                      size_t *blob_len) {
-  int rc;
-  char folder[4096], why[1024] = "";
-  ckpt_manifest m;
-  rc = ckpt_open(path, folder, sizeof folder, &m, why, sizeof why);
-  if (rc) return ferry_err(&e->err, rc, "checkpoint load: %s", why);
-  ferry_safetensors *pf = NULL, *of = NULL;
-  float scale;
-  memcpy(&scale, &m.loss_scale_bits, sizeof scale);
-  rc = check_fits(e, &m, scale, why, sizeof why);
-  if (!rc) rc = open_parts(e, &m, folder, &pf, &of, why, sizeof why);
-  if (blob_len) *blob_len = (size_t)m.blob_bytes;
-  if (!rc && blob && blob_cap < m.blob_bytes) {
-    snprintf(why, sizeof why, "the blob has %llu bytes, the buffer %zu", (unsigned long long)m.blob_bytes,
-             blob_cap);
-    rc = FERRY_EOVERFLOW;
+  int rc = !path || !path[0] ? ferry_err(&e->err, FERRY_EINVAL, "checkpoint load: no path")
+                             : engine_quiesce(e, "checkpoint load");
+  if (e->nranks > 1) {
+    rc = ranks_agree(e, rc, "checkpoint load");
+    return rc ? rc : load_ranks(e, path, blob, blob_cap, blob_len);
   }
-  if (rc) {
-    ferry_safetensors_close(pf);
-    ferry_safetensors_close(of);
-    ckpt_manifest_free(&m);
-    return ferry_err(&e->err, rc, "checkpoint load: %s: %s", folder, why);
-  }
-  /* Everything checked: from here on the engine's state is overwritten. */
-  if (blob && m.blob_bytes) rc = read_blob(e, folder, m.blob_bytes, blob);
-  if (!rc) rc = load_tensors(e, pf, of);
-  ferry_safetensors_close(pf);
-  ferry_safetensors_close(of);
-  if (rc) {
-    ckpt_manifest_free(&m);
-    return ferry_err(&e->err, rc, "%s (the engine's state is partly overwritten: load again)",
-                     ferry_err_msg(&e->err));
-  }
-  engine_progress p = {m.step, scale, (int)m.good_steps, m.skipped};
-  engine_restore(e, &p);
-  ckpt_manifest_free(&m);
-  return FERRY_OK;
+  if (rc) return rc;
+  ckpt_loading L;
+  rc = load_check(e, path, blob, blob_cap, blob_len, 1, &L);
+  if (rc) return rc;
+  rc = load_apply(e, &L, blob);
+  if (!rc) load_restore(e, &L);
+  loading_close(&L);
+  return rc;
 }
 
 /* ---- export ---------------------------------------------------------------- */

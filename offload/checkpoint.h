@@ -8,8 +8,9 @@
 
 #include "core/core.h"
 
-#define CKPT_FORMAT_VERSION 2 /* written; version 1 (no optimizer layout lines: fp32
-                                 states and master) is still read */
+#define CKPT_FORMAT_VERSION 3 /* written; version 2 (no ranks lines: one rank) and
+                                 version 1 (no optimizer layout lines either: fp32
+                                 states and master) are still read */
 #define CKPT_MANIFEST_NAME "manifest"
 #define CKPT_MANIFEST_MAX (1u << 20)  /* bytes of a manifest */
 #define CKPT_MAX_FILES 4096
@@ -33,6 +34,9 @@ typedef struct {
   char state_dtype[8];       /* "F32", "BF16", "I8" (version 1: "F32") */
   uint64_t state_block;      /* int8 states' absmax block (version 1: 256) */
   char master_dtype[8];      /* "F32", or "BF16": no master, the params are it */
+  uint64_t ranks;            /* ranks that saved it (versions 1 and 2: 1); for information:
+                                a checkpoint loads on any number of ranks */
+  uint64_t zero_stage;       /* their dist.zero_stage (versions 1 and 2: 0); information */
   uint32_t loss_scale_bits;  /* the dynamic loss scale (float bits) */
   int64_t good_steps;        /* loss scaler: steps since the last overflow or growth */
   int64_t skipped;           /* loss scaler: steps skipped */

@@ -159,16 +159,18 @@ static int parse_magic(mcur *c, ckpt_manifest *m) {
   rc = parse_u64(c, "version", c->line_start + sizeof magic - 1, c->line_len - (sizeof magic - 1),
                  UINT32_MAX, &v);
   if (rc) return rc;
-  if (v != 1 && v != CKPT_FORMAT_VERSION)
+  if (v < 1 || v > CKPT_FORMAT_VERSION)
     return mfail(c, "format version %" PRIu64 " (this ferry reads versions 1 to %d)", v,
                  CKPT_FORMAT_VERSION);
   m->version = (int)v;
   return 0;
 }
 
-/* Version 2's optimizer layout lines; version 1 has none: fp32 states and
- * master. */
+/* Version 2's optimizer layout lines (version 1 has none: fp32 states and
+ * master), then version 3's ranks lines (before it: one rank). */
 static int parse_layout(mcur *c, ckpt_manifest *m) {
+  m->ranks = 1;
+  m->zero_stage = 0;
   if (m->version == 1) {
     snprintf(m->state_dtype, sizeof m->state_dtype, "F32");
     snprintf(m->master_dtype, sizeof m->master_dtype, "F32");
@@ -188,7 +190,10 @@ static int parse_layout(mcur *c, ckpt_manifest *m) {
   if ((rc = key_word(c, "master_dtype", m->master_dtype, sizeof m->master_dtype))) return rc;
   if (strcmp(m->master_dtype, "F32") && strcmp(m->master_dtype, "BF16"))
     return mfail(c, "master_dtype \"%s\" (F32 or BF16)", m->master_dtype);
-  return 0;
+  if (m->version < 3) return 0;
+  if ((rc = key_u64(c, "ranks", 1u << 20, &m->ranks))) return rc;
+  if (m->ranks < 1) return mfail(c, "ranks 0 (at least 1)");
+  return key_u64(c, "zero_stage", 3, &m->zero_stage);
 }
 
 /* The scalar lines, "step" to "files", in their fixed order; *nfiles: the
@@ -323,6 +328,8 @@ int ckpt_manifest_format(const ckpt_manifest *m, char **text, size_t *len) {
                    "optimizer_state_dtype %s\n"
                    "optimizer_state_block %" PRIu64 "\n"
                    "master_dtype %s\n"
+                   "ranks %" PRIu64 "\n"
+                   "zero_stage %" PRIu64 "\n"
                    "loss_scale %08" PRIx32 "\n"
                    "loss_scale_good_steps %" PRId64 "\n"
                    "loss_scale_skipped %" PRId64 "\n"
@@ -330,7 +337,8 @@ int ckpt_manifest_format(const ckpt_manifest *m, char **text, size_t *len) {
                    "blob_bytes %" PRIu64 "\n"
                    "files %zu\n",
                    CKPT_FORMAT_VERSION, m->step, m->param_dtype, m->optimizer, m->states,
-                   m->state_dtype, m->state_block, m->master_dtype, m->loss_scale_bits, m->good_steps, m->skipped, m->tensors, m->blob_bytes,
+                   m->state_dtype, m->state_block, m->master_dtype, m->ranks ? m->ranks : 1,
+                   m->zero_stage, m->loss_scale_bits, m->good_steps, m->skipped, m->tensors, m->blob_bytes,
                    m->nfiles);
   size_t at = (size_t)n;
   for (size_t i = 0; i < m->nfiles; i++)

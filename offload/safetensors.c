@@ -1296,6 +1296,26 @@ static int write_index(ferry_safetensors_writer *w) {
   return 0;
 }
 
+int st_writer_finish_holes(ferry_safetensors_writer *w) {
+  if (!w) return FERRY_EINVAL;
+  int rc = layout(w);
+  if (rc) return rc;
+  for (size_t i = 0; i < w->nt; i++)
+    if (w->t[i].written)
+      return ferry_err(&w->err, FERRY_ESTATE, "tensor '%.200s' was written: no holes", w->t[i].name);
+  for (int s = 0; s < w->nshards; s++) {
+    wt_shard *sh = &w->shards[s];
+    if (ftruncate(sh->fd, (off_t)(sh->data_start + sh->bytes))) {
+      int r = -errno;
+      w->failed = 1;
+      return ferry_err(&w->err, io_status(r), "%s: sizing: %s", sh->path, strerror(-r));
+    }
+  }
+  for (size_t i = 0; i < w->nt; i++) w->t[i].written = w->t[i].nbytes;
+  w->cur = w->nt;
+  return ferry_safetensors_writer_finish(w);
+}
+
 int ferry_safetensors_writer_finish(ferry_safetensors_writer *w) {
   if (!w) return FERRY_EINVAL;
   int rc = layout(w);

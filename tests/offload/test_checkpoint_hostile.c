@@ -4,7 +4,8 @@
  * of another version, with a wrong CRC, a ".." path, a missing or resized
  * file; and, with the manifest's CRCs made to match so the safetensors
  * reader itself is reached, a wrong header length, overlapping and
- * out-of-range offsets, an unknown dtype, a huge shape, a truncated body.
+ * out-of-range offsets, an unknown dtype, a huge shape, a truncated body;
+ * a version 2 manifest (no ranks lines) still loads.
  * argv[1]: a scratch folder.
  */
 #include "offload/checkpoint.h"
@@ -65,6 +66,21 @@ static void reseal(void) {
   spit(mp, text, len);
   free(text);
   ckpt_manifest_free(&m);
+}
+
+/* The manifest's last line made to match the lines above it again. */
+static void recrc_manifest(void) {
+  char mp[1600];
+  snprintf(mp, sizeof mp, "%s/manifest", bad);
+  size_t len;
+  char *text = slurp(mp, &len);
+  char *at = strstr(text, "\ncrc32c ");
+  REQUIRE(at);
+  at++;
+  snprintf(at, len + 1 - (size_t)(at - text), "crc32c %08x\n",
+           (unsigned)ferry_crc32c(0, text, (size_t)(at - text)));
+  spit(mp, text, strlen(text));
+  free(text);
 }
 
 /* Replaces the first `from` in a text file by `to`. */
@@ -162,7 +178,7 @@ int main(int argc, char **argv) {
   spit(mp, m, len / 2);
   expect_refused("truncated manifest", "manifest line");
   copy_good();
-  edit("manifest", "ferry-checkpoint 2", "ferry-checkpoint 9");
+  edit("manifest", "ferry-checkpoint 3", "ferry-checkpoint 9");
   expect_refused("another format version", "version 9");
   copy_good();
   edit("manifest", "step 1\n", "step 2\n");
@@ -219,6 +235,13 @@ int main(int argc, char **argv) {
   }
   reseal();
   expect_refused("truncated body", NULL);
+  /* an older format still loads: version 2 has no ranks lines */
+  copy_good();
+  edit("manifest", "ferry-checkpoint 3", "ferry-checkpoint 2");
+  edit("manifest", "ranks 1\nzero_stage 0\n", "");
+  recrc_manifest();
+  EXPECT(ferry_checkpoint_verify(bad, NULL) == 0);
+  EXPECT(ferry_checkpoint_load(eng.e, bad, NULL, 0, NULL) == 0);
   /* and the good one still loads */
   EXPECT(ferry_checkpoint_load(eng.e, good, NULL, 0, NULL) == 0);
   ck_close(&eng);
