@@ -23,7 +23,19 @@
  * the gradient drain, and must be called between steps (FERRY_ESTATE when
  * micro-batch grads are accumulated or a group is fetched), from the
  * thread that drives the loop, one saver per DIR. After a load the next
- * steps are bit-identical to an uninterrupted run. */
+ * steps are bit-identical to an uninterrupted run.
+ *
+ * With ranks (ferry_engine_set_comm, more than one rank) save and load are
+ * collectives: every rank calls them between the same steps with the same
+ * DIR, which every rank sees (one machine or a shared file system). The
+ * checkpoint is the one a single rank writes, every tensor whole: each
+ * rank writes its pieces of the master and optimizer states into the
+ * shared files at their offsets, rank 0 writes the params, rank 0's blob
+ * and the manifest (which records the number of ranks and
+ * dist.zero_stage, for information). It loads on any number of ranks and
+ * at any stage, each rank reading its pieces. A failure or refusal on any
+ * rank fails the call on every rank (the message of a rank that did not
+ * fail names the one that did), with the same guarantees as alone. */
 typedef struct {
   int keep;                 /* checkpoints kept in DIR, newest by step; 0 = all (default 3) */
   uint64_t max_shard_bytes; /* safetensors shard size (default 4 GiB; 0 = the default) */
