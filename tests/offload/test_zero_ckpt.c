@@ -10,7 +10,7 @@
  * loads on 2 ranks; a flipped byte in rank 1's piece is refused on both
  * ranks; a save whose writes fail on rank 1 only (RLIMIT_FSIZE) fails on
  * both and leaves the earlier checkpoint and no temporary folder.
- * argv[1]: a scratch folder.
+ * argv[1]: a scratch folder; argv[2] (optional): run only that case.
  */
 #include "ferry.h"
 #include "tests/test.h"
@@ -380,7 +380,9 @@ int main(int argc, char **argv) {
     TEST_SKIP("needs %d ranks (mpirun -np %d)", NRANKS, NRANKS);
   }
   int bad = 0;
-  for (int c = 0; c < NCASES; c++) bad += run_case(c, comm);
+  int only = argc > 2 ? atoi(argv[2]) : -1; /* argv[2]: one case only */
+  for (int c = 0; c < NCASES; c++)
+    if (only < 0 || c == only) bad += run_case(c, comm);
   EXPECT(bad == 0);
   ferry_comm_destroy(comm);
   return test_finish("offload.zero_ckpt");
