@@ -95,7 +95,7 @@ static ferry_engine *engine(const scase *k, ferry_comm *comm, ferry_stream **s) 
   REQUIRE(ferry_config_create(&c) == 0);
   REQUIRE(ferry_config_load_string(c,
                                    "device = \"host\";\n"
-                                   "tiers: { gpu: { budget = \"16M\"; }; };\n"
+                                   "tiers: { gpu: { budget = \"16M\"; }; host: { budget = \"64M\"; }; };\n"
                                    "placement: { params = \"host\"; grads = \"host\"; "
                                    "optimizer = \"host\"; };\n"
                                    "optimizer: { type = \"adamw\"; lr = 0.01; };\n",
