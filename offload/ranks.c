@@ -186,10 +186,12 @@ int ranks_setup(ferry_engine *e) {
     if (rc)
       return ferry_err(&e->err, rc, "finalize: dist: a channel of the communicator: %s",
                        ferry_comm_last_error(e->comm));
-    ferry_comm_set_span_hook(*ch[i], fn[i], e);
   }
   int rc = check_fingerprints(e);
   if (rc) return rc;
+  /* only now: a hook runs after its collective's waiter may go on, and
+   * finalize's reset of the timeline must not meet a late span */
+  for (int i = 0; i < 3; i++) ferry_comm_set_span_hook(*ch[i], fn[i], e);
   /* "auto" grads would be "none" (no accumulator) when the step runs during
    * backward; the ranks' average needs accumulators: the optimizer's home */
   if (e->grads_none && e->cv->place_grads == FERRY_GRADS_AUTO) {
