@@ -11,6 +11,10 @@
  *   drain.c    the gradient drain (the drain thread), device grad buffers
  *   step.c     the ferry_step driver: norm, scaling, queueing the updates
  *   engine.c   create, finalize, fetch/release, quiesce/restore
+ *   ranks.c    the ranks (ZeRO): channels, fingerprints, the global norm,
+ *              stage 3's gathers at fetch; called by engine.c, step.c and
+ *              checkpoint.c, calls group.c (the drain and the stepper use
+ *              their own channels)
  *   gpu.c      the leaf operations on grads and optimizer state that live
  *              on a real GPU (CUDA kernels, copies); below group.c, every
  *              room may call it and it calls no other
