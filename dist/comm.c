@@ -72,9 +72,18 @@ static void req_free(ferry_comm *c, ferry_comm_req *r) {
   free(r);
 }
 
-/* Under c->mu: record a completed request, call the hook (outside the lock)
- * and wake the waiters. Returns with c->mu held. */
+/* Under c->mu: record a completed request, call the span hook (outside the
+ * lock, before any waiter sees the request done, so a span is on the
+ * caller's timeline once its wait returns) and wake the waiters. Returns
+ * with c->mu held. */
 static void complete_locked(ferry_comm *c, ferry_comm_req *r, int status) {
+  ferry_comm_span_fn fn = c->span_fn;
+  if (status == 0 && fn && r->coll != FERRY_COLL_DUP) {
+    void *user = c->span_user;
+    pthread_mutex_unlock(&c->mu);
+    fn(user, r->name, r->t0, r->t1);
+    pthread_mutex_lock(&c->mu);
+  }
   r->status = status;
   r->done = 1;
   if (status == 0 && r->coll != FERRY_COLL_DUP) {
@@ -82,18 +91,8 @@ static void complete_locked(ferry_comm *c, ferry_comm_req *r, int status) {
     c->stats.bytes += r->sent;
     c->stats.seconds += r->t1 - r->t0;
   }
-  ferry_comm_span_fn fn = c->span_fn;
-  void *user = c->span_user;
-  const char *name = r->name;
-  double t0 = r->t0, t1 = r->t1;
-  int hook = status == 0 && fn && r->coll != FERRY_COLL_DUP;
   if (r->abandoned) req_free(c, r);
   pthread_cond_broadcast(&c->done_cv);
-  if (hook) {
-    pthread_mutex_unlock(&c->mu);
-    fn(user, name, t0, t1);
-    pthread_mutex_lock(&c->mu);
-  }
 }
 
 static void break_locked(ferry_comm *c, int status, const char *msg) {
@@ -334,14 +333,15 @@ static int time_out(ferry_comm *c, ferry_comm_req *r) {
  * it completes the request. */
 static int poll_req(ferry_comm *c, ferry_comm_req *r) {
   pthread_mutex_lock(&c->mu);
-  int done = r->done;
+  int done = r->done, busy = r->completing; /* busy: another thread completes it */
   pthread_mutex_unlock(&c->mu);
-  if (done) return 0;
+  if (done || busy) return done ? 0 : FERRY_EAGAIN;
   int st = c->ops->poll(c, r);
   if (st == FERRY_EAGAIN) return FERRY_EAGAIN;
   double t1 = ferry_now();
   pthread_mutex_lock(&c->mu);
-  if (!r->done) {
+  if (!r->done && !r->completing) {
+    r->completing = 1;
     r->t1 = t1;
     if (st != 0) break_locked(c, st, ferry_err_msg(&c->err));
     complete_locked(c, r, st);

@@ -47,6 +47,7 @@ struct ferry_comm_req {
   double t0, t1;          /* (worker, then mu) start and completion on ferry_now() */
   int status;             /* (mu) the result once done */
   int done;               /* (mu) */
+  int completing;         /* (mu) a polling thread is completing it (NCCL) */
   int abandoned;          /* (mu) its wait timed out: whoever completes it frees it */
   int skipped;            /* (mu) not run: the communicator was broken before it started */
   void *impl;             /* (backend) NCCL: the event recorded after the call */
