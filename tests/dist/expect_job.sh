@@ -2,7 +2,8 @@
 # tests/dist/expect_job.sh — runs a job that must fail in a known way:
 #   expect_job.sh SECONDS nonzero|zero TEXT COMMAND...
 # Passes when COMMAND ends within SECONDS (never hangs), with a non-zero (or
-# zero) exit status, and TEXT ("" for any) appears in its output.
+# zero) exit status, TEXT ("" for any) appears in its output and no
+# sanitizer reported.
 limit=$1 want=$2 text=$3
 shift 3
 out=$(mktemp)
@@ -29,6 +30,10 @@ if [ "$want" = zero ] && [ "$rc" -ne 0 ]; then
 fi
 if [ -n "$text" ] && ! grep -qF "$text" "$out"; then
   echo "expect_job: FAILED: the output lacks: $text"
+  exit 1
+fi
+if grep -q "Sanitizer" "$out"; then
+  echo "expect_job: FAILED: a sanitizer reported"
   exit 1
 fi
 echo "expect_job: as expected"
