@@ -7,6 +7,8 @@
  *   test_comm [self|mpi|auto]   the suite (mpi: under mpirun -np N)
  *   test_comm timeout           under mpirun -np 2: rank 1 is late to a
  *                               barrier; rank 0 must time out, naming it
+ *   test_comm late_destroy      under mpirun -np 2: rank 0 destroys the
+ *                               communicator while rank 1 is late
  *   test_comm die               under mpirun -np 2: rank 1 is killed mid-run
  *   test_comm nccl              the nccl backend (exits 77 without a GPU)
  */
@@ -66,10 +68,14 @@ static double expect_reduce(ferry_dtype dt, ferry_reduce_op op, size_t i) {
   for (int r = 0; r < N; r++) {
     double x = val(r, i);
     if (dt == FERRY_DT_U64) x += 100;
-    if (r == 0) acc = x;
-    else if (op == FERRY_REDUCE_MAX) acc = x > acc ? x : acc;
-    else if (op == FERRY_REDUCE_MIN) acc = x < acc ? x : acc;
-    else acc += x;
+    if (r == 0)
+      acc = x;
+    else if (op == FERRY_REDUCE_MAX)
+      acc = x > acc ? x : acc;
+    else if (op == FERRY_REDUCE_MIN)
+      acc = x < acc ? x : acc;
+    else
+      acc += x;
   }
   if (op == FERRY_REDUCE_AVG) {
     if (dt == FERRY_DT_F32) return (float)acc * (1.0f / (float)N);
@@ -108,7 +114,8 @@ static void check_allreduce(ferry_comm *c) {
           if (op == FERRY_REDUCE_AVG && !is_float(dt)) continue;
           size_t n = ns[k], es = ferry_dtype_size(dt);
           char *send = malloc(n * es + 8), *recv = malloc(n * es + 8);
-          for (size_t i = 0; i < n; i++) put(send, dt, i, val(R, i));
+          for (size_t i = 0; i < n; i++)
+            put(send, dt, i, val(R, i));
           int st = ferry_comm_allreduce(c, send, in_place ? send : recv, n, dt, op, NULL, NULL);
           EXPECT_EQ_INT(st, 0);
           const char *out = in_place ? send : recv;
@@ -134,7 +141,8 @@ static void check_reduce_scatter(ferry_comm *c) {
         if (op == FERRY_REDUCE_AVG && !is_float(dt)) continue;
         size_t lo = 0, total = uneven(counts, z, &lo), es = ferry_dtype_size(dt);
         char *send = malloc(total * es + 8), *recv = malloc(counts[R] * es + 8);
-        for (size_t i = 0; i < total; i++) put(send, dt, i, val(R, i));
+        for (size_t i = 0; i < total; i++)
+          put(send, dt, i, val(R, i));
         EXPECT_EQ_INT(ferry_comm_reduce_scatter(c, send, recv, counts, dt, op, NULL, NULL), 0);
         size_t bad = 0;
         for (size_t i = 0; i < counts[R]; i++)
@@ -147,7 +155,7 @@ static void check_reduce_scatter(ferry_comm *c) {
 
 static void check_allgather(ferry_comm *c) {
   static const ferry_dtype dts[] = {FERRY_DT_F32, FERRY_DT_F64, FERRY_DT_I32, FERRY_DT_I64,
-                                    FERRY_DT_U64, FERRY_DT_U8, FERRY_DT_F16, FERRY_DT_BF16};
+                                    FERRY_DT_U64, FERRY_DT_U8,  FERRY_DT_F16, FERRY_DT_BF16};
   size_t counts[64];
   for (size_t d = 0; d < sizeof dts / sizeof dts[0]; d++)
     for (int z = 0; z < 2; z++)
@@ -157,14 +165,16 @@ static void check_allgather(ferry_comm *c) {
         char *recv = malloc(total * es + 8), *send = malloc(counts[R] * es + 8);
         memset(recv, 0xee, total * es);
         char *mine = in_place ? recv + lo * es : send;
-        for (size_t i = 0; i < counts[R]; i++) put(mine, dt, i, val(R, i));
+        for (size_t i = 0; i < counts[R]; i++)
+          put(mine, dt, i, val(R, i));
         EXPECT_EQ_INT(ferry_comm_allgather(c, mine, recv, counts, dt, NULL, NULL), 0);
         size_t bad = 0, at = 0;
         for (int r = 0; r < N; r++)
           for (size_t i = 0; i < counts[r]; i++, at++)
             if (get(recv, dt, at) != val(r, i)) bad++;
-        if (bad) fprintf(stderr, "allgather %s in_place %d: %zu wrong\n", ferry_dtype_name(dt),
-                         in_place, bad);
+        if (bad)
+          fprintf(stderr, "allgather %s in_place %d: %zu wrong\n", ferry_dtype_name(dt), in_place,
+                  bad);
         EXPECT(bad == 0);
         free(send);
         free(recv);
@@ -178,7 +188,8 @@ static void check_broadcast(ferry_comm *c) {
       ferry_dtype dt = dts[d];
       size_t n = 513, es = ferry_dtype_size(dt);
       char *buf = malloc(n * es);
-      for (size_t i = 0; i < n; i++) put(buf, dt, i, val(R, i));
+      for (size_t i = 0; i < n; i++)
+        put(buf, dt, i, val(R, i));
       EXPECT_EQ_INT(ferry_comm_broadcast(c, buf, n, dt, root, NULL, NULL), 0);
       size_t bad = 0;
       for (size_t i = 0; i < n; i++)
@@ -225,7 +236,8 @@ static void check_queue(ferry_comm *parent) {
   uint64_t sent = 0;
   for (int k = 0; k < K; k++) {
     float *b = bufs + (size_t)k * M;
-    for (size_t i = 0; i < M; i++) b[i] = (float)(val(R, i) + k);
+    for (size_t i = 0; i < M; i++)
+      b[i] = (float)(val(R, i) + k);
     int st;
     if (k % 3 == 0) {
       st = ferry_comm_allreduce(c, b, b, M, FERRY_DT_F32, FERRY_REDUCE_SUM, NULL, &reqs[k]);
@@ -235,8 +247,10 @@ static void check_queue(ferry_comm *parent) {
       sent += k % N == R ? M * sizeof(float) : 0;
     } else {
       size_t lo = 0;
-      for (int r = 0; r < R; r++) lo += counts[r];
-      for (size_t i = 0; i < counts[R]; i++) b[lo + i] = (float)(val(R, i) + k);
+      for (int r = 0; r < R; r++)
+        lo += counts[r];
+      for (size_t i = 0; i < counts[R]; i++)
+        b[lo + i] = (float)(val(R, i) + k);
       st = ferry_comm_allgather(c, b + lo, b, counts, FERRY_DT_F32, NULL, &reqs[k]);
       sent += counts[R] * sizeof(float);
     }
@@ -245,7 +259,8 @@ static void check_queue(ferry_comm *parent) {
   int done = -1;
   EXPECT_EQ_INT(ferry_comm_test(c, reqs[K - 1], &done), 0);
   EXPECT(done == 0 || done == 1);
-  for (int k = K - 1; k >= 0; k--) EXPECT_EQ_INT(ferry_comm_wait(c, reqs[k]), 0);
+  for (int k = K - 1; k >= 0; k--)
+    EXPECT_EQ_INT(ferry_comm_wait(c, reqs[k]), 0);
   size_t bad = 0;
   for (int k = 0; k < K; k++) {
     float *b = bufs + (size_t)k * M;
@@ -293,7 +308,8 @@ static void *chan_main(void *p) {
   enum { M = 999 };
   double *b = malloc(sizeof(double) * M * (size_t)(N + 1));
   for (int it = 0; it < 150; it++) {
-    for (size_t i = 0; i < M; i++) b[i] = val(R, i) * (a->which + 1) + it;
+    for (size_t i = 0; i < M; i++)
+      b[i] = val(R, i) * (a->which + 1) + it;
     int st;
     if (a->which == 0) {
       st = ferry_comm_allreduce(a->c, b, b, M, FERRY_DT_F64, FERRY_REDUCE_SUM, NULL, NULL);
@@ -301,7 +317,8 @@ static void *chan_main(void *p) {
         if (b[i] != expect_reduce(FERRY_DT_F64, FERRY_REDUCE_SUM, i) + N * it) a->bad++;
     } else {
       size_t counts[64];
-      for (int r = 0; r < N; r++) counts[r] = M;
+      for (int r = 0; r < N; r++)
+        counts[r] = M;
       st = ferry_comm_allgather(a->c, b, b + M, counts, FERRY_DT_F64, NULL, NULL);
       for (int r = 0; r < N && !st; r++)
         for (size_t i = 0; i < M; i++)
@@ -338,7 +355,8 @@ static void check_channels(ferry_comm *c) {
 static void check_bad_args(ferry_comm *c) {
   float x[16] = {0}, y[16] = {0};
   size_t counts[64];
-  for (int r = 0; r < N; r++) counts[r] = 1;
+  for (int r = 0; r < N; r++)
+    counts[r] = 1;
   EXPECT_EQ_INT(ferry_comm_allreduce(NULL, x, y, 1, FERRY_DT_F32, FERRY_REDUCE_SUM, NULL, NULL),
                 FERRY_EINVAL);
   EXPECT(strstr(ferry_last_error(), "NULL") != NULL);
@@ -359,31 +377,31 @@ static void check_bad_args(ferry_comm *c) {
   EXPECT_EQ_INT(ferry_comm_allreduce(c, x, y, 4, (ferry_dtype)99, FERRY_REDUCE_SUM, NULL, NULL),
                 FERRY_EINVAL);
   if (ferry_comm_get_kind(c) == FERRY_COMM_MPI) {
-    EXPECT_EQ_INT(
-        ferry_comm_allreduce(c, x, y, 4, FERRY_DT_F16, FERRY_REDUCE_SUM, NULL, NULL),
-        FERRY_ENOTSUP);
+    EXPECT_EQ_INT(ferry_comm_allreduce(c, x, y, 4, FERRY_DT_F16, FERRY_REDUCE_SUM, NULL, NULL),
+                  FERRY_ENOTSUP);
     EXPECT(strstr(ferry_comm_last_error(c), "F16") != NULL);
   }
-  EXPECT_EQ_INT(ferry_comm_allreduce(c, x, y, SIZE_MAX / 2, FERRY_DT_F32, FERRY_REDUCE_SUM, NULL,
-                                     NULL),
-                FERRY_EOVERFLOW);
+  EXPECT_EQ_INT(
+      ferry_comm_allreduce(c, x, y, SIZE_MAX / 2, FERRY_DT_F32, FERRY_REDUCE_SUM, NULL, NULL),
+      FERRY_EOVERFLOW);
   EXPECT_EQ_INT(ferry_comm_broadcast(c, x, 1, FERRY_DT_F32, N, NULL, NULL), FERRY_EINVAL);
   EXPECT(strstr(ferry_comm_last_error(c), "root") != NULL);
   EXPECT_EQ_INT(ferry_comm_broadcast(c, x, 1, FERRY_DT_F32, -1, NULL, NULL), FERRY_EINVAL);
-  EXPECT_EQ_INT(ferry_comm_reduce_scatter(c, x, y, NULL, FERRY_DT_F32, FERRY_REDUCE_SUM, NULL,
-                                          NULL),
-                FERRY_EINVAL);
-  EXPECT_EQ_INT(ferry_comm_reduce_scatter(c, x, x, counts, FERRY_DT_F32, FERRY_REDUCE_SUM, NULL,
-                                          NULL),
-                FERRY_EINVAL);
+  EXPECT_EQ_INT(
+      ferry_comm_reduce_scatter(c, x, y, NULL, FERRY_DT_F32, FERRY_REDUCE_SUM, NULL, NULL),
+      FERRY_EINVAL);
+  EXPECT_EQ_INT(
+      ferry_comm_reduce_scatter(c, x, x, counts, FERRY_DT_F32, FERRY_REDUCE_SUM, NULL, NULL),
+      FERRY_EINVAL);
   EXPECT(strstr(ferry_comm_last_error(c), "overlaps") != NULL);
-  for (int r = 0; r < N; r++) counts[r] = 2;
+  for (int r = 0; r < N; r++)
+    counts[r] = 2;
   EXPECT_EQ_INT(ferry_comm_allgather(c, x + 2 * R + 1, x, counts, FERRY_DT_F32, NULL, NULL),
                 FERRY_EINVAL);
   EXPECT(strstr(ferry_comm_last_error(c), "place") != NULL);
-  for (int r = 0; r < N; r++) counts[r] = SIZE_MAX / 2;
-  EXPECT_EQ_INT(ferry_comm_allgather(c, x, y, counts, FERRY_DT_F32, NULL, NULL),
-                FERRY_EOVERFLOW);
+  for (int r = 0; r < N; r++)
+    counts[r] = SIZE_MAX / 2;
+  EXPECT_EQ_INT(ferry_comm_allgather(c, x, y, counts, FERRY_DT_F32, NULL, NULL), FERRY_EOVERFLOW);
   EXPECT_EQ_INT(ferry_comm_wait(c, NULL), 0);
   int done;
   EXPECT_EQ_INT(ferry_comm_test(c, NULL, &done), FERRY_EINVAL);
@@ -417,6 +435,11 @@ static void check_create_args(void) {
     EXPECT(strstr(ferry_last_error(), "not compiled") != NULL);
   }
   EXPECT(c == NULL);
+  if (!ferry_comm_compiled(FERRY_COMM_MPI)) {
+    o.kind = FERRY_COMM_MPI;
+    EXPECT_EQ_INT(ferry_comm_create(&o, &c), FERRY_ENOTSUP);
+    EXPECT(strstr(ferry_last_error(), "not compiled") != NULL);
+  }
   EXPECT(ferry_comm_compiled(FERRY_COMM_SELF) && ferry_comm_compiled(FERRY_COMM_AUTO));
   EXPECT(strcmp(ferry_comm_kind_name(FERRY_COMM_MPI), "mpi") == 0);
 }
@@ -427,8 +450,8 @@ static ferry_comm *create(ferry_comm_kind kind, double timeout) {
   o.timeout = timeout;
   ferry_comm *c = NULL;
   int st = ferry_comm_create(&o, &c);
-  if (st) fprintf(stderr, "ferry_comm_create(%s): %s\n", ferry_comm_kind_name(kind),
-                  ferry_last_error());
+  if (st)
+    fprintf(stderr, "ferry_comm_create(%s): %s\n", ferry_comm_kind_name(kind), ferry_last_error());
   REQUIRE(st == 0);
   R = ferry_comm_rank(c);
   N = ferry_comm_size(c);
@@ -446,8 +469,7 @@ static int suite(ferry_comm_kind kind) {
   if (kind == FERRY_COMM_AUTO)
     want = under_mpi && ferry_comm_compiled(FERRY_COMM_MPI) ? FERRY_COMM_MPI : FERRY_COMM_SELF;
   EXPECT_EQ_INT(ferry_comm_get_kind(c), want);
-  if (want == FERRY_COMM_MPI && under_mpi)
-    EXPECT_EQ_INT(N, atoi(getenv("OMPI_COMM_WORLD_SIZE")));
+  if (want == FERRY_COMM_MPI && under_mpi) EXPECT_EQ_INT(N, atoi(getenv("OMPI_COMM_WORLD_SIZE")));
   EXPECT(ferry_comm_local_size(c) >= 1 && ferry_comm_local_rank(c) < ferry_comm_local_size(c));
   if (want == FERRY_COMM_SELF) EXPECT_EQ_INT(N, 1);
   if (kind != FERRY_COMM_AUTO) {
@@ -503,6 +525,32 @@ static int late_rank(void) {
   return 1;
 }
 
+/* Rank 1 is late to a queued barrier that rank 0 never waits for: rank 0's
+ * destroy gives up after the timeout instead of hanging, and the job ends
+ * by ferry_comm_abort(NULL, ...). */
+static int late_destroy(void) {
+  ferry_comm *c = create(FERRY_COMM_MPI, 1.0);
+  REQUIRE(N == 2);
+  EXPECT_EQ_INT(ferry_comm_barrier(c, NULL), 0);
+  if (R == 1) {
+    sleep(8);
+    fprintf(stderr, "rank 1: still alive after rank 0's abort\n");
+    return 1;
+  }
+  ferry_comm_req *req;
+  EXPECT_EQ_INT(ferry_comm_barrier(c, &req), 0);
+  double t0 = now_s();
+  ferry_comm_destroy(c);
+  double took = now_s() - t0;
+  EXPECT(took >= 0.9 && took < 5);
+  const char *msg = ferry_last_error();
+  EXPECT(strstr(msg, "did not complete within 1 s on rank 0") != NULL);
+  if (test_failures) return test_finish("test_comm late_destroy");
+  fprintf(stderr, "rank 0: as expected: %s\n", msg);
+  ferry_comm_abort(NULL, 3);
+  return 1;
+}
+
 /* Rank 1 dies (SIGKILL) between collectives; the job must end. */
 static int dying_rank(void) {
   ferry_comm *c = create(FERRY_COMM_MPI, 20.0);
@@ -512,8 +560,7 @@ static int dying_rank(void) {
     if (R == 1 && it == 5) kill(getpid(), SIGKILL);
     int st = ferry_comm_allreduce(c, x, x, 256, FERRY_DT_F32, FERRY_REDUCE_SUM, NULL, NULL);
     if (st) {
-      fprintf(stderr, "rank %d: allreduce failed as expected: %s\n", R,
-              ferry_comm_last_error(c));
+      fprintf(stderr, "rank %d: allreduce failed as expected: %s\n", R, ferry_comm_last_error(c));
       ferry_comm_abort(c, 4);
     }
     if (it > 100000) break;
@@ -550,14 +597,17 @@ static int nccl_suite(void) {
   enum { M = 1000 };
   float h[M * 64], *d;
   REQUIRE(ferry_device_alloc(dev, sizeof h, (void **)&d) == 0);
-  for (size_t i = 0; i < M; i++) h[i] = (float)val(R, i);
+  for (size_t i = 0; i < M; i++)
+    h[i] = (float)val(R, i);
   REQUIRE(ferry_memcpy_async(s, d, h, M * sizeof(float), FERRY_COPY_H2D) == 0);
   EXPECT_EQ_INT(ferry_comm_allreduce(c, d, d, M, FERRY_DT_F32, FERRY_REDUCE_SUM, s, NULL), 0);
   REQUIRE(ferry_memcpy_async(s, h, d, M * sizeof(float), FERRY_COPY_D2H) == 0);
   REQUIRE(ferry_stream_synchronize(s) == 0);
-  for (size_t i = 0; i < M; i++) EXPECT(h[i] == (float)expect_reduce(FERRY_DT_F32, 0, i));
+  for (size_t i = 0; i < M; i++)
+    EXPECT(h[i] == (float)expect_reduce(FERRY_DT_F32, 0, i));
   size_t counts[64], lo = 0, total = uneven(counts, 0, &lo);
-  for (size_t i = 0; i < counts[R]; i++) h[lo + i] = (float)val(R, i);
+  for (size_t i = 0; i < counts[R]; i++)
+    h[lo + i] = (float)val(R, i);
   REQUIRE(ferry_memcpy_async(s, d, h, total * sizeof(float), FERRY_COPY_H2D) == 0);
   ferry_comm_req *req;
   EXPECT_EQ_INT(ferry_comm_allgather(c, d + lo, d, counts, FERRY_DT_F32, s, &req), 0);
@@ -566,7 +616,8 @@ static int nccl_suite(void) {
   REQUIRE(ferry_stream_synchronize(s) == 0);
   size_t at = 0, bad = 0;
   for (int r = 0; r < N; r++)
-    for (size_t i = 0; i < counts[r]; i++, at++) bad += h[at] != (float)val(r, i);
+    for (size_t i = 0; i < counts[r]; i++, at++)
+      bad += h[at] != (float)val(r, i);
   EXPECT(bad == 0);
   EXPECT_EQ_INT(ferry_comm_barrier(c, NULL), 0);
   ferry_comm_destroy(c);
@@ -578,13 +629,14 @@ static int nccl_suite(void) {
 int main(int argc, char **argv) {
   const char *mode = argc > 1 ? argv[1] : "auto";
   if (!strcmp(mode, "-h") || !strcmp(mode, "--help")) {
-    printf("usage: test_comm [self|mpi|auto|timeout|die|nccl]\n");
+    printf("usage: test_comm [self|mpi|auto|timeout|late_destroy|die|nccl]\n");
     return 0;
   }
   if (!strcmp(mode, "self")) return suite(FERRY_COMM_SELF);
   if (!strcmp(mode, "mpi")) return suite(FERRY_COMM_MPI);
   if (!strcmp(mode, "auto")) return suite(FERRY_COMM_AUTO);
   if (!strcmp(mode, "timeout")) return late_rank();
+  if (!strcmp(mode, "late_destroy")) return late_destroy();
   if (!strcmp(mode, "die")) return dying_rank();
   if (!strcmp(mode, "nccl")) return nccl_suite();
   fprintf(stderr, "test_comm: unknown mode '%s' (see --help)\n", mode);
