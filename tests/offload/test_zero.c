@@ -16,6 +16,7 @@
  * argv[1]: a scratch folder (each rank's NVMe store under it).
  */
 #include "ferry.h"
+#include "core/core.h"
 #include "core/dtype.h"
 #include "tests/test.h"
 
@@ -431,9 +432,11 @@ int main(int argc, char **argv) {
   for (int stage = 0; stage <= 3; stage++)
     for (int v = 0; v < NVARIANTS; v++) {
       if (stage == 3 && strstr(variants[v].sets, "precision.master=bf16")) continue; /* refused */
+      double t0 = ferry_now();
       int b = run_case(&variants[v], stage, comm);
       if (rank == 0 || b)
-        printf("rank %d stage %d, %s: %s\n", rank, stage, variants[v].name, b ? "DIFFERS" : "same");
+        printf("rank %d stage %d, %s: %s (%.2f s)\n", rank, stage, variants[v].name,
+               b ? "DIFFERS" : "same", ferry_now() - t0);
       bad += b;
     }
   EXPECT(bad == 0);
