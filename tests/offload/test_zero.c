@@ -89,7 +89,7 @@ static const variant variants[] = {
 #define NVARIANTS (int)(sizeof variants / sizeof variants[0])
 
 static const char *base_cfg = "device = \"host\";\n"
-                              "tiers: { gpu: { budget = \"16M\"; }; };\n"
+                              "tiers: { gpu: { budget = \"16M\"; }; host: { budget = \"32M\"; }; };\n"
                               "placement: { params = \"host\"; grads = \"host\"; optimizer = "
                               "\"host\"; };\n"
                               "optimizer: { type = \"adamw\"; lr = 0.01; };\n";
