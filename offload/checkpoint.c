@@ -388,7 +388,8 @@ static int keeps_whole(const ferry_engine *e, int r) {
   if (r == FERRY_ROLE_GRAD) return 0;
   return r == FERRY_ROLE_MASTER ? !e->master_bf16 : e->nstates >= r - FERRY_ROLE_MASTER;
 }
-#define OPTIM_ROLES (1u << FERRY_ROLE_MASTER | 1u << FERRY_ROLE_EXP_AVG | 1u << FERRY_ROLE_EXP_AVG_SQ)
+#define OPTIM_ROLES                                                                                \
+  (1u << FERRY_ROLE_MASTER | 1u << FERRY_ROLE_EXP_AVG | 1u << FERRY_ROLE_EXP_AVG_SQ)
 
 /* Bytes per element of role r's whole tensor (not int8 states). */
 static size_t whole_esize(const ferry_engine *e, int r) {
@@ -398,8 +399,8 @@ static size_t whole_esize(const ferry_engine *e, int r) {
 }
 
 /* Role r of p whole, as one rank keeps it: dtype and shape. */
-static void whole_info(const ferry_engine *e, const eng_param *p, int r, ferry_dtype *dt,
-                       int *ndim, int64_t *shape) {
+static void whole_info(const ferry_engine *e, const eng_param *p, int r, ferry_dtype *dt, int *ndim,
+                       int64_t *shape) {
   *ndim = p->ndim;
   memcpy(shape, p->shape, (size_t)p->ndim * sizeof *shape);
   *dt = r == FERRY_ROLE_PARAM    ? e->dtype
@@ -448,7 +449,8 @@ static int gather_whole(ferry_engine *e, const eng_param *p, int r, const char *
   size_t off;
   int rc;
   if (is_int8(e, r)) {
-    for (int k = 0; k < e->nranks; k++) counts[k] = group_param_piece(e, p, k, &off);
+    for (int k = 0; k < e->nranks; k++)
+      counts[k] = group_param_piece(e, p, k, &off);
     rc = ferry_comm_allgather(e->ch_loop, mine, full, counts, FERRY_DT_U8, NULL, NULL);
     memset(full + p->n, 0, codes_bytes(p->n) - p->n);
     for (int k = 0; !rc && k < e->nranks; k++)
@@ -458,12 +460,13 @@ static int gather_whole(ferry_engine *e, const eng_param *p, int r, const char *
                                 counts, FERRY_DT_U8, NULL, NULL);
   } else {
     size_t es = whole_esize(e, r);
-    for (int k = 0; k < e->nranks; k++) counts[k] = group_param_piece(e, p, k, &off) * es;
+    for (int k = 0; k < e->nranks; k++)
+      counts[k] = group_param_piece(e, p, k, &off) * es;
     rc = ferry_comm_allgather(e->ch_loop, mine, full, counts, FERRY_DT_U8, NULL, NULL);
   }
   if (rc)
-    return ferry_err(&e->err, rc, "checkpoint: gathering %s%s: %s", p->name,
-                     group_role_suffix(r), ferry_comm_last_error(e->ch_loop));
+    return ferry_err(&e->err, rc, "checkpoint: gathering %s%s: %s", p->name, group_role_suffix(r),
+                     ferry_comm_last_error(e->ch_loop));
   return FERRY_OK;
 }
 
@@ -487,7 +490,8 @@ static int optim_phase(ferry_engine *e, holder *h, ferry_safetensors_writer *w) 
   size_t big = largest_whole(e);
   char *mine = malloc(big + 64), *full = malloc(big + 64);
   size_t *counts = calloc((size_t)e->nranks, sizeof *counts);
-  int rc = mine && full && counts ? FERRY_OK : ferry_err(&e->err, FERRY_ENOMEM, "checkpoint: out of memory");
+  int rc = mine && full && counts ? FERRY_OK
+                                  : ferry_err(&e->err, FERRY_ENOMEM, "checkpoint: out of memory");
   int wrc = rc; /* rank 0: the writer's first failure */
   for (;;) {
     int32_t msg[2] = {-1, -1};
@@ -519,7 +523,8 @@ static int optim_phase(ferry_engine *e, holder *h, ferry_safetensors_writer *w) 
       int64_t shape[FERRY_MEM_MAX_DIMS];
       whole_info(e, p, msg[1], &dt, &nd, shape);
       size_t bytes = ferry_dtype_size(dt);
-      for (int d = 0; d < nd; d++) bytes *= (size_t)shape[d];
+      for (int d = 0; d < nd; d++)
+        bytes *= (size_t)shape[d];
       wrc = ferry_safetensors_writer_write(w, nm, full, bytes);
       if (wrc) wrc = ferry_err(&e->err, wrc, "%s", ferry_safetensors_writer_last_error(w));
     }
@@ -555,8 +560,10 @@ static int write_whole(ferry_engine *e, holder *h, const char *path, uint64_t ma
   if (w && rc) rc = ferry_err(&e->err, rc, "%s", ferry_safetensors_writer_last_error(w));
   if (!rc) { /* lays the files out now (see write_tensors) */
     rc = ferry_safetensors_writer_write(w, "", NULL, 0);
-    if (rc == FERRY_ESTATE) rc = FERRY_OK;
-    else if (rc) rc = ferry_err(&e->err, rc, "%s", ferry_safetensors_writer_last_error(w));
+    if (rc == FERRY_ESTATE)
+      rc = FERRY_OK;
+    else if (rc)
+      rc = ferry_err(&e->err, rc, "%s", ferry_safetensors_writer_last_error(w));
   }
   int prc = optim_phase(e, h, rc ? NULL : w); /* the others wait for it */
   if (!rc) rc = prc;
@@ -596,14 +603,16 @@ static int load_pieces(ferry_engine *e, holder *h, ferry_safetensors *f, unsigne
         memset(mine, 0, cb);
         rc = ferry_safetensors_read(f, ti, p->plo, mine, p->pn);
         if (!rc)
-          rc = ferry_safetensors_read(f, ti, codes_bytes(p->n) + blocks_of(e, p->plo) * sizeof(float),
+          rc = ferry_safetensors_read(f, ti,
+                                      codes_bytes(p->n) + blocks_of(e, p->plo) * sizeof(float),
                                       mine + cb, blocks_of(e, p->pn) * sizeof(float));
       } else {
         size_t es = whole_esize(e, r);
         rc = ferry_safetensors_read(f, ti, p->plo * es, mine, p->pn * es);
       }
       if (rc) {
-        rc = ferry_err(&e->err, rc, "checkpoint load: '%s': %s", nm, ferry_safetensors_last_error(f));
+        rc = ferry_err(&e->err, rc, "checkpoint load: '%s': %s", nm,
+                       ferry_safetensors_last_error(f));
         break;
       }
       if (h->tier != FERRY_TIER_DEVICE) {

@@ -466,18 +466,18 @@ static int check_host_pool(ferry_engine *e, size_t own_host) {
   }
   engine_staging st = staging_bytes(e);
   double least = ceil(MIB(own_host + n.total) * 10) / 10;
-  return ferry_err(&e->err, FERRY_ENOMEM,
-                   "finalize: tiers.host.budget of %.1f MiB is too small: the engine's staging "
-                   "takes %.1f MiB (drain %.1f, uploads %.1f, param commit %.1f, ranks %.1f) and leaves a "
-                   "pool of %.1f MiB, but one step needs %.1f MiB there (optimizer state of the "
-                   "largest group %.1f + 2 x its grads %.1f + 2 x its params %.1f + 2 x the "
-                   "largest chunk %.1f + host homes %.1f: params %.1f, grads %.1f, optimizer %.1f); set "
-                   "tiers.host.budget to at least %.1f MiB",
-                   MIB(own_host + e->host_pool), MIB(own_host), MIB(st.drain), MIB(st.upload),
-                   MIB(st.commit), MIB(st.reduce), MIB(e->host_pool), MIB(n.total), MIB(n.optim), MIB(n.grads),
-                   MIB(n.params), MIB(n.slack),
-                   MIB(n.home[0] + n.home[1] + n.home[2]), MIB(n.home[FERRY_FAMILY_PARAMS]),
-                   MIB(n.home[FERRY_FAMILY_GRADS]), MIB(n.home[FERRY_FAMILY_OPTIM]), least);
+  return ferry_err(
+      &e->err, FERRY_ENOMEM,
+      "finalize: tiers.host.budget of %.1f MiB is too small: the engine's staging "
+      "takes %.1f MiB (drain %.1f, uploads %.1f, param commit %.1f, ranks %.1f) and leaves a "
+      "pool of %.1f MiB, but one step needs %.1f MiB there (optimizer state of the "
+      "largest group %.1f + 2 x its grads %.1f + 2 x its params %.1f + 2 x the "
+      "largest chunk %.1f + host homes %.1f: params %.1f, grads %.1f, optimizer %.1f); set "
+      "tiers.host.budget to at least %.1f MiB",
+      MIB(own_host + e->host_pool), MIB(own_host), MIB(st.drain), MIB(st.upload), MIB(st.commit),
+      MIB(st.reduce), MIB(e->host_pool), MIB(n.total), MIB(n.optim), MIB(n.grads), MIB(n.params),
+      MIB(n.slack), MIB(n.home[0] + n.home[1] + n.home[2]), MIB(n.home[FERRY_FAMILY_PARAMS]),
+      MIB(n.home[FERRY_FAMILY_GRADS]), MIB(n.home[FERRY_FAMILY_OPTIM]), least);
 }
 
 /* The io_uring swap store, when the layout puts chunks on NVMe. */
@@ -783,7 +783,7 @@ static int check_group(ferry_engine *e, int group, const char *op) {
  * prefetch_depth allows. Never waits; a full budget just stops it. */
 static void prefetch(ferry_engine *e) {
   if (e->param_home == FERRY_TIER_DEVICE) return; /* always resident */
-  if (engine_params_sharded(e)) { /* stage 3: the next group's gather */
+  if (engine_params_sharded(e)) {                 /* stage 3: the next group's gather */
     ranks_read_ahead(e);
     return;
   }
@@ -856,8 +856,8 @@ int ferry_fetch(ferry_engine *e, int group, ferry_stream *s) {
     rc = ranks_fetch_params(e, (uint32_t)group, s);
     if (rc) return rc;
   } else {
-    rc = group_fetch(e, (uint32_t)group, FERRY_FAMILY_PARAMS, FERRY_TIER_DEVICE, s, 0,
-                     threads_busy);
+    rc =
+        group_fetch(e, (uint32_t)group, FERRY_FAMILY_PARAMS, FERRY_TIER_DEVICE, s, 0, threads_busy);
     if (rc) return engine_mem_err(e, rc, "fetch");
     /* params uploaded by the last step (device home): ordered on e->up */
     rc = ferry_stream_wait_event(s, gr->uploaded);
@@ -989,8 +989,10 @@ int ferry_param_read(ferry_engine *e, const char *name, float *dst, size_t count
   if (rc) return engine_mem_err(e, rc, "param read");
   float *master = NULL;
   if (p->pn) ferry_mem_tensor_ptr(e->mem, p->id[FERRY_ROLE_MASTER], ot, (void **)&master);
-  if (engine_sharded(e)) rc = ranks_read_param(e, p, master, dst); /* a collective */
-  else if (engine_gpu_math(e)) rc = gpu_read_f32(e, dst, master, count); /* after the kernels */
+  if (engine_sharded(e))
+    rc = ranks_read_param(e, p, master, dst); /* a collective */
+  else if (engine_gpu_math(e))
+    rc = gpu_read_f32(e, dst, master, count); /* after the kernels */
   else memcpy(dst, master, count * sizeof(float));
   ferry_mem_release(e->mem, p->group, FERRY_FAMILY_OPTIM, ot, NULL);
   return rc;

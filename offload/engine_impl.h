@@ -38,7 +38,8 @@
 #define ENGINE_GRAD_SLOTS 2   /* device grad buffers in flight (backward / drain) */
 #define ENGINE_STAGE_SLOTS 2  /* pinned buffers for param uploads */
 #define ENGINE_DRAIN_STAGES 2 /* pinned buffers for grad downloads (one copying, one summed) */
-#define ENGINE_GATHER_SLOTS 4 /* ZeRO stage 3: device buffers of gathered params (fetched groups) */
+#define ENGINE_GATHER_SLOTS 4 /* ZeRO stage 3: device buffers of gathered params (fetched groups)  \
+                               */
 /* The stochastic-rounding seed of a bf16 master (precision.master): fixed,
  * so runs repeat and resume bit for bit (the counter is the step and each
  * element's index in registration order, eng_param.gindex). */
@@ -254,9 +255,9 @@ struct ferry_engine {
    * param reads), the drain's (grads), the stepper's (new params). */
   ferry_comm *comm;
   ferry_comm *ch_loop, *ch_drain, *ch_step;
-  int nranks, rank;  /* (fixed) 1 and 0 alone */
-  int zero_stage;    /* (fixed) dist.zero_stage with ranks; 0 alone */
-  int ckpt_phases;   /* (loop) checkpoint.c: a sharded save's gathered parts (params, optim) */
+  int nranks, rank; /* (fixed) 1 and 0 alone */
+  int zero_stage;   /* (fixed) dist.zero_stage with ranks; 0 alone */
+  int ckpt_phases;  /* (loop) checkpoint.c: a sharded save's gathered parts (params, optim) */
   /* ZeRO stage 3 (loop; fixed pointers): the params of a fetched group are
    * gathered from every rank's piece through a pinned host buffer into a
    * device buffer (ngather of them, the largest group each) */
@@ -264,9 +265,9 @@ struct ferry_engine {
   void *gather_dev[ENGINE_GATHER_SLOTS];
   ferry_event *gather_free[ENGINE_GATHER_SLOTS]; /* the loop's last use (its release) */
   int gather_owner[ENGINE_GATHER_SLOTS];         /* group, -1 free */
-  void *gather_host[2];   /* pinned, used in turn: one may hold a read-ahead */
+  void *gather_host[2];      /* pinned, used in turn: one may hold a read-ahead */
   ferry_event *gather_up[2]; /* each one's last H2D done */
-  int gather_turn;        /* the host buffer the next gather uses */
+  int gather_turn;           /* the host buffer the next gather uses */
   size_t *gather_counts;
   /* the read-ahead along the trace: the gather of the next group (-1
    * none), started by a fetch, into gather slot ahead_slot through host

@@ -52,10 +52,11 @@ static int per_rank_key(const char *name) {
 
 static uint64_t fnv(uint64_t h, const void *data, size_t len) {
   const unsigned char *b = data;
-  for (size_t i = 0; i < len; i++) h = (h ^ b[i]) * 0x100000001b3ull;
+  for (size_t i = 0; i < len; i++)
+    h = (h ^ b[i]) * 0x100000001b3ull;
   return h;
 }
-#define FNV0 0xcbf29ce484222325ull
+#define FNV0       0xcbf29ce484222325ull
 #define VALUE_TEXT 200 /* bytes of a key's value shown in a mismatch */
 
 /* The registration's fingerprint: names, shapes and groups in order. */
@@ -104,7 +105,8 @@ static int check_fingerprints(ferry_engine *e) {
   }
   mine[nk] = registration_hash(e);
   mine[nk + 1] = e->gt.nparams;
-  for (int r = 0; r < nr; r++) counts[r] = per;
+  for (int r = 0; r < nr; r++)
+    counts[r] = per;
   int rc = ferry_comm_allgather(e->ch_loop, mine, all, counts, FERRY_DT_U64, NULL, NULL);
   if (rc) {
     rc = ferry_err(&e->err, rc, "finalize: dist: gathering the ranks' configurations: %s",
@@ -128,12 +130,15 @@ static int check_fingerprints(ferry_engine *e) {
     goto out;
   }
   key_value(e, (int)key, &name, texts + (size_t)e->rank * VALUE_TEXT, VALUE_TEXT);
-  for (int r = 0; r < nr; r++) counts[r] = VALUE_TEXT;
+  for (int r = 0; r < nr; r++)
+    counts[r] = VALUE_TEXT;
   rc = ferry_comm_allgather(e->ch_loop, texts + (size_t)e->rank * VALUE_TEXT, texts, counts,
                             FERRY_DT_U8, NULL, NULL);
   if (rc) {
-    rc = ferry_err(&e->err, rc, "finalize: dist: ranks disagree on %s (and gathering its values "
-                   "failed: %s)", name, ferry_comm_last_error(e->ch_loop));
+    rc = ferry_err(&e->err, rc,
+                   "finalize: dist: ranks disagree on %s (and gathering its values "
+                   "failed: %s)",
+                   name, ferry_comm_last_error(e->ch_loop));
     goto out;
   }
   texts[VALUE_TEXT - 1] = texts[(size_t)other * VALUE_TEXT + VALUE_TEXT - 1] = 0;
@@ -197,7 +202,8 @@ int ranks_setup(ferry_engine *e) {
   if (rc) return rc;
   /* only now: a hook runs after its collective's waiter may go on, and
    * finalize's reset of the timeline must not meet a late span */
-  for (int i = 0; i < 3; i++) ferry_comm_set_span_hook(*ch[i], fn[i], e);
+  for (int i = 0; i < 3; i++)
+    ferry_comm_set_span_hook(*ch[i], fn[i], e);
   /* "auto" grads would be "none" (no accumulator) when the step runs during
    * backward; the ranks' average needs accumulators: the optimizer's home */
   if (e->grads_none && e->cv->place_grads == FERRY_GRADS_AUTO) {
@@ -231,7 +237,8 @@ int ranks_global_norm(ferry_engine *e, double *sumsq, int *nonfinite) {
   if (!rc) {
     v[2 * e->rank] = *sumsq;
     v[2 * e->rank + 1] = *nonfinite ? 1 : 0;
-    for (int r = 0; r < e->nranks; r++) counts[r] = 2;
+    for (int r = 0; r < e->nranks; r++)
+      counts[r] = 2;
     rc = ferry_comm_allgather(e->ch_loop, v + 2 * e->rank, v, counts, FERRY_DT_F64, NULL, NULL);
     if (rc)
       rc = ferry_err(&e->err, rc, "step: the grad norm over the ranks: %s",
@@ -256,9 +263,10 @@ int ranks_read_param(ferry_engine *e, const eng_param *p, const float *piece, fl
   size_t *counts = calloc((size_t)e->nranks, sizeof *counts);
   if (!counts) return ferry_err(&e->err, FERRY_ENOMEM, "param read: out of memory");
   size_t off;
-  for (int r = 0; r < e->nranks; r++) counts[r] = group_param_piece(e, p, r, &off);
-  int rc = ferry_comm_allgather(e->ch_loop, p->pn ? piece : dst + p->plo, dst, counts,
-                                FERRY_DT_F32, NULL, NULL);
+  for (int r = 0; r < e->nranks; r++)
+    counts[r] = group_param_piece(e, p, r, &off);
+  int rc = ferry_comm_allgather(e->ch_loop, p->pn ? piece : dst + p->plo, dst, counts, FERRY_DT_F32,
+                                NULL, NULL);
   free(counts);
   if (rc)
     return ferry_err(&e->err, rc, "param read '%s': gathering its pieces: %s", p->name,
@@ -290,7 +298,8 @@ int ranks_agree(ferry_engine *e, int rc, const char *op) {
     return ferry_err(&e->err, FERRY_ENOMEM, "%s: out of memory", op);
   }
   all[e->rank] = rc;
-  for (int r = 0; r < e->nranks; r++) counts[r] = 1;
+  for (int r = 0; r < e->nranks; r++)
+    counts[r] = 1;
   int crc = ferry_comm_allgather(e->ch_loop, all + e->rank, all, counts, FERRY_DT_I32, NULL, NULL);
   int other = -1;
   for (int r = 0; r < e->nranks && other < 0 && !crc; r++)
@@ -313,7 +322,8 @@ int ranks_root_status(ferry_engine *e, int rc, const char *op) {
   int32_t v = rc;
   int crc = ferry_comm_broadcast(e->ch_loop, &v, 1, FERRY_DT_I32, 0, NULL, NULL);
   if (crc)
-    return ferry_err(&e->err, crc, "%s: rank 0's status: %s", op, ferry_comm_last_error(e->ch_loop));
+    return ferry_err(&e->err, crc, "%s: rank 0's status: %s", op,
+                     ferry_comm_last_error(e->ch_loop));
   if (e->rank == 0 || !v) return rc ? rc : v;
   return ferry_err(&e->err, v, "%s: rank 0 failed (%s); see its error", op, ferry_strerror(v));
 }
@@ -323,8 +333,10 @@ int ranks_root_status(ferry_engine *e, int rc, const char *op) {
 int ranks_gather_init(ferry_engine *e, size_t gbytes) {
   e->ngather = 0;
   e->ahead_group = e->ahead_slot = -1;
-  for (int i = 0; i < ENGINE_GATHER_SLOTS; i++) e->gather_owner[i] = -1;
-  for (uint32_t g = 0; g < e->gt.ngroups; g++) e->gt.groups[g].gslot = -1;
+  for (int i = 0; i < ENGINE_GATHER_SLOTS; i++)
+    e->gather_owner[i] = -1;
+  for (uint32_t g = 0; g < e->gt.ngroups; g++)
+    e->gt.groups[g].gslot = -1;
   if (!engine_params_sharded(e)) return FERRY_OK;
   e->ngather = e->gt.ngroups < ENGINE_GATHER_SLOTS ? (int)e->gt.ngroups : ENGINE_GATHER_SLOTS;
   e->gather_counts = calloc((size_t)e->nranks, sizeof *e->gather_counts);
@@ -396,8 +408,8 @@ static int gather_start(ferry_engine *e, uint32_t g, int slot, int *hb, ferry_co
   if (rc) return rc;
   for (int r = 0; r < e->nranks; r++)
     e->gather_counts[r] = (gr->bounds[r + 1] - gr->bounds[r]) * e->esize;
-  rc = ferry_comm_allgather(e->ch_loop, buf + gr->lo * e->esize, buf, e->gather_counts,
-                            FERRY_DT_U8, NULL, req);
+  rc = ferry_comm_allgather(e->ch_loop, buf + gr->lo * e->esize, buf, e->gather_counts, FERRY_DT_U8,
+                            NULL, req);
   if (rc)
     return ferry_err(&e->err, rc, "fetch: group %u: all-gather of its params: %s", g,
                      ferry_comm_last_error(e->ch_loop));
@@ -433,7 +445,7 @@ static int ahead_wait(ferry_engine *e) {
 int ranks_fetch_params(ferry_engine *e, uint32_t g, ferry_stream *s) {
   eng_group *gr = &e->gt.groups[g];
   if (gr->gslot >= 0) return FERRY_OK; /* fetched already: the same buffer */
-  if (e->ahead_group == (int)g) { /* read ahead: its gather is on its way */
+  if (e->ahead_group == (int)g) {      /* read ahead: its gather is on its way */
     int slot = e->ahead_slot, hb = e->ahead_host;
     int rc = ahead_wait(e);
     e->ahead_group = e->ahead_slot = -1;

@@ -195,8 +195,7 @@ static int param_commit(ferry_engine *e, uint32_t g) {
     void *h;
     if (!n) continue;
     rc = ferry_mem_tensor_ptr(e->mem, p->id[FERRY_ROLE_PARAM], FERRY_TIER_HOST, &h);
-    if (!rc)
-      memcpy(h, (char *)e->stepper.param_stage + (p->goff + off) * e->esize, n * e->esize);
+    if (!rc) memcpy(h, (char *)e->stepper.param_stage + (p->goff + off) * e->esize, n * e->esize);
   }
   if (nvme) {
     int r2 = ferry_mem_release(e->mem, g, FERRY_FAMILY_PARAMS, FERRY_TIER_HOST, NULL);

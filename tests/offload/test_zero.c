@@ -26,7 +26,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#define STEPS 4
+#define STEPS  4
 #define NRANKS 2
 
 static int rank;
@@ -43,7 +43,7 @@ static const struct {
     {"a", {12000, 0}, 1, 0}, {"b", {80, 100}, 2, 0}, {"c", {24000, 0}, 1, 1}, {"d", {40, 0}, 1, 2}};
 #define NPARAMS (int)(sizeof model / sizeof model[0])
 #define NGROUPS 3
-#define MAXN 24000
+#define MAXN    24000
 
 static size_t param_n(int i) {
   return (size_t)model[i].shape[0] * (model[i].ndim > 1 ? (size_t)model[i].shape[1] : 1);
@@ -51,7 +51,8 @@ static size_t param_n(int i) {
 
 static int init_fn(void *user, const char *name, float *dst, size_t n) {
   (void)user;
-  for (size_t i = 0; i < n; i++) dst[i] = 0.1f * sinf(0.37f * (float)i + (float)name[0]);
+  for (size_t i = 0; i < n; i++)
+    dst[i] = 0.1f * sinf(0.37f * (float)i + (float)name[0]);
   return 0;
 }
 
@@ -59,7 +60,8 @@ static int init_fn(void *user, const char *name, float *dst, size_t n) {
  * [-100, 100]. */
 static float grad_of(int r, int step, int micro, int p, size_t i) {
   uint64_t x = ((uint64_t)r * 1000003u + (uint64_t)step * 7919u + (uint64_t)micro * 104729u +
-                (uint64_t)p * 15485863u) ^ (i * 2654435761u);
+                (uint64_t)p * 15485863u) ^
+               (i * 2654435761u);
   x ^= x >> 17;
   x *= 0xed5ad4bbu;
   x ^= x >> 11;
@@ -79,8 +81,8 @@ static const variant variants[] = {
     {"params, grads, optimizer on nvme",
      "placement.params=nvme,placement.grads=nvme,placement.optimizer=nvme", 0, 0},
     {"grad_accumulation 2, clipping", "grad_accumulation=2,clip_grad_norm=0.05", 0, 0},
-    {"fp16 dynamic scaling, inf on rank 1", "precision.params=fp16,precision.initial_scale=1024",
-     1, 0},
+    {"fp16 dynamic scaling, inf on rank 1", "precision.params=fp16,precision.initial_scale=1024", 1,
+     0},
     {"int8 states", "optimizer.state_dtype=int8", 0, 0},
     {"bf16 master, bf16 grads on nvme, grad_accumulation 2",
      "precision.master=bf16,precision.grads=bf16,placement.grads=nvme,placement.optimizer=nvme,"
@@ -89,11 +91,12 @@ static const variant variants[] = {
 };
 #define NVARIANTS (int)(sizeof variants / sizeof variants[0])
 
-static const char *base_cfg = "device = \"host\";\n"
-                              "tiers: { gpu: { budget = \"16M\"; }; host: { budget = \"32M\"; }; };\n"
-                              "placement: { params = \"host\"; grads = \"host\"; optimizer = "
-                              "\"host\"; };\n"
-                              "optimizer: { type = \"adamw\"; lr = 0.01; };\n";
+static const char *base_cfg =
+    "device = \"host\";\n"
+    "tiers: { gpu: { budget = \"16M\"; }; host: { budget = \"32M\"; }; };\n"
+    "placement: { params = \"host\"; grads = \"host\"; optimizer = "
+    "\"host\"; };\n"
+    "optimizer: { type = \"adamw\"; lr = 0.01; };\n";
 
 /* An engine of the variant at `stage`, with comm (NULL: the reference);
  * finalize's status in *frc (the engine is returned either way). */
@@ -134,8 +137,8 @@ static ferry_engine *make(const variant *v, int stage, ferry_comm *comm, const c
 
 /* One step of the loop: fetch every group, then "backward" in reverse with
  * the grads of (step, micro) per micro-batch; avg: both ranks' average. */
-static int run_step(ferry_engine *e, ferry_stream *s, const variant *v, int step, int avg,
-                    int ga, ferry_step_info *info) {
+static int run_step(ferry_engine *e, ferry_stream *s, const variant *v, int step, int avg, int ga,
+                    ferry_step_info *info) {
   static uint16_t h16[MAXN];
   static float h32[MAXN];
   ferry_device *dev = ferry_engine_device(e);
@@ -168,7 +171,8 @@ static int run_step(ferry_engine *e, ferry_stream *s, const variant *v, int step
           src = h16;
           es = 2;
         } else if (fp16) {
-          for (size_t i = 0; i < n; i++) h16[i] = ferry_f32_to_f16(h32[i]);
+          for (size_t i = 0; i < n; i++)
+            h16[i] = ferry_f32_to_f16(h32[i]);
           src = h16;
           es = 2;
         }
@@ -233,8 +237,7 @@ static int run_case(const variant *v, int stage, ferry_comm *comm) {
     REQUIRE(rc == 0);
     skipped_d += id.skipped;
     skipped_r += ir.skipped;
-    if (id.skipped != ir.skipped || id.clip_coef != ir.clip_coef ||
-        id.grad_norm != ir.grad_norm) {
+    if (id.skipped != ir.skipped || id.clip_coef != ir.clip_coef || id.grad_norm != ir.grad_norm) {
       fprintf(stderr, "  step %d: skipped %d/%d clip %g/%g norm %.17g/%.17g\n", step, id.skipped,
               ir.skipped, id.clip_coef, ir.clip_coef, id.grad_norm, ir.grad_norm);
       bad++;
@@ -245,7 +248,8 @@ static int run_case(const variant *v, int stage, ferry_comm *comm) {
   read_all(r, sr, rv, rb);
   if (memcmp(dv, rv, sizeof dv)) {
     size_t i = 0;
-    while (i < NTOTAL && !memcmp(&dv[i], &rv[i], 4)) i++;
+    while (i < NTOTAL && !memcmp(&dv[i], &rv[i], 4))
+      i++;
     fprintf(stderr, "  master/param_read differ first at %zu: %.9g vs %.9g\n", i, dv[i], rv[i]);
     bad++;
   }
@@ -262,7 +266,8 @@ static int run_case(const variant *v, int stage, ferry_comm *comm) {
     REQUIRE(ferry_engine_get_stats(d, &a) == 0);
     REQUIRE(ferry_engine_get_stats(r, &b) == 0);
     int tier = strstr(v->sets, "optimizer=nvme") ? FERRY_TIER_NVME : FERRY_TIER_HOST;
-    double ratio = (double)a.peak[tier][FERRY_FAMILY_OPTIM] / (double)b.peak[tier][FERRY_FAMILY_OPTIM];
+    double ratio =
+        (double)a.peak[tier][FERRY_FAMILY_OPTIM] / (double)b.peak[tier][FERRY_FAMILY_OPTIM];
     printf("  rank %d: optimizer family peak %.3f of one rank's\n", rank, ratio);
     EXPECT(ratio <= 0.55);
     EXPECT(a.comm_ops > 0 && a.comm_bytes > 0 && b.comm_ops == 0);
@@ -421,7 +426,8 @@ static void test_refusals(ferry_comm *comm) {
   /* a load that fails on one rank fails on both */
   char dir[1200];
   snprintf(dir, sizeof dir, "%.1000s/no-ckpt-%d", scratch, rank);
-  if (rank == 0) snprintf(dir, sizeof dir, "%.1000s/ckpt-dist-1-0", scratch); /* made in quick too */
+  if (rank == 0)
+    snprintf(dir, sizeof dir, "%.1000s/ckpt-dist-1-0", scratch); /* made in quick too */
   rc = ferry_checkpoint_load(e, dir, NULL, 0, NULL);
   EXPECT(rc != 0);
   if (rank == 0) EXPECT(strstr(ferry_engine_last_error(e), "rank 1 failed") != NULL);
@@ -469,8 +475,8 @@ int main(int argc, char **argv) {
   EXPECT(bad == 0);
   /* checkpoints: host and int8 states at stages 1 and 2, the optimizer on
    * NVMe at stage 2 */
-  static const int ck[][2] = {{1, 0}, {2, 0}, {2, 5}, {1, 5}, {2, 1}, {2, 6}, {0, 0},
-                              {3, 0}, {3, 5}, {3, 2}};
+  static const int ck[][2] = {{1, 0}, {2, 0}, {2, 5}, {1, 5}, {2, 1},
+                              {2, 6}, {0, 0}, {3, 0}, {3, 5}, {3, 2}};
   for (size_t i = 0; i < sizeof ck / sizeof ck[0]; i++) {
     if (quick && i % 3) continue;
     int b = test_checkpoints(&variants[ck[i][1]], ck[i][0], comm);
