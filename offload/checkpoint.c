@@ -380,24 +380,39 @@ static int write_tensors(ferry_engine *e, holder *h, ferry_safetensors_writer *w
 
 /* ---- sharded engines (ZeRO stage >= 1 with ranks) -------------------------
  * The checkpoint of a sharded engine has the files and layout of one a
- * single rank writes: optim/ holds every master and state whole, so it
- * loads on any number of ranks. Rank 0 lays the optim files out (headers,
- * every tensor's bytes a hole, st_writer_finish_holes); then every rank
- * writes its pieces into them at their offsets (pwrite) and each rank
- * loads only its pieces (reads at the same offsets). The params are whole
- * on every rank; rank 0 writes them. */
+ * single rank writes: every master and state whole (and at stage 3 every
+ * param), so it loads on any number of ranks. Rank 0 lays the files of a
+ * sharded part out (headers, every tensor's bytes a hole,
+ * st_writer_finish_holes); then every rank writes its pieces into them at
+ * their offsets (pwrite), and each rank loads only its pieces (reads at
+ * the same offsets). The export at stage 3 gathers the params whole on
+ * rank 0 instead (optim_phase). */
 
-/* The engine keeps role r (an optim role) of its params. */
-static int keeps_role(const ferry_engine *e, int r) {
+/* A sharded engine keeps role r of its params in pieces, written whole:
+ * the master and states (stage >= 1) and the params (stage 3). */
+static int keeps_whole(const ferry_engine *e, int r) {
+  if (r == FERRY_ROLE_PARAM) return engine_params_sharded(e);
+  if (r == FERRY_ROLE_GRAD) return 0;
   return r == FERRY_ROLE_MASTER ? !e->master_bf16 : e->nstates >= r - FERRY_ROLE_MASTER;
+}
+#define OPTIM_ROLES                                                                                \
+  (1u << FERRY_ROLE_MASTER | 1u << FERRY_ROLE_EXP_AVG | 1u << FERRY_ROLE_EXP_AVG_SQ)
+
+/* Bytes per element of role r's whole tensor (not int8 states). */
+static size_t whole_esize(const ferry_engine *e, int r) {
+  return r == FERRY_ROLE_PARAM    ? e->esize
+         : r == FERRY_ROLE_MASTER ? 4
+                                  : ferry_dtype_size(e->ocfg.state_dtype);
 }
 
 /* Role r of p whole, as one rank keeps it: dtype and shape. */
-static void whole_info(const ferry_engine *e, const eng_param *p, int r, ferry_dtype *dt,
-                       int *ndim, int64_t *shape) {
+static void whole_info(const ferry_engine *e, const eng_param *p, int r, ferry_dtype *dt, int *ndim,
+                       int64_t *shape) {
   *ndim = p->ndim;
   memcpy(shape, p->shape, (size_t)p->ndim * sizeof *shape);
-  *dt = r == FERRY_ROLE_MASTER ? FERRY_DT_F32 : e->ocfg.state_dtype;
+  *dt = r == FERRY_ROLE_PARAM    ? e->dtype
+        : r == FERRY_ROLE_MASTER ? (ferry_dtype)FERRY_DT_F32
+                                 : (ferry_dtype)e->ocfg.state_dtype;
   if (*dt == FERRY_DT_I8) { /* codes and absmax as bytes */
     *dt = FERRY_DT_U8;
     *ndim = 1;
@@ -406,14 +421,165 @@ static void whole_info(const ferry_engine *e, const eng_param *p, int r, ferry_d
 }
 
 /* int8 states of n elements: codes padded to 64 bytes, then one fp32
- * absmax per block (ferry_optimizer_state_bytes). */
+ * absmax per block (ferry_optimizer_state_bytes). A piece starts at a
+ * block boundary, so its blocks are the whole tensor's. */
 static size_t codes_bytes(size_t n) { return (n + 63) / 64 * 64; }
 static size_t blocks_of(const ferry_engine *e, size_t n) {
   size_t b = e->ocfg.state_block ? e->ocfg.state_block : 256;
   return (n + b - 1) / b;
 }
 static int is_int8(const ferry_engine *e, int r) {
-  return r != FERRY_ROLE_MASTER && e->ocfg.state_dtype == FERRY_DT_I8;
+  return r >= FERRY_ROLE_EXP_AVG && e->ocfg.state_dtype == FERRY_DT_I8;
+}
+
+/* This rank's piece of role r of p into host memory `mine` (nothing when
+ * it has none). */
+static int piece_out(ferry_engine *e, holder *h, const eng_param *p, int r, char *mine) {
+  if (!p->pn) return FERRY_OK;
+  void *ptr;
+  size_t bytes;
+  int rc = holder_get(h, p->id[r], 0, &ptr, &bytes);
+  if (rc) return rc;
+  if (h->tier != FERRY_TIER_DEVICE) {
+    memcpy(mine, ptr, bytes);
+    return FERRY_OK;
+  }
+  rc = ferry_memcpy_async(h->s, mine, ptr, bytes, FERRY_COPY_D2H);
+  if (!rc) rc = ferry_stream_synchronize(h->s);
+  return rc ? ferry_err(&e->err, rc, "checkpoint: %s", ferry_device_last_error(e->dev)) : FERRY_OK;
+}
+
+/* Role r of p whole into `full` on every rank (a collective): every rank's
+ * piece gathered in rank order (int8: the codes, then the absmax). */
+static int gather_whole(ferry_engine *e, const eng_param *p, int r, const char *mine, char *full,
+                        size_t *counts) {
+  size_t off;
+  int rc;
+  if (is_int8(e, r)) {
+    for (int k = 0; k < e->nranks; k++)
+      counts[k] = group_param_piece(e, p, k, &off);
+    rc = ferry_comm_allgather(e->ch_loop, mine, full, counts, FERRY_DT_U8, NULL, NULL);
+    memset(full + p->n, 0, codes_bytes(p->n) - p->n);
+    for (int k = 0; !rc && k < e->nranks; k++)
+      counts[k] = blocks_of(e, group_param_piece(e, p, k, &off)) * sizeof(float);
+    if (!rc)
+      rc = ferry_comm_allgather(e->ch_loop, mine + codes_bytes(p->pn), full + codes_bytes(p->n),
+                                counts, FERRY_DT_U8, NULL, NULL);
+  } else {
+    size_t es = whole_esize(e, r);
+    for (int k = 0; k < e->nranks; k++)
+      counts[k] = group_param_piece(e, p, k, &off) * es;
+    rc = ferry_comm_allgather(e->ch_loop, mine, full, counts, FERRY_DT_U8, NULL, NULL);
+  }
+  if (rc)
+    return ferry_err(&e->err, rc, "checkpoint: gathering %s%s: %s", p->name, group_role_suffix(r),
+                     ferry_comm_last_error(e->ch_loop));
+  return FERRY_OK;
+}
+
+/* Bytes of the largest whole optim tensor. */
+static size_t largest_whole(const ferry_engine *e) {
+  size_t m = 0;
+  for (size_t i = 0; i < e->gt.nparams; i++) {
+    size_t n = e->gt.params[i].n, b = 4 * n, sb = ferry_optimizer_state_bytes(&e->ocfg, n);
+    if (b > m) m = b;
+    if (sb > m) m = sb;
+  }
+  return m;
+}
+
+/* The optim part of a sharded save, on every rank (a collective): rank 0
+ * names each tensor its writer `w` asks for next (a broadcast; -1 ends it,
+ * also when rank 0 has no writer or failed), every rank gives its piece,
+ * rank 0 writes the whole. Returns this rank's status. */
+static int optim_phase(ferry_engine *e, holder *h, ferry_safetensors_writer *w) {
+  e->ckpt_phases++;
+  size_t big = largest_whole(e);
+  char *mine = malloc(big + 64), *full = malloc(big + 64);
+  size_t *counts = calloc((size_t)e->nranks, sizeof *counts);
+  int rc = mine && full && counts ? FERRY_OK
+                                  : ferry_err(&e->err, FERRY_ENOMEM, "checkpoint: out of memory");
+  int wrc = rc; /* rank 0: the writer's first failure */
+  for (;;) {
+    int32_t msg[2] = {-1, -1};
+    const char *nm = e->rank == 0 && w && !wrc ? ferry_safetensors_writer_next(w) : NULL;
+    for (size_t i = 0; nm && i < e->gt.nparams && msg[0] < 0; i++)
+      for (int r = 0; r < FERRY_ROLE_COUNT && msg[0] < 0; r++) {
+        char t[FERRY_MEM_NAME_MAX + 1];
+        snprintf(t, sizeof t, "%s%s", e->gt.params[i].name, group_role_suffix(r));
+        if (keeps_whole(e, r) && !strcmp(t, nm)) msg[0] = (int32_t)i, msg[1] = r;
+      }
+    if (nm && msg[0] < 0) wrc = ferry_err(&e->err, FERRY_ESTATE, "checkpoint: no tensor '%s'", nm);
+    int crc = ferry_comm_broadcast(e->ch_loop, msg, 2, FERRY_DT_I32, 0, NULL, NULL);
+    if (crc) {
+      rc = ferry_err(&e->err, crc, "checkpoint: %s", ferry_comm_last_error(e->ch_loop));
+      break;
+    }
+    if (msg[0] < 0) break;
+    const eng_param *p = &e->gt.params[msg[0]];
+    int prc = mine ? piece_out(e, h, p, msg[1], mine) : FERRY_ENOMEM;
+    if (prc && !rc) rc = prc; /* still takes part in the gather */
+    crc = gather_whole(e, p, msg[1], mine ? mine : "", full ? full : mine, counts);
+    if (crc) {
+      rc = crc;
+      break;
+    }
+    if (e->rank == 0 && !wrc) {
+      ferry_dtype dt;
+      int nd;
+      int64_t shape[FERRY_MEM_MAX_DIMS];
+      whole_info(e, p, msg[1], &dt, &nd, shape);
+      size_t bytes = ferry_dtype_size(dt);
+      for (int d = 0; d < nd; d++)
+        bytes *= (size_t)shape[d];
+      wrc = ferry_safetensors_writer_write(w, nm, full, bytes);
+      if (wrc) wrc = ferry_err(&e->err, wrc, "%s", ferry_safetensors_writer_last_error(w));
+    }
+  }
+  free(mine);
+  free(full);
+  free(counts);
+  int drc = holder_drop(h);
+  if (!rc) rc = wrc;
+  return rc ? rc : drc;
+}
+
+/* Rank 0's part (roles) of a sharded save: every tensor whole. */
+static int write_whole(ferry_engine *e, holder *h, const char *path, uint64_t max_shard,
+                       unsigned roles) {
+  ferry_safetensors_writer *w = NULL;
+  int rc = ferry_safetensors_writer_create(path, max_shard, &w);
+  if (rc) rc = ferry_err(&e->err, rc, "checkpoint: %s", ferry_last_error());
+  if (!rc) rc = ferry_safetensors_writer_metadata(w, "format", "pt");
+  for (size_t i = 0; i < e->gt.nparams && !rc; i++) {
+    eng_param *p = &e->gt.params[e->gt.by_group[i]];
+    for (int r = 0; r < FERRY_ROLE_COUNT && !rc; r++) {
+      if (!(roles >> r & 1) || !keeps_whole(e, r)) continue;
+      char nm[FERRY_MEM_NAME_MAX + 1];
+      ferry_dtype dt;
+      int nd;
+      int64_t shape[FERRY_MEM_MAX_DIMS];
+      snprintf(nm, sizeof nm, "%s%s", p->name, group_role_suffix(r));
+      whole_info(e, p, r, &dt, &nd, shape);
+      rc = ferry_safetensors_writer_add(w, nm, dt, nd, shape);
+    }
+  }
+  if (w && rc) rc = ferry_err(&e->err, rc, "%s", ferry_safetensors_writer_last_error(w));
+  if (!rc) { /* lays the files out now (see write_tensors) */
+    rc = ferry_safetensors_writer_write(w, "", NULL, 0);
+    if (rc == FERRY_ESTATE)
+      rc = FERRY_OK;
+    else if (rc)
+      rc = ferry_err(&e->err, rc, "%s", ferry_safetensors_writer_last_error(w));
+  }
+  int prc = optim_phase(e, h, rc ? NULL : w); /* the others wait for it */
+  if (!rc) rc = prc;
+  if (!rc) {
+    rc = ferry_safetensors_writer_finish(w);
+    if (rc) rc = ferry_err(&e->err, rc, "%s", ferry_safetensors_writer_last_error(w));
+  }
+  ferry_safetensors_writer_destroy(w);
+  return rc;
 }
 
 /* A run of bytes of this rank's tensor (at `at`) and where it lies in the
@@ -430,7 +596,7 @@ typedef struct {
  * block boundary: group_partition's alignment is at least the block). */
 static int piece_runs(const ferry_engine *e, const eng_param *p, int r, piece_run *run) {
   if (!is_int8(e, r)) {
-    size_t es = r == FERRY_ROLE_MASTER ? 4 : ferry_dtype_size(e->ocfg.state_dtype);
+    size_t es = whole_esize(e, r);
     run[0] = (piece_run){0, p->plo * es, p->pn * es};
     return 1;
   }
@@ -443,16 +609,17 @@ static int piece_runs(const ferry_engine *e, const eng_param *p, int r, piece_ru
   return 2;
 }
 
-/* Rank 0: optim/ laid out with every tensor whole and its bytes holes. */
-static int layout_optim(ferry_engine *e, const char *path, uint64_t max_shard) {
+/* Rank 0: a part (roles) laid out with every tensor whole and its bytes
+ * holes. */
+static int layout_part(ferry_engine *e, const char *path, uint64_t max_shard, unsigned roles) {
   ferry_safetensors_writer *w = NULL;
   int rc = ferry_safetensors_writer_create(path, max_shard, &w);
   if (rc) return ferry_err(&e->err, rc, "checkpoint: %s", ferry_last_error());
   rc = ferry_safetensors_writer_metadata(w, "format", "pt");
   for (size_t i = 0; i < e->gt.nparams && !rc; i++) {
     eng_param *p = &e->gt.params[e->gt.by_group[i]];
-    for (int r = FERRY_ROLE_MASTER; r < FERRY_ROLE_COUNT && !rc; r++) {
-      if (!keeps_role(e, r)) continue;
+    for (int r = 0; r < FERRY_ROLE_COUNT && !rc; r++) {
+      if (!(roles >> r & 1) || !keeps_whole(e, r)) continue;
       char nm[FERRY_MEM_NAME_MAX + 1];
       ferry_dtype dt;
       int nd;
@@ -509,16 +676,17 @@ static int move_run(ferry_engine *e, holder *h, char *ptr, int out, int fd, uint
   return FERRY_OK;
 }
 
-/* Every piece this rank keeps of every optim tensor, between the engine
- * and the checkpoint's optim/ model f (whole tensors): written into its
+/* Every piece this rank keeps of every tensor of a part (roles), between
+ * the engine and the checkpoint's model f (whole tensors): written into its
  * files (out; fds: f's shards opened for writing) or read from them. One
  * group of one family held at a time, in group order. */
-static int move_pieces(ferry_engine *e, holder *h, ferry_safetensors *f, int out, const int *fds) {
+static int move_pieces(ferry_engine *e, holder *h, ferry_safetensors *f, unsigned roles, int out,
+                       const int *fds) {
   int rc = FERRY_OK;
   for (size_t i = 0; i < e->gt.nparams && !rc; i++) {
     eng_param *p = &e->gt.params[e->gt.by_group[i]];
-    for (int r = FERRY_ROLE_MASTER; r < FERRY_ROLE_COUNT && !rc && p->pn; r++) {
-      if (!keeps_role(e, r)) continue;
+    for (int r = 0; r < FERRY_ROLE_COUNT && !rc && p->pn; r++) {
+      if (!(roles >> r & 1) || !keeps_whole(e, r)) continue;
       char nm[FERRY_MEM_NAME_MAX + 1];
       snprintf(nm, sizeof nm, "%s%s", p->name, group_role_suffix(r));
       ferry_safetensors_tensor t;
@@ -542,8 +710,9 @@ static int move_pieces(ferry_engine *e, holder *h, ferry_safetensors *f, int out
   return rc ? rc : drc;
 }
 
-/* This rank's pieces into the laid-out optim/ model at path, fsynced. */
-static int write_pieces(ferry_engine *e, const char *path) {
+/* This rank's pieces of a part (roles) into its laid-out model at path,
+ * fsynced. */
+static int write_pieces(ferry_engine *e, const char *path, unsigned roles) {
   ferry_safetensors *f = NULL;
   int rc = ferry_safetensors_open(path, &f);
   if (rc) return ferry_err(&e->err, rc, "checkpoint: %s", ferry_last_error());
@@ -560,7 +729,7 @@ static int write_pieces(ferry_engine *e, const char *path) {
   holder h;
   if (!rc) {
     rc = holder_init(&h, e);
-    if (!rc) rc = move_pieces(e, &h, f, 1, fds);
+    if (!rc) rc = move_pieces(e, &h, f, roles, 1, fds);
     holder_destroy(&h);
   }
   for (int s = 0; s < ns && fds; s++) {
@@ -578,6 +747,8 @@ static int write_pieces(ferry_engine *e, const char *path) {
 /* A writer over `path` (a folder when max_shard > 0) filled and finished. */
 static int write_model(ferry_engine *e, holder *h, const char *path, uint64_t max_shard,
                        unsigned roles, ferry_dtype param_dt) {
+  if (engine_sharded(e) && ((roles & OPTIM_ROLES) || engine_params_sharded(e)))
+    return write_whole(e, h, path, max_shard, roles);
   ferry_safetensors_writer *w;
   int rc = ferry_safetensors_writer_create(path, max_shard, &w);
   if (rc) return ferry_err(&e->err, rc, "checkpoint: %s", ferry_last_error());
@@ -618,17 +789,17 @@ static int parent_of(const char *path, char *out, size_t cap) {
 
 /* ---- save ------------------------------------------------------------------ */
 
-/* The files of one save into the folder tmp (which exists): params/,
- * optim/ unless `optim` is 0 (a sharded engine's ranks write theirs), and
- * user.bin. */
+/* The files of one save into the folder tmp (which exists): params/ and
+ * optim/ unless `params` or `optim` is 0 (a sharded part: every rank
+ * writes its pieces), and user.bin. */
 static int save_files(ferry_engine *e, const char *tmp, const void *blob, size_t blob_len,
-                      uint64_t max_shard, int optim) {
+                      uint64_t max_shard, int params, int optim) {
   holder h;
   int rc = holder_init(&h, e);
   char path[4096];
-  if (!rc && join(path, sizeof path, tmp, "params"))
+  if (!rc && params && join(path, sizeof path, tmp, "params"))
     rc = ferry_err(&e->err, FERRY_EOVERFLOW, "checkpoint: path too long");
-  if (!rc) rc = write_model(e, &h, path, max_shard, 1u << FERRY_ROLE_PARAM, e->dtype);
+  if (!rc && params) rc = write_model(e, &h, path, max_shard, 1u << FERRY_ROLE_PARAM, e->dtype);
   if (!rc && optim && join(path, sizeof path, tmp, "optim"))
     rc = ferry_err(&e->err, FERRY_EOVERFLOW, "checkpoint: path too long");
   if (!rc && optim)
@@ -712,7 +883,7 @@ static int save_manifest(ferry_engine *e, const char *tmp, size_t blob_len) {
 /* Everything of one save into the folder tmp (which exists). */
 static int save_into(ferry_engine *e, const char *tmp, const void *blob, size_t blob_len,
                      uint64_t max_shard) {
-  int rc = save_files(e, tmp, blob, blob_len, max_shard, 1);
+  int rc = save_files(e, tmp, blob, blob_len, max_shard, 1, 1);
   return rc ? rc : save_manifest(e, tmp, blob_len);
 }
 
@@ -790,9 +961,10 @@ static int save_local(ferry_engine *e, const char *dir, const void *blob, size_t
 /* A save by every rank (a collective on the loop channel), in three phases
  * each closed by an agreement on the ranks' statuses (ranks_agree: a
  * failure on any rank fails the save on every rank): rank 0 makes the
- * temporary folder (named by its pid) and, sharded, lays optim/ out; every
- * rank of a sharded engine writes its pieces there while rank 0 writes
- * params/, user.bin (its blob) and, at stage 0, optim/ whole; rank 0
+ * temporary folder (named by its pid) and, sharded, lays optim/ (and at
+ * stage 3 params/) out; every rank of a sharded engine writes its pieces
+ * there while rank 0 writes params/ (stages 0-2), user.bin (its blob) and,
+ * at stage 0, optim/ whole; rank 0
  * writes the manifest and renames. On a failure rank 0 removes the
  * temporary folder; nothing earlier is touched. */
 static int save_ranks(ferry_engine *e, const char *dir, const void *blob, size_t blob_len,
@@ -804,19 +976,23 @@ static int save_ranks(ferry_engine *e, const char *dir, const void *blob, size_t
   char tmp[4096], target[4096], trash[4096], optim[4096];
   engine_progress pg;
   engine_progress_get(e, &pg);
-  int sharded = engine_sharded(e), made = 0;
+  int sharded = engine_sharded(e), psharded = engine_params_sharded(e), made = 0;
+  char params[4096];
   rc = save_names(e, dir, pg.steps, (long)pid, tmp, target, trash);
-  if (!rc && join(optim, sizeof optim, tmp, "optim"))
+  if (!rc && (join(optim, sizeof optim, tmp, "optim") || join(params, sizeof params, tmp, "params")))
     rc = ferry_err(&e->err, FERRY_EOVERFLOW, "%s: path too long", op);
   if (!rc && e->rank == 0) {
     rc = save_begin(e, dir, tmp);
     made = !rc;
-    if (!rc && sharded) rc = layout_optim(e, optim, o->max_shard_bytes);
+    if (!rc && sharded) rc = layout_part(e, optim, o->max_shard_bytes, OPTIM_ROLES);
+    if (!rc && psharded) rc = layout_part(e, params, o->max_shard_bytes, 1u << FERRY_ROLE_PARAM);
   }
   rc = ranks_agree(e, rc, op);
   if (!rc) {
-    if (sharded) rc = write_pieces(e, optim);
-    if (!rc && e->rank == 0) rc = save_files(e, tmp, blob, blob_len, o->max_shard_bytes, !sharded);
+    if (sharded) rc = write_pieces(e, optim, OPTIM_ROLES);
+    if (!rc && psharded) rc = write_pieces(e, params, 1u << FERRY_ROLE_PARAM);
+    if (!rc && e->rank == 0)
+      rc = save_files(e, tmp, blob, blob_len, o->max_shard_bytes, !psharded, !sharded);
     rc = ranks_agree(e, rc, op);
   }
   if (!rc) {
@@ -829,6 +1005,20 @@ static int save_ranks(ferry_engine *e, const char *dir, const void *blob, size_t
   if (e->rank == 0 && made) {
     if (rc) rm_tree(tmp); /* (gone already when it was renamed) */
     else prune(dir, o->keep);
+  }
+  return rc;
+}
+
+/* A collective save's gathered parts (optim_phase) that this rank has not
+ * taken part in (every one on ranks other than 0; the ones rank 0 did not
+ * reach when it failed), up to `phases`; rc: this rank's status so far. */
+static int other_phases(ferry_engine *e, int phases, int rc) {
+  while (e->ckpt_phases < phases) {
+    holder h;
+    int hrc = holder_init(&h, e);
+    int prc = optim_phase(e, &h, NULL);
+    holder_destroy(&h);
+    if (!rc) rc = hrc ? hrc : prc;
   }
   return rc;
 }
@@ -1116,8 +1306,8 @@ static int check_part(ferry_engine *e, ferry_safetensors *f, unsigned roles, con
   for (size_t i = 0; i < e->gt.nparams; i++) {
     eng_param *p = &e->gt.params[i];
     for (int r = 0; r < FERRY_ROLE_COUNT; r++) {
-      int whole = engine_sharded(e) && r >= FERRY_ROLE_MASTER; /* pieces here, whole there */
-      if (!(roles >> r & 1) || (whole ? !keeps_role(e, r) : p->id[r] == UINT32_MAX)) continue;
+      int whole = engine_sharded(e) && keeps_whole(e, r); /* pieces here, whole there */
+      if (!(roles >> r & 1) || (whole ? 0 : p->id[r] == UINT32_MAX)) continue;
       want++;
       char nm[FERRY_MEM_NAME_MAX + 1];
       snprintf(nm, sizeof nm, "%s%s", p->name, group_role_suffix(r));
@@ -1274,8 +1464,10 @@ static int read_blob(ferry_engine *e, const char *folder, uint64_t bytes, void *
 static int load_tensors(ferry_engine *e, ferry_safetensors *pf, ferry_safetensors *of) {
   holder h;
   int rc = holder_init(&h, e);
-  if (!rc) rc = engine_sharded(e) ? move_pieces(e, &h, of, 0, NULL) : load_part(e, &h, of);
-  if (!rc) rc = load_part(e, &h, pf);
+  if (!rc) rc = engine_sharded(e) ? move_pieces(e, &h, of, OPTIM_ROLES, 0, NULL) : load_part(e, &h, of);
+  if (!rc)
+    rc = engine_params_sharded(e) ? move_pieces(e, &h, pf, 1u << FERRY_ROLE_PARAM, 0, NULL)
+                                  : load_part(e, &h, pf);
   if (!rc) holder_drop(&h);
   holder_destroy(&h);
   if (rc) return rc;
@@ -1405,11 +1597,25 @@ int ferry_checkpoint_load(ferry_engine *e, const char *path, void *blob, size_t 
 
 /* ---- export ---------------------------------------------------------------- */
 
+static int export_local(ferry_engine *e, const char *path, uint64_t max_shard_bytes);
+
 int ferry_export_weights(ferry_engine *e, const char *path, uint64_t max_shard_bytes) {
   if (!e) return FERRY_EINVAL;
   if (!path || !path[0]) return ferry_err(&e->err, FERRY_EINVAL, "export: no path");
   int rc = engine_quiesce(e, "export");
+  if (!engine_params_sharded(e)) return rc ? rc : export_local(e, path, max_shard_bytes);
+  /* stage 3 (a collective): rank 0 writes the params gathered whole */
+  rc = ranks_agree(e, rc, "export");
   if (rc) return rc;
+  e->ckpt_phases = 0;
+  if (e->rank == 0) rc = export_local(e, path, max_shard_bytes);
+  return ranks_root_status(e, other_phases(e, 1, rc), "export");
+}
+
+/* The export of this engine's params (alone, any rank at stages 0-2, or
+ * rank 0 at stage 3, whose params part gathers the other ranks' pieces). */
+static int export_local(ferry_engine *e, const char *path, uint64_t max_shard_bytes) {
+  int rc;
   char tmp[4096], trash[4096], parent[4096];
   if (snprintf(tmp, sizeof tmp, "%s.tmp-%ld", path, (long)getpid()) >= (int)sizeof tmp ||
       snprintf(trash, sizeof trash, "%s.trash-%ld", path, (long)getpid()) >= (int)sizeof trash ||

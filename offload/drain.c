@@ -300,9 +300,11 @@ static int hold_accumulators(ferry_engine *e, uint32_t g, ferry_tier gt) {
 static void widen_grads(ferry_engine *e, uint32_t g, const void *buf) {
   size_t n = e->gt.groups[g].n;
   float *r = e->drain.reduce;
-  if (e->dtype == FERRY_DT_F32) memcpy(r, buf, n * sizeof(float));
+  if (e->dtype == FERRY_DT_F32)
+    memcpy(r, buf, n * sizeof(float));
   else
-    for (size_t i = 0; i < n; i++) r[i] = ferry_dt_load(buf, (int)e->dtype, i);
+    for (size_t i = 0; i < n; i++)
+      r[i] = ferry_dt_load(buf, (int)e->dtype, i);
 }
 
 /* The collective's failure as the drain's error. */
@@ -323,7 +325,8 @@ static int reduce_grads(ferry_engine *e, uint32_t g) {
                               FERRY_REDUCE_AVG, NULL, NULL);
     return rc ? comm_err(e, rc, g, "all-reduce of the grads") : FERRY_OK;
   }
-  for (int r = 0; r < e->nranks; r++) d->counts[r] = gr->bounds[r + 1] - gr->bounds[r];
+  for (int r = 0; r < e->nranks; r++)
+    d->counts[r] = gr->bounds[r + 1] - gr->bounds[r];
   rc = ferry_comm_reduce_scatter(e->ch_drain, d->reduce, d->piece, d->counts, FERRY_DT_F32,
                                  FERRY_REDUCE_AVG, NULL, NULL);
   return rc ? comm_err(e, rc, g, "reduce-scatter of the grads") : FERRY_OK;
@@ -339,7 +342,8 @@ static int reduce_accumulators(ferry_engine *e, uint32_t g, ferry_tier gt) {
     eng_param *p = group_param(e, g, k);
     void *acc;
     ferry_mem_tensor_ptr(e->mem, p->id[FERRY_ROLE_GRAD], gt, &acc);
-    for (size_t i = 0; i < p->n; i++) d->reduce[p->goff + i] = ferry_dt_load(acc, (int)e->grad_dtype, i);
+    for (size_t i = 0; i < p->n; i++)
+      d->reduce[p->goff + i] = ferry_dt_load(acc, (int)e->grad_dtype, i);
   }
   int rc = reduce_grads(e, g);
   for (uint32_t k = 0; k < gr->count && !rc; k++) {
@@ -348,7 +352,8 @@ static int reduce_accumulators(ferry_engine *e, uint32_t g, ferry_tier gt) {
     void *acc;
     ferry_mem_tensor_ptr(e->mem, p->id[FERRY_ROLE_GRAD], gt, &acc);
     const float *src = d->piece + (p->goff + p->plo - gr->lo);
-    for (size_t i = 0; i < p->pn; i++) ferry_dt_store(acc, e->grad_dtype, p->plo + i, src[i]);
+    for (size_t i = 0; i < p->pn; i++)
+      ferry_dt_store(acc, e->grad_dtype, p->plo + i, src[i]);
   }
   return rc;
 }

@@ -187,6 +187,7 @@ int ferry_engine_create(const ferry_config *cfg, ferry_device *dev, ferry_engine
   for (int i = 0; i < ENGINE_GRAD_SLOTS; i++) e->drain.slot[i].owner = -1;
   e->stepper.waits_for = -1;
   e->nranks = 1;
+  e->ahead_group = e->ahead_slot = -1;
   int rc = ferry_config_clone(cfg, &e->cfg);
   if (rc) {
     ferry_engine_destroy(e);
@@ -223,7 +224,8 @@ void ferry_engine_destroy(ferry_engine *e) {
   if (!e) return;
   drain_stop(e); /* first: the drain may still queue updates */
   stepper_stop(e);
-  ranks_free(e); /* the threads' channels: after the threads */
+  ranks_drop_ahead(e); /* stage 3: a read-ahead's gather, before its channel goes */
+  ranks_free(e);       /* the threads' channels: after the threads */
   if (e->up) ferry_stream_synchronize(e->up);
   if (e->down) ferry_stream_synchronize(e->down);
   if (e->cv && e->cv->timeline[0] && e->finalized)
@@ -234,6 +236,7 @@ void ferry_engine_destroy(ferry_engine *e) {
   drain_free(e);
   stepper_free(e);
   gpu_free(e);
+  ranks_gather_free(e);
   if (e->dev && e->reserved) ferry_device_free(e->dev, e->reserved);
   if (e->dev) {
     ferry_stream_destroy(e->up);
@@ -335,6 +338,7 @@ static engine_staging staging_bytes(const ferry_engine *e) {
   size_t piece;
   st.reduce = drain_reduce_bytes(e, &piece); /* with ranks: the drain's fp32 buffers */
   st.reduce += piece;
+  if (engine_params_sharded(e)) st.reduce += 2 * gbytes; /* stage 3: the host gather buffers */
   st.drain = engine_drain_staged(e) ? ENGINE_DRAIN_STAGES * gbytes : gpu_own_host_bytes(e);
   st.upload = engine_upload_staged(e) ? ENGINE_STAGE_SLOTS * gbytes : 0;
   st.commit = e->param_home != FERRY_TIER_DEVICE ? e->gt.max_group_n * e->esize : 0;
@@ -346,6 +350,9 @@ void engine_own_bytes(const ferry_engine *e, size_t *own_dev, size_t *own_host) 
   engine_staging st = staging_bytes(e);
   /* device: the grad buffers (and device math's scratch) */
   *own_dev = ENGINE_GRAD_SLOTS * ferry_align_up(gbytes, 256) + gpu_own_dev_bytes(e);
+  if (engine_params_sharded(e)) /* stage 3: the device gather buffers (ranks_gather_init) */
+    *own_dev += (e->gt.ngroups < ENGINE_GATHER_SLOTS ? e->gt.ngroups : ENGINE_GATHER_SLOTS) *
+                ferry_align_up(gbytes, 256);
   *own_host = st.drain + st.upload + st.commit + st.reduce;
 }
 
@@ -459,18 +466,18 @@ static int check_host_pool(ferry_engine *e, size_t own_host) {
   }
   engine_staging st = staging_bytes(e);
   double least = ceil(MIB(own_host + n.total) * 10) / 10;
-  return ferry_err(&e->err, FERRY_ENOMEM,
-                   "finalize: tiers.host.budget of %.1f MiB is too small: the engine's staging "
-                   "takes %.1f MiB (drain %.1f, uploads %.1f, param commit %.1f, reduce %.1f) and leaves a "
-                   "pool of %.1f MiB, but one step needs %.1f MiB there (optimizer state of the "
-                   "largest group %.1f + 2 x its grads %.1f + 2 x its params %.1f + 2 x the "
-                   "largest chunk %.1f + host homes %.1f: params %.1f, grads %.1f, optimizer %.1f); set "
-                   "tiers.host.budget to at least %.1f MiB",
-                   MIB(own_host + e->host_pool), MIB(own_host), MIB(st.drain), MIB(st.upload),
-                   MIB(st.commit), MIB(st.reduce), MIB(e->host_pool), MIB(n.total), MIB(n.optim), MIB(n.grads),
-                   MIB(n.params), MIB(n.slack),
-                   MIB(n.home[0] + n.home[1] + n.home[2]), MIB(n.home[FERRY_FAMILY_PARAMS]),
-                   MIB(n.home[FERRY_FAMILY_GRADS]), MIB(n.home[FERRY_FAMILY_OPTIM]), least);
+  return ferry_err(
+      &e->err, FERRY_ENOMEM,
+      "finalize: tiers.host.budget of %.1f MiB is too small: the engine's staging "
+      "takes %.1f MiB (drain %.1f, uploads %.1f, param commit %.1f, ranks %.1f) and leaves a "
+      "pool of %.1f MiB, but one step needs %.1f MiB there (optimizer state of the "
+      "largest group %.1f + 2 x its grads %.1f + 2 x its params %.1f + 2 x the "
+      "largest chunk %.1f + host homes %.1f: params %.1f, grads %.1f, optimizer %.1f); set "
+      "tiers.host.budget to at least %.1f MiB",
+      MIB(own_host + e->host_pool), MIB(own_host), MIB(st.drain), MIB(st.upload), MIB(st.commit),
+      MIB(st.reduce), MIB(e->host_pool), MIB(n.total), MIB(n.optim), MIB(n.grads), MIB(n.params),
+      MIB(n.slack), MIB(n.home[0] + n.home[1] + n.home[2]), MIB(n.home[FERRY_FAMILY_PARAMS]),
+      MIB(n.home[FERRY_FAMILY_GRADS]), MIB(n.home[FERRY_FAMILY_OPTIM]), least);
 }
 
 /* The io_uring swap store, when the layout puts chunks on NVMe. */
@@ -660,6 +667,7 @@ static int alloc_buffers(ferry_engine *e, size_t dev_budget, size_t own_dev) {
   }
   int rc = drain_init(e, gbytes);
   if (!rc) rc = stepper_init(e, gbytes);
+  if (!rc) rc = ranks_gather_init(e, gbytes);
   if (!rc && e->reserve_bytes) {
     rc = ferry_device_alloc(e->dev, e->reserve_bytes, &e->reserved);
     if (rc)
@@ -775,6 +783,10 @@ static int check_group(ferry_engine *e, int group, const char *op) {
  * prefetch_depth allows. Never waits; a full budget just stops it. */
 static void prefetch(ferry_engine *e) {
   if (e->param_home == FERRY_TIER_DEVICE) return; /* always resident */
+  if (engine_params_sharded(e)) {                 /* stage 3: the next group's gather */
+    ranks_read_ahead(e);
+    return;
+  }
   uint32_t ng = e->gt.ngroups;
   size_t depth = e->cv->prefetch_depth ? (size_t)e->cv->prefetch_depth : ng;
   if (depth >= ng) depth = ng - 1;
@@ -840,11 +852,17 @@ int ferry_fetch(ferry_engine *e, int group, ferry_stream *s) {
                      "fetch: group %d: its optimizer update failed (%s); release the groups held "
                      "and call ferry_step to run it again",
                      group, ferry_strerror(rc));
-  rc = group_fetch(e, (uint32_t)group, FERRY_FAMILY_PARAMS, FERRY_TIER_DEVICE, s, 0, threads_busy);
-  if (rc) return engine_mem_err(e, rc, "fetch");
-  /* params uploaded by the last step (device home): ordered on e->up */
-  rc = ferry_stream_wait_event(s, gr->uploaded);
-  if (rc) return ferry_err(&e->err, rc, "fetch: %s", ferry_device_last_error(e->dev));
+  if (engine_params_sharded(e)) { /* stage 3: every rank's pieces gathered */
+    rc = ranks_fetch_params(e, (uint32_t)group, s);
+    if (rc) return rc;
+  } else {
+    rc =
+        group_fetch(e, (uint32_t)group, FERRY_FAMILY_PARAMS, FERRY_TIER_DEVICE, s, 0, threads_busy);
+    if (rc) return engine_mem_err(e, rc, "fetch");
+    /* params uploaded by the last step (device home): ordered on e->up */
+    rc = ferry_stream_wait_event(s, gr->uploaded);
+    if (rc) return ferry_err(&e->err, rc, "fetch: %s", ferry_device_last_error(e->dev));
+  }
   pthread_mutex_lock(&e->mu);
   gr->fetched++;
   pthread_mutex_unlock(&e->mu);
@@ -866,8 +884,13 @@ int ferry_release(ferry_engine *e, int group, ferry_stream *s) {
   pthread_mutex_unlock(&e->mu);
   if (fetched == 0)
     return ferry_err(&e->err, FERRY_ESTATE, "release: group %d is not fetched", group);
-  rc = ferry_mem_release(e->mem, (uint32_t)group, FERRY_FAMILY_PARAMS, FERRY_TIER_DEVICE, s);
-  if (rc) return engine_mem_err(e, rc, "release");
+  if (engine_params_sharded(e)) {
+    rc = ranks_release_params(e, (uint32_t)group, s);
+    if (rc) return rc;
+  } else {
+    rc = ferry_mem_release(e->mem, (uint32_t)group, FERRY_FAMILY_PARAMS, FERRY_TIER_DEVICE, s);
+    if (rc) return engine_mem_err(e, rc, "release");
+  }
   pthread_mutex_lock(&e->mu);
   gr->fetched--;
   pthread_cond_broadcast(&e->stepper.cv); /* an update may wait for the release */
@@ -887,7 +910,9 @@ int ferry_param_device(ferry_engine *e, const char *name, void **param, void **g
   if (!fetched)
     return ferry_err(&e->err, FERRY_ESTATE, "param device '%s': group %u is not fetched", p->name,
                      p->group);
-  if (param) {
+  if (param && engine_params_sharded(e)) { /* stage 3: in the group's gather buffer */
+    *param = (char *)e->gather_dev[gr->gslot] + p->goff * e->esize;
+  } else if (param) {
     int rc = ferry_mem_tensor_ptr(e->mem, p->id[FERRY_ROLE_PARAM], FERRY_TIER_DEVICE, param);
     if (rc) return engine_mem_err(e, rc, "param device");
   }
@@ -964,8 +989,10 @@ int ferry_param_read(ferry_engine *e, const char *name, float *dst, size_t count
   if (rc) return engine_mem_err(e, rc, "param read");
   float *master = NULL;
   if (p->pn) ferry_mem_tensor_ptr(e->mem, p->id[FERRY_ROLE_MASTER], ot, (void **)&master);
-  if (engine_sharded(e)) rc = ranks_read_param(e, p, master, dst); /* a collective */
-  else if (engine_gpu_math(e)) rc = gpu_read_f32(e, dst, master, count); /* after the kernels */
+  if (engine_sharded(e))
+    rc = ranks_read_param(e, p, master, dst); /* a collective */
+  else if (engine_gpu_math(e))
+    rc = gpu_read_f32(e, dst, master, count); /* after the kernels */
   else memcpy(dst, master, count * sizeof(float));
   ferry_mem_release(e->mem, p->group, FERRY_FAMILY_OPTIM, ot, NULL);
   return rc;
@@ -1003,7 +1030,9 @@ int ferry_engine_get_stats(ferry_engine *e, ferry_stats *out) {
 
 int engine_quiesce(ferry_engine *e, const char *op) {
   if (!e->finalized) return ferry_err(&e->err, FERRY_ESTATE, "%s: call ferry_engine_finalize first", op);
-  int rc = stepper_wait_all(e);
+  int rc = ranks_drop_ahead(e); /* stage 3: the params may change */
+  if (rc) return rc;
+  rc = stepper_wait_all(e);
   pthread_mutex_lock(&e->mu);
   int failed = -1, why = 0, fetched = -1;
   for (uint32_t g = 0; g < e->gt.ngroups && failed < 0; g++)

@@ -137,7 +137,8 @@ int group_partition(ferry_engine *e, size_t align) {
     if (sharded) {
       gr->bounds = calloc((size_t)e->nranks + 1, sizeof *gr->bounds);
       if (!gr->bounds) return ferry_err(&e->err, FERRY_ENOMEM, "finalize: out of memory");
-      for (int r = 0; r <= e->nranks; r++) gr->bounds[r] = bound_of(e, g, r, align);
+      for (int r = 0; r <= e->nranks; r++)
+        gr->bounds[r] = bound_of(e, g, r, align);
       gr->lo = gr->bounds[e->rank];
       gr->hi = gr->bounds[e->rank + 1];
     }
@@ -181,8 +182,12 @@ int group_register(ferry_engine *e) {
       int64_t packed = (int64_t)p->state_bytes, piece = (int64_t)p->pn;
       /* sharded roles are this rank's piece, one dimension (none when empty) */
       int shard = (r >= FERRY_ROLE_MASTER && engine_sharded(e)) ||
-                  (r == FERRY_ROLE_GRAD && engine_grads_sharded(e));
-      if (shard && p->pn == 0) continue;
+                  (r == FERRY_ROLE_GRAD && engine_grads_sharded(e)) ||
+                  (r == FERRY_ROLE_PARAM && engine_params_sharded(e));
+      /* no piece: no tensor, but at stage 3 a one-element param stands in
+       * (never read or written), so the manager knows every group */
+      if (shard && p->pn == 0 && r != FERRY_ROLE_PARAM) continue;
+      if (shard && p->pn == 0) piece = 1;
       if (shard) {
         ndim = 1;
         shape = &piece;
@@ -219,7 +224,8 @@ void group_check_chunks(ferry_engine *e) {
 
 void group_free(eng_groups *gt) {
   for (size_t i = 0; i < gt->nparams; i++) free(gt->params[i].name);
-  for (uint32_t g = 0; gt->groups && g < gt->ngroups; g++) free(gt->groups[g].bounds);
+  for (uint32_t g = 0; gt->groups && g < gt->ngroups; g++)
+    free(gt->groups[g].bounds);
   free(gt->params);
   free(gt->by_group);
   free(gt->groups);
@@ -289,8 +295,10 @@ int group_zero_grads(ferry_engine *e, uint32_t g, int held) {
     size_t n = gs ? p->pn : p->n;
     if (n == 0) continue;
     ferry_mem_tensor_ptr(e->mem, p->id[FERRY_ROLE_GRAD], gt, &acc);
-    if (!engine_gpu_math(e)) memset(acc, 0, n * es);
-    else if ((rc = gpu_zero(e, acc, n * es))) break; /* device memory */
+    if (!engine_gpu_math(e))
+      memset(acc, 0, n * es);
+    else if ((rc = gpu_zero(e, acc, n * es)))
+      break; /* device memory */
   }
   int r2 = held ? FERRY_OK : ferry_mem_release(e->mem, g, FERRY_FAMILY_GRADS, gt, NULL);
   if (rc) return rc;

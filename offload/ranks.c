@@ -52,10 +52,11 @@ static int per_rank_key(const char *name) {
 
 static uint64_t fnv(uint64_t h, const void *data, size_t len) {
   const unsigned char *b = data;
-  for (size_t i = 0; i < len; i++) h = (h ^ b[i]) * 0x100000001b3ull;
+  for (size_t i = 0; i < len; i++)
+    h = (h ^ b[i]) * 0x100000001b3ull;
   return h;
 }
-#define FNV0 0xcbf29ce484222325ull
+#define FNV0       0xcbf29ce484222325ull
 #define VALUE_TEXT 200 /* bytes of a key's value shown in a mismatch */
 
 /* The registration's fingerprint: names, shapes and groups in order. */
@@ -104,7 +105,8 @@ static int check_fingerprints(ferry_engine *e) {
   }
   mine[nk] = registration_hash(e);
   mine[nk + 1] = e->gt.nparams;
-  for (int r = 0; r < nr; r++) counts[r] = per;
+  for (int r = 0; r < nr; r++)
+    counts[r] = per;
   int rc = ferry_comm_allgather(e->ch_loop, mine, all, counts, FERRY_DT_U64, NULL, NULL);
   if (rc) {
     rc = ferry_err(&e->err, rc, "finalize: dist: gathering the ranks' configurations: %s",
@@ -128,12 +130,15 @@ static int check_fingerprints(ferry_engine *e) {
     goto out;
   }
   key_value(e, (int)key, &name, texts + (size_t)e->rank * VALUE_TEXT, VALUE_TEXT);
-  for (int r = 0; r < nr; r++) counts[r] = VALUE_TEXT;
+  for (int r = 0; r < nr; r++)
+    counts[r] = VALUE_TEXT;
   rc = ferry_comm_allgather(e->ch_loop, texts + (size_t)e->rank * VALUE_TEXT, texts, counts,
                             FERRY_DT_U8, NULL, NULL);
   if (rc) {
-    rc = ferry_err(&e->err, rc, "finalize: dist: ranks disagree on %s (and gathering its values "
-                   "failed: %s)", name, ferry_comm_last_error(e->ch_loop));
+    rc = ferry_err(&e->err, rc,
+                   "finalize: dist: ranks disagree on %s (and gathering its values "
+                   "failed: %s)",
+                   name, ferry_comm_last_error(e->ch_loop));
     goto out;
   }
   texts[VALUE_TEXT - 1] = texts[(size_t)other * VALUE_TEXT + VALUE_TEXT - 1] = 0;
@@ -151,10 +156,16 @@ out:
 /* What ranks do not support yet (decided by the configuration, the same
  * on every rank once the fingerprints agree). */
 static int refuse_unsupported(ferry_engine *e) {
-  if (e->zero_stage == 3)
+  if (e->zero_stage == 3 && e->param_home == FERRY_TIER_DEVICE)
     return ferry_err(&e->err, FERRY_ECONFIG,
-                     "finalize: dist.zero_stage = 3 (params sharded, all-gathered at fetch) is "
-                     "not implemented yet: set dist.zero_stage = 2, 1 or 0");
+                     "finalize: dist.zero_stage = 3 with placement.params = \"gpu\" is not "
+                     "implemented yet (the sharded params live in the host or on NVMe and are "
+                     "gathered at fetch): set placement.params = \"host\" or \"nvme\", or "
+                     "dist.zero_stage = 2");
+  if (e->zero_stage == 3 && e->master_bf16)
+    return ferry_err(&e->err, FERRY_ECONFIG,
+                     "finalize: dist.zero_stage = 3 with precision.master = \"bf16\" is not "
+                     "implemented yet: set precision.master = \"fp32\" or dist.zero_stage = 2");
   if (e->grads_none)
     return ferry_err(&e->err, FERRY_ECONFIG,
                      "finalize: placement.grads = \"none\" with %d ranks: the grads are averaged "
@@ -186,10 +197,13 @@ int ranks_setup(ferry_engine *e) {
     if (rc)
       return ferry_err(&e->err, rc, "finalize: dist: a channel of the communicator: %s",
                        ferry_comm_last_error(e->comm));
-    ferry_comm_set_span_hook(*ch[i], fn[i], e);
   }
   int rc = check_fingerprints(e);
   if (rc) return rc;
+  /* only now: a hook runs after its collective's waiter may go on, and
+   * finalize's reset of the timeline must not meet a late span */
+  for (int i = 0; i < 3; i++)
+    ferry_comm_set_span_hook(*ch[i], fn[i], e);
   /* "auto" grads would be "none" (no accumulator) when the step runs during
    * backward; the ranks' average needs accumulators: the optimizer's home */
   if (e->grads_none && e->cv->place_grads == FERRY_GRADS_AUTO) {
@@ -223,7 +237,8 @@ int ranks_global_norm(ferry_engine *e, double *sumsq, int *nonfinite) {
   if (!rc) {
     v[2 * e->rank] = *sumsq;
     v[2 * e->rank + 1] = *nonfinite ? 1 : 0;
-    for (int r = 0; r < e->nranks; r++) counts[r] = 2;
+    for (int r = 0; r < e->nranks; r++)
+      counts[r] = 2;
     rc = ferry_comm_allgather(e->ch_loop, v + 2 * e->rank, v, counts, FERRY_DT_F64, NULL, NULL);
     if (rc)
       rc = ferry_err(&e->err, rc, "step: the grad norm over the ranks: %s",
@@ -248,9 +263,10 @@ int ranks_read_param(ferry_engine *e, const eng_param *p, const float *piece, fl
   size_t *counts = calloc((size_t)e->nranks, sizeof *counts);
   if (!counts) return ferry_err(&e->err, FERRY_ENOMEM, "param read: out of memory");
   size_t off;
-  for (int r = 0; r < e->nranks; r++) counts[r] = group_param_piece(e, p, r, &off);
-  int rc = ferry_comm_allgather(e->ch_loop, p->pn ? piece : dst + p->plo, dst, counts,
-                                FERRY_DT_F32, NULL, NULL);
+  for (int r = 0; r < e->nranks; r++)
+    counts[r] = group_param_piece(e, p, r, &off);
+  int rc = ferry_comm_allgather(e->ch_loop, p->pn ? piece : dst + p->plo, dst, counts, FERRY_DT_F32,
+                                NULL, NULL);
   free(counts);
   if (rc)
     return ferry_err(&e->err, rc, "param read '%s': gathering its pieces: %s", p->name,
@@ -282,7 +298,8 @@ int ranks_agree(ferry_engine *e, int rc, const char *op) {
     return ferry_err(&e->err, FERRY_ENOMEM, "%s: out of memory", op);
   }
   all[e->rank] = rc;
-  for (int r = 0; r < e->nranks; r++) counts[r] = 1;
+  for (int r = 0; r < e->nranks; r++)
+    counts[r] = 1;
   int crc = ferry_comm_allgather(e->ch_loop, all + e->rank, all, counts, FERRY_DT_I32, NULL, NULL);
   int other = -1;
   for (int r = 0; r < e->nranks && other < 0 && !crc; r++)
@@ -305,7 +322,188 @@ int ranks_root_status(ferry_engine *e, int rc, const char *op) {
   int32_t v = rc;
   int crc = ferry_comm_broadcast(e->ch_loop, &v, 1, FERRY_DT_I32, 0, NULL, NULL);
   if (crc)
-    return ferry_err(&e->err, crc, "%s: rank 0's status: %s", op, ferry_comm_last_error(e->ch_loop));
+    return ferry_err(&e->err, crc, "%s: rank 0's status: %s", op,
+                     ferry_comm_last_error(e->ch_loop));
   if (e->rank == 0 || !v) return rc ? rc : v;
   return ferry_err(&e->err, v, "%s: rank 0 failed (%s); see its error", op, ferry_strerror(v));
+}
+
+/* ---- ZeRO stage 3: the params gathered at fetch ------------------------- */
+
+int ranks_gather_init(ferry_engine *e, size_t gbytes) {
+  e->ngather = 0;
+  e->ahead_group = e->ahead_slot = -1;
+  for (int i = 0; i < ENGINE_GATHER_SLOTS; i++)
+    e->gather_owner[i] = -1;
+  for (uint32_t g = 0; g < e->gt.ngroups; g++)
+    e->gt.groups[g].gslot = -1;
+  if (!engine_params_sharded(e)) return FERRY_OK;
+  e->ngather = e->gt.ngroups < ENGINE_GATHER_SLOTS ? (int)e->gt.ngroups : ENGINE_GATHER_SLOTS;
+  e->gather_counts = calloc((size_t)e->nranks, sizeof *e->gather_counts);
+  int rc = e->gather_counts ? FERRY_OK : FERRY_ENOMEM;
+  for (int i = 0; i < e->ngather && !rc; i++) {
+    rc = ferry_device_alloc(e->dev, gbytes, &e->gather_dev[i]);
+    if (!rc) rc = ferry_event_create(e->dev, &e->gather_free[i]);
+  }
+  for (int i = 0; i < 2 && !rc; i++) {
+    rc = ferry_host_alloc(e->dev, gbytes, &e->gather_host[i]);
+    if (!rc) rc = ferry_event_create(e->dev, &e->gather_up[i]);
+  }
+  if (rc)
+    return ferry_err(&e->err, rc, "finalize: the gather buffers of dist.zero_stage = 3: %s",
+                     rc == FERRY_ENOMEM && !e->gather_counts ? "out of memory"
+                                                             : ferry_device_last_error(e->dev));
+  return FERRY_OK;
+}
+
+void ranks_gather_free(ferry_engine *e) {
+  if (e->dev) {
+    for (int i = 0; i < ENGINE_GATHER_SLOTS; i++) {
+      if (e->gather_dev[i]) ferry_device_free(e->dev, e->gather_dev[i]);
+      ferry_event_destroy(e->gather_free[i]);
+    }
+    for (int i = 0; i < 2; i++) {
+      if (e->gather_host[i]) ferry_host_free(e->dev, e->gather_host[i]);
+      ferry_event_destroy(e->gather_up[i]);
+    }
+  }
+  free(e->gather_counts);
+}
+
+/* This rank's pieces of group g's params (the home, through the host) into
+ * their range of host buffer buf. */
+static int own_pieces(ferry_engine *e, uint32_t g, char *buf) {
+  eng_group *gr = &e->gt.groups[g];
+  int rc = group_fetch(e, g, FERRY_FAMILY_PARAMS, FERRY_TIER_HOST, NULL, FERRY_MEM_NOTRACE, NULL);
+  if (rc) return engine_mem_err(e, rc, "fetch: params");
+  for (uint32_t k = 0; k < gr->count && !rc; k++) {
+    eng_param *p = group_param(e, g, k);
+    void *h;
+    if (!p->pn) continue;
+    rc = ferry_mem_tensor_ptr(e->mem, p->id[FERRY_ROLE_PARAM], FERRY_TIER_HOST, &h);
+    if (!rc) memcpy(buf + (p->goff + p->plo) * e->esize, h, p->pn * e->esize);
+  }
+  int r2 = ferry_mem_release(e->mem, g, FERRY_FAMILY_PARAMS, FERRY_TIER_HOST, NULL);
+  if (!rc) rc = r2;
+  return rc ? engine_mem_err(e, rc, "fetch: params") : FERRY_OK;
+}
+
+static int free_slot(const ferry_engine *e) {
+  for (int i = 0; i < e->ngather; i++)
+    if (e->gather_owner[i] < 0) return i;
+  return -1;
+}
+
+/* Starts the gather of group g into slot `slot` (reserved for it) through
+ * the next host buffer: this rank's pieces, then the all-gather on the
+ * loop channel (req NULL: waits). */
+static int gather_start(ferry_engine *e, uint32_t g, int slot, int *hb, ferry_comm_req **req) {
+  eng_group *gr = &e->gt.groups[g];
+  int b = e->gather_turn;
+  e->gather_turn ^= 1;
+  int rc = ferry_event_synchronize(e->gather_up[b]); /* the buffer's last H2D is done */
+  if (rc) return ferry_err(&e->err, rc, "fetch: %s", ferry_device_last_error(e->dev));
+  char *buf = e->gather_host[b];
+  rc = own_pieces(e, g, buf);
+  if (rc) return rc;
+  for (int r = 0; r < e->nranks; r++)
+    e->gather_counts[r] = (gr->bounds[r + 1] - gr->bounds[r]) * e->esize;
+  rc = ferry_comm_allgather(e->ch_loop, buf + gr->lo * e->esize, buf, e->gather_counts, FERRY_DT_U8,
+                            NULL, req);
+  if (rc)
+    return ferry_err(&e->err, rc, "fetch: group %u: all-gather of its params: %s", g,
+                     ferry_comm_last_error(e->ch_loop));
+  e->gather_owner[slot] = (int)g;
+  *hb = b;
+  return FERRY_OK;
+}
+
+/* The gathered params of group g (host buffer hb) H2D into its slot on s,
+ * after the slot's last readers and before the loop's kernels. */
+static int gather_finish(ferry_engine *e, uint32_t g, int slot, int hb, ferry_stream *s) {
+  eng_group *gr = &e->gt.groups[g];
+  int rc = ferry_stream_wait_event(s, e->gather_free[slot]);
+  if (!rc)
+    rc = ferry_memcpy_async(s, e->gather_dev[slot], e->gather_host[hb], gr->n * e->esize,
+                            FERRY_COPY_H2D);
+  if (!rc) rc = ferry_event_record(e->gather_up[hb], s);
+  if (rc) return ferry_err(&e->err, rc, "fetch: %s", ferry_device_last_error(e->dev));
+  gr->gslot = slot;
+  return FERRY_OK;
+}
+
+/* Waits for the read-ahead's gather; its status. */
+static int ahead_wait(ferry_engine *e) {
+  int rc = ferry_comm_wait(e->ch_loop, e->ahead_req);
+  e->ahead_req = NULL;
+  if (rc)
+    return ferry_err(&e->err, rc, "fetch: group %d: all-gather of its params: %s", e->ahead_group,
+                     ferry_comm_last_error(e->ch_loop));
+  return FERRY_OK;
+}
+
+int ranks_fetch_params(ferry_engine *e, uint32_t g, ferry_stream *s) {
+  eng_group *gr = &e->gt.groups[g];
+  if (gr->gslot >= 0) return FERRY_OK; /* fetched already: the same buffer */
+  if (e->ahead_group == (int)g) {      /* read ahead: its gather is on its way */
+    int slot = e->ahead_slot, hb = e->ahead_host;
+    int rc = ahead_wait(e);
+    e->ahead_group = e->ahead_slot = -1;
+    if (!rc) rc = gather_finish(e, g, slot, hb, s);
+    if (rc) e->gather_owner[slot] = -1;
+    return rc;
+  }
+  int slot = free_slot(e), hb;
+  if (slot < 0)
+    return ferry_err(&e->err, FERRY_ENOMEM,
+                     "fetch: group %u: dist.zero_stage = 3 gathers a fetched group's params into "
+                     "one of %d device buffers, and every one holds a fetched group%s; release a "
+                     "group before fetching another",
+                     g, e->ngather, e->ahead_group >= 0 ? " or the next one's read-ahead" : "");
+  int rc = gather_start(e, g, slot, &hb, NULL);
+  if (!rc) rc = gather_finish(e, g, slot, hb, s);
+  if (rc) e->gather_owner[slot] = -1;
+  return rc;
+}
+
+void ranks_read_ahead(ferry_engine *e) {
+  if (e->tracing || e->ahead_group >= 0 || e->fetches >= e->ntrace) return;
+  uint32_t g = e->trace[e->fetches]; /* the loop's next fetch, if it follows the trace */
+  int slot = free_slot(e);
+  if (e->gt.groups[g].gslot >= 0 || slot < 0) return;
+  /* its update of the last step is committed (waiting decides the same on
+   * every rank; skipping a pending one would not) */
+  if (stepper_wait_group(e, g)) return;
+  int hb;
+  ferry_comm_req *req = NULL;
+  if (gather_start(e, g, slot, &hb, &req)) {
+    e->gather_owner[slot] = -1;
+    return; /* the fetch of g gathers it, and reports */
+  }
+  e->ahead_group = (int)g;
+  e->ahead_slot = slot;
+  e->ahead_host = hb;
+  e->ahead_req = req;
+}
+
+int ranks_drop_ahead(ferry_engine *e) {
+  if (e->ahead_group < 0) return FERRY_OK;
+  int rc = ahead_wait(e);
+  e->gather_owner[e->ahead_slot] = -1;
+  e->ahead_group = e->ahead_slot = -1;
+  return rc;
+}
+
+int ranks_release_params(ferry_engine *e, uint32_t g, ferry_stream *s) {
+  eng_group *gr = &e->gt.groups[g];
+  int rc = ferry_event_record(e->gather_free[gr->gslot], s);
+  if (rc) return ferry_err(&e->err, rc, "release: %s", ferry_device_last_error(e->dev));
+  pthread_mutex_lock(&e->mu);
+  int last = gr->fetched == 1;
+  pthread_mutex_unlock(&e->mu);
+  if (last) {
+    e->gather_owner[gr->gslot] = -1;
+    gr->gslot = -1;
+  }
+  return FERRY_OK;
 }
