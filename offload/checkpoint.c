@@ -544,13 +544,9 @@ static int optim_phase(ferry_engine *e, holder *h, ferry_safetensors_writer *w) 
   return rc ? rc : drc;
 }
 
-/* Rank 0's part (roles) of a sharded save: every tensor whole. */
-static int write_whole(ferry_engine *e, holder *h, const char *path, uint64_t max_shard,
-                       unsigned roles) {
-  ferry_safetensors_writer *w = NULL;
-  int rc = ferry_safetensors_writer_create(path, max_shard, &w);
-  if (rc) rc = ferry_err(&e->err, rc, "checkpoint: %s", ferry_last_error());
-  if (!rc) rc = ferry_safetensors_writer_metadata(w, "format", "pt");
+/* Every tensor of a part (roles) whole into w, after its metadata. */
+static int add_whole(ferry_engine *e, ferry_safetensors_writer *w, unsigned roles) {
+  int rc = ferry_safetensors_writer_metadata(w, "format", "pt");
   for (size_t i = 0; i < e->gt.nparams && !rc; i++) {
     eng_param *p = &e->gt.params[e->gt.by_group[i]];
     for (int r = 0; r < FERRY_ROLE_COUNT && !rc; r++) {
@@ -564,6 +560,16 @@ static int write_whole(ferry_engine *e, holder *h, const char *path, uint64_t ma
       rc = ferry_safetensors_writer_add(w, nm, dt, nd, shape);
     }
   }
+  return rc;
+}
+
+/* Rank 0's part (roles) of a sharded save: every tensor whole. */
+static int write_whole(ferry_engine *e, holder *h, const char *path, uint64_t max_shard,
+                       unsigned roles) {
+  ferry_safetensors_writer *w = NULL;
+  int rc = ferry_safetensors_writer_create(path, max_shard, &w);
+  if (rc) rc = ferry_err(&e->err, rc, "checkpoint: %s", ferry_last_error());
+  if (!rc) rc = add_whole(e, w, roles);
   if (w && rc) rc = ferry_err(&e->err, rc, "%s", ferry_safetensors_writer_last_error(w));
   if (!rc) { /* lays the files out now (see write_tensors) */
     rc = ferry_safetensors_writer_write(w, "", NULL, 0);
@@ -615,20 +621,7 @@ static int layout_part(ferry_engine *e, const char *path, uint64_t max_shard, un
   ferry_safetensors_writer *w = NULL;
   int rc = ferry_safetensors_writer_create(path, max_shard, &w);
   if (rc) return ferry_err(&e->err, rc, "checkpoint: %s", ferry_last_error());
-  rc = ferry_safetensors_writer_metadata(w, "format", "pt");
-  for (size_t i = 0; i < e->gt.nparams && !rc; i++) {
-    eng_param *p = &e->gt.params[e->gt.by_group[i]];
-    for (int r = 0; r < FERRY_ROLE_COUNT && !rc; r++) {
-      if (!(roles >> r & 1) || !keeps_whole(e, r)) continue;
-      char nm[FERRY_MEM_NAME_MAX + 1];
-      ferry_dtype dt;
-      int nd;
-      int64_t shape[FERRY_MEM_MAX_DIMS];
-      snprintf(nm, sizeof nm, "%s%s", p->name, group_role_suffix(r));
-      whole_info(e, p, r, &dt, &nd, shape);
-      rc = ferry_safetensors_writer_add(w, nm, dt, nd, shape);
-    }
-  }
+  rc = add_whole(e, w, roles);
   if (!rc) rc = st_writer_finish_holes(w);
   if (rc) rc = ferry_err(&e->err, rc, "checkpoint: %s", ferry_safetensors_writer_last_error(w));
   ferry_safetensors_writer_destroy(w);
