@@ -1,7 +1,8 @@
 /* tests/offload/test_zero_ckpt.c — checkpoints of an engine with ranks,
  * under `mpirun -np 2` (host backend): every rank writes its pieces into
  * the one checkpoint, which has the files of a one-rank checkpoint. Per
- * case (stages 0, 1, 2; host, optimizer on NVMe, int8 states): a save at
+ * case (stages 0-3; host, optimizer or everything on NVMe, int8 states,
+ * 16 KiB shards): a save at
  * step 2 by 2 ranks lists the same files, sizes and CRC32Cs as a one-rank
  * engine's fed the averaged grads (grads are multiples of 2^-10, so the
  * runs are equal bit for bit) and records ranks 2 and the stage; a fresh
@@ -87,6 +88,9 @@ static const scase cases[] = {
     {"optimizer on nvme", "placement.optimizer=nvme", 2, 0, 0},
     {"int8 states", "optimizer.state_dtype=int8", 2, 1, 0},
     {"int8 states, 16 KiB shards", "optimizer.state_dtype=int8", 1, 0, 16384},
+    {"host", "", 3, 1, 0},
+    {"everything on nvme", "placement.params=nvme,placement.grads=nvme,placement.optimizer=nvme", 3,
+     0, 16384},
 };
 #define NCASES (int)(sizeof cases / sizeof cases[0])
 
