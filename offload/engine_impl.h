@@ -31,22 +31,6 @@
 
 #include <pthread.h>
 
-/* TEMPORARY until dist/ (branch wt-dist) is merged: the engine calls the
- * communicator only with ranks, so alone it links without dist/. */
-#ifndef FERRY_HAVE_DIST
-#pragma weak ferry_comm_get_kind
-#pragma weak ferry_comm_size
-#pragma weak ferry_comm_rank
-#pragma weak ferry_comm_dup
-#pragma weak ferry_comm_set_span_hook
-#pragma weak ferry_comm_destroy
-#pragma weak ferry_comm_last_error
-#pragma weak ferry_comm_allgather
-#pragma weak ferry_comm_allreduce
-#pragma weak ferry_comm_reduce_scatter
-#pragma weak ferry_comm_get_stats
-#endif
-
 #define ENGINE_GRAD_SLOTS 2   /* device grad buffers in flight (backward / drain) */
 #define ENGINE_STAGE_SLOTS 2  /* pinned buffers for param uploads */
 #define ENGINE_DRAIN_STAGES 2 /* pinned buffers for grad downloads (one copying, one summed) */
