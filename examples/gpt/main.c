@@ -176,9 +176,9 @@ static const char *k_train_help =
     "    0 on success, 1 on a runtime failure (also: no usable GPU for --device cuda, no\n"
     "    checkpoint in --resume DIR, a damaged one), 2 on bad usage (also: --resume with\n"
     "    settings other than the checkpoint's; with N ranks: no --engine, --save-every or\n"
-    "    --resume (checkpoints of several ranks are not implemented yet), ranks started with\n"
-    "    other settings). Under mpirun a rank's runtime failure ends the job through\n"
-    "    MPI_Abort with status 1.\n"
+    "    --resume (checkpoints of several ranks are not implemented yet), --device cuda (not\n"
+    "    implemented yet), ranks started with other settings). Under mpirun a rank's\n"
+    "    runtime failure ends the job through MPI_Abort with status 1.\n"
     "\n"
     "TEST HOOKS\n"
     "    FERRY_GPT_TEST_DIE_AT_STEP=K / FERRY_GPT_TEST_HANG_AT_STEP=K: rank\n"
@@ -725,6 +725,9 @@ static int train_comm(train_run *t) {
   if (!t->o.engine)
     why = "needs --engine (the resident pre-engine path keeps one whole copy per process and "
           "does not shard)";
+  else if (t->o.cuda)
+    why = "--device cuda: data parallel on GPUs (a GPU per rank, NCCL) is not implemented yet; "
+          "the ranks train on the host backend (--device cpu)";
   else if (t->o.save_every || t->o.resume)
     why = "--save-every and --resume: checkpoints of several ranks (a shard per rank) are not "
           "implemented yet; checkpoint runs of one rank";
