@@ -231,7 +231,7 @@ def main():
     p.add_argument("--case", required=True,
                    choices=["equiv-host", "equiv-nvme", "memory", "die", "hang", "mismatch"])
     a = p.parse_args()
-    if a.mpi.upper() in ("OFF", "0", "FALSE", "") or not shutil.which(a.mpirun):
+    if a.mpi.upper() in ("OFF", "0", "FALSE", "") or not a.mpirun or not shutil.which(a.mpirun):
         print("skipped: this build has no MPI or %s is missing" % a.mpirun)
         sys.exit(SKIP)
     a.gpt, a.configs, a.data = (os.path.abspath(x) for x in (a.gpt, a.configs, a.data))
