@@ -71,7 +71,8 @@ static const char *k_train_help =
     "    of one rank at --batch N*B. Every rank runs the same command (the model, --batch,\n"
     "    --seq, seed, data, tokenizer and engine keys are compared at start; a difference is\n"
     "    refused, naming it). Rank 0 alone prints; the loss printed is the mean of the\n"
-    "    ranks' losses (the loss of the global batch). A rank that fails ends the job\n"
+    "    ranks' losses (the loss of the global batch), tokens count every rank's, the\n"
+    "    peaks and NVMe bytes are rank 0's. A rank that fails ends the job\n"
     "    (MPI_Abort) after its message, prefixed \"rank R: \"; a rank that stops answering\n"
     "    fails the others after dist.timeout seconds (default 300).\n"
     "\n"
@@ -573,7 +574,7 @@ typedef struct {
 typedef struct {
   double t_all, first, last; /* seconds in steps; the first and last loss */
   int ran;                   /* steps this process runs */
-  long long tok_step;        /* tokens per step */
+  long long tok_step;        /* tokens per step (of every rank) */
   ferry_stats fs;            /* --engine: the engine's stats */
   ferry_stats fs0;           /* ... before the first step */
   uint64_t nvme_rd[FERRY_FAMILIES], nvme_wr[FERRY_FAMILIES]; /* ... after the last step */
@@ -1157,7 +1158,7 @@ static int train_steps(train_run *t, train_totals *tt) {
   int32_t *y = malloc((size_t)batch * seq * sizeof *y);
   memset(tt, 0, sizeof *tt);
   tt->first = NAN, tt->last = NAN;
-  tt->tok_step = (long long)batch * seq * t->micro;
+  tt->tok_step = (long long)batch * seq * t->micro * t->nranks; /* every rank's */
   tt->ran = steps >= start ? steps - start + 1 : 0;
   if (t->ge) {
     ferry_engine_get_stats(gpt_engine_handle(t->ge), &tt->fs0);

@@ -10,7 +10,8 @@ one case per CTest test (--case):
                           grad_accumulation=2 (the same sums in the same order)
   memory                  each rank's peak optimizer-state bytes (the tier the
                           placement names: host, nvme) <= 0.55 of one rank's,
-                          at stages 1 and 2, in both placements
+                          at stages 1 and 2, in both placements (and --timeline
+                          writes one file per rank)
   die                     a rank killed at step 3 (test hook): the job ends
                           non-zero within the timeout, naming the rank
   hang                    a rank that stops answering at step 3, dist.timeout=3:
@@ -171,7 +172,11 @@ def case_memory(a):
         for stage in (1, 2):
             tag = "mem-%s-2ranks-stage%d" % (cfg, stage)
             _, _, st = one_run(a, a.work, tag, 2, cfg, 2, steps,
-                               ["--set", "dist.zero_stage=%d" % stage])
+                               ["--set", "dist.zero_stage=%d" % stage, "--timeline", "tl.json"])
+            for r in (0, 1):  # one timeline per rank
+                with open(os.path.join(a.work, tag, "tl.rank%d.json" % r)) as f:
+                    if not json.load(f):
+                        fail("%s: tl.rank%d.json is empty" % (tag, r))
             per = st.get("per_rank") or fail("%s: no per_rank in --stats-json" % tag)
             for r in per:
                 v = r["optim_peak"][tier]
