@@ -738,6 +738,20 @@ static int train_comm(train_run *t) {
   return 2;
 }
 
+/* Each rank's `count` values of type dt into all, in rank order (a
+ * collective). 0, or 1 with the message printed. */
+static int train_allgather(train_run *t, const void *mine, void *all, size_t count,
+                           ferry_dtype dt, const char *what) {
+  size_t *counts = malloc((size_t)t->nranks * sizeof *counts);
+  int rc = counts ? 0 : FERRY_ENOMEM;
+  for (int r = 0; !rc && r < t->nranks; r++) counts[r] = count;
+  if (!rc) rc = ferry_comm_allgather(t->comm, mine, all, counts, dt, NULL, NULL);
+  free(counts);
+  if (rc) errf("%s: %s\n", what, rc == FERRY_ENOMEM ? "out of memory"
+                                                     : ferry_comm_last_error(t->comm));
+  return rc ? 1 : 0;
+}
+
 /* Every rank was started with rank 0's settings (model, --batch, --seq,
  * seed, data, tokenizer, the engine keys that change the numbers): each
  * rank names what differs from rank 0's; all refuse alike (usage, 2). */
@@ -748,19 +762,18 @@ static int train_same_settings(train_run *t) {
   int rc = ferry_comm_broadcast(t->comm, &r0, sizeof r0, FERRY_DT_U8, 0, NULL, NULL);
   char list[3072] = "", mine[32];
   snprintf(mine, sizeof mine, "rank %d", t->rank);
-  int32_t diffs = rc ? 0 : gpt_resume_compare(&r0, "rank 0", &t->rs, mine, list, sizeof list);
-  int32_t *all = calloc((size_t)t->nranks, sizeof *all);
-  size_t *counts = malloc((size_t)t->nranks * sizeof *counts);
-  if (!rc && (!all || !counts)) rc = FERRY_ENOMEM;
-  for (int r = 0; !rc && r < t->nranks; r++) counts[r] = 1;
-  if (!rc) rc = ferry_comm_allgather(t->comm, &diffs, all, counts, FERRY_DT_I32, NULL, NULL);
-  int bad = 0;
-  for (int r = 0; !rc && r < t->nranks; r++) bad += all[r] > 0;
-  free(all), free(counts);
   if (rc) {
     errf("comparing the ranks' settings: %s\n", ferry_comm_last_error(t->comm));
     return 1;
   }
+  int32_t diffs = gpt_resume_compare(&r0, "rank 0", &t->rs, mine, list, sizeof list);
+  int32_t *all = calloc((size_t)t->nranks, sizeof *all);
+  if (!all) return errf("out of memory\n"), 1;
+  rc = train_allgather(t, &diffs, all, 1, FERRY_DT_I32, "comparing the ranks' settings");
+  int bad = 0;
+  for (int r = 0; !rc && r < t->nranks; r++) bad += all[r] > 0;
+  free(all);
+  if (rc) return 1;
   if (!bad) return 0;
   t->agreed = 1;
   if (diffs)
@@ -1099,20 +1112,6 @@ static int train_checkpoint(train_run *t, int st) {
   }
   fprintf(t->info, "ferry-gpt: checkpoint %s/step-%012d (%.2f s)\n", t->ck_dir, st, now_s() - t1);
   return 0;
-}
-
-/* Each rank's values (count doubles or uint64s each: dt F64 or U64) into
- * all, in rank order (a collective). 0, or 1 with the message printed. */
-static int train_allgather(train_run *t, const void *mine, void *all, size_t count,
-                           ferry_dtype dt, const char *what) {
-  size_t *counts = malloc((size_t)t->nranks * sizeof *counts);
-  int rc = counts ? 0 : FERRY_ENOMEM;
-  for (int r = 0; !rc && r < t->nranks; r++) counts[r] = count;
-  if (!rc) rc = ferry_comm_allgather(t->comm, mine, all, counts, dt, NULL, NULL);
-  free(counts);
-  if (rc) errf("%s: %s\n", what, rc == FERRY_ENOMEM ? "out of memory"
-                                                     : ferry_comm_last_error(t->comm));
-  return rc ? 1 : 0;
 }
 
 /* The step's loss over every rank: the mean of the ranks' mean losses, in
