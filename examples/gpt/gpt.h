@@ -392,7 +392,8 @@ typedef struct {
   uint32_t size;     /* sizeof(gpt_resume_state) */
   int64_t next_step; /* the first step a resumed run takes (steps done + 1) */
   uint64_t data_rng; /* the batch sampler's state (gpt_data.rng) after steps done */
-  int64_t num[GPT_RESUME_NUM]; /* seed, model config (floats as bits), batch, seq, data size,
+  int64_t num[GPT_RESUME_NUM]; /* seed, model config (floats as bits), the global batch
+                                  (--batch x ranks), seq, data size,
                                   tokens and FNV-1a hash, tokenizer ids and hash (GPT_RS_*) */
   char data_name[128];         /* the data file's name, for messages only */
   char engine[GPT_RESUME_KEYS][GPT_RESUME_KEYLEN]; /* values of the engine keys that change

@@ -74,7 +74,10 @@ static const char *k_train_help =
     "    ranks' losses (the loss of the global batch), tokens count every rank's, the\n"
     "    peaks and NVMe bytes are rank 0's. A rank that fails ends the job\n"
     "    (MPI_Abort) after its message, prefixed \"rank R: \"; a rank that stops answering\n"
-    "    fails the others after dist.timeout seconds (default 300).\n"
+    "    fails the others after dist.timeout seconds (default 300). Checkpoints\n"
+    "    (--save-every, --resume) are collectives: every rank saves and loads the same\n"
+    "    folder (rank 0 writes it), and a checkpoint resumes on any number of ranks with\n"
+    "    the same global batch.\n"
     "\n"
     "OPTIONS\n"
     "    --model PRESET|FILE   tiny (GPT-2 style, ~1M params), small (~10M), gpt2 (124M),\n"
@@ -117,12 +120,15 @@ static const char *k_train_help =
     "                          --save folder, its checkpoints/ folder, or one step-* folder)\n"
     "                          up to --steps in total; the steps that follow equal an\n"
     "                          uninterrupted run bit for bit. Refused, naming each\n"
-    "                          difference, when the seed, model, --batch, --seq, data,\n"
-    "                          tokenizer or an engine key that changes the numbers\n"
-    "                          (optimizer.*, precision.*, clip_grad_norm, grad_accumulation)\n"
-    "                          differ from the saving run; placement, tiers and chunk size\n"
-    "                          may change. The weights come from the checkpoint (--weights\n"
-    "                          is ignored). Pass --save-every again to keep saving.\n"
+    "                          difference, when the seed, model, global batch (--batch x\n"
+    "                          ranks), --seq, data, tokenizer or an engine key that\n"
+    "                          changes the numbers (optimizer.*, precision.*,\n"
+    "                          clip_grad_norm, grad_accumulation) differ from the saving\n"
+    "                          run; placement, tiers, chunk size, dist.zero_stage and the\n"
+    "                          number of ranks may change (a checkpoint of 2 ranks at\n"
+    "                          --batch 2 resumes on 1 rank at --batch 4). The weights come\n"
+    "                          from the checkpoint (--weights is ignored). Pass\n"
+    "                          --save-every again to keep saving.\n"
     "    --checkpoint          activation checkpointing: keep only block inputs and\n"
     "                          recompute each block in the backward pass.\n"
     "    --tokenizer DIR       GPT-2 BPE from DIR/vocab.json and DIR/merges.txt (default:\n"
@@ -176,10 +182,10 @@ static const char *k_train_help =
     "EXIT STATUS\n"
     "    0 on success, 1 on a runtime failure (also: no usable GPU for --device cuda, no\n"
     "    checkpoint in --resume DIR, a damaged one), 2 on bad usage (also: --resume with\n"
-    "    settings other than the checkpoint's; with N ranks: no --engine, --save-every or\n"
-    "    --resume (checkpoints of several ranks are not implemented yet), --device cuda (not\n"
+    "    settings other than the checkpoint's; with N ranks: no --engine, --device cuda (not\n"
     "    implemented yet), ranks started with other settings). Under mpirun a rank's\n"
-    "    runtime failure ends the job through MPI_Abort with status 1.\n"
+    "    failure ends the job through MPI_Abort with its status (1, or 2 for a --resume\n"
+    "    with other settings).\n"
     "\n"
     "TEST HOOKS\n"
     "    FERRY_GPT_TEST_DIE_AT_STEP=K / FERRY_GPT_TEST_HANG_AT_STEP=K: rank\n"
@@ -658,6 +664,20 @@ static int train_load(train_run *t) {
   return 0;
 }
 
+/* Each rank's `count` values of type dt into all, in rank order (a
+ * collective). 0, or 1 with the message printed. */
+static int train_allgather(train_run *t, const void *mine, void *all, size_t count,
+                           ferry_dtype dt, const char *what) {
+  size_t *counts = malloc((size_t)t->nranks * sizeof *counts);
+  int rc = counts ? 0 : FERRY_ENOMEM;
+  for (int r = 0; !rc && r < t->nranks; r++) counts[r] = count;
+  if (!rc) rc = ferry_comm_allgather(t->comm, mine, all, counts, dt, NULL, NULL);
+  free(counts);
+  if (rc) errf("%s: %s\n", what, rc == FERRY_ENOMEM ? "out of memory"
+                                                     : ferry_comm_last_error(t->comm));
+  return rc ? 1 : 0;
+}
+
 /* How many processes the launcher started (mpirun, srun), or 0 when it
  * does not say. */
 static int launcher_size(void) {
@@ -729,27 +749,19 @@ static int train_comm(train_run *t) {
   else if (t->o.cuda)
     why = "--device cuda: data parallel on GPUs (a GPU per rank, NCCL) is not implemented yet; "
           "the ranks train on the host backend (--device cpu)";
-  else if (t->o.save_every || t->o.resume)
-    why = "--save-every and --resume: checkpoints of several ranks (a shard per rank) are not "
-          "implemented yet; checkpoint runs of one rank";
-  if (!why) return 0;
-  t->agreed = 1;
-  if (t->rank == 0) fprintf(stderr, "ferry-gpt: %d ranks: %s (try --help)\n", t->nranks, why);
+  /* every rank refuses alike (exit 2, no abort) only when they all do */
+  int32_t mine = why != NULL, *all = calloc((size_t)t->nranks, sizeof *all);
+  if (!all) return errf("out of memory\n"), 1;
+  rc = train_allgather(t, &mine, all, 1, FERRY_DT_I32, "comparing the ranks' options");
+  int refusing = 0;
+  for (int r = 0; !rc && r < t->nranks; r++) refusing += all[r];
+  free(all);
+  if (rc) return 1;
+  if (!why) return refusing ? 2 : 0; /* another rank was started with other options */
+  t->agreed = refusing == t->nranks;
+  if (t->rank == 0 || !t->agreed)
+    errf("%d ranks: %s (try --help)\n", t->nranks, why);
   return 2;
-}
-
-/* Each rank's `count` values of type dt into all, in rank order (a
- * collective). 0, or 1 with the message printed. */
-static int train_allgather(train_run *t, const void *mine, void *all, size_t count,
-                           ferry_dtype dt, const char *what) {
-  size_t *counts = malloc((size_t)t->nranks * sizeof *counts);
-  int rc = counts ? 0 : FERRY_ENOMEM;
-  for (int r = 0; !rc && r < t->nranks; r++) counts[r] = count;
-  if (!rc) rc = ferry_comm_allgather(t->comm, mine, all, counts, dt, NULL, NULL);
-  free(counts);
-  if (rc) errf("%s: %s\n", what, rc == FERRY_ENOMEM ? "out of memory"
-                                                     : ferry_comm_last_error(t->comm));
-  return rc ? 1 : 0;
 }
 
 /* Every rank was started with rank 0's settings (model, --batch, --seq,
@@ -862,7 +874,10 @@ static gpt_run_config run_config(const train_run *t) {
  * model's device block reserved) and its provider. */
 static int train_setup_engine(train_run *t) {
   describe_engine(t->fc, &t->s, t->info);
-  if (gpt_resume_fingerprint(&t->rs, &t->cfg, t->o.batch, t->seq, t->o.seed, t->o.data, &t->d,
+  /* the global batch: a checkpoint resumes on another number of ranks that
+   * keeps it (2 ranks at --batch 2, 1 rank at --batch 4) */
+  if (gpt_resume_fingerprint(&t->rs, &t->cfg, t->o.batch * t->nranks, t->seq, t->o.seed,
+                             t->o.data, &t->d,
                              t->tok, t->fc, t->err, sizeof t->err)) {
     errf("%s\n", t->err);
     return 1;

@@ -39,7 +39,7 @@ static const struct {
     [GPT_RS_NORM_EPS] = {"model norm epsilon", 'f'},
     [GPT_RS_ROPE_THETA] = {"model rope_theta", 'f'},
     [GPT_RS_TIED] = {"model tied embeddings", 'i'},
-    [GPT_RS_BATCH] = {"--batch", 'i'},
+    [GPT_RS_BATCH] = {"the global batch (--batch x ranks)", 'i'},
     [GPT_RS_SEQ] = {"--seq", 'i'},
     [GPT_RS_DATA_BYTES] = {"--data size in bytes", 'i'},
     [GPT_RS_DATA_TOKENS] = {"--data tokens", 'i'},

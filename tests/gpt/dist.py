@@ -12,6 +12,12 @@ one case per CTest test (--case):
                           placement names: host, nvme) <= 0.55 of one rank's,
                           at stages 1 and 2, in both placements (and --timeline
                           writes one file per rank)
+  resume                  checkpoints (--save-every 3 / --resume, NVMe placement,
+                          stages 1 and 2): exact resume on 2 ranks (losses and
+                          weights bit for bit), a 2-rank checkpoint resumed on 1
+                          rank at --batch 4 and a 1-rank one on 2 ranks at
+                          --batch 2 (losses and weights within 1e-5); another
+                          global batch refused naming it
   die                     a rank killed at step 3 (test hook): the job ends
                           non-zero within the timeout, naming the rank
   hang                    a rank that stops answering at step 3, dist.timeout=3:
@@ -114,7 +120,7 @@ def safetensors(path):
     return out
 
 
-def one_run(a, work, tag, np_, cfg, batch, steps, extra):
+def one_run(a, work, tag, np_, cfg, batch, steps, extra, steps_run=None):
     d = os.path.join(work, tag)
     shutil.rmtree(d, ignore_errors=True)
     os.makedirs(d)
@@ -124,8 +130,9 @@ def one_run(a, work, tag, np_, cfg, batch, steps, extra):
     _, out, err, dt = run(cmd, d)
     with open(os.path.join(d, "stats.json")) as f:
         stats = json.load(f)
-    print("%s: %.1f s, losses %s" % (tag, dt, " ".join("%.9g" % x for x in losses(out, steps))))
-    return losses(out, steps), os.path.join(d, "out", "model.safetensors"), stats
+    got = losses(out, steps if steps_run is None else steps_run)
+    print("%s: %.1f s, losses %s" % (tag, dt, " ".join("%.9g" % x for x in got)))
+    return got, os.path.join(d, "out", "model.safetensors"), stats
 
 
 def case_equiv(a, cfg):
@@ -188,6 +195,52 @@ def case_memory(a):
                          % (tag, r["rank"], ratio))
 
 
+def rel(xs, ys):
+    return max(abs(x - y) / abs(y) for x, y in zip(xs, ys))
+
+
+def wdiff(p, q):
+    a, b = safetensors(p), safetensors(q)
+    if sorted(a) != sorted(b):
+        fail("%s and %s hold other tensors" % (p, q))
+    return max(abs(x - y) for n in a for x, y in zip(a[n], b[n]))
+
+
+def case_resume(a):
+    cfg = "offload-nvme"
+    for stage in (1, 2):
+        st = ["--set", "dist.zero_stage=%d" % stage]
+        tag = "resume-stage%d" % stage
+        full_l, full_w, _ = one_run(a, a.work, tag + "-2ranks-full", 2, cfg, 2, 6, st)
+        one_l, one_w, _ = one_run(a, a.work, tag + "-1rank-full", 1, cfg, 4, 6, st)
+        # checkpoints at step 3: saved on 2 ranks, and on 1 rank
+        ck2 = os.path.join(a.work, tag + "-ck2")
+        one_run(a, a.work, tag + "-ck2", 2, cfg, 2, 3, st + ["--save-every", "3"])
+        ck1 = os.path.join(a.work, tag + "-ck1")
+        one_run(a, a.work, tag + "-ck1", 1, cfg, 4, 3, st + ["--save-every", "3"])
+        # (name, ranks, batch, checkpoint, reference losses and weights, exact)
+        for name, np_, batch, ck, ref_l, ref_w, exact in (
+                ("2to2", 2, 2, ck2, full_l, full_w, True),
+                ("2to1", 1, 4, ck2, full_l, full_w, False),
+                ("1to2", 2, 2, ck1, one_l, one_w, False)):
+            t = "%s-%s" % (tag, name)
+            l, w, _ = one_run(a, a.work, t, np_, cfg, batch, 6,
+                              st + ["--resume", os.path.join(ck, "out")], steps_run=3)
+            r, d = rel(l, ref_l[3:]), wdiff(w, ref_w)
+            print("%s: steps 4-6 losses' largest relative difference %.3g, weights' %.3g"
+                  % (t, r, d))
+            if exact and (l != ref_l[3:] or d != 0):
+                fail("%s: not bit for bit the uninterrupted run: %s vs %s" % (t, l, ref_l[3:]))
+            if r > 1e-5 or d > 1e-5:
+                fail("%s: beyond 1e-5 of the uninterrupted run" % t)
+    # another global batch: refused before anything is read, naming it
+    argv = train_args(a, cfg, 3, 6, ["--resume", os.path.join(ck2, "out")])
+    rc, out, err, _ = run(mpirun(a, 2, argv), a.work, expect_ok=False)
+    if rc == 0 or "global batch" not in err:
+        fail("a 2-rank --batch 3 resume of a global batch 4 checkpoint was not refused:\n" + err)
+    print("another global batch refused:", err.strip().splitlines()[-1][:200])
+
+
 def case_fault(a, kind):
     d = os.path.join(a.work, kind)
     shutil.rmtree(d, ignore_errors=True)
@@ -239,7 +292,8 @@ def main():
     p.add_argument("--mpi", default="ON", help="OFF: this build has no MPI (skip)")
     p.add_argument("--mpirun", default="mpirun")
     p.add_argument("--case", required=True,
-                   choices=["equiv-host", "equiv-nvme", "memory", "die", "hang", "mismatch"])
+                   choices=["equiv-host", "equiv-nvme", "memory", "resume", "die", "hang",
+                            "mismatch"])
     a = p.parse_args()
     if a.mpi.upper() in ("OFF", "0", "FALSE", "") or not a.mpirun or not shutil.which(a.mpirun):
         print("skipped: this build has no MPI or %s is missing" % a.mpirun)
@@ -251,6 +305,8 @@ def main():
         case_equiv(a, {"equiv-host": "offload-host", "equiv-nvme": "offload-nvme"}[a.case])
     elif a.case == "memory":
         case_memory(a)
+    elif a.case == "resume":
+        case_resume(a)
     elif a.case in ("die", "hang"):
         case_fault(a, a.case)
     else:
