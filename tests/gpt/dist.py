@@ -51,11 +51,8 @@ def env():
     e = dict(os.environ)
     e.update({"OPENBLAS_NUM_THREADS": "1", "OMPI_ALLOW_RUN_AS_ROOT": "1",
               "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1", "OMPI_MCA_rmaps_base_oversubscribe": "1"})
-    # sanitizer builds: OpenMPI's own leaks (lsan_mpi.supp says why); ignored elsewhere
-    supp = os.path.join(os.path.dirname(os.path.abspath(__file__)), "lsan_mpi.supp")
-    lsan = e.get("LSAN_OPTIONS", "")
-    e["LSAN_OPTIONS"] = (lsan + ":" if lsan else "") + \
-        "suppressions=%s:fast_unwind_on_malloc=0" % supp
+    # sanitizer builds: FERRY_MPI_ENV (tests/CMakeLists.txt, via CTest) brings
+    # the OpenMPI suppressions of tests/dist/*.supp
     return e
 
 
