@@ -72,9 +72,18 @@ static void req_free(ferry_comm *c, ferry_comm_req *r) {
   free(r);
 }
 
-/* Under c->mu: record a completed request, call the hook (outside the lock)
- * and wake the waiters. Returns with c->mu held. */
+/* Under c->mu: record a completed request, call the span hook (outside the
+ * lock, before any waiter sees the request done, so a span is on the
+ * caller's timeline once its wait returns) and wake the waiters. Returns
+ * with c->mu held. */
 static void complete_locked(ferry_comm *c, ferry_comm_req *r, int status) {
+  ferry_comm_span_fn fn = c->span_fn;
+  if (status == 0 && fn && r->coll != FERRY_COLL_DUP) {
+    void *user = c->span_user;
+    pthread_mutex_unlock(&c->mu);
+    fn(user, r->name, r->t0, r->t1);
+    pthread_mutex_lock(&c->mu);
+  }
   r->status = status;
   r->done = 1;
   if (status == 0 && r->coll != FERRY_COLL_DUP) {
@@ -82,18 +91,8 @@ static void complete_locked(ferry_comm *c, ferry_comm_req *r, int status) {
     c->stats.bytes += r->sent;
     c->stats.seconds += r->t1 - r->t0;
   }
-  ferry_comm_span_fn fn = c->span_fn;
-  void *user = c->span_user;
-  const char *name = r->name;
-  double t0 = r->t0, t1 = r->t1;
-  int hook = status == 0 && fn && r->coll != FERRY_COLL_DUP;
   if (r->abandoned) req_free(c, r);
   pthread_cond_broadcast(&c->done_cv);
-  if (hook) {
-    pthread_mutex_unlock(&c->mu);
-    fn(user, name, t0, t1);
-    pthread_mutex_lock(&c->mu);
-  }
 }
 
 static void break_locked(ferry_comm *c, int status, const char *msg) {
@@ -110,7 +109,8 @@ static void *worker_main(void *arg) {
   ferry_comm *c = arg;
   pthread_mutex_lock(&c->mu);
   for (;;) {
-    while (!c->head && !c->stopping) pthread_cond_wait(&c->work_cv, &c->mu);
+    while (!c->head && !c->stopping)
+      pthread_cond_wait(&c->work_cv, &c->mu);
     ferry_comm_req *r = c->head;
     if (!r) break; /* stopping and drained */
     c->head = r->next;
@@ -170,8 +170,9 @@ static void comm_free(ferry_comm *c) {
 static int start_worker(ferry_comm *c) {
   if (!c->ops->threaded) return 0;
   int e = pthread_create(&c->worker, NULL, worker_main, c);
-  if (e) return ferry_err(&c->err, FERRY_ENOMEM, "comm: cannot start the worker thread: %s",
-                          strerror(e));
+  if (e)
+    return ferry_err(&c->err, FERRY_ENOMEM, "comm: cannot start the worker thread: %s",
+                     strerror(e));
   c->has_worker = 1;
   return 0;
 }
@@ -187,8 +188,8 @@ int ferry_comm_create(const ferry_comm_options *opt_in, ferry_comm **out) {
   if (opt.timeout == 0) opt.timeout = DEFAULT_TIMEOUT;
   ferry_comm_kind kind = opt.kind;
   if (kind == FERRY_COMM_AUTO)
-    kind = launched_by_mpi() && ferry_comm_compiled(FERRY_COMM_MPI) ? FERRY_COMM_MPI
-                                                                     : FERRY_COMM_SELF;
+    kind =
+        launched_by_mpi() && ferry_comm_compiled(FERRY_COMM_MPI) ? FERRY_COMM_MPI : FERRY_COMM_SELF;
   if ((int)kind < FERRY_COMM_AUTO || (int)kind > FERRY_COMM_NCCL)
     return ferry_err_thread(FERRY_EINVAL, "ferry_comm_create: unknown kind %d", (int)kind);
   const ferry_comm_ops *ops = ops_of(kind);
@@ -238,8 +239,9 @@ static int fail_broken(ferry_comm *c) {
 static int submit(ferry_comm *c, ferry_comm_req *r, ferry_comm_req **req);
 
 int ferry_comm_dup(ferry_comm *c, ferry_comm **out) {
-  if (!out) return c ? ferry_err(&c->err, FERRY_EINVAL, "ferry_comm_dup: out is NULL")
-                     : ferry_err_thread(FERRY_EINVAL, "ferry_comm_dup: out is NULL");
+  if (!out)
+    return c ? ferry_err(&c->err, FERRY_EINVAL, "ferry_comm_dup: out is NULL")
+             : ferry_err_thread(FERRY_EINVAL, "ferry_comm_dup: out is NULL");
   *out = NULL;
   if (!c) return ferry_err_thread(FERRY_EINVAL, "ferry_comm_dup: communicator is NULL");
   int st = fail_broken(c);
@@ -274,11 +276,36 @@ int ferry_comm_dup(ferry_comm *c, ferry_comm **out) {
   return 0;
 }
 
+static void deadline_after(double seconds, struct timespec *ts) {
+  clock_gettime(CLOCK_MONOTONIC, ts);
+  double whole = (double)(time_t)seconds;
+  ts->tv_sec += (time_t)seconds;
+  ts->tv_nsec += (long)((seconds - whole) * 1e9);
+  if (ts->tv_nsec >= 1000000000L) {
+    ts->tv_sec++;
+    ts->tv_nsec -= 1000000000L;
+  }
+}
+
 void ferry_comm_destroy(ferry_comm *c) {
   if (!c) return;
   pthread_mutex_lock(&c->mu);
   c->stopping = 1;
   pthread_cond_broadcast(&c->work_cv);
+  /* The queue drains within the timeout, or a rank died or hangs. */
+  struct timespec ts;
+  deadline_after(c->timeout, &ts);
+  while (!c->broken && (c->head || c->running))
+    if (pthread_cond_timedwait(&c->done_cv, &c->mu, &ts) == ETIMEDOUT && (c->head || c->running)) {
+      char msg[FERRY_ERR_MAX];
+      snprintf(msg, sizeof msg,
+               "destroy: the queued collectives did not complete within %g s on rank %d: a "
+               "rank died or hangs",
+               c->timeout, c->rank);
+      break_locked(c, FERRY_ETIMEDOUT, msg);
+      ferry_err(&c->err, FERRY_ETIMEDOUT, "%s", msg);
+      ferry_err_thread(FERRY_ETIMEDOUT, "%s", msg); /* destroy returns nothing */
+    }
   int broken = c->broken;
   pthread_mutex_unlock(&c->mu);
   if (c->has_worker) {
@@ -307,23 +334,12 @@ ferry_comm_kind ferry_comm_get_kind(const ferry_comm *c) { return c ? c->kind : 
 
 /* ---- requests ----------------------------------------------------------- */
 
-static void deadline_after(double seconds, struct timespec *ts) {
-  clock_gettime(CLOCK_MONOTONIC, ts);
-  double whole = (double)(time_t)seconds;
-  ts->tv_sec += (time_t)seconds;
-  ts->tv_nsec += (long)((seconds - whole) * 1e9);
-  if (ts->tv_nsec >= 1000000000L) {
-    ts->tv_sec++;
-    ts->tv_nsec -= 1000000000L;
-  }
-}
-
 /* The request timed out: break the communicator, name the collective. */
 static int time_out(ferry_comm *c, ferry_comm_req *r) {
   char msg[FERRY_ERR_MAX];
   snprintf(msg, sizeof msg,
-           "%s of %zu bytes on rank %d did not complete within %g s: a rank died or hangs",
-           r->name, r->bytes, c->rank, c->timeout);
+           "%s of %zu bytes on rank %d did not complete within %g s: a rank died or hangs", r->name,
+           r->bytes, c->rank, c->timeout);
   pthread_mutex_lock(&c->mu);
   break_locked(c, FERRY_ETIMEDOUT, msg);
   pthread_mutex_unlock(&c->mu);
@@ -334,14 +350,15 @@ static int time_out(ferry_comm *c, ferry_comm_req *r) {
  * it completes the request. */
 static int poll_req(ferry_comm *c, ferry_comm_req *r) {
   pthread_mutex_lock(&c->mu);
-  int done = r->done;
+  int done = r->done, busy = r->completing; /* busy: another thread completes it */
   pthread_mutex_unlock(&c->mu);
-  if (done) return 0;
+  if (done || busy) return done ? 0 : FERRY_EAGAIN;
   int st = c->ops->poll(c, r);
   if (st == FERRY_EAGAIN) return FERRY_EAGAIN;
   double t1 = ferry_now();
   pthread_mutex_lock(&c->mu);
-  if (!r->done) {
+  if (!r->done && !r->completing) {
+    r->completing = 1;
     r->t1 = t1;
     if (st != 0) break_locked(c, st, ferry_err_msg(&c->err));
     complete_locked(c, r, st);
@@ -408,9 +425,9 @@ static int submit(ferry_comm *c, ferry_comm_req *r, ferry_comm_req **req) {
       const char *name = r->name;
       pthread_mutex_unlock(&c->mu);
       req_free(c, r);
-      return stopping ? ferry_err(&c->err, FERRY_ESTATE,
-                                  "%s: the communicator is being destroyed", name)
-                      : fail_broken(c);
+      return stopping
+                 ? ferry_err(&c->err, FERRY_ESTATE, "%s: the communicator is being destroyed", name)
+                 : fail_broken(c);
     }
     if (c->tail)
       c->tail->next = r;
@@ -476,6 +493,10 @@ int ferry_comm_test(ferry_comm *c, ferry_comm_req *r, int *done) {
 
 void ferry_comm_abort(ferry_comm *c, int code) {
   if (c) c->ops->abort(c, code);
+#ifdef FERRY_HAVE_MPI
+  /* No communicator (a destroy gave up on a dead rank): still end the job. */
+  ferry_mpi_abort_if_running(code);
+#endif
   exit(code);
 }
 
@@ -503,8 +524,8 @@ static int check_common(ferry_comm *c, const char *what, ferry_stream *s, int ne
   int st = fail_broken(c);
   if (st) return st;
   if (need_stream && c->kind == FERRY_COMM_NCCL && !s)
-    return ferry_err(&c->err, FERRY_EINVAL,
-                     "%s: the nccl backend needs a stream (s is NULL)", what);
+    return ferry_err(&c->err, FERRY_EINVAL, "%s: the nccl backend needs a stream (s is NULL)",
+                     what);
   return 0;
 }
 
@@ -512,13 +533,11 @@ static int check_dtype(ferry_comm *c, const char *what, ferry_dtype dt, int redu
                        ferry_reduce_op op) {
   size_t es = ferry_dtype_size(dt);
   if (es == 0)
-    return ferry_err(&c->err, FERRY_EINVAL, "%s: dtype %d is not an element type", what,
-                     (int)dt);
+    return ferry_err(&c->err, FERRY_EINVAL, "%s: dtype %d is not an element type", what, (int)dt);
   if (!reduce) return 0;
   if ((int)op < FERRY_REDUCE_SUM || (int)op > FERRY_REDUCE_MIN)
     return ferry_err(&c->err, FERRY_EINVAL, "%s: unknown reduction %d", what, (int)op);
-  int flt = dt == FERRY_DT_F32 || dt == FERRY_DT_F64 || dt == FERRY_DT_F16 ||
-            dt == FERRY_DT_BF16;
+  int flt = dt == FERRY_DT_F32 || dt == FERRY_DT_F64 || dt == FERRY_DT_F16 || dt == FERRY_DT_BF16;
   int known = flt || dt == FERRY_DT_I32 || dt == FERRY_DT_I64 || dt == FERRY_DT_U64;
   if (!known)
     return ferry_err(&c->err, FERRY_EINVAL,
@@ -538,8 +557,8 @@ static int check_dtype(ferry_comm *c, const char *what, ferry_dtype dt, int redu
 /* n elements of es bytes in bytes; FERRY_EOVERFLOW when it does not fit. */
 static int elems_bytes(ferry_comm *c, const char *what, size_t n, size_t es, size_t *bytes) {
   if (n > SIZE_MAX / es || n * es > (size_t)INT64_MAX)
-    return ferry_err(&c->err, FERRY_EOVERFLOW, "%s: %zu elements of %zu bytes overflow", what,
-                     n, es);
+    return ferry_err(&c->err, FERRY_EOVERFLOW, "%s: %zu elements of %zu bytes overflow", what, n,
+                     es);
   *bytes = n * es;
   return 0;
 }
@@ -588,9 +607,8 @@ static int finish(ferry_comm *c, ferry_comm_req *r, int st, ferry_comm_req **req
   return submit(c, r, req);
 }
 
-int ferry_comm_allreduce(ferry_comm *c, const void *send, void *recv, size_t count,
-                         ferry_dtype dt, ferry_reduce_op op, ferry_stream *s,
-                         ferry_comm_req **req) {
+int ferry_comm_allreduce(ferry_comm *c, const void *send, void *recv, size_t count, ferry_dtype dt,
+                         ferry_reduce_op op, ferry_stream *s, ferry_comm_req **req) {
   static const char *what = "allreduce";
   if (req) *req = NULL;
   int st = check_common(c, what, s, 1);
@@ -604,7 +622,8 @@ int ferry_comm_allreduce(ferry_comm *c, const void *send, void *recv, size_t cou
   if (send != recv && overlap(send, bytes, recv, bytes))
     return ferry_err(&c->err, FERRY_EINVAL,
                      "allreduce: send %p and recv %p overlap without being the same buffer "
-                     "(%zu bytes)", send, (void *)recv, bytes);
+                     "(%zu bytes)",
+                     send, (void *)recv, bytes);
   ferry_comm_req *r = req_new(c, FERRY_COLL_ALLREDUCE, what);
   if (!r) return FERRY_ENOMEM;
   r->send = send;
@@ -659,8 +678,8 @@ int ferry_comm_reduce_scatter(ferry_comm *c, const void *send, void *recv, const
                    counts[c->rank]);
   if (!st && overlap(send, sbytes, recv, rbytes))
     st = ferry_err(&c->err, FERRY_EINVAL,
-                   "reduce_scatter: recv %p (%zu bytes) overlaps send %p (%zu bytes)",
-                   (void *)recv, rbytes, send, sbytes);
+                   "reduce_scatter: recv %p (%zu bytes) overlaps send %p (%zu bytes)", (void *)recv,
+                   rbytes, send, sbytes);
   r->send = send;
   r->recv = recv;
   r->bytes = r->sent = sbytes;
@@ -672,22 +691,21 @@ int ferry_comm_allgather(ferry_comm *c, const void *send, void *recv, const size
   if (req) *req = NULL;
   ferry_comm_req *r;
   size_t sbytes = 0, rbytes = 0;
-  int st = counts_req(c, "allgather", FERRY_COLL_ALLGATHER, counts, dt, 0, FERRY_REDUCE_SUM, s,
-                      &r, &rbytes, &sbytes);
+  int st = counts_req(c, "allgather", FERRY_COLL_ALLGATHER, counts, dt, 0, FERRY_REDUCE_SUM, s, &r,
+                      &rbytes, &sbytes);
   if (!r) return st;
   if (!st && sbytes && !send)
-    st = ferry_err(&c->err, FERRY_EINVAL, "allgather: send is NULL with counts[%d] = %zu",
-                   c->rank, counts[c->rank]);
+    st = ferry_err(&c->err, FERRY_EINVAL, "allgather: send is NULL with counts[%d] = %zu", c->rank,
+                   counts[c->rank]);
   if (!st && rbytes && !recv)
-    st = ferry_err(&c->err, FERRY_EINVAL, "allgather: recv is NULL with %zu elements",
-                   r->total);
+    st = ferry_err(&c->err, FERRY_EINVAL, "allgather: recv is NULL with %zu elements", r->total);
   if (!st && sbytes) {
     const char *mine = (const char *)recv + r->displs[c->rank] * ferry_dtype_size(dt);
     if (send != mine && overlap(send, sbytes, recv, rbytes))
       st = ferry_err(&c->err, FERRY_EINVAL,
                      "allgather: send %p overlaps recv %p but is not this rank's place in it "
-                     "(%p: element %zu)", send, (void *)recv, (const void *)mine,
-                     r->displs[c->rank]);
+                     "(%p: element %zu)",
+                     send, (void *)recv, (const void *)mine, r->displs[c->rank]);
   }
   r->send = send;
   r->recv = recv;
@@ -704,8 +722,8 @@ int ferry_comm_broadcast(ferry_comm *c, void *buf, size_t count, ferry_dtype dt,
   if (st) return st;
   if ((st = check_dtype(c, what, dt, 0, FERRY_REDUCE_SUM))) return st;
   if (root < 0 || root >= c->size)
-    return ferry_err(&c->err, FERRY_EINVAL, "broadcast: root %d is out of range (%d ranks)",
-                     root, c->size);
+    return ferry_err(&c->err, FERRY_EINVAL, "broadcast: root %d is out of range (%d ranks)", root,
+                     c->size);
   size_t bytes = 0;
   if ((st = elems_bytes(c, what, count, ferry_dtype_size(dt), &bytes))) return st;
   if (bytes && !buf)

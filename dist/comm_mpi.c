@@ -17,8 +17,8 @@
 
 /* MPI itself: initialized by us or not, and how many users hold it. */
 static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
-static int g_refs;      /* (g_mu) communicators and bootstraps that hold MPI */
-static int g_we_init;   /* (g_mu) ferry called MPI_Init_thread */
+static int g_refs;        /* (g_mu) communicators and bootstraps that hold MPI */
+static int g_we_init;     /* (g_mu) ferry called MPI_Init_thread */
 static int g_no_finalize; /* (g_mu) a communicator broke: MPI_Finalize would hang */
 
 typedef struct {
@@ -96,9 +96,15 @@ _Noreturn void ferry_mpi_abort(int code) {
   exit(code);
 }
 
+void ferry_mpi_abort_if_running(int code) {
+  int inited = 0, finalized = 0;
+  MPI_Initialized(&inited);
+  MPI_Finalized(&finalized);
+  if (inited && !finalized) ferry_mpi_abort(code);
+}
+
 /* Rank, size and the ranks on this host, of comm. */
-static int comm_info(ferry_errbuf *e, MPI_Comm comm, int *rank, int *size, int *lrank,
-                     int *lsize) {
+static int comm_info(ferry_errbuf *e, MPI_Comm comm, int *rank, int *size, int *lrank, int *lsize) {
   int rc = MPI_Comm_rank(comm, rank);
   if (rc == MPI_SUCCESS) rc = MPI_Comm_size(comm, size);
   if (rc != MPI_SUCCESS) return mpi_fail(e, rc, "MPI_Comm_rank/size");
@@ -111,8 +117,7 @@ static int comm_info(ferry_errbuf *e, MPI_Comm comm, int *rank, int *size, int *
   return 0;
 }
 
-int ferry_mpi_world_info(ferry_errbuf *e, int *rank, int *size, int *local_rank,
-                         int *local_size) {
+int ferry_mpi_world_info(ferry_errbuf *e, int *rank, int *size, int *local_rank, int *local_size) {
   MPI_Comm w;
   int rc = MPI_Comm_dup(MPI_COMM_WORLD, &w);
   if (rc != MPI_SUCCESS) return mpi_fail(e, rc, "MPI_Comm_dup(MPI_COMM_WORLD)");
@@ -253,10 +258,12 @@ static MPI_Op reduce_op(ferry_reduce_op op) {
 static void scale_avg(void *buf, size_t n, ferry_dtype dt, int size) {
   if (dt == FERRY_DT_F32) {
     float k = 1.0f / (float)size, *x = buf;
-    for (size_t i = 0; i < n; i++) x[i] *= k;
+    for (size_t i = 0; i < n; i++)
+      x[i] *= k;
   } else if (dt == FERRY_DT_F64) {
     double k = 1.0 / (double)size, *x = buf;
-    for (size_t i = 0; i < n; i++) x[i] *= k;
+    for (size_t i = 0; i < n; i++)
+      x[i] *= k;
   }
 }
 
@@ -306,8 +313,8 @@ static int int_counts(ferry_comm *c, mpi_impl *m, ferry_comm_req *r, int displs)
 static int run_reduce_scatter(ferry_comm *c, mpi_impl *m, ferry_comm_req *r) {
   int st = int_counts(c, m, r, 0);
   if (st) return st;
-  int rc = MPI_Reduce_scatter(r->send, r->recv, m->icounts, reduce_type(r->dt),
-                              reduce_op(r->op), m->comm);
+  int rc = MPI_Reduce_scatter(r->send, r->recv, m->icounts, reduce_type(r->dt), reduce_op(r->op),
+                              m->comm);
   if (rc != MPI_SUCCESS) return mpi_fail(&c->err, rc, "reduce_scatter: MPI_Reduce_scatter");
   if (r->op == FERRY_REDUCE_AVG) scale_avg(r->recv, r->counts[c->rank], r->dt, c->size);
   return 0;
@@ -320,8 +327,7 @@ static int run_allgather(ferry_comm *c, mpi_impl *m, ferry_comm_req *r) {
   MPI_Datatype t = move_type(es);
   const char *mine = (const char *)r->recv + r->displs[c->rank] * es;
   const void *sp = r->send == (const void *)mine ? MPI_IN_PLACE : r->send;
-  int rc = MPI_Allgatherv(sp, m->icounts[c->rank], t, r->recv, m->icounts, m->idispls, t,
-                          m->comm);
+  int rc = MPI_Allgatherv(sp, m->icounts[c->rank], t, r->recv, m->icounts, m->idispls, t, m->comm);
   if (rc != MPI_SUCCESS) return mpi_fail(&c->err, rc, "allgather: MPI_Allgatherv");
   return 0;
 }

@@ -24,12 +24,12 @@ typedef struct {
   float *bar_buf;      /* (caller) one float of device memory for the barrier */
 } nccl_impl;
 
-#define NCCL_TRY(c, what, call)                                                           \
-  do {                                                                                    \
-    ncclResult_t rc_ = (call);                                                            \
-    if (rc_ != ncclSuccess)                                                               \
-      return ferry_err(&(c)->err, FERRY_EIO, "%s: %s failed: %s (%s:%d)", (what), #call,   \
-                       ncclGetErrorString(rc_), __FILE__, __LINE__);                      \
+#define NCCL_TRY(c, what, call)                                                                    \
+  do {                                                                                             \
+    ncclResult_t rc_ = (call);                                                                     \
+    if (rc_ != ncclSuccess)                                                                        \
+      return ferry_err(&(c)->err, FERRY_EIO, "%s: %s failed: %s (%s:%d)", (what), #call,           \
+                       ncclGetErrorString(rc_), __FILE__, __LINE__);                               \
   } while (0)
 
 static int is_cuda_device(ferry_device *dev) {
@@ -54,8 +54,10 @@ static int join(ferry_comm *c, ferry_errbuf *e, nccl_impl *m) {
                      cudaGetErrorString(ce));
   ncclResult_t rc = ncclCommInitRank(&m->nc, c->size, id, c->rank);
   if (rc != ncclSuccess)
-    return ferry_err(e, FERRY_EIO, "nccl: ncclCommInitRank (rank %d of %d, cuda device %d) "
-                     "failed: %s", c->rank, c->size, m->ordinal, ncclGetErrorString(rc));
+    return ferry_err(e, FERRY_EIO,
+                     "nccl: ncclCommInitRank (rank %d of %d, cuda device %d) "
+                     "failed: %s",
+                     c->rank, c->size, m->ordinal, ncclGetErrorString(rc));
   return 0;
 }
 
@@ -159,8 +161,7 @@ static int enqueue(ferry_comm *c, nccl_impl *m, ferry_comm_req *r, cudaStream_t 
   ncclDataType_t t = nccl_type(r->dt);
   switch (r->coll) {
   case FERRY_COLL_ALLREDUCE:
-    NCCL_TRY(c, r->name,
-             ncclAllReduce(r->send, r->recv, r->count, t, nccl_op(r->op), m->nc, cs));
+    NCCL_TRY(c, r->name, ncclAllReduce(r->send, r->recv, r->count, t, nccl_op(r->op), m->nc, cs));
     return 0;
   case FERRY_COLL_REDUCE_SCATTER:
     if (all_equal(r->counts, c->size)) {
@@ -176,8 +177,8 @@ static int enqueue(ferry_comm *c, nccl_impl *m, ferry_comm_req *r, cudaStream_t 
                                    nccl_op(r->op), i, m->nc, cs);
       if (rc != ncclSuccess) {
         ncclGroupEnd();
-        return ferry_err(&c->err, FERRY_EIO, "%s: ncclReduce to rank %d failed: %s", r->name,
-                         i, ncclGetErrorString(rc));
+        return ferry_err(&c->err, FERRY_EIO, "%s: ncclReduce to rank %d failed: %s", r->name, i,
+                         ncclGetErrorString(rc));
       }
     }
     NCCL_TRY(c, r->name, ncclGroupEnd());
@@ -196,8 +197,8 @@ static int enqueue(ferry_comm *c, nccl_impl *m, ferry_comm_req *r, cudaStream_t 
       ncclResult_t rc = ncclBroadcast(src, place, r->counts[i] * es, ncclUint8, i, m->nc, cs);
       if (rc != ncclSuccess) {
         ncclGroupEnd();
-        return ferry_err(&c->err, FERRY_EIO, "%s: ncclBroadcast from rank %d failed: %s",
-                         r->name, i, ncclGetErrorString(rc));
+        return ferry_err(&c->err, FERRY_EIO, "%s: ncclBroadcast from rank %d failed: %s", r->name,
+                         i, ncclGetErrorString(rc));
       }
     }
     NCCL_TRY(c, r->name, ncclGroupEnd());
@@ -207,8 +208,7 @@ static int enqueue(ferry_comm *c, nccl_impl *m, ferry_comm_req *r, cudaStream_t 
              ncclBroadcast(r->recv, r->recv, r->count * es, ncclUint8, r->root, m->nc, cs));
     return 0;
   case FERRY_COLL_BARRIER:
-    NCCL_TRY(c, r->name,
-             ncclAllReduce(m->bar_buf, m->bar_buf, 1, ncclFloat32, ncclSum, m->nc, cs));
+    NCCL_TRY(c, r->name, ncclAllReduce(m->bar_buf, m->bar_buf, 1, ncclFloat32, ncclSum, m->nc, cs));
     return 0;
   case FERRY_COLL_DUP: break;
   }
@@ -220,8 +220,7 @@ static int nccl_run(ferry_comm *c, ferry_comm_req *r) {
   ferry_stream *s = r->coll == FERRY_COLL_BARRIER ? m->bar_s : r->s;
   if (s->dev != c->dev)
     return ferry_err(&c->err, FERRY_EINVAL,
-                     "%s: the stream belongs to another device than the communicator's",
-                     r->name);
+                     "%s: the stream belongs to another device than the communicator's", r->name);
   void *native = NULL;
   int st = ferry_stream_native(s, &native);
   if (st)
@@ -229,8 +228,8 @@ static int nccl_run(ferry_comm *c, ferry_comm_req *r) {
                      ferry_device_last_error(c->dev));
   cudaError_t ce = cudaSetDevice(m->ordinal);
   if (ce != cudaSuccess)
-    return ferry_err(&c->err, FERRY_ENODEV, "%s: cudaSetDevice(%d) failed: %s", r->name,
-                     m->ordinal, cudaGetErrorString(ce));
+    return ferry_err(&c->err, FERRY_ENODEV, "%s: cudaSetDevice(%d) failed: %s", r->name, m->ordinal,
+                     cudaGetErrorString(ce));
   st = enqueue(c, m, r, (cudaStream_t)native);
   if (st) return st;
   ferry_event *e = NULL;

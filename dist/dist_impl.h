@@ -28,54 +28,55 @@ typedef enum {
 /* One queued collective. Owned by the caller from submit to ferry_comm_wait,
  * except an abandoned one (its wait timed out), which the worker frees. */
 struct ferry_comm_req {
-  ferry_comm *c;          /* (fixed) */
-  ferry_coll coll;        /* (fixed) */
-  const char *name;       /* (fixed) "allreduce", ... */
-  const void *send;       /* (fixed) */
-  void *recv;             /* (fixed) the buffer of broadcast */
-  size_t count;           /* (fixed) allreduce, broadcast */
-  size_t *counts;         /* (fixed) reduce-scatter, all-gather: size entries (a copy) */
-  size_t *displs;         /* (fixed) element offset of each rank's part (prefix sums) */
-  size_t total;           /* (fixed) sum of counts */
-  ferry_dtype dt;         /* (fixed) */
-  ferry_reduce_op op;     /* (fixed) */
-  int root;               /* (fixed) */
-  ferry_stream *s;        /* (fixed) NCCL's stream; NULL for the others */
-  size_t bytes;           /* (fixed) size of the collective, for messages */
-  size_t sent;            /* (fixed) this rank's send bytes, for the stats */
-  ferry_comm *dup_out;    /* (fixed) DUP: the child, set up by the backend */
-  double t0, t1;          /* (worker, then mu) start and completion on ferry_now() */
-  int status;             /* (mu) the result once done */
-  int done;               /* (mu) */
-  int abandoned;          /* (mu) its wait timed out: whoever completes it frees it */
-  int skipped;            /* (mu) not run: the communicator was broken before it started */
-  void *impl;             /* (backend) NCCL: the event recorded after the call */
+  ferry_comm *c;               /* (fixed) */
+  ferry_coll coll;             /* (fixed) */
+  const char *name;            /* (fixed) "allreduce", ... */
+  const void *send;            /* (fixed) */
+  void *recv;                  /* (fixed) the buffer of broadcast */
+  size_t count;                /* (fixed) allreduce, broadcast */
+  size_t *counts;              /* (fixed) reduce-scatter, all-gather: size entries (a copy) */
+  size_t *displs;              /* (fixed) element offset of each rank's part (prefix sums) */
+  size_t total;                /* (fixed) sum of counts */
+  ferry_dtype dt;              /* (fixed) */
+  ferry_reduce_op op;          /* (fixed) */
+  int root;                    /* (fixed) */
+  ferry_stream *s;             /* (fixed) NCCL's stream; NULL for the others */
+  size_t bytes;                /* (fixed) size of the collective, for messages */
+  size_t sent;                 /* (fixed) this rank's send bytes, for the stats */
+  ferry_comm *dup_out;         /* (fixed) DUP: the child, set up by the backend */
+  double t0, t1;               /* (worker, then mu) start and completion on ferry_now() */
+  int status;                  /* (mu) the result once done */
+  int done;                    /* (mu) */
+  int completing;              /* (mu) a polling thread is completing it (NCCL) */
+  int abandoned;               /* (mu) its wait timed out: whoever completes it frees it */
+  int skipped;                 /* (mu) not run: the communicator was broken before it started */
+  void *impl;                  /* (backend) NCCL: the event recorded after the call */
   struct ferry_comm_req *next; /* (mu) the queue */
 };
 
 struct ferry_comm {
-  const ferry_comm_ops *ops; /* (fixed) */
-  void *impl;                /* (backend) set by init or dup, freed by shutdown */
-  ferry_comm_kind kind;      /* (fixed) */
-  int rank, size;            /* (fixed) set by the backend's init */
+  const ferry_comm_ops *ops;  /* (fixed) */
+  void *impl;                 /* (backend) set by init or dup, freed by shutdown */
+  ferry_comm_kind kind;       /* (fixed) */
+  int rank, size;             /* (fixed) set by the backend's init */
   int local_rank, local_size; /* (fixed) */
-  double timeout;            /* (fixed) seconds */
-  ferry_device *dev;         /* (fixed) NCCL's device; NULL for the others */
-  ferry_errbuf err;          /* any thread */
+  double timeout;             /* (fixed) seconds */
+  ferry_device *dev;          /* (fixed) NCCL's device; NULL for the others */
+  ferry_errbuf err;           /* any thread */
 
   pthread_mutex_t mu;
-  pthread_cond_t work_cv;    /* the worker: a request queued or stopping */
-  pthread_cond_t done_cv;    /* waiters: a request completed (CLOCK_MONOTONIC) */
-  ferry_comm_req *head, *tail; /* (mu) queued, not yet started by the worker */
-  int running;               /* (mu) the worker is inside ops->run */
-  int stopping;              /* (mu) destroy asked the worker to end */
-  int broken;                /* (mu) a wait timed out or the backend failed: status */
+  pthread_cond_t work_cv;         /* the worker: a request queued or stopping */
+  pthread_cond_t done_cv;         /* waiters: a request completed (CLOCK_MONOTONIC) */
+  ferry_comm_req *head, *tail;    /* (mu) queued, not yet started by the worker */
+  int running;                    /* (mu) the worker is inside ops->run */
+  int stopping;                   /* (mu) destroy asked the worker to end */
+  int broken;                     /* (mu) a wait timed out or the backend failed: status */
   char broken_msg[FERRY_ERR_MAX]; /* (mu) the message every later call repeats */
-  int has_worker;            /* (fixed) */
-  pthread_t worker;          /* (fixed) */
-  ferry_comm_stats stats;    /* (mu) */
-  ferry_comm_span_fn span_fn; /* (mu) */
-  void *span_user;           /* (mu) */
+  int has_worker;                 /* (fixed) */
+  pthread_t worker;               /* (fixed) */
+  ferry_comm_stats stats;         /* (mu) */
+  ferry_comm_span_fn span_fn;     /* (mu) */
+  void *span_user;                /* (mu) */
 };
 
 struct ferry_comm_ops {
@@ -115,11 +116,12 @@ extern const ferry_comm_ops ferry_comm_mpi_ops;
 int ferry_mpi_acquire(ferry_errbuf *e);
 void ferry_mpi_release(void);
 /* Rank, size, local rank and local size of COMM_WORLD. */
-int ferry_mpi_world_info(ferry_errbuf *e, int *rank, int *size, int *local_rank,
-                         int *local_size);
+int ferry_mpi_world_info(ferry_errbuf *e, int *rank, int *size, int *local_rank, int *local_size);
 /* root's `bytes` of buf to every rank (a private duplicate of COMM_WORLD). */
 int ferry_mpi_world_bcast(ferry_errbuf *e, void *buf, size_t bytes, int root);
 _Noreturn void ferry_mpi_abort(int code);
+/* MPI_Abort when MPI is initialized and not finalized; else returns. */
+void ferry_mpi_abort_if_running(int code);
 #endif
 #ifdef FERRY_HAVE_NCCL
 extern const ferry_comm_ops ferry_comm_nccl_ops;

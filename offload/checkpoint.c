@@ -381,9 +381,20 @@ static int write_tensors(ferry_engine *e, holder *h, ferry_safetensors_writer *w
  * of ranks, and each rank loads only its pieces (reads at their offsets).
  * The params are whole on every rank; rank 0 writes them. */
 
-/* The engine keeps role r (an optim role) of its params. */
-static int keeps_role(const ferry_engine *e, int r) {
+/* A sharded engine keeps role r of its params in pieces, written whole:
+ * the master and states (stage >= 1) and the params (stage 3). */
+static int keeps_whole(const ferry_engine *e, int r) {
+  if (r == FERRY_ROLE_PARAM) return engine_params_sharded(e);
+  if (r == FERRY_ROLE_GRAD) return 0;
   return r == FERRY_ROLE_MASTER ? !e->master_bf16 : e->nstates >= r - FERRY_ROLE_MASTER;
+}
+#define OPTIM_ROLES (1u << FERRY_ROLE_MASTER | 1u << FERRY_ROLE_EXP_AVG | 1u << FERRY_ROLE_EXP_AVG_SQ)
+
+/* Bytes per element of role r's whole tensor (not int8 states). */
+static size_t whole_esize(const ferry_engine *e, int r) {
+  return r == FERRY_ROLE_PARAM    ? e->esize
+         : r == FERRY_ROLE_MASTER ? 4
+                                  : ferry_dtype_size(e->ocfg.state_dtype);
 }
 
 /* Role r of p whole, as one rank keeps it: dtype and shape. */
@@ -391,7 +402,9 @@ static void whole_info(const ferry_engine *e, const eng_param *p, int r, ferry_d
                        int *ndim, int64_t *shape) {
   *ndim = p->ndim;
   memcpy(shape, p->shape, (size_t)p->ndim * sizeof *shape);
-  *dt = r == FERRY_ROLE_MASTER ? FERRY_DT_F32 : e->ocfg.state_dtype;
+  *dt = r == FERRY_ROLE_PARAM    ? e->dtype
+        : r == FERRY_ROLE_MASTER ? (ferry_dtype)FERRY_DT_F32
+                                 : (ferry_dtype)e->ocfg.state_dtype;
   if (*dt == FERRY_DT_I8) { /* codes and absmax as bytes */
     *dt = FERRY_DT_U8;
     *ndim = 1;
@@ -408,7 +421,7 @@ static size_t blocks_of(const ferry_engine *e, size_t n) {
   return (n + b - 1) / b;
 }
 static int is_int8(const ferry_engine *e, int r) {
-  return r != FERRY_ROLE_MASTER && e->ocfg.state_dtype == FERRY_DT_I8;
+  return r >= FERRY_ROLE_EXP_AVG && e->ocfg.state_dtype == FERRY_DT_I8;
 }
 
 /* This rank's piece of role r of p into host memory `mine` (nothing when
@@ -444,7 +457,7 @@ static int gather_whole(ferry_engine *e, const eng_param *p, int r, const char *
       rc = ferry_comm_allgather(e->ch_loop, mine + codes_bytes(p->pn), full + codes_bytes(p->n),
                                 counts, FERRY_DT_U8, NULL, NULL);
   } else {
-    size_t es = r == FERRY_ROLE_MASTER ? 4 : ferry_dtype_size(e->ocfg.state_dtype);
+    size_t es = whole_esize(e, r);
     for (int k = 0; k < e->nranks; k++) counts[k] = group_param_piece(e, p, k, &off) * es;
     rc = ferry_comm_allgather(e->ch_loop, mine, full, counts, FERRY_DT_U8, NULL, NULL);
   }
@@ -470,7 +483,7 @@ static size_t largest_whole(const ferry_engine *e) {
  * also when rank 0 has no writer or failed), every rank gives its piece,
  * rank 0 writes the whole. Returns this rank's status. */
 static int optim_phase(ferry_engine *e, holder *h, ferry_safetensors_writer *w) {
-  e->ckpt_optim_done = 1;
+  e->ckpt_phases++;
   size_t big = largest_whole(e);
   char *mine = malloc(big + 64), *full = malloc(big + 64);
   size_t *counts = calloc((size_t)e->nranks, sizeof *counts);
@@ -480,10 +493,10 @@ static int optim_phase(ferry_engine *e, holder *h, ferry_safetensors_writer *w) 
     int32_t msg[2] = {-1, -1};
     const char *nm = e->rank == 0 && w && !wrc ? ferry_safetensors_writer_next(w) : NULL;
     for (size_t i = 0; nm && i < e->gt.nparams && msg[0] < 0; i++)
-      for (int r = FERRY_ROLE_MASTER; r < FERRY_ROLE_COUNT && msg[0] < 0; r++) {
+      for (int r = 0; r < FERRY_ROLE_COUNT && msg[0] < 0; r++) {
         char t[FERRY_MEM_NAME_MAX + 1];
         snprintf(t, sizeof t, "%s%s", e->gt.params[i].name, group_role_suffix(r));
-        if (keeps_role(e, r) && !strcmp(t, nm)) msg[0] = (int32_t)i, msg[1] = r;
+        if (keeps_whole(e, r) && !strcmp(t, nm)) msg[0] = (int32_t)i, msg[1] = r;
       }
     if (nm && msg[0] < 0) wrc = ferry_err(&e->err, FERRY_ESTATE, "checkpoint: no tensor '%s'", nm);
     int crc = ferry_comm_broadcast(e->ch_loop, msg, 2, FERRY_DT_I32, 0, NULL, NULL);
@@ -519,16 +532,17 @@ static int optim_phase(ferry_engine *e, holder *h, ferry_safetensors_writer *w) 
   return rc ? rc : drc;
 }
 
-/* Rank 0's optim part of a sharded save: every tensor whole. */
-static int write_whole_optim(ferry_engine *e, holder *h, const char *path, uint64_t max_shard) {
+/* Rank 0's part (roles) of a sharded save: every tensor whole. */
+static int write_whole(ferry_engine *e, holder *h, const char *path, uint64_t max_shard,
+                       unsigned roles) {
   ferry_safetensors_writer *w = NULL;
   int rc = ferry_safetensors_writer_create(path, max_shard, &w);
   if (rc) rc = ferry_err(&e->err, rc, "checkpoint: %s", ferry_last_error());
   if (!rc) rc = ferry_safetensors_writer_metadata(w, "format", "pt");
   for (size_t i = 0; i < e->gt.nparams && !rc; i++) {
     eng_param *p = &e->gt.params[e->gt.by_group[i]];
-    for (int r = FERRY_ROLE_MASTER; r < FERRY_ROLE_COUNT && !rc; r++) {
-      if (!keeps_role(e, r)) continue;
+    for (int r = 0; r < FERRY_ROLE_COUNT && !rc; r++) {
+      if (!(roles >> r & 1) || !keeps_whole(e, r)) continue;
       char nm[FERRY_MEM_NAME_MAX + 1];
       ferry_dtype dt;
       int nd;
@@ -556,15 +570,15 @@ static int write_whole_optim(ferry_engine *e, holder *h, const char *path, uint6
 
 /* This rank's pieces of every optim tensor of f (a whole-tensor
  * checkpoint, from any number of ranks) into the engine. */
-static int load_pieces(ferry_engine *e, holder *h, ferry_safetensors *f) {
+static int load_pieces(ferry_engine *e, holder *h, ferry_safetensors *f, unsigned roles) {
   size_t big = largest_whole(e);
   char *mine = malloc(big + 64);
   if (!mine) return ferry_err(&e->err, FERRY_ENOMEM, "checkpoint load: out of memory");
   int rc = FERRY_OK;
   for (size_t i = 0; i < e->gt.nparams && !rc; i++) {
     eng_param *p = &e->gt.params[e->gt.by_group[i]];
-    for (int r = FERRY_ROLE_MASTER; r < FERRY_ROLE_COUNT && !rc && p->pn; r++) {
-      if (!keeps_role(e, r)) continue;
+    for (int r = 0; r < FERRY_ROLE_COUNT && !rc && p->pn; r++) {
+      if (!(roles >> r & 1) || !keeps_whole(e, r)) continue;
       char nm[FERRY_MEM_NAME_MAX + 1];
       snprintf(nm, sizeof nm, "%s%s", p->name, group_role_suffix(r));
       ferry_safetensors_tensor t;
@@ -585,7 +599,7 @@ static int load_pieces(ferry_engine *e, holder *h, ferry_safetensors *f) {
           rc = ferry_safetensors_read(f, ti, codes_bytes(p->n) + blocks_of(e, p->plo) * sizeof(float),
                                       mine + cb, blocks_of(e, p->pn) * sizeof(float));
       } else {
-        size_t es = r == FERRY_ROLE_MASTER ? 4 : ferry_dtype_size(e->ocfg.state_dtype);
+        size_t es = whole_esize(e, r);
         rc = ferry_safetensors_read(f, ti, p->plo * es, mine, p->pn * es);
       }
       if (rc) {
@@ -609,8 +623,8 @@ static int load_pieces(ferry_engine *e, holder *h, ferry_safetensors *f) {
 /* A writer over `path` (a folder when max_shard > 0) filled and finished. */
 static int write_model(ferry_engine *e, holder *h, const char *path, uint64_t max_shard,
                        unsigned roles, ferry_dtype param_dt) {
-  if (engine_sharded(e) && !(roles >> FERRY_ROLE_PARAM & 1))
-    return write_whole_optim(e, h, path, max_shard);
+  if (engine_sharded(e) && ((roles & OPTIM_ROLES) || engine_params_sharded(e)))
+    return write_whole(e, h, path, max_shard, roles);
   ferry_safetensors_writer *w;
   int rc = ferry_safetensors_writer_create(path, max_shard, &w);
   if (rc) return ferry_err(&e->err, rc, "checkpoint: %s", ferry_last_error());
@@ -770,9 +784,12 @@ int ferry_checkpoint_save(ferry_engine *e, const char *dir, const void *blob, si
    * engine gives its pieces */
   rc = ranks_agree(e, rc, "checkpoint save");
   if (rc) return rc;
-  e->ckpt_optim_done = 0;
+  e->ckpt_phases = 0;
   if (e->rank == 0) rc = save_local(e, dir, blob, blob_len, &o);
-  if (engine_sharded(e) && !e->ckpt_optim_done) { /* rank 0 failed before it, or another rank */
+  /* the gathered parts rank 0 did not reach (it failed), or every one on
+   * the other ranks: params (stage 3), then optim */
+  int phases = !engine_sharded(e) ? 0 : engine_params_sharded(e) ? 2 : 1;
+  while (e->ckpt_phases < phases) {
     holder h;
     int hrc = holder_init(&h, e);
     int prc = optim_phase(e, &h, NULL);
@@ -1079,8 +1096,8 @@ static int check_part(ferry_engine *e, ferry_safetensors *f, unsigned roles, con
   for (size_t i = 0; i < e->gt.nparams; i++) {
     eng_param *p = &e->gt.params[i];
     for (int r = 0; r < FERRY_ROLE_COUNT; r++) {
-      int whole = engine_sharded(e) && r >= FERRY_ROLE_MASTER; /* pieces here, whole there */
-      if (!(roles >> r & 1) || (whole ? !keeps_role(e, r) : p->id[r] == UINT32_MAX)) continue;
+      int whole = engine_sharded(e) && keeps_whole(e, r); /* pieces here, whole there */
+      if (!(roles >> r & 1) || (whole ? 0 : p->id[r] == UINT32_MAX)) continue;
       want++;
       char nm[FERRY_MEM_NAME_MAX + 1];
       snprintf(nm, sizeof nm, "%s%s", p->name, group_role_suffix(r));
@@ -1237,8 +1254,10 @@ static int read_blob(ferry_engine *e, const char *folder, uint64_t bytes, void *
 static int load_tensors(ferry_engine *e, ferry_safetensors *pf, ferry_safetensors *of) {
   holder h;
   int rc = holder_init(&h, e);
-  if (!rc) rc = engine_sharded(e) ? load_pieces(e, &h, of) : load_part(e, &h, of);
-  if (!rc) rc = load_part(e, &h, pf);
+  if (!rc) rc = engine_sharded(e) ? load_pieces(e, &h, of, OPTIM_ROLES) : load_part(e, &h, of);
+  if (!rc)
+    rc = engine_params_sharded(e) ? load_pieces(e, &h, pf, 1u << FERRY_ROLE_PARAM)
+                                  : load_part(e, &h, pf);
   if (!rc) holder_drop(&h);
   holder_destroy(&h);
   if (rc) return rc;
@@ -1308,6 +1327,11 @@ static int load_local(ferry_engine *e, const char *path, void *blob, size_t blob
 int ferry_export_weights(ferry_engine *e, const char *path, uint64_t max_shard_bytes) {
   if (!e) return FERRY_EINVAL;
   if (!path || !path[0]) return ferry_err(&e->err, FERRY_EINVAL, "export: no path");
+  if (engine_params_sharded(e))
+    return ferry_err(&e->err, FERRY_ENOTSUP,
+                     "export: the params of dist.zero_stage = 3 are sharded; an export of them is "
+                     "not implemented yet (a checkpoint's params/ folder is the model: "
+                     "ferry_checkpoint_save)");
   int rc = engine_quiesce(e, "export");
   if (rc) return rc;
   char tmp[4096], trash[4096], parent[4096];

@@ -147,7 +147,8 @@ static const key_def keys[] = {
     {"dist.zero_stage", K_INT, OFF(zero_stage), "2", NULL, 0, 3, 0,
      "with ranks (ferry_engine_set_comm): 0 replicates everything and all-reduces the grads; 1 "
      "shards the fp32 master and optimizer state; 2 also reduce-scatters the grads as they are "
-     "drained (sharded accumulators); 3 would shard the params (not implemented yet)", NULL},
+     "drained (sharded accumulators); 3 also shards the params (host or nvme homes), all-gathered at "
+     "each fetch", NULL},
     {"dist.timeout", K_FLOAT, OFF(dist_timeout), "300", NULL, 0, 1e9, 1,
      "seconds a collective may wait for the other ranks before it fails (ferry-gpt passes it "
      "to ferry_comm_create; the engine's channels inherit the communicator's)", NULL},

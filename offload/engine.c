@@ -234,6 +234,7 @@ void ferry_engine_destroy(ferry_engine *e) {
   drain_free(e);
   stepper_free(e);
   gpu_free(e);
+  ranks_gather_free(e);
   if (e->dev && e->reserved) ferry_device_free(e->dev, e->reserved);
   if (e->dev) {
     ferry_stream_destroy(e->up);
@@ -335,6 +336,7 @@ static engine_staging staging_bytes(const ferry_engine *e) {
   size_t piece;
   st.reduce = drain_reduce_bytes(e, &piece); /* with ranks: the drain's fp32 buffers */
   st.reduce += piece;
+  if (engine_params_sharded(e)) st.reduce += gbytes; /* stage 3: the host gather buffer */
   st.drain = engine_drain_staged(e) ? ENGINE_DRAIN_STAGES * gbytes : gpu_own_host_bytes(e);
   st.upload = engine_upload_staged(e) ? ENGINE_STAGE_SLOTS * gbytes : 0;
   st.commit = e->param_home != FERRY_TIER_DEVICE ? e->gt.max_group_n * e->esize : 0;
@@ -346,6 +348,9 @@ void engine_own_bytes(const ferry_engine *e, size_t *own_dev, size_t *own_host) 
   engine_staging st = staging_bytes(e);
   /* device: the grad buffers (and device math's scratch) */
   *own_dev = ENGINE_GRAD_SLOTS * ferry_align_up(gbytes, 256) + gpu_own_dev_bytes(e);
+  if (engine_params_sharded(e)) /* stage 3: the device gather buffers (ranks_gather_init) */
+    *own_dev += (e->gt.ngroups < ENGINE_GATHER_SLOTS ? e->gt.ngroups : ENGINE_GATHER_SLOTS) *
+                ferry_align_up(gbytes, 256);
   *own_host = st.drain + st.upload + st.commit + st.reduce;
 }
 
@@ -461,7 +466,7 @@ static int check_host_pool(ferry_engine *e, size_t own_host) {
   double least = ceil(MIB(own_host + n.total) * 10) / 10;
   return ferry_err(&e->err, FERRY_ENOMEM,
                    "finalize: tiers.host.budget of %.1f MiB is too small: the engine's staging "
-                   "takes %.1f MiB (drain %.1f, uploads %.1f, param commit %.1f, reduce %.1f) and leaves a "
+                   "takes %.1f MiB (drain %.1f, uploads %.1f, param commit %.1f, ranks %.1f) and leaves a "
                    "pool of %.1f MiB, but one step needs %.1f MiB there (optimizer state of the "
                    "largest group %.1f + 2 x its grads %.1f + 2 x its params %.1f + 2 x the "
                    "largest chunk %.1f + host homes %.1f: params %.1f, grads %.1f, optimizer %.1f); set "
@@ -660,6 +665,7 @@ static int alloc_buffers(ferry_engine *e, size_t dev_budget, size_t own_dev) {
   }
   int rc = drain_init(e, gbytes);
   if (!rc) rc = stepper_init(e, gbytes);
+  if (!rc) rc = ranks_gather_init(e, gbytes);
   if (!rc && e->reserve_bytes) {
     rc = ferry_device_alloc(e->dev, e->reserve_bytes, &e->reserved);
     if (rc)
@@ -775,6 +781,7 @@ static int check_group(ferry_engine *e, int group, const char *op) {
  * prefetch_depth allows. Never waits; a full budget just stops it. */
 static void prefetch(ferry_engine *e) {
   if (e->param_home == FERRY_TIER_DEVICE) return; /* always resident */
+  if (engine_params_sharded(e)) return; /* stage 3: gathered at each fetch */
   uint32_t ng = e->gt.ngroups;
   size_t depth = e->cv->prefetch_depth ? (size_t)e->cv->prefetch_depth : ng;
   if (depth >= ng) depth = ng - 1;
@@ -840,11 +847,17 @@ int ferry_fetch(ferry_engine *e, int group, ferry_stream *s) {
                      "fetch: group %d: its optimizer update failed (%s); release the groups held "
                      "and call ferry_step to run it again",
                      group, ferry_strerror(rc));
-  rc = group_fetch(e, (uint32_t)group, FERRY_FAMILY_PARAMS, FERRY_TIER_DEVICE, s, 0, threads_busy);
-  if (rc) return engine_mem_err(e, rc, "fetch");
-  /* params uploaded by the last step (device home): ordered on e->up */
-  rc = ferry_stream_wait_event(s, gr->uploaded);
-  if (rc) return ferry_err(&e->err, rc, "fetch: %s", ferry_device_last_error(e->dev));
+  if (engine_params_sharded(e)) { /* stage 3: every rank's pieces gathered */
+    rc = ranks_fetch_params(e, (uint32_t)group, s);
+    if (rc) return rc;
+  } else {
+    rc = group_fetch(e, (uint32_t)group, FERRY_FAMILY_PARAMS, FERRY_TIER_DEVICE, s, 0,
+                     threads_busy);
+    if (rc) return engine_mem_err(e, rc, "fetch");
+    /* params uploaded by the last step (device home): ordered on e->up */
+    rc = ferry_stream_wait_event(s, gr->uploaded);
+    if (rc) return ferry_err(&e->err, rc, "fetch: %s", ferry_device_last_error(e->dev));
+  }
   pthread_mutex_lock(&e->mu);
   gr->fetched++;
   pthread_mutex_unlock(&e->mu);
@@ -866,8 +879,13 @@ int ferry_release(ferry_engine *e, int group, ferry_stream *s) {
   pthread_mutex_unlock(&e->mu);
   if (fetched == 0)
     return ferry_err(&e->err, FERRY_ESTATE, "release: group %d is not fetched", group);
-  rc = ferry_mem_release(e->mem, (uint32_t)group, FERRY_FAMILY_PARAMS, FERRY_TIER_DEVICE, s);
-  if (rc) return engine_mem_err(e, rc, "release");
+  if (engine_params_sharded(e)) {
+    rc = ranks_release_params(e, (uint32_t)group, s);
+    if (rc) return rc;
+  } else {
+    rc = ferry_mem_release(e->mem, (uint32_t)group, FERRY_FAMILY_PARAMS, FERRY_TIER_DEVICE, s);
+    if (rc) return engine_mem_err(e, rc, "release");
+  }
   pthread_mutex_lock(&e->mu);
   gr->fetched--;
   pthread_cond_broadcast(&e->stepper.cv); /* an update may wait for the release */
@@ -887,7 +905,9 @@ int ferry_param_device(ferry_engine *e, const char *name, void **param, void **g
   if (!fetched)
     return ferry_err(&e->err, FERRY_ESTATE, "param device '%s': group %u is not fetched", p->name,
                      p->group);
-  if (param) {
+  if (param && engine_params_sharded(e)) { /* stage 3: in the group's gather buffer */
+    *param = (char *)e->gather_dev[gr->gslot] + p->goff * e->esize;
+  } else if (param) {
     int rc = ferry_mem_tensor_ptr(e->mem, p->id[FERRY_ROLE_PARAM], FERRY_TIER_DEVICE, param);
     if (rc) return engine_mem_err(e, rc, "param device");
   }

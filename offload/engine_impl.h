@@ -11,6 +11,10 @@
  *   drain.c    the gradient drain (the drain thread), device grad buffers
  *   step.c     the ferry_step driver: norm, scaling, queueing the updates
  *   engine.c   create, finalize, fetch/release, quiesce/restore
+ *   ranks.c    the ranks (ZeRO): channels, fingerprints, the global norm,
+ *              stage 3's gathers at fetch; called by engine.c, step.c and
+ *              checkpoint.c, calls group.c (the drain and the stepper use
+ *              their own channels)
  *   gpu.c      the leaf operations on grads and optimizer state that live
  *              on a real GPU (CUDA kernels, copies); below group.c, every
  *              room may call it and it calls no other
@@ -34,6 +38,7 @@
 #define ENGINE_GRAD_SLOTS 2   /* device grad buffers in flight (backward / drain) */
 #define ENGINE_STAGE_SLOTS 2  /* pinned buffers for param uploads */
 #define ENGINE_DRAIN_STAGES 2 /* pinned buffers for grad downloads (one copying, one summed) */
+#define ENGINE_GATHER_SLOTS 4 /* ZeRO stage 3: device buffers of gathered params (fetched groups) */
 /* The stochastic-rounding seed of a bf16 master (precision.master): fixed,
  * so runs repeat and resume bit for bit (the counter is the step and each
  * element's index in registration order, eng_param.gindex). */
@@ -91,6 +96,7 @@ typedef struct {
    * the loop: ordered by the group's update state and drain_wait) */
   int grads_zero;
   int grad_stage;        /* (mu) grads "none": the drain stage lent to its update, -1 none */
+  int gslot;             /* (loop) ZeRO stage 3: the gather buffer holding its params, -1 none */
   /* The partition (fixed): rank r owns the group's elements [bounds[r],
    * bounds[r+1]) (nranks + 1 entries); this rank [lo, hi). One rank or
    * stage 0: lo = 0, hi = n. */
@@ -250,7 +256,17 @@ struct ferry_engine {
   ferry_comm *ch_loop, *ch_drain, *ch_step;
   int nranks, rank;  /* (fixed) 1 and 0 alone */
   int zero_stage;    /* (fixed) dist.zero_stage with ranks; 0 alone */
-  int ckpt_optim_done; /* (loop) checkpoint.c: a sharded save's optim part has been gathered */
+  int ckpt_phases;   /* (loop) checkpoint.c: a sharded save's gathered parts (params, optim) */
+  /* ZeRO stage 3 (loop; fixed pointers): the params of a fetched group are
+   * gathered from every rank's piece through a pinned host buffer into a
+   * device buffer (ngather of them, the largest group each) */
+  int ngather;
+  void *gather_dev[ENGINE_GATHER_SLOTS];
+  ferry_event *gather_free[ENGINE_GATHER_SLOTS]; /* the loop's last use (its release) */
+  int gather_owner[ENGINE_GATHER_SLOTS];         /* group, -1 free */
+  void *gather_host;
+  ferry_event *gather_up;                         /* its last H2D done */
+  size_t *gather_counts;
 
   /* (loop) the step driver and the loop's fetches */
   ferry_loss_scaler scaler;
@@ -292,6 +308,10 @@ static inline int engine_sharded(const ferry_engine *e) {
 /* The grad accumulators are pieces (stage 2 with ranks). */
 static inline int engine_grads_sharded(const ferry_engine *e) {
   return e->nranks > 1 && e->zero_stage >= 2;
+}
+/* The params are pieces too, gathered at fetch (stage 3 with ranks). */
+static inline int engine_params_sharded(const ferry_engine *e) {
+  return e->nranks > 1 && e->zero_stage >= 3;
 }
 
 /* group.c */
@@ -427,6 +447,18 @@ int ranks_global_norm(ferry_engine *e, double *sumsq, int *nonfinite);
  * rank's is `piece`, pn floats) gathered into dst (p->n floats). */
 int ranks_read_param(ferry_engine *e, const eng_param *p, const float *piece, float *dst);
 void ranks_stats(const ferry_engine *e, ferry_stats *out); /* the comm_* figures */
+/* Stage 3: the gather buffers (finalize: ngather device buffers of `gbytes`
+ * and the pinned host one; their sizes are in engine_own_bytes) and their
+ * release. */
+int ranks_gather_init(ferry_engine *e, size_t gbytes);
+void ranks_gather_free(ferry_engine *e);
+/* Stage 3, the loop's fetch of group g on s: this rank's pieces (held in
+ * the host tier) and every other rank's gathered into a free device
+ * buffer (a collective on the loop channel), H2D on s. */
+int ranks_fetch_params(ferry_engine *e, uint32_t g, ferry_stream *s);
+/* Stage 3, the loop's release of group g on s (the last one frees its
+ * buffer once s is past it). */
+int ranks_release_params(ferry_engine *e, uint32_t g, ferry_stream *s);
 /* With ranks (a collective on the loop channel): every rank's status rc
  * gathered; this rank's when it failed, else the first other rank's
  * failure (named in e->err), else 0. Alone: rc. */

@@ -181,8 +181,12 @@ int group_register(ferry_engine *e) {
       int64_t packed = (int64_t)p->state_bytes, piece = (int64_t)p->pn;
       /* sharded roles are this rank's piece, one dimension (none when empty) */
       int shard = (r >= FERRY_ROLE_MASTER && engine_sharded(e)) ||
-                  (r == FERRY_ROLE_GRAD && engine_grads_sharded(e));
-      if (shard && p->pn == 0) continue;
+                  (r == FERRY_ROLE_GRAD && engine_grads_sharded(e)) ||
+                  (r == FERRY_ROLE_PARAM && engine_params_sharded(e));
+      /* no piece: no tensor, but at stage 3 a one-element param stands in
+       * (never read or written), so the manager knows every group */
+      if (shard && p->pn == 0 && r != FERRY_ROLE_PARAM) continue;
+      if (shard && p->pn == 0) piece = 1;
       if (shard) {
         ndim = 1;
         shape = &piece;

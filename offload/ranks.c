@@ -151,10 +151,16 @@ out:
 /* What ranks do not support yet (decided by the configuration, the same
  * on every rank once the fingerprints agree). */
 static int refuse_unsupported(ferry_engine *e) {
-  if (e->zero_stage == 3)
+  if (e->zero_stage == 3 && e->param_home == FERRY_TIER_DEVICE)
     return ferry_err(&e->err, FERRY_ECONFIG,
-                     "finalize: dist.zero_stage = 3 (params sharded, all-gathered at fetch) is "
-                     "not implemented yet: set dist.zero_stage = 2, 1 or 0");
+                     "finalize: dist.zero_stage = 3 with placement.params = \"gpu\" is not "
+                     "implemented yet (the sharded params live in the host or on NVMe and are "
+                     "gathered at fetch): set placement.params = \"host\" or \"nvme\", or "
+                     "dist.zero_stage = 2");
+  if (e->zero_stage == 3 && e->master_bf16)
+    return ferry_err(&e->err, FERRY_ECONFIG,
+                     "finalize: dist.zero_stage = 3 with precision.master = \"bf16\" is not "
+                     "implemented yet: set precision.master = \"fp32\" or dist.zero_stage = 2");
   if (e->grads_none)
     return ferry_err(&e->err, FERRY_ECONFIG,
                      "finalize: placement.grads = \"none\" with %d ranks: the grads are averaged "
@@ -186,10 +192,12 @@ int ranks_setup(ferry_engine *e) {
     if (rc)
       return ferry_err(&e->err, rc, "finalize: dist: a channel of the communicator: %s",
                        ferry_comm_last_error(e->comm));
-    ferry_comm_set_span_hook(*ch[i], fn[i], e);
   }
   int rc = check_fingerprints(e);
   if (rc) return rc;
+  /* only now: a hook runs after its collective's waiter may go on, and
+   * finalize's reset of the timeline must not meet a late span */
+  for (int i = 0; i < 3; i++) ferry_comm_set_span_hook(*ch[i], fn[i], e);
   /* "auto" grads would be "none" (no accumulator) when the step runs during
    * backward; the ranks' average needs accumulators: the optimizer's home */
   if (e->grads_none && e->cv->place_grads == FERRY_GRADS_AUTO) {
@@ -308,4 +316,106 @@ int ranks_root_status(ferry_engine *e, int rc, const char *op) {
     return ferry_err(&e->err, crc, "%s: rank 0's status: %s", op, ferry_comm_last_error(e->ch_loop));
   if (e->rank == 0 || !v) return rc ? rc : v;
   return ferry_err(&e->err, v, "%s: rank 0 failed (%s); see its error", op, ferry_strerror(v));
+}
+
+/* ---- ZeRO stage 3: the params gathered at fetch ------------------------- */
+
+int ranks_gather_init(ferry_engine *e, size_t gbytes) {
+  e->ngather = 0;
+  for (int i = 0; i < ENGINE_GATHER_SLOTS; i++) e->gather_owner[i] = -1;
+  for (uint32_t g = 0; g < e->gt.ngroups; g++) e->gt.groups[g].gslot = -1;
+  if (!engine_params_sharded(e)) return FERRY_OK;
+  e->ngather = e->gt.ngroups < ENGINE_GATHER_SLOTS ? (int)e->gt.ngroups : ENGINE_GATHER_SLOTS;
+  e->gather_counts = calloc((size_t)e->nranks, sizeof *e->gather_counts);
+  int rc = e->gather_counts ? FERRY_OK : FERRY_ENOMEM;
+  for (int i = 0; i < e->ngather && !rc; i++) {
+    rc = ferry_device_alloc(e->dev, gbytes, &e->gather_dev[i]);
+    if (!rc) rc = ferry_event_create(e->dev, &e->gather_free[i]);
+  }
+  if (!rc) rc = ferry_host_alloc(e->dev, gbytes, &e->gather_host);
+  if (!rc) rc = ferry_event_create(e->dev, &e->gather_up);
+  if (rc)
+    return ferry_err(&e->err, rc, "finalize: the gather buffers of dist.zero_stage = 3: %s",
+                     rc == FERRY_ENOMEM && !e->gather_counts ? "out of memory"
+                                                             : ferry_device_last_error(e->dev));
+  return FERRY_OK;
+}
+
+void ranks_gather_free(ferry_engine *e) {
+  if (e->dev) {
+    for (int i = 0; i < ENGINE_GATHER_SLOTS; i++) {
+      if (e->gather_dev[i]) ferry_device_free(e->dev, e->gather_dev[i]);
+      ferry_event_destroy(e->gather_free[i]);
+    }
+    if (e->gather_host) ferry_host_free(e->dev, e->gather_host);
+    ferry_event_destroy(e->gather_up);
+  }
+  free(e->gather_counts);
+}
+
+/* This rank's pieces of group g's params (the home, through the host) into
+ * their range of the host gather buffer. */
+static int own_pieces(ferry_engine *e, uint32_t g) {
+  eng_group *gr = &e->gt.groups[g];
+  int rc = group_fetch(e, g, FERRY_FAMILY_PARAMS, FERRY_TIER_HOST, NULL, FERRY_MEM_NOTRACE, NULL);
+  if (rc) return engine_mem_err(e, rc, "fetch: params");
+  for (uint32_t k = 0; k < gr->count && !rc; k++) {
+    eng_param *p = group_param(e, g, k);
+    void *h;
+    if (!p->pn) continue;
+    rc = ferry_mem_tensor_ptr(e->mem, p->id[FERRY_ROLE_PARAM], FERRY_TIER_HOST, &h);
+    if (!rc) memcpy((char *)e->gather_host + (p->goff + p->plo) * e->esize, h, p->pn * e->esize);
+  }
+  int r2 = ferry_mem_release(e->mem, g, FERRY_FAMILY_PARAMS, FERRY_TIER_HOST, NULL);
+  if (!rc) rc = r2;
+  return rc ? engine_mem_err(e, rc, "fetch: params") : FERRY_OK;
+}
+
+int ranks_fetch_params(ferry_engine *e, uint32_t g, ferry_stream *s) {
+  eng_group *gr = &e->gt.groups[g];
+  if (gr->gslot >= 0) return FERRY_OK; /* fetched already: the same buffer */
+  int slot = -1;
+  for (int i = 0; i < e->ngather && slot < 0; i++)
+    if (e->gather_owner[i] < 0) slot = i;
+  if (slot < 0)
+    return ferry_err(&e->err, FERRY_ENOMEM,
+                     "fetch: group %u: dist.zero_stage = 3 gathers a fetched group's params into "
+                     "one of %d device buffers, and every one holds a fetched group; release a "
+                     "group before fetching another",
+                     g, e->ngather);
+  int rc = ferry_event_synchronize(e->gather_up); /* the host buffer's last H2D is done */
+  if (rc) return ferry_err(&e->err, rc, "fetch: %s", ferry_device_last_error(e->dev));
+  rc = own_pieces(e, g);
+  if (rc) return rc;
+  for (int r = 0; r < e->nranks; r++)
+    e->gather_counts[r] = (gr->bounds[r + 1] - gr->bounds[r]) * e->esize;
+  rc = ferry_comm_allgather(e->ch_loop, (char *)e->gather_host + gr->lo * e->esize, e->gather_host,
+                            e->gather_counts, FERRY_DT_U8, NULL, NULL);
+  if (rc)
+    return ferry_err(&e->err, rc, "fetch: group %u: all-gather of its params: %s", g,
+                     ferry_comm_last_error(e->ch_loop));
+  /* in s's order: after the buffer's last readers, before the loop's kernels */
+  rc = ferry_stream_wait_event(s, e->gather_free[slot]);
+  if (!rc)
+    rc = ferry_memcpy_async(s, e->gather_dev[slot], e->gather_host, gr->n * e->esize,
+                            FERRY_COPY_H2D);
+  if (!rc) rc = ferry_event_record(e->gather_up, s);
+  if (rc) return ferry_err(&e->err, rc, "fetch: %s", ferry_device_last_error(e->dev));
+  e->gather_owner[slot] = (int)g;
+  gr->gslot = slot;
+  return FERRY_OK;
+}
+
+int ranks_release_params(ferry_engine *e, uint32_t g, ferry_stream *s) {
+  eng_group *gr = &e->gt.groups[g];
+  int rc = ferry_event_record(e->gather_free[gr->gslot], s);
+  if (rc) return ferry_err(&e->err, rc, "release: %s", ferry_device_last_error(e->dev));
+  pthread_mutex_lock(&e->mu);
+  int last = gr->fetched == 1;
+  pthread_mutex_unlock(&e->mu);
+  if (last) {
+    e->gather_owner[gr->gslot] = -1;
+    gr->gslot = -1;
+  }
+  return FERRY_OK;
 }

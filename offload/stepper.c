@@ -188,12 +188,15 @@ static int param_commit(ferry_engine *e, uint32_t g) {
     ferry_mem_poll(e->mem);
     rc = ferry_mem_mark_dirty(e->mem, g, FERRY_FAMILY_PARAMS, FERRY_TIER_HOST, NULL);
   }
+  int piece = engine_params_sharded(e); /* stage 3: the home holds this rank's pieces */
   for (uint32_t k = 0; k < gr->count && !rc; k++) {
     eng_param *p = group_param(e, g, k);
+    size_t off = piece ? p->plo : 0, n = piece ? p->pn : p->n;
     void *h;
+    if (!n) continue;
     rc = ferry_mem_tensor_ptr(e->mem, p->id[FERRY_ROLE_PARAM], FERRY_TIER_HOST, &h);
     if (!rc)
-      memcpy(h, (char *)e->stepper.param_stage + p->goff * e->esize, p->n * e->esize);
+      memcpy(h, (char *)e->stepper.param_stage + (p->goff + off) * e->esize, n * e->esize);
   }
   if (nvme) {
     int r2 = ferry_mem_release(e->mem, g, FERRY_FAMILY_PARAMS, FERRY_TIER_HOST, NULL);
@@ -297,7 +300,8 @@ static uint32_t fill_spans(ferry_engine *e, uint32_t g, void **dst) {
 /* With ranks at stage >= 1: every rank's range of group g's new params
  * (written by its optimizer into the staging) to every rank, in place. */
 static int gather_params(ferry_engine *e, uint32_t g, int slot) {
-  if (!engine_sharded(e)) return FERRY_OK;
+  /* stage 3: each rank commits its piece; fetches gather them */
+  if (!engine_sharded(e) || engine_params_sharded(e)) return FERRY_OK;
   eng_group *gr = &e->gt.groups[g];
   char *base = e->param_home == FERRY_TIER_DEVICE ? (char *)e->stepper.stage_up[slot]
                                                   : (char *)e->stepper.param_stage;
