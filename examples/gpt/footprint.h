@@ -26,6 +26,7 @@ typedef struct {
                                    param and step (ferry_stats.optim_bytes_per_param) */
   uint64_t optim_peak[FERRY_TIERS]; /* peak optimizer-state bytes per tier (the fp32 master
                                        and states: ferry_stats.peak[t][FERRY_FAMILY_OPTIM]) */
+  uint64_t params_peak[FERRY_TIERS]; /* peak param bytes per tier (FERRY_FAMILY_PARAMS) */
   int nranks;                /* ranks of a data-parallel run (0 or 1: alone) */
   const uint64_t *rank_figs; /* nranks > 1: GPT_RANK_FIGS figures of each rank, in rank order */
   int steps;                 /* steps this process ran */
@@ -33,10 +34,10 @@ typedef struct {
 } gpt_footprint;
 
 /* One rank's figures in gpt_footprint.rank_figs: its optimizer-state and
- * tier peaks (gpu, host, nvme), peak RSS, and the bytes it sent to other
- * ranks (the engine's comm_bytes). */
+ * tier peaks (gpu, host, nvme), peak RSS, the bytes it sent to other ranks
+ * (the engine's comm_bytes) and its params peaks (gpu, host, nvme). */
 enum { GPT_RANK_OPTIM = 0, GPT_RANK_TIER = 3, GPT_RANK_RSS = 6, GPT_RANK_COMM = 7,
-       GPT_RANK_FIGS = 8 };
+       GPT_RANK_PARAMS = 8, GPT_RANK_FIGS = 11 };
 
 /* The process's peak resident set in bytes. */
 uint64_t gpt_peak_rss_bytes(void);

@@ -65,7 +65,7 @@ static const char *k_train_help =
     "\n"
     "    Data parallel: under `mpirun -np N` (N > 1) the N processes (ranks) train one model\n"
     "    on the engine (--engine is required), which splits the optimizer state and grads\n"
-    "    between them as dist.zero_stage says (0, 1, 2; --set dist.zero_stage=1). --batch is\n"
+    "    between them as dist.zero_stage says (0 to 3; --set dist.zero_stage=1). --batch is\n"
     "    per rank: rank r takes windows r*B .. r*B+B-1 of each global batch of N*B windows\n"
     "    drawn from the one seeded sampler, so N ranks at --batch B see exactly the windows\n"
     "    of one rank at --batch N*B. Every rank runs the same command (the model, --batch,\n"
@@ -157,11 +157,12 @@ static const char *k_train_help =
     "                          {params, grads, optimizer} of nvme_read_bytes /\n"
     "                          nvme_write_bytes (the whole run), *_per_step (the mean after\n"
     "                          setup) and nvme_setup_read_bytes / nvme_setup_write_bytes\n"
-    "                          (before step 1), optim_peak {gpu, host, nvme} (peak\n"
-    "                          optimizer-state bytes per tier) and ranks. Without --engine\n"
-    "                          the engine's keys are 0. With N ranks rank 0 writes the file:\n"
-    "                          its own figures, the mean losses, and per_rank[] with each\n"
-    "                          rank's optim_peak, tier_peak, peak_rss_bytes and comm_bytes.\n"
+    "                          (before step 1), optim_peak and params_peak {gpu, host,\n"
+    "                          nvme} (peak optimizer-state and param bytes per tier) and\n"
+    "                          ranks. Without --engine the engine's keys are 0. With N ranks\n"
+    "                          rank 0 writes the file: its own figures, the mean losses, and\n"
+    "                          per_rank[] with each rank's optim_peak, params_peak,\n"
+    "                          tier_peak, peak_rss_bytes and comm_bytes.\n"
     "    --comm auto|self|mpi  the ranks' communicator (default auto: MPI when an MPI\n"
     "                          launcher started the process, else one rank). self: one\n"
     "                          rank even under mpirun (refused when mpirun started several).\n"
@@ -1238,6 +1239,7 @@ static int train_gather_ranks(train_run *t) {
   for (int k = 0; k < FERRY_TIERS; k++) {
     mine[GPT_RANK_OPTIM + k] = fs.peak[k][FERRY_FAMILY_OPTIM];
     mine[GPT_RANK_TIER + k] = fs.tier_peak[k];
+    mine[GPT_RANK_PARAMS + k] = fs.peak[k][FERRY_FAMILY_PARAMS];
   }
   mine[GPT_RANK_RSS] = gpt_peak_rss_bytes();
   mine[GPT_RANK_COMM] = fs.comm_bytes;

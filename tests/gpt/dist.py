@@ -3,17 +3,19 @@
 one case per CTest test (--case):
 
   equiv-host, equiv-nvme  2 ranks x --batch 2 equal 1 rank x --batch 4 (tiny
-                          model, fp32 params, 5 steps) at dist.zero_stage 0, 1
-                          and 2 in a host / NVMe placement: per-step losses
-                          within 1e-5 relative, --save weights within 1e-5;
+                          model, fp32 params, 5 steps) at dist.zero_stage 0, 1,
+                          2 and 3 (the host placement with its params in host
+                          memory at 3) in a host / NVMe placement: per-step
+                          losses within 1e-5 relative, --save weights within 1e-5;
                           and bit for bit 1 rank x --batch 2 with
                           grad_accumulation=2 (the same sums in the same order)
   memory                  each rank's peak optimizer-state bytes (the tier the
                           placement names: host, nvme) <= 0.55 of one rank's,
-                          at stages 1 and 2, in both placements (and --timeline
-                          writes one file per rank)
+                          at stages 1, 2 and 3, in both placements, and at stage
+                          3 the params' peak in their host home too (and
+                          --timeline writes one file per rank)
   resume                  checkpoints (--save-every 3 / --resume, NVMe placement,
-                          stages 1 and 2): exact resume on 2 ranks (losses and
+                          stages 1, 2 and 3): exact resume on 2 ranks (losses and
                           weights bit for bit), a 2-rank checkpoint resumed on 1
                           rank at --batch 4 and a 1-rank one on 2 ranks at
                           --batch 2 (losses and weights within 1e-5); another
@@ -139,10 +141,12 @@ def case_equiv(a, cfg):
     acc_l, acc_w, _ = one_run(a, a.work, cfg + "-1rank-accum2", 1, cfg, 2, steps,
                               ["--set", "grad_accumulation=2"])
     acc = safetensors(acc_w)
-    for stage in (0, 1, 2):
+    for stage in (0, 1, 2, 3):
         tag = "%s-2ranks-stage%d" % (cfg, stage)
-        l, w, stats = one_run(a, a.work, tag, 2, cfg, 2, steps,
-                              ["--set", "dist.zero_stage=%d" % stage])
+        extra = ["--set", "dist.zero_stage=%d" % stage]
+        if stage == 3 and cfg == "offload-host":  # stage 3 shards params in their host home
+            extra += ["--set", "placement.params=host"]
+        l, w, stats = one_run(a, a.work, tag, 2, cfg, 2, steps, extra)
         if stats.get("ranks") != 2:
             fail("%s: --stats-json says ranks %s, not 2" % (tag, stats.get("ranks")))
         worst = max(abs(x - y) / abs(y) for x, y in zip(l, ref_l))
@@ -168,28 +172,41 @@ def case_equiv(a, cfg):
 
 def case_memory(a):
     steps = 2
-    for cfg, tier in (("offload-host", "host"), ("offload-nvme", "nvme")):
-        _, _, ref = one_run(a, a.work, "mem-%s-1rank" % cfg, 1, cfg, 4, steps, [])
-        base = ref["optim_peak"][tier]
-        if base <= 0:
-            fail("%s: one rank's optimizer-state peak on %s is %d" % (cfg, tier, base))
-        for stage in (1, 2):
-            tag = "mem-%s-2ranks-stage%d" % (cfg, stage)
-            _, _, st = one_run(a, a.work, tag, 2, cfg, 2, steps,
+    host_params = ["--set", "placement.params=host"]
+    # (config, its --set, the optimizer state's tier, stages, the params' home at stage 3)
+    for cfg, extra, tier, stages, ptier in (
+            ("offload-host", [], "host", (1, 2), None),
+            ("offload-host", host_params, "host", (3,), "host"),
+            ("offload-nvme", [], "nvme", (1, 2, 3), "host")):
+        name = cfg + ("-params-host" if extra else "")
+        _, _, ref = one_run(a, a.work, "mem-%s-1rank" % name, 1, cfg, 4, steps, extra)
+        checks = [("optim_peak", tier, "optimizer-state", (1, 2, 3))]
+        if ptier:
+            checks.append(("params_peak", ptier, "params", (3,)))
+        for key, t, what, _ in checks:
+            if ref[key][t] <= 0:
+                fail("%s: one rank's %s peak on %s is %d" % (name, what, t, ref[key][t]))
+        for stage in stages:
+            tag = "mem-%s-2ranks-stage%d" % (name, stage)
+            _, _, st = one_run(a, a.work, tag, 2, cfg, 2, steps, extra +
                                ["--set", "dist.zero_stage=%d" % stage, "--timeline", "tl.json"])
             for r in (0, 1):  # one timeline per rank
                 with open(os.path.join(a.work, tag, "tl.rank%d.json" % r)) as f:
                     if not json.load(f):
                         fail("%s: tl.rank%d.json is empty" % (tag, r))
             per = st.get("per_rank") or fail("%s: no per_rank in --stats-json" % tag)
-            for r in per:
-                v = r["optim_peak"][tier]
-                ratio = v / base
-                print("%s rank %d: optimizer-state peak on %s %d B = %.3f of one rank's %d B"
-                      % (tag, r["rank"], tier, v, ratio, base))
-                if ratio > 0.55 or v <= 0:
-                    fail("%s rank %d: %.3f of one rank's optimizer state (want <= 0.55)"
-                         % (tag, r["rank"], ratio))
+            for key, t, what, at in checks:
+                if stage not in at:
+                    continue
+                base = ref[key][t]
+                for r in per:
+                    v = r[key][t]
+                    ratio = v / base
+                    print("%s rank %d: %s peak on %s %d B = %.3f of one rank's %d B"
+                          % (tag, r["rank"], what, t, v, ratio, base))
+                    if ratio > 0.55 or v <= 0:
+                        fail("%s rank %d: %.3f of one rank's %s bytes (want <= 0.55)"
+                             % (tag, r["rank"], ratio, what))
 
 
 def rel(xs, ys):
@@ -205,7 +222,7 @@ def wdiff(p, q):
 
 def case_resume(a):
     cfg = "offload-nvme"
-    for stage in (1, 2):
+    for stage in (1, 2, 3):
         st = ["--set", "dist.zero_stage=%d" % stage]
         tag = "resume-stage%d" % stage
         full_l, full_w, _ = one_run(a, a.work, tag + "-2ranks-full", 2, cfg, 2, 6, st)
