@@ -1,7 +1,8 @@
 /* examples/gpt/footprint.h — a train run's memory footprint and NVMe
- * traffic (and, data parallel, each rank's): the process's peak RSS beside the engine's tier peaks and
- * budgets and the trainer's own host buffers, the NVMe bytes per family
- * and direction; as a text line, a JSON fragment and a --stats-json file.
+ * traffic (and, data parallel, each rank's): the process's peak RSS beside
+ * the engine's tier peaks and budgets and the trainer's own host buffers,
+ * the NVMe bytes per family and direction; as a text line, a JSON fragment
+ * and a --stats-json file.
  */
 #ifndef FERRY_GPT_FOOTPRINT_H
 #define FERRY_GPT_FOOTPRINT_H

@@ -282,7 +282,8 @@ static void load_model_config(const char *model, gpt_config *cfg) {
   struct stat st;
   if (stat(model, &st) != 0) {
     errf("--model '%s' is neither a preset (tiny, small, gpt2, llama-tiny, "
-            "llama-small) nor a file\n", model);
+         "llama-small) nor a file\n",
+         model);
     exit(2);
   }
   char path[4096];
@@ -505,7 +506,8 @@ static ferry_config *engine_config(const train_opts *o, FILE *info) {
       if (stat(p, &st) == 0) continue;
       if (make_dirs(p)) {
         errf("cannot create the NVMe swap directory '%s' "
-                "(tiers.nvme.paths in %s): %s\n", p, o->engine, strerror(errno));
+             "(tiers.nvme.paths in %s): %s\n",
+             p, o->engine, strerror(errno));
         goto fail;
       }
       fprintf(info, "ferry-gpt: created the NVMe swap directory %s (tiers.nvme.paths)\n", p);
@@ -639,14 +641,13 @@ static int train_load(train_run *t) {
   t->seq = t->o.seq;
   if (!t->seq) t->seq = t->cfg.max_seq < 128 ? t->cfg.max_seq : 128;
   if (t->seq > t->cfg.max_seq) {
-    errf("--seq %d is more than the model's %d positions\n", t->seq,
-            t->cfg.max_seq);
+    errf("--seq %d is more than the model's %d positions\n", t->seq, t->cfg.max_seq);
     return 2;
   }
   t->tok = load_tokenizer(t->o.tokdir);
   if (gpt_tokenizer_vocab(t->tok) > t->cfg.vocab) {
-    errf("the tokenizer has %d ids but the model only %d\n",
-            gpt_tokenizer_vocab(t->tok), t->cfg.vocab);
+    errf("the tokenizer has %d ids but the model only %d\n", gpt_tokenizer_vocab(t->tok),
+         t->cfg.vocab);
     return 1;
   }
   if (gpt_schema_build(&t->cfg, &t->s)) {
@@ -658,8 +659,7 @@ static int train_load(train_run *t) {
     return 1;
   }
   if (t->d.n < (size_t)t->seq + 1) {
-    errf("%s holds %zu tokens, fewer than --seq + 1 = %d\n", t->o.data,
-            t->d.n, t->seq + 1);
+    errf("%s holds %zu tokens, fewer than --seq + 1 = %d\n", t->o.data, t->d.n, t->seq + 1);
     return 1;
   }
   return 0;
@@ -674,8 +674,8 @@ static int train_allgather(train_run *t, const void *mine, void *all, size_t cou
   for (int r = 0; !rc && r < t->nranks; r++) counts[r] = count;
   if (!rc) rc = ferry_comm_allgather(t->comm, mine, all, counts, dt, NULL, NULL);
   free(counts);
-  if (rc) errf("%s: %s\n", what, rc == FERRY_ENOMEM ? "out of memory"
-                                                     : ferry_comm_last_error(t->comm));
+  if (rc)
+    errf("%s: %s\n", what, rc == FERRY_ENOMEM ? "out of memory" : ferry_comm_last_error(t->comm));
   return rc ? 1 : 0;
 }
 
@@ -715,10 +715,11 @@ static int train_comm(train_run *t) {
   int launched = launcher_size();
   if (t->nranks == 1 && launched > 1) {
     errf("started as one of %d processes (mpirun), but the communicator (--comm %s) has one "
-         "rank: %s\n", launched, ferry_comm_kind_name(ferry_comm_get_kind(t->comm)),
+         "rank: %s\n",
+         launched, ferry_comm_kind_name(ferry_comm_get_kind(t->comm)),
          ferry_comm_compiled(FERRY_COMM_MPI) ? "use --comm mpi or auto"
-                                              : "this build has no MPI (configure with OpenMPI "
-                                                "installed: libopenmpi-dev)");
+                                             : "this build has no MPI (configure with OpenMPI "
+                                               "installed: libopenmpi-dev)");
     return 1;
   }
   char desc[256];
@@ -790,11 +791,12 @@ static int train_same_settings(train_run *t) {
   if (!bad) return 0;
   t->agreed = 1;
   if (diffs)
-    errf("this rank was started with settings other than rank 0's (%d difference%s): %s\n",
-         diffs, diffs > 1 ? "s" : "", list);
+    errf("this rank was started with settings other than rank 0's (%d difference%s): %s\n", diffs,
+         diffs > 1 ? "s" : "", list);
   if (t->rank == 0)
     errf("refused: %d rank%s started with settings other than rank 0's (each names them); "
-         "every rank runs the same command\n", bad, bad > 1 ? "s were" : " was");
+         "every rank runs the same command\n",
+         bad, bad > 1 ? "s were" : " was");
   return 2;
 }
 
@@ -831,8 +833,8 @@ static int train_resume_load(train_run *t) {
   int lrc = gpt_engine_load(t->ge, t->ck_folder, blob, sizeof blob, &blen, t->err, sizeof t->err);
   if (lrc == FERRY_EOVERFLOW) {
     errf("--resume %s: its trainer state (user.bin) is %zu bytes, not "
-            "the %zu of a ferry-gpt resume state: not a checkpoint of ferry-gpt train\n",
-            t->ck_folder, blen, sizeof blob);
+         "the %zu of a ferry-gpt resume state: not a checkpoint of ferry-gpt train\n",
+         t->ck_folder, blen, sizeof blob);
     return 1;
   }
   if (lrc) {
@@ -846,13 +848,13 @@ static int train_resume_load(train_run *t) {
   }
   if (got.next_step != t->ck_step + 1) {
     errf("--resume %s: the folder is step %lld but its trainer state "
-            "continues at step %lld: not a checkpoint of ferry-gpt train\n", t->ck_folder,
-            (long long)t->ck_step, (long long)got.next_step);
+         "continues at step %lld: not a checkpoint of ferry-gpt train\n",
+         t->ck_folder, (long long)t->ck_step, (long long)got.next_step);
     return 1;
   }
   if (got.next_step > 100000001) {
-    errf("--resume %s: step %lld is past the largest --steps\n",
-            t->ck_folder, (long long)t->ck_step);
+    errf("--resume %s: step %lld is past the largest --steps\n", t->ck_folder,
+         (long long)t->ck_step);
     return 1;
   }
   t->start = (int)got.next_step;
@@ -943,7 +945,7 @@ static int train_make_cuda(train_run *t) {
     gpt_engine_model_memory(t->ge, &mem.base, &mem.bytes);
     if (ferry_stream_native(gpt_engine_stream(t->ge), &mem.stream) || !mem.stream) {
       errf("--device cuda: the engine's stream has no CUDA stream (is "
-              "its device cuda?)\n");
+           "its device cuda?)\n");
       return 1;
     }
     mem.wdt = gpt_engine_dtype(t->ge);
@@ -969,8 +971,7 @@ static int train_make_cuda(train_run *t) {
             "grads; their copies each step are synchronous\n");
   if (t->cu->resident_init(&t->cr, &t->s, t->cu->model_stream(t->cm)) ||
       t->cu->resident_upload(&t->cr, t->r.weights)) {
-    errf("--device cuda: out of device memory for the weights (%s)\n",
-            t->cr.err);
+    errf("--device cuda: out of device memory for the weights (%s)\n", t->cr.err);
     return 1;
   }
   t->cp = t->cu->resident_provider(&t->cr);
@@ -982,8 +983,7 @@ static int train_make_model(train_run *t) {
   gpt_run_config rc = run_config(t);
   if (t->o.cuda && train_make_cuda(t)) return 1;
   if (!t->o.cuda && gpt_model_create(&t->s, &rc, &t->m)) {
-    errf("out of memory for activations (batch %d, seq %d)\n", t->o.batch,
-            t->seq);
+    errf("out of memory for activations (batch %d, seq %d)\n", t->o.batch, t->seq);
     return 1;
   }
   double act = 0;
@@ -1010,7 +1010,8 @@ static int train_engine_step(train_run *t, int st) {
   if (rc == 0) return 0;
   errf("step %d: %s%s\n", st, ferry_engine_last_error(gpt_engine_handle(t->ge)),
        rc == FERRY_ETIMEDOUT ? " (FERRY_ETIMEDOUT: another rank did not answer within "
-                               "dist.timeout)" : "");
+                               "dist.timeout)"
+                             : "");
   return 1;
 }
 

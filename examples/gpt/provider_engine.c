@@ -59,7 +59,8 @@ static const char *status_name(int rc) {
   static const char *names[] = {"FERRY_OK",     "FERRY_EINVAL",  "FERRY_ENOMEM",  "FERRY_ENODEV",
                                 "FERRY_EIO",    "FERRY_ENOSPC",  "FERRY_ECORRUPT", "FERRY_EAGAIN",
                                 "FERRY_ENOTSUP", "FERRY_ECONFIG", "FERRY_EBUSY",   "FERRY_ESTATE",
-                                "FERRY_ENOENT", "FERRY_EPERM",   "FERRY_EOVERFLOW", "FERRY_ETIMEDOUT"};
+                                "FERRY_ENOENT", "FERRY_EPERM",   "FERRY_EOVERFLOW",
+                                "FERRY_ETIMEDOUT"};
   int i = -rc;
   return i >= 0 && i < (int)(sizeof names / sizeof names[0]) ? names[i] : "FERRY_E?";
 }
