@@ -766,6 +766,7 @@ static void prune(const char *root, int keep) {
 
 static int save_local(ferry_engine *e, const char *dir, const void *blob, size_t blob_len,
                       const ferry_checkpoint_options *opt);
+static int other_phases(ferry_engine *e, int phases, int rc);
 
 int ferry_checkpoint_save(ferry_engine *e, const char *dir, const void *blob, size_t blob_len,
                           const ferry_checkpoint_options *opt) {
@@ -788,7 +789,14 @@ int ferry_checkpoint_save(ferry_engine *e, const char *dir, const void *blob, si
   if (e->rank == 0) rc = save_local(e, dir, blob, blob_len, &o);
   /* the gathered parts rank 0 did not reach (it failed), or every one on
    * the other ranks: params (stage 3), then optim */
-  int phases = !engine_sharded(e) ? 0 : engine_params_sharded(e) ? 2 : 1;
+  rc = other_phases(e, !engine_sharded(e) ? 0 : engine_params_sharded(e) ? 2 : 1, rc);
+  return ranks_root_status(e, rc, "checkpoint save");
+}
+
+/* A collective save's gathered parts (optim_phase) that this rank has not
+ * taken part in (every one on ranks other than 0; the ones rank 0 did not
+ * reach when it failed), up to `phases`; rc: this rank's status so far. */
+static int other_phases(ferry_engine *e, int phases, int rc) {
   while (e->ckpt_phases < phases) {
     holder h;
     int hrc = holder_init(&h, e);
@@ -796,7 +804,7 @@ int ferry_checkpoint_save(ferry_engine *e, const char *dir, const void *blob, si
     holder_destroy(&h);
     if (!rc) rc = hrc ? hrc : prc;
   }
-  return ranks_root_status(e, rc, "checkpoint save");
+  return rc;
 }
 
 /* A save of this engine's folder (one rank, or rank 0 of a sharded engine,
@@ -1324,16 +1332,25 @@ static int load_local(ferry_engine *e, const char *path, void *blob, size_t blob
 
 /* ---- export ---------------------------------------------------------------- */
 
+static int export_local(ferry_engine *e, const char *path, uint64_t max_shard_bytes);
+
 int ferry_export_weights(ferry_engine *e, const char *path, uint64_t max_shard_bytes) {
   if (!e) return FERRY_EINVAL;
   if (!path || !path[0]) return ferry_err(&e->err, FERRY_EINVAL, "export: no path");
-  if (engine_params_sharded(e))
-    return ferry_err(&e->err, FERRY_ENOTSUP,
-                     "export: the params of dist.zero_stage = 3 are sharded; an export of them is "
-                     "not implemented yet (a checkpoint's params/ folder is the model: "
-                     "ferry_checkpoint_save)");
   int rc = engine_quiesce(e, "export");
+  if (!engine_params_sharded(e)) return rc ? rc : export_local(e, path, max_shard_bytes);
+  /* stage 3 (a collective): rank 0 writes the params gathered whole */
+  rc = ranks_agree(e, rc, "export");
   if (rc) return rc;
+  e->ckpt_phases = 0;
+  if (e->rank == 0) rc = export_local(e, path, max_shard_bytes);
+  return ranks_root_status(e, other_phases(e, 1, rc), "export");
+}
+
+/* The export of this engine's params (alone, any rank at stages 0-2, or
+ * rank 0 at stage 3, whose params part gathers the other ranks' pieces). */
+static int export_local(ferry_engine *e, const char *path, uint64_t max_shard_bytes) {
+  int rc;
   char tmp[4096], trash[4096], parent[4096];
   if (snprintf(tmp, sizeof tmp, "%s.tmp-%ld", path, (long)getpid()) >= (int)sizeof tmp ||
       snprintf(trash, sizeof trash, "%s.trash-%ld", path, (long)getpid()) >= (int)sizeof trash ||

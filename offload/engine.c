@@ -187,6 +187,7 @@ int ferry_engine_create(const ferry_config *cfg, ferry_device *dev, ferry_engine
   for (int i = 0; i < ENGINE_GRAD_SLOTS; i++) e->drain.slot[i].owner = -1;
   e->stepper.waits_for = -1;
   e->nranks = 1;
+  e->ahead_group = e->ahead_slot = -1;
   int rc = ferry_config_clone(cfg, &e->cfg);
   if (rc) {
     ferry_engine_destroy(e);
@@ -223,7 +224,8 @@ void ferry_engine_destroy(ferry_engine *e) {
   if (!e) return;
   drain_stop(e); /* first: the drain may still queue updates */
   stepper_stop(e);
-  ranks_free(e); /* the threads' channels: after the threads */
+  ranks_drop_ahead(e); /* stage 3: a read-ahead's gather, before its channel goes */
+  ranks_free(e);       /* the threads' channels: after the threads */
   if (e->up) ferry_stream_synchronize(e->up);
   if (e->down) ferry_stream_synchronize(e->down);
   if (e->cv && e->cv->timeline[0] && e->finalized)
@@ -336,7 +338,7 @@ static engine_staging staging_bytes(const ferry_engine *e) {
   size_t piece;
   st.reduce = drain_reduce_bytes(e, &piece); /* with ranks: the drain's fp32 buffers */
   st.reduce += piece;
-  if (engine_params_sharded(e)) st.reduce += gbytes; /* stage 3: the host gather buffer */
+  if (engine_params_sharded(e)) st.reduce += 2 * gbytes; /* stage 3: the host gather buffers */
   st.drain = engine_drain_staged(e) ? ENGINE_DRAIN_STAGES * gbytes : gpu_own_host_bytes(e);
   st.upload = engine_upload_staged(e) ? ENGINE_STAGE_SLOTS * gbytes : 0;
   st.commit = e->param_home != FERRY_TIER_DEVICE ? e->gt.max_group_n * e->esize : 0;
@@ -781,7 +783,10 @@ static int check_group(ferry_engine *e, int group, const char *op) {
  * prefetch_depth allows. Never waits; a full budget just stops it. */
 static void prefetch(ferry_engine *e) {
   if (e->param_home == FERRY_TIER_DEVICE) return; /* always resident */
-  if (engine_params_sharded(e)) return; /* stage 3: gathered at each fetch */
+  if (engine_params_sharded(e)) { /* stage 3: the next group's gather */
+    ranks_read_ahead(e);
+    return;
+  }
   uint32_t ng = e->gt.ngroups;
   size_t depth = e->cv->prefetch_depth ? (size_t)e->cv->prefetch_depth : ng;
   if (depth >= ng) depth = ng - 1;
@@ -1023,7 +1028,9 @@ int ferry_engine_get_stats(ferry_engine *e, ferry_stats *out) {
 
 int engine_quiesce(ferry_engine *e, const char *op) {
   if (!e->finalized) return ferry_err(&e->err, FERRY_ESTATE, "%s: call ferry_engine_finalize first", op);
-  int rc = stepper_wait_all(e);
+  int rc = ranks_drop_ahead(e); /* stage 3: the params may change */
+  if (rc) return rc;
+  rc = stepper_wait_all(e);
   pthread_mutex_lock(&e->mu);
   int failed = -1, why = 0, fetched = -1;
   for (uint32_t g = 0; g < e->gt.ngroups && failed < 0; g++)

@@ -264,9 +264,15 @@ struct ferry_engine {
   void *gather_dev[ENGINE_GATHER_SLOTS];
   ferry_event *gather_free[ENGINE_GATHER_SLOTS]; /* the loop's last use (its release) */
   int gather_owner[ENGINE_GATHER_SLOTS];         /* group, -1 free */
-  void *gather_host;
-  ferry_event *gather_up;                         /* its last H2D done */
+  void *gather_host[2];   /* pinned, used in turn: one may hold a read-ahead */
+  ferry_event *gather_up[2]; /* each one's last H2D done */
+  int gather_turn;        /* the host buffer the next gather uses */
   size_t *gather_counts;
+  /* the read-ahead along the trace: the gather of the next group (-1
+   * none), started by a fetch, into gather slot ahead_slot through host
+   * buffer ahead_host; the fetch of that group waits for it */
+  int ahead_group, ahead_slot, ahead_host;
+  ferry_comm_req *ahead_req;
 
   /* (loop) the step driver and the loop's fetches */
   ferry_loss_scaler scaler;
@@ -459,6 +465,14 @@ int ranks_fetch_params(ferry_engine *e, uint32_t g, ferry_stream *s);
 /* Stage 3, the loop's release of group g on s (the last one frees its
  * buffer once s is past it). */
 int ranks_release_params(ferry_engine *e, uint32_t g, ferry_stream *s);
+/* Stage 3, after a fetch: starts the gather of the group the trace
+ * expects next (within the iteration, into a free buffer, once its update
+ * is committed), so it overlaps the loop's compute. The same decision on
+ * every rank: it depends only on the loop's calls and the trace. */
+void ranks_read_ahead(ferry_engine *e);
+/* Stage 3: waits for a read-ahead the loop did not fetch and frees its
+ * buffer (ferry_step, quiesce, destroy: the step changes those params). */
+int ranks_drop_ahead(ferry_engine *e);
 /* With ranks (a collective on the loop channel): every rank's status rc
  * gathered; this rank's when it failed, else the first other rank's
  * failure (named in e->err), else 0. Alone: rc. */

@@ -322,6 +322,7 @@ int ranks_root_status(ferry_engine *e, int rc, const char *op) {
 
 int ranks_gather_init(ferry_engine *e, size_t gbytes) {
   e->ngather = 0;
+  e->ahead_group = e->ahead_slot = -1;
   for (int i = 0; i < ENGINE_GATHER_SLOTS; i++) e->gather_owner[i] = -1;
   for (uint32_t g = 0; g < e->gt.ngroups; g++) e->gt.groups[g].gslot = -1;
   if (!engine_params_sharded(e)) return FERRY_OK;
@@ -332,8 +333,10 @@ int ranks_gather_init(ferry_engine *e, size_t gbytes) {
     rc = ferry_device_alloc(e->dev, gbytes, &e->gather_dev[i]);
     if (!rc) rc = ferry_event_create(e->dev, &e->gather_free[i]);
   }
-  if (!rc) rc = ferry_host_alloc(e->dev, gbytes, &e->gather_host);
-  if (!rc) rc = ferry_event_create(e->dev, &e->gather_up);
+  for (int i = 0; i < 2 && !rc; i++) {
+    rc = ferry_host_alloc(e->dev, gbytes, &e->gather_host[i]);
+    if (!rc) rc = ferry_event_create(e->dev, &e->gather_up[i]);
+  }
   if (rc)
     return ferry_err(&e->err, rc, "finalize: the gather buffers of dist.zero_stage = 3: %s",
                      rc == FERRY_ENOMEM && !e->gather_counts ? "out of memory"
@@ -347,15 +350,17 @@ void ranks_gather_free(ferry_engine *e) {
       if (e->gather_dev[i]) ferry_device_free(e->dev, e->gather_dev[i]);
       ferry_event_destroy(e->gather_free[i]);
     }
-    if (e->gather_host) ferry_host_free(e->dev, e->gather_host);
-    ferry_event_destroy(e->gather_up);
+    for (int i = 0; i < 2; i++) {
+      if (e->gather_host[i]) ferry_host_free(e->dev, e->gather_host[i]);
+      ferry_event_destroy(e->gather_up[i]);
+    }
   }
   free(e->gather_counts);
 }
 
 /* This rank's pieces of group g's params (the home, through the host) into
- * their range of the host gather buffer. */
-static int own_pieces(ferry_engine *e, uint32_t g) {
+ * their range of host buffer buf. */
+static int own_pieces(ferry_engine *e, uint32_t g, char *buf) {
   eng_group *gr = &e->gt.groups[g];
   int rc = group_fetch(e, g, FERRY_FAMILY_PARAMS, FERRY_TIER_HOST, NULL, FERRY_MEM_NOTRACE, NULL);
   if (rc) return engine_mem_err(e, rc, "fetch: params");
@@ -364,46 +369,117 @@ static int own_pieces(ferry_engine *e, uint32_t g) {
     void *h;
     if (!p->pn) continue;
     rc = ferry_mem_tensor_ptr(e->mem, p->id[FERRY_ROLE_PARAM], FERRY_TIER_HOST, &h);
-    if (!rc) memcpy((char *)e->gather_host + (p->goff + p->plo) * e->esize, h, p->pn * e->esize);
+    if (!rc) memcpy(buf + (p->goff + p->plo) * e->esize, h, p->pn * e->esize);
   }
   int r2 = ferry_mem_release(e->mem, g, FERRY_FAMILY_PARAMS, FERRY_TIER_HOST, NULL);
   if (!rc) rc = r2;
   return rc ? engine_mem_err(e, rc, "fetch: params") : FERRY_OK;
 }
 
-int ranks_fetch_params(ferry_engine *e, uint32_t g, ferry_stream *s) {
+static int free_slot(const ferry_engine *e) {
+  for (int i = 0; i < e->ngather; i++)
+    if (e->gather_owner[i] < 0) return i;
+  return -1;
+}
+
+/* Starts the gather of group g into slot `slot` (reserved for it) through
+ * the next host buffer: this rank's pieces, then the all-gather on the
+ * loop channel (req NULL: waits). */
+static int gather_start(ferry_engine *e, uint32_t g, int slot, int *hb, ferry_comm_req **req) {
   eng_group *gr = &e->gt.groups[g];
-  if (gr->gslot >= 0) return FERRY_OK; /* fetched already: the same buffer */
-  int slot = -1;
-  for (int i = 0; i < e->ngather && slot < 0; i++)
-    if (e->gather_owner[i] < 0) slot = i;
-  if (slot < 0)
-    return ferry_err(&e->err, FERRY_ENOMEM,
-                     "fetch: group %u: dist.zero_stage = 3 gathers a fetched group's params into "
-                     "one of %d device buffers, and every one holds a fetched group; release a "
-                     "group before fetching another",
-                     g, e->ngather);
-  int rc = ferry_event_synchronize(e->gather_up); /* the host buffer's last H2D is done */
+  int b = e->gather_turn;
+  e->gather_turn ^= 1;
+  int rc = ferry_event_synchronize(e->gather_up[b]); /* the buffer's last H2D is done */
   if (rc) return ferry_err(&e->err, rc, "fetch: %s", ferry_device_last_error(e->dev));
-  rc = own_pieces(e, g);
+  char *buf = e->gather_host[b];
+  rc = own_pieces(e, g, buf);
   if (rc) return rc;
   for (int r = 0; r < e->nranks; r++)
     e->gather_counts[r] = (gr->bounds[r + 1] - gr->bounds[r]) * e->esize;
-  rc = ferry_comm_allgather(e->ch_loop, (char *)e->gather_host + gr->lo * e->esize, e->gather_host,
-                            e->gather_counts, FERRY_DT_U8, NULL, NULL);
+  rc = ferry_comm_allgather(e->ch_loop, buf + gr->lo * e->esize, buf, e->gather_counts,
+                            FERRY_DT_U8, NULL, req);
   if (rc)
     return ferry_err(&e->err, rc, "fetch: group %u: all-gather of its params: %s", g,
                      ferry_comm_last_error(e->ch_loop));
-  /* in s's order: after the buffer's last readers, before the loop's kernels */
-  rc = ferry_stream_wait_event(s, e->gather_free[slot]);
-  if (!rc)
-    rc = ferry_memcpy_async(s, e->gather_dev[slot], e->gather_host, gr->n * e->esize,
-                            FERRY_COPY_H2D);
-  if (!rc) rc = ferry_event_record(e->gather_up, s);
-  if (rc) return ferry_err(&e->err, rc, "fetch: %s", ferry_device_last_error(e->dev));
   e->gather_owner[slot] = (int)g;
+  *hb = b;
+  return FERRY_OK;
+}
+
+/* The gathered params of group g (host buffer hb) H2D into its slot on s,
+ * after the slot's last readers and before the loop's kernels. */
+static int gather_finish(ferry_engine *e, uint32_t g, int slot, int hb, ferry_stream *s) {
+  eng_group *gr = &e->gt.groups[g];
+  int rc = ferry_stream_wait_event(s, e->gather_free[slot]);
+  if (!rc)
+    rc = ferry_memcpy_async(s, e->gather_dev[slot], e->gather_host[hb], gr->n * e->esize,
+                            FERRY_COPY_H2D);
+  if (!rc) rc = ferry_event_record(e->gather_up[hb], s);
+  if (rc) return ferry_err(&e->err, rc, "fetch: %s", ferry_device_last_error(e->dev));
   gr->gslot = slot;
   return FERRY_OK;
+}
+
+/* Waits for the read-ahead's gather; its status. */
+static int ahead_wait(ferry_engine *e) {
+  int rc = ferry_comm_wait(e->ch_loop, e->ahead_req);
+  e->ahead_req = NULL;
+  if (rc)
+    return ferry_err(&e->err, rc, "fetch: group %d: all-gather of its params: %s", e->ahead_group,
+                     ferry_comm_last_error(e->ch_loop));
+  return FERRY_OK;
+}
+
+int ranks_fetch_params(ferry_engine *e, uint32_t g, ferry_stream *s) {
+  eng_group *gr = &e->gt.groups[g];
+  if (gr->gslot >= 0) return FERRY_OK; /* fetched already: the same buffer */
+  if (e->ahead_group == (int)g) { /* read ahead: its gather is on its way */
+    int slot = e->ahead_slot, hb = e->ahead_host;
+    int rc = ahead_wait(e);
+    e->ahead_group = e->ahead_slot = -1;
+    if (!rc) rc = gather_finish(e, g, slot, hb, s);
+    if (rc) e->gather_owner[slot] = -1;
+    return rc;
+  }
+  int slot = free_slot(e), hb;
+  if (slot < 0)
+    return ferry_err(&e->err, FERRY_ENOMEM,
+                     "fetch: group %u: dist.zero_stage = 3 gathers a fetched group's params into "
+                     "one of %d device buffers, and every one holds a fetched group%s; release a "
+                     "group before fetching another",
+                     g, e->ngather, e->ahead_group >= 0 ? " or the next one's read-ahead" : "");
+  int rc = gather_start(e, g, slot, &hb, NULL);
+  if (!rc) rc = gather_finish(e, g, slot, hb, s);
+  if (rc) e->gather_owner[slot] = -1;
+  return rc;
+}
+
+void ranks_read_ahead(ferry_engine *e) {
+  if (e->tracing || e->ahead_group >= 0 || e->fetches >= e->ntrace) return;
+  uint32_t g = e->trace[e->fetches]; /* the loop's next fetch, if it follows the trace */
+  int slot = free_slot(e);
+  if (e->gt.groups[g].gslot >= 0 || slot < 0) return;
+  /* its update of the last step is committed (waiting decides the same on
+   * every rank; skipping a pending one would not) */
+  if (stepper_wait_group(e, g)) return;
+  int hb;
+  ferry_comm_req *req = NULL;
+  if (gather_start(e, g, slot, &hb, &req)) {
+    e->gather_owner[slot] = -1;
+    return; /* the fetch of g gathers it, and reports */
+  }
+  e->ahead_group = (int)g;
+  e->ahead_slot = slot;
+  e->ahead_host = hb;
+  e->ahead_req = req;
+}
+
+int ranks_drop_ahead(ferry_engine *e) {
+  if (e->ahead_group < 0) return FERRY_OK;
+  int rc = ahead_wait(e);
+  e->gather_owner[e->ahead_slot] = -1;
+  e->ahead_group = e->ahead_slot = -1;
+  return rc;
 }
 
 int ranks_release_params(ferry_engine *e, uint32_t g, ferry_stream *s) {

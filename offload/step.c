@@ -103,7 +103,8 @@ int ferry_step(ferry_engine *e, ferry_step_info *info) {
   if (!e) return FERRY_EINVAL;
   if (!e->finalized) return ferry_err(&e->err, FERRY_ESTATE, "step: not finalized");
   double t0 = ferry_now();
-  int rc = stepper_wait_all(e); /* one step at a time */
+  int rc = ranks_drop_ahead(e); /* stage 3: a read-ahead the loop left: its params change */
+  if (!rc) rc = stepper_wait_all(e); /* one step at a time */
   if (rc) return rc;
   /* Updates that failed (an I/O error, a CRC mismatch) changed nothing and
    * kept their grads: run them again, with the same scale and step number. */
