@@ -19,6 +19,7 @@
 
 typedef struct {
   ncclComm_t nc;
+  ferry_device *dev;   /* (fixed) */
   int ordinal;         /* (fixed) the CUDA device */
   ferry_stream *bar_s; /* (caller) barriers run here: they have no stream */
   float *bar_buf;      /* (caller) one float of device memory for the barrier */
@@ -70,13 +71,14 @@ static void impl_free(nccl_impl *m, int abort_nc) {
       ncclCommDestroy(m->nc);
   }
   if (m->bar_s) ferry_stream_destroy(m->bar_s);
-  if (m->bar_buf) ferry_device_free(m->bar_s ? m->bar_s->dev : NULL, m->bar_buf);
+  if (m->bar_buf) ferry_device_free(m->dev, m->bar_buf);
   free(m);
 }
 
 static int setup(ferry_comm *c, ferry_errbuf *e, ferry_device *dev) {
   nccl_impl *m = calloc(1, sizeof *m);
   if (!m) return ferry_err(e, FERRY_ENOMEM, "nccl: out of memory");
+  m->dev = dev;
   m->ordinal = dev->cfg.cuda_ordinal;
   int st = ferry_stream_create(dev, &m->bar_s);
   if (!st) st = ferry_device_alloc(dev, sizeof(float), (void **)&m->bar_buf);
