@@ -1,6 +1,7 @@
 /* examples/gpt/data.c — training data: a text file encoded by the
  * tokenizer, or a raw file of little-endian uint16 (.u16, .bin) or uint32
- * (.u32) token ids; batches of windows at seeded random offsets.
+ * (.u32) token ids; batches of windows at seeded random offsets, and each
+ * rank's share of a global batch (data parallel).
  */
 #include "gpt.h"
 
@@ -71,12 +72,20 @@ void gpt_data_free(gpt_data *d) {
 }
 
 int gpt_data_batch(gpt_data *d, int batch, int seq, int32_t *tokens, int32_t *targets) {
-  if ((size_t)seq + 1 > d->n) return -1;
+  return gpt_data_batch_rank(d, batch, seq, 0, 1, tokens, targets);
+}
+
+int gpt_data_batch_rank(gpt_data *d, int batch, int seq, int rank, int nranks, int32_t *tokens,
+                        int32_t *targets) {
+  if ((size_t)seq + 1 > d->n || nranks < 1 || rank < 0 || rank >= nranks) return -1;
   size_t span = d->n - (size_t)seq; /* offsets 0 .. n-seq-1 */
-  for (int b = 0; b < batch; b++) {
-    size_t o = (size_t)(gpt_rand(&d->rng) % span);
-    memcpy(tokens + (size_t)b * seq, d->tokens + o, (size_t)seq * sizeof *tokens);
-    memcpy(targets + (size_t)b * seq, d->tokens + o + 1, (size_t)seq * sizeof *targets);
+  long first = (long)rank * batch, end = first + batch, all = (long)nranks * batch;
+  for (long w = 0; w < all; w++) {
+    size_t o = (size_t)(gpt_rand(&d->rng) % span); /* every draw moves the generator */
+    if (w < first || w >= end) continue;
+    size_t b = (size_t)(w - first);
+    memcpy(tokens + b * seq, d->tokens + o, (size_t)seq * sizeof *tokens);
+    memcpy(targets + b * seq, d->tokens + o + 1, (size_t)seq * sizeof *targets);
   }
   return 0;
 }

@@ -35,6 +35,8 @@ void gpt_footprint_engine(gpt_footprint *f, const ferry_stats *fs) {
   for (int t = 0; t < FERRY_TIERS; t++) {
     f->tier_peak[t] = fs->tier_peak[t];
     f->budget[t] = fs->budget[t];
+    f->optim_peak[t] = fs->peak[t][FERRY_FAMILY_OPTIM];
+    f->params_peak[t] = fs->peak[t][FERRY_FAMILY_PARAMS];
   }
   for (int k = 0; k < FERRY_FAMILIES; k++)
     f->nvme_read[k] = fs->nvme_read_bytes[k], f->nvme_write[k] = fs->nvme_write_bytes[k];
@@ -155,6 +157,25 @@ void gpt_footprint_json(const gpt_footprint *f, FILE *out) {
     fprintf(out, ", ");
     gpt_footprint_json_families(out, fam[i].key, fam[i].v);
   }
+  fprintf(out, ", ");
+  json_tiers(out, "optim_peak", f->optim_peak);
+  fprintf(out, ", ");
+  json_tiers(out, "params_peak", f->params_peak);
+  fprintf(out, ", \"ranks\": %d", f->nranks > 1 ? f->nranks : 1);
+  if (f->nranks < 2 || !f->rank_figs) return;
+  fprintf(out, ", \"per_rank\": [");
+  for (int r = 0; r < f->nranks; r++) {
+    const uint64_t *v = f->rank_figs + (size_t)r * GPT_RANK_FIGS;
+    fprintf(out, "%s{\"rank\": %d, ", r ? ", " : "", r);
+    json_tiers(out, "optim_peak", v + GPT_RANK_OPTIM);
+    fprintf(out, ", ");
+    json_tiers(out, "params_peak", v + GPT_RANK_PARAMS);
+    fprintf(out, ", ");
+    json_tiers(out, "tier_peak", v + GPT_RANK_TIER);
+    fprintf(out, ", \"peak_rss_bytes\": %" PRIu64 ", \"comm_bytes\": %" PRIu64 "}",
+            v[GPT_RANK_RSS], v[GPT_RANK_COMM]);
+  }
+  fprintf(out, "]");
 }
 
 /* s as a JSON string (null when NULL). */

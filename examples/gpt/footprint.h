@@ -1,7 +1,8 @@
 /* examples/gpt/footprint.h — a train run's memory footprint and NVMe
- * traffic: the process's peak RSS beside the engine's tier peaks and
- * budgets and the trainer's own host buffers, the NVMe bytes per family
- * and direction; as a text line, a JSON fragment and a --stats-json file.
+ * traffic (and, data parallel, each rank's): the process's peak RSS beside
+ * the engine's tier peaks and budgets and the trainer's own host buffers,
+ * the NVMe bytes per family and direction; as a text line, a JSON fragment
+ * and a --stats-json file.
  */
 #ifndef FERRY_GPT_FOOTPRINT_H
 #define FERRY_GPT_FOOTPRINT_H
@@ -24,9 +25,20 @@ typedef struct {
   uint64_t setup_read[FERRY_FAMILIES], setup_write[FERRY_FAMILIES]; /* before the first step */
   double optim_bytes_per_param; /* the engine's optimizer pass, bytes read + written per
                                    param and step (ferry_stats.optim_bytes_per_param) */
+  uint64_t optim_peak[FERRY_TIERS]; /* peak optimizer-state bytes per tier (the fp32 master
+                                       and states: ferry_stats.peak[t][FERRY_FAMILY_OPTIM]) */
+  uint64_t params_peak[FERRY_TIERS]; /* peak param bytes per tier (FERRY_FAMILY_PARAMS) */
+  int nranks;                /* ranks of a data-parallel run (0 or 1: alone) */
+  const uint64_t *rank_figs; /* nranks > 1: GPT_RANK_FIGS figures of each rank, in rank order */
   int steps;                 /* steps this process ran */
   const float *losses;       /* their losses (steps of them), or NULL */
 } gpt_footprint;
+
+/* One rank's figures in gpt_footprint.rank_figs: its optimizer-state and
+ * tier peaks (gpu, host, nvme), peak RSS, the bytes it sent to other ranks
+ * (the engine's comm_bytes) and its params peaks (gpu, host, nvme). */
+enum { GPT_RANK_OPTIM = 0, GPT_RANK_TIER = 3, GPT_RANK_RSS = 6, GPT_RANK_COMM = 7,
+       GPT_RANK_PARAMS = 8, GPT_RANK_FIGS = 11 };
 
 /* The process's peak resident set in bytes. */
 uint64_t gpt_peak_rss_bytes(void);

@@ -233,6 +233,8 @@ typedef enum { GPT_ENGINE_SYNC = 0, GPT_ENGINE_STREAM = 1 } gpt_engine_mode;
 typedef struct {
   gpt_engine_mode mode;
   size_t model_bytes; /* stream mode: device bytes the model wants from the reserved block */
+  ferry_comm *comm;   /* data parallel: the ranks (ferry_engine_set_comm before finalize;
+                         it must outlive the engine); NULL: alone */
 } gpt_engine_options;
 
 /* Creates the engine from cfg (the caller keeps cfg), registers the schema,
@@ -349,6 +351,13 @@ void gpt_data_free(gpt_data *d);
 /* batch windows of seq+1 tokens at seeded random offsets: inputs and the
  * next-token targets. */
 int gpt_data_batch(gpt_data *d, int batch, int seq, int32_t *tokens, int32_t *targets);
+/* Data parallel: rank's share of a global batch of nranks * batch windows.
+ * The generator draws all nranks * batch offsets (every rank's generator
+ * moves the same), and this rank keeps windows [rank * batch, (rank + 1) *
+ * batch): nranks ranks at `batch` see exactly the windows one rank sees at
+ * nranks * batch, and every rank's d->rng stays equal. */
+int gpt_data_batch_rank(gpt_data *d, int batch, int seq, int rank, int nranks, int32_t *tokens,
+                        int32_t *targets);
 
 /* splitmix64: the one RNG of the example (init, data). */
 static inline uint64_t gpt_rand(uint64_t *s) {
@@ -383,7 +392,8 @@ typedef struct {
   uint32_t size;     /* sizeof(gpt_resume_state) */
   int64_t next_step; /* the first step a resumed run takes (steps done + 1) */
   uint64_t data_rng; /* the batch sampler's state (gpt_data.rng) after steps done */
-  int64_t num[GPT_RESUME_NUM]; /* seed, model config (floats as bits), batch, seq, data size,
+  int64_t num[GPT_RESUME_NUM]; /* seed, model config (floats as bits), the global batch
+                                  (--batch x ranks), seq, data size,
                                   tokens and FNV-1a hash, tokenizer ids and hash (GPT_RS_*) */
   char data_name[128];         /* the data file's name, for messages only */
   char engine[GPT_RESUME_KEYS][GPT_RESUME_KEYLEN]; /* values of the engine keys that change
@@ -402,6 +412,11 @@ int gpt_resume_fingerprint(gpt_resume_state *r, const gpt_config *c, int batch, 
  * differ, every difference named in err. */
 int gpt_resume_check(const void *blob, size_t len, const gpt_resume_state *now,
                      gpt_resume_state *out, char *err, size_t errlen);
+/* Compares two runs' fingerprints (num[], engine[]; not next_step nor
+ * data_rng), naming each field that differs as "WHAT: A_NAME a, B_NAME b"
+ * in err ("" when none). Returns the number of differences. */
+int gpt_resume_compare(const gpt_resume_state *a, const char *a_name, const gpt_resume_state *b,
+                       const char *b_name, char *err, size_t errlen);
 /* The checkpoint `dir` names: a step-<digits> folder itself, else the
  * newest step-* of dir/checkpoints (a --save folder) or of dir. 0 with the
  * folder and its step, or -1 and err (missing, not a folder, none there). */

@@ -14,11 +14,14 @@
 #include <errno.h>
 #include <getopt.h>
 #include <math.h>
+#include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 static const char *k_train_help =
     "NAME\n"
@@ -31,6 +34,8 @@ static const char *k_train_help =
     "                    [--tokenizer DIR] [--threads N] [--device cpu|cuda] [--json]\n"
     "                    [--set KEY=VALUE]... [--timeline FILE]\n"
     "                    [--save-every N [--keep K]] [--resume DIR] [--stats-json FILE]\n"
+    "                    [--comm auto|self|mpi]\n"
+    "    mpirun -np N ferry-gpt train --engine ENGINE.cfg ... (data parallel)\n"
     "\n"
     "DESCRIPTION\n"
     "    Trains a decoder-only transformer with AdamW on next-token prediction. Batches of\n"
@@ -58,6 +63,22 @@ static const char *k_train_help =
     "    provider's host scratch and the token ids) and, with --engine, the NVMe bytes read and\n"
     "    written per family (params / grads / optimizer) in all, per step and before step 1.\n"
     "\n"
+    "    Data parallel: under `mpirun -np N` (N > 1) the N processes (ranks) train one model\n"
+    "    on the engine (--engine is required), which splits the optimizer state and grads\n"
+    "    between them as dist.zero_stage says (0 to 3; --set dist.zero_stage=1). --batch is\n"
+    "    per rank: rank r takes windows r*B .. r*B+B-1 of each global batch of N*B windows\n"
+    "    drawn from the one seeded sampler, so N ranks at --batch B see exactly the windows\n"
+    "    of one rank at --batch N*B. Every rank runs the same command (the model, --batch,\n"
+    "    --seq, seed, data, tokenizer and engine keys are compared at start; a difference is\n"
+    "    refused, naming it). Rank 0 alone prints; the loss printed is the mean of the\n"
+    "    ranks' losses (the loss of the global batch), tokens count every rank's, the\n"
+    "    peaks and NVMe bytes are rank 0's. A rank that fails ends the job\n"
+    "    (MPI_Abort) after its message, prefixed \"rank R: \"; a rank that stops answering\n"
+    "    fails the others after dist.timeout seconds (default 300). Checkpoints\n"
+    "    (--save-every, --resume) are collectives: every rank saves and loads the same\n"
+    "    folder (rank 0 writes it), and a checkpoint resumes on any number of ranks with\n"
+    "    the same global batch.\n"
+    "\n"
     "OPTIONS\n"
     "    --model PRESET|FILE   tiny (GPT-2 style, ~1M params), small (~10M), gpt2 (124M),\n"
     "                          llama-tiny, llama-small, or a Hugging Face config.json with\n"
@@ -72,7 +93,8 @@ static const char *k_train_help =
     "    --set KEY=VALUE       with --engine: override one config key after the file (any\n"
     "                          number of times), e.g. --set tiers.gpu.budget=64M.\n"
     "    --timeline FILE       with --engine: write the engine's timeline (Chrome trace\n"
-    "                          JSON) at the end.\n"
+    "                          JSON) at the end. With N ranks each rank writes its own,\n"
+    "                          FILE with .rank<R> before the extension (t.rank0.json, ...).\n"
     "    --steps N             optimizer steps (default 10).\n"
     "    --batch B             sequences per step (default 4).\n"
     "    --seq S               tokens per sequence (default 128, at most the model's\n"
@@ -84,7 +106,8 @@ static const char *k_train_help =
     "                          tensor (default: the config's).\n"
     "    --seed K              seed of the init and the batch sampler (default 1).\n"
     "    --save DIR            write DIR/model.safetensors (fp32, Hugging Face names) and\n"
-    "                          DIR/config.json at the end.\n"
+    "                          DIR/config.json at the end (with N ranks: rank 0 writes, every\n"
+    "                          rank reads its shard of the masters).\n"
     "    --save-every N        with --engine and --save DIR: after every N-th step write an\n"
     "                          engine checkpoint into DIR/checkpoints/step-<12 digits>/\n"
     "                          (params, fp32 master weights, optimizer states, step count,\n"
@@ -97,12 +120,15 @@ static const char *k_train_help =
     "                          --save folder, its checkpoints/ folder, or one step-* folder)\n"
     "                          up to --steps in total; the steps that follow equal an\n"
     "                          uninterrupted run bit for bit. Refused, naming each\n"
-    "                          difference, when the seed, model, --batch, --seq, data,\n"
-    "                          tokenizer or an engine key that changes the numbers\n"
-    "                          (optimizer.*, precision.*, clip_grad_norm, grad_accumulation)\n"
-    "                          differ from the saving run; placement, tiers and chunk size\n"
-    "                          may change. The weights come from the checkpoint (--weights\n"
-    "                          is ignored). Pass --save-every again to keep saving.\n"
+    "                          difference, when the seed, model, global batch (--batch x\n"
+    "                          ranks), --seq, data, tokenizer or an engine key that\n"
+    "                          changes the numbers (optimizer.*, precision.*,\n"
+    "                          clip_grad_norm, grad_accumulation) differ from the saving\n"
+    "                          run; placement, tiers, chunk size, dist.zero_stage and the\n"
+    "                          number of ranks may change (a checkpoint of 2 ranks at\n"
+    "                          --batch 2 resumes on 1 rank at --batch 4). The weights come\n"
+    "                          from the checkpoint (--weights is ignored). Pass\n"
+    "                          --save-every again to keep saving.\n"
     "    --checkpoint          activation checkpointing: keep only block inputs and\n"
     "                          recompute each block in the backward pass.\n"
     "    --tokenizer DIR       GPT-2 BPE from DIR/vocab.json and DIR/merges.txt (default:\n"
@@ -131,7 +157,15 @@ static const char *k_train_help =
     "                          {params, grads, optimizer} of nvme_read_bytes /\n"
     "                          nvme_write_bytes (the whole run), *_per_step (the mean after\n"
     "                          setup) and nvme_setup_read_bytes / nvme_setup_write_bytes\n"
-    "                          (before step 1). Without --engine the engine's keys are 0.\n"
+    "                          (before step 1), optim_peak and params_peak {gpu, host,\n"
+    "                          nvme} (peak optimizer-state and param bytes per tier) and\n"
+    "                          ranks. Without --engine the engine's keys are 0. With N ranks\n"
+    "                          rank 0 writes the file: its own figures, the mean losses, and\n"
+    "                          per_rank[] with each rank's optim_peak, params_peak,\n"
+    "                          tier_peak, peak_rss_bytes and comm_bytes.\n"
+    "    --comm auto|self|mpi  the ranks' communicator (default auto: MPI when an MPI\n"
+    "                          launcher started the process, else one rank). self: one\n"
+    "                          rank even under mpirun (refused when mpirun started several).\n"
     "    -h, --help            this text.\n"
     "\n"
     "EXAMPLES\n"
@@ -149,7 +183,15 @@ static const char *k_train_help =
     "EXIT STATUS\n"
     "    0 on success, 1 on a runtime failure (also: no usable GPU for --device cuda, no\n"
     "    checkpoint in --resume DIR, a damaged one), 2 on bad usage (also: --resume with\n"
-    "    settings other than the checkpoint's).\n";
+    "    settings other than the checkpoint's; with N ranks: no --engine, --device cuda (not\n"
+    "    implemented yet), ranks started with other settings). Under mpirun a rank's\n"
+    "    failure ends the job through MPI_Abort with its status (1, or 2 for a --resume\n"
+    "    with other settings).\n"
+    "\n"
+    "TEST HOOKS\n"
+    "    FERRY_GPT_TEST_DIE_AT_STEP=K / FERRY_GPT_TEST_HANG_AT_STEP=K: rank\n"
+    "    $FERRY_GPT_TEST_RANK (default 1) kills itself (SIGKILL) / stops answering at the\n"
+    "    start of step K (tests/gpt/dist.py).\n";
 
 static const char *k_sample_help =
     "NAME\n"
@@ -192,8 +234,24 @@ static const char *k_main_help =
     "    positions, SwiGLU, grouped-query attention), weights in safetensors with Hugging\n"
     "    Face names. `ferry-gpt COMMAND --help` describes each command.\n";
 
+/* "rank R: " before every message on stderr once the run has several ranks
+ * (set once the communicator exists). */
+static char g_rank_prefix[32];
+
+/* An error message on stderr: "[rank R: ]ferry-gpt: ...", one write, so the
+ * lines of several ranks do not interleave. */
+__attribute__((format(printf, 1, 2))) static void errf(const char *fmt, ...) {
+  char b[4096];
+  int at = snprintf(b, sizeof b, "%sferry-gpt: ", g_rank_prefix);
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(b + at, sizeof b - (size_t)at, fmt, ap);
+  va_end(ap);
+  fputs(b, stderr);
+}
+
 static void die_usage(const char *msg) {
-  fprintf(stderr, "ferry-gpt: %s (try --help)\n", msg);
+  errf("%s (try --help)\n", msg);
   exit(2);
 }
 
@@ -202,7 +260,7 @@ static int parse_int(const char *s, const char *opt, long lo, long hi) {
   errno = 0;
   long v = strtol(s, &e, 10);
   if (errno || *e || v < lo || v > hi) {
-    fprintf(stderr, "ferry-gpt: %s wants an integer in [%ld, %ld], not '%s'\n", opt, lo, hi, s);
+    errf("%s wants an integer in [%ld, %ld], not '%s'\n", opt, lo, hi, s);
     exit(2);
   }
   return (int)v;
@@ -212,7 +270,7 @@ static float parse_float(const char *s, const char *opt) {
   char *e;
   float v = strtof(s, &e);
   if (*e || !isfinite(v) || v < 0) {
-    fprintf(stderr, "ferry-gpt: %s wants a non-negative number, not '%s'\n", opt, s);
+    errf("%s wants a non-negative number, not '%s'\n", opt, s);
     exit(2);
   }
   return v;
@@ -223,15 +281,16 @@ static void load_model_config(const char *model, gpt_config *cfg) {
   if (gpt_config_preset(model, cfg) == 0) return;
   struct stat st;
   if (stat(model, &st) != 0) {
-    fprintf(stderr, "ferry-gpt: --model '%s' is neither a preset (tiny, small, gpt2, llama-tiny, "
-            "llama-small) nor a file\n", model);
+    errf("--model '%s' is neither a preset (tiny, small, gpt2, llama-tiny, "
+         "llama-small) nor a file\n",
+         model);
     exit(2);
   }
   char path[4096];
   if (S_ISDIR(st.st_mode)) snprintf(path, sizeof path, "%.4000s/config.json", model);
   else snprintf(path, sizeof path, "%.4000s", model);
   if (gpt_config_load_json(path, cfg, err, sizeof err)) {
-    fprintf(stderr, "ferry-gpt: %s\n", err);
+    errf("%s\n", err);
     exit(1);
   }
 }
@@ -246,7 +305,7 @@ static gpt_tokenizer *load_tokenizer(const char *dir) {
   snprintf(v, sizeof v, "%.4000s/vocab.json", dir);
   snprintf(m, sizeof m, "%.4000s/merges.txt", dir);
   if (gpt_tokenizer_bpe(v, m, &t, err, sizeof err)) {
-    fprintf(stderr, "ferry-gpt: tokenizer: %s\n", err);
+    errf("tokenizer: %s\n", err);
     exit(1);
   }
   return t;
@@ -280,7 +339,7 @@ static double now_s(void) {
 
 enum { O_MODEL = 256, O_WEIGHTS, O_DATA, O_ENGINE, O_STEPS, O_BATCH, O_SEQ, O_LR, O_WD, O_SEED,
        O_SAVE, O_JSON, O_CKPT, O_TOK, O_THREADS, O_PROMPT, O_TOKENS, O_TEMP, O_DEVICE, O_SET,
-       O_TIMELINE, O_SAVE_EVERY, O_KEEP, O_RESUME, O_STATS_JSON };
+       O_TIMELINE, O_SAVE_EVERY, O_KEEP, O_RESUME, O_STATS_JSON, O_COMM };
 
 enum { MAX_SETS = 32 };
 
@@ -295,6 +354,7 @@ typedef struct {
   uint64_t seed;
   const char *set[MAX_SETS]; /* --set KEY=VALUE, in order */
   int nset;
+  ferry_comm_kind comm; /* --comm: the ranks' communicator (AUTO: MPI under mpirun) */
 } train_opts;
 
 static const struct option k_train_opts[] = {
@@ -305,7 +365,7 @@ static const struct option k_train_opts[] = {
     {"checkpoint", 0, 0, O_CKPT}, {"tokenizer", 1, 0, O_TOK},     {"threads", 1, 0, O_THREADS},
     {"device", 1, 0, O_DEVICE},   {"set", 1, 0, O_SET},           {"timeline", 1, 0, O_TIMELINE},
     {"save-every", 1, 0, O_SAVE_EVERY}, {"keep", 1, 0, O_KEEP}, {"resume", 1, 0, O_RESUME},
-    {"stats-json", 1, 0, O_STATS_JSON},
+    {"stats-json", 1, 0, O_STATS_JSON}, {"comm", 1, 0, O_COMM},
     {"help", 0, 0, 'h'},          {0, 0, 0, 0}};
 
 /* 0: parsed; 1: --help printed. Bad usage exits 2. */
@@ -350,6 +410,12 @@ static int parse_train(int argc, char **argv, train_opts *o) {
     case O_KEEP: o->keep = parse_int(optarg, "--keep", 0, 1000000), o->keep_given = 1; break;
     case O_RESUME: o->resume = optarg; break;
     case O_STATS_JSON: o->stats_json = optarg; break;
+    case O_COMM:
+      if (!strcmp(optarg, "auto")) o->comm = FERRY_COMM_AUTO;
+      else if (!strcmp(optarg, "self")) o->comm = FERRY_COMM_SELF;
+      else if (!strcmp(optarg, "mpi")) o->comm = FERRY_COMM_MPI;
+      else die_usage("--comm is auto, self or mpi");
+      break;
     case 'h': fputs(k_train_help, stdout); return 1;
     default: die_usage("bad option for train");
     }
@@ -408,11 +474,11 @@ static int engine_device_cuda(ferry_config *fc, const char *file, FILE *info) {
 static ferry_config *engine_config(const train_opts *o, FILE *info) {
   ferry_config *fc;
   if (ferry_config_create(&fc)) {
-    fprintf(stderr, "ferry-gpt: %s\n", ferry_last_error());
+    errf("%s\n", ferry_last_error());
     return NULL;
   }
   if (ferry_config_load_file(fc, o->engine)) {
-    fprintf(stderr, "ferry-gpt: %s\n", ferry_config_last_error(fc));
+    errf("%s\n", ferry_config_last_error(fc));
     goto fail;
   }
   char v[4096];
@@ -439,8 +505,9 @@ static ferry_config *engine_config(const train_opts *o, FILE *info) {
       struct stat st;
       if (stat(p, &st) == 0) continue;
       if (make_dirs(p)) {
-        fprintf(stderr, "ferry-gpt: cannot create the NVMe swap directory '%s' "
-                "(tiers.nvme.paths in %s): %s\n", p, o->engine, strerror(errno));
+        errf("cannot create the NVMe swap directory '%s' "
+             "(tiers.nvme.paths in %s): %s\n",
+             p, o->engine, strerror(errno));
         goto fail;
       }
       fprintf(info, "ferry-gpt: created the NVMe swap directory %s (tiers.nvme.paths)\n", p);
@@ -448,7 +515,7 @@ static ferry_config *engine_config(const train_opts *o, FILE *info) {
   }
   return fc;
 bad_set:
-  fprintf(stderr, "ferry-gpt: %s\n", ferry_config_last_error(fc));
+  errf("%s\n", ferry_config_last_error(fc));
 fail:
   ferry_config_destroy(fc);
   return NULL;
@@ -504,6 +571,11 @@ typedef struct {
   char ck_folder[4096]; /* --resume: the checkpoint found */
   char ck_dir[4200];    /* --save-every: where checkpoints go */
   int64_t ck_step;
+  ferry_comm *comm;     /* the ranks (every run has one; SELF alone) */
+  int rank, nranks;     /* this rank, and how many train together */
+  int agreed;           /* the error that ends the run is every rank's (usage): no abort */
+  uint64_t *rank_figs;  /* nranks > 1: each rank's figures (GPT_RANK_FIGS), at the end */
+  FILE *quiet;          /* ranks > 0: /dev/null, where their progress goes */
   char err[1024];
 } train_run;
 
@@ -511,7 +583,7 @@ typedef struct {
 typedef struct {
   double t_all, first, last; /* seconds in steps; the first and last loss */
   int ran;                   /* steps this process runs */
-  long long tok_step;        /* tokens per step */
+  long long tok_step;        /* tokens per step (of every rank) */
   ferry_stats fs;            /* --engine: the engine's stats */
   ferry_stats fs0;           /* ... before the first step */
   uint64_t nvme_rd[FERRY_FAMILIES], nvme_wr[FERRY_FAMILIES]; /* ... after the last step */
@@ -534,6 +606,7 @@ static void train_free(train_run *t) {
   gpt_data_free(&t->d);
   gpt_tokenizer_free(t->tok);
   gpt_schema_free(&t->s);
+  free(t->rank_figs);
 }
 
 /* --threads, where notes go, and for --device cuda the CUDA model's module
@@ -546,11 +619,11 @@ static int train_check_device(train_run *t) {
   if (!t->o.cuda) return 0;
   char why[2048];
   if (gpt_cuda_load(&t->cu, why, sizeof why)) {
-    fprintf(stderr, "ferry-gpt: --device cuda: cannot load the CUDA model: %s\n", why);
+    errf("--device cuda: cannot load the CUDA model: %s\n", why);
     return 1;
   }
   if (!t->o.engine && t->cu->available(why, sizeof why)) {
-    fprintf(stderr, "ferry-gpt: --device cuda: %s\n", why);
+    errf("--device cuda: %s\n", why);
     return 1;
   }
   return 0;
@@ -568,34 +641,163 @@ static int train_load(train_run *t) {
   t->seq = t->o.seq;
   if (!t->seq) t->seq = t->cfg.max_seq < 128 ? t->cfg.max_seq : 128;
   if (t->seq > t->cfg.max_seq) {
-    fprintf(stderr, "ferry-gpt: --seq %d is more than the model's %d positions\n", t->seq,
-            t->cfg.max_seq);
+    errf("--seq %d is more than the model's %d positions\n", t->seq, t->cfg.max_seq);
     return 2;
   }
   t->tok = load_tokenizer(t->o.tokdir);
   if (gpt_tokenizer_vocab(t->tok) > t->cfg.vocab) {
-    fprintf(stderr, "ferry-gpt: the tokenizer has %d ids but the model only %d\n",
-            gpt_tokenizer_vocab(t->tok), t->cfg.vocab);
+    errf("the tokenizer has %d ids but the model only %d\n", gpt_tokenizer_vocab(t->tok),
+         t->cfg.vocab);
     return 1;
   }
-  char desc[256];
   if (gpt_schema_build(&t->cfg, &t->s)) {
-    fprintf(stderr, "ferry-gpt: cannot build the model\n");
+    errf("cannot build the model\n");
     return 1;
   }
-  gpt_config_describe(&t->cfg, desc, sizeof desc);
-  fprintf(t->info, "ferry-gpt: model %s; %.2fM parameters (%zu)\n", desc, t->s.total_numel / 1e6,
-          t->s.total_numel);
   if (gpt_data_load(&t->d, t->o.data, t->tok, t->cfg.vocab, t->o.seed, t->err, sizeof t->err)) {
-    fprintf(stderr, "ferry-gpt: %s\n", t->err);
+    errf("%s\n", t->err);
     return 1;
   }
   if (t->d.n < (size_t)t->seq + 1) {
-    fprintf(stderr, "ferry-gpt: %s holds %zu tokens, fewer than --seq + 1 = %d\n", t->o.data,
-            t->d.n, t->seq + 1);
+    errf("%s holds %zu tokens, fewer than --seq + 1 = %d\n", t->o.data, t->d.n, t->seq + 1);
     return 1;
   }
   return 0;
+}
+
+/* Each rank's `count` values of type dt into all, in rank order (a
+ * collective). 0, or 1 with the message printed. */
+static int train_allgather(train_run *t, const void *mine, void *all, size_t count,
+                           ferry_dtype dt, const char *what) {
+  size_t *counts = malloc((size_t)t->nranks * sizeof *counts);
+  int rc = counts ? 0 : FERRY_ENOMEM;
+  for (int r = 0; !rc && r < t->nranks; r++) counts[r] = count;
+  if (!rc) rc = ferry_comm_allgather(t->comm, mine, all, counts, dt, NULL, NULL);
+  free(counts);
+  if (rc)
+    errf("%s: %s\n", what, rc == FERRY_ENOMEM ? "out of memory" : ferry_comm_last_error(t->comm));
+  return rc ? 1 : 0;
+}
+
+/* How many processes the launcher started (mpirun, srun), or 0 when it
+ * does not say. */
+static int launcher_size(void) {
+  static const char *vars[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE", "SLURM_NTASKS"};
+  for (size_t i = 0; i < sizeof vars / sizeof *vars; i++) {
+    const char *v = getenv(vars[i]);
+    if (v && atoi(v) > 0) return atoi(v);
+  }
+  return 0;
+}
+
+/* The ranks: a communicator of every process of the job (--comm; auto: MPI
+ * when mpirun started the process). One rank trains as before. Several
+ * need --engine (the resident providers do not shard); rank 0 alone prints
+ * (the others' stdout and notes go to /dev/null), every message on stderr
+ * says "rank R: ". The engine config's dist.timeout, when it has one,
+ * bounds every wait. Returns 2 for usage every rank refuses alike. */
+static int train_comm(train_run *t) {
+  ferry_comm_options co = ferry_comm_options_default();
+  co.kind = t->o.comm;
+  char v[64];
+  if (t->fc && ferry_config_get(t->fc, "dist.timeout", v, sizeof v) == 0) {
+    char *e;
+    double x = strtod(v, &e);
+    if (e != v && x > 0) co.timeout = x;
+  }
+  int rc = ferry_comm_create(&co, &t->comm);
+  if (rc) {
+    errf("--comm %s: %s\n", ferry_comm_kind_name(co.kind), ferry_last_error());
+    return 1;
+  }
+  t->rank = ferry_comm_rank(t->comm);
+  t->nranks = ferry_comm_size(t->comm);
+  int launched = launcher_size();
+  if (t->nranks == 1 && launched > 1) {
+    errf("started as one of %d processes (mpirun), but the communicator (--comm %s) has one "
+         "rank: %s\n",
+         launched, ferry_comm_kind_name(ferry_comm_get_kind(t->comm)),
+         ferry_comm_compiled(FERRY_COMM_MPI) ? "use --comm mpi or auto"
+                                             : "this build has no MPI (configure with OpenMPI "
+                                               "installed: libopenmpi-dev)");
+    return 1;
+  }
+  char desc[256];
+  gpt_config_describe(&t->cfg, desc, sizeof desc);
+  if (t->rank == 0)
+    fprintf(t->info, "ferry-gpt: model %s; %.2fM parameters (%zu)\n", desc,
+            t->s.total_numel / 1e6, t->s.total_numel);
+  if (t->nranks == 1) return 0;
+  snprintf(g_rank_prefix, sizeof g_rank_prefix, "rank %d: ", t->rank);
+  if (t->rank > 0) {
+    if (!(t->quiet = fopen("/dev/null", "w"))) {
+      errf("/dev/null: %s\n", strerror(errno));
+      return 1;
+    }
+    t->info = t->quiet;
+    fflush(stdout);
+    if (dup2(fileno(t->quiet), STDOUT_FILENO) < 0) {
+      errf("cannot quiet stdout: %s\n", strerror(errno));
+      return 1;
+    }
+  }
+  fprintf(t->info, "ferry-gpt: %d ranks (%s), --batch %d per rank: global batch %d\n", t->nranks,
+          ferry_comm_kind_name(ferry_comm_get_kind(t->comm)), t->o.batch,
+          t->nranks * t->o.batch);
+  const char *why = NULL;
+  if (!t->o.engine)
+    why = "needs --engine (the resident pre-engine path keeps one whole copy per process and "
+          "does not shard)";
+  else if (t->o.cuda)
+    why = "--device cuda: data parallel on GPUs (a GPU per rank, NCCL) is not implemented yet; "
+          "the ranks train on the host backend (--device cpu)";
+  /* every rank refuses alike (exit 2, no abort) only when they all do */
+  int32_t mine = why != NULL, *all = calloc((size_t)t->nranks, sizeof *all);
+  if (!all) return errf("out of memory\n"), 1;
+  rc = train_allgather(t, &mine, all, 1, FERRY_DT_I32, "comparing the ranks' options");
+  int refusing = 0;
+  for (int r = 0; !rc && r < t->nranks; r++) refusing += all[r];
+  free(all);
+  if (rc) return 1;
+  if (!why) return refusing ? 2 : 0; /* another rank was started with other options */
+  t->agreed = refusing == t->nranks;
+  if (t->rank == 0 || !t->agreed)
+    errf("%d ranks: %s (try --help)\n", t->nranks, why);
+  return 2;
+}
+
+/* Every rank was started with rank 0's settings (model, --batch, --seq,
+ * seed, data, tokenizer, the engine keys that change the numbers): each
+ * rank names what differs from rank 0's; all refuse alike (usage, 2). */
+static int train_same_settings(train_run *t) {
+  if (t->nranks < 2) return 0;
+  static gpt_resume_state r0;
+  r0 = t->rs;
+  int rc = ferry_comm_broadcast(t->comm, &r0, sizeof r0, FERRY_DT_U8, 0, NULL, NULL);
+  char list[3072] = "", mine[32];
+  snprintf(mine, sizeof mine, "rank %d", t->rank);
+  if (rc) {
+    errf("comparing the ranks' settings: %s\n", ferry_comm_last_error(t->comm));
+    return 1;
+  }
+  int32_t diffs = gpt_resume_compare(&r0, "rank 0", &t->rs, mine, list, sizeof list);
+  int32_t *all = calloc((size_t)t->nranks, sizeof *all);
+  if (!all) return errf("out of memory\n"), 1;
+  rc = train_allgather(t, &diffs, all, 1, FERRY_DT_I32, "comparing the ranks' settings");
+  int bad = 0;
+  for (int r = 0; !rc && r < t->nranks; r++) bad += all[r] > 0;
+  free(all);
+  if (rc) return 1;
+  if (!bad) return 0;
+  t->agreed = 1;
+  if (diffs)
+    errf("this rank was started with settings other than rank 0's (%d difference%s): %s\n", diffs,
+         diffs > 1 ? "s" : "", list);
+  if (t->rank == 0)
+    errf("refused: %d rank%s started with settings other than rank 0's (each names them); "
+         "every rank runs the same command\n",
+         bad, bad > 1 ? "s were" : " was");
+  return 2;
 }
 
 /* --resume, before the engine is built: find the checkpoint and check its
@@ -604,7 +806,7 @@ static int train_load(train_run *t) {
 static int train_resume_find(train_run *t) {
   if (gpt_resume_find(t->o.resume, t->ck_folder, sizeof t->ck_folder, &t->ck_step, t->err,
                       sizeof t->err)) {
-    fprintf(stderr, "ferry-gpt: --resume: %s\n", t->err);
+    errf("--resume: %s\n", t->err);
     return 1;
   }
   static unsigned char peek[sizeof(gpt_resume_state)];
@@ -613,7 +815,7 @@ static int train_resume_find(train_run *t) {
   if (gpt_resume_peek(t->ck_folder, peek, sizeof peek, &plen) == 0 &&
       (crc = gpt_resume_check(peek, plen, &t->rs, NULL, t->err, sizeof t->err))) {
     /* other settings on the command line: bad usage; a foreign blob: runtime */
-    fprintf(stderr, "ferry-gpt: --resume %s: %s\n", t->ck_folder, t->err);
+    errf("--resume %s: %s\n", t->ck_folder, t->err);
     return crc == -2 ? 2 : 1;
   }
   if (t->o.weights)
@@ -630,29 +832,29 @@ static int train_resume_load(train_run *t) {
   gpt_resume_state got;
   int lrc = gpt_engine_load(t->ge, t->ck_folder, blob, sizeof blob, &blen, t->err, sizeof t->err);
   if (lrc == FERRY_EOVERFLOW) {
-    fprintf(stderr, "ferry-gpt: --resume %s: its trainer state (user.bin) is %zu bytes, not "
-            "the %zu of a ferry-gpt resume state: not a checkpoint of ferry-gpt train\n",
-            t->ck_folder, blen, sizeof blob);
+    errf("--resume %s: its trainer state (user.bin) is %zu bytes, not "
+         "the %zu of a ferry-gpt resume state: not a checkpoint of ferry-gpt train\n",
+         t->ck_folder, blen, sizeof blob);
     return 1;
   }
   if (lrc) {
-    fprintf(stderr, "ferry-gpt: --resume %s: %s\n", t->ck_folder, t->err);
+    errf("--resume %s: %s\n", t->ck_folder, t->err);
     return 1;
   }
   int crc = gpt_resume_check(blob, blen, &t->rs, &got, t->err, sizeof t->err);
   if (crc) {
-    fprintf(stderr, "ferry-gpt: --resume %s: %s\n", t->ck_folder, t->err);
+    errf("--resume %s: %s\n", t->ck_folder, t->err);
     return crc == -2 ? 2 : 1;
   }
   if (got.next_step != t->ck_step + 1) {
-    fprintf(stderr, "ferry-gpt: --resume %s: the folder is step %lld but its trainer state "
-            "continues at step %lld: not a checkpoint of ferry-gpt train\n", t->ck_folder,
-            (long long)t->ck_step, (long long)got.next_step);
+    errf("--resume %s: the folder is step %lld but its trainer state "
+         "continues at step %lld: not a checkpoint of ferry-gpt train\n",
+         t->ck_folder, (long long)t->ck_step, (long long)got.next_step);
     return 1;
   }
   if (got.next_step > 100000001) {
-    fprintf(stderr, "ferry-gpt: --resume %s: step %lld is past the largest --steps\n",
-            t->ck_folder, (long long)t->ck_step);
+    errf("--resume %s: step %lld is past the largest --steps\n", t->ck_folder,
+         (long long)t->ck_step);
     return 1;
   }
   t->start = (int)got.next_step;
@@ -675,22 +877,26 @@ static gpt_run_config run_config(const train_run *t) {
  * model's device block reserved) and its provider. */
 static int train_setup_engine(train_run *t) {
   describe_engine(t->fc, &t->s, t->info);
-  if (gpt_resume_fingerprint(&t->rs, &t->cfg, t->o.batch, t->seq, t->o.seed, t->o.data, &t->d,
+  /* the global batch: a checkpoint resumes on another number of ranks that
+   * keeps it (2 ranks at --batch 2, 1 rank at --batch 4) */
+  if (gpt_resume_fingerprint(&t->rs, &t->cfg, t->o.batch * t->nranks, t->seq, t->o.seed,
+                             t->o.data, &t->d,
                              t->tok, t->fc, t->err, sizeof t->err)) {
-    fprintf(stderr, "ferry-gpt: %s\n", t->err);
+    errf("%s\n", t->err);
     return 1;
   }
+  int rc = train_same_settings(t);
+  if (rc) return rc;
   if (t->o.save_every)
     snprintf(t->ck_dir, sizeof t->ck_dir, "%.4000s/" GPT_RESUME_SUBDIR, t->o.save);
-  int rc;
   if (t->o.resume && (rc = train_resume_find(t))) return rc;
   gpt_weights_src *src;
   if (gpt_weights_src_open(&t->s, t->o.resume ? NULL : t->o.weights, t->o.seed, &src, t->err,
                            sizeof t->err)) {
-    fprintf(stderr, "ferry-gpt: %s\n", t->err);
+    errf("%s\n", t->err);
     return 1;
   }
-  gpt_engine_options eo = {GPT_ENGINE_SYNC, 0};
+  gpt_engine_options eo = {GPT_ENGINE_SYNC, 0, t->nranks > 1 ? t->comm : NULL};
   if (t->o.cuda) { /* the CUDA model's block is reserved with the engine's grad slots */
     gpt_cuda_layout_t lay;
     gpt_run_config run = run_config(t);
@@ -702,7 +908,7 @@ static int train_setup_engine(train_run *t) {
   ferry_config_destroy(t->fc);
   t->fc = NULL;
   if (rc) {
-    fprintf(stderr, "ferry-gpt: engine (%s): %s\n", t->o.engine, t->err);
+    errf("engine (%s): %s\n", t->o.engine, t->err);
     return 1;
   }
   t->p = gpt_engine_provider(t->ge);
@@ -714,13 +920,13 @@ static int train_setup_engine(train_run *t) {
 static int train_setup_resident(train_run *t) {
   if (gpt_resident_init(&t->r, &t->s) ||
       gpt_adamw_init(&t->opt, t->s.total_numel, t->o.lr, t->o.wd)) {
-    fprintf(stderr, "ferry-gpt: out of memory for %zu parameters\n", t->s.total_numel);
+    errf("out of memory for %zu parameters\n", t->s.total_numel);
     return 1;
   }
   t->p = gpt_resident_provider(&t->r);
   if (t->o.weights) {
     if (gpt_weights_load(&t->s, &t->p, t->o.weights, t->err, sizeof t->err)) {
-      fprintf(stderr, "ferry-gpt: %s\n", t->err);
+      errf("%s\n", t->err);
       return 1;
     }
   } else {
@@ -738,20 +944,20 @@ static int train_make_cuda(train_run *t) {
     gpt_cuda_mem mem = {NULL, 0, NULL, FERRY_DT_NONE};
     gpt_engine_model_memory(t->ge, &mem.base, &mem.bytes);
     if (ferry_stream_native(gpt_engine_stream(t->ge), &mem.stream) || !mem.stream) {
-      fprintf(stderr, "ferry-gpt: --device cuda: the engine's stream has no CUDA stream (is "
-              "its device cuda?)\n");
+      errf("--device cuda: the engine's stream has no CUDA stream (is "
+           "its device cuda?)\n");
       return 1;
     }
     mem.wdt = gpt_engine_dtype(t->ge);
     t->cp = t->p;
     if (t->cu->model_create(&t->s, &rc, &mem, &t->cm, t->err, sizeof t->err)) {
-      fprintf(stderr, "ferry-gpt: --device cuda: %s\n", t->err);
+      errf("--device cuda: %s\n", t->err);
       return 1;
     }
     return 0;
   }
   if (t->cu->model_create(&t->s, &rc, NULL, &t->cm, t->err, sizeof t->err)) {
-    fprintf(stderr, "ferry-gpt: --device cuda: %s\n", t->err);
+    errf("--device cuda: %s\n", t->err);
     return 1;
   }
   size_t hb = t->s.total_numel * sizeof(float);
@@ -765,8 +971,7 @@ static int train_make_cuda(train_run *t) {
             "grads; their copies each step are synchronous\n");
   if (t->cu->resident_init(&t->cr, &t->s, t->cu->model_stream(t->cm)) ||
       t->cu->resident_upload(&t->cr, t->r.weights)) {
-    fprintf(stderr, "ferry-gpt: --device cuda: out of device memory for the weights (%s)\n",
-            t->cr.err);
+    errf("--device cuda: out of device memory for the weights (%s)\n", t->cr.err);
     return 1;
   }
   t->cp = t->cu->resident_provider(&t->cr);
@@ -778,8 +983,7 @@ static int train_make_model(train_run *t) {
   gpt_run_config rc = run_config(t);
   if (t->o.cuda && train_make_cuda(t)) return 1;
   if (!t->o.cuda && gpt_model_create(&t->s, &rc, &t->m)) {
-    fprintf(stderr, "ferry-gpt: out of memory for activations (batch %d, seq %d)\n", t->o.batch,
-            t->seq);
+    errf("out of memory for activations (batch %d, seq %d)\n", t->o.batch, t->seq);
     return 1;
   }
   double act = 0;
@@ -802,8 +1006,12 @@ static int train_make_model(train_run *t) {
 /* The engine's optimizer step; 0, or 1 with the engine's message printed. */
 static int train_engine_step(train_run *t, int st) {
   ferry_step_info si;
-  if (gpt_engine_step(t->ge, &si) == 0) return 0;
-  fprintf(stderr, "ferry-gpt: step %d: %s\n", st, ferry_engine_last_error(gpt_engine_handle(t->ge)));
+  int rc = gpt_engine_step(t->ge, &si);
+  if (rc == 0) return 0;
+  errf("step %d: %s%s\n", st, ferry_engine_last_error(gpt_engine_handle(t->ge)),
+       rc == FERRY_ETIMEDOUT ? " (FERRY_ETIMEDOUT: another rank did not answer within "
+                               "dist.timeout)"
+                             : "");
   return 1;
 }
 
@@ -812,10 +1020,10 @@ static int train_engine_step(train_run *t, int st) {
  * the host, weights up), then the loss: one event wait, long passed. */
 static int train_step_cuda(train_run *t, int st, int32_t *x, int32_t *y, float *loss) {
   for (int k = 0; k < t->micro; k++) {
-    gpt_data_batch(&t->d, t->o.batch, t->seq, x, y);
+    gpt_data_batch_rank(&t->d, t->o.batch, t->seq, t->rank, t->nranks, x, y);
     if (t->cp.zero_grad(t->cp.ctx) || t->cu->model_forward(t->cm, &t->cp, x, y) ||
         t->cu->model_backward(t->cm, &t->cp)) {
-      fprintf(stderr, "ferry-gpt: step %d: %s\n", st, t->cu->model_last_error(t->cm));
+      errf("step %d: %s\n", st, t->cu->model_last_error(t->cm));
       return 1;
     }
   }
@@ -823,17 +1031,17 @@ static int train_step_cuda(train_run *t, int st, int32_t *x, int32_t *y, float *
     if (train_engine_step(t, st)) return 1;
   } else {
     if (t->cu->resident_download_grads(&t->cr, t->r.grads)) {
-      fprintf(stderr, "ferry-gpt: step %d: %s\n", st, t->cr.err);
+      errf("step %d: %s\n", st, t->cr.err);
       return 1;
     }
     gpt_adamw_step(&t->opt, &t->r);
     if (t->cu->resident_upload(&t->cr, t->r.weights)) {
-      fprintf(stderr, "ferry-gpt: step %d: %s\n", st, t->cr.err);
+      errf("step %d: %s\n", st, t->cr.err);
       return 1;
     }
   }
   if (t->cu->model_loss(t->cm, loss)) {
-    fprintf(stderr, "ferry-gpt: step %d: %s\n", st, t->cu->model_last_error(t->cm));
+    errf("step %d: %s\n", st, t->cu->model_last_error(t->cm));
     return 1;
   }
   return 0;
@@ -845,10 +1053,10 @@ static int train_step_cpu(train_run *t, int st, int32_t *x, int32_t *y, float *l
   double sum = 0;
   for (int k = 0; k < t->micro; k++) {
     float l;
-    gpt_data_batch(&t->d, t->o.batch, t->seq, x, y);
+    gpt_data_batch_rank(&t->d, t->o.batch, t->seq, t->rank, t->nranks, x, y);
     if (t->p.zero_grad(t->p.ctx) || gpt_model_forward(t->m, &t->p, x, y, &l) ||
         gpt_model_backward(t->m, &t->p)) {
-      fprintf(stderr, "ferry-gpt: step %d: %s\n", st, gpt_model_last_error(t->m));
+      errf("step %d: %s\n", st, gpt_model_last_error(t->m));
       return 1;
     }
     sum += l;
@@ -916,11 +1124,47 @@ static int train_checkpoint(train_run *t, int st) {
   t->rs.data_rng = t->d.rng;
   double t1 = now_s();
   if (gpt_engine_save(t->ge, t->ck_dir, &t->rs, sizeof t->rs, t->o.keep, t->err, sizeof t->err)) {
-    fprintf(stderr, "ferry-gpt: step %d: checkpoint into %s: %s\n", st, t->ck_dir, t->err);
+    errf("step %d: checkpoint into %s: %s\n", st, t->ck_dir, t->err);
     return 1;
   }
   fprintf(t->info, "ferry-gpt: checkpoint %s/step-%012d (%.2f s)\n", t->ck_dir, st, now_s() - t1);
   return 0;
+}
+
+/* The step's loss over every rank: the mean of the ranks' mean losses, in
+ * rank order (the same on every rank, and the loss of the whole global
+ * batch up to rounding, the ranks' shares being equal). */
+static int train_mean_loss(train_run *t, int st, float *loss) {
+  if (t->nranks < 2) return 0;
+  double mine = *loss, *all = malloc((size_t)t->nranks * sizeof *all);
+  char what[64];
+  snprintf(what, sizeof what, "step %d: the ranks' losses", st);
+  if (!all) return errf("out of memory\n"), 1;
+  int rc = train_allgather(t, &mine, all, 1, FERRY_DT_F64, what);
+  double sum = 0;
+  for (int r = 0; !rc && r < t->nranks; r++) sum += all[r];
+  free(all);
+  if (!rc) *loss = (float)(sum / t->nranks);
+  return rc;
+}
+
+/* Test hooks (tests/gpt/dist_faults.cmake): at the start of step
+ * $FERRY_GPT_TEST_DIE_AT_STEP rank $FERRY_GPT_TEST_RANK (default 1) kills
+ * itself (SIGKILL); at $FERRY_GPT_TEST_HANG_AT_STEP it stops answering
+ * (sleeps until killed). */
+static void train_test_fault(const train_run *t, int st) {
+  const char *r = getenv("FERRY_GPT_TEST_RANK");
+  if (t->rank != (r ? atoi(r) : 1)) return;
+  const char *die = getenv("FERRY_GPT_TEST_DIE_AT_STEP");
+  const char *hang = getenv("FERRY_GPT_TEST_HANG_AT_STEP");
+  if (die && atoi(die) == st) {
+    errf("test hook: killing this rank at step %d (FERRY_GPT_TEST_DIE_AT_STEP)\n", st);
+    raise(SIGKILL);
+  }
+  if (hang && atoi(hang) == st) {
+    errf("test hook: this rank hangs at step %d (FERRY_GPT_TEST_HANG_AT_STEP)\n", st);
+    for (;;) pause();
+  }
 }
 
 /* Steps start..--steps, each reported, checkpointed when due. */
@@ -930,7 +1174,7 @@ static int train_steps(train_run *t, train_totals *tt) {
   int32_t *y = malloc((size_t)batch * seq * sizeof *y);
   memset(tt, 0, sizeof *tt);
   tt->first = NAN, tt->last = NAN;
-  tt->tok_step = (long long)batch * seq * t->micro;
+  tt->tok_step = (long long)batch * seq * t->micro * t->nranks; /* every rank's */
   tt->ran = steps >= start ? steps - start + 1 : 0;
   if (t->ge) {
     ferry_engine_get_stats(gpt_engine_handle(t->ge), &tt->fs0);
@@ -938,7 +1182,7 @@ static int train_steps(train_run *t, train_totals *tt) {
     memcpy(tt->nvme_wr, tt->fs0.nvme_write_bytes, sizeof tt->nvme_wr);
   }
   if (t->o.stats_json && !(tt->losses = calloc((size_t)tt->ran + 1, sizeof *tt->losses))) {
-    fprintf(stderr, "ferry-gpt: out of memory\n");
+    errf("out of memory\n");
     free(x), free(y);
     return 1;
   }
@@ -947,8 +1191,10 @@ static int train_steps(train_run *t, train_totals *tt) {
   for (int st = start; st <= steps && !status; st++) {
     double t0 = now_s();
     float loss = 0;
+    train_test_fault(t, st);
     if (t->o.cuda) status = train_step_cuda(t, st, x, y, &loss);
     else status = train_step_cpu(t, st, x, y, &loss);
+    if (!status) status = train_mean_loss(t, st, &loss);
     if (status) break;
     double dt = now_s() - t0;
     tt->t_all += dt;
@@ -980,14 +1226,36 @@ static void train_footprint(const train_run *t, const train_totals *tt, gpt_foot
   }
   f->steps = tt->ran;
   f->losses = tt->losses;
+  f->nranks = t->nranks;
+  f->rank_figs = t->rank_figs;
+}
+
+/* Several ranks: each rank's optimizer-state and tier peaks, peak RSS and
+ * bytes sent, gathered on every rank (a collective) for rank 0's report. */
+static int train_gather_ranks(train_run *t) {
+  if (t->nranks < 2) return 0;
+  uint64_t mine[GPT_RANK_FIGS] = {0};
+  ferry_stats fs;
+  ferry_engine_get_stats(gpt_engine_handle(t->ge), &fs);
+  for (int k = 0; k < FERRY_TIERS; k++) {
+    mine[GPT_RANK_OPTIM + k] = fs.peak[k][FERRY_FAMILY_OPTIM];
+    mine[GPT_RANK_TIER + k] = fs.tier_peak[k];
+    mine[GPT_RANK_PARAMS + k] = fs.peak[k][FERRY_FAMILY_PARAMS];
+  }
+  mine[GPT_RANK_RSS] = gpt_peak_rss_bytes();
+  mine[GPT_RANK_COMM] = fs.comm_bytes;
+  if (!(t->rank_figs = calloc((size_t)t->nranks * GPT_RANK_FIGS, sizeof *t->rank_figs)))
+    return errf("out of memory\n"), 1;
+  return train_allgather(t, mine, t->rank_figs, GPT_RANK_FIGS, FERRY_DT_U64,
+                         "gathering the ranks' figures");
 }
 
 /* --stats-json FILE: the footprint, the steps and their losses. */
 static int train_write_stats(const train_run *t, const gpt_footprint *f) {
   char err[512];
-  if (!t->o.stats_json) return 0;
+  if (!t->o.stats_json || t->rank > 0) return 0; /* rank 0's file holds every rank's peaks */
   if (gpt_footprint_write(f, t->o.engine, t->o.stats_json, err, sizeof err)) {
-    fprintf(stderr, "ferry-gpt: --stats-json %s\n", err);
+    errf("--stats-json %s\n", err);
     return 1;
   }
   return 0;
@@ -1044,35 +1312,92 @@ static void train_report_totals(const train_run *t, train_totals *tt, gpt_footpr
 /* --timeline: the engine's Chrome trace. */
 static int train_write_timeline(const train_run *t) {
   if (!t->ge || !t->o.timeline) return 0;
-  if (ferry_engine_write_timeline(gpt_engine_handle(t->ge), t->o.timeline)) {
-    fprintf(stderr, "ferry-gpt: --timeline %s: %s\n", t->o.timeline,
-            ferry_engine_last_error(gpt_engine_handle(t->ge)));
+  char path[4200];
+  const char *p = t->o.timeline;
+  if (t->nranks > 1) { /* one file per rank: a.json -> a.rank<R>.json */
+    const char *slash = strrchr(p, '/'), *dot = strrchr(p, '.');
+    if (!dot || (slash && dot < slash) || dot == (slash ? slash + 1 : p)) dot = p + strlen(p);
+    snprintf(path, sizeof path, "%.*s.rank%d%.100s", (int)(dot - p) > 4000 ? 4000 : (int)(dot - p),
+             p, t->rank, dot);
+    p = path;
+  }
+  if (ferry_engine_write_timeline(gpt_engine_handle(t->ge), p)) {
+    errf("--timeline %s: %s\n", p, ferry_engine_last_error(gpt_engine_handle(t->ge)));
     return 1;
   }
-  fprintf(t->info, "ferry-gpt: wrote the timeline %s (Chrome trace JSON: chrome://tracing or "
-          "https://ui.perfetto.dev)\n", t->o.timeline);
+  fprintf(t->info, "ferry-gpt: wrote the timeline %s%s (Chrome trace JSON: chrome://tracing or "
+          "https://ui.perfetto.dev)\n", p, t->nranks > 1 ? " and one per other rank" : "");
   return 0;
 }
 
 /* --save DIR: the weights (fp32 safetensors, from the engine or host
  * memory) and config.json. */
+/* --save with ranks: rank 0's reader. Sharded masters make
+ * ferry_param_read a collective, so rank 0 first tells the other ranks
+ * which tensor it reads next (a broadcast of its index). */
+static int read_for_ranks(void *user, int i, float *dst) {
+  train_run *t = user;
+  int32_t idx = i;
+  if (ferry_comm_broadcast(t->comm, &idx, 1, FERRY_DT_I32, 0, NULL, NULL)) return -1;
+  return gpt_engine_read(t->ge, i, dst);
+}
+
+/* --save with ranks, ranks > 0: read each tensor rank 0 names, in its order,
+ * until it says -1 (done). */
+static int train_save_follow(train_run *t) {
+  size_t most = 1;
+  for (int i = 0; i < t->s.n_params; i++)
+    if (t->s.params[i].numel > most) most = t->s.params[i].numel;
+  float *buf = malloc(most * sizeof *buf);
+  if (!buf) return errf("--save: out of memory\n"), 1;
+  int rc = 0;
+  for (;;) {
+    int32_t idx = -1;
+    if (ferry_comm_broadcast(t->comm, &idx, 1, FERRY_DT_I32, 0, NULL, NULL)) {
+      errf("--save: %s\n", ferry_comm_last_error(t->comm));
+      rc = 1;
+      break;
+    }
+    if (idx < 0) break;
+    if (idx >= t->s.n_params || gpt_engine_read(t->ge, idx, buf)) {
+      errf("--save: reading '%s': %s\n", idx < t->s.n_params ? t->s.params[idx].name : "?",
+           ferry_engine_last_error(gpt_engine_handle(t->ge)));
+      rc = 1;
+      break;
+    }
+  }
+  free(buf);
+  return rc;
+}
+
 static int train_save(train_run *t) {
   const char *dir = t->o.save;
   if (!dir) return 0;
+  if (t->nranks > 1 && t->rank > 0) return train_save_follow(t); /* rank 0 writes */
   if (mkdir(dir, 0777) != 0 && errno != EEXIST) {
-    fprintf(stderr, "ferry-gpt: --save %s: %s\n", dir, strerror(errno));
+    errf("--save %s: %s\n", dir, strerror(errno));
     return 1;
   }
-  if (t->ge ? gpt_weights_save_with(&t->s, gpt_engine_read, t->ge, dir, 2ull << 30, t->err,
-                                    sizeof t->err)
-            : gpt_weights_save(&t->s, &t->p, dir, 2ull << 30, t->err, sizeof t->err)) {
-    fprintf(stderr, "ferry-gpt: %s\n", t->err);
+  int bad;
+  if (t->nranks > 1) {
+    bad = gpt_weights_save_with(&t->s, read_for_ranks, t, dir, 2ull << 30, t->err, sizeof t->err);
+    int32_t done = -1; /* the other ranks stop reading */
+    if (!bad && ferry_comm_broadcast(t->comm, &done, 1, FERRY_DT_I32, 0, NULL, NULL))
+      bad = 1, snprintf(t->err, sizeof t->err, "--save: %s", ferry_comm_last_error(t->comm));
+  } else if (t->ge) {
+    bad = gpt_weights_save_with(&t->s, gpt_engine_read, t->ge, dir, 2ull << 30, t->err,
+                                sizeof t->err);
+  } else {
+    bad = gpt_weights_save(&t->s, &t->p, dir, 2ull << 30, t->err, sizeof t->err);
+  }
+  if (bad) {
+    errf("%s\n", t->err);
     return 1;
   }
   char path[4096];
   snprintf(path, sizeof path, "%.4000s/config.json", dir);
   if (write_config_json(path, &t->cfg)) {
-    fprintf(stderr, "ferry-gpt: cannot write %s\n", path);
+    errf("cannot write %s\n", path);
     return 1;
   }
   fprintf(t->info, "ferry-gpt: saved %s (model safetensors + config.json)\n", dir);
@@ -1083,14 +1408,16 @@ static int cmd_train(int argc, char **argv) {
   train_run t;
   memset(&t, 0, sizeof t);
   if (parse_train(argc, argv, &t.o)) return 0;
-  t.micro = 1, t.start = 1;
+  t.micro = 1, t.start = 1, t.nranks = 1;
   int rc = train_check_device(&t);
   if (!rc) rc = train_load(&t);
+  if (!rc) rc = train_comm(&t);
   if (!rc) rc = t.fc ? train_setup_engine(&t) : train_setup_resident(&t);
   if (!rc) rc = train_make_model(&t);
   train_totals tt;
   memset(&tt, 0, sizeof tt);
   if (!rc) rc = train_steps(&t, &tt);
+  if (!rc) rc = train_gather_ranks(&t);
   if (!rc) {
     gpt_footprint f;
     train_report_totals(&t, &tt, &f);
@@ -1099,8 +1426,16 @@ static int cmd_train(int argc, char **argv) {
     int bad_save = train_save(&t);
     rc = bad_stats || bad_timeline || bad_save;
   }
+  /* a rank that fails alone ends the job, so that no other rank waits for
+   * it (an error every rank reached alike, a refusal of usage, does not) */
+  if (rc && t.nranks > 1 && !t.agreed) {
+    fflush(stdout);
+    ferry_comm_abort(t.comm, rc);
+  }
   free(tt.losses);
   train_free(&t);
+  if (t.comm) ferry_comm_destroy(t.comm);
+  if (t.quiet) fclose(t.quiet);
   return rc;
 }
 
@@ -1167,7 +1502,7 @@ static int sample_generate(const sample_opts *o, const gpt_config *cfg, gpt_toke
   int32_t *win = calloc((size_t)T, sizeof *win);
   float *pr = malloc((size_t)cfg->vocab * sizeof *pr);
   int rc = win && pr ? 0 : 1;
-  if (rc) fprintf(stderr, "ferry-gpt: out of memory\n");
+  if (rc) errf("out of memory\n");
   uint64_t rng = o->seed;
   int V = gpt_tokenizer_vocab(tok) < cfg->vocab ? gpt_tokenizer_vocab(tok) : cfg->vocab;
   for (int k = 0; k < o->ntok && !rc; k++) {
@@ -1175,7 +1510,7 @@ static int sample_generate(const sample_opts *o, const gpt_config *cfg, gpt_toke
     memset(win, 0, (size_t)T * sizeof *win);
     memcpy(win, *ids + *n - len, len * sizeof *win); /* causal: padding after len is never seen */
     if (gpt_model_forward(m, p, win, NULL, NULL)) {
-      fprintf(stderr, "ferry-gpt: %s\n", gpt_model_last_error(m));
+      errf("%s\n", gpt_model_last_error(m));
       rc = 1;
       break;
     }
@@ -1185,7 +1520,7 @@ static int sample_generate(const sample_opts *o, const gpt_config *cfg, gpt_toke
       size_t nc = *cap ? *cap * 2 : 64;
       int32_t *ni = realloc(*ids, nc * sizeof *ni);
       if (!ni) {
-        fprintf(stderr, "ferry-gpt: out of memory\n");
+        errf("out of memory\n");
         rc = 1;
         break;
       }
@@ -1219,14 +1554,14 @@ static int cmd_sample(int argc, char **argv) {
   if (gpt_schema_build(&cfg, &s) || gpt_resident_init(&r, &s)) goto out;
   gpt_provider p = gpt_resident_provider(&r);
   if (gpt_weights_load(&s, &p, o.weights, err, sizeof err)) {
-    fprintf(stderr, "ferry-gpt: %s\n", err);
+    errf("%s\n", err);
     goto out;
   }
   int T = cfg.max_seq < 256 ? cfg.max_seq : 256;
   gpt_run_config run = {.batch = 1, .seq = T};
   if (gpt_model_create(&s, &run, &m)) goto out;
   if (gpt_tokenizer_encode(tok, o.prompt, strlen(o.prompt), &ids, &n, &cap) || n == 0) {
-    fprintf(stderr, "ferry-gpt: the prompt encodes to no tokens\n");
+    errf("the prompt encodes to no tokens\n");
     goto out;
   }
   fputs(o.prompt, stdout);
@@ -1254,6 +1589,6 @@ int main(int argc, char **argv) {
   }
   if (!strcmp(argv[1], "train")) return cmd_train(argc - 1, argv + 1);
   if (!strcmp(argv[1], "sample")) return cmd_sample(argc - 1, argv + 1);
-  fprintf(stderr, "ferry-gpt: unknown command '%s' (train, sample, help)\n", argv[1]);
+  errf("unknown command '%s' (train, sample, help)\n", argv[1]);
   return 2;
 }

@@ -23,6 +23,7 @@ struct gpt_engine {
   ferry_stream *st;
   ferry_dtype dtype; /* of the engine params: F32, F16 or BF16 */
   gpt_engine_mode mode;
+  ferry_comm *comm; /* the ranks, or NULL (set before finalize) */
   int micro;
   gpt_weights_src *src; /* during finalize */
   int init_failed;
@@ -58,7 +59,8 @@ static const char *status_name(int rc) {
   static const char *names[] = {"FERRY_OK",     "FERRY_EINVAL",  "FERRY_ENOMEM",  "FERRY_ENODEV",
                                 "FERRY_EIO",    "FERRY_ENOSPC",  "FERRY_ECORRUPT", "FERRY_EAGAIN",
                                 "FERRY_ENOTSUP", "FERRY_ECONFIG", "FERRY_EBUSY",   "FERRY_ESTATE",
-                                "FERRY_ENOENT", "FERRY_EPERM",   "FERRY_EOVERFLOW"};
+                                "FERRY_ENOENT", "FERRY_EPERM",   "FERRY_EOVERFLOW",
+                                "FERRY_ETIMEDOUT"};
   int i = -rc;
   return i >= 0 && i < (int)(sizeof names / sizeof names[0]) ? names[i] : "FERRY_E?";
 }
@@ -181,6 +183,7 @@ static int build_engine(gpt_engine *ge) {
   }
   size_t want = reserve_bytes(ge);
   if (!rc && want) rc = ferry_engine_reserve(ge->e, want);
+  if (!rc && ge->comm) rc = ferry_engine_set_comm(ge->e, ge->comm);
   if (!rc) rc = ferry_engine_finalize(ge->e);
   ge->src = NULL;
   if (rc)
@@ -204,6 +207,7 @@ int gpt_engine_create(const gpt_schema *s, const ferry_config *cfg, ferry_device
   ge->src = src;
   ge->mode = opt ? opt->mode : GPT_ENGINE_SYNC;
   ge->model_bytes = opt && opt->mode == GPT_ENGINE_STREAM ? opt->model_bytes : 0;
+  ge->comm = opt ? opt->comm : NULL;
   long micro = 1;
   ge->dtype = gpt_engine_config_dtype(cfg);
   int bad = ge->dtype == FERRY_DT_NONE || config_int(cfg, "grad_accumulation", &micro);
@@ -257,8 +261,11 @@ int gpt_engine_read(void *user, int i, float *dst) {
   return ferry_param_read(ge->e, q->name, dst, q->numel);
 }
 
-static int eng_err(gpt_engine *ge, const char *op, int group) {
-  return fail(ge, "%s of group %d: %s", op, group, ferry_engine_last_error(ge->e));
+/* The engine's message and its status (a rank that stopped answering
+ * shows as FERRY_ETIMEDOUT). */
+static int eng_err(gpt_engine *ge, const char *op, int group, int rc) {
+  return fail(ge, "%s of group %d: %s (%s: %s)", op, group, ferry_engine_last_error(ge->e),
+              status_name(rc), ferry_strerror(rc));
 }
 
 static int dev_err(gpt_engine *ge, const char *op, int group) {
@@ -300,11 +307,12 @@ static int fetch_sync(gpt_engine *ge, int group, int back, gpt_group_view *out) 
   int direct = ge->dtype == FERRY_DT_F32, o = ge->owner[slot_of(group)];
   if (!direct && o >= 0 && o != group && (ge->fetched[o] > 0 || ge->grads_open[o]))
     return fail(ge, "fetch of group %d: group %d still holds the fp32 scratch", group, o);
-  if (ferry_fetch(ge->e, group, ge->st)) return eng_err(ge, "fetch", group);
+  int rc = ferry_fetch(ge->e, group, ge->st);
+  if (rc) return eng_err(ge, "fetch", group, rc);
   for (int i = s->group_first[group]; i < s->group_first[group + 1]; i++)
-    if (ferry_param_device(ge->e, s->params[i].name, &ge->dw[i],
-                           direct && back ? &ge->dg[i] : NULL))
-      return eng_err(ge, "fetch", group);
+    if ((rc = ferry_param_device(ge->e, s->params[i].name, &ge->dw[i],
+                                 direct && back ? &ge->dg[i] : NULL)))
+      return eng_err(ge, "fetch", group, rc);
   /* the fetch (and the grad buffers' zeroing) are ordered on the stream;
    * the CPU model computes here, on this thread */
   if (ferry_stream_synchronize(ge->st)) return dev_err(ge, "fetch", group);
@@ -322,10 +330,11 @@ static int fetch_stream(gpt_engine *ge, int group, int back, gpt_group_view *out
   int o = ge->owner[k];
   if (back && o >= 0 && o != group && ge->grads_open[o])
     return fail(ge, "fetch of group %d: group %d's grads still hold the grad slot", group, o);
-  if (ferry_fetch(ge->e, group, ge->st)) return eng_err(ge, "fetch", group);
+  int rc = ferry_fetch(ge->e, group, ge->st);
+  if (rc) return eng_err(ge, "fetch", group, rc);
   for (int i = first; i < last; i++)
-    if (ferry_param_device(ge->e, s->params[i].name, &ge->dw[i], NULL))
-      return eng_err(ge, "fetch", group);
+    if ((rc = ferry_param_device(ge->e, s->params[i].name, &ge->dw[i], NULL)))
+      return eng_err(ge, "fetch", group, rc);
   float *g = ge->scratch[k];
   if (back && !ge->grads_open[group]) {
     /* in stream order after the last owner's conversion (hand_in_stream):
@@ -363,9 +372,10 @@ static int ep_fetch(void *ctx, int group, gpt_fetch_mode mode, gpt_group_view *o
 static int hand_in_scratch(gpt_engine *ge, int group) {
   const gpt_schema *s = ge->s;
   int k = slot_of(group), first = s->group_first[group], last = s->group_first[group + 1];
+  int rc;
   for (int i = first; i < last; i++)
-    if (ferry_param_device(ge->e, s->params[i].name, NULL, &ge->dg[i]))
-      return eng_err(ge, "grads", group);
+    if ((rc = ferry_param_device(ge->e, s->params[i].name, NULL, &ge->dg[i])))
+      return eng_err(ge, "grads", group, rc);
   if (ferry_stream_synchronize(ge->st)) /* the buffers' zeroing is on the stream */
     return dev_err(ge, "grads", group);
   const float *g = ge->scratch[k] + ge->cap[k];
@@ -382,11 +392,12 @@ static int hand_in_scratch(gpt_engine *ge, int group) {
 static int hand_in_stream(gpt_engine *ge, int group) {
   const gpt_schema *s = ge->s;
   int k = slot_of(group), first = s->group_first[group], last = s->group_first[group + 1];
+  int rc;
   const float *g = ge->scratch[k];
   float scale = ferry_loss_scale(ge->e);
   for (int i = first; i < last; i++) {
-    if (ferry_param_device(ge->e, s->params[i].name, NULL, &ge->dg[i]))
-      return eng_err(ge, "grads", group);
+    if ((rc = ferry_param_device(ge->e, s->params[i].name, NULL, &ge->dg[i])))
+      return eng_err(ge, "grads", group, rc);
     if (ferry_convert_async(ge->st, ge->dg[i], ge->dtype, g + ge->goff[i], FERRY_DT_F32,
                             s->params[i].numel, scale))
       return dev_err(ge, "grads", group);
@@ -407,12 +418,14 @@ static int ep_release(void *ctx, int group, gpt_release_mode mode) {
     if (ge->mode == GPT_ENGINE_STREAM ? hand_in_stream(ge, group)
                                       : ge->dtype != FERRY_DT_F32 && hand_in_scratch(ge, group))
       return -1;
-    if (ferry_grads_ready(ge->e, group, ge->st)) return eng_err(ge, "grads ready", group);
+    int rc = ferry_grads_ready(ge->e, group, ge->st);
+    if (rc) return eng_err(ge, "grads ready", group, rc);
     ge->grads_open[group] = 0;
   }
   /* GPT_RELEASE_PARTIAL: the grads stay open (the slot keeps the group's
    * fp32 grads) for the last fetch */
-  if (ferry_release(ge->e, group, ge->st)) return eng_err(ge, "release", group);
+  int rc = ferry_release(ge->e, group, ge->st);
+  if (rc) return eng_err(ge, "release", group, rc);
   ge->fetched[group]--;
   return 0;
 }

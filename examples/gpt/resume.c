@@ -39,7 +39,7 @@ static const struct {
     [GPT_RS_NORM_EPS] = {"model norm epsilon", 'f'},
     [GPT_RS_ROPE_THETA] = {"model rope_theta", 'f'},
     [GPT_RS_TIED] = {"model tied embeddings", 'i'},
-    [GPT_RS_BATCH] = {"--batch", 'i'},
+    [GPT_RS_BATCH] = {"the global batch (--batch x ranks)", 'i'},
     [GPT_RS_SEQ] = {"--seq", 'i'},
     [GPT_RS_DATA_BYTES] = {"--data size in bytes", 'i'},
     [GPT_RS_DATA_TOKENS] = {"--data tokens", 'i'},
@@ -151,6 +151,36 @@ static void show(char *b, size_t cap, char kind, int64_t v) {
   else snprintf(b, cap, "%lld", (long long)v);
 }
 
+/* Appends "WHAT: a_name A, b_name B" for each fingerprint field that differs
+ * to list; the number of differences. */
+static int diff_list(const gpt_resume_state *r, const char *rn, const gpt_resume_state *now,
+                     const char *nn, char *list, size_t cap) {
+  int diffs = 0;
+  for (int k = 0; k < GPT_RESUME_NUM; k++) {
+    if (r->num[k] == now->num[k]) continue;
+    char a[32], b[32];
+    show(a, sizeof a, k_num[k].kind, r->num[k]);
+    show(b, sizeof b, k_num[k].kind, now->num[k]);
+    append(list, cap, "%s%s: %s %s, %s %s", diffs++ ? "; " : "", k_num[k].what, rn, a, nn, b);
+    if (k == GPT_RS_DATA_BYTES || (k == GPT_RS_DATA_HASH && r->num[GPT_RS_DATA_BYTES] ==
+                                                                now->num[GPT_RS_DATA_BYTES]))
+      append(list, cap, " (the %s trained on '%s', %s reads '%s')", rn, r->data_name, nn,
+             now->data_name);
+  }
+  for (int k = 0; k < GPT_RESUME_KEYS; k++) {
+    if (!strncmp(r->engine[k], now->engine[k], GPT_RESUME_KEYLEN)) continue;
+    append(list, cap, "%s%s: %s %.*s, %s %.*s", diffs++ ? "; " : "", k_keys[k], rn,
+           GPT_RESUME_KEYLEN, r->engine[k], nn, GPT_RESUME_KEYLEN, now->engine[k]);
+  }
+  return diffs;
+}
+
+int gpt_resume_compare(const gpt_resume_state *a, const char *an, const gpt_resume_state *b,
+                       const char *bn, char *err, size_t el) {
+  if (el) err[0] = '\0';
+  return diff_list(a, an, b, bn, err, el);
+}
+
 int gpt_resume_check(const void *blob, size_t len, const gpt_resume_state *now,
                      gpt_resume_state *out, char *err, size_t el) {
   err[0] = '\0';
@@ -178,26 +208,8 @@ int gpt_resume_check(const void *blob, size_t len, const gpt_resume_state *now,
     return -1;
   }
   r.data_name[sizeof r.data_name - 1] = '\0';
-  int diffs = 0;
-  for (int k = 0; k < GPT_RESUME_NUM; k++) {
-    if (r.num[k] == now->num[k]) continue;
-    char a[32], b[32];
-    show(a, sizeof a, k_num[k].kind, r.num[k]);
-    show(b, sizeof b, k_num[k].kind, now->num[k]);
-    append(list, sizeof list, "%s%s: checkpoint %s, this run %s", diffs++ ? "; " : "",
-           k_num[k].what, a, b);
-    if (k == GPT_RS_DATA_BYTES || (k == GPT_RS_DATA_HASH && r.num[GPT_RS_DATA_BYTES] ==
-                                                                now->num[GPT_RS_DATA_BYTES]))
-      append(list, sizeof list, " (the checkpoint trained on '%s', this run reads '%s')",
-             r.data_name,
-             now->data_name);
-  }
-  for (int k = 0; k < GPT_RESUME_KEYS; k++) {
-    r.engine[k][GPT_RESUME_KEYLEN - 1] = '\0';
-    if (!strcmp(r.engine[k], now->engine[k])) continue;
-    append(list, sizeof list, "%s%s: checkpoint %s, this run %s", diffs++ ? "; " : "",
-           k_keys[k], r.engine[k], now->engine[k]);
-  }
+  for (int k = 0; k < GPT_RESUME_KEYS; k++) r.engine[k][GPT_RESUME_KEYLEN - 1] = '\0';
+  int diffs = diff_list(&r, "checkpoint", now, "this run", list, sizeof list);
   if (diffs) {
     snprintf(err, el, "the checkpoint was made with other settings (%d difference%s): %s", diffs,
              diffs > 1 ? "s" : "", list);

@@ -92,7 +92,8 @@ static void run_cuda(setup *u, const char *file, int ck, float *loss) {
   if (strtoull(b, NULL, 10) < (512ull << 20)) REQUIRE(ferry_config_set(c, "tiers.gpu.budget", "512M") == 0);
   gpt_run_config rc = {.batch = BATCH, .seq = SEQ, .checkpoint = ck};
   gpt_cuda_layout_t lay;
-  gpt_engine_options o = {GPT_ENGINE_STREAM, gpt_cuda_layout(u->s, &rc, gpt_engine_config_dtype(c), &lay)};
+  gpt_engine_options o = {GPT_ENGINE_STREAM,
+                          gpt_cuda_layout(u->s, &rc, gpt_engine_config_dtype(c), &lay), NULL};
   gpt_engine *ge = engine(u, c, &o);
   gpt_provider p = gpt_engine_provider(ge);
   gpt_cuda_mem mem = {NULL, 0, NULL, gpt_engine_dtype(ge)};

@@ -162,7 +162,7 @@ static gpt_engine *make_engine(const gpt_schema *s, const ferry_config *cfg, gpt
   gpt_weights_src *src;
   char err[1024];
   REQUIRE(gpt_weights_src_open(s, NULL, 11, &src, err, sizeof err) == 0);
-  gpt_engine_options o = {mode, mode == GPT_ENGINE_STREAM ? 4096 + 3 : 0};
+  gpt_engine_options o = {mode, mode == GPT_ENGINE_STREAM ? 4096 + 3 : 0, NULL};
   gpt_engine *ge = NULL;
   if (gpt_engine_create(s, cfg, NULL, src, &o, &ge, err, sizeof err)) {
     fprintf(stderr, "engine: %s\n", err);
