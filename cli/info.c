@@ -17,7 +17,8 @@ static void info_usage(FILE *f) {
           "Describes this machine as ferry sees it: CPU model, cores, SIMD support\n"
           "(AVX2, FMA, F16C, AVX-512 and its bf16 extension), NUMA nodes and their\n"
           "memory, RAM, the locked-memory limit (RLIMIT_MEMLOCK, which bounds pinned\n"
-          "memory), GPUs, whether the CUDA backend was compiled, whether io_uring\n"
+          "memory), GPUs, whether the CUDA backend was compiled, which communicator\n"
+          "backends (self, mpi, nccl) were compiled, whether io_uring\n"
           "works, and for each --path DIR its file system, free space and whether\n"
           "O_DIRECT works there (a small probe file is created and removed), and\n"
           "whether its mount discards freed blocks at once (-o discard; from\n"
@@ -26,7 +27,7 @@ static void info_usage(FILE *f) {
           "options:\n"
           "  --json       print one JSON object (keys: version, cpu_model, cores,\n"
           "               threads, simd, numa_nodes, ram_bytes, memlock_bytes,\n"
-          "               cuda_compiled, gpus, io_uring, paths)\n"
+          "               cuda_compiled, comm_compiled, gpus, io_uring, paths)\n"
           "  --path DIR   probe a directory (repeatable, up to %d)\n"
           "  -h, --help   this text\n",
           MAX_PATHS);
@@ -134,6 +135,10 @@ static void json_host(json_out *j, const ferry_host_info *h) {
   json_bool(j, "memlock_unlimited", h->memlock_bytes == UINT64_MAX);
   json_uint(j, "hugepage_bytes", h->hugepage_bytes);
   json_bool(j, "cuda_compiled", ferry_cuda_compiled());
+  json_open(j, "comm_compiled", '[');
+  for (int k = FERRY_COMM_SELF; k <= FERRY_COMM_NCCL; k++)
+    if (ferry_comm_compiled((ferry_comm_kind)k)) json_str(j, NULL, ferry_comm_kind_name(k));
+  json_close(j, ']');
 }
 
 static void json_gpus(json_out *j, const info_probe *pr) {
@@ -215,6 +220,11 @@ static void text_host(const ferry_host_info *h) {
            fmt_size(h->memlock_bytes, a, sizeof a));
   if (h->hugepage_bytes) printf("huge pages: %s\n", fmt_size(h->hugepage_bytes, a, sizeof a));
   printf("cuda:       backend %s\n", ferry_cuda_compiled() ? "compiled" : "not compiled");
+  printf("comm:       ");
+  for (int k = FERRY_COMM_SELF; k <= FERRY_COMM_NCCL; k++)
+    printf("%s %s%s", ferry_comm_kind_name(k),
+           ferry_comm_compiled((ferry_comm_kind)k) ? "compiled" : "not compiled",
+           k < FERRY_COMM_NCCL ? ", " : "\n");
 }
 
 static void text_gpus(const info_probe *pr) {

@@ -527,7 +527,8 @@ int ferry_checkpoint_save(ferry_engine *e, const char *dir, const void *blob, si
   ferry_checkpoint_options o = opt ? *opt : ferry_checkpoint_options_default();
   if (o.keep < 0) return ferry_err(&e->err, FERRY_EINVAL, "checkpoint save: keep %d", o.keep);
   if (!o.max_shard_bytes) o.max_shard_bytes = CKPT_DEFAULT_SHARD;
-  int rc = engine_quiesce(e, "checkpoint save");
+  int rc = engine_refuse_sharded(e, "checkpoint save");
+  if (!rc) rc = engine_quiesce(e, "checkpoint save");
   if (rc) return rc;
   if (mkdir(dir, 0777) && errno != EEXIST)
     return ferry_err(&e->err, io_status(errno), "checkpoint save: mkdir %s: %s", dir, strerror(errno));
@@ -986,7 +987,8 @@ int ferry_checkpoint_load(ferry_engine *e, const char *path, void *blob, size_t 
                           size_t *blob_len) {
   if (!e) return FERRY_EINVAL;
   if (!path || !path[0]) return ferry_err(&e->err, FERRY_EINVAL, "checkpoint load: no path");
-  int rc = engine_quiesce(e, "checkpoint load");
+  int rc = engine_refuse_sharded(e, "checkpoint load");
+  if (!rc) rc = engine_quiesce(e, "checkpoint load");
   if (rc) return rc;
   char folder[4096], why[1024] = "";
   ckpt_manifest m;

@@ -144,6 +144,13 @@ static const key_def keys[] = {
     {"step_during_backward", K_BOOL, OFF(step_during_backward), "true", NULL, 0, 0, 0,
      "run each group's optimizer update as soon as its grads are final, overlapping backward "
      "(only without clipping and fp16 loss scaling, which need the whole gradient first)", NULL},
+    {"dist.zero_stage", K_INT, OFF(zero_stage), "2", NULL, 0, 3, 0,
+     "with ranks (ferry_engine_set_comm): 0 replicates everything and all-reduces the grads; 1 "
+     "shards the fp32 master and optimizer state; 2 also reduce-scatters the grads as they are "
+     "drained (sharded accumulators); 3 would shard the params (not implemented yet)", NULL},
+    {"dist.timeout", K_FLOAT, OFF(dist_timeout), "300", NULL, 0, 1e9, 1,
+     "seconds a collective may wait for the other ranks before it fails (ferry-gpt passes it "
+     "to ferry_comm_create; the engine's channels inherit the communicator's)", NULL},
     {"timeline", K_STR, OFF(timeline), "", NULL, 0, 0, 0,
      "write a Chrome trace JSON of every transfer and kernel to this file; \"\" = off", NULL},
     {"log_level", K_ENUM, OFF(log_level), "silent", "silent|error|warn|info|debug", 0, 0, 0,

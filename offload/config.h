@@ -63,6 +63,8 @@ typedef struct {
   ferry_evict_policy eviction;
   int64_t prefetch_depth;   /* groups ahead; 0: as far as the budget allows */
   int step_during_backward; /* update each group once its grads are final */
+  int64_t zero_stage;       /* dist.zero_stage: 0..3 */
+  double dist_timeout;      /* dist.timeout: seconds */
   char timeline[1024];      /* "" off */
   int log_level;               /* FERRY_LOG_* */
 } ferry_config_values;

@@ -18,6 +18,7 @@
 #include <string.h>
 
 static void *drain_main(void *arg);
+static int drain_init_reduce(ferry_engine *e);
 
 int drain_init(ferry_engine *e, size_t gbytes) {
   eng_drain *d = &e->drain;
@@ -34,9 +35,33 @@ int drain_init(ferry_engine *e, size_t gbytes) {
     if (engine_drain_staged(e)) rc = ferry_host_alloc(e->dev, gbytes, &d->stage[i].buf);
     if (!rc) rc = ferry_event_create(e->dev, &d->stage[i].done);
   }
+  if (!rc && e->nranks > 1) rc = drain_init_reduce(e);
   if (rc)
     return ferry_err(&e->err, rc, "finalize: engine buffers: %s", ferry_device_last_error(e->dev));
   return FERRY_OK;
+}
+
+size_t drain_reduce_bytes(const ferry_engine *e, size_t *piece) {
+  *piece = 0;
+  if (e->nranks <= 1) return 0;
+  if (e->zero_stage >= 1)
+    for (uint32_t g = 0; g < e->gt.ngroups; g++) {
+      size_t r = e->gt.groups[g].hi - e->gt.groups[g].lo;
+      if (r * sizeof(float) > *piece) *piece = r * sizeof(float);
+    }
+  return e->gt.max_group_n * sizeof(float);
+}
+
+/* With ranks: the pinned fp32 buffers the drain's collectives use (the
+ * sizes engine_own_bytes counts). */
+static int drain_init_reduce(ferry_engine *e) {
+  eng_drain *d = &e->drain;
+  size_t piece, full = drain_reduce_bytes(e, &piece);
+  d->counts = calloc((size_t)e->nranks, sizeof *d->counts);
+  if (!d->counts) return FERRY_ENOMEM;
+  int rc = ferry_host_alloc(e->dev, full, (void **)&d->reduce);
+  if (!rc && piece) rc = ferry_host_alloc(e->dev, piece, (void **)&d->piece);
+  return rc;
 }
 
 /* Its own one-thread optimizer (accumulation and stats), since the drain
@@ -81,7 +106,10 @@ void drain_free(ferry_engine *e) {
       if (d->stage[i].buf) ferry_host_free(e->dev, d->stage[i].buf);
       ferry_event_destroy(d->stage[i].done);
     }
+    if (d->reduce) ferry_host_free(e->dev, d->reduce);
+    if (d->piece) ferry_host_free(e->dev, d->piece);
   }
+  free(d->counts);
   free(d->queue);
 }
 
@@ -213,16 +241,25 @@ static void accumulate_bf16(uint16_t *acc, const void *g, ferry_dtype dt, size_t
 
 /* The sum of squares and inf/NaN flag of group g's grads (per param, in
  * order: the same sum whatever holds them), from `src` (dtype dt) or, with
- * src NULL, from its accumulators in tier gt. */
+ * src NULL, from its accumulators in tier gt: with ranks at stages 1 and 2,
+ * of this rank's pieces only (the step sums the ranks'). */
 static int group_stats(ferry_engine *e, uint32_t g, const void *src, ferry_dtype dt, ferry_tier gt,
                        double *sumsq, int *nonfinite) {
   int rc = FERRY_OK;
+  size_t es = ferry_dtype_size(dt);
   for (uint32_t k = 0; k < e->gt.groups[g].count && !rc; k++) {
     eng_param *p = group_param(e, g, k);
     void *data = NULL;
-    if (src) data = (char *)(uintptr_t)src + p->goff * ferry_dtype_size(dt);
-    else ferry_mem_tensor_ptr(e->mem, p->id[FERRY_ROLE_GRAD], gt, &data);
-    ferry_grad_span as = {data, p->n, dt};
+    size_t n = p->n;
+    if (src) {
+      data = (char *)(uintptr_t)src + p->goff * es;
+    } else {
+      if (p->pn == 0) continue;
+      n = p->pn; /* the whole param alone or at stage 0 */
+      ferry_mem_tensor_ptr(e->mem, p->id[FERRY_ROLE_GRAD], gt, &data);
+      if (!engine_grads_sharded(e)) data = (char *)data + p->plo * es; /* stage 1: its piece */
+    }
+    ferry_grad_span as = {data, n, dt};
     double s = 0;
     int nf = 0;
     rc = ferry_optimizer_grad_stats(e->drain.opt, &as, 1, &s, &nf);
@@ -248,49 +285,140 @@ static int hold_accumulators(ferry_engine *e, uint32_t g, ferry_tier gt) {
   }
   for (uint32_t k = 0; fresh && k < gr->count; k++) {
     eng_param *p = group_param(e, g, k);
+    size_t n = engine_grads_sharded(e) ? p->pn : p->n;
+    if (n == 0) continue;
     void *acc;
     ferry_mem_tensor_ptr(e->mem, p->id[FERRY_ROLE_GRAD], gt, &acc);
-    memset(acc, 0, p->n * ferry_dtype_size(e->grad_dtype));
+    memset(acc, 0, n * ferry_dtype_size(e->grad_dtype));
   }
   gr->grads_zero = 0;
   return FERRY_OK;
+}
+
+/* With ranks: group g's downloaded grads (param dtype, group-flat) widened
+ * into the fp32 reduce buffer. */
+static void widen_grads(ferry_engine *e, uint32_t g, const void *buf) {
+  size_t n = e->gt.groups[g].n;
+  float *r = e->drain.reduce;
+  if (e->dtype == FERRY_DT_F32) memcpy(r, buf, n * sizeof(float));
+  else
+    for (size_t i = 0; i < n; i++) r[i] = ferry_dt_load(buf, (int)e->dtype, i);
+}
+
+/* The collective's failure as the drain's error. */
+static int comm_err(ferry_engine *e, int rc, uint32_t g, const char *what) {
+  return ferry_err(&e->err, rc, "drain: group %u: %s over the ranks: %s", g, what,
+                   ferry_comm_last_error(e->ch_drain));
+}
+
+/* The reduce buffer (group g, fp32) averaged over the ranks: stage 0 in
+ * place, stages 1 and 2 this rank's range into the piece buffer. The wait
+ * is the drain's: the loop's backward goes on meanwhile. */
+static int reduce_grads(ferry_engine *e, uint32_t g) {
+  eng_group *gr = &e->gt.groups[g];
+  eng_drain *d = &e->drain;
+  int rc;
+  if (e->zero_stage == 0) {
+    rc = ferry_comm_allreduce(e->ch_drain, d->reduce, d->reduce, gr->n, FERRY_DT_F32,
+                              FERRY_REDUCE_AVG, NULL, NULL);
+    return rc ? comm_err(e, rc, g, "all-reduce of the grads") : FERRY_OK;
+  }
+  for (int r = 0; r < e->nranks; r++) d->counts[r] = gr->bounds[r + 1] - gr->bounds[r];
+  rc = ferry_comm_reduce_scatter(e->ch_drain, d->reduce, d->piece, d->counts, FERRY_DT_F32,
+                                 FERRY_REDUCE_AVG, NULL, NULL);
+  return rc ? comm_err(e, rc, g, "reduce-scatter of the grads") : FERRY_OK;
+}
+
+/* Stage 1, the last micro-batch: group g's full local accumulators (held)
+ * averaged over the ranks, and this rank's range written back into them
+ * (the stepper reads its piece at +plo). */
+static int reduce_accumulators(ferry_engine *e, uint32_t g, ferry_tier gt) {
+  eng_group *gr = &e->gt.groups[g];
+  eng_drain *d = &e->drain;
+  for (uint32_t k = 0; k < gr->count; k++) {
+    eng_param *p = group_param(e, g, k);
+    void *acc;
+    ferry_mem_tensor_ptr(e->mem, p->id[FERRY_ROLE_GRAD], gt, &acc);
+    for (size_t i = 0; i < p->n; i++) d->reduce[p->goff + i] = ferry_dt_load(acc, (int)e->grad_dtype, i);
+  }
+  int rc = reduce_grads(e, g);
+  for (uint32_t k = 0; k < gr->count && !rc; k++) {
+    eng_param *p = group_param(e, g, k);
+    if (p->pn == 0) continue;
+    void *acc;
+    ferry_mem_tensor_ptr(e->mem, p->id[FERRY_ROLE_GRAD], gt, &acc);
+    const float *src = d->piece + (p->goff + p->plo - gr->lo);
+    for (size_t i = 0; i < p->pn; i++) ferry_dt_store(acc, e->grad_dtype, p->plo + i, src[i]);
+  }
+  return rc;
+}
+
+/* Adds `src` (dtype dt; its element 0 is group g's element `base`) scaled
+ * into group g's accumulators: the whole of each param, or with sharded
+ * accumulators (stage 2) this rank's pieces. */
+static int add_to_accumulators(ferry_engine *e, uint32_t g, ferry_tier gt, const void *src,
+                               ferry_dtype dt, size_t base, float scale) {
+  eng_group *gr = &e->gt.groups[g];
+  int gs = engine_grads_sharded(e), rc = FERRY_OK;
+  size_t es = ferry_dtype_size(dt);
+  for (uint32_t k = 0; k < gr->count && !rc; k++) {
+    eng_param *p = group_param(e, g, k);
+    size_t off = gs ? p->plo : 0, n = gs ? p->pn : p->n;
+    if (n == 0) continue;
+    void *acc;
+    ferry_mem_tensor_ptr(e->mem, p->id[FERRY_ROLE_GRAD], gt, &acc);
+    const void *from = (const char *)src + (p->goff + off - base) * es;
+    if (e->grad_dtype == FERRY_DT_BF16) {
+      accumulate_bf16(acc, from, dt, n, scale);
+    } else {
+      ferry_grad_span gsp = {from, n, dt};
+      rc = ferry_optimizer_grad_accumulate(e->drain.opt, acc, &gsp, scale);
+    }
+  }
+  return rc ? ferry_err(&e->err, rc, "drain: %s", ferry_optimizer_last_error(e->drain.opt)) : rc;
 }
 
 /* The CPU path: sums group g's downloaded grads (stage buf) into its
  * accumulators (fp32, or bf16 rounded per add); on the last micro-batch,
  * their squared norm and inf/NaN flag. With grads "none" there is nothing
  * to add to: the stats come from the staged grads themselves. An NVMe home
- * is written behind. */
+ * is written behind. With ranks the grads are averaged first: stage 0
+ * all-reduces them (fp32) and adds the whole group, stage 2 reduce-scatters
+ * them and adds this rank's range to its pieces, stage 1 adds the local
+ * grads and, on the last micro-batch, reduce-scatters the accumulators. */
 static int accumulate_cpu(ferry_engine *e, uint32_t g, const void *buf, int last, double *sumsq,
                           int *nonfinite) {
-  eng_group *gr = &e->gt.groups[g];
   eng_drain *d = &e->drain;
   ferry_tier gt = work_tier(e->grad_home);
   if (e->grads_none) {
     int rc = group_stats(e, g, buf, e->dtype, gt, sumsq, nonfinite);
     return rc ? ferry_err(&e->err, rc, "drain: %s", ferry_optimizer_last_error(d->opt)) : rc;
   }
-  int rc = hold_accumulators(e, g, gt);
-  if (rc) return rc;
-  float scale = 1.0f / (float)e->cv->grad_accumulation;
-  for (uint32_t k = 0; k < gr->count && !rc; k++) {
-    eng_param *p = group_param(e, g, k);
-    void *acc;
-    ferry_mem_tensor_ptr(e->mem, p->id[FERRY_ROLE_GRAD], gt, &acc);
-    const void *src = (const char *)buf + p->goff * e->esize;
-    if (e->grad_dtype == FERRY_DT_BF16) {
-      accumulate_bf16(acc, src, e->dtype, p->n, scale);
-    } else {
-      ferry_grad_span gs = {src, p->n, e->dtype};
-      rc = ferry_optimizer_grad_accumulate(d->opt, acc, &gs, scale);
-    }
+  const void *src = buf;
+  ferry_dtype sdt = e->dtype;
+  size_t base = 0;
+  int rc = FERRY_OK;
+  if (e->nranks > 1 && e->zero_stage != 1) { /* averaged before they are added */
+    widen_grads(e, g, buf);
+    rc = reduce_grads(e, g);
+    if (rc) return rc;
+    sdt = FERRY_DT_F32;
+    src = e->zero_stage == 0 ? (const void *)d->reduce : (const void *)d->piece;
+    base = e->zero_stage == 0 ? 0 : e->gt.groups[g].lo;
   }
-  if (!rc && last) rc = group_stats(e, g, NULL, e->grad_dtype, gt, sumsq, nonfinite);
+  rc = hold_accumulators(e, g, gt);
+  if (rc) return rc;
+  rc = add_to_accumulators(e, g, gt, src, sdt, base, 1.0f / (float)e->cv->grad_accumulation);
+  if (!rc && last && e->nranks > 1 && e->zero_stage == 1) rc = reduce_accumulators(e, g, gt);
+  if (!rc && last) {
+    rc = group_stats(e, g, NULL, e->grad_dtype, gt, sumsq, nonfinite);
+    if (rc) rc = ferry_err(&e->err, rc, "drain: %s", ferry_optimizer_last_error(d->opt));
+  }
   int r2 = ferry_mem_release(e->mem, g, FERRY_FAMILY_GRADS, gt, NULL);
   /* written behind (held copies are never written back: after the release) */
   if (!r2 && e->grad_home == FERRY_TIER_NVME)
     r2 = ferry_mem_writeback(e->mem, g, FERRY_FAMILY_GRADS, gt);
-  if (rc) return ferry_err(&e->err, rc, "drain: %s", ferry_optimizer_last_error(d->opt));
+  if (rc) return rc;
   return r2 ? engine_mem_err(e, r2, "drain: grads") : FERRY_OK;
 }
 

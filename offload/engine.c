@@ -186,6 +186,7 @@ int ferry_engine_create(const ferry_config *cfg, ferry_device *dev, ferry_engine
   pthread_cond_init(&e->stepper.cv, NULL);
   for (int i = 0; i < ENGINE_GRAD_SLOTS; i++) e->drain.slot[i].owner = -1;
   e->stepper.waits_for = -1;
+  e->nranks = 1;
   int rc = ferry_config_clone(cfg, &e->cfg);
   if (rc) {
     ferry_engine_destroy(e);
@@ -222,6 +223,7 @@ void ferry_engine_destroy(ferry_engine *e) {
   if (!e) return;
   drain_stop(e); /* first: the drain may still queue updates */
   stepper_stop(e);
+  ranks_free(e); /* the threads' channels: after the threads */
   if (e->up) ferry_stream_synchronize(e->up);
   if (e->down) ferry_stream_synchronize(e->down);
   if (e->cv && e->cv->timeline[0] && e->finalized)
@@ -324,12 +326,15 @@ static size_t reserve_footprint(const ferry_engine *e) {
 /* The engine's pinned host buffers by kind, in the bytes they are
  * allocated with (engine_drain_staged, engine_upload_staged, gpu.c). */
 typedef struct {
-  size_t drain, upload, commit;
+  size_t drain, upload, commit, reduce;
 } engine_staging;
 
 static engine_staging staging_bytes(const ferry_engine *e) {
   size_t gbytes = group_buffer_bytes(e);
-  engine_staging st = {0, 0, 0};
+  engine_staging st = {0, 0, 0, 0};
+  size_t piece;
+  st.reduce = drain_reduce_bytes(e, &piece); /* with ranks: the drain's fp32 buffers */
+  st.reduce += piece;
   st.drain = engine_drain_staged(e) ? ENGINE_DRAIN_STAGES * gbytes : gpu_own_host_bytes(e);
   st.upload = engine_upload_staged(e) ? ENGINE_STAGE_SLOTS * gbytes : 0;
   st.commit = e->param_home != FERRY_TIER_DEVICE ? e->gt.max_group_n * e->esize : 0;
@@ -341,7 +346,7 @@ void engine_own_bytes(const ferry_engine *e, size_t *own_dev, size_t *own_host) 
   engine_staging st = staging_bytes(e);
   /* device: the grad buffers (and device math's scratch) */
   *own_dev = ENGINE_GRAD_SLOTS * ferry_align_up(gbytes, 256) + gpu_own_dev_bytes(e);
-  *own_host = st.drain + st.upload + st.commit;
+  *own_host = st.drain + st.upload + st.commit + st.reduce;
 }
 
 /* The memory manager, with what the engine's own buffers leave of the
@@ -456,13 +461,13 @@ static int check_host_pool(ferry_engine *e, size_t own_host) {
   double least = ceil(MIB(own_host + n.total) * 10) / 10;
   return ferry_err(&e->err, FERRY_ENOMEM,
                    "finalize: tiers.host.budget of %.1f MiB is too small: the engine's staging "
-                   "takes %.1f MiB (drain %.1f, uploads %.1f, param commit %.1f) and leaves a "
+                   "takes %.1f MiB (drain %.1f, uploads %.1f, param commit %.1f, reduce %.1f) and leaves a "
                    "pool of %.1f MiB, but one step needs %.1f MiB there (optimizer state of the "
                    "largest group %.1f + 2 x its grads %.1f + 2 x its params %.1f + 2 x the "
                    "largest chunk %.1f + host homes %.1f: params %.1f, grads %.1f, optimizer %.1f); set "
                    "tiers.host.budget to at least %.1f MiB",
                    MIB(own_host + e->host_pool), MIB(own_host), MIB(st.drain), MIB(st.upload),
-                   MIB(st.commit), MIB(e->host_pool), MIB(n.total), MIB(n.optim), MIB(n.grads),
+                   MIB(st.commit), MIB(st.reduce), MIB(e->host_pool), MIB(n.total), MIB(n.optim), MIB(n.grads),
                    MIB(n.params), MIB(n.slack),
                    MIB(n.home[0] + n.home[1] + n.home[2]), MIB(n.home[FERRY_FAMILY_PARAMS]),
                    MIB(n.home[FERRY_FAMILY_GRADS]), MIB(n.home[FERRY_FAMILY_OPTIM]), least);
@@ -539,7 +544,13 @@ static int init_master(ferry_engine *e, uint32_t g, ferry_tier ot, float *tmp) {
   for (uint32_t k = 0; k < e->gt.groups[g].count; k++) {
     eng_param *p = group_param(e, g, k);
     int rc = FERRY_OK;
-    if (!e->master_bf16) {
+    if (engine_sharded(e)) { /* tmp: the group's values; the master is this rank's piece */
+      if (!e->master_bf16 && p->pn) {
+        float *master;
+        ferry_mem_tensor_ptr(e->mem, p->id[FERRY_ROLE_MASTER], ot, (void **)&master);
+        memcpy(master, tmp + p->goff + p->plo, p->pn * sizeof(float));
+      }
+    } else if (!e->master_bf16) {
       float *master;
       ferry_mem_tensor_ptr(e->mem, p->id[FERRY_ROLE_MASTER], ot, (void **)&master);
       rc = initial_values(e, p, gpu ? tmp : master);
@@ -574,9 +585,9 @@ static int init_grads(ferry_engine *e, uint32_t g, ferry_tier gt);
  * values (a bf16 master: from the initial values). */
 static int init_values(ferry_engine *e) {
   float *tmp = NULL;
-  if (engine_gpu_math(e) || e->master_bf16) {
-    size_t maxn = e->gt.max_group_n; /* bf16 master: a group's values */
-    if (!e->master_bf16)
+  if (engine_gpu_math(e) || e->master_bf16 || engine_sharded(e)) {
+    size_t maxn = e->gt.max_group_n; /* bf16 master or sharded: a group's values */
+    if (!e->master_bf16 && !engine_sharded(e))
       for (size_t i = maxn = 0; i < e->gt.nparams; i++)
         if (e->gt.params[i].n > maxn) maxn = e->gt.params[i].n;
     tmp = malloc(maxn * sizeof(float));
@@ -599,13 +610,16 @@ static int init_groups(ferry_engine *e, float *tmp) {
     int rc = ferry_mem_fetch(e->mem, g, FERRY_FAMILY_OPTIM, ot, NULL, FERRY_MEM_NOTRACE);
     if (!rc) rc = ferry_mem_mark_dirty(e->mem, g, FERRY_FAMILY_OPTIM, ot, NULL);
     if (rc) return engine_mem_err(e, rc, "finalize: optimizer state");
-    rc = init_master(e, g, ot, tmp);
+    /* the group's values first when the master is not whole (every rank
+     * computes the same: the registrations agree) */
+    int whole = !e->master_bf16 && !engine_sharded(e);
+    if (!whole) rc = group_initial_values(e, g, tmp);
+    if (!rc) rc = init_master(e, g, ot, tmp);
     if (rc) {
       ferry_mem_release(e->mem, g, FERRY_FAMILY_OPTIM, ot, NULL);
       return rc;
     }
-    if (e->master_bf16) rc = group_initial_values(e, g, tmp);
-    if (!rc) rc = stepper_write_params(e, g, e->master_bf16 ? tmp : NULL);
+    if (!rc) rc = stepper_write_params(e, g, whole ? NULL : tmp);
     ferry_mem_release(e->mem, g, FERRY_FAMILY_OPTIM, ot, NULL);
     if (!rc && e->optim_home == FERRY_TIER_NVME) /* after the release: held copies stay */
       rc = ferry_mem_writeback(e->mem, g, FERRY_FAMILY_OPTIM, ot);
@@ -711,6 +725,10 @@ int ferry_engine_finalize(ferry_engine *e) {
   int rc = group_build(e);
   size_t own_dev = 0, own_host = 0, dev_budget = 0;
   ferry_optimizer_config oc = optimizer_config(e->cv);
+  if (!rc) rc = ranks_setup(e);
+  /* pieces start at multiples of 64 elements, or of the int8 state block */
+  size_t align = oc.state_dtype == FERRY_DT_I8 && oc.state_block > 64 ? oc.state_block : 64;
+  if (!rc) rc = group_partition(e, align);
   if (!rc) {
     engine_own_bytes(e, &own_dev, &own_host);
     dev_budget = device_budget(e);
@@ -722,7 +740,7 @@ int ferry_engine_finalize(ferry_engine *e) {
     e->ocfg = oc;
     e->nstates = ferry_optimizer_state_count(&oc);
     for (size_t i = 0; i < e->gt.nparams; i++)
-      e->gt.params[i].state_bytes = ferry_optimizer_state_bytes(&oc, e->gt.params[i].n);
+      e->gt.params[i].state_bytes = ferry_optimizer_state_bytes(&oc, e->gt.params[i].pn);
     rc = group_register(e);
     if (!rc) rc = ferry_mem_finalize(e->mem);
     if (rc) return layout_err(e, rc, dev_budget, own_dev);
@@ -944,9 +962,10 @@ int ferry_param_read(ferry_engine *e, const char *name, float *dst, size_t count
   ferry_tier ot = work_tier(e->optim_home);
   rc = ferry_mem_fetch(e->mem, p->group, FERRY_FAMILY_OPTIM, ot, NULL, FERRY_MEM_NOTRACE);
   if (rc) return engine_mem_err(e, rc, "param read");
-  float *master;
-  ferry_mem_tensor_ptr(e->mem, p->id[FERRY_ROLE_MASTER], ot, (void **)&master);
-  if (engine_gpu_math(e)) rc = gpu_read_f32(e, dst, master, count); /* after the step's kernels */
+  float *master = NULL;
+  if (p->pn) ferry_mem_tensor_ptr(e->mem, p->id[FERRY_ROLE_MASTER], ot, (void **)&master);
+  if (engine_sharded(e)) rc = ranks_read_param(e, p, master, dst); /* a collective */
+  else if (engine_gpu_math(e)) rc = gpu_read_f32(e, dst, master, count); /* after the kernels */
   else memcpy(dst, master, count * sizeof(float));
   ferry_mem_release(e->mem, p->group, FERRY_FAMILY_OPTIM, ot, NULL);
   return rc;
@@ -976,6 +995,7 @@ int ferry_engine_get_stats(ferry_engine *e, ferry_stats *out) {
   }
   int rc = ferry_mem_get_stats(e->mem, out);
   if (!rc) out->optim_bytes_per_param = engine_optim_bytes_per_param(e);
+  if (!rc) ranks_stats(e, out);
   return rc;
 }
 

@@ -54,7 +54,13 @@ typedef struct { /* (fixed) */
   size_t goff;                   /* element offset within its group */
   uint64_t gindex;               /* element offset in the model, registration order (the
                                     stochastic-rounding index of a bf16 master) */
-  size_t state_bytes;            /* bytes of one optimizer state (ferry_optimizer_state_bytes) */
+  size_t state_bytes;            /* bytes of one optimizer state of its piece
+                                    (ferry_optimizer_state_bytes of pn) */
+  /* This rank's piece (ZeRO stage >= 1 with ranks; else plo = 0, pn = n):
+   * elements [plo, plo + pn) of the param, whose master, optimizer states
+   * and (stage 2) grad accumulator are tensors of pn elements; pn = 0: no
+   * tensor of those roles. */
+  size_t plo, pn;
 } eng_param;
 
 /* A group's optimizer update, from its grads being final to its new params
@@ -85,7 +91,13 @@ typedef struct {
    * the loop: ordered by the group's update state and drain_wait) */
   int grads_zero;
   int grad_stage;        /* (mu) grads "none": the drain stage lent to its update, -1 none */
-  double sumsq;          /* (drain; the loop after drain_wait) of the accumulated grads */
+  /* The partition (fixed): rank r owns the group's elements [bounds[r],
+   * bounds[r+1]) (nranks + 1 entries); this rank [lo, hi). One rank or
+   * stage 0: lo = 0, hi = n. */
+  size_t *bounds;
+  size_t lo, hi;
+  double sumsq;          /* (drain; the loop after drain_wait) of the accumulated grads
+                            (stages 1 and 2 with ranks: of this rank's range) */
   int nonfinite;         /*   (last micro-batch) */
 } eng_group;
 
@@ -145,6 +157,11 @@ typedef struct {
   eng_drain_stage stage[ENGINE_DRAIN_STAGES];
   double d2h_delay;      /* (fixed) tests: a stream sleep before each D2H */
   ferry_optimizer *opt;  /* (drain) one-thread optimizer for accumulation and stats */
+  /* With ranks (drain; fixed pointers): pinned fp32 buffers of the largest
+   * group (the all-reduce or the reduce-scatter's send) and of the largest
+   * range of a rank (the reduce-scatter's receive); counts per rank. */
+  float *reduce, *piece;
+  size_t *counts;
 } eng_drain;
 
 /* ---- stepper.c: the update worker ---------------------------------------- */
@@ -167,6 +184,7 @@ typedef struct {
   void *param_stage;                    /* host/NVMe param homes: the largest group */
   ferry_optim_span *spans;              /* max params of a group */
   void **dsts;                          /* per param of a group: where new params go */
+  size_t *counts;                       /* with ranks: bytes per rank of a group's gather */
 } eng_stepper;
 
 /* ---- gpu.c: device math ------------------------------------------------------ */
@@ -224,6 +242,15 @@ struct ferry_engine {
   eng_stepper stepper;
   eng_gpu gpu;
 
+  /* Ranks (ferry_engine_set_comm; dist/). comm: the caller's (loop, before
+   * finalize). Channels (fixed; NULL alone), one per thread, dup'ed at
+   * finalize in this order on every rank: the loop's (fingerprints, norm,
+   * param reads), the drain's (grads), the stepper's (new params). */
+  ferry_comm *comm;
+  ferry_comm *ch_loop, *ch_drain, *ch_step;
+  int nranks, rank;  /* (fixed) 1 and 0 alone */
+  int zero_stage;    /* (fixed) dist.zero_stage with ranks; 0 alone */
+
   /* (loop) the step driver and the loop's fetches */
   ferry_loss_scaler scaler;
   int64_t steps;       /* (loop writes under mu) optimizer steps taken */
@@ -257,10 +284,26 @@ static inline int engine_upload_staged(const ferry_engine *e) {
   return e->param_home == FERRY_TIER_DEVICE && !e->gpu_math;
 }
 
+/* With ranks at ZeRO stage >= 1: master and optimizer state are pieces. */
+static inline int engine_sharded(const ferry_engine *e) {
+  return e->nranks > 1 && e->zero_stage >= 1;
+}
+/* The grad accumulators are pieces (stage 2 with ranks). */
+static inline int engine_grads_sharded(const ferry_engine *e) {
+  return e->nranks > 1 && e->zero_stage >= 2;
+}
+
 /* group.c */
 int group_add_param(ferry_engine *e, const char *name, const int64_t *shape, int ndim, int group,
                     const float *values, ferry_init_fn init, void *init_user);
 int group_build(ferry_engine *e);          /* finalize: order, offsets, buffers */
+/* finalize (after group_build, with nranks, rank, zero_stage set): each
+ * group's bounds, this rank's lo/hi and each param's plo/pn. The bounds
+ * are r·n/N snapped down to a param-relative multiple of `align`
+ * elements. */
+int group_partition(ferry_engine *e, size_t align);
+/* Rank r's share of param p: *off (param-relative) and the element count. */
+size_t group_param_piece(const ferry_engine *e, const eng_param *p, int r, size_t *off);
 int group_register(ferry_engine *e);       /* finalize: tensors in the manager */
 void group_check_chunks(ferry_engine *e);  /* finalize: no chunk holds two groups */
 void group_free(eng_groups *gt);
@@ -329,6 +372,10 @@ void drain_submit(ferry_engine *e, uint32_t g, int slot); /* its grads are ready
 /* Waits until every submitted group is drained; the drain's first error. */
 int drain_wait(ferry_engine *e);
 void drain_progress(ferry_engine *e, int *micro, uint32_t *in_micro);
+/* With ranks: bytes of the drain's fp32 reduce buffer (the largest group;
+ * the return) and of its piece buffer (*piece: the largest range of this
+ * rank, stages 1 and 2). 0 alone. After group_partition. */
+size_t drain_reduce_bytes(const ferry_engine *e, size_t *piece);
 void drain_reset_micro(ferry_engine *e);
 
 /* gpu.c (only when engine_gpu_math; every call is stream-ordered on e->down) */
@@ -363,6 +410,24 @@ int gpu_optimizer_step(ferry_engine *e, uint32_t g, float gscale);
 int gpu_drain_enqueue(ferry_engine *e, uint32_t g, const void *grads, int stage, int last);
 /* After the stage's event: the group's sum of squares (params in order). */
 double gpu_drain_sumsq(ferry_engine *e, uint32_t g, int stage);
+
+/* ranks.c (ferry_engine_set_comm is there too) */
+/* finalize, after group_build: with a communicator of more than one rank,
+ * nranks, rank and zero_stage, the three channels (dup'ed in order: loop,
+ * drain, stepper; spans onto the comm lanes), the fingerprint check (a
+ * collective: every rank fails alike on a mismatch, naming the key) and
+ * the refusals. Alone: nranks 1, rank 0, stage 0. */
+int ranks_setup(ferry_engine *e);
+void ranks_free(ferry_engine *e); /* destroy, after the threads stopped */
+/* The step: this rank's (sumsq, nonfinite) summed with every rank's, in
+ * rank order, on the loop channel (stages 1 and 2; else as it is). */
+int ranks_global_norm(ferry_engine *e, double *sumsq, int *nonfinite);
+/* ferry_param_read of a sharded master: every rank's piece of p (this
+ * rank's is `piece`, pn floats) gathered into dst (p->n floats). */
+int ranks_read_param(ferry_engine *e, const eng_param *p, const float *piece, float *dst);
+void ranks_stats(const ferry_engine *e, ferry_stats *out); /* the comm_* figures */
+/* Checkpoints: FERRY_ENOTSUP when the engine is sharded, else 0. */
+int engine_refuse_sharded(ferry_engine *e, const char *op);
 
 /* engine.c: ferry_optimizer_bytes_per_param of the engine's optimizer
  * pass (ferry_stats.optim_bytes_per_param, the timeline's metadata). */

@@ -112,6 +112,55 @@ int group_build(ferry_engine *e) {
   return FERRY_OK;
 }
 
+/* The element where rank r's range of group g starts: r·n/N, snapped down
+ * to a multiple of `align` elements from the start of the param it falls
+ * in (so int8 blocks and SIMD tiles of a piece are those of the whole
+ * param). */
+static size_t bound_of(ferry_engine *e, uint32_t g, int r, size_t align) {
+  eng_group *gr = &e->gt.groups[g];
+  size_t nr = (size_t)e->nranks;
+  if ((size_t)r >= nr) return gr->n;
+  size_t t = gr->n / nr * (size_t)r + gr->n % nr * (size_t)r / nr;
+  for (uint32_t k = 0; k < gr->count; k++) {
+    eng_param *p = group_param(e, g, k);
+    if (t >= p->goff && t < p->goff + p->n) return p->goff + (t - p->goff) / align * align;
+  }
+  return gr->n;
+}
+
+int group_partition(ferry_engine *e, size_t align) {
+  int sharded = engine_sharded(e);
+  for (uint32_t g = 0; g < e->gt.ngroups; g++) {
+    eng_group *gr = &e->gt.groups[g];
+    gr->lo = 0;
+    gr->hi = gr->n;
+    if (sharded) {
+      gr->bounds = calloc((size_t)e->nranks + 1, sizeof *gr->bounds);
+      if (!gr->bounds) return ferry_err(&e->err, FERRY_ENOMEM, "finalize: out of memory");
+      for (int r = 0; r <= e->nranks; r++) gr->bounds[r] = bound_of(e, g, r, align);
+      gr->lo = gr->bounds[e->rank];
+      gr->hi = gr->bounds[e->rank + 1];
+    }
+    for (uint32_t k = 0; k < gr->count; k++) {
+      eng_param *p = group_param(e, g, k);
+      p->pn = group_param_piece(e, p, e->rank, &p->plo);
+    }
+  }
+  return FERRY_OK;
+}
+
+size_t group_param_piece(const ferry_engine *e, const eng_param *p, int r, size_t *off) {
+  const eng_group *gr = &e->gt.groups[p->group];
+  *off = 0;
+  if (!gr->bounds) return p->n; /* replicated */
+  size_t lo = gr->bounds[r], hi = gr->bounds[r + 1];
+  size_t a = lo > p->goff ? lo - p->goff : 0, b = hi > p->goff ? hi - p->goff : 0;
+  if (a > p->n) a = p->n;
+  if (b > p->n) b = p->n;
+  *off = a;
+  return b - a;
+}
+
 int group_register(ferry_engine *e) {
   eng_groups *gt = &e->gt;
   int rc = FERRY_OK;
@@ -129,7 +178,15 @@ int group_register(ferry_engine *e) {
                                               : FERRY_DT_F32;
       int ndim = p->ndim;
       const int64_t *shape = p->shape;
-      int64_t packed = (int64_t)p->state_bytes;
+      int64_t packed = (int64_t)p->state_bytes, piece = (int64_t)p->pn;
+      /* sharded roles are this rank's piece, one dimension (none when empty) */
+      int shard = (r >= FERRY_ROLE_MASTER && engine_sharded(e)) ||
+                  (r == FERRY_ROLE_GRAD && engine_grads_sharded(e));
+      if (shard && p->pn == 0) continue;
+      if (shard) {
+        ndim = 1;
+        shape = &piece;
+      }
       if (r == FERRY_ROLE_EXP_AVG || r == FERRY_ROLE_EXP_AVG_SQ) {
         dt = e->ocfg.state_dtype;
         if (dt == FERRY_DT_I8) { /* codes and absmax: bytes, one dimension */
@@ -162,6 +219,7 @@ void group_check_chunks(ferry_engine *e) {
 
 void group_free(eng_groups *gt) {
   for (size_t i = 0; i < gt->nparams; i++) free(gt->params[i].name);
+  for (uint32_t g = 0; gt->groups && g < gt->ngroups; g++) free(gt->groups[g].bounds);
   free(gt->params);
   free(gt->by_group);
   free(gt->groups);
@@ -224,12 +282,15 @@ int group_zero_grads(ferry_engine *e, uint32_t g, int held) {
   if (rc) return engine_mem_err(e, rc, "zero grads");
   eng_group *gr = &e->gt.groups[g];
   size_t es = ferry_dtype_size(e->grad_dtype);
+  int gs = engine_grads_sharded(e);
   for (uint32_t k = 0; k < gr->count; k++) {
     eng_param *p = group_param(e, g, k);
     void *acc;
+    size_t n = gs ? p->pn : p->n;
+    if (n == 0) continue;
     ferry_mem_tensor_ptr(e->mem, p->id[FERRY_ROLE_GRAD], gt, &acc);
-    if (!engine_gpu_math(e)) memset(acc, 0, p->n * es);
-    else if ((rc = gpu_zero(e, acc, p->n * es))) break; /* device memory */
+    if (!engine_gpu_math(e)) memset(acc, 0, n * es);
+    else if ((rc = gpu_zero(e, acc, n * es))) break; /* device memory */
   }
   int r2 = held ? FERRY_OK : ferry_mem_release(e->mem, g, FERRY_FAMILY_GRADS, gt, NULL);
   if (rc) return rc;

@@ -121,6 +121,8 @@ int ferry_step(ferry_engine *e, ferry_step_info *info) {
   double sumsq;
   int nonfinite;
   grad_stats(e, &sumsq, &nonfinite);
+  rc = ranks_global_norm(e, &sumsq, &nonfinite); /* stages 1 and 2: every rank's range */
+  if (rc) return rc;
   float scale = ferry_loss_scale(e);
   int skip = 0;
   int64_t next_step;

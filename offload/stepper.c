@@ -25,7 +25,8 @@ int stepper_init(ferry_engine *e, size_t gbytes) {
   st->queue = calloc(e->gt.ngroups, sizeof *st->queue);
   st->spans = calloc(e->gt.max_count, sizeof *st->spans);
   st->dsts = calloc(e->gt.max_count, sizeof *st->dsts);
-  if (!st->queue || !st->spans || !st->dsts)
+  st->counts = calloc((size_t)e->nranks, sizeof *st->counts);
+  if (!st->queue || !st->spans || !st->dsts || !st->counts)
     return ferry_err(&e->err, FERRY_ENOMEM, "finalize: out of memory");
   int rc = FERRY_OK;
   for (int i = 0; i < ENGINE_STAGE_SLOTS && !rc; i++) {
@@ -81,6 +82,7 @@ void stepper_free(ferry_engine *e) {
   free(st->queue);
   free(st->spans);
   free(st->dsts);
+  free(st->counts);
 }
 
 /* Where the optimizer writes group g's new params: a pinned staging buffer,
@@ -254,32 +256,61 @@ int stepper_read_params(ferry_engine *e, uint32_t g, void *dst, ferry_stream *s)
 }
 
 /* Points the optimizer's spans at group g's tensors (all held) and at
- * where its new params go. */
-static void fill_spans(ferry_engine *e, uint32_t g, void **dst) {
+ * where its new params go; returns how many. With ranks at stage >= 1 a
+ * span covers this rank's piece of a param (master, states and, stage 2,
+ * grads are piece tensors; stage 1's full accumulators and the params are
+ * read and written at +plo); a param with no piece has no span. */
+static uint32_t fill_spans(ferry_engine *e, uint32_t g, void **dst) {
   ferry_tier ot = work_tier(e->optim_home), gt = work_tier(e->grad_home);
   int stage = e->gt.groups[g].grad_stage; /* grads "none": where its grads are */
+  int full_grads = !engine_grads_sharded(e);
+  uint32_t ns = 0;
   for (uint32_t k = 0; k < e->gt.groups[g].count; k++) {
     eng_param *p = group_param(e, g, k);
-    ferry_optim_span *sp = &e->stepper.spans[k];
+    if (p->pn == 0) continue;
+    ferry_optim_span *sp = &e->stepper.spans[ns++];
+    char *copy = (char *)dst[k] + p->plo * e->esize;
     memset(sp, 0, sizeof *sp);
     if (e->master_bf16) /* the staged copy of its current params, updated in place */
-      sp->param = dst[k];
+      sp->param = (float *)(void *)copy;
     else
       ferry_mem_tensor_ptr(e->mem, p->id[FERRY_ROLE_MASTER], ot, (void **)&sp->param);
-    if (e->grads_none)
+    if (e->grads_none) {
       sp->grad = (const char *)e->drain.stage[stage].buf + p->goff * e->esize;
-    else
+    } else {
       ferry_mem_tensor_ptr(e->mem, p->id[FERRY_ROLE_GRAD], gt, (void **)&sp->grad);
+      if (full_grads) sp->grad = (const char *)sp->grad + p->plo * ferry_dtype_size(e->grad_dtype);
+    }
     if (p->id[FERRY_ROLE_EXP_AVG] != UINT32_MAX)
       ferry_mem_tensor_ptr(e->mem, p->id[FERRY_ROLE_EXP_AVG], ot, &sp->state1);
     if (p->id[FERRY_ROLE_EXP_AVG_SQ] != UINT32_MAX)
       ferry_mem_tensor_ptr(e->mem, p->id[FERRY_ROLE_EXP_AVG_SQ], ot, &sp->state2);
-    sp->param_copy = e->master_bf16 ? NULL : dst[k];
-    sp->n = p->n;
+    sp->param_copy = e->master_bf16 ? NULL : copy;
+    sp->n = p->pn;
     sp->grad_dtype = e->grad_dtype; /* "none": the staged grads' (param dtype) */
     sp->copy_dtype = e->master_bf16 ? FERRY_DT_NONE : e->dtype;
-    sp->index = p->gindex; /* the same for every placement and grouping */
+    sp->index = p->gindex + p->plo; /* the same for every placement, grouping and rank count */
   }
+  return ns;
+}
+
+/* With ranks at stage >= 1: every rank's range of group g's new params
+ * (written by its optimizer into the staging) to every rank, in place. */
+static int gather_params(ferry_engine *e, uint32_t g, int slot) {
+  if (!engine_sharded(e)) return FERRY_OK;
+  eng_group *gr = &e->gt.groups[g];
+  char *base = e->param_home == FERRY_TIER_DEVICE ? (char *)e->stepper.stage_up[slot]
+                                                  : (char *)e->stepper.param_stage;
+  for (int r = 0; r < e->nranks; r++)
+    e->stepper.counts[r] = (gr->bounds[r + 1] - gr->bounds[r]) * e->esize;
+  double t0 = ferry_now();
+  int rc = ferry_comm_allgather(e->ch_step, base + gr->lo * e->esize, base, e->stepper.counts,
+                                FERRY_DT_U8, NULL, NULL);
+  if (rc)
+    return ferry_err(&e->err, rc, "step: group %u: all-gather of the new params: %s", g,
+                     ferry_comm_last_error(e->ch_step));
+  ferry_timeline_add(&e->tl, FERRY_LANE_STEP, "wait for params", t0, ferry_now());
+  return FERRY_OK;
 }
 
 /* The optimizer pass over group i (its state and grads held): the CPU's
@@ -318,11 +349,11 @@ static int run_optimizer(ferry_engine *e, uint32_t i, int slot, float gscale, in
     rc = param_prepare(e, i, slot, dst);
   }
   if (rc) return rc;
-  fill_spans(e, i, dst);
+  uint32_t ns = fill_spans(e, i, dst);
   double t2 = ferry_now();
   rc = ferry_optimizer_set_step(e->opt, step);
   if (!rc && gpu) return gpu_optimizer_step(e, i, gscale);
-  if (!rc) rc = ferry_optimizer_step(e->opt, e->stepper.spans, e->gt.groups[i].count, gscale);
+  if (!rc && ns) rc = ferry_optimizer_step(e->opt, e->stepper.spans, ns, gscale);
   if (rc && rc != FERRY_ENOMEM)
     rc = ferry_err(&e->err, rc, "step: optimizer: %s", ferry_optimizer_last_error(e->opt));
   ferry_timeline_add(&e->tl, FERRY_LANE_OPTIM0, "optimizer", t2, ferry_now());
@@ -340,6 +371,8 @@ static int after_optimizer(ferry_engine *e, uint32_t i, int slot) {
       ferry_logf(&e->log, FERRY_LOG_WARN, "step: write-back of group %u: %s", i,
                  ferry_mem_last_error(e->mem));
   }
+  int rc = gather_params(e, i, slot); /* while the write-back runs */
+  if (rc) return rc;
   /* device math: recorded (device home) or staged for the commit; the CPU's
    * params of a device home are uploaded now (only this group's bytes) */
   if (engine_gpu_math(e)) return gpu_params_home(e, i);

@@ -87,7 +87,10 @@ double ferry_timeline_busy(const ferry_timeline *tl, int lane, double from, doub
 
 const char *ferry_lane_name(int lane, char *buf, size_t len) {
   static const char *fixed[] = {"compute", "H2D", "D2H", "NVMe read", "NVMe write", "step"};
+  static const char *comm[] = {"comm loop", "comm drain", "comm step"};
   if (lane >= 0 && lane < FERRY_LANE_OPTIM0) snprintf(buf, len, "%s", fixed[lane]);
+  else if (lane >= FERRY_LANE_COMM_LOOP && lane < FERRY_LANE_MAX)
+    snprintf(buf, len, "%s", comm[lane - FERRY_LANE_COMM_LOOP]);
   else snprintf(buf, len, "optimizer %d", lane - FERRY_LANE_OPTIM0);
   return buf;
 }

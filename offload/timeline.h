@@ -18,8 +18,12 @@ typedef enum {
   FERRY_LANE_NVME_READ = 3,
   FERRY_LANE_NVME_WRITE = 4,
   FERRY_LANE_STEP = 5,       /* the engine's step driver */
-  FERRY_LANE_OPTIM0 = 6,     /* optimizer thread k is lane OPTIM0 + k */
-  FERRY_LANE_MAX = 6 + 64
+  FERRY_LANE_OPTIM0 = 6,     /* optimizer thread k is lane OPTIM0 + k (k < 64) */
+  /* collectives between ranks, one lane per engine channel (dist/) */
+  FERRY_LANE_COMM_LOOP = 6 + 64,   /* the loop's: norm, fingerprints, param reads */
+  FERRY_LANE_COMM_DRAIN = 6 + 65,  /* the drain's: grads all-reduced or reduce-scattered */
+  FERRY_LANE_COMM_STEP = 6 + 66,   /* the stepper's: new params all-gathered */
+  FERRY_LANE_MAX = 6 + 67
 } ferry_lane;
 
 typedef struct {

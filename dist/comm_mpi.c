@@ -1,0 +1,364 @@
+/* dist/comm_mpi.c — the `mpi` backend: host buffers over MPI. Owns MPI's
+ * initialization (MPI_THREAD_MULTIPLE, counted by reference, finalized at
+ * the last release when ferry initialized it), one duplicate of
+ * COMM_WORLD per communicator (channels dup their parent's), and the
+ * blocking collectives that the communicator's worker thread (dist/comm.c)
+ * runs in FIFO order. Also the helpers the NCCL bootstrap uses.
+ */
+#include "dist/dist_impl.h"
+
+#include "core/dtype.h"
+
+#include <limits.h>
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* MPI itself: initialized by us or not, and how many users hold it. */
+static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
+static int g_refs;      /* (g_mu) communicators and bootstraps that hold MPI */
+static int g_we_init;   /* (g_mu) ferry called MPI_Init_thread */
+static int g_no_finalize; /* (g_mu) a communicator broke: MPI_Finalize would hang */
+
+typedef struct {
+  MPI_Comm comm;
+  int *icounts, *idispls; /* (worker) size entries each: MPI's int counts */
+} mpi_impl;
+
+static int mpi_fail(ferry_errbuf *e, int rc, const char *what) {
+  char msg[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  if (MPI_Error_string(rc, msg, &len) != MPI_SUCCESS) snprintf(msg, sizeof msg, "code %d", rc);
+  return ferry_err(e, FERRY_EIO, "%s failed: %s", what, msg);
+}
+
+static const char *thread_level_name(int level) {
+  switch (level) {
+  case MPI_THREAD_SINGLE: return "MPI_THREAD_SINGLE";
+  case MPI_THREAD_FUNNELED: return "MPI_THREAD_FUNNELED";
+  case MPI_THREAD_SERIALIZED: return "MPI_THREAD_SERIALIZED";
+  case MPI_THREAD_MULTIPLE: return "MPI_THREAD_MULTIPLE";
+  }
+  return "an unknown level";
+}
+
+int ferry_mpi_acquire(ferry_errbuf *e) {
+  pthread_mutex_lock(&g_mu);
+  int inited = 0, finalized = 0, provided = 0, st = 0;
+  MPI_Finalized(&finalized);
+  if (finalized) {
+    st = ferry_err(e, FERRY_ESTATE,
+                   "MPI was finalized already (by the program, or by ferry at the destroy of "
+                   "the last communicator): MPI cannot start twice in one process; keep one "
+                   "communicator alive for the whole run");
+    goto out;
+  }
+  MPI_Initialized(&inited);
+  if (!inited) {
+    int rc = MPI_Init_thread(NULL, NULL, MPI_THREAD_MULTIPLE, &provided);
+    if (rc != MPI_SUCCESS) {
+      st = mpi_fail(e, rc, "MPI_Init_thread");
+      goto out;
+    }
+    g_we_init = 1;
+  } else {
+    MPI_Query_thread(&provided);
+  }
+  if (provided < MPI_THREAD_MULTIPLE) {
+    st = ferry_err(e, FERRY_ENOTSUP,
+                   "MPI provides %s, ferry needs MPI_THREAD_MULTIPLE (a worker thread per "
+                   "communicator calls MPI)%s",
+                   thread_level_name(provided),
+                   inited ? ": the program initialized MPI with a lower level; use "
+                            "MPI_Init_thread(..., MPI_THREAD_MULTIPLE, ...)"
+                          : ": this MPI library was built without thread support");
+    goto out;
+  }
+  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  g_refs++;
+out:
+  pthread_mutex_unlock(&g_mu);
+  return st;
+}
+
+void ferry_mpi_release(void) {
+  pthread_mutex_lock(&g_mu);
+  if (g_refs > 0 && --g_refs == 0 && g_we_init && !g_no_finalize) {
+    MPI_Finalize();
+    g_we_init = 0;
+  }
+  pthread_mutex_unlock(&g_mu);
+}
+
+_Noreturn void ferry_mpi_abort(int code) {
+  MPI_Abort(MPI_COMM_WORLD, code);
+  exit(code);
+}
+
+/* Rank, size and the ranks on this host, of comm. */
+static int comm_info(ferry_errbuf *e, MPI_Comm comm, int *rank, int *size, int *lrank,
+                     int *lsize) {
+  int rc = MPI_Comm_rank(comm, rank);
+  if (rc == MPI_SUCCESS) rc = MPI_Comm_size(comm, size);
+  if (rc != MPI_SUCCESS) return mpi_fail(e, rc, "MPI_Comm_rank/size");
+  MPI_Comm node;
+  rc = MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
+  if (rc != MPI_SUCCESS) return mpi_fail(e, rc, "MPI_Comm_split_type(MPI_COMM_TYPE_SHARED)");
+  MPI_Comm_rank(node, lrank);
+  MPI_Comm_size(node, lsize);
+  MPI_Comm_free(&node);
+  return 0;
+}
+
+int ferry_mpi_world_info(ferry_errbuf *e, int *rank, int *size, int *local_rank,
+                         int *local_size) {
+  MPI_Comm w;
+  int rc = MPI_Comm_dup(MPI_COMM_WORLD, &w);
+  if (rc != MPI_SUCCESS) return mpi_fail(e, rc, "MPI_Comm_dup(MPI_COMM_WORLD)");
+  MPI_Comm_set_errhandler(w, MPI_ERRORS_RETURN);
+  int st = comm_info(e, w, rank, size, local_rank, local_size);
+  MPI_Comm_free(&w);
+  return st;
+}
+
+int ferry_mpi_world_bcast(ferry_errbuf *e, void *buf, size_t bytes, int root) {
+  if (bytes > INT_MAX) return ferry_err(e, FERRY_EOVERFLOW, "broadcast of %zu bytes", bytes);
+  MPI_Comm w;
+  int rc = MPI_Comm_dup(MPI_COMM_WORLD, &w);
+  if (rc != MPI_SUCCESS) return mpi_fail(e, rc, "MPI_Comm_dup(MPI_COMM_WORLD)");
+  MPI_Comm_set_errhandler(w, MPI_ERRORS_RETURN);
+  rc = MPI_Bcast(buf, (int)bytes, MPI_BYTE, root, w);
+  MPI_Comm_free(&w);
+  return rc == MPI_SUCCESS ? 0 : mpi_fail(e, rc, "MPI_Bcast");
+}
+
+/* ---- the communicator -------------------------------------------------- */
+
+static int impl_new(ferry_comm *c, MPI_Comm comm) {
+  mpi_impl *m = calloc(1, sizeof *m);
+  int *ints = calloc(2 * (size_t)c->size, sizeof *ints);
+  if (!m || !ints) {
+    free(m);
+    free(ints);
+    return ferry_err(&c->err, FERRY_ENOMEM, "mpi: out of memory");
+  }
+  m->comm = comm;
+  m->icounts = ints;
+  m->idispls = ints + c->size;
+  c->impl = m;
+  return 0;
+}
+
+static int mpi_init(ferry_comm *c, const ferry_comm_options *opt) {
+  (void)opt;
+  c->dev = NULL;
+  int st = ferry_mpi_acquire(&c->err);
+  if (st) return st;
+  MPI_Comm comm;
+  int rc = MPI_Comm_dup(MPI_COMM_WORLD, &comm);
+  if (rc != MPI_SUCCESS) {
+    st = mpi_fail(&c->err, rc, "MPI_Comm_dup(MPI_COMM_WORLD)");
+    ferry_mpi_release();
+    return st;
+  }
+  MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN);
+  st = comm_info(&c->err, comm, &c->rank, &c->size, &c->local_rank, &c->local_size);
+  if (!st) st = impl_new(c, comm);
+  if (st) {
+    MPI_Comm_free(&comm);
+    ferry_mpi_release();
+  }
+  return st;
+}
+
+/* On the parent's worker, ordered with its collectives. */
+static int mpi_dup(ferry_comm *parent, ferry_comm *child) {
+  mpi_impl *p = parent->impl;
+  int st = ferry_mpi_acquire(&parent->err);
+  if (st) return st;
+  MPI_Comm comm;
+  int rc = MPI_Comm_dup(p->comm, &comm);
+  if (rc != MPI_SUCCESS) {
+    ferry_mpi_release();
+    return mpi_fail(&parent->err, rc, "dup: MPI_Comm_dup");
+  }
+  MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN);
+  child->rank = parent->rank;
+  child->size = parent->size;
+  child->local_rank = parent->local_rank;
+  child->local_size = parent->local_size;
+  st = impl_new(child, comm);
+  if (st) {
+    ferry_err(&parent->err, st, "dup: out of memory");
+    MPI_Comm_free(&comm);
+    ferry_mpi_release();
+  }
+  return st;
+}
+
+static void mpi_shutdown(ferry_comm *c, int broken) {
+  mpi_impl *m = c->impl;
+  if (broken) {
+    /* A collective may still hang on m->comm: keep it, and never finalize
+     * (MPI_Finalize would wait for the other ranks); the program aborts. */
+    pthread_mutex_lock(&g_mu);
+    g_no_finalize = 1;
+    pthread_mutex_unlock(&g_mu);
+    ferry_mpi_release();
+    return;
+  }
+  if (m) {
+    MPI_Comm_free(&m->comm);
+    free(m->icounts);
+    free(m);
+    c->impl = NULL;
+  }
+  ferry_mpi_release();
+}
+
+static MPI_Datatype reduce_type(ferry_dtype dt) {
+  switch (dt) {
+  case FERRY_DT_F32: return MPI_FLOAT;
+  case FERRY_DT_F64: return MPI_DOUBLE;
+  case FERRY_DT_I32: return MPI_INT32_T;
+  case FERRY_DT_I64: return MPI_INT64_T;
+  case FERRY_DT_U64: return MPI_UINT64_T;
+  default: return MPI_DATATYPE_NULL;
+  }
+}
+
+/* Moves only: any dtype, as unsigned words of its size. */
+static MPI_Datatype move_type(size_t es) {
+  switch (es) {
+  case 1: return MPI_UINT8_T;
+  case 2: return MPI_UINT16_T;
+  case 4: return MPI_UINT32_T;
+  case 8: return MPI_UINT64_T;
+  default: return MPI_DATATYPE_NULL;
+  }
+}
+
+static MPI_Op reduce_op(ferry_reduce_op op) {
+  switch (op) {
+  case FERRY_REDUCE_SUM:
+  case FERRY_REDUCE_AVG: return MPI_SUM;
+  case FERRY_REDUCE_MAX: return MPI_MAX;
+  case FERRY_REDUCE_MIN: return MPI_MIN;
+  }
+  return MPI_OP_NULL;
+}
+
+/* AVG: the sum times 1/size, in place. */
+static void scale_avg(void *buf, size_t n, ferry_dtype dt, int size) {
+  if (dt == FERRY_DT_F32) {
+    float k = 1.0f / (float)size, *x = buf;
+    for (size_t i = 0; i < n; i++) x[i] *= k;
+  } else if (dt == FERRY_DT_F64) {
+    double k = 1.0 / (double)size, *x = buf;
+    for (size_t i = 0; i < n; i++) x[i] *= k;
+  }
+}
+
+/* Elements per MPI call for counts past INT_MAX. */
+#define CHUNK ((size_t)1 << 30)
+
+static int run_allreduce(ferry_comm *c, mpi_impl *m, ferry_comm_req *r) {
+  size_t es = ferry_dtype_size(r->dt);
+  int in_place = r->send == r->recv;
+  for (size_t off = 0; off < r->count; off += CHUNK) {
+    size_t n = r->count - off < CHUNK ? r->count - off : CHUNK;
+    const void *sp = in_place ? MPI_IN_PLACE : (const char *)r->send + off * es;
+    int rc = MPI_Allreduce(sp, (char *)r->recv + off * es, (int)n, reduce_type(r->dt),
+                           reduce_op(r->op), m->comm);
+    if (rc != MPI_SUCCESS) return mpi_fail(&c->err, rc, "allreduce: MPI_Allreduce");
+  }
+  if (r->op == FERRY_REDUCE_AVG) scale_avg(r->recv, r->count, r->dt, c->size);
+  return 0;
+}
+
+static int run_broadcast(ferry_comm *c, mpi_impl *m, ferry_comm_req *r) {
+  size_t es = ferry_dtype_size(r->dt);
+  for (size_t off = 0; off < r->count; off += CHUNK) {
+    size_t n = r->count - off < CHUNK ? r->count - off : CHUNK;
+    int rc = MPI_Bcast((char *)r->recv + off * es, (int)n, move_type(es), r->root, m->comm);
+    if (rc != MPI_SUCCESS) return mpi_fail(&c->err, rc, "broadcast: MPI_Bcast");
+  }
+  return 0;
+}
+
+/* counts (and displacements) as MPI's ints; FERRY_EOVERFLOW when one does
+ * not fit (MPI 3 has no larger counts). */
+static int int_counts(ferry_comm *c, mpi_impl *m, ferry_comm_req *r, int displs) {
+  for (int i = 0; i < c->size; i++) {
+    size_t end = displs ? r->displs[i] + r->counts[i] : r->counts[i];
+    if (end > INT_MAX)
+      return ferry_err(&c->err, FERRY_EOVERFLOW,
+                       "%s: %zu elements (rank %d's part ends at %zu) exceed MPI's int counts "
+                       "(%d); split the collective",
+                       r->name, r->total, i, end, INT_MAX);
+    m->icounts[i] = (int)r->counts[i];
+    m->idispls[i] = (int)r->displs[i];
+  }
+  return 0;
+}
+
+static int run_reduce_scatter(ferry_comm *c, mpi_impl *m, ferry_comm_req *r) {
+  int st = int_counts(c, m, r, 0);
+  if (st) return st;
+  int rc = MPI_Reduce_scatter(r->send, r->recv, m->icounts, reduce_type(r->dt),
+                              reduce_op(r->op), m->comm);
+  if (rc != MPI_SUCCESS) return mpi_fail(&c->err, rc, "reduce_scatter: MPI_Reduce_scatter");
+  if (r->op == FERRY_REDUCE_AVG) scale_avg(r->recv, r->counts[c->rank], r->dt, c->size);
+  return 0;
+}
+
+static int run_allgather(ferry_comm *c, mpi_impl *m, ferry_comm_req *r) {
+  int st = int_counts(c, m, r, 1);
+  if (st) return st;
+  size_t es = ferry_dtype_size(r->dt);
+  MPI_Datatype t = move_type(es);
+  const char *mine = (const char *)r->recv + r->displs[c->rank] * es;
+  const void *sp = r->send == (const void *)mine ? MPI_IN_PLACE : r->send;
+  int rc = MPI_Allgatherv(sp, m->icounts[c->rank], t, r->recv, m->icounts, m->idispls, t,
+                          m->comm);
+  if (rc != MPI_SUCCESS) return mpi_fail(&c->err, rc, "allgather: MPI_Allgatherv");
+  return 0;
+}
+
+static int mpi_run(ferry_comm *c, ferry_comm_req *r) {
+  mpi_impl *m = c->impl;
+  switch (r->coll) {
+  case FERRY_COLL_ALLREDUCE: return run_allreduce(c, m, r);
+  case FERRY_COLL_REDUCE_SCATTER: return run_reduce_scatter(c, m, r);
+  case FERRY_COLL_ALLGATHER: return run_allgather(c, m, r);
+  case FERRY_COLL_BROADCAST: return run_broadcast(c, m, r);
+  case FERRY_COLL_BARRIER: {
+    int rc = MPI_Barrier(m->comm);
+    return rc == MPI_SUCCESS ? 0 : mpi_fail(&c->err, rc, "barrier: MPI_Barrier");
+  }
+  case FERRY_COLL_DUP: break;
+  }
+  return ferry_err(&c->err, FERRY_EINVAL, "mpi: unknown collective %d", (int)r->coll);
+}
+
+static _Noreturn void mpi_abort(ferry_comm *c, int code) {
+  (void)c;
+  ferry_mpi_abort(code);
+}
+
+const ferry_comm_ops ferry_comm_mpi_ops = {
+    /* .name = */ "mpi",
+    /* .kind = */ FERRY_COMM_MPI,
+    /* .threaded = */ 1,
+    /* .reduce_dtypes = */
+    (1u << FERRY_DT_F32) | (1u << FERRY_DT_F64) | (1u << FERRY_DT_I32) | (1u << FERRY_DT_I64) |
+        (1u << FERRY_DT_U64),
+    /* .init = */ mpi_init,
+    /* .dup = */ mpi_dup,
+    /* .shutdown = */ mpi_shutdown,
+    /* .run = */ mpi_run,
+    /* .poll = */ NULL,
+    /* .release = */ NULL,
+    /* .abort = */ mpi_abort,
+};
