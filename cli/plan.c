@@ -47,8 +47,9 @@ static void plan_usage(FILE *f) {
 "  zero-infinity   nvme / nvme / nvme   params too on NVMe (ZeRO-Infinity)\n"
 "The grads column is placement.grads = \"auto\" when gradients are kept. When\n"
 "the step runs during backward (no --clip-grad-norm, precision not fp16,\n"
-"--grad-accumulation 1) \"auto\" keeps none: a group's grads live only in\n"
-"staging, are applied and dropped. Each candidate prints its resolved triple.\n"
+"--grad-accumulation 1, one rank) \"auto\" keeps none: a group's grads live\n"
+"only in staging, are applied and dropped. Each candidate prints its resolved\n"
+"triple.\n"
 "\n");
   plan_usage_options(f);
 }

@@ -680,9 +680,11 @@ int ferry_plan_grads_auto(const ferry_plan_input *in, int p) {
   if (p == FERRY_PLACE_ALL_GPU) return FERRY_PLAN_GRADS_GPU;
   /* the step runs during backward: no global norm to wait for, no fp16
    * dynamic scaling (it needs the whole gradient's overflow flag), one
-   * micro-batch per step */
+   * micro-batch per step, one rank */
   int eager = !(in->clip_grad_norm > 0) && in->precision != FERRY_PREC_FP16 &&
-              in->grad_accumulation <= 1;
+              in->grad_accumulation <= 1 &&
+              /* ranks average the grads into accumulators (the engine's "auto") */
+              (int64_t)in->gpus * in->nodes <= 1;
   if (eager) return FERRY_PLAN_GRADS_NONE;
   return p == FERRY_PLACE_ZERO_OFFLOAD || p == FERRY_PLACE_ZERO3_OFFLOAD ? FERRY_PLAN_GRADS_HOST
                                                                           : FERRY_PLAN_GRADS_NVME;
