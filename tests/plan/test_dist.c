@@ -185,6 +185,10 @@ static void test_bottleneck(void) {
   ferry_plan_result r = plan(&in);
   REQUIRE(r.recommended >= 0);
   const ferry_plan_candidate *c = &r.cand[r.recommended];
+  /* no clipping, bf16, one micro-batch: alone "auto" keeps no grads; ranks
+   * average theirs into accumulators in the optimizer's home */
+  EXPECT_EQ_INT(r.cand[FERRY_PLACE_ZERO_OFFLOAD].grads, FERRY_PLAN_GRADS_HOST);
+  EXPECT_EQ_INT(r.cand[FERRY_PLACE_NVME_OPT].grads, FERRY_PLAN_GRADS_NVME);
   EXPECT_EQ_INT(c->bottleneck, FERRY_COMP_NET);
   EXPECT(!strcmp(ferry_plan_component_name(c->bottleneck), "network"));
   EXPECT(c->comm_hidden_fraction >= 0 && c->comm_hidden_fraction < 0.1);
