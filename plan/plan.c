@@ -874,11 +874,13 @@ static double optim_group_bytes(const ferry_plan_input *in, const place_ctx *c, 
   return round_chunk(n * c->mb, 4096) + c->k * round_chunk(state_bytes(in, n), 4096);
 }
 
+/* ... this rank's share of each group (stage >= 1: 1/N of it). */
 static double optim_family_bytes(const ferry_plan_input *in, const place_ctx *c) {
   const ferry_plan_model *m = &in->model;
-  return optim_group_bytes(in, c, (double)ferry_plan_embed_params(m)) +
-         (double)m->layers * optim_group_bytes(in, c, (double)ferry_plan_block_params(m)) +
-         optim_group_bytes(in, c, (double)ferry_plan_head_params(m));
+  double so = c->so;
+  return optim_group_bytes(in, c, (double)ferry_plan_embed_params(m) * so) +
+         (double)m->layers * optim_group_bytes(in, c, (double)ferry_plan_block_params(m) * so) +
+         optim_group_bytes(in, c, (double)ferry_plan_head_params(m) * so);
 }
 
 double ferry_plan_optim_nvme_bytes(const ferry_plan_input *in, int p, const uint64_t *group_params,
@@ -886,7 +888,8 @@ double ferry_plan_optim_nvme_bytes(const ferry_plan_input *in, int p, const uint
   if (!in || p < 0 || p >= FERRY_PLACEMENTS || (ngroups && !group_params)) return 0;
   place_ctx c = place_context(in, p);
   double o = 0;
-  for (size_t i = 0; i < ngroups; i++) o += optim_group_bytes(in, &c, (double)group_params[i]);
+  for (size_t i = 0; i < ngroups; i++)
+    o += optim_group_bytes(in, &c, (double)group_params[i] * c.so);
   return o;
 }
 
@@ -928,7 +931,7 @@ static void nvme_traffic(const ferry_plan_input *in, const place_ctx *c, ferry_p
   memset(k->nvme_read, 0, sizeof k->nvme_read);
   memset(k->nvme_write, 0, sizeof k->nvme_write);
   if (c->oh == FERRY_PLAN_NVME) { /* the master (if any) and each state: this rank's share */
-    double o = optim_family_bytes(in, c) * c->so;
+    double o = optim_family_bytes(in, c);
     k->nvme_read[FERRY_PLAN_NV_OPTIM] = o;
     k->nvme_write[FERRY_PLAN_NV_OPTIM] = o;
   }

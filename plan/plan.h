@@ -270,7 +270,8 @@ double ferry_plan_step_bytes_per_param(const ferry_plan_input *in, int p);
  * groups of these parameter counts as placement p lays it out on NVMe, each
  * group's tensors rounded to 4 KiB: the bytes a step reads, and writes back,
  * with the optimizer on NVMe (used for the model's groups, and by `ferry
- * bench step` for its synthetic model's). */
+ * bench step` for its synthetic model's); with ranks (in->gpus, in->nodes)
+ * at in->zero_stage >= 1, one rank's share of each group. */
 double ferry_plan_optim_nvme_bytes(const ferry_plan_input *in, int p, const uint64_t *group_params,
                                    size_t ngroups);
 
