@@ -374,9 +374,243 @@ static int write_tensors(ferry_engine *e, holder *h, ferry_safetensors_writer *w
   return holder_drop(h);
 }
 
+/* ---- sharded engines (ZeRO stage >= 1 with ranks) -------------------------
+ * The checkpoint of a sharded engine is the one a single rank writes: its
+ * optim part holds every master and state whole (the ranks' pieces
+ * gathered on the loop channel, rank 0 writes), so it loads on any number
+ * of ranks, and each rank loads only its pieces (reads at their offsets).
+ * The params are whole on every rank; rank 0 writes them. */
+
+/* The engine keeps role r (an optim role) of its params. */
+static int keeps_role(const ferry_engine *e, int r) {
+  return r == FERRY_ROLE_MASTER ? !e->master_bf16 : e->nstates >= r - FERRY_ROLE_MASTER;
+}
+
+/* Role r of p whole, as one rank keeps it: dtype and shape. */
+static void whole_info(const ferry_engine *e, const eng_param *p, int r, ferry_dtype *dt,
+                       int *ndim, int64_t *shape) {
+  *ndim = p->ndim;
+  memcpy(shape, p->shape, (size_t)p->ndim * sizeof *shape);
+  *dt = r == FERRY_ROLE_MASTER ? FERRY_DT_F32 : e->ocfg.state_dtype;
+  if (*dt == FERRY_DT_I8) { /* codes and absmax as bytes */
+    *dt = FERRY_DT_U8;
+    *ndim = 1;
+    shape[0] = (int64_t)ferry_optimizer_state_bytes(&e->ocfg, p->n);
+  }
+}
+
+/* int8 states of n elements: codes padded to 64 bytes, then one fp32
+ * absmax per block (ferry_optimizer_state_bytes). A piece starts at a
+ * block boundary, so its blocks are the whole tensor's. */
+static size_t codes_bytes(size_t n) { return (n + 63) / 64 * 64; }
+static size_t blocks_of(const ferry_engine *e, size_t n) {
+  size_t b = e->ocfg.state_block ? e->ocfg.state_block : 256;
+  return (n + b - 1) / b;
+}
+static int is_int8(const ferry_engine *e, int r) {
+  return r != FERRY_ROLE_MASTER && e->ocfg.state_dtype == FERRY_DT_I8;
+}
+
+/* This rank's piece of role r of p into host memory `mine` (nothing when
+ * it has none). */
+static int piece_out(ferry_engine *e, holder *h, const eng_param *p, int r, char *mine) {
+  if (!p->pn) return FERRY_OK;
+  void *ptr;
+  size_t bytes;
+  int rc = holder_get(h, p->id[r], 0, &ptr, &bytes);
+  if (rc) return rc;
+  if (h->tier != FERRY_TIER_DEVICE) {
+    memcpy(mine, ptr, bytes);
+    return FERRY_OK;
+  }
+  rc = ferry_memcpy_async(h->s, mine, ptr, bytes, FERRY_COPY_D2H);
+  if (!rc) rc = ferry_stream_synchronize(h->s);
+  return rc ? ferry_err(&e->err, rc, "checkpoint: %s", ferry_device_last_error(e->dev)) : FERRY_OK;
+}
+
+/* Role r of p whole into `full` on every rank (a collective): every rank's
+ * piece gathered in rank order (int8: the codes, then the absmax). */
+static int gather_whole(ferry_engine *e, const eng_param *p, int r, const char *mine, char *full,
+                        size_t *counts) {
+  size_t off;
+  int rc;
+  if (is_int8(e, r)) {
+    for (int k = 0; k < e->nranks; k++) counts[k] = group_param_piece(e, p, k, &off);
+    rc = ferry_comm_allgather(e->ch_loop, mine, full, counts, FERRY_DT_U8, NULL, NULL);
+    memset(full + p->n, 0, codes_bytes(p->n) - p->n);
+    for (int k = 0; !rc && k < e->nranks; k++)
+      counts[k] = blocks_of(e, group_param_piece(e, p, k, &off)) * sizeof(float);
+    if (!rc)
+      rc = ferry_comm_allgather(e->ch_loop, mine + codes_bytes(p->pn), full + codes_bytes(p->n),
+                                counts, FERRY_DT_U8, NULL, NULL);
+  } else {
+    size_t es = r == FERRY_ROLE_MASTER ? 4 : ferry_dtype_size(e->ocfg.state_dtype);
+    for (int k = 0; k < e->nranks; k++) counts[k] = group_param_piece(e, p, k, &off) * es;
+    rc = ferry_comm_allgather(e->ch_loop, mine, full, counts, FERRY_DT_U8, NULL, NULL);
+  }
+  if (rc)
+    return ferry_err(&e->err, rc, "checkpoint: gathering %s%s: %s", p->name,
+                     group_role_suffix(r), ferry_comm_last_error(e->ch_loop));
+  return FERRY_OK;
+}
+
+/* Bytes of the largest whole optim tensor. */
+static size_t largest_whole(const ferry_engine *e) {
+  size_t m = 0;
+  for (size_t i = 0; i < e->gt.nparams; i++) {
+    size_t n = e->gt.params[i].n, b = 4 * n, sb = ferry_optimizer_state_bytes(&e->ocfg, n);
+    if (b > m) m = b;
+    if (sb > m) m = sb;
+  }
+  return m;
+}
+
+/* The optim part of a sharded save, on every rank (a collective): rank 0
+ * names each tensor its writer `w` asks for next (a broadcast; -1 ends it,
+ * also when rank 0 has no writer or failed), every rank gives its piece,
+ * rank 0 writes the whole. Returns this rank's status. */
+static int optim_phase(ferry_engine *e, holder *h, ferry_safetensors_writer *w) {
+  e->ckpt_optim_done = 1;
+  size_t big = largest_whole(e);
+  char *mine = malloc(big + 64), *full = malloc(big + 64);
+  size_t *counts = calloc((size_t)e->nranks, sizeof *counts);
+  int rc = mine && full && counts ? FERRY_OK : ferry_err(&e->err, FERRY_ENOMEM, "checkpoint: out of memory");
+  int wrc = rc; /* rank 0: the writer's first failure */
+  for (;;) {
+    int32_t msg[2] = {-1, -1};
+    const char *nm = e->rank == 0 && w && !wrc ? ferry_safetensors_writer_next(w) : NULL;
+    for (size_t i = 0; nm && i < e->gt.nparams && msg[0] < 0; i++)
+      for (int r = FERRY_ROLE_MASTER; r < FERRY_ROLE_COUNT && msg[0] < 0; r++) {
+        char t[FERRY_MEM_NAME_MAX + 1];
+        snprintf(t, sizeof t, "%s%s", e->gt.params[i].name, group_role_suffix(r));
+        if (keeps_role(e, r) && !strcmp(t, nm)) msg[0] = (int32_t)i, msg[1] = r;
+      }
+    if (nm && msg[0] < 0) wrc = ferry_err(&e->err, FERRY_ESTATE, "checkpoint: no tensor '%s'", nm);
+    int crc = ferry_comm_broadcast(e->ch_loop, msg, 2, FERRY_DT_I32, 0, NULL, NULL);
+    if (crc) {
+      rc = ferry_err(&e->err, crc, "checkpoint: %s", ferry_comm_last_error(e->ch_loop));
+      break;
+    }
+    if (msg[0] < 0) break;
+    const eng_param *p = &e->gt.params[msg[0]];
+    int prc = mine ? piece_out(e, h, p, msg[1], mine) : FERRY_ENOMEM;
+    if (prc && !rc) rc = prc; /* still takes part in the gather */
+    crc = gather_whole(e, p, msg[1], mine ? mine : "", full ? full : mine, counts);
+    if (crc) {
+      rc = crc;
+      break;
+    }
+    if (e->rank == 0 && !wrc) {
+      ferry_dtype dt;
+      int nd;
+      int64_t shape[FERRY_MEM_MAX_DIMS];
+      whole_info(e, p, msg[1], &dt, &nd, shape);
+      size_t bytes = ferry_dtype_size(dt);
+      for (int d = 0; d < nd; d++) bytes *= (size_t)shape[d];
+      wrc = ferry_safetensors_writer_write(w, nm, full, bytes);
+      if (wrc) wrc = ferry_err(&e->err, wrc, "%s", ferry_safetensors_writer_last_error(w));
+    }
+  }
+  free(mine);
+  free(full);
+  free(counts);
+  int drc = holder_drop(h);
+  if (!rc) rc = wrc;
+  return rc ? rc : drc;
+}
+
+/* Rank 0's optim part of a sharded save: every tensor whole. */
+static int write_whole_optim(ferry_engine *e, holder *h, const char *path, uint64_t max_shard) {
+  ferry_safetensors_writer *w = NULL;
+  int rc = ferry_safetensors_writer_create(path, max_shard, &w);
+  if (rc) rc = ferry_err(&e->err, rc, "checkpoint: %s", ferry_last_error());
+  if (!rc) rc = ferry_safetensors_writer_metadata(w, "format", "pt");
+  for (size_t i = 0; i < e->gt.nparams && !rc; i++) {
+    eng_param *p = &e->gt.params[e->gt.by_group[i]];
+    for (int r = FERRY_ROLE_MASTER; r < FERRY_ROLE_COUNT && !rc; r++) {
+      if (!keeps_role(e, r)) continue;
+      char nm[FERRY_MEM_NAME_MAX + 1];
+      ferry_dtype dt;
+      int nd;
+      int64_t shape[FERRY_MEM_MAX_DIMS];
+      snprintf(nm, sizeof nm, "%s%s", p->name, group_role_suffix(r));
+      whole_info(e, p, r, &dt, &nd, shape);
+      rc = ferry_safetensors_writer_add(w, nm, dt, nd, shape);
+    }
+  }
+  if (w && rc) rc = ferry_err(&e->err, rc, "%s", ferry_safetensors_writer_last_error(w));
+  if (!rc) { /* lays the files out now (see write_tensors) */
+    rc = ferry_safetensors_writer_write(w, "", NULL, 0);
+    if (rc == FERRY_ESTATE) rc = FERRY_OK;
+    else if (rc) rc = ferry_err(&e->err, rc, "%s", ferry_safetensors_writer_last_error(w));
+  }
+  int prc = optim_phase(e, h, rc ? NULL : w); /* the others wait for it */
+  if (!rc) rc = prc;
+  if (!rc) {
+    rc = ferry_safetensors_writer_finish(w);
+    if (rc) rc = ferry_err(&e->err, rc, "%s", ferry_safetensors_writer_last_error(w));
+  }
+  ferry_safetensors_writer_destroy(w);
+  return rc;
+}
+
+/* This rank's pieces of every optim tensor of f (a whole-tensor
+ * checkpoint, from any number of ranks) into the engine. */
+static int load_pieces(ferry_engine *e, holder *h, ferry_safetensors *f) {
+  size_t big = largest_whole(e);
+  char *mine = malloc(big + 64);
+  if (!mine) return ferry_err(&e->err, FERRY_ENOMEM, "checkpoint load: out of memory");
+  int rc = FERRY_OK;
+  for (size_t i = 0; i < e->gt.nparams && !rc; i++) {
+    eng_param *p = &e->gt.params[e->gt.by_group[i]];
+    for (int r = FERRY_ROLE_MASTER; r < FERRY_ROLE_COUNT && !rc && p->pn; r++) {
+      if (!keeps_role(e, r)) continue;
+      char nm[FERRY_MEM_NAME_MAX + 1];
+      snprintf(nm, sizeof nm, "%s%s", p->name, group_role_suffix(r));
+      ferry_safetensors_tensor t;
+      size_t ti;
+      if (ferry_safetensors_find(f, nm, &t, &ti)) {
+        rc = ferry_err(&e->err, FERRY_ECORRUPT, "checkpoint load: no tensor '%s'", nm);
+        break;
+      }
+      void *ptr;
+      size_t bytes;
+      rc = holder_get(h, p->id[r], 1, &ptr, &bytes);
+      if (rc) break;
+      if (is_int8(e, r)) {
+        size_t cb = codes_bytes(p->pn);
+        memset(mine, 0, cb);
+        rc = ferry_safetensors_read(f, ti, p->plo, mine, p->pn);
+        if (!rc)
+          rc = ferry_safetensors_read(f, ti, codes_bytes(p->n) + blocks_of(e, p->plo) * sizeof(float),
+                                      mine + cb, blocks_of(e, p->pn) * sizeof(float));
+      } else {
+        size_t es = r == FERRY_ROLE_MASTER ? 4 : ferry_dtype_size(e->ocfg.state_dtype);
+        rc = ferry_safetensors_read(f, ti, p->plo * es, mine, p->pn * es);
+      }
+      if (rc) {
+        rc = ferry_err(&e->err, rc, "checkpoint load: '%s': %s", nm, ferry_safetensors_last_error(f));
+        break;
+      }
+      if (h->tier != FERRY_TIER_DEVICE) {
+        memcpy(ptr, mine, bytes);
+      } else {
+        rc = ferry_memcpy_async(h->s, ptr, mine, bytes, FERRY_COPY_H2D);
+        if (!rc) rc = ferry_stream_synchronize(h->s);
+        if (rc) rc = ferry_err(&e->err, rc, "checkpoint load: %s", ferry_device_last_error(e->dev));
+      }
+    }
+  }
+  free(mine);
+  int drc = holder_drop(h);
+  return rc ? rc : drc;
+}
+
 /* A writer over `path` (a folder when max_shard > 0) filled and finished. */
 static int write_model(ferry_engine *e, holder *h, const char *path, uint64_t max_shard,
                        unsigned roles, ferry_dtype param_dt) {
+  if (engine_sharded(e) && !(roles >> FERRY_ROLE_PARAM & 1))
+    return write_whole_optim(e, h, path, max_shard);
   ferry_safetensors_writer *w;
   int rc = ferry_safetensors_writer_create(path, max_shard, &w);
   if (rc) return ferry_err(&e->err, rc, "checkpoint: %s", ferry_last_error());
@@ -516,6 +750,9 @@ static void prune(const char *root, int keep) {
   free(list);
 }
 
+static int save_local(ferry_engine *e, const char *dir, const void *blob, size_t blob_len,
+                      const ferry_checkpoint_options *opt);
+
 int ferry_checkpoint_save(ferry_engine *e, const char *dir, const void *blob, size_t blob_len,
                           const ferry_checkpoint_options *opt) {
   if (!e) return FERRY_EINVAL;
@@ -527,9 +764,30 @@ int ferry_checkpoint_save(ferry_engine *e, const char *dir, const void *blob, si
   ferry_checkpoint_options o = opt ? *opt : ferry_checkpoint_options_default();
   if (o.keep < 0) return ferry_err(&e->err, FERRY_EINVAL, "checkpoint save: keep %d", o.keep);
   if (!o.max_shard_bytes) o.max_shard_bytes = CKPT_DEFAULT_SHARD;
-  int rc = engine_refuse_sharded(e, "checkpoint save");
-  if (!rc) rc = engine_quiesce(e, "checkpoint save");
+  int rc = engine_quiesce(e, "checkpoint save");
+  if (e->nranks <= 1) return rc ? rc : save_local(e, dir, blob, blob_len, &o);
+  /* with ranks (a collective): rank 0 writes, every rank of a sharded
+   * engine gives its pieces */
+  rc = ranks_agree(e, rc, "checkpoint save");
   if (rc) return rc;
+  e->ckpt_optim_done = 0;
+  if (e->rank == 0) rc = save_local(e, dir, blob, blob_len, &o);
+  if (engine_sharded(e) && !e->ckpt_optim_done) { /* rank 0 failed before it, or another rank */
+    holder h;
+    int hrc = holder_init(&h, e);
+    int prc = optim_phase(e, &h, NULL);
+    holder_destroy(&h);
+    if (!rc) rc = hrc ? hrc : prc;
+  }
+  return ranks_root_status(e, rc, "checkpoint save");
+}
+
+/* A save of this engine's folder (one rank, or rank 0 of a sharded engine,
+ * whose optim part gathers the other ranks' pieces). */
+static int save_local(ferry_engine *e, const char *dir, const void *blob, size_t blob_len,
+                      const ferry_checkpoint_options *opt) {
+  ferry_checkpoint_options o = *opt;
+  int rc;
   if (mkdir(dir, 0777) && errno != EEXIST)
     return ferry_err(&e->err, io_status(errno), "checkpoint save: mkdir %s: %s", dir, strerror(errno));
   remove_leftovers(dir);
@@ -821,7 +1079,8 @@ static int check_part(ferry_engine *e, ferry_safetensors *f, unsigned roles, con
   for (size_t i = 0; i < e->gt.nparams; i++) {
     eng_param *p = &e->gt.params[i];
     for (int r = 0; r < FERRY_ROLE_COUNT; r++) {
-      if (!(roles >> r & 1) || p->id[r] == UINT32_MAX) continue;
+      int whole = engine_sharded(e) && r >= FERRY_ROLE_MASTER; /* pieces here, whole there */
+      if (!(roles >> r & 1) || (whole ? !keeps_role(e, r) : p->id[r] == UINT32_MAX)) continue;
       want++;
       char nm[FERRY_MEM_NAME_MAX + 1];
       snprintf(nm, sizeof nm, "%s%s", p->name, group_role_suffix(r));
@@ -831,7 +1090,12 @@ static int check_part(ferry_engine *e, ferry_safetensors *f, unsigned roles, con
         return FERRY_ECORRUPT;
       }
       ferry_mem_tensor_info ti; /* as registered (compact states: their dtype and bytes) */
-      if (ferry_mem_tensor_get(e->mem, p->id[r], &ti)) {
+      int64_t wshape[FERRY_MEM_MAX_DIMS];
+      if (whole) {
+        memset(&ti, 0, sizeof ti);
+        whole_info(e, p, r, &ti.dtype, &ti.ndim, wshape);
+        ti.shape = wshape;
+      } else if (ferry_mem_tensor_get(e->mem, p->id[r], &ti)) {
         snprintf(why, wl, "%.400s: tensor '%.300s' is not the engine's", what, nm);
         return FERRY_ECORRUPT;
       }
@@ -973,7 +1237,7 @@ static int read_blob(ferry_engine *e, const char *folder, uint64_t bytes, void *
 static int load_tensors(ferry_engine *e, ferry_safetensors *pf, ferry_safetensors *of) {
   holder h;
   int rc = holder_init(&h, e);
-  if (!rc) rc = load_part(e, &h, of);
+  if (!rc) rc = engine_sharded(e) ? load_pieces(e, &h, of) : load_part(e, &h, of);
   if (!rc) rc = load_part(e, &h, pf);
   if (!rc) holder_drop(&h);
   holder_destroy(&h);
@@ -983,13 +1247,25 @@ static int load_tensors(ferry_engine *e, ferry_safetensors *pf, ferry_safetensor
   return rc;
 }
 
+static int load_local(ferry_engine *e, const char *path, void *blob, size_t blob_cap,
+                      size_t *blob_len);
+
 int ferry_checkpoint_load(ferry_engine *e, const char *path, void *blob, size_t blob_cap,
                           size_t *blob_len) {
   if (!e) return FERRY_EINVAL;
   if (!path || !path[0]) return ferry_err(&e->err, FERRY_EINVAL, "checkpoint load: no path");
-  int rc = engine_refuse_sharded(e, "checkpoint load");
-  if (!rc) rc = engine_quiesce(e, "checkpoint load");
-  if (rc) return rc;
+  int rc = engine_quiesce(e, "checkpoint load");
+  if (e->nranks <= 1) return rc ? rc : load_local(e, path, blob, blob_cap, blob_len);
+  /* with ranks (a collective): every rank reads (a sharded engine its
+   * pieces); all or none succeed */
+  rc = ranks_agree(e, rc, "checkpoint load");
+  if (!rc) rc = load_local(e, path, blob, blob_cap, blob_len);
+  return ranks_agree(e, rc, "checkpoint load");
+}
+
+static int load_local(ferry_engine *e, const char *path, void *blob, size_t blob_cap,
+                      size_t *blob_len) {
+  int rc;
   char folder[4096], why[1024] = "";
   ckpt_manifest m;
   rc = ckpt_open(path, folder, sizeof folder, &m, why, sizeof why);

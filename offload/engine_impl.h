@@ -250,6 +250,7 @@ struct ferry_engine {
   ferry_comm *ch_loop, *ch_drain, *ch_step;
   int nranks, rank;  /* (fixed) 1 and 0 alone */
   int zero_stage;    /* (fixed) dist.zero_stage with ranks; 0 alone */
+  int ckpt_optim_done; /* (loop) checkpoint.c: a sharded save's optim part has been gathered */
 
   /* (loop) the step driver and the loop's fetches */
   ferry_loss_scaler scaler;
@@ -426,8 +427,13 @@ int ranks_global_norm(ferry_engine *e, double *sumsq, int *nonfinite);
  * rank's is `piece`, pn floats) gathered into dst (p->n floats). */
 int ranks_read_param(ferry_engine *e, const eng_param *p, const float *piece, float *dst);
 void ranks_stats(const ferry_engine *e, ferry_stats *out); /* the comm_* figures */
-/* Checkpoints: FERRY_ENOTSUP when the engine is sharded, else 0. */
-int engine_refuse_sharded(ferry_engine *e, const char *op);
+/* With ranks (a collective on the loop channel): every rank's status rc
+ * gathered; this rank's when it failed, else the first other rank's
+ * failure (named in e->err), else 0. Alone: rc. */
+int ranks_agree(ferry_engine *e, int rc, const char *op);
+/* With ranks: rank 0's status rc to every rank (the others' e->err names
+ * it when it failed); alone: rc. */
+int ranks_root_status(ferry_engine *e, int rc, const char *op);
 
 /* engine.c: ferry_optimizer_bytes_per_param of the engine's optimizer
  * pass (ferry_stats.optim_bytes_per_param, the timeline's metadata). */

@@ -186,10 +186,12 @@ int ranks_setup(ferry_engine *e) {
     if (rc)
       return ferry_err(&e->err, rc, "finalize: dist: a channel of the communicator: %s",
                        ferry_comm_last_error(e->comm));
-    ferry_comm_set_span_hook(*ch[i], fn[i], e);
   }
   int rc = check_fingerprints(e);
   if (rc) return rc;
+  /* only now: a hook runs after its collective's waiter may go on, and
+   * finalize's reset of the timeline must not meet a late span */
+  for (int i = 0; i < 3; i++) ferry_comm_set_span_hook(*ch[i], fn[i], e);
   /* "auto" grads would be "none" (no accumulator) when the step runs during
    * backward; the ranks' average needs accumulators: the optimizer's home */
   if (e->grads_none && e->cv->place_grads == FERRY_GRADS_AUTO) {
@@ -272,10 +274,40 @@ void ranks_stats(const ferry_engine *e, ferry_stats *out) {
   }
 }
 
-int engine_refuse_sharded(ferry_engine *e, const char *op) {
-  if (!engine_sharded(e)) return FERRY_OK;
-  return ferry_err(&e->err, FERRY_ENOTSUP,
-                   "%s: checkpoints of a sharded engine (dist.zero_stage = %d with %d ranks) are "
-                   "not implemented yet (dist.zero_stage = 0 keeps every rank's state whole)",
-                   op, e->zero_stage, e->nranks);
+int ranks_agree(ferry_engine *e, int rc, const char *op) {
+  if (e->nranks <= 1) return rc;
+  int32_t *all = calloc((size_t)e->nranks, sizeof *all);
+  size_t *counts = calloc((size_t)e->nranks, sizeof *counts);
+  if (!all || !counts) {
+    free(all);
+    free(counts);
+    return ferry_err(&e->err, FERRY_ENOMEM, "%s: out of memory", op);
+  }
+  all[e->rank] = rc;
+  for (int r = 0; r < e->nranks; r++) counts[r] = 1;
+  int crc = ferry_comm_allgather(e->ch_loop, all + e->rank, all, counts, FERRY_DT_I32, NULL, NULL);
+  int other = -1;
+  for (int r = 0; r < e->nranks && other < 0 && !crc; r++)
+    if (all[r] && r != e->rank) other = r;
+  int orc = other >= 0 ? all[other] : 0;
+  free(all);
+  free(counts);
+  if (crc)
+    return ferry_err(&e->err, crc, "%s: the ranks' statuses: %s", op,
+                     ferry_comm_last_error(e->ch_loop));
+  if (rc) return rc;
+  if (other >= 0)
+    return ferry_err(&e->err, orc, "%s: rank %d failed (%s); see its error", op, other,
+                     ferry_strerror(orc));
+  return FERRY_OK;
+}
+
+int ranks_root_status(ferry_engine *e, int rc, const char *op) {
+  if (e->nranks <= 1) return rc;
+  int32_t v = rc;
+  int crc = ferry_comm_broadcast(e->ch_loop, &v, 1, FERRY_DT_I32, 0, NULL, NULL);
+  if (crc)
+    return ferry_err(&e->err, crc, "%s: rank 0's status: %s", op, ferry_comm_last_error(e->ch_loop));
+  if (e->rank == 0 || !v) return rc ? rc : v;
+  return ferry_err(&e->err, v, "%s: rank 0 failed (%s); see its error", op, ferry_strerror(v));
 }

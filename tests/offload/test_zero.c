@@ -271,6 +271,83 @@ static int run_case(const variant *v, int stage, ferry_comm *comm) {
   return bad;
 }
 
+/* Steps [from, to) of the variant; avg: the reference's grads. */
+static void steps(ferry_engine *e, ferry_stream *s, const variant *v, int from, int to, int avg) {
+  int ga = strstr(v->sets, "grad_accumulation=2") ? 2 : 1;
+  for (int step = from; step < to; step++) {
+    ferry_step_info info;
+    int rc = run_step(e, s, v, step, avg, ga, &info);
+    if (rc) fprintf(stderr, "step %d: %s\n", step, ferry_engine_last_error(e));
+    REQUIRE(rc == 0);
+  }
+}
+
+static ferry_engine *made(const variant *v, int stage, ferry_comm *comm, ferry_stream **s) {
+  int frc;
+  ferry_engine *e = make(v, stage, comm, NULL, &frc);
+  if (frc) fprintf(stderr, "finalize: %s\n", ferry_engine_last_error(e));
+  REQUIRE(frc == 0);
+  REQUIRE(ferry_stream_create(ferry_engine_device(e), s) == 0);
+  return e;
+}
+
+static void done(ferry_engine *e, ferry_stream *s) {
+  ferry_stream_destroy(s);
+  ferry_engine_destroy(e);
+}
+
+static void load(ferry_engine *e, const char *dir) {
+  int rc = ferry_checkpoint_load(e, dir, NULL, 0, NULL);
+  if (rc) fprintf(stderr, "load %s: %s\n", dir, ferry_engine_last_error(e));
+  REQUIRE(rc == 0);
+}
+
+/* A fresh engine (comm NULL: the reference, fed the averaged grads) loads
+ * dir and runs steps 2.. : 1 when its params differ from want/wb. */
+static int resumed(const variant *v, int stage, ferry_comm *comm, const char *dir,
+                   const float *want, const unsigned char *wb, const char *what) {
+  static float got[NTOTAL];
+  static unsigned char gb[NTOTAL * 4];
+  ferry_stream *s;
+  ferry_engine *e = made(v, stage, comm, &s);
+  load(e, dir);
+  steps(e, s, v, 2, STEPS, comm == NULL);
+  read_all(e, s, got, gb);
+  done(e, s);
+  int differ = memcmp(got, want, sizeof got) || memcmp(gb, wb, sizeof gb);
+  if (differ) fprintf(stderr, "  rank %d: %s differs\n", rank, what);
+  return differ;
+}
+
+/* Checkpoints of a sharded engine hold every tensor whole (one rank's
+ * checkpoint): a save at step 2 and a load into a fresh engine go on
+ * exactly on 2 ranks, on 1 rank (the reference, fed the averaged grads),
+ * and a 1-rank checkpoint loads on 2 ranks. */
+static int test_checkpoints(const variant *v, int stage, ferry_comm *comm) {
+  static float want[NTOTAL];
+  static unsigned char wb[NTOTAL * 4];
+  char dd[1200], dr[1200];
+  snprintf(dd, sizeof dd, "%.1000s/ckpt-dist-%d-%d", scratch, stage, (int)(v - variants));
+  snprintf(dr, sizeof dr, "%.1000s/ckpt-ref-%d-%d", scratch, stage, (int)(v - variants));
+  ferry_stream *sd, *sr;
+  ferry_engine *d = made(v, stage, comm, &sd), *r = made(v, stage, NULL, &sr);
+  steps(d, sd, v, 0, 2, 0);
+  steps(r, sr, v, 0, 2, 1);
+  int rc = ferry_checkpoint_save(d, dd, NULL, 0, NULL); /* a collective */
+  if (rc) fprintf(stderr, "save: %s\n", ferry_engine_last_error(d));
+  REQUIRE(rc == 0);
+  if (rank == 0) REQUIRE(ferry_checkpoint_save(r, dr, NULL, 0, NULL) == 0);
+  REQUIRE(ferry_comm_barrier(comm, NULL) == 0); /* rank 0's reference checkpoint is there */
+  steps(d, sd, v, 2, STEPS, 0);
+  read_all(d, sd, want, wb);
+  done(d, sd);
+  done(r, sr);
+  /* 2 ranks -> 2 ranks, 2 ranks -> 1 rank, 1 rank -> 2 ranks */
+  return resumed(v, stage, comm, dd, want, wb, "resumed on 2 ranks") +
+         resumed(v, stage, NULL, dd, want, wb, "the 2-rank checkpoint on 1 rank") +
+         resumed(v, stage, comm, dr, want, wb, "the 1-rank checkpoint on 2 ranks");
+}
+
 /* Ranks that disagree on a key both fail at finalize, naming it. */
 static void test_fingerprint(ferry_comm *comm) {
   int frc;
@@ -284,7 +361,7 @@ static void test_fingerprint(ferry_comm *comm) {
 }
 
 static void test_refusals(ferry_comm *comm) {
-  int frc;
+  int frc, rc;
   ferry_engine *e = make(&variants[0], 3, comm, NULL, &frc);
   EXPECT(frc == FERRY_ECONFIG && strstr(ferry_engine_last_error(e), "dist.zero_stage = 3"));
   ferry_engine_destroy(e);
@@ -297,11 +374,13 @@ static void test_refusals(ferry_comm *comm) {
   int none = 1;
   EXPECT(ferry_engine_grad_home(e, &none) == FERRY_TIER_HOST && none == 0);
   EXPECT(ferry_engine_set_comm(e, comm) == FERRY_ESTATE);
+  /* a load that fails on one rank fails on both */
   char dir[1200];
-  snprintf(dir, sizeof dir, "%.1000s/ckpt-%d", scratch, rank);
-  EXPECT(ferry_checkpoint_save(e, dir, NULL, 0, NULL) == FERRY_ENOTSUP);
-  EXPECT(strstr(ferry_engine_last_error(e), "not implemented yet") != NULL);
-  EXPECT(ferry_checkpoint_load(e, dir, NULL, 0, NULL) == FERRY_ENOTSUP);
+  snprintf(dir, sizeof dir, "%.1000s/no-ckpt-%d", scratch, rank);
+  if (rank == 0) snprintf(dir, sizeof dir, "%.1000s/ckpt-dist-2-0", scratch);
+  rc = ferry_checkpoint_load(e, dir, NULL, 0, NULL);
+  EXPECT(rc != 0);
+  if (rank == 0) EXPECT(strstr(ferry_engine_last_error(e), "rank 1 failed") != NULL);
   ferry_engine_destroy(e);
 }
 
@@ -339,6 +418,16 @@ int main(int argc, char **argv) {
       bad += b;
     }
   EXPECT(bad == 0);
+  /* checkpoints: host and int8 states at stages 1 and 2, the optimizer on
+   * NVMe at stage 2 */
+  static const int ck[][2] = {{1, 0}, {2, 0}, {2, 5}, {1, 5}, {2, 1}, {2, 6}, {0, 0}};
+  for (size_t i = 0; i < sizeof ck / sizeof ck[0]; i++) {
+    int b = test_checkpoints(&variants[ck[i][1]], ck[i][0], comm);
+    if (rank == 0 || b)
+      printf("rank %d checkpoints, stage %d, %s: %s\n", rank, ck[i][0], variants[ck[i][1]].name,
+             b ? "DIFFER" : "exact");
+    EXPECT(b == 0);
+  }
   test_fingerprint(comm);
   test_refusals(comm);
   ferry_comm_destroy(comm);
