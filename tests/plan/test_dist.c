@@ -98,7 +98,8 @@ static void test_sharding(void) {
     double nv = no2->nvme_read[FERRY_PLAN_NV_OPTIM] / no1->nvme_read[FERRY_PLAN_NV_OPTIM];
     double nvg = no2->nvme_write[FERRY_PLAN_NV_GRADS] / no1->nvme_write[FERRY_PLAN_NV_GRADS];
     printf("stage %d, 2 ranks / 1: optimizer %.4f, grads %.4f, params %.4f, nvme optimizer "
-           "%.4f, nvme grads %.4f\n", s, opt, grads, params, nv, nvg);
+           "%.4f, nvme grads %.4f\n",
+           s, opt, grads, params, nv, nvg);
     /* chunk rounding (64 MiB) keeps the halves within a chunk or two */
     EXPECT(s >= 1 ? opt > 0.49 && opt < 0.51 : opt == 1);
     EXPECT(s >= 1 ? nv > 0.499 && nv < 0.501 : nv == 1);
@@ -135,11 +136,11 @@ static void test_comm_bytes(void) {
     int stage, accum;
     double grads, params; /* bytes per rank and step */
   } want[] = {
-      {0, 1, 746638848.0, 0},           /* 2 * 3/4 * 4P = 6P */
-      {1, 1, 373319424.0, 186659712.0}, /* 3/4 * 4P once; 3/4 * 2P gathered */
-      {1, 3, 373319424.0, 186659712.0}, /* stage 1 reduces once, at the last micro-batch */
+      {0, 1, 746638848.0, 0},            /* 2 * 3/4 * 4P = 6P */
+      {1, 1, 373319424.0, 186659712.0},  /* 3/4 * 4P once; 3/4 * 2P gathered */
+      {1, 3, 373319424.0, 186659712.0},  /* stage 1 reduces once, at the last micro-batch */
       {2, 3, 1119958272.0, 186659712.0}, /* 3 micro-batches x 3P; 1.5P */
-      {3, 1, 373319424.0, 373319424.0}, /* 3P; forward + backward gathers 2 x 1.5P */
+      {3, 1, 373319424.0, 373319424.0},  /* 3P; forward + backward gathers 2 x 1.5P */
       {0, 2, 1493277696.0, 0},           /* 12P */
   };
   EXPECT_EQ_INT((int64_t)ferry_plan_model_params(&in.model), (int64_t)P);
@@ -215,9 +216,9 @@ static void test_refusals(void) {
     int gpus, nodes, stage;
     double net, intra;
     const char *named;
-  } bad[] = {{0, 1, 2, 100, 0, "gpus 0"},     {1, 0, 2, 100, 0, "nodes 0"},
-             {2, 1, 4, 100, 0, "zero_stage 4"}, {2, 1, -1, 100, 0, "zero_stage -1"},
-             {2, 2, 2, -1, 0, "net_gbps -1"}, {2, 2, 2, 0, 0, "net_gbps 0"},
+  } bad[] = {{0, 1, 2, 100, 0, "gpus 0"},        {1, 0, 2, 100, 0, "nodes 0"},
+             {2, 1, 4, 100, 0, "zero_stage 4"},  {2, 1, -1, 100, 0, "zero_stage -1"},
+             {2, 2, 2, -1, 0, "net_gbps -1"},    {2, 2, 2, 0, 0, "net_gbps 0"},
              {2, 2, 2, 100, -5, "intra_gbps -5"}};
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     ferry_plan_input t = in;
