@@ -9,7 +9,10 @@
  * component. It also counts the NVMe bytes per step of each family and,
  * with the optimizer on NVMe, sets the optimizer family's beside the
  * planner's prediction for the same groups and state layout
- * (ferry_plan_optim_nvme_bytes).
+ * (ferry_plan_optim_nvme_bytes). Under `mpirun -np N` (or --ranks N, which
+ * starts mpirun itself) every rank trains the model with the engine's ZeRO
+ * stage over a communicator, and rank 0 reports the communication per step
+ * and how much of it overlapped the compute (docs/PERFORMANCE.md).
  */
 #include "bench/bench.h"
 #include "bench/json.h"
@@ -19,11 +22,14 @@
 #include "bench/synth_model.h"
 #include "plan/plan.h"
 
+#include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 static void usage(FILE *f) {
   fprintf(f,
@@ -31,6 +37,8 @@ static void usage(FILE *f) {
           "                        [--compute-ms MS] [--steps N] [--timeline FILE]\n"
           "                        [--state-dtype fp32|bf16|int8] [--master fp32|bf16]\n"
           "                        [--set KEY=VALUE]... [--no-validate] [--json]\n"
+          "                        [--ranks N]\n"
+          "       mpirun -np N ferry bench step ... (the same, N ranks)\n"
           "\n"
           "Runs the engine configured by FILE on a synthetic model of G square linear\n"
           "layers of width D (one group each; G*D*D parameters). First it validates: two\n"
@@ -57,6 +65,11 @@ static void usage(FILE *f) {
           "                   bf16 params)\n"
           "  --set KEY=VALUE  override a config key (e.g. tiers.host.budget=96M, device=cuda)\n"
           "  --no-validate    skip the validation (said in the output: validated false)\n"
+          "  --ranks N        N ranks of data parallelism: runs itself again under\n"
+          "                   `mpirun --oversubscribe -np N` (OpenMPI's mpirun from PATH;\n"
+          "                   as root OpenMPI also wants OMPI_ALLOW_RUN_AS_ROOT=1 and\n"
+          "                   OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1), or checks that the\n"
+          "                   launcher that started it made N ranks\n"
           "  --json           one JSON object: bench, config, device, validated, params,\n"
           "                   groups, steps, step_seconds,\n"
           "                   compute_s, h2d_s, d2h_s, optimizer_s, nvme_read_s,\n"
@@ -65,7 +78,25 @@ static void usage(FILE *f) {
           "                   {params, grads, optimizer} (the timed steps' mean), and with\n"
           "                   the optimizer on NVMe plan_optimizer_nvme_bytes_per_step (the\n"
           "                   planner's read = write prediction) and optimizer_nvme_error\n"
-          "                   (the larger of |measured/plan - 1| for read and write)\n"
+          "                   (the larger of |measured/plan - 1| for read and write);\n"
+          "                   ranks, zero_stage, comm (self or mpi),\n"
+          "                   comm_seconds_per_step, comm_busy_seconds_per_step,\n"
+          "                   comm_wait_seconds_per_step, comm_bytes_per_step,\n"
+          "                   comm_ops_per_step, comm_hidden_fraction, alone_step_seconds\n"
+          "                   and dist_overhead_seconds_per_step (null with one rank)\n"
+          "\n"
+          "With ranks (a communicator made with FERRY_COMM_AUTO and set on the engine:\n"
+          "dist.zero_stage of the config, default 2) every rank runs the same batches,\n"
+          "validates against its own all-resident run (losses within 1e-5 relative: the\n"
+          "average of N equal grads may round), times the steps, then times the same\n"
+          "engine alone (no communicator, the same grad home) at the same moment as the\n"
+          "other ranks. Rank 0 prints its figures: communication per step (the engine's\n"
+          "ferry_stats comm_seconds over the timed steps), the time the engine's threads\n"
+          "waited on it (comm_wait_seconds), comm_hidden_fraction = the share of the\n"
+          "communication lanes' busy time during which the compute lane was busy too\n"
+          "(the timeline), and dist_overhead = step time with ranks - step time alone (the\n"
+          "exposed communication less the optimizer work the sharding saves). Each rank\n"
+          "swaps under its own folder DIR/rank<r> of every tiers.nvme.paths DIR.\n"
           "\n"
           "With the optimizer on NVMe, give a host budget too small to keep its state\n"
           "between steps (e.g. --set tiers.host.budget=16M): the planner counts every\n"
@@ -132,9 +163,24 @@ static const char *sets[34];
 static int nsets;
 static char state_set[64], master_set[64]; /* --state-dtype / --master as --set values */
 
+/* The ranks: set once by open_ranks, before any engine; one rank without a
+ * launcher (comm is then a SELF communicator the engines do not get). */
+static ferry_comm *comm;
+static int rank, nranks = 1;
+
+/* A failed engine call with ranks: the other ranks may wait in a collective
+ * for this one, so the job ends here (after the message). */
+static void abort_ranks(void) {
+  if (nranks <= 1) return;
+  fflush(stdout);
+  fflush(stderr);
+  ferry_comm_abort(comm, 1);
+}
+
 /* The layout the configured engine runs (for the planner's prediction). */
 typedef struct {
   int optim_on_nvme;
+  int zero_stage;      /* dist.zero_stage */
   ferry_plan_input in; /* optimizer, precision, state dtype / block, master */
 } step_layout;
 
@@ -156,14 +202,38 @@ static void read_layout(const ferry_config *c, step_layout *l) {
     l->in.state_block = strtoll(b, NULL, 10);
   if (!ferry_config_get(c, "precision.master", b, sizeof b))
     l->in.master_dtype = !strcmp(b, "bf16") ? FERRY_DT_BF16 : FERRY_DT_F32;
+  l->zero_stage = ferry_config_get(c, "dist.zero_stage", b, sizeof b) ? 0 : atoi(b);
 }
+
+/* With ranks, each rank's swap files go under DIR/rank<r> of every
+ * tiers.nvme.paths DIR (the engine wants a store of its own per rank). */
+static int rank_nvme_paths(ferry_config *c) {
+  const ferry_config_values *v = ferry_config_values_get(c);
+  if (nranks <= 1 || v->nvme_npaths == 0) return FERRY_OK;
+  char paths[FERRY_CFG_MAX_PATHS * 1040] = "";
+  size_t o = 0;
+  for (int i = 0; i < v->nvme_npaths && o < sizeof paths; i++) {
+    mkdir(v->nvme_paths[i], 0700);
+    o += (size_t)snprintf(paths + o, sizeof paths - o, "%s%s/rank%d", i ? "," : "",
+                          v->nvme_paths[i], rank);
+  }
+  return o < sizeof paths ? ferry_config_set(c, "tiers.nvme.paths", paths) : FERRY_EINVAL;
+}
+
+/* Which engine open_engine makes from the config. */
+typedef struct {
+  size_t resident_bytes; /* > 0: the all-resident reference of that device size */
+  int with_comm;         /* set the ranks' communicator on it (with ranks) */
+  const char *grads;     /* placement.grads to use instead of the config's, or NULL */
+} engine_kind;
 
 /* The engine of the config file (then the --set values); resident_bytes >
  * 0: the same settings with everything on the device (a device that
  * large, the host backend), the reference. *optim_on_device (may be NULL):
  * the configured optimizer runs on the device. */
-static ferry_engine *open_engine(const char *path, size_t resident_bytes, int *optim_on_device,
+static ferry_engine *open_engine(const char *path, engine_kind k, int *optim_on_device,
                                  step_layout *layout) {
+  size_t resident_bytes = k.resident_bytes;
   ferry_config *c = NULL;
   if (ferry_config_create(&c)) return NULL;
   int rc = ferry_config_load_file(c, path);
@@ -189,6 +259,8 @@ static ferry_engine *open_engine(const char *path, size_t resident_bytes, int *o
     if (!rc) rc = ferry_config_set(c, "device", "host");
     if (!rc) rc = ferry_config_set(c, "timeline", "");
   }
+  if (!rc && k.grads) rc = ferry_config_set(c, "placement.grads", k.grads);
+  if (!rc) rc = rank_nvme_paths(c);
   if (rc) {
     fprintf(stderr, "ferry bench step: %s\n", ferry_config_last_error(c));
     ferry_config_destroy(c);
@@ -201,6 +273,11 @@ static ferry_engine *open_engine(const char *path, size_t resident_bytes, int *o
   ferry_engine *e = NULL;
   if (ferry_engine_create(c, NULL, &e)) {
     fprintf(stderr, "ferry bench step: engine: %s\n", ferry_last_error());
+    e = NULL;
+  }
+  if (e && k.with_comm && nranks > 1 && ferry_engine_set_comm(e, comm)) {
+    fprintf(stderr, "ferry bench step: engine: %s\n", ferry_engine_last_error(e));
+    ferry_engine_destroy(e);
     e = NULL;
   }
   ferry_config_destroy(c);
@@ -243,12 +320,13 @@ typedef struct {
   const char *cfg, *timeline;
   int groups, dim, batch, steps, json, validate;
   double compute_ms;
+  int ranks; /* --ranks N; 0: as launched */
 } step_opts;
 
 /* Returns -1 to go on, or the exit code (0 after --help, 2 bad usage).
  * --set values go to sets[]. */
 static int parse_args(step_opts *o, int argc, char **argv) {
-  *o = (step_opts){NULL, NULL, 24, 512, 8, 5, 0, 1, 4};
+  *o = (step_opts){NULL, NULL, 24, 512, 8, 5, 0, 1, 4, 0};
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
     if (!strcmp(a, "--json"))
@@ -286,6 +364,16 @@ static int parse_args(step_opts *o, int argc, char **argv) {
       o->steps = atoi(argv[++i]);
     else if (v && !strcmp(a, "--compute-ms"))
       o->compute_ms = atof(argv[++i]);
+    else if (v && !strcmp(a, "--ranks")) {
+      char *end;
+      long n = strtol(argv[++i], &end, 10);
+      if (*end || end == argv[i] || n < 1 || n > 1024) {
+        fprintf(stderr, "ferry bench step: --ranks '%s': expected an integer from 1 to 1024\n",
+                argv[i]);
+        return 2;
+      }
+      o->ranks = (int)n;
+    }
     else {
       fprintf(stderr, "ferry bench step: unknown or incomplete option '%s'\n", a);
       usage(stderr);
@@ -324,20 +412,28 @@ static int losses_agree(const double ref[3], const double got[3], int tolerant) 
  * or 1 (said on stderr). */
 static int validate(const step_opts *o, double got[3]) {
   double ref[3];
-  ferry_engine *e = open_engine(o->cfg, model_params(o) * 24 + ((size_t)64 << 20), NULL, NULL);
+  engine_kind resident = {model_params(o) * 24 + ((size_t)64 << 20), 0, NULL};
+  ferry_engine *e = open_engine(o->cfg, resident, NULL, NULL);
   if (!e) return 1;
   int rc = validate_run(e, o->groups, o->dim, o->batch, ref);
   if (rc) fprintf(stderr, "ferry bench step: resident reference: %s\n", ferry_engine_last_error(e));
   ferry_engine_destroy(e);
   if (rc) return 1;
   int optim_dev = 0;
-  e = open_engine(o->cfg, 0, &optim_dev, NULL);
+  e = open_engine(o->cfg, (engine_kind){0, 1, NULL}, &optim_dev, NULL);
   if (!e) return 1;
   int ret = 0;
   ferry_device_info info;
-  int tolerant = optim_dev && !ferry_device_get_info(ferry_engine_device(e), &info) &&
-                 info.kind == FERRY_DEVICE_CUDA;
+  /* with ranks every rank runs the same batches: the average of N equal
+   * grads may round (3g / 3), so 1e-5 relative as on a cuda optimizer */
+  int tolerant = (optim_dev && !ferry_device_get_info(ferry_engine_device(e), &info) &&
+                  info.kind == FERRY_DEVICE_CUDA) || nranks > 1;
   rc = validate_run(e, o->groups, o->dim, o->batch, got);
+  if (rc) {
+    fprintf(stderr, "ferry bench step: rank %d: validation failed: %s\n", rank,
+            ferry_engine_last_error(e));
+    abort_ranks();
+  }
   if (rc || !losses_agree(ref, got, tolerant)) {
     fprintf(stderr,
             "ferry bench step: validation failed (%s; losses %.9g %.9g %.9g, resident "
@@ -423,7 +519,79 @@ typedef struct {
   step_layout layout;
   double plan_optim;  /* the planner's optimizer NVMe bytes per step (read = write); 0: off NVMe */
   double optim_error; /* max |measured / plan - 1| of read and write */
+  /* with ranks, per timed step (ferry_stats' comm figures, the timeline) */
+  double comm_s, comm_wait_s, comm_bytes, comm_ops;
+  double comm_busy_s;  /* the comm lanes' union */
+  double hidden;       /* share of comm_busy_s during which the compute lane was busy */
+  double alone;        /* step seconds of the same engine alone; 0: not timed */
 } step_result;
+
+static int by_start(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+/* The union of the spans of `lanes` within [from, to], merged and sorted,
+ * into iv (pairs; room for every span): the number of intervals. */
+static size_t lane_union(const ferry_timeline *tl, const int *lanes, int nl, double from,
+                         double to, double *iv) {
+  size_t n = atomic_load(&tl->n), m = 0;
+  if (n > tl->cap) n = tl->cap;
+  for (size_t i = 0; i < n; i++) {
+    const ferry_span *sp = &tl->spans[i];
+    int in = 0;
+    for (int k = 0; k < nl; k++) in |= sp->lane == lanes[k];
+    double a = fmax(sp->t0, from), b = fmin(sp->t1, to);
+    if (!in || b <= a) continue;
+    iv[2 * m] = a;
+    iv[2 * m + 1] = b;
+    m++;
+  }
+  qsort(iv, m, 2 * sizeof *iv, by_start);
+  size_t u = 0;
+  for (size_t i = 0; i < m; i++) {
+    if (u && iv[2 * i] <= iv[2 * (u - 1) + 1]) {
+      iv[2 * (u - 1) + 1] = fmax(iv[2 * (u - 1) + 1], iv[2 * i + 1]);
+    } else {
+      iv[2 * u] = iv[2 * i];
+      iv[2 * u + 1] = iv[2 * i + 1];
+      u++;
+    }
+  }
+  return u;
+}
+
+/* The comm lanes' busy seconds within [t0, t1] and the share of them
+ * during which the compute lane was busy too. */
+static int comm_overlap(const ferry_timeline *tl, double t0, double t1, double *busy,
+                        double *hidden) {
+  static const int comm_lanes[3] = {FERRY_LANE_COMM_LOOP, FERRY_LANE_COMM_DRAIN,
+                                    FERRY_LANE_COMM_STEP};
+  static const int compute_lane[1] = {FERRY_LANE_COMPUTE};
+  size_t n = atomic_load(&tl->n);
+  if (n > tl->cap) n = tl->cap;
+  double *c = malloc((n ? n : 1) * 2 * sizeof *c), *k = malloc((n ? n : 1) * 2 * sizeof *k);
+  if (!c || !k) {
+    free(c);
+    free(k);
+    return FERRY_ENOMEM;
+  }
+  size_t nc = lane_union(tl, comm_lanes, 3, t0, t1, c);
+  size_t nk = lane_union(tl, compute_lane, 1, t0, t1, k);
+  double all = 0, both = 0;
+  for (size_t i = 0; i < nc; i++) all += c[2 * i + 1] - c[2 * i];
+  for (size_t i = 0, j = 0; i < nc && j < nk;) { /* two sorted, disjoint lists */
+    double a = fmax(c[2 * i], k[2 * j]), b = fmin(c[2 * i + 1], k[2 * j + 1]);
+    if (b > a) both += b - a;
+    if (c[2 * i + 1] < k[2 * j + 1]) i++;
+    else j++;
+  }
+  free(c);
+  free(k);
+  *busy = all;
+  *hidden = all > 0 ? both / all : 0;
+  return FERRY_OK;
+}
 
 static const char *fam_names[FERRY_FAMILIES] = {"params", "grads", "optimizer"};
 
@@ -439,6 +607,8 @@ static void nvme_per_step(const step_opts *o, const ferry_stats *before, step_re
   uint64_t *groups = malloc((size_t)o->groups * sizeof *groups);
   if (!groups) return;
   for (int g = 0; g < o->groups; g++) groups[g] = (uint64_t)o->dim * (uint64_t)o->dim;
+  r->layout.in.gpus = nranks; /* one rank's share at dist.zero_stage >= 1 */
+  r->layout.in.zero_stage = r->layout.zero_stage;
   r->plan_optim = ferry_plan_optim_nvme_bytes(&r->layout.in, FERRY_PLACE_NVME_OPT, groups,
                                               (size_t)o->groups);
   free(groups);
@@ -452,8 +622,8 @@ static void report_text(const step_opts *o, const double got[3], const step_resu
   printf("step: %zu params in %d groups, %s, device %s\n", model_params(o), o->groups, o->cfg,
          r->device);
   if (o->validate)
-    printf("  validation: losses %.6g %.6g %.6g equal the all-resident run's\n", got[0], got[1],
-           got[2]);
+    printf("  validation: losses %.6g %.6g %.6g %s the all-resident run's\n", got[0], got[1],
+           got[2], nranks > 1 ? "within 1e-5 of" : "equal");
   else
     printf("  validation: skipped (--no-validate)\n");
   printf("  step time %.4f s (mean of %d)\n", r->per, o->steps);
@@ -477,9 +647,20 @@ static void report_text(const step_opts *o, const double got[3], const step_resu
            "%+.2f%%, written %+.2f%%\n", r->plan_optim,
            100 * (r->nvme_rd[FERRY_FAMILY_OPTIM] / r->plan_optim - 1),
            100 * (r->nvme_wr[FERRY_FAMILY_OPTIM] / r->plan_optim - 1));
+  if (nranks <= 1) return;
+  printf("  ranks %d (%s), dist.zero_stage %d; rank 0's figures per step:\n", nranks,
+         ferry_comm_kind_name(ferry_comm_get_kind(comm)), r->layout.zero_stage);
+  printf("  communication %.4f s (%.0f collectives, %.0f bytes sent; the comm lanes busy "
+         "%.4f s), the engine's threads waited %.4f s on it\n",
+         r->comm_s, r->comm_ops, r->comm_bytes, r->comm_busy_s, r->comm_wait_s);
+  printf("  comm_hidden_fraction %.3f (of the comm lanes' busy time, the compute lane was busy "
+         "too)\n", r->hidden);
+  printf("  alone (no communicator, every rank at once) %.4f s per step: ranks add %+.4f s\n",
+         r->alone, r->per - r->alone);
 }
 
 static void report(const step_opts *o, const double got[3], const step_result *r) {
+  if (rank != 0) return; /* only rank 0 prints */
   if (!o->json) {
     report_text(o, got, r);
     return;
@@ -523,33 +704,102 @@ static void report(const step_opts *o, const double got[3], const step_result *r
     json_null(&j, "plan_optimizer_nvme_bytes_per_step");
     json_null(&j, "optimizer_nvme_error");
   }
+  json_int(&j, "ranks", nranks);
+  json_int(&j, "zero_stage", r->layout.zero_stage);
+  json_str(&j, "comm", ferry_comm_kind_name(ferry_comm_get_kind(comm)));
+  json_num(&j, "comm_seconds_per_step", r->comm_s);
+  json_num(&j, "comm_busy_seconds_per_step", r->comm_busy_s);
+  json_num(&j, "comm_wait_seconds_per_step", r->comm_wait_s);
+  json_num(&j, "comm_bytes_per_step", r->comm_bytes);
+  json_num(&j, "comm_ops_per_step", r->comm_ops);
+  if (nranks > 1 && isfinite(r->hidden)) json_num(&j, "comm_hidden_fraction", r->hidden);
+  else json_null(&j, "comm_hidden_fraction");
+  if (nranks > 1) {
+    json_num(&j, "alone_step_seconds", r->alone);
+    json_num(&j, "dist_overhead_seconds_per_step", r->per - r->alone);
+  } else {
+    json_null(&j, "alone_step_seconds");
+    json_null(&j, "dist_overhead_seconds_per_step");
+  }
   json_end(&j);
 }
 
+/* The ranks' figures of the timed steps (between `before` and r->st, over
+ * [t0, t1]). */
+static void comm_per_step(ferry_engine *e, const step_opts *o, const ferry_stats *before,
+                          double t0, double t1, step_result *r) {
+  r->comm_s = (r->st.comm_seconds - before->comm_seconds) / o->steps;
+  r->comm_wait_s = (r->st.comm_wait_seconds - before->comm_wait_seconds) / o->steps;
+  r->comm_bytes = (double)(r->st.comm_bytes - before->comm_bytes) / o->steps;
+  r->comm_ops = (double)(r->st.comm_ops - before->comm_ops) / o->steps;
+  if (comm_overlap(engine_timeline(e), t0, t1, &r->comm_busy_s, &r->hidden)) r->hidden = NAN;
+  r->comm_busy_s /= o->steps;
+}
+
+/* The same engine without the communicator (grads kept where the ranks kept
+ * them), timed by every rank at once as with ranks: *alone, seconds per
+ * step. 0, or 1 (said on stderr; the job ends). */
+static int time_alone(const step_opts *o, const char *grads, double *alone) {
+  if (ferry_comm_barrier(comm, NULL)) {
+    fprintf(stderr, "ferry bench step: rank %d: barrier: %s\n", rank, ferry_comm_last_error(comm));
+    abort_ranks();
+    return 1;
+  }
+  ferry_engine *e = open_engine(o->cfg, (engine_kind){0, 0, grads}, NULL, NULL);
+  ferry_stream *s = NULL;
+  ferry_stats before;
+  double t0, t1;
+  int rc = !e || prepare_timing(e, o, &s);
+  if (!rc && time_steps(e, s, o, &t0, &t1, &before)) {
+    fprintf(stderr, "ferry bench step: alone: %s\n", ferry_engine_last_error(e));
+    rc = 1;
+  }
+  if (!rc) *alone = (t1 - t0) / o->steps;
+  ferry_engine_destroy(e);
+  if (rc) abort_ranks();
+  return rc;
+}
+
 /* Times steps on a fresh engine (the trace of these steps) and reports: 0,
- * or 1 (said on stderr). */
+ * or 1 (said on stderr). With ranks, then the same engine alone. */
 static int run_timed(const step_opts *o, const double got[3]) {
   step_result r;
   memset(&r, 0, sizeof r);
-  ferry_engine *e = open_engine(o->cfg, 0, NULL, &r.layout);
-  if (!e) return 1;
+  ferry_engine *e = open_engine(o->cfg, (engine_kind){0, 1, NULL}, NULL, &r.layout);
+  if (!e) {
+    abort_ranks();
+    return 1;
+  }
   ferry_stream *s = NULL;
   ferry_stats before;
   double t0, t1;
   int ret = 1;
-  if (prepare_timing(e, o, &s)) goto out;
+  if (prepare_timing(e, o, &s)) {
+    abort_ranks();
+    goto out;
+  }
   if (time_steps(e, s, o, &t0, &t1, &before)) {
-    fprintf(stderr, "ferry bench step: %s\n", ferry_engine_last_error(e));
+    fprintf(stderr, "ferry bench step: rank %d: %s\n", rank, ferry_engine_last_error(e));
+    abort_ranks();
     goto out;
   }
   ferry_device_info info;
   r.device = ferry_device_get_info(ferry_engine_device(e), &info) ? "?" : info.name;
   r.per = (t1 - t0) / o->steps;
   r.longest = component_busy(e, t0, t1, o->steps, r.busy);
-  if (o->timeline && ferry_engine_write_timeline(e, o->timeline))
+  if (o->timeline && rank == 0 && ferry_engine_write_timeline(e, o->timeline))
     fprintf(stderr, "ferry bench step: %s\n", ferry_engine_last_error(e));
   ferry_engine_get_stats(e, &r.st);
   nvme_per_step(o, &before, &r);
+  if (nranks > 1) {
+    static const char *const home[] = {"gpu", "host", "nvme"};
+    int none = 0;
+    ferry_tier gh = ferry_engine_grad_home(e, &none);
+    comm_per_step(e, o, &before, t0, t1, &r);
+    ferry_engine_destroy(e);
+    e = NULL;
+    if (time_alone(o, none ? "none" : home[gh], &r.alone)) goto out;
+  }
   report(o, got, &r);
   ret = 0;
 out:
@@ -557,14 +807,100 @@ out:
   return ret;
 }
 
+/* The ranks of this run: a communicator (FERRY_COMM_AUTO: MPI under a
+ * launcher, else one rank); --ranks N without a launcher runs this command
+ * again under mpirun. -1 to go on, or the exit code. */
+#define RELAUNCHED "FERRY_BENCH_STEP_RELAUNCHED"
+static int relaunch(int n, int argc, char **argv) {
+  char exe[PATH_MAX], np[16];
+  ssize_t len = readlink("/proc/self/exe", exe, sizeof exe - 1);
+  char **args = calloc((size_t)argc + 8, sizeof *args);
+  if (len <= 0 || !args) {
+    fprintf(stderr, "ferry bench step: --ranks %d: cannot find this program to run it under "
+                    "mpirun; run `mpirun -np %d ferry bench step ...` yourself\n", n, n);
+    free(args);
+    return 2;
+  }
+  exe[len] = '\0';
+  snprintf(np, sizeof np, "%d", n);
+  int k = 0;
+  args[k++] = (char *)"mpirun";
+  args[k++] = (char *)"--oversubscribe";
+  args[k++] = (char *)"-np";
+  args[k++] = np;
+  args[k++] = exe;
+  args[k++] = (char *)"bench";
+  args[k++] = (char *)"step";
+  for (int i = 1; i < argc; i++) args[k++] = argv[i];
+  setenv(RELAUNCHED, "1", 1);
+  fflush(stdout);
+  fflush(stderr);
+  execvp(args[0], args);
+  fprintf(stderr, "ferry bench step: --ranks %d: cannot run mpirun (%s): install OpenMPI "
+                  "(openmpi-bin), or start `mpirun -np %d ferry bench step ...` yourself\n",
+          n, strerror(errno), n);
+  free(args);
+  return 2;
+}
+
+static int open_ranks(const step_opts *o, int argc, char **argv) {
+  ferry_comm_options co = ferry_comm_options_default();
+  co.kind = FERRY_COMM_AUTO;
+  if (ferry_comm_create(&co, &comm)) {
+    fprintf(stderr, "ferry bench step: communicator: %s\n", ferry_last_error());
+    return 1;
+  }
+  rank = ferry_comm_rank(comm);
+  nranks = ferry_comm_size(comm);
+  if (o->ranks > 1 && nranks == 1) {
+    ferry_comm_destroy(comm);
+    comm = NULL;
+    if (getenv(RELAUNCHED)) {
+      fprintf(stderr, "ferry bench step: --ranks %d: started under mpirun, but the "
+                      "communicator has one rank (is this ferry built with MPI? `ferry info`)\n",
+              o->ranks);
+      return 1;
+    }
+    return relaunch(o->ranks, argc, argv);
+  }
+  if (o->ranks && o->ranks != nranks) {
+    if (rank == 0)
+      fprintf(stderr, "ferry bench step: --ranks %d, but the launcher started %d ranks\n",
+              o->ranks, nranks);
+    ferry_comm_destroy(comm);
+    comm = NULL;
+    return 2;
+  }
+  return -1;
+}
+
+/* Whether any rank failed (a collective; with one rank, `failed`). */
+static int any_failed(int failed) {
+  if (nranks <= 1) return failed;
+  int32_t mine = failed, any = 0;
+  if (ferry_comm_allreduce(comm, &mine, &any, 1, FERRY_DT_I32, FERRY_REDUCE_MAX, NULL, NULL)) {
+    fprintf(stderr, "ferry bench step: rank %d: %s\n", rank, ferry_comm_last_error(comm));
+    abort_ranks();
+  }
+  return any != 0;
+}
+
 int ferry_bench_step_main(int argc, char **argv) {
   step_opts o;
   int ex = parse_args(&o, argc, argv);
   if (ex >= 0) return ex;
+  ex = open_ranks(&o, argc, argv);
+  if (ex >= 0) return ex;
   double got[3] = {0, 0, 0};
-  if (o.validate && validate(&o, got)) return 1;
-  if (!o.validate)
-    fprintf(stderr, "ferry bench step: validation skipped (--no-validate): the step is timed "
-                    "without checking its numbers\n");
-  return run_timed(&o, got);
+  if (any_failed(o.validate && validate(&o, got))) {
+    ex = 1;
+  } else {
+    if (!o.validate && rank == 0)
+      fprintf(stderr, "ferry bench step: validation skipped (--no-validate): the step is timed "
+                      "without checking its numbers\n");
+    ex = run_timed(&o, got);
+  }
+  ferry_comm_destroy(comm);
+  comm = NULL;
+  return ex;
 }

@@ -47,8 +47,9 @@ static void plan_usage(FILE *f) {
 "  zero-infinity   nvme / nvme / nvme   params too on NVMe (ZeRO-Infinity)\n"
 "The grads column is placement.grads = \"auto\" when gradients are kept. When\n"
 "the step runs during backward (no --clip-grad-norm, precision not fp16,\n"
-"--grad-accumulation 1) \"auto\" keeps none: a group's grads live only in\n"
-"staging, are applied and dropped. Each candidate prints its resolved triple.\n"
+"--grad-accumulation 1, one rank) \"auto\" keeps none: a group's grads live\n"
+"only in staging, are applied and dropped. Each candidate prints its resolved\n"
+"triple.\n"
 "\n");
   plan_usage_options(f);
 }
@@ -114,6 +115,23 @@ static void plan_usage_options(FILE *f) {
 "                      (default materialized: the conservative count)\n"
 "  --chunk-size SIZE   the engine's chunk size (default 64M); families are\n"
 "                      reserved in whole chunks\n"
+"\n"
+"data parallelism (`mpirun -np N`; every byte and second is then one rank's,\n"
+"--batch is per rank):\n"
+"  --gpus G            ranks (GPUs) per node (default 1). --host-mem, the RAM\n"
+"                      available here, --nvme and --nvme-path are the node's and\n"
+"                      split between its G ranks; the node's CPU memory bandwidth\n"
+"                      and NVMe drives serve its G ranks\n"
+"  --nodes M           nodes (default 1); N = G x M ranks\n"
+"  --zero-stage S      dist.zero_stage (default 2): 0 replicates everything and\n"
+"                      all-reduces grads; 1 shards the fp32 master and optimizer\n"
+"                      states over the N ranks; 2 also the grads; 3 also the params\n"
+"  --net-gbps X        the network between nodes, per node, in gigabits per\n"
+"                      second as NICs are rated (default 100: 12.5 GB/s)\n"
+"  --intra-gbps X      the links between a node's GPUs, Gb/s (default: the PCIe\n"
+"                      figure h2d_gbps x 8, e.g. 200 for 25 GB/s; NVLink: more)\n"
+"                      The collectives run as rings at their slowest link: the\n"
+"                      network when M > 1, else the GPU links.\n"
 "\n");
   plan_usage_output(f);
 }
@@ -128,13 +146,17 @@ static void plan_usage_output(FILE *f) {
 "                      placement_keys {params, grads, optimizer}, its tiers and\n"
 "                      families, fits, why, components, step_seconds, rss_bytes,\n"
 "                      nvme_bytes_per_step {read, write: {params, grads,\n"
-"                      optimizer}}, readahead, cached_groups). With --largest:\n"
+"                      optimizer}}, readahead, cached_groups, comm). ranks,\n"
+"                      gpus, nodes, zero_stage, net_gbps, intra_gbps,\n"
+"                      comm_bytes_per_step, comm_seconds, comm_hidden_fraction\n"
+"                      and comm_exposed_seconds at the top. With --largest:\n"
 "                      fits and largest {params, layers, hidden, ffn, heads,\n"
 "                      vocab, placement, placement_keys, step_seconds, ...}\n"
 "  --write-config FILE write the engine config (libconfig) of the recommended\n"
 "                      placement with the budgets used here, the resolved\n"
 "                      placement.grads, precision.grads, grad_accumulation,\n"
-"                      clip_grad_norm and device\n"
+"                      clip_grad_norm and device (with ranks or --zero-stage\n"
+"                      also dist.zero_stage)\n"
 "  --svg FILE          draw each placement's tiers as stacked bars against budgets\n"
 "  -h, --help          this text\n"
 "\n"
@@ -198,6 +220,20 @@ static int parse_clip(const char *s, double *out) {
   double v = strtod(s, &end);
   if (errno || end == s || *end || !isfinite(v) || v < 0) {
     fprintf(stderr, "ferry plan: --clip-grad-norm '%s': expected a number >= 0 (0 = off)\n", s);
+    return -1;
+  }
+  *out = v;
+  return 0;
+}
+
+/* --net-gbps / --intra-gbps X: gigabits per second, a number > 0. */
+static int parse_gbps(const char *flag, const char *s, double *out) {
+  char *end;
+  errno = 0;
+  double v = strtod(s, &end);
+  if (errno || end == s || *end || !isfinite(v) || !(v > 0) || v > 1e7) {
+    fprintf(stderr, "ferry plan: %s '%s': expected a number > 0 (gigabits per second, e.g. "
+                    "100 for 100 Gb/s)\n", flag, s);
     return -1;
   }
   *out = v;
@@ -377,8 +413,9 @@ static int write_svg(const char *path, const ferry_plan_input *in, const ferry_p
 
 /* ---- config ---------------------------------------------------------------- */
 
+/* dist: also write dist.zero_stage (ranks, or --zero-stage given). */
 static int write_config(const char *path, const ferry_plan_input *in, const ferry_plan_result *r,
-                        const char *nvme_path) {
+                        const char *nvme_path, int dist) {
   if (r->recommended < 0) {
     fprintf(stderr, "ferry plan: --write-config %s: not written, no placement fits\n", path);
     return -1;
@@ -398,7 +435,8 @@ static int write_config(const char *path, const ferry_plan_input *in, const ferr
   snprintf(nvme, sizeof nvme, "%llu", (unsigned long long)in->budget[FERRY_PLAN_NVME]);
   int uses_nvme = r->cand[r->recommended].tier_bytes[FERRY_PLAN_NVME] > 0;
   pg = ferry_plan_grads_name(r->cand[r->recommended].grads); /* "auto" resolved */
-  char accum[32], clip[32], block[32];
+  char accum[32], clip[32], block[32], stage[8];
+  snprintf(stage, sizeof stage, "%d", in->zero_stage);
   snprintf(block, sizeof block, "%lld", (long long)(in->state_block ? in->state_block : 256));
   snprintf(accum, sizeof accum, "%lld", (long long)in->grad_accumulation);
   snprintf(clip, sizeof clip, "%.9g", in->clip_grad_norm);
@@ -422,6 +460,7 @@ static int write_config(const char *path, const ferry_plan_input *in, const ferr
       {"optimizer.state_dtype", ferry_plan_dtype_name(in->state_dtype)},
       {"optimizer.state_block", block},
       {"precision.master", ferry_plan_dtype_name(in->master_dtype)},
+      {"dist.zero_stage", dist ? stage : NULL},
   };
   int rc = 0;
   for (size_t i = 0; i < sizeof sets / sizeof sets[0] && !rc; i++) {
@@ -486,6 +525,15 @@ static void json_footprint(json_out *j, const ferry_plan_candidate *c) {
   json_close(j, '}');
   json_num(j, "optim_bytes_per_param", c->optim_bytes_per_param);
   json_num(j, "step_bytes_per_param", c->step_bytes_per_param);
+  json_open(j, "comm", '{');
+  json_num(j, "grad_bytes", c->comm_grad_bytes);
+  json_num(j, "param_bytes", c->comm_param_bytes);
+  json_num(j, "bytes_per_step", c->comm_bytes);
+  json_num(j, "link_gbps", c->comm_link_gbps);
+  json_num(j, "seconds", c->comm_seconds);
+  json_num(j, "exposed_seconds", c->comm_exposed_seconds);
+  json_num(j, "hidden_fraction", c->comm_hidden_fraction);
+  json_close(j, '}');
 }
 
 /* The model, the training input and the chosen (or closest) placement. */
@@ -516,6 +564,16 @@ static void json_summary(json_out *j, const ferry_plan_input *in, const ferry_pl
   json_str(j, "master", ferry_plan_dtype_name(in->master_dtype));
   int best = r->recommended >= 0 ? r->recommended : r->closest;
   const ferry_plan_candidate *b = &r->cand[best];
+  json_int(j, "ranks", r->ranks);
+  json_int(j, "gpus", in->gpus);
+  json_int(j, "nodes", in->nodes);
+  json_int(j, "zero_stage", in->zero_stage);
+  json_num(j, "net_gbps", in->net_gbps);
+  json_num(j, "intra_gbps", in->intra_gbps > 0 ? in->intra_gbps : 8 * in->bw.h2d_gbps);
+  json_num(j, "comm_bytes_per_step", b->comm_bytes);
+  json_num(j, "comm_seconds", b->comm_seconds);
+  json_num(j, "comm_exposed_seconds", b->comm_exposed_seconds);
+  json_num(j, "comm_hidden_fraction", b->comm_hidden_fraction);
   if (r->recommended >= 0) json_str(j, "placement", ferry_plan_placement_name(best));
   else json_null(j, "placement");
   json_bool(j, "fits", r->recommended >= 0);
@@ -623,6 +681,24 @@ static void cell_gib(double b) {
   else printf(" %14.1f", b / (1024.0 * 1024 * 1024));
 }
 
+/* The ranks of a data-parallel plan (nothing with one rank). */
+static void print_ranks(const ferry_plan_input *in, const ferry_plan_result *r) {
+  static const char *const what[] = {"everything replicated, grads all-reduced",
+                                     "master and optimizer states sharded",
+                                     "master, optimizer states and grads sharded",
+                                     "master, optimizer states, grads and params sharded"};
+  if (r->ranks <= 1) return;
+  printf("ranks      %d = %d GPU%s x %d node%s, ZeRO stage %d (%s); every figure is one "
+         "rank's, batch per rank\n",
+         r->ranks, in->gpus, in->gpus > 1 ? "s" : "", in->nodes, in->nodes > 1 ? "s" : "",
+         in->zero_stage, what[in->zero_stage]);
+  char intra[48];
+  if (in->intra_gbps > 0) snprintf(intra, sizeof intra, "%g Gb/s (--intra-gbps)", in->intra_gbps);
+  else snprintf(intra, sizeof intra, "%g Gb/s (8 x h2d_gbps)", 8 * in->bw.h2d_gbps);
+  printf("           network %g Gb/s per node%s, GPU links %s\n", in->net_gbps,
+         in->nodes > 1 ? "" : " (unused: one node)", intra);
+}
+
 /* The model, the training input, the budgets and the assumed bandwidths. */
 static void print_input(const ferry_plan_input *in, const ferry_plan_result *r,
                         const hw_notes *hw) {
@@ -655,6 +731,7 @@ static void print_input(const ferry_plan_input *in, const ferry_plan_result *r,
          (long long)in->grad_accumulation, in->clip_grad_norm > 0 ? "on" : "off",
          ferry_plan_precision_name(in->grad_precision),
          in->device == FERRY_PLAN_DEV_HOST ? "host (emulated GPU, fp32 CPU model)" : "cuda");
+  print_ranks(in, r);
   for (int t = 0; t < FERRY_PLAN_TIERS; t++)
     printf("%s %-4s %10s  %s\n", t ? "          " : "budgets   ", ferry_plan_tier_name(t),
            gib((double)in->budget[t], a, sizeof a), hw->text[t]);
@@ -751,6 +828,7 @@ static void print_step(const ferry_plan_result *r) {
   for (int p = 0; p < FERRY_PLACEMENTS; p++) printf(" %14s", ferry_plan_placement_name(p));
   printf("\n");
   for (int k = 0; k < FERRY_COMPONENTS; k++) {
+    if (k == FERRY_COMP_NET && r->ranks <= 1) continue;
     printf("  %-16s", ferry_plan_component_name(k));
     for (int p = 0; p < FERRY_PLACEMENTS; p++) {
       double s = r->cand[p].seconds[k];
@@ -768,6 +846,13 @@ static void print_step(const ferry_plan_result *r) {
     printf(" %14s", ferry_plan_component_name(r->cand[p].bottleneck));
   printf("\n  %-16s", "largest batch");
   for (int p = 0; p < FERRY_PLACEMENTS; p++) printf(" %14lld", (long long)r->cand[p].max_batch);
+  if (r->ranks > 1) {
+    printf("\n  %-16s", "comm GiB/rank");
+    for (int p = 0; p < FERRY_PLACEMENTS; p++) cell_gib(r->cand[p].comm_bytes);
+    printf("\n  %-16s", "comm hidden");
+    for (int p = 0; p < FERRY_PLACEMENTS; p++)
+      printf(" %13.0f%%", 100 * r->cand[p].comm_hidden_fraction);
+  }
   print_nvme_rows(r);
   printf("\n\n");
 }
@@ -816,7 +901,7 @@ static void print_footprint(const ferry_plan_input *in, int p, const ferry_plan_
 static void print_recommended(const ferry_plan_input *in, const ferry_plan_result *r,
                               const hw_notes *hw) {
   const ferry_plan_candidate *c = &r->cand[r->recommended];
-  char a[32], b[32];
+  char a[32], b[32], d[32];
   printf("recommended: %s — %s\n", ferry_plan_placement_name(r->recommended),
          ferry_plan_placement_desc(r->recommended));
   printf("  step ~ %.3f s, bottleneck %s (%.3f s", c->step_seconds,
@@ -829,19 +914,33 @@ static void print_recommended(const ferry_plan_input *in, const ferry_plan_resul
   case FERRY_COMP_H2D: printf(": %s uploaded per step", gib(c->h2d_bytes, a, sizeof a)); break;
   case FERRY_COMP_D2H: printf(": %s of grads drained", gib(c->d2h_bytes, a, sizeof a)); break;
   case FERRY_COMP_CPU: printf(": %s of CPU memory traffic", gib(c->cpu_bytes, a, sizeof a)); break;
+  case FERRY_COMP_NET:
+    printf(": %s sent per rank over %g Gb/s", gib(c->comm_bytes, a, sizeof a), c->comm_link_gbps);
+    break;
   default: printf(": %.3g FLOP", c->flops); break;
   }
   printf("); compute alone %.3f s\n", c->seconds[FERRY_COMP_COMPUTE]);
   double tok = (double)in->batch * (double)in->seq;
-  printf("  %.0f tokens/s, %.1f TFLOP/s achieved (device_tflops %.1f)\n", tok / c->step_seconds,
+  printf("  %.0f tokens/s, %.1f TFLOP/s achieved (device_tflops %.1f)", tok / c->step_seconds,
          c->flops / c->step_seconds / 1e12,
          in->precision == FERRY_PREC_FP32 ? in->bw.device_tflops_fp32 : in->bw.device_tflops);
+  if (r->ranks > 1)
+    printf(" per rank; %.0f tokens/s over the %d ranks", tok * r->ranks / c->step_seconds,
+           r->ranks);
+  printf("\n");
   printf("  tiers:");
   for (int t = 0; t < FERRY_PLAN_TIERS; t++)
     printf("%s %s %s of %s", t ? "," : "", ferry_plan_tier_name(t),
            gib((double)c->tier_bytes[t], a, sizeof a), gib((double)in->budget[t], b, sizeof b));
   printf("\n");
   printf("  largest batch at seq %lld: %lld\n", (long long)in->seq, (long long)c->max_batch);
+  if (r->ranks > 1)
+    printf("  communication per rank and step: %s (grads %s %s, params %s all-gathered) over "
+           "%g Gb/s: %.3f s, %.0f%% hidden behind compute and the optimizer (adds %.3f s)\n",
+           gib(c->comm_bytes, a, sizeof a), gib(c->comm_grad_bytes, b, sizeof b),
+           in->zero_stage == 0 ? "all-reduced" : "reduce-scattered",
+           gib(c->comm_param_bytes, d, sizeof d), c->comm_link_gbps, c->comm_seconds,
+           100 * c->comm_hidden_fraction, c->comm_exposed_seconds);
   print_footprint(in, r->recommended, c);
   if (hw->memlock == UINT64_MAX || c->pinned_bytes <= hw->memlock) return;
   if (hw->host_here)
@@ -881,7 +980,13 @@ typedef struct {
   const char *model, *params, *gpu_mem, *host_mem, *nvme, *nvme_path, *profile, *cfg_out, *svg;
   const char *gpu_budget, *host_budget;
   int json, largest;
+  int zero_stage_given; /* --zero-stage was on the command line */
 } plan_flags;
+
+/* Whether the plan is data-parallel: ranks, or a ZeRO stage asked for. */
+static int plan_dist(const plan_flags *fl, const ferry_plan_input *in) {
+  return fl->zero_stage_given || in->gpus * in->nodes > 1;
+}
 
 #define PLAN_GO (-1) /* parse_flags: go on and plan */
 
@@ -936,6 +1041,15 @@ static int take_value(const char *o, const char *v, plan_flags *fl, ferry_plan_i
   else if (!strcmp(o, "--grad-accumulation"))
     bad = parse_int(o, v, 1, 1000000, &in->grad_accumulation);
   else if (!strcmp(o, "--clip-grad-norm")) bad = parse_clip(v, &in->clip_grad_norm);
+  else if (!strcmp(o, "--gpus") || !strcmp(o, "--nodes") || !strcmp(o, "--zero-stage")) {
+    int stage = o[2] == 'z';
+    int64_t n = 0;
+    bad = parse_int(o, v, stage ? 0 : 1, stage ? 3 : 65536, &n);
+    *(stage ? &in->zero_stage : o[2] == 'g' ? &in->gpus : &in->nodes) = (int)n;
+    fl->zero_stage_given |= stage;
+  }
+  else if (!strcmp(o, "--net-gbps") || !strcmp(o, "--intra-gbps"))
+    bad = parse_gbps(o, v, o[2] == 'n' ? &in->net_gbps : &in->intra_gbps);
   else if (!strcmp(o, "--grad-precision")) {
     int g = 0;
     bad = pick(o, v, gprecs, 2, &g);
@@ -972,7 +1086,8 @@ static int parse_flags(int argc, char **argv, plan_flags *fl, ferry_plan_input *
       "--nvme-path", "--batch",  "--seq",        "--precision",    "--optimizer",
       "--checkpointing", "--profile", "--write-config", "--svg", "--attention",
       "--chunk-size", "--gpu-budget", "--host-budget", "--device", "--grad-accumulation",
-      "--clip-grad-norm", "--grad-precision", "--state-dtype", "--state-block", "--master"};
+      "--clip-grad-norm", "--grad-precision", "--state-dtype", "--state-block", "--master",
+      "--gpus", "--nodes", "--zero-stage", "--net-gbps", "--intra-gbps"};
   for (int i = 1; i < argc; i++) {
     const char *o = argv[i];
     if (!strcmp(o, "-h") || !strcmp(o, "--help")) {
@@ -1073,6 +1188,15 @@ static int exact_budget(int t, const char *v, const char *mem, ferry_plan_input 
   return 0;
 }
 
+/* A node's budget of tier t split between its --gpus ranks (each rank is a
+ * process with its own tiers), said in the budget's source. */
+static void node_share(ferry_plan_input *in, int t, hw_notes *hw) {
+  if (in->gpus <= 1) return;
+  in->budget[t] /= (uint64_t)in->gpus;
+  size_t n = strlen(hw->text[t]);
+  snprintf(hw->text[t] + n, sizeof hw->text[t] - n, ", / %d ranks per node", in->gpus);
+}
+
 /* The GPU budget: --gpu-budget, 95% of --gpu-mem, or of GPU 0's free memory. */
 static int gpu_budget(const plan_flags *fl, ferry_plan_input *in, hw_notes *hw) {
   char a[32];
@@ -1133,6 +1257,7 @@ static int host_budget(const plan_flags *fl, const ferry_host_info *host, int ha
     in->budget[FERRY_PLAN_HOST] = (uint64_t)((double)h * 0.8);
     snprintf(hw->text[1], sizeof hw->text[1], "80%% of --host-mem %s (tiers.host.budget default)",
              gib((double)h, a, sizeof a));
+    node_share(in, FERRY_PLAN_HOST, hw);
     return 0;
   }
   if (!have_host) {
@@ -1144,6 +1269,7 @@ static int host_budget(const plan_flags *fl, const ferry_host_info *host, int ha
   hw->host_here = 1;
   snprintf(hw->text[1], sizeof hw->text[1], "80%% of the %s of RAM available here",
            gib((double)host->ram_available_bytes, a, sizeof a));
+  node_share(in, FERRY_PLAN_HOST, hw);
   return 0;
 }
 
@@ -1163,6 +1289,7 @@ static int nvme_budget(const plan_flags *fl, ferry_plan_input *in, hw_notes *hw)
     }
     snprintf(hw->text[2], sizeof hw->text[2], "--nvme %s",
              gib((double)in->budget[2], a, sizeof a));
+    node_share(in, FERRY_PLAN_NVME, hw);
   } else if (fl->nvme_path) {
     ferry_path_info pi;
     char pwhy[256] = "";
@@ -1173,6 +1300,7 @@ static int nvme_budget(const plan_flags *fl, ferry_plan_input *in, hw_notes *hw)
     in->budget[FERRY_PLAN_NVME] = pi.free_bytes;
     snprintf(hw->text[2], sizeof hw->text[2], "free space of %s (%s%s)", fl->nvme_path,
              pi.fs_type, pi.o_direct ? ", O_DIRECT works" : ", no O_DIRECT: buffered I/O, slower");
+    node_share(in, FERRY_PLAN_NVME, hw);
   } else {
     snprintf(hw->text[2], sizeof hw->text[2], "none given (--nvme SIZE or --nvme-path DIR)");
   }
@@ -1214,6 +1342,7 @@ static void largest_text(const ferry_plan_largest_result *L, const hw_notes *hw)
   const ferry_plan_result *r = &L->fit;
   const ferry_plan_candidate *c = &r->cand[r->recommended];
   char a[32], b[32];
+  print_ranks(&L->in, r);
   for (int t = 0; t < FERRY_PLAN_TIERS; t++)
     printf("%s %-4s %10s  %s\n", t ? "          " : "budgets   ", ferry_plan_tier_name(t),
            gib((double)L->in.budget[t], a, sizeof a), hw->text[t]);
@@ -1243,6 +1372,8 @@ static void largest_json(const ferry_plan_largest_result *L) {
   json_out j;
   json_begin(&j, stdout);
   json_bool(&j, "fits", L->params > 0);
+  json_int(&j, "ranks", L->in.gpus * L->in.nodes);
+  json_int(&j, "zero_stage", L->in.zero_stage);
   json_open(&j, "largest", '{');
   json_uint(&j, "params", L->params);
   if (L->params) {
@@ -1292,7 +1423,8 @@ static int plan_largest(const plan_flags *fl, ferry_plan_input *in, hw_notes *hw
   else if (L.params) largest_text(&L, hw);
   else printf("largest    none: not even a dense model of 1,000 parameters fits these budgets\n");
   if (!L.params) return 1;
-  if (fl->cfg_out && write_config(fl->cfg_out, &L.in, &L.fit, fl->nvme_path)) return 1;
+  if (fl->cfg_out && write_config(fl->cfg_out, &L.in, &L.fit, fl->nvme_path, plan_dist(fl, in)))
+    return 1;
   return 0;
 }
 
@@ -1316,7 +1448,7 @@ int cli_plan(int argc, char **argv) {
   else print_text(&in, &r, &hw);
   rc = r.recommended >= 0 ? 0 : 1;
   if (fl.cfg_out) {
-    if (write_config(fl.cfg_out, &in, &r, fl.nvme_path)) rc = rc ? rc : 1;
+    if (write_config(fl.cfg_out, &in, &r, fl.nvme_path, plan_dist(&fl, &in))) rc = rc ? rc : 1;
     else if (!fl.json) printf("engine config for %s written to %s\n",
                               ferry_plan_placement_name(r.recommended), fl.cfg_out);
   }

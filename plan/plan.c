@@ -506,7 +506,7 @@ const char *ferry_plan_tier_name(int t) {
 }
 const char *ferry_plan_component_name(int c) {
   static const char *const n[FERRY_COMPONENTS] = {"compute", "h2d", "d2h", "cpu_optimizer",
-                                                  "nvme"};
+                                                  "nvme", "network"};
   return c >= 0 && c < FERRY_COMPONENTS ? n[c] : "?";
 }
 const char *ferry_plan_precision_name(int prec) {
@@ -600,6 +600,10 @@ ferry_plan_input ferry_plan_input_default(void) {
   in.state_dtype = FERRY_DT_F32;
   in.state_block = 256;
   in.master_dtype = FERRY_DT_F32;
+  in.gpus = in.nodes = 1;
+  in.zero_stage = 2; /* the engine's dist.zero_stage default */
+  in.net_gbps = 100;
+  in.intra_gbps = 0;
   return in;
 }
 
@@ -676,9 +680,11 @@ int ferry_plan_grads_auto(const ferry_plan_input *in, int p) {
   if (p == FERRY_PLACE_ALL_GPU) return FERRY_PLAN_GRADS_GPU;
   /* the step runs during backward: no global norm to wait for, no fp16
    * dynamic scaling (it needs the whole gradient's overflow flag), one
-   * micro-batch per step */
+   * micro-batch per step, one rank */
   int eager = !(in->clip_grad_norm > 0) && in->precision != FERRY_PREC_FP16 &&
-              in->grad_accumulation <= 1;
+              in->grad_accumulation <= 1 &&
+              /* ranks average the grads into accumulators (the engine's "auto") */
+              (int64_t)in->gpus * in->nodes <= 1;
   if (eager) return FERRY_PLAN_GRADS_NONE;
   return p == FERRY_PLACE_ZERO_OFFLOAD || p == FERRY_PLACE_ZERO3_OFFLOAD ? FERRY_PLAN_GRADS_HOST
                                                                           : FERRY_PLAN_GRADS_NVME;
@@ -692,7 +698,12 @@ typedef struct {
   double mb, sb;           /* bytes per param of the master (0: the params are it), of a state */
   int k;                   /* optimizer states */
   int cpu_path;            /* the CPU does the optimizer's arithmetic */
-  double grp_p, grp_g, grp_o; /* one group's chunks of each family */
+  double grp_p, grp_g, grp_o; /* one group's chunks of each family (grads and optimizer:
+                                 this rank's piece) */
+  double N;                /* ranks */
+  int stage;               /* ZeRO stage */
+  double so, sg, sp;       /* share of the whole family this rank keeps: optimizer and
+                              master (stage >= 1), grads (>= 2), params (3); 1 alone */
 } place_ctx;
 
 static place_ctx place_context(const ferry_plan_input *in, int p) {
@@ -715,9 +726,14 @@ static place_ctx place_context(const ferry_plan_input *in, int p) {
   c.sb = state_per_param(in);
   c.ob = c.mb + c.k * c.sb;
   c.cpu_path = in->device == FERRY_PLAN_DEV_HOST || c.oh != FERRY_PLAN_GPU;
-  c.grp_p = group_chunks(c.G * c.pb, c.ch);
-  c.grp_g = group_chunks(c.G * c.gb, c.ch);
-  c.grp_o = group_chunks(c.G * c.ob, c.ch);
+  c.N = (double)in->gpus * (double)in->nodes;
+  c.stage = in->zero_stage;
+  c.so = c.stage >= 1 ? 1 / c.N : 1;
+  c.sg = c.stage >= 2 ? 1 / c.N : 1;
+  c.sp = c.stage >= 3 ? 1 / c.N : 1;
+  c.grp_p = group_chunks(c.G * c.pb, c.ch); /* gathered: the whole group */
+  c.grp_g = group_chunks(c.G * c.gb * c.sg, c.ch);
+  c.grp_o = group_chunks(c.G * c.ob * c.so, c.ch);
   return c;
 }
 
@@ -757,8 +773,8 @@ static void place_bytes(const ferry_plan_input *in, int p, double b,
                         double out[FERRY_PLAN_TIERS][FERRY_PLAN_FAMILIES]) {
   memset(out, 0, sizeof(double) * FERRY_PLAN_TIERS * FERRY_PLAN_FAMILIES);
   place_ctx c = place_context(in, p);
-  double params = round_chunk(c.P * c.pb, c.ch);
-  double grads = round_chunk(c.P * c.gb, c.ch);
+  double params = round_chunk(c.P * c.pb * c.sp, c.ch); /* this rank's share */
+  double grads = round_chunk(c.P * c.gb * c.sg, c.ch);
   double *gpu = out[FERRY_PLAN_GPU], *host = out[FERRY_PLAN_HOST];
   /* activations and scratch: the device's on a GPU; the CPU model's host
    * allocations on --device host (in the RSS, not in the device budget) */
@@ -767,15 +783,16 @@ static void place_bytes(const ferry_plan_input *in, int p, double b,
     gpu[FERRY_FAM_WORKSPACE] = workspace_bytes(in, b);
   }
   gpu[FERRY_FAM_GRADS] = 2 * c.G * c.pb; /* grad buffers: being written, being drained */
-  /* params: the whole family at home, else two groups (in use, next) */
-  if (c.ph == FERRY_PLAN_GPU) gpu[FERRY_FAM_PARAMS] = params;
+  /* params: the whole family at home, else two groups (in use, next); at
+   * stage 3 the home keeps this rank's share and the device two gathered groups */
+  if (c.ph == FERRY_PLAN_GPU) gpu[FERRY_FAM_PARAMS] = params + (c.sp < 1 ? 2 * c.grp_p : 0);
   else gpu[FERRY_FAM_PARAMS] = 2 * c.grp_p;
   out[c.ph][FERRY_FAM_PARAMS] += c.ph == FERRY_PLAN_GPU ? 0 : params;
   if (c.gh == FERRY_PLAN_GRADS_GPU) gpu[FERRY_FAM_GRADS] += grads;
   else if (c.gh == FERRY_PLAN_GRADS_HOST) host[FERRY_FAM_GRADS] = grads;
   else if (c.gh == FERRY_PLAN_GRADS_NVME) out[FERRY_PLAN_NVME][FERRY_FAM_GRADS] = grads;
-  out[c.oh][FERRY_FAM_MASTER] = round_chunk(c.P * c.mb, c.ch);
-  out[c.oh][FERRY_FAM_OPTIM] = c.k * round_chunk(state_bytes(in, c.P), c.ch);
+  out[c.oh][FERRY_FAM_MASTER] = round_chunk(c.P * c.mb * c.so, c.ch);
+  out[c.oh][FERRY_FAM_OPTIM] = c.k * round_chunk(state_bytes(in, c.P * c.so), c.ch);
   host[FERRY_FAM_BUFFERS] = staging_bytes(&c);
   host[FERRY_FAM_SWAP] = swap_bytes(in, &c);
 }
@@ -857,11 +874,13 @@ static double optim_group_bytes(const ferry_plan_input *in, const place_ctx *c, 
   return round_chunk(n * c->mb, 4096) + c->k * round_chunk(state_bytes(in, n), 4096);
 }
 
+/* ... this rank's share of each group (stage >= 1: 1/N of it). */
 static double optim_family_bytes(const ferry_plan_input *in, const place_ctx *c) {
   const ferry_plan_model *m = &in->model;
-  return optim_group_bytes(in, c, (double)ferry_plan_embed_params(m)) +
-         (double)m->layers * optim_group_bytes(in, c, (double)ferry_plan_block_params(m)) +
-         optim_group_bytes(in, c, (double)ferry_plan_head_params(m));
+  double so = c->so;
+  return optim_group_bytes(in, c, (double)ferry_plan_embed_params(m) * so) +
+         (double)m->layers * optim_group_bytes(in, c, (double)ferry_plan_block_params(m) * so) +
+         optim_group_bytes(in, c, (double)ferry_plan_head_params(m) * so);
 }
 
 double ferry_plan_optim_nvme_bytes(const ferry_plan_input *in, int p, const uint64_t *group_params,
@@ -869,7 +888,8 @@ double ferry_plan_optim_nvme_bytes(const ferry_plan_input *in, int p, const uint
   if (!in || p < 0 || p >= FERRY_PLACEMENTS || (ngroups && !group_params)) return 0;
   place_ctx c = place_context(in, p);
   double o = 0;
-  for (size_t i = 0; i < ngroups; i++) o += optim_group_bytes(in, &c, (double)group_params[i]);
+  for (size_t i = 0; i < ngroups; i++)
+    o += optim_group_bytes(in, &c, (double)group_params[i] * c.so);
   return o;
 }
 
@@ -910,14 +930,14 @@ static void nvme_traffic(const ferry_plan_input *in, const place_ctx *c, ferry_p
   double A = (double)in->grad_accumulation;
   memset(k->nvme_read, 0, sizeof k->nvme_read);
   memset(k->nvme_write, 0, sizeof k->nvme_write);
-  if (c->oh == FERRY_PLAN_NVME) {
-    double o = optim_family_bytes(in, c); /* the master (if any) and each state */
+  if (c->oh == FERRY_PLAN_NVME) { /* the master (if any) and each state: this rank's share */
+    double o = optim_family_bytes(in, c);
     k->nvme_read[FERRY_PLAN_NV_OPTIM] = o;
     k->nvme_write[FERRY_PLAN_NV_OPTIM] = o;
   }
   if (c->gh == FERRY_PLAN_GRADS_NVME) { /* written per micro-batch, read back to accumulate
                                            (A - 1) times and once by the step */
-    double g = family_bytes(m, c->gb);
+    double g = family_bytes(m, c->gb) * c->sg;
     k->nvme_write[FERRY_PLAN_NV_GRADS] = A * g;
     k->nvme_read[FERRY_PLAN_NV_GRADS] = A * g;
   }
@@ -933,6 +953,9 @@ static void nvme_traffic(const ferry_plan_input *in, const place_ctx *c, ferry_p
      * their home; by then the group has left the host pool) */
     if (bf16_master(in)) k->nvme_read[FERRY_PLAN_NV_PARAMS] += pf;
     k->nvme_write[FERRY_PLAN_NV_PARAMS] = pf;
+    /* stage 3: each rank reads and writes its share, the rest is gathered */
+    k->nvme_read[FERRY_PLAN_NV_PARAMS] *= c->sp;
+    k->nvme_write[FERRY_PLAN_NV_PARAMS] *= c->sp;
   }
   k->nvme_read_bytes = k->nvme_write_bytes = 0;
   for (int f = 0; f < FERRY_PLAN_NV_FAMILIES; f++) {
@@ -965,9 +988,59 @@ static void rss_bytes(const ferry_plan_input *in, ferry_plan_rss *r) {
   r->total = r->host_budget + r->device_budget + r->activations + r->scratch + r->library + r->cuda;
 }
 
+/* Bytes one rank sends per step in ring collectives (docs/PLANNING.md,
+ * "Data parallelism"): a reduce-scatter or an all-gather moves (N - 1) / N
+ * of its buffer per rank, an all-reduce twice that. Grads go as fp32 (the
+ * engine reduces its fp32 drain), params at their dtype. */
+static void comm_bytes(const ferry_plan_input *in, const place_ctx *x, ferry_plan_candidate *c) {
+  double N = x->N, A = (double)in->grad_accumulation, f = (N - 1) / N;
+  double grads = 4 * x->P, params = x->P * x->pb;
+  c->comm_grad_bytes = c->comm_param_bytes = 0;
+  if (N > 1) {
+    switch (x->stage) {
+    case 0: c->comm_grad_bytes = A * 2 * f * grads; break;  /* all-reduce per micro-batch */
+    case 1: c->comm_grad_bytes = f * grads; break;          /* reduce-scatter once */
+    default: c->comm_grad_bytes = A * f * grads; break;     /* reduce-scatter per micro-batch */
+    }
+    /* the new params gathered after the step (1, 2); at 3 each rank keeps
+     * its share and every forward and backward fetch gathers the group */
+    c->comm_param_bytes = x->stage == 0 ? 0 : x->stage == 3 ? 2 * A * f * params : f * params;
+  }
+  c->comm_bytes = c->comm_grad_bytes + c->comm_param_bytes;
+  /* the ring runs at its slowest link: the network between nodes, the
+   * node's GPU links (PCIe unless --intra-gbps) between a node's ranks */
+  double intra = in->intra_gbps > 0 ? in->intra_gbps : 8 * in->bw.h2d_gbps;
+  c->comm_link_gbps = N <= 1            ? 0
+                      : in->nodes <= 1  ? intra
+                      : in->gpus <= 1   ? in->net_gbps
+                                        : fmin(in->net_gbps, intra);
+  c->comm_seconds = N > 1 ? c->comm_bytes / (c->comm_link_gbps / 8 * 1e9) : 0;
+}
+
+/* The pipeline's step: the longest component plus one group's worth of
+ * each of the others (filling and draining the pipeline); `skip` is a
+ * component left out (-1: none). */
+static double pipeline_step(const double *sec, int64_t groups, int skip, int *bottleneck,
+                            double *fill) {
+  double mx = 0, sum = 0;
+  int b = FERRY_COMP_COMPUTE;
+  for (int i = 0; i < FERRY_COMPONENTS; i++) {
+    if (i == skip) continue;
+    sum += sec[i];
+    if (sec[i] > mx) {
+      mx = sec[i];
+      b = i;
+    }
+  }
+  double f = (sum - mx) / (double)groups;
+  if (bottleneck) *bottleneck = b;
+  if (fill) *fill = f;
+  return mx + f;
+}
+
 /* Placement p's traffic per step, each component's seconds, the bottleneck
  * and the step time of the pipeline. A step is grad_accumulation
- * micro-batches. */
+ * micro-batches; with ranks, one rank's. */
 static void candidate_time(const ferry_plan_input *in, int p, ferry_plan_candidate *c) {
   const ferry_plan_model *m = &in->model;
   place_ctx x = place_context(in, p);
@@ -989,31 +1062,33 @@ static void candidate_time(const ferry_plan_input *in, int p, ferry_plan_candida
     /* a bf16 master whose params live on the device: the step reads them back */
     if (bf16_master(in) && x.ph == FERRY_PLAN_GPU) c->d2h_bytes += P * pb;
     /* + the drained grads summed into the accumulator (first micro-batch
-     * writes it, later ones read and write it) */
-    c->cpu_bytes = P * opt_bytes + (none ? 0 : P * (A * (pb + x.gb) + (A - 1) * x.gb));
+     * writes it, later ones read and write it); the step updates this
+     * rank's share, and from stage 2 the accumulator is a share too */
+    double accum = x.sg == 1 ? P * (A * (pb + x.gb) + (A - 1) * x.gb)
+                             : P * A * pb + P * x.sg * (A * x.gb + (A - 1) * x.gb);
+    c->cpu_bytes = P * x.so * opt_bytes + (none ? 0 : accum);
   }
   nvme_traffic(in, &x, c);
+  comm_bytes(in, &x, c);
+  /* a node's CPU memory bandwidth and NVMe drives serve its `gpus` ranks */
+  double share = (double)in->gpus;
   c->seconds[FERRY_COMP_COMPUTE] = c->flops / (tflops * 1e12);
   if (p == FERRY_PLACE_ALL_GPU) /* the step runs on the GPU after backward, not overlapped */
-    c->seconds[FERRY_COMP_COMPUTE] += P * opt_bytes / (in->bw.device_mem_gbps * 1e9);
+    c->seconds[FERRY_COMP_COMPUTE] += P * x.so * opt_bytes / (in->bw.device_mem_gbps * 1e9);
   c->seconds[FERRY_COMP_H2D] = c->h2d_bytes / (in->bw.h2d_gbps * 1e9);
   c->seconds[FERRY_COMP_D2H] = c->d2h_bytes / (in->bw.d2h_gbps * 1e9);
-  c->seconds[FERRY_COMP_CPU] = c->cpu_bytes / (in->bw.cpu_optimizer_gbps * 1e9);
-  c->seconds[FERRY_COMP_NVME] = c->nvme_read_bytes / (in->bw.nvme_read_gbps * 1e9) +
-                                c->nvme_write_bytes / (in->bw.nvme_write_gbps * 1e9);
-  double mx = 0, sum = 0;
-  c->bottleneck = FERRY_COMP_COMPUTE;
-  for (int i = 0; i < FERRY_COMPONENTS; i++) {
-    sum += c->seconds[i];
-    if (c->seconds[i] > mx) {
-      mx = c->seconds[i];
-      c->bottleneck = i;
-    }
-  }
-  /* a pipeline of `groups` stages: the longest component plus one group's
-   * worth of each of the others (filling and draining the pipeline) */
-  c->fill_seconds = (sum - mx) / (double)ferry_plan_groups(m);
-  c->step_seconds = mx + c->fill_seconds;
+  c->seconds[FERRY_COMP_CPU] = share * c->cpu_bytes / (in->bw.cpu_optimizer_gbps * 1e9);
+  c->seconds[FERRY_COMP_NVME] = share * (c->nvme_read_bytes / (in->bw.nvme_read_gbps * 1e9) +
+                                         c->nvme_write_bytes / (in->bw.nvme_write_gbps * 1e9));
+  c->seconds[FERRY_COMP_NET] = c->comm_seconds;
+  int64_t groups = ferry_plan_groups(m);
+  c->step_seconds = pipeline_step(c->seconds, groups, -1, &c->bottleneck, &c->fill_seconds);
+  /* communication overlaps compute and the optimizer: what it adds to the
+   * step is the part not hidden */
+  double alone = pipeline_step(c->seconds, groups, FERRY_COMP_NET, NULL, NULL);
+  c->comm_exposed_seconds = c->comm_seconds > 0 ? c->step_seconds - alone : 0;
+  c->comm_hidden_fraction =
+      c->comm_seconds > 0 ? 1 - c->comm_exposed_seconds / c->comm_seconds : 1;
 }
 
 /* The largest batch of placement p that fits at this sequence length. */
@@ -1102,6 +1177,19 @@ int ferry_plan_compute(const ferry_plan_input *in, ferry_plan_result *out, char 
                 "precision.master = bf16 needs bf16 params (precision.params = bf16, not %s): "
                 "the params are the master",
                 ferry_plan_precision_name(in->precision));
+  if (in->gpus < 1 || in->gpus > 65536)
+    return fail(why, wl, FERRY_EINVAL, "gpus %d: ranks per node must be 1 to 65536", in->gpus);
+  if (in->nodes < 1 || in->nodes > 65536)
+    return fail(why, wl, FERRY_EINVAL, "nodes %d: must be 1 to 65536", in->nodes);
+  if (in->zero_stage < 0 || in->zero_stage > 3)
+    return fail(why, wl, FERRY_EINVAL, "zero_stage %d: 0, 1, 2 or 3 (dist.zero_stage)",
+                in->zero_stage);
+  if (!(in->net_gbps > 0) || !isfinite(in->net_gbps))
+    return fail(why, wl, FERRY_EINVAL, "net_gbps %g: the network's Gb/s must be > 0",
+                in->net_gbps);
+  if (!(in->intra_gbps >= 0) || !isfinite(in->intra_gbps))
+    return fail(why, wl, FERRY_EINVAL, "intra_gbps %g: must be > 0 (0: the PCIe figure)",
+                in->intra_gbps);
   const double *bws[] = {&in->bw.h2d_gbps,           &in->bw.d2h_gbps,
                          &in->bw.nvme_read_gbps,     &in->bw.nvme_write_gbps,
                          &in->bw.cpu_optimizer_gbps, &in->bw.device_tflops,
@@ -1112,6 +1200,7 @@ int ferry_plan_compute(const ferry_plan_input *in, ferry_plan_result *out, char 
                   ferry_plan_bandwidth_key(1u << i));
   memset(out, 0, sizeof *out);
   out->params = ferry_plan_model_params(m);
+  out->ranks = in->gpus * in->nodes;
   out->largest_group = ferry_plan_largest_group(m);
   out->groups = ferry_plan_groups(m);
   out->recommended = -1;

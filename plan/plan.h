@@ -157,16 +157,28 @@ typedef struct {
   int64_t state_block;       /* int8: elements per absmax, a power of two 32..4096; 0 = 256 */
   int master_dtype;          /* FERRY_DT_F32 (0 reads as it) or FERRY_DT_BF16: the bf16
                                 params are the master (needs precision bf16) */
+  /* Data parallelism (docs/PLANNING.md, "Data parallelism"): `gpus` ranks
+   * on each of `nodes` nodes, N = gpus * nodes ranks; batch is per rank and
+   * every byte and second of a candidate is one rank's. budget[] is one
+   * rank's (the CLI divides a node's RAM and NVMe between its ranks). */
+  int gpus, nodes;           /* >= 1 each */
+  int zero_stage;            /* dist.zero_stage: 0 replicate, 1 shard master and states,
+                                2 also grads, 3 also params (default 2) */
+  double net_gbps;           /* inter-node bandwidth per node, Gb/s (bits; default 100) */
+  double intra_gbps;         /* between a node's GPUs, Gb/s (bits); 0 = the PCIe figure,
+                                8 * h2d_gbps */
 } ferry_plan_input;
 
 /* Defaults: batch 1, seq 1024, bf16, adamw, checkpointing on, materialized
  * attention, chunk 64 MiB, default bandwidths, budgets 0, no accumulation,
  * no clipping, fp32 gradient accumulators, a CUDA device, fp32 states
- * (block 256) and an fp32 master. */
+ * (block 256), an fp32 master, and one rank (1 GPU, 1 node) at ZeRO
+ * stage 2 with a 100 Gb/s network. */
 ferry_plan_input ferry_plan_input_default(void);
 
+/* FERRY_COMP_NET: the collectives between ranks (0 with one rank). */
 enum { FERRY_COMP_COMPUTE = 0, FERRY_COMP_H2D, FERRY_COMP_D2H, FERRY_COMP_CPU, FERRY_COMP_NVME,
-       FERRY_COMPONENTS };
+       FERRY_COMP_NET, FERRY_COMPONENTS };
 
 /* The process's peak RSS (docs/PLANNING.md, "Peak RSS"). */
 typedef struct {
@@ -205,10 +217,19 @@ typedef struct {
   int64_t cached_groups_device;        /* ... and the device pool (also in the host: inclusive) */
   double optim_bytes_per_param;        /* ferry_plan_optim_bytes_per_param */
   double step_bytes_per_param;         /* ferry_plan_step_bytes_per_param */
+  /* communication per rank and step (ring collectives; 0 with one rank):
+   * grads reduced (all-reduce at stage 0, reduce-scatter from 1), params
+   * all-gathered after the step (stages 1, 2) or at each fetch (3) */
+  double comm_grad_bytes, comm_param_bytes, comm_bytes;
+  double comm_link_gbps;               /* the slowest link of the ring, Gb/s; 0 alone */
+  double comm_seconds;                 /* = seconds[FERRY_COMP_NET] */
+  double comm_exposed_seconds;         /* step_seconds less the step without communication */
+  double comm_hidden_fraction;         /* 1 - exposed / comm_seconds; 1 when there is none */
 } ferry_plan_candidate;
 
 typedef struct {
   uint64_t params;
+  int ranks;       /* gpus * nodes */
   uint64_t largest_group;
   int64_t groups;
   ferry_plan_candidate cand[FERRY_PLACEMENTS];
@@ -249,7 +270,8 @@ double ferry_plan_step_bytes_per_param(const ferry_plan_input *in, int p);
  * groups of these parameter counts as placement p lays it out on NVMe, each
  * group's tensors rounded to 4 KiB: the bytes a step reads, and writes back,
  * with the optimizer on NVMe (used for the model's groups, and by `ferry
- * bench step` for its synthetic model's). */
+ * bench step` for its synthetic model's); with ranks (in->gpus, in->nodes)
+ * at in->zero_stage >= 1, one rank's share of each group. */
 double ferry_plan_optim_nvme_bytes(const ferry_plan_input *in, int p, const uint64_t *group_params,
                                    size_t ngroups);
 

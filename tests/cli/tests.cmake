@@ -24,3 +24,23 @@ ferry_add_test(NAME tools.gpu_check EXE sh TIMEOUT 60
 ferry_add_test(NAME cli.bench_step_nvme EXE sh TIMEOUT 120
                ARGS ${PROJECT_SOURCE_DIR}/tests/cli/bench_step_nvme_test.sh $<TARGET_FILE:ferry_cli>
                     ${PROJECT_SOURCE_DIR} ${PROJECT_BINARY_DIR}/tests/bench-step-nvme fp32 bf16 int8 int8-m16)
+# `ferry bench step` with 2 ranks (under mpirun and with --ranks): the
+# communication figures of rank 0's report (issue 23). Needs MPI and mpirun;
+# FERRY_MPI_ENV (tests/CMakeLists.txt, where it exists) carries root, shared
+# memory and the sanitizers' OpenMPI suppressions.
+if(FERRY_HAVE_MPI)
+  find_program(MPIEXEC_EXECUTABLE NAMES mpirun mpiexec)
+endif()
+if(FERRY_HAVE_MPI AND MPIEXEC_EXECUTABLE)
+  ferry_add_test(NAME cli.bench_step_ranks EXE sh TIMEOUT 120
+                 ARGS ${PROJECT_SOURCE_DIR}/tests/cli/bench_step_ranks_test.sh $<TARGET_FILE:ferry_cli>
+                      ${PROJECT_SOURCE_DIR} ${PROJECT_BINARY_DIR}/tests/bench-step-ranks
+                      ${MPIEXEC_EXECUTABLE} LABELS mpi)
+  set(env "${FERRY_MPI_ENV}")
+  if(NOT env)
+    set(env "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMPI_MCA_btl_vader_single_copy_mechanism=none")
+  endif()
+  set_tests_properties(cli.bench_step_ranks PROPERTIES ENVIRONMENT "${env}")
+else()
+  message(STATUS "ferry: no MPI or no mpirun: cli.bench_step_ranks is not registered")
+endif()

@@ -2,13 +2,18 @@
  * binary, argv[2] = a scratch folder): --json has the documented keys and
  * every candidate, --write-config loads back with ferry_config_load_file,
  * --svg is written, profiles are read, and impossible requests exit non-zero
- * with what is short and by how much.
+ * with what is short and by how much. With --gpus/--nodes/--zero-stage: one
+ * rank prints what it printed before, ranks add their JSON keys and text
+ * lines, a node's RAM and NVMe are split between its ranks, a slow network
+ * is the bottleneck, --write-config writes dist.zero_stage, and bad values
+ * are refused with the flag and value named.
  */
 #include "ferry.h"
 #include "core/json.h"
 #include "plan/plan.h"
 #include "tests/test.h"
 
+#include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
 
@@ -351,6 +356,137 @@ static void test_compact_state(void) {
   remove(cfg);
 }
 
+/* ---- data parallelism: --gpus, --nodes, --zero-stage, --net-gbps (issue 23) ---- */
+
+static const ferry_json_value *dist_num(const ferry_json_value *o, const char *k) {
+  const ferry_json_value *v = o ? ferry_json_get(o, k) : NULL;
+  if (!v || v->type != FERRY_JSON_NUM) {
+    fprintf(stderr, "  JSON number '%s' missing\n", k);
+    test_failures++;
+    return NULL;
+  }
+  return v;
+}
+
+#define DIST_BASE "--model llama-2-7b --gpu-mem 24G --host-mem 128G --nvme 2T --seq 2048"
+
+/* One rank: the flags at their defaults change nothing in the text. */
+static void test_dist_one_rank(void) {
+  static char before[1 << 18];
+  EXPECT_EQ_INT(run(0, DIST_BASE), 0);
+  memcpy(before, out, sizeof before);
+  EXPECT(!strstr(out, "ranks ") && !strstr(out, "network"));
+  EXPECT_EQ_INT(run(0, DIST_BASE " --gpus 1 --nodes 1 --zero-stage 3 --net-gbps 1"), 0);
+  EXPECT(strcmp(before, out) == 0);
+}
+
+static void test_dist_json(void) {
+  EXPECT_EQ_INT(run(0, DIST_BASE " --gpus 2 --nodes 2 --zero-stage 3 --net-gbps 50 --json"), 0);
+  ferry_json_value *v = NULL;
+  char why[256];
+  int rc = ferry_json_parse(out, strlen(out), &v, why, sizeof why);
+  if (rc) fprintf(stderr, "  not JSON: %s\n%s\n", why, out);
+  REQUIRE(rc == 0);
+  const ferry_json_value *x;
+  EXPECT((x = dist_num(v, "ranks")) && x->i == 4);
+  EXPECT((x = dist_num(v, "gpus")) && x->i == 2);
+  EXPECT((x = dist_num(v, "nodes")) && x->i == 2);
+  EXPECT((x = dist_num(v, "zero_stage")) && x->i == 3);
+  EXPECT((x = dist_num(v, "net_gbps")) && x->num == 50);
+  EXPECT((x = dist_num(v, "intra_gbps")) && x->num == 200);
+  const ferry_json_value *cb = dist_num(v, "comm_bytes_per_step"), *cs = dist_num(v, "comm_seconds");
+  const ferry_json_value *hf = dist_num(v, "comm_hidden_fraction");
+  dist_num(v, "comm_exposed_seconds");
+  EXPECT(cb && cs && cb->num > 0 && cs->num > 0);
+  /* the link is the 50 Gb/s network: 6.25e9 bytes per second */
+  EXPECT(cb && cs && cs->num > cb->num / 6.25e9 * (1 - 1e-9) &&
+         cs->num < cb->num / 6.25e9 * (1 + 1e-9));
+  EXPECT(hf && hf->num >= 0 && hf->num <= 1);
+  /* the host budget: 80% of the node's 128 GiB, split between 2 ranks */
+  const ferry_json_value *hb =
+      ferry_json_get(ferry_json_get(ferry_json_get(v, "tiers"), "host"), "budget");
+  EXPECT(hb && hb->i == (int64_t)((uint64_t)((double)(128ull << 30) * 0.8) / 2));
+  const ferry_json_value *c = ferry_json_get(v, "candidates");
+  REQUIRE(c && c->type == FERRY_JSON_ARR && c->n == 5);
+  for (size_t i = 0; i < c->n; i++) {
+    const ferry_json_value *cm = ferry_json_get(&c->items[i], "comm");
+    EXPECT(cm && cm->type == FERRY_JSON_OBJ);
+    const ferry_json_value *g = dist_num(cm, "grad_bytes"), *p = dist_num(cm, "param_bytes");
+    dist_num(cm, "bytes_per_step"), dist_num(cm, "seconds"), dist_num(cm, "hidden_fraction");
+    dist_num(cm, "exposed_seconds"), dist_num(cm, "link_gbps");
+    EXPECT(g && p && g->num > 0 && p->num > 0);
+    dist_num(ferry_json_get(&c->items[i], "components"), "network");
+  }
+  ferry_json_free(v);
+}
+
+static void test_dist_text(void) {
+  EXPECT_EQ_INT(run(0, DIST_BASE " --gpus 4 --nodes 2"), 0);
+  EXPECT(has("ranks      8 = 4 GPUs x 2 nodes, ZeRO stage 2"));
+  EXPECT(has("  network   "));
+  EXPECT(has("comm hidden"));
+  EXPECT(has("communication per rank and step:"));
+  EXPECT(has("/ 4 ranks per node"));
+  /* a 10 Mb/s network: the bottleneck */
+  EXPECT_EQ_INT(run(0, DIST_BASE " --nodes 2 --gpus 1 --net-gbps 0.01 --json"), 0);
+  ferry_json_value *v = NULL;
+  REQUIRE(ferry_json_parse(out, strlen(out), &v, NULL, 0) == 0);
+  const ferry_json_value *b = ferry_json_get(v, "bottleneck");
+  EXPECT(b && b->type == FERRY_JSON_STR && !strcmp(b->str, "network"));
+  ferry_json_free(v);
+  EXPECT_EQ_INT(run(0, DIST_BASE " --nodes 2 --net-gbps 0.01"), 0);
+  EXPECT(has("bottleneck network ("));
+}
+
+static void test_dist_refusals(void) {
+  static const struct {
+    const char *flags, *named;
+  } bad[] = {
+      {"--gpus 0", "--gpus '0'"},          {"--nodes 0", "--nodes '0'"},
+      {"--net-gbps -1", "--net-gbps '-1'"}, {"--zero-stage 4", "--zero-stage '4'"},
+      {"--intra-gbps 0", "--intra-gbps '0'"}, {"--gpus two", "--gpus 'two'"},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    char args[512];
+    snprintf(args, sizeof args, DIST_BASE " %s", bad[i].flags);
+    EXPECT_EQ_INT(run(1, args), 2);
+    EXPECT(has(bad[i].named));
+  }
+}
+
+/* The engine config --write-config wrote, loaded by the engine's reader. */
+static ferry_config *load_written(const char *path) {
+  ferry_config *c = NULL;
+  REQUIRE(ferry_config_create(&c) == 0);
+  int rc = ferry_config_load_file(c, path);
+  if (rc) fprintf(stderr, "  %s\n", ferry_config_last_error(c));
+  EXPECT(rc == 0);
+  return c;
+}
+
+/* dist.zero_stage in the written config: loaded back, or (an engine config
+ * without the dist keys yet) refused naming the key. */
+static void test_dist_write_config(void) {
+  char cfg[1024], args[2048];
+  snprintf(cfg, sizeof cfg, "%s/plan-dist.cfg", dir);
+  remove(cfg);
+  snprintf(args, sizeof args, DIST_BASE " --gpus 2 --zero-stage 1 --write-config '%s'", cfg);
+  int rc = run(1, args);
+  if (rc == 1) {
+    EXPECT(has("dist.zero_stage"));
+    return;
+  }
+  EXPECT_EQ_INT(rc, 0);
+  ferry_config *c = load_written(cfg);
+  char buf[64];
+  EXPECT(ferry_config_get(c, "dist.zero_stage", buf, sizeof buf) == 0 && !strcmp(buf, "1"));
+  /* the per-rank host budget */
+  EXPECT(ferry_config_get(c, "tiers.host.budget", buf, sizeof buf) == 0);
+  EXPECT(strtoull(buf, NULL, 10) == (uint64_t)((double)(128ull << 30) * 0.8) / 2);
+  ferry_config_destroy(c);
+  remove(cfg);
+}
+
 int main(int argc, char **argv) {
   REQUIRE(argc > 2);
   bin = argv[1];
@@ -361,5 +497,10 @@ int main(int argc, char **argv) {
   test_svg_and_profile();
   test_impossible();
   test_compact_state();
+  test_dist_one_rank();
+  test_dist_json();
+  test_dist_text();
+  test_dist_refusals();
+  test_dist_write_config();
   return test_finish("plan.cli");
 }
