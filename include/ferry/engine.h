@@ -136,9 +136,10 @@ FERRY_API float ferry_loss_scale(const ferry_engine *e);
  * with precision.master = "bf16" the params, which are the master, widened
  * to fp32. */
 FERRY_API int ferry_param_read(ferry_engine *e, const char *name, float *dst, size_t count);
-/* With ranks at dist.zero_stage >= 1 each rank holds a share of the
- * master, so ferry_param_read is a collective: every rank calls it, in the
- * same order, and every rank gets the whole tensor. */
+/* With ranks at dist.zero_stage >= 1 each rank holds a share of the fp32
+ * master, so ferry_param_read is then a collective: every rank calls it, in
+ * the same order, and every rank gets the whole tensor (a bf16 master, the
+ * params themselves, is read locally at stages 0-2). */
 /* Writes the timeline recorded so far as Chrome trace JSON. */
 FERRY_API int ferry_engine_write_timeline(ferry_engine *e, const char *path);
 
