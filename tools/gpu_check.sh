@@ -49,6 +49,13 @@ if ! command -v python3 >/dev/null; then
   echo "gpu_check: python3 not found" >&2
   exit 1
 fi
+# The bundle travels packed (gpucheck.tar.xz: the carry limit is 64 MiB);
+# python3's tarfile unpacks it, since the GPU machine may have no xz.
+if [ ! -d "$BUNDLE" ] && [ -f "$BUNDLE.tar.xz" ]; then
+  echo "gpu_check: unpacking $BUNDLE.tar.xz" >&2
+  python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' \
+    "$BUNDLE.tar.xz" "$(dirname "$BUNDLE")" || exit 1
+fi
 # The parts' own limits end inside TOTAL - 15 s; timeout is the backstop.
 timeout -k 10 "$TOTAL" python3 tools/gpucheck.py check --root . --bundle "$BUNDLE" \
   --out "$OUTDIR" --budget "$((TOTAL - 15))" "${dry[@]}"
