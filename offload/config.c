@@ -98,7 +98,9 @@ static const key_def keys[] = {
      v_tier},
     {"optimizer.type", K_ENUM, OFF(opt_type), "adamw", "adamw|adam|adagrad|lamb|sgd|lion", 0, 0,
      0, "optimizer", v_optim},
-    {"optimizer.lr", K_FLOAT, OFF(lr), "0.0001", NULL, 0, 1e3, 1, "learning rate", NULL},
+    {"optimizer.lr", K_FLOAT, OFF(lr), "0.0001", NULL, 0, 1e3, 0,
+     "learning rate, in [0, 1000]; 0 is accepted as in PyTorch (the optimizer states still "
+     "update, the weights keep still)", NULL},
     {"optimizer.betas", K_FLOAT2, OFF(betas), "0.9, 0.999", NULL, 0, 1, 0,
      "Adam/LAMB/Lion betas, each in [0, 1)", NULL},
     {"optimizer.eps", K_FLOAT, OFF(eps), "1e-08", NULL, 0, 1, 0, "denominator epsilon", NULL},

@@ -61,7 +61,10 @@ static void test_defaults_and_set(void) {
          has(c, "12Q") && has(c, "expected a size"));
   EXPECT(ferry_config_set(c, "chunk_size", "100") == FERRY_ECONFIG); /* below 4 KiB */
   EXPECT(ferry_config_set(c, "device", "gpu") == FERRY_ECONFIG && has(c, "auto|cuda|host"));
-  EXPECT(ferry_config_set(c, "optimizer.lr", "0") == FERRY_ECONFIG && has(c, "(0, 1000]"));
+  /* lr = 0 is accepted, as PyTorch accepts it (issue 25 item 7); below 0 is not */
+  EXPECT(ferry_config_set(c, "optimizer.lr", "0") == 0 && v->lr == 0);
+  EXPECT(ferry_config_set(c, "optimizer.lr", "-1e-4") == FERRY_ECONFIG && has(c, "[0, 1000]"));
+  EXPECT(ferry_config_set(c, "optimizer.lr", "1001") == FERRY_ECONFIG && has(c, "optimizer.lr"));
   EXPECT(ferry_config_set(c, "optimizer.lr", "abc") == FERRY_ECONFIG);
   EXPECT(ferry_config_set(c, "optimizer.betas", "0.9") == FERRY_ECONFIG);
   EXPECT(ferry_config_set(c, "optimizer.betas", "0.9, 1.0") == FERRY_ECONFIG);
