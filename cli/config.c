@@ -17,7 +17,12 @@ static void usage(FILE *f) {
           "        what was expected, or prints every key's effective value\n"
           "keys    lists every key with its type, default and meaning\n"
           "write   writes a complete config (defaults, then --set values) to FILE\n"
-          "--set   applies KEY=VALUE after the file, e.g. --set tiers.gpu.budget=20G\n");
+          "--set   applies KEY=VALUE after the file, e.g. --set tiers.gpu.budget=20G;\n"
+          "        VALUE is bare text (64M, 3e-4, host, true, /a, /b) or the file's grammar:\n"
+          "        a list [\"/mnt/a\", \"/mnt/b\"] or a quoted string \"text\"\n"
+          "\n"
+          "check exits 0 when the file and the --set values are valid, 1 when they are\n"
+          "not (naming file, line, key and value), 2 on a usage error.\n");
 }
 
 static int print_all(const ferry_config *c) {
@@ -27,6 +32,23 @@ static int print_all(const ferry_config *c) {
     ferry_config_key_info(i, &name, NULL, NULL, NULL);
     ferry_config_get(c, name, v, sizeof v);
     printf("%-30s %s\n", name, v);
+  }
+  return 0;
+}
+
+/* What the engine would refuse at create for want of a path: a placement
+ * on nvme with tiers.nvme.paths empty (the values alone are each valid). */
+static int check_paths(const ferry_config *c, const char *file) {
+  static const char *const homes[] = {"placement.params", "placement.grads", "placement.optimizer"};
+  char paths[64], home[32];
+  if (ferry_config_get(c, "tiers.nvme.paths", paths, sizeof paths) == 0 && paths[0]) return 0;
+  for (size_t i = 0; i < sizeof homes / sizeof homes[0]; i++) {
+    if (ferry_config_get(c, homes[i], home, sizeof home) || strcmp(home, "nvme")) continue;
+    fprintf(stderr,
+            "ferry config: %s: %s = \"nvme\" but tiers.nvme.paths is empty (name the swap "
+            "directories, e.g. tiers.nvme.paths = [\"/mnt/nvme0/ferry\"])\n",
+            file, homes[i]);
+    return 1;
   }
   return 0;
 }
@@ -101,6 +123,7 @@ int cli_config(int argc, char **argv) {
     rc = 1;
   }
   if (!rc) rc = apply_sets(c, argc, argv, 3);
+  if (!rc && check) rc = check_paths(c, argv[2]);
   if (!rc && check) {
     printf("%s: ok\n", argv[2]);
     print_all(c);

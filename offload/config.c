@@ -338,6 +338,11 @@ static int set_paths(ferry_config_values *v, const char *s, char *why, size_t wl
       snprintf(why, wl, "1 to %d non-empty paths separated by commas", FERRY_CFG_MAX_PATHS);
       return -1;
     }
+    if (strchr("[\"", p[0]) || strchr("]\"", p[len - 1])) { /* grammar not parsed */
+      snprintf(why, wl, "paths without quotes or brackets: a, b, or [\"a\", \"b\"] as a "
+                        "whole");
+      return -1;
+    }
     memcpy(tmp.nvme_paths[tmp.nvme_npaths], p, len);
     tmp.nvme_paths[tmp.nvme_npaths++][len] = '\0';
     if (!comma) break;
@@ -470,6 +475,8 @@ int ferry_config_clone(const ferry_config *src, ferry_config **out) {
   return rc;
 }
 
+static int set_grammar(ferry_config *c, const key_def *k, const char *key, const char *value);
+
 int ferry_config_set(ferry_config *c, const char *key, const char *value) {
   if (!c) return FERRY_EINVAL;
   if (!key || !value) return ferry_err(&c->err, FERRY_EINVAL, "config set: key or value is NULL");
@@ -480,8 +487,11 @@ int ferry_config_set(ferry_config *c, const char *key, const char *value) {
                      s ? " (did you mean '" : "", s ? s : "", s ? "'?)" : "");
   }
   char why[256];
+  const char *p = value;
+  while (isspace((unsigned char)*p)) p++;
+  if (*p == '[' || *p == '(' || *p == '"') return set_grammar(c, k, key, value);
   if (set_text(&c->v, k, value, why, sizeof why))
-    return ferry_err(&c->err, FERRY_ECONFIG, "config key '%s': value \"%s\" is invalid: expected %s",
+    return ferry_err(&c->err, FERRY_ECONFIG, "config key '%s': value '%s' is invalid: expected %s",
                      key, value, why);
   return FERRY_OK;
 }
@@ -540,54 +550,157 @@ static int scalar_text(const config_setting_t *s, char *buf, size_t len) {
   }
 }
 
-static int apply(reader *r, const config_setting_t *s, const key_def *k, const char *path) {
-  char text[2048], why[256];
+/* The text form (for set_text) of a setting `s` given for key k: a list
+ * for the list keys ("a, b"), a scalar for the others. `strict` (files)
+ * also wants each scalar in its own type: a quoted string for enums and
+ * strings, a bare number for numbers, true or false for booleans; --set
+ * values (not strict) may quote any scalar. On failure it writes why into
+ * `why`, points *where at the offending setting and returns -1. */
+static int value_text(const config_setting_t *s, const key_def *k, int strict, char *text,
+                      size_t tl, char *why, size_t wl, const config_setting_t **where) {
   int t = config_setting_type(s);
+  *where = s;
+  text[0] = '\0';
   if (k->k == K_PATHS || k->k == K_FLOAT2) {
-    if (t != CONFIG_TYPE_ARRAY && t != CONFIG_TYPE_LIST)
-      return rd_err(r, s, "key '%s': expected %s in [ ... ]", path, kind_name(k->k));
+    if (t != CONFIG_TYPE_ARRAY && t != CONFIG_TYPE_LIST) {
+      if (strict || t == CONFIG_TYPE_GROUP) {
+        snprintf(why, wl, "expected %s in [ ... ]", kind_name(k->k));
+        return -1;
+      }
+      /* --set tiers.nvme.paths="/x": one path (a quoted string) */
+      if (k->k == K_PATHS && t != CONFIG_TYPE_STRING) {
+        snprintf(why, wl, "expected a quoted path or a list of them in [ ... ]");
+        return -1;
+      }
+      if (k->k == K_PATHS && !config_setting_get_string(s)[0]) {
+        snprintf(why, wl, "a path is empty (write the swap directory, or [] for no NVMe tier)");
+        return -1;
+      }
+      if (scalar_text(s, text, tl) == 0 && strlen(text) < tl - 1) return 0;
+      snprintf(why, wl, "value too long");
+      return -1;
+    }
     size_t o = 0;
     int n = config_setting_length(s);
-    text[0] = '\0';
     for (int i = 0; i < n; i++) {
       const config_setting_t *e = config_setting_get_elem(s, (unsigned)i);
       char one[1100];
       int et = config_setting_type(e);
+      *where = e;
       if ((k->k == K_PATHS && et != CONFIG_TYPE_STRING) ||
           (k->k == K_FLOAT2 && et != CONFIG_TYPE_FLOAT && et != CONFIG_TYPE_INT &&
            et != CONFIG_TYPE_INT64) ||
-          scalar_text(e, one, sizeof one))
-        return rd_err(r, e, "key '%s': element %d: expected %s", path, i,
-                      k->k == K_PATHS ? "a string" : "a number");
-      if (k->k == K_PATHS && strchr(one, ','))
-        return rd_err(r, e, "key '%s': path \"%s\" contains a comma, which is not supported",
-                      path, one);
-      o += (size_t)snprintf(text + o, sizeof text - o, "%s%s", i ? ", " : "", one);
-      if (o >= sizeof text) return rd_err(r, s, "key '%s': value too long", path);
+          scalar_text(e, one, sizeof one)) {
+        snprintf(why, wl, "element %d: expected %s", i, k->k == K_PATHS ? "a string" : "a number");
+        return -1;
+      }
+      if (k->k == K_PATHS && !one[0]) {
+        snprintf(why, wl, "element %d: the path is empty (write the swap directory)", i);
+        return -1;
+      }
+      if (k->k == K_PATHS && strchr(one, ',')) {
+        snprintf(why, wl, "path \"%.180s\" contains a comma, which is not supported", one);
+        return -1;
+      }
+      o += (size_t)snprintf(text + o, tl - o, "%s%s", i ? ", " : "", one);
+      if (o >= tl) {
+        *where = s;
+        snprintf(why, wl, "value too long");
+        return -1;
+      }
     }
-    if (k->k == K_PATHS && n == 0) {
-      r->tmp.nvme_npaths = 0;
-      return FERRY_OK;
+    *where = s;
+    return 0;
+  }
+  if (t == CONFIG_TYPE_GROUP || t == CONFIG_TYPE_ARRAY || t == CONFIG_TYPE_LIST) {
+    snprintf(why, wl, "expected %s%s%s, not a %s", kind_name(k->k), k->k == K_ENUM ? " " : "",
+             k->k == K_ENUM ? k->names : "", t == CONFIG_TYPE_GROUP ? "group" : "list");
+    return -1;
+  }
+  if (strict) {
+    if (k->k == K_BOOL && t != CONFIG_TYPE_BOOL) {
+      snprintf(why, wl, "expected true or false");
+      return -1;
     }
-  } else {
-    if (t == CONFIG_TYPE_GROUP || t == CONFIG_TYPE_ARRAY || t == CONFIG_TYPE_LIST)
-      return rd_err(r, s, "key '%s': expected %s%s%s, not a %s", path, kind_name(k->k),
-                    k->k == K_ENUM ? " " : "", k->k == K_ENUM ? k->names : "",
-                    t == CONFIG_TYPE_GROUP ? "group" : "list");
-    if (k->k == K_BOOL && t != CONFIG_TYPE_BOOL)
-      return rd_err(r, s, "key '%s': expected true or false", path);
-    if ((k->k == K_ENUM || k->k == K_STR) && t != CONFIG_TYPE_STRING)
-      return rd_err(r, s, "key '%s': expected a quoted string%s%s", path,
-                    k->k == K_ENUM ? ", one of " : "", k->k == K_ENUM ? k->names : "");
-    if ((k->k == K_INT || k->k == K_POW2 || k->k == K_FLOAT) && t == CONFIG_TYPE_STRING)
-      return rd_err(r, s, "key '%s': expected %s, not a string (write it without quotes)", path,
-                    kind_name(k->k));
-    if ((k->k == K_INT || k->k == K_POW2) && t == CONFIG_TYPE_FLOAT)
-      return rd_err(r, s, "key '%s': expected an integer", path);
-    scalar_text(s, text, sizeof text);
+    if ((k->k == K_ENUM || k->k == K_STR) && t != CONFIG_TYPE_STRING) {
+      snprintf(why, wl, "expected a quoted string%s%s", k->k == K_ENUM ? ", one of " : "",
+               k->k == K_ENUM ? k->names : "");
+      return -1;
+    }
+    if ((k->k == K_INT || k->k == K_POW2 || k->k == K_FLOAT) && t == CONFIG_TYPE_STRING) {
+      snprintf(why, wl, "expected %s, not a string (write it without quotes)", kind_name(k->k));
+      return -1;
+    }
+  }
+  if ((k->k == K_INT || k->k == K_POW2) && t == CONFIG_TYPE_FLOAT) {
+    snprintf(why, wl, "expected an integer");
+    return -1;
+  }
+  if (scalar_text(s, text, tl) || strlen(text) >= tl - 1) {
+    snprintf(why, wl, "value too long");
+    return -1;
+  }
+  return 0;
+}
+
+static int apply(reader *r, const config_setting_t *s, const key_def *k, const char *path) {
+  char text[2048], why[256];
+  const config_setting_t *where = s;
+  if (value_text(s, k, 1, text, sizeof text, why, sizeof why, &where))
+    return rd_err(r, where, "key '%s': %s", path, why);
+  if (k->k == K_PATHS && !text[0]) { /* paths = []: no NVMe tier */
+    r->tmp.nvme_npaths = 0;
+    return FERRY_OK;
   }
   if (set_text(&r->tmp, k, text, why, sizeof why))
     return rd_err(r, s, "key '%s': value %s is invalid: expected %s", path, text, why);
+  return FERRY_OK;
+}
+
+/* ferry_config_set of a value written in the config grammar (a list
+ * [..] or (..), or a quoted string): libconfig parses the line
+ * `v = VALUE;`, whose one setting then goes through value_text and
+ * set_text as a file's would, all or nothing. */
+static int set_grammar(ferry_config *c, const key_def *k, const char *key, const char *value) {
+  char why[256], text[2048];
+  if (strpbrk(value, "\n\r") || strlen(value) > 4 * sizeof text)
+    return ferry_err(&c->err, FERRY_ECONFIG,
+                     "config key '%s': value '%.200s' is invalid: %s", key, value,
+                     strpbrk(value, "\n\r") ? "it spans lines" : "too long");
+  size_t n = strlen(value) + 16;
+  char *line = malloc(n);
+  if (!line) return ferry_err(&c->err, FERRY_ENOMEM, "config key '%s': out of memory", key);
+  snprintf(line, n, "v = %s;", value);
+  config_t cf;
+  config_init(&cf);
+  int ok = config_read_string(&cf, line) == CONFIG_TRUE;
+  free(line);
+  const config_setting_t *root = config_root_setting(&cf), *s = NULL;
+  if (ok && config_setting_length(root) == 1) s = config_setting_get_elem(root, 0);
+  if (!s) {
+    int rc = ferry_err(&c->err, FERRY_ECONFIG,
+                       "config key '%s': value '%s' is invalid: %s%s (write a list as "
+                       "[\"a\", \"b\"] or a, b, and a string as \"text\" or bare)",
+                       key, value, ok ? "more than one value" : "not in the config grammar: ",
+                       ok ? "" : config_error_text(&cf));
+    config_destroy(&cf);
+    return rc;
+  }
+  const config_setting_t *where;
+  int rc = FERRY_OK;
+  if (value_text(s, k, 0, text, sizeof text, why, sizeof why, &where))
+    rc = ferry_err(&c->err, FERRY_ECONFIG, "config key '%s': value '%s' is invalid: %s", key,
+                   value, why);
+  config_destroy(&cf);
+  if (rc) return rc;
+  ferry_config_values tmp = c->v;
+  if (k->k == K_PATHS && !text[0]) {
+    tmp.nvme_npaths = 0;
+  } else if (set_text(&tmp, k, text, why, sizeof why)) {
+    return ferry_err(&c->err, FERRY_ECONFIG, "config key '%s': value '%s' is invalid: expected %s",
+                     key, value, why);
+  }
+  c->v = tmp;
   return FERRY_OK;
 }
 

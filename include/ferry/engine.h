@@ -28,7 +28,11 @@ FERRY_API int ferry_config_load_file(ferry_config *c, const char *path);
 /* The same from text; `name` stands for the file name in messages. */
 FERRY_API int ferry_config_load_string(ferry_config *c, const char *text, const char *name);
 /* Sets one key from its text form: sizes "64M", numbers, true/false, enum
- * names, arrays as "a, b". */
+ * names, arrays as "a, b". A value that starts with '[', '(' or '"' is
+ * read in the config file's grammar: a list ["a", "b"] or (0.9, 0.95), or
+ * a quoted string; anything else there is refused naming the key. An
+ * empty path ("" or an element "") is refused; an empty list (or an empty
+ * value) leaves tiers.nvme.paths empty. */
 FERRY_API int ferry_config_set(ferry_config *c, const char *key, const char *value);
 /* The current value of a key in its text form. */
 FERRY_API int ferry_config_get(const ferry_config *c, const char *key, char *buf, size_t len);

@@ -44,3 +44,8 @@ if(FERRY_HAVE_MPI AND MPIEXEC_EXECUTABLE)
 else()
   message(STATUS "ferry: no MPI or no mpirun: cli.bench_step_ranks is not registered")
 endif()
+# The `ferry` command used as a careless or hostile user would (issue 25):
+# one case per defect (tests/cli/hostile_test.sh).
+ferry_add_test(NAME cli.hostile.config EXE sh TIMEOUT 30
+               ARGS ${PROJECT_SOURCE_DIR}/tests/cli/hostile_test.sh $<TARGET_FILE:ferry_cli> config
+                    ${PROJECT_BINARY_DIR}/tests/cli-hostile-config)

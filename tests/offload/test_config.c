@@ -82,6 +82,53 @@ static void test_defaults_and_set(void) {
   ferry_config_destroy(c);
 }
 
+/* --set values in the config grammar (issue 25 item 8): a bracketed list
+ * is a list, not a path named `["/mnt/x"]`; garbage is refused naming the
+ * key and the value; empty paths are refused; the bare forms still work. */
+static void test_set_grammar(void) {
+  ferry_config *c = fresh();
+  const ferry_config_values *v = ferry_config_values_get(c);
+  EXPECT(ferry_config_set(c, "tiers.nvme.paths", "[\"/mnt/x\"]") == 0 && v->nvme_npaths == 1 &&
+         !strcmp(v->nvme_paths[0], "/mnt/x"));
+  EXPECT(ferry_config_set(c, "tiers.nvme.paths", " [\"/a\", \"/b c\"]") == 0 &&
+         v->nvme_npaths == 2 && !strcmp(v->nvme_paths[1], "/b c"));
+  EXPECT(ferry_config_set(c, "tiers.nvme.paths", "(\"/p\")") == 0 && v->nvme_npaths == 1 &&
+         !strcmp(v->nvme_paths[0], "/p"));
+  EXPECT(ferry_config_set(c, "tiers.nvme.paths", "\"/q\"") == 0 && v->nvme_npaths == 1 &&
+         !strcmp(v->nvme_paths[0], "/q"));
+  const char *garbage[] = {"[\"", "[\"/a\"", "[\"/a\"]; x = 1", "[1, 2]", "/x\"]", "[\"/a\"]\n@include \"/etc\""};
+  for (size_t i = 0; i < sizeof garbage / sizeof garbage[0]; i++) {
+    EXPECT(ferry_config_set(c, "tiers.nvme.paths", garbage[i]) == FERRY_ECONFIG &&
+           has(c, "tiers.nvme.paths") && has(c, "is invalid"));
+    EXPECT(v->nvme_npaths == 1 && !strcmp(v->nvme_paths[0], "/q")); /* unchanged */
+  }
+  EXPECT(ferry_config_set(c, "tiers.nvme.paths", "[\"") == FERRY_ECONFIG && has(c, "'[\"'"));
+  /* empty paths: "" and [""] refused; [] (or nothing) is no NVMe tier */
+  EXPECT(ferry_config_set(c, "tiers.nvme.paths", "\"\"") == FERRY_ECONFIG && has(c, "empty"));
+  EXPECT(ferry_config_set(c, "tiers.nvme.paths", "[\"/a\", \"\"]") == FERRY_ECONFIG &&
+         has(c, "element 1") && has(c, "empty"));
+  EXPECT(ferry_config_set(c, "tiers.nvme.paths", "[]") == 0 && v->nvme_npaths == 0);
+  EXPECT(ferry_config_set(c, "tiers.nvme.paths", "/a, /b") == 0 && v->nvme_npaths == 2);
+  EXPECT(ferry_config_set(c, "tiers.nvme.paths", "") == 0 && v->nvme_npaths == 0);
+  /* other kinds: lists, quoted strings, numbers, booleans */
+  EXPECT(ferry_config_set(c, "optimizer.betas", "[0.8, 0.95]") == 0 && v->betas[0] == 0.8 &&
+         v->betas[1] == 0.95);
+  EXPECT(ferry_config_set(c, "optimizer.betas", "[0.8]") == FERRY_ECONFIG &&
+         has(c, "optimizer.betas"));
+  EXPECT(ferry_config_set(c, "device", "\"host\"") == 0 && v->device == FERRY_DEVICE_HOST);
+  EXPECT(ferry_config_set(c, "device", "[\"cuda\"]") == FERRY_ECONFIG && has(c, "not a list") &&
+         v->device == FERRY_DEVICE_HOST);
+  EXPECT(ferry_config_set(c, "chunk_size", "\"8M\"") == 0 && v->chunk_size == 8 << 20);
+  EXPECT(ferry_config_set(c, "optimizer.lr", "\"3e-4\"") == 0 && v->lr == 3e-4);
+  EXPECT(ferry_config_set(c, "timeline", "\"t \\\"q\\\".json\"") == 0 &&
+         !strcmp(v->timeline, "t \"q\".json"));
+  EXPECT(ferry_config_set(c, "tiers.nvme.queue_depth", "\"8\"") == 0 && v->nvme_queue_depth == 8);
+  /* a file's [""] is refused too (it used to read as no paths at all) */
+  EXPECT(ferry_config_load_string(c, "tiers: { nvme: { paths = [\"\"]; }; };\n", "e.cfg") ==
+             FERRY_ECONFIG && has(c, "e.cfg:1") && has(c, "empty"));
+  ferry_config_destroy(c);
+}
+
 static void test_file_errors(void) {
   ferry_config *c = fresh();
   const ferry_config_values *v = ferry_config_values_get(c);
@@ -193,6 +240,7 @@ static void test_doc(const char *doc) {
 
 int main(int argc, char **argv) {
   test_defaults_and_set();
+  test_set_grammar();
   test_file_errors();
   test_roundtrip();
   if (argc > 1) test_doc(argv[1]);
