@@ -13,5 +13,6 @@ int cli_info(int argc, char **argv);
 int cli_bench(int argc, char **argv);
 int cli_config(int argc, char **argv);
 int cli_plan(int argc, char **argv); /* cli/plan.c */
+int cli_checkpoint(int argc, char **argv); /* cli/checkpoint.c */
 
 #endif

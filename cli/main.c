@@ -19,11 +19,22 @@ static void usage(FILE *f) {
           "           GPUs, io_uring, and for each --path DIR its file system and O_DIRECT\n"
           "  bench    run a benchmark (io, adam, copy, memory): validates, then times\n"
           "  config   check an engine config file, list every key, write a config\n"
+          "  checkpoint  verify a checkpoint (every file's size and CRC32C) or describe\n"
+          "           what it holds: step, format, tensors, families, sizes\n"
           "  version  print the library version\n"
-          "  help     this text\n"
+          "  help     this text; `ferry help <command>` is `ferry <command> --help`\n"
           "\n"
           "Run `ferry <command> --help` for a command's options.\n",
           ferry_version());
+}
+
+static int dispatch(const char *cmd, int argc, char **argv) {
+  if (!strcmp(cmd, "info")) return cli_info(argc, argv);
+  if (!strcmp(cmd, "bench")) return cli_bench(argc, argv);
+  if (!strcmp(cmd, "config")) return cli_config(argc, argv);
+  if (!strcmp(cmd, "plan")) return cli_plan(argc, argv);
+  if (!strcmp(cmd, "checkpoint")) return cli_checkpoint(argc, argv);
+  return -1;
 }
 
 int main(int argc, char **argv) {
@@ -32,10 +43,17 @@ int main(int argc, char **argv) {
     return 2;
   }
   const char *cmd = argv[1];
-  if (!strcmp(cmd, "info")) return cli_info(argc - 1, argv + 1);
-  if (!strcmp(cmd, "bench")) return cli_bench(argc - 1, argv + 1);
-  if (!strcmp(cmd, "config")) return cli_config(argc - 1, argv + 1);
-  if (!strcmp(cmd, "plan")) return cli_plan(argc - 1, argv + 1);
+  if (!strcmp(cmd, "help") && argc > 2) { /* ferry help <command>: its --help */
+    static char opt[] = "--help";
+    char *help[] = {argv[2], opt, NULL};
+    int rc = dispatch(argv[2], 2, help);
+    if (rc >= 0) return rc;
+    fprintf(stderr, "ferry help: unknown command '%s'\n\n", argv[2]);
+    usage(stderr);
+    return 2;
+  }
+  int rc = dispatch(cmd, argc - 1, argv + 1);
+  if (rc >= 0) return rc;
   if (!strcmp(cmd, "version") || !strcmp(cmd, "--version")) {
     printf("ferry %s\n", ferry_version());
     return 0;

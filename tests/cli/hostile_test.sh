@@ -58,6 +58,59 @@ config)
   expect 1 "$bin" config check nopath.cfg
   says 'placement.optimizer = "nvme" but tiers.nvme.paths is empty'
   ;;
+checkpoint)
+  # flip DIR FILE OFFSET: changes the byte at OFFSET of FILE (to another value)
+  flip() {
+    b=$(od -An -tu1 -j"$2" -N1 "$1" | tr -d ' ')
+    # shellcheck disable=SC2059
+    printf "\\$(printf %o $(((b + 1) % 256)))" | dd of="$1" bs=1 seek="$2" conv=notrunc 2>/dev/null
+  }
+  "$aux" ck >aux.out 2>&1 || fail "make_checkpoint failed"
+  s=ck/step-000000000002
+  [ -f $s/manifest ] || fail "no checkpoint written"
+  expect 0 "$bin" checkpoint verify ck
+  prints "$s: ok (step 2, 8 tensors"
+  expect 0 "$bin" checkpoint verify $s --json
+  prints '"ok":true' && prints '"step":2'
+  expect 0 "$bin" checkpoint info ck
+  grep -qE '^step +2$' o.out || fail "info: no step 2"
+  grep -qE '^format +3$' o.out || fail "info: no format 3"
+  grep -qE '^ranks +1 \(dist.zero_stage' o.out || fail "info: no ranks"
+  for fam in params master exp_avg exp_avg_sq; do
+    grep -qE "^ +$fam +8 " o.out || fail "info: no family $fam of 8 tensors"
+  done
+  prints "user.bin"
+  expect 0 "$bin" checkpoint info ck --json
+  prints '"format":3' && prints '"step":2' && prints '"name":"exp_avg_sq","tensors":8'
+  # a flipped byte in a tensor's data: verify exit 1 naming the file
+  for f in params/model.safetensors optim/model.safetensors user.bin; do
+    rm -rf bad && cp -r ck bad || fail "cp"
+    flip "bad/step-000000000002/$f" 3
+    expect 1 "$bin" checkpoint verify bad
+    says "bad/step-000000000002/$f" && says "CRC32C"
+    expect 1 "$bin" checkpoint verify bad --json
+    prints '"ok":false' && prints "$f"
+  done
+  # a damaged manifest: verify and info exit 1 naming it
+  rm -rf bad && cp -r ck bad && flip bad/step-000000000002/manifest 20
+  expect 1 "$bin" checkpoint verify bad
+  says "step-000000000002/manifest"
+  expect 1 "$bin" checkpoint info bad
+  says "step-000000000002/manifest"
+  # nothing there; usage errors
+  expect 1 "$bin" checkpoint verify "$dir/none"
+  says "$dir/none"
+  expect 2 "$bin" checkpoint verify
+  says "needs a DIR"
+  expect 2 "$bin" checkpoint check ck
+  says "unknown subcommand 'check'"
+  expect 2 "$bin" checkpoint info ck --jsn
+  says "'--jsn'"
+  expect 0 "$bin" checkpoint --help
+  prints "exit status" && prints "ferry checkpoint verify DIR"
+  expect 0 "$bin" help checkpoint
+  prints "ferry checkpoint info DIR"
+  ;;
 *)
   fail "unknown case"
   ;;
