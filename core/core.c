@@ -60,8 +60,27 @@ int ferry_err(ferry_errbuf *e, int status, const char *fmt, ...) {
   return status;
 }
 
+/* inner without the leading "a: b: " that the prefix already ends with
+ * (prefix "finalize: layout: ", inner "layout: x" -> "x"): the longest
+ * tail of the prefix, taken at a ": " boundary, that inner starts with. */
+static const char *unrepeated(const char *prefix, const char *inner) {
+  size_t pl = strlen(prefix);
+  while (pl >= 2 && prefix[pl - 2] == ':' && prefix[pl - 1] == ' ') pl -= 2; /* "a: b" */
+  for (size_t at = 0; at < pl; at++) {
+    if (at && !(at >= 2 && prefix[at - 2] == ':' && prefix[at - 1] == ' ')) continue;
+    size_t n = pl - at;
+    if (!strncmp(inner, prefix + at, n) && inner[n] == ':' && inner[n + 1] == ' ')
+      return inner + n + 2;
+  }
+  return inner;
+}
+
 int ferry_err_chain(ferry_errbuf *e, int status, const char *prefix, const char *inner) {
-  return ferry_err(e, status, "%s%s", prefix ? prefix : "", inner ? inner : "");
+  prefix = prefix ? prefix : "";
+  inner = inner ? inner : "";
+  char tmp[FERRY_ERR_MAX]; /* inner may be e's own message */
+  snprintf(tmp, sizeof tmp, "%s", inner);
+  return ferry_err(e, status, "%s%s", prefix, unrepeated(prefix, tmp));
 }
 
 const char *ferry_err_msg(const ferry_errbuf *e) { return e ? e->msg : ""; }

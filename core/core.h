@@ -37,7 +37,10 @@ void ferry_errbuf_destroy(ferry_errbuf *e);
  * write `return ferry_err(&o->err, FERRY_EINVAL, "...", ...)`. */
 int ferry_err(ferry_errbuf *e, int status, const char *fmt, ...) FERRY_PRINTF(3, 4);
 int ferry_verr(ferry_errbuf *e, int status, const char *fmt, va_list ap);
-/* Copies another buffer's message in, with a prefix ("device: ..."). */
+/* Copies another buffer's message in, with a prefix ("device: ..."), and
+ * says nothing twice: the parts the prefix ends with are dropped from the
+ * start of inner ("finalize: layout: " + "layout: x" is "finalize: layout:
+ * x", not "... layout: layout: x"). inner may be e's own message. */
 int ferry_err_chain(ferry_errbuf *e, int status, const char *prefix, const char *inner);
 const char *ferry_err_msg(const ferry_errbuf *e);
 /* Sets this thread's message for ferry_last_error(); returns status. */

@@ -208,24 +208,63 @@ static size_t edit_distance(const char *a, const char *b) {
   return row[lb];
 }
 
-/* The valid key closest to `name`, comparing whole names and last parts. */
+/* Whether `name` is a group: some key lives below it ("tiers", "tiers.gpu"). */
+static int is_group(const char *name, size_t len) {
+  for (int j = 0; j < NKEYS; j++)
+    if (!strncmp(keys[j].name, name, len) && keys[j].name[len] == '.') return 1;
+  return 0;
+}
+
+/* The valid key or group closest to `name`, or NULL when none is close: a
+ * whole name (key, or group: every prefix of a key) within a third of the
+ * name's length in edits, or a key whose last part is within a third of
+ * the last part's length (at least 1 edit either way), so "budgte" finds
+ * tiers.gpu.budget, "lr" optimizer.lr, "tiers.gpus" tiers.gpu, and "zzz"
+ * or "foo" nothing. */
 static const char *suggest(const char *name) {
+  static char best_group[64];
   const char *best = NULL;
   size_t bd = (size_t)-1;
   const char *leaf = strrchr(name, '.');
   leaf = leaf ? leaf + 1 : name;
+  size_t lim = strlen(name) / 3, llim = strlen(leaf) / 3;
+  if (lim < 1) lim = 1;
+  if (llim < 1) llim = 1;
   for (int i = 0; i < NKEYS; i++) {
-    size_t d = edit_distance(name, keys[i].name);
     const char *kl = strrchr(keys[i].name, '.');
     kl = kl ? kl + 1 : keys[i].name;
-    size_t dl = edit_distance(leaf, kl) + 1;
-    if (dl < d) d = dl;
+    size_t d = edit_distance(name, keys[i].name);
+    if (d > lim) d = (size_t)-1;
+    size_t dl = edit_distance(leaf, kl);
+    if (dl <= llim && dl + 1 < d) d = dl + 1; /* a leaf match ranks after a whole one */
     if (d < bd) {
       bd = d;
       best = keys[i].name;
     }
+    /* the groups this key lives in */
+    for (const char *dot = strchr(keys[i].name, '.'); dot; dot = strchr(dot + 1, '.')) {
+      size_t gl = (size_t)(dot - keys[i].name);
+      char g[64];
+      if (gl >= sizeof g) break;
+      memcpy(g, keys[i].name, gl);
+      g[gl] = '\0';
+      size_t gd = edit_distance(name, g);
+      if (gd <= lim && gd < bd) {
+        bd = gd;
+        memcpy(best_group, g, gl + 1);
+        best = best_group;
+      }
+    }
   }
-  return bd <= 4 ? best : NULL;
+  return best;
+}
+
+/* "(did you mean 'x'?)" for an unknown name, or "". */
+static const char *suggestion(const char *name, char *buf, size_t len) {
+  const char *s = suggest(name);
+  if (s) snprintf(buf, len, " (did you mean '%s'?)", s);
+  else buf[0] = '\0';
+  return buf;
 }
 
 /* ---- parsing values from text -------------------------------------- */
@@ -482,9 +521,13 @@ int ferry_config_set(ferry_config *c, const char *key, const char *value) {
   if (!key || !value) return ferry_err(&c->err, FERRY_EINVAL, "config set: key or value is NULL");
   const key_def *k = find_key(key);
   if (!k) {
-    const char *s = suggest(key);
-    return ferry_err(&c->err, FERRY_ECONFIG, "unknown config key '%s'%s%s%s", key,
-                     s ? " (did you mean '" : "", s ? s : "", s ? "'?)" : "");
+    char sug[128];
+    if (is_group(key, strlen(key)))
+      return ferry_err(&c->err, FERRY_ECONFIG,
+                       "config key '%s' is a group, not a value: set one of its keys (%s.*, "
+                       "see `ferry config keys`)", key, key);
+    return ferry_err(&c->err, FERRY_ECONFIG, "unknown config key '%s'%s", key,
+                     suggestion(key, sug, sizeof sug));
   }
   char why[256];
   const char *p = value;
@@ -704,6 +747,23 @@ static int set_grammar(ferry_config *c, const key_def *k, const char *key, const
   return FERRY_OK;
 }
 
+/* The keys below group g, relative to it, comma-separated and cut short
+ * with "..." when they do not fit in buf. */
+static const char *group_keys(const char *g, char *buf, size_t len) {
+  size_t gl = strlen(g), o = 0;
+  buf[0] = '\0';
+  for (int j = 0; j < NKEYS; j++) {
+    if (strncmp(keys[j].name, g, gl) || keys[j].name[gl] != '.') continue;
+    const char *rel = keys[j].name + gl + 1;
+    if (o + strlen(rel) + 8 >= len) {
+      snprintf(buf + o, len - o, ", ...");
+      break;
+    }
+    o += (size_t)snprintf(buf + o, len - o, "%s%s", o ? ", " : "", rel);
+  }
+  return buf;
+}
+
 static int walk(reader *r, const config_setting_t *g, const char *prefix) {
   int n = config_setting_length(g);
   for (int i = 0; i < n; i++) {
@@ -717,21 +777,16 @@ static int walk(reader *r, const config_setting_t *g, const char *prefix) {
       if (rc) return rc;
       continue;
     }
-    if (config_setting_type(s) == CONFIG_TYPE_GROUP) {
-      /* a group is valid when some key lives below it */
-      size_t pl = strlen(path);
-      int known = 0;
-      for (int j = 0; j < NKEYS && !known; j++)
-        known = !strncmp(keys[j].name, path, pl) && keys[j].name[pl] == '.';
-      if (known) {
-        int rc = walk(r, s, path);
-        if (rc) return rc;
-        continue;
-      }
+    if (is_group(path, strlen(path))) { /* a group is valid when some key lives below it */
+      if (config_setting_type(s) != CONFIG_TYPE_GROUP)
+        return rd_err(r, s, "'%s' is a group, not a value; expected %s: { ... } (its keys: %s)",
+                      path, nm ? nm : "?", group_keys(path, (char[256]){0}, 256));
+      int rc = walk(r, s, path);
+      if (rc) return rc;
+      continue;
     }
-    const char *sug = suggest(path);
-    return rd_err(r, s, "unknown key '%s'%s%s%s", path, sug ? " (did you mean '" : "",
-                  sug ? sug : "", sug ? "'?)" : "");
+    char sug[128];
+    return rd_err(r, s, "unknown key '%s'%s", path, suggestion(path, sug, sizeof sug));
   }
   return FERRY_OK;
 }
@@ -740,8 +795,16 @@ static int load(ferry_config *c, config_t *cf, int ok, const char *name) {
   reader r = {c, c->v, name};
   if (!ok) {
     const char *f = config_error_file(cf);
-    int rc = ferry_err(&c->err, FERRY_ECONFIG, "%s:%d: syntax error: %s", f ? f : name,
-                       config_error_line(cf), config_error_text(cf));
+    /* libconfig's text is often "syntax error" itself: say it once */
+    const char *t = config_error_text(cf) ? config_error_text(cf) : "";
+    int plain = !strcmp(t, "syntax error");
+    int rc = ferry_err(&c->err, FERRY_ECONFIG, "%s:%d: %s%s%s", f ? f : name,
+                       config_error_line(cf), strncmp(t, "syntax error", 12) ? "syntax error: " : "",
+                       t,
+                       plain ? " (each setting is name = value; with the value a number, true or "
+                               "false, a \"quoted string\", a [list] or a { group }: "
+                               "device = \"host\";)"
+                             : "");
     config_destroy(cf);
     return rc;
   }

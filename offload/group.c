@@ -15,7 +15,9 @@ static const char *const role_suffix[FERRY_ROLE_COUNT] = {"", ".grad", ".master"
                                                           ".exp_avg_sq"};
 
 int engine_mem_err(ferry_engine *e, int rc, const char *what) {
-  return ferry_err(&e->err, rc, "%s: %s", what, ferry_mem_last_error(e->mem));
+  char prefix[128];
+  snprintf(prefix, sizeof prefix, "%s: ", what);
+  return ferry_err_chain(&e->err, rc, prefix, ferry_mem_last_error(e->mem)); /* no "layout: layout:" */
 }
 
 int group_add_param(ferry_engine *e, const char *name, const int64_t *shape, int ndim, int group,

@@ -41,6 +41,18 @@ int main(void) {
   EXPECT(strcmp(ferry_err_msg(&e), "") == 0);
   EXPECT(ferry_err(&e, FERRY_EIO, "read of %s at %d", "/x", 42) == FERRY_EIO);
   EXPECT(strcmp(ferry_err_msg(&e), "read of /x at 42") == 0);
+  /* a chained message says nothing twice (issue 25 item 15: "layout: layout:") */
+  ferry_err_chain(&e, FERRY_ENOMEM, "finalize: layout: ", "layout: the host tier is full");
+  EXPECT(strcmp(ferry_err_msg(&e), "finalize: layout: the host tier is full") == 0);
+  ferry_err_chain(&e, FERRY_ENOMEM, "finalize: layout: ", "finalize: layout: x");
+  EXPECT(strcmp(ferry_err_msg(&e), "finalize: layout: x") == 0);
+  ferry_err_chain(&e, FERRY_EIO, "device: ", "devices: x"); /* not a repeat */
+  EXPECT(strcmp(ferry_err_msg(&e), "device: devices: x") == 0);
+  ferry_err_chain(&e, FERRY_EIO, "read: ", "layout: y");
+  EXPECT(strcmp(ferry_err_msg(&e), "read: layout: y") == 0);
+  ferry_err(&e, FERRY_EIO, "layout: z");
+  ferry_err_chain(&e, FERRY_EIO, "layout: ", ferry_err_msg(&e)); /* its own message */
+  EXPECT(strcmp(ferry_err_msg(&e), "layout: z") == 0);
   ferry_errbuf_destroy(&e);
   EXPECT(ferry_err_thread(FERRY_ENODEV, "no %s", "gpu") == FERRY_ENODEV);
   EXPECT(strcmp(ferry_last_error(), "no gpu") == 0);

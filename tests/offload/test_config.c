@@ -159,7 +159,7 @@ static void test_file_errors(void) {
       {"tiers: { nvme: { paths = [1, 2]; }; };\n", "element 0", "a string"},
       {"tiers: { host: { pinned = 1; }; };\n", "pinned", "true or false"},
       {"device = host;\n", "bad.cfg:1", "syntax error"},
-      {"placement = \"gpu\";\n", "unknown key 'placement'", ""},
+      {"placement = \"gpu\";\n", "'placement' is a group, not a value", "placement: { ... }"},
       {"grad_accumulation = 0;\n", "grad_accumulation", "an integer in [1"},
       {"device = [\"host\"];\n", "device", "not a list"},
       {"optimizer: { typo = 1; };\n", "unknown key 'optimizer.typo'", "did you mean"},
@@ -170,6 +170,29 @@ static void test_file_errors(void) {
     EXPECT(has(c, bad[i].want1));
     EXPECT(has(c, bad[i].want2));
   }
+  /* wording (issue 25 item 15): a group given a value says so and suggests
+   * no unrelated key; libconfig's "syntax error" is said once; a
+   * suggestion only when it is close */
+  struct {
+    const char *text, *want, *never;
+  } words[] = {
+      {"tiers = \"foo\";\n", "'tiers' is a group, not a value; expected tiers: { ... }",
+       "did you mean"},
+      {"device = host;\n", "bad.cfg:1: syntax error (", "syntax error: syntax error"},
+      {"zzz = 3;\n", "unknown key 'zzz'", "did you mean"},
+      {"foo: { a = 1; };\n", "unknown key 'foo'", "did you mean"},
+      {"tiers: { gpus: { budget = \"1G\"; }; };\n", "did you mean 'tiers.gpu'?", "optimizer"},
+      {"eps = 1e-8;\n", "did you mean 'optimizer.eps'?", "placement"},
+  };
+  for (size_t i = 0; i < sizeof words / sizeof words[0]; i++) {
+    EXPECT(ferry_config_load_string(c, words[i].text, "bad.cfg") == FERRY_ECONFIG);
+    EXPECT(has(c, words[i].want));
+    if (strstr(ferry_config_last_error(c), words[i].never))
+      fprintf(stderr, "  message '%s' has '%s'\n", ferry_config_last_error(c), words[i].never);
+    EXPECT(strstr(ferry_config_last_error(c), words[i].never) == NULL);
+  }
+  EXPECT(ferry_config_set(c, "tiers", "1") == FERRY_ECONFIG && has(c, "is a group"));
+  EXPECT(ferry_config_set(c, "zzz", "1") == FERRY_ECONFIG && !strstr(ferry_config_last_error(c), "did you mean"));
   /* a refused load changed nothing, even keys set before the bad line */
   EXPECT(ferry_config_load_string(c, "chunk_size = \"16M\";\nbogus = 1;\n", "x.cfg") ==
          FERRY_ECONFIG);
