@@ -6,9 +6,11 @@
  * moves the same bytes per element as the chosen combination; --two-pass times the step without the param copy followed by a
  * separate fp32 -> 16-bit downcast pass (what fusing saves).
  */
+#include "bench/args.h"
 #include "bench/bench.h"
 #include "bench/json.h"
 #include "core/core.h"
+#include "optim/optim.h"
 
 #include <immintrin.h>
 #include <math.h>
@@ -17,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static void usage(FILE *f) {
   fprintf(f,
@@ -32,8 +35,9 @@ static void usage(FILE *f) {
           "  --master DT         fp32 (default): fp32 master weights; bf16: the bf16 params are\n"
           "                      the master, stochastic rounding, no param copy (--param-copy\n"
           "                      is ignored)\n"
-          "  --threads N         worker threads (default 1; 0 = one per core)\n"
-          "  --steps N           timed steps (default 5); the median is reported\n"
+          "  --threads N         worker threads (default 1; 0 = one per core; at most 64 per\n"
+          "                      CPU and 1024)\n"
+          "  --steps N           timed steps, 1..1000 (default 5); the median is reported\n"
           "  --simd LEVEL        scalar, avx2, avx512 (default: best the CPU has, or FERRY_SIMD)\n"
           "  --roofline          also time a no-arithmetic read-modify-write kernel with the\n"
           "                      same memory traffic (the same bytes per element of p, g, each\n"
@@ -375,10 +379,14 @@ typedef struct {
   uint64_t block;     /* --state-block */
 } adam_opts;
 
-/* Takes option a's value v: 0 taken, 1 a bad value, 2 an unknown option
- * (said on stderr, with the usage). */
+/* Takes option a's value v: 0 taken, 1 a bad value (the caller says so),
+ * 2 a usage error already said on stderr (an unknown option, or a value
+ * out of its range, naming it). */
 static int parse_value(adam_opts *o, const char *a, const char *v) {
-  if (!strcmp(a, "--params")) return ferry_parse_size(v, &o->params) != 0 || o->params == 0;
+  static const char *const prog = "ferry bench adam";
+  long long x;
+  if (!strcmp(a, "--params"))
+    return bench_arg_count(prog, a, v, 1, 1ull << 40, &o->params) ? 2 : 0;
   if (!strcmp(a, "--optimizer")) {
     o->type = -1;
     for (int k = 0; k < 6; k++)
@@ -395,24 +403,36 @@ static int parse_value(adam_opts *o, const char *a, const char *v) {
     o->mdt = parse_dt(v, 0);
     return o->mdt != FERRY_DT_F32 && o->mdt != FERRY_DT_BF16;
   }
-  if (!strcmp(a, "--state-block"))
-    return ferry_parse_size(v, &o->block) != 0 || o->block < 32 || o->block > 4096 ||
-           (o->block & (o->block - 1));
+  if (!strcmp(a, "--state-block")) {
+    if (bench_arg_int(prog, a, v, 32, 4096, "a power of two", &x)) return 2;
+    if (x & (x - 1)) {
+      fprintf(stderr, "%s: %s '%s': expected a power of two from 32 to 4096\n", prog, a, v);
+      return 2;
+    }
+    o->block = (uint64_t)x;
+    return 0;
+  }
   if (!strcmp(a, "--threads")) {
-    char *e;
-    o->threads = (int)strtol(v, &e, 10);
-    return *e || o->threads < 0;
+    if (bench_arg_int(prog, a, v, 0, bench_max_threads(), "0 = one per core; " BENCH_THREADS_WHY,
+                      &x))
+      return 2;
+    o->threads = (int)x;
+    return 0;
   }
   if (!strcmp(a, "--steps")) {
-    char *e;
-    o->steps = (int)strtol(v, &e, 10);
-    return *e || o->steps < 1 || o->steps > 1000;
+    if (bench_arg_int(prog, a, v, 1, 1000, NULL, &x)) return 2;
+    o->steps = (int)x;
+    return 0;
   }
   if (!strcmp(a, "--simd")) {
+    if (optim_simd_parse(v) < 0) {
+      fprintf(stderr, "%s: unknown --simd '%s' (expected: scalar, avx2, avx512)\n", prog, v);
+      return 2;
+    }
     o->simd = v;
     return 0;
   }
-  fprintf(stderr, "ferry bench adam: unknown option '%s'\n", a);
+  fprintf(stderr, "%s: unknown option '%s'\n", prog, a);
   usage(stderr);
   return 2;
 }
@@ -455,6 +475,17 @@ static int parse_args(adam_opts *o, int argc, char **argv) {
 /* The combinations --two-pass and --roofline model: -1 to go on, or 2
  * (said on stderr). */
 static int check_args(const adam_opts *o) {
+  /* the buffers live in RAM (at most 20 bytes a param: fp32 master and
+   * grads, two fp32 states, a 16-bit copy): refuse up front what cannot fit */
+  uint64_t avail = bench_mem_available();
+  if (avail && (double)o->params * 20 > 0.9 * (double)avail) {
+    char need[32], have[32];
+    fprintf(stderr, "ferry bench adam: --params %llu needs up to %s of RAM (20 bytes a param); "
+                    "%s is available: lower --params\n", (unsigned long long)o->params,
+            ferry_format_size(o->params * 20, need, sizeof need),
+            ferry_format_size(avail, have, sizeof have));
+    return 2;
+  }
   if (o->two && !o->cdt) {
     fprintf(stderr, "ferry bench adam: --two-pass needs --param-copy fp16 or bf16\n");
     return 2;
@@ -591,6 +622,11 @@ static int run(const adam_opts *o) {
   cfg.master_dtype = o->mdt;
   cfg.simd = o->simd;
   if (o->type == FERRY_OPTIM_SGD) cfg.momentum = 0.9f;
+  if (o->simd && !optim_kernels_get(optim_simd_parse(o->simd))) {
+    fprintf(stderr, "ferry bench adam: --simd %s: this CPU (or this build) lacks those kernels "
+                    "(`ferry info` lists its SIMD)\n", o->simd);
+    return 1;
+  }
   char why[256];
   if (validate(&cfg, o->gdt, o->cdt, why, sizeof why)) {
     fprintf(stderr, "ferry bench adam: validation against the scalar reference failed: %s\n", why);

@@ -4,6 +4,7 @@
  * on stderr and writes the profile that `ferry plan --profile` reads (the
  * format is plan/plan.c's; the file is read back with its parser).
  */
+#include "bench/args.h"
 #include "bench/bench.h"
 #include "bench/json.h"
 #include "core/core.h"
@@ -526,13 +527,11 @@ static int parse_args(options *o, raw_args *raw, int argc, char **argv) {
  * or 2 (said on stderr). */
 static int settle_threads(options *o, const char *threads) {
   if (threads) {
-    char *e;
-    long t = strtol(threads, &e, 10);
-    if (*e || e == threads || t < 1 || t > 4096) {
-      fprintf(stderr, "ferry bench all: --threads must be a count >= 1, not '%s'\n", threads);
+    long long t;
+    if (bench_arg_int("ferry bench all", "--threads", threads, 1, bench_max_threads(),
+                      BENCH_THREADS_WHY, &t))
       return 2;
-    }
-    snprintf(o->threads, sizeof o->threads, "%ld", t);
+    snprintf(o->threads, sizeof o->threads, "%lld", t);
   } else {
     ferry_host_info hi;
     int n = ferry_host_get_info(&hi) == FERRY_OK && hi.threads > 0 ? hi.threads : 0;

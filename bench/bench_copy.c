@@ -5,7 +5,9 @@
  * CUDA runtime alone (the same sizes, directions, warm-up and median), so
  * tools/gpu_check.sh divides one by the other.
  */
+#include "bench/args.h"
 #include "bench/bench.h"
+#include "core/core.h"
 #include "bench/copy_opts.h"
 #include "bench/json.h"
 
@@ -92,16 +94,26 @@ static int parse_args(copy_opts *o, int argc, char **argv) {
       if (copy_parse_direction(&o->plan, v, "ferry bench copy")) return 2;
     } else if (!strcmp(a, "--iters") && v) {
       i++;
-      o->iters = atoi(v);
-      if (o->iters < 1 || o->iters > 1000) {
-        fprintf(stderr, "ferry bench copy: --iters must be 1..1000\n");
-        return 2;
-      }
+      long long x;
+      if (bench_arg_int("ferry bench copy", a, v, 1, 1000, NULL, &x)) return 2;
+      o->iters = (int)x;
     } else {
       fprintf(stderr, "ferry bench copy: unknown or incomplete option '%s'\n", a);
       usage(stderr);
       return 2;
     }
+  }
+  /* two pinned host buffers of the largest size, and two device buffers
+   * (host memory too on the host backend): refuse up front what cannot fit */
+  uint64_t avail = bench_mem_available();
+  if (avail && 4.0 * (double)o->plan.max_size > 0.9 * (double)avail) {
+    char a[32], b[32], c[32];
+    fprintf(stderr, "ferry bench copy: --size %s needs up to %s of RAM (two host and two "
+                    "device buffers of it); %s is available\n",
+            ferry_format_size(o->plan.max_size, a, sizeof a),
+            ferry_format_size(4 * o->plan.max_size, b, sizeof b),
+            ferry_format_size(avail, c, sizeof c));
+    return 2;
   }
   return -1;
 }
@@ -193,8 +205,9 @@ static void report(const copy_opts *o, const char *device, int dir, uint64_t byt
     json_int(&j, "iters", o->iters);
     json_end(&j);
   } else {
-    printf("copy %-13s %s: %llu bytes in %.4f s = %.2f GB/s (median of %d)\n", copy_dir_names[dir],
-           device, (unsigned long long)bytes, sec, gbs, o->iters);
+    char b[32]; /* sizes in binary units; rates in GB/s (10^9 bytes/s), as everywhere */
+    printf("copy %-13s %s: %s in %.4f s = %.2f GB/s (median of %d)\n", copy_dir_names[dir],
+           device, ferry_format_size(bytes, b, sizeof b), sec, gbs, o->iters);
   }
 }
 

@@ -198,7 +198,7 @@ static int parse_args(io_args *a, int argc, char **argv) {
   int ex = bench_io_parse(&a->o, argc, argv, "ferry bench io", usage, own_opt, &a->fl);
   if (ex >= 0) return ex;
   const char *mode = a->o.mode;
-  uint64_t size = a->o.size, bs = a->o.bs, qd = a->o.qd;
+  uint64_t size = a->o.size, bs = a->o.bs;
   if (!strcmp(mode, "read"))
     a->op = 0;
   else if (!strcmp(mode, "write"))
@@ -209,10 +209,7 @@ static int parse_args(io_args *a, int argc, char **argv) {
     fprintf(stderr, "ferry bench io: --mode must be read, write or randread, not '%s'\n", mode);
     return 2;
   }
-  if (!bs || bs > (1u << 30) || !qd || qd > 1024 || size < bs || size / bs > UINT32_MAX) {
-    fprintf(stderr, "ferry bench io: need 0 < bs <= 1G, 0 < qd <= 1024, size >= bs\n");
-    return 2;
-  }
+  if (bench_io_check_geometry(&a->o, "ferry bench io", 1, UINT32_MAX)) return 2;
   a->nops = (uint32_t)(size / bs);
   a->size = (uint64_t)a->nops * bs;
   return -1;

@@ -5,6 +5,7 @@
  * checked around the loop; tests/memory/test_mem_noalloc counts mallocs).
  * Validates first: a fetched group reads back what was written.
  */
+#include "bench/args.h"
 #include "bench/bench.h"
 #include "bench/json.h"
 
@@ -26,11 +27,16 @@ static void usage(FILE *f) {
           "manager's metadata bytes against the managed bytes, and the time to fetch and\n"
           "release a group already resident on the device (host backend).\n"
           "\n"
-          "  --layers N    transformer blocks (groups), default 24\n"
-          "  --hidden N    hidden size, default 512\n"
-          "  --chunk SIZE  chunk size, default 16M\n"
-          "  --iters N     timed fetch/release pairs, default 1000000\n"
-          "  --json        one JSON object per result\n");
+          "  --layers N    transformer blocks (groups), 1..65536, default 24\n"
+          "  --hidden N    hidden size, 8..65536, default 512\n"
+          "  --chunk SIZE  chunk size, 4K..1G, default 16M\n"
+          "  --iters N     timed fetch/release pairs, 1..100000000, default 1000000\n"
+          "  --json        one JSON object per result\n"
+          "\n"
+          "The params live in RAM (about 24 x hidden^2 bytes a layer, 6 MiB at hidden 512):\n"
+          "a model that needs more than 90%% of the available memory is refused up front.\n"
+          "Exit status: 0 within the targets, 1 a failure or a missed target, 2 a usage\n"
+          "error (naming the option and its value).\n");
 }
 
 /* On failure: says which call failed and returns 1 (the manager's error
@@ -51,34 +57,58 @@ typedef struct {
   uint64_t chunk;
 } mem_opts;
 
-/* Returns -1 to go on, or the exit code (0 after --help, 2 bad usage). */
+/* The bytes the run holds in RAM: the host tier (the bf16 params and
+ * their slack) and the emulated device, as open_model sizes them. */
+static double host_need(const mem_opts *o) {
+  double h = o->hidden, group = 2 * (3 * h * h + h * h + 4 * h * h + 4 * h * h + 2 * h);
+  double params = group * o->layers, chunk = (double)o->chunk;
+  return params * 1.25 + 4 * chunk + (8 << 20) + 4 * (group + chunk) + (1 << 20);
+}
+
+/* Returns -1 to go on, or the exit code (0 after --help, 2 bad usage,
+ * every refusal naming the option and its value). */
 static int parse_args(mem_opts *o, int argc, char **argv) {
+  static const char *const prog = "ferry bench memory";
   *o = (mem_opts){24, 512, 0, 1000000, 16ull << 20};
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-    if (!strcmp(a, "--json"))
+    long long x = 0;
+    if (!strcmp(a, "--json")) {
       o->json = 1;
-    else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+    } else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
       usage(stdout);
       return 0;
-    } else if (!strcmp(a, "--layers") && v)
-      o->layers = atoi(argv[++i]);
-    else if (!strcmp(a, "--hidden") && v)
-      o->hidden = atoi(argv[++i]);
-    else if (!strcmp(a, "--iters") && v)
-      o->iters = atol(argv[++i]);
-    else if (!strcmp(a, "--chunk") && v) {
-      if (ferry_parse_size(argv[++i], &o->chunk)) {
-        fprintf(stderr, "ferry bench memory: --chunk '%s' is not a size\n", v);
-        return 2;
-      }
+    } else if (!strcmp(a, "--layers") && v) {
+      if (bench_arg_int(prog, a, argv[++i], 1, 65536, NULL, &x)) return 2;
+      o->layers = (int)x;
+    } else if (!strcmp(a, "--hidden") && v) {
+      if (bench_arg_int(prog, a, argv[++i], 8, 65536, NULL, &x)) return 2;
+      o->hidden = (int)x;
+    } else if (!strcmp(a, "--iters") && v) {
+      if (bench_arg_int(prog, a, argv[++i], 1, 100000000, NULL, &x)) return 2;
+      o->iters = (long)x;
+    } else if (!strcmp(a, "--chunk") && v) {
+      if (bench_arg_size(prog, a, argv[++i], 4096, 1ull << 30, &o->chunk)) return 2;
     } else {
-      usage(stderr);
+      int known = !strcmp(a, "--layers") || !strcmp(a, "--hidden") || !strcmp(a, "--iters") ||
+                  !strcmp(a, "--chunk");
+      fprintf(stderr, "%s: %s '%s' (see --help)\n", prog,
+              known ? "a value is missing after" : "unknown option", a);
       return 2;
     }
   }
-  if (o->layers < 1 || o->hidden < 8 || o->iters < 1) {
-    usage(stderr);
+  /* the model lives in RAM: refuse up front what cannot fit, rather than
+   * run out of memory (or swap) in the middle */
+  uint64_t avail = bench_mem_available();
+  if (avail && host_need(o) > 0.9 * (double)avail) {
+    char need[32], have[32], ch[32];
+    fprintf(stderr,
+            "%s: --layers %d with --hidden %d and --chunk %s needs %s of RAM (the bf16 params "
+            "on the host tier and the emulated device); %s is available: lower --layers or "
+            "--hidden\n",
+            prog, o->layers, o->hidden, ferry_format_size(o->chunk, ch, sizeof ch),
+            ferry_format_size((uint64_t)host_need(o), need, sizeof need),
+            ferry_format_size(avail, have, sizeof have));
     return 2;
   }
   return -1;
@@ -239,11 +269,13 @@ static void report(const mem_opts *o, ferry_mem *m, const mem_result *r) {
     json_int(&j, "heap_bytes_delta", r->heap_delta);
     json_end(&j);
   } else {
-    printf("layout: %d layers, hidden %d, %d tensors, %u chunks of %llu bytes\n", o->layers,
+    char a[32], b[32]; /* sizes in binary units, as every text the ferry command prints */
+    printf("layout: %d layers, hidden %d, %d tensors, %u chunks of %s\n", o->layers,
            o->hidden, o->layers * NSHAPES * NROLES, ferry_mem_chunk_count(m),
-           (unsigned long long)o->chunk);
-    printf("metadata: %zu bytes for %zu managed bytes = %.5f%% (target < 1%%)\n", r->meta,
-           r->managed, r->pct);
+           ferry_format_size(o->chunk, a, sizeof a));
+    printf("metadata: %s for %s managed = %.5f%% (target < 1%%)\n",
+           ferry_format_size(r->meta, a, sizeof a), ferry_format_size(r->managed, b, sizeof b),
+           r->pct);
     printf("resident fetch: %.1f ns (fetch + release %.1f ns), %u chunk(s) per group, heap "
            "delta over %ld fetches: %ld bytes (target < 1000 ns, no allocation)\n",
            r->fetch_ns, r->pair_ns, r->count, o->iters, r->heap_delta);

@@ -14,6 +14,7 @@
  * stage over a communicator, and rank 0 reports the communication per step
  * and how much of it overlapped the compute (docs/PERFORMANCE.md).
  */
+#include "bench/args.h"
 #include "bench/bench.h"
 #include "bench/json.h"
 
@@ -25,6 +26,7 @@
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -323,6 +325,26 @@ typedef struct {
   int ranks; /* --ranks N; 0: as launched */
 } step_opts;
 
+/* The integer options of bench step and their ranges. */
+typedef struct {
+  const char *name;
+  long long lo, hi;
+  size_t off; /* of the int in step_opts */
+} int_range;
+static const int_range int_opts[] = {
+    {"--groups", 1, 4096, offsetof(step_opts, groups)},
+    {"--dim", 8, 8192, offsetof(step_opts, dim)},
+    {"--batch", 1, 65536, offsetof(step_opts, batch)},
+    {"--steps", 1, 100000, offsetof(step_opts, steps)},
+    {"--ranks", 1, 1024, offsetof(step_opts, ranks)},
+};
+
+static int int_opt(const char *a) {
+  for (int k = 0; k < (int)(sizeof int_opts / sizeof int_opts[0]); k++)
+    if (!strcmp(a, int_opts[k].name)) return k;
+  return -1;
+}
+
 /* Returns -1 to go on, or the exit code (0 after --help, 2 bad usage).
  * --set values go to sets[]. */
 static int parse_args(step_opts *o, int argc, char **argv) {
@@ -354,28 +376,20 @@ static int parse_args(step_opts *o, int argc, char **argv) {
       char *dst = st ? state_set : master_set;
       snprintf(dst, 64, "%s=%s", st ? "optimizer.state_dtype" : "precision.master", val);
     }
-    else if (v && !strcmp(a, "--groups"))
-      o->groups = atoi(argv[++i]);
-    else if (v && !strcmp(a, "--dim"))
-      o->dim = atoi(argv[++i]);
-    else if (v && !strcmp(a, "--batch"))
-      o->batch = atoi(argv[++i]);
-    else if (v && !strcmp(a, "--steps"))
-      o->steps = atoi(argv[++i]);
-    else if (v && !strcmp(a, "--compute-ms"))
-      o->compute_ms = atof(argv[++i]);
-    else if (v && !strcmp(a, "--ranks")) {
-      char *end;
-      long n = strtol(argv[++i], &end, 10);
-      if (*end || end == argv[i] || n < 1 || n > 1024) {
-        fprintf(stderr, "ferry bench step: --ranks '%s': expected an integer from 1 to 1024\n",
-                argv[i]);
-        return 2;
-      }
-      o->ranks = (int)n;
-    }
-    else {
-      fprintf(stderr, "ferry bench step: unknown or incomplete option '%s'\n", a);
+    else if (v && int_opt(a) >= 0) {
+      const int_range *r = &int_opts[int_opt(a)];
+      long long x;
+      if (bench_arg_int("ferry bench step", a, argv[++i], r->lo, r->hi, NULL, &x)) return 2;
+      *(int *)((char *)o + r->off) = (int)x;
+    } else if (v && !strcmp(a, "--compute-ms")) {
+      if (bench_arg_num("ferry bench step", a, argv[++i], 0, 10000, &o->compute_ms)) return 2;
+    } else {
+      fprintf(stderr, "ferry bench step: %s '%s'\n",
+              int_opt(a) >= 0 || !strcmp(a, "--compute-ms") || !strcmp(a, "--config") ||
+                      !strcmp(a, "--set") || !strcmp(a, "--timeline")
+                  ? "a value is missing after"
+                  : "unknown option",
+              a);
       usage(stderr);
       return 2;
     }
@@ -387,10 +401,16 @@ static int parse_args(step_opts *o, int argc, char **argv) {
   /* after the --set values: the flags win */
   if (state_set[0]) sets[nsets++] = state_set;
   if (master_set[0]) sets[nsets++] = master_set;
-  if (o->groups < 1 || o->groups > 4096 || o->dim < 8 || o->dim > 8192 || o->batch < 1 ||
-      o->steps < 1 || !(o->compute_ms >= 0 && o->compute_ms < 10000)) {
-    fprintf(stderr, "ferry bench step: out-of-range option (groups 1..4096, dim 8..8192, "
-                    "batch >= 1, steps >= 1, compute-ms 0..10000)\n");
+  /* the resident reference holds the whole model in RAM (24 bytes a param
+   * and 64 MiB): refuse up front what cannot fit */
+  uint64_t avail = bench_mem_available();
+  double need = (double)o->groups * o->dim * o->dim * 24 + (64 << 20);
+  if (avail && need > 0.9 * (double)avail) {
+    char a[32], b[32];
+    fprintf(stderr, "ferry bench step: --groups %d with --dim %d needs %s of RAM for the "
+                    "resident reference run; %s is available: lower --groups or --dim\n",
+            o->groups, o->dim, ferry_format_size((uint64_t)need, a, sizeof a),
+            ferry_format_size(avail, b, sizeof b));
     return 2;
   }
   return -1;
@@ -631,28 +651,31 @@ static void report_text(const step_opts *o, const double got[3], const step_resu
     printf("  %-10s busy %.4f s%s\n", comp_names[k], r->busy[k],
            k == r->longest ? "  <- longest" : "");
   printf("  overlap_ratio %.3f (step time / longest component)\n", r->per / r->busy[r->longest]);
-  printf("  peaks: gpu %llu, host %llu, nvme %llu bytes; stalls %.3f s\n",
-         (unsigned long long)st->tier_peak[FERRY_TIER_DEVICE],
-         (unsigned long long)st->tier_peak[FERRY_TIER_HOST],
-         (unsigned long long)st->tier_peak[FERRY_TIER_NVME], st->stall_seconds);
+  char a[32], b[32], c[32]; /* sizes in binary units, as every text the ferry command prints */
+  printf("  peaks: gpu %s, host %s, nvme %s; stalls %.3f s\n",
+         ferry_format_size(st->tier_peak[FERRY_TIER_DEVICE], a, sizeof a),
+         ferry_format_size(st->tier_peak[FERRY_TIER_HOST], b, sizeof b),
+         ferry_format_size(st->tier_peak[FERRY_TIER_NVME], c, sizeof c), st->stall_seconds);
   const ferry_plan_input *li = &r->layout.in;
   printf("  optimizer: %s states, %s master\n", ferry_plan_dtype_name(li->state_dtype),
          ferry_plan_dtype_name(li->master_dtype));
   for (int f = 0; f < FERRY_FAMILIES; f++)
     if (r->nvme_rd[f] > 0 || r->nvme_wr[f] > 0)
-      printf("  nvme %-9s per step: read %.0f, written %.0f bytes\n", fam_names[f],
-             r->nvme_rd[f], r->nvme_wr[f]);
+      printf("  nvme %-9s per step: read %s, written %s\n", fam_names[f],
+             ferry_format_size((uint64_t)r->nvme_rd[f], a, sizeof a),
+             ferry_format_size((uint64_t)r->nvme_wr[f], b, sizeof b));
   if (r->plan_optim > 0)
-    printf("  nvme optimizer per step: planner %.0f bytes read and written; measured read "
-           "%+.2f%%, written %+.2f%%\n", r->plan_optim,
+    printf("  nvme optimizer per step: planner %s read and written; measured read "
+           "%+.2f%%, written %+.2f%%\n", ferry_format_size((uint64_t)r->plan_optim, a, sizeof a),
            100 * (r->nvme_rd[FERRY_FAMILY_OPTIM] / r->plan_optim - 1),
            100 * (r->nvme_wr[FERRY_FAMILY_OPTIM] / r->plan_optim - 1));
   if (nranks <= 1) return;
   printf("  ranks %d (%s), dist.zero_stage %d; rank 0's figures per step:\n", nranks,
          ferry_comm_kind_name(ferry_comm_get_kind(comm)), r->layout.zero_stage);
-  printf("  communication %.4f s (%.0f collectives, %.0f bytes sent; the comm lanes busy "
+  printf("  communication %.4f s (%.0f collectives, %s sent; the comm lanes busy "
          "%.4f s), the engine's threads waited %.4f s on it\n",
-         r->comm_s, r->comm_ops, r->comm_bytes, r->comm_busy_s, r->comm_wait_s);
+         r->comm_s, r->comm_ops, ferry_format_size((uint64_t)r->comm_bytes, a, sizeof a),
+         r->comm_busy_s, r->comm_wait_s);
   printf("  comm_hidden_fraction %.3f (of the comm lanes' busy time, the compute lane was busy "
          "too)\n", r->hidden);
   printf("  alone (no communicator, every rank at once) %.4f s per step: ranks add %+.4f s\n",

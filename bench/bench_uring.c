@@ -134,12 +134,7 @@ static int parse_args(bench_io_opts *o, int *op, int argc, char **argv) {
     fprintf(stderr, "ferry bench uring: --mode must be read or write, not '%s'\n", o->mode);
     return 2;
   }
-  uint64_t size = o->size, bs = o->bs, qd = o->qd;
-  if (bs < 4096 || bs % 4096 || bs > (1u << 30) || !qd || qd > 1024 || size < bs) {
-    fprintf(stderr, "ferry bench uring: need bs a multiple of 4096 up to 1G (O_DIRECT), "
-                    "0 < qd <= 1024, size >= bs\n");
-    return 2;
-  }
+  if (bench_io_check_geometry(o, "ferry bench uring", 4096, UINT64_MAX)) return 2; /* O_DIRECT */
   return -1;
 }
 

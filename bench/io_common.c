@@ -59,7 +59,7 @@ static int common_opt(bench_io_opts *o, int argc, char **argv, int *i, const cha
   else if (!strcmp(a, "--qd") && v) num = &o->qd;
   else return 0;
   if (num && ferry_parse_size(argv[++*i], num)) {
-    fprintf(stderr, "%s: bad value '%s' for %s\n", prog, argv[*i], a);
+    fprintf(stderr, "%s: %s '%s': expected a size such as 1M or 4G\n", prog, a, argv[*i]);
     return -1;
   }
   return 1;
@@ -100,6 +100,30 @@ int bench_io_parse(bench_io_opts *o, int argc, char **argv, const char *prog,
     return 2;
   }
   return -1;
+}
+
+int bench_io_check_geometry(const bench_io_opts *o, const char *prog, uint64_t align,
+                            uint64_t max_ops) {
+  char a[32], b[32];
+  if (!o->bs || o->bs % align || o->bs > (1u << 30)) {
+    fprintf(stderr, "%s: --bs %s: expected %s%s from %s to 1.00 GiB\n", prog,
+            ferry_format_size(o->bs, a, sizeof a), align > 1 ? "a multiple of " : "a size",
+            align > 1 ? ferry_format_size(align, b, sizeof b) : "",
+            align > 1 ? "that size" : "1 B");
+    return 2;
+  }
+  if (!o->qd || o->qd > 1024) {
+    fprintf(stderr, "%s: --qd %llu: expected 1 to 1024 requests in flight\n", prog,
+            (unsigned long long)o->qd);
+    return 2;
+  }
+  if (o->size < o->bs || o->size / o->bs > max_ops) {
+    fprintf(stderr, "%s: --size %s: expected from --bs (%s) to %llu blocks of it\n", prog,
+            ferry_format_size(o->size, a, sizeof a), ferry_format_size(o->bs, b, sizeof b),
+            (unsigned long long)max_ops);
+    return 2;
+  }
+  return 0;
 }
 
 static int cmp_double(const void *a, const void *b) {

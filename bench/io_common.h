@@ -37,6 +37,11 @@ typedef struct {
  * after --help (usage(stdout)), 2 after a bad or unknown option, a missing
  * --path, or --overwrite without --mode write (said on stderr, prog
  * first). */
+/* --bs (a multiple of align, at most 1G), --qd (1..1024) and --size (at
+ * least --bs, at most max_ops blocks of it): 0, or 2 after a usage error
+ * naming the option, its value and the range. */
+int bench_io_check_geometry(const bench_io_opts *o, const char *prog, uint64_t align,
+                            uint64_t max_ops);
 int bench_io_parse(bench_io_opts *o, int argc, char **argv, const char *prog,
                    void (*usage)(FILE *),
                    int (*own_opt)(const char *arg, const char *val, void *ctx), void *ctx);

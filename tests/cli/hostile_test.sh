@@ -111,6 +111,81 @@ checkpoint)
   expect 0 "$bin" help checkpoint
   prints "ferry checkpoint info DIR"
   ;;
+bench)
+  # every usage error exits 2 at once and names the option and the value
+  expect 2 "$bin" bench memory --layers 100000000
+  says "--layers '100000000'" && says "65536"
+  expect 2 "$bin" bench memory --layers 60000 --hidden 4096
+  says "--layers 60000 with --hidden 4096" && says "of RAM" && says "is available"
+  expect 2 "$bin" bench memory --hidden abc
+  says "--hidden 'abc'"
+  expect 2 "$bin" bench memory --chunk 12Q
+  says "--chunk '12Q'"
+  expect 2 "$bin" bench memory --iters 0
+  says "--iters '0'"
+  expect 2 "$bin" bench memory --layers
+  says "'--layers'"
+  expect 2 "$bin" bench adam --threads 100000
+  says "--threads '100000'" && says "at most 64 per CPU"
+  expect 2 "$bin" bench adam --simd avx9000
+  says "unknown --simd 'avx9000' (expected: scalar, avx2, avx512)"
+  expect 2 "$bin" bench adam --steps 0
+  says "--steps '0'"
+  expect 2 "$bin" bench adam --params 1T
+  says "--params" && says "of RAM"
+  expect 2 "$bin" bench step --config /dev/null --groups 0
+  says "--groups '0'"
+  expect 2 "$bin" bench step --config /dev/null --groups 4096 --dim 8192
+  says "--groups 4096 with --dim 8192" && says "of RAM"
+  expect 2 "$bin" bench step --config /dev/null --compute-ms -1
+  says "--compute-ms '-1'"
+  expect 2 "$bin" bench copy --size 1T --device host
+  says "--size 1.00 TiB" && says "of RAM"
+  expect 2 "$bin" bench copy --iters 0
+  says "--iters '0'"
+  expect 2 "$bin" bench io --path "$dir" --qd 5000
+  says "--qd 5000"
+  expect 2 "$bin" bench uring --path "$dir" --bs 1000
+  says "--bs 1000 B"
+  expect 2 "$bin" bench all --path "$dir" --threads 100000
+  says "--threads '100000'"
+  # a valid run still runs (small)
+  expect 0 "$bin" bench memory --layers 4 --hidden 128 --chunk 256K --iters 1000
+  prints "chunks of 256.00 KiB"
+  ;;
+wording)
+  # a group given a value: says so, suggests no unrelated key
+  printf 'tiers = "foo";\n' >group.cfg
+  expect 1 "$bin" config check group.cfg
+  says "'tiers' is a group, not a value; expected tiers: { ... }"
+  grep -q "did you mean" o.err && fail "a suggestion for a group given a value"
+  # libconfig's "syntax error" said once
+  printf 'device = host;\n' >syntax.cfg
+  expect 1 "$bin" config check syntax.cfg
+  says "syntax.cfg:1: syntax error"
+  grep -q "syntax error: syntax error" o.err && fail "syntax error said twice"
+  # far from every key: no suggestion; close: one
+  printf 'zzz = 1;\n' >far.cfg
+  expect 1 "$bin" config check far.cfg
+  grep -q "did you mean" o.err && fail "a suggestion for zzz"
+  printf 'tiers: { gpus: { budget = "1G"; }; };\n' >near.cfg
+  expect 1 "$bin" config check near.cfg
+  says "did you mean 'tiers.gpu'?"
+  # an engine layout refusal says "layout:" once
+  mkdir -p build
+  expect 1 "$bin" bench step --config "$aux/examples/configs/offload-host.cfg" --groups 3 \
+    --dim 512 --batch 2 --compute-ms 0 --steps 1 --set tiers.host.budget=3M \
+    --set chunk_size=64K --no-validate
+  says "finalize: layout: the families that live in the host tier need 12.00 MiB"
+  grep -q "layout: layout:" o.err && fail "layout: said twice"
+  # sizes in binary units in the text humans read
+  expect 0 "$bin" bench step --config "$aux/examples/configs/offload-host.cfg" --groups 3 \
+    --dim 64 --batch 2 --compute-ms 0 --steps 1 --no-validate
+  grep -qE 'peaks: gpu [0-9.]+ [KMG]?i?B, host [0-9.]+ [KMG]?i?B, nvme [0-9.]+ [KMG]?i?B;' o.out ||
+    fail "bench step peaks not in binary units"
+  expect 0 "$bin" bench copy --size 1M --iters 1 --device host --direction h2d
+  prints "1.00 MiB in"
+  ;;
 *)
   fail "unknown case"
   ;;

@@ -57,3 +57,9 @@ target_link_libraries(cli_make_checkpoint PRIVATE ferry_static ferry_flags ferry
 ferry_add_test(NAME cli.hostile.checkpoint EXE sh TIMEOUT 60
                ARGS ${PROJECT_SOURCE_DIR}/tests/cli/hostile_test.sh $<TARGET_FILE:ferry_cli> checkpoint
                     ${PROJECT_BINARY_DIR}/tests/cli-hostile-checkpoint $<TARGET_FILE:cli_make_checkpoint>)
+ferry_add_test(NAME cli.hostile.bench EXE sh TIMEOUT 60
+               ARGS ${PROJECT_SOURCE_DIR}/tests/cli/hostile_test.sh $<TARGET_FILE:ferry_cli> bench
+                    ${PROJECT_BINARY_DIR}/tests/cli-hostile-bench)
+ferry_add_test(NAME cli.hostile.wording EXE sh TIMEOUT 60
+               ARGS ${PROJECT_SOURCE_DIR}/tests/cli/hostile_test.sh $<TARGET_FILE:ferry_cli> wording
+                    ${PROJECT_BINARY_DIR}/tests/cli-hostile-wording ${PROJECT_SOURCE_DIR})
