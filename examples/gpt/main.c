@@ -99,8 +99,11 @@ static const char *k_train_help =
     "    --batch B             sequences per step (default 4).\n"
     "    --seq S               tokens per sequence (default 128, at most the model's\n"
     "                          positions).\n"
-    "    --lr LR               AdamW learning rate (default 3e-4); betas 0.9/0.999, eps 1e-8.\n"
-    "                          With --engine: sets optimizer.lr (default: the config's).\n"
+    "    --lr LR               AdamW learning rate (default 3e-4; 0 is allowed); betas\n"
+    "                          0.9/0.999, eps 1e-8. With --engine: sets optimizer.lr (default:\n"
+    "                          the config's). LR and WD are read as doubles (--lr 3e-4 is the\n"
+    "                          config's 3e-4); a value that is not a finite number >= 0, or\n"
+    "                          outside the config's range, is bad usage (exit 2).\n"
     "    --weight-decay WD     decoupled weight decay on matrices (default 0.1). With\n"
     "                          --engine: sets optimizer.weight_decay, which applies to every\n"
     "                          tensor (default: the config's).\n"
@@ -266,11 +269,15 @@ static int parse_int(const char *s, const char *opt, long lo, long hi) {
   return (int)v;
 }
 
-static float parse_float(const char *s, const char *opt) {
+/* A hyper-parameter: a finite number >= 0 read as a double (strtod, the
+ * whole argument), so that --lr 3e-4 is the value a config's 3e-4 is.
+ * Anything else is bad usage naming the value. */
+static double parse_double(const char *s, const char *opt) {
   char *e;
-  float v = strtof(s, &e);
-  if (*e || !isfinite(v) || v < 0) {
-    errf("%s wants a non-negative number, not '%s'\n", opt, s);
+  errno = 0;
+  double v = strtod(s, &e);
+  if (e == s || *e || errno == ERANGE || !isfinite(v) || v < 0) {
+    errf("%s wants a finite number >= 0, not '%s'\n", opt, s);
     exit(2);
   }
   return v;
@@ -349,8 +356,9 @@ typedef struct {
   const char *model, *weights, *data, *engine, *save, *tokdir, *timeline, *resume, *stats_json;
   int steps, batch, seq, json, ckpt, threads, cuda;
   int save_every, keep, keep_given; /* checkpoints: every N steps into save/checkpoints */
-  float lr, wd;
+  double lr, wd; /* doubles, as the engine config holds them */
   int lr_given, wd_given;
+  const char *lr_text, *wd_text; /* as given, for messages */
   uint64_t seed;
   const char *set[MAX_SETS]; /* --set KEY=VALUE, in order */
   int nset;
@@ -373,8 +381,8 @@ static int parse_train(int argc, char **argv, train_opts *o) {
   memset(o, 0, sizeof *o);
   o->steps = 10;
   o->batch = 4;
-  o->lr = 3e-4f;
-  o->wd = 0.1f;
+  o->lr = 3e-4;
+  o->wd = 0.1;
   o->seed = 1;
   o->keep = 2;
   int c;
@@ -388,8 +396,8 @@ static int parse_train(int argc, char **argv, train_opts *o) {
     case O_STEPS: o->steps = parse_int(optarg, "--steps", 0, 100000000); break;
     case O_BATCH: o->batch = parse_int(optarg, "--batch", 1, 65536); break;
     case O_SEQ: o->seq = parse_int(optarg, "--seq", 1, 1 << 20); break;
-    case O_LR: o->lr = parse_float(optarg, "--lr"), o->lr_given = 1; break;
-    case O_WD: o->wd = parse_float(optarg, "--weight-decay"), o->wd_given = 1; break;
+    case O_LR: o->lr = parse_double(optarg, "--lr"), o->lr_given = 1, o->lr_text = optarg; break;
+    case O_WD: o->wd = parse_double(optarg, "--weight-decay"), o->wd_given = 1, o->wd_text = optarg; break;
     case O_SEED: o->seed = (uint64_t)parse_int(optarg, "--seed", 0, 2147483647); break;
     case O_SAVE: o->save = optarg; break;
     case O_JSON: o->json = 1; break;
@@ -470,8 +478,9 @@ static int engine_device_cuda(ferry_config *fc, const char *file, FILE *info) {
 
 /* The engine configuration: the file, then --lr / --weight-decay when
  * given, then each --set; --device cuda makes the device cuda; the NVMe
- * directories made when missing. */
-static ferry_config *engine_config(const train_opts *o, FILE *info) {
+ * directories made when missing. *usage: 1 when the refusal is of a flag's
+ * value (bad usage, exit 2). */
+static ferry_config *engine_config(const train_opts *o, FILE *info, int *usage) {
   ferry_config *fc;
   if (ferry_config_create(&fc)) {
     errf("%s\n", ferry_last_error());
@@ -483,12 +492,12 @@ static ferry_config *engine_config(const train_opts *o, FILE *info) {
   }
   char v[4096];
   if (o->lr_given) {
-    snprintf(v, sizeof v, "%.9g", (double)o->lr);
-    if (ferry_config_set(fc, "optimizer.lr", v)) goto bad_set;
+    snprintf(v, sizeof v, "%.17g", o->lr); /* every bit of the double */
+    if (ferry_config_set(fc, "optimizer.lr", v)) goto bad_flag;
   }
   if (o->wd_given) {
-    snprintf(v, sizeof v, "%.9g", (double)o->wd);
-    if (ferry_config_set(fc, "optimizer.weight_decay", v)) goto bad_set;
+    snprintf(v, sizeof v, "%.17g", o->wd);
+    if (ferry_config_set(fc, "optimizer.weight_decay", v)) goto bad_flag;
   }
   for (int i = 0; i < o->nset; i++) {
     char key[256];
@@ -514,6 +523,11 @@ static ferry_config *engine_config(const train_opts *o, FILE *info) {
     }
   }
   return fc;
+bad_flag: /* --lr / --weight-decay out of the config's range: bad usage */
+  errf("%s (from the command line: --lr %s, --weight-decay %s)\n", ferry_config_last_error(fc),
+       o->lr_given ? o->lr_text : "not given", o->wd_given ? o->wd_text : "not given");
+  *usage = 1;
+  goto fail;
 bad_set:
   errf("%s\n", ferry_config_last_error(fc));
 fail:
@@ -632,7 +646,8 @@ static int train_check_device(train_run *t) {
 /* The engine config, the model's shape, the tokenizer and the data. */
 static int train_load(train_run *t) {
   if (t->o.engine) {
-    if (!(t->fc = engine_config(&t->o, t->info))) return 1;
+    int usage = 0;
+    if (!(t->fc = engine_config(&t->o, t->info, &usage))) return usage ? 2 : 1;
   } else {
     fprintf(t->info, "ferry-gpt: note: no --engine: pre-engine path (all parameters resident in "
             "host memory, plain AdamW)\n");
@@ -919,7 +934,7 @@ static int train_setup_engine(train_run *t) {
 /* Without --engine: weights, grads and AdamW state in host memory. */
 static int train_setup_resident(train_run *t) {
   if (gpt_resident_init(&t->r, &t->s) ||
-      gpt_adamw_init(&t->opt, t->s.total_numel, t->o.lr, t->o.wd)) {
+      gpt_adamw_init(&t->opt, t->s.total_numel, (float)t->o.lr, (float)t->o.wd)) {
     errf("out of memory for %zu parameters\n", t->s.total_numel);
     return 1;
   }
@@ -1463,7 +1478,7 @@ static int parse_sample(int argc, char **argv, sample_opts *o) {
     case O_WEIGHTS: o->weights = optarg; break;
     case O_PROMPT: o->prompt = optarg; break;
     case O_TOKENS: o->ntok = parse_int(optarg, "--tokens", 0, 1000000); break;
-    case O_TEMP: o->temp = parse_float(optarg, "--temperature"); break;
+    case O_TEMP: o->temp = (float)parse_double(optarg, "--temperature"); break;
     case O_SEED: o->seed = (uint64_t)parse_int(optarg, "--seed", 0, 2147483647); break;
     case O_TOK: o->tokdir = optarg; break;
     case O_THREADS: openblas_set_num_threads(parse_int(optarg, "--threads", 1, 1024)); break;
