@@ -347,6 +347,14 @@ typedef struct {
  * .u16/.bin (uint16) or .u32 (uint32). Every id must be below `vocab`. */
 int gpt_data_load(gpt_data *d, const char *path, const gpt_tokenizer *tok, int vocab,
                   uint64_t seed, char *err, size_t errlen);
+/* flags GPT_DATA_STREAM: a path that is not a regular file (a pipe, a
+ * character device) is read to its end, at most half the machine's memory
+ * (beyond: refused as out of memory, naming how much was read); without it
+ * such a path is refused (--data /dev/zero would never end). A regular file
+ * is mapped, never copied. */
+enum { GPT_DATA_STREAM = 1 };
+int gpt_data_load_ex(gpt_data *d, const char *path, const gpt_tokenizer *tok, int vocab,
+                     uint64_t seed, int flags, char *err, size_t errlen);
 void gpt_data_free(gpt_data *d);
 /* batch windows of seq+1 tokens at seeded random offsets: inputs and the
  * next-token targets. */

@@ -34,7 +34,7 @@ static const char *k_train_help =
     "                    [--tokenizer DIR] [--threads N] [--device cpu|cuda] [--json]\n"
     "                    [--set KEY=VALUE]... [--timeline FILE]\n"
     "                    [--save-every N [--keep K]] [--resume DIR] [--stats-json FILE]\n"
-    "                    [--comm auto|self|mpi]\n"
+    "                    [--comm auto|self|mpi] [--data-stream]\n"
     "    mpirun -np N ferry-gpt train --engine ENGINE.cfg ... (data parallel)\n"
     "\n"
     "DESCRIPTION\n"
@@ -88,6 +88,9 @@ static const char *k_train_help =
     "                          Without it the weights are initialised from --seed.\n"
     "    --data FILE           training data: text (tokenized), or token ids as uint16\n"
     "                          (.u16, .bin) or uint32 (.u32).\n"
+    "    --data-stream         --data may be a pipe or a device (not a regular file): read to\n"
+    "                          its end, at most half the machine's memory. Without it such a\n"
+    "                          path is refused (--data /dev/zero would never end).\n"
     "    --engine FILE         train on ferry's engine with this configuration (.cfg; keys in\n"
     "                          docs/CONFIG.md). Missing tiers.nvme.paths directories are made.\n"
     "    --set KEY=VALUE       with --engine: override one config key after the file (any\n"
@@ -346,7 +349,7 @@ static double now_s(void) {
 
 enum { O_MODEL = 256, O_WEIGHTS, O_DATA, O_ENGINE, O_STEPS, O_BATCH, O_SEQ, O_LR, O_WD, O_SEED,
        O_SAVE, O_JSON, O_CKPT, O_TOK, O_THREADS, O_PROMPT, O_TOKENS, O_TEMP, O_DEVICE, O_SET,
-       O_TIMELINE, O_SAVE_EVERY, O_KEEP, O_RESUME, O_STATS_JSON, O_COMM };
+       O_TIMELINE, O_SAVE_EVERY, O_KEEP, O_RESUME, O_STATS_JSON, O_COMM, O_DATA_STREAM };
 
 enum { MAX_SETS = 32 };
 
@@ -355,6 +358,7 @@ enum { MAX_SETS = 32 };
 typedef struct {
   const char *model, *weights, *data, *engine, *save, *tokdir, *timeline, *resume, *stats_json;
   int steps, batch, seq, json, ckpt, threads, cuda;
+  int data_stream; /* --data-stream: --data may be a pipe or device, read to its end */
   int save_every, keep, keep_given; /* checkpoints: every N steps into save/checkpoints */
   double lr, wd; /* doubles, as the engine config holds them */
   int lr_given, wd_given;
@@ -374,6 +378,7 @@ static const struct option k_train_opts[] = {
     {"device", 1, 0, O_DEVICE},   {"set", 1, 0, O_SET},           {"timeline", 1, 0, O_TIMELINE},
     {"save-every", 1, 0, O_SAVE_EVERY}, {"keep", 1, 0, O_KEEP}, {"resume", 1, 0, O_RESUME},
     {"stats-json", 1, 0, O_STATS_JSON}, {"comm", 1, 0, O_COMM},
+    {"data-stream", 0, 0, O_DATA_STREAM},
     {"help", 0, 0, 'h'},          {0, 0, 0, 0}};
 
 /* 0: parsed; 1: --help printed. Bad usage exits 2. */
@@ -418,6 +423,7 @@ static int parse_train(int argc, char **argv, train_opts *o) {
     case O_KEEP: o->keep = parse_int(optarg, "--keep", 0, 1000000), o->keep_given = 1; break;
     case O_RESUME: o->resume = optarg; break;
     case O_STATS_JSON: o->stats_json = optarg; break;
+    case O_DATA_STREAM: o->data_stream = 1; break;
     case O_COMM:
       if (!strcmp(optarg, "auto")) o->comm = FERRY_COMM_AUTO;
       else if (!strcmp(optarg, "self")) o->comm = FERRY_COMM_SELF;
@@ -669,7 +675,8 @@ static int train_load(train_run *t) {
     errf("cannot build the model\n");
     return 1;
   }
-  if (gpt_data_load(&t->d, t->o.data, t->tok, t->cfg.vocab, t->o.seed, t->err, sizeof t->err)) {
+  if (gpt_data_load_ex(&t->d, t->o.data, t->tok, t->cfg.vocab, t->o.seed,
+                       t->o.data_stream ? GPT_DATA_STREAM : 0, t->err, sizeof t->err)) {
     errf("%s\n", t->err);
     return 1;
   }
