@@ -341,6 +341,10 @@ static int write_config_json(const char *path, const gpt_config *c) {
   return fclose(f);
 }
 
+/* Every size ferry-gpt prints is binary, as the engine's messages are. */
+#define MiB 1048576.0
+#define GiB 1073741824.0
+
 static double now_s(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -554,8 +558,8 @@ static void describe_engine(const ferry_config *fc, const gpt_schema *s, FILE *i
   ferry_config_get(fc, "precision.params", prec, sizeof prec);
   int pb = strcmp(prec, "fp32") ? 2 : 4;
   /* param + fp32 grad + fp32 master, exp_avg, exp_avg_sq */
-  fprintf(info, "\nferry-gpt: model states %.1f MB (%d bytes/param)\n",
-          (double)s->total_numel * (pb + 16) / 1e6, pb + 16);
+  fprintf(info, "\nferry-gpt: model states %.1f MiB (%d bytes/param)\n",
+          (double)s->total_numel * (pb + 16) / MiB, pb + 16);
 }
 
 static void json_peaks(const uint64_t *peak) {
@@ -831,6 +835,13 @@ static int train_resume_find(train_run *t) {
     errf("--resume: %s\n", t->err);
     return 1;
   }
+  if (t->o.steps < t->ck_step) { /* every rank sees the same folder: refused alike */
+    t->agreed = 1;
+    errf("--resume %s: the checkpoint is at step %lld, past --steps %d: nothing to resume "
+         "(--steps is the total, checkpointed steps included; pass --steps %lld or more)\n",
+         t->ck_folder, (long long)t->ck_step, t->o.steps, (long long)t->ck_step + 1);
+    return 2;
+  }
   static unsigned char peek[sizeof(gpt_resume_state)];
   size_t plen;
   int crc;
@@ -881,11 +892,13 @@ static int train_resume_load(train_run *t) {
   }
   t->start = (int)got.next_step;
   t->d.rng = got.data_rng;
-  fprintf(t->info, "ferry-gpt: resumed %s: %lld steps done, continuing at step %d of %d\n",
-          t->ck_folder, (long long)t->ck_step, t->start, t->o.steps);
-  if (t->start > t->o.steps)
-    fprintf(t->info, "ferry-gpt: note: the checkpoint is at step %lld, --steps is %d: no step "
-            "to run\n", (long long)t->ck_step, t->o.steps);
+  if (t->start <= t->o.steps)
+    fprintf(t->info, "ferry-gpt: resumed %s: %lld steps done, continuing at step %d of %d\n",
+            t->ck_folder, (long long)t->ck_step, t->start, t->o.steps);
+  else
+    fprintf(t->info, "ferry-gpt: nothing to do: the checkpoint is at step %lld = --steps %d; "
+            "no step runs (--save still writes its weights)\n", (long long)t->ck_step,
+            t->o.steps);
   return 0;
 }
 
@@ -1010,17 +1023,17 @@ static int train_make_model(train_run *t) {
   }
   double act = 0;
   const char *where = "host";
-  if (t->cm) act = t->cu->model_bytes(t->cm) / 1e6, where = "device";
-  if (t->m) act = gpt_model_activation_bytes(t->m) / 1e6;
+  if (t->cm) act = t->cu->model_bytes(t->cm) / MiB, where = "device";
+  if (t->m) act = gpt_model_activation_bytes(t->m) / MiB;
   if (t->ge)
     fprintf(t->info, "ferry-gpt: %zu tokens of data, batch %d x seq %d x %d micro-batches, %d "
-            "steps; %s: %.1f MB of activations and workspace, %.1f MB of fp32 grad scratch\n",
+            "steps; %s: %.1f MiB of activations and workspace, %.1f MiB of fp32 grad scratch\n",
             t->d.n, t->o.batch, t->seq, t->micro, t->o.steps, where, act,
-            gpt_engine_scratch_bytes(t->ge) / 1e6);
+            gpt_engine_scratch_bytes(t->ge) / MiB);
   else
     fprintf(t->info, "ferry-gpt: %zu tokens of data, batch %d x seq %d, %d steps, lr %g; host: "
-            "%.1f MB of weights+grads+AdamW; %s: %.1f MB of activations\n",
-            t->d.n, t->o.batch, t->seq, t->o.steps, (double)t->o.lr, 16.0 * t->s.total_numel / 1e6,
+            "%.1f MiB of weights+grads+AdamW; %s: %.1f MiB of activations\n",
+            t->d.n, t->o.batch, t->seq, t->o.steps, (double)t->o.lr, 16.0 * t->s.total_numel / MiB,
             where, act);
   return 0;
 }
@@ -1033,7 +1046,11 @@ static int train_engine_step(train_run *t, int st) {
   errf("step %d: %s%s\n", st, ferry_engine_last_error(gpt_engine_handle(t->ge)),
        rc == FERRY_ETIMEDOUT ? " (FERRY_ETIMEDOUT: another rank did not answer within "
                                "dist.timeout)"
-                             : "");
+       : rc == FERRY_ECORRUPT ? "\nferry-gpt: the engine's swap data failed its CRC check (the "
+                                "file on the NVMe tier was damaged, or the disk returned other "
+                                "bytes): rerun, or continue from the last checkpoint with "
+                                "--resume; check the disk if it happens again"
+                              : "");
   return 1;
 }
 
@@ -1132,9 +1149,9 @@ static void train_report_step(const train_run *t, train_totals *tt, int st, floa
     if (t->ge) json_step_nvme(tt);
     printf("}\n");
   } else {
-    printf("step %5d/%d  loss %.4f  %8.0f tok/s  gpu %.3f GB  host %.3f GB  nvme %.3f GB  "
+    printf("step %5d/%d  loss %.4f  %8.0f tok/s  gpu %.3f GiB  host %.3f GiB  nvme %.3f GiB  "
            "stall %.1f%%\n",
-           st, t->o.steps, loss, tps, peak[0] / 1e9, peak[1] / 1e9, peak[2] / 1e9, stall);
+           st, t->o.steps, loss, tps, peak[0] / GiB, peak[1] / GiB, peak[2] / GiB, stall);
   }
   fflush(stdout);
 }
@@ -1314,18 +1331,21 @@ static void train_report_totals(const train_run *t, train_totals *tt, gpt_footpr
     gpt_footprint_json(f, stdout);
     printf("}\n");
   } else {
-    printf("done: %d steps (%d..%d), %lld tokens in %.2f s, %.0f tok/s, loss %.4f -> %.4f\n",
-           ran, start, t->o.steps, (long long)ran * tt->tok_step, tt->t_all, tps,
-           ran ? tt->first : 0.0, ran ? tt->last : 0.0);
-    if (t->ge)
-      printf("peaks: gpu %.1f MB, host %.1f MB, nvme %.1f MB (engine tiers); process RSS %.1f "
-             "MB; stalled %.1f%% of the time; moved h2d %.1f MB, d2h %.1f MB, host->nvme %.1f "
-             "MB, nvme->host %.1f MB\n",
-             peak[0] / 1e6, peak[1] / 1e6, peak[2] / 1e6, f->peak_rss / 1e6, stall,
-             fs->bytes_h2d / 1e6, fs->bytes_d2h / 1e6, fs->bytes_host_to_nvme / 1e6,
-             fs->bytes_nvme_to_host / 1e6);
+    if (ran)
+      printf("done: %d steps (%d..%d), %lld tokens in %.2f s, %.0f tok/s, loss %.4f -> %.4f\n",
+             ran, start, t->o.steps, (long long)ran * tt->tok_step, tt->t_all, tps, tt->first,
+             tt->last);
     else
-      printf("peak host %.2f GB (process RSS)\n", f->peak_rss / 1e9);
+      printf("done: no step to run (the run was already at step %d = --steps)\n", start - 1);
+    if (t->ge)
+      printf("peaks: gpu %.1f MiB, host %.1f MiB, nvme %.1f MiB (engine tiers); process RSS "
+             "%.1f MiB; stalled %.1f%% of the time; moved h2d %.1f MiB, d2h %.1f MiB, "
+             "host->nvme %.1f MiB, nvme->host %.1f MiB\n",
+             peak[0] / MiB, peak[1] / MiB, peak[2] / MiB, f->peak_rss / MiB, stall,
+             fs->bytes_h2d / MiB, fs->bytes_d2h / MiB, fs->bytes_host_to_nvme / MiB,
+             fs->bytes_nvme_to_host / MiB);
+    else
+      printf("peak host %.1f MiB (process RSS)\n", f->peak_rss / MiB);
   }
   gpt_footprint_print(f, t->info);
   fflush(stdout);
