@@ -7,14 +7,7 @@
 # -DEXE=ferry-gpt -DDATA=file -DCONFIGS=examples/configs; runs in a scratch dir.
 set(_args train --model tiny --data ${DATA} --batch 2 --seq 16 --seed 4)
 file(REMOVE_RECURSE ${CMAKE_CURRENT_BINARY_DIR}/hp_run)
-function(run name expect)
-  execute_process(COMMAND ${EXE} ${_args} ${ARGN} OUTPUT_VARIABLE _out ERROR_VARIABLE _err
-    RESULT_VARIABLE _rc)
-  if(NOT _rc EQUAL expect)
-    message(FATAL_ERROR "${name} (${ARGN}): expected exit ${expect}, got ${_rc}\n${_out}\n${_err}")
-  endif()
-  set(${name}_err "${_err}" PARENT_SCOPE)
-endfunction()
+include(${CMAKE_CURRENT_LIST_DIR}/issue25_run.cmake)
 foreach(_bad "" "-1" "nan" "abc" "1e999" "3e-4x")
   run(bad 2 --steps 1 "--lr=${_bad}") # (the = form: an empty value survives)
   if(NOT bad_err MATCHES "--lr wants a finite number >= 0, not '${_bad}'")

@@ -7,14 +7,7 @@
 # -DEXE=ferry-gpt -DDATA=file -DCONFIGS=examples/configs; runs in a scratch dir.
 set(_args train --model tiny --data ${DATA} --batch 2 --seq 16 --seed 6)
 file(REMOVE_RECURSE ${CMAKE_CURRENT_BINARY_DIR}/w_run)
-function(run name expect)
-  execute_process(COMMAND ${EXE} ${_args} ${ARGN} OUTPUT_VARIABLE _out ERROR_VARIABLE _err
-    RESULT_VARIABLE _rc)
-  if(NOT _rc EQUAL expect)
-    message(FATAL_ERROR "${name} (${ARGN}): expected exit ${expect}, got ${_rc}\n${_out}\n${_err}")
-  endif()
-  set(${name}_all "${_out}${_err}" PARENT_SCOPE)
-endfunction()
+include(${CMAKE_CURRENT_LIST_DIR}/issue25_run.cmake)
 run(plain 0 --steps 2)
 run(engine 0 --steps 3 --engine ${CONFIGS}/resident.cfg --save w_run --save-every 3)
 foreach(_r plain engine)
