@@ -188,7 +188,9 @@ static const char *k_train_help =
     "\n"
     "EXIT STATUS\n"
     "    0 on success, 1 on a runtime failure (also: no usable GPU for --device cuda, no\n"
-    "    checkpoint in --resume DIR, a damaged one), 2 on bad usage (also: --resume with\n"
+    "    checkpoint in --resume DIR, a damaged one, a non-finite loss: the first one ends\n"
+    "    the run unless fp16 loss scaling skipped that step, 16 in a row at most; --json\n"
+    "    then prints \"loss\": null and an \"error\" field), 2 on bad usage (also: --resume with\n"
     "    settings other than the checkpoint's; with N ranks: no --engine, --device cuda (not\n"
     "    implemented yet), ranks started with other settings). Under mpirun a rank's\n"
     "    failure ends the job through MPI_Abort with its status (1, or 2 for a --resume\n"
@@ -598,6 +600,9 @@ typedef struct {
   ferry_comm *comm;     /* the ranks (every run has one; SELF alone) */
   int rank, nranks;     /* this rank, and how many train together */
   int agreed;           /* the error that ends the run is every rank's (usage): no abort */
+  int skipped;          /* --engine: the last step was skipped (inf/NaN grads) */
+  int backed_off;       /* ... and the dynamic (fp16) loss scale went down with it */
+  int nonfinite_run;    /* steps in a row with a non-finite loss that loss scaling skipped */
   uint64_t *rank_figs;  /* nranks > 1: each rank's figures (GPT_RANK_FIGS), at the end */
   FILE *quiet;          /* ranks > 0: /dev/null, where their progress goes */
   char err[1024];
@@ -1041,7 +1046,10 @@ static int train_make_model(train_run *t) {
 /* The engine's optimizer step; 0, or 1 with the engine's message printed. */
 static int train_engine_step(train_run *t, int st) {
   ferry_step_info si;
+  float scale = ferry_loss_scale(gpt_engine_handle(t->ge));
   int rc = gpt_engine_step(t->ge, &si);
+  t->skipped = rc == 0 && si.skipped;
+  t->backed_off = t->skipped && si.loss_scale < scale;
   if (rc == 0) return 0;
   errf("step %d: %s%s\n", st, ferry_engine_last_error(gpt_engine_handle(t->ge)),
        rc == FERRY_ETIMEDOUT ? " (FERRY_ETIMEDOUT: another rank did not answer within "
@@ -1131,10 +1139,29 @@ static void json_step_nvme(train_totals *tt) {
   gpt_footprint_json_families(stdout, "nvme_write_bytes", wr);
 }
 
-/* The step's line: JSON or the progress line. *stall0: the engine's stall
+/* v as JSON: `fmt` when finite, else null (JSON has no NaN or infinity). */
+static void json_number(FILE *f, double v, const char *fmt) {
+  if (isfinite(v)) fprintf(f, fmt, v);
+  else fputs("null", f);
+}
+
+/* s as a JSON string (quotes, backslashes and control bytes escaped). */
+static void json_string(FILE *f, const char *s) {
+  fputc('"', f);
+  for (; *s; s++) {
+    unsigned char c = (unsigned char)*s;
+    if (c == '"' || c == '\\') fprintf(f, "\\%c", c);
+    else if (c < 0x20) fprintf(f, "\\u%04x", c);
+    else fputc(c, f);
+  }
+  fputc('"', f);
+}
+
+/* The step's line: JSON or the progress line (why: the error that ends the
+ * run at this step, JSON's "error" field; the caller prints it on stderr). *stall0: the engine's stall
  * seconds so far, advanced to now. */
 static void train_report_step(const train_run *t, train_totals *tt, int st, float loss, double dt,
-                              double *stall0) {
+                              double *stall0, const char *why) {
   double tps = tt->tok_step / dt, stall = 0;
   uint64_t peak[3];
   train_peaks(t, &tt->fs, peak);
@@ -1143,15 +1170,25 @@ static void train_report_step(const train_run *t, train_totals *tt, int st, floa
     *stall0 = tt->fs.stall_seconds;
   }
   if (t->o.json) {
-    printf("{\"step\": %d, \"loss\": %.9g, \"tokens_per_s\": %.1f, ", st, loss, tps);
+    printf("{\"step\": %d, \"loss\": ", st);
+    json_number(stdout, loss, "%.9g");
+    printf(", \"tokens_per_s\": %.1f, ", tps);
     json_peaks(peak);
     printf(", \"stall_pct\": %.1f", stall);
     if (t->ge) json_step_nvme(tt);
+    if (t->skipped) printf(", \"skipped\": true");
+    if (why) {
+      printf(", \"error\": ");
+      json_string(stdout, why);
+    }
     printf("}\n");
   } else {
     printf("step %5d/%d  loss %.4f  %8.0f tok/s  gpu %.3f GiB  host %.3f GiB  nvme %.3f GiB  "
            "stall %.1f%%\n",
            st, t->o.steps, loss, tps, peak[0] / GiB, peak[1] / GiB, peak[2] / GiB, stall);
+    if (t->skipped)
+      printf("step %5d: skipped by the engine (inf/NaN grads); the loss scale is now %g\n", st,
+             (double)ferry_loss_scale(gpt_engine_handle(t->ge)));
   }
   fflush(stdout);
 }
@@ -1206,7 +1243,14 @@ static void train_test_fault(const train_run *t, int st) {
   }
 }
 
-/* Steps start..--steps, each reported, checkpointed when due. */
+/* Steps in a row that fp16 loss scaling may skip with a non-finite loss
+ * before the run stops (each halves the scale). */
+#define GPT_NONFINITE_SKIPS 16
+#define GPT_STR2(x) #x
+#define GPT_STR(x) GPT_STR2(x)
+
+/* Steps start..--steps, each reported, checkpointed when due; the first
+ * non-finite loss ends the run (exit 1) unless loss scaling skipped it. */
 static int train_steps(train_run *t, train_totals *tt) {
   int batch = t->o.batch, seq = t->seq, steps = t->o.steps, start = t->start;
   int32_t *x = malloc((size_t)batch * seq * sizeof *x);
@@ -1240,7 +1284,28 @@ static int train_steps(train_run *t, train_totals *tt) {
     if (st == start) tt->first = loss;
     tt->last = loss;
     if (tt->losses) tt->losses[st - start] = loss;
-    train_report_step(t, tt, st, loss, dt, &stall0);
+    char why[320] = "";
+    /* a non-finite loss ends the run, unless dynamic (fp16) loss scaling
+     * skipped the step and backed its scale off (an overflow it recovers
+     * from), at most GPT_NONFINITE_SKIPS steps in a row */
+    int tolerated = t->skipped && t->backed_off && t->nonfinite_run < GPT_NONFINITE_SKIPS;
+    t->nonfinite_run = isfinite(loss) ? 0 : t->nonfinite_run + 1;
+    if (!isfinite(loss) && !tolerated) {
+      /* the mean of the ranks' losses: every rank stops here alike */
+      snprintf(why, sizeof why, "step %d: the loss is %s (not finite)%s: the weights, the data "
+               "or the swap data are damaged, or the learning rate is too high; stopping", st,
+               isnan(loss) ? "NaN" : "infinite",
+               t->skipped && t->backed_off ? " after " GPT_STR(GPT_NONFINITE_SKIPS)
+                                             " steps in a row that fp16 loss scaling skipped"
+                                           : "");
+      t->agreed = 1;
+      status = 1;
+    }
+    train_report_step(t, tt, st, loss, dt, &stall0, why[0] ? why : NULL);
+    if (status) {
+      errf("%s (no checkpoint is written after it)\n", why);
+      break;
+    }
     if (t->ge && t->o.save_every && st % t->o.save_every == 0) status = train_checkpoint(t, st);
   }
   free(x), free(y);
@@ -1313,10 +1378,12 @@ static void train_report_totals(const train_run *t, train_totals *tt, gpt_footpr
   train_footprint(t, tt, f);
   if (t->o.json) {
     printf("{\"final\": true, \"steps\": %d, \"first_step\": %d, \"tokens\": %lld, "
-           "\"seconds\": %.3f, \"tokens_per_s\": %.1f, \"first_loss\": %.6f, "
-           "\"last_loss\": %.6f, ",
-           ran, start, (long long)ran * tt->tok_step, tt->t_all, tps, ran ? tt->first : 0.0,
-           ran ? tt->last : 0.0);
+           "\"seconds\": %.3f, \"tokens_per_s\": %.1f, \"first_loss\": ",
+           ran, start, (long long)ran * tt->tok_step, tt->t_all, tps);
+    json_number(stdout, ran ? tt->first : 0.0, "%.6f");
+    printf(", \"last_loss\": ");
+    json_number(stdout, ran ? tt->last : 0.0, "%.6f");
+    printf(", ");
     json_peaks(peak);
     printf(", \"stall_pct\": %.1f, \"rss_bytes\": %llu", stall,
            (unsigned long long)f->peak_rss);
