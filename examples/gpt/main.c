@@ -1145,18 +1145,6 @@ static void json_number(FILE *f, double v, const char *fmt) {
   else fputs("null", f);
 }
 
-/* s as a JSON string (quotes, backslashes and control bytes escaped). */
-static void json_string(FILE *f, const char *s) {
-  fputc('"', f);
-  for (; *s; s++) {
-    unsigned char c = (unsigned char)*s;
-    if (c == '"' || c == '\\') fprintf(f, "\\%c", c);
-    else if (c < 0x20) fprintf(f, "\\u%04x", c);
-    else fputc(c, f);
-  }
-  fputc('"', f);
-}
-
 /* The step's line: JSON or the progress line (why: the error that ends the
  * run at this step, JSON's "error" field; the caller prints it on stderr). *stall0: the engine's stall
  * seconds so far, advanced to now. */
@@ -1179,7 +1167,7 @@ static void train_report_step(const train_run *t, train_totals *tt, int st, floa
     if (t->skipped) printf(", \"skipped\": true");
     if (why) {
       printf(", \"error\": ");
-      json_string(stdout, why);
+      gpt_json_string(stdout, why);
     }
     printf("}\n");
   } else {
