@@ -173,6 +173,12 @@ int gpt_weights_save(const gpt_schema *s, gpt_provider *p, const char *path, uin
  * folder, checked whole at open as gpt_weights_load does. fill() writes
  * param i's fp32 values: what the engine's init callback calls, so no
  * second full copy of the model is ever held. */
+/* The tensors of the safetensors file or folder at path that the model
+ * does not use (a sixth block for five, lm_head.weight with a tied head, a
+ * buffer): how many (-1 when it cannot be opened, the reason in err), the
+ * first 8 named in list ('a', 'b' and N more). */
+int gpt_weights_unused(const gpt_schema *s, const char *path, char *list, size_t cap, char *err,
+                       size_t errlen);
 typedef struct gpt_weights_src gpt_weights_src;
 int gpt_weights_src_open(const gpt_schema *s, const char *path, uint64_t seed,
                          gpt_weights_src **out, char *err, size_t errlen);

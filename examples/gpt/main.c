@@ -34,7 +34,7 @@ static const char *k_train_help =
     "                    [--tokenizer DIR] [--threads N] [--device cpu|cuda] [--json]\n"
     "                    [--set KEY=VALUE]... [--timeline FILE]\n"
     "                    [--save-every N [--keep K]] [--resume DIR] [--stats-json FILE]\n"
-    "                    [--comm auto|self|mpi] [--data-stream]\n"
+    "                    [--comm auto|self|mpi] [--data-stream] [--strict-weights]\n"
     "    mpirun -np N ferry-gpt train --engine ENGINE.cfg ... (data parallel)\n"
     "\n"
     "DESCRIPTION\n"
@@ -86,6 +86,10 @@ static const char *k_train_help =
     "    --weights FILE|DIR    start from these safetensors weights (one file, a folder with\n"
     "                          model.safetensors or a sharded index); Hugging Face names.\n"
     "                          Without it the weights are initialised from --seed.\n"
+    "    --strict-weights      refuse --weights holding tensors the model does not use (exit\n"
+    "                          1); without it they are named in a warning and ignored (a\n"
+    "                          sixth block for a five-block model, lm_head.weight with a tied\n"
+    "                          head, a buffer).\n"
     "    --data FILE           training data: text (tokenized), or token ids as uint16\n"
     "                          (.u16, .bin) or uint32 (.u32).\n"
     "    --data-stream         --data may be a pipe or a device (not a regular file): read to\n"
@@ -355,7 +359,7 @@ static double now_s(void) {
 
 enum { O_MODEL = 256, O_WEIGHTS, O_DATA, O_ENGINE, O_STEPS, O_BATCH, O_SEQ, O_LR, O_WD, O_SEED,
        O_SAVE, O_JSON, O_CKPT, O_TOK, O_THREADS, O_PROMPT, O_TOKENS, O_TEMP, O_DEVICE, O_SET,
-       O_TIMELINE, O_SAVE_EVERY, O_KEEP, O_RESUME, O_STATS_JSON, O_COMM, O_DATA_STREAM };
+       O_TIMELINE, O_SAVE_EVERY, O_KEEP, O_RESUME, O_STATS_JSON, O_COMM, O_DATA_STREAM, O_STRICT_WEIGHTS };
 
 enum { MAX_SETS = 32 };
 
@@ -365,6 +369,7 @@ typedef struct {
   const char *model, *weights, *data, *engine, *save, *tokdir, *timeline, *resume, *stats_json;
   int steps, batch, seq, json, ckpt, threads, cuda;
   int data_stream; /* --data-stream: --data may be a pipe or device, read to its end */
+  int strict_weights; /* --strict-weights: tensors of --weights the model does not use refused */
   int save_every, keep, keep_given; /* checkpoints: every N steps into save/checkpoints */
   double lr, wd; /* doubles, as the engine config holds them */
   int lr_given, wd_given;
@@ -384,7 +389,7 @@ static const struct option k_train_opts[] = {
     {"device", 1, 0, O_DEVICE},   {"set", 1, 0, O_SET},           {"timeline", 1, 0, O_TIMELINE},
     {"save-every", 1, 0, O_SAVE_EVERY}, {"keep", 1, 0, O_KEEP}, {"resume", 1, 0, O_RESUME},
     {"stats-json", 1, 0, O_STATS_JSON}, {"comm", 1, 0, O_COMM},
-    {"data-stream", 0, 0, O_DATA_STREAM},
+    {"data-stream", 0, 0, O_DATA_STREAM}, {"strict-weights", 0, 0, O_STRICT_WEIGHTS},
     {"help", 0, 0, 'h'},          {0, 0, 0, 0}};
 
 /* 0: parsed; 1: --help printed. Bad usage exits 2. */
@@ -430,6 +435,7 @@ static int parse_train(int argc, char **argv, train_opts *o) {
     case O_RESUME: o->resume = optarg; break;
     case O_STATS_JSON: o->stats_json = optarg; break;
     case O_DATA_STREAM: o->data_stream = 1; break;
+    case O_STRICT_WEIGHTS: o->strict_weights = 1; break;
     case O_COMM:
       if (!strcmp(optarg, "auto")) o->comm = FERRY_COMM_AUTO;
       else if (!strcmp(optarg, "self")) o->comm = FERRY_COMM_SELF;
@@ -451,6 +457,7 @@ static int parse_train(int argc, char **argv, train_opts *o) {
     die_usage("--save-every needs --save DIR (checkpoints go to DIR/" GPT_RESUME_SUBDIR ")");
   if (o->keep_given && !o->save_every) die_usage("--keep needs --save-every");
   if (o->resume && !o->resume[0]) die_usage("--resume wants a folder");
+  if (o->strict_weights && !o->weights) die_usage("--strict-weights needs --weights");
   return 0;
 }
 
@@ -658,6 +665,23 @@ static int train_check_device(train_run *t) {
   return 0;
 }
 
+/* --weights: the tensors the model does not use are named (a warning), or
+ * with --strict-weights refused; they are never loaded either way. */
+static int train_check_unused(train_run *t) {
+  char list[1024];
+  int n = gpt_weights_unused(&t->s, t->o.weights, list, sizeof list, t->err, sizeof t->err);
+  if (n < 0) {
+    errf("%s\n", t->err);
+    return 1;
+  }
+  if (n == 0) return 0;
+  errf("%s: --weights %s holds %d tensor%s the model does not use: %s%s\n",
+       t->o.strict_weights ? "refused (--strict-weights)" : "warning", t->o.weights, n,
+       n > 1 ? "s" : "", list,
+       t->o.strict_weights ? "" : " (ignored; --strict-weights refuses them)");
+  return t->o.strict_weights;
+}
+
 /* The engine config, the model's shape, the tokenizer and the data. */
 static int train_load(train_run *t) {
   if (t->o.engine) {
@@ -684,6 +708,7 @@ static int train_load(train_run *t) {
     errf("cannot build the model\n");
     return 1;
   }
+  if (t->o.weights && !t->o.resume && train_check_unused(t)) return 1;
   if (gpt_data_load_ex(&t->d, t->o.data, t->tok, t->cfg.vocab, t->o.seed,
                        t->o.data_stream ? GPT_DATA_STREAM : 0, t->err, sizeof t->err)) {
     errf("%s\n", t->err);

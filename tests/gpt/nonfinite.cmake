@@ -1,20 +1,20 @@
 # tests/gpt/nonfinite.cmake — issue 25 item 5: NaN weights (one element of
-# wte.weight, tests/gpt/nan_weights.py) make every loss NaN. The run stops
+# wte.weight, tests/gpt/st_edit.py) make every loss NaN. The run stops
 # at step 1 with exit 1 naming the step, pre-engine and on the engine (bf16:
 # the engine skips the step but no loss scaling recovers from it); --json
 # prints "loss": null and an "error" field, never nan; with fp16 dynamic
 # loss scaling the skipped steps go on while the scale backs off, 16 in a
 # row at most (exit 1 at step 17). Before: -nan printed, exit 0.
 # -DEXE=ferry-gpt -DDATA=file -DCONFIGS=examples/configs -DFIX=tests/fixtures/gpt
-# -DPY=python3 -DTOOL=tests/gpt/nan_weights.py; runs in a scratch dir.
+# -DPY=python3 -DTOOL=tests/gpt/st_edit.py; runs in a scratch dir.
 set(_w ${CMAKE_CURRENT_BINARY_DIR}/nan_w)
 file(REMOVE_RECURSE ${_w})
 file(MAKE_DIRECTORY ${_w})
 file(COPY ${FIX}/gpt2/config.json DESTINATION ${_w})
 execute_process(COMMAND ${PY} ${TOOL} ${FIX}/gpt2/model.safetensors ${_w}/model.safetensors
-  wte.weight RESULT_VARIABLE _rc)
+  --nan wte.weight RESULT_VARIABLE _rc)
 if(NOT _rc EQUAL 0)
-  message(FATAL_ERROR "nan_weights.py failed")
+  message(FATAL_ERROR "st_edit.py failed")
 endif()
 set(_args train --model ${_w}/config.json --weights ${_w} --data ${DATA} --batch 2 --seq 16 --json)
 include(${CMAKE_CURRENT_LIST_DIR}/issue25_run.cmake)
