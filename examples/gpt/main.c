@@ -35,6 +35,7 @@ static const char *k_train_help =
     "                    [--set KEY=VALUE]... [--timeline FILE]\n"
     "                    [--save-every N [--keep K]] [--resume DIR] [--stats-json FILE]\n"
     "                    [--comm auto|self|mpi] [--data-stream] [--strict-weights]\n"
+    "                    [--log-level silent|error|warn|info|debug]\n"
     "    mpirun -np N ferry-gpt train --engine ENGINE.cfg ... (data parallel)\n"
     "\n"
     "DESCRIPTION\n"
@@ -86,6 +87,11 @@ static const char *k_train_help =
     "    --weights FILE|DIR    start from these safetensors weights (one file, a folder with\n"
     "                          model.safetensors or a sharded index); Hugging Face names.\n"
     "                          Without it the weights are initialised from --seed.\n"
+    "    --log-level LEVEL     the library's messages on stderr (\"ferry: warning: ...\"):\n"
+    "                          silent, error, warn, info or debug. Default: the engine\n"
+    "                          config's log_level when it says more than silent (its\n"
+    "                          default), else warn (buffered I/O fallback, no fallocate,\n"
+    "                          pageable fallback, write-back failures).\n"
     "    --strict-weights      refuse --weights holding tensors the model does not use (exit\n"
     "                          1); without it they are named in a warning and ignored (a\n"
     "                          sixth block for a five-block model, lm_head.weight with a tied\n"
@@ -359,7 +365,7 @@ static double now_s(void) {
 
 enum { O_MODEL = 256, O_WEIGHTS, O_DATA, O_ENGINE, O_STEPS, O_BATCH, O_SEQ, O_LR, O_WD, O_SEED,
        O_SAVE, O_JSON, O_CKPT, O_TOK, O_THREADS, O_PROMPT, O_TOKENS, O_TEMP, O_DEVICE, O_SET,
-       O_TIMELINE, O_SAVE_EVERY, O_KEEP, O_RESUME, O_STATS_JSON, O_COMM, O_DATA_STREAM, O_STRICT_WEIGHTS };
+       O_TIMELINE, O_SAVE_EVERY, O_KEEP, O_RESUME, O_STATS_JSON, O_COMM, O_DATA_STREAM, O_STRICT_WEIGHTS, O_LOG_LEVEL };
 
 enum { MAX_SETS = 32 };
 
@@ -370,6 +376,7 @@ typedef struct {
   int steps, batch, seq, json, ckpt, threads, cuda;
   int data_stream; /* --data-stream: --data may be a pipe or device, read to its end */
   int strict_weights; /* --strict-weights: tensors of --weights the model does not use refused */
+  int log_level;      /* --log-level: FERRY_LOG_*, or -1 (the config's, else warnings) */
   int save_every, keep, keep_given; /* checkpoints: every N steps into save/checkpoints */
   double lr, wd; /* doubles, as the engine config holds them */
   int lr_given, wd_given;
@@ -390,7 +397,28 @@ static const struct option k_train_opts[] = {
     {"save-every", 1, 0, O_SAVE_EVERY}, {"keep", 1, 0, O_KEEP}, {"resume", 1, 0, O_RESUME},
     {"stats-json", 1, 0, O_STATS_JSON}, {"comm", 1, 0, O_COMM},
     {"data-stream", 0, 0, O_DATA_STREAM}, {"strict-weights", 0, 0, O_STRICT_WEIGHTS},
+    {"log-level", 1, 0, O_LOG_LEVEL},
     {"help", 0, 0, 'h'},          {0, 0, 0, 0}};
+
+/* FERRY_LOG_* of a log_level word (the engine config's spelling), or -1. */
+static int log_level_of(const char *w) {
+  static const char *names[] = {"silent", "error", "warn", "info", "debug"};
+  for (int i = 0; i < 5; i++)
+    if (!strcmp(w, names[i])) return i;
+  return -1;
+}
+
+/* The library's messages (warnings: buffered I/O, no fallocate, pageable
+ * fallback, write-back failures) on stderr, one write per line, after the
+ * rank prefix once there are ranks. Called from any of ferry's threads. */
+static void gpt_log(void *user, int level, const char *message) {
+  (void)user;
+  static const char *names[] = {"", "error", "warning", "info", "debug"};
+  char b[1400];
+  snprintf(b, sizeof b, "%sferry: %s: %s\n", g_rank_prefix,
+           names[level >= 1 && level <= 4 ? level : 4], message);
+  fputs(b, stderr);
+}
 
 /* 0: parsed; 1: --help printed. Bad usage exits 2. */
 static int parse_train(int argc, char **argv, train_opts *o) {
@@ -401,6 +429,7 @@ static int parse_train(int argc, char **argv, train_opts *o) {
   o->wd = 0.1;
   o->seed = 1;
   o->keep = 2;
+  o->log_level = -1;
   int c;
   optind = 1;
   while ((c = getopt_long(argc, argv, "h", k_train_opts, NULL)) != -1) {
@@ -436,6 +465,10 @@ static int parse_train(int argc, char **argv, train_opts *o) {
     case O_STATS_JSON: o->stats_json = optarg; break;
     case O_DATA_STREAM: o->data_stream = 1; break;
     case O_STRICT_WEIGHTS: o->strict_weights = 1; break;
+    case O_LOG_LEVEL:
+      if ((o->log_level = log_level_of(optarg)) < 0)
+        errf("--log-level is silent, error, warn, info or debug, not '%s'\n", optarg), exit(2);
+      break;
     case O_COMM:
       if (!strcmp(optarg, "auto")) o->comm = FERRY_COMM_AUTO;
       else if (!strcmp(optarg, "self")) o->comm = FERRY_COMM_SELF;
@@ -665,6 +698,17 @@ static int train_check_device(train_run *t) {
   return 0;
 }
 
+/* The logger at --log-level, else the engine config's log_level when it
+ * says more than "silent" (its default), else warnings. */
+static void train_logger(const train_run *t) {
+  int level = t->o.log_level;
+  char v[32];
+  if (level < 0 && t->fc && ferry_config_get(t->fc, "log_level", v, sizeof v) == 0)
+    level = log_level_of(v);
+  if (level <= FERRY_LOG_SILENT && t->o.log_level < 0) level = FERRY_LOG_WARN;
+  ferry_log_set(gpt_log, NULL, level);
+}
+
 /* --weights: the tensors the model does not use are named (a warning), or
  * with --strict-weights refused; they are never loaded either way. */
 static int train_check_unused(train_run *t) {
@@ -687,6 +731,7 @@ static int train_load(train_run *t) {
   if (t->o.engine) {
     int usage = 0;
     if (!(t->fc = engine_config(&t->o, t->info, &usage))) return usage ? 2 : 1;
+    train_logger(t);
   } else {
     fprintf(t->info, "ferry-gpt: note: no --engine: pre-engine path (all parameters resident in "
             "host memory, plain AdamW)\n");
@@ -1531,6 +1576,7 @@ static int cmd_train(int argc, char **argv) {
   memset(&t, 0, sizeof t);
   if (parse_train(argc, argv, &t.o)) return 0;
   t.micro = 1, t.start = 1, t.nranks = 1;
+  train_logger(&t); /* before anything that logs; the engine config may change its level */
   int rc = train_check_device(&t);
   if (!rc) rc = train_load(&t);
   if (!rc) rc = train_comm(&t);
