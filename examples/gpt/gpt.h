@@ -437,8 +437,11 @@ int gpt_resume_compare(const gpt_resume_state *a, const char *a_name, const gpt_
 int gpt_resume_find(const char *dir, char *folder, size_t cap, int64_t *step, char *err,
                     size_t errlen);
 /* Reads folder/user.bin (the blob) before the engine load, so settings that
- * differ are named before the engine compares tensors. 0, or -1 when it
- * cannot be read; *len > cap when it is larger than cap (nothing copied). */
+ * differ are named before the engine compares tensors; its size and CRC32C
+ * are checked against the manifest first (ferry_checkpoint_read_blob), so a
+ * damaged file is FERRY_ECORRUPT (the reason in ferry_last_error()), never
+ * read as a version or a setting. 0, or the FERRY_E* status; *len > cap
+ * when it is larger than cap (nothing copied). */
 int gpt_resume_peek(const char *folder, void *blob, size_t cap, size_t *len);
 
 #endif

@@ -919,9 +919,14 @@ static int train_resume_find(train_run *t) {
   }
   static unsigned char peek[sizeof(gpt_resume_state)];
   size_t plen;
-  int crc;
-  if (gpt_resume_peek(t->ck_folder, peek, sizeof peek, &plen) == 0 &&
-      (crc = gpt_resume_check(peek, plen, &t->rs, NULL, t->err, sizeof t->err))) {
+  int crc = gpt_resume_peek(t->ck_folder, peek, sizeof peek, &plen);
+  if (crc) { /* checked before it is read: damage is named as damage */
+    errf("--resume %s: %s%s\n", t->ck_folder, ferry_last_error(),
+         crc == FERRY_ECORRUPT ? " (the checkpoint is corrupt: resume from an older one, "
+                                 "or check the disk)" : "");
+    return 1;
+  }
+  if ((crc = gpt_resume_check(peek, plen, &t->rs, NULL, t->err, sizeof t->err))) {
     /* other settings on the command line: bad usage; a foreign blob: runtime */
     errf("--resume %s: %s\n", t->ck_folder, t->err);
     return crc == -2 ? 2 : 1;
