@@ -204,12 +204,17 @@ static const char *k_train_help =
     "    settings other than the checkpoint's; with N ranks: no --engine, --device cuda (not\n"
     "    implemented yet), ranks started with other settings). Under mpirun a rank's\n"
     "    failure ends the job through MPI_Abort with its status (1, or 2 for a --resume\n"
-    "    with other settings).\n"
+    "    with other settings). SIGINT (Ctrl-C) or SIGTERM: the run stops after the step\n"
+    "    in progress (a checkpoint being written is finished first), releases the engine\n"
+    "    and its swap files, names the last checkpoint and exits 130 (SIGINT) or 143\n"
+    "    (SIGTERM), without --save's final weights; a second signal exits at once. With\n"
+    "    ranks every rank stops after the same step.\n"
     "\n"
     "TEST HOOKS\n"
     "    FERRY_GPT_TEST_DIE_AT_STEP=K / FERRY_GPT_TEST_HANG_AT_STEP=K: rank\n"
     "    $FERRY_GPT_TEST_RANK (default 1) kills itself (SIGKILL) / stops answering at the\n"
-    "    start of step K (tests/gpt/dist.py).\n";
+    "    start of step K (tests/gpt/dist.py). FERRY_GPT_TEST_SIGNAL_IN_SAVE=SIG: raise\n"
+    "    signal SIG just before each checkpoint save (tests/gpt/signals.py).\n";
 
 static const char *k_sample_help =
     "NAME\n"
@@ -251,6 +256,31 @@ static const char *k_main_help =
     "    (LayerNorm, GELU, learned positions, tied embeddings) and Llama (RMSNorm, rotary\n"
     "    positions, SwiGLU, grouped-query attention), weights in safetensors with Hugging\n"
     "    Face names. `ferry-gpt COMMAND --help` describes each command.\n";
+
+/* SIGINT / SIGTERM: the first sets g_signal (the handler does nothing
+ * else that is not async-signal-safe), the run stops at the next step
+ * boundary (a checkpoint being written is finished first), destroys its
+ * engine and exits 128 + the signal; a second one exits at once. */
+static volatile sig_atomic_t g_signal;
+
+static void on_signal(int sig) {
+  if (g_signal) _exit(128 + sig);
+  g_signal = sig;
+  static const char msg[] = "ferry-gpt: interrupted: stopping after this step (a checkpoint "
+                            "being written is finished first); again to stop at once\n";
+  ssize_t w = write(STDERR_FILENO, msg, sizeof msg - 1);
+  (void)w;
+}
+
+static void install_signals(void) {
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = on_signal;
+  sa.sa_flags = SA_RESTART; /* I/O in flight goes on; the flag is read between steps */
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, NULL);
+  sigaction(SIGTERM, &sa, NULL);
+}
 
 /* "rank R: " before every message on stderr once the run has several ranks
  * (set once the communicator exists). */
@@ -643,6 +673,7 @@ typedef struct {
   int skipped;          /* --engine: the last step was skipped (inf/NaN grads) */
   int backed_off;       /* ... and the dynamic (fp16) loss scale went down with it */
   int nonfinite_run;    /* steps in a row with a non-finite loss that loss scaling skipped */
+  int stop_signal;      /* a signal any rank received by the end of the last step (ranks agree) */
   uint64_t *rank_figs;  /* nranks > 1: each rank's figures (GPT_RANK_FIGS), at the end */
   FILE *quiet;          /* ranks > 0: /dev/null, where their progress goes */
   char err[1024];
@@ -1262,6 +1293,8 @@ static int train_checkpoint(train_run *t, int st) {
   t->rs.next_step = st + 1;
   t->rs.data_rng = t->d.rng;
   double t1 = now_s();
+  const char *hook = getenv("FERRY_GPT_TEST_SIGNAL_IN_SAVE"); /* tests/gpt/signals.py */
+  if (hook && atoi(hook) > 0) raise(atoi(hook));
   if (gpt_engine_save(t->ge, t->ck_dir, &t->rs, sizeof t->rs, t->o.keep, t->err, sizeof t->err)) {
     errf("step %d: checkpoint into %s: %s\n", st, t->ck_dir, t->err);
     return 1;
@@ -1274,17 +1307,40 @@ static int train_checkpoint(train_run *t, int st) {
  * rank order (the same on every rank, and the loss of the whole global
  * batch up to rounding, the ranks' shares being equal). */
 static int train_mean_loss(train_run *t, int st, float *loss) {
+  t->stop_signal = g_signal;
   if (t->nranks < 2) return 0;
-  double mine = *loss, *all = malloc((size_t)t->nranks * sizeof *all);
+  /* with each rank's loss its signal, so that every rank stops after the
+   * same step (their collectives stay matched) */
+  double mine[2] = {*loss, (double)g_signal}, *all = malloc((size_t)t->nranks * sizeof mine);
   char what[64];
   snprintf(what, sizeof what, "step %d: the ranks' losses", st);
   if (!all) return errf("out of memory\n"), 1;
-  int rc = train_allgather(t, &mine, all, 1, FERRY_DT_F64, what);
+  int rc = train_allgather(t, mine, all, 2, FERRY_DT_F64, what);
   double sum = 0;
-  for (int r = 0; !rc && r < t->nranks; r++) sum += all[r];
+  for (int r = 0; !rc && r < t->nranks; r++) {
+    sum += all[2 * r];
+    if (all[2 * r + 1] != 0 && !t->stop_signal) t->stop_signal = (int)all[2 * r + 1];
+  }
   free(all);
   if (!rc) *loss = (float)(sum / t->nranks);
   return rc;
+}
+
+/* After step st: 0 to go on, or 128 + the signal when SIGINT / SIGTERM
+ * reached this rank or any other by the end of the step. */
+static int train_interrupted(train_run *t, int st) {
+  int sig = t->nranks > 1 ? t->stop_signal : g_signal;
+  if (!sig) return 0;
+  t->agreed = 1; /* every rank stops after the same step */
+  char ck[4400] = "";
+  if (t->o.save_every && st >= t->o.save_every)
+    snprintf(ck, sizeof ck, "; the last checkpoint is %s/step-%012d (continue with --resume %s)",
+             t->ck_dir, st - st % t->o.save_every, t->o.save);
+  else if (t->o.resume)
+    snprintf(ck, sizeof ck, "; continue with --resume %s", t->o.resume);
+  errf("%s after step %d: stopped, the engine and its swap files released%s\n",
+       sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : "a signal", st, ck);
+  return 128 + sig;
 }
 
 /* Test hooks (tests/gpt/dist_faults.cmake): at the start of step
@@ -1334,6 +1390,7 @@ static int train_steps(train_run *t, train_totals *tt) {
   }
   double stall0 = 0;
   int status = 0;
+  if (g_signal && t->nranks == 1) status = train_interrupted(t, start - 1); /* during setup */
   for (int st = start; st <= steps && !status; st++) {
     double t0 = now_s();
     float loss = 0;
@@ -1370,6 +1427,7 @@ static int train_steps(train_run *t, train_totals *tt) {
       break;
     }
     if (t->ge && t->o.save_every && st % t->o.save_every == 0) status = train_checkpoint(t, st);
+    if (!status) status = train_interrupted(t, st);
   }
   free(x), free(y);
   return status;
@@ -1582,6 +1640,7 @@ static int cmd_train(int argc, char **argv) {
   if (parse_train(argc, argv, &t.o)) return 0;
   t.micro = 1, t.start = 1, t.nranks = 1;
   train_logger(&t); /* before anything that logs; the engine config may change its level */
+  install_signals();
   int rc = train_check_device(&t);
   if (!rc) rc = train_load(&t);
   if (!rc) rc = train_comm(&t);
