@@ -16,6 +16,7 @@
 #include <math.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -262,11 +263,10 @@ static const char *k_main_help =
  * else that is not async-signal-safe), the run stops at the next step
  * boundary (a checkpoint being written is finished first), destroys its
  * engine and exits 128 + the signal; a second one exits at once. */
-static volatile sig_atomic_t g_signal;
+static atomic_int g_signal; /* lock-free: safe in a handler, on whichever thread */
 
 static void on_signal(int sig) {
-  if (g_signal) _exit(128 + sig);
-  g_signal = sig;
+  if (atomic_exchange(&g_signal, sig)) _exit(128 + sig);
   static const char msg[] = "ferry-gpt: interrupted: stopping after this step (a checkpoint "
                             "being written is finished first); again to stop at once\n";
   ssize_t w = write(STDERR_FILENO, msg, sizeof msg - 1);
@@ -441,12 +441,13 @@ static int log_level_of(const char *w) {
 
 /* The library's messages (warnings: buffered I/O, no fallocate, pageable
  * fallback, write-back failures) on stderr, one write per line, after the
- * rank prefix once there are ranks. Called from any of ferry's threads. */
+ * prefix `user` ("rank R: " once there are ranks: handed over through
+ * ferry_log_set, whose lock orders it before any thread reads it). Called
+ * from any of ferry's threads. */
 static void gpt_log(void *user, int level, const char *message) {
-  (void)user;
   static const char *names[] = {"", "error", "warning", "info", "debug"};
   char b[1400];
-  snprintf(b, sizeof b, "%sferry: %s: %s\n", g_rank_prefix,
+  snprintf(b, sizeof b, "%sferry: %s: %s\n", (const char *)user,
            names[level >= 1 && level <= 4 ? level : 4], message);
   fputs(b, stderr);
 }
@@ -795,7 +796,7 @@ static void train_logger(const train_run *t) {
   if (level < 0 && t->fc && ferry_config_get(t->fc, "log_level", v, sizeof v) == 0)
     level = log_level_of(v);
   if (level <= FERRY_LOG_SILENT && t->o.log_level < 0) level = FERRY_LOG_WARN;
-  ferry_log_set(gpt_log, NULL, level);
+  ferry_log_set(gpt_log, (void *)(g_rank_prefix[0] ? g_rank_prefix : ""), level);
 }
 
 /* --weights: the tensors the model does not use are named (a warning), or
@@ -919,6 +920,7 @@ static int train_comm(train_run *t) {
             t->s.total_numel / 1e6, t->s.total_numel);
   if (t->nranks == 1) return 0;
   snprintf(g_rank_prefix, sizeof g_rank_prefix, "rank %d: ", t->rank);
+  train_logger(t); /* the library's messages say the rank too */
   if (t->rank > 0) {
     if (!(t->quiet = fopen("/dev/null", "w"))) {
       errf("/dev/null: %s\n", strerror(errno));
@@ -1365,11 +1367,11 @@ static int train_checkpoint(train_run *t, int st) {
  * rank order (the same on every rank, and the loss of the whole global
  * batch up to rounding, the ranks' shares being equal). */
 static int train_mean_loss(train_run *t, int st, float *loss) {
-  t->stop_signal = g_signal;
+  t->stop_signal = atomic_load(&g_signal);
   if (t->nranks < 2) return 0;
   /* with each rank's loss its signal, so that every rank stops after the
    * same step (their collectives stay matched) */
-  double mine[2] = {*loss, (double)g_signal}, *all = malloc((size_t)t->nranks * sizeof mine);
+  double mine[2] = {*loss, (double)t->stop_signal}, *all = malloc((size_t)t->nranks * sizeof mine);
   char what[64];
   snprintf(what, sizeof what, "step %d: the ranks' losses", st);
   if (!all) return errf("out of memory\n"), 1;
@@ -1387,7 +1389,7 @@ static int train_mean_loss(train_run *t, int st, float *loss) {
 /* After step st: 0 to go on, or 128 + the signal when SIGINT / SIGTERM
  * reached this rank or any other by the end of the step. */
 static int train_interrupted(train_run *t, int st) {
-  int sig = t->nranks > 1 ? t->stop_signal : g_signal;
+  int sig = t->nranks > 1 ? t->stop_signal : atomic_load(&g_signal);
   if (!sig) return 0;
   t->agreed = 1; /* every rank stops after the same step */
   char ck[4400] = "";
@@ -1448,7 +1450,7 @@ static int train_steps(train_run *t, train_totals *tt) {
   }
   double stall0 = 0;
   int status = 0;
-  if (g_signal && t->nranks == 1) status = train_interrupted(t, start - 1); /* during setup */
+  if (atomic_load(&g_signal) && t->nranks == 1) status = train_interrupted(t, start - 1); /* during setup */
   for (int st = start; st <= steps && !status; st++) {
     double t0 = now_s();
     float loss = 0;
