@@ -215,7 +215,8 @@ static const char *k_train_help =
     "TEST HOOKS\n"
     "    FERRY_GPT_TEST_DIE_AT_STEP=K / FERRY_GPT_TEST_HANG_AT_STEP=K: rank\n"
     "    $FERRY_GPT_TEST_RANK (default 1) kills itself (SIGKILL) / stops answering at the\n"
-    "    start of step K (tests/gpt/dist.py). FERRY_GPT_TEST_SIGNAL_IN_SAVE=SIG: raise\n"
+    "    start of step K (tests/gpt/dist.py); FERRY_GPT_TEST_SIGINT_AT_STEP=K: it raises\n"
+    "    SIGINT there. FERRY_GPT_TEST_SIGNAL_IN_SAVE=SIG: raise\n"
     "    signal SIG just before each checkpoint save (tests/gpt/signals.py).\n";
 
 static const char *k_sample_help =
@@ -1406,12 +1407,15 @@ static int train_interrupted(train_run *t, int st) {
 /* Test hooks (tests/gpt/dist_faults.cmake): at the start of step
  * $FERRY_GPT_TEST_DIE_AT_STEP rank $FERRY_GPT_TEST_RANK (default 1) kills
  * itself (SIGKILL); at $FERRY_GPT_TEST_HANG_AT_STEP it stops answering
- * (sleeps until killed). */
+ * (sleeps until killed); at $FERRY_GPT_TEST_SIGINT_AT_STEP it raises SIGINT
+ * (tests/gpt/dist.py's signal case: every rank stops after that step). */
 static void train_test_fault(const train_run *t, int st) {
   const char *r = getenv("FERRY_GPT_TEST_RANK");
   if (t->rank != (r ? atoi(r) : 1)) return;
   const char *die = getenv("FERRY_GPT_TEST_DIE_AT_STEP");
   const char *hang = getenv("FERRY_GPT_TEST_HANG_AT_STEP");
+  const char *sig = getenv("FERRY_GPT_TEST_SIGINT_AT_STEP");
+  if (sig && atoi(sig) == st) raise(SIGINT); /* as Ctrl-C: this rank alone */
   if (die && atoi(die) == st) {
     errf("test hook: killing this rank at step %d (FERRY_GPT_TEST_DIE_AT_STEP)\n", st);
     raise(SIGKILL);
