@@ -162,12 +162,12 @@ static int setup(ferry_comm *c, ferry_errbuf *e, ferry_device *dev) {
 }
 
 static int nccl_init(ferry_comm *c, const ferry_comm_options *opt) {
-  int ld = nccl_load(&c->err);
-  if (ld) return ld;
   if (!is_cuda_device(opt->dev))
     return ferry_err(&c->err, FERRY_EINVAL,
                      "nccl: ferry_comm_options.dev must be a cuda device (%s)",
                      opt->dev ? "it is not" : "it is NULL");
+  int ld = nccl_load(&c->err); /* the first NCCL communicator maps libnccl.so.2 */
+  if (ld) return ld;
   c->dev = opt->dev;
   int st = ferry_mpi_acquire(&c->err);
   if (st) return st;
