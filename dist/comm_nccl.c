@@ -6,6 +6,11 @@
  * communicator layer polls that event against the timeout. Counts per rank
  * that differ become a group of per-rank reduces (reduce-scatter) or
  * broadcasts (all-gather).
+ *
+ * libnccl.so.2 (some 200 MB) is opened with dlopen when the first NCCL
+ * communicator is made, never at program start: a process that makes none
+ * (a CPU run) maps no NCCL. nccl.h gives the types; the calls go through
+ * the table `N` below, filled once.
  */
 #include "dist/dist_impl.h"
 
@@ -13,9 +18,69 @@
 #include "device/backend_impl.h"
 
 #include <cuda_runtime.h>
+#include <dlfcn.h>
 #include <nccl.h>
+#include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* The NCCL functions this backend calls, from libnccl.so.2 (nccl_load). */
+static struct {
+  __typeof__(ncclGetUniqueId) *GetUniqueId;
+  __typeof__(ncclCommInitRank) *CommInitRank;
+  __typeof__(ncclCommDestroy) *CommDestroy;
+  __typeof__(ncclCommAbort) *CommAbort;
+  __typeof__(ncclGetErrorString) *GetErrorString;
+  __typeof__(ncclGetLastError) *GetLastError;
+  __typeof__(ncclCommGetAsyncError) *CommGetAsyncError;
+  __typeof__(ncclAllReduce) *AllReduce;
+  __typeof__(ncclReduceScatter) *ReduceScatter;
+  __typeof__(ncclReduce) *Reduce;
+  __typeof__(ncclAllGather) *AllGather;
+  __typeof__(ncclBroadcast) *Broadcast;
+  __typeof__(ncclGroupStart) *GroupStart;
+  __typeof__(ncclGroupEnd) *GroupEnd;
+} N;
+static pthread_once_t g_nccl_once = PTHREAD_ONCE_INIT;
+static char g_nccl_why[512]; /* empty once loaded (written once, under g_nccl_once) */
+
+static void nccl_load_once(void) {
+  void *h = dlopen("libnccl.so.2", RTLD_NOW | RTLD_LOCAL);
+#ifdef FERRY_NCCL_PATH
+  if (!h) h = dlopen(FERRY_NCCL_PATH, RTLD_NOW | RTLD_LOCAL); /* where the build found it */
+#endif
+  if (!h) {
+    snprintf(g_nccl_why, sizeof g_nccl_why, "cannot load libnccl.so.2 (%s): install NCCL "
+             "(libnccl2) or use the mpi communicator", dlerror());
+    return;
+  }
+  static const char *const names[] = {
+      "ncclGetUniqueId", "ncclCommInitRank", "ncclCommDestroy",   "ncclCommAbort",
+      "ncclGetErrorString", "ncclGetLastError", "ncclCommGetAsyncError", "ncclAllReduce",
+      "ncclReduceScatter", "ncclReduce", "ncclAllGather", "ncclBroadcast", "ncclGroupStart",
+      "ncclGroupEnd"};
+  _Static_assert(sizeof N == sizeof names / sizeof *names * sizeof(void (*)(void)),
+                 "one name per entry of N");
+  void (**slot)(void) = (void (**)(void))&N;
+  for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
+    void *f = dlsym(h, names[i]);
+    if (!f) {
+      snprintf(g_nccl_why, sizeof g_nccl_why, "libnccl.so.2 has no %s (an NCCL older than "
+               "2.13?)", names[i]);
+      memset(&N, 0, sizeof N);
+      dlclose(h);
+      return;
+    }
+    memcpy(&slot[i], &f, sizeof f);
+  }
+}
+
+/* 0 once libnccl.so.2 is loaded; otherwise FERRY_ENOTSUP with the reason. */
+static int nccl_load(ferry_errbuf *e) {
+  pthread_once(&g_nccl_once, nccl_load_once);
+  return g_nccl_why[0] ? ferry_err(e, FERRY_ENOTSUP, "nccl: %s", g_nccl_why) : 0;
+}
 
 typedef struct {
   ncclComm_t nc;
@@ -30,7 +95,7 @@ typedef struct {
     ncclResult_t rc_ = (call);                                                                     \
     if (rc_ != ncclSuccess)                                                                        \
       return ferry_err(&(c)->err, FERRY_EIO, "%s: %s failed: %s (%s:%d)", (what), #call,           \
-                       ncclGetErrorString(rc_), __FILE__, __LINE__);                               \
+                       N.GetErrorString(rc_), __FILE__, __LINE__);                               \
   } while (0)
 
 static int is_cuda_device(ferry_device *dev) {
@@ -43,9 +108,9 @@ static int join(ferry_comm *c, ferry_errbuf *e, nccl_impl *m) {
   ncclUniqueId id;
   memset(&id, 0, sizeof id);
   if (c->rank == 0) {
-    ncclResult_t rc = ncclGetUniqueId(&id);
+    ncclResult_t rc = N.GetUniqueId(&id);
     if (rc != ncclSuccess)
-      return ferry_err(e, FERRY_EIO, "nccl: ncclGetUniqueId failed: %s", ncclGetErrorString(rc));
+      return ferry_err(e, FERRY_EIO, "nccl: ncclGetUniqueId failed: %s", N.GetErrorString(rc));
   }
   int st = ferry_mpi_world_bcast(e, &id, sizeof id, 0);
   if (st) return st;
@@ -53,12 +118,12 @@ static int join(ferry_comm *c, ferry_errbuf *e, nccl_impl *m) {
   if (ce != cudaSuccess)
     return ferry_err(e, FERRY_ENODEV, "nccl: cudaSetDevice(%d) failed: %s", m->ordinal,
                      cudaGetErrorString(ce));
-  ncclResult_t rc = ncclCommInitRank(&m->nc, c->size, id, c->rank);
+  ncclResult_t rc = N.CommInitRank(&m->nc, c->size, id, c->rank);
   if (rc != ncclSuccess)
     return ferry_err(e, FERRY_EIO,
                      "nccl: ncclCommInitRank (rank %d of %d, cuda device %d) "
                      "failed: %s",
-                     c->rank, c->size, m->ordinal, ncclGetErrorString(rc));
+                     c->rank, c->size, m->ordinal, N.GetErrorString(rc));
   return 0;
 }
 
@@ -66,9 +131,9 @@ static void impl_free(nccl_impl *m, int abort_nc) {
   if (!m) return;
   if (m->nc) {
     if (abort_nc)
-      ncclCommAbort(m->nc);
+      N.CommAbort(m->nc);
     else
-      ncclCommDestroy(m->nc);
+      N.CommDestroy(m->nc);
   }
   if (m->bar_s) ferry_stream_destroy(m->bar_s);
   if (m->bar_buf) ferry_device_free(m->dev, m->bar_buf);
@@ -101,6 +166,8 @@ static int nccl_init(ferry_comm *c, const ferry_comm_options *opt) {
     return ferry_err(&c->err, FERRY_EINVAL,
                      "nccl: ferry_comm_options.dev must be a cuda device (%s)",
                      opt->dev ? "it is not" : "it is NULL");
+  int ld = nccl_load(&c->err); /* the first NCCL communicator maps libnccl.so.2 */
+  if (ld) return ld;
   c->dev = opt->dev;
   int st = ferry_mpi_acquire(&c->err);
   if (st) return st;
@@ -163,54 +230,54 @@ static int enqueue(ferry_comm *c, nccl_impl *m, ferry_comm_req *r, cudaStream_t 
   ncclDataType_t t = nccl_type(r->dt);
   switch (r->coll) {
   case FERRY_COLL_ALLREDUCE:
-    NCCL_TRY(c, r->name, ncclAllReduce(r->send, r->recv, r->count, t, nccl_op(r->op), m->nc, cs));
+    NCCL_TRY(c, r->name, N.AllReduce(r->send, r->recv, r->count, t, nccl_op(r->op), m->nc, cs));
     return 0;
   case FERRY_COLL_REDUCE_SCATTER:
     if (all_equal(r->counts, c->size)) {
       NCCL_TRY(c, r->name,
-               ncclReduceScatter(r->send, r->recv, r->counts[0], t, nccl_op(r->op), m->nc, cs));
+               N.ReduceScatter(r->send, r->recv, r->counts[0], t, nccl_op(r->op), m->nc, cs));
       return 0;
     }
-    NCCL_TRY(c, r->name, ncclGroupStart());
+    NCCL_TRY(c, r->name, N.GroupStart());
     for (int i = 0; i < c->size; i++) {
       if (!r->counts[i]) continue;
       const char *part = (const char *)r->send + r->displs[i] * es;
-      ncclResult_t rc = ncclReduce(part, i == c->rank ? r->recv : NULL, r->counts[i], t,
+      ncclResult_t rc = N.Reduce(part, i == c->rank ? r->recv : NULL, r->counts[i], t,
                                    nccl_op(r->op), i, m->nc, cs);
       if (rc != ncclSuccess) {
-        ncclGroupEnd();
+        N.GroupEnd();
         return ferry_err(&c->err, FERRY_EIO, "%s: ncclReduce to rank %d failed: %s", r->name, i,
-                         ncclGetErrorString(rc));
+                         N.GetErrorString(rc));
       }
     }
-    NCCL_TRY(c, r->name, ncclGroupEnd());
+    NCCL_TRY(c, r->name, N.GroupEnd());
     return 0;
   case FERRY_COLL_ALLGATHER:
     if (all_equal(r->counts, c->size)) {
       NCCL_TRY(c, r->name,
-               ncclAllGather(r->send, r->recv, r->counts[0] * es, ncclUint8, m->nc, cs));
+               N.AllGather(r->send, r->recv, r->counts[0] * es, ncclUint8, m->nc, cs));
       return 0;
     }
-    NCCL_TRY(c, r->name, ncclGroupStart());
+    NCCL_TRY(c, r->name, N.GroupStart());
     for (int i = 0; i < c->size; i++) {
       if (!r->counts[i]) continue;
       char *place = (char *)r->recv + r->displs[i] * es;
       const void *src = i == c->rank ? r->send : place;
-      ncclResult_t rc = ncclBroadcast(src, place, r->counts[i] * es, ncclUint8, i, m->nc, cs);
+      ncclResult_t rc = N.Broadcast(src, place, r->counts[i] * es, ncclUint8, i, m->nc, cs);
       if (rc != ncclSuccess) {
-        ncclGroupEnd();
+        N.GroupEnd();
         return ferry_err(&c->err, FERRY_EIO, "%s: ncclBroadcast from rank %d failed: %s", r->name,
-                         i, ncclGetErrorString(rc));
+                         i, N.GetErrorString(rc));
       }
     }
-    NCCL_TRY(c, r->name, ncclGroupEnd());
+    NCCL_TRY(c, r->name, N.GroupEnd());
     return 0;
   case FERRY_COLL_BROADCAST:
     NCCL_TRY(c, r->name,
-             ncclBroadcast(r->recv, r->recv, r->count * es, ncclUint8, r->root, m->nc, cs));
+             N.Broadcast(r->recv, r->recv, r->count * es, ncclUint8, r->root, m->nc, cs));
     return 0;
   case FERRY_COLL_BARRIER:
-    NCCL_TRY(c, r->name, ncclAllReduce(m->bar_buf, m->bar_buf, 1, ncclFloat32, ncclSum, m->nc, cs));
+    NCCL_TRY(c, r->name, N.AllReduce(m->bar_buf, m->bar_buf, 1, ncclFloat32, ncclSum, m->nc, cs));
     return 0;
   case FERRY_COLL_DUP: break;
   }
@@ -253,10 +320,10 @@ static int nccl_poll(ferry_comm *c, ferry_comm_req *r) {
   if (st != FERRY_EAGAIN)
     return ferry_err(&c->err, st, "%s: %s", r->name, ferry_device_last_error(c->dev));
   ncclResult_t async = ncclSuccess;
-  if (ncclCommGetAsyncError(m->nc, &async) == ncclSuccess && async != ncclSuccess &&
+  if (N.CommGetAsyncError(m->nc, &async) == ncclSuccess && async != ncclSuccess &&
       async != ncclInProgress)
     return ferry_err(&c->err, FERRY_EIO, "%s: NCCL failed: %s (%s)", r->name,
-                     ncclGetErrorString(async), ncclGetLastError(m->nc));
+                     N.GetErrorString(async), N.GetLastError(m->nc));
   return FERRY_EAGAIN;
 }
 
@@ -268,7 +335,7 @@ static void nccl_release(ferry_comm *c, ferry_comm_req *r) {
 
 static _Noreturn void nccl_abort(ferry_comm *c, int code) {
   nccl_impl *m = c->impl;
-  if (m && m->nc) ncclCommAbort(m->nc);
+  if (m && m->nc) N.CommAbort(m->nc);
   ferry_mpi_abort(code);
 }
 

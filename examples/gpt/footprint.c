@@ -6,6 +6,7 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/resource.h>
@@ -178,8 +179,7 @@ void gpt_footprint_json(const gpt_footprint *f, FILE *out) {
   fprintf(out, "]");
 }
 
-/* s as a JSON string (null when NULL). */
-static void json_string(FILE *out, const char *s) {
+void gpt_json_string(FILE *out, const char *s) {
   if (!s) {
     fputs("null", out);
     return;
@@ -201,9 +201,10 @@ int gpt_footprint_write(const gpt_footprint *f, const char *engine, const char *
   fprintf(out, "{\"params\": %llu, \"steps\": %d, \"losses\": [", (unsigned long long)f->params,
           f->steps);
   for (int i = 0; f->losses && i < f->steps; i++)
-    fprintf(out, "%s%.9g", i ? ", " : "", (double)f->losses[i]);
+    if (isfinite(f->losses[i])) fprintf(out, "%s%.9g", i ? ", " : "", (double)f->losses[i]);
+    else fprintf(out, "%snull", i ? ", " : ""); /* an fp16 step skipped: JSON has no NaN */
   fprintf(out, "], \"engine\": ");
-  json_string(out, engine);
+  gpt_json_string(out, engine);
   fprintf(out, ", ");
   gpt_footprint_json(f, out);
   fprintf(out, "}\n");

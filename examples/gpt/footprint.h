@@ -53,6 +53,8 @@ void gpt_footprint_print(const gpt_footprint *f, FILE *out);
 void gpt_footprint_json(const gpt_footprint *f, FILE *out);
 /* "key": {"params": v[0], "grads": v[1], "optimizer": v[2]} */
 void gpt_footprint_json_families(FILE *out, const char *key, const uint64_t *v);
+/* s as a JSON string, escaped (null when NULL). */
+void gpt_json_string(FILE *out, const char *s);
 /* One JSON object into path: params, steps, losses[], engine (the config, or null)
  * and the fragment above. 0, or -1 with the reason in err. */
 int gpt_footprint_write(const gpt_footprint *f, const char *engine, const char *path, char *err,

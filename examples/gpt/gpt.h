@@ -173,6 +173,12 @@ int gpt_weights_save(const gpt_schema *s, gpt_provider *p, const char *path, uin
  * folder, checked whole at open as gpt_weights_load does. fill() writes
  * param i's fp32 values: what the engine's init callback calls, so no
  * second full copy of the model is ever held. */
+/* The tensors of the safetensors file or folder at path that the model
+ * does not use (a sixth block for five, lm_head.weight with a tied head, a
+ * buffer): how many (-1 when it cannot be opened, the reason in err), the
+ * first 8 named in list ('a', 'b' and N more). */
+int gpt_weights_unused(const gpt_schema *s, const char *path, char *list, size_t cap, char *err,
+                       size_t errlen);
 typedef struct gpt_weights_src gpt_weights_src;
 int gpt_weights_src_open(const gpt_schema *s, const char *path, uint64_t seed,
                          gpt_weights_src **out, char *err, size_t errlen);
@@ -347,6 +353,14 @@ typedef struct {
  * .u16/.bin (uint16) or .u32 (uint32). Every id must be below `vocab`. */
 int gpt_data_load(gpt_data *d, const char *path, const gpt_tokenizer *tok, int vocab,
                   uint64_t seed, char *err, size_t errlen);
+/* flags GPT_DATA_STREAM: a path that is not a regular file (a pipe, a
+ * character device) is read to its end, at most half the machine's memory
+ * (beyond: refused as out of memory, naming how much was read); without it
+ * such a path is refused (--data /dev/zero would never end). A regular file
+ * is mapped, never copied. */
+enum { GPT_DATA_STREAM = 1 };
+int gpt_data_load_ex(gpt_data *d, const char *path, const gpt_tokenizer *tok, int vocab,
+                     uint64_t seed, int flags, char *err, size_t errlen);
 void gpt_data_free(gpt_data *d);
 /* batch windows of seq+1 tokens at seeded random offsets: inputs and the
  * next-token targets. */
@@ -423,8 +437,11 @@ int gpt_resume_compare(const gpt_resume_state *a, const char *a_name, const gpt_
 int gpt_resume_find(const char *dir, char *folder, size_t cap, int64_t *step, char *err,
                     size_t errlen);
 /* Reads folder/user.bin (the blob) before the engine load, so settings that
- * differ are named before the engine compares tensors. 0, or -1 when it
- * cannot be read; *len > cap when it is larger than cap (nothing copied). */
+ * differ are named before the engine compares tensors; its size and CRC32C
+ * are checked against the manifest first (ferry_checkpoint_read_blob), so a
+ * damaged file is FERRY_ECORRUPT (the reason in ferry_last_error()), never
+ * read as a version or a setting. 0, or the FERRY_E* status; *len > cap
+ * when it is larger than cap (nothing copied). */
 int gpt_resume_peek(const char *folder, void *blob, size_t cap, size_t *len);
 
 #endif

@@ -16,9 +16,11 @@
 #include <math.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -34,7 +36,8 @@ static const char *k_train_help =
     "                    [--tokenizer DIR] [--threads N] [--device cpu|cuda] [--json]\n"
     "                    [--set KEY=VALUE]... [--timeline FILE]\n"
     "                    [--save-every N [--keep K]] [--resume DIR] [--stats-json FILE]\n"
-    "                    [--comm auto|self|mpi]\n"
+    "                    [--comm auto|self|mpi] [--data-stream] [--strict-weights]\n"
+    "                    [--log-level silent|error|warn|info|debug]\n"
     "    mpirun -np N ferry-gpt train --engine ENGINE.cfg ... (data parallel)\n"
     "\n"
     "DESCRIPTION\n"
@@ -86,8 +89,20 @@ static const char *k_train_help =
     "    --weights FILE|DIR    start from these safetensors weights (one file, a folder with\n"
     "                          model.safetensors or a sharded index); Hugging Face names.\n"
     "                          Without it the weights are initialised from --seed.\n"
+    "    --log-level LEVEL     the library's messages on stderr (\"ferry: warning: ...\"):\n"
+    "                          silent, error, warn, info or debug. Default: the engine\n"
+    "                          config's log_level when it says more than silent (its\n"
+    "                          default), else warn (buffered I/O fallback, no fallocate,\n"
+    "                          pageable fallback, write-back failures).\n"
+    "    --strict-weights      refuse --weights holding tensors the model does not use (exit\n"
+    "                          1); without it they are named in a warning and ignored (a\n"
+    "                          sixth block for a five-block model, lm_head.weight with a tied\n"
+    "                          head, a buffer).\n"
     "    --data FILE           training data: text (tokenized), or token ids as uint16\n"
     "                          (.u16, .bin) or uint32 (.u32).\n"
+    "    --data-stream         --data may be a pipe or a device (not a regular file): read to\n"
+    "                          its end, at most half the machine's memory. Without it such a\n"
+    "                          path is refused (--data /dev/zero would never end).\n"
     "    --engine FILE         train on ferry's engine with this configuration (.cfg; keys in\n"
     "                          docs/CONFIG.md). Missing tiers.nvme.paths directories are made.\n"
     "    --set KEY=VALUE       with --engine: override one config key after the file (any\n"
@@ -99,8 +114,11 @@ static const char *k_train_help =
     "    --batch B             sequences per step (default 4).\n"
     "    --seq S               tokens per sequence (default 128, at most the model's\n"
     "                          positions).\n"
-    "    --lr LR               AdamW learning rate (default 3e-4); betas 0.9/0.999, eps 1e-8.\n"
-    "                          With --engine: sets optimizer.lr (default: the config's).\n"
+    "    --lr LR               AdamW learning rate (default 3e-4; 0 is allowed); betas\n"
+    "                          0.9/0.999, eps 1e-8. With --engine: sets optimizer.lr (default:\n"
+    "                          the config's). LR and WD are read as doubles (--lr 3e-4 is the\n"
+    "                          config's 3e-4); a value that is not a finite number >= 0, or\n"
+    "                          outside the config's range, is bad usage (exit 2).\n"
     "    --weight-decay WD     decoupled weight decay on matrices (default 0.1). With\n"
     "                          --engine: sets optimizer.weight_decay, which applies to every\n"
     "                          tensor (default: the config's).\n"
@@ -182,16 +200,26 @@ static const char *k_train_help =
     "\n"
     "EXIT STATUS\n"
     "    0 on success, 1 on a runtime failure (also: no usable GPU for --device cuda, no\n"
-    "    checkpoint in --resume DIR, a damaged one), 2 on bad usage (also: --resume with\n"
-    "    settings other than the checkpoint's; with N ranks: no --engine, --device cuda (not\n"
+    "    checkpoint in --resume DIR, a damaged one, a non-finite loss: the first one ends\n"
+    "    the run unless fp16 loss scaling skipped that step, 16 in a row at most; --json\n"
+    "    then prints \"loss\": null and an \"error\" field; --data that is not a regular file\n"
+    "    without --data-stream; --weights with unused tensors under --strict-weights; an\n"
+    "    address-space limit too small to start), 2 on bad usage (also: --resume with\n"
+    "    settings other than the checkpoint's, or with --steps below its step; with N ranks: no --engine, --device cuda (not\n"
     "    implemented yet), ranks started with other settings). Under mpirun a rank's\n"
     "    failure ends the job through MPI_Abort with its status (1, or 2 for a --resume\n"
-    "    with other settings).\n"
+    "    with other settings). SIGINT (Ctrl-C) or SIGTERM: the run stops after the step\n"
+    "    in progress (a checkpoint being written is finished first), releases the engine\n"
+    "    and its swap files, names the last checkpoint and exits 130 (SIGINT) or 143\n"
+    "    (SIGTERM), without --save's final weights; a second signal exits at once. With\n"
+    "    ranks every rank stops after the same step.\n"
     "\n"
     "TEST HOOKS\n"
     "    FERRY_GPT_TEST_DIE_AT_STEP=K / FERRY_GPT_TEST_HANG_AT_STEP=K: rank\n"
     "    $FERRY_GPT_TEST_RANK (default 1) kills itself (SIGKILL) / stops answering at the\n"
-    "    start of step K (tests/gpt/dist.py).\n";
+    "    start of step K (tests/gpt/dist.py); FERRY_GPT_TEST_SIGINT_AT_STEP=K: it raises\n"
+    "    SIGINT there. FERRY_GPT_TEST_SIGNAL_IN_SAVE=SIG: raise\n"
+    "    signal SIG just before each checkpoint save (tests/gpt/signals.py).\n";
 
 static const char *k_sample_help =
     "NAME\n"
@@ -234,6 +262,30 @@ static const char *k_main_help =
     "    positions, SwiGLU, grouped-query attention), weights in safetensors with Hugging\n"
     "    Face names. `ferry-gpt COMMAND --help` describes each command.\n";
 
+/* SIGINT / SIGTERM: the first sets g_signal (the handler does nothing
+ * else that is not async-signal-safe), the run stops at the next step
+ * boundary (a checkpoint being written is finished first), destroys its
+ * engine and exits 128 + the signal; a second one exits at once. */
+static atomic_int g_signal; /* lock-free: safe in a handler, on whichever thread */
+
+static void on_signal(int sig) {
+  if (atomic_exchange(&g_signal, sig)) _exit(128 + sig);
+  static const char msg[] = "ferry-gpt: interrupted: stopping after this step (a checkpoint "
+                            "being written is finished first); again to stop at once\n";
+  ssize_t w = write(STDERR_FILENO, msg, sizeof msg - 1);
+  (void)w;
+}
+
+static void install_signals(void) {
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = on_signal;
+  sa.sa_flags = SA_RESTART; /* I/O in flight goes on; the flag is read between steps */
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, NULL);
+  sigaction(SIGTERM, &sa, NULL);
+}
+
 /* "rank R: " before every message on stderr once the run has several ranks
  * (set once the communicator exists). */
 static char g_rank_prefix[32];
@@ -266,11 +318,15 @@ static int parse_int(const char *s, const char *opt, long lo, long hi) {
   return (int)v;
 }
 
-static float parse_float(const char *s, const char *opt) {
+/* A hyper-parameter: a finite number >= 0 read as a double (strtod, the
+ * whole argument), so that --lr 3e-4 is the value a config's 3e-4 is.
+ * Anything else is bad usage naming the value. */
+static double parse_double(const char *s, const char *opt) {
   char *e;
-  float v = strtof(s, &e);
-  if (*e || !isfinite(v) || v < 0) {
-    errf("%s wants a non-negative number, not '%s'\n", opt, s);
+  errno = 0;
+  double v = strtod(s, &e);
+  if (e == s || *e || errno == ERANGE || !isfinite(v) || v < 0) {
+    errf("%s wants a finite number >= 0, not '%s'\n", opt, s);
     exit(2);
   }
   return v;
@@ -331,6 +387,10 @@ static int write_config_json(const char *path, const gpt_config *c) {
   return fclose(f);
 }
 
+/* Every size ferry-gpt prints is binary, as the engine's messages are. */
+#define MiB 1048576.0
+#define GiB 1073741824.0
+
 static double now_s(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -339,7 +399,7 @@ static double now_s(void) {
 
 enum { O_MODEL = 256, O_WEIGHTS, O_DATA, O_ENGINE, O_STEPS, O_BATCH, O_SEQ, O_LR, O_WD, O_SEED,
        O_SAVE, O_JSON, O_CKPT, O_TOK, O_THREADS, O_PROMPT, O_TOKENS, O_TEMP, O_DEVICE, O_SET,
-       O_TIMELINE, O_SAVE_EVERY, O_KEEP, O_RESUME, O_STATS_JSON, O_COMM };
+       O_TIMELINE, O_SAVE_EVERY, O_KEEP, O_RESUME, O_STATS_JSON, O_COMM, O_DATA_STREAM, O_STRICT_WEIGHTS, O_LOG_LEVEL };
 
 enum { MAX_SETS = 32 };
 
@@ -348,9 +408,13 @@ enum { MAX_SETS = 32 };
 typedef struct {
   const char *model, *weights, *data, *engine, *save, *tokdir, *timeline, *resume, *stats_json;
   int steps, batch, seq, json, ckpt, threads, cuda;
+  int data_stream; /* --data-stream: --data may be a pipe or device, read to its end */
+  int strict_weights; /* --strict-weights: tensors of --weights the model does not use refused */
+  int log_level;      /* --log-level: FERRY_LOG_*, or -1 (the config's, else warnings) */
   int save_every, keep, keep_given; /* checkpoints: every N steps into save/checkpoints */
-  float lr, wd;
+  double lr, wd; /* doubles, as the engine config holds them */
   int lr_given, wd_given;
+  const char *lr_text, *wd_text; /* as given, for messages */
   uint64_t seed;
   const char *set[MAX_SETS]; /* --set KEY=VALUE, in order */
   int nset;
@@ -366,17 +430,41 @@ static const struct option k_train_opts[] = {
     {"device", 1, 0, O_DEVICE},   {"set", 1, 0, O_SET},           {"timeline", 1, 0, O_TIMELINE},
     {"save-every", 1, 0, O_SAVE_EVERY}, {"keep", 1, 0, O_KEEP}, {"resume", 1, 0, O_RESUME},
     {"stats-json", 1, 0, O_STATS_JSON}, {"comm", 1, 0, O_COMM},
+    {"data-stream", 0, 0, O_DATA_STREAM}, {"strict-weights", 0, 0, O_STRICT_WEIGHTS},
+    {"log-level", 1, 0, O_LOG_LEVEL},
     {"help", 0, 0, 'h'},          {0, 0, 0, 0}};
+
+/* FERRY_LOG_* of a log_level word (the engine config's spelling), or -1. */
+static int log_level_of(const char *w) {
+  static const char *names[] = {"silent", "error", "warn", "info", "debug"};
+  for (int i = 0; i < 5; i++)
+    if (!strcmp(w, names[i])) return i;
+  return -1;
+}
+
+/* The library's messages (warnings: buffered I/O, no fallocate, pageable
+ * fallback, write-back failures) on stderr, one write per line, after the
+ * prefix `user` ("rank R: " once there are ranks: handed over through
+ * ferry_log_set, whose lock orders it before any thread reads it). Called
+ * from any of ferry's threads. */
+static void gpt_log(void *user, int level, const char *message) {
+  static const char *names[] = {"", "error", "warning", "info", "debug"};
+  char b[1400];
+  snprintf(b, sizeof b, "%sferry: %s: %s\n", (const char *)user,
+           names[level >= 1 && level <= 4 ? level : 4], message);
+  fputs(b, stderr);
+}
 
 /* 0: parsed; 1: --help printed. Bad usage exits 2. */
 static int parse_train(int argc, char **argv, train_opts *o) {
   memset(o, 0, sizeof *o);
   o->steps = 10;
   o->batch = 4;
-  o->lr = 3e-4f;
-  o->wd = 0.1f;
+  o->lr = 3e-4;
+  o->wd = 0.1;
   o->seed = 1;
   o->keep = 2;
+  o->log_level = -1;
   int c;
   optind = 1;
   while ((c = getopt_long(argc, argv, "h", k_train_opts, NULL)) != -1) {
@@ -388,8 +476,8 @@ static int parse_train(int argc, char **argv, train_opts *o) {
     case O_STEPS: o->steps = parse_int(optarg, "--steps", 0, 100000000); break;
     case O_BATCH: o->batch = parse_int(optarg, "--batch", 1, 65536); break;
     case O_SEQ: o->seq = parse_int(optarg, "--seq", 1, 1 << 20); break;
-    case O_LR: o->lr = parse_float(optarg, "--lr"), o->lr_given = 1; break;
-    case O_WD: o->wd = parse_float(optarg, "--weight-decay"), o->wd_given = 1; break;
+    case O_LR: o->lr = parse_double(optarg, "--lr"), o->lr_given = 1, o->lr_text = optarg; break;
+    case O_WD: o->wd = parse_double(optarg, "--weight-decay"), o->wd_given = 1, o->wd_text = optarg; break;
     case O_SEED: o->seed = (uint64_t)parse_int(optarg, "--seed", 0, 2147483647); break;
     case O_SAVE: o->save = optarg; break;
     case O_JSON: o->json = 1; break;
@@ -410,6 +498,12 @@ static int parse_train(int argc, char **argv, train_opts *o) {
     case O_KEEP: o->keep = parse_int(optarg, "--keep", 0, 1000000), o->keep_given = 1; break;
     case O_RESUME: o->resume = optarg; break;
     case O_STATS_JSON: o->stats_json = optarg; break;
+    case O_DATA_STREAM: o->data_stream = 1; break;
+    case O_STRICT_WEIGHTS: o->strict_weights = 1; break;
+    case O_LOG_LEVEL:
+      if ((o->log_level = log_level_of(optarg)) < 0)
+        errf("--log-level is silent, error, warn, info or debug, not '%s'\n", optarg), exit(2);
+      break;
     case O_COMM:
       if (!strcmp(optarg, "auto")) o->comm = FERRY_COMM_AUTO;
       else if (!strcmp(optarg, "self")) o->comm = FERRY_COMM_SELF;
@@ -431,6 +525,7 @@ static int parse_train(int argc, char **argv, train_opts *o) {
     die_usage("--save-every needs --save DIR (checkpoints go to DIR/" GPT_RESUME_SUBDIR ")");
   if (o->keep_given && !o->save_every) die_usage("--keep needs --save-every");
   if (o->resume && !o->resume[0]) die_usage("--resume wants a folder");
+  if (o->strict_weights && !o->weights) die_usage("--strict-weights needs --weights");
   return 0;
 }
 
@@ -470,8 +565,9 @@ static int engine_device_cuda(ferry_config *fc, const char *file, FILE *info) {
 
 /* The engine configuration: the file, then --lr / --weight-decay when
  * given, then each --set; --device cuda makes the device cuda; the NVMe
- * directories made when missing. */
-static ferry_config *engine_config(const train_opts *o, FILE *info) {
+ * directories made when missing. *usage: 1 when the refusal is of a flag's
+ * value (bad usage, exit 2). */
+static ferry_config *engine_config(const train_opts *o, FILE *info, int *usage) {
   ferry_config *fc;
   if (ferry_config_create(&fc)) {
     errf("%s\n", ferry_last_error());
@@ -483,12 +579,12 @@ static ferry_config *engine_config(const train_opts *o, FILE *info) {
   }
   char v[4096];
   if (o->lr_given) {
-    snprintf(v, sizeof v, "%.9g", (double)o->lr);
-    if (ferry_config_set(fc, "optimizer.lr", v)) goto bad_set;
+    snprintf(v, sizeof v, "%.17g", o->lr); /* every bit of the double */
+    if (ferry_config_set(fc, "optimizer.lr", v)) goto bad_flag;
   }
   if (o->wd_given) {
-    snprintf(v, sizeof v, "%.9g", (double)o->wd);
-    if (ferry_config_set(fc, "optimizer.weight_decay", v)) goto bad_set;
+    snprintf(v, sizeof v, "%.17g", o->wd);
+    if (ferry_config_set(fc, "optimizer.weight_decay", v)) goto bad_flag;
   }
   for (int i = 0; i < o->nset; i++) {
     char key[256];
@@ -514,6 +610,11 @@ static ferry_config *engine_config(const train_opts *o, FILE *info) {
     }
   }
   return fc;
+bad_flag: /* --lr / --weight-decay out of the config's range: bad usage */
+  errf("%s (from the command line: --lr %s, --weight-decay %s)\n", ferry_config_last_error(fc),
+       o->lr_given ? o->lr_text : "not given", o->wd_given ? o->wd_text : "not given");
+  *usage = 1;
+  goto fail;
 bad_set:
   errf("%s\n", ferry_config_last_error(fc));
 fail:
@@ -534,8 +635,8 @@ static void describe_engine(const ferry_config *fc, const gpt_schema *s, FILE *i
   ferry_config_get(fc, "precision.params", prec, sizeof prec);
   int pb = strcmp(prec, "fp32") ? 2 : 4;
   /* param + fp32 grad + fp32 master, exp_avg, exp_avg_sq */
-  fprintf(info, "\nferry-gpt: model states %.1f MB (%d bytes/param)\n",
-          (double)s->total_numel * (pb + 16) / 1e6, pb + 16);
+  fprintf(info, "\nferry-gpt: model states %.1f MiB (%d bytes/param)\n",
+          (double)s->total_numel * (pb + 16) / MiB, pb + 16);
 }
 
 static void json_peaks(const uint64_t *peak) {
@@ -574,6 +675,10 @@ typedef struct {
   ferry_comm *comm;     /* the ranks (every run has one; SELF alone) */
   int rank, nranks;     /* this rank, and how many train together */
   int agreed;           /* the error that ends the run is every rank's (usage): no abort */
+  int skipped;          /* --engine: the last step was skipped (inf/NaN grads) */
+  int backed_off;       /* ... and the dynamic (fp16) loss scale went down with it */
+  int nonfinite_run;    /* steps in a row with a non-finite loss that loss scaling skipped */
+  int stop_signal;      /* a signal any rank received by the end of the last step (ranks agree) */
   uint64_t *rank_figs;  /* nranks > 1: each rank's figures (GPT_RANK_FIGS), at the end */
   FILE *quiet;          /* ranks > 0: /dev/null, where their progress goes */
   char err[1024];
@@ -609,6 +714,62 @@ static void train_free(train_run *t) {
   free(t->rank_figs);
 }
 
+/* The process's mapped bytes now (VmSize), or 0 when unknown. */
+static uint64_t vm_size_bytes(void) {
+  FILE *f = fopen("/proc/self/status", "r");
+  char line[256];
+  unsigned long long kb = 0;
+  while (f && fgets(line, sizeof line, f))
+    if (sscanf(line, "VmSize: %llu kB", &kb) == 1) break;
+  if (f) fclose(f);
+  return kb * 1024;
+}
+
+/* One small GEMM large enough for OpenBLAS to run it on its threads: each
+ * thread maps its GEMM buffer now, not in the middle of a step. */
+static void blas_warm_up(void) {
+  enum { W = 128 };
+  static float a[W * W], b[W * W], c[W * W];
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, W, W, W, 1.0f, a, W, b, W, 0.0f, c, W);
+}
+
+/* Under an address-space limit (ulimit -v, RLIMIT_AS) OpenBLAS cannot map
+ * a GEMM buffer (about 128 MiB a thread here) and then retries forever at
+ * 100% CPU instead of failing. So with a limit its buffers are mapped at
+ * start, one thread first to measure what one takes, then as many threads
+ * as fit beside a reserve for the model (a note when fewer than asked);
+ * too little room even for one is refused, naming the limit (exit 1).
+ * Without a limit: nothing. */
+static int train_address_space(const train_run *t) {
+  struct rlimit rl;
+  if (getrlimit(RLIMIT_AS, &rl) || rl.rlim_cur == RLIM_INFINITY) return 0;
+  const uint64_t reserve = 16ull << 20, first = 160ull << 20; /* beside them; one buffer */
+  uint64_t lim = (uint64_t)rl.rlim_cur, used = vm_size_bytes();
+  if (!used) return 0;
+  if (used + first + reserve > lim) {
+    errf("out of address space: ulimit -v (RLIMIT_AS) is %.1f MiB and %.1f MiB is mapped at "
+         "start; OpenBLAS needs about %.0f MiB more for one thread's buffers, and the model "
+         "its own: raise ulimit -v\n",
+         lim / MiB, used / MiB, first / MiB);
+    return 1;
+  }
+  int want = openblas_get_num_threads();
+  openblas_set_num_threads(1);
+  blas_warm_up();
+  uint64_t after = vm_size_bytes(), each = after > used ? after - used : 0;
+  if (each < (8ull << 20)) each = first; /* not measured: assume */
+  int fit = 1;
+  while (fit < want && after + (uint64_t)fit * each + reserve <= lim) fit++;
+  openblas_set_num_threads(fit);
+  if (fit > 1) blas_warm_up();
+  const char *fitted = getenv("FERRY_GPT_BLAS_FITTED"); /* set by fit_blas_threads */
+  if (fit < want || fitted)
+    fprintf(t->info, "ferry-gpt: note: ulimit -v is %.1f MiB: OpenBLAS runs %d thread%s%s%s "
+            "(each maps about %.0f MiB of buffers)\n", lim / MiB, fit, fit > 1 ? "s" : "",
+            fitted ? " of the cores' " : "", fitted ? fitted : "", each / MiB);
+  return 0;
+}
+
 /* --threads, where notes go, and for --device cuda the CUDA model's module
  * (only then: a CPU run maps no cuBLAS) and whether it can run (with
  * --engine the engine's device creation says so, with the runtime's own
@@ -616,6 +777,7 @@ static void train_free(train_run *t) {
 static int train_check_device(train_run *t) {
   if (t->o.threads) openblas_set_num_threads(t->o.threads);
   t->info = t->o.json ? stderr : stdout;
+  if (train_address_space(t)) return 1;
   if (!t->o.cuda) return 0;
   char why[2048];
   if (gpt_cuda_load(&t->cu, why, sizeof why)) {
@@ -629,10 +791,40 @@ static int train_check_device(train_run *t) {
   return 0;
 }
 
+/* The logger at --log-level, else the engine config's log_level when it
+ * says more than "silent" (its default), else warnings. */
+static void train_logger(const train_run *t) {
+  int level = t->o.log_level;
+  char v[32];
+  if (level < 0 && t->fc && ferry_config_get(t->fc, "log_level", v, sizeof v) == 0)
+    level = log_level_of(v);
+  if (level <= FERRY_LOG_SILENT && t->o.log_level < 0) level = FERRY_LOG_WARN;
+  ferry_log_set(gpt_log, (void *)(g_rank_prefix[0] ? g_rank_prefix : ""), level);
+}
+
+/* --weights: the tensors the model does not use are named (a warning), or
+ * with --strict-weights refused; they are never loaded either way. */
+static int train_check_unused(train_run *t) {
+  char list[1024];
+  int n = gpt_weights_unused(&t->s, t->o.weights, list, sizeof list, t->err, sizeof t->err);
+  if (n < 0) {
+    errf("%s\n", t->err);
+    return 1;
+  }
+  if (n == 0) return 0;
+  errf("%s: --weights %s holds %d tensor%s the model does not use: %s%s\n",
+       t->o.strict_weights ? "refused (--strict-weights)" : "warning", t->o.weights, n,
+       n > 1 ? "s" : "", list,
+       t->o.strict_weights ? "" : " (ignored; --strict-weights refuses them)");
+  return t->o.strict_weights;
+}
+
 /* The engine config, the model's shape, the tokenizer and the data. */
 static int train_load(train_run *t) {
   if (t->o.engine) {
-    if (!(t->fc = engine_config(&t->o, t->info))) return 1;
+    int usage = 0;
+    if (!(t->fc = engine_config(&t->o, t->info, &usage))) return usage ? 2 : 1;
+    train_logger(t);
   } else {
     fprintf(t->info, "ferry-gpt: note: no --engine: pre-engine path (all parameters resident in "
             "host memory, plain AdamW)\n");
@@ -654,7 +846,9 @@ static int train_load(train_run *t) {
     errf("cannot build the model\n");
     return 1;
   }
-  if (gpt_data_load(&t->d, t->o.data, t->tok, t->cfg.vocab, t->o.seed, t->err, sizeof t->err)) {
+  if (t->o.weights && !t->o.resume && train_check_unused(t)) return 1;
+  if (gpt_data_load_ex(&t->d, t->o.data, t->tok, t->cfg.vocab, t->o.seed,
+                       t->o.data_stream ? GPT_DATA_STREAM : 0, t->err, sizeof t->err)) {
     errf("%s\n", t->err);
     return 1;
   }
@@ -729,6 +923,7 @@ static int train_comm(train_run *t) {
             t->s.total_numel / 1e6, t->s.total_numel);
   if (t->nranks == 1) return 0;
   snprintf(g_rank_prefix, sizeof g_rank_prefix, "rank %d: ", t->rank);
+  train_logger(t); /* the library's messages say the rank too */
   if (t->rank > 0) {
     if (!(t->quiet = fopen("/dev/null", "w"))) {
       errf("/dev/null: %s\n", strerror(errno));
@@ -809,11 +1004,23 @@ static int train_resume_find(train_run *t) {
     errf("--resume: %s\n", t->err);
     return 1;
   }
+  if (t->o.steps < t->ck_step) { /* every rank sees the same folder: refused alike */
+    t->agreed = 1;
+    errf("--resume %s: the checkpoint is at step %lld, past --steps %d: nothing to resume "
+         "(--steps is the total, checkpointed steps included; pass --steps %lld or more)\n",
+         t->ck_folder, (long long)t->ck_step, t->o.steps, (long long)t->ck_step + 1);
+    return 2;
+  }
   static unsigned char peek[sizeof(gpt_resume_state)];
   size_t plen;
-  int crc;
-  if (gpt_resume_peek(t->ck_folder, peek, sizeof peek, &plen) == 0 &&
-      (crc = gpt_resume_check(peek, plen, &t->rs, NULL, t->err, sizeof t->err))) {
+  int crc = gpt_resume_peek(t->ck_folder, peek, sizeof peek, &plen);
+  if (crc) { /* checked before it is read: damage is named as damage */
+    errf("--resume %s: %s%s\n", t->ck_folder, ferry_last_error(),
+         crc == FERRY_ECORRUPT ? " (the checkpoint is corrupt: resume from an older one, "
+                                 "or check the disk)" : "");
+    return 1;
+  }
+  if ((crc = gpt_resume_check(peek, plen, &t->rs, NULL, t->err, sizeof t->err))) {
     /* other settings on the command line: bad usage; a foreign blob: runtime */
     errf("--resume %s: %s\n", t->ck_folder, t->err);
     return crc == -2 ? 2 : 1;
@@ -859,11 +1066,13 @@ static int train_resume_load(train_run *t) {
   }
   t->start = (int)got.next_step;
   t->d.rng = got.data_rng;
-  fprintf(t->info, "ferry-gpt: resumed %s: %lld steps done, continuing at step %d of %d\n",
-          t->ck_folder, (long long)t->ck_step, t->start, t->o.steps);
-  if (t->start > t->o.steps)
-    fprintf(t->info, "ferry-gpt: note: the checkpoint is at step %lld, --steps is %d: no step "
-            "to run\n", (long long)t->ck_step, t->o.steps);
+  if (t->start <= t->o.steps)
+    fprintf(t->info, "ferry-gpt: resumed %s: %lld steps done, continuing at step %d of %d\n",
+            t->ck_folder, (long long)t->ck_step, t->start, t->o.steps);
+  else
+    fprintf(t->info, "ferry-gpt: nothing to do: the checkpoint is at step %lld = --steps %d; "
+            "no step runs (--save still writes its weights)\n", (long long)t->ck_step,
+            t->o.steps);
   return 0;
 }
 
@@ -919,7 +1128,7 @@ static int train_setup_engine(train_run *t) {
 /* Without --engine: weights, grads and AdamW state in host memory. */
 static int train_setup_resident(train_run *t) {
   if (gpt_resident_init(&t->r, &t->s) ||
-      gpt_adamw_init(&t->opt, t->s.total_numel, t->o.lr, t->o.wd)) {
+      gpt_adamw_init(&t->opt, t->s.total_numel, (float)t->o.lr, (float)t->o.wd)) {
     errf("out of memory for %zu parameters\n", t->s.total_numel);
     return 1;
   }
@@ -988,17 +1197,17 @@ static int train_make_model(train_run *t) {
   }
   double act = 0;
   const char *where = "host";
-  if (t->cm) act = t->cu->model_bytes(t->cm) / 1e6, where = "device";
-  if (t->m) act = gpt_model_activation_bytes(t->m) / 1e6;
+  if (t->cm) act = t->cu->model_bytes(t->cm) / MiB, where = "device";
+  if (t->m) act = gpt_model_activation_bytes(t->m) / MiB;
   if (t->ge)
     fprintf(t->info, "ferry-gpt: %zu tokens of data, batch %d x seq %d x %d micro-batches, %d "
-            "steps; %s: %.1f MB of activations and workspace, %.1f MB of fp32 grad scratch\n",
+            "steps; %s: %.1f MiB of activations and workspace, %.1f MiB of fp32 grad scratch\n",
             t->d.n, t->o.batch, t->seq, t->micro, t->o.steps, where, act,
-            gpt_engine_scratch_bytes(t->ge) / 1e6);
+            gpt_engine_scratch_bytes(t->ge) / MiB);
   else
     fprintf(t->info, "ferry-gpt: %zu tokens of data, batch %d x seq %d, %d steps, lr %g; host: "
-            "%.1f MB of weights+grads+AdamW; %s: %.1f MB of activations\n",
-            t->d.n, t->o.batch, t->seq, t->o.steps, (double)t->o.lr, 16.0 * t->s.total_numel / 1e6,
+            "%.1f MiB of weights+grads+AdamW; %s: %.1f MiB of activations\n",
+            t->d.n, t->o.batch, t->seq, t->o.steps, (double)t->o.lr, 16.0 * t->s.total_numel / MiB,
             where, act);
   return 0;
 }
@@ -1006,12 +1215,19 @@ static int train_make_model(train_run *t) {
 /* The engine's optimizer step; 0, or 1 with the engine's message printed. */
 static int train_engine_step(train_run *t, int st) {
   ferry_step_info si;
+  float scale = ferry_loss_scale(gpt_engine_handle(t->ge));
   int rc = gpt_engine_step(t->ge, &si);
+  t->skipped = rc == 0 && si.skipped;
+  t->backed_off = t->skipped && si.loss_scale < scale;
   if (rc == 0) return 0;
   errf("step %d: %s%s\n", st, ferry_engine_last_error(gpt_engine_handle(t->ge)),
        rc == FERRY_ETIMEDOUT ? " (FERRY_ETIMEDOUT: another rank did not answer within "
                                "dist.timeout)"
-                             : "");
+       : rc == FERRY_ECORRUPT ? "\nferry-gpt: the engine's swap data failed its CRC check (the "
+                                "file on the NVMe tier was damaged, or the disk returned other "
+                                "bytes): rerun, or continue from the last checkpoint with "
+                                "--resume; check the disk if it happens again"
+                              : "");
   return 1;
 }
 
@@ -1092,10 +1308,17 @@ static void json_step_nvme(train_totals *tt) {
   gpt_footprint_json_families(stdout, "nvme_write_bytes", wr);
 }
 
-/* The step's line: JSON or the progress line. *stall0: the engine's stall
+/* v as JSON: `fmt` when finite, else null (JSON has no NaN or infinity). */
+static void json_number(FILE *f, double v, const char *fmt) {
+  if (isfinite(v)) fprintf(f, fmt, v);
+  else fputs("null", f);
+}
+
+/* The step's line: JSON or the progress line (why: the error that ends the
+ * run at this step, JSON's "error" field; the caller prints it on stderr). *stall0: the engine's stall
  * seconds so far, advanced to now. */
 static void train_report_step(const train_run *t, train_totals *tt, int st, float loss, double dt,
-                              double *stall0) {
+                              double *stall0, const char *why) {
   double tps = tt->tok_step / dt, stall = 0;
   uint64_t peak[3];
   train_peaks(t, &tt->fs, peak);
@@ -1104,15 +1327,25 @@ static void train_report_step(const train_run *t, train_totals *tt, int st, floa
     *stall0 = tt->fs.stall_seconds;
   }
   if (t->o.json) {
-    printf("{\"step\": %d, \"loss\": %.9g, \"tokens_per_s\": %.1f, ", st, loss, tps);
+    printf("{\"step\": %d, \"loss\": ", st);
+    json_number(stdout, loss, "%.9g");
+    printf(", \"tokens_per_s\": %.1f, ", tps);
     json_peaks(peak);
     printf(", \"stall_pct\": %.1f", stall);
     if (t->ge) json_step_nvme(tt);
+    if (t->skipped) printf(", \"skipped\": true");
+    if (why) {
+      printf(", \"error\": ");
+      gpt_json_string(stdout, why);
+    }
     printf("}\n");
   } else {
-    printf("step %5d/%d  loss %.4f  %8.0f tok/s  gpu %.3f GB  host %.3f GB  nvme %.3f GB  "
+    printf("step %5d/%d  loss %.4f  %8.0f tok/s  gpu %.3f GiB  host %.3f GiB  nvme %.3f GiB  "
            "stall %.1f%%\n",
-           st, t->o.steps, loss, tps, peak[0] / 1e9, peak[1] / 1e9, peak[2] / 1e9, stall);
+           st, t->o.steps, loss, tps, peak[0] / GiB, peak[1] / GiB, peak[2] / GiB, stall);
+    if (t->skipped)
+      printf("step %5d: skipped by the engine (inf/NaN grads); the loss scale is now %g\n", st,
+             (double)ferry_loss_scale(gpt_engine_handle(t->ge)));
   }
   fflush(stdout);
 }
@@ -1123,6 +1356,8 @@ static int train_checkpoint(train_run *t, int st) {
   t->rs.next_step = st + 1;
   t->rs.data_rng = t->d.rng;
   double t1 = now_s();
+  const char *hook = getenv("FERRY_GPT_TEST_SIGNAL_IN_SAVE"); /* tests/gpt/signals.py */
+  if (hook && atoi(hook) > 0) raise(atoi(hook));
   if (gpt_engine_save(t->ge, t->ck_dir, &t->rs, sizeof t->rs, t->o.keep, t->err, sizeof t->err)) {
     errf("step %d: checkpoint into %s: %s\n", st, t->ck_dir, t->err);
     return 1;
@@ -1135,28 +1370,54 @@ static int train_checkpoint(train_run *t, int st) {
  * rank order (the same on every rank, and the loss of the whole global
  * batch up to rounding, the ranks' shares being equal). */
 static int train_mean_loss(train_run *t, int st, float *loss) {
+  t->stop_signal = atomic_load(&g_signal);
   if (t->nranks < 2) return 0;
-  double mine = *loss, *all = malloc((size_t)t->nranks * sizeof *all);
+  /* with each rank's loss its signal, so that every rank stops after the
+   * same step (their collectives stay matched) */
+  double mine[2] = {*loss, (double)t->stop_signal}, *all = malloc((size_t)t->nranks * sizeof mine);
   char what[64];
   snprintf(what, sizeof what, "step %d: the ranks' losses", st);
   if (!all) return errf("out of memory\n"), 1;
-  int rc = train_allgather(t, &mine, all, 1, FERRY_DT_F64, what);
+  int rc = train_allgather(t, mine, all, 2, FERRY_DT_F64, what);
   double sum = 0;
-  for (int r = 0; !rc && r < t->nranks; r++) sum += all[r];
+  for (int r = 0; !rc && r < t->nranks; r++) {
+    sum += all[2 * r];
+    if (all[2 * r + 1] != 0 && !t->stop_signal) t->stop_signal = (int)all[2 * r + 1];
+  }
   free(all);
   if (!rc) *loss = (float)(sum / t->nranks);
   return rc;
 }
 
+/* After step st: 0 to go on, or 128 + the signal when SIGINT / SIGTERM
+ * reached this rank or any other by the end of the step. */
+static int train_interrupted(train_run *t, int st) {
+  int sig = t->nranks > 1 ? t->stop_signal : atomic_load(&g_signal);
+  if (!sig) return 0;
+  t->agreed = 1; /* every rank stops after the same step */
+  char ck[4400] = "";
+  if (t->o.save_every && st >= t->o.save_every)
+    snprintf(ck, sizeof ck, "; the last checkpoint is %s/step-%012d (continue with --resume %s)",
+             t->ck_dir, st - st % t->o.save_every, t->o.save);
+  else if (t->o.resume)
+    snprintf(ck, sizeof ck, "; continue with --resume %s", t->o.resume);
+  errf("%s after step %d: stopped, the engine and its swap files released%s\n",
+       sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : "a signal", st, ck);
+  return 128 + sig;
+}
+
 /* Test hooks (tests/gpt/dist_faults.cmake): at the start of step
  * $FERRY_GPT_TEST_DIE_AT_STEP rank $FERRY_GPT_TEST_RANK (default 1) kills
  * itself (SIGKILL); at $FERRY_GPT_TEST_HANG_AT_STEP it stops answering
- * (sleeps until killed). */
+ * (sleeps until killed); at $FERRY_GPT_TEST_SIGINT_AT_STEP it raises SIGINT
+ * (tests/gpt/dist.py's signal case: every rank stops after that step). */
 static void train_test_fault(const train_run *t, int st) {
   const char *r = getenv("FERRY_GPT_TEST_RANK");
   if (t->rank != (r ? atoi(r) : 1)) return;
   const char *die = getenv("FERRY_GPT_TEST_DIE_AT_STEP");
   const char *hang = getenv("FERRY_GPT_TEST_HANG_AT_STEP");
+  const char *sig = getenv("FERRY_GPT_TEST_SIGINT_AT_STEP");
+  if (sig && atoi(sig) == st) raise(SIGINT); /* as Ctrl-C: this rank alone */
   if (die && atoi(die) == st) {
     errf("test hook: killing this rank at step %d (FERRY_GPT_TEST_DIE_AT_STEP)\n", st);
     raise(SIGKILL);
@@ -1167,7 +1428,14 @@ static void train_test_fault(const train_run *t, int st) {
   }
 }
 
-/* Steps start..--steps, each reported, checkpointed when due. */
+/* Steps in a row that fp16 loss scaling may skip with a non-finite loss
+ * before the run stops (each halves the scale). */
+#define GPT_NONFINITE_SKIPS 16
+#define GPT_STR2(x) #x
+#define GPT_STR(x) GPT_STR2(x)
+
+/* Steps start..--steps, each reported, checkpointed when due; the first
+ * non-finite loss ends the run (exit 1) unless loss scaling skipped it. */
 static int train_steps(train_run *t, train_totals *tt) {
   int batch = t->o.batch, seq = t->seq, steps = t->o.steps, start = t->start;
   int32_t *x = malloc((size_t)batch * seq * sizeof *x);
@@ -1188,6 +1456,7 @@ static int train_steps(train_run *t, train_totals *tt) {
   }
   double stall0 = 0;
   int status = 0;
+  if (atomic_load(&g_signal) && t->nranks == 1) status = train_interrupted(t, start - 1); /* during setup */
   for (int st = start; st <= steps && !status; st++) {
     double t0 = now_s();
     float loss = 0;
@@ -1201,8 +1470,30 @@ static int train_steps(train_run *t, train_totals *tt) {
     if (st == start) tt->first = loss;
     tt->last = loss;
     if (tt->losses) tt->losses[st - start] = loss;
-    train_report_step(t, tt, st, loss, dt, &stall0);
+    char why[320] = "";
+    /* a non-finite loss ends the run, unless dynamic (fp16) loss scaling
+     * skipped the step and backed its scale off (an overflow it recovers
+     * from), at most GPT_NONFINITE_SKIPS steps in a row */
+    int tolerated = t->skipped && t->backed_off && t->nonfinite_run < GPT_NONFINITE_SKIPS;
+    t->nonfinite_run = isfinite(loss) ? 0 : t->nonfinite_run + 1;
+    if (!isfinite(loss) && !tolerated) {
+      /* the mean of the ranks' losses: every rank stops here alike */
+      snprintf(why, sizeof why, "step %d: the loss is %s (not finite)%s: the weights, the data "
+               "or the swap data are damaged, or the learning rate is too high; stopping", st,
+               isnan(loss) ? "NaN" : "infinite",
+               t->skipped && t->backed_off ? " after " GPT_STR(GPT_NONFINITE_SKIPS)
+                                             " steps in a row that fp16 loss scaling skipped"
+                                           : "");
+      t->agreed = 1;
+      status = 1;
+    }
+    train_report_step(t, tt, st, loss, dt, &stall0, why[0] ? why : NULL);
+    if (status) {
+      errf("%s (no checkpoint is written after it)\n", why);
+      break;
+    }
     if (t->ge && t->o.save_every && st % t->o.save_every == 0) status = train_checkpoint(t, st);
+    if (!status) status = train_interrupted(t, st);
   }
   free(x), free(y);
   return status;
@@ -1274,10 +1565,12 @@ static void train_report_totals(const train_run *t, train_totals *tt, gpt_footpr
   train_footprint(t, tt, f);
   if (t->o.json) {
     printf("{\"final\": true, \"steps\": %d, \"first_step\": %d, \"tokens\": %lld, "
-           "\"seconds\": %.3f, \"tokens_per_s\": %.1f, \"first_loss\": %.6f, "
-           "\"last_loss\": %.6f, ",
-           ran, start, (long long)ran * tt->tok_step, tt->t_all, tps, ran ? tt->first : 0.0,
-           ran ? tt->last : 0.0);
+           "\"seconds\": %.3f, \"tokens_per_s\": %.1f, \"first_loss\": ",
+           ran, start, (long long)ran * tt->tok_step, tt->t_all, tps);
+    json_number(stdout, ran ? tt->first : 0.0, "%.6f");
+    printf(", \"last_loss\": ");
+    json_number(stdout, ran ? tt->last : 0.0, "%.6f");
+    printf(", ");
     json_peaks(peak);
     printf(", \"stall_pct\": %.1f, \"rss_bytes\": %llu", stall,
            (unsigned long long)f->peak_rss);
@@ -1292,18 +1585,21 @@ static void train_report_totals(const train_run *t, train_totals *tt, gpt_footpr
     gpt_footprint_json(f, stdout);
     printf("}\n");
   } else {
-    printf("done: %d steps (%d..%d), %lld tokens in %.2f s, %.0f tok/s, loss %.4f -> %.4f\n",
-           ran, start, t->o.steps, (long long)ran * tt->tok_step, tt->t_all, tps,
-           ran ? tt->first : 0.0, ran ? tt->last : 0.0);
-    if (t->ge)
-      printf("peaks: gpu %.1f MB, host %.1f MB, nvme %.1f MB (engine tiers); process RSS %.1f "
-             "MB; stalled %.1f%% of the time; moved h2d %.1f MB, d2h %.1f MB, host->nvme %.1f "
-             "MB, nvme->host %.1f MB\n",
-             peak[0] / 1e6, peak[1] / 1e6, peak[2] / 1e6, f->peak_rss / 1e6, stall,
-             fs->bytes_h2d / 1e6, fs->bytes_d2h / 1e6, fs->bytes_host_to_nvme / 1e6,
-             fs->bytes_nvme_to_host / 1e6);
+    if (ran)
+      printf("done: %d steps (%d..%d), %lld tokens in %.2f s, %.0f tok/s, loss %.4f -> %.4f\n",
+             ran, start, t->o.steps, (long long)ran * tt->tok_step, tt->t_all, tps, tt->first,
+             tt->last);
     else
-      printf("peak host %.2f GB (process RSS)\n", f->peak_rss / 1e9);
+      printf("done: no step to run (the run was already at step %d = --steps)\n", start - 1);
+    if (t->ge)
+      printf("peaks: gpu %.1f MiB, host %.1f MiB, nvme %.1f MiB (engine tiers); process RSS "
+             "%.1f MiB; stalled %.1f%% of the time; moved h2d %.1f MiB, d2h %.1f MiB, "
+             "host->nvme %.1f MiB, nvme->host %.1f MiB\n",
+             peak[0] / MiB, peak[1] / MiB, peak[2] / MiB, f->peak_rss / MiB, stall,
+             fs->bytes_h2d / MiB, fs->bytes_d2h / MiB, fs->bytes_host_to_nvme / MiB,
+             fs->bytes_nvme_to_host / MiB);
+    else
+      printf("peak host %.1f MiB (process RSS)\n", f->peak_rss / MiB);
   }
   gpt_footprint_print(f, t->info);
   fflush(stdout);
@@ -1409,6 +1705,8 @@ static int cmd_train(int argc, char **argv) {
   memset(&t, 0, sizeof t);
   if (parse_train(argc, argv, &t.o)) return 0;
   t.micro = 1, t.start = 1, t.nranks = 1;
+  train_logger(&t); /* before anything that logs; the engine config may change its level */
+  install_signals();
   int rc = train_check_device(&t);
   if (!rc) rc = train_load(&t);
   if (!rc) rc = train_comm(&t);
@@ -1463,7 +1761,7 @@ static int parse_sample(int argc, char **argv, sample_opts *o) {
     case O_WEIGHTS: o->weights = optarg; break;
     case O_PROMPT: o->prompt = optarg; break;
     case O_TOKENS: o->ntok = parse_int(optarg, "--tokens", 0, 1000000); break;
-    case O_TEMP: o->temp = parse_float(optarg, "--temperature"); break;
+    case O_TEMP: o->temp = (float)parse_double(optarg, "--temperature"); break;
     case O_SEED: o->seed = (uint64_t)parse_int(optarg, "--seed", 0, 2147483647); break;
     case O_TOK: o->tokdir = optarg; break;
     case O_THREADS: openblas_set_num_threads(parse_int(optarg, "--threads", 1, 1024)); break;
@@ -1576,7 +1874,34 @@ out:
   return rc;
 }
 
+/* OpenBLAS's worker threads each map a GEMM buffer (about 128 MiB) as
+ * they start, when the library loads, and retry forever at 100% CPU when an
+ * address-space limit (ulimit -v) refuses it. So under a limit that cannot
+ * hold one per core beside 512 MiB for the rest, and with no thread count
+ * of the user's in the environment, ferry-gpt runs itself again at once
+ * with OPENBLAS_NUM_THREADS set to what fits (at least 1: no workers). */
+static void fit_blas_threads(char **argv) {
+  struct rlimit rl;
+  if (getrlimit(RLIMIT_AS, &rl) || rl.rlim_cur == RLIM_INFINITY) return;
+  if (getenv("OPENBLAS_NUM_THREADS") || getenv("GOTO_NUM_THREADS") || getenv("OMP_NUM_THREADS"))
+    return;
+  long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  const uint64_t per = 136ull << 20, keep = 512ull << 20;
+  uint64_t lim = (uint64_t)rl.rlim_cur;
+  long fit = lim > keep ? (long)((lim - keep) / per) : 0;
+  if (fit < 1) fit = 1;
+  if (cores < 1 || fit >= cores) return;
+  char v[32], c[32];
+  snprintf(v, sizeof v, "%ld", fit);
+  snprintf(c, sizeof c, "%ld", cores);
+  if (setenv("OPENBLAS_NUM_THREADS", v, 1) || setenv("FERRY_GPT_BLAS_FITTED", c, 1)) return;
+  execv("/proc/self/exe", argv); /* returns only on failure: go on as we are */
+  unsetenv("OPENBLAS_NUM_THREADS");
+  unsetenv("FERRY_GPT_BLAS_FITTED");
+}
+
 int main(int argc, char **argv) {
+  fit_blas_threads(argv);
   if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {
     fputs(k_main_help, argc < 2 ? stderr : stdout);
     return argc < 2 ? 2 : 0;

@@ -7,8 +7,6 @@
  */
 #include "gpt.h"
 
-#include "core/file.h"
-
 #include <errno.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -261,14 +259,11 @@ int gpt_resume_find(const char *dir, char *folder, size_t cap, int64_t *step, ch
 }
 
 int gpt_resume_peek(const char *folder, void *blob, size_t cap, size_t *len) {
-  char path[4200];
-  if ((size_t)snprintf(path, sizeof path, "%s/user.bin", folder) >= sizeof path) return -1;
-  size_t n;
-  char *b;
-  if (ferry_read_file(path, SIZE_MAX, &b, &n, NULL, 0)) return -1;
-  if (n > cap) n = cap + 1; /* too big: the caller's size check refuses it */
-  else memcpy(blob, b, n);
-  free(b);
-  *len = n;
-  return 0;
+  /* checked against the manifest's size and CRC32C before it is read */
+  int rc = ferry_checkpoint_read_blob(folder, blob, cap, len);
+  if (rc == FERRY_EOVERFLOW) { /* too big: the caller's size check refuses it */
+    *len = cap + 1;
+    return 0;
+  }
+  return rc;
 }

@@ -122,6 +122,41 @@ fail:
   return -1;
 }
 
+int gpt_weights_unused(const gpt_schema *s, const char *path, char *list, size_t cap,
+                       char *err, size_t el) {
+  ferry_safetensors *f;
+  if (ferry_safetensors_open(path, &f)) {
+    snprintf(err, el, "%s", ferry_last_error());
+    return -1;
+  }
+  size_t n = ferry_safetensors_count(f);
+  unsigned char *used = calloc(n ? n : 1, 1);
+  if (!used) {
+    ferry_safetensors_close(f);
+    snprintf(err, el, "out of memory");
+    return -1;
+  }
+  for (int i = 0; i < s->n_params; i++) {
+    ferry_safetensors_tensor t;
+    size_t idx;
+    if (!find_tensor(f, s, s->params[i].name, &t, &idx) && idx < n) used[idx] = 1;
+  }
+  int unused = 0;
+  size_t at = 0;
+  if (cap) list[0] = '\0';
+  for (size_t k = 0; k < n; k++) {
+    ferry_safetensors_tensor t;
+    if (used[k] || ferry_safetensors_get(f, k, &t)) continue;
+    if (unused < 8 && at < cap) /* the first 8 by name, then how many more */
+      at += (size_t)snprintf(list + at, cap - at, "%s'%s'", unused ? ", " : "", t.name);
+    unused++;
+  }
+  if (unused > 8 && at < cap) snprintf(list + at, cap - at, " and %d more", unused - 8);
+  free(used);
+  ferry_safetensors_close(f);
+  return unused;
+}
+
 void gpt_weights_src_close(gpt_weights_src *w) {
   if (!w) return;
   if (w->f) ferry_safetensors_close(w->f);

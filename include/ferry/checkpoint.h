@@ -84,6 +84,14 @@ FERRY_API int ferry_checkpoint_find(const char *path, char *folder, size_t cap, 
  * the reason of a failure in ferry_last_error(). info may be NULL. */
 FERRY_API int ferry_checkpoint_verify(const char *path, ferry_checkpoint_info *info);
 
+/* Reads the blob (user.bin) of one checkpoint folder without an engine:
+ * the manifest is checked whole, then user.bin's size and CRC32C against
+ * it, before anything is copied into buf. *len (may be NULL) gets the
+ * blob's size; larger than cap: FERRY_EOVERFLOW, nothing copied. A damaged
+ * manifest or user.bin: FERRY_ECORRUPT naming the file and what failed
+ * (ferry_last_error()). */
+FERRY_API int ferry_checkpoint_read_blob(const char *folder, void *buf, size_t cap, size_t *len);
+
 /* Exports the params as a plain safetensors model (their dtype, names as
  * registered, metadata {"format": "pt"}) that Hugging Face tools load:
  * max_shard_bytes 0 writes one file at path; otherwise path is a folder of

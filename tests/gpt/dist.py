@@ -24,6 +24,9 @@ one case per CTest test (--case):
                           non-zero within the timeout, naming the rank
   hang                    a rank that stops answering at step 3, dist.timeout=3:
                           the other fails with the timeout error, the job ends
+  signal                  SIGINT in rank 1 alone at step 3 (test hook): both
+                          ranks stop after step 3 (the signal rides with the
+                          step's loss gather), each naming it, non-zero exit
   mismatch                ranks started with another optimizer.lr (mpirun MPMD)
                           are refused at start naming the key; 2 ranks without
                           --engine: a usage error
@@ -287,6 +290,24 @@ def case_fault(a, kind):
             fail("hang: the job took %.1f s with dist.timeout=3" % dt)
 
 
+def case_signal(a):
+    d = os.path.join(a.work, "signal")
+    shutil.rmtree(d, ignore_errors=True)
+    os.makedirs(d)
+    fe = {"FERRY_GPT_TEST_SIGINT_AT_STEP": "3", "FERRY_GPT_TEST_RANK": "1"}
+    argv = train_args(a, "offload-host", 2, 20, [])
+    cmd = [a.mpirun, "--oversubscribe", "-np", "2", "-x", "FERRY_GPT_TEST_SIGINT_AT_STEP", "-x",
+           "FERRY_GPT_TEST_RANK"] + argv
+    rc, out, err, dt = run(cmd, d, fe, expect_ok=False)
+    print("signal: mpirun exited %d after %.1f s\n%s" % (rc, dt, err))
+    if rc == 0:
+        fail("signal: the job exited 0")
+    losses(out, 3)  # rank 0 printed steps 1..3 and no more
+    for r in (0, 1):
+        if "rank %d: ferry-gpt: SIGINT after step 3: stopped" % r not in err:
+            fail("signal: rank %d did not stop after step 3 naming SIGINT:\n%s" % (r, err))
+
+
 def case_mismatch(a):
     d = os.path.join(a.work, "mismatch")
     shutil.rmtree(d, ignore_errors=True)
@@ -315,7 +336,7 @@ def main():
     p.add_argument("--mpirun", default="mpirun")
     p.add_argument("--case", required=True,
                    choices=["equiv-host", "equiv-nvme", "memory", "resume", "resume-stage3",
-                            "die", "hang", "mismatch"])
+                            "die", "hang", "mismatch", "signal"])
     a = p.parse_args()
     if a.mpi.upper() in ("OFF", "0", "FALSE", "") or not a.mpirun or not shutil.which(a.mpirun):
         print("skipped: this build has no MPI or %s is missing" % a.mpirun)
@@ -333,6 +354,8 @@ def main():
         case_resume(a, (3,))
     elif a.case in ("die", "hang"):
         case_fault(a, a.case)
+    elif a.case == "signal":
+        case_signal(a)
     else:
         case_mismatch(a)
     print("ok: %s in %.1f s" % (a.case, time.monotonic() - t0))
