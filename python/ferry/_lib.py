@@ -82,6 +82,7 @@ _PROTOS = {
     "ferry_strerror": (c_char_p, [c_int]),
     "ferry_last_error": (c_char_p, []),
     "ferry_dtype_size": (c_size_t, [c_int]),
+    "ferry_dtype_convert": (c_int, [c_void_p, c_int, c_void_p, c_int, c_size_t, c_float]),
     # config
     "ferry_config_create": (c_int, [P(c_void_p)]),
     "ferry_config_destroy": (None, [c_void_p]),

@@ -25,6 +25,7 @@ import ferry
 __all__ = ["initialize", "TorchEngine", "default_groups"]
 
 _TORCH_DT = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+_FERRY_DT = {torch.float32: 1, torch.float16: 2, torch.bfloat16: 3}  # ferry_dtype
 # __cuda_array_interface__ has no bf16 type string: such buffers are made as
 # int16 and viewed as bf16.
 _CAI = {torch.float32: ("<f4", None), torch.float16: ("<f2", None),
@@ -114,6 +115,7 @@ class TorchEngine:
         self.config = config if isinstance(config, ferry.Config) else ferry.Config(config)
         prec = self.config.get("precision.params")
         self.dtype = _TORCH_DT[prec]
+        self._fdt = _FERRY_DT[self.dtype]
         self.accumulation = int(self.config.get("grad_accumulation"))
         self.engine = ferry.Engine(self.config)
         self.cuda = self.engine.device_info()["kind"] == "cuda"
@@ -339,14 +341,37 @@ class TorchEngine:
             self._ensure(g)  # torch accumulates into a param of the right shape
         return hook
 
-    def _grad_view(self, i):
+    def _grad_ptr(self, i):
         g = self._group_of[i]
         gptr = self.engine.param_device(self._name_b[i], param=False, grad=True)[1]
         if not self._slot_open[g]:
             self._slot_open[g] = True
             if not self.cuda:
                 self.stream.synchronize()  # the slot's zeroing is on the stream
-        return self._cached(self._gviews[i], i, gptr, self.dtype)
+        return gptr
+
+    def _grad_view(self, i):
+        return self._cached(self._gviews[i], i, self._grad_ptr(i), self.dtype)
+
+    def _grad_copy(self, i, grad):
+        """grad into the engine's grad buffer. On the host backend a memcpy (or
+        ferry_dtype_convert) to the pointer, so no tensor is made: the drain
+        hands out its slots in no fixed order, and views per slot would keep
+        being made."""
+        if self.cuda:
+            self._grad_view(i).copy_(grad)
+            return
+        gptr = self._grad_ptr(i)
+        if not grad.is_contiguous():
+            grad = grad.contiguous()
+        if grad.dtype == self.dtype:
+            ctypes.memmove(gptr, grad.data_ptr(), self._numel[i] * grad.element_size())
+        else:
+            rc = ferry._lib.lib.ferry_dtype_convert(gptr, self._fdt, grad.data_ptr(),
+                                                    _FERRY_DT[grad.dtype], self._numel[i], 1.0)
+            if rc:
+                raise ferry.Error(rc, "grad of '%s': cannot convert %s" % (self._names[i],
+                                                                          grad.dtype))
 
     def _make_post_grad(self, i):
         p = self._p[i]
@@ -357,11 +382,10 @@ class TorchEngine:
             if grad is None:
                 return
             g = self._group_of[i]
-            gv = self._grad_view(i)
-            if self._got[i]:
-                gv.add_(grad)
+            if self._got[i]:  # a second backward of it in this pass (reentrant)
+                self._grad_view(i).add_(grad)
             else:
-                gv.copy_(grad)
+                self._grad_copy(i, grad)
                 self._got[i] = True
                 self._left[g] -= 1
                 if self._left[g] == 0:
@@ -382,7 +406,7 @@ class TorchEngine:
             self._ensure(g)
             for i in self._gparams[g]:  # zeros for the params that got no grad
                 if not self._got[i] and self._numel[i]:
-                    self._grad_view(i)
+                    self._grad_ptr(i)
             if not self._slot_open[g]:
                 raise RuntimeError("ferry.torch: group %d has no gradient buffer" % g)
             self._hand_in(g)

@@ -2,7 +2,9 @@
 exit 77 with a message), the small model (embeddings, a ModuleList of
 LayerNorm-Linear-GELU blocks, a head), batches, a reference AdamW run and
 engine configurations with a swap dir under the build tree."""
+import atexit
 import os
+import shutil
 import sys
 import tempfile
 
@@ -23,6 +25,7 @@ def need_torch():
 
 need_torch()
 import torch  # noqa: E402
+import torch.utils.checkpoint  # noqa: E402,F401
 from torch import nn  # noqa: E402
 
 VOCAB, DIM, LAYERS, SEQ, BATCH = 64, 32, 4, 8, 4
@@ -96,9 +99,12 @@ def torch_losses(model, data):
 
 
 def work_dir(name):
+    """A fresh folder under FERRY_TEST_TMP (the build tree), removed at exit."""
     base = os.environ.get("FERRY_TEST_TMP") or tempfile.gettempdir()
     os.makedirs(base, exist_ok=True)
-    return tempfile.mkdtemp(prefix=name + "-", dir=base)
+    d = tempfile.mkdtemp(prefix=name + "-", dir=base)
+    atexit.register(shutil.rmtree, d, True)
+    return d
 
 
 def config(**over):
