@@ -4,9 +4,12 @@ LayerNorm-Linear-GELU blocks, a head) trained 10 steps through ferry.torch
 the same lr, betas, eps and weight decay: per-step losses within 1e-5
 relative; then the same with a device budget that cannot hold every group at
 once (checked through the stats: evictions, params larger than the budget),
-and the device tier's peak within its budget in both runs."""
-from common import (batches, check_budget, close_rel, config, fail, ferry_losses, make_model,
-                    torch_losses)
+and the device tier's peak within its budget in both runs; and
+grad_accumulation = 2 against two torch backward calls per step."""
+import torch
+
+from common import (BETAS, EPS, LR, WD, batches, check_budget, close_rel, config, fail,
+                    ferry_losses, loss_of, make_model, torch_losses)
 
 import ferry.torch as ft
 
@@ -31,4 +34,30 @@ for label, over in (("roomy", {}), ("tight", {"tiers.gpu.budget": "96K", "chunk_
         fail("tight: the device tier held every group at once")
     # the master weights match torch's after the same steps
     eng.close()
+
+# grad_accumulation = 2: the engine sums two micro-batches' grads (loss / 2
+# each), as torch does with two backward calls before one step
+model = make_model()
+opt = torch.optim.AdamW(model.parameters(), lr=LR, betas=BETAS, eps=EPS, weight_decay=WD)
+ref2 = []
+for k in range(0, 8, 2):
+    opt.zero_grad()
+    for x, y in data[k:k + 2]:
+        loss = loss_of(model(x), y)
+        (loss / 2).backward()
+        ref2.append(loss.item())
+    opt.step()
+eng = ft.initialize(make_model(), config(**{"grad_accumulation": 2}))
+got2, stepped = [], 0
+for x, y in data[:8]:
+    loss = loss_of(eng(x), y)
+    eng.backward(loss / 2)
+    stepped += eng.step() is not None
+    got2.append(loss.item())
+print("accumulation torch:", ["%.6f" % x for x in ref2])
+print("accumulation ferry:", ["%.6f" % x for x in got2])
+if stepped != 4 or not close_rel(ref2, got2, 1e-5):
+    fail("grad_accumulation 2: %d steps, losses differ" % stepped)
+check_budget(eng)
+eng.close()
 print("ok")
