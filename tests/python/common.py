@@ -57,8 +57,9 @@ class Net(nn.Module):
     def forward(self, idx):
         x = self.emb(idx) + self.pos
         for b in self.blocks:
-            if self.ckpt:
-                x = torch.utils.checkpoint.checkpoint(b, x)
+            if self.ckpt:  # True: reentrant (1.13's default); "nonreentrant"
+                x = torch.utils.checkpoint.checkpoint(
+                    b, x, use_reentrant=self.ckpt != "nonreentrant")
             else:
                 x = b(x)
         return self.head(self.ln_f(x))
