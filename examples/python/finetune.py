@@ -60,8 +60,8 @@ def parse_args(argv):
     ap.add_argument("--log-every", type=int, default=10)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--compare-torch", action="store_true",
-                    help="also train the same model with torch.optim.AdamW all in RAM and "
-                    "print the median step times and their ratio")
+                    help="also train the same model with torch.optim.AdamW all in RAM, a "
+                    "step of each in turn, and print the median step times and their ratio")
     ap.add_argument("--warmup", type=int, default=3,
                     help="steps left out of the timing medians (default 3)")
     a = ap.parse_args(argv)
@@ -226,6 +226,10 @@ def main(argv):
         print("finetune: resumed at step %d from %s" % (first, a.resume))
 
     times, losses = [], []
+    rtimes, rlosses = [], []
+    opt = None
+    if ref is not None:  # stepped in lockstep with ferry, so both see the same machine load
+        opt = torch.optim.AdamW(ref.parameters(), lr=a.lr, weight_decay=a.weight_decay)
     engine.train()
     for step in range(first, a.steps):
         x, y = batch(step)
@@ -235,6 +239,14 @@ def main(argv):
         info = engine.step()
         times.append(time.perf_counter() - t0)
         losses.append(loss.item())
+        if opt is not None:
+            t0 = time.perf_counter()
+            rloss = loss_of(ref(x), y)
+            opt.zero_grad(set_to_none=True)
+            rloss.backward()
+            opt.step()
+            rtimes.append(time.perf_counter() - t0)
+            rlosses.append(rloss.item())
         if (step + 1) % a.log_every == 0 or step == first or step + 1 == a.steps:
             print("step %5d/%d  loss %.4f  %.1f ms/step  grad norm %.3f  scale %g%s"
                   % (step + 1, a.steps, losses[-1], 1e3 * times[-1], info["grad_norm"],
@@ -251,17 +263,6 @@ def main(argv):
           % (st["peak"] / 2**20, st["budget"] / 2**20, st["evictions"]))
 
     if ref is not None:
-        opt = torch.optim.AdamW(ref.parameters(), lr=a.lr, weight_decay=a.weight_decay)
-        rtimes, rlosses = [], []
-        for step in range(first, a.steps):
-            x, y = batch(step)
-            t0 = time.perf_counter()
-            loss = loss_of(ref(x), y)
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
-            rtimes.append(time.perf_counter() - t0)
-            rlosses.append(loss.item())
         fm = statistics.median(times[a.warmup:])
         tm = statistics.median(rtimes[a.warmup:])
         print("compare: last loss ferry %.5f torch %.5f" % (losses[-1], rlosses[-1]))
