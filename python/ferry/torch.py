@@ -176,6 +176,7 @@ class TorchEngine:
         self._handed = [False] * G
         self._slot_open = [False] * G
         self._micro = 0
+        self._in_backward = False
         self.last_step = None
         # counters the tests read: tensors made by the hooks
         self.views_made = 0
@@ -334,6 +335,10 @@ class TorchEngine:
 
     def _make_pre_grad(self, i):
         def hook(grad):
+            if not self._in_backward:
+                raise RuntimeError("ferry.torch: a gradient for '%s' outside engine.backward: "
+                                   "call engine.backward(loss), not loss.backward()"
+                                   % self._names[i])
             g = self._group_of[i]
             if self._handed[g]:
                 raise RuntimeError("ferry.torch: a gradient for '%s' arrived after its group %d "
@@ -435,6 +440,7 @@ class TorchEngine:
         scale = self.engine.loss_scale()
         if scale != 1.0:
             loss = loss * scale
+        self._in_backward = True
         try:
             with self._hooks():
                 loss.backward()
@@ -442,6 +448,8 @@ class TorchEngine:
         except BaseException:
             self._release_all()
             raise
+        finally:
+            self._in_backward = False
         self._micro += 1
 
     def step(self):

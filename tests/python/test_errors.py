@@ -38,4 +38,16 @@ path = os.path.join(d, "bad.cfg")
 with open(path, "w") as f:
     f.write('device = "host";\noptimizer = { lr = "fast"; };\n')
 expect(lambda: ferry.Config(path), ferry.ECONFIG, "bad.cfg", "lr")
+# loss.backward() instead of engine.backward(loss) is refused, not ignored
+from common import batches, loss_of  # noqa: E402
+
+eng = ft.initialize(make_model(), config())
+x, y = batches(1)[0]
+try:
+    loss_of(eng(x), y).backward()
+    fail("loss.backward() was accepted")
+except RuntimeError as e:
+    print("raised:", e)
+    if "engine.backward" not in str(e):
+        fail("the message does not say to call engine.backward")
 print("ok")
