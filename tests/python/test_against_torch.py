@@ -32,6 +32,8 @@ for label, over in (("roomy", {}), ("tight", {"tiers.gpu.budget": "96K", "chunk_
           % (d["budget"], d["peak"], d["evictions"], param_bytes, eng.groups))
     if label == "tight" and not (param_bytes > d["budget"] and d["evictions"] > 0):
         fail("tight: the device tier held every group at once")
+    if label == "tight" and not eng.unpack_views > eng.records_made:
+        fail("tight: no saved tensor was rebuilt over a moved buffer")
     # the master weights match torch's after the same steps
     eng.close()
 
