@@ -152,7 +152,8 @@ class TorchEngine:
 
         for i, p in enumerate(self._p):  # initial values from the module, fp32
             v = p.detach().to("cpu", torch.float32).contiguous()
-            self.engine.register(self._names[i], self._shape[i], self._group_of[i],
+            # the engine's tensors have 1..8 dims: a 0-dim param is registered as [1]
+            self.engine.register(self._names[i], self._shape[i] or (1,), self._group_of[i],
                                  v.data_ptr() if v.numel() else None)
             self.engine._keep.append(v)
         self.engine.finalize()
