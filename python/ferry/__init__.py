@@ -266,7 +266,9 @@ class Engine:
                     _init(cname.decode(), memoryview((ctypes.c_float * count).from_address(
                         ctypes.addressof(dst.contents))).cast("B").cast("f"))
                     return 0
-                except Exception:  # the engine reports the failed init
+                except Exception as exc:  # finalize raises with it
+                    self._init_error = "init of '%s': %s: %s" % (cname.decode(),
+                                                                 type(exc).__name__, exc)
                     return -1
             cb = _lib.INIT_FN(_thunk)
             self._keep.append(cb)
@@ -274,8 +276,13 @@ class Engine:
                                             addr, cb, None), "ferry_param_register")
 
     def finalize(self):
+        self._init_error = None
         try:
-            self._call(lib.ferry_engine_finalize(self._h), "ferry_engine_finalize")
+            rc = lib.ferry_engine_finalize(self._h)
+            if rc and self._init_error:
+                raise Error(rc, "%s (%s)" % (self._init_error, self.last_error()),
+                            "ferry_engine_finalize")
+            self._call(rc, "ferry_engine_finalize")
         finally:
             self._keep = []
 

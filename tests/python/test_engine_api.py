@@ -3,8 +3,9 @@ y = x W (one param per group, 3 groups) trained through register, finalize,
 fetch, param_device, grads_ready, release and step, with the grads computed
 in Python over the device buffers (host backend); the loss falls, param_read
 returns the master values the device buffers hold (fp32), stats and
-timeline work, and a call out of order raises ferry.Error with the engine's
-message (FERRY_ESTATE)."""
+timeline work, a call out of order raises ferry.Error with the engine's
+message (FERRY_ESTATE), and init callbacks fill values at finalize (one that
+raises fails finalize with its exception in the message)."""
 import array
 import ctypes
 import json
@@ -102,4 +103,38 @@ with tempfile.TemporaryDirectory() as tmp:
     with open(path) as f:
         json.load(f)
 eng.close()
+
+# an init callback fills the values at finalize; one that raises fails finalize
+# with its exception in the message
+cfg = {"device": "host", "tiers.gpu.budget": "64K", "tiers.host.pinned": False,
+       "chunk_size": "4K", "precision.params": "fp32"}
+e2 = ferry.Engine(cfg)
+
+
+def halves(name, mv):
+    for i in range(len(mv)):
+        mv[i] = 0.5 * i
+
+
+e2.register("h", [2, 3], 0, init=halves)
+e2.finalize()
+if list(e2.param_read("h", count=6)) != [0.5 * i for i in range(6)]:
+    fail("init callback values")
+e2.close()
+e3 = ferry.Engine(cfg)
+
+
+def broken(name, mv):
+    raise ValueError("no values for " + name)
+
+
+e3.register("b", [2], 0, init=broken)
+try:
+    e3.finalize()
+    fail("a raising init callback was accepted")
+except ferry.Error as e:
+    print("raised:", e)
+    if "no values for b" not in e.message:
+        fail("the init callback's exception is not in the message")
+e3.close()
 print("ok")
