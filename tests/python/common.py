@@ -12,14 +12,14 @@ SKIP = 77
 
 
 def need_torch():
+    if os.environ.get("FERRY_SANITIZE"):
+        print("skip: a sanitizer build's libferry.so cannot be loaded into python")
+        sys.exit(SKIP)
     try:
         import torch  # noqa: F401
     except ImportError as e:
         print("skip: torch is not importable by %s (%s): apt-get install python3-torch"
               % (sys.executable, e))
-        sys.exit(SKIP)
-    if os.environ.get("FERRY_SANITIZE"):
-        print("skip: a sanitizer build's libferry.so cannot be loaded into python")
         sys.exit(SKIP)
 
 
