@@ -15,7 +15,7 @@ cd "$(dirname "$0")"
 
 # Debian 12 packages ferry needs to build and test.
 PACKAGES=(gcc g++ make cmake pkg-config liburing-dev libhwloc-dev libconfig-dev libisal-dev
-          libopenblas-dev python3 time openmpi-bin libopenmpi-dev)
+          libopenblas-dev python3 time openmpi-bin libopenmpi-dev python3-torch python3-venv)
 JOBS=${FERRY_JOBS:-$(nproc 2>/dev/null || echo 2)}
 
 say() { printf 'ferry.sh: %s\n' "$*"; }

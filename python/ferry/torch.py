@@ -1,0 +1,542 @@
+"""ferry.torch: trains any torch.nn.Module through a ferry engine, DeepSpeed style.
+
+    engine = ferry.torch.initialize(model, {"device": "host", ...})
+    loss = loss_fn(engine(batch))
+    engine.backward(loss)
+    engine.step()
+
+Owns the mapping between the model's parameters and the engine: registration,
+the hooks that fetch a group before a module runs and hand its grads in as
+soon as they are final, the saved-tensor records that let backward (and
+torch.utils.checkpoint recompute) find a param's buffer again after it was
+reused, loss scaling, checkpoints with a client state. docs/ARCHITECTURE.md
+("python/") describes the design.
+"""
+import ctypes
+import os
+import pickle
+from collections import OrderedDict
+
+import torch
+from torch import nn
+
+import ferry
+
+__all__ = ["initialize", "TorchEngine", "default_groups"]
+
+_TORCH_DT = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+_FERRY_DT = {torch.float32: 1, torch.float16: 2, torch.bfloat16: 3}  # ferry_dtype
+# __cuda_array_interface__ has no bf16 type string: such buffers are made as
+# int16 and viewed as bf16.
+_CAI = {torch.float32: ("<f4", None), torch.float16: ("<f2", None),
+        torch.bfloat16: ("<i2", torch.bfloat16)}
+_HAS_POST_ACC = hasattr(torch.Tensor, "register_post_accumulate_grad_hook")
+_VIEW_CACHE = 8  # pointers remembered per param
+
+
+class _CudaBuffer:
+    """A device pointer as an object torch.as_tensor understands."""
+
+    def __init__(self, ptr, n, typestr):
+        self.__cuda_array_interface__ = {"shape": (n,), "typestr": typestr,
+                                         "data": (ptr, False), "version": 2, "strides": None}
+
+
+class _Rec:
+    """What a saved tensor over a param buffer is replaced by during forward:
+    the param, the view's geometry, and the last view rebuilt from it."""
+    __slots__ = ("i", "size", "stride", "offset", "base", "view")
+
+    def __init__(self, i, size, stride, offset):
+        self.i, self.size, self.stride, self.offset = i, size, stride, offset
+        self.base = self.view = None
+
+
+def default_groups(model, names_params):
+    """The default grouping: one group per child of the model's largest
+    nn.ModuleList (by parameter count), one for the params registered before
+    it and one for those after. Returns (group of each param, group labels)."""
+    best, best_n, best_name = None, 0, ""
+    for mname, m in model.named_modules():
+        if isinstance(m, nn.ModuleList) and len(m) > 0:
+            n = sum(p.numel() for p in m.parameters())
+            if n > best_n:
+                best, best_n, best_name = m, n, mname
+    if best is None:
+        return [0] * len(names_params), ["all"]
+    child_of = {}
+    labels_mid = []
+    for k, (cname, child) in enumerate(best.named_children()):
+        labels_mid.append((best_name + "." if best_name else "") + cname)
+        for p in child.parameters():
+            child_of.setdefault(id(p), k)
+    first = next((j for j, (_, p) in enumerate(names_params) if id(p) in child_of),
+                 len(names_params))
+    raw = []
+    for j, (_, p) in enumerate(names_params):
+        if id(p) in child_of:
+            raw.append(1 + child_of[id(p)])
+        else:
+            raw.append(0 if j < first else 1 + len(labels_mid))
+    labels = ["<before>"] + labels_mid + ["<after>"]
+    used = sorted(set(raw))
+    renum = {g: k for k, g in enumerate(used)}
+    return [renum[g] for g in raw], [labels[g] for g in used]
+
+
+def _prefix_groups(names_params, prefixes):
+    out, missing = [], []
+    for name, _ in names_params:
+        best, best_len = None, -1
+        for k, pre in enumerate(prefixes):
+            if (pre == "" or name == pre or name.startswith(pre + ".")) and len(pre) > best_len:
+                best, best_len = k, len(pre)
+        if best is None:
+            missing.append(name)
+        out.append(best)
+    if missing:
+        raise ValueError("ferry.torch: parameters in none of the groups %r: %s"
+                         % (list(prefixes), ", ".join(missing)))
+    used = sorted(set(out))
+    empty = [prefixes[k] for k in range(len(prefixes)) if k not in used]
+    if empty:
+        raise ValueError("ferry.torch: groups with no trainable parameter: %s" % ", ".join(empty))
+    return out, list(prefixes)
+
+
+class TorchEngine:
+    """A model whose trainable parameters live in a ferry engine. Call it as
+    the model; then backward(loss) and step(). Attributes: module (the model),
+    engine (the ferry.Engine), groups (labels), dtype (params), compute_dtype
+    (what the model sees), last_step (the info of the last ferry_step)."""
+
+    def __init__(self, model, config, groups=None, compute_dtype=None):
+        self.module = model
+        self.config = config if isinstance(config, ferry.Config) else ferry.Config(config)
+        prec = self.config.get("precision.params")
+        self.dtype = _TORCH_DT[prec]
+        self._fdt = _FERRY_DT[self.dtype]
+        self.accumulation = int(self.config.get("grad_accumulation"))
+        self.engine = ferry.Engine(self.config)
+        self.cuda = self.engine.device_info()["kind"] == "cuda"
+        if self.cuda:
+            self.device = torch.device("cuda", torch.cuda.current_device())
+        else:
+            self.device = torch.device("cpu")
+        if compute_dtype is None:
+            # CPU torch has no fp16 matmul or layer norm: fp16 params compute in fp32 there
+            compute_dtype = torch.float32 if (self.dtype == torch.float16 and not self.cuda) \
+                else self.dtype
+        self.compute_dtype = compute_dtype
+        self._scratch_mode = compute_dtype != self.dtype
+
+        named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+        if not named:
+            raise ValueError("ferry.torch: the model has no trainable parameter")
+        if groups is None:
+            gof, self.groups = default_groups(model, named)
+        else:
+            gof, self.groups = _prefix_groups(named, list(groups))
+        order = sorted(range(len(named)), key=lambda j: gof[j])  # registration by group
+        self._names = [named[j][0] for j in order]
+        self._p = [named[j][1] for j in order]
+        self._group_of = [gof[j] for j in order]
+        self._name_b = [n.encode() for n in self._names]
+        self._shape = [tuple(p.shape) for p in self._p]
+        self._numel = [p.numel() for p in self._p]
+        self._pid = {id(p): i for i, p in enumerate(self._p)}
+        G = len(self.groups)
+        self._gparams = [[] for _ in range(G)]
+        for i, g in enumerate(self._group_of):
+            self._gparams[g].append(i)
+
+        for i, p in enumerate(self._p):  # initial values from the module, fp32
+            v = p.detach().to("cpu", torch.float32).contiguous()
+            # the engine's tensors have 1..8 dims: a 0-dim param is registered as [1]
+            self.engine.register(self._names[i], self._shape[i] or (1,), self._group_of[i],
+                                 v.data_ptr() if v.numel() else None)
+            self.engine._keep.append(v)
+        self.engine.finalize()
+
+        if self.cuda:
+            self.stream = self.engine.stream(torch.cuda.current_stream(self.device).cuda_stream)
+        else:
+            self.stream = self.engine.stream()
+        self._placeholder = torch.empty(0, dtype=compute_dtype, device=self.device)
+        self._views = [OrderedDict() for _ in self._p]  # param buffer views by pointer
+        self._gviews = [OrderedDict() for _ in self._p]  # grad buffer views by pointer
+        self._cur = [None] * len(self._p)  # what p.data is while fetched
+        self._scratch = [None] * len(self._p)  # fp32 copies (fp16 params on the CPU)
+        self._scratch_ok = [False] * len(self._p)
+        self._fetched = [False] * G
+        self._pin = [0] * G
+        self._lru = OrderedDict()  # fetched groups, least recently used first
+        self._recs = {}
+        self._got = [False] * len(self._p)
+        self._left = [sum(1 for i in ps if self._numel[i]) for ps in self._gparams]
+        self._handed = [False] * G
+        self._slot_open = [False] * G
+        self._micro = 0
+        self._in_backward = False
+        self.last_step = None
+        # counters the tests read: tensors made by the hooks
+        self.views_made = 0
+        self.records_made = 0
+        self.unpack_views = 0
+
+        self._handles = []
+        self._acc = []  # AccumulateGrad nodes, kept alive so their hooks stay
+        with torch.enable_grad():
+            for i, p in enumerate(self._p):
+                # the accumulator records the param's shape, dtype and device now
+                p.data = torch.empty((), dtype=compute_dtype, device=self.device).expand(
+                    self._shape[i])
+                self._handles.append(p.register_hook(self._make_pre_grad(i)))
+                if _HAS_POST_ACC:
+                    self._handles.append(
+                        p.register_post_accumulate_grad_hook(self._make_post_grad(i)))
+                else:
+                    acc = p.expand_as(p).grad_fn.next_functions[0][0]
+                    self._acc.append(acc)
+                    post = self._make_post_grad(i)
+                    self._handles.append(acc.register_hook(lambda gi, go, post=post: post(None)))
+                p.data = self._placeholder
+                p.grad = None
+        for m in model.modules():
+            gs = sorted({self._group_of[self._pid[id(p)]] for p in m._parameters.values()
+                         if p is not None and id(p) in self._pid})
+            if gs:
+                gs = tuple(gs)
+                self._handles.append(m.register_forward_pre_hook(self._make_fwd_pre(gs)))
+                self._handles.append(m.register_forward_hook(self._make_fwd_post(gs)))
+
+    # -- fetch and release ------------------------------------------------
+
+    def _make_view(self, ptr, n, dtype):
+        if self.cuda:
+            typestr, view_as = _CAI[dtype]
+            t = torch.as_tensor(_CudaBuffer(ptr, n, typestr), device=self.device)
+            return t.view(view_as) if view_as is not None else t
+        nbytes = n * torch.tensor([], dtype=dtype).element_size()
+        return torch.frombuffer((ctypes.c_char * nbytes).from_address(ptr), dtype=dtype)
+
+    def _cached(self, cache, i, ptr, dtype):
+        v = cache.get(ptr)
+        if v is None:
+            v = self._make_view(ptr, self._numel[i], dtype).view(self._shape[i])
+            if len(cache) >= _VIEW_CACHE:
+                cache.popitem(last=False)
+            cache[ptr] = v
+            self.views_made += 1
+        return v
+
+    def _fetch(self, g):
+        e, s = self.engine, self.stream
+        while True:
+            rc = e.fetch_status(g, s)
+            if rc == 0:
+                break
+            victim = None
+            if rc == ferry.ENOMEM:
+                for x in self._lru:
+                    if self._pin[x] == 0 and x != g:
+                        victim = x
+                        break
+            if victim is None:
+                raise ferry.Error(rc, e.last_error(), "ferry_fetch")
+            self._release(victim)
+        if not self.cuda:
+            s.synchronize()  # the copies in, before this thread's kernels read them
+        for i in self._gparams[g]:
+            if self._numel[i] == 0:
+                continue
+            ptr = e.param_device(self._name_b[i])[0]
+            v = self._cached(self._views[i], i, ptr, self.dtype)
+            if self._scratch_mode:
+                sc = self._scratch[i]
+                if sc is None:
+                    sc = self._scratch[i] = torch.empty(self._shape[i], dtype=self.compute_dtype,
+                                                        device=self.device)
+                    self.views_made += 1
+                if not self._scratch_ok[i]:
+                    sc.copy_(v)
+                    self._scratch_ok[i] = True
+                v = sc
+            self._cur[i] = v
+            self._p[i].data = v
+        self._fetched[g] = True
+        self._lru[g] = None
+
+    def _ensure(self, g):
+        if self._fetched[g]:
+            self._lru.move_to_end(g)
+        else:
+            self._fetch(g)
+
+    def _release(self, g):
+        self.engine.release(g, self.stream)
+        ph = self._placeholder
+        for i in self._gparams[g]:
+            self._p[i].data = ph
+            self._cur[i] = None
+        self._fetched[g] = False
+        del self._lru[g]
+
+    def _release_all(self):
+        while self._lru:
+            self._release(next(iter(self._lru)))
+        for g in range(len(self._pin)):
+            self._pin[g] = 0
+
+    def _make_fwd_pre(self, gs):
+        def hook(mod, inp):
+            for g in gs:
+                self._pin[g] += 1
+            for g in gs:
+                self._ensure(g)
+        return hook
+
+    def _make_fwd_post(self, gs):
+        def hook(mod, inp, out):
+            for g in gs:
+                if self._pin[g] > 0:
+                    self._pin[g] -= 1
+        return hook
+
+    # -- saved tensors ------------------------------------------------------
+
+    def _pack(self, t):
+        b = t._base
+        i = self._pid.get(id(t if b is None else b))
+        if i is None:
+            return t
+        key = (i, t.size(), t.stride(), t.storage_offset())
+        r = self._recs.get(key)
+        if r is None:
+            r = self._recs[key] = _Rec(*key)
+            self.records_made += 1
+        return r
+
+    def _unpack(self, r):
+        if type(r) is not _Rec:
+            return r
+        i = r.i
+        self._ensure(self._group_of[i])
+        cur = self._cur[i]
+        if r.base is not cur:
+            r.view = cur.as_strided(r.size, r.stride, r.offset)
+            r.base = cur
+            self.unpack_views += 1
+        return r.view
+
+    def _hooks(self):
+        return torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack)
+
+    # -- gradients ----------------------------------------------------------
+
+    def _make_pre_grad(self, i):
+        def hook(grad):
+            if not self._in_backward:
+                raise RuntimeError("ferry.torch: a gradient for '%s' outside engine.backward: "
+                                   "call engine.backward(loss), not loss.backward()"
+                                   % self._names[i])
+            g = self._group_of[i]
+            if self._handed[g]:
+                raise RuntimeError("ferry.torch: a gradient for '%s' arrived after its group %d "
+                                   "(%s) was handed in" % (self._names[i], g, self.groups[g]))
+            self._ensure(g)  # torch accumulates into a param of the right shape
+        return hook
+
+    def _grad_ptr(self, i):
+        g = self._group_of[i]
+        gptr = self.engine.param_device(self._name_b[i], param=False, grad=True)[1]
+        if not self._slot_open[g]:
+            self._slot_open[g] = True
+            if not self.cuda:
+                self.stream.synchronize()  # the slot's zeroing is on the stream
+        return gptr
+
+    def _grad_view(self, i):
+        return self._cached(self._gviews[i], i, self._grad_ptr(i), self.dtype)
+
+    def _grad_copy(self, i, grad):
+        """grad into the engine's grad buffer. On the host backend a memcpy (or
+        ferry_dtype_convert) to the pointer, so no tensor is made: the drain
+        hands out its slots in no fixed order, and views per slot would keep
+        being made."""
+        if self.cuda:
+            self._grad_view(i).copy_(grad)
+            return
+        gptr = self._grad_ptr(i)
+        if not grad.is_contiguous():
+            grad = grad.contiguous()
+        if grad.dtype == self.dtype:
+            ctypes.memmove(gptr, grad.data_ptr(), self._numel[i] * grad.element_size())
+        else:
+            rc = ferry._lib.lib.ferry_dtype_convert(gptr, self._fdt, grad.data_ptr(),
+                                                    _FERRY_DT[grad.dtype], self._numel[i], 1.0)
+            if rc:
+                raise ferry.Error(rc, "grad of '%s': cannot convert %s" % (self._names[i],
+                                                                          grad.dtype))
+
+    def _make_post_grad(self, i):
+        p = self._p[i]
+
+        def hook(_):
+            grad = p.grad
+            p.grad = None
+            if grad is None:
+                return
+            g = self._group_of[i]
+            if self._got[i]:  # a second backward of it in this pass (reentrant)
+                self._grad_view(i).add_(grad)
+            else:
+                self._grad_copy(i, grad)
+                self._got[i] = True
+                self._left[g] -= 1
+                if self._left[g] == 0:
+                    self._hand_in(g)
+        return hook
+
+    def _hand_in(self, g):
+        self.engine.grads_ready(g, self.stream)
+        self._handed[g] = True
+        self._slot_open[g] = False
+        if self._fetched[g] and self._pin[g] == 0:
+            self._release(g)
+
+    def _finish_backward(self):
+        for g in range(len(self.groups)):
+            if self._handed[g]:
+                continue
+            self._ensure(g)
+            for i in self._gparams[g]:  # zeros for the params that got no grad
+                if not self._got[i] and self._numel[i]:
+                    self._grad_ptr(i)
+            if not self._slot_open[g]:
+                raise RuntimeError("ferry.torch: group %d has no gradient buffer" % g)
+            self._hand_in(g)
+        self._release_all()
+        for i in range(len(self._got)):
+            self._got[i] = False
+        for g in range(len(self._left)):
+            self._left[g] = sum(1 for i in self._gparams[g] if self._numel[i])
+            self._handed[g] = False
+
+    # -- the training-loop API ----------------------------------------------
+
+    def __call__(self, *args, **kwargs):
+        """The model's forward, its params fetched group by group."""
+        try:
+            with self._hooks():
+                return self.module(*args, **kwargs)
+        finally:
+            self._release_all()
+
+    forward = __call__
+
+    def backward(self, loss):
+        """loss.backward() with the engine's loss scale (fp16), then every
+        group's grads handed in. Call it, not loss.backward()."""
+        scale = self.engine.loss_scale()
+        if scale != 1.0:
+            loss = loss * scale
+        self._in_backward = True
+        try:
+            with self._hooks():
+                loss.backward()
+            self._finish_backward()
+        except BaseException:
+            self._release_all()
+            raise
+        finally:
+            self._in_backward = False
+        self._micro += 1
+
+    def step(self):
+        """ferry_step once grad_accumulation micro-batches are in; returns its
+        info (dict: step, skipped, grad_norm, loss_scale, clip_coef, seconds),
+        or None between micro-batches."""
+        if self._micro < self.accumulation:
+            return None
+        self._micro = 0
+        self._release_all()
+        info = self.engine.step()
+        self._invalidate()
+        self.last_step = info
+        return info
+
+    def loss_scale(self):
+        return self.engine.loss_scale()
+
+    def _invalidate(self):
+        for i in range(len(self._scratch_ok)):
+            self._scratch_ok[i] = False
+
+    def save_checkpoint(self, directory, client_state=None, keep=None):
+        """ferry_checkpoint_save into directory/step-N/, client_state (any
+        picklable object) in its blob."""
+        self._release_all()
+        os.makedirs(directory, exist_ok=True)
+        blob = pickle.dumps(client_state) if client_state is not None else b""
+        self.engine.checkpoint_save(directory, blob, keep=keep)
+
+    def load_checkpoint(self, path):
+        """Loads a checkpoint folder (or the newest in a directory); returns its
+        client_state. The blob is unpickled: load only checkpoints you trust."""
+        self._release_all()
+        blob = self.engine.checkpoint_load(path)
+        self._invalidate()
+        return pickle.loads(blob) if blob else None
+
+    def stats(self):
+        """ferry_engine_get_stats as a dict (tiers -> budget, current, peak, ...)."""
+        return self.engine.stats()
+
+    def timeline(self, path):
+        """Writes the engine's timeline (Chrome trace JSON)."""
+        self.engine.write_timeline(path)
+
+    def read_param(self, name):
+        """A parameter's fp32 master values as a CPU tensor."""
+        i = self._names.index(name)
+        t = torch.empty(self._shape[i], dtype=torch.float32)
+        self.engine.param_read(name, t.data_ptr(), self._numel[i])
+        return t
+
+    def named_parameters(self):
+        return list(zip(self._names, self._p))
+
+    def train(self, mode=True):
+        self.module.train(mode)
+        return self
+
+    def eval(self):
+        return self.train(False)
+
+    def close(self, restore=True):
+        """Removes the hooks; with restore, each param gets its master values
+        (in the compute dtype) as ordinary torch storage."""
+        if self.engine is None:
+            return
+        self._release_all()
+        for h in self._handles:
+            h.remove()
+        self._handles, self._acc = [], []
+        for i, p in enumerate(self._p):
+            if restore:
+                p.data = self.read_param(self._names[i]).to(self.device, self.compute_dtype)
+        self.stream.close()
+        self.engine.close()
+        self.engine = None
+
+
+def initialize(model, config, groups=None, compute_dtype=None):
+    """Moves model's trainable parameters into a ferry engine built from config
+    (a ferry.Config, a dict of dotted keys, or a .cfg path) and returns the
+    TorchEngine that trains it. groups: None (one per child of the largest
+    nn.ModuleList, one before, one after) or a list of module-name prefixes.
+    Frozen parameters (requires_grad False) stay torch's. compute_dtype: the
+    dtype the model computes in (default: precision.params; fp32 for fp16
+    params on the host backend, which CPU torch cannot compute in)."""
+    return TorchEngine(model, config, groups=groups, compute_dtype=compute_dtype)
