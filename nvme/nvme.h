@@ -14,6 +14,10 @@
 #include <sys/uio.h>
 
 #define FERRY_SWAP_MAX_PATHS 16
+/* Names ferry makes in a swap directory: ferry_path_probe's probe file
+ * (".ferry-probe-PID-..."), a store's files ("ferry-NAME-PID-SEQ-I.swap")
+ * and the index of kept files ("ferry-NAME-PID-SEQ.index"). */
+#define FERRY_PROBE_PREFIX ".ferry-probe-"
 
 typedef struct ferry_swap ferry_swap;
 typedef struct ferry_swap_req ferry_swap_req;

@@ -242,6 +242,13 @@ static int check_space(ferry_swap *s, const ferry_path_info *pi, const dev_t *de
       nfiles++;
     }
     if (!first) continue;
+    if (!pi[i].total_bytes) { /* ramfs: no size at all, memory until the host runs out */
+      ferry_logf(&s->log, FERRY_LOG_WARN,
+                 "swap '%s': %s (%s) reports no size; its free space is not checked (a "
+                 "memory-backed file system uses host RAM)",
+                 name, s->dirs[i], pi[i].fs_type[0] ? pi[i].fs_type : "unknown");
+      continue;
+    }
     uint64_t need = s->file_bytes * (uint64_t)nfiles;
     if (need / (uint64_t)nfiles != s->file_bytes || need > pi[i].free_bytes) {
       char a[32], b[32];
