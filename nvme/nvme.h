@@ -60,8 +60,15 @@ typedef struct {
 ferry_swap_config ferry_swap_config_default(void);
 
 /* Creates the files (0600, O_EXCL), reserves their space with fallocate and
- * sets up the ring. Too little space: FERRY_ENOSPC naming the directory, the
- * bytes needed and free. Failure text in ferry_last_error(). */
+ * sets up the ring. The files cannot outlive the process: they have no name
+ * (O_TMPFILE, else unlinked at once) unless keep_files names them, and
+ * then the store holds flock(LOCK_EX) on each while it lives. First, in
+ * each directory, it removes what dead processes left: swap files no store
+ * holds and no index keeps, probe files, index temporaries (a WARN log line
+ * names them; info.reclaimed_*). Too little space: FERRY_ENOSPC naming the
+ * directory, the bytes needed and free, and the ferry swap files there it
+ * could not remove (a live process's, a kept store's). Failure text in
+ * ferry_last_error(). */
 int ferry_swap_open(const ferry_swap_config *cfg, ferry_swap **out);
 /* Waits for every request in flight, then closes (and unlinks) the files.
  * With keep_files the files stay, and unless ferry_swap_save_index already
@@ -73,7 +80,8 @@ void ferry_swap_close(ferry_swap *s);
 /* Waits for the requests in flight, fdatasyncs the files and writes the
  * index (chunk map, lengths, CRCs; a CRC32C over it) to info.index_path
  * through a temp file, fsync and rename. It stays valid until the next
- * write, which deletes it. Returns the status (close cannot). */
+ * write, which deletes it. Returns the status (close cannot); a store
+ * whose files have no name (keep_files off): FERRY_ESTATE. */
 int ferry_swap_save_index(ferry_swap *s);
 
 /* Opens a store closed with keep_files from its index: the geometry and
@@ -98,6 +106,7 @@ typedef struct {
   unsigned check_threads; /* started beside the completion thread */
   uint64_t file_bytes;   /* size of each file */
   const char *index_path;/* where the index of kept files goes (valid until close) */
+  uint64_t reclaimed_files, reclaimed_bytes; /* left by dead processes, removed at open */
 } ferry_swap_info;
 int ferry_swap_get_info(ferry_swap *s, ferry_swap_info *out);
 

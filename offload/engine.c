@@ -1023,6 +1023,11 @@ int ferry_engine_get_stats(ferry_engine *e, ferry_stats *out) {
   int rc = ferry_mem_get_stats(e->mem, out);
   if (!rc) out->optim_bytes_per_param = engine_optim_bytes_per_param(e);
   if (!rc) ranks_stats(e, out);
+  ferry_swap_info si;
+  if (!rc && e->swap && ferry_swap_get_info(e->swap, &si) == FERRY_OK) {
+    out->nvme_reclaimed_files = si.reclaimed_files;
+    out->nvme_reclaimed_bytes = si.reclaimed_bytes;
+  }
   return rc;
 }
 
