@@ -113,6 +113,10 @@ struct ferry_mem {
   pthread_mutex_t mu;
   pthread_cond_t cv; /* a transfer completed */
   int finalized;
+  /* The store's reason for the last failed NVMe transfer and its chunk
+   * (under mu): quoted by the error of a fetch or write-back of that chunk. */
+  char io_why[768];
+  uint32_t io_why_chunk;
 
   /* registry */
   mem_tensor *t;

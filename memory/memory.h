@@ -60,6 +60,10 @@ typedef struct {
   int (*poll)(void *user, void *req);
   /* Blocks until done; the request's status. */
   int (*wait)(void *user, void *req);
+  /* Optional (NULL: none): copies the store's text of its last failure
+   * (file, offset, what the check found) into out (cap bytes, NUL-ended),
+   * which the manager quotes when a chunk cannot be loaded or written back. */
+  void (*why)(void *user, char *out, size_t cap);
 } ferry_mem_store;
 
 typedef struct {

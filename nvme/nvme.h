@@ -93,6 +93,9 @@ int ferry_swap_save_index(ferry_swap *s);
  * nothing is changed or removed. */
 int ferry_swap_reopen(const ferry_swap_config *cfg, const char *index_path, ferry_swap **out);
 const char *ferry_swap_last_error(ferry_swap *s);
+/* The store's last error copied into out (cap bytes, NUL-ended), safe
+ * while the store's threads may be setting it. */
+void ferry_swap_error_copy(ferry_swap *s, char *out, size_t cap);
 
 typedef struct {
   int o_direct;          /* 1 when the files are open with O_DIRECT */

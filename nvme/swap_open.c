@@ -30,6 +30,15 @@ ferry_swap_config ferry_swap_config_default(void) {
 
 const char *ferry_swap_last_error(ferry_swap *s) { return s ? ferry_err_msg(&s->err) : ""; }
 
+void ferry_swap_error_copy(ferry_swap *s, char *out, size_t cap) {
+  if (!out || !cap) return;
+  out[0] = 0;
+  if (!s) return;
+  pthread_mutex_lock(&s->err.mu);
+  snprintf(out, cap, "%s", s->err.msg);
+  pthread_mutex_unlock(&s->err.mu);
+}
+
 /* ------------------------------------------------------------------------ */
 /* What open and reopen share                                                */
 

@@ -289,6 +289,9 @@ static int st_done(ferry_engine *e, ferry_swap_req *r, int status) {
 }
 static int st_poll(void *user, void *req) { return st_done(user, req, ferry_swap_poll(req)); }
 static int st_wait(void *user, void *req) { return st_done(user, req, ferry_swap_wait(req)); }
+static void st_why(void *user, char *out, size_t cap) {
+  ferry_swap_error_copy(((ferry_engine *)user)->swap, out, cap);
+}
 
 /* The manager's copies, as spans on the H2D and D2H lanes (the hook runs
  * in stream order, so a begin is always followed by its end). */
@@ -502,7 +505,7 @@ static int open_store(ferry_engine *e) {
   sc.log = e->log;
   int rc = ferry_swap_open(&sc, &e->swap);
   if (rc) return ferry_err(&e->err, rc, "finalize: NVMe store: %s", ferry_last_error());
-  ferry_mem_store st = {e, sizeof(ferry_swap_req), st_write, st_read, st_poll, st_wait};
+  ferry_mem_store st = {e, sizeof(ferry_swap_req), st_write, st_read, st_poll, st_wait, st_why};
   rc = ferry_mem_set_store(e->mem, &st);
   if (rc) return engine_mem_err(e, rc, "finalize: NVMe store");
   return FERRY_OK;
@@ -847,11 +850,17 @@ int ferry_fetch(ferry_engine *e, int group, ferry_stream *s) {
   eng_group *gr = &e->gt.groups[group];
   double t0 = ferry_now();
   rc = stepper_wait_group(e, (uint32_t)group); /* its update of the last step is done */
-  if (rc)
+  if (rc) {
+    char why[768];
+    pthread_mutex_lock(&e->mu);
+    snprintf(why, sizeof why, "%s", e->stepper.fail_why);
+    pthread_mutex_unlock(&e->mu);
+    if (!why[0]) snprintf(why, sizeof why, "%s", ferry_strerror(rc));
     return ferry_err(&e->err, rc,
-                     "fetch: group %d: its optimizer update failed (%s); release the groups held "
-                     "and call ferry_step to run it again",
-                     group, ferry_strerror(rc));
+                     "fetch: group %d: its optimizer update failed (%s); it is retried at the "
+                     "next step",
+                     group, why);
+  }
   if (engine_params_sharded(e)) { /* stage 3: every rank's pieces gathered */
     rc = ranks_fetch_params(e, (uint32_t)group, s);
     if (rc) return rc;
@@ -1040,14 +1049,16 @@ int engine_quiesce(ferry_engine *e, const char *op) {
   rc = stepper_wait_all(e);
   pthread_mutex_lock(&e->mu);
   int failed = -1, why = 0, fetched = -1;
+  char text[768];
   for (uint32_t g = 0; g < e->gt.ngroups && failed < 0; g++)
     if (e->gt.groups[g].state == GROUP_FAILED) failed = (int)g, why = e->gt.groups[g].fail_status;
+  snprintf(text, sizeof text, "%s", e->stepper.fail_why[0] ? e->stepper.fail_why : ferry_strerror(why));
   pthread_mutex_unlock(&e->mu);
   if (failed >= 0) /* the state is half a step: never saved, never overwritten */
     return ferry_err(&e->err, FERRY_ESTATE,
-                     "%s: the optimizer update of group %d failed (%s); call ferry_step to run "
-                     "it again first",
-                     op, failed, ferry_strerror(why));
+                     "%s: the optimizer update of group %d failed (%s): the state is half a "
+                     "step until the update is retried at the next step",
+                     op, failed, text);
   if (rc)
     return ferry_err(&e->err, rc, "%s: the last step failed (%s)", op, ferry_strerror(rc));
   rc = drain_wait(e);

@@ -183,6 +183,8 @@ typedef struct {
   float gscale;          /* (mu) grad scale of the queued updates */
   int64_t cur_step;      /* (mu) steps before the update being applied (bias correction) */
   int status;            /* (mu) first error of an asynchronous step */
+  char fail_why[768];    /* (mu) the message of the last failed update (file, offset...),
+                          * quoted where the failure is reported later (fetch, save) */
   int stop;              /* (mu) */
   int64_t waits_for;     /* (mu) the group whose release by the loop it waits for, -1 none */
   /* (stepper; finalize's initial values before the thread starts) */
