@@ -920,7 +920,7 @@ int ferry_mem_chunk_get(ferry_mem *m, uint32_t chunk, ferry_mem_chunk_info *out)
   if (!m || !out) return FERRY_EINVAL;
   pthread_mutex_lock(&m->mu);
   int rc = FERRY_OK;
-  if (!m->finalized || chunk >= m->nc) {
+  if (!m->laid_out || chunk >= m->nc) {
     rc = ferry_err(&m->err, FERRY_ENOENT, "no chunk %u", chunk);
   } else {
     const mem_chunk *c = &m->c[chunk];

@@ -367,12 +367,10 @@ static int create_manager(ferry_engine *e, size_t dev_budget, size_t own_dev, si
   mc.dev = e->dev;
   mc.budget[FERRY_TIER_DEVICE] = e->dev_pool = dev_budget - own_dev - reserve_footprint(e);
   uint64_t host = v->host_budget ? v->host_budget : available_ram() / 10 * 8;
-  if (host <= own_host)
-    return ferry_err(&e->err, FERRY_ENOMEM,
-                     "finalize: host budget %llu bytes cannot hold the engine's staging buffers "
-                     "(%zu bytes)",
-                     (unsigned long long)host, own_host);
-  mc.budget[FERRY_TIER_HOST] = e->host_pool = (size_t)(host - own_host);
+  e->host_budget = host;
+  /* staging larger than the budget: an empty pool, and check_host_pool
+   * refuses naming the whole need */
+  mc.budget[FERRY_TIER_HOST] = e->host_pool = host > own_host ? (size_t)(host - own_host) : 0;
   mc.budget[FERRY_TIER_NVME] = v->nvme_budget ? (size_t)v->nvme_budget : (size_t)1 << 62;
   mc.chunk_size = (size_t)v->chunk_size;
   mc.home[FERRY_FAMILY_PARAMS] = e->param_home;
@@ -452,7 +450,7 @@ static host_need host_working_set(ferry_engine *e) {
  * number. */
 static int check_host_pool(ferry_engine *e, size_t own_host) {
   host_need n = host_working_set(e);
-  if (e->host_pool >= n.total) {
+  if (e->host_budget > own_host && e->host_pool >= n.total) {
     /* NVMe params read ahead through the host: only into what the working
      * set leaves once the host copies of the device's cached params are
      * counted (copies are inclusive: every device copy of an NVMe-homed
@@ -477,7 +475,7 @@ static int check_host_pool(ferry_engine *e, size_t own_host) {
       "largest group %.1f + 2 x its grads %.1f + 2 x its params %.1f + 2 x the "
       "largest chunk %.1f + host homes %.1f: params %.1f, grads %.1f, optimizer %.1f); set "
       "tiers.host.budget to at least %.1f MiB",
-      MIB(own_host + e->host_pool), MIB(own_host), MIB(st.drain), MIB(st.upload), MIB(st.commit),
+      MIB(e->host_budget), MIB(own_host), MIB(st.drain), MIB(st.upload), MIB(st.commit),
       MIB(st.reduce), MIB(e->host_pool), MIB(n.total), MIB(n.optim), MIB(n.grads), MIB(n.params),
       MIB(n.slack), MIB(n.home[0] + n.home[1] + n.home[2]), MIB(n.home[FERRY_FAMILY_PARAMS]),
       MIB(n.home[FERRY_FAMILY_GRADS]), MIB(n.home[FERRY_FAMILY_OPTIM]), least);
@@ -753,11 +751,16 @@ int ferry_engine_finalize(ferry_engine *e) {
     for (size_t i = 0; i < e->gt.nparams; i++)
       e->gt.params[i].state_bytes = ferry_optimizer_state_bytes(&oc, e->gt.params[i].pn);
     rc = group_register(e);
-    if (!rc) rc = ferry_mem_finalize(e->mem);
+    if (!rc) rc = ferry_mem_layout(e->mem);
     if (rc) return layout_err(e, rc, dev_budget, own_dev);
     group_check_chunks(e);
+    /* the whole host need (homes, one step's working set, the staging)
+     * before the manager's own checks, which see only the homes */
     rc = check_host_pool(e, own_host);
-    if (!rc) rc = stepper_init_param_stage(e);
+    if (rc) return rc;
+    rc = ferry_mem_finalize(e->mem);
+    if (rc) return layout_err(e, rc, dev_budget, own_dev);
+    rc = stepper_init_param_stage(e);
   }
   if (!rc) rc = open_store(e);
   if (!rc) rc = create_optimizers(e, &oc);

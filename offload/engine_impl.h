@@ -234,7 +234,9 @@ struct ferry_engine {
   ferry_swap *swap;  /* thread-safe */
   ferry_optimizer *opt;    /* (stepper) */
   ferry_stream *up, *down; /* param uploads (stepper), grad downloads (drain) */
-  size_t host_pool;        /* (fixed) the manager's host budget: tiers.host.budget less staging */
+  size_t host_pool;        /* (fixed) the manager's host budget: tiers.host.budget less staging
+                            * (0 when the staging takes it all: finalize then refuses) */
+  uint64_t host_budget;    /* (fixed) tiers.host.budget as resolved (default: 80% of RAM) */
   int optim_ahead;         /* (fixed) the stepper reads the next group's optimizer state ahead:
                               the pool has room for it beside the working set (or no NVMe) */
   size_t dev_pool;          /* (fixed) the manager's device budget */
