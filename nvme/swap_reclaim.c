@@ -24,7 +24,8 @@ int swap_dir_lock(const char *dir, int shared) {
   int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (fd < 0) return -1;
   int r;
-  do r = flock(fd, shared ? LOCK_SH : LOCK_EX);
+  do
+    r = flock(fd, shared ? LOCK_SH : LOCK_EX);
   while (r != 0 && errno == EINTR);
   if (r != 0) { /* a file system without flock (some NFS): go on unguarded */
     close(fd);
@@ -37,6 +38,15 @@ void swap_dir_unlock(int fd) {
   if (fd >= 0) close(fd); /* (the lock goes with it) */
 }
 
+/* Where the run of digits that ends at n[end] starts (end when none),
+ * never before n[6] (after "ferry-"). */
+static size_t digits_from(const char *n, size_t end) {
+  size_t b = end;
+  while (b > 6 && n[b - 1] >= '0' && n[b - 1] <= '9')
+    b--;
+  return b;
+}
+
 /* Parses "ferry-NAME-PID-SEQ-I.swap": *key_len gets the length of
  * "ferry-NAME-PID-SEQ", *pid the pid. 0 when the name is not one. */
 static int parse_swap_name(const char *n, size_t *key_len, long *pid) {
@@ -45,8 +55,7 @@ static int parse_swap_name(const char *n, size_t *key_len, long *pid) {
   size_t end = len - 5; /* the three numbers before ".swap", '-' separated */
   long nums[3];
   for (int k = 2; k >= 0; k--) {
-    size_t b = end;
-    while (b > 6 && n[b - 1] >= '0' && n[b - 1] <= '9') b--;
+    size_t b = digits_from(n, end);
     if (b == end || b <= 6 || n[b - 1] != '-' || end - b > 18) return 0;
     nums[k] = strtol(n + b, NULL, 10);
     if (k == 2) *key_len = b - 1;
@@ -67,11 +76,10 @@ static long leftover_pid(const char *n) {
   }
   size_t len = strlen(n);
   if (strncmp(n, "ferry-", 6) || len < 16 || strcmp(n + len - 10, ".index.tmp")) return 0;
-  size_t e = len - 10, b = e; /* SEQ */
-  while (b > 6 && n[b - 1] >= '0' && n[b - 1] <= '9') b--;
+  size_t e = len - 10, b = digits_from(n, e); /* SEQ */
   if (b == e || n[b - 1] != '-') return 0;
-  e = --b; /* PID */
-  while (b > 6 && n[b - 1] >= '0' && n[b - 1] <= '9') b--;
+  e = b - 1; /* PID */
+  b = digits_from(n, e);
   if (b == e || n[b - 1] != '-') return 0;
   return strtol(n + b, NULL, 10);
 }
@@ -98,10 +106,10 @@ typedef struct {
   uint64_t bytes;
 } name_list;
 
-static void list_add(name_list *l, const char *fmt, const char *name, const char *extra) {
+static void list_add(name_list *l, const char *name, const char *extra) {
   l->count++;
   if (l->len >= sizeof l->text - 64) return;
-  int n = snprintf(l->text + l->len, sizeof l->text - l->len, fmt, l->len ? ", " : "", name,
+  int n = snprintf(l->text + l->len, sizeof l->text - l->len, "%s%s%s", l->len ? ", " : "", name,
                    extra);
   if (n > 0 && l->len + (size_t)n < sizeof l->text - 64) {
     l->len += (size_t)n;
@@ -126,7 +134,7 @@ static void consider(ferry_swap *s, const char *dir, const char *name, name_list
   long pid = leftover_pid(name);
   if (pid > 0) { /* a probe file or an index temporary: small; its pid tells */
     if (pid == (long)getpid() || pid_alive(pid)) return;
-    if (unlink(path) == 0) list_add(gone, "%s%s%s", name, "");
+    if (unlink(path) == 0) list_add(gone, name, "");
     return;
   }
   if (!parse_swap_name(name, &key_len, &pid)) return;
@@ -140,15 +148,15 @@ static void consider(ferry_swap *s, const char *dir, const char *name, name_list
   ferry_format_size((uint64_t)st.st_blocks * 512, size, sizeof size);
   if (flock(fd, LOCK_EX | LOCK_NB) != 0) { /* its store is alive */
     snprintf(why, sizeof why, " (%s, in use by process %ld)", size, pid);
-    list_add(left, "%s%s%s", path, why);
+    list_add(left, path, why);
     left->bytes += (uint64_t)st.st_blocks * 512;
   } else if (kept_by_index(s, dir, name, key_len, idx, sizeof idx)) {
     snprintf(why, sizeof why, " (%s, kept with tiers.nvme.keep_files: index %s)", size, idx);
-    list_add(left, "%s%s%s", path, why);
+    list_add(left, path, why);
     left->bytes += (uint64_t)st.st_blocks * 512;
   } else if (unlink(path) == 0) { /* no owner holds it, no index keeps it */
     snprintf(why, sizeof why, " (%s, process %ld)", size, pid);
-    list_add(gone, "%s%s%s", name, why);
+    list_add(gone, name, why);
     gone->bytes += (uint64_t)st.st_blocks * 512;
     s->reclaimed_files++;
     s->reclaimed_bytes += (uint64_t)st.st_blocks * 512;
@@ -159,7 +167,8 @@ static void consider(ferry_swap *s, const char *dir, const char *name, name_list
 void swap_reclaim_dirs(ferry_swap *s) {
   for (int i = 0; i < s->npaths; i++) {
     int dup = 0;
-    for (int j = 0; j < i; j++) dup |= !strcmp(s->dirs[i], s->dirs[j]);
+    for (int j = 0; j < i; j++)
+      dup |= !strcmp(s->dirs[i], s->dirs[j]);
     if (dup) continue;
     int lk = swap_dir_lock(s->dirs[i], 0); /* no store is between create and flock */
     DIR *d = opendir(s->dirs[i]);
@@ -169,7 +178,8 @@ void swap_reclaim_dirs(ferry_swap *s) {
     }
     name_list gone = {0}, left = {0};
     struct dirent *de;
-    while ((de = readdir(d))) consider(s, s->dirs[i], de->d_name, &gone, &left);
+    while ((de = readdir(d)))
+      consider(s, s->dirs[i], de->d_name, &gone, &left);
     closedir(d);
     swap_dir_unlock(lk);
     if (gone.count) {

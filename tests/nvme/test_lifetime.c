@@ -81,7 +81,8 @@ static pid_t spawn(const char *dir, int keep, int close_clean) {
     }
     char b = 1;
     if (write(p[1], &b, 1) != 1) _exit(5);
-    for (;;) pause();
+    for (;;)
+      pause();
   }
   close(p[1]);
   char b;
@@ -196,7 +197,7 @@ int main(int argc, char **argv) {
     REQUIRE(ferry_swap_reopen(&rc, index, &s) == FERRY_OK);
     EXPECT_EQ_INT((int)ferry_swap_chunk_len(s, 0), 1 << 20);
     EXPECT_EQ_INT(nt_count_files(dir), 1); /* the index is consumed */
-    ferry_swap_close(s); /* keep_files off: removed */
+    ferry_swap_close(s);                   /* keep_files off: removed */
     EXPECT_EQ_INT(nt_count_files(dir), 0);
   }
 

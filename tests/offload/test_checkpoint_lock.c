@@ -99,7 +99,8 @@ static int racer(const char *dir, int start_fd, int id) {
     if (rc == FERRY_EBUSY) {
       busy++;
       if (!strstr(ferry_engine_last_error(r.e), dir)) {
-        fprintf(stderr, "racer %d: EBUSY without the folder: %s\n", id, ferry_engine_last_error(r.e));
+        fprintf(stderr, "racer %d: EBUSY without the folder: %s\n", id,
+                ferry_engine_last_error(r.e));
         return 1;
       }
     } else if (rc) {
@@ -181,7 +182,7 @@ int main(int argc, char **argv) {
   ck_rm(live_plain);
   EXPECT_EQ_INT(ck_count_entries(dir, ".tmp-"), 0);
   snprintf(p, sizeof p, "%s/step-000000000003/.owner", dir);
-  EXPECT(!exists(p)); /* the published folder holds no lock file */
+  EXPECT(!exists(p));    /* the published folder holds no lock file */
   EXPECT(!exists(lock)); /* and the save let the folder go */
   ck_close(&r);
 

@@ -10,8 +10,8 @@
 #include "tests/offload/ckpt_util.h"
 
 #define P_NVME "placement: { params = \"host\"; grads = \"host\"; optimizer = \"nvme\"; };"
-#define G 8
-#define D 256
+#define G      8
+#define D      256
 
 /* Finalizes with tiers.host.budget = budget; FERRY_OK, or the status and
  * the least budget (MiB) the message names (*least). */
