@@ -3,7 +3,9 @@
  * never hold two groups (256-byte aligned offsets; a tensor larger than a
  * chunk gets a chunk of its own), the group to chunk-range tables, and the
  * checks that every chunk fits every tier it must pass and that every home
- * holds its family. mem_layout_build runs the steps in that order.
+ * holds its family. mem_layout_build packs and builds the tables;
+ * mem_layout_check runs the checks (ferry_mem_layout lets the caller look
+ * at the packed sizes between the two).
  */
 #include "memory/mem_impl.h"
 
@@ -236,12 +238,15 @@ int mem_layout_build(ferry_mem *m) {
   uint32_t ci = fill_chunks(m, no);
   FERRY_ASSERT(ci == nchunks, "layout: counted %u chunks, filled %u", nchunks, ci);
   if (build_group_tables(m)) goto oom;
+  return FERRY_OK;
+oom:
+  return ferry_err(&m->err, FERRY_ENOMEM, "layout: out of memory for %zu tensors", m->nt);
+}
 
+int mem_layout_check(ferry_mem *m) {
   size_t maxc[FERRY_TIERS] = {0};
   int rc = check_chunks(m, maxc);
   return rc ? rc : check_homes(m, maxc);
-oom:
-  return ferry_err(&m->err, FERRY_ENOMEM, "layout: out of memory for %zu tensors", m->nt);
 }
 
 void mem_layout_free(ferry_mem *m) {
@@ -254,11 +259,12 @@ void mem_layout_free(ferry_mem *m) {
   m->ranges = NULL;
   m->c = NULL;
   m->nc = 0;
+  m->laid_out = 0;
 }
 
 int ferry_mem_group_tensors(ferry_mem *m, uint32_t group, const uint32_t **ids, size_t *n) {
   if (!m || !ids || !n) return FERRY_EINVAL;
-  if (!m->finalized) return ferry_err(&m->err, FERRY_ESTATE, "group tensors: not finalized");
+  if (!m->laid_out) return ferry_err(&m->err, FERRY_ESTATE, "group tensors: not laid out");
   if (group >= m->ngroups) return ferry_err(&m->err, FERRY_ENOENT, "no group %u", group);
   *ids = m->by_group + m->group_start[group];
   *n = m->group_start[group + 1] - m->group_start[group];
@@ -268,7 +274,7 @@ int ferry_mem_group_tensors(ferry_mem *m, uint32_t group, const uint32_t **ids, 
 int ferry_mem_group_chunks(ferry_mem *m, uint32_t group, int family, uint32_t *first,
                            uint32_t *count) {
   if (!m || !first || !count || family < 0 || family >= FERRY_FAMILIES) return FERRY_EINVAL;
-  if (!m->finalized) return ferry_err(&m->err, FERRY_ESTATE, "group chunks: not finalized");
+  if (!m->laid_out) return ferry_err(&m->err, FERRY_ESTATE, "group chunks: not laid out");
   if (group >= m->ngroups) return ferry_err(&m->err, FERRY_ENOENT, "no group %u", group);
   const mem_range *r = &m->ranges[(size_t)group * FERRY_FAMILIES + family];
   *first = r->first;
@@ -276,7 +282,7 @@ int ferry_mem_group_chunks(ferry_mem *m, uint32_t group, int family, uint32_t *f
   return FERRY_OK;
 }
 
-uint32_t ferry_mem_chunk_count(ferry_mem *m) { return m && m->finalized ? m->nc : 0; }
+uint32_t ferry_mem_chunk_count(ferry_mem *m) { return m && m->laid_out ? m->nc : 0; }
 
 int ferry_mem_store_layout(ferry_mem *m, uint32_t *nslots, size_t *slot_size) {
   if (!m || !nslots || !slot_size) return FERRY_EINVAL;

@@ -64,6 +64,17 @@ int ferry_mem_create(const ferry_mem_config *cfg, ferry_mem **out) {
   return FERRY_OK;
 }
 
+int ferry_mem_layout(ferry_mem *m) {
+  if (!m) return FERRY_EINVAL;
+  pthread_mutex_lock(&m->mu);
+  int rc = FERRY_OK;
+  if (m->finalized) rc = ferry_err(&m->err, FERRY_ESTATE, "layout: already final");
+  else if (!m->laid_out && (rc = mem_layout_build(m)) != FERRY_OK) mem_layout_free(m);
+  else m->laid_out = 1;
+  pthread_mutex_unlock(&m->mu);
+  return rc;
+}
+
 int ferry_mem_finalize(ferry_mem *m) {
   if (!m) return FERRY_EINVAL;
   pthread_mutex_lock(&m->mu);
@@ -72,13 +83,15 @@ int ferry_mem_finalize(ferry_mem *m) {
     rc = ferry_err(&m->err, FERRY_ESTATE, "finalize: already final");
     goto out;
   }
-  if ((rc = mem_layout_build(m)) || (rc = mem_tiers_reserve(m))) {
+  if ((!m->laid_out && (rc = mem_layout_build(m))) || (rc = mem_layout_check(m)) ||
+      (rc = mem_tiers_reserve(m))) {
     mem_tiers_release(m);
     mem_layout_free(m);
     memset(&m->st, 0, sizeof m->st);
     goto out;
   }
   m->finalized = 1;
+  m->laid_out = 1;
   char b[3][32];
   ferry_logf(&m->cfg.log, FERRY_LOG_INFO,
              "memory: %zu tensors in %u chunks; homes use device %s, host %s, nvme %s",

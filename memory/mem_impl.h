@@ -113,6 +113,11 @@ struct ferry_mem {
   pthread_mutex_t mu;
   pthread_cond_t cv; /* a transfer completed */
   int finalized;
+  int laid_out; /* the chunks are packed (ferry_mem_layout or finalize): no registration */
+  /* The store's reason for the last failed NVMe transfer and its chunk
+   * (under mu): quoted by the error of a fetch or write-back of that chunk. */
+  char io_why[768];
+  uint32_t io_why_chunk;
 
   /* registry */
   mem_tensor *t;
@@ -170,7 +175,10 @@ struct ferry_mem {
 int mem_registry_metadata(const ferry_mem *m, size_t *bytes);
 void mem_registry_free(ferry_mem *m);
 /* layout.c */
+/* Packs the chunks and builds the group tables (no budget checked). */
 int mem_layout_build(ferry_mem *m);
+/* Every chunk fits the tiers it passes, every home holds its families. */
+int mem_layout_check(ferry_mem *m);
 void mem_layout_free(ferry_mem *m);
 /* tier.c */
 int mem_tiers_reserve(ferry_mem *m);

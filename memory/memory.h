@@ -60,6 +60,10 @@ typedef struct {
   int (*poll)(void *user, void *req);
   /* Blocks until done; the request's status. */
   int (*wait)(void *user, void *req);
+  /* Optional (NULL: none): copies the store's text of its last failure
+   * (file, offset, what the check found) into out (cap bytes, NUL-ended),
+   * which the manager quotes when a chunk cannot be loaded or written back. */
+  void (*why)(void *user, char *out, size_t cap);
 } ferry_mem_store;
 
 typedef struct {
@@ -119,9 +123,15 @@ typedef struct {
   size_t offset;                    /* bytes into the chunk (after finalize) */
 } ferry_mem_tensor_info;
 int ferry_mem_tensor_get(ferry_mem *m, uint32_t id, ferry_mem_tensor_info *out);
-/* The tensors of a group in registration order (after finalize). */
+/* The tensors of a group in registration order (after ferry_mem_layout or finalize). */
 int ferry_mem_group_tensors(ferry_mem *m, uint32_t group, const uint32_t **ids, size_t *n);
 
+/* Packs the tensors into chunks per family and builds the group tables,
+ * checking no budget, so that the caller can weigh the packed sizes
+ * (ferry_mem_group_chunks, ferry_mem_chunk_get) against its own needs
+ * before finalize checks and reserves the tiers. After it, no registration.
+ * Optional: finalize lays out itself when this was not called. */
+int ferry_mem_layout(ferry_mem *m);
 /* Packs the tensors into chunks per family, checks every chunk against the
  * budgets of the tiers it must pass (a tensor too big is FERRY_ENOMEM naming
  * it), reserves the device arena and host pool, creates events. After it, no

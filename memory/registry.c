@@ -62,7 +62,7 @@ static int check_name(ferry_mem *m, const char *name) {
  * *numel), a group within the limit, room for one more tensor. */
 static int check_tensor(ferry_mem *m, const char *name, ferry_dtype dtype, int ndim,
                         const int64_t *shape, uint32_t group, ferry_role role, uint64_t *numel) {
-  if (m->finalized)
+  if (m->finalized || m->laid_out)
     return ferry_err(&m->err, FERRY_ESTATE, "register '%s': the layout is already final", name);
   if (ferry_dtype_size(dtype) == 0)
     return ferry_err(&m->err, FERRY_EINVAL, "register '%s': unknown dtype %d", name, (int)dtype);

@@ -131,9 +131,20 @@ static int issue_h2d(ferry_mem *m, uint32_t ci) {
   return FERRY_OK;
 }
 
+/* What the store says of chunk ci's failed transfer, for the error of its
+ * fetch or write-back ("" when it says nothing or another chunk failed since). */
+static const char *io_why(const ferry_mem *m, uint32_t ci) {
+  return m->io_why[0] && m->io_why_chunk == ci ? m->io_why : "";
+}
+
 static void complete_io(ferry_mem *m, uint32_t ci, int status) {
   mem_chunk *c = &m->c[ci];
   c->io_active = 0;
+  if (status != 0 && m->cfg.store.why) {
+    m->io_why[0] = 0;
+    m->cfg.store.why(m->cfg.store.user, m->io_why, sizeof m->io_why);
+    m->io_why_chunk = ci;
+  }
   if (c->io_write) {
     if (status == 0) {
       mem_set_state(m, ci, FERRY_TIER_HOST, FERRY_RES_RESIDENT);
@@ -301,8 +312,10 @@ static int clean_copy(ferry_mem *m, uint32_t ci, int tier) {
       if (c->io_status && tier == FERRY_TIER_HOST) {
         int st = c->io_status;
         c->io_status = 0;
-        return ferry_err(&m->err, st, "NVMe write of chunk %u (%s #%u) failed: %s", ci,
-                         ferry_family_name(c->family), c->index, ferry_strerror(st));
+        const char *w = io_why(m, ci);
+        return ferry_err(&m->err, st, "NVMe write of chunk %u (%s #%u) failed: %s%s%s", ci,
+                         ferry_family_name(c->family), c->index, ferry_strerror(st),
+                         w[0] ? ": " : "", w);
       }
       int rc = start_writeback(m, ci, tier);
       if (rc && rc != FERRY_EAGAIN) return rc;
@@ -613,10 +626,14 @@ static int do_fetch(ferry_mem *m, uint32_t group, int family, int tier, ferry_st
     for (;;) {
       int s = c->state[tier];
       if (s == FERRY_RES_ABSENT) {
+        const char *w = c->io_status ? io_why(m, ci) : "";
         rc = ferry_err(&m->err, c->io_status ? c->io_status : FERRY_ENOMEM,
-                       "fetch of group %u (%s) to the %s tier: chunk %u could not be loaded (%s)",
+                       "fetch of group %u (%s) to the %s tier: chunk %u (%s #%u) could not be "
+                       "loaded (%s%s%s)",
                        group, ferry_family_name(family), ferry_tier_name(tier), ci,
-                       c->io_status ? ferry_strerror(c->io_status) : "space taken concurrently");
+                       ferry_family_name(c->family), c->index,
+                       c->io_status ? ferry_strerror(c->io_status) : "space taken concurrently",
+                       w[0] ? ": " : "", w);
         break;
       }
       int busy = (c->resv & (1u << tier)) ||
@@ -903,7 +920,7 @@ int ferry_mem_chunk_get(ferry_mem *m, uint32_t chunk, ferry_mem_chunk_info *out)
   if (!m || !out) return FERRY_EINVAL;
   pthread_mutex_lock(&m->mu);
   int rc = FERRY_OK;
-  if (!m->finalized || chunk >= m->nc) {
+  if (!m->laid_out || chunk >= m->nc) {
     rc = ferry_err(&m->err, FERRY_ENOENT, "no chunk %u", chunk);
   } else {
     const mem_chunk *c = &m->c[chunk];

@@ -14,6 +14,10 @@
 #include <sys/uio.h>
 
 #define FERRY_SWAP_MAX_PATHS 16
+/* Names ferry makes in a swap directory: ferry_path_probe's probe file
+ * (".ferry-probe-PID-..."), a store's files ("ferry-NAME-PID-SEQ-I.swap")
+ * and the index of kept files ("ferry-NAME-PID-SEQ.index"). */
+#define FERRY_PROBE_PREFIX ".ferry-probe-"
 
 typedef struct ferry_swap ferry_swap;
 typedef struct ferry_swap_req ferry_swap_req;
@@ -56,8 +60,15 @@ typedef struct {
 ferry_swap_config ferry_swap_config_default(void);
 
 /* Creates the files (0600, O_EXCL), reserves their space with fallocate and
- * sets up the ring. Too little space: FERRY_ENOSPC naming the directory, the
- * bytes needed and free. Failure text in ferry_last_error(). */
+ * sets up the ring. The files cannot outlive the process: they have no name
+ * (O_TMPFILE, else unlinked at once) unless keep_files names them, and
+ * then the store holds flock(LOCK_EX) on each while it lives. First, in
+ * each directory, it removes what dead processes left: swap files no store
+ * holds and no index keeps, probe files, index temporaries (a WARN log line
+ * names them; info.reclaimed_*). Too little space: FERRY_ENOSPC naming the
+ * directory, the bytes needed and free, and the ferry swap files there it
+ * could not remove (a live process's, a kept store's). Failure text in
+ * ferry_last_error(). */
 int ferry_swap_open(const ferry_swap_config *cfg, ferry_swap **out);
 /* Waits for every request in flight, then closes (and unlinks) the files.
  * With keep_files the files stay, and unless ferry_swap_save_index already
@@ -69,7 +80,8 @@ void ferry_swap_close(ferry_swap *s);
 /* Waits for the requests in flight, fdatasyncs the files and writes the
  * index (chunk map, lengths, CRCs; a CRC32C over it) to info.index_path
  * through a temp file, fsync and rename. It stays valid until the next
- * write, which deletes it. Returns the status (close cannot). */
+ * write, which deletes it. Returns the status (close cannot); a store
+ * whose files have no name (keep_files off): FERRY_ESTATE. */
 int ferry_swap_save_index(ferry_swap *s);
 
 /* Opens a store closed with keep_files from its index: the geometry and
@@ -81,6 +93,9 @@ int ferry_swap_save_index(ferry_swap *s);
  * nothing is changed or removed. */
 int ferry_swap_reopen(const ferry_swap_config *cfg, const char *index_path, ferry_swap **out);
 const char *ferry_swap_last_error(ferry_swap *s);
+/* The store's last error copied into out (cap bytes, NUL-ended), safe
+ * while the store's threads may be setting it. */
+void ferry_swap_error_copy(ferry_swap *s, char *out, size_t cap);
 
 typedef struct {
   int o_direct;          /* 1 when the files are open with O_DIRECT */
@@ -94,6 +109,7 @@ typedef struct {
   unsigned check_threads; /* started beside the completion thread */
   uint64_t file_bytes;   /* size of each file */
   const char *index_path;/* where the index of kept files goes (valid until close) */
+  uint64_t reclaimed_files, reclaimed_bytes; /* left by dead processes, removed at open */
 } ferry_swap_info;
 int ferry_swap_get_info(ferry_swap *s, ferry_swap_info *out);
 

@@ -3,8 +3,11 @@
  * ferry info and by the swap store before it opens its files.
  */
 #include "core/core.h"
+#include "nvme/nvme.h"
 
 #include <errno.h>
+#include <stdatomic.h>
+#include <time.h>
 #include <fcntl.h>
 #include <liburing.h>
 #include <linux/magic.h>
@@ -54,6 +57,7 @@ static const char *fs_name(long type) {
   case 0x58465342UL: return "xfs";
   case BTRFS_SUPER_MAGIC: return "btrfs";
   case TMPFS_MAGIC: return "tmpfs";
+  case RAMFS_MAGIC: return "ramfs";
   case 0x65735546UL: return "fuse";
   case NFS_SUPER_MAGIC: return "nfs";
   case OVERLAYFS_SUPER_MAGIC: return "overlayfs";
@@ -165,31 +169,46 @@ int ferry_path_probe(const char *dir, ferry_path_info *out, char *why, size_t wh
     out->total_bytes = (uint64_t)sv.f_blocks * sv.f_frsize;
   }
   out->online_discard = mount_discard(dir, st.st_dev);
+  /* A name no other prober can hold (pid, a per-process count, the time:
+   * pids repeat across containers sharing a directory), created with
+   * O_EXCL; swap_reclaim.c removes one whose process died mid-probe. */
+  static atomic_uint probe_seq;
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
   char path[4096];
-  snprintf(path, sizeof path, "%s/.ferry-probe-%ld", dir, (long)getpid());
-  int fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_DIRECT, 0600);
+  snprintf(path, sizeof path, "%s/" FERRY_PROBE_PREFIX "%ld-%u-%lx", dir, (long)getpid(),
+           atomic_fetch_add(&probe_seq, 1), (unsigned long)ts.tv_nsec);
+  int fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_DIRECT, 0600);
   int direct = 1;
 #if FERRY_FAULT_INJECTION
-  /* Test hook (fault-injection builds only): behave as on a file system
-   * that refuses O_DIRECT, so the buffered fallback can be tested on one
-   * that does not. */
+  /* Test hook (fault-injection builds only): behave as a file system that
+   * refuses O_DIRECT after creating the file (ramfs; tmpfs before Linux
+   * 6.6): the file stays, the open fails with EINVAL. */
   const char *refuse = getenv("FERRY_FAULT_REFUSE_ODIRECT");
   if (fd >= 0 && refuse && refuse[0] && strcmp(refuse, "0") != 0) {
     close(fd);
-    unlink(path);
     fd = -1;
     errno = EINVAL;
   }
 #endif
   if (fd < 0 && errno == EINVAL) { /* the file system refuses O_DIRECT */
     direct = 0;
-    fd = open(path, O_RDWR | O_CREAT | O_EXCL, 0600);
+    /* Some create the file first and refuse at open. With O_EXCL an
+     * existing file would have failed with EEXIST, and the name is ours
+     * alone: a file there now is one this call created. */
+    if (unlink(path) != 0 && errno != ENOENT) {
+      int e = errno;
+      say(why, why_len, "%s: cannot remove the probe file it made there: %s", dir, e);
+      return e == EACCES || e == EPERM || e == EROFS ? FERRY_EPERM : FERRY_EIO;
+    }
+    fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
   }
   if (fd < 0) {
     int e = errno;
     say(why, why_len, "%s: cannot create a file there: %s", dir, e);
     return e == EACCES || e == EPERM || e == EROFS ? FERRY_EPERM : FERRY_EIO;
   }
+  unlink(path); /* the open descriptor is all the probe needs from here */
   size_t mem_align = 0, off_align = 0;
 #ifdef STATX_DIOALIGN
   struct statx sx;
@@ -213,7 +232,6 @@ int ferry_path_probe(const char *dir, ferry_path_info *out, char *why, size_t wh
     }
   }
   close(fd);
-  unlink(path);
   out->o_direct = direct;
   out->dio_mem_align = direct ? mem_align : 1;
   out->dio_offset_align = direct ? off_align : 1;

@@ -5,7 +5,8 @@
  * swap_check.c (finished pieces: read check, commit, callback; the check
  * workers), swap_submit.c (requests started and issued to the ring, write
  * CRCs), swap_fault.c (fault injection); swap_index.c (the index file of
- * kept files) calls none of them.
+ * kept files) and swap_reclaim.c (files of dead processes) call none of
+ * them.
  */
 #ifndef FERRY_SWAP_IMPL_H
 #define FERRY_SWAP_IMPL_H
@@ -66,7 +67,12 @@ struct ferry_swap {
   char dirs[FERRY_SWAP_MAX_PATHS][1024];
   char files[FERRY_SWAP_MAX_PATHS][1100];
   int fds[FERRY_SWAP_MAX_PATHS];
-  int owns_files;          /* this store created the files (or reopened them): close may unlink */
+  int owns_files;          /* the files have names this store made (keep_files) or
+                            * reopened: close unlinks them unless keep_files */
+  int anonymous;           /* the files have no name (O_TMPFILE, or unlinked at once) */
+  uint64_t reclaimed_files, reclaimed_bytes; /* removed at open (swap_reclaim.c) */
+  char *stale[FERRY_SWAP_MAX_PATHS]; /* per directory: ferry files open could not
+                                      * remove (live owners, kept stores), or NULL */
   int direct, fixed_files, sqpoll;
   size_t mem_align, oa, bs;
   uint32_t positions;      /* block positions per slot: ceil(slot/bs) */
@@ -271,6 +277,20 @@ unsigned swap_crc_delay_ms(ferry_swap *s, const ferry_swap_req *r);
  * is saved in u and u->ts set, for a timeout the caller submits. */
 int swap_fault_apply(ferry_swap *s, io_unit *u, int *res);
 #endif
+
+/* ---- swap_reclaim.c: files of dead processes ----------------------------- */
+
+/* flock on directory dir, shared (a store making its files) or exclusive
+ * (a store looking for dead ones); the fd, or -1 (no lock: go on). */
+int swap_dir_lock(const char *dir, int shared);
+void swap_dir_unlock(int fd);
+/* Removes from each of s's directories the swap files no live store holds
+ * (flock) and no index keeps, and the probe files and index temporaries
+ * of dead processes; logs (WARN) what it removed, counts it
+ * (reclaimed_files, reclaimed_bytes) and keeps in stale[] what it left. */
+void swap_reclaim_dirs(ferry_swap *s);
+/* What reclaim left in directory i ("" when nothing). */
+const char *swap_stale_of(const ferry_swap *s, int i);
 
 /* ---- swap_index.c: the index of kept files ------------------------------ */
 

@@ -2,7 +2,8 @@
  * checks, ferry_swap_open (directories probed, geometry, free space, the
  * files created and reserved, the ring and its threads started), close,
  * and what a live store tells and takes (info, stats, chunk lengths,
- * registered buffers). Reopening from an index: swap_reopen.c.
+ * registered buffers). Reopening from an index: swap_reopen.c; the files
+ * of dead processes: swap_reclaim.c.
  */
 #include "nvme/swap_impl.h"
 
@@ -12,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -28,6 +30,15 @@ ferry_swap_config ferry_swap_config_default(void) {
 
 const char *ferry_swap_last_error(ferry_swap *s) { return s ? ferry_err_msg(&s->err) : ""; }
 
+void ferry_swap_error_copy(ferry_swap *s, char *out, size_t cap) {
+  if (!out || !cap) return;
+  out[0] = 0;
+  if (!s) return;
+  pthread_mutex_lock(&s->err.mu);
+  snprintf(out, cap, "%s", s->err.msg);
+  pthread_mutex_unlock(&s->err.mu);
+}
+
 /* ------------------------------------------------------------------------ */
 /* What open and reopen share                                                */
 
@@ -39,6 +50,9 @@ static void free_store(ferry_swap *s) {
   if (s->ring_ok) io_uring_queue_exit(&s->ring);
   for (int i = 0; i < s->npaths; i++) {
     if (s->fds[i] >= 0) {
+      /* The ring drops its reference to the file later, on its own; the
+       * lock must go now (a reopen may follow at once). */
+      if (!s->anonymous) flock(s->fds[i], LOCK_UN);
       close(s->fds[i]);
       if (s->owns_files && !s->cfg.keep_files) unlink(s->files[i]);
     }
@@ -52,6 +66,7 @@ static void free_store(ferry_swap *s) {
   free(s->units);
   free(s->bounce);
   free(s->regs);
+  for (int i = 0; i < FERRY_SWAP_MAX_PATHS; i++) free(s->stale[i]);
   pthread_mutex_destroy(&s->mu);
   pthread_cond_destroy(&s->cv);
   pthread_cond_destroy(&s->wcv);
@@ -242,16 +257,32 @@ static int check_space(ferry_swap *s, const ferry_path_info *pi, const dev_t *de
       nfiles++;
     }
     if (!first) continue;
+    if (!pi[i].total_bytes) { /* ramfs: no size at all, memory until the host runs out */
+      ferry_logf(&s->log, FERRY_LOG_WARN,
+                 "swap '%s': %s (%s) reports no size; its free space is not checked (a "
+                 "memory-backed file system uses host RAM)",
+                 name, s->dirs[i], pi[i].fs_type[0] ? pi[i].fs_type : "unknown");
+      continue;
+    }
     uint64_t need = s->file_bytes * (uint64_t)nfiles;
     if (need / (uint64_t)nfiles != s->file_bytes || need > pi[i].free_bytes) {
-      char a[32], b[32];
+      char a[32], b[32], stale[4096];
+      size_t w = 0;
+      stale[0] = 0;
+      for (int j = 0; j < s->npaths; j++) /* what other ferry stores hold there */
+        if (devs[j] == devs[i] && swap_stale_of(s, j)[0] && w < sizeof stale) {
+          int k = snprintf(stale + w, sizeof stale - w, "%s%s", w ? ", " : "", swap_stale_of(s, j));
+          if (k > 0) w += (size_t)k;
+        }
       return ferry_err(&s->err, FERRY_ENOSPC,
                        "swap '%s': directory %s needs %llu bytes (%s: %d file(s) of %llu) but only "
-                       "%llu (%s) are free",
+                       "%llu (%s) are free%s%s",
                        name, s->dirs[i], (unsigned long long)need,
                        ferry_format_size(need, a, sizeof a), nfiles,
                        (unsigned long long)s->file_bytes, (unsigned long long)pi[i].free_bytes,
-                       ferry_format_size(pi[i].free_bytes, b, sizeof b));
+                       ferry_format_size(pi[i].free_bytes, b, sizeof b),
+                       stale[0] ? "; ferry swap files there that this run could not remove: " : "",
+                       stale);
     }
   }
   return FERRY_OK;
@@ -277,24 +308,52 @@ static int reserve_file(ferry_swap *s, int i, int fd, const ferry_path_info *pi,
                    (unsigned long long)pi[i].free_bytes);
 }
 
+/* File i, named s->files[i], made for this store: anonymous (O_TMPFILE
+ * where the file system has it, else made and unlinked at once) so that it
+ * cannot outlive the process; with keep_files named and flock'ed for the
+ * store's life (swap_reclaim.c removes it once no one holds it and no index
+ * keeps it). The directory's shared lock keeps a reclaiming store from
+ * seeing a named file before its lock is taken. Returns the fd, or a
+ * FERRY_E status (negative). */
+static int create_file(ferry_swap *s, int i, const char *name) {
+  int flags = O_RDWR | O_CLOEXEC | (s->direct ? O_DIRECT : 0);
+  int fd = -1;
+#ifdef O_TMPFILE
+  if (!s->cfg.keep_files) fd = open(s->dirs[i], O_TMPFILE | O_EXCL | flags, 0600);
+#endif
+  if (fd >= 0) return fd;
+  int lk = swap_dir_lock(s->dirs[i], 1);
+  fd = open(s->files[i], O_CREAT | O_EXCL | flags, 0600);
+  int e = errno;
+  if (fd >= 0 && s->cfg.keep_files && flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    e = errno;
+    close(fd);
+    unlink(s->files[i]);
+    fd = -1;
+  } else if (fd >= 0 && !s->cfg.keep_files) {
+    unlink(s->files[i]);
+  }
+  swap_dir_unlock(lk);
+  if (fd < 0)
+    return ferry_err(&s->err, status_of_errno(e), "swap '%s': cannot create %s: %s", name,
+                     s->files[i], strerror(e));
+  return fd;
+}
+
 /* The files (0600, O_EXCL, reserved) and the index path, named after the
  * store, the process and seq. */
 static int create_files(ferry_swap *s, const ferry_path_info *pi, const char *name,
                         unsigned seq) {
-  s->owns_files = 1; /* a failed open removes the ones it made */
+  s->owns_files = s->cfg.keep_files; /* a failed open removes the named ones it made */
+  s->anonymous = !s->cfg.keep_files;
   for (int i = 0; i < s->npaths; i++) {
     int len = snprintf(s->files[i], sizeof s->files[i], "%s/ferry-%s-%ld-%u-%d.swap",
                        s->dirs[i], s->name, (long)getpid(), seq, i);
     if (len < 0 || (size_t)len >= sizeof s->files[i])
       return ferry_err(&s->err, FERRY_EINVAL, "swap '%s': file path in %s is too long", name,
                        s->dirs[i]);
-    int fd = open(s->files[i],
-                  O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | (s->direct ? O_DIRECT : 0), 0600);
-    if (fd < 0) {
-      int e = errno;
-      return ferry_err(&s->err, status_of_errno(e), "swap '%s': cannot create %s: %s", name,
-                       s->files[i], strerror(e));
-    }
+    int fd = create_file(s, i, name);
+    if (fd < 0) return fd;
     s->fds[i] = fd;
     int rc = reserve_file(s, i, fd, pi, name);
     if (rc != FERRY_OK) return rc;
@@ -322,6 +381,7 @@ int ferry_swap_open(const ferry_swap_config *cfg, ferry_swap **out) {
   }
   ferry_path_info pi[FERRY_SWAP_MAX_PATHS];
   dev_t devs[FERRY_SWAP_MAX_PATHS];
+  swap_reclaim_dirs(s); /* before the probe counts the free space */
   rc = swap_probe_dirs(s, pi, devs);
   if (rc == FERRY_OK) {
     s->bs = ferry_align_up(cfg->block_size, s->oa);
@@ -374,6 +434,8 @@ int ferry_swap_get_info(ferry_swap *s, ferry_swap_info *out) {
   out->check_threads = s->nworkers;
   out->file_bytes = s->file_bytes;
   out->index_path = s->index_path;
+  out->reclaimed_files = s->reclaimed_files;
+  out->reclaimed_bytes = s->reclaimed_bytes;
   return FERRY_OK;
 }
 

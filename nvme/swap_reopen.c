@@ -11,11 +11,16 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 int ferry_swap_save_index(ferry_swap *s) {
   if (!s) return FERRY_EINVAL;
+  if (s->anonymous)
+    return ferry_err(&s->err, FERRY_ESTATE,
+                     "swap '%s': its files have no name (keep_files off): nothing to index",
+                     s->name);
   ferry_swap_drain(s);
   pthread_mutex_lock(&s->mu);
   int rc = s->active ? ferry_err(&s->err, FERRY_EBUSY, "swap '%s': requests started while saving",
@@ -150,6 +155,12 @@ static int open_kept_files(ferry_swap *s, const char *name, const char *index_pa
                        name, s->files[i], index_path, strerror(er));
     }
     s->fds[i] = fd;
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0) { /* held for the store's life, as at open */
+      int er = errno;
+      return ferry_err(&s->err, er == EWOULDBLOCK ? FERRY_EBUSY : FERRY_EIO,
+                       "swap '%s': %s (named by %s) is in use by another store: %s", name,
+                       s->files[i], index_path, strerror(er));
+    }
     struct stat st;
     if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || (uint64_t)st.st_size != s->file_bytes)
       return ferry_err(&s->err, FERRY_ECORRUPT,

@@ -25,6 +25,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -187,15 +189,126 @@ static int list_checkpoints(const char *root, ckpt_entry **out, size_t *n) {
   return 0;
 }
 
-/* Leftovers of saves that were killed: ".tmp-*" and ".trash-*" folders. */
-static void remove_leftovers(const char *root) {
+/* ---- one writer per DIR ---------------------------------------------------
+ *
+ * A save holds flock(LOCK_EX) on DIR/.lock (holding its pid) from before
+ * it makes its temporary folder until pruning is done, so two savers
+ * never interleave: the second gets FERRY_EBUSY. Its temporary folder
+ * holds .owner (the pid, locked for the save's life): a leftover is
+ * removed only when that lock can be taken, i.e. its owner is dead. */
+#define CKPT_LOCK_NAME ".lock"
+#define CKPT_OWNER_NAME ".owner"
+
+/* The pid written in the lock file fd (0 when none yet). */
+static long lock_pid(int fd) {
+  char buf[32];
+  ssize_t n = pread(fd, buf, sizeof buf - 1, 0);
+  if (n <= 0) return 0;
+  buf[n] = 0;
+  return strtol(buf, NULL, 10);
+}
+
+/* Opens (creating) path, takes its lock without waiting and writes this
+ * process's pid in it. Returns the fd, -EWOULDBLOCK (*holder: the pid the
+ * file names, 0 when unknown) or -errno. The holder removes the file when
+ * done (dir_unlock), so a lock taken on a file that is no longer at path
+ * (removed between our open and our flock) is retried on the new one. */
+static int lock_file(const char *path, long *holder) {
+  for (int tries = 0;; tries++) {
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
+    if (fd < 0) return -errno;
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+      int err = errno;
+      if (holder) *holder = lock_pid(fd);
+      close(fd);
+      return -err;
+    }
+    struct stat a, b;
+    if (fstat(fd, &a) == 0 && stat(path, &b) == 0 && a.st_ino == b.st_ino && a.st_dev == b.st_dev) {
+      char buf[32];
+      int n = snprintf(buf, sizeof buf, "%ld\n", (long)getpid());
+      if (ftruncate(fd, 0) != 0 || pwrite(fd, buf, (size_t)n, 0) != n) { /* the pid is a courtesy */
+      }
+      return fd;
+    }
+    close(fd);
+    if (tries == 100) return -EWOULDBLOCK; /* replaced 100 times over: someone is busy there */
+  }
+}
+
+/* DIR made if needed and locked for this save (*fd). Another saver
+ * holding it: FERRY_EBUSY naming DIR and its pid. */
+static int dir_lock(ferry_engine *e, const char *dir, int *fd) {
+  *fd = -1;
+  if (mkdir(dir, 0777) && errno != EEXIST)
+    return ferry_err(&e->err, io_status(errno), "checkpoint save: mkdir %s: %s", dir, strerror(errno));
+  char path[4096];
+  if (join(path, sizeof path, dir, CKPT_LOCK_NAME))
+    return ferry_err(&e->err, FERRY_EOVERFLOW, "checkpoint save: folder name too long");
+  long holder = 0;
+  int r = lock_file(path, &holder);
+  if (r == -EWOULDBLOCK) {
+    char who[64] = "another process";
+    if (holder > 0) snprintf(who, sizeof who, "process %ld", holder);
+    return ferry_err(&e->err, FERRY_EBUSY,
+                     "checkpoint save: %s is being written by %s (it holds the lock on %s); one "
+                     "writer per checkpoint folder",
+                     dir, who, path);
+  }
+  if (r < 0)
+    return ferry_err(&e->err, io_status(-r), "checkpoint save: cannot lock %s: %s", path,
+                     strerror(-r));
+  *fd = r;
+  return FERRY_OK;
+}
+
+/* The pid at the end of a leftover's name (".tmp-step-N-PID"); 0 when none. */
+static long name_pid(const char *name) {
+  const char *dash = strrchr(name, '-');
+  if (!dash || !dash[1]) return 0;
+  char *end;
+  long pid = strtol(dash + 1, &end, 10);
+  return *end || pid <= 0 ? 0 : pid;
+}
+
+static int pid_alive(long pid) { return pid > 0 && (kill((pid_t)pid, 0) == 0 || errno == EPERM); }
+
+/* Whether the leftover folder path (named name) belongs to a live save:
+ * its .owner is locked, or (a folder without one: killed before it was
+ * made, or another version's) the pid in its name is another live
+ * process. */
+static int leftover_live(const char *path, const char *name) {
+  char owner[4096];
+  if (!join(owner, sizeof owner, path, CKPT_OWNER_NAME)) {
+    int fd = open(owner, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    if (fd >= 0) {
+      int live = flock(fd, LOCK_EX | LOCK_NB) != 0 && errno == EWOULDBLOCK;
+      close(fd); /* (a lock taken goes with it) */
+      return live;
+    }
+  }
+  long pid = name_pid(name);
+  return pid != (long)getpid() && pid_alive(pid);
+}
+
+/* Leftovers of saves that were killed: ".tmp-*" and ".trash-*" folders
+ * whose owner is dead (called with DIR locked). */
+static void remove_leftovers(ferry_engine *e, const char *root) {
   DIR *d = opendir(root);
   if (!d) return;
   struct dirent *de;
   char path[4096];
   while ((de = readdir(d))) {
     if (strncmp(de->d_name, ".tmp-", 5) && strncmp(de->d_name, ".trash-", 7)) continue;
-    if (!join(path, sizeof path, root, de->d_name)) rm_tree(path);
+    if (join(path, sizeof path, root, de->d_name)) continue;
+    if (leftover_live(path, de->d_name)) {
+      ferry_logf(&e->log, FERRY_LOG_WARN,
+                 "checkpoint save: %s belongs to a save that is still running; left alone", path);
+      continue;
+    }
+    rm_tree(path);
+    ferry_logf(&e->log, FERRY_LOG_INFO,
+               "checkpoint save: removed %s, left by a save whose process is gone", path);
   }
   closedir(d);
 }
@@ -911,14 +1024,43 @@ static int save_names(ferry_engine *e, const char *dir, int64_t steps, long pid,
   return FERRY_OK;
 }
 
-/* DIR made if needed, the leftovers of killed saves removed, tmp made. */
-static int save_begin(ferry_engine *e, const char *dir, const char *tmp) {
-  if (mkdir(dir, 0777) && errno != EEXIST)
-    return ferry_err(&e->err, io_status(errno), "checkpoint save: mkdir %s: %s", dir, strerror(errno));
-  remove_leftovers(dir);
+/* With DIR locked: the leftovers of killed saves removed, tmp made with
+ * its .owner locked (*owner_fd); *made: tmp was made (remove it on failure). */
+static int save_begin(ferry_engine *e, const char *dir, const char *tmp, int *owner_fd,
+                      int *made) {
+  *owner_fd = -1;
+  *made = 0;
+  remove_leftovers(e, dir);
   if (mkdir(tmp, 0777))
     return ferry_err(&e->err, io_status(errno), "checkpoint save: mkdir %s: %s", tmp, strerror(errno));
+  *made = 1;
+  char owner[4096];
+  if (join(owner, sizeof owner, tmp, CKPT_OWNER_NAME))
+    return ferry_err(&e->err, FERRY_EOVERFLOW, "checkpoint save: folder name too long");
+  int r = lock_file(owner, NULL);
+  if (r < 0)
+    return ferry_err(&e->err, io_status(-r), "checkpoint save: cannot make %s: %s", owner,
+                     strerror(-r));
+  *owner_fd = r;
   return FERRY_OK;
+}
+
+/* tmp's .owner (still locked) leaves the folder before it is published,
+ * then its lock goes. */
+static void drop_owner(const char *tmp, int *owner_fd) {
+  char owner[4096];
+  if (*owner_fd >= 0 && !join(owner, sizeof owner, tmp, CKPT_OWNER_NAME)) unlink(owner);
+  if (*owner_fd >= 0) close(*owner_fd);
+  *owner_fd = -1;
+}
+
+/* The end of a save's hold on DIR: DIR/.lock removed (still locked),
+ * then released. */
+static void dir_unlock(const char *dir, int *fd) {
+  char path[4096];
+  if (*fd >= 0 && !join(path, sizeof path, dir, CKPT_LOCK_NAME)) unlink(path);
+  if (*fd >= 0) close(*fd);
+  *fd = -1;
 }
 
 /* The complete tmp renamed into target's place, DIR fsynced. */
@@ -938,17 +1080,21 @@ static int save_local(ferry_engine *e, const char *dir, const void *blob, size_t
   char tmp[4096], target[4096], trash[4096];
   engine_progress pg;
   engine_progress_get(e, &pg);
+  int lock = -1, owner = -1;
   int rc = save_names(e, dir, pg.steps, (long)getpid(), tmp, target, trash);
-  if (!rc) rc = save_begin(e, dir, tmp);
-  if (rc) return rc;
-  rc = save_into(e, tmp, blob, blob_len, o->max_shard_bytes);
-  if (!rc) rc = save_publish(e, dir, tmp, target, trash);
-  if (rc) {
-    rm_tree(tmp); /* no partial folder stays behind */
-    return rc;
+  if (!rc) rc = dir_lock(e, dir, &lock);
+  if (!rc) {
+    int made;
+    rc = save_begin(e, dir, tmp, &owner, &made);
+    if (!rc) rc = save_into(e, tmp, blob, blob_len, o->max_shard_bytes);
+    if (!rc) drop_owner(tmp, &owner);
+    if (!rc) rc = save_publish(e, dir, tmp, target, trash);
+    if (rc && made) rm_tree(tmp); /* no partial folder stays behind */
+    else if (!rc) prune(dir, o->keep);
+    drop_owner(tmp, &owner);
   }
-  prune(dir, o->keep);
-  return FERRY_OK;
+  dir_unlock(dir, &lock);
+  return rc;
 }
 
 /* A save by every rank (a collective on the loop channel), in three phases
@@ -974,9 +1120,10 @@ static int save_ranks(ferry_engine *e, const char *dir, const void *blob, size_t
   rc = save_names(e, dir, pg.steps, (long)pid, tmp, target, trash);
   if (!rc && (join(optim, sizeof optim, tmp, "optim") || join(params, sizeof params, tmp, "params")))
     rc = ferry_err(&e->err, FERRY_EOVERFLOW, "%s: path too long", op);
+  int lock = -1, owner = -1; /* rank 0's: only it makes, publishes and prunes */
   if (!rc && e->rank == 0) {
-    rc = save_begin(e, dir, tmp);
-    made = !rc;
+    rc = dir_lock(e, dir, &lock);
+    if (!rc) rc = save_begin(e, dir, tmp, &owner, &made);
     if (!rc && sharded) rc = layout_part(e, optim, o->max_shard_bytes, OPTIM_ROLES);
     if (!rc && psharded) rc = layout_part(e, params, o->max_shard_bytes, 1u << FERRY_ROLE_PARAM);
   }
@@ -991,6 +1138,7 @@ static int save_ranks(ferry_engine *e, const char *dir, const void *blob, size_t
   if (!rc) {
     if (e->rank == 0) {
       rc = save_manifest(e, tmp, blob_len);
+      if (!rc) drop_owner(tmp, &owner);
       if (!rc) rc = save_publish(e, dir, tmp, target, trash);
     }
     rc = ranks_agree(e, rc, op);
@@ -999,6 +1147,8 @@ static int save_ranks(ferry_engine *e, const char *dir, const void *blob, size_t
     if (rc) rm_tree(tmp); /* (gone already when it was renamed) */
     else prune(dir, o->keep);
   }
+  drop_owner(tmp, &owner);
+  dir_unlock(dir, &lock);
   return rc;
 }
 

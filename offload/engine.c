@@ -289,6 +289,9 @@ static int st_done(ferry_engine *e, ferry_swap_req *r, int status) {
 }
 static int st_poll(void *user, void *req) { return st_done(user, req, ferry_swap_poll(req)); }
 static int st_wait(void *user, void *req) { return st_done(user, req, ferry_swap_wait(req)); }
+static void st_why(void *user, char *out, size_t cap) {
+  ferry_swap_error_copy(((ferry_engine *)user)->swap, out, cap);
+}
 
 /* The manager's copies, as spans on the H2D and D2H lanes (the hook runs
  * in stream order, so a begin is always followed by its end). */
@@ -364,12 +367,10 @@ static int create_manager(ferry_engine *e, size_t dev_budget, size_t own_dev, si
   mc.dev = e->dev;
   mc.budget[FERRY_TIER_DEVICE] = e->dev_pool = dev_budget - own_dev - reserve_footprint(e);
   uint64_t host = v->host_budget ? v->host_budget : available_ram() / 10 * 8;
-  if (host <= own_host)
-    return ferry_err(&e->err, FERRY_ENOMEM,
-                     "finalize: host budget %llu bytes cannot hold the engine's staging buffers "
-                     "(%zu bytes)",
-                     (unsigned long long)host, own_host);
-  mc.budget[FERRY_TIER_HOST] = e->host_pool = (size_t)(host - own_host);
+  e->host_budget = host;
+  /* staging larger than the budget: an empty pool, and check_host_pool
+   * refuses naming the whole need */
+  mc.budget[FERRY_TIER_HOST] = e->host_pool = host > own_host ? (size_t)(host - own_host) : 0;
   mc.budget[FERRY_TIER_NVME] = v->nvme_budget ? (size_t)v->nvme_budget : (size_t)1 << 62;
   mc.chunk_size = (size_t)v->chunk_size;
   mc.home[FERRY_FAMILY_PARAMS] = e->param_home;
@@ -449,7 +450,7 @@ static host_need host_working_set(ferry_engine *e) {
  * number. */
 static int check_host_pool(ferry_engine *e, size_t own_host) {
   host_need n = host_working_set(e);
-  if (e->host_pool >= n.total) {
+  if (e->host_budget > own_host && e->host_pool >= n.total) {
     /* NVMe params read ahead through the host: only into what the working
      * set leaves once the host copies of the device's cached params are
      * counted (copies are inclusive: every device copy of an NVMe-homed
@@ -474,7 +475,7 @@ static int check_host_pool(ferry_engine *e, size_t own_host) {
       "largest group %.1f + 2 x its grads %.1f + 2 x its params %.1f + 2 x the "
       "largest chunk %.1f + host homes %.1f: params %.1f, grads %.1f, optimizer %.1f); set "
       "tiers.host.budget to at least %.1f MiB",
-      MIB(own_host + e->host_pool), MIB(own_host), MIB(st.drain), MIB(st.upload), MIB(st.commit),
+      MIB(e->host_budget), MIB(own_host), MIB(st.drain), MIB(st.upload), MIB(st.commit),
       MIB(st.reduce), MIB(e->host_pool), MIB(n.total), MIB(n.optim), MIB(n.grads), MIB(n.params),
       MIB(n.slack), MIB(n.home[0] + n.home[1] + n.home[2]), MIB(n.home[FERRY_FAMILY_PARAMS]),
       MIB(n.home[FERRY_FAMILY_GRADS]), MIB(n.home[FERRY_FAMILY_OPTIM]), least);
@@ -502,7 +503,7 @@ static int open_store(ferry_engine *e) {
   sc.log = e->log;
   int rc = ferry_swap_open(&sc, &e->swap);
   if (rc) return ferry_err(&e->err, rc, "finalize: NVMe store: %s", ferry_last_error());
-  ferry_mem_store st = {e, sizeof(ferry_swap_req), st_write, st_read, st_poll, st_wait};
+  ferry_mem_store st = {e, sizeof(ferry_swap_req), st_write, st_read, st_poll, st_wait, st_why};
   rc = ferry_mem_set_store(e->mem, &st);
   if (rc) return engine_mem_err(e, rc, "finalize: NVMe store");
   return FERRY_OK;
@@ -750,11 +751,16 @@ int ferry_engine_finalize(ferry_engine *e) {
     for (size_t i = 0; i < e->gt.nparams; i++)
       e->gt.params[i].state_bytes = ferry_optimizer_state_bytes(&oc, e->gt.params[i].pn);
     rc = group_register(e);
-    if (!rc) rc = ferry_mem_finalize(e->mem);
+    if (!rc) rc = ferry_mem_layout(e->mem);
     if (rc) return layout_err(e, rc, dev_budget, own_dev);
     group_check_chunks(e);
+    /* the whole host need (homes, one step's working set, the staging)
+     * before the manager's own checks, which see only the homes */
     rc = check_host_pool(e, own_host);
-    if (!rc) rc = stepper_init_param_stage(e);
+    if (rc) return rc;
+    rc = ferry_mem_finalize(e->mem);
+    if (rc) return layout_err(e, rc, dev_budget, own_dev);
+    rc = stepper_init_param_stage(e);
   }
   if (!rc) rc = open_store(e);
   if (!rc) rc = create_optimizers(e, &oc);
@@ -847,11 +853,17 @@ int ferry_fetch(ferry_engine *e, int group, ferry_stream *s) {
   eng_group *gr = &e->gt.groups[group];
   double t0 = ferry_now();
   rc = stepper_wait_group(e, (uint32_t)group); /* its update of the last step is done */
-  if (rc)
+  if (rc) {
+    char why[768];
+    pthread_mutex_lock(&e->mu);
+    snprintf(why, sizeof why, "%s", e->stepper.fail_why);
+    pthread_mutex_unlock(&e->mu);
+    if (!why[0]) snprintf(why, sizeof why, "%s", ferry_strerror(rc));
     return ferry_err(&e->err, rc,
-                     "fetch: group %d: its optimizer update failed (%s); release the groups held "
-                     "and call ferry_step to run it again",
-                     group, ferry_strerror(rc));
+                     "fetch: group %d: its optimizer update failed (%s); it is retried at the "
+                     "next step",
+                     group, why);
+  }
   if (engine_params_sharded(e)) { /* stage 3: every rank's pieces gathered */
     rc = ranks_fetch_params(e, (uint32_t)group, s);
     if (rc) return rc;
@@ -1023,6 +1035,11 @@ int ferry_engine_get_stats(ferry_engine *e, ferry_stats *out) {
   int rc = ferry_mem_get_stats(e->mem, out);
   if (!rc) out->optim_bytes_per_param = engine_optim_bytes_per_param(e);
   if (!rc) ranks_stats(e, out);
+  ferry_swap_info si;
+  if (!rc && e->swap && ferry_swap_get_info(e->swap, &si) == FERRY_OK) {
+    out->nvme_reclaimed_files = si.reclaimed_files;
+    out->nvme_reclaimed_bytes = si.reclaimed_bytes;
+  }
   return rc;
 }
 
@@ -1035,14 +1052,16 @@ int engine_quiesce(ferry_engine *e, const char *op) {
   rc = stepper_wait_all(e);
   pthread_mutex_lock(&e->mu);
   int failed = -1, why = 0, fetched = -1;
+  char text[768];
   for (uint32_t g = 0; g < e->gt.ngroups && failed < 0; g++)
     if (e->gt.groups[g].state == GROUP_FAILED) failed = (int)g, why = e->gt.groups[g].fail_status;
+  snprintf(text, sizeof text, "%s", e->stepper.fail_why[0] ? e->stepper.fail_why : ferry_strerror(why));
   pthread_mutex_unlock(&e->mu);
   if (failed >= 0) /* the state is half a step: never saved, never overwritten */
     return ferry_err(&e->err, FERRY_ESTATE,
-                     "%s: the optimizer update of group %d failed (%s); call ferry_step to run "
-                     "it again first",
-                     op, failed, ferry_strerror(why));
+                     "%s: the optimizer update of group %d failed (%s): the state is half a "
+                     "step until the update is retried at the next step",
+                     op, failed, text);
   if (rc)
     return ferry_err(&e->err, rc, "%s: the last step failed (%s)", op, ferry_strerror(rc));
   rc = drain_wait(e);

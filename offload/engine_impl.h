@@ -183,6 +183,8 @@ typedef struct {
   float gscale;          /* (mu) grad scale of the queued updates */
   int64_t cur_step;      /* (mu) steps before the update being applied (bias correction) */
   int status;            /* (mu) first error of an asynchronous step */
+  char fail_why[768];    /* (mu) the message of the last failed update (file, offset...),
+                          * quoted where the failure is reported later (fetch, save) */
   int stop;              /* (mu) */
   int64_t waits_for;     /* (mu) the group whose release by the loop it waits for, -1 none */
   /* (stepper; finalize's initial values before the thread starts) */
@@ -232,7 +234,9 @@ struct ferry_engine {
   ferry_swap *swap;  /* thread-safe */
   ferry_optimizer *opt;    /* (stepper) */
   ferry_stream *up, *down; /* param uploads (stepper), grad downloads (drain) */
-  size_t host_pool;        /* (fixed) the manager's host budget: tiers.host.budget less staging */
+  size_t host_pool;        /* (fixed) the manager's host budget: tiers.host.budget less staging
+                            * (0 when the staging takes it all: finalize then refuses) */
+  uint64_t host_budget;    /* (fixed) tiers.host.budget as resolved (default: 80% of RAM) */
   int optim_ahead;         /* (fixed) the stepper reads the next group's optimizer state ahead:
                               the pool has room for it beside the working set (or no NVMe) */
   size_t dev_pool;          /* (fixed) the manager's device budget */

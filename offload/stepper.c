@@ -15,6 +15,7 @@
 #include "core/dtype.h"
 
 #include <stdlib.h>
+#include <stdio.h>
 #include <string.h>
 #include <time.h>
 
@@ -459,6 +460,9 @@ static void after_update(ferry_engine *e, uint32_t g, int rc) {
   pthread_mutex_lock(&e->mu);
   if (rc) { /* update_group fails only before it changes anything */
     gr->fail_status = rc;
+    pthread_mutex_lock(&e->err.mu); /* its message, for a later report */
+    snprintf(e->stepper.fail_why, sizeof e->stepper.fail_why, "%s", e->err.msg);
+    pthread_mutex_unlock(&e->err.mu);
     if (!e->stepper.status) e->stepper.status = rc;
   } else {
     group_set_state(e, g, GROUP_UPDATED);

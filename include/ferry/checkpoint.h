@@ -48,7 +48,11 @@ FERRY_API ferry_checkpoint_options ferry_checkpoint_options_default(void);
  * step), then DIR fsynced and checkpoints past `keep` removed. A failure
  * (FERRY_ENOSPC, FERRY_EIO, ...) removes the temporary folder and leaves
  * every earlier checkpoint untouched; a process killed while saving leaves
- * only a .tmp-* folder, which loads ignore and the next save removes.
+ * only a .tmp-* folder, which loads ignore and the next save removes. A
+ * save locks DIR (flock on DIR/.lock, removed when it is done) for its
+ * whole length, pruning included: a second saver gets FERRY_EBUSY naming
+ * DIR and the holder's pid, and a save removes only the .tmp-* folders of
+ * saves whose process is gone.
  * blob may be NULL when blob_len is 0 (at most 1 GiB); opt NULL: defaults. */
 FERRY_API int ferry_checkpoint_save(ferry_engine *e, const char *dir, const void *blob,
                                     size_t blob_len, const ferry_checkpoint_options *opt);

@@ -188,6 +188,9 @@ typedef struct {
    * they ran, and time the engine's threads waited for them. */
   uint64_t comm_ops, comm_bytes;
   double comm_seconds, comm_wait_seconds;
+  /* Swap files that processes no longer running had left in the NVMe
+   * directories and finalize removed (named in a WARN log line). */
+  uint64_t nvme_reclaimed_files, nvme_reclaimed_bytes;
 } ferry_stats;
 
 /* The engine's tiers: current and peak bytes per tier and family, bytes

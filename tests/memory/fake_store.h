@@ -156,7 +156,7 @@ static void fake_store_close(fake_store *fs) {
 }
 
 static ferry_mem_store fake_store_ops(fake_store *fs) {
-  ferry_mem_store s = {fs, sizeof(fake_req), fake_write, fake_read, fake_poll, fake_wait};
+  ferry_mem_store s = {fs, sizeof(fake_req), fake_write, fake_read, fake_poll, fake_wait, NULL};
   return s;
 }
 

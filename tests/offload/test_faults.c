@@ -52,11 +52,18 @@ static int run_with_fault(const char *placement, const char *sets, ferry_fault_k
       const char *msg = ferry_engine_last_error(r.e);
       printf("  step %d: %s: %s\n", step, ferry_strerror(rc), msg);
       EXPECT(rc == FERRY_EIO || rc == FERRY_ECORRUPT);
+      /* facts, not advice for API callers: the swap file, the offset, the
+       * family and chunk, what the check found */
+      EXPECT(strstr(msg, "ferry-engine-") && strstr(msg, ".swap offset") &&
+             strstr(msg, "(optimizer #") && !strstr(msg, "call ferry_step"));
+      if (kind == FERRY_FAULT_BITFLIP) EXPECT(strstr(msg, "CRC32C expected") != NULL);
       ferry_stream_synchronize(r.s);
       if (ckpt_dir) { /* a checkpoint of a half-done step is refused, clearly */
         int src = ferry_checkpoint_save(r.e, ckpt_dir, NULL, 0, NULL);
         printf("  save now: %s: %s\n", ferry_strerror(src), ferry_engine_last_error(r.e));
-        EXPECT(src == FERRY_ESTATE && strstr(ferry_engine_last_error(r.e), "ferry_step"));
+        const char *sm = ferry_engine_last_error(r.e);
+        EXPECT(src == FERRY_ESTATE && strstr(sm, "half a step") && strstr(sm, ".swap offset") &&
+               !strstr(sm, "call ferry_step"));
       }
       /* the retry: the failed updates run again; eager mode then ends the
        * step, the other mode completes the last one (redo this batch) */
