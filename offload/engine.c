@@ -603,7 +603,8 @@ static int init_values(ferry_engine *e) {
   }
   int rc = init_groups(e, tmp);
   free(tmp);
-  if (!rc) rc = ferry_stream_synchronize(e->up);
+  if (rc) return rc; /* init_groups set the message (an init callback's, or the copy's) */
+  rc = ferry_stream_synchronize(e->up);
   if (!rc) rc = ferry_stream_synchronize(e->down);
   if (rc) return ferry_err(&e->err, rc, "finalize: %s", ferry_device_last_error(e->dev));
   rc = ferry_mem_flush(e->mem);
