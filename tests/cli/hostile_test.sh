@@ -171,12 +171,15 @@ wording)
   printf 'tiers: { gpus: { budget = "1G"; }; };\n' >near.cfg
   expect 1 "$bin" config check near.cfg
   says "did you mean 'tiers.gpu'?"
-  # an engine layout refusal says "layout:" once
+  # an engine budget refusal names the whole need once (the whole-need check
+  # comes before the layout's own; ferry_err_chain's de-duplication of
+  # "layout: layout:" is checked by core.basics)
   mkdir -p build
   expect 1 "$bin" bench step --config "$aux/examples/configs/offload-host.cfg" --groups 3 \
     --dim 512 --batch 2 --compute-ms 0 --steps 1 --set tiers.host.budget=3M \
     --set chunk_size=64K --no-validate
-  says "finalize: layout: the families that live in the host tier need 12.00 MiB"
+  says "finalize: tiers.host.budget of 3.0 MiB is too small"
+  says "set tiers.host.budget to at least 14.0 MiB"
   grep -q "layout: layout:" o.err && fail "layout: said twice"
   # sizes in binary units in the text humans read
   expect 0 "$bin" bench step --config "$aux/examples/configs/offload-host.cfg" --groups 3 \
