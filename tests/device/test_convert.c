@@ -201,7 +201,8 @@ static void test_native_cuda(void) {
   EXPECT(ferry_stream_wrap(dev, nat, &w) == 0 && w != NULL);
   void *back = NULL;
   EXPECT(ferry_stream_native(w, &back) == 0 && back == nat);
-  EXPECT(ferry_stream_wrap(dev, NULL, &w) == FERRY_EINVAL);
+  ferry_stream *w_bad = (ferry_stream *)1; /* a refused wrap sets its out to NULL */
+  EXPECT(ferry_stream_wrap(dev, NULL, &w_bad) == FERRY_EINVAL && w_bad == NULL);
   EXPECT(ferry_convert_async(w, d_dst, FERRY_DT_F16, d_src, FERRY_DT_F32, 1024, 1) == 0);
   EXPECT(ferry_stream_destroy(w) == 0);
   EXPECT(cudaStreamQuery((cudaStream_t)nat) == cudaSuccess); /* still ferry's, still alive */

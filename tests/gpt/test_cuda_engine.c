@@ -36,6 +36,9 @@ static ferry_config *load(const setup *u, const char *file, const char *device) 
   REQUIRE(ferry_config_set(c, "device", device) == 0);
   REQUIRE(ferry_config_set(c, "tiers.nvme.paths", u->nvme) == 0);
   REQUIRE(ferry_config_set(c, "optimizer.lr", "2e-3") == 0);
+  /* the cuda backend refuses a pageable host pool (offload-host.cfg's
+   * pinned = false is for the host backend): found on an H100 */
+  if (!strcmp(device, "cuda")) REQUIRE(ferry_config_set(c, "tiers.host.pinned", "true") == 0);
   return c;
 }
 
