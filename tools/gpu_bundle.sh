@@ -6,7 +6,9 @@
 # (lib/libferry-gpt-cuda.so), every test program with a manifest of the
 # test commands (gpucheck/tests.json, made from ctest by tools/gpucheck.py;
 # the fixtures and configs come from the repository, copied there beside
-# it), and the shared libraries they load except the C library's family,
+# it), the Python binding and its tests (src/python/ferry, src/tests/python:
+# the python tests run that copy, which matches the bundle's libferry.so;
+# gpu_check.sh's python part runs them on cuda), and the shared libraries they load except the C library's family,
 # libstdc++/libgcc_s and CUDA's own (the driver, cudart, cuBLAS...): the GPU
 # machine has its CUDA toolkit, and gpu_check.sh finds those there
 # (gpucheck/cuda_needs.txt names them). Then it checks, with ldd and
@@ -86,6 +88,8 @@ gather_programs() {
   ctest --test-dir "$BUILD" --show-only=json-v1 >"$BUILD/ctest.json" || die "ctest --show-only failed"
   python3 tools/gpucheck.py manifest "$BUILD/ctest.json" "$ROOT" "$ROOT/$BUILD" "$OUT" ||
     die "the test manifest could not be made"
+  grep -q '@BUNDLE@/src/tests/python/' "$OUT/tests.json" ||
+    say "warning: no python test in the manifest (the build found no python3 with torch): gpu_check.sh's python part will skip" >&2
   if command -v strip >/dev/null; then
     elves | while read -r f; do strip --strip-unneeded "$f" 2>/dev/null || true; done
   fi

@@ -14,6 +14,10 @@
 #               placement of examples/configs/, 10 steps: losses against
 #               --device cpu (run beside, on 8 threads), tokens/s, peak
 #               device memory (nvidia-smi) against tiers.gpu.budget + context
+#   python      the Python binding on cuda: the bundle's python tests with
+#               FERRY_PY_DEVICE=cuda under a python whose torch sees the GPU
+#               (FERRY_GPU_PYTHON, else /opt/torch/.venv/bin/python, else
+#               python3); a skip with the reason when there is none
 #   memcheck    compute-sanitizer memcheck on the CUDA tests, where it works
 #   tests_rest  the rest of the test list, as time allows
 # and writes OUTDIR/results.json (default build/gpucheck/) after every part:
@@ -24,7 +28,8 @@
 # Exit 0 when no part failed, 1 otherwise.
 #
 # Environment: GPUCHECK_BUNDLE (default gpucheck), GPUCHECK_SECONDS (the
-# whole check's limit, default 470).
+# whole check's limit, default 470), FERRY_GPU_PYTHON (the python part's
+# interpreter).
 set -u
 cd "$(dirname "$0")/.." || exit 1
 dry=()

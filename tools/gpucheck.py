@@ -38,6 +38,32 @@ NOT_BUNDLED = {
 }
 
 
+# Source folders the bundle carries under src/ (the Python binding and its
+# tests): the python tests run the bundle's copy, the one that matches its
+# libferry.so, whatever the repository there holds. (examples/python stays
+# the repository's: finetune.py reads the repository's README.md.)
+BUNDLED_SOURCES = ("python/ferry", "tests/python")
+_SOURCE_RE = re.compile(r"@ROOT@/(python|tests/python)(?=/|$|[\s;:,'\"])")
+
+
+def bundle_sources(s):
+    """@ROOT@/python and @ROOT@/tests/python as the bundle's src/ copies."""
+    return _SOURCE_RE.sub(lambda m: "@BUNDLE@/src/" + m.group(1), s)
+
+
+def copy_sources(root, bundle):
+    n = 0
+    for rel in BUNDLED_SOURCES:
+        src = os.path.join(root, rel)
+        if not os.path.isdir(src):
+            raise SystemExit("gpucheck manifest: %s is missing" % src)
+        dst = os.path.join(bundle, "src", rel)
+        shutil.copytree(src, dst, ignore=shutil.ignore_patterns("__pycache__", "*.pyc",
+                                                                "*.egg-info", "build"))
+        n += sum(len(f) for _, _, f in os.walk(dst))
+    return n
+
+
 def is_elf(path):
     try:
         with open(path, "rb") as f:
@@ -79,14 +105,15 @@ def manifest_entry(t, root, build):
 
     entry = {
         "name": t["name"],
-        "command": [rewrite(w, root, build) for w in words],
-        "cwd": rewrite(props.get("WORKING_DIRECTORY", build), root, build),
+        "command": [bundle_sources(rewrite(w, root, build)) for w in words],
+        "cwd": bundle_sources(rewrite(props.get("WORKING_DIRECTORY", build), root, build)),
         "timeout": float(props.get("TIMEOUT", 1500)),
         "skip_rc": props.get("SKIP_RETURN_CODE"),
         "will_fail": bool(props.get("WILL_FAIL", False)),
         "pass_regex": as_list(props.get("PASS_REGULAR_EXPRESSION")),
         "fail_regex": as_list(props.get("FAIL_REGULAR_EXPRESSION")),
-        "env": [rewrite(e, root, build) for e in as_list(props.get("ENVIRONMENT"))],
+        "env": [bundle_sources(rewrite(e, root, build))
+                for e in as_list(props.get("ENVIRONMENT"))],
         "serial": bool(props.get("RUN_SERIAL", False)),
     }
     return entry, None
@@ -105,17 +132,20 @@ def make_manifest(ctest_json, root, build, bundle):
             left_out.append({"name": t["name"], "why": why})
             continue
         entries.append(entry)
-        for s in (t.get("command") or []) + [e for e in entry["env"]]:
+        env = [p["value"] for p in t.get("properties", []) if p["name"] == "ENVIRONMENT"]
+        env = env[0] if env and isinstance(env[0], list) else env
+        for s in (t.get("command") or []) + env:  # the build's paths, before rewrite
             for p in build_files_named(s, build):
                 dst = os.path.join(bundle, os.path.relpath(p, build))
                 if p not in copied:
                     os.makedirs(os.path.dirname(dst), exist_ok=True)
                     shutil.copy2(p, dst)
                     copied.add(p)
+    sources = copy_sources(root, bundle)
     with open(os.path.join(bundle, "tests.json"), "w") as f:
         json.dump({"tests": entries, "left_out": left_out}, f, indent=1)
-    print("gpucheck manifest: %d tests, %d left out, %d files copied" %
-          (len(entries), len(left_out), len(copied)))
+    print("gpucheck manifest: %d tests, %d left out, %d files copied, %d source files in src/" %
+          (len(entries), len(left_out), len(copied), sources))
     return 0
 
 
@@ -442,6 +472,41 @@ def timeline_overlap(trace, steps):
             "ratio": step_s / busy[longest] if longest and busy[longest] > 0 else None}
 
 
+def probe_verdict(output, rc):
+    """A python's PY_PROBE output: (its figures, None) when torch imports and
+    sees a GPU, else (figures, why not)."""
+    objs = json_lines(output)
+    d = objs[-1] if objs else {}
+    if rc != 0 or not objs:
+        return d, "the probe exited %s: %s" % (rc, tail(output, 2) or "no output")
+    if "error" in d:
+        return d, d["error"]
+    if not d.get("available"):
+        return d, "torch %s (CUDA %s) sees no GPU: torch.cuda.is_available() is false" % (
+            d.get("torch"), d.get("cuda"))
+    return d, None
+
+
+def python_cuda_tests(manifest, python):
+    """The manifest's python tests as the python part runs them: under python
+    (the one whose torch sees the GPU) with FERRY_PY_DEVICE=cuda. Returns
+    (entries, {name: why left out}); only entries that run a python script
+    count (a build without torch registers them as sh -c skips)."""
+    tests, left = [], {}
+    for t in manifest:
+        if not t["name"].startswith("python."):
+            continue
+        if t["name"] in PY_NOT_ON_CUDA:
+            left[t["name"]] = PY_NOT_ON_CUDA[t["name"]]
+        elif not os.path.basename(t["command"][0]).startswith("python"):
+            left[t["name"]] = "registered without python (the build found none with torch): " \
+                + shlex.join(t["command"])[:120]
+        else:
+            tests.append(dict(t, command=[python] + t["command"][1:],
+                              env=t.get("env", []) + ["FERRY_PY_DEVICE=cuda"]))
+    return tests, left
+
+
 def target(name, value, limit, kind="max", note=None):
     """One summary row: met when value <= limit (kind max) or >= (min);
     None when not measured."""
@@ -543,7 +608,19 @@ GPT_BUDGETS = {("small", "resident"): "1G", ("small", "offload-host"): "512M",
                ("gpt2", "offload-host"): "2G", ("gpt2", "offload-nvme"): "1G"}
 # Each part's longest share of the budget, in the order they run.
 ALLOW = {"tests": 100, "context": 15, "copy": 45, "bench_step": 70, "gpt": 170,
-         "memcheck": 60, "tests_rest": 400}
+         "python": 90, "memcheck": 60, "tests_rest": 400}
+# The python part: the pythons tried in order (FERRY_GPU_PYTHON alone when
+# set), the probe each runs, and the python tests it does not run on cuda.
+GPU_PYTHONS = ("/opt/torch/.venv/bin/python", "python3")
+PY_PROBE = ("import json\ntry:\n    import torch\nexcept Exception as e:\n"
+            "    print(json.dumps({'error': 'import torch: %s' % e}))\n    raise SystemExit(0)\n"
+            "d = {'torch': torch.__version__, 'cuda': torch.version.cuda,\n"
+            "     'available': torch.cuda.is_available()}\n"
+            "if d['available']:\n    d['device'] = torch.cuda.get_device_name(0)\n"
+            "print(json.dumps(d))\n")
+PY_NOT_ON_CUDA = {"python.install": "pip packaging: nothing of the device",
+                  "python.finetune_example": "examples/python/finetune.py runs the host "
+                                             "backend only"}
 
 
 class Check:
@@ -855,6 +932,46 @@ class Check:
                       reason="%d of %d runs failed or did not run" % (len(bad), len(runs))
                       if bad else None)
 
+    # -- the Python binding on cuda: the python tests with FERRY_PY_DEVICE=cuda
+    def python_part(self):
+        if self.gpu_skip("python") or self.time_skip("python"):
+            return
+        t0 = time.time()
+        wanted = os.environ.get("FERRY_GPU_PYTHON")
+        cands = [wanted] if wanted else list(GPU_PYTHONS)
+        probes, python = [], None
+        for c in cands:
+            exe = c if os.path.isabs(c) else shutil.which(c)
+            if not exe or not os.access(exe, os.X_OK):
+                probes.append({"python": c, "why": "not found"})
+                continue
+            r = run_cmd([exe, "-c", PY_PROBE], 90, env=self.env, cwd=self.root)
+            figs, why = probe_verdict(r["output"], r["rc"])
+            probes.append(dict(figs, python=exe, why=why) if why else dict(figs, python=exe))
+            if not why:
+                python = exe
+                break
+        figs = {"python": python, "probes": probes}
+        if not python:
+            self.res.part("python", "skip", "", time.time() - t0, figs,
+                          reason="no python whose torch sees the GPU: " + "; ".join(
+                              "%s: %s" % (p["python"], p["why"]) for p in probes))
+            return
+        tests, left = python_cuda_tests(self.manifest, python)
+        figs["left_out"] = left
+        if not tests:
+            self.res.part("python", "skip", "", time.time() - t0, figs,
+                          reason="the bundle's manifest has no python test to run")
+            return
+        recs = run_tests(tests, self.ctx(), t0 + self.allow("python"), jobs=4)
+        c = count_statuses(recs)
+        figs.update(counts=c, tests=recs)
+        bad = c.get("fail", 0) + c.get("timeout", 0)
+        self.res.part("python", "fail" if bad else "pass",
+                      "FERRY_PY_DEVICE=cuda %s <each python test of the manifest>" % python,
+                      time.time() - t0, figs, log="logs/python.*.log",
+                      reason="%d failed or timed out" % bad if bad else None)
+
     # -- compute-sanitizer memcheck on the CUDA tests
     def sanitizer(self):
         found = shutil.which("compute-sanitizer")
@@ -931,6 +1048,9 @@ class Check:
                                note="budget %s + context %s MiB" % (
                                    GPT_BUDGETS[(run["model"], run["placement"])],
                                    self.context_mib)))
+        c = fig("python").get("counts")
+        rows.append(target("python on cuda: fail",
+                           None if c is None else c.get("fail", 0) + c.get("timeout", 0), 0))
         for part, what in (("tests", ("fail", "timeout")), ("tests_rest", ("fail", "timeout")),
                            ("memcheck", ("fail",))):
             c = fig(part).get("counts")
@@ -974,10 +1094,12 @@ class Check:
             self.copy_part()
             self.bench_step_part()
             self.gpt_part()
+            self.python_part()
             self.memcheck_part()
             self.tests_part("tests_rest", lambda n: not cuda_or_engine(n), jobs=6)
         else:
-            for name in ("context", "tests", "copy", "bench_step", "gpt", "memcheck", "tests_rest"):
+            for name in ("context", "tests", "copy", "bench_step", "gpt", "python", "memcheck",
+                         "tests_rest"):
                 self.res.part(name, "skip", reason="no bundle (see preflight)")
         rc = self.summary()
         s = self.res.data["summary"]
@@ -991,7 +1113,8 @@ class Check:
 
 
 def selftest():
-    """The figures and the test verdicts on canned inputs."""
+    """The figures, the test verdicts and the python part's parsing on canned
+    inputs."""
     ferry = [[{"direction": "h2d", "bytes": 4, "gb_per_s": 45.0},
               {"direction": "d2h", "bytes": 4, "gb_per_s": 40.0}],
              [{"direction": "h2d", "bytes": 4, "gb_per_s": 46.0}]]
@@ -1029,6 +1152,29 @@ def selftest():
     assert target("x", 3, None)["met"] is None
     assert rewrite("/r/build-gpu/bin/ferry /r/tests/x", "/r", "/r/build-gpu") == \
         "@BUNDLE@/bin/ferry @ROOT@/tests/x"
+    # the python part: the bundle's sources, the probe's verdict, the tests it runs
+    assert bundle_sources("PYTHONPATH=@ROOT@/python") == "PYTHONPATH=@BUNDLE@/src/python"
+    assert bundle_sources("@ROOT@/tests/python/test_a.py @ROOT@/tests/pythonx "
+                          "@ROOT@/examples/python/f.py") == \
+        "@BUNDLE@/src/tests/python/test_a.py @ROOT@/tests/pythonx @ROOT@/examples/python/f.py"
+    ok = '{"torch": "2.5.1", "cuda": "12.4", "available": true, "device": "H100"}\n'
+    assert probe_verdict("warning\n" + ok, 0) == (json.loads(ok), None)
+    d, why = probe_verdict('{"torch": "2.5.1", "cuda": null, "available": false}', 0)
+    assert "sees no GPU" in why and d["torch"] == "2.5.1", why
+    assert probe_verdict('{"error": "import torch: No module named torch"}', 0)[1] == \
+        "import torch: No module named torch"
+    assert "exited 1" in probe_verdict("Traceback\nImportError: x", 1)[1]
+    py = lambda n, cmd: {"name": n, "command": cmd, "env": ["PYTHONPATH=@BUNDLE@/src/python"]}
+    tests, left = python_cuda_tests([
+        py("python.a", ["python3", "@BUNDLE@/src/tests/python/test_a.py"]),
+        py("python.install", ["sh", "install_test.sh"]),
+        py("python.b", ["sh", "-c", "echo 'skip: no torch'; exit 77"]),
+        py("offload.x", ["python3", "x.py"])], "/opt/torch/.venv/bin/python")
+    assert [t["name"] for t in tests] == ["python.a"], tests
+    assert tests[0]["command"] == ["/opt/torch/.venv/bin/python",
+                                   "@BUNDLE@/src/tests/python/test_a.py"], tests
+    assert tests[0]["env"][-1] == "FERRY_PY_DEVICE=cuda" and len(tests[0]["env"]) == 2, tests
+    assert sorted(left) == ["python.b", "python.install"], left
     print("gpucheck selftest: ok")
     return 0
 

@@ -1,7 +1,13 @@
 """tests/python/common.py: what the Python tests share: the skip rule (no torch:
-exit 77 with a message), the small model (embeddings, a ModuleList of
-LayerNorm-Linear-GELU blocks, a head), batches, a reference AdamW run and
-engine configurations with a swap dir under the build tree."""
+exit 77 with a message), the device they run on, the small model (embeddings,
+a ModuleList of LayerNorm-Linear-GELU blocks, a head), batches, a reference
+AdamW run and engine configurations with a swap dir under the build tree.
+
+FERRY_PY_DEVICE selects the device: "host" (the default: the host backend,
+CPU torch) or "cuda" (tools/gpu_check.sh's python part): the engines get
+device = "cuda" with a pinned host pool (the cuda backend refuses a pageable
+one), the models and batches are made on torch's current CUDA device, and
+torch runs deterministically (the tests compare losses bit for bit)."""
 import atexit
 import os
 import shutil
@@ -23,10 +29,28 @@ def need_torch():
         sys.exit(SKIP)
 
 
+DEVICE = os.environ.get("FERRY_PY_DEVICE") or "host"
+if DEVICE not in ("host", "cuda"):
+    print("FAIL: FERRY_PY_DEVICE=%s: expected host or cuda" % DEVICE)
+    sys.exit(1)
+if DEVICE == "cuda":
+    # cuBLAS is deterministic only with a fixed workspace (set before CUDA starts)
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
 need_torch()
 import torch  # noqa: E402
 import torch.utils.checkpoint  # noqa: E402,F401
 from torch import nn  # noqa: E402
+
+if DEVICE == "cuda":
+    if not torch.cuda.is_available():
+        # asked for explicitly: a failure, not a skip (gpu_check.sh skips first)
+        print("FAIL: FERRY_PY_DEVICE=cuda but torch %s in %s sees no GPU "
+              "(torch.cuda.is_available() is false)" % (torch.__version__, sys.executable))
+        sys.exit(1)
+    torch.use_deterministic_algorithms(True, warn_only=True)  # a warning names any other op
+    TORCH_DEVICE = torch.device("cuda", torch.cuda.current_device())
+else:
+    TORCH_DEVICE = torch.device("cpu")
 
 VOCAB, DIM, LAYERS, SEQ, BATCH = 64, 32, 4, 8, 4
 LR, BETAS, EPS, WD = 1e-2, (0.9, 0.999), 1e-8, 0.01
@@ -67,7 +91,7 @@ class Net(nn.Module):
 
 def make_model(seed=0, **kw):
     torch.manual_seed(seed)
-    return Net(**kw)
+    return Net(**kw).to(TORCH_DEVICE)
 
 
 def batches(n, seed=1):
@@ -78,7 +102,7 @@ def batches(n, seed=1):
         start = torch.randint(0, VOCAB, (BATCH, 1), generator=g)
         stride = torch.randint(1, 4, (BATCH, 1), generator=g)
         idx = (start + stride * torch.arange(SEQ + 1)) % VOCAB
-        out.append((idx[:, :-1], idx[:, 1:]))
+        out.append((idx[:, :-1].to(TORCH_DEVICE), idx[:, 1:].to(TORCH_DEVICE)))
     return out
 
 
@@ -109,10 +133,11 @@ def work_dir(name):
 
 
 def config(**over):
-    """Params on the host, optimizer on NVMe (a swap dir under the build tree)."""
+    """Params on the host, optimizer on NVMe (a swap dir under the build tree);
+    on cuda (FERRY_PY_DEVICE) the device tier is the GPU's, the host pool pinned."""
     swap = work_dir("swap")
-    c = {"device": "host", "tiers.gpu.budget": "4M", "tiers.host.budget": "64M",
-         "tiers.host.pinned": False, "chunk_size": "64K", "placement.params": "host",
+    c = {"device": DEVICE, "tiers.gpu.budget": "4M", "tiers.host.budget": "64M",
+         "tiers.host.pinned": DEVICE == "cuda", "chunk_size": "64K", "placement.params": "host",
          "placement.optimizer": "nvme", "tiers.nvme.paths": [swap],
          "precision.params": "fp32", "optimizer.type": "adamw", "optimizer.lr": LR,
          "optimizer.betas": list(BETAS), "optimizer.eps": EPS, "optimizer.weight_decay": WD,

@@ -7,7 +7,7 @@ and a param in no group is refused."""
 import torch
 from torch import nn
 
-from common import BETAS, EPS, LR, WD, close_rel, config, fail
+from common import BETAS, EPS, LR, TORCH_DEVICE, WD, close_rel, config, fail
 
 import ferry.torch as ft
 
@@ -27,11 +27,12 @@ class S(nn.Module):
 
 def make():
     torch.manual_seed(3)
-    return S()
+    return S().to(TORCH_DEVICE)
 
 
 g = torch.Generator().manual_seed(5)
-data = [(torch.randn(16, 8, generator=g), torch.randn(16, 1, generator=g)) for _ in range(5)]
+data = [(torch.randn(16, 8, generator=g).to(TORCH_DEVICE),
+         torch.randn(16, 1, generator=g).to(TORCH_DEVICE)) for _ in range(5)]
 
 ref = make()
 opt = torch.optim.AdamW([p for p in ref.parameters() if p.requires_grad], lr=LR, betas=BETAS,

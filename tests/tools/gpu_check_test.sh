@@ -2,9 +2,12 @@
 # tests/tools/gpu_check_test.sh — the GPU check without a GPU: the figures
 # of tools/gpucheck.py on canned inputs (selftest); its test runner keeps
 # ctest's rules (skip code, pass expression, WILL_FAIL, time limit) on a
-# fake manifest; tools/gpu_check.sh --dry-run on a fake bundle ends at once
-# with a valid OUTDIR/results.json holding every part, each GPU part a skip
-# with its reason, and a summary of the targets. $1 = the repository root,
+# fake manifest; the manifest of a canned ctest list carries the python
+# sources into the bundle's src/; tools/gpu_check.sh --dry-run on a fake
+# bundle ends at once with a valid OUTDIR/results.json holding every part,
+# each GPU part a skip with its reason, and a summary of the targets; a
+# whole check on a fake GPU computes every part's figures (the python part's
+# included) and the targets. $1 = the repository root,
 # $2 = a scratch folder. Exit 0 pass, 1 fail, 77 skip (no python3).
 set -u
 root=$1
@@ -55,7 +58,8 @@ python3 - "$dir/out/results.json" <<'PY' || fail "results.json's shape (above)"
 import json, sys
 d = json.load(open(sys.argv[1]))
 parts = d["parts"]
-names = ["preflight", "context", "tests", "copy", "bench_step", "gpt", "memcheck", "tests_rest"]
+names = ["preflight", "context", "tests", "copy", "bench_step", "gpt", "python", "memcheck",
+         "tests_rest"]
 assert list(parts) == names, list(parts)
 assert parts["preflight"]["status"] == "pass", parts["preflight"]
 for n in names[1:]:
@@ -64,16 +68,56 @@ for n in names[1:]:
 for p in parts.values():
     assert set(p) >= {"status", "command", "wall_s", "figures"}, p
 s = d["summary"]
-assert s["met"] == 0 and s["not_met"] == 0 and s["not_measured"] == len(s["targets"]) >= 17, s
+assert s["met"] == 0 and s["not_met"] == 0 and s["not_measured"] == len(s["targets"]) >= 18, s
 assert d["status"] == "pass" and d["no_gpu_reason"], d
+PY
+
+# The manifest of a canned ctest list: the python tests' paths into the
+# bundle's src/, which holds copies of python/ferry and tests/python.
+mb=$dir/mbuild
+mkdir -p "$mb/lib" "$dir/mbundle" && : >"$mb/lib/libferry.so.0" || exit 1
+cat >"$dir/ctest.json" <<JSON
+{"tests": [{"name": "python.checkpoint", "command": ["/usr/bin/python3", "$root/tests/python/test_checkpoint.py"],
+  "properties": [{"name": "ENVIRONMENT", "value": ["FERRY_LIB=$mb/lib/libferry.so.0", "PYTHONPATH=$root/python"]},
+                 {"name": "WORKING_DIRECTORY", "value": "$root/tests/python"}, {"name": "SKIP_RETURN_CODE", "value": 77}]}]}
+JSON
+python3 "$root/tools/gpucheck.py" manifest "$dir/ctest.json" "$root" "$mb" "$dir/mbundle" >/dev/null ||
+  fail "gpucheck.py manifest"
+for f in src/python/ferry/torch.py src/tests/python/common.py lib/libferry.so.0; do
+  [ -f "$dir/mbundle/$f" ] || fail "the bundle lacks $f"
+done
+python3 - "$dir/mbundle/tests.json" <<'PY' || fail "the python test's manifest entry (above)"
+import json, sys
+t = json.load(open(sys.argv[1]))["tests"][0]
+want = {"command": ["python3", "@BUNDLE@/src/tests/python/test_checkpoint.py"],
+        "cwd": "@BUNDLE@/src/tests/python",
+        "env": ["FERRY_LIB=@BUNDLE@/lib/libferry.so.0", "PYTHONPATH=@BUNDLE@/src/python"]}
+got = {k: t[k] for k in want}
+assert got == want, got
 PY
 
 # A whole check on a fake GPU: nvidia-smi, compute-sanitizer and the bundle's
 # programs are scripts that print what the real ones print, so every part
 # runs and its figures and the summary's targets come out as computed; its
-# D2H is 0.8 of the peak, so the copy part fails and the check exits 1.
+# D2H is 0.8 of the peak, so the copy part fails, and a python test fails
+# only with FERRY_PY_DEVICE=cuda (under the python FERRY_GPU_PYTHON names,
+# whose probe says its torch sees a GPU), so the python part fails: the check
+# exits 1.
 fake=$dir/fake
-mkdir -p "$fake/path" "$fake/bundle/bin" || exit 1
+mkdir -p "$fake/path" "$fake/bundle/bin" "$fake/bundle/src/tests/python" || exit 1
+cat >"$fake/path/torch-python" <<'SH'
+#!/bin/sh
+[ "$1" = -c ] && { echo '{"torch": "9.9", "cuda": "12.4", "available": true, "device": "Fake"}'; exit 0; }
+exec python3 "$@"
+SH
+cat >"$fake/bundle/src/tests/python/t_ok.py" <<'PY'
+print("ok")
+PY
+cat >"$fake/bundle/src/tests/python/t_host.py" <<'PY'
+import os, sys
+print("device", os.environ.get("FERRY_PY_DEVICE"))
+sys.exit(1 if os.environ.get("FERRY_PY_DEVICE") == "cuda" else 0)
+PY
 cat >"$fake/path/nvidia-smi" <<'SH'
 #!/bin/sh
 case "$*" in
@@ -135,10 +179,19 @@ cat >"$fake/bundle/tests.json" <<'JSON'
  {"name": "x.cuda", "command": ["sh", "-c", "exit 0"], "cwd": "@BUNDLE@", "timeout": 30,
   "skip_rc": 77, "will_fail": false, "pass_regex": [], "fail_regex": [], "env": [], "serial": false},
  {"name": "x.other", "command": ["sh", "-c", "exit 77"], "cwd": "@BUNDLE@", "timeout": 30,
+  "skip_rc": 77, "will_fail": false, "pass_regex": [], "fail_regex": [], "env": [], "serial": false},
+ {"name": "python.ok", "command": ["python3", "@BUNDLE@/src/tests/python/t_ok.py"], "cwd": "@BUNDLE@",
+  "timeout": 30, "skip_rc": 77, "will_fail": false, "pass_regex": [], "fail_regex": [], "env": [],
+  "serial": false},
+ {"name": "python.host", "command": ["python3", "@BUNDLE@/src/tests/python/t_host.py"], "cwd": "@BUNDLE@",
+  "timeout": 30, "skip_rc": 77, "will_fail": false, "pass_regex": [], "fail_regex": [], "env": [],
+  "serial": false},
+ {"name": "python.install", "command": ["sh", "-c", "exit 0"], "cwd": "@BUNDLE@", "timeout": 30,
   "skip_rc": 77, "will_fail": false, "pass_regex": [], "fail_regex": [], "env": [], "serial": false}
 ], "left_out": []}
 JSON
 PATH="$fake/path:$PATH" GPUCHECK_BUNDLE="$fake/bundle" GPUCHECK_SECONDS=120 \
+  FERRY_GPU_PYTHON="$fake/path/torch-python" \
   "$root/tools/gpu_check.sh" "$fake/out" >"$dir/fake.out" 2>&1
 rc=$?
 [ $rc -eq 1 ] || { cat "$dir/fake.out"; fail "gpu_check.sh on the fake GPU exited $rc, not 1"; }
@@ -147,8 +200,15 @@ import json, sys
 d = json.load(open(sys.argv[1]))
 P = d["parts"]
 bad = {k: v.get("reason") for k, v in P.items() if v["status"] != "pass"}
-assert list(bad) == ["copy"] and "0.90" in bad["copy"], bad
-assert d["status"] == "fail" and d["failed_parts"] == ["copy"], d["status"]
+assert list(bad) == ["copy", "python"] and "0.90" in bad["copy"], bad
+assert d["status"] == "fail" and d["failed_parts"] == ["copy", "python"], d["status"]
+py = P["python"]["figures"]
+assert py["python"].endswith("/torch-python") and py["probes"][0]["device"] == "Fake", py
+assert py["counts"] == {"pass": 1, "fail": 1} and list(py["left_out"]) == ["python.install"], py
+r = {t["name"]: t for t in py["tests"]}
+assert r["python.ok"]["status"] == "pass" and "wall_s" in r["python.ok"], r
+assert r["python.host"]["status"] == "fail" and "device cuda" in r["python.host"]["tail"], r
+assert P["tests_rest"]["figures"]["counts"] == {"pass": 3, "skip": 1}, P["tests_rest"]
 assert d["gpu"]["name"] == "Fake H200", d["gpu"]
 c = P["copy"]["figures"]
 assert abs(c["min_ratio_h2d"] - 0.96) < 1e-9 and abs(c["min_ratio_d2h"] - 0.8) < 1e-9, c
@@ -163,6 +223,7 @@ assert abs(nvme["timeline"]["ratio"] - 1.0) < 1e-9, nvme
 T = {t["target"].split(":")[0]: t for t in d["summary"]["targets"]}
 assert T["ferry H2D / raw cudaMemcpyAsync (min over 4M, 64M, 1G)"]["met"] is True, T
 assert T["ferry D2H / raw cudaMemcpyAsync (min over 4M, 64M, 1G)"]["met"] is False, T
+assert T["python on cuda"]["value"] == 1 and T["python on cuda"]["met"] is False, T
 assert d["summary"]["not_measured"] == 0, [t for t in d["summary"]["targets"] if t["met"] is None]
 PY
 rm -rf "$dir"
