@@ -79,13 +79,8 @@ long long bench_max_threads(void) {
 }
 
 uint64_t bench_mem_available(void) {
-  FILE *f = fopen("/proc/meminfo", "r");
-  char line[256];
-  unsigned long long kb = 0;
-  while (f && fgets(line, sizeof line, f))
-    if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1) break;
-  if (f) fclose(f);
-  if (kb) return (uint64_t)kb << 10;
+  ferry_host_info hi; /* MemAvailable, as ferry info reports it */
+  if (ferry_host_get_info(&hi) == FERRY_OK && hi.ram_available_bytes) return hi.ram_available_bytes;
   long pages = sysconf(_SC_AVPHYS_PAGES), ps = sysconf(_SC_PAGESIZE);
   return pages > 0 && ps > 0 ? (uint64_t)pages * (uint64_t)ps : 0;
 }

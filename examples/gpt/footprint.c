@@ -14,18 +14,25 @@
 static const char *k_tiers[FERRY_TIERS] = {"gpu", "host", "nvme"};
 static const char *k_families[FERRY_FAMILIES] = {"params", "grads", "optimizer"};
 
-uint64_t gpt_peak_rss_bytes(void) {
+uint64_t gpt_proc_status_kb(const char *key, int *found) {
   FILE *f = fopen("/proc/self/status", "r");
   char line[256];
+  size_t kl = strlen(key);
   unsigned long long kb = 0;
-  int found = 0;
+  *found = 0;
   while (f && fgets(line, sizeof line, f))
-    if (sscanf(line, "VmHWM: %llu kB", &kb) == 1) {
-      found = 1;
+    if (!strncmp(line, key, kl) && line[kl] == ':' && sscanf(line + kl + 1, " %llu kB", &kb) == 1) {
+      *found = 1;
       break;
     }
   if (f) fclose(f);
-  if (found) return (uint64_t)kb * 1024;
+  return kb;
+}
+
+uint64_t gpt_peak_rss_bytes(void) {
+  int found;
+  uint64_t kb = gpt_proc_status_kb("VmHWM", &found);
+  if (found) return kb * 1024;
   struct rusage ru;
   getrusage(RUSAGE_SELF, &ru);
   return (uint64_t)ru.ru_maxrss * 1024;

@@ -41,6 +41,8 @@ enum { GPT_RANK_OPTIM = 0, GPT_RANK_TIER = 3, GPT_RANK_RSS = 6, GPT_RANK_COMM = 
        GPT_RANK_PARAMS = 8, GPT_RANK_FIGS = 11 };
 
 /* The process's peak resident set in bytes. */
+/* The "KEY: N kB" line of /proc/self/status as N (*found 0 and 0 when absent). */
+uint64_t gpt_proc_status_kb(const char *key, int *found);
 uint64_t gpt_peak_rss_bytes(void);
 /* Takes the tier peaks, budgets and NVMe totals from the engine's stats;
  * sets engine. */

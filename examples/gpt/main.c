@@ -716,13 +716,8 @@ static void train_free(train_run *t) {
 
 /* The process's mapped bytes now (VmSize), or 0 when unknown. */
 static uint64_t vm_size_bytes(void) {
-  FILE *f = fopen("/proc/self/status", "r");
-  char line[256];
-  unsigned long long kb = 0;
-  while (f && fgets(line, sizeof line, f))
-    if (sscanf(line, "VmSize: %llu kB", &kb) == 1) break;
-  if (f) fclose(f);
-  return kb * 1024;
+  int found;
+  return gpt_proc_status_kb("VmSize", &found) * 1024;
 }
 
 /* One small GEMM large enough for OpenBLAS to run it on its threads: each
