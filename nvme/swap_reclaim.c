@@ -146,7 +146,9 @@ static void consider(ferry_swap *s, const char *dir, const char *name, name_list
     return;
   }
   ferry_format_size((uint64_t)st.st_blocks * 512, size, sizeof size);
-  if (flock(fd, LOCK_EX | LOCK_NB) != 0) { /* its store is alive */
+  /* its store is alive: it holds the lock, or (a store that takes none: an
+   * older ferry's) the process its name names still runs */
+  if (flock(fd, LOCK_EX | LOCK_NB) != 0 || (pid != (long)getpid() && pid_alive(pid))) {
     snprintf(why, sizeof why, " (%s, in use by process %ld)", size, pid);
     list_add(left, path, why);
     left->bytes += (uint64_t)st.st_blocks * 512;
