@@ -8,7 +8,7 @@
  */
 #include "bench/args.h"
 #include "bench/bench.h"
-#include "bench/json.h"
+#include "format/json_writer.h"
 #include "core/core.h"
 #include "optim/optim.h"
 

@@ -9,7 +9,7 @@
 #include "bench/bench.h"
 #include "core/core.h"
 #include "bench/copy_opts.h"
-#include "bench/json.h"
+#include "format/json_writer.h"
 
 #include "ferry.h"
 

@@ -5,7 +5,7 @@
  * per bs-sized chunk, qd of them in flight.
  */
 #include "bench/bench.h"
-#include "bench/json.h"
+#include "format/json_writer.h"
 #include "bench/io_common.h"
 #include "core/crc32c.h"
 #include "nvme/nvme.h"

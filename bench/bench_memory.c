@@ -7,7 +7,7 @@
  */
 #include "bench/args.h"
 #include "bench/bench.h"
-#include "bench/json.h"
+#include "format/json_writer.h"
 
 #include "memory/memory.h"
 

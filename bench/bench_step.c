@@ -16,9 +16,9 @@
  */
 #include "bench/args.h"
 #include "bench/bench.h"
-#include "bench/json.h"
+#include "format/json_writer.h"
 
-#include "offload/config.h"
+#include "format/config.h"
 #include "offload/engine_internal.h"
 #include "bench/synth_model.h"
 #include "plan/plan.h"

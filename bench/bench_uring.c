@@ -11,7 +11,7 @@
  * printed.
  */
 #include "bench/bench.h"
-#include "bench/json.h"
+#include "format/json_writer.h"
 #include "bench/io_common.h"
 #include "core/core.h"
 

@@ -10,7 +10,7 @@
 #ifndef FERRY_BENCH_IO_COMMON_H
 #define FERRY_BENCH_IO_COMMON_H
 
-#include "bench/json.h"
+#include "format/json_writer.h"
 
 #include <stddef.h>
 #include <stdio.h>

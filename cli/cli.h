@@ -1,10 +1,10 @@
 /* cli/cli.h — what the `ferry` subcommands share: their entry points and a
- * JSON writer of bench/json.h.
+ * JSON writer of format/json_writer.h.
  */
 #ifndef FERRY_CLI_H
 #define FERRY_CLI_H
 
-#include "bench/json.h"
+#include "format/json_writer.h"
 
 #include <stdint.h>
 #include <stdio.h>

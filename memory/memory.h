@@ -30,7 +30,7 @@ typedef enum {
   FERRY_ROLE_COUNT
 } ferry_role;
 
-typedef enum { FERRY_EVICT_LRU = 0, FERRY_EVICT_TRACE = 1 } ferry_evict_policy;
+/* ferry_evict_policy (placement.eviction) is in include/ferry/engine.h. */
 
 /* Residency of one chunk in one tier. */
 typedef enum {

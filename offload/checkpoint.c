@@ -11,10 +11,10 @@
  * writes and reads its pieces at their offsets, and the ranks agree on
  * every phase's status.
  */
-#include "offload/checkpoint.h"
+#include "format/manifest.h"
 #include "core/crc32c.h"
 #include "offload/engine_impl.h"
-#include "offload/safetensors.h"
+#include "format/safetensors.h"
 
 #include <dirent.h>
 #include <errno.h>

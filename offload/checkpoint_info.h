@@ -7,7 +7,7 @@
 #ifndef FERRY_OFFLOAD_CHECKPOINT_INFO_H
 #define FERRY_OFFLOAD_CHECKPOINT_INFO_H
 
-#include "offload/checkpoint.h"
+#include "format/manifest.h"
 
 #define CKPT_INFO_MAX_FAMILIES 16
 

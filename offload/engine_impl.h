@@ -30,8 +30,8 @@
 
 #include "memory/memory.h"
 #include "nvme/nvme.h"
-#include "offload/config.h"
-#include "offload/timeline.h"
+#include "format/config.h"
+#include "format/timeline.h"
 
 #include <pthread.h>
 
@@ -253,7 +253,7 @@ struct ferry_engine {
   eng_stepper stepper;
   eng_gpu gpu;
 
-  /* Ranks (ferry_engine_set_comm; dist/). comm: the caller's (loop, before
+  /* Ranks (ferry_engine_set_comm; comm/). comm: the caller's (loop, before
    * finalize). Channels (fixed; NULL alone), one per thread, dup'ed at
    * finalize in this order on every rank: the loop's (fingerprints, norm,
    * param reads), the drain's (grads), the stepper's (new params). */

@@ -7,7 +7,7 @@
 #define FERRY_ENGINE_INTERNAL_H
 
 #include "nvme/nvme.h"
-#include "offload/timeline.h"
+#include "format/timeline.h"
 
 /* Waits until no optimizer update is queued or running; returns (and
  * clears) the first error of the last step. */

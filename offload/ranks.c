@@ -1,4 +1,4 @@
-/* offload/ranks.c — the engine's ranks (ZeRO data parallelism, dist/): the
+/* offload/ranks.c — the engine's ranks (ZeRO data parallelism, comm/): the
  * communicator the caller hands in, the engine's three channels (the
  * loop's, the drain's, the stepper's) and their spans on the timeline, the
  * finalize-time fingerprint check that every rank has the same

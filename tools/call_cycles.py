@@ -78,7 +78,7 @@ def main():
         rules = read_rules(args[i + 1])
         del args[i:i + 2]
     build = args[0] if args else "build"
-    parts = sorted(rules) if rules else ("core", "device", "memory", "nvme", "optim", "offload",
+    parts = sorted(rules) if rules else ("core", "device", "memory", "nvme", "optim", "comm", "format", "offload",
                                          "plan")
     objs = objects(build, parts)
     if not objs:

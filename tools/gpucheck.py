@@ -441,7 +441,7 @@ def parse_size_mib(s):
 
 
 def timeline_overlap(trace, steps):
-    """From a Chrome trace of the engine (offload/timeline.c): each lane's
+    """From a Chrome trace of the engine (format/timeline.c): each lane's
     busy seconds per step (the union of its spans), the step time (the
     trace's extent / steps) and step time / the busiest lane."""
     names, spans = {}, {}

@@ -153,6 +153,9 @@ FERRY_API int ferry_engine_write_timeline(ferry_engine *e, const char *path);
 /* Where the bytes are and how they moved. Tiers and families index the
  * arrays below. Budgets hold: peak[t][*] sums never exceed budget[t]. */
 typedef enum { FERRY_TIER_DEVICE = 0, FERRY_TIER_HOST = 1, FERRY_TIER_NVME = 2, FERRY_TIERS = 3 } ferry_tier;
+/* placement.eviction: which chunk leaves a full tier first (least recently
+ * used, or the one the recorded trace needs last). */
+typedef enum { FERRY_EVICT_LRU = 0, FERRY_EVICT_TRACE = 1 } ferry_evict_policy;
 enum {
   FERRY_FAMILY_PARAMS = 0, /* 16-bit params */
   FERRY_FAMILY_GRADS = 1,  /* gradients */

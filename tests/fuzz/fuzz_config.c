@@ -1,5 +1,5 @@
 /* tests/fuzz/fuzz_config.c — libFuzzer target for the configuration reader
- * (ferry_config_load_string in offload/config.c, over libconfig): any text
+ * (ferry_config_load_string in format/config.c, over libconfig): any text
  * is loaded into a fresh configuration; a refusal must leave a message, and
  * what loads must read back through every key's getter.
  */

@@ -1,9 +1,9 @@
 /* tests/fuzz/fuzz_manifest.c — libFuzzer target for the checkpoint
- * manifest reader (offload/checkpoint_manifest.c): the first byte chooses
+ * manifest reader (format/checkpoint_manifest.c): the first byte chooses
  * whether the final CRC is checked (so mutations reach every line), the
  * rest is the manifest. What parses must format and parse back the same.
  */
-#include "offload/checkpoint.h"
+#include "format/manifest.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -57,7 +57,7 @@ def env():
     e.update({"OPENBLAS_NUM_THREADS": "1", "OMPI_ALLOW_RUN_AS_ROOT": "1",
               "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1", "OMPI_MCA_rmaps_base_oversubscribe": "1"})
     # sanitizer builds: FERRY_MPI_ENV (tests/CMakeLists.txt, via CTest) brings
-    # the OpenMPI suppressions of tests/dist/*.supp. ThreadSanitizer matches
+    # the OpenMPI suppressions of tests/comm/*.supp. ThreadSanitizer matches
     # them only on stacks it can restore: with its default history a write
     # made inside MPI on a comm worker (into a ZeRO-3 gather buffer, read
     # later by the host backend's copy thread) shows "[failed to restore the

@@ -19,7 +19,7 @@ if(NOT range_err MATCHES "optimizer.lr.*--lr 2000")
   message(FATAL_ERROR "--lr 2000 with --engine: the message does not name it:\n${range_err}")
 endif()
 run(zero 0 --steps 1 --lr 0)
-# the engine's optimizer.lr accepts 0 once offload/config.c does (issue 25 item 7)
+# the engine's optimizer.lr accepts 0 once format/config.c does (issue 25 item 7)
 execute_process(COMMAND ${EXE} ${_args} --steps 1 --lr 0 --engine ${CONFIGS}/resident.cfg
   OUTPUT_QUIET ERROR_VARIABLE _err RESULT_VARIABLE _rc)
 if(_err MATCHES "expected a number in \\(0,")

@@ -8,7 +8,7 @@
  * a version 2 manifest (no ranks lines) still loads.
  * argv[1]: a scratch folder.
  */
-#include "offload/checkpoint.h"
+#include "format/manifest.h"
 #include "core/crc32c.h"
 #include "tests/offload/ckpt_util.h"
 

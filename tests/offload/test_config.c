@@ -5,7 +5,7 @@
  * docs/CONFIG.md listing every key with its default (argv[1]).
  */
 #include "ferry.h"
-#include "offload/config.h"
+#include "format/config.h"
 #include "tests/test.h"
 
 #include <string.h>

@@ -7,7 +7,7 @@
  */
 #include "bench/synth_model.h"
 #include "offload/engine_internal.h"
-#include "offload/timeline.h"
+#include "format/timeline.h"
 #include "tests/offload/engine_util.h"
 #include "tests/test.h"
 

@@ -2,7 +2,7 @@
  * time as the union of a lane's spans, the drop count of a full buffer, and
  * the Chrome trace file.
  */
-#include "offload/timeline.h"
+#include "format/timeline.h"
 #include "tests/test.h"
 
 #include <math.h>

@@ -1,5 +1,5 @@
-/* bench/json.c — the streaming JSON writer of bench/json.h. */
-#include "bench/json.h"
+/* format/json_writer.c — the streaming JSON writer of format/json_writer.h. */
+#include "format/json_writer.h"
 
 #include <math.h>
 

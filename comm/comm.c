@@ -1,11 +1,11 @@
-/* dist/comm.c — the public communicator API (include/ferry/dist.h): picks a
+/* comm/comm.c — the public communicator API (include/ferry/dist.h): picks a
  * backend, validates every argument (null buffers, counts that overflow,
  * dtypes and reductions the backend lacks, roots out of range, overlaps),
  * owns the requests, the worker thread and its FIFO queue for blocking
  * backends, waits with a timeout (a timed-out wait breaks the
  * communicator), the stats and the span hook.
  */
-#include "dist/dist_impl.h"
+#include "comm/comm_impl.h"
 
 #include "core/dtype.h"
 

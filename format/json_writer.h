@@ -1,9 +1,9 @@
-/* bench/json.h — a minimal streaming JSON writer for every --json output of
+/* format/json_writer.h — a minimal streaming JSON writer for every --json output of
  * the ferry command and the benchmarks: one object per line, keys in call
  * order.
  */
-#ifndef FERRY_JSON_H
-#define FERRY_JSON_H
+#ifndef FERRY_FORMAT_JSON_WRITER_H
+#define FERRY_FORMAT_JSON_WRITER_H
 
 #include <stdio.h>
 

@@ -1,9 +1,9 @@
-/* offload/safetensors.h — the safetensors reader and writer inside the
+/* format/safetensors.h — the safetensors reader and writer inside the
  * library (the public API is in include/ferry.h). Internal helpers shared
  * with checkpoints: the strict header parser over a buffer in memory.
  */
-#ifndef FERRY_OFFLOAD_SAFETENSORS_H
-#define FERRY_OFFLOAD_SAFETENSORS_H
+#ifndef FERRY_FORMAT_SAFETENSORS_H
+#define FERRY_FORMAT_SAFETENSORS_H
 
 #include "core/core.h"
 

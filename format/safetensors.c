@@ -1,10 +1,10 @@
-/* offload/safetensors.c — safetensors files: a strict reader (the header's
+/* format/safetensors.c — safetensors files: a strict reader (the header's
  * known shape walked with core/json.h's cursor, every offset, size and name
  * checked before any tensor byte is read), sharded models through
  * model.safetensors.index.json, and a streaming writer whose bytes are
  * deterministic (Hugging Face's layout: dtype then name order, padded header).
  */
-#include "offload/safetensors.h"
+#include "format/safetensors.h"
 #include "core/dtype.h"
 
 #include "core/file.h"

@@ -1,4 +1,4 @@
-/* tests/dist/test_comm.c — the communicators (dist/) against values each
+/* tests/comm/test_comm.c — the communicators (comm/) against values each
  * rank computes alone: every collective with counts per rank that differ
  * (0 included), in place and not, each dtype and reduction, many queued
  * requests, two channels used from two threads at once, stats, the span

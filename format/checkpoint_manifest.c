@@ -1,10 +1,10 @@
-/* offload/checkpoint_manifest.c — the manifest of a checkpoint folder: a
+/* format/checkpoint_manifest.c — the manifest of a checkpoint folder: a
  * small text file, one "key value" line each in a fixed order, listing the
  * training scalars and every file with its size and CRC32C, closed by the
  * CRC32C of the lines above. The reader is strict: any other byte is
  * FERRY_ECORRUPT with the line number and the reason.
  */
-#include "offload/checkpoint.h"
+#include "format/manifest.h"
 #include "core/crc32c.h"
 
 #include <inttypes.h>

@@ -1,10 +1,10 @@
-/* offload/checkpoint.h — checkpoints inside the library (the public calls
+/* format/manifest.h — checkpoints inside the library (the public calls
  * are in include/ferry.h): the manifest of a checkpoint folder, its writer
  * and its strict reader (checkpoint_manifest.c, no engine needed, so tests
  * and the fuzz target use it alone).
  */
-#ifndef FERRY_OFFLOAD_CHECKPOINT_H
-#define FERRY_OFFLOAD_CHECKPOINT_H
+#ifndef FERRY_FORMAT_MANIFEST_H
+#define FERRY_FORMAT_MANIFEST_H
 
 #include "core/core.h"
 

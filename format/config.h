@@ -1,12 +1,11 @@
-/* offload/config.h — the engine configuration: one table of keys (name,
+/* format/config.h — the engine configuration: one table of keys (name,
  * type, default, limits, description) drives the libconfig reader, the
  * setters from C, the writer and docs/CONFIG.md, so file and C agree.
  */
-#ifndef FERRY_OFFLOAD_CONFIG_H
-#define FERRY_OFFLOAD_CONFIG_H
+#ifndef FERRY_FORMAT_CONFIG_H
+#define FERRY_FORMAT_CONFIG_H
 
 #include "core/core.h"
-#include "memory/memory.h" /* ferry_evict_policy */
 
 #define FERRY_CFG_MAX_PATHS 16
 

@@ -1,9 +1,9 @@
-/* offload/config.c — the engine configuration: a table of every key, the
+/* format/config.c — the engine configuration: a table of every key, the
  * libconfig file reader (unknown keys refused with a suggestion, every
  * error with file, line, key, value and what was expected), setters and
  * getters from C with the same syntax, and a writer.
  */
-#include "offload/config.h"
+#include "format/config.h"
 
 #include <ctype.h>
 #include <errno.h>

@@ -1,11 +1,11 @@
-/* offload/checkpoint_blob.c — ferry_checkpoint_read_blob: a checkpoint's
+/* format/checkpoint_blob.c — ferry_checkpoint_read_blob: a checkpoint's
  * user.bin (the caller's blob) read with no engine, its size and CRC32C
  * checked against the manifest (itself checked whole) before a byte is
  * handed out, so a trainer can look at its own state before building an
  * engine and never mistakes a damaged file for a version or a settings
  * difference. Uses the manifest reader of checkpoint_manifest.c.
  */
-#include "offload/checkpoint.h"
+#include "format/manifest.h"
 #include "core/crc32c.h"
 #include "core/file.h"
 

@@ -1,6 +1,6 @@
-/* dist/comm_nccl.c — the `nccl` backend: device buffers of a cuda device.
+/* comm/comm_nccl.c — the `nccl` backend: device buffers of a cuda device.
  * Bootstrap: rank 0 makes the unique id, an MPI broadcast carries it
- * (dist/comm_mpi.c), every rank joins with ncclCommInitRank on its device.
+ * (comm/comm_mpi.c), every rank joins with ncclCommInitRank on its device.
  * Each collective is enqueued on the caller's ferry stream (its native CUDA
  * stream) and completes when the ferry event recorded after it does; the
  * communicator layer polls that event against the timeout. Counts per rank
@@ -12,7 +12,7 @@
  * (a CPU run) maps no NCCL. nccl.h gives the types; the calls go through
  * the table `N` below, filled once.
  */
-#include "dist/dist_impl.h"
+#include "comm/comm_impl.h"
 
 #include "core/dtype.h"
 #include "device/backend_impl.h"

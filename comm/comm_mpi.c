@@ -1,11 +1,11 @@
-/* dist/comm_mpi.c — the `mpi` backend: host buffers over MPI. Owns MPI's
+/* comm/comm_mpi.c — the `mpi` backend: host buffers over MPI. Owns MPI's
  * initialization (MPI_THREAD_MULTIPLE, counted by reference, finalized at
  * the last release when ferry initialized it), one duplicate of
  * COMM_WORLD per communicator (channels dup their parent's), and the
- * blocking collectives that the communicator's worker thread (dist/comm.c)
+ * blocking collectives that the communicator's worker thread (comm/comm.c)
  * runs in FIFO order. Also the helpers the NCCL bootstrap uses.
  */
-#include "dist/dist_impl.h"
+#include "comm/comm_impl.h"
 
 #include "core/dtype.h"
 

@@ -1,7 +1,7 @@
-/* offload/timeline.c — span recording into a reserved buffer, per-lane busy
+/* format/timeline.c — span recording into a reserved buffer, per-lane busy
  * time (union of intervals) and the Chrome trace JSON writer.
  */
-#include "offload/timeline.h"
+#include "format/timeline.h"
 
 #include <errno.h>
 #include <stdio.h>

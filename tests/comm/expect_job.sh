@@ -1,5 +1,5 @@
 #!/bin/sh
-# tests/dist/expect_job.sh — runs a job that must fail in a known way:
+# tests/comm/expect_job.sh — runs a job that must fail in a known way:
 #   expect_job.sh SECONDS nonzero|zero TEXT COMMAND...
 # Passes when COMMAND ends within SECONDS (never hangs), with a non-zero (or
 # zero) exit status, TEXT ("" for any) appears in its output and no

@@ -1,10 +1,10 @@
-/* dist/comm_self.c — the `self` backend: one rank and no library. Every
+/* comm/comm_self.c — the `self` backend: one rank and no library. Every
  * collective is a copy of this rank's part into recv (nothing for in-place
  * calls and barriers), done in the calling thread, so requests complete
  * at submit. Buffers are host memory; with a stream of a cuda device the
  * copy is a device-to-device copy on that stream instead.
  */
-#include "dist/dist_impl.h"
+#include "comm/comm_impl.h"
 
 #include "core/dtype.h"
 #include "device/backend_impl.h"

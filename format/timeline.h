@@ -1,11 +1,11 @@
-/* offload/timeline.h — the engine's timeline: spans of work per lane
+/* format/timeline.h — the engine's timeline: spans of work per lane
  * (compute, H2D, D2H, NVMe read/write, optimizer threads), recorded into a
  * buffer reserved at start (no allocation while recording), written as
  * Chrome trace JSON (Perfetto, chrome://tracing), and summed per lane into
  * busy time (the union of the lane's spans).
  */
-#ifndef FERRY_OFFLOAD_TIMELINE_H
-#define FERRY_OFFLOAD_TIMELINE_H
+#ifndef FERRY_FORMAT_TIMELINE_H
+#define FERRY_FORMAT_TIMELINE_H
 
 #include "core/core.h"
 
@@ -19,7 +19,7 @@ typedef enum {
   FERRY_LANE_NVME_WRITE = 4,
   FERRY_LANE_STEP = 5,   /* the engine's step driver */
   FERRY_LANE_OPTIM0 = 6, /* optimizer thread k is lane OPTIM0 + k (k < 64) */
-  /* collectives between ranks, one lane per engine channel (dist/) */
+  /* collectives between ranks, one lane per engine channel (comm/) */
   FERRY_LANE_COMM_LOOP = 6 + 64,  /* the loop's: norm, fingerprints, param reads */
   FERRY_LANE_COMM_DRAIN = 6 + 65, /* the drain's: grads all-reduced or reduce-scattered */
   FERRY_LANE_COMM_STEP = 6 + 66,  /* the stepper's: new params all-gathered */

@@ -1,7 +1,7 @@
-/* dist/dist_impl.h — the private contract between the communicator layer
- * (dist/comm.c: validation, requests, the worker thread and its queue,
+/* comm/comm_impl.h — the private contract between the communicator layer
+ * (comm/comm.c: validation, requests, the worker thread and its queue,
  * waits with a timeout, stats, the span hook) and a backend
- * (dist/comm_self.c, dist/comm_mpi.c, dist/comm_nccl.c). A backend is one
+ * (comm/comm_self.c, comm/comm_mpi.c, comm/comm_nccl.c). A backend is one
  * table of function pointers; comm.c has validated every argument when a
  * slot is called, so backends only move the bytes.
  */
@@ -110,7 +110,7 @@ struct ferry_comm_ops {
 extern const ferry_comm_ops ferry_comm_self_ops;
 #ifdef FERRY_HAVE_MPI
 extern const ferry_comm_ops ferry_comm_mpi_ops;
-/* For the NCCL bootstrap (dist/comm_mpi.c): takes a reference on MPI
+/* For the NCCL bootstrap (comm/comm_mpi.c): takes a reference on MPI
  * (initializes it when nobody has), and drops it (finalizes at the last one
  * when ferry initialized it). */
 int ferry_mpi_acquire(ferry_errbuf *e);
