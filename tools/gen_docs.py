@@ -10,13 +10,15 @@ A doc marks a generated block with two lines:
   <!-- end gen -->
 
 `<!-- gen-output: ... -->` writes the output alone, without the command
-(for a command the doc has just shown). Each command runs under bash (pipefail) from the repository root with
+(for a command the doc has just shown); `<!-- gen-markdown: ... -->` writes
+it as it is, unfenced (a command that prints a Markdown table). Each command runs under bash (pipefail) from the repository root with
 DIR/bin first on PATH (DIR defaults to build), LC_ALL=C, and a soft
 RLIMIT_MEMLOCK of 8 MiB, the one machine figure `ferry plan` prints when it
 is given every size. Only deterministic output belongs here: `ferry plan`
 with --gpu-mem, --host-mem and --nvme, and --help texts; timings stay
 hand-written with the command that measured them. Exit status 0 and 1 both
-count as output (`ferry plan` exits 1 when nothing fits); 2 or more fails.
+count as output (`ferry plan` exits 1 when nothing fits), as does a SIGPIPE
+of a program whose reader stopped (`| head`); any other status fails.
 
 Without FILE the docs are every README.md and docs/*.md of the tree (build
 folders and hidden folders left out). --check writes nothing: it prints a
@@ -33,7 +35,7 @@ import subprocess
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-BEGIN = re.compile(r"^<!-- gen(-output)?: (.*?) -->\s*$")
+BEGIN = re.compile(r"^<!-- gen(-output|-markdown)?: (.*?) -->\s*$")
 END = "<!-- end gen -->"
 MEMLOCK = 8 << 20
 
@@ -62,7 +64,7 @@ def blocks(path, lines):
                 j += 1
             if j == len(lines) or lines[j].rstrip("\n") != END:
                 raise SystemExit(f"{path}:{i + 1}: '<!-- gen: ... -->' without '{END}'")
-            out.append((i, j, m.group(2), bool(m.group(1))))
+            out.append((i, j, m.group(2), m.group(1) or ""))
             i = j
         i += 1
     return out
@@ -77,15 +79,17 @@ def limit_memlock():
 def run(cmd, env):
     p = subprocess.run(["bash", "-o", "pipefail", "-c", cmd], cwd=ROOT, env=env,
                        capture_output=True, text=True, preexec_fn=limit_memlock, timeout=60)
-    if p.returncode not in (0, 1):
+    if p.returncode not in (0, 1, 141):  # 141: SIGPIPE, a `| head` that stopped reading
         raise RuntimeError(f"`{cmd}` exited {p.returncode}:\n{p.stderr}")
     return p.stdout
 
 
-def render(cmd, output, output_only):
+def render(cmd, output, kind):
     if output and not output.endswith("\n"):
         output += "\n"
-    shown = [] if output_only else ["```\n", cmd + "\n", "```\n", "\n"]
+    if kind == "-markdown":
+        return output.splitlines(True)
+    shown = [] if kind == "-output" else ["```\n", cmd + "\n", "```\n", "\n"]
     return shown + ["```\n"] + output.splitlines(True) + ["```\n"]
 
 
@@ -120,8 +124,8 @@ def main():
     for d in docs:
         old = texts[d]
         new, last = [], 0
-        for i, j, cmd, output_only in blocks(d, old):
-            new += old[last:i + 1] + render(cmd, outputs[cmd], output_only)
+        for i, j, cmd, kind in blocks(d, old):
+            new += old[last:i + 1] + render(cmd, outputs[cmd], kind)
             last = j
         new += old[last:]
         if new == old:
