@@ -13,6 +13,10 @@ whose first column is the part's folder (`name/`) and whose last column
 lists the folders it may use (`core/`, `device/`, ... or —). This program
 reads both and exits 1, naming every difference, when a part is in one and
 not the other or when its uses differ; 0 when they agree.
+
+It also holds the docs' shape: ARCHITECTURE.md at most 350 lines, and every
+top-level folder of the tree (hidden and build folders aside) with a
+README.md of at most 150 lines, where the detail lives.
 """
 import argparse
 import os
@@ -20,6 +24,7 @@ import re
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ARCH_LINES, README_LINES = 350, 150
 FOLDER = re.compile(r"`([A-Za-z0-9_]+)/`")
 
 
@@ -74,14 +79,37 @@ def main():
         elif rules[part] != table[part]:
             bad.append(f"{part}/: the build declares {fmt(rules[part])}, "
                        f"the rooms table says {fmt(table[part])}")
+    bad += shape(a.doc)
     for b in bad:
         print("check_rooms: " + b)
     if bad:
-        print(f"check_rooms: {os.path.relpath(a.doc, ROOT)} and the ferry_part() declarations "
-              "disagree: fix whichever is wrong")
+        print("check_rooms: the docs and the build disagree: fix whichever is wrong")
         return 1
-    print(f"check_rooms: {len(rules)} parts, the rooms table matches the build")
+    print(f"check_rooms: {len(rules)} parts, the rooms table matches the build; "
+          "every folder has its README.md")
     return 0
+
+
+def lines(path):
+    with open(path, encoding="utf-8") as f:
+        return sum(1 for _ in f)
+
+
+def shape(doc):
+    bad = []
+    if lines(doc) > ARCH_LINES:
+        bad.append(f"{os.path.relpath(doc, ROOT)} has {lines(doc)} lines (at most {ARCH_LINES}): "
+                   "move detail to the folders' README.md")
+    for name in sorted(os.listdir(ROOT)):
+        d = os.path.join(ROOT, name)
+        if not os.path.isdir(d) or name.startswith((".", "build", "gpucheck")):
+            continue
+        readme = os.path.join(d, "README.md")
+        if not os.path.exists(readme):
+            bad.append(f"{name}/ has no README.md")
+        elif lines(readme) > README_LINES:
+            bad.append(f"{name}/README.md has {lines(readme)} lines (at most {README_LINES})")
+    return bad
 
 
 def fmt(uses):
