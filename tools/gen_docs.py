@@ -52,10 +52,13 @@ def find_docs():
 
 
 def blocks(path, lines):
-    """(first line, end line, command) of each marked block; raises on a bad marker."""
-    out, i = [], 0
+    """(first line, end line, command, kind) of each marked block outside code
+    blocks; raises on a marker without its end."""
+    out, i, fenced = [], 0, False
     while i < len(lines):
-        m = BEGIN.match(lines[i])
+        if lines[i].startswith("```"):  # a marker shown inside a code block is text
+            fenced = not fenced
+        m = None if fenced else BEGIN.match(lines[i])
         if m:
             j = i + 1
             while j < len(lines) and lines[j].rstrip("\n") != END:
