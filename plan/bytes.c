@@ -6,6 +6,8 @@
  */
 #include "plan/plan_impl.h"
 
+#include "plan/footprint.h"
+
 #include "ferry.h"
 
 #include <math.h>
@@ -185,25 +187,88 @@ static double largest_tensor(const ferry_plan_model *m) {
   return fmax(t, v);
 }
 
-/* The engine's own host buffers, out of tiers.host.budget at finalize:
- * drain staging (2 groups, always), upload staging (2 groups, device-home
- * params on the CPU path) and commit staging (1 group, params off the device). */
-static double staging_bytes(const plan_place_ctx *c) {
-  double g = c->G * c->pb;
-  double up = c->ph == FERRY_PLAN_GPU && c->cpu_path ? 2 * g : 0;
-  return 2 * g + up + (c->ph != FERRY_PLAN_GPU ? g : 0);
+/* Tensors of a block, the group with the most (the GPU math's pinned sums
+ * hold one per tensor). */
+static double block_tensors(const ferry_plan_model *m) {
+  if (m->arch == FERRY_ARCH_GPT2) return 12; /* 2 LN, c_attn, c_proj, c_fc, mlp c_proj: w + b */
+  return 9 + (m->qkv_bias ? 3 : 0) + (m->o_bias ? 1 : 0) + (m->mlp_bias ? 3 : 0);
 }
 
-/* The host pool's working set of the NVMe homes: one group's optimizer
- * chunks, two of grads (one drained, one stepped), two of params (one
- * fetched, one committed), and two largest chunks of slack (the engine's host_working_set). */
-static double swap_bytes(const ferry_plan_input *in, const plan_place_ctx *c) {
-  double w = 0, big = 0, t = largest_tensor(&in->model);
-  if (c->oh == FERRY_PLAN_NVME) w += c->grp_o, big = fmax(big, fmax(c->mb, c->sb) * t);
-  if (c->gh == FERRY_PLAN_GRADS_NVME) w += 2 * c->grp_g, big = fmax(big, c->gb * t);
-  if (c->ph == FERRY_PLAN_NVME) w += 2 * c->grp_p, big = fmax(big, c->pb * t);
-  if (w > 0 && c->ch > 0) w += 2 * fmax(c->ch, big);
-  return w;
+enum { LAY_PARAMS, LAY_GRADS, LAY_MASTER, LAY_OPTIM };
+
+/* Bytes of one group's tensors of n elements in a family (LAY_OPTIM: the
+ * master, when there is one, and each state). */
+static double group_bytes(const ferry_plan_input *in, const plan_place_ctx *c, int fam, double n) {
+  switch (fam) {
+  case LAY_PARAMS: return n * c->pb;
+  case LAY_GRADS: return n * c->gb;
+  case LAY_MASTER: return n * c->mb;
+  default: return n * c->mb + c->k * state_bytes(in, n);
+  }
+}
+
+/* A family as the engine's layout packs it, this rank's share of each
+ * group: the largest group (group_chunks), the whole (reserved in whole
+ * chunks: ⌈x / C⌉·C, each state apart; the layout's trimmed chunks hold at
+ * most that), the largest chunk (C, or a tensor larger than C in a chunk of
+ * its own) and the chunks. With chunk_size 0: the exact bytes, no chunks. */
+static ferry_footprint_family layout_family(const ferry_plan_input *in, const plan_place_ctx *c,
+                                            int fam, double share) {
+  const ferry_plan_model *m = &in->model;
+  const double n[3] = {(double)ferry_plan_embed_params(m), (double)ferry_plan_block_params(m),
+                       (double)ferry_plan_head_params(m)};
+  const double times[3] = {1, (double)m->layers, 1};
+  double chunks = 0, P = c->P * share;
+  for (int i = 0; i < 3; i++) {
+    double x = group_bytes(in, c, fam, n[i] * share);
+    if (x > 0) chunks += times[i] * (c->ch > 0 ? ceil(x / c->ch) : 1);
+  }
+  double total = fam == LAY_OPTIM ? round_chunk(P * c->mb, c->ch) +
+                                        c->k * round_chunk(state_bytes(in, P), c->ch)
+                                  : round_chunk(group_bytes(in, c, fam, P), c->ch);
+  double gmax = group_chunks(group_bytes(in, c, fam, c->G * share), c->ch);
+  double per[] = {c->pb, c->gb, c->mb, fmax(c->mb, c->sb)};
+  double big = per[fam] * largest_tensor(m);
+  ferry_footprint_family f;
+  f.group_max = (uint64_t)llround(gmax);
+  f.total = (uint64_t)llround(total);
+  f.chunk_max = c->ch > 0 ? (uint64_t)llround(big > c->ch ? big : fmin(c->ch, gmax)) : 0;
+  f.chunks = (uint64_t)chunks;
+  return f;
+}
+
+void plan_footprint(const ferry_plan_input *in, int p, plan_fp *fp) {
+  plan_place_ctx c = plan_place_context(in, p);
+  memset(fp, 0, sizeof *fp);
+  /* grads "none": no accumulator (the engine names the host, and holds none there) */
+  fp->home[FERRY_FAMILY_PARAMS] = (ferry_tier)c.ph;
+  fp->home[FERRY_FAMILY_GRADS] = c.gh == FERRY_PLAN_GRADS_GPU    ? FERRY_TIER_DEVICE
+                                 : c.gh == FERRY_PLAN_GRADS_NVME ? FERRY_TIER_NVME
+                                                                 : FERRY_TIER_HOST;
+  fp->home[FERRY_FAMILY_OPTIM] = (ferry_tier)c.oh;
+  fp->fam[FERRY_FAMILY_PARAMS] = layout_family(in, &c, LAY_PARAMS, c.sp);
+  if (c.gh != FERRY_PLAN_GRADS_NONE) fp->fam[FERRY_FAMILY_GRADS] = layout_family(in, &c, LAY_GRADS, c.sg);
+  fp->fam[FERRY_FAMILY_OPTIM] = layout_family(in, &c, LAY_OPTIM, c.so);
+  fp->master = layout_family(in, &c, LAY_MASTER, c.so).total;
+  ferry_footprint_host_need(fp->home, fp->fam, &fp->need);
+  fp->nvme_files = ferry_footprint_nvme_files(fp->home, fp->fam);
+  /* the engine's pinned staging: the GPU's own math (all-gpu on CUDA)
+   * drains into its sums, not into staging */
+  int gpu_math = in->device == FERRY_PLAN_DEV_CUDA && c.oh == FERRY_PLAN_GPU;
+  ferry_footprint_engine fe;
+  memset(&fe, 0, sizeof fe);
+  fe.group_n = (uint64_t)c.G;
+  fe.esize = (size_t)c.pb;
+  fe.page = c.ch > 0 ? 4096 : 1;
+  fe.drain_staged = !gpu_math;
+  fe.gpu_sums = gpu_math ? (uint64_t)(2 * block_tensors(&in->model) * sizeof(double)) : 0;
+  fe.upload_staged = c.ph == FERRY_PLAN_GPU && !gpu_math;
+  fe.params_off_device = c.ph != FERRY_PLAN_GPU;
+  if (c.N > 1) /* the drain's fp32 buffers: the group and, sharded, a rank's piece */
+    fe.reduce = (uint64_t)(4 * c.G + (c.stage >= 1 ? 4 * ceil(c.G / c.N) : 0));
+  fe.params_sharded = c.N > 1 && c.stage >= 3;
+  ferry_footprint_staging_bytes(&fe, &fp->staging);
+  fp->grad_slots = 2 * ferry_footprint_group_buffer(fe.group_n, fe.esize, fe.page);
 }
 
 /* Bytes per tier and family of placement p at batch b. */
@@ -211,8 +276,8 @@ static void place_bytes(const ferry_plan_input *in, int p, double b,
                         double out[FERRY_PLAN_TIERS][FERRY_PLAN_FAMILIES]) {
   memset(out, 0, sizeof(double) * FERRY_PLAN_TIERS * FERRY_PLAN_FAMILIES);
   plan_place_ctx c = plan_place_context(in, p);
-  double params = round_chunk(c.P * c.pb * c.sp, c.ch); /* this rank's share */
-  double grads = round_chunk(c.P * c.gb * c.sg, c.ch);
+  plan_fp fp;
+  plan_footprint(in, p, &fp);
   double *gpu = out[FERRY_PLAN_GPU], *host = out[FERRY_PLAN_HOST];
   /* activations and scratch: the device's on a GPU; the CPU model's host
    * allocations on --device host (in the RSS, not in the device budget) */
@@ -220,19 +285,19 @@ static void place_bytes(const ferry_plan_input *in, int p, double b,
     gpu[FERRY_FAM_ACT] = activation_bytes(in, b);
     gpu[FERRY_FAM_WORKSPACE] = workspace_bytes(in, b);
   }
-  gpu[FERRY_FAM_GRADS] = 2 * c.G * c.pb; /* grad buffers: being written, being drained */
-  /* params: the whole family at home, else two groups (in use, next); at
-   * stage 3 the home keeps this rank's share and the device two gathered groups */
-  if (c.ph == FERRY_PLAN_GPU) gpu[FERRY_FAM_PARAMS] = params + (c.sp < 1 ? 2 * c.grp_p : 0);
-  else gpu[FERRY_FAM_PARAMS] = 2 * c.grp_p;
-  out[c.ph][FERRY_FAM_PARAMS] += c.ph == FERRY_PLAN_GPU ? 0 : params;
-  if (c.gh == FERRY_PLAN_GRADS_GPU) gpu[FERRY_FAM_GRADS] += grads;
-  else if (c.gh == FERRY_PLAN_GRADS_HOST) host[FERRY_FAM_GRADS] = grads;
-  else if (c.gh == FERRY_PLAN_GRADS_NVME) out[FERRY_PLAN_NVME][FERRY_FAM_GRADS] = grads;
-  out[c.oh][FERRY_FAM_MASTER] = round_chunk(c.P * c.mb * c.so, c.ch);
-  out[c.oh][FERRY_FAM_OPTIM] = c.k * round_chunk(state_bytes(in, c.P * c.so), c.ch);
-  host[FERRY_FAM_BUFFERS] = staging_bytes(&c);
-  host[FERRY_FAM_SWAP] = swap_bytes(in, &c);
+  gpu[FERRY_FAM_GRADS] = (double)fp.grad_slots; /* grad buffers: being written, being drained */
+  /* each family whole in its home (this rank's share); the params also two
+   * groups on the device (in use, next) when they live elsewhere, and at
+   * stage 3 two gathered groups beside the device home's share */
+  double params = (double)fp.fam[FERRY_FAMILY_PARAMS].total;
+  out[c.ph][FERRY_FAM_PARAMS] = params;
+  if (c.ph != FERRY_PLAN_GPU || c.sp < 1) gpu[FERRY_FAM_PARAMS] += 2 * c.grp_p;
+  if (c.gh != FERRY_PLAN_GRADS_NONE)
+    out[fp.home[FERRY_FAMILY_GRADS]][FERRY_FAM_GRADS] += (double)fp.fam[FERRY_FAMILY_GRADS].total;
+  out[c.oh][FERRY_FAM_MASTER] = (double)fp.master;
+  out[c.oh][FERRY_FAM_OPTIM] = (double)(fp.fam[FERRY_FAMILY_OPTIM].total - fp.master);
+  host[FERRY_FAM_BUFFERS] = (double)fp.staging.total;
+  host[FERRY_FAM_SWAP] = (double)(fp.need.optim + fp.need.grads + fp.need.params + fp.need.slack);
 }
 
 static void fmt_bytes(double b, char *buf, size_t n) {

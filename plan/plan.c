@@ -55,13 +55,25 @@ static int64_t max_batch(const ferry_plan_input *in, int p) {
   return lo;
 }
 
-/* The next group's NVMe optimizer chunks, read ahead when the host budget
- * has room beside the working set (not part of the fit). */
+/* The next group's NVMe optimizer chunks, read ahead when the host pool
+ * has room for them beside the need of one step and the host copies of the
+ * device pool's chunks (the engine's finalize, plan/footprint.h; not part
+ * of the fit); and the NVMe swap files the layout asks for. */
 static void candidate_readahead(const ferry_plan_input *in, int p, ferry_plan_candidate *c) {
-  plan_place_ctx x = plan_place_context(in, p);
-  c->readahead_bytes = x.oh == FERRY_PLAN_NVME ? (uint64_t)llround(x.grp_o) : 0;
-  c->readahead_fits = c->tier_bytes[FERRY_PLAN_HOST] + c->readahead_bytes <=
-                      in->budget[FERRY_PLAN_HOST];
+  plan_fp fp;
+  plan_footprint(in, p, &fp);
+  c->readahead_bytes =
+      fp.home[FERRY_FAMILY_OPTIM] == FERRY_TIER_NVME ? fp.fam[FERRY_FAMILY_OPTIM].group_max : 0;
+  uint64_t host = in->budget[FERRY_PLAN_HOST], gpu = in->budget[FERRY_PLAN_GPU];
+  uint64_t pool = host > fp.staging.total ? host - fp.staging.total : 0;
+  /* the device pool: the device budget less the engine's grad slots and
+   * what the trainer reserves (activations, workspace) */
+  uint64_t own = fp.grad_slots + c->bytes[FERRY_PLAN_GPU][FERRY_FAM_ACT] +
+                 c->bytes[FERRY_PLAN_GPU][FERRY_FAM_WORKSPACE];
+  size_t param_ahead;
+  ferry_footprint_read_ahead(pool, gpu > own ? gpu - own : 0, &fp.need, &param_ahead,
+                             &c->readahead_fits);
+  c->nvme_file_bytes = fp.nvme_files;
 }
 
 static void candidate(const ferry_plan_input *in, int p, ferry_plan_candidate *c) {

@@ -9,6 +9,7 @@
 #include "plan/plan.h"
 
 #include "core/json.h"
+#include "plan/footprint.h"
 
 #include <stddef.h>
 
@@ -45,6 +46,20 @@ typedef struct {
 plan_place_ctx plan_place_context(const ferry_plan_input *in, int p);
 /* precision.master = bf16: the params are the master. */
 int plan_bf16_master(const ferry_plan_input *in);
+
+/* Placement p as the engine will lay it out, through plan/footprint.h:
+ * each family's chunks (this rank's share) and home, the engine's staging
+ * and grad slots, the host pool's need of one step, the NVMe swap files. */
+typedef struct {
+  ferry_tier home[FERRY_FAMILIES];
+  ferry_footprint_family fam[FERRY_FAMILIES];
+  uint64_t master; /* the optimizer family's master bytes (its row of the table) */
+  ferry_footprint_staging staging;
+  uint64_t grad_slots;
+  ferry_footprint_host need;
+  uint64_t nvme_files;
+} plan_fp;
+void plan_footprint(const ferry_plan_input *in, int p, plan_fp *fp);
 
 /* A candidate, step by step (plan/bytes.c, plan/time.c): whether placement
  * p fits the budgets at batch b (short_by: bytes over each tier's budget);
