@@ -247,7 +247,8 @@ void plan_footprint(const ferry_plan_input *in, int p, plan_fp *fp) {
                                                                  : FERRY_TIER_HOST;
   fp->home[FERRY_FAMILY_OPTIM] = (ferry_tier)c.oh;
   fp->fam[FERRY_FAMILY_PARAMS] = layout_family(in, &c, LAY_PARAMS, c.sp);
-  if (c.gh != FERRY_PLAN_GRADS_NONE) fp->fam[FERRY_FAMILY_GRADS] = layout_family(in, &c, LAY_GRADS, c.sg);
+  if (c.gh != FERRY_PLAN_GRADS_NONE)
+    fp->fam[FERRY_FAMILY_GRADS] = layout_family(in, &c, LAY_GRADS, c.sg);
   fp->fam[FERRY_FAMILY_OPTIM] = layout_family(in, &c, LAY_OPTIM, c.so);
   fp->master = layout_family(in, &c, LAY_MASTER, c.so).total;
   ferry_footprint_host_need(fp->home, fp->fam, &fp->need);
@@ -426,7 +427,8 @@ static void cached_groups(const ferry_plan_input *in, const plan_place_ctx *c,
 /* NVMe bytes per step, per family and direction (docs/PLANNING.md, "NVMe
  * bytes per step"). A copy in the device implies one in the host pool, so
  * the host's cached groups are the ones not read again. */
-void plan_nvme_traffic(const ferry_plan_input *in, const plan_place_ctx *c, ferry_plan_candidate *k) {
+void plan_nvme_traffic(const ferry_plan_input *in, const plan_place_ctx *c,
+                       ferry_plan_candidate *k) {
   const ferry_plan_model *m = &in->model;
   double A = (double)in->grad_accumulation;
   memset(k->nvme_read, 0, sizeof k->nvme_read);

@@ -63,8 +63,9 @@ int ferry_plan_model_preset(const char *name, ferry_plan_model *out, char *why, 
   size_t o = 0;
   for (int i = 0; i < NPRESETS && o < sizeof list; i++)
     o += (size_t)snprintf(list + o, sizeof list - o, "%s%s", i ? ", " : "", presets[i].m.name);
-  return plan_fail(why, wl, FERRY_ENOENT, "unknown model preset '%s' (presets: %s; or a config.json)",
-              name ? name : "", list);
+  return plan_fail(why, wl, FERRY_ENOENT,
+                   "unknown model preset '%s' (presets: %s; or a config.json)", name ? name : "",
+                   list);
 }
 
 double plan_q_dim(const ferry_plan_model *m) { return (double)m->heads * (double)m->head_dim; }
@@ -168,8 +169,8 @@ static int cfg_int(const ferry_json_value *root, const char *key, int64_t dflt, 
     return 0;
   }
   if (v->type != FERRY_JSON_NUM || !v->is_int || v->i <= 0 || v->i > (1ll << 40))
-    return plan_fail(why, wl, FERRY_EINVAL, "%s:%d: \"%s\" must be a positive integer", name, v->line,
-                key);
+    return plan_fail(why, wl, FERRY_EINVAL, "%s:%d: \"%s\" must be a positive integer", name,
+                     v->line, key);
   *out = v->i;
   return 0;
 }
@@ -182,7 +183,8 @@ static int cfg_bool(const ferry_json_value *root, const char *key, int dflt, int
     return 0;
   }
   if (v->type != FERRY_JSON_BOOL)
-    return plan_fail(why, wl, FERRY_EINVAL, "%s:%d: \"%s\" must be true or false", name, v->line, key);
+    return plan_fail(why, wl, FERRY_EINVAL, "%s:%d: \"%s\" must be true or false", name, v->line,
+                     key);
   *out = v->b;
   return 0;
 }
@@ -233,7 +235,8 @@ static int config_family(const ferry_json_value *root, const char *name, const c
   const ferry_json_value *mt = ferry_json_get(root, "model_type");
   const char *t = mt && mt->type == FERRY_JSON_STR ? mt->str : NULL;
   if (mt && !t)
-    return plan_fail(why, wl, FERRY_EINVAL, "%s:%d: \"model_type\" must be a string", name, mt->line);
+    return plan_fail(why, wl, FERRY_EINVAL, "%s:%d: \"model_type\" must be a string", name,
+                     mt->line);
   if (ferry_json_get(root, "num_local_experts") || ferry_json_get(root, "num_experts"))
     return plan_fail(why, wl, FERRY_ENOTSUP,
                 "%s: mixture-of-experts models are not supported by the planner", name);

@@ -13,7 +13,8 @@
  * "Data parallelism"): a reduce-scatter or an all-gather moves (N - 1) / N
  * of its buffer per rank, an all-reduce twice that. Grads go as fp32 (the
  * engine reduces its fp32 drain), params at their dtype. */
-static void comm_bytes(const ferry_plan_input *in, const plan_place_ctx *x, ferry_plan_candidate *c) {
+static void comm_bytes(const ferry_plan_input *in, const plan_place_ctx *x,
+                       ferry_plan_candidate *c) {
   double N = x->N, A = (double)in->grad_accumulation, f = (N - 1) / N;
   double grads = 4 * x->P, params = x->P * x->pb;
   c->comm_grad_bytes = c->comm_param_bytes = 0;
