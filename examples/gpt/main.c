@@ -6,6 +6,7 @@
  */
 #include "gpt.h"
 #include "footprint.h"
+#include "blas.h"
 #include "gpt_cuda.h" /* the device layout; the model through its module (--device cuda) */
 
 #include "ferry.h"
@@ -1874,29 +1875,27 @@ out:
  * address-space limit (ulimit -v) refuses it. So under a limit that cannot
  * hold one per core beside 512 MiB for the rest, and with no thread count
  * of the user's in the environment, ferry-gpt runs itself again at once
- * with OPENBLAS_NUM_THREADS set to what fits (at least 1: no workers). */
-static void fit_blas_threads(char **argv) {
+ * (gpt_blas_start, blas.c: 1 returned) with OPENBLAS_NUM_THREADS set to
+ * what fits (at least 1: no workers). */
+static int fit_blas_threads(void) {
   struct rlimit rl;
-  if (getrlimit(RLIMIT_AS, &rl) || rl.rlim_cur == RLIM_INFINITY) return;
+  if (getrlimit(RLIMIT_AS, &rl) || rl.rlim_cur == RLIM_INFINITY) return 0;
   if (getenv("OPENBLAS_NUM_THREADS") || getenv("GOTO_NUM_THREADS") || getenv("OMP_NUM_THREADS"))
-    return;
+    return 0;
   long cores = sysconf(_SC_NPROCESSORS_ONLN);
   const uint64_t per = 136ull << 20, keep = 512ull << 20;
   uint64_t lim = (uint64_t)rl.rlim_cur;
   long fit = lim > keep ? (long)((lim - keep) / per) : 0;
   if (fit < 1) fit = 1;
-  if (cores < 1 || fit >= cores) return;
+  if (cores < 1 || fit >= cores) return 0;
   char v[32], c[32];
   snprintf(v, sizeof v, "%ld", fit);
   snprintf(c, sizeof c, "%ld", cores);
-  if (setenv("OPENBLAS_NUM_THREADS", v, 1) || setenv("FERRY_GPT_BLAS_FITTED", c, 1)) return;
-  execv("/proc/self/exe", argv); /* returns only on failure: go on as we are */
-  unsetenv("OPENBLAS_NUM_THREADS");
-  unsetenv("FERRY_GPT_BLAS_FITTED");
+  return !setenv("OPENBLAS_NUM_THREADS", v, 1) && !setenv("FERRY_GPT_BLAS_FITTED", c, 1);
 }
 
 int main(int argc, char **argv) {
-  fit_blas_threads(argv);
+  gpt_blas_start(argv, fit_blas_threads()); /* OpenBLAS's threads and kernel: one restart */
   if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {
     fputs(k_main_help, argc < 2 ? stderr : stdout);
     return argc < 2 ? 2 : 0;
