@@ -157,8 +157,8 @@ static const char *choose(char **argv) {
   if (probe_passes(argv, kernel)) return kernel;
   snprintf(g_rejected, sizeof g_rejected, "%s", kernel);
   fprintf(stderr, "ferry-gpt: warning: OpenBLAS took its %s kernel (a CPU it does not know); "
-          "its %s kernel, which this CPU's features call for, disagrees with a reference GEMM "
-          "here, so %s stays (OPENBLAS_CORETYPE picks one)\n", pick, kernel, pick);
+          "its %s kernel, which this CPU's features call for, failed a check against a reference "
+          "GEMM here, so %s stays (OPENBLAS_CORETYPE picks one)\n", pick, kernel, pick);
   return NULL;
 }
 
@@ -185,7 +185,7 @@ void gpt_blas_json(FILE *out) {
   const char *chose = getenv(CHOSE_ENV), *core = getenv("OPENBLAS_CORETYPE");
   const char *by = !core ? "openblas" : chose && !strcmp(chose, core) ? "cpuid"
                                                                       : "OPENBLAS_CORETYPE";
-  fprintf(out, "{\"library\": \"%s\", \"kernel\": \"%s\", \"chosen_by\": \"%s\", \"rejected\": ",
+  fprintf(out, "{\"config\": \"%s\", \"kernel\": \"%s\", \"chosen_by\": \"%s\", \"rejected\": ",
           openblas_get_config(), openblas_get_corename(), by);
   if (g_rejected[0]) fprintf(out, "\"%s\"}", g_rejected);
   else fprintf(out, "null}");

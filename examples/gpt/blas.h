@@ -15,7 +15,7 @@
  * GEMM's child process (FERRY_GPT_BLAS_PROBE) it does not return. */
 void gpt_blas_start(char **argv, int restart);
 
-/* {"library": ..., "kernel": ..., "chosen_by": ..., "rejected": ...}:
+/* {"config": ..., "kernel": ..., "chosen_by": ..., "rejected": ...}:
  * OpenBLAS's config string, the kernel running (openblas_get_corename),
  * who chose it ("openblas", "cpuid" or "OPENBLAS_CORETYPE") and the kernel
  * the reference GEMM turned down (null when none). */
