@@ -21,8 +21,8 @@ step's loss, seconds per step and the engine's optimizer bytes per param
 and step (--stats-json optim_bytes_per_param).
 
 The test gpt.compact_state runs the same checks on a CI-sized case
-(--model tiny --steps 100, under a minute); gpt.compact_state.full (label
-slow, `./ferry.sh test --slow`) runs the full size above.
+(--model tiny --steps 100 --seq 64, about 20 s of CPU); gpt.compact_state.full
+(label slow, `./ferry.sh test --slow`) runs the full size above.
 
 usage: compact_state.py --gpt FERRY-GPT --root REPO --work DIR
                         [--data FILE] [--steps N] [--runs fp32,bf16,...]

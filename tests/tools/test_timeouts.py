@@ -9,8 +9,11 @@ usage: test_timeouts.py CTEST BUILD_DIR [LIMIT]   (LIMIT: 120)
 exit: 0 pass, 1 a test breaks the rule, 2 ctest did not answer.
 """
 import json
+import os
+import shutil
 import subprocess
 import sys
+import tempfile
 
 
 def main():
@@ -19,8 +22,18 @@ def main():
         return 2
     ctest, build = sys.argv[1], sys.argv[2]
     limit = float(sys.argv[3]) if len(sys.argv) == 4 else 120.0
-    p = subprocess.run([ctest, "--test-dir", build, "--show-only=json-v1"],
-                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # ctest run in the build folder would write a new Testing/Temporary/
+    # LastTest.log over the one of the run this test is part of: it reads
+    # a copy of the build's CTestTestfile.cmake files instead
+    with tempfile.TemporaryDirectory() as tree:
+        for top, dirs, files in os.walk(build):
+            dirs[:] = [d for d in dirs if d != "Testing"]
+            if "CTestTestfile.cmake" in files:
+                to = os.path.join(tree, os.path.relpath(top, build))
+                os.makedirs(to, exist_ok=True)
+                shutil.copy(os.path.join(top, "CTestTestfile.cmake"), to)
+        p = subprocess.run([ctest, "--test-dir", tree, "--show-only=json-v1"],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     if p.returncode != 0:
         print("test_timeouts: ctest --show-only exited %d: %s" % (p.returncode, p.stderr))
         return 2
