@@ -119,7 +119,7 @@ int parse_sample(int argc, char **argv, sample_opts *o);
 int log_level_of(const char *w); /* FERRY_LOG_* of a log_level word, or -1 */
 
 /* blas_threads.c */
-void fit_blas_threads(char **argv); /* at start: may run the program again */
+int fit_blas_threads(void); /* at start: 1 when the program must run again (blas.c) */
 int train_address_space(const train_run *t);
 
 /* train_setup.c: each returns 0 or the exit code */

@@ -67,23 +67,21 @@ int train_address_space(const train_run *t) {
  * address-space limit (ulimit -v) refuses it. So under a limit that cannot
  * hold one per core beside 512 MiB for the rest, and with no thread count
  * of the user's in the environment, ferry-gpt runs itself again at once
- * with OPENBLAS_NUM_THREADS set to what fits (at least 1: no workers). */
-void fit_blas_threads(char **argv) {
+ * (gpt_blas_start, blas.c: 1 returned) with OPENBLAS_NUM_THREADS set to
+ * what fits (at least 1: no workers). */
+int fit_blas_threads(void) {
   struct rlimit rl;
-  if (getrlimit(RLIMIT_AS, &rl) || rl.rlim_cur == RLIM_INFINITY) return;
+  if (getrlimit(RLIMIT_AS, &rl) || rl.rlim_cur == RLIM_INFINITY) return 0;
   if (getenv("OPENBLAS_NUM_THREADS") || getenv("GOTO_NUM_THREADS") || getenv("OMP_NUM_THREADS"))
-    return;
+    return 0;
   long cores = sysconf(_SC_NPROCESSORS_ONLN);
   const uint64_t per = 136ull << 20, keep = 512ull << 20;
   uint64_t lim = (uint64_t)rl.rlim_cur;
   long fit = lim > keep ? (long)((lim - keep) / per) : 0;
   if (fit < 1) fit = 1;
-  if (cores < 1 || fit >= cores) return;
+  if (cores < 1 || fit >= cores) return 0;
   char v[32], c[32];
   snprintf(v, sizeof v, "%ld", fit);
   snprintf(c, sizeof c, "%ld", cores);
-  if (setenv("OPENBLAS_NUM_THREADS", v, 1) || setenv("FERRY_GPT_BLAS_FITTED", c, 1)) return;
-  execv("/proc/self/exe", argv); /* returns only on failure: go on as we are */
-  unsetenv("OPENBLAS_NUM_THREADS");
-  unsetenv("FERRY_GPT_BLAS_FITTED");
+  return !setenv("OPENBLAS_NUM_THREADS", v, 1) && !setenv("FERRY_GPT_BLAS_FITTED", c, 1);
 }

@@ -6,14 +6,15 @@
  * This file is the dispatch alone; app.h maps the other files.
  */
 #include "app.h"
+#include "blas.h"
 
 #include <stdio.h>
 #include <string.h>
 
 int main(int argc, char **argv) {
   /* Startup, before anything else: OpenBLAS's threads under ulimit -v
-   * (blas_threads.c; may run the program again at once). */
-  fit_blas_threads(argv);
+   * (blas_threads.c) and its kernel (blas.c): one restart at most. */
+  gpt_blas_start(argv, fit_blas_threads());
   if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {
     fputs(k_main_help, argc < 2 ? stderr : stdout);
     return argc < 2 ? 2 : 0;
