@@ -33,7 +33,7 @@ void ckpt_tensor_name(char *nm, const engine_param_view *p, int r) {
 /* ---- files and folders ------------------------------------------------- */
 
 int ckpt_io_status(int err) {
-  return err == ENOSPC || err == EDQUOT ? FERRY_ENOSPC
+  return err == ENOSPC || err == EDQUOT  ? FERRY_ENOSPC
          : err == EACCES || err == EPERM ? FERRY_EPERM
          : err == ENOENT                 ? FERRY_ENOENT
                                          : FERRY_EIO;
@@ -172,7 +172,8 @@ int ckpt_holder_init(ckpt_holder *h, ckpt_ctx *c) {
   memset(h, 0, sizeof *h);
   h->c = c;
   int rc = ferry_stream_create(c->f.dev, &h->s);
-  if (rc) return ferry_err(c->f.err, rc, "checkpoint: stream: %s", ferry_device_last_error(c->f.dev));
+  if (rc)
+    return ferry_err(c->f.err, rc, "checkpoint: stream: %s", ferry_device_last_error(c->f.dev));
   h->bounce = malloc(CKPT_BOUNCE);
   if (!h->bounce) return ferry_err(c->f.err, FERRY_ENOMEM, "checkpoint: out of memory");
   return FERRY_OK;
@@ -206,13 +207,14 @@ int ckpt_holder_get(ckpt_holder *h, uint32_t id, int writing, void **ptr, size_t
   ckpt_ctx *c = h->c;
   ferry_mem_tensor_info ti;
   int rc = ferry_mem_tensor_get(c->f.mem, id, &ti);
-  if (rc) return ferry_err(c->f.err, rc, "checkpoint: tensor %u: %s", id, ferry_mem_last_error(c->f.mem));
+  if (rc)
+    return ferry_err(c->f.err, rc, "checkpoint: tensor %u: %s", id, ferry_mem_last_error(c->f.mem));
   int tier = family_tier(c, ti.family);
   if (!h->held || h->group != ti.group || h->family != ti.family || h->writing != writing) {
     rc = ckpt_holder_drop(h);
     if (rc) return rc;
-    rc = ferry_mem_fetch(c->f.mem, ti.group, ti.family, tier, tier == FERRY_TIER_DEVICE ? h->s : NULL,
-                         FERRY_MEM_NOTRACE);
+    rc = ferry_mem_fetch(c->f.mem, ti.group, ti.family, tier,
+                         tier == FERRY_TIER_DEVICE ? h->s : NULL, FERRY_MEM_NOTRACE);
     if (rc)
       return ferry_err(c->f.err, rc, "checkpoint: fetching group %u (%s): %s", ti.group,
                        ferry_family_name(ti.family), ferry_mem_last_error(c->f.mem));
@@ -222,14 +224,16 @@ int ckpt_holder_get(ckpt_holder *h, uint32_t id, int writing, void **ptr, size_t
     h->tier = tier;
     h->writing = writing;
     if (writing) {
-      rc = ferry_mem_mark_dirty(c->f.mem, ti.group, ti.family, tier, tier == FERRY_TIER_DEVICE ? h->s : NULL);
+      rc = ferry_mem_mark_dirty(c->f.mem, ti.group, ti.family, tier,
+                                tier == FERRY_TIER_DEVICE ? h->s : NULL);
       if (rc)
         return ferry_err(c->f.err, rc, "checkpoint: group %u (%s): %s", ti.group,
                          ferry_family_name(ti.family), ferry_mem_last_error(c->f.mem));
     }
   }
   rc = ferry_mem_tensor_ptr(c->f.mem, id, tier, ptr);
-  if (rc) return ferry_err(c->f.err, rc, "checkpoint: %s: %s", ti.name, ferry_mem_last_error(c->f.mem));
+  if (rc)
+    return ferry_err(c->f.err, rc, "checkpoint: %s: %s", ti.name, ferry_mem_last_error(c->f.mem));
   *bytes = ti.bytes;
   return FERRY_OK;
 }

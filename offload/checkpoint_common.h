@@ -12,9 +12,9 @@
 #include "offload/engine_walk.h"
 #include "offload/safetensors.h"
 
-#define CKPT_BOUNCE (4u << 20)            /* device <-> host copies go through this */
+#define CKPT_BOUNCE        (4u << 20) /* device <-> host copies go through this */
 #define CKPT_DEFAULT_SHARD (4ull << 30)
-#define CKPT_PREFIX "step-"
+#define CKPT_PREFIX        "step-"
 #define OPTIM_ROLES                                                                                \
   (1u << FERRY_ROLE_MASTER | 1u << FERRY_ROLE_EXP_AVG | 1u << FERRY_ROLE_EXP_AVG_SQ)
 

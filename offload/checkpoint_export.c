@@ -51,7 +51,9 @@ static int export_local(ckpt_ctx *c, const char *path, uint64_t max_shard_bytes)
   if (!rc) {
     r = ckpt_rename_into_place(tmp, path, trash);
     if (!r) r = ckpt_fsync(parent);
-    if (r) rc = ferry_err(c->f.err, ckpt_io_status(-r), "export: rename %s -> %s: %s", tmp, path, strerror(-r));
+    if (r)
+      rc = ferry_err(c->f.err, ckpt_io_status(-r), "export: rename %s -> %s: %s", tmp, path,
+                     strerror(-r));
   }
   if (rc) ckpt_rm_tree(tmp);
   return rc;

@@ -34,7 +34,8 @@ static int find_folder(const char *path, char *folder, size_t cap, int64_t *step
   if (stat(mp, &st) == 0) {
     char name[4096]; /* the last component, trailing slashes dropped */
     size_t nl = strlen(path);
-    while (nl > 1 && path[nl - 1] == '/') nl--;
+    while (nl > 1 && path[nl - 1] == '/')
+      nl--;
     if (nl >= sizeof name) nl = sizeof name - 1;
     memcpy(name, path, nl);
     name[nl] = '\0';
@@ -47,8 +48,9 @@ static int find_folder(const char *path, char *folder, size_t cap, int64_t *step
     int r = ckpt_list(path, &list, &n);
     if (r || n == 0) {
       if (!r) free(list);
-      snprintf(why, wl, "%.400s: no checkpoint there (no %.300s, no " CKPT_PREFIX "* folder)%.300s%.300s", path,
-               CKPT_MANIFEST_NAME, r ? ": " : "", r ? strerror(-r) : "");
+      snprintf(why, wl,
+               "%.400s: no checkpoint there (no %.300s, no " CKPT_PREFIX "* folder)%.300s%.300s",
+               path, CKPT_MANIFEST_NAME, r ? ": " : "", r ? strerror(-r) : "");
       return r && r != -ENOENT ? ckpt_io_status(-r) : FERRY_ENOENT;
     }
     *step = list[0].step;
@@ -153,7 +155,9 @@ static int check_required_files(const ckpt_manifest *m, const char *mp, char *wh
   }
   if (!have_user || !have_params || !have_optim) {
     snprintf(why, wl, "%.400s: the manifest lists no %.300s", mp,
-             !have_user ? "user.bin" : !have_params ? "params/ file" : "optim/ file");
+             !have_user     ? "user.bin"
+             : !have_params ? "params/ file"
+                            : "optim/ file");
     return FERRY_ECORRUPT;
   }
   for (size_t i = 0; i < m->nfiles; i++)
@@ -167,7 +171,7 @@ static int check_required_files(const ckpt_manifest *m, const char *mp, char *wh
 
 /* Finds the checkpoint folder of path (find_folder), reads its manifest
  * into *m and checks every file it lists; on failure *m is empty. */
-int ckpt_open(const char *path, char *folder, size_t cap, ckpt_manifest *m, int check_crc,
+static int ckpt_open(const char *path, char *folder, size_t cap, ckpt_manifest *m, int check_crc,
                      char *why, size_t wl) {
   memset(m, 0, sizeof *m);
   char mp[4096];
@@ -215,11 +219,13 @@ static int open_part(const ckpt_manifest *m, const char *folder, const char *sub
   int rc = ferry_safetensors_open(p, out);
   if (rc) {
     snprintf(why, wl, "%.400s", ferry_last_error());
-    return rc == FERRY_ENOENT || rc == FERRY_ENOMEM ? (rc == FERRY_ENOMEM ? rc : FERRY_ECORRUPT) : rc;
+    return rc == FERRY_ENOENT || rc == FERRY_ENOMEM ? (rc == FERRY_ENOMEM ? rc : FERRY_ECORRUPT)
+                                                    : rc;
   }
   for (int i = 0; i < ferry_safetensors_shard_count(*out); i++)
     if (!listed(m, folder, ferry_safetensors_shard_path(*out, i))) {
-      snprintf(why, wl, "%.400s: not listed in the manifest", ferry_safetensors_shard_path(*out, i));
+      snprintf(why, wl, "%.400s: not listed in the manifest",
+               ferry_safetensors_shard_path(*out, i));
       ferry_safetensors_close(*out);
       *out = NULL;
       return FERRY_ECORRUPT;
@@ -254,7 +260,8 @@ int ferry_checkpoint_verify(const char *path, ferry_checkpoint_info *info) {
     info->blob_bytes = m.blob_bytes;
     info->tensors = m.tensors;
     info->files = (int)m.nfiles;
-    for (size_t i = 0; i < m.nfiles; i++) info->total_bytes += m.files[i].bytes;
+    for (size_t i = 0; i < m.nfiles; i++)
+      info->total_bytes += m.files[i].bytes;
     snprintf(info->path, sizeof info->path, "%.1000s", folder);
   }
   ferry_safetensors_close(pf);
@@ -302,16 +309,20 @@ static int check_part(ckpt_ctx *c, ferry_safetensors *f, unsigned roles, const c
         return FERRY_ECORRUPT;
       }
       if (t.dtype != ti.dtype || !shape_equal(&t, ti.ndim, ti.shape)) {
-        snprintf(why, wl, "%.10s: tensor '%.300s' is %.8s with %d dims (first %lld), the engine has %.8s with %d "
-                 "(first %lld)", what, nm, ferry_dtype_name(t.dtype) ? ferry_dtype_name(t.dtype) : "?",
-                 t.ndim, t.ndim ? (long long)t.shape[0] : 0LL, ferry_dtype_name(ti.dtype), ti.ndim,
-                 (long long)ti.shape[0]);
+        snprintf(
+            why, wl,
+            "%.10s: tensor '%.300s' is %.8s with %d dims (first %lld), the engine has %.8s with %d "
+            "(first %lld)",
+            what, nm, ferry_dtype_name(t.dtype) ? ferry_dtype_name(t.dtype) : "?", t.ndim,
+            t.ndim ? (long long)t.shape[0] : 0LL, ferry_dtype_name(ti.dtype), ti.ndim,
+            (long long)ti.shape[0]);
         return FERRY_ECORRUPT;
       }
     }
   }
   if (ferry_safetensors_count(f) != want) {
-    snprintf(why, wl, "%.400s: %zu tensors, the engine has %zu", what, ferry_safetensors_count(f), want);
+    snprintf(why, wl, "%.400s: %zu tensors, the engine has %zu", what, ferry_safetensors_count(f),
+             want);
     return FERRY_ECORRUPT;
   }
   return FERRY_OK;
@@ -330,8 +341,9 @@ static int load_part(ckpt_ctx *c, ckpt_holder *h, ferry_safetensors *f) {
     int rc = ckpt_holder_get(h, id, 1, &ptr, &bytes);
     if (rc) return rc;
     if (bytes != t.nbytes)
-      return ferry_err(c->f.err, FERRY_ECORRUPT, "checkpoint load: '%s' has %llu bytes, expected %zu",
-                       t.name, (unsigned long long)t.nbytes, bytes);
+      return ferry_err(c->f.err, FERRY_ECORRUPT,
+                       "checkpoint load: '%s' has %llu bytes, expected %zu", t.name,
+                       (unsigned long long)t.nbytes, bytes);
     if (h->tier != FERRY_TIER_DEVICE) {
       rc = ferry_safetensors_read(f, i, 0, ptr, bytes);
     } else {
@@ -341,18 +353,24 @@ static int load_part(ckpt_ctx *c, ckpt_holder *h, ferry_safetensors *f) {
         if (!rc) rc = ferry_safetensors_read(f, i, at, h->bounce, n);
         if (rc) break;
         rc = ferry_memcpy_async(h->s, (char *)ptr + at, h->bounce, n, FERRY_COPY_H2D);
-        if (rc) return ferry_err(c->f.err, rc, "checkpoint load: %s: %s", t.name, ferry_device_last_error(c->f.dev));
+        if (rc)
+          return ferry_err(c->f.err, rc, "checkpoint load: %s: %s", t.name,
+                           ferry_device_last_error(c->f.dev));
       }
     }
     if (rc)
-      return ferry_err(c->f.err, rc, "checkpoint load: '%s': %s", t.name, ferry_safetensors_last_error(f));
+      return ferry_err(c->f.err, rc, "checkpoint load: '%s': %s", t.name,
+                       ferry_safetensors_last_error(f));
   }
   return ckpt_holder_drop(h);
 }
 
 /* The config value of a manifest dtype name ("F32" -> "fp32"). */
 static const char *layout_name(const char *dt) {
-  return !strcmp(dt, "F32") ? "fp32" : !strcmp(dt, "BF16") ? "bf16" : !strcmp(dt, "I8") ? "int8" : dt;
+  return !strcmp(dt, "F32")    ? "fp32"
+         : !strcmp(dt, "BF16") ? "bf16"
+         : !strcmp(dt, "I8")   ? "int8"
+                               : dt;
 }
 
 /* The checkpoint m fits the engine: its param dtype, optimizer and state
@@ -370,23 +388,27 @@ static int check_fits(const ckpt_ctx *c, const ckpt_manifest *m, float scale, ch
     return FERRY_ECORRUPT;
   }
   /* the optimizer's layout: never converted on load */
-  const char *sdt = ferry_dtype_name(c->f.ocfg.state_dtype), *mdt = c->f.master_bf16 ? "BF16" : "F32";
+  const char *sdt = ferry_dtype_name(c->f.ocfg.state_dtype),
+             *mdt = c->f.master_bf16 ? "BF16" : "F32";
   if (strcmp(m->state_dtype, sdt)) {
-    snprintf(why, wl, "the optimizer states are %.8s, the engine's optimizer.state_dtype is "
+    snprintf(why, wl,
+             "the optimizer states are %.8s, the engine's optimizer.state_dtype is "
              "\"%.8s\" (a checkpoint is loaded only into the layout it was saved from; set "
              "optimizer.state_dtype = \"%.8s\")",
              m->state_dtype, layout_name(sdt), layout_name(m->state_dtype));
     return FERRY_ECORRUPT;
   }
   if (c->f.ocfg.state_dtype == FERRY_DT_I8 && m->state_block != c->f.ocfg.state_block) {
-    snprintf(why, wl, "the int8 optimizer states have blocks of %llu, the engine's "
+    snprintf(why, wl,
+             "the int8 optimizer states have blocks of %llu, the engine's "
              "optimizer.state_block is %zu (set optimizer.state_block = %llu)",
              (unsigned long long)m->state_block, c->f.ocfg.state_block,
              (unsigned long long)m->state_block);
     return FERRY_ECORRUPT;
   }
   if (strcmp(m->master_dtype, mdt)) {
-    snprintf(why, wl, "the master weights are %.8s, the engine's precision.master is \"%.8s\" "
+    snprintf(why, wl,
+             "the master weights are %.8s, the engine's precision.master is \"%.8s\" "
              "(set precision.master = \"%.8s\")",
              !strcmp(m->master_dtype, "BF16") ? "the bf16 params" : "fp32", layout_name(mdt),
              layout_name(m->master_dtype));
@@ -412,9 +434,9 @@ static int open_parts(ckpt_ctx *c, const ckpt_manifest *m, const char *folder,
   if (!rc) rc = open_part(m, folder, "optim", of, why, wl);
   if (!rc) rc = check_part(c, *pf, 1u << FERRY_ROLE_PARAM, "params", why, wl);
   if (!rc)
-    rc = check_part(c, *of,
-                    1u << FERRY_ROLE_MASTER | 1u << FERRY_ROLE_EXP_AVG | 1u << FERRY_ROLE_EXP_AVG_SQ,
-                    "optim", why, wl);
+    rc = check_part(
+        c, *of, 1u << FERRY_ROLE_MASTER | 1u << FERRY_ROLE_EXP_AVG | 1u << FERRY_ROLE_EXP_AVG_SQ,
+        "optim", why, wl);
   return rc;
 }
 
@@ -439,15 +461,17 @@ static int read_blob(ckpt_ctx *c, const char *folder, uint64_t bytes, void *blob
 static int load_tensors(ckpt_ctx *c, ferry_safetensors *pf, ferry_safetensors *of) {
   ckpt_holder h;
   int rc = ckpt_holder_init(&h, c);
-  if (!rc) rc = c->f.sharded ? ckpt_move_pieces(c, &h, of, OPTIM_ROLES, 0, NULL) : load_part(c, &h, of);
+  if (!rc)
+    rc = c->f.sharded ? ckpt_move_pieces(c, &h, of, OPTIM_ROLES, 0, NULL) : load_part(c, &h, of);
   if (!rc)
     rc = c->f.params_sharded ? ckpt_move_pieces(c, &h, pf, 1u << FERRY_ROLE_PARAM, 0, NULL)
-                                  : load_part(c, &h, pf);
+                             : load_part(c, &h, pf);
   if (!rc) ckpt_holder_drop(&h);
   ckpt_holder_destroy(&h);
   if (rc) return rc;
   rc = ferry_mem_flush(c->f.mem);
-  if (rc) rc = ferry_err(c->f.err, rc, "checkpoint load: flush: %s", ferry_mem_last_error(c->f.mem));
+  if (rc)
+    rc = ferry_err(c->f.err, rc, "checkpoint load: flush: %s", ferry_mem_last_error(c->f.mem));
   return rc;
 }
 
@@ -468,8 +492,8 @@ static void loading_close(ckpt_loading *L) {
 
 /* Everything a load checks before it changes anything (check_crc 0: not
  * the files' sizes and CRCs, which another rank checked). */
-static int load_check(ckpt_ctx *c, const char *path, void *blob, size_t blob_cap,
-                      size_t *blob_len, int check_crc, ckpt_loading *L) {
+static int load_check(ckpt_ctx *c, const char *path, void *blob, size_t blob_cap, size_t *blob_len,
+                      int check_crc, ckpt_loading *L) {
   char why[1024] = "";
   memset(L, 0, sizeof *L);
   int rc = ckpt_open(path, L->folder, sizeof L->folder, &L->m, check_crc, why, sizeof why);
@@ -571,4 +595,3 @@ int ferry_checkpoint_load(ferry_engine *e, const char *path, void *blob, size_t 
   loading_close(&L);
   return rc;
 }
-

@@ -55,7 +55,7 @@ static int write_file(const char *path, const void *data, size_t n) {
  * never interleave: the second gets FERRY_EBUSY. Its temporary folder
  * holds .owner (the pid, locked for the save's life): a leftover is
  * removed only when that lock can be taken, i.e. its owner is dead. */
-#define CKPT_LOCK_NAME ".lock"
+#define CKPT_LOCK_NAME  ".lock"
 #define CKPT_OWNER_NAME ".owner"
 
 /* The pid written in the lock file fd (0 when none yet). */
@@ -100,7 +100,8 @@ static int lock_file(const char *path, long *holder) {
 static int dir_lock(ckpt_ctx *c, const char *dir, int *fd) {
   *fd = -1;
   if (mkdir(dir, 0777) && errno != EEXIST)
-    return ferry_err(c->f.err, ckpt_io_status(errno), "checkpoint save: mkdir %s: %s", dir, strerror(errno));
+    return ferry_err(c->f.err, ckpt_io_status(errno), "checkpoint save: mkdir %s: %s", dir,
+                     strerror(errno));
   char path[4096];
   if (ckpt_join(path, sizeof path, dir, CKPT_LOCK_NAME))
     return ferry_err(c->f.err, FERRY_EOVERFLOW, "checkpoint save: folder name too long");
@@ -181,7 +182,8 @@ static int cmp_file(const void *a, const void *b) {
 static int list_files(const char *folder, const char *sub, ckpt_file **files, size_t *n,
                       size_t *cap) {
   char dir[4096];
-  if (sub[0] ? ckpt_join(dir, sizeof dir, folder, sub) : snprintf(dir, sizeof dir, "%s", folder) < 0)
+  if (sub[0] ? ckpt_join(dir, sizeof dir, folder, sub)
+             : snprintf(dir, sizeof dir, "%s", folder) < 0)
     return -ENAMETOOLONG;
   DIR *d = opendir(dir);
   if (!d) return -errno;
@@ -207,8 +209,10 @@ static int list_files(const char *folder, const char *sub, ckpt_file **files, si
     memset(f, 0, sizeof *f);
     int len = sub[0] ? snprintf(f->path, sizeof f->path, "%s/%s", sub, de->d_name)
                      : snprintf(f->path, sizeof f->path, "%s", de->d_name);
-    if (len < 0 || (size_t)len >= sizeof f->path) r = -ENAMETOOLONG;
-    else (*n)++;
+    if (len < 0 || (size_t)len >= sizeof f->path)
+      r = -ENAMETOOLONG;
+    else
+      (*n)++;
   }
   closedir(d);
   return r;
@@ -226,11 +230,11 @@ static int save_files(ckpt_ctx *c, const char *tmp, const void *blob, size_t blo
   char path[4096];
   if (!rc && params && ckpt_join(path, sizeof path, tmp, "params"))
     rc = ferry_err(c->f.err, FERRY_EOVERFLOW, "checkpoint: path too long");
-  if (!rc && params) rc = ckpt_write_model(c, &h, path, max_shard, 1u << FERRY_ROLE_PARAM, c->f.dtype);
+  if (!rc && params)
+    rc = ckpt_write_model(c, &h, path, max_shard, 1u << FERRY_ROLE_PARAM, c->f.dtype);
   if (!rc && optim && ckpt_join(path, sizeof path, tmp, "optim"))
     rc = ferry_err(c->f.err, FERRY_EOVERFLOW, "checkpoint: path too long");
-  if (!rc && optim)
-    rc = ckpt_write_model(c, &h, path, max_shard, OPTIM_ROLES, c->f.dtype);
+  if (!rc && optim) rc = ckpt_write_model(c, &h, path, max_shard, OPTIM_ROLES, c->f.dtype);
   ckpt_holder_destroy(&h);
   if (rc) return rc;
   int r;
@@ -271,8 +275,8 @@ static int save_manifest(ckpt_ctx *c, const char *tmp, size_t blob_len) {
   if (!r) r = list_files(tmp, "", &m.files, &m.nfiles, &cap);
   if (r) {
     ckpt_manifest_free(&m);
-    return ferry_err(c->f.err, r == -ENOMEM ? FERRY_ENOMEM : ckpt_io_status(-r), "checkpoint: %s: %s",
-                     tmp, strerror(-r));
+    return ferry_err(c->f.err, r == -ENOMEM ? FERRY_ENOMEM : ckpt_io_status(-r),
+                     "checkpoint: %s: %s", tmp, strerror(-r));
   }
   if (m.nfiles) qsort(m.files, m.nfiles, sizeof *m.files, cmp_file);
   char why[512] = "";
@@ -297,10 +301,12 @@ static int save_manifest(ckpt_ctx *c, const char *tmp, size_t blob_len) {
   /* the folders' entries reach the disk before the rename publishes them */
   static const char *subs[] = {"params", "optim", ""};
   for (int i = 0; i < 3; i++) {
-    if (subs[i][0] ? ckpt_join(path, sizeof path, tmp, subs[i]) : snprintf(path, sizeof path, "%s", tmp) < 0)
+    if (subs[i][0] ? ckpt_join(path, sizeof path, tmp, subs[i])
+                   : snprintf(path, sizeof path, "%s", tmp) < 0)
       return ferry_err(c->f.err, FERRY_EOVERFLOW, "checkpoint: path too long");
     if ((r = ckpt_fsync(path)))
-      return ferry_err(c->f.err, ckpt_io_status(-r), "checkpoint: fsync %s: %s", path, strerror(-r));
+      return ferry_err(c->f.err, ckpt_io_status(-r), "checkpoint: fsync %s: %s", path,
+                       strerror(-r));
   }
   return FERRY_OK;
 }
@@ -321,7 +327,8 @@ static void prune(const char *root, int keep) {
   for (size_t i = (size_t)keep; i < n; i++) {
     char from[4096], to[4096], trash[128];
     snprintf(trash, sizeof trash, ".trash-%s-%ld", list[i].name, (long)getpid());
-    if (ckpt_join(from, sizeof from, root, list[i].name) || ckpt_join(to, sizeof to, root, trash)) continue;
+    if (ckpt_join(from, sizeof from, root, list[i].name) || ckpt_join(to, sizeof to, root, trash))
+      continue;
     if (rename(from, to) == 0) {
       ckpt_fsync(root);
       ckpt_rm_tree(to);
@@ -345,13 +352,13 @@ static int save_names(ckpt_ctx *c, const char *dir, int64_t steps, long pid, cha
 
 /* With DIR locked: the leftovers of killed saves removed, tmp made with
  * its .owner locked (*owner_fd); *made: tmp was made (remove it on failure). */
-static int save_begin(ckpt_ctx *c, const char *dir, const char *tmp, int *owner_fd,
-                      int *made) {
+static int save_begin(ckpt_ctx *c, const char *dir, const char *tmp, int *owner_fd, int *made) {
   *owner_fd = -1;
   *made = 0;
   remove_leftovers(c, dir);
   if (mkdir(tmp, 0777))
-    return ferry_err(c->f.err, ckpt_io_status(errno), "checkpoint save: mkdir %s: %s", tmp, strerror(errno));
+    return ferry_err(c->f.err, ckpt_io_status(errno), "checkpoint save: mkdir %s: %s", tmp,
+                     strerror(errno));
   *made = 1;
   char owner[4096];
   if (ckpt_join(owner, sizeof owner, tmp, CKPT_OWNER_NAME))
@@ -388,8 +395,8 @@ static int save_publish(ckpt_ctx *c, const char *dir, const char *tmp, const cha
   int r = ckpt_rename_into_place(tmp, target, trash);
   if (!r) r = ckpt_fsync(dir);
   if (r)
-    return ferry_err(c->f.err, ckpt_io_status(-r), "checkpoint save: rename %s -> %s: %s", tmp, target,
-                     strerror(-r));
+    return ferry_err(c->f.err, ckpt_io_status(-r), "checkpoint save: rename %s -> %s: %s", tmp,
+                     target, strerror(-r));
   return FERRY_OK;
 }
 
@@ -408,8 +415,10 @@ static int save_local(ckpt_ctx *c, const char *dir, const void *blob, size_t blo
     if (!rc) rc = save_into(c, tmp, blob, blob_len, o->max_shard_bytes);
     if (!rc) drop_owner(tmp, &owner);
     if (!rc) rc = save_publish(c, dir, tmp, target, trash);
-    if (rc && made) ckpt_rm_tree(tmp); /* no partial folder stays behind */
-    else if (!rc) prune(dir, o->keep);
+    if (rc && made)
+      ckpt_rm_tree(tmp); /* no partial folder stays behind */
+    else if (!rc)
+      prune(dir, o->keep);
     drop_owner(tmp, &owner);
   }
   dir_unlock(dir, &lock);
@@ -437,14 +446,16 @@ static int save_ranks(ckpt_ctx *c, const char *dir, const void *blob, size_t blo
   int sharded = c->f.sharded, psharded = c->f.params_sharded, made = 0;
   char params[4096];
   rc = save_names(c, dir, pg.steps, (long)pid, tmp, target, trash);
-  if (!rc && (ckpt_join(optim, sizeof optim, tmp, "optim") || ckpt_join(params, sizeof params, tmp, "params")))
+  if (!rc && (ckpt_join(optim, sizeof optim, tmp, "optim") ||
+              ckpt_join(params, sizeof params, tmp, "params")))
     rc = ferry_err(c->f.err, FERRY_EOVERFLOW, "%s: path too long", op);
   int lock = -1, owner = -1; /* rank 0's: only it makes, publishes and prunes */
   if (!rc && c->f.rank == 0) {
     rc = dir_lock(c, dir, &lock);
     if (!rc) rc = save_begin(c, dir, tmp, &owner, &made);
     if (!rc && sharded) rc = ckpt_layout_part(c, optim, o->max_shard_bytes, OPTIM_ROLES);
-    if (!rc && psharded) rc = ckpt_layout_part(c, params, o->max_shard_bytes, 1u << FERRY_ROLE_PARAM);
+    if (!rc && psharded)
+      rc = ckpt_layout_part(c, params, o->max_shard_bytes, 1u << FERRY_ROLE_PARAM);
   }
   rc = ranks_agree(c->e, rc, op);
   if (!rc) {
@@ -463,14 +474,15 @@ static int save_ranks(ckpt_ctx *c, const char *dir, const void *blob, size_t blo
     rc = ranks_agree(c->e, rc, op);
   }
   if (c->f.rank == 0 && made) {
-    if (rc) ckpt_rm_tree(tmp); /* (gone already when it was renamed) */
-    else prune(dir, o->keep);
+    if (rc)
+      ckpt_rm_tree(tmp); /* (gone already when it was renamed) */
+    else
+      prune(dir, o->keep);
   }
   drop_owner(tmp, &owner);
   dir_unlock(dir, &lock);
   return rc;
 }
-
 
 int ferry_checkpoint_save(ferry_engine *e, const char *dir, const void *blob, size_t blob_len,
                           const ferry_checkpoint_options *opt) {
@@ -480,16 +492,18 @@ int ferry_checkpoint_save(ferry_engine *e, const char *dir, const void *blob, si
   ferry_checkpoint_options o = opt ? *opt : ferry_checkpoint_options_default();
   if (!o.max_shard_bytes) o.max_shard_bytes = CKPT_DEFAULT_SHARD;
   int rc = FERRY_OK;
-  if (!dir || !dir[0]) rc = ferry_err(c->f.err, FERRY_EINVAL, "checkpoint save: no folder");
-  else if (blob_len && !blob) rc = ferry_err(c->f.err, FERRY_EINVAL, "checkpoint save: blob is NULL");
+  if (!dir || !dir[0])
+    rc = ferry_err(c->f.err, FERRY_EINVAL, "checkpoint save: no folder");
+  else if (blob_len && !blob)
+    rc = ferry_err(c->f.err, FERRY_EINVAL, "checkpoint save: blob is NULL");
   else if (blob_len > CKPT_MAX_BLOB)
     rc = ferry_err(c->f.err, FERRY_EINVAL, "checkpoint save: blob of %zu bytes (at most %llu)",
                    blob_len, (unsigned long long)CKPT_MAX_BLOB);
-  else if (o.keep < 0) rc = ferry_err(c->f.err, FERRY_EINVAL, "checkpoint save: keep %d", o.keep);
+  else if (o.keep < 0)
+    rc = ferry_err(c->f.err, FERRY_EINVAL, "checkpoint save: keep %d", o.keep);
   if (!rc) rc = engine_quiesce(e, "checkpoint save");
   if (c->f.nranks <= 1) return rc ? rc : save_local(c, dir, blob, blob_len, &o);
   /* with ranks (a collective): a refusal on one rank refuses on all */
   rc = ranks_agree(e, rc, "checkpoint save");
   return rc ? rc : save_ranks(c, dir, blob, blob_len, &o);
 }
-

@@ -27,9 +27,10 @@ static int write_tensors(ckpt_ctx *c, ckpt_holder *h, ferry_safetensors_writer *
        * absmax as one U8 tensor of bytes) */
       ferry_mem_tensor_info ti;
       rc = ferry_mem_tensor_get(c->f.mem, p->id[r], &ti);
-      if (rc) return ferry_err(c->f.err, rc, "checkpoint: %s: %s", nm, ferry_mem_last_error(c->f.mem));
-      rc = ferry_safetensors_writer_add(w, nm, r == FERRY_ROLE_PARAM ? param_dt : ti.dtype,
-                                        ti.ndim, ti.shape);
+      if (rc)
+        return ferry_err(c->f.err, rc, "checkpoint: %s: %s", nm, ferry_mem_last_error(c->f.mem));
+      rc = ferry_safetensors_writer_add(w, nm, r == FERRY_ROLE_PARAM ? param_dt : ti.dtype, ti.ndim,
+                                        ti.shape);
     }
   }
   if (rc) return ferry_err(c->f.err, rc, "%s", ferry_safetensors_writer_last_error(w));
@@ -37,7 +38,8 @@ static int write_tensors(ckpt_ctx *c, ckpt_holder *h, ferry_safetensors_writer *
    * so a failure there (ENOSPC) keeps its status; any other answer is the
    * name check, which the loop below passes. */
   rc = ferry_safetensors_writer_write(w, "", NULL, 0);
-  if (rc && rc != FERRY_ESTATE) return ferry_err(c->f.err, rc, "%s", ferry_safetensors_writer_last_error(w));
+  if (rc && rc != FERRY_ESTATE)
+    return ferry_err(c->f.err, rc, "%s", ferry_safetensors_writer_last_error(w));
   rc = FERRY_OK;
   const char *nm;
   while ((nm = ferry_safetensors_writer_next(w))) {
@@ -55,7 +57,9 @@ static int write_tensors(ckpt_ctx *c, ckpt_holder *h, ferry_safetensors_writer *
         size_t n = bytes - at < CKPT_BOUNCE ? bytes - at : CKPT_BOUNCE;
         rc = ferry_memcpy_async(h->s, h->bounce, (char *)ptr + at, n, FERRY_COPY_D2H);
         if (!rc) rc = ferry_stream_synchronize(h->s);
-        if (rc) return ferry_err(c->f.err, rc, "checkpoint: %s: %s", nm, ferry_device_last_error(c->f.dev));
+        if (rc)
+          return ferry_err(c->f.err, rc, "checkpoint: %s: %s", nm,
+                           ferry_device_last_error(c->f.dev));
         rc = ferry_safetensors_writer_write(w, nm, h->bounce, n);
       }
     }
@@ -90,8 +94,8 @@ static size_t whole_esize(const ckpt_ctx *c, int r) {
 }
 
 /* Role r of p whole, as one rank keeps it: dtype and shape. */
-void ckpt_whole_info(const ckpt_ctx *c, const engine_param_view *p, int r, ferry_dtype *dt, int *ndim,
-                       int64_t *shape) {
+void ckpt_whole_info(const ckpt_ctx *c, const engine_param_view *p, int r, ferry_dtype *dt,
+                     int *ndim, int64_t *shape) {
   *ndim = p->ndim;
   memcpy(shape, p->shape, (size_t)p->ndim * sizeof *shape);
   *dt = r == FERRY_ROLE_PARAM    ? c->f.dtype
@@ -130,13 +134,14 @@ static int piece_out(ckpt_ctx *c, ckpt_holder *h, const engine_param_view *p, in
   }
   rc = ferry_memcpy_async(h->s, mine, ptr, bytes, FERRY_COPY_D2H);
   if (!rc) rc = ferry_stream_synchronize(h->s);
-  return rc ? ferry_err(c->f.err, rc, "checkpoint: %s", ferry_device_last_error(c->f.dev)) : FERRY_OK;
+  return rc ? ferry_err(c->f.err, rc, "checkpoint: %s", ferry_device_last_error(c->f.dev))
+            : FERRY_OK;
 }
 
 /* Role r of p whole into `full` on every rank (a collective): every rank's
  * piece gathered in rank order (int8: the codes, then the absmax). */
-static int gather_whole(ckpt_ctx *c, const engine_param_view *p, int r, const char *mine, char *full,
-                        size_t *counts) {
+static int gather_whole(ckpt_ctx *c, const engine_param_view *p, int r, const char *mine,
+                        char *full, size_t *counts) {
   size_t off;
   int rc;
   if (is_int8(c, r)) {
@@ -173,10 +178,11 @@ static size_t largest_whole(const ckpt_ctx *c) {
   return m;
 }
 
-/* The optim part of a sharded save, on every rank (a collective): rank 0
- * names each tensor its writer `w` asks for next (a broadcast; -1 ends it,
- * also when rank 0 has no writer or failed), every rank gives its piece,
- * rank 0 writes the whole. Returns this rank's status. */
+/* A part gathered whole (write_whole: the params of a stage-3 export), on
+ * every rank (a collective): rank 0 names each tensor its writer `w` asks
+ * for next (a broadcast; -1 ends it, also when rank 0 has no writer or
+ * failed), every rank gives its piece, rank 0 writes the whole. Returns
+ * this rank's status. */
 int ckpt_optim_phase(ckpt_ctx *c, ckpt_holder *h, ferry_safetensors_writer *w) {
   c->phases++;
   size_t big = largest_whole(c);
@@ -332,7 +338,8 @@ static int move_run(ckpt_ctx *c, ckpt_holder *h, char *ptr, int out, int fd, uin
     } else if (!out && h->tier == FERRY_TIER_DEVICE) {
       rc = ferry_stream_synchronize(h->s); /* the bounce buffer is free */
     }
-    if (rc) return ferry_err(c->f.err, rc, "checkpoint: %s: %s", nm, ferry_device_last_error(c->f.dev));
+    if (rc)
+      return ferry_err(c->f.err, rc, "checkpoint: %s: %s", nm, ferry_device_last_error(c->f.dev));
     if (out) {
       for (size_t d = 0; d < k;) {
         ssize_t wr = pwrite(fd, buf + d, k - d, (off_t)(off + at + d));
@@ -347,10 +354,13 @@ static int move_run(ckpt_ctx *c, ckpt_holder *h, char *ptr, int out, int fd, uin
     } else {
       rc = ferry_safetensors_read(f, ti, toff + at, buf, k);
       if (rc)
-        return ferry_err(c->f.err, rc, "checkpoint load: '%s': %s", nm, ferry_safetensors_last_error(f));
+        return ferry_err(c->f.err, rc, "checkpoint load: '%s': %s", nm,
+                         ferry_safetensors_last_error(f));
       if (h->tier == FERRY_TIER_DEVICE) {
         rc = ferry_memcpy_async(h->s, ptr + at, buf, k, FERRY_COPY_H2D);
-        if (rc) return ferry_err(c->f.err, rc, "checkpoint load: %s: %s", nm, ferry_device_last_error(c->f.dev));
+        if (rc)
+          return ferry_err(c->f.err, rc, "checkpoint load: %s: %s", nm,
+                           ferry_device_last_error(c->f.dev));
       }
     }
     at += k;
@@ -363,7 +373,7 @@ static int move_run(ckpt_ctx *c, ckpt_holder *h, char *ptr, int out, int fd, uin
  * files (out; fds: f's shards opened for writing) or read from them. One
  * group of one family held at a time, in group order. */
 int ckpt_move_pieces(ckpt_ctx *c, ckpt_holder *h, ferry_safetensors *f, unsigned roles, int out,
-                       const int *fds) {
+                     const int *fds) {
   int rc = FERRY_OK;
   engine_param_iter it = engine_params(c->e, 1);
   for (const engine_param_view *p; !rc && (p = engine_params_next(&it));) {
@@ -401,12 +411,13 @@ int ckpt_write_pieces(ckpt_ctx *c, const char *path, unsigned roles) {
   int ns = ferry_safetensors_shard_count(f);
   int *fds = malloc((size_t)ns * sizeof *fds);
   if (!fds) rc = ferry_err(c->f.err, FERRY_ENOMEM, "checkpoint: out of memory");
-  for (int s = 0; s < ns && fds; s++) fds[s] = -1;
+  for (int s = 0; s < ns && fds; s++)
+    fds[s] = -1;
   for (int s = 0; s < ns && !rc; s++) {
     fds[s] = open(ferry_safetensors_shard_path(f, s), O_WRONLY | O_CLOEXEC);
     if (fds[s] < 0)
-      rc = ferry_err(c->f.err, ckpt_io_status(errno), "checkpoint: %s: %s", ferry_safetensors_shard_path(f, s),
-                     strerror(errno));
+      rc = ferry_err(c->f.err, ckpt_io_status(errno), "checkpoint: %s: %s",
+                     ferry_safetensors_shard_path(f, s), strerror(errno));
   }
   ckpt_holder h;
   if (!rc) {
@@ -428,7 +439,7 @@ int ckpt_write_pieces(ckpt_ctx *c, const char *path, unsigned roles) {
 
 /* A writer over `path` (a folder when max_shard > 0) filled and finished. */
 int ckpt_write_model(ckpt_ctx *c, ckpt_holder *h, const char *path, uint64_t max_shard,
-                       unsigned roles, ferry_dtype param_dt) {
+                     unsigned roles, ferry_dtype param_dt) {
   if (c->f.sharded && ((roles & OPTIM_ROLES) || c->f.params_sharded))
     return write_whole(c, h, path, max_shard, roles);
   ferry_safetensors_writer *w;
@@ -442,4 +453,3 @@ int ckpt_write_model(ckpt_ctx *c, ckpt_holder *h, const char *path, uint64_t max
   ferry_safetensors_writer_destroy(w);
   return rc;
 }
-

@@ -22,14 +22,14 @@ typedef struct {
   ferry_optimizer_config ocfg; /* the optimizer's configuration (state_dtype, state_block) */
   int dynamic_scale;           /* the loss scale is dynamic (a checkpoint carries it) */
   ferry_tier param_home, optim_home;
-  size_t nparams;              /* params registered */
+  size_t nparams;               /* params registered */
   int nranks, rank, zero_stage; /* 1, 0 and 0 alone */
-  int sharded;                 /* master and states are pieces (ZeRO >= 1 with ranks) */
-  int params_sharded;          /* the params too (stage 3 with ranks) */
-  ferry_mem *mem;              /* the memory manager holding every tensor (thread-safe) */
+  int sharded;                  /* master and states are pieces (ZeRO >= 1 with ranks) */
+  int params_sharded;           /* the params too (stage 3 with ranks) */
+  ferry_mem *mem;               /* the memory manager holding every tensor (thread-safe) */
   ferry_device *dev;
-  ferry_comm *ch;              /* the loop's channel to the other ranks (NULL alone) */
-  ferry_errbuf *err;           /* where a failure's message goes */
+  ferry_comm *ch;    /* the loop's channel to the other ranks (NULL alone) */
+  ferry_errbuf *err; /* where a failure's message goes */
   const ferry_logger *log;
 } engine_facts;
 
@@ -37,13 +37,13 @@ void engine_walk_facts(ferry_engine *e, engine_facts *out);
 
 /* One param as a checkpoint sees it (its fields live as long as the engine). */
 typedef struct {
-  size_t index;          /* in registration order */
+  size_t index; /* in registration order */
   const char *name;
   int ndim;
   const int64_t *shape;
-  size_t n;              /* elements */
-  size_t plo, pn;        /* this rank's piece: elements [plo, plo + pn) (alone: 0, n) */
-  const uint32_t *id;    /* the manager's tensor of each role (UINT32_MAX: none) */
+  size_t n;           /* elements */
+  size_t plo, pn;     /* this rank's piece: elements [plo, plo + pn) (alone: 0, n) */
+  const uint32_t *id; /* the manager's tensor of each role (UINT32_MAX: none) */
 } engine_param_view;
 
 /* A walk over the params: by_group 1 in group order (by group, then
