@@ -14,6 +14,7 @@
 
 /* What a finalized engine is, and its handles, as a checkpoint reads it. */
 typedef struct {
+  /* the layout */
   ferry_dtype dtype;           /* of the params */
   size_t esize;                /* bytes per param element */
   int nstates;                 /* optimizer states per element (0, 1, 2) */
@@ -22,11 +23,15 @@ typedef struct {
   ferry_optimizer_config ocfg; /* the optimizer's configuration (state_dtype, state_block) */
   int dynamic_scale;           /* the loss scale is dynamic (a checkpoint carries it) */
   ferry_tier param_home, optim_home;
-  size_t nparams;               /* params registered */
-  int nranks, rank, zero_stage; /* 1, 0 and 0 alone */
-  int sharded;                  /* master and states are pieces (ZeRO >= 1 with ranks) */
-  int params_sharded;           /* the params too (stage 3 with ranks) */
-  ferry_mem *mem;               /* the memory manager holding every tensor (thread-safe) */
+  size_t nparams; /* params registered */
+
+  /* the ranks (alone: 1 rank, rank 0, stage 0) */
+  int nranks, rank, zero_stage;
+  int sharded;        /* master and states are pieces (ZeRO >= 1 with ranks) */
+  int params_sharded; /* the params too (stage 3 with ranks) */
+
+  /* the handles */
+  ferry_mem *mem; /* the memory manager holding every tensor (thread-safe) */
   ferry_device *dev;
   ferry_comm *ch;    /* the loop's channel to the other ranks (NULL alone) */
   ferry_errbuf *err; /* where a failure's message goes */
