@@ -10,7 +10,7 @@
 /* The safetensors limit on the JSON header (Hugging Face refuses larger). */
 #define FERRY_ST_MAX_HEADER (100u * 1000u * 1000u)
 
-/* Checkpoints of ranks (offload/checkpoint.c): finishes a writer none of
+/* Checkpoints of ranks (offload/checkpoint_tensors.c): finishes a writer none of
  * whose tensor bytes were given, leaving them as holes that other
  * processes fill later with pwrite at the offsets the reader gives: lays
  * the files out (headers), sizes every file to its full length, writes

@@ -1,9 +1,10 @@
 /* offload/engine_impl.h — the engine's private structures and the calls
  * between its rooms. Each room is one file and calls go one way:
  *
- *   checkpoint.c ─> engine.c ─┐
- *                   step.c ───┼─> drain.c ─> stepper.c ─> group.c ─> gpu.c
- *                             └─ (every room may call group.c and gpu.c)
+ *   checkpoint_*.c ─> engine_walk.h (engine_walk.c, engine.c, ranks.c)
+ *                     engine.c ─┐
+ *                     step.c ───┼─> drain.c ─> stepper.c ─> group.c ─> gpu.c
+ *                               └─ (every room may call group.c and gpu.c)
  *
  *   group.c    the group table: parameters, groups, their tensors in the
  *              memory manager, each group's update state
@@ -11,10 +12,11 @@
  *   drain.c    the gradient drain (the drain thread), device grad buffers
  *   step.c     the ferry_step driver: norm, scaling, queueing the updates
  *   engine.c   create, finalize, fetch/release, quiesce/restore
+ *   engine_walk.c  the checkpoints' view of the engine (engine_walk.h)
  *   ranks.c    the ranks (ZeRO): channels, fingerprints, the global norm,
  *              stage 3's gathers at fetch; called by engine.c, step.c and
- *              checkpoint.c, calls group.c (the drain and the stepper use
- *              their own channels)
+ *              the checkpoints (ranks_agree), calls group.c (the drain
+ *              and the stepper use their own channels)
  *   gpu.c      the leaf operations on grads and optimizer state that live
  *              on a real GPU (CUDA kernels, copies); below group.c, every
  *              room may call it and it calls no other
@@ -32,6 +34,7 @@
 #include "nvme/nvme.h"
 #include "format/config.h"
 #include "format/timeline.h"
+#include "offload/engine_walk.h"
 
 #include <pthread.h>
 
@@ -261,7 +264,6 @@ struct ferry_engine {
   ferry_comm *ch_loop, *ch_drain, *ch_step;
   int nranks, rank; /* (fixed) 1 and 0 alone */
   int zero_stage;   /* (fixed) dist.zero_stage with ranks; 0 alone */
-  int ckpt_phases;  /* (loop) checkpoint.c: a sharded save's gathered parts (params, optim) */
   /* ZeRO stage 3 (loop; fixed pointers): the params of a fetched group are
    * gathered from every rank's piece through a pinned host buffer into a
    * device buffer (ngather of them, the largest group each) */
@@ -478,33 +480,13 @@ void ranks_read_ahead(ferry_engine *e);
 /* Stage 3: waits for a read-ahead the loop did not fetch and frees its
  * buffer (ferry_step, quiesce, destroy: the step changes those params). */
 int ranks_drop_ahead(ferry_engine *e);
-/* With ranks (a collective on the loop channel): every rank's status rc
- * gathered; this rank's when it failed, else the first other rank's
- * failure (named in e->err), else 0. Alone: rc. */
-int ranks_agree(ferry_engine *e, int rc, const char *op);
-/* With ranks: rank 0's status rc to every rank (the others' e->err names
- * it when it failed); alone: rc. */
-int ranks_root_status(ferry_engine *e, int rc, const char *op);
+/* ranks_agree, ranks_root_status: engine_walk.h */
 
 /* engine.c: ferry_optimizer_bytes_per_param of the engine's optimizer
  * pass (ferry_stats.optim_bytes_per_param, the timeline's metadata). */
 double engine_optim_bytes_per_param(const ferry_engine *e);
 
-/* engine.c: for checkpoints */
-/* Waits until the loop is between steps (no step, no drain, no micro-batch
- * half handed in, no group fetched, uploads done); `op` names the caller in
- * errors. */
-int engine_quiesce(ferry_engine *e, const char *op);
-/* The step counter and loss scale a checkpoint saves and loads back. */
-typedef struct {
-  int64_t steps;
-  float scale;
-  int good_steps;
-  int64_t skipped;
-} engine_progress;
-void engine_progress_get(const ferry_engine *e, engine_progress *out);
-/* Sets them (after a quiesce, from a checkpoint): the next update uses
- * step p->steps for its bias correction. */
-void engine_restore(ferry_engine *e, const engine_progress *p);
+/* engine.c: for checkpoints: engine_quiesce, engine_progress_get, engine_restore
+ * (engine_walk.h) */
 
 #endif
