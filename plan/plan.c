@@ -89,8 +89,9 @@ static void candidate(const ferry_plan_input *in, int p, ferry_plan_candidate *c
   c->max_batch = max_batch(in, p);
 }
 
-int ferry_plan_compute(const ferry_plan_input *in, ferry_plan_result *out, char *why, size_t wl) {
-  if (!in || !out) return plan_fail(why, wl, FERRY_EINVAL, "plan: NULL argument");
+/* Every field of the input within its range; FERRY_EINVAL naming the
+ * first that is not. */
+static int check_input(const ferry_plan_input *in, char *why, size_t wl) {
   const ferry_plan_model *m = &in->model;
   if (m->layers < 1 || m->hidden < 1 || m->heads < 1 || m->kv_heads < 1 || m->ffn < 1 ||
       m->head_dim < 1 || m->vocab < 0)
@@ -157,6 +158,14 @@ int ferry_plan_compute(const ferry_plan_input *in, ferry_plan_result *out, char 
     if (!(*bws[i] > 0) || !isfinite(*bws[i]))
       return plan_fail(why, wl, FERRY_EINVAL, "plan: bandwidth %s must be > 0",
                   ferry_plan_bandwidth_key(1u << i));
+  return FERRY_OK;
+}
+
+int ferry_plan_compute(const ferry_plan_input *in, ferry_plan_result *out, char *why, size_t wl) {
+  if (!in || !out) return plan_fail(why, wl, FERRY_EINVAL, "plan: NULL argument");
+  int rc = check_input(in, why, wl);
+  if (rc) return rc;
+  const ferry_plan_model *m = &in->model;
   memset(out, 0, sizeof *out);
   out->params = ferry_plan_model_params(m);
   out->ranks = in->gpus * in->nodes;
