@@ -1,12 +1,12 @@
 /* cli/checkpoint.c — `ferry checkpoint verify|info DIR`: check a checkpoint
  * (ferry_checkpoint_verify: manifest, every file's size and CRC32C, the
- * tensor headers) or print what it holds (offload/checkpoint_info.c), as
+ * tensor headers) or print what it holds (format/checkpoint_info.c), as
  * text or JSON, without an engine.
  */
 #include "cli/cli.h"
 
 #include "ferry.h"
-#include "offload/checkpoint_info.h"
+#include "format/checkpoint_info.h"
 
 #include <string.h>
 

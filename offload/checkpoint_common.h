@@ -1,6 +1,6 @@
 /* offload/checkpoint_common.h — what the checkpoint files share: the
  * context of one call (ckpt_ctx: the engine's facts through engine_walk.h),
- * files and folders, the holder that keeps one group of one family's
+ * the holder that keeps one group of one family's
  * tensors in reach (checkpoint_common.c), and the tensors of a checkpoint
  * part between the engine and safetensors files (checkpoint_tensors.c).
  * Its users: checkpoint_save.c, checkpoint_load.c, checkpoint_export.c.
@@ -8,13 +8,13 @@
 #ifndef FERRY_OFFLOAD_CHECKPOINT_COMMON_H
 #define FERRY_OFFLOAD_CHECKPOINT_COMMON_H
 
+#include "format/checkpoint_files.h"
 #include "format/manifest.h"
 #include "offload/engine_walk.h"
 #include "format/safetensors.h"
 
 #define CKPT_BOUNCE        (4u << 20) /* device <-> host copies go through this */
 #define CKPT_DEFAULT_SHARD (4ull << 30)
-#define CKPT_PREFIX        "step-"
 #define OPTIM_ROLES                                                                                \
   (1u << FERRY_ROLE_MASTER | 1u << FERRY_ROLE_EXP_AVG | 1u << FERRY_ROLE_EXP_AVG_SQ)
 
@@ -30,27 +30,6 @@ const char *ckpt_optimizer_name(ferry_optim_type t);
 /* Role r's tensor of p: the param's name and the role's suffix (nm holds
  * FERRY_MEM_NAME_MAX + 1 bytes). */
 void ckpt_tensor_name(char *nm, const engine_param_view *p, int r);
-
-/* ---- files and folders (checkpoint_common.c) ---- */
-
-int ckpt_io_status(int err); /* errno -> FERRY_* */
-/* out = a/b; FERRY_EOVERFLOW when it does not fit. */
-int ckpt_join(char *out, size_t cap, const char *a, const char *b);
-int ckpt_fsync(const char *path); /* -errno on failure */
-/* Removes a folder and everything under it (no symlinks followed). */
-void ckpt_rm_tree(const char *path);
-/* Size and CRC32C of a file, streamed. */
-int ckpt_file_crc(const char *path, uint64_t *bytes, uint32_t *crc, char *why, size_t wl);
-/* Parses "step-<digits>" (the folder of one checkpoint); -1 otherwise. */
-int64_t ckpt_step_of(const char *name);
-typedef struct {
-  int64_t step;
-  char name[64];
-} ckpt_entry;
-/* The checkpoint folders in root, newest first (malloc'd); -errno. */
-int ckpt_list(const char *root, ckpt_entry **out, size_t *n);
-/* Moves the complete folder tmp to target, replacing one already there. */
-int ckpt_rename_into_place(const char *tmp, const char *target, const char *trash);
 
 /* ---- the engine's tensors (checkpoint_common.c) ---- */
 

@@ -1,11 +1,11 @@
-/* offload/checkpoint_info.h — what a checkpoint holds, for `ferry
+/* format/checkpoint_info.h — what a checkpoint holds, for `ferry
  * checkpoint info`, read without an engine: the manifest (its own CRC
  * checked) and the safetensors headers of params/ and optim/, grouped into
  * families. Reads no tensor data and checks no file CRC (that is
  * ferry_checkpoint_verify's job).
  */
-#ifndef FERRY_OFFLOAD_CHECKPOINT_INFO_H
-#define FERRY_OFFLOAD_CHECKPOINT_INFO_H
+#ifndef FERRY_FORMAT_CHECKPOINT_INFO_H
+#define FERRY_FORMAT_CHECKPOINT_INFO_H
 
 #include "format/manifest.h"
 

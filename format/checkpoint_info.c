@@ -1,9 +1,9 @@
-/* offload/checkpoint_info.c — reads what a checkpoint holds for `ferry
- * checkpoint info` (offload/checkpoint_info.h): the manifest through the
+/* format/checkpoint_info.c — reads what a checkpoint holds for `ferry
+ * checkpoint info` (format/checkpoint_info.h): the manifest through the
  * strict parser of checkpoint_manifest.c, and the tensor headers of
  * params/ and optim/ through the safetensors reader, counted per family.
  */
-#include "offload/checkpoint_info.h"
+#include "format/checkpoint_info.h"
 
 #include "core/file.h"
 #include "ferry.h"
