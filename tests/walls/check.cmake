@@ -3,8 +3,9 @@
 # lines) in the build folder BIN. A `hidden` probe must fail to compile with
 # its header not found (gcc: "h: No such file or directory", clang: "'h' file
 # not found"); a `seen` probe must compile. Any other outcome fails the test.
-# Then no source under SRC may climb out of its folder with a quoted include
-# of an absolute path or one through "..", which no include path can stop.
+# ferry_part() must refuse a *_impl.h in FACE (impl_face/). And no source
+# under SRC may climb out of its folder with a quoted include of an absolute
+# path or one through "..", which no include path can stop.
 file(STRINGS ${PROBES} lines)
 set(bad 0)
 foreach(line ${lines})
@@ -32,6 +33,17 @@ foreach(line ${lines})
     set(bad 1)
   endif()
 endforeach()
+# ferry_part() refuses a *_impl.h in FACE (impl_face/ lists one).
+execute_process(COMMAND ${CMAKE_COMMAND} -S ${SRC}/tests/walls/impl_face
+                -B ${BIN}/tests/walls/impl_face -D FERRY_SOURCE=${SRC}
+                RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE out)
+string(REGEX REPLACE "[ \n]+" " " flat "${out}")
+if(NOT rc EQUAL 0 AND flat MATCHES "memory/mem_impl\\.h is private \\(\\*_impl\\.h\\) and cannot be a FACE")
+  message(STATUS "ok: ferry_part() refuses memory/mem_impl.h as a FACE")
+else()
+  message(SEND_ERROR "ferry_part() took a *_impl.h as a FACE (rc ${rc}):\n${out}")
+  set(bad 1)
+endif()
 file(GLOB tops LIST_DIRECTORIES true RELATIVE ${SRC} ${SRC}/*)
 foreach(top ${tops})
   if(NOT IS_DIRECTORY ${SRC}/${top} OR top MATCHES "^(build|\\.)")
