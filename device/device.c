@@ -2,7 +2,7 @@
  * argument (null, sizes, pointers that are not this device's, double frees),
  * sub-allocates the device arena with a hard cap, tracks pinned blocks,
  * streams and events so destroy can drain and free them, then calls the
- * backend's slot.
+ * backend's slot. Also the reads other parts make through peer.h.
  */
 #include "device/backend_impl.h"
 
