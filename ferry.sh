@@ -3,8 +3,12 @@
 #
 #   ./ferry.sh demo                 install missing packages, build, run the demo
 #   ./ferry.sh test                 install missing packages, build, run every test
+#                                   but the long ones (label slow); then name the
+#                                   ten slowest tests of the run
+#   ./ferry.sh test --slow          the same, running only the long tests (label slow:
+#                                   the full-size versions of CI-sized tests)
 #   ./ferry.sh test --sanitize address|thread
-#                                   the same in build-asan/ or build-tsan/
+#                                   the tests but the long ones in build-asan/ or build-tsan/
 #   ./ferry.sh build                build only (build/)
 #   ./ferry.sh deps                 install (as root) or name the missing packages
 #
@@ -54,9 +58,24 @@ configure_build() {
   cmake --build "$dir" -j "$JOBS"
 }
 
+# run_tests DIR [ctest args...]: the tests but the long ones (label slow)
+# unless the arguments pick others; then the ten slowest tests of the run.
 run_tests() {
-  local dir=$1
-  ctest --test-dir "$dir" -j "$JOBS" --output-on-failure --timeout 900
+  local dir=$1 rc=0
+  shift
+  [ $# -gt 0 ] || set -- -LE slow
+  ctest --test-dir "$dir" -j "$JOBS" --output-on-failure --timeout 120 "$@" || rc=$?
+  slowest "$dir"
+  return $rc
+}
+
+# The ten slowest tests of the last ctest run in DIR (its LastTest.log).
+slowest() {
+  local log=$1/Testing/Temporary/LastTest.log
+  [ -r "$log" ] || return 0
+  say "the ten slowest tests of this run:"
+  awk '/^Test time = /{t=$4} /^"[^"]+" end time:/{split($0, q, "\""); printf "%9.2f s  %s\n", t, q[2]}' \
+    "$log" | sort -rn | head -10
 }
 
 # The demo: fine-tune the `small` GPT (10.8M params, 195 MB of model states)
@@ -97,13 +116,18 @@ case "$cmd" in
     demo
     ;;
   test)
-    san=""
+    san="" sel=()
     if [ "${1:-}" = "--sanitize" ]; then
       san=${2:?"--sanitize needs address or thread"}
+    elif [ "${1:-}" = "--slow" ]; then
+      sel=(-L slow)
+    elif [ -n "${1:-}" ]; then
+      say "unknown test option '$1' (--slow, --sanitize address|thread)"
+      exit 2
     fi
     deps
     case "$san" in
-      "") configure_build build; run_tests build ;;
+      "") configure_build build; run_tests build "${sel[@]}" ;;
       address)
         # CUDA is left out of sanitizer builds: the CUDA runtime is not
         # instrumented and its tests skip without a GPU anyway.
@@ -118,11 +142,11 @@ case "$cmd" in
     esac
     ;;
   help|-h|--help)
-    sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'
     ;;
   *)
     say "unknown command '$cmd'"
-    sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'
     exit 2
     ;;
 esac

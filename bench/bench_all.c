@@ -2,7 +2,7 @@
  * (fp32 grads + bf16 copy, fp16 grads) and copy (H2D, D2H) through their
  * entry points, with their --json output captured and parsed, shows progress
  * on stderr and writes the profile that `ferry plan --profile` reads (the
- * format is plan/plan.c's; the file is read back with its parser).
+ * format is plan/profile.c's; the file is read back with its parser).
  */
 #include "bench/args.h"
 #include "bench/bench.h"

@@ -3,8 +3,10 @@
  */
 #include "cli/cli.h"
 
+#include "core/core.h"
 #include "ferry.h"
 
+#include <dlfcn.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -18,7 +20,8 @@ static void info_usage(FILE *f) {
           "(AVX2, FMA, F16C, AVX-512 and its bf16 extension), NUMA nodes and their\n"
           "memory, RAM, the locked-memory limit (RLIMIT_MEMLOCK, which bounds pinned\n"
           "memory), GPUs, whether the CUDA backend was compiled, which communicator\n"
-          "backends (self, mpi, nccl) were compiled, whether io_uring\n"
+          "backends (self, mpi, nccl) were compiled, the BLAS ferry-gpt loads and\n"
+          "the kernel it runs there, whether io_uring\n"
           "works, and for each --path DIR its file system, free space and whether\n"
           "O_DIRECT works there (a small probe file is created and removed), and\n"
           "whether its mount discards freed blocks at once (-o discard; from\n"
@@ -27,7 +30,7 @@ static void info_usage(FILE *f) {
           "options:\n"
           "  --json       print one JSON object (keys: version, cpu_model, cores,\n"
           "               threads, simd, numa_nodes, ram_bytes, memlock_bytes,\n"
-          "               cuda_compiled, comm_compiled, gpus, io_uring, paths)\n"
+          "               cuda_compiled, comm_compiled, blas, gpus, io_uring, paths)\n"
           "  --path DIR   probe a directory (repeatable, up to %d)\n"
           "  -h, --help   this text\n",
           MAX_PATHS);
@@ -62,10 +65,49 @@ typedef struct {
   const char *paths[MAX_PATHS];
 } info_args;
 
-/* What was probed: the host, the GPUs, io_uring and each --path. */
+/* OpenBLAS as ferry-gpt loads it, and the kernel ferry-gpt runs there: a
+ * user's OPENBLAS_CORETYPE, else OpenBLAS's own pick or, where OpenBLAS
+ * falls back, the one the CPU's features call for (ferry_cpu_blas_kernel,
+ * the choice ferry-gpt makes; it checks it against a reference GEMM). */
+typedef struct {
+  int found;
+  char config[256], pick[64], kernel[64], why[256];
+  const char *by; /* "openblas", "cpuid" or "OPENBLAS_CORETYPE" */
+} blas_info;
+
+#define BLAS_SONAME "libopenblas.so.0"
+
+static void blas_probe(unsigned simd, blas_info *b) {
+  memset(b, 0, sizeof *b);
+  const char *user = getenv("OPENBLAS_CORETYPE");
+  int one = !getenv("OPENBLAS_NUM_THREADS"); /* no thread pool for a question */
+  if (one) setenv("OPENBLAS_NUM_THREADS", "1", 1);
+  void *h = dlopen(BLAS_SONAME, RTLD_NOW | RTLD_LOCAL);
+  if (one) unsetenv("OPENBLAS_NUM_THREADS");
+  if (!h) {
+    snprintf(b->why, sizeof b->why, "%s", dlerror());
+    return;
+  }
+  char *(*corename)(void), *(*config)(void);
+  *(void **)&corename = dlsym(h, "openblas_get_corename");
+  *(void **)&config = dlsym(h, "openblas_get_config");
+  if (!corename || !config) {
+    snprintf(b->why, sizeof b->why, "%s has no openblas_get_corename", BLAS_SONAME);
+    return;
+  }
+  b->found = 1;
+  snprintf(b->config, sizeof b->config, "%s", config());
+  snprintf(b->pick, sizeof b->pick, "%s", corename());
+  const char *choice = user ? NULL : ferry_cpu_blas_kernel(simd, b->pick);
+  snprintf(b->kernel, sizeof b->kernel, "%s", choice ? choice : b->pick);
+  b->by = user ? "OPENBLAS_CORETYPE" : choice ? "cpuid" : "openblas";
+}
+
+/* What was probed: the host, the BLAS, the GPUs, io_uring and each --path. */
 typedef struct {
   ferry_host_info h;
   int hrc;
+  blas_info blas;
   ferry_gpu_info gpus[FERRY_MAX_GPUS];
   int ngpu, grc;
   char gpu_why[256];
@@ -108,6 +150,7 @@ static int info_parse(int argc, char **argv, info_args *a) {
 static void info_gather(const info_args *a, info_probe *pr) {
   memset(pr, 0, sizeof *pr);
   pr->hrc = ferry_host_get_info(&pr->h);
+  blas_probe(pr->h.simd, &pr->blas);
   pr->grc = ferry_gpu_list(pr->gpus, FERRY_MAX_GPUS, &pr->ngpu, pr->gpu_why, sizeof pr->gpu_why);
   pr->urc = ferry_io_uring_probe(pr->uring_why, sizeof pr->uring_why);
   for (int i = 0; i < a->npaths; i++)
@@ -139,6 +182,21 @@ static void json_host(json_out *j, const ferry_host_info *h) {
   for (int k = FERRY_COMM_SELF; k <= FERRY_COMM_NCCL; k++)
     if (ferry_comm_compiled((ferry_comm_kind)k)) json_str(j, NULL, ferry_comm_kind_name(k));
   json_close(j, ']');
+}
+
+static void json_blas(json_out *j, const blas_info *b) {
+  if (!b->found) {
+    json_null(j, "blas");
+    json_str(j, "blas_reason", b->why);
+    return;
+  }
+  json_open(j, "blas", '{');
+  json_str(j, "library", BLAS_SONAME);
+  json_str(j, "config", b->config);
+  json_str(j, "openblas_kernel", b->pick);
+  json_str(j, "kernel", b->kernel);
+  json_str(j, "chosen_by", b->by);
+  json_close(j, '}');
 }
 
 static void json_gpus(json_out *j, const info_probe *pr) {
@@ -192,6 +250,7 @@ static int info_print_json(const info_args *a, const info_probe *pr) {
   json_out j;
   json_begin(&j, stdout);
   json_host(&j, &pr->h);
+  json_blas(&j, &pr->blas);
   json_gpus(&j, pr);
   json_bool(&j, "io_uring", pr->urc == 0);
   if (pr->urc) json_str(&j, "io_uring_reason", pr->uring_why);
@@ -227,6 +286,19 @@ static void text_host(const ferry_host_info *h) {
            k < FERRY_COMM_NCCL ? ", " : "\n");
 }
 
+static void text_blas(const blas_info *b) {
+  if (!b->found) {
+    printf("blas:       none for ferry-gpt (%s)\n", b->why);
+    return;
+  }
+  printf("blas:       %s (%s): ferry-gpt runs its %s kernel", BLAS_SONAME, b->config, b->kernel);
+  if (!strcmp(b->by, "cpuid"))
+    printf(", which the CPU's features call for\n"
+           "            (OpenBLAS alone falls back to %s; ferry-gpt checks %s against a\n"
+           "            reference GEMM at start)\n", b->pick, b->kernel);
+  else printf(" (%s)\n", !strcmp(b->by, "openblas") ? "OpenBLAS's own pick" : "OPENBLAS_CORETYPE");
+}
+
 static void text_gpus(const info_probe *pr) {
   char a[32], b[32];
   if (pr->ngpu == 0) printf("gpus:       none (%s)\n", pr->gpu_why);
@@ -257,6 +329,7 @@ static void text_path(const char *path, const ferry_path_info *pi) {
 /* Text: a path that fails its probe makes the exit code 1. */
 static int info_print_text(const info_args *a, const info_probe *pr) {
   text_host(&pr->h);
+  text_blas(&pr->blas);
   text_gpus(pr);
   printf("io_uring:   %s\n", pr->urc == 0 ? "works" : pr->uring_why);
   for (int k = 0; k < a->npaths; k++) {

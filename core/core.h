@@ -68,6 +68,13 @@ _Noreturn void ferry_panic(const char *file, int line, const char *fmt, ...) FER
 /* FERRY_SIMD_* bits supported by this CPU and enabled by the OS. */
 unsigned ferry_cpu_simd(void);
 
+/* The OpenBLAS kernel (an OPENBLAS_CORETYPE name) to run instead of `pick`,
+ * the one OpenBLAS took (openblas_get_corename()), on a CPU with these
+ * FERRY_SIMD_* bits; NULL keeps OpenBLAS's pick. Only its fallback for a CPU
+ * it does not know (Prescott: SSE3) is replaced: by Cooperlake with AVX-512
+ * F/BW/VL and BF16, SkylakeX with AVX-512 F/BW/VL, Haswell with AVX2 and FMA. */
+const char *ferry_cpu_blas_kernel(unsigned simd, const char *pick);
+
 /* Monotonic clock in seconds. */
 double ferry_now(void);
 

@@ -1,7 +1,23 @@
 /* core/cpu.c — which SIMD instruction sets this CPU and OS support (CPUID
- * and XGETBV), shared by optim/ (kernel choice) and ferry info.
+ * and XGETBV), shared by optim/ (kernel choice) and ferry info, and the
+ * OpenBLAS kernel they call for when OpenBLAS does not know the CPU (one
+ * choice for ferry-gpt and ferry info).
  */
 #include "core/core.h"
+
+#include <string.h>
+
+const char *ferry_cpu_blas_kernel(unsigned simd, const char *pick) {
+  /* OpenBLAS (DYNAMIC_ARCH) falls back to Prescott, its SSE3 kernels, on
+   * a CPU model it does not know; any other pick is its own and is kept. */
+  if (!pick || strcmp(pick, "Prescott")) return NULL;
+  const unsigned avx512 = FERRY_SIMD_AVX512F | FERRY_SIMD_AVX512BW | FERRY_SIMD_AVX512VL;
+  const unsigned avx2 = FERRY_SIMD_AVX2 | FERRY_SIMD_FMA;
+  if ((simd & avx512) == avx512)
+    return simd & FERRY_SIMD_AVX512BF16 ? "Cooperlake" : "SkylakeX";
+  if ((simd & avx2) == avx2) return "Haswell";
+  return NULL;
+}
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>

@@ -593,6 +593,62 @@ static int scalar_text(const config_setting_t *s, char *buf, size_t len) {
   }
 }
 
+/* value_text of the list keys (tiers.nvme.paths, optimizer.betas): "a, b",
+ * or one scalar given without brackets where --set allows it. */
+static int list_text(const config_setting_t *s, const key_def *k, int strict, char *text,
+                     size_t tl, char *why, size_t wl, const config_setting_t **where) {
+  int t = config_setting_type(s);
+  if (t != CONFIG_TYPE_ARRAY && t != CONFIG_TYPE_LIST) {
+    if (strict || t == CONFIG_TYPE_GROUP) {
+      snprintf(why, wl, "expected %s in [ ... ]", kind_name(k->k));
+      return -1;
+    }
+    /* --set tiers.nvme.paths="/x": one path (a quoted string) */
+    if (k->k == K_PATHS && t != CONFIG_TYPE_STRING) {
+      snprintf(why, wl, "expected a quoted path or a list of them in [ ... ]");
+      return -1;
+    }
+    if (k->k == K_PATHS && !config_setting_get_string(s)[0]) {
+      snprintf(why, wl, "a path is empty (write the swap directory, or [] for no NVMe tier)");
+      return -1;
+    }
+    if (scalar_text(s, text, tl) == 0 && strlen(text) < tl - 1) return 0;
+    snprintf(why, wl, "value too long");
+    return -1;
+  }
+  size_t o = 0;
+  int n = config_setting_length(s);
+  for (int i = 0; i < n; i++) {
+    const config_setting_t *e = config_setting_get_elem(s, (unsigned)i);
+    char one[1100];
+    int et = config_setting_type(e);
+    *where = e;
+    if ((k->k == K_PATHS && et != CONFIG_TYPE_STRING) ||
+        (k->k == K_FLOAT2 && et != CONFIG_TYPE_FLOAT && et != CONFIG_TYPE_INT &&
+         et != CONFIG_TYPE_INT64) ||
+        scalar_text(e, one, sizeof one)) {
+      snprintf(why, wl, "element %d: expected %s", i, k->k == K_PATHS ? "a string" : "a number");
+      return -1;
+    }
+    if (k->k == K_PATHS && !one[0]) {
+      snprintf(why, wl, "element %d: the path is empty (write the swap directory)", i);
+      return -1;
+    }
+    if (k->k == K_PATHS && strchr(one, ',')) {
+      snprintf(why, wl, "path \"%.180s\" contains a comma, which is not supported", one);
+      return -1;
+    }
+    o += (size_t)snprintf(text + o, tl - o, "%s%s", i ? ", " : "", one);
+    if (o >= tl) {
+      *where = s;
+      snprintf(why, wl, "value too long");
+      return -1;
+    }
+  }
+  *where = s;
+  return 0;
+}
+
 /* The text form (for set_text) of a setting `s` given for key k: a list
  * for the list keys ("a, b"), a scalar for the others. `strict` (files)
  * also wants each scalar in its own type: a quoted string for enums and
@@ -604,57 +660,7 @@ static int value_text(const config_setting_t *s, const key_def *k, int strict, c
   int t = config_setting_type(s);
   *where = s;
   text[0] = '\0';
-  if (k->k == K_PATHS || k->k == K_FLOAT2) {
-    if (t != CONFIG_TYPE_ARRAY && t != CONFIG_TYPE_LIST) {
-      if (strict || t == CONFIG_TYPE_GROUP) {
-        snprintf(why, wl, "expected %s in [ ... ]", kind_name(k->k));
-        return -1;
-      }
-      /* --set tiers.nvme.paths="/x": one path (a quoted string) */
-      if (k->k == K_PATHS && t != CONFIG_TYPE_STRING) {
-        snprintf(why, wl, "expected a quoted path or a list of them in [ ... ]");
-        return -1;
-      }
-      if (k->k == K_PATHS && !config_setting_get_string(s)[0]) {
-        snprintf(why, wl, "a path is empty (write the swap directory, or [] for no NVMe tier)");
-        return -1;
-      }
-      if (scalar_text(s, text, tl) == 0 && strlen(text) < tl - 1) return 0;
-      snprintf(why, wl, "value too long");
-      return -1;
-    }
-    size_t o = 0;
-    int n = config_setting_length(s);
-    for (int i = 0; i < n; i++) {
-      const config_setting_t *e = config_setting_get_elem(s, (unsigned)i);
-      char one[1100];
-      int et = config_setting_type(e);
-      *where = e;
-      if ((k->k == K_PATHS && et != CONFIG_TYPE_STRING) ||
-          (k->k == K_FLOAT2 && et != CONFIG_TYPE_FLOAT && et != CONFIG_TYPE_INT &&
-           et != CONFIG_TYPE_INT64) ||
-          scalar_text(e, one, sizeof one)) {
-        snprintf(why, wl, "element %d: expected %s", i, k->k == K_PATHS ? "a string" : "a number");
-        return -1;
-      }
-      if (k->k == K_PATHS && !one[0]) {
-        snprintf(why, wl, "element %d: the path is empty (write the swap directory)", i);
-        return -1;
-      }
-      if (k->k == K_PATHS && strchr(one, ',')) {
-        snprintf(why, wl, "path \"%.180s\" contains a comma, which is not supported", one);
-        return -1;
-      }
-      o += (size_t)snprintf(text + o, tl - o, "%s%s", i ? ", " : "", one);
-      if (o >= tl) {
-        *where = s;
-        snprintf(why, wl, "value too long");
-        return -1;
-      }
-    }
-    *where = s;
-    return 0;
-  }
+  if (k->k == K_PATHS || k->k == K_FLOAT2) return list_text(s, k, strict, text, tl, why, wl, where);
   if (t == CONFIG_TYPE_GROUP || t == CONFIG_TYPE_ARRAY || t == CONFIG_TYPE_LIST) {
     snprintf(why, wl, "expected %s%s%s, not a %s", kind_name(k->k), k->k == K_ENUM ? " " : "",
              k->k == K_ENUM ? k->names : "", t == CONFIG_TYPE_GROUP ? "group" : "list");

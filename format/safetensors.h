@@ -17,4 +17,7 @@
  * the index, fsyncs and closes. FERRY_ESTATE after any write. */
 int st_writer_finish_holes(ferry_safetensors_writer *w);
 
+/* dir + "/" + name in a new malloc'd string (NULL when out of memory). */
+char *st_path_join(const char *dir, const char *name);
+
 #endif

@@ -147,32 +147,16 @@ static int mount_discard(const char *dir, dev_t dev) {
   return found;
 }
 
-int ferry_path_probe(const char *dir, ferry_path_info *out, char *why, size_t why_len) {
-  if (!dir || !out) return FERRY_EINVAL;
-  memset(out, 0, sizeof *out);
-  struct stat st;
-  if (stat(dir, &st) != 0) {
-    int e = errno;
-    say(why, why_len, "%s: %s", dir, e);
-    if (e == ENOENT || e == ENOTDIR) return FERRY_ENOENT;
-    return e == EACCES || e == EPERM ? FERRY_EPERM : FERRY_EIO;
-  }
-  if (!S_ISDIR(st.st_mode)) {
-    if (why && why_len) snprintf(why, why_len, "%s: not a directory", dir);
-    return FERRY_EINVAL;
-  }
-  struct statfs sf;
-  if (statfs(dir, &sf) == 0) snprintf(out->fs_type, sizeof out->fs_type, "%s", fs_name(sf.f_type));
-  struct statvfs sv;
-  if (statvfs(dir, &sv) == 0) {
-    out->free_bytes = (uint64_t)sv.f_bavail * sv.f_frsize;
-    out->total_bytes = (uint64_t)sv.f_blocks * sv.f_frsize;
-  }
-  out->online_discard = mount_discard(dir, st.st_dev);
+static atomic_uint probe_seq; /* this process's probe files, for unique names */
+
+/* Whether dir's file system takes O_DIRECT, and its alignments: makes a
+ * probe file, opens it with O_DIRECT and writes one block (ferry_path_probe's
+ * second half; dev is dir's device). */
+static int probe_direct(const char *dir, dev_t dev, ferry_path_info *out, char *why,
+                        size_t why_len) {
   /* A name no other prober can hold (pid, a per-process count, the time:
    * pids repeat across containers sharing a directory), created with
    * O_EXCL; swap_reclaim.c removes one whose process died mid-probe. */
-  static atomic_uint probe_seq;
   struct timespec ts;
   clock_gettime(CLOCK_REALTIME, &ts);
   char path[4096];
@@ -218,7 +202,7 @@ int ferry_path_probe(const char *dir, ferry_path_info *out, char *why, size_t wh
     off_align = sx.stx_dio_offset_align;
   }
 #endif
-  if (!off_align) off_align = logical_block_size(st.st_dev);
+  if (!off_align) off_align = logical_block_size(dev);
   if (!off_align) off_align = 4096; /* neither answer: the safe common value */
   if (!mem_align) mem_align = off_align;
   if (direct) { /* opening is not enough on some file systems: write once */
@@ -237,4 +221,29 @@ int ferry_path_probe(const char *dir, ferry_path_info *out, char *why, size_t wh
   out->dio_offset_align = direct ? off_align : 1;
   if (why && why_len) snprintf(why, why_len, "ok");
   return FERRY_OK;
+}
+
+int ferry_path_probe(const char *dir, ferry_path_info *out, char *why, size_t why_len) {
+  if (!dir || !out) return FERRY_EINVAL;
+  memset(out, 0, sizeof *out);
+  struct stat st;
+  if (stat(dir, &st) != 0) {
+    int e = errno;
+    say(why, why_len, "%s: %s", dir, e);
+    if (e == ENOENT || e == ENOTDIR) return FERRY_ENOENT;
+    return e == EACCES || e == EPERM ? FERRY_EPERM : FERRY_EIO;
+  }
+  if (!S_ISDIR(st.st_mode)) {
+    if (why && why_len) snprintf(why, why_len, "%s: not a directory", dir);
+    return FERRY_EINVAL;
+  }
+  struct statfs sf;
+  if (statfs(dir, &sf) == 0) snprintf(out->fs_type, sizeof out->fs_type, "%s", fs_name(sf.f_type));
+  struct statvfs sv;
+  if (statvfs(dir, &sv) == 0) {
+    out->free_bytes = (uint64_t)sv.f_bavail * sv.f_frsize;
+    out->total_bytes = (uint64_t)sv.f_blocks * sv.f_frsize;
+  }
+  out->online_discard = mount_discard(dir, st.st_dev);
+  return probe_direct(dir, st.st_dev, out, why, why_len);
 }

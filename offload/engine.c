@@ -8,6 +8,7 @@
 #include "offload/engine_internal.h"
 #include "offload/engine_impl.h"
 #include "core/dtype.h"
+#include "plan/footprint.h"
 
 #include <errno.h>
 #include <math.h>
@@ -330,21 +331,27 @@ static size_t reserve_footprint(const ferry_engine *e) {
 }
 
 /* The engine's pinned host buffers by kind, in the bytes they are
- * allocated with (engine_drain_staged, engine_upload_staged, gpu.c). */
-typedef struct {
-  size_t drain, upload, commit, reduce;
-} engine_staging;
+ * allocated with (engine_drain_staged, engine_upload_staged, gpu.c), as
+ * plan/footprint.c counts them for the planner too. */
+typedef ferry_footprint_staging engine_staging;
 
 static engine_staging staging_bytes(const ferry_engine *e) {
-  size_t gbytes = group_buffer_bytes(e);
-  engine_staging st = {0, 0, 0, 0};
+  _Static_assert(ENGINE_DRAIN_STAGES == 2 && ENGINE_STAGE_SLOTS == 2, "plan/footprint.c's stages");
+  ferry_footprint_engine fe;
+  memset(&fe, 0, sizeof fe);
+  fe.group_n = e->gt.max_group_n;
+  fe.esize = e->esize;
+  fe.page = 4096; /* group_buffer_bytes */
+  fe.drain_staged = engine_drain_staged(e);
+  fe.gpu_sums = gpu_own_host_bytes(e);
+  fe.upload_staged = engine_upload_staged(e);
+  fe.params_off_device = e->param_home != FERRY_TIER_DEVICE;
   size_t piece;
-  st.reduce = drain_reduce_bytes(e, &piece); /* with ranks: the drain's fp32 buffers */
-  st.reduce += piece;
-  if (engine_params_sharded(e)) st.reduce += 2 * gbytes; /* stage 3: the host gather buffers */
-  st.drain = engine_drain_staged(e) ? ENGINE_DRAIN_STAGES * gbytes : gpu_own_host_bytes(e);
-  st.upload = engine_upload_staged(e) ? ENGINE_STAGE_SLOTS * gbytes : 0;
-  st.commit = e->param_home != FERRY_TIER_DEVICE ? e->gt.max_group_n * e->esize : 0;
+  fe.reduce = drain_reduce_bytes(e, &piece); /* with ranks: the drain's fp32 buffers */
+  fe.reduce += piece;
+  fe.params_sharded = engine_params_sharded(e); /* stage 3: the host gather buffers */
+  engine_staging st;
+  ferry_footprint_staging_bytes(&fe, &st);
   return st;
 }
 
@@ -394,11 +401,11 @@ static int create_manager(ferry_engine *e, size_t dev_budget, size_t own_dev, si
   return FERRY_OK;
 }
 
-/* Bytes of a family's chunks: of the group with the most, of the whole
- * family, and of its largest chunk (a chunk never holds two groups). */
-static void family_bytes(ferry_engine *e, int family, size_t *group_max, size_t *total,
-                         size_t *chunk_max) {
-  *group_max = *total = *chunk_max = 0;
+/* Bytes of a family's chunks as the layout made them: of the group with
+ * the most, of the whole family, of its largest chunk (a chunk never holds
+ * two groups), and their number. */
+static void family_bytes(ferry_engine *e, int family, ferry_footprint_family *out) {
+  memset(out, 0, sizeof *out);
   for (uint32_t g = 0; g < e->gt.ngroups; g++) {
     uint32_t first = 0, count = 0;
     size_t sum = 0;
@@ -407,41 +414,26 @@ static void family_bytes(ferry_engine *e, int family, size_t *group_max, size_t 
       ferry_mem_chunk_info ci;
       if (ferry_mem_chunk_get(e->mem, c, &ci)) continue;
       sum += ci.bytes;
-      if (ci.bytes > *chunk_max) *chunk_max = ci.bytes;
+      out->chunks++;
+      if (ci.bytes > out->chunk_max) out->chunk_max = ci.bytes;
     }
-    *total += sum;
-    if (sum > *group_max) *group_max = sum;
+    out->total += sum;
+    if (sum > out->group_max) out->group_max = sum;
   }
 }
 
 #define MIB(x) ((double)(x) / 1048576.0)
 
 /* One step's working set in the host pool, each term (see
- * check_host_pool). */
-typedef struct {
-  size_t optim, grads, params, slack, home[FERRY_FAMILIES], total;
-} host_need;
+ * check_host_pool and plan/footprint.h). */
+typedef ferry_footprint_host host_need;
 
 static host_need host_working_set(ferry_engine *e) {
   const ferry_tier home[FERRY_FAMILIES] = {e->param_home, e->grad_home, e->optim_home};
-  size_t gmax[FERRY_FAMILIES], total[FERRY_FAMILIES], cmax[FERRY_FAMILIES];
+  ferry_footprint_family fam[FERRY_FAMILIES];
+  for (int f = 0; f < FERRY_FAMILIES; f++) family_bytes(e, f, &fam[f]);
   host_need n;
-  memset(&n, 0, sizeof n);
-  for (int f = 0; f < FERRY_FAMILIES; f++) {
-    family_bytes(e, f, &gmax[f], &total[f], &cmax[f]);
-    if (home[f] == FERRY_TIER_NVME && 2 * cmax[f] > n.slack) n.slack = 2 * cmax[f];
-    if (home[f] == FERRY_TIER_HOST) n.home[f] = total[f];
-  }
-  /* optimizer state: the group being updated; grads: one group drained and
-   * one stepped; params: one group fetched and one committed; slack: two
-   * largest chunks, one for the hole a chunk is placed in and one lost to
-   * the holes between held copies of mixed sizes (first fit; at one chunk
-   * of slack a 4 MiB chunk found 11 MB free in four holes, none of 4 MiB) */
-  if (home[FERRY_FAMILY_OPTIM] == FERRY_TIER_NVME) n.optim = gmax[FERRY_FAMILY_OPTIM];
-  if (home[FERRY_FAMILY_GRADS] == FERRY_TIER_NVME) n.grads = 2 * gmax[FERRY_FAMILY_GRADS];
-  if (home[FERRY_FAMILY_PARAMS] == FERRY_TIER_NVME) n.params = 2 * gmax[FERRY_FAMILY_PARAMS];
-  n.total = n.optim + n.grads + n.params + n.slack;
-  for (int f = 0; f < FERRY_FAMILIES; f++) n.total += n.home[f];
+  ferry_footprint_host_need(home, fam, &n);
   return n;
 }
 
@@ -451,18 +443,11 @@ static host_need host_working_set(ferry_engine *e) {
 static int check_host_pool(ferry_engine *e, size_t own_host) {
   host_need n = host_working_set(e);
   if (e->host_budget > own_host && e->host_pool >= n.total) {
-    /* NVMe params read ahead through the host: only into what the working
-     * set leaves once the host copies of the device's cached params are
-     * counted (copies are inclusive: every device copy of an NVMe-homed
-     * chunk keeps its host copy); a read ahead into less room is evicted
-     * before its use and read twice (llama-100m at 32M/64M: 127 group
-     * reads a step instead of 91; an in-flight read under its device copy
-     * is not waited for by a fetch that needs the room) */
-    size_t room = e->host_pool - n.total, cached = e->dev_pool;
-    e->param_ahead = !n.params ? SIZE_MAX : room > cached ? (room - cached) / (n.params / 2) : 0;
-    /* the next group's optimizer state likewise: a read ahead the working
-     * set evicts before its use is read twice */
-    e->optim_ahead = !n.optim || (room > cached && room - cached >= n.optim);
+    /* NVMe params and the next group's optimizer state read ahead through
+     * the host: only into what the working set leaves once the host copies
+     * of the device's cached params are counted (copies are inclusive:
+     * every device copy of an NVMe-homed chunk keeps its host copy) */
+    ferry_footprint_read_ahead(e->host_pool, e->dev_pool, &n, &e->param_ahead, &e->optim_ahead);
     return FERRY_OK;
   }
   engine_staging st = staging_bytes(e);
@@ -1119,9 +1104,9 @@ ferry_timeline *engine_timeline(ferry_engine *e) {
 ferry_dtype engine_param_dtype(const ferry_engine *e) { return e->dtype; }
 void engine_set_d2h_delay(ferry_engine *e, double seconds) { e->drain.d2h_delay = seconds; }
 size_t engine_family_chunk_bytes(ferry_engine *e, int family) {
-  size_t gmax, total, cmax;
-  family_bytes(e, family, &gmax, &total, &cmax);
-  return total;
+  ferry_footprint_family fam;
+  family_bytes(e, family, &fam);
+  return fam.total;
 }
 size_t engine_host_need(ferry_engine *e) { return host_working_set(e).total; }
 int engine_flush(ferry_engine *e) {

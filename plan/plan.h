@@ -210,7 +210,10 @@ typedef struct {
   int bottleneck;                      /* FERRY_COMP_* */
   int64_t max_batch;                   /* largest batch that fits at this seq; 0 = none */
   uint64_t readahead_bytes;            /* the next group's NVMe optimizer chunks (not in the fit) */
-  int readahead_fits;                  /* the host budget has room for them beside the rest */
+  int readahead_fits;                  /* the host pool has room for them beside the rest
+                                          and the device pool's host copies (the engine's rule) */
+  uint64_t nvme_file_bytes;            /* the NVMe swap files: a slot per NVMe-homed chunk, each
+                                          as large as the largest (not part of the fit) */
   ferry_plan_rss rss;
   double nvme_read[FERRY_PLAN_NV_FAMILIES], nvme_write[FERRY_PLAN_NV_FAMILIES];
   int64_t cached_groups_host;          /* NVMe params: groups the host pool keeps at a turn */

@@ -827,7 +827,7 @@ class Check:
     def gpt_args(self, model):
         batch, seq, _, _ = GPT_MODELS[model]
         return ["train", "--model", model, "--data",
-                os.path.join(self.root, "examples/gpt/README.md"), "--steps", "10", "--batch",
+                os.path.join(self.root, "docs/FERRY-GPT.md"), "--steps", "10", "--batch",
                 str(batch), "--seq", str(seq), "--seed", "1", "--json"]
 
     def start_cpu_reference(self):

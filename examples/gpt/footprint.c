@@ -3,6 +3,7 @@
  * line, a JSON fragment, the --stats-json file).
  */
 #include "footprint.h"
+#include "blas.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -212,6 +213,8 @@ int gpt_footprint_write(const gpt_footprint *f, const char *engine, const char *
     else fprintf(out, "%snull", i ? ", " : ""); /* an fp16 step skipped: JSON has no NaN */
   fprintf(out, "], \"engine\": ");
   gpt_json_string(out, engine);
+  fprintf(out, ", \"blas\": ");
+  gpt_blas_json(out);
   fprintf(out, ", ");
   gpt_footprint_json(f, out);
   fprintf(out, "}\n");

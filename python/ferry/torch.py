@@ -9,8 +9,8 @@ Owns the mapping between the model's parameters and the engine: registration,
 the hooks that fetch a group before a module runs and hand its grads in as
 soon as they are final, the saved-tensor records that let backward (and
 torch.utils.checkpoint recompute) find a param's buffer again after it was
-reused, loss scaling, checkpoints with a client state. docs/ARCHITECTURE.md
-("python/") describes the design.
+reused, loss scaling, checkpoints with a client state. python/README.md
+describes the design.
 """
 import ctypes
 import os

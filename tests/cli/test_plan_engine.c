@@ -1,6 +1,7 @@
 /* tests/cli/test_plan_engine.c — the planner's per-tier bytes against what
- * the engine reports in ferry_stats (issue 8: within 5%, at least three
- * placements of a scaled-down model on the host backend).
+ * the engine reports in ferry_stats and in its finalize refusal (within
+ * 2%, every placement of a scaled-down model on the host backend; the
+ * staging equal), through the public API only.
  *
  * The model is a Llama-family config.json scaled down (8 blocks, hidden
  * 256, vocab 4096: 8.4 M params) read by the planner's own reader. The test
@@ -10,16 +11,24 @@
  * loop (fetch / release forward, fetch / grads_ready / release backward,
  * ferry_step) and compares ferry_stats' tier peaks with the plan.
  *
- * What is compared (docs/PLANNING.md, "What is validated"): ferry_stats
- * counts the memory manager's chunks (params, grads, fp32 master + states).
- * The plan's activations and workspace are the training framework's (this
- * loop has none), and the engine's own buffers (the two device grad slots,
- * the pinned staging) are allocated outside the manager. So the predicted
- * manager bytes of tier t are the plan's params + grads + master + optimizer
- * rows, less the device grad slots (2·G·p, the plan's device grad buffers).
- * The engine's staging (engine_own_bytes) is checked against the plan's
- * buffers row (drain 2·G·p; uploads 2·G·p for device params on the CPU
- * path; commit G·p for params off the device).
+ * What is compared (docs/PLANNING.md, "What is validated"), through the
+ * public API only (ferry.h: ferry_stats, the finalize refusal's text):
+ * ferry_stats counts the memory manager's chunks (params, grads, fp32
+ * master + states). The plan's activations and workspace are the training
+ * framework's (this loop has none), and the engine's own buffers (the two
+ * device grad slots, the pinned staging) are allocated outside the manager:
+ * the manager's budget of a tier is the configured one less them, which
+ * ferry_stats.budget shows. So the predicted manager bytes of tier t are
+ * the plan's params + grads + master + optimizer rows, less the device grad
+ * slots (the plan's device grad buffers), and the engine's host staging
+ * (tiers.host.budget less ferry_stats.budget[host]) is the plan's buffers
+ * row: both come from plan/footprint.c, so they must be equal.
+ *
+ * The host need: each placement is finalized once more with a 64 KiB host
+ * budget, and the refusal names the engine's need (its staging, one step's
+ * working set, the host homes) and the least budget; the plan's host tier
+ * must be within 2% of that least budget (the plan reserves homes in whole
+ * chunks, the engine's are trimmed) and never below it.
  *
  * Budgets: a tier where a family is cached (params streamed to the device,
  * NVMe optimizer state worked on in the host tier) fills to its budget, so
@@ -27,7 +36,8 @@
  * NVMe working set + staging, the plan's whole host tier) and the check is
  * that the engine starts and runs in it; a tier that only holds homes gets
  * twice the plan, and its peak must be the plan's figure. The NVMe bytes
- * per step of each family are printed beside the plan's prediction.
+ * per step of each family (the bytes between two forward passes) are
+ * printed beside the plan's prediction.
  *
  * Gradients are resolved as placement.grads = "auto" does (no clipping,
  * bf16, one micro-batch: "none" off the GPU).
@@ -38,10 +48,15 @@
  * optimizer and master rows follow ferry_optimizer_state_bytes, and the
  * engine is configured with optimizer.state_dtype / precision.master.
  *
+ * `1.1b` is a 1.1B-parameter Llama (TinyLlama's shape, 64 MiB chunks) where
+ * the plan's param reads once disagreed with the engine's by 14-57%: too
+ * large to train here, it is finalized only, with the 64 KiB host budget,
+ * for each NVMe placement, and the plan's staging, working set terms and
+ * host tier are held against the refusal's.
+ *
  * usage: test_plan_engine SCRATCH_DIR [LAYOUT...]
  */
 #include "ferry.h"
-#include "offload/engine_internal.h"
 #include "plan/plan.h"
 #include "tests/test.h"
 
@@ -57,7 +72,7 @@ static const char *model_json =
     " \"vocab_size\": 4096, \"tie_word_embeddings\": false}";
 
 #define CHUNK (256u << 10)
-#define TOL 0.05
+#define TOL 0.02 /* the largest difference measured: 1.3% */
 
 /* The planner's tensors of the Llama family (no biases), group by group. */
 typedef struct {
@@ -115,13 +130,14 @@ typedef struct {
   uint64_t host_optim;                /* ferry_stats peak of the optimizer family on the host */
   uint64_t host_homes;                /* ... and of params + grads there */
   uint64_t host_params;               /* ... and of params alone */
-  uint64_t own_dev, own_host;         /* the engine's buffers outside the manager */
+  uint64_t own_dev, own_host;         /* the engine's buffers outside the manager: the
+                                         configured budgets less the manager's */
 } measured;
 
 /* Runs `steps` steps of the loop with no kernels: the bytes the engine holds
  * do not depend on the values. */
 static int run_engine(ferry_config *c, const tensor *t, size_t nt, int groups, int steps,
-                      measured *out) {
+                      uint64_t gpu_budget, uint64_t host_budget, measured *out) {
   ferry_engine *e = NULL;
   int rc = ferry_engine_create(c, NULL, &e);
   if (rc) {
@@ -139,15 +155,16 @@ static int run_engine(ferry_config *c, const tensor *t, size_t nt, int groups, i
   for (size_t i = nt; i-- > 0 && !rc;) first[t[i].group] = t[i].name;
   ferry_stats st0;
   memset(&st0, 0, sizeof st0);
-  for (int k = 0; k < steps && !rc; k++) {
-    if (k == steps - 1) { /* the last step's NVMe bytes: after the others have finished */
-      rc = engine_wait_step(e);
-      if (!rc) rc = ferry_engine_get_stats(e, &st0);
-    }
+  for (int k = 0; k <= steps && !rc; k++) {
+    /* forward; after the last step one more, whose fetches wait for the
+     * step's update of each group: the last step's NVMe bytes are those
+     * between the last two forward passes (backward, step, forward) */
     for (int g = 0; g < groups && !rc; g++) {
       rc = ferry_fetch(e, g, s);
       if (!rc) rc = ferry_release(e, g, s);
     }
+    if (k == steps - 1 && !rc) rc = ferry_engine_get_stats(e, &st0);
+    if (k == steps) break;
     for (int g = groups - 1; g >= 0 && !rc; g--) {
       void *w, *gw;
       rc = ferry_fetch(e, g, s);
@@ -158,7 +175,6 @@ static int run_engine(ferry_config *c, const tensor *t, size_t nt, int groups, i
     if (!rc) rc = ferry_step(e, NULL);
   }
   if (!rc) rc = ferry_stream_synchronize(s);
-  if (!rc) rc = engine_wait_step(e);
   if (rc) fprintf(stderr, "engine: %s\n", ferry_engine_last_error(e));
   ferry_stats st;
   if (!rc) rc = ferry_engine_get_stats(e, &st);
@@ -173,11 +189,9 @@ static int run_engine(ferry_config *c, const tensor *t, size_t nt, int groups, i
     out->host_homes = st.peak[FERRY_TIER_HOST][FERRY_FAMILY_PARAMS] +
                       st.peak[FERRY_TIER_HOST][FERRY_FAMILY_GRADS];
     /* grad buffers; grad and upload staging, and for host/NVMe param homes
-     * one more staging of the largest group */
-    size_t own_dev, own_host;
-    engine_own_bytes(e, &own_dev, &own_host);
-    out->own_dev = own_dev;
-    out->own_host = own_host;
+     * one more staging of the largest group: what the manager was not given */
+    out->own_dev = gpu_budget - st.budget[FERRY_TIER_DEVICE];
+    out->own_host = host_budget - st.budget[FERRY_TIER_HOST];
   }
   free(first);
   if (s) ferry_stream_destroy(s);
@@ -185,8 +199,88 @@ static int run_engine(ferry_config *c, const tensor *t, size_t nt, int groups, i
   return rc;
 }
 
+/* The engine's host need as finalize names it when tiers.host.budget is 64
+ * KiB (below its staging: an empty pool, and the refusal names every
+ * term), in MiB: its staging, one step's need in the pool and its terms,
+ * and the least budget. */
+typedef struct {
+  double staging, need, optim, grads, params, slack, homes, least;
+} engine_need;
+
+static int refusal(ferry_config *c, const tensor *t, size_t nt, engine_need *out) {
+  memset(out, 0, sizeof *out);
+  ferry_engine *e = NULL;
+  int rc = set(c, "tiers.host.budget", "64K");
+  if (!rc) rc = ferry_engine_create(c, NULL, &e);
+  for (size_t i = 0; i < nt && !rc; i++)
+    rc = ferry_param_register(e, t[i].name, t[i].shape, t[i].ndim, t[i].group, NULL, NULL, NULL);
+  if (!rc) rc = ferry_engine_finalize(e);
+  if (rc == FERRY_ENOMEM) {
+    const char *m = ferry_engine_last_error(e);
+    const char *a = strstr(m, "the engine's staging takes "), *b = strstr(m, "one step needs ");
+    const char *l = strstr(m, "to at least ");
+    if (a && b && l && sscanf(a, "the engine's staging takes %lf", &out->staging) == 1 &&
+        sscanf(b,
+               "one step needs %lf MiB there (optimizer state of the largest group %lf + 2 x "
+               "its grads %lf + 2 x its params %lf + 2 x the largest chunk %lf + host homes %lf",
+               &out->need, &out->optim, &out->grads, &out->params, &out->slack,
+               &out->homes) == 6 &&
+        sscanf(l, "to at least %lf", &out->least) == 1)
+      rc = 0;
+    else fprintf(stderr, "refusal not understood: %s\n", m);
+  } else {
+    fprintf(stderr, "finalize at a 64 KiB host budget: %d (%s), want a refusal\n", rc,
+            e ? ferry_engine_last_error(e) : ferry_last_error());
+    rc = rc ? rc : FERRY_EINVAL;
+  }
+  ferry_engine_destroy(e);
+  return rc;
+}
+
+#define MIB (1024.0 * 1024.0)
+
+/* The plan's host tier against the engine's refusal of placement p: the
+ * staging equal (both are plan/footprint.c's, to the message's 0.1 MiB),
+ * the least budget within TOL and not above the plan's tier. */
+static void check_need(const ferry_plan_candidate *c, const engine_need *n) {
+  const char *pn = ferry_plan_placement_name(c->placement);
+  double staging = (double)c->bytes[FERRY_PLAN_HOST][FERRY_FAM_BUFFERS] / MIB;
+  double tier = (double)c->tier_bytes[FERRY_PLAN_HOST] / MIB;
+  printf("%-15s host need: staging plan %.1f engine %.1f MiB; host tier plan %.1f, engine's "
+         "least budget %.1f MiB (%.2f%%)\n",
+         pn, staging, n->staging, tier, n->least, 100 * (tier - n->least) / n->least);
+  if (fabs(staging - n->staging) > 0.051) {
+    fprintf(stderr, "FAILED: %s: staging plan %.2f vs engine %.1f MiB\n", pn, staging, n->staging);
+    test_failures++;
+  }
+  if (tier < n->least - 0.1 || (tier - n->least) / n->least > TOL) {
+    fprintf(stderr, "FAILED: %s: the plan's host tier %.1f MiB vs the engine's least %.1f MiB\n",
+            pn, tier, n->least);
+    test_failures++;
+  }
+}
+
 static double rel(double got, double want) {
   return want > 0 ? fabs(got - want) / want : (got > 0 ? INFINITY : 0);
+}
+
+/* The plan's host rows against the refusal's terms: the NVMe working set
+ * (the swap row) and the host homes, each within TOL. */
+static void plan_terms(const ferry_plan_candidate *c, const engine_need *n) {
+  const char *pn = ferry_plan_placement_name(c->placement);
+  const uint64_t *h = c->bytes[FERRY_PLAN_HOST];
+  double swap = (double)h[FERRY_FAM_SWAP] / MIB;
+  double homes = (double)(h[FERRY_FAM_PARAMS] + h[FERRY_FAM_GRADS] + h[FERRY_FAM_MASTER] +
+                          h[FERRY_FAM_OPTIM]) / MIB;
+  double eswap = n->optim + n->grads + n->params + n->slack;
+  printf("%-15s working set plan %.1f engine %.1f MiB (optimizer %.1f + grads %.1f + params "
+         "%.1f + slack %.1f); host homes plan %.1f engine %.1f MiB\n",
+         pn, swap, eswap, n->optim, n->grads, n->params, n->slack, homes, n->homes);
+  if (rel(swap, eswap) > TOL || rel(homes, n->homes) > TOL) {
+    fprintf(stderr, "FAILED: %s: the plan's working set or host homes beyond %.0f%%\n", pn,
+            100 * TOL);
+    test_failures++;
+  }
 }
 
 /* The plan's NVMe bytes of the last step beside the engine's, per family
@@ -219,36 +313,74 @@ static const layout layouts[] = {
 };
 
 static void run_layout(const char *scratch, const layout *ly);
+static void run_big(const char *scratch);
 
 int main(int argc, char **argv) {
   REQUIRE(argc >= 2);
   int n = 0;
-  for (int i = 2; i < argc; i++)
+  for (int i = 2; i < argc; i++) {
     for (size_t k = 0; k < sizeof layouts / sizeof layouts[0]; k++)
       if (!strcmp(argv[i], layouts[k].name)) run_layout(argv[1], &layouts[k]), n++;
+    if (!strcmp(argv[i], "1.1b")) run_big(argv[1]), n++;
+  }
   REQUIRE(n == argc - 2); /* every name known */
-  if (argc == 2)
+  if (argc == 2) {
     for (size_t k = 0; k < sizeof layouts / sizeof layouts[0]; k++)
       run_layout(argv[1], &layouts[k]);
+    run_big(argv[1]);
+  }
   return test_failures ? 1 : 0;
+}
+
+/* The plan of a config.json on the host backend, budgets unbounded (rows
+ * do not depend on them); the scratch folder and its nvme/ made. */
+static ferry_plan_input host_input(const char *json, const char *name, const char *scratch,
+                                   char *nvme_dir, size_t cap) {
+  mkdir(scratch, 0700);
+  snprintf(nvme_dir, cap, "%s/nvme", scratch);
+  mkdir(nvme_dir, 0700);
+  ferry_plan_input in = ferry_plan_input_default();
+  char why[256];
+  REQUIRE(ferry_plan_model_from_json(json, strlen(json), name, &in.model, why, sizeof why) == 0);
+  in.device = FERRY_PLAN_DEV_HOST; /* the engine below runs on the host backend */
+  in.budget[FERRY_PLAN_GPU] = in.budget[FERRY_PLAN_HOST] = in.budget[FERRY_PLAN_NVME] = 1ull << 50;
+  return in;
+}
+
+/* The engine's config of candidate c as `ferry plan --write-config` writes
+ * it (tiers of the placement, grads as "auto" resolved them, bf16, no
+ * clipping), pageable host memory, NVMe in nvme_dir; budgets are the
+ * caller's. *pp, *po: the params' and optimizer's tiers. */
+static ferry_config *placement_config(const ferry_plan_candidate *c, const char *nvme_dir,
+                                      const char **pp, const char **po) {
+  const char *pg;
+  ferry_plan_placement_tiers(c->placement, pp, &pg, po);
+  pg = ferry_plan_grads_name(c->grads);
+  ferry_config *cfg = NULL;
+  REQUIRE(ferry_config_create(&cfg) == 0);
+  int rc = set(cfg, "device", "host");
+  rc |= set(cfg, "placement.params", *pp);
+  rc |= set(cfg, "placement.grads", pg);
+  rc |= set(cfg, "placement.optimizer", *po);
+  rc |= set(cfg, "optimizer.type", "adamw");
+  rc |= set(cfg, "precision.params", "bf16");
+  rc |= set(cfg, "tiers.host.pinned", "false");
+  rc |= set(cfg, "clip_grad_norm", "0");
+  if (!strcmp(*po, "nvme") || !strcmp(*pp, "nvme")) {
+    rc |= set(cfg, "tiers.nvme.paths", nvme_dir);
+    rc |= set(cfg, "tiers.nvme.verify", "none");
+  }
+  REQUIRE(rc == 0);
+  return cfg;
 }
 
 static void run_layout(const char *scratch, const layout *ly) {
   printf("== optimizer layout %s\n", ly->name);
-  mkdir(scratch, 0700);
-  char nvme_dir[1024];
-  snprintf(nvme_dir, sizeof nvme_dir, "%s/nvme", scratch);
-  mkdir(nvme_dir, 0700);
-
-  ferry_plan_input in = ferry_plan_input_default();
-  char why[256];
-  REQUIRE(ferry_plan_model_from_json(model_json, strlen(model_json), "tiny-llama", &in.model, why,
-                                     sizeof why) == 0);
+  char nvme_dir[1024], why[256];
+  ferry_plan_input in = host_input(model_json, "tiny-llama", scratch, nvme_dir, sizeof nvme_dir);
   in.chunk_size = CHUNK;
   in.batch = 1;
   in.seq = 128;
-  in.device = FERRY_PLAN_DEV_HOST; /* the engine below runs on the host backend */
-  in.budget[FERRY_PLAN_GPU] = in.budget[FERRY_PLAN_HOST] = in.budget[FERRY_PLAN_NVME] = 1ull << 40;
   in.state_dtype = ly->state_dtype;
   in.master_dtype = ly->master_dtype;
   ferry_plan_result r;
@@ -274,31 +406,21 @@ static void run_layout(const char *scratch, const layout *ly) {
     for (int tr = 0; tr < FERRY_PLAN_TIERS; tr++)
       want[tr] = (double)(c->bytes[tr][FERRY_FAM_PARAMS] + c->bytes[tr][FERRY_FAM_GRADS] +
                           c->bytes[tr][FERRY_FAM_MASTER] + c->bytes[tr][FERRY_FAM_OPTIM]);
-    double slots = 2 * G * pb; /* the plan's device grad buffers: the engine's own */
+    /* the plan's device grad buffers (whole pages): the engine's own */
+    double slots = 2 * ceil(G * pb / 4096) * 4096;
     want[FERRY_PLAN_GPU] -= slots;
     /* NVMe homes: the host tier caches their chunks; the plan's working set
      * is its swap row, the engine's staging its buffers row */
     int nvme_opt = p == FERRY_PLACE_NVME_OPT || p == FERRY_PLACE_INFINITY;
     double swap = (double)c->bytes[FERRY_PLAN_HOST][FERRY_FAM_SWAP];
     double buffers_row = (double)c->bytes[FERRY_PLAN_HOST][FERRY_FAM_BUFFERS];
-    const char *pp, *pg, *po;
-    ferry_plan_placement_tiers(p, &pp, &pg, &po);
-    pg = ferry_plan_grads_name(c->grads);
+    const char *pp, *po;
+    ferry_config *cfg = placement_config(c, nvme_dir, &pp, &po);
     int dev_cached = strcmp(pp, "gpu") != 0;
     int host_cached = nvme_opt;
-    ferry_config *cfg = NULL;
-    REQUIRE(ferry_config_create(&cfg) == 0);
-    int rc = set(cfg, "device", "host");
-    rc |= setu(cfg, "chunk_size", CHUNK);
-    rc |= set(cfg, "placement.params", pp);
-    rc |= set(cfg, "placement.grads", pg);
-    rc |= set(cfg, "placement.optimizer", po);
-    rc |= set(cfg, "optimizer.type", "adamw");
-    rc |= set(cfg, "precision.params", "bf16");
-    rc |= set(cfg, "tiers.host.pinned", "false");
+    int rc = setu(cfg, "chunk_size", CHUNK);
     if (ly->state_key) rc |= set(cfg, "optimizer.state_dtype", ly->state_key);
     if (ly->master_key) rc |= set(cfg, "precision.master", ly->master_key);
-    rc |= set(cfg, "clip_grad_norm", "0");
     /* budgets: the plan's figure where a family is cached, twice it where
      * the tier only holds homes; each plus the engine's own buffers of it */
     uint64_t gpu_budget = (uint64_t)(want[FERRY_PLAN_GPU] * (dev_cached ? 1 : 2) + slots);
@@ -312,17 +434,16 @@ static void run_layout(const char *scratch, const layout *ly) {
                     : (uint64_t)(want[FERRY_PLAN_HOST] * 2 + buffers_row + (1 << 20));
     rc |= setu(cfg, "tiers.gpu.budget", gpu_budget);
     rc |= setu(cfg, "tiers.host.budget", host_budget);
-    if (!strcmp(po, "nvme") || !strcmp(pp, "nvme")) {
-      rc |= set(cfg, "tiers.nvme.paths", nvme_dir);
-      rc |= set(cfg, "tiers.nvme.verify", "none");
-    }
     REQUIRE(rc == 0);
     measured got;
     memset(&got, 0, sizeof got);
-    rc = run_engine(cfg, t, nt, groups, 3, &got);
+    rc = run_engine(cfg, t, nt, groups, 3, gpu_budget, host_budget, &got);
+    engine_need need;
+    if (!rc) rc = refusal(cfg, t, nt, &need);
     ferry_config_destroy(cfg);
     EXPECT_EQ_INT(rc, 0);
     if (rc) continue;
+    check_need(c, &need);
     if (nvme_opt) { /* the host homes: the tier less its cached NVMe chunks */
       printf("%-15s %-5s %12.0f %12llu   (NVMe working set: the plan's swap row vs the "
              "engine's optimizer peak in the host; ran in the plan's host tier + 4 MiB: %llu)\n",
@@ -347,9 +468,9 @@ static void run_layout(const char *scratch, const layout *ly) {
              : tr == FERRY_PLAN_HOST && host_cached ? "  (params + grads homes)"
                                                     : "");
       if (d > TOL) {
-        fprintf(stderr, "FAILED: %s %s: engine %llu vs plan %.0f (%.2f%% > 5%%)\n",
+        fprintf(stderr, "FAILED: %s %s: engine %llu vs plan %.0f (%.2f%% > %.0f%%)\n",
                 ferry_plan_placement_name(p), ferry_plan_tier_name(tr),
-                (unsigned long long)got.manager[tr], want[tr], 100 * d);
+                (unsigned long long)got.manager[tr], want[tr], 100 * d, 100 * TOL);
         test_failures++;
       }
     }
@@ -357,10 +478,44 @@ static void run_layout(const char *scratch, const layout *ly) {
            ferry_plan_placement_name(p), "gpu", slots, (unsigned long long)got.own_dev);
     printf("%-15s %-5s %12.0f %12llu   (engine buffers: host staging vs the buffers row)\n",
            ferry_plan_placement_name(p), "host", buffers_row, (unsigned long long)got.own_host);
-    if (rel((double)got.own_host, buffers_row) > TOL) {
+    if (got.own_host != (uint64_t)buffers_row) { /* both plan/footprint.c's */
       fprintf(stderr, "FAILED: %s: engine host staging %llu vs the plan's buffers row %.0f\n",
               ferry_plan_placement_name(p), (unsigned long long)got.own_host, buffers_row);
       test_failures++;
     }
+  }
+}
+
+/* A 1.1B-parameter Llama (TinyLlama's shape) at 64 MiB chunks, finalized
+ * only: each placement's refusal of a 64 KiB host budget against the plan
+ * (the staging equal, the working set's terms and the host tier within
+ * TOL). The device budget is 1 GiB: finalize refuses before it checks it. */
+static void run_big(const char *scratch) {
+  static const char *const big_json =
+      "{\"model_type\": \"llama\", \"hidden_size\": 2048, \"intermediate_size\": 5632,"
+      " \"num_hidden_layers\": 22, \"num_attention_heads\": 32, \"num_key_value_heads\": 4,"
+      " \"vocab_size\": 32000, \"tie_word_embeddings\": false}";
+  printf("== 1.1B (finalize only)\n");
+  char nvme_dir[1024], why[256];
+  ferry_plan_input in = host_input(big_json, "llama-1.1b", scratch, nvme_dir, sizeof nvme_dir);
+  ferry_plan_result r;
+  REQUIRE(ferry_plan_compute(&in, &r, why, sizeof why) == 0);
+  printf("%llu params, largest group %llu\n", (unsigned long long)r.params,
+         (unsigned long long)r.largest_group);
+  static tensor t[512];
+  size_t nt = model_tensors(&in.model, t);
+  for (int p = 0; p < FERRY_PLACEMENTS; p++) {
+    const ferry_plan_candidate *c = &r.cand[p];
+    const char *pp, *po;
+    ferry_config *cfg = placement_config(c, nvme_dir, &pp, &po);
+    REQUIRE(set(cfg, "tiers.gpu.budget", "1G") == 0);
+    engine_need n;
+    int rc = refusal(cfg, t, nt, &n);
+    ferry_config_destroy(cfg);
+    EXPECT_EQ_INT(rc, 0);
+    if (rc) continue;
+    check_need(c, &n);
+    /* the working set's terms, each as the plan counts it */
+    plan_terms(c, &n);
   }
 }

@@ -1,8 +1,8 @@
-# tests/cli/: the planner (`ferry plan`, plan/plan.c) against the engine
+# tests/cli/: the planner (`ferry plan`, plan/) against the engine
 # it plans for (docs/PLANNING.md, "What is validated"). Included by
 # cli/CMakeLists.txt at the end of the top directory.
 ferry_add_test(NAME cli.plan.vs_engine SOURCES ${PROJECT_SOURCE_DIR}/tests/cli/test_plan_engine.c
-               EXE test_plan_engine TIMEOUT 240 ARGS ${PROJECT_BINARY_DIR}/tests/cli-scratch fp32 bf16 int8 int8-m16)
+               EXE test_plan_engine TIMEOUT 120 ARGS ${PROJECT_BINARY_DIR}/tests/cli-scratch fp32 bf16 int8 int8-m16 1.1b)
 # `ferry bench step` (validated and --no-validate, each placement) and
 # `ferry bench copy` (size lists, one direction) on the host backend.
 ferry_add_test(NAME cli.bench_step_copy EXE sh TIMEOUT 120

@@ -1,5 +1,5 @@
-/* tests/core/test_core.c — status strings, size parsing, error buffers and
- * the logger's level filter.
+/* tests/core/test_core.c — status strings, size parsing, error buffers,
+ * the logger's level filter and the OpenBLAS kernel chosen by SIMD bits.
  */
 #include "core/core.h"
 #include "tests/test.h"
@@ -70,6 +70,20 @@ int main(void) {
   ferry_log_set(NULL, NULL, 0);
   ferry_logf(NULL, FERRY_LOG_ERROR, "dropped");
   EXPECT(logged == 2);
+
+  /* OpenBLAS's Prescott fallback is replaced by the best kernel the bits
+   * allow; its own picks, and CPUs below AVX2+FMA, are kept */
+  const unsigned a2 = FERRY_SIMD_AVX2 | FERRY_SIMD_FMA,
+                 a5 = a2 | FERRY_SIMD_AVX512F | FERRY_SIMD_AVX512BW | FERRY_SIMD_AVX512VL;
+  EXPECT(!strcmp(ferry_cpu_blas_kernel(a5 | FERRY_SIMD_AVX512BF16, "Prescott"), "Cooperlake"));
+  EXPECT(!strcmp(ferry_cpu_blas_kernel(a5, "Prescott"), "SkylakeX"));
+  EXPECT(!strcmp(ferry_cpu_blas_kernel(a2 | FERRY_SIMD_AVX512F, "Prescott"), "Haswell"));
+  EXPECT(!strcmp(ferry_cpu_blas_kernel(a2, "Prescott"), "Haswell"));
+  EXPECT(ferry_cpu_blas_kernel(FERRY_SIMD_AVX2, "Prescott") == NULL);
+  EXPECT(ferry_cpu_blas_kernel(FERRY_SIMD_SSE42, "Prescott") == NULL);
+  EXPECT(ferry_cpu_blas_kernel(a5, "Haswell") == NULL);
+  EXPECT(ferry_cpu_blas_kernel(a5, "Zen") == NULL);
+  EXPECT(ferry_cpu_blas_kernel(a5, NULL) == NULL);
 
   char buf[32];
   EXPECT(strcmp(ferry_format_size(1536, buf, sizeof buf), "1.50 KiB") == 0);

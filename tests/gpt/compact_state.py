@@ -20,8 +20,13 @@ bf16 and int8, within 3% for int8-m16. Prints each run's final loss, last
 step's loss, seconds per step and the engine's optimizer bytes per param
 and step (--stats-json optim_bytes_per_param).
 
+The test gpt.compact_state runs the same checks on a CI-sized case
+(--model tiny --steps 100 --seq 64, about 20 s of CPU); gpt.compact_state.full
+(label slow, `./ferry.sh test --slow`) runs the full size above.
+
 usage: compact_state.py --gpt FERRY-GPT --root REPO --work DIR
                         [--data FILE] [--steps N] [--runs fp32,bf16,...]
+                        [--model NAME] [--batch N] [--seq N] [--lr LR]
                         [--json-out FILE]
 exit: 0 pass, 1 a check failed, 2 usage or a run that did not start.
 """
@@ -50,10 +55,10 @@ def fail(msg):
 def run(a, name):
     """One training run; its stats (the --stats-json object) and wall seconds."""
     stats = os.path.join(a.work, name + ".stats.json")
-    cmd = [a.gpt, "train", "--model", "small", "--data", a.data, "--engine",
+    cmd = [a.gpt, "train", "--model", a.model, "--data", a.data, "--engine",
            os.path.join(a.root, "examples/configs/offload-nvme.cfg"),
-           "--set", "tiers.host.budget=128M", "--steps", str(a.steps), "--batch", "4",
-           "--seq", "128", "--lr", a.lr, "--seed", "1", "--stats-json", stats]
+           "--set", "tiers.host.budget=128M", "--steps", str(a.steps), "--batch", str(a.batch),
+           "--seq", str(a.seq), "--lr", a.lr, "--seed", "1", "--stats-json", stats]
     for kv in RUNS[name][0]:
         cmd += ["--set", kv]
     print("compact_state: " + " ".join(cmd), flush=True)
@@ -96,6 +101,9 @@ def main():
     ap.add_argument("--steps", type=int, default=300)
     ap.add_argument("--runs", default="fp32,bf16,int8,int8-m16")
     ap.add_argument("--lr", default="6e-4")
+    ap.add_argument("--model", default="small")
+    ap.add_argument("--batch", type=int, default=4)
+    ap.add_argument("--seq", type=int, default=128)
     ap.add_argument("--json-out")
     a = ap.parse_args()
     names = a.runs.split(",")

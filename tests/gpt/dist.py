@@ -95,7 +95,7 @@ def mpirun(a, np_, argv):
 # another order (two ranks' halves, or two micro-batches) rounds differently:
 # at the default 1e-8 (lr/eps = 2e5) one rank with grad_accumulation=2 ends
 # 1.0e-5 to 1.5e-5 away from the same rank at --batch 4 after 5 steps (1 of
-# the 1.06M weights beyond 1e-5; examples/gpt/README.md), at 1e-6 5e-7.
+# the 1.06M weights beyond 1e-5; docs/FERRY-GPT.md), at 1e-6 5e-7.
 def train_args(a, cfg, batch, steps, extra):
     return [a.gpt, "train", "--model", "tiny", "--data", a.data, "--steps", str(steps),
             "--seq", "32", "--seed", "5", "--lr", "2e-3", "--json", "--batch", str(batch),

@@ -4,6 +4,7 @@
  * requests explained, the largest batch, the step model and profiles.
  */
 #include "ferry.h"
+#include "plan/footprint.h"
 #include "plan/plan.h"
 #include "tests/test.h"
 
@@ -440,7 +441,46 @@ static void test_compact_state(void) {
   EXPECT(strstr(why, "optimizer.state_dtype") != NULL);
 }
 
+/* plan/footprint.c by hand: staging, one step's need, the read-ahead's
+ * room and the swap files (the engine's finalize counts with the same). */
+static void test_footprint(void) {
+  ferry_footprint_engine fe;
+  memset(&fe, 0, sizeof fe);
+  fe.group_n = 1000;
+  fe.esize = 2;
+  fe.page = 4096;
+  fe.drain_staged = 1;
+  fe.params_off_device = 1;
+  ferry_footprint_staging st;
+  ferry_footprint_staging_bytes(&fe, &st);
+  EXPECT(st.drain == 2 * 4096 && st.upload == 0 && st.commit == 2000 && st.reduce == 0);
+  EXPECT(st.total == 2 * 4096 + 2000);
+  fe.drain_staged = 0; /* the GPU's own math: its sums instead */
+  fe.gpu_sums = 144;
+  fe.params_sharded = 1;
+  fe.reduce = 100;
+  ferry_footprint_staging_bytes(&fe, &st);
+  EXPECT(st.drain == 144 && st.reduce == 100 + 2 * 4096);
+  const ferry_tier home[FERRY_FAMILIES] = {FERRY_TIER_NVME, FERRY_TIER_HOST, FERRY_TIER_NVME};
+  ferry_footprint_family fam[FERRY_FAMILIES] = {
+      {100, 1000, 60, 20}, {40, 400, 40, 10}, {300, 3000, 90, 40}};
+  ferry_footprint_host n;
+  ferry_footprint_host_need(home, fam, &n);
+  EXPECT(n.optim == 300 && n.grads == 0 && n.params == 200 && n.slack == 180);
+  EXPECT(n.home[FERRY_FAMILY_GRADS] == 400 && n.total == 300 + 200 + 180 + 400);
+  EXPECT(ferry_footprint_nvme_files(home, fam) == 60 * 90);
+  size_t ahead;
+  int optim_ahead;
+  ferry_footprint_read_ahead(n.total + 500, 100, &n, &ahead, &optim_ahead);
+  EXPECT(ahead == 4 && optim_ahead == 1); /* 400 left: four groups of params, one of state */
+  ferry_footprint_read_ahead(n.total + 350, 100, &n, &ahead, &optim_ahead);
+  EXPECT(ahead == 2 && optim_ahead == 0);
+  ferry_footprint_read_ahead(n.total, 100, &n, &ahead, &optim_ahead);
+  EXPECT(ahead == 0 && optim_ahead == 0);
+}
+
 int main(void) {
+  test_footprint();
   test_compact_state();
   test_rss();
   test_deepspeed();

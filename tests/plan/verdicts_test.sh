@@ -1,6 +1,6 @@
 #!/bin/sh
 # tests/plan/verdicts_test.sh — issue 21's planner verdicts and `--largest`
-# (docs/PLANNING.md, "Issue 21's verdicts"): four machines at batch 1, seq
+# (docs/PLANNING.md, "Four machines' verdicts"): four machines at batch 1, seq
 # 2048, each with the fit the issue demands and its exit status, and the
 # largest dense model of two machines. usage: verdicts_test.sh FERRY
 set -u

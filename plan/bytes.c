@@ -1,0 +1,493 @@
+/* plan/bytes.c — the bytes of a placement: the optimizer family's bytes
+ * per param (optim/'s public formulas), activations and workspace, each
+ * family's bytes per tier, the fit against the budgets, the NVMe bytes per
+ * step and the process's peak RSS (docs/PLANNING.md, "Bytes per family and
+ * tier", "NVMe bytes per step", "Peak RSS").
+ */
+#include "plan/plan_impl.h"
+
+#include "plan/footprint.h"
+
+#include "ferry.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+/* The optimizer config whose formulas (ferry_optimizer_state_bytes,
+ * ferry_optimizer_bytes_per_param) the plan uses. */
+static ferry_optimizer_config plan_optim_config(const ferry_plan_input *in) {
+  ferry_optimizer_config o = ferry_optimizer_config_default((ferry_optim_type)in->optimizer);
+  o.state_dtype = in->state_dtype ? in->state_dtype : FERRY_DT_F32;
+  o.state_block = in->state_block > 0 ? (size_t)in->state_block : 256;
+  o.master_dtype = in->master_dtype ? in->master_dtype : FERRY_DT_F32;
+  return o;
+}
+
+int plan_bf16_master(const ferry_plan_input *in) { return in->master_dtype == FERRY_DT_BF16; }
+
+/* Bytes of one state buffer of n elements (int8: codes rounded up to 64 and
+ * one fp32 absmax per block). */
+static double state_bytes(const ferry_plan_input *in, double n) {
+  ferry_optimizer_config o = plan_optim_config(in);
+  return (double)ferry_optimizer_state_bytes(&o, (size_t)n);
+}
+
+/* Bytes per element of one state, large tensors (the absmax share included). */
+static double state_per_param(const ferry_plan_input *in) {
+  return state_bytes(in, 1 << 24) / (double)(1 << 24);
+}
+
+/* The master's bytes per param in the optimizer's home: 4 (fp32); with a
+ * bf16 master the params are the master, 0 (the engine keeps no master
+ * tensor: the step stages the current params from their home, read back
+ * from the device when they live there). */
+static double master_per_param(const ferry_plan_input *in, int p) {
+  (void)p;
+  return plan_bf16_master(in) ? 0 : 4;
+}
+
+double ferry_plan_optim_bytes_per_param(const ferry_plan_input *in, int p) {
+  return master_per_param(in, p) + ferry_plan_optimizer_states(in->optimizer) * state_per_param(in);
+}
+
+double ferry_plan_step_bytes_per_param(const ferry_plan_input *in, int p) {
+  ferry_optimizer_config o = plan_optim_config(in);
+  int pdt = in->precision == FERRY_PREC_FP32 ? FERRY_DT_F32
+            : in->precision == FERRY_PREC_FP16 ? FERRY_DT_F16 : FERRY_DT_BF16;
+  /* the gradient read: the accumulator, or the drained 16-bit grads (none) */
+  int gdt = ferry_plan_grads_auto(in, p) == FERRY_PLAN_GRADS_NONE ? pdt
+            : in->grad_precision == FERRY_PREC_BF16 ? FERRY_DT_BF16 : FERRY_DT_F32;
+  /* the param copy written: none when the params are the master */
+  double b = ferry_optimizer_bytes_per_param(&o, gdt, plan_bf16_master(in) ? FERRY_DT_NONE : pdt);
+  return b < 0 ? 0 : b;
+}
+
+/* Bytes of one activation element: the compute dtype on a GPU; the CPU
+ * model (--device host) computes in fp32 whatever the params' dtype. */
+static double act_dtype(const ferry_plan_input *in) {
+  return in->device == FERRY_PLAN_DEV_HOST || in->precision == FERRY_PREC_FP32 ? 4 : 2;
+}
+
+#define RUNTIME_WORKSPACE (256.0 * 1024 * 1024) /* cuBLAS workspace, allocator slack */
+
+/* Activation bytes of one block kept for backward (docs/PLANNING.md). */
+static double block_activations(const ferry_plan_model *m, double ab, double b, double s,
+                                int flash) {
+  double h = (double)m->hidden, f = (double)m->ffn, a = (double)m->heads;
+  double sb = s * b;
+  if (m->arch == FERRY_ARCH_GPT2) {
+    /* Korthikanti et al. 2022 eq. (1), generalised to dtype size ab and ffn f:
+     * LN1 in, QKV in, Q, K, V, proj in (ab sbh each), two dropout masks (1 byte
+     * sbh each); LN2 in, fc1 in (ab sbh), GELU in, fc2 in (ab sbf each); scores:
+     * softmax out + dropout mask + dropout out = (2 ab + 1) a s^2 b. */
+    double x = sb * h * (8 * ab + 2) + sb * f * 2 * ab;
+    x += flash ? 4 * a * sb : (2 * ab + 1) * a * s * s * b;
+    return x;
+  }
+  /* Llama family (no dropout): norm1 in/out, Q and K after RoPE, V, attention
+   * out, norm2 in/out, gate, up and silu(gate)*up; fp32 rstd of both norms;
+   * scores: the softmax output (ab a s^2 b) or, fused, the fp32 logsumexp. */
+  double q = plan_q_dim(m), kv = plan_kv_dim(m);
+  double x = ab * sb * (4 * h + 2 * q + 2 * kv + 3 * f) + 8 * sb;
+  x += flash ? 4 * a * sb : ab * a * s * s * b;
+  return x;
+}
+
+/* Activations on the device for the whole step: blocks (all of them, or one
+ * input each plus one block recomputed), and the head: final norm in/out and
+ * the logits in compute dtype plus fp32 for the loss. */
+static double activation_bytes(const ferry_plan_input *in, double b) {
+  const ferry_plan_model *m = &in->model;
+  double ab = act_dtype(in), s = (double)in->seq;
+  double h = (double)m->hidden, L = (double)m->layers;
+  double blk = block_activations(m, ab, b, s, in->flash_attention);
+  double blocks = in->checkpointing ? L * ab * s * b * h + blk : L * blk;
+  double head = 2 * ab * s * b * h + (double)m->vocab * s * b * (ab + 4);
+  return blocks + head;
+}
+
+/* Backward scratch: gradients flowing through one block (in, out, the widest
+ * intermediate twice) and, with materialized attention, the scores' grad;
+ * on a GPU also the runtime's workspace (cuBLAS, allocator slack). */
+static double workspace_bytes(const ferry_plan_input *in, double b) {
+  const ferry_plan_model *m = &in->model;
+  double ab = act_dtype(in), s = (double)in->seq;
+  double h = (double)m->hidden, f = (double)m->ffn;
+  double wide = f > plan_q_dim(m) + 2 * plan_kv_dim(m) ? f : plan_q_dim(m) + 2 * plan_kv_dim(m);
+  double w = (in->device == FERRY_PLAN_DEV_HOST ? 0 : RUNTIME_WORKSPACE) +
+             ab * s * b * (2 * h + 2 * wide);
+  if (!in->flash_attention) w += ab * (double)m->heads * s * s * b;
+  return w;
+}
+
+static double round_chunk(double x, double ch) { return ch > 0 ? ceil(x / ch) * ch : x; }
+
+/* One group's chunks of a family, as the engine's layout makes them: no
+ * chunk holds two groups, and a chunk is as large as the tensors packed
+ * into it (at most C, unless one tensor is larger), rounded up to a page
+ * for the host and NVMe tiers: x bytes plus a page for each of its
+ * ⌈x / C⌉ + 1 chunks (a tensor that does not fit closes a chunk early). */
+static double group_chunks(double x, double ch) {
+  return ch > 0 ? x + (ceil(x / ch) + 1) * 4096 : x;
+}
+
+int ferry_plan_grads_auto(const ferry_plan_input *in, int p) {
+  if (p == FERRY_PLACE_ALL_GPU) return FERRY_PLAN_GRADS_GPU;
+  /* the step runs during backward: no global norm to wait for, no fp16
+   * dynamic scaling (it needs the whole gradient's overflow flag), one
+   * micro-batch per step, one rank */
+  int eager = !(in->clip_grad_norm > 0) && in->precision != FERRY_PREC_FP16 &&
+              in->grad_accumulation <= 1 &&
+              /* ranks average the grads into accumulators (the engine's "auto") */
+              (int64_t)in->gpus * in->nodes <= 1;
+  if (eager) return FERRY_PLAN_GRADS_NONE;
+  return p == FERRY_PLACE_ZERO_OFFLOAD || p == FERRY_PLACE_ZERO3_OFFLOAD ? FERRY_PLAN_GRADS_HOST
+                                                                          : FERRY_PLAN_GRADS_NVME;
+}
+
+plan_place_ctx plan_place_context(const ferry_plan_input *in, int p) {
+  static const int ph[FERRY_PLACEMENTS] = {FERRY_PLAN_GPU, FERRY_PLAN_GPU, FERRY_PLAN_HOST,
+                                           FERRY_PLAN_HOST, FERRY_PLAN_NVME};
+  static const int oh[FERRY_PLACEMENTS] = {FERRY_PLAN_GPU, FERRY_PLAN_HOST, FERRY_PLAN_HOST,
+                                           FERRY_PLAN_NVME, FERRY_PLAN_NVME};
+  plan_place_ctx c;
+  memset(&c, 0, sizeof c);
+  c.ph = ph[p];
+  c.oh = oh[p];
+  c.gh = ferry_plan_grads_auto(in, p);
+  c.P = (double)ferry_plan_model_params(&in->model);
+  c.G = (double)ferry_plan_largest_group(&in->model);
+  c.ch = (double)in->chunk_size;
+  c.pb = in->precision == FERRY_PREC_FP32 ? 4 : 2;
+  c.gb = in->grad_precision == FERRY_PREC_BF16 ? 2 : 4;
+  c.k = ferry_plan_optimizer_states(in->optimizer);
+  c.mb = master_per_param(in, p);
+  c.sb = state_per_param(in);
+  c.ob = c.mb + c.k * c.sb;
+  c.cpu_path = in->device == FERRY_PLAN_DEV_HOST || c.oh != FERRY_PLAN_GPU;
+  c.N = (double)in->gpus * (double)in->nodes;
+  c.stage = in->zero_stage;
+  c.so = c.stage >= 1 ? 1 / c.N : 1;
+  c.sg = c.stage >= 2 ? 1 / c.N : 1;
+  c.sp = c.stage >= 3 ? 1 / c.N : 1;
+  c.grp_p = group_chunks(c.G * c.pb, c.ch); /* gathered: the whole group */
+  c.grp_g = group_chunks(c.G * c.gb * c.sg, c.ch);
+  c.grp_o = group_chunks(c.G * c.ob * c.so, c.ch);
+  return c;
+}
+
+/* Elements of the model's largest single tensor (a chunk of its own when
+ * it outgrows a chunk). */
+static double largest_tensor(const ferry_plan_model *m) {
+  double h = (double)m->hidden, f = (double)m->ffn, v = (double)m->vocab * h;
+  double t = h * f;
+  if (m->arch == FERRY_ARCH_GPT2) t = fmax(fmax(t, 3 * h * h), (double)m->positions * h);
+  else t = fmax(t, h * plan_q_dim(m));
+  return fmax(t, v);
+}
+
+/* Tensors of a block, the group with the most (the GPU math's pinned sums
+ * hold one per tensor). */
+static double block_tensors(const ferry_plan_model *m) {
+  if (m->arch == FERRY_ARCH_GPT2) return 12; /* 2 LN, c_attn, c_proj, c_fc, mlp c_proj: w + b */
+  return 9 + (m->qkv_bias ? 3 : 0) + (m->o_bias ? 1 : 0) + (m->mlp_bias ? 3 : 0);
+}
+
+enum { LAY_PARAMS, LAY_GRADS, LAY_MASTER, LAY_OPTIM };
+
+/* Bytes of one group's tensors of n elements in a family (LAY_OPTIM: the
+ * master, when there is one, and each state). */
+static double group_bytes(const ferry_plan_input *in, const plan_place_ctx *c, int fam, double n) {
+  switch (fam) {
+  case LAY_PARAMS: return n * c->pb;
+  case LAY_GRADS: return n * c->gb;
+  case LAY_MASTER: return n * c->mb;
+  default: return n * c->mb + c->k * state_bytes(in, n);
+  }
+}
+
+/* A family as the engine's layout packs it, this rank's share of each
+ * group: the largest group (group_chunks), the whole (reserved in whole
+ * chunks: ⌈x / C⌉·C, each state apart; the layout's trimmed chunks hold at
+ * most that), the largest chunk (C, or a tensor larger than C in a chunk of
+ * its own) and the chunks. With chunk_size 0: the exact bytes, no chunks. */
+static ferry_footprint_family layout_family(const ferry_plan_input *in, const plan_place_ctx *c,
+                                            int fam, double share) {
+  const ferry_plan_model *m = &in->model;
+  const double n[3] = {(double)ferry_plan_embed_params(m), (double)ferry_plan_block_params(m),
+                       (double)ferry_plan_head_params(m)};
+  const double times[3] = {1, (double)m->layers, 1};
+  double chunks = 0, P = c->P * share;
+  for (int i = 0; i < 3; i++) {
+    double x = group_bytes(in, c, fam, n[i] * share);
+    if (x > 0) chunks += times[i] * (c->ch > 0 ? ceil(x / c->ch) : 1);
+  }
+  double total = fam == LAY_OPTIM ? round_chunk(P * c->mb, c->ch) +
+                                        c->k * round_chunk(state_bytes(in, P), c->ch)
+                                  : round_chunk(group_bytes(in, c, fam, P), c->ch);
+  double gmax = group_chunks(group_bytes(in, c, fam, c->G * share), c->ch);
+  double per[] = {c->pb, c->gb, c->mb, fmax(c->mb, c->sb)};
+  double big = per[fam] * largest_tensor(m);
+  ferry_footprint_family f;
+  f.group_max = (uint64_t)llround(gmax);
+  f.total = (uint64_t)llround(total);
+  f.chunk_max = c->ch > 0 ? (uint64_t)llround(big > c->ch ? big : fmin(c->ch, gmax)) : 0;
+  f.chunks = (uint64_t)chunks;
+  return f;
+}
+
+void plan_footprint(const ferry_plan_input *in, int p, plan_fp *fp) {
+  plan_place_ctx c = plan_place_context(in, p);
+  memset(fp, 0, sizeof *fp);
+  /* grads "none": no accumulator (the engine names the host, and holds none there) */
+  fp->home[FERRY_FAMILY_PARAMS] = (ferry_tier)c.ph;
+  fp->home[FERRY_FAMILY_GRADS] = c.gh == FERRY_PLAN_GRADS_GPU    ? FERRY_TIER_DEVICE
+                                 : c.gh == FERRY_PLAN_GRADS_NVME ? FERRY_TIER_NVME
+                                                                 : FERRY_TIER_HOST;
+  fp->home[FERRY_FAMILY_OPTIM] = (ferry_tier)c.oh;
+  fp->fam[FERRY_FAMILY_PARAMS] = layout_family(in, &c, LAY_PARAMS, c.sp);
+  if (c.gh != FERRY_PLAN_GRADS_NONE)
+    fp->fam[FERRY_FAMILY_GRADS] = layout_family(in, &c, LAY_GRADS, c.sg);
+  fp->fam[FERRY_FAMILY_OPTIM] = layout_family(in, &c, LAY_OPTIM, c.so);
+  fp->master = layout_family(in, &c, LAY_MASTER, c.so).total;
+  ferry_footprint_host_need(fp->home, fp->fam, &fp->need);
+  fp->nvme_files = ferry_footprint_nvme_files(fp->home, fp->fam);
+  /* the engine's pinned staging: the GPU's own math (all-gpu on CUDA)
+   * drains into its sums, not into staging */
+  int gpu_math = in->device == FERRY_PLAN_DEV_CUDA && c.oh == FERRY_PLAN_GPU;
+  ferry_footprint_engine fe;
+  memset(&fe, 0, sizeof fe);
+  fe.group_n = (uint64_t)c.G;
+  fe.esize = (size_t)c.pb;
+  fe.page = c.ch > 0 ? 4096 : 1;
+  fe.drain_staged = !gpu_math;
+  fe.gpu_sums = gpu_math ? (uint64_t)(2 * block_tensors(&in->model) * sizeof(double)) : 0;
+  fe.upload_staged = c.ph == FERRY_PLAN_GPU && !gpu_math;
+  fe.params_off_device = c.ph != FERRY_PLAN_GPU;
+  if (c.N > 1) /* the drain's fp32 buffers: the group and, sharded, a rank's piece */
+    fe.reduce = (uint64_t)(4 * c.G + (c.stage >= 1 ? 4 * ceil(c.G / c.N) : 0));
+  fe.params_sharded = c.N > 1 && c.stage >= 3;
+  ferry_footprint_staging_bytes(&fe, &fp->staging);
+  fp->grad_slots = 2 * ferry_footprint_group_buffer(fe.group_n, fe.esize, fe.page);
+}
+
+/* Bytes per tier and family of placement p at batch b. */
+static void place_bytes(const ferry_plan_input *in, int p, double b,
+                        double out[FERRY_PLAN_TIERS][FERRY_PLAN_FAMILIES]) {
+  memset(out, 0, sizeof(double) * FERRY_PLAN_TIERS * FERRY_PLAN_FAMILIES);
+  plan_place_ctx c = plan_place_context(in, p);
+  plan_fp fp;
+  plan_footprint(in, p, &fp);
+  double *gpu = out[FERRY_PLAN_GPU], *host = out[FERRY_PLAN_HOST];
+  /* activations and scratch: the device's on a GPU; the CPU model's host
+   * allocations on --device host (in the RSS, not in the device budget) */
+  if (in->device == FERRY_PLAN_DEV_CUDA) {
+    gpu[FERRY_FAM_ACT] = activation_bytes(in, b);
+    gpu[FERRY_FAM_WORKSPACE] = workspace_bytes(in, b);
+  }
+  gpu[FERRY_FAM_GRADS] = (double)fp.grad_slots; /* grad buffers: being written, being drained */
+  /* each family whole in its home (this rank's share); the params also two
+   * groups on the device (in use, next) when they live elsewhere, and at
+   * stage 3 two gathered groups beside the device home's share */
+  double params = (double)fp.fam[FERRY_FAMILY_PARAMS].total;
+  out[c.ph][FERRY_FAM_PARAMS] = params;
+  if (c.ph != FERRY_PLAN_GPU || c.sp < 1) gpu[FERRY_FAM_PARAMS] += 2 * c.grp_p;
+  if (c.gh != FERRY_PLAN_GRADS_NONE)
+    out[fp.home[FERRY_FAMILY_GRADS]][FERRY_FAM_GRADS] += (double)fp.fam[FERRY_FAMILY_GRADS].total;
+  out[c.oh][FERRY_FAM_MASTER] = (double)fp.master;
+  out[c.oh][FERRY_FAM_OPTIM] = (double)(fp.fam[FERRY_FAMILY_OPTIM].total - fp.master);
+  host[FERRY_FAM_BUFFERS] = (double)fp.staging.total;
+  host[FERRY_FAM_SWAP] = (double)(fp.need.optim + fp.need.grads + fp.need.params + fp.need.slack);
+}
+
+static void fmt_bytes(double b, char *buf, size_t n) {
+  static const char *u[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+  int i = 0;
+  while (b >= 1024 && i < 6) {
+    b /= 1024;
+    i++;
+  }
+  if (i == 0) snprintf(buf, n, "%.0f B", b);
+  else snprintf(buf, n, "%.1f %s", b, u[i]);
+}
+
+int plan_tiers_fit(const ferry_plan_input *in, int p, double b, double *short_by) {
+  double by[FERRY_PLAN_TIERS][FERRY_PLAN_FAMILIES];
+  place_bytes(in, p, b, by);
+  int ok = 1;
+  for (int t = 0; t < FERRY_PLAN_TIERS; t++) {
+    double tot = 0;
+    for (int f = 0; f < FERRY_PLAN_FAMILIES; f++) tot += by[t][f];
+    double s = tot > (double)in->budget[t] ? tot - (double)in->budget[t] : 0;
+    if (short_by) short_by[t] = s;
+    if (s > 0) ok = 0;
+  }
+  return ok;
+}
+
+/* Placement p's bytes per tier and family at the input's batch, whether they
+ * fit the budgets and, when not, by how much (in words, in c->why). */
+void plan_candidate_bytes(const ferry_plan_input *in, int p, ferry_plan_candidate *c) {
+  double by[FERRY_PLAN_TIERS][FERRY_PLAN_FAMILIES], shortb[FERRY_PLAN_TIERS];
+  place_bytes(in, p, (double)in->batch, by);
+  for (int t = 0; t < FERRY_PLAN_TIERS; t++) {
+    double tot = 0;
+    for (int f = 0; f < FERRY_PLAN_FAMILIES; f++) {
+      c->bytes[t][f] = (uint64_t)llround(by[t][f]);
+      tot += (double)c->bytes[t][f];
+    }
+    c->tier_bytes[t] = (uint64_t)tot;
+  }
+  c->fits = plan_tiers_fit(in, p, (double)in->batch, shortb);
+  for (int t = 0; t < FERRY_PLAN_TIERS; t++) c->short_by[t] = (uint64_t)llround(shortb[t]);
+  c->pinned_bytes = in->budget[FERRY_PLAN_HOST]; /* pool + staging, pinned at finalize */
+  if (c->fits) {
+    snprintf(c->why, sizeof c->why, "fits");
+    return;
+  }
+  size_t o = 0;
+  for (int t = 0; t < FERRY_PLAN_TIERS; t++) {
+    if (!c->short_by[t]) continue;
+    char s[32], need[32], have[32];
+    fmt_bytes((double)c->short_by[t], s, sizeof s);
+    fmt_bytes((double)c->tier_bytes[t], need, sizeof need);
+    fmt_bytes((double)in->budget[t], have, sizeof have);
+    o += (size_t)snprintf(c->why + o, sizeof c->why - o, "%s%s short by %s (needs %s, budget %s)",
+                          o ? "; " : "", ferry_plan_tier_name(t), s, need, have);
+    if (o >= sizeof c->why) break;
+  }
+}
+
+/* Bytes of one family of the whole model as the engine lays it out: each
+ * group's tensors packed into chunks trimmed to what they hold (4 KiB
+ * alignment on the way to NVMe), e bytes per element. */
+static double family_bytes(const ferry_plan_model *m, double e) {
+  double E = (double)ferry_plan_embed_params(m), B = (double)ferry_plan_block_params(m);
+  double H = (double)ferry_plan_head_params(m);
+  return round_chunk(E * e, 4096) + (double)m->layers * round_chunk(B * e, 4096) +
+         round_chunk(H * e, 4096);
+}
+
+/* The optimizer family of the whole model on NVMe: per group, the master
+ * (when there is one) and each state, as ferry_optimizer_state_bytes packs
+ * a group's elements, each rounded to 4 KiB. */
+static double optim_group_bytes(const ferry_plan_input *in, const plan_place_ctx *c, double n) {
+  return round_chunk(n * c->mb, 4096) + c->k * round_chunk(state_bytes(in, n), 4096);
+}
+
+/* ... this rank's share of each group (stage >= 1: 1/N of it). */
+static double optim_family_bytes(const ferry_plan_input *in, const plan_place_ctx *c) {
+  const ferry_plan_model *m = &in->model;
+  double so = c->so;
+  return optim_group_bytes(in, c, (double)ferry_plan_embed_params(m) * so) +
+         (double)m->layers * optim_group_bytes(in, c, (double)ferry_plan_block_params(m) * so) +
+         optim_group_bytes(in, c, (double)ferry_plan_head_params(m) * so);
+}
+
+double ferry_plan_optim_nvme_bytes(const ferry_plan_input *in, int p, const uint64_t *group_params,
+                                   size_t ngroups) {
+  if (!in || p < 0 || p >= FERRY_PLACEMENTS || (ngroups && !group_params)) return 0;
+  plan_place_ctx c = plan_place_context(in, p);
+  double o = 0;
+  for (size_t i = 0; i < ngroups; i++)
+    o += optim_group_bytes(in, &c, (double)group_params[i] * c.so);
+  return o;
+}
+
+/* Param bytes of the first (front) or last (!front) n groups. */
+static double end_groups_bytes(const ferry_plan_model *m, int64_t n, int front, double pb) {
+  int64_t L = m->layers;
+  double E = (double)ferry_plan_embed_params(m), B = (double)ferry_plan_block_params(m);
+  double H = (double)ferry_plan_head_params(m);
+  if (n <= 0) return 0;
+  if (n >= L + 2) return (E + (double)L * B + H) * pb;
+  double edge = front ? E : H; /* the embedding opens forward; the head closes it */
+  return (edge + (double)(n - 1 > L ? L : n - 1) * B) * pb;
+}
+
+/* NVMe params: how many groups each pool keeps at the forward/backward turn:
+ * the head (used back to back) and whole groups in the room the tier's
+ * budget leaves beside everything else. */
+static void cached_groups(const ferry_plan_input *in, const plan_place_ctx *c,
+                          ferry_plan_candidate *w) {
+  const ferry_plan_candidate *k = w;
+  int64_t groups = ferry_plan_groups(&in->model);
+  w->cached_groups_host = w->cached_groups_device = 0;
+  if (c->ph != FERRY_PLAN_NVME || c->grp_p <= 0) return;
+  for (int t = FERRY_PLAN_GPU; t <= FERRY_PLAN_HOST; t++) {
+    double room = (double)in->budget[t] - (double)k->tier_bytes[t];
+    int64_t n = 1 + (room > 0 ? (int64_t)floor(room / c->grp_p) : 0);
+    if (n > groups) n = groups;
+    if (t == FERRY_PLAN_GPU) w->cached_groups_device = n;
+    else w->cached_groups_host = n;
+  }
+}
+
+/* NVMe bytes per step, per family and direction (docs/PLANNING.md, "NVMe
+ * bytes per step"). A copy in the device implies one in the host pool, so
+ * the host's cached groups are the ones not read again. */
+void plan_nvme_traffic(const ferry_plan_input *in, const plan_place_ctx *c,
+                       ferry_plan_candidate *k) {
+  const ferry_plan_model *m = &in->model;
+  double A = (double)in->grad_accumulation;
+  memset(k->nvme_read, 0, sizeof k->nvme_read);
+  memset(k->nvme_write, 0, sizeof k->nvme_write);
+  if (c->oh == FERRY_PLAN_NVME) { /* the master (if any) and each state: this rank's share */
+    double o = optim_family_bytes(in, c);
+    k->nvme_read[FERRY_PLAN_NV_OPTIM] = o;
+    k->nvme_write[FERRY_PLAN_NV_OPTIM] = o;
+  }
+  if (c->gh == FERRY_PLAN_GRADS_NVME) { /* written per micro-batch, read back to accumulate
+                                           (A - 1) times and once by the step */
+    double g = family_bytes(m, c->gb) * c->sg;
+    k->nvme_write[FERRY_PLAN_NV_GRADS] = A * g;
+    k->nvme_read[FERRY_PLAN_NV_GRADS] = A * g;
+  }
+  if (c->ph == FERRY_PLAN_NVME) { /* forward and backward per micro-batch, less the turns */
+    double pf = family_bytes(m, c->pb);
+    cached_groups(in, c, k);
+    double back = end_groups_bytes(m, k->cached_groups_host, 0, c->pb);
+    double front = end_groups_bytes(m, k->cached_groups_host, 1, c->pb);
+    k->nvme_read[FERRY_PLAN_NV_PARAMS] = 2 * A * pf - A * back - (A - 1) * front;
+    /* written once by the step (from the master, or the params themselves
+     * updated in place); a bf16 master is the params: no master traffic,
+     * but the step reads the params it updates once more (staged from
+     * their home; by then the group has left the host pool) */
+    if (plan_bf16_master(in)) k->nvme_read[FERRY_PLAN_NV_PARAMS] += pf;
+    k->nvme_write[FERRY_PLAN_NV_PARAMS] = pf;
+    /* stage 3: each rank reads and writes its share, the rest is gathered */
+    k->nvme_read[FERRY_PLAN_NV_PARAMS] *= c->sp;
+    k->nvme_write[FERRY_PLAN_NV_PARAMS] *= c->sp;
+  }
+  k->nvme_read_bytes = k->nvme_write_bytes = 0;
+  for (int f = 0; f < FERRY_PLAN_NV_FAMILIES; f++) {
+    k->nvme_read_bytes += k->nvme_read[f];
+    k->nvme_write_bytes += k->nvme_write[f];
+  }
+}
+
+/* The process's peak RSS: the budgets reserved at finalize, the trainer's
+ * host memory, the library and the CUDA context (docs/PLANNING.md). */
+void plan_rss_bytes(const ferry_plan_input *in, ferry_plan_rss *r) {
+  const ferry_plan_model *m = &in->model;
+  int host = in->device == FERRY_PLAN_DEV_HOST;
+  double b = (double)in->batch, pb = in->precision == FERRY_PREC_FP32 ? 4 : 2;
+  memset(r, 0, sizeof *r);
+  r->host_budget = in->budget[FERRY_PLAN_HOST];
+  r->device_budget = host ? in->budget[FERRY_PLAN_GPU] : 0;
+  if (host) r->activations = (uint64_t)llround(activation_bytes(in, b) + workspace_bytes(in, b));
+  /* token ids in and targets (int32); the CPU model over 16-bit params keeps
+   * fp32 weights and grads of two groups (the embedding, the largest other) */
+  double scratch = 8 * b * (double)in->seq;
+  if (host && pb < 4) {
+    double E = (double)ferry_plan_embed_params(m), B = (double)ferry_plan_block_params(m);
+    double H = (double)ferry_plan_head_params(m);
+    scratch += 2 * 4 * (E + fmax(B, H));
+  }
+  r->scratch = (uint64_t)llround(scratch);
+  r->library = FERRY_PLAN_LIBRARY_OVERHEAD;
+  r->cuda = host ? 0 : FERRY_PLAN_CUDA_HOST_BYTES;
+  r->total = r->host_budget + r->device_budget + r->activations + r->scratch + r->library + r->cuda;
+}
+

@@ -1,0 +1,114 @@
+/* plan/time.c — the step-time model: a candidate's traffic per step (PCIe,
+ * CPU optimizer, NVMe, the collectives between ranks), each component's
+ * seconds from the bandwidths, and the pipeline's step and bottleneck
+ * (docs/PLANNING.md, "Step time", "Data parallelism").
+ */
+#include "plan/plan_impl.h"
+
+#include "ferry.h"
+
+#include <math.h>
+
+/* Bytes one rank sends per step in ring collectives (docs/PLANNING.md,
+ * "Data parallelism"): a reduce-scatter or an all-gather moves (N - 1) / N
+ * of its buffer per rank, an all-reduce twice that. Grads go as fp32 (the
+ * engine reduces its fp32 drain), params at their dtype. */
+static void comm_bytes(const ferry_plan_input *in, const plan_place_ctx *x,
+                       ferry_plan_candidate *c) {
+  double N = x->N, A = (double)in->grad_accumulation, f = (N - 1) / N;
+  double grads = 4 * x->P, params = x->P * x->pb;
+  c->comm_grad_bytes = c->comm_param_bytes = 0;
+  if (N > 1) {
+    switch (x->stage) {
+    case 0: c->comm_grad_bytes = A * 2 * f * grads; break;  /* all-reduce per micro-batch */
+    case 1: c->comm_grad_bytes = f * grads; break;          /* reduce-scatter once */
+    default: c->comm_grad_bytes = A * f * grads; break;     /* reduce-scatter per micro-batch */
+    }
+    /* the new params gathered after the step (1, 2); at 3 each rank keeps
+     * its share and every forward and backward fetch gathers the group */
+    c->comm_param_bytes = x->stage == 0 ? 0 : x->stage == 3 ? 2 * A * f * params : f * params;
+  }
+  c->comm_bytes = c->comm_grad_bytes + c->comm_param_bytes;
+  /* the ring runs at its slowest link: the network between nodes, the
+   * node's GPU links (PCIe unless --intra-gbps) between a node's ranks */
+  double intra = in->intra_gbps > 0 ? in->intra_gbps : 8 * in->bw.h2d_gbps;
+  c->comm_link_gbps = N <= 1            ? 0
+                      : in->nodes <= 1  ? intra
+                      : in->gpus <= 1   ? in->net_gbps
+                                        : fmin(in->net_gbps, intra);
+  c->comm_seconds = N > 1 ? c->comm_bytes / (c->comm_link_gbps / 8 * 1e9) : 0;
+}
+
+/* The pipeline's step: the longest component plus one group's worth of
+ * each of the others (filling and draining the pipeline); `skip` is a
+ * component left out (-1: none). */
+static double pipeline_step(const double *sec, int64_t groups, int skip, int *bottleneck,
+                            double *fill) {
+  double mx = 0, sum = 0;
+  int b = FERRY_COMP_COMPUTE;
+  for (int i = 0; i < FERRY_COMPONENTS; i++) {
+    if (i == skip) continue;
+    sum += sec[i];
+    if (sec[i] > mx) {
+      mx = sec[i];
+      b = i;
+    }
+  }
+  double f = (sum - mx) / (double)groups;
+  if (bottleneck) *bottleneck = b;
+  if (fill) *fill = f;
+  return mx + f;
+}
+
+/* Placement p's traffic per step, each component's seconds, the bottleneck
+ * and the step time of the pipeline. A step is grad_accumulation
+ * micro-batches; with ranks, one rank's. */
+void plan_candidate_time(const ferry_plan_input *in, int p, ferry_plan_candidate *c) {
+  const ferry_plan_model *m = &in->model;
+  plan_place_ctx x = plan_place_context(in, p);
+  double P = x.P, pb = x.pb, A = (double)in->grad_accumulation;
+  double tokens = A * (double)in->batch * (double)in->seq;
+  double fwd_bwd = in->checkpointing ? 8 : 6; /* recompute adds one forward */
+  double attn = (in->checkpointing ? 16 : 12) * (double)m->layers * (double)in->seq * plan_q_dim(m);
+  c->flops = fwd_bwd * P * tokens + attn * tokens;
+  int none = x.gh == FERRY_PLAN_GRADS_NONE;
+  /* grad in (the accumulator, or the drained 16-bit grads), master r/w,
+   * states r/w, param out: ferry_optimizer_bytes_per_param */
+  double opt_bytes = ferry_plan_step_bytes_per_param(in, p);
+  double tflops = in->precision == FERRY_PREC_FP32 || in->device == FERRY_PLAN_DEV_HOST
+                      ? in->bw.device_tflops_fp32 : in->bw.device_tflops;
+  if (p == FERRY_PLACE_ZERO_OFFLOAD) c->h2d_bytes = P * pb;
+  else if (p != FERRY_PLACE_ALL_GPU) c->h2d_bytes = 2 * A * P * pb; /* fwd and bwd fetches */
+  if (p != FERRY_PLACE_ALL_GPU) {
+    c->d2h_bytes = A * P * pb;
+    /* a bf16 master whose params live on the device: the step reads them back */
+    if (plan_bf16_master(in) && x.ph == FERRY_PLAN_GPU) c->d2h_bytes += P * pb;
+    /* + the drained grads summed into the accumulator (first micro-batch
+     * writes it, later ones read and write it); the step updates this
+     * rank's share, and from stage 2 the accumulator is a share too */
+    double accum = x.sg == 1 ? P * (A * (pb + x.gb) + (A - 1) * x.gb)
+                             : P * A * pb + P * x.sg * (A * x.gb + (A - 1) * x.gb);
+    c->cpu_bytes = P * x.so * opt_bytes + (none ? 0 : accum);
+  }
+  plan_nvme_traffic(in, &x, c);
+  comm_bytes(in, &x, c);
+  /* a node's CPU memory bandwidth and NVMe drives serve its `gpus` ranks */
+  double share = (double)in->gpus;
+  c->seconds[FERRY_COMP_COMPUTE] = c->flops / (tflops * 1e12);
+  if (p == FERRY_PLACE_ALL_GPU) /* the step runs on the GPU after backward, not overlapped */
+    c->seconds[FERRY_COMP_COMPUTE] += P * x.so * opt_bytes / (in->bw.device_mem_gbps * 1e9);
+  c->seconds[FERRY_COMP_H2D] = c->h2d_bytes / (in->bw.h2d_gbps * 1e9);
+  c->seconds[FERRY_COMP_D2H] = c->d2h_bytes / (in->bw.d2h_gbps * 1e9);
+  c->seconds[FERRY_COMP_CPU] = share * c->cpu_bytes / (in->bw.cpu_optimizer_gbps * 1e9);
+  c->seconds[FERRY_COMP_NVME] = share * (c->nvme_read_bytes / (in->bw.nvme_read_gbps * 1e9) +
+                                         c->nvme_write_bytes / (in->bw.nvme_write_gbps * 1e9));
+  c->seconds[FERRY_COMP_NET] = c->comm_seconds;
+  int64_t groups = ferry_plan_groups(m);
+  c->step_seconds = pipeline_step(c->seconds, groups, -1, &c->bottleneck, &c->fill_seconds);
+  /* communication overlaps compute and the optimizer: what it adds to the
+   * step is the part not hidden */
+  double alone = pipeline_step(c->seconds, groups, FERRY_COMP_NET, NULL, NULL);
+  c->comm_exposed_seconds = c->comm_seconds > 0 ? c->step_seconds - alone : 0;
+  c->comm_hidden_fraction =
+      c->comm_seconds > 0 ? 1 - c->comm_exposed_seconds / c->comm_seconds : 1;
+}
