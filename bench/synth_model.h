@@ -10,8 +10,8 @@
 #ifndef FERRY_BENCH_SYNTH_MODEL_H
 #define FERRY_BENCH_SYNTH_MODEL_H
 
+#include "core/dtype.h"
 #include "ferry.h"
-#include "optim/scalar_impl.h"
 
 #include <math.h>
 #include <stdio.h>

@@ -15,7 +15,7 @@
 #include "comm/comm_impl.h"
 
 #include "core/dtype.h"
-#include "device/backend_impl.h"
+#include "device/peer.h"
 
 #include <cuda_runtime.h>
 #include <dlfcn.h>
@@ -144,7 +144,7 @@ static int setup(ferry_comm *c, ferry_errbuf *e, ferry_device *dev) {
   nccl_impl *m = calloc(1, sizeof *m);
   if (!m) return ferry_err(e, FERRY_ENOMEM, "nccl: out of memory");
   m->dev = dev;
-  m->ordinal = dev->cfg.cuda_ordinal;
+  m->ordinal = ferry_device_cuda_ordinal(dev);
   int st = ferry_stream_create(dev, &m->bar_s);
   if (!st) st = ferry_device_alloc(dev, sizeof(float), (void **)&m->bar_buf);
   if (st) {
@@ -287,7 +287,7 @@ static int enqueue(ferry_comm *c, nccl_impl *m, ferry_comm_req *r, cudaStream_t 
 static int nccl_run(ferry_comm *c, ferry_comm_req *r) {
   nccl_impl *m = c->impl;
   ferry_stream *s = r->coll == FERRY_COLL_BARRIER ? m->bar_s : r->s;
-  if (s->dev != c->dev)
+  if (ferry_stream_device(s) != c->dev)
     return ferry_err(&c->err, FERRY_EINVAL,
                      "%s: the stream belongs to another device than the communicator's", r->name);
   void *native = NULL;

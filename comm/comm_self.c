@@ -7,7 +7,7 @@
 #include "comm/comm_impl.h"
 
 #include "core/dtype.h"
-#include "device/backend_impl.h"
+#include "device/peer.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -29,12 +29,12 @@ static void self_shutdown(ferry_comm *c, int broken) { (void)c, (void)broken; }
 
 static int copy(ferry_comm *c, ferry_stream *s, void *dst, const void *src, size_t bytes) {
   if (dst == src || bytes == 0) return 0;
-  if (s && s->dev->ops != &ferry_backend_host) {
+  if (s && ferry_device_backend(ferry_stream_device(s)) != FERRY_DEVICE_HOST) {
     int st = ferry_memcpy_async(s, dst, src, bytes, FERRY_COPY_D2D);
     if (!st) st = ferry_stream_synchronize(s);
     if (st)
       return ferry_err(&c->err, st, "self: device copy of %zu bytes failed: %s", bytes,
-                       ferry_device_last_error(s->dev));
+                       ferry_device_last_error(ferry_stream_device(s)));
     return 0;
   }
   memmove(dst, src, bytes);

@@ -2,11 +2,12 @@
  * argument (null, sizes, pointers that are not this device's, double frees),
  * sub-allocates the device arena with a hard cap, tracks pinned blocks,
  * streams and events so destroy can drain and free them, then calls the
- * backend's slot.
+ * backend's slot. Also the reads other parts make through peer.h.
  */
 #include "device/backend_impl.h"
 
 #include "core/dtype.h"
+#include "device/peer.h"
 
 #include <stdint.h>
 #include <stdio.h>
@@ -139,6 +140,10 @@ int ferry_device_get_info(ferry_device *dev, ferry_device_info *out) {
   out->host_lock_pinned = dev->cfg.host_lock_pinned;
   return FERRY_OK;
 }
+
+ferry_device *ferry_stream_device(const ferry_stream *s) { return s->dev; }
+ferry_device_kind ferry_device_backend(const ferry_device *dev) { return dev->cfg.kind; }
+int ferry_device_cuda_ordinal(const ferry_device *dev) { return dev->cfg.cuda_ordinal; }
 
 int ferry_device_alloc(ferry_device *dev, size_t bytes, void **ptr) {
   if (!dev) return FERRY_EINVAL;

@@ -7,7 +7,7 @@
  * or a bf16 master written back with the CPU's stochastic rounding.
  */
 #include "optim/cuda_dtype_impl.h"
-#include "optim/kernels_impl.h"
+#include "optim/kernels.h"
 #include "optim/quant_impl.h"
 
 #include <cuda_runtime.h>

@@ -1,13 +1,14 @@
 /* optim/optim.h — internal contracts of the CPU optimizers: the per-step
  * scalars every kernel reads, the tile a kernel works on, the table of kernels
  * one SIMD level provides (scalar reference, AVX2, AVX-512), and the
- * core-bound thread pool that runs tiles. Used by optim/ and its tests only.
+ * core-bound thread pool that runs tiles. A face of optim/: its tests and
+ * bench_adam use it too.
  */
 #ifndef FERRY_OPTIM_H
 #define FERRY_OPTIM_H
 
 #include "core/core.h"
-#include "optim/kernels_impl.h"
+#include "optim/kernels.h"
 
 #include <stddef.h>
 #include <stdint.h>

@@ -53,7 +53,8 @@ ferry_add_test(NAME cli.hostile.config EXE sh TIMEOUT 30
 # (2 steps of the synthetic model), then on copies with a flipped byte.
 add_executable(cli_make_checkpoint ${PROJECT_SOURCE_DIR}/tests/cli/make_checkpoint.c)
 set_target_properties(cli_make_checkpoint PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
-target_link_libraries(cli_make_checkpoint PRIVATE ferry_static ferry_flags ferry_tree ${FERRY_DEPS})
+target_link_libraries(cli_make_checkpoint PRIVATE ferry_static ferry_flags ${FERRY_DEPS})
+ferry_test_walls(cli_make_checkpoint cli)
 ferry_add_test(NAME cli.hostile.checkpoint EXE sh TIMEOUT 60
                ARGS ${PROJECT_SOURCE_DIR}/tests/cli/hostile_test.sh $<TARGET_FILE:ferry_cli> checkpoint
                     ${PROJECT_BINARY_DIR}/tests/cli-hostile-checkpoint $<TARGET_FILE:cli_make_checkpoint>)

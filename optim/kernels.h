@@ -1,9 +1,10 @@
-/* optim/kernels_impl.h — the private contract between the optimizer and its
- * kernels (CPU and CUDA): per-step scalars, the tile, buffer element types.
- * Plain C types only, so nvcc can include it.
+/* optim/kernels.h — the contract between the optimizer and its kernels (CPU
+ * and CUDA): per-step scalars, the tile, buffer element types. A face of
+ * optim/ with optim.h, whose kernel tables take these types (bench_adam
+ * times the kernels alone). Plain C types only, so nvcc can include it.
  */
-#ifndef FERRY_OPTIM_KERNELS_IMPL_H
-#define FERRY_OPTIM_KERNELS_IMPL_H
+#ifndef FERRY_OPTIM_KERNELS_H
+#define FERRY_OPTIM_KERNELS_H
 
 #include "ferry.h"
 
@@ -75,4 +76,4 @@ int optim_cuda_step(const optim_scalars *s, const optim_tile *t, void *stream, c
 }
 #endif
 
-#endif /* FERRY_OPTIM_KERNELS_IMPL_H */
+#endif /* FERRY_OPTIM_KERNELS_H */
