@@ -2,7 +2,7 @@
  * their groups (iteration order, element offsets), each parameter's tensors
  * in the memory manager (one per role the optimizer has), and each group's
  * update state with its checked transitions. The lowest room of the engine:
- * it calls no other engine file.
+ * it calls no other engine file and uses no other room's names.
  */
 #include "offload/engine_impl.h"
 
@@ -89,8 +89,6 @@ int group_build(ferry_engine *e) {
     uint32_t g = gt->params[gt->by_group[i]].group;
     eng_group *gr = &gt->groups[g];
     gr->first = (uint32_t)i;
-    gr->grad_slot = -1;
-    gr->grad_stage = -1;
     while (i < gt->nparams && gt->params[gt->by_group[i]].group == g) {
       gt->params[gt->by_group[i]].goff = gr->n;
       gr->n += gt->params[gt->by_group[i]].n;
@@ -234,6 +232,17 @@ void group_free(eng_groups *gt) {
   memset(gt, 0, sizeof *gt);
 }
 
+eng_param *group_param(ferry_engine *e, uint32_t g, uint32_t k) {
+  return &e->gt.params[e->gt.by_group[e->gt.groups[g].first + k]];
+}
+
+int group_fetched(ferry_engine *e, uint32_t g, int delta) {
+  pthread_mutex_lock(&e->mu);
+  int n = e->gt.groups[g].fetched += delta;
+  pthread_mutex_unlock(&e->mu);
+  return n;
+}
+
 eng_param *group_find(ferry_engine *e, const char *name) {
   uint32_t id;
   if (!e->mem || ferry_mem_lookup(e->mem, name, &id)) return NULL;
@@ -255,6 +264,9 @@ int group_fetch(ferry_engine *e, uint32_t g, int family, ferry_tier tier, ferry_
   }
   return rc;
 }
+
+int group_grads_fresh(const ferry_engine *e, uint32_t g) { return e->gt.groups[g].grads_zero; }
+void group_grads_loaded(ferry_engine *e, uint32_t g) { e->gt.groups[g].grads_zero = 0; }
 
 const char *group_role_suffix(int role) {
   return role >= 0 && role < FERRY_ROLE_COUNT ? role_suffix[role] : "";
@@ -297,10 +309,12 @@ int group_zero_grads(ferry_engine *e, uint32_t g, int held) {
     size_t n = gs ? p->pn : p->n;
     if (n == 0) continue;
     ferry_mem_tensor_ptr(e->mem, p->id[FERRY_ROLE_GRAD], gt, &acc);
-    if (!engine_gpu_math(e))
+    if (!engine_gpu_math(e)) {
       memset(acc, 0, n * es);
-    else if ((rc = gpu_zero(e, acc, n * es)))
-      break; /* device memory */
+    } else if ((rc = ferry_memset_async(e->down, acc, 0, n * es))) { /* device memory */
+      rc = ferry_err(&e->err, rc, "zero grads: %s", ferry_device_last_error(e->dev));
+      break;
+    }
   }
   int r2 = held ? FERRY_OK : ferry_mem_release(e->mem, g, FERRY_FAMILY_GRADS, gt, NULL);
   if (rc) return rc;
