@@ -491,6 +491,7 @@ static void finish_item(ferry_engine *e, int rc) {
     d->micro++;
   }
   if (d->qhead == d->qtail) pthread_cond_broadcast(&d->cv_idle);
+  ferry_mem_notify(e->mem); /* a loop's fetch waits for room while the drain is busy */
 }
 
 /* (mu held) grads "none": until the oldest group's copy is issued, which

@@ -9,7 +9,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 static const char *const role_suffix[FERRY_ROLE_COUNT] = {"", ".grad", ".master", ".exp_avg",
                                                           ".exp_avg_sq"};
@@ -255,14 +254,13 @@ eng_param *group_find(ferry_engine *e, const char *name) {
 
 int group_fetch(ferry_engine *e, uint32_t g, int family, ferry_tier tier, ferry_stream *s,
                 unsigned flags, int (*others_busy)(ferry_engine *)) {
+  uint64_t seen = ferry_mem_changes(e->mem); /* before the try: no release goes unseen */
   int rc = ferry_mem_fetch(e->mem, g, family, tier, s, flags);
-  for (int tries = 0; rc == FERRY_ENOMEM && tries < 100000 && (!others_busy || others_busy(e));
-       tries++) {
-    struct timespec ts = {0, 100000};
-    nanosleep(&ts, NULL);
+  double deadline = ferry_now() + GROUP_FETCH_WAIT;
+  while (rc == FERRY_ENOMEM && (!others_busy || others_busy(e)) &&
+         ferry_mem_wait_change(e->mem, &seen, deadline) == FERRY_OK)
     rc = ferry_mem_fetch(e->mem, g, family, tier, s, flags);
-  }
-  return rc;
+  return rc; /* the last try's FERRY_ENOMEM, its message in the manager's */
 }
 
 int group_grads_fresh(const ferry_engine *e, uint32_t g) { return e->gt.groups[g].grads_zero; }

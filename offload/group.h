@@ -114,6 +114,7 @@ void group_grads_loaded(ferry_engine *e, uint32_t g);
  * FERRY_ENOMEM it waits for the manager to say room came free (a release,
  * a transfer done) and tries again, for about 10 s (others_busy, when
  * given: only while it says another thread may free room). */
+#define GROUP_FETCH_WAIT 10.0 /* seconds a fetch waits for room */
 int group_fetch(ferry_engine *e, uint32_t g, int family, ferry_tier tier, ferry_stream *s,
                 unsigned flags, int (*others_busy)(ferry_engine *));
 /* e->err gets "what: <the manager's message>"; returns rc. */

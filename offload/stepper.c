@@ -18,7 +18,6 @@
 #include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
-#include <time.h>
 
 static void *stepper_main(void *arg);
 
@@ -189,18 +188,18 @@ static int param_commit(ferry_engine *e, uint32_t g) {
   /* Loads of these params the loop waited for (its kernels ran after them)
    * may not be noticed yet: complete them, so their holds are dropped. */
   ferry_mem_poll(e->mem);
+  uint64_t seen = ferry_mem_changes(e->mem);
   rc = ferry_mem_mark_dirty(e->mem, g, FERRY_FAMILY_PARAMS, FERRY_TIER_HOST, NULL);
   /* The loop holds none of the group (after_update waited), so a device
    * copy still held is a load in flight (a prefetch from NVMe through the
    * host holds its chunk until the H2D is issued and seen complete): wait
-   * for it (it is dropped as stale once it lands), at most about 10 s
-   * (not at destroy, when the loop may still hold it). */
-  for (int tries = 0; rc == FERRY_EBUSY && tries < 100000 && !destroying(e); tries++) {
-    struct timespec ts = {0, 100000};
-    nanosleep(&ts, NULL);
-    ferry_mem_poll(e->mem);
+   * for the manager's next change (it is dropped as stale once it lands),
+   * at most GROUP_FETCH_WAIT (not at destroy, when the loop may still hold
+   * it; stepper_abandon_releases wakes this wait). */
+  double deadline = ferry_now() + GROUP_FETCH_WAIT;
+  while (rc == FERRY_EBUSY && !destroying(e) &&
+         ferry_mem_wait_change(e->mem, &seen, deadline) == FERRY_OK)
     rc = ferry_mem_mark_dirty(e->mem, g, FERRY_FAMILY_PARAMS, FERRY_TIER_HOST, NULL);
-  }
   int piece = engine_params_sharded(e); /* stage 3: the home holds this rank's pieces */
   for (uint32_t k = 0; k < gr->count && !rc; k++) {
     eng_param *p = group_param(e, g, k);
@@ -462,6 +461,7 @@ static void finish_group(ferry_engine *e, uint32_t g, group_state to) {
   e->stepper.pending--;
   /* also a drain waiting for the stage a failed update holds */
   pthread_cond_broadcast(&e->stepper.cv);
+  ferry_mem_notify(e->mem); /* a loop's fetch waits for room while the stepper is busy */
 }
 
 /* After group g's update. Host and NVMe homes: the new params are copied
@@ -570,6 +570,7 @@ ferry_event *stepper_uploaded(const ferry_engine *e, uint32_t g) { return e->ste
 void stepper_abandon_releases(ferry_engine *e) {
   e->stepper.released = 1;
   pthread_cond_broadcast(&e->stepper.cv);
+  if (e->mem) ferry_mem_notify(e->mem); /* a commit waiting on the manager gives up */
 }
 
 void stepper_fail_why(ferry_engine *e, char *out, size_t cap) {

@@ -1,16 +1,22 @@
 #!/usr/bin/env python3
-"""tools/call_cycles.py — find circles of calls between the library's source
-files, from the symbols of their object files (nm).
+"""tools/call_cycles.py — find circles between the library's rooms: calls,
+from the symbols of their object files (nm), and names shared at source
+level (types, macros, enum constants, header inlines, struct fields).
 
-  tools/call_cycles.py [BUILD_DIR [--rules RULES]]   (default: build)
+  tools/call_cycles.py [BUILD_DIR [--rules RULES] [--impl-as-source PART,...]
+                       [--no-names]]   (default: build)
 
-File A uses file B when A's object has an undefined symbol that B's object
-defines. A circle is a strongly connected component of that graph with more
-than one file. Prints each circle with the symbols that close it, and the
-folder-level edges. With --rules (build/parts/rules.txt, written by
+A room is a source file with its own header of the same stem (see "names
+shared at source level" below for headers). Room A uses room B when A's
+object has an undefined symbol that B's object defines, or when A's source
+names a type, macro, enum constant, inline or field that B defines. A
+circle is a strongly connected component of that graph with more than one
+room. Prints each circle with the calls and names that close it, and the
+folder-level edges of calls. With --rules (build/parts/rules.txt, written by
 cmake/ferry_part.cmake: one "part: used parts..." line each), a call from one
 part into a part it does not declare is an error too. Exits 1 on a circle or
-an undeclared call, 0 otherwise (the test build.layers).
+an undeclared call, 0 otherwise (the tests build.layers, and build.rooms
+with --impl-as-source offload).
 """
 import glob, os, re, subprocess, sys
 
@@ -50,8 +56,12 @@ def name_of(obj):
 # ---- names shared at source level ------------------------------------------
 #
 # A room is a source file (.c or .cu) with its own header of the same stem
-# (drain.c + drain.h); a header with no source of its stem (engine_impl.h,
-# mem_impl.h, memory.h) is a room of its own. A file uses another room when
+# (drain.c + drain.h); a header with no source of its stem (a part's contract
+# or aggregate: comm_impl.h, mem_impl.h, engine_state.h, memory.h) is a room
+# of its own. The strict reading (--impl-as-source PART,...) counts a part's
+# X_impl.h as X.c's, as a structure tool that goes by names does: read so,
+# the engine's old engine_impl.h, which held every room's state, made
+# engine.c one circle with the rooms it calls. A file uses another room when
 # it names a type, macro, enum constant, header inline function or struct
 # field that room defines, among the definitions it sees (its own and the
 # headers it includes, followed through their includes). A field is resolved
@@ -228,8 +238,9 @@ class Unit:
                     self.inlines.add(t[i - 1])
                 i += 1
 
-def source_units(root, parts):
-    """Every .c, .cu and .h of the parts' folders, each with its room."""
+def source_units(root, parts, impl_parts=()):
+    """Every .c, .cu and .h of the parts' folders, each with its room
+    (impl_parts: the parts whose X_impl.h is X.c's)."""
     units = {}
     for part in parts:
         folder = os.path.join(root, part)
@@ -237,8 +248,9 @@ def source_units(root, parts):
         for f in files:
             stem, ext = os.path.splitext(f)
             room = f
-            if ext == ".h":
-                room = next((stem + e for e in (".c", ".cu") if stem + e in files), f)
+            if ext == ".h":  # X.h is X.c's (or X.cu's); X_impl.h too in impl_parts
+                base = stem[:-5] if stem.endswith("_impl") and part in impl_parts else stem
+                room = next((base + e for e in (".c", ".cu") if base + e in files), f)
             path = part + "/" + f
             units[path] = Unit(path, part + "/" + room, open(os.path.join(folder, f)).read())
     return units
@@ -357,6 +369,11 @@ def sccs(nodes, edges):
 
 def main():
     args = sys.argv[1:]
+    impl_parts = []
+    if "--impl-as-source" in args:
+        i = args.index("--impl-as-source")
+        impl_parts = args[i + 1].split(",")
+        del args[i:i + 2]
     flags = [a for a in args if a.startswith("--") and a != "--rules"]
     args = [a for a in args if a not in flags]
     rules = None
@@ -388,7 +405,8 @@ def main():
     names = {}
     if "--no-names" not in flags:
         root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-        names = name_uses(source_units(root, [p for p in parts if os.path.isdir(os.path.join(root, p))]))
+        present = [p for p in parts if os.path.isdir(os.path.join(root, p))]
+        names = name_uses(source_units(root, present, impl_parts))
     for (a, b) in names:
         edges.setdefault(a, set()).add(b)
     nodes = sorted(set(defs) | {a for a, _ in names} | {b for _, b in names})
