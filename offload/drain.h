@@ -61,7 +61,7 @@ typedef struct {
   uint32_t sub_in_micro;
   eng_grad_slot slot[ENGINE_GRAD_SLOTS];
   eng_drain_stage stage[ENGINE_DRAIN_STAGES];
-  eng_drain_norm *norm;  /* per group */
+  eng_drain_norm *norm;  /* per group (the drain; the loop after drain_wait) */
   double d2h_delay;      /* (fixed) tests: a stream sleep before each D2H */
   ferry_optimizer *opt;  /* (drain) one-thread optimizer for accumulation and stats */
   /* With ranks (drain; fixed pointers): pinned fp32 buffers of the largest

@@ -500,8 +500,6 @@ int ferry_engine_finalize(ferry_engine *e) {
   if (!rc) {
     e->ocfg = oc;
     e->nstates = ferry_optimizer_state_count(&oc);
-    for (size_t i = 0; i < e->gt.nparams; i++)
-      e->gt.params[i].state_bytes = ferry_optimizer_state_bytes(&oc, e->gt.params[i].pn);
     rc = group_register(e);
     if (!rc) rc = ferry_mem_layout(e->mem);
     if (rc) return layout_err(e, rc, dev_budget, own_dev);

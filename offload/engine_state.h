@@ -103,7 +103,7 @@ struct ferry_engine {
   uint32_t *trace;     /* the loop's fetches of the first step (groups) */
   int *trace_fam;
   size_t ntrace, captrace;
-  eng_fetch *fetch;    /* per group (finalize) */
+  eng_fetch *fetch;    /* (loop) per group, allocated at finalize */
 };
 
 /* The tier where the CPU (or the device, for device homes) works on a

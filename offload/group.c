@@ -164,6 +164,8 @@ size_t group_param_piece(const ferry_engine *e, const eng_param *p, int r, size_
 int group_register(ferry_engine *e) {
   eng_groups *gt = &e->gt;
   int rc = FERRY_OK;
+  for (size_t i = 0; i < gt->nparams; i++)
+    gt->params[i].state_bytes = ferry_optimizer_state_bytes(&e->ocfg, gt->params[i].pn);
   for (size_t i = 0; i < gt->nparams && !rc; i++) {
     eng_param *p = &gt->params[gt->by_group[i]];
     for (int r = 0; r < FERRY_ROLE_COUNT && !rc; r++) {
@@ -273,6 +275,11 @@ const char *group_role_suffix(int role) {
 const char *group_state_name(group_state s) {
   static const char *const names[GROUP_STATE_COUNT] = {"idle", "queued", "updated", "failed"};
   return (unsigned)s < GROUP_STATE_COUNT ? names[s] : "?";
+}
+
+void group_set_failed(ferry_engine *e, uint32_t g, int status) {
+  group_set_state(e, g, GROUP_FAILED);
+  e->gt.groups[g].fail_status = status;
 }
 
 void group_set_state(ferry_engine *e, uint32_t g, group_state to) {

@@ -82,7 +82,9 @@ int group_build(ferry_engine *e);          /* finalize: order, offsets, buffers 
 int group_partition(ferry_engine *e, size_t align);
 /* Rank r's share of param p: *off (param-relative) and the element count. */
 size_t group_param_piece(const ferry_engine *e, const eng_param *p, int r, size_t *off);
-int group_register(ferry_engine *e);       /* finalize: tensors in the manager */
+/* finalize (e->ocfg set): each param's state_bytes, its tensors in the
+ * manager */
+int group_register(ferry_engine *e);
 void group_check_chunks(ferry_engine *e);  /* finalize: no chunk holds two groups */
 void group_free(eng_groups *gt);
 /* The k-th param of group g. */
@@ -90,6 +92,8 @@ eng_param *group_param(ferry_engine *e, uint32_t g, uint32_t k);
 eng_param *group_find(ferry_engine *e, const char *name);
 /* Moves group g to `to` (mu held); aborts on a transition not in the chart. */
 void group_set_state(ferry_engine *e, uint32_t g, group_state to);
+/* QUEUED -> FAILED with the update's status (mu held). */
+void group_set_failed(ferry_engine *e, uint32_t g, int status);
 const char *group_state_name(group_state s);
 /* A group whose update is queued, running or not committed yet. */
 static inline int group_pending(const eng_group *gr) {

@@ -455,9 +455,11 @@ static int update_group(ferry_engine *e, uint32_t i, uint32_t next, float gscale
   return rc ? rc : after_optimizer(e, i, slot);
 }
 
-/* Ends group g's update (mu held): it leaves the queue's pending count. */
-static void finish_group(ferry_engine *e, uint32_t g, group_state to) {
-  group_set_state(e, g, to);
+/* Ends group g's update (mu held): IDLE, or FAILED with status rc; it
+ * leaves the queue's pending count. */
+static void finish_group(ferry_engine *e, uint32_t g, int rc) {
+  if (rc) group_set_failed(e, g, rc);
+  else group_set_state(e, g, GROUP_IDLE);
   e->stepper.pending--;
   /* also a drain waiting for the stage a failed update holds */
   pthread_cond_broadcast(&e->stepper.cv);
@@ -472,7 +474,6 @@ static void after_update(ferry_engine *e, uint32_t g, int rc) {
   eng_group *gr = &e->gt.groups[g];
   pthread_mutex_lock(&e->mu);
   if (rc) { /* update_group fails only before it changes anything */
-    gr->fail_status = rc;
     pthread_mutex_lock(&e->err.mu); /* its message, for a later report */
     snprintf(e->stepper.fail_why, sizeof e->stepper.fail_why, "%s", e->err.msg);
     pthread_mutex_unlock(&e->err.mu);
@@ -489,7 +490,7 @@ static void after_update(ferry_engine *e, uint32_t g, int rc) {
       if (crc && !e->stepper.status) e->stepper.status = crc;
     }
   }
-  finish_group(e, g, rc ? GROUP_FAILED : GROUP_IDLE);
+  finish_group(e, g, rc);
   pthread_mutex_unlock(&e->mu);
 }
 
