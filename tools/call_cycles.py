@@ -57,8 +57,9 @@ def name_of(obj):
 #
 # A room is a source file (.c or .cu) with its own header of the same stem
 # (drain.c + drain.h); a header with no source of its stem (a part's contract
-# or aggregate: comm_impl.h, mem_impl.h, engine_state.h, memory.h) is a room
-# of its own. The strict reading (--impl-as-source PART,...) counts a part's
+# or aggregate: comm_impl.h, mem_impl.h, engine_state.h) is a room of its
+# own, and so is the header named after its part (plan/plan.h, core/core.h):
+# the part's face, which every file of the part may use. The strict reading (--impl-as-source PART,...) counts a part's
 # X_impl.h as X.c's, as a structure tool that goes by names does: read so,
 # the engine's old engine_impl.h, which held every room's state, made
 # engine.c one circle with the rooms it calls. A file uses another room when
@@ -248,7 +249,7 @@ def source_units(root, parts, impl_parts=()):
         for f in files:
             stem, ext = os.path.splitext(f)
             room = f
-            if ext == ".h":  # X.h is X.c's (or X.cu's); X_impl.h too in impl_parts
+            if ext == ".h" and stem != part:  # X.h is X.c's; X_impl.h too in impl_parts
                 base = stem[:-5] if stem.endswith("_impl") and part in impl_parts else stem
                 room = next((base + e for e in (".c", ".cu") if base + e in files), f)
             path = part + "/" + f
