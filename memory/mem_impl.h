@@ -111,7 +111,11 @@ struct ferry_mem {
   ferry_mem_config cfg;
   ferry_errbuf err;
   pthread_mutex_t mu;
-  pthread_cond_t cv; /* a transfer completed */
+  pthread_cond_t cv; /* a transfer completed, or room may have come free (changes) */
+  /* Moves whenever room may have come free in a tier: a release, a
+   * transfer done, an eviction, a caller's ferry_mem_notify (waited for by
+   * ferry_mem_wait_change). */
+  uint64_t changes;
   int finalized;
   int laid_out; /* the chunks are packed (ferry_mem_layout or finalize): no registration */
   /* The store's reason for the last failed NVMe transfer and its chunk

@@ -212,6 +212,18 @@ int ferry_mem_writeback(ferry_mem *m, uint32_t group, int family, int tier);
 int ferry_mem_evict(ferry_mem *m, uint32_t group, int family, int tier);
 /* Writes every dirty copy that is not held back to its home and waits. */
 int ferry_mem_flush(ferry_mem *m);
+/* Room coming free, for a caller that got FERRY_ENOMEM (or FERRY_EBUSY)
+ * because other threads hold what it needs: a count that moves whenever
+ * room may have come free in a tier (a release, a transfer done, an
+ * eviction, ferry_mem_notify), read before the call that failed; and a wait
+ * until it differs from *seen or the clock (ferry_now) passes `deadline`,
+ * driving the transfers in flight meanwhile. *seen gets the count;
+ * FERRY_OK when it moved, FERRY_ETIMEDOUT at the deadline. ferry_mem_notify
+ * moves it for a caller whose own state a waiter's condition reads (a
+ * thread that stopped holding room up). */
+uint64_t ferry_mem_changes(ferry_mem *m);
+int ferry_mem_wait_change(ferry_mem *m, uint64_t *seen, double deadline);
+int ferry_mem_notify(ferry_mem *m);
 /* Completes finished transfers; never blocks. */
 int ferry_mem_poll(ferry_mem *m);
 /* Switches the on_copy hook on (1) or off (0) for transfers issued from now

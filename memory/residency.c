@@ -82,6 +82,13 @@ static int wait_uses(const mem_chunk *c, ferry_stream *s) {
   return rc;
 }
 
+/* (mu held) Room may have come free: the waiters of ferry_mem_wait_change
+ * (and of a transfer) look again. */
+static void note_change(ferry_mem *m) {
+  m->changes++;
+  pthread_cond_broadcast(&m->cv);
+}
+
 static void drop_copy(ferry_mem *m, uint32_t ci, int tier) {
   mem_chunk *c = &m->c[ci];
   FERRY_ASSERT(c->use[tier] == 0 && !has_work(c),
@@ -96,6 +103,7 @@ static void drop_copy(ferry_mem *m, uint32_t ci, int tier) {
   mem_set_state(m, ci, tier, FERRY_RES_ABSENT);
   mem_pool_free(&m->pool[tier], c->off[tier]);
   mem_stats_sub(m, tier, c->family, c->bytes);
+  note_change(m);
 }
 
 static int copy_mark(void *arg) {
@@ -221,7 +229,7 @@ static int progress(ferry_mem *m) {
       k++;
     }
   }
-  if (changed) pthread_cond_broadcast(&m->cv);
+  if (changed) note_change(m);
   return changed;
 }
 
@@ -237,7 +245,7 @@ static void wait_step(ferry_mem *m, uint32_t ci) {
     c->io_waiter = 0;
     complete_io(m, ci, st);
     progress(m);
-    pthread_cond_broadcast(&m->cv);
+    note_change(m);
     return;
   }
   ferry_event *ev = c->d2h_active ? c->ev_wb : c->load_issued ? c->ev_load : NULL;
@@ -680,6 +688,7 @@ int ferry_mem_prefetch(ferry_mem *m, uint32_t group, int family, int tier) {
   for (; done < r->first + r->count; done++)
     if ((rc = acquire(m, done, tier, group, 0, &waited))) break;
   for (uint32_t ci = r->first; ci < done; ci++) unpin(m, ci, tier, m->c[ci].home);
+  if (done > r->first) note_change(m);
 out:
   pthread_mutex_unlock(&m->mu);
   return rc;
@@ -709,6 +718,7 @@ int ferry_mem_release(ferry_mem *m, uint32_t group, int family, int tier, ferry_
     if (tier == FERRY_TIER_HOST && c->hold_host && --c->hold_host == 0)
       c->host_writer = 0; /* the host writers are done: loads from it may start */
   }
+  note_change(m);
   if (m->npend) progress(m);
 out:
   pthread_mutex_unlock(&m->mu);
@@ -861,6 +871,47 @@ int ferry_mem_flush(ferry_mem *m) {
   }
   pthread_mutex_unlock(&m->mu);
   return rc;
+}
+
+uint64_t ferry_mem_changes(ferry_mem *m) {
+  if (!m) return 0;
+  pthread_mutex_lock(&m->mu);
+  uint64_t n = m->changes;
+  pthread_mutex_unlock(&m->mu);
+  return n;
+}
+
+int ferry_mem_notify(ferry_mem *m) {
+  if (!m) return FERRY_EINVAL;
+  pthread_mutex_lock(&m->mu);
+  note_change(m);
+  pthread_mutex_unlock(&m->mu);
+  return FERRY_OK;
+}
+
+int ferry_mem_wait_change(ferry_mem *m, uint64_t *seen, double deadline) {
+  if (!m || !seen) return FERRY_EINVAL;
+  pthread_mutex_lock(&m->mu);
+  if (m->npend) progress(m);
+  while (m->changes == *seen) {
+    double left = deadline - ferry_now();
+    if (left <= 0) break;
+    if (m->npend) { /* a transfer in flight: waited for, it moves the count when done */
+      wait_step(m, m->pend[0]);
+      continue;
+    }
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    double end = (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9 + left;
+    ts.tv_sec = (time_t)end;
+    ts.tv_nsec = (long)((end - (double)ts.tv_sec) * 1e9);
+    if (ts.tv_nsec >= 1000000000) ts.tv_nsec = 999999999;
+    pthread_cond_timedwait(&m->cv, &m->mu, &ts);
+  }
+  int moved = m->changes != *seen;
+  *seen = m->changes;
+  pthread_mutex_unlock(&m->mu);
+  return moved ? FERRY_OK : FERRY_ETIMEDOUT;
 }
 
 int ferry_mem_poll(ferry_mem *m) {

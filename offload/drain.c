@@ -8,7 +8,8 @@
  * stream while the CPU sums the one before from the other pinned buffer.
  * With eager updates it hands each group whose grads are final to the
  * stepper; with grads "none" the staging buffer that holds them goes with
- * it, and comes back after the update. Uses stepper.c and group.c.
+ * it (drain-owned, lent), and comes back once the stepper no longer holds
+ * it. Uses stepper.c, gpu.c and group.c.
  */
 #include "offload/engine_impl.h"
 #include "core/dtype.h"
@@ -20,11 +21,20 @@
 static void *drain_main(void *arg);
 static int drain_init_reduce(ferry_engine *e);
 
+void drain_create(ferry_engine *e) {
+  eng_drain *d = &e->drain;
+  pthread_cond_init(&d->cv_work, NULL);
+  pthread_cond_init(&d->cv_idle, NULL);
+  pthread_cond_init(&d->cv_slot, NULL);
+  for (int i = 0; i < ENGINE_GRAD_SLOTS; i++) d->slot[i].owner = -1;
+}
+
 int drain_init(ferry_engine *e, size_t gbytes) {
   eng_drain *d = &e->drain;
   d->qcap = e->gt.ngroups * 2 + 4;
   d->queue = calloc(d->qcap, sizeof *d->queue);
-  if (!d->queue) return ferry_err(&e->err, FERRY_ENOMEM, "finalize: out of memory");
+  d->norm = calloc(e->gt.ngroups, sizeof *d->norm);
+  if (!d->queue || !d->norm) return ferry_err(&e->err, FERRY_ENOMEM, "finalize: out of memory");
   int rc = FERRY_OK;
   for (int i = 0; i < ENGINE_GRAD_SLOTS && !rc; i++) {
     rc = ferry_device_alloc(e->dev, gbytes, &d->slot[i].dev);
@@ -87,7 +97,7 @@ void drain_stop(ferry_engine *e) {
   pthread_mutex_lock(&e->mu);
   e->drain.stop = 1;
   pthread_cond_broadcast(&e->drain.cv_work);
-  pthread_cond_broadcast(&e->stepper.cv); /* an update waiting for a release goes on */
+  stepper_abandon_releases(e); /* an update waiting for a release goes on */
   pthread_mutex_unlock(&e->mu);
   if (e->drain.started) pthread_join(e->drain.thread, NULL);
   e->drain.started = 0;
@@ -111,13 +121,17 @@ void drain_free(ferry_engine *e) {
   }
   free(d->counts);
   free(d->queue);
+  free(d->norm);
+  pthread_cond_destroy(&d->cv_work);
+  pthread_cond_destroy(&d->cv_idle);
+  pthread_cond_destroy(&d->cv_slot);
 }
 
 /* (mu held) grads "none": the group the loop holds whose release the
  * stepper waits for while the drain waits for a stage lent to the stepper
  * (a loop that would wait for a grad buffer now waits forever); -1 none. */
 static int loop_blocks_drain(ferry_engine *e) {
-  int64_t g = e->stepper.waits_for;
+  int64_t g = stepper_waits_for(e);
   if (!e->drain.stage_wait || g < 0 || !e->gt.groups[g].fetched) return -1;
   return (int)g;
 }
@@ -197,6 +211,15 @@ static int enqueue_d2h(ferry_engine *e, const eng_drain_item *it, int si) {
   return FERRY_OK;
 }
 
+/* (mu held) grads "none": 1 + the group whose update holds stage si's
+ * grads, 0 when the stage is the drain's (one whose update has given the
+ * grads back is taken back here). */
+static uint32_t stage_lent(ferry_engine *e, int si) {
+  eng_drain_stage *st = &e->drain.stage[si];
+  if (st->lent && !stepper_holds_grads(e, st->lent - 1)) st->lent = 0;
+  return st->lent;
+}
+
 /* (mu held) Starts the D2H of every waiting group a staging buffer is free
  * for, in queue order. A device grad buffer goes back to the loop as soon
  * as its copy is enqueued: its next zeroing waits for `drained`. After a
@@ -205,7 +228,7 @@ static void issue_copies(ferry_engine *e) {
   eng_drain *d = &e->drain;
   while (d->qissue < d->qtail && d->qissue - d->qhead < ENGINE_DRAIN_STAGES) {
     size_t pos = d->qissue;
-    if (!d->status && d->stage[pos % ENGINE_DRAIN_STAGES].lent) break; /* the stepper's */
+    if (!d->status && stage_lent(e, (int)(pos % ENGINE_DRAIN_STAGES))) break; /* the stepper's */
     eng_drain_item it = d->queue[pos % d->qcap];
     int rc = FERRY_OK;
     if (!d->status) {
@@ -274,7 +297,7 @@ static int group_stats(ferry_engine *e, uint32_t g, const void *src, ferry_dtype
  * and zeroed here (no NVMe read of zeros). */
 static int hold_accumulators(ferry_engine *e, uint32_t g, ferry_tier gt) {
   eng_group *gr = &e->gt.groups[g];
-  int nvme = e->grad_home == FERRY_TIER_NVME, fresh = nvme && gr->grads_zero;
+  int nvme = e->grad_home == FERRY_TIER_NVME, fresh = nvme && group_grads_fresh(e, g);
   unsigned flags = (fresh ? FERRY_MEM_NOLOAD : 0) | FERRY_MEM_NOTRACE;
   int rc = group_fetch(e, g, FERRY_FAMILY_GRADS, gt, NULL, flags, NULL);
   if (rc) return engine_mem_err(e, rc, "drain: grads");
@@ -291,7 +314,7 @@ static int hold_accumulators(ferry_engine *e, uint32_t g, ferry_tier gt) {
     ferry_mem_tensor_ptr(e->mem, p->id[FERRY_ROLE_GRAD], gt, &acc);
     memset(acc, 0, n * ferry_dtype_size(e->grad_dtype));
   }
-  gr->grads_zero = 0;
+  if (fresh) group_grads_loaded(e, g);
   return FERRY_OK;
 }
 
@@ -433,7 +456,6 @@ static int accumulate_cpu(ferry_engine *e, uint32_t g, const void *buf, int last
  * its update is queued. */
 static int accumulate(ferry_engine *e, const eng_drain_item *it, int si) {
   uint32_t g = it->group;
-  eng_group *gr = &e->gt.groups[g];
   double t2 = ferry_now(), sumsq = 0;
   int nonfinite = 0, rc = FERRY_OK;
   if (engine_gpu_math(e)) {
@@ -444,13 +466,16 @@ static int accumulate(ferry_engine *e, const eng_drain_item *it, int si) {
     ferry_timeline_add(&e->tl, FERRY_LANE_OPTIM0, "accumulate", t2, ferry_now());
   }
   if (rc) return rc;
-  gr->sumsq = sumsq;
-  gr->nonfinite = nonfinite;
+  e->drain.norm[g] = (eng_drain_norm){sumsq, nonfinite};
   if (it->last && e->eager) { /* its grads are final: update it now, during backward */
+    const void *lent = NULL;
     pthread_mutex_lock(&e->mu);
-    e->stepper.gscale = 1.0f / e->fixed_scale;
-    if (e->grads_none) stepper_lend_stage(e, g, si); /* its grads stay there */
-    stepper_queue(e, g);
+    stepper_set_gscale(e, 1.0f / e->fixed_scale);
+    if (e->grads_none) { /* its grads stay there, lent with its update */
+      e->drain.stage[si].lent = g + 1;
+      lent = e->drain.stage[si].buf;
+    }
+    stepper_queue(e, g, lent);
     pthread_mutex_unlock(&e->mu);
   }
   return FERRY_OK;
@@ -466,11 +491,14 @@ static void finish_item(ferry_engine *e, int rc) {
     d->micro++;
   }
   if (d->qhead == d->qtail) pthread_cond_broadcast(&d->cv_idle);
+  ferry_mem_notify(e->mem); /* a loop's fetch waits for room while the drain is busy */
 }
 
 /* (mu held) grads "none": until the oldest group's copy is issued, which
- * waits for its stage to come back from the stepper; a stage lent to an
- * update that failed fails the drain (those grads are kept for its retry). */
+ * waits for its stage to come back from the stepper (a wait on the
+ * stepper's condition); a stage lent to an update that failed fails the
+ * drain (those grads are kept for its retry). Each wake passes the
+ * stepper's news on to a loop waiting for a grad buffer. */
 static void wait_stage(ferry_engine *e) {
   eng_drain *d = &e->drain;
   while (d->qissue == d->qhead && !d->status) {
@@ -482,7 +510,7 @@ static void wait_stage(ferry_engine *e) {
     } else {
       d->stage_wait = 1;
       pthread_cond_broadcast(&d->cv_slot); /* a loop waiting for a buffer checks the cycle */
-      pthread_cond_wait(&d->cv_work, &e->mu);
+      stepper_wait_change(e);
       d->stage_wait = 0;
     }
     issue_copies(e);
@@ -544,3 +572,34 @@ void drain_reset_micro(ferry_engine *e) {
   e->drain.sub_in_micro = 0;
   pthread_mutex_unlock(&e->mu);
 }
+
+int drain_busy(const ferry_engine *e) { return e->drain.qhead != e->drain.qtail; }
+
+void *drain_slot_dev(const ferry_engine *e, int slot) { return e->drain.slot[slot].dev; }
+
+int drain_slot_zero(ferry_engine *e, int slot, ferry_stream *s, size_t bytes, const char *op) {
+  const eng_grad_slot *sl = &e->drain.slot[slot];
+  int rc = ferry_stream_wait_event(s, sl->drained); /* after the drain's last copy out of it */
+  if (!rc) rc = ferry_memset_async(s, sl->dev, 0, bytes);
+  return rc ? ferry_err(&e->err, rc, "%s: %s", op, ferry_device_last_error(e->dev)) : FERRY_OK;
+}
+
+int drain_slot_ready(ferry_engine *e, int slot, ferry_stream *s, const char *op) {
+  int rc = ferry_event_record(e->drain.slot[slot].ready, s);
+  return rc ? ferry_err(&e->err, rc, "%s: %s", op, ferry_device_last_error(e->dev)) : FERRY_OK;
+}
+
+void drain_take_norm(ferry_engine *e, double *sumsq, int *nonfinite) {
+  *sumsq = 0;
+  *nonfinite = 0;
+  for (uint32_t g = 0; g < e->gt.ngroups; g++) {
+    eng_drain_norm *n = &e->drain.norm[g];
+    *sumsq += n->sumsq;
+    *nonfinite |= n->nonfinite || !isfinite(n->sumsq);
+    *n = (eng_drain_norm){0, 0};
+  }
+}
+
+void drain_clear_norm(ferry_engine *e, uint32_t g) { e->drain.norm[g] = (eng_drain_norm){0, 0}; }
+
+void drain_set_d2h_delay(ferry_engine *e, double seconds) { e->drain.d2h_delay = seconds; }

@@ -1,9 +1,8 @@
-/* offload/engine.c — the engine's life and the loop's calls: creation from
- * a configuration, parameter registration, finalize (group table, buffers,
- * memory manager, NVMe store, optimizer, initial values, threads),
- * fetch/release with trace-driven prefetch, device grad pointers and
- * grads_ready, and the quiesce/restore pair checkpoints use. Uses drain.c,
- * stepper.c and group.c; the step driver is step.c.
+/* offload/engine.c — the engine's life: creation from a configuration,
+ * parameter registration, finalize (group table, buffers, memory manager,
+ * NVMe store, optimizer, initial values, threads), destroy, stats and the
+ * narrow internal API. Uses every room below it (ranks, drain, stepper,
+ * gpu, group); the loop's calls are loop.c, the step driver step.c.
  */
 #include "offload/engine_internal.h"
 #include "offload/engine_impl.h"
@@ -15,248 +14,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-const char *ferry_engine_last_error(const ferry_engine *e) {
-  return e ? ferry_err_msg(&e->err) : "no engine";
-}
-
-ferry_device *ferry_engine_device(ferry_engine *e) { return e ? e->dev : NULL; }
-
-/* Placement rules the configuration alone decides. */
-static int check_placement(const ferry_engine *e) {
-  const ferry_config_values *v = e->cv;
-  const char *on_nvme = e->param_home == FERRY_TIER_NVME   ? "params"
-                        : e->grad_home == FERRY_TIER_NVME  ? "grads"
-                        : e->optim_home == FERRY_TIER_NVME ? "optimizer"
-                                                           : NULL;
-  if (on_nvme && v->nvme_npaths == 0)
-    return ferry_err_thread(FERRY_ECONFIG,
-                            "engine create: placement puts %s on nvme but tiers.nvme.paths is "
-                            "empty (name the swap directories, or move placement.params, "
-                            "placement.grads and placement.optimizer off nvme)",
-                            on_nvme);
-  if (e->optim_home == FERRY_TIER_DEVICE && e->grad_home != FERRY_TIER_DEVICE)
-    return ferry_err_thread(FERRY_ECONFIG,
-                            "engine create: placement.optimizer = \"gpu\" needs placement.grads "
-                            "= \"gpu\" (the optimizer reads the grads where it runs)");
-  if (e->grad_home == FERRY_TIER_DEVICE && v->prec_grads != FERRY_DT_F32)
-    return ferry_err_thread(FERRY_ECONFIG,
-                            "engine create: precision.grads = \"bf16\" is for host and nvme "
-                            "grad homes; placement.grads is \"gpu\"%s (set precision.grads = "
-                            "\"fp32\")",
-                            v->place_grads == FERRY_GRADS_AUTO ? " (auto, with the optimizer on "
-                                                                 "the gpu)" : "");
-  return FERRY_OK;
-}
-
-/* The compact optimizer layouts the configuration asks for
- * (optimizer.state_dtype, optimizer.state_block, precision.master) and
- * what they need. */
-static int check_compact(ferry_engine *e) {
-  const ferry_config_values *v = e->cv;
-  static const char *const opt_names[] = {"adamw", "adam", "adagrad", "lamb", "sgd", "lion"};
-  e->master_bf16 = v->prec_master == FERRY_DT_BF16;
-  if (e->master_bf16 && v->prec_params != FERRY_DT_BF16)
-    return ferry_err_thread(FERRY_ECONFIG,
-                            "engine create: precision.master = \"bf16\" needs precision.params "
-                            "= \"bf16\" (the bf16 params are the master), not \"%s\"",
-                            v->prec_params == FERRY_DT_F32 ? "fp32" : "fp16");
-  if (v->opt_state_dtype == FERRY_DT_I8 && v->opt_type != FERRY_OPTIM_ADAMW &&
-      v->opt_type != FERRY_OPTIM_ADAM && v->opt_type != FERRY_OPTIM_LION)
-    return ferry_err_thread(FERRY_ECONFIG,
-                            "engine create: optimizer.state_dtype = \"int8\" needs optimizer.type "
-                            "\"adamw\", \"adam\" or \"lion\", not \"%s\" (or set "
-                            "optimizer.state_dtype = \"fp32\" or \"bf16\")",
-                            opt_names[v->opt_type]);
-  ferry_optimizer_config oc = ferry_optimizer_config_default(v->opt_type);
-  oc.momentum = (float)v->momentum;
-  if (e->master_bf16 && ferry_optimizer_state_count(&oc) == 0)
-    return ferry_err_thread(FERRY_ECONFIG,
-                            "engine create: precision.master = \"bf16\" with optimizer.type "
-                            "\"sgd\" and optimizer.momentum = 0 keeps no optimizer state at all; "
-                            "not supported (set precision.master = \"fp32\" or a momentum)");
-  return FERRY_OK;
-}
-
-/* Why a step cannot drop its grads as it applies them (placement.grads =
- * "none"), and what to set instead; NULL when it can. */
-static const char *why_grads_kept(const ferry_engine *e, const char **fix) {
-  const ferry_config_values *v = e->cv;
-  *fix = NULL;
-  if (!v->step_during_backward) *fix = "step_during_backward = true";
-  else if (v->clip_grad_norm > 0) *fix = "clip_grad_norm = 0";
-  else if (e->dtype == FERRY_DT_F16) *fix = "precision.params = \"bf16\" or \"fp32\"";
-  else if (v->grad_accumulation != 1) *fix = "grad_accumulation = 1";
-  if (!*fix) return NULL;
-  if (!v->step_during_backward) return "step_during_backward = false waits for the whole gradient";
-  if (v->clip_grad_norm > 0) return "clip_grad_norm needs the global norm before any update";
-  if (e->dtype == FERRY_DT_F16) return "fp16 params check every gradient for overflow first";
-  return "grad_accumulation > 1 sums micro-batches into kept gradients";
-}
-
-/* placement.grads as the engine uses it (create): "auto" decided, "none"
- * checked; also whether updates run during backward (eager). */
-static int resolve_grads(ferry_engine *e) {
-  const ferry_config_values *v = e->cv;
-  /* Without a global decision (clipping, overflow skip) each group's update
-   * can run as soon as its grads are final, during backward. */
-  e->eager = v->step_during_backward && v->clip_grad_norm == 0 && e->dtype != FERRY_DT_F16;
-  const char *fix, *why = why_grads_kept(e, &fix);
-  int pg = v->place_grads;
-  if (pg == FERRY_GRADS_AUTO)
-    pg = e->optim_home == FERRY_TIER_DEVICE ? FERRY_TIER_DEVICE
-         : !why                             ? FERRY_GRADS_NONE
-                                            : (int)e->optim_home;
-  if (pg == FERRY_GRADS_NONE && why)
-    return ferry_err_thread(FERRY_ECONFIG,
-                            "engine create: placement.grads = \"none\" keeps no gradients, but "
-                            "%s: set %s, or placement.grads = \"host\", \"nvme\" or "
-                            "\"auto\"",
-                            why, fix);
-  e->grads_none = pg == FERRY_GRADS_NONE;
-  e->grad_home = e->grads_none ? FERRY_TIER_HOST : (ferry_tier)pg;
-  e->grad_dtype = e->grads_none ? e->dtype : v->prec_grads;
-  ferry_logf(&e->log, FERRY_LOG_INFO, "engine: placement.grads = \"%s\"%s%s",
-             e->grads_none                        ? "none"
-             : e->grad_home == FERRY_TIER_DEVICE ? "gpu"
-                                                 : ferry_tier_name(e->grad_home),
-             v->place_grads == FERRY_GRADS_AUTO ? " (auto)" : "",
-             !e->grads_none && e->grad_dtype == FERRY_DT_BF16 ? ", bf16 accumulators" : "");
-  return FERRY_OK;
-}
-
-ferry_tier ferry_engine_grad_home(const ferry_engine *e, int *none) {
-  if (none) *none = e ? e->grads_none : 0;
-  return e ? e->grad_home : FERRY_TIER_HOST;
-}
-
-/* Where the arithmetic on grads and optimizer state runs (engine_gpu_math):
- * on a real GPU when the optimizer state lives there, which needs the
- * grads there too (check_placement) and an optimizer with CUDA kernels. */
-static int choose_math(ferry_engine *e, const ferry_device_info *di) {
-  const ferry_config_values *v = e->cv;
-  e->gpu_math = !di->emulated && e->optim_home == FERRY_TIER_DEVICE;
-  if (!di->emulated && e->grad_home == FERRY_TIER_DEVICE && !e->gpu_math)
-    return ferry_err_thread(FERRY_ENOTSUP,
-                            "engine create: placement.grads = \"gpu\" on %s needs "
-                            "placement.optimizer = \"gpu\" too (the CPU optimizer cannot read "
-                            "device memory)",
-                            di->name);
-  if (e->gpu_math && v->opt_type != FERRY_OPTIM_ADAMW && v->opt_type != FERRY_OPTIM_ADAM)
-    return ferry_err_thread(FERRY_ENOTSUP,
-                            "engine create: placement.optimizer = \"gpu\" on %s runs the CUDA "
-                            "AdamW: optimizer.type must be \"adamw\" or \"adam\" (or put the "
-                            "optimizer on the host or nvme)",
-                            di->name);
-  return FERRY_OK;
-}
-
-/* The engine's own device, unless the caller gave one. */
-static int open_device(ferry_engine *e, ferry_device *dev) {
-  const ferry_config_values *v = e->cv;
-  if (dev) {
-    e->dev = dev;
-  } else {
-    ferry_device_config dc = ferry_device_config_default();
-    dc.kind = v->device;
-    dc.capacity = (size_t)v->gpu_budget;
-    int rc = ferry_device_create(&dc, &e->dev);
-    if (rc) {
-      char msg[FERRY_ERR_MAX];
-      snprintf(msg, sizeof msg, "%s", ferry_last_error());
-      return ferry_err_thread(rc, "engine create: %s%s", msg,
-                              v->gpu_budget == 0 ? " (set tiers.gpu.budget)" : "");
-    }
-    e->own_dev = 1;
-  }
-  ferry_device_info di;
-  ferry_device_get_info(e->dev, &di);
-  return choose_math(e, &di);
-}
-
-int ferry_engine_create(const ferry_config *cfg, ferry_device *dev, ferry_engine **out) {
-  if (!out) return FERRY_EINVAL;
-  *out = NULL;
-  ferry_engine *e = calloc(1, sizeof *e);
-  if (!e) return ferry_err_thread(FERRY_ENOMEM, "engine create: out of memory");
-  ferry_errbuf_init(&e->err);
-  pthread_mutex_init(&e->mu, NULL);
-  pthread_cond_init(&e->drain.cv_work, NULL);
-  pthread_cond_init(&e->drain.cv_idle, NULL);
-  pthread_cond_init(&e->drain.cv_slot, NULL);
-  pthread_cond_init(&e->stepper.cv, NULL);
-  for (int i = 0; i < ENGINE_GRAD_SLOTS; i++) e->drain.slot[i].owner = -1;
-  e->stepper.waits_for = -1;
-  e->nranks = 1;
-  e->ahead_group = e->ahead_slot = -1;
-  int rc = ferry_config_clone(cfg, &e->cfg);
-  if (rc) {
-    ferry_engine_destroy(e);
-    return ferry_err_thread(rc, "engine create: out of memory");
-  }
-  const ferry_config_values *v = e->cv = ferry_config_values_get(e->cfg);
-  e->log = (ferry_logger){NULL, NULL, 0};
-  e->dtype = v->prec_params;
-  e->esize = ferry_dtype_size(e->dtype);
-  e->param_home = v->place_params;
-  e->optim_home = v->place_optimizer;
-  rc = check_compact(e);
-  if (!rc) rc = resolve_grads(e);
-  if (!rc) rc = check_placement(e);
-  if (!rc) rc = open_device(e, dev);
-  if (rc) {
-    char msg[FERRY_ERR_MAX];
-    snprintf(msg, sizeof msg, "%s", ferry_last_error());
-    ferry_engine_destroy(e);
-    return ferry_err_thread(rc, "%s", msg);
-  }
-  rc = ferry_timeline_init(&e->tl, v->timeline[0] ? 1u << 18 : 1u << 14);
-  if (!rc) rc = ferry_stream_create(e->dev, &e->up);
-  if (!rc) rc = ferry_stream_create(e->dev, &e->down);
-  if (rc) {
-    ferry_engine_destroy(e);
-    return ferry_err_thread(rc, "engine create: cannot create streams");
-  }
-  *out = e;
-  return FERRY_OK;
-}
-
-void ferry_engine_destroy(ferry_engine *e) {
-  if (!e) return;
-  drain_stop(e); /* first: the drain may still queue updates */
-  stepper_stop(e);
-  ranks_drop_ahead(e); /* stage 3: a read-ahead's gather, before its channel goes */
-  ranks_free(e);       /* the threads' channels: after the threads */
-  if (e->up) ferry_stream_synchronize(e->up);
-  if (e->down) ferry_stream_synchronize(e->down);
-  if (e->cv && e->cv->timeline[0] && e->finalized)
-    ferry_timeline_write(&e->tl, e->cv->timeline, &e->err);
-  ferry_mem_destroy(e->mem); /* waits for transfers in flight */
-  ferry_swap_close(e->swap);
-  ferry_optimizer_destroy(e->opt);
-  drain_free(e);
-  stepper_free(e);
-  gpu_free(e);
-  ranks_gather_free(e);
-  if (e->dev && e->reserved) ferry_device_free(e->dev, e->reserved);
-  if (e->dev) {
-    ferry_stream_destroy(e->up);
-    ferry_stream_destroy(e->down);
-    if (e->own_dev) ferry_device_destroy(e->dev);
-  }
-  group_free(&e->gt);
-  free(e->trace);
-  free(e->trace_fam);
-  ferry_timeline_destroy(&e->tl);
-  ferry_config_destroy(e->cfg);
-  pthread_mutex_destroy(&e->mu);
-  pthread_cond_destroy(&e->drain.cv_work);
-  pthread_cond_destroy(&e->drain.cv_idle);
-  pthread_cond_destroy(&e->drain.cv_slot);
-  pthread_cond_destroy(&e->stepper.cv);
-  ferry_errbuf_destroy(&e->err);
-  free(e);
-}
 
 int ferry_param_register(ferry_engine *e, const char *name, const int64_t *shape, int ndim,
                          int group, const float *values, ferry_init_fn init, void *init_user) {
@@ -713,11 +470,20 @@ int ferry_engine_reserved(ferry_engine *e, void **ptr, size_t *bytes) {
   return FERRY_OK;
 }
 
+/* The loop's per-group fetch state (loop.c). */
+static int alloc_fetches(ferry_engine *e) {
+  e->fetch = calloc(e->gt.ngroups, sizeof *e->fetch);
+  if (!e->fetch) return ferry_err(&e->err, FERRY_ENOMEM, "finalize: out of memory");
+  for (uint32_t g = 0; g < e->gt.ngroups; g++) e->fetch[g].grad_slot = -1;
+  return FERRY_OK;
+}
+
 int ferry_engine_finalize(ferry_engine *e) {
   if (!e) return FERRY_EINVAL;
   if (e->finalized) return ferry_err(&e->err, FERRY_ESTATE, "finalize: already finalized");
   if (e->gt.nparams == 0) return ferry_err(&e->err, FERRY_ESTATE, "finalize: no parameters");
   int rc = group_build(e);
+  if (!rc) rc = alloc_fetches(e);
   size_t own_dev = 0, own_host = 0, dev_budget = 0;
   ferry_optimizer_config oc = optimizer_config(e->cv);
   if (!rc) rc = ranks_setup(e);
@@ -734,8 +500,6 @@ int ferry_engine_finalize(ferry_engine *e) {
   if (!rc) {
     e->ocfg = oc;
     e->nstates = ferry_optimizer_state_count(&oc);
-    for (size_t i = 0; i < e->gt.nparams; i++)
-      e->gt.params[i].state_bytes = ferry_optimizer_state_bytes(&oc, e->gt.params[i].pn);
     rc = group_register(e);
     if (!rc) rc = ferry_mem_layout(e->mem);
     if (rc) return layout_err(e, rc, dev_budget, own_dev);
@@ -759,241 +523,6 @@ int ferry_engine_finalize(ferry_engine *e) {
   e->tl.optim_bytes_per_param = engine_optim_bytes_per_param(e);
   e->finalized = 1;
   return FERRY_OK;
-}
-
-/* ---- forward / backward ------------------------------------------------ */
-
-static int check_group(ferry_engine *e, int group, const char *op) {
-  if (!e->finalized) return ferry_err(&e->err, FERRY_ESTATE, "%s: call ferry_engine_finalize first", op);
-  if (group < 0 || (uint32_t)group >= e->gt.ngroups)
-    return ferry_err(&e->err, FERRY_EINVAL, "%s: group %d (the model has %u)", op, group,
-                     e->gt.ngroups);
-  return FERRY_OK;
-}
-
-/* Prefetches the groups the trace expects next, as far as the budget or
- * prefetch_depth allows. Never waits; a full budget just stops it. */
-static void prefetch(ferry_engine *e) {
-  if (e->param_home == FERRY_TIER_DEVICE) return; /* always resident */
-  if (engine_params_sharded(e)) {                 /* stage 3: the next group's gather */
-    ranks_read_ahead(e);
-    return;
-  }
-  uint32_t ng = e->gt.ngroups;
-  size_t depth = e->cv->prefetch_depth ? (size_t)e->cv->prefetch_depth : ng;
-  if (depth >= ng) depth = ng - 1;
-  if (depth > e->param_ahead) depth = e->param_ahead; /* NVMe params: the host's room */
-  /* and at most one group through the host: deeper read-ahead of NVMe
-   * params is evicted before its use and read again (llama-100m, host
-   * budget 96M, steps 2-3: 112 and 116 group reads with two ahead, 90 and
-   * 99 with one, 86 with none; 160M and 17 ahead: 114-131). One group
-   * ahead still overlaps the next group's read with this one's compute. */
-  if (e->param_home == FERRY_TIER_NVME && depth > 1 && !e->cv->prefetch_depth) depth = 1;
-  size_t len = ferry_mem_trace_length(e->mem);
-
-  for (size_t k = 1; k <= depth; k++) {
-    /* never past this iteration: the step is about to change those params */
-    if (e->fetches + k > len) return;
-    uint32_t g;
-    int fam;
-    if (ferry_mem_trace_peek(e->mem, k, &g, &fam)) return;
-    if (fam != FERRY_FAMILY_PARAMS) continue;
-    pthread_mutex_lock(&e->mu);
-    int pending = group_pending(&e->gt.groups[g]);
-    pthread_mutex_unlock(&e->mu);
-    if (pending) return; /* the running step has not written it yet */
-    if (ferry_mem_prefetch(e->mem, g, FERRY_FAMILY_PARAMS, FERRY_TIER_DEVICE)) return;
-  }
-}
-
-/* The first step's fetches, in the loop's order, become the trace. */
-static void record_trace(ferry_engine *e, int group) {
-  if (e->ntrace == e->captrace) {
-    size_t nc = e->captrace ? 2 * e->captrace : 64;
-    uint32_t *nt = realloc(e->trace, nc * sizeof *nt);
-    int *nf = nt ? realloc(e->trace_fam, nc * sizeof *nf) : NULL;
-    if (nt) e->trace = nt;
-    if (nf) e->trace_fam = nf;
-    if (nt && nf) e->captrace = nc;
-  }
-  if (e->ntrace < e->captrace) {
-    e->trace[e->ntrace] = (uint32_t)group;
-    e->trace_fam[e->ntrace++] = FERRY_FAMILY_PARAMS;
-  }
-}
-
-/* The drain or the stepper has work (it may free room the loop's fetch
- * needs). */
-static int threads_busy(ferry_engine *e) {
-  pthread_mutex_lock(&e->mu);
-  int busy = e->stepper.pending || e->drain.qhead != e->drain.qtail;
-  pthread_mutex_unlock(&e->mu);
-  return busy;
-}
-
-int ferry_fetch(ferry_engine *e, int group, ferry_stream *s) {
-  if (!e) return FERRY_EINVAL;
-  int rc = check_group(e, group, "fetch");
-  if (rc) return rc;
-  if (!s) return ferry_err(&e->err, FERRY_EINVAL, "fetch: stream is NULL");
-  eng_group *gr = &e->gt.groups[group];
-  double t0 = ferry_now();
-  rc = stepper_wait_group(e, (uint32_t)group); /* its update of the last step is done */
-  if (rc) {
-    char why[768];
-    pthread_mutex_lock(&e->mu);
-    snprintf(why, sizeof why, "%s", e->stepper.fail_why);
-    pthread_mutex_unlock(&e->mu);
-    if (!why[0]) snprintf(why, sizeof why, "%s", ferry_strerror(rc));
-    return ferry_err(&e->err, rc,
-                     "fetch: group %d: its optimizer update failed (%s); it is retried at the "
-                     "next step",
-                     group, why);
-  }
-  if (engine_params_sharded(e)) { /* stage 3: every rank's pieces gathered */
-    rc = ranks_fetch_params(e, (uint32_t)group, s);
-    if (rc) return rc;
-  } else {
-    rc =
-        group_fetch(e, (uint32_t)group, FERRY_FAMILY_PARAMS, FERRY_TIER_DEVICE, s, 0, threads_busy);
-    if (rc) return engine_mem_err(e, rc, "fetch");
-    /* params uploaded by the last step (device home): ordered on e->up */
-    rc = ferry_stream_wait_event(s, gr->uploaded);
-    if (rc) return ferry_err(&e->err, rc, "fetch: %s", ferry_device_last_error(e->dev));
-  }
-  pthread_mutex_lock(&e->mu);
-  gr->fetched++;
-  pthread_mutex_unlock(&e->mu);
-  gr->stream = s;
-  e->fetches++;
-  if (e->tracing) record_trace(e, group); /* the loop's own order: the threads fetch too */
-  else prefetch(e);
-  ferry_timeline_add(&e->tl, FERRY_LANE_STEP, "fetch", t0, ferry_now());
-  return FERRY_OK;
-}
-
-int ferry_release(ferry_engine *e, int group, ferry_stream *s) {
-  if (!e) return FERRY_EINVAL;
-  int rc = check_group(e, group, "release");
-  if (rc) return rc;
-  eng_group *gr = &e->gt.groups[group];
-  pthread_mutex_lock(&e->mu);
-  int fetched = gr->fetched;
-  pthread_mutex_unlock(&e->mu);
-  if (fetched == 0)
-    return ferry_err(&e->err, FERRY_ESTATE, "release: group %d is not fetched", group);
-  if (engine_params_sharded(e)) {
-    rc = ranks_release_params(e, (uint32_t)group, s);
-    if (rc) return rc;
-  } else {
-    rc = ferry_mem_release(e->mem, (uint32_t)group, FERRY_FAMILY_PARAMS, FERRY_TIER_DEVICE, s);
-    if (rc) return engine_mem_err(e, rc, "release");
-  }
-  pthread_mutex_lock(&e->mu);
-  gr->fetched--;
-  pthread_cond_broadcast(&e->stepper.cv); /* an update may wait for the release */
-  pthread_mutex_unlock(&e->mu);
-  return FERRY_OK;
-}
-
-int ferry_param_device(ferry_engine *e, const char *name, void **param, void **grad) {
-  if (!e) return FERRY_EINVAL;
-  if (!e->finalized) return ferry_err(&e->err, FERRY_ESTATE, "param device: not finalized");
-  eng_param *p = name ? group_find(e, name) : NULL;
-  if (!p) return ferry_err(&e->err, FERRY_ENOENT, "param device: no parameter '%s'", name ? name : "(null)");
-  eng_group *gr = &e->gt.groups[p->group];
-  pthread_mutex_lock(&e->mu);
-  int fetched = gr->fetched;
-  pthread_mutex_unlock(&e->mu);
-  if (!fetched)
-    return ferry_err(&e->err, FERRY_ESTATE, "param device '%s': group %u is not fetched", p->name,
-                     p->group);
-  if (param && engine_params_sharded(e)) { /* stage 3: in the group's gather buffer */
-    *param = (char *)e->gather_dev[gr->gslot] + p->goff * e->esize;
-  } else if (param) {
-    int rc = ferry_mem_tensor_ptr(e->mem, p->id[FERRY_ROLE_PARAM], FERRY_TIER_DEVICE, param);
-    if (rc) return engine_mem_err(e, rc, "param device");
-  }
-  if (grad) {
-    if (gr->grad_slot < 0) { /* take a device grad buffer, zeroed in stream order */
-      int got;
-      int rc = drain_take_slot(e, p->group, &got);
-      if (rc == FERRY_ESTATE) return rc; /* the loop holds up the drain: said why */
-      if (rc) return ferry_err(&e->err, rc, "param device: the gradient drain failed");
-      gr->grad_slot = got;
-      /* after the drain's last copy out of it */
-      rc = ferry_stream_wait_event(gr->stream, e->drain.slot[got].drained);
-      if (!rc) rc = ferry_memset_async(gr->stream, e->drain.slot[got].dev, 0, gr->n * e->esize);
-      if (rc) return ferry_err(&e->err, rc, "param device: %s", ferry_device_last_error(e->dev));
-    }
-    *grad = (char *)e->drain.slot[gr->grad_slot].dev + p->goff * e->esize;
-  }
-  return FERRY_OK;
-}
-
-int ferry_grads_ready(ferry_engine *e, int group, ferry_stream *s) {
-  if (!e) return FERRY_EINVAL;
-  int rc = check_group(e, group, "grads ready");
-  if (rc) return rc;
-  eng_group *gr = &e->gt.groups[group];
-  if (gr->grad_slot < 0)
-    return ferry_err(&e->err, FERRY_ESTATE,
-                     "grads ready: group %d has no gradient buffer (ask ferry_param_device for "
-                     "its grad pointers after fetching it)",
-                     group);
-  rc = ferry_event_record(e->drain.slot[gr->grad_slot].ready, s);
-  if (rc) return ferry_err(&e->err, rc, "grads ready: %s", ferry_device_last_error(e->dev));
-  drain_submit(e, (uint32_t)group, gr->grad_slot); /* the drain owns it now */
-  gr->grad_slot = -1;
-  return FERRY_OK;
-}
-
-/* A bf16 master is the params: the group's, read where they are (the
- * uploads of the last step done first), widened to fp32. */
-static int read_bf16_master(ferry_engine *e, const eng_param *p, float *dst) {
-  eng_group *gr = &e->gt.groups[p->group];
-  ferry_stream *s = NULL;
-  void *buf = malloc(gr->n * e->esize);
-  int rc = buf ? ferry_stream_synchronize(e->up) : FERRY_ENOMEM;
-  if (!rc) rc = ferry_stream_synchronize(e->down); /* device math's last kernels */
-  if (!rc) rc = ferry_stream_create(e->dev, &s);
-  if (rc) {
-    free(buf);
-    return ferry_err(&e->err, rc, "param read: %s",
-                     rc == FERRY_ENOMEM ? "out of memory" : ferry_device_last_error(e->dev));
-  }
-  rc = stepper_read_params(e, p->group, buf, s);
-  for (size_t i = 0; !rc && i < p->n; i++)
-    dst[i] = ferry_dt_load((const char *)buf + p->goff * e->esize, e->dtype, i);
-  ferry_stream_destroy(s);
-  free(buf);
-  return rc;
-}
-
-int ferry_param_read(ferry_engine *e, const char *name, float *dst, size_t count) {
-  if (!e || !dst) return FERRY_EINVAL;
-  if (!e->finalized) return ferry_err(&e->err, FERRY_ESTATE, "param read: not finalized");
-  eng_param *p = name ? group_find(e, name) : NULL;
-  if (!p) return ferry_err(&e->err, FERRY_ENOENT, "param read: no parameter '%s'", name ? name : "(null)");
-  if (count != p->n)
-    return ferry_err(&e->err, FERRY_EINVAL, "param read '%s': count %zu, the tensor has %zu",
-                     p->name, count, p->n);
-  int rc = stepper_wait_all(e);
-  if (!rc) rc = drain_wait(e);
-  if (rc) return rc;
-  if (e->master_bf16) return read_bf16_master(e, p, dst);
-  ferry_tier ot = work_tier(e->optim_home);
-  rc = ferry_mem_fetch(e->mem, p->group, FERRY_FAMILY_OPTIM, ot, NULL, FERRY_MEM_NOTRACE);
-  if (rc) return engine_mem_err(e, rc, "param read");
-  float *master = NULL;
-  if (p->pn) ferry_mem_tensor_ptr(e->mem, p->id[FERRY_ROLE_MASTER], ot, (void **)&master);
-  if (engine_sharded(e))
-    rc = ranks_read_param(e, p, master, dst); /* a collective */
-  else if (engine_gpu_math(e))
-    rc = gpu_read_f32(e, dst, master, count); /* after the kernels */
-  else memcpy(dst, master, count * sizeof(float));
-  ferry_mem_release(e->mem, p->group, FERRY_FAMILY_OPTIM, ot, NULL);
-  return rc;
 }
 
 int ferry_engine_write_timeline(ferry_engine *e, const char *path) {
@@ -1029,70 +558,6 @@ int ferry_engine_get_stats(ferry_engine *e, ferry_stats *out) {
   return rc;
 }
 
-/* ---- for checkpoints ------------------------------------------------------ */
-
-int engine_quiesce(ferry_engine *e, const char *op) {
-  if (!e->finalized) return ferry_err(&e->err, FERRY_ESTATE, "%s: call ferry_engine_finalize first", op);
-  int rc = ranks_drop_ahead(e); /* stage 3: the params may change */
-  if (rc) return rc;
-  rc = stepper_wait_all(e);
-  pthread_mutex_lock(&e->mu);
-  int failed = -1, why = 0, fetched = -1;
-  char text[768];
-  for (uint32_t g = 0; g < e->gt.ngroups && failed < 0; g++)
-    if (e->gt.groups[g].state == GROUP_FAILED) failed = (int)g, why = e->gt.groups[g].fail_status;
-  snprintf(text, sizeof text, "%s", e->stepper.fail_why[0] ? e->stepper.fail_why : ferry_strerror(why));
-  pthread_mutex_unlock(&e->mu);
-  if (failed >= 0) /* the state is half a step: never saved, never overwritten */
-    return ferry_err(&e->err, FERRY_ESTATE,
-                     "%s: the optimizer update of group %d failed (%s): the state is half a "
-                     "step until the update is retried at the next step",
-                     op, failed, text);
-  if (rc)
-    return ferry_err(&e->err, rc, "%s: the last step failed (%s)", op, ferry_strerror(rc));
-  rc = drain_wait(e);
-  if (rc) return ferry_err(&e->err, rc, "%s: the gradient drain failed: %s", op, ferry_err_msg(&e->err));
-  int micro;
-  uint32_t part;
-  drain_progress(e, &micro, &part);
-  pthread_mutex_lock(&e->mu);
-  for (uint32_t g = 0; g < e->gt.ngroups && fetched < 0; g++)
-    if (e->gt.groups[g].fetched) fetched = (int)g;
-  pthread_mutex_unlock(&e->mu);
-  if (micro || part)
-    return ferry_err(&e->err, FERRY_ESTATE,
-                     "%s: %d micro-batch(es) and %d group(s) of grads are accumulated; call it "
-                     "between steps (after ferry_step)",
-                     op, micro, (int)part);
-  if (fetched >= 0)
-    return ferry_err(&e->err, FERRY_ESTATE, "%s: group %d is fetched; release every group first", op,
-                     fetched);
-  rc = ferry_stream_synchronize(e->up);
-  if (!rc) rc = ferry_stream_synchronize(e->down); /* device math's last kernels */
-  if (rc) return ferry_err(&e->err, rc, "%s: %s", op, ferry_device_last_error(e->dev));
-  return FERRY_OK;
-}
-
-void engine_progress_get(const ferry_engine *e, engine_progress *out) {
-  out->steps = e->steps;
-  out->scale = e->scaler.scale;
-  out->good_steps = e->scaler.good_steps;
-  out->skipped = e->scaler.skipped;
-}
-
-void engine_restore(ferry_engine *e, const engine_progress *p) {
-  pthread_mutex_lock(&e->mu);
-  e->steps = p->steps;
-  e->stepper.cur_step = p->steps;
-  pthread_mutex_unlock(&e->mu);
-  ferry_optimizer_set_step(e->opt, p->steps);
-  if (e->dynamic_scale) {
-    e->scaler.scale = p->scale;
-    e->scaler.good_steps = p->good_steps;
-    e->scaler.skipped = p->skipped;
-  }
-}
-
 /* ---- the narrow internal API (engine_internal.h) ---------------------------- */
 
 int engine_wait_step(ferry_engine *e) { return stepper_wait_all(e); }
@@ -1102,7 +567,7 @@ ferry_timeline *engine_timeline(ferry_engine *e) {
   return &e->tl;
 }
 ferry_dtype engine_param_dtype(const ferry_engine *e) { return e->dtype; }
-void engine_set_d2h_delay(ferry_engine *e, double seconds) { e->drain.d2h_delay = seconds; }
+void engine_set_d2h_delay(ferry_engine *e, double seconds) { drain_set_d2h_delay(e, seconds); }
 size_t engine_family_chunk_bytes(ferry_engine *e, int family) {
   ferry_footprint_family fam;
   family_bytes(e, family, &fam);

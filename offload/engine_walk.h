@@ -72,7 +72,7 @@ size_t engine_param_piece(ferry_engine *e, const engine_param_view *p, int r, si
 /* The suffix of role r's tensor name after the param's ("", ".master", ...). */
 const char *engine_role_suffix(int role);
 
-/* engine.c */
+/* loop.c */
 /* Waits until the loop is between steps (no step, no drain, no micro-batch
  * half handed in, no group fetched, uploads done); `op` names the caller in
  * errors. */

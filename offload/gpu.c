@@ -10,7 +10,8 @@
  * state passes through as it is (the CUDA kernels take bf16 and int8
  * states); with a bf16 master there is no master: the kernel updates the
  * device params in place (device home) or a device scratch filled from the
- * staged params (host and NVMe homes). Calls no other engine file.
+ * staged params (host and NVMe homes). Uses group.c's table only; the
+ * stepper hands in its staging and spans.
  */
 #include "offload/engine_impl.h"
 #include "optim/grad_cuda.h"
@@ -90,20 +91,21 @@ void gpu_param_dsts(ferry_engine *e, uint32_t g, void **dst) {
   }
 }
 
-int gpu_params_home(ferry_engine *e, uint32_t g) {
+int gpu_params_home(ferry_engine *e, uint32_t g, const gpu_home *home) {
   eng_group *gr = &e->gt.groups[g];
   int rc;
   if (e->param_home == FERRY_TIER_DEVICE) {
-    rc = ferry_event_record(gr->uploaded, e->down); /* the next fetch waits for it */
+    rc = ferry_event_record(home->uploaded, e->down); /* the next fetch waits for it */
   } else {
-    rc = ferry_memcpy_async(e->down, e->stepper.param_stage, e->gpu.params, gr->n * e->esize,
+    rc = ferry_memcpy_async(e->down, home->stage, e->gpu.params, gr->n * e->esize,
                             FERRY_COPY_D2H);
     if (!rc) rc = ferry_stream_synchronize(e->down); /* param_commit copies it on the CPU */
   }
   return rc ? dev_err(e, rc, "step: params") : FERRY_OK;
 }
 
-int gpu_write_params(ferry_engine *e, uint32_t g, void **dst, const float *vals) {
+int gpu_write_params(ferry_engine *e, uint32_t g, void **dst, const float *vals,
+                     const gpu_home *home) {
   int rc = FERRY_OK;
   if (vals) { /* a bf16 master: the initial values, converted here and copied H2D */
     eng_group *gr = &e->gt.groups[g];
@@ -118,7 +120,7 @@ int gpu_write_params(ferry_engine *e, uint32_t g, void **dst, const float *vals)
     if (!rc) rc = ferry_stream_synchronize(e->down); /* h is pageable and freed now */
     free(h);
     if (rc) return dev_err(e, rc, "finalize: params from the initial values");
-    return gpu_params_home(e, g);
+    return gpu_params_home(e, g, home);
   }
   for (uint32_t k = 0; k < e->gt.groups[g].count && !rc; k++) {
     eng_param *p = group_param(e, g, k);
@@ -127,19 +129,19 @@ int gpu_write_params(ferry_engine *e, uint32_t g, void **dst, const float *vals)
     rc = ferry_convert_async(e->down, dst[k], e->dtype, master, FERRY_DT_F32, p->n, 1.0f);
   }
   if (rc) return dev_err(e, rc, "finalize: params from the masters");
-  return gpu_params_home(e, g);
+  return gpu_params_home(e, g, home);
 }
 
-int gpu_stage_params(ferry_engine *e, uint32_t g) {
+int gpu_stage_params(ferry_engine *e, uint32_t g, const void *stage) {
   /* stream order: the kernel after it, then gpu_params_home's D2H into
    * the same staging */
-  int rc = ferry_memcpy_async(e->down, e->gpu.params, e->stepper.param_stage,
+  int rc = ferry_memcpy_async(e->down, e->gpu.params, stage,
                               e->gt.groups[g].n * e->esize, FERRY_COPY_H2D);
   return rc ? dev_err(e, rc, "step: params") : FERRY_OK;
 }
 
-int gpu_optimizer_step(ferry_engine *e, uint32_t g, float gscale) {
-  int rc = ferry_optimizer_step_cuda(e->opt, e->stepper.spans, e->gt.groups[g].count, gscale,
+int gpu_optimizer_step(ferry_engine *e, uint32_t g, const ferry_optim_span *spans, float gscale) {
+  int rc = ferry_optimizer_step_cuda(e->opt, spans, e->gt.groups[g].count, gscale,
                                      e->gpu.stream);
   if (rc) return ferry_err(&e->err, rc, "step: optimizer: %s", ferry_optimizer_last_error(e->opt));
   return FERRY_OK;

@@ -2,14 +2,13 @@
  * their groups (iteration order, element offsets), each parameter's tensors
  * in the memory manager (one per role the optimizer has), and each group's
  * update state with its checked transitions. The lowest room of the engine:
- * it calls no other engine file.
+ * it calls no other engine file and uses no other room's names.
  */
 #include "offload/engine_impl.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 static const char *const role_suffix[FERRY_ROLE_COUNT] = {"", ".grad", ".master", ".exp_avg",
                                                           ".exp_avg_sq"};
@@ -89,8 +88,6 @@ int group_build(ferry_engine *e) {
     uint32_t g = gt->params[gt->by_group[i]].group;
     eng_group *gr = &gt->groups[g];
     gr->first = (uint32_t)i;
-    gr->grad_slot = -1;
-    gr->grad_stage = -1;
     while (i < gt->nparams && gt->params[gt->by_group[i]].group == g) {
       gt->params[gt->by_group[i]].goff = gr->n;
       gr->n += gt->params[gt->by_group[i]].n;
@@ -167,6 +164,8 @@ size_t group_param_piece(const ferry_engine *e, const eng_param *p, int r, size_
 int group_register(ferry_engine *e) {
   eng_groups *gt = &e->gt;
   int rc = FERRY_OK;
+  for (size_t i = 0; i < gt->nparams; i++)
+    gt->params[i].state_bytes = ferry_optimizer_state_bytes(&e->ocfg, gt->params[i].pn);
   for (size_t i = 0; i < gt->nparams && !rc; i++) {
     eng_param *p = &gt->params[gt->by_group[i]];
     for (int r = 0; r < FERRY_ROLE_COUNT && !rc; r++) {
@@ -234,6 +233,17 @@ void group_free(eng_groups *gt) {
   memset(gt, 0, sizeof *gt);
 }
 
+eng_param *group_param(ferry_engine *e, uint32_t g, uint32_t k) {
+  return &e->gt.params[e->gt.by_group[e->gt.groups[g].first + k]];
+}
+
+int group_fetched(ferry_engine *e, uint32_t g, int delta) {
+  pthread_mutex_lock(&e->mu);
+  int n = e->gt.groups[g].fetched += delta;
+  pthread_mutex_unlock(&e->mu);
+  return n;
+}
+
 eng_param *group_find(ferry_engine *e, const char *name) {
   uint32_t id;
   if (!e->mem || ferry_mem_lookup(e->mem, name, &id)) return NULL;
@@ -246,15 +256,17 @@ eng_param *group_find(ferry_engine *e, const char *name) {
 
 int group_fetch(ferry_engine *e, uint32_t g, int family, ferry_tier tier, ferry_stream *s,
                 unsigned flags, int (*others_busy)(ferry_engine *)) {
+  uint64_t seen = ferry_mem_changes(e->mem); /* before the try: no release goes unseen */
   int rc = ferry_mem_fetch(e->mem, g, family, tier, s, flags);
-  for (int tries = 0; rc == FERRY_ENOMEM && tries < 100000 && (!others_busy || others_busy(e));
-       tries++) {
-    struct timespec ts = {0, 100000};
-    nanosleep(&ts, NULL);
+  double deadline = ferry_now() + GROUP_FETCH_WAIT;
+  while (rc == FERRY_ENOMEM && (!others_busy || others_busy(e)) &&
+         ferry_mem_wait_change(e->mem, &seen, deadline) == FERRY_OK)
     rc = ferry_mem_fetch(e->mem, g, family, tier, s, flags);
-  }
-  return rc;
+  return rc; /* the last try's FERRY_ENOMEM, its message in the manager's */
 }
+
+int group_grads_fresh(const ferry_engine *e, uint32_t g) { return e->gt.groups[g].grads_zero; }
+void group_grads_loaded(ferry_engine *e, uint32_t g) { e->gt.groups[g].grads_zero = 0; }
 
 const char *group_role_suffix(int role) {
   return role >= 0 && role < FERRY_ROLE_COUNT ? role_suffix[role] : "";
@@ -263,6 +275,11 @@ const char *group_role_suffix(int role) {
 const char *group_state_name(group_state s) {
   static const char *const names[GROUP_STATE_COUNT] = {"idle", "queued", "updated", "failed"};
   return (unsigned)s < GROUP_STATE_COUNT ? names[s] : "?";
+}
+
+void group_set_failed(ferry_engine *e, uint32_t g, int status) {
+  group_set_state(e, g, GROUP_FAILED);
+  e->gt.groups[g].fail_status = status;
 }
 
 void group_set_state(ferry_engine *e, uint32_t g, group_state to) {
@@ -297,10 +314,12 @@ int group_zero_grads(ferry_engine *e, uint32_t g, int held) {
     size_t n = gs ? p->pn : p->n;
     if (n == 0) continue;
     ferry_mem_tensor_ptr(e->mem, p->id[FERRY_ROLE_GRAD], gt, &acc);
-    if (!engine_gpu_math(e))
+    if (!engine_gpu_math(e)) {
       memset(acc, 0, n * es);
-    else if ((rc = gpu_zero(e, acc, n * es)))
-      break; /* device memory */
+    } else if ((rc = ferry_memset_async(e->down, acc, 0, n * es))) { /* device memory */
+      rc = ferry_err(&e->err, rc, "zero grads: %s", ferry_device_last_error(e->dev));
+      break;
+    }
   }
   int r2 = held ? FERRY_OK : ferry_mem_release(e->mem, g, FERRY_FAMILY_GRADS, gt, NULL);
   if (rc) return rc;

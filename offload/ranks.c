@@ -4,8 +4,9 @@
  * finalize-time fingerprint check that every rank has the same
  * configuration and registration, the refusals of what ranks do not
  * support yet, the global grad norm over the ranks and the collective read
- * of a sharded master. The drain and the stepper call their channels
- * themselves. Uses group.c.
+ * of a sharded master, and ZeRO stage 3's gathers at fetch with their
+ * read-ahead (its own state, e->ranks: ranks.h). The drain and the stepper
+ * call their channels themselves. Uses stepper.c and group.c.
  */
 #include "offload/engine_impl.h"
 
@@ -330,28 +331,35 @@ int ranks_root_status(ferry_engine *e, int rc, const char *op) {
 
 /* ---- ZeRO stage 3: the params gathered at fetch ------------------------- */
 
-int ranks_gather_init(ferry_engine *e, size_t gbytes) {
-  e->ngather = 0;
-  e->ahead_group = e->ahead_slot = -1;
+void ranks_init(ferry_engine *e) {
+  e->ranks.ahead_group = e->ranks.ahead_slot = -1;
   for (int i = 0; i < ENGINE_GATHER_SLOTS; i++)
-    e->gather_owner[i] = -1;
+    e->ranks.gather_owner[i] = -1;
+}
+
+int ranks_gather_init(ferry_engine *e, size_t gbytes) {
+  eng_ranks *rk = &e->ranks;
+  rk->ngather = 0;
+  ranks_init(e);
+  rk->gslot = malloc(e->gt.ngroups * sizeof *rk->gslot);
+  if (!rk->gslot) return ferry_err(&e->err, FERRY_ENOMEM, "finalize: out of memory");
   for (uint32_t g = 0; g < e->gt.ngroups; g++)
-    e->gt.groups[g].gslot = -1;
+    rk->gslot[g] = -1;
   if (!engine_params_sharded(e)) return FERRY_OK;
-  e->ngather = e->gt.ngroups < ENGINE_GATHER_SLOTS ? (int)e->gt.ngroups : ENGINE_GATHER_SLOTS;
-  e->gather_counts = calloc((size_t)e->nranks, sizeof *e->gather_counts);
-  int rc = e->gather_counts ? FERRY_OK : FERRY_ENOMEM;
-  for (int i = 0; i < e->ngather && !rc; i++) {
-    rc = ferry_device_alloc(e->dev, gbytes, &e->gather_dev[i]);
-    if (!rc) rc = ferry_event_create(e->dev, &e->gather_free[i]);
+  e->ranks.ngather = e->gt.ngroups < ENGINE_GATHER_SLOTS ? (int)e->gt.ngroups : ENGINE_GATHER_SLOTS;
+  e->ranks.gather_counts = calloc((size_t)e->nranks, sizeof *e->ranks.gather_counts);
+  int rc = e->ranks.gather_counts ? FERRY_OK : FERRY_ENOMEM;
+  for (int i = 0; i < e->ranks.ngather && !rc; i++) {
+    rc = ferry_device_alloc(e->dev, gbytes, &e->ranks.gather_dev[i]);
+    if (!rc) rc = ferry_event_create(e->dev, &e->ranks.gather_free[i]);
   }
   for (int i = 0; i < 2 && !rc; i++) {
-    rc = ferry_host_alloc(e->dev, gbytes, &e->gather_host[i]);
-    if (!rc) rc = ferry_event_create(e->dev, &e->gather_up[i]);
+    rc = ferry_host_alloc(e->dev, gbytes, &e->ranks.gather_host[i]);
+    if (!rc) rc = ferry_event_create(e->dev, &e->ranks.gather_up[i]);
   }
   if (rc)
     return ferry_err(&e->err, rc, "finalize: the gather buffers of dist.zero_stage = 3: %s",
-                     rc == FERRY_ENOMEM && !e->gather_counts ? "out of memory"
+                     rc == FERRY_ENOMEM && !e->ranks.gather_counts ? "out of memory"
                                                              : ferry_device_last_error(e->dev));
   return FERRY_OK;
 }
@@ -359,15 +367,20 @@ int ranks_gather_init(ferry_engine *e, size_t gbytes) {
 void ranks_gather_free(ferry_engine *e) {
   if (e->dev) {
     for (int i = 0; i < ENGINE_GATHER_SLOTS; i++) {
-      if (e->gather_dev[i]) ferry_device_free(e->dev, e->gather_dev[i]);
-      ferry_event_destroy(e->gather_free[i]);
+      if (e->ranks.gather_dev[i]) ferry_device_free(e->dev, e->ranks.gather_dev[i]);
+      ferry_event_destroy(e->ranks.gather_free[i]);
     }
     for (int i = 0; i < 2; i++) {
-      if (e->gather_host[i]) ferry_host_free(e->dev, e->gather_host[i]);
-      ferry_event_destroy(e->gather_up[i]);
+      if (e->ranks.gather_host[i]) ferry_host_free(e->dev, e->ranks.gather_host[i]);
+      ferry_event_destroy(e->ranks.gather_up[i]);
     }
   }
-  free(e->gather_counts);
+  free(e->ranks.gather_counts);
+  free(e->ranks.gslot);
+}
+
+void *ranks_params_dev(const ferry_engine *e, uint32_t g) {
+  return e->ranks.gather_dev[e->ranks.gslot[g]];
 }
 
 /* This rank's pieces of group g's params (the home, through the host) into
@@ -389,8 +402,8 @@ static int own_pieces(ferry_engine *e, uint32_t g, char *buf) {
 }
 
 static int free_slot(const ferry_engine *e) {
-  for (int i = 0; i < e->ngather; i++)
-    if (e->gather_owner[i] < 0) return i;
+  for (int i = 0; i < e->ranks.ngather; i++)
+    if (e->ranks.gather_owner[i] < 0) return i;
   return -1;
 }
 
@@ -399,21 +412,21 @@ static int free_slot(const ferry_engine *e) {
  * loop channel (req NULL: waits). */
 static int gather_start(ferry_engine *e, uint32_t g, int slot, int *hb, ferry_comm_req **req) {
   eng_group *gr = &e->gt.groups[g];
-  int b = e->gather_turn;
-  e->gather_turn ^= 1;
-  int rc = ferry_event_synchronize(e->gather_up[b]); /* the buffer's last H2D is done */
+  int b = e->ranks.gather_turn;
+  e->ranks.gather_turn ^= 1;
+  int rc = ferry_event_synchronize(e->ranks.gather_up[b]); /* the buffer's last H2D is done */
   if (rc) return ferry_err(&e->err, rc, "fetch: %s", ferry_device_last_error(e->dev));
-  char *buf = e->gather_host[b];
+  char *buf = e->ranks.gather_host[b];
   rc = own_pieces(e, g, buf);
   if (rc) return rc;
   for (int r = 0; r < e->nranks; r++)
-    e->gather_counts[r] = (gr->bounds[r + 1] - gr->bounds[r]) * e->esize;
-  rc = ferry_comm_allgather(e->ch_loop, buf + gr->lo * e->esize, buf, e->gather_counts, FERRY_DT_U8,
+    e->ranks.gather_counts[r] = (gr->bounds[r + 1] - gr->bounds[r]) * e->esize;
+  rc = ferry_comm_allgather(e->ch_loop, buf + gr->lo * e->esize, buf, e->ranks.gather_counts, FERRY_DT_U8,
                             NULL, req);
   if (rc)
     return ferry_err(&e->err, rc, "fetch: group %u: all-gather of its params: %s", g,
                      ferry_comm_last_error(e->ch_loop));
-  e->gather_owner[slot] = (int)g;
+  e->ranks.gather_owner[slot] = (int)g;
   *hb = b;
   return FERRY_OK;
 }
@@ -422,35 +435,34 @@ static int gather_start(ferry_engine *e, uint32_t g, int slot, int *hb, ferry_co
  * after the slot's last readers and before the loop's kernels. */
 static int gather_finish(ferry_engine *e, uint32_t g, int slot, int hb, ferry_stream *s) {
   eng_group *gr = &e->gt.groups[g];
-  int rc = ferry_stream_wait_event(s, e->gather_free[slot]);
+  int rc = ferry_stream_wait_event(s, e->ranks.gather_free[slot]);
   if (!rc)
-    rc = ferry_memcpy_async(s, e->gather_dev[slot], e->gather_host[hb], gr->n * e->esize,
+    rc = ferry_memcpy_async(s, e->ranks.gather_dev[slot], e->ranks.gather_host[hb], gr->n * e->esize,
                             FERRY_COPY_H2D);
-  if (!rc) rc = ferry_event_record(e->gather_up[hb], s);
+  if (!rc) rc = ferry_event_record(e->ranks.gather_up[hb], s);
   if (rc) return ferry_err(&e->err, rc, "fetch: %s", ferry_device_last_error(e->dev));
-  gr->gslot = slot;
+  e->ranks.gslot[g] = slot;
   return FERRY_OK;
 }
 
 /* Waits for the read-ahead's gather; its status. */
 static int ahead_wait(ferry_engine *e) {
-  int rc = ferry_comm_wait(e->ch_loop, e->ahead_req);
-  e->ahead_req = NULL;
+  int rc = ferry_comm_wait(e->ch_loop, e->ranks.ahead_req);
+  e->ranks.ahead_req = NULL;
   if (rc)
-    return ferry_err(&e->err, rc, "fetch: group %d: all-gather of its params: %s", e->ahead_group,
+    return ferry_err(&e->err, rc, "fetch: group %d: all-gather of its params: %s", e->ranks.ahead_group,
                      ferry_comm_last_error(e->ch_loop));
   return FERRY_OK;
 }
 
 int ranks_fetch_params(ferry_engine *e, uint32_t g, ferry_stream *s) {
-  eng_group *gr = &e->gt.groups[g];
-  if (gr->gslot >= 0) return FERRY_OK; /* fetched already: the same buffer */
-  if (e->ahead_group == (int)g) {      /* read ahead: its gather is on its way */
-    int slot = e->ahead_slot, hb = e->ahead_host;
+  if (e->ranks.gslot[g] >= 0) return FERRY_OK; /* fetched already: the same buffer */
+  if (e->ranks.ahead_group == (int)g) { /* read ahead: its gather is on its way */
+    int slot = e->ranks.ahead_slot, hb = e->ranks.ahead_host;
     int rc = ahead_wait(e);
-    e->ahead_group = e->ahead_slot = -1;
+    e->ranks.ahead_group = e->ranks.ahead_slot = -1;
     if (!rc) rc = gather_finish(e, g, slot, hb, s);
-    if (rc) e->gather_owner[slot] = -1;
+    if (rc) e->ranks.gather_owner[slot] = -1;
     return rc;
   }
   int slot = free_slot(e), hb;
@@ -459,51 +471,51 @@ int ranks_fetch_params(ferry_engine *e, uint32_t g, ferry_stream *s) {
                      "fetch: group %u: dist.zero_stage = 3 gathers a fetched group's params into "
                      "one of %d device buffers, and every one holds a fetched group%s; release a "
                      "group before fetching another",
-                     g, e->ngather, e->ahead_group >= 0 ? " or the next one's read-ahead" : "");
+                     g, e->ranks.ngather, e->ranks.ahead_group >= 0 ? " or the next one's read-ahead" : "");
   int rc = gather_start(e, g, slot, &hb, NULL);
   if (!rc) rc = gather_finish(e, g, slot, hb, s);
-  if (rc) e->gather_owner[slot] = -1;
+  if (rc) e->ranks.gather_owner[slot] = -1;
   return rc;
 }
 
 void ranks_read_ahead(ferry_engine *e) {
-  if (e->tracing || e->ahead_group >= 0 || e->fetches >= e->ntrace) return;
+  if (e->tracing || e->ranks.ahead_group >= 0 || e->fetches >= e->ntrace) return;
   uint32_t g = e->trace[e->fetches]; /* the loop's next fetch, if it follows the trace */
   int slot = free_slot(e);
-  if (e->gt.groups[g].gslot >= 0 || slot < 0) return;
+  if (e->ranks.gslot[g] >= 0 || slot < 0) return;
   /* its update of the last step is committed (waiting decides the same on
    * every rank; skipping a pending one would not) */
   if (stepper_wait_group(e, g)) return;
   int hb;
   ferry_comm_req *req = NULL;
   if (gather_start(e, g, slot, &hb, &req)) {
-    e->gather_owner[slot] = -1;
+    e->ranks.gather_owner[slot] = -1;
     return; /* the fetch of g gathers it, and reports */
   }
-  e->ahead_group = (int)g;
-  e->ahead_slot = slot;
-  e->ahead_host = hb;
-  e->ahead_req = req;
+  e->ranks.ahead_group = (int)g;
+  e->ranks.ahead_slot = slot;
+  e->ranks.ahead_host = hb;
+  e->ranks.ahead_req = req;
 }
 
 int ranks_drop_ahead(ferry_engine *e) {
-  if (e->ahead_group < 0) return FERRY_OK;
+  if (e->ranks.ahead_group < 0) return FERRY_OK;
   int rc = ahead_wait(e);
-  e->gather_owner[e->ahead_slot] = -1;
-  e->ahead_group = e->ahead_slot = -1;
+  e->ranks.gather_owner[e->ranks.ahead_slot] = -1;
+  e->ranks.ahead_group = e->ranks.ahead_slot = -1;
   return rc;
 }
 
 int ranks_release_params(ferry_engine *e, uint32_t g, ferry_stream *s) {
   eng_group *gr = &e->gt.groups[g];
-  int rc = ferry_event_record(e->gather_free[gr->gslot], s);
+  int rc = ferry_event_record(e->ranks.gather_free[e->ranks.gslot[g]], s);
   if (rc) return ferry_err(&e->err, rc, "release: %s", ferry_device_last_error(e->dev));
   pthread_mutex_lock(&e->mu);
   int last = gr->fetched == 1;
   pthread_mutex_unlock(&e->mu);
   if (last) {
-    e->gather_owner[gr->gslot] = -1;
-    gr->gslot = -1;
+    e->ranks.gather_owner[e->ranks.gslot[g]] = -1;
+    e->ranks.gslot[g] = -1;
   }
   return FERRY_OK;
 }

@@ -4,7 +4,7 @@
  * stepper in forward order, so the step runs during the next forward. With
  * eager updates (no clipping, no fp16 scaling) the drain has queued them
  * already and the driver only closes the step. Also ferry_zero_grads and
- * ferry_loss_scale. Uses drain.c, stepper.c and group.c.
+ * ferry_loss_scale. Uses ranks.c, drain.c, stepper.c and group.c.
  */
 #include "offload/engine_impl.h"
 
@@ -25,8 +25,7 @@ int ferry_zero_grads(ferry_engine *e) {
   for (uint32_t g = 0; g < e->gt.ngroups; g++) {
     rc = group_zero_grads(e, g, 0);
     if (rc) return rc;
-    e->gt.groups[g].sumsq = 0;
-    e->gt.groups[g].nonfinite = 0;
+    drain_clear_norm(e, g);
   }
   drain_reset_micro(e);
   return FERRY_OK;
@@ -39,20 +38,6 @@ static void end_tracing(ferry_engine *e) {
     ferry_logf(&e->log, FERRY_LOG_WARN, "step: no access trace (%s): prefetch is off",
                ferry_mem_last_error(e->mem));
   e->tracing = 0;
-}
-
-/* Sums the groups' squared norms in a fixed order (deterministic) and
- * clears them for the next step. */
-static void grad_stats(ferry_engine *e, double *sumsq, int *nonfinite) {
-  *sumsq = 0;
-  *nonfinite = 0;
-  for (uint32_t g = 0; g < e->gt.ngroups; g++) {
-    eng_group *gr = &e->gt.groups[g];
-    *sumsq += gr->sumsq;
-    *nonfinite |= gr->nonfinite || !isfinite(gr->sumsq);
-    gr->sumsq = 0;
-    gr->nonfinite = 0;
-  }
 }
 
 /* The info of a step that only re-ran failed updates of the last one. */
@@ -94,7 +79,7 @@ static int close_eager(ferry_engine *e, int nonfinite) {
                (long long)e->steps);
   pthread_mutex_lock(&e->mu);
   e->steps++;
-  e->stepper.cur_step = e->steps;
+  stepper_set_step(e, e->steps);
   pthread_mutex_unlock(&e->mu);
   return FERRY_OK;
 }
@@ -121,7 +106,7 @@ int ferry_step(ferry_engine *e, ferry_step_info *info) {
   end_tracing(e);
   double sumsq;
   int nonfinite;
-  grad_stats(e, &sumsq, &nonfinite);
+  drain_take_norm(e, &sumsq, &nonfinite); /* in group order: deterministic */
   rc = ranks_global_norm(e, &sumsq, &nonfinite); /* stages 1 and 2: every rank's range */
   if (rc) return rc;
   float scale = ferry_loss_scale(e);
@@ -150,10 +135,10 @@ int ferry_step(ferry_engine *e, ferry_step_info *info) {
     }
   } else if (!e->eager) {
     pthread_mutex_lock(&e->mu);
-    e->stepper.gscale = clip / scale;
-    e->stepper.cur_step = e->steps;
+    stepper_set_gscale(e, clip / scale);
+    stepper_set_step(e, e->steps);
     e->steps++;
-    for (uint32_t i = 0; i < e->gt.ngroups; i++) stepper_queue(e, i);
+    for (uint32_t i = 0; i < e->gt.ngroups; i++) stepper_queue(e, i, NULL);
     pthread_mutex_unlock(&e->mu);
   }
   double t1 = ferry_now();

@@ -9,7 +9,8 @@
  * optimizer pass. With a bf16 master (precision.master) the optimizer
  * updates a staged copy of the group's current params in place
  * (stepper_read_params), which is then uploaded or committed the same way.
- * Uses group.c and gpu.c.
+ * Uses group.c and gpu.c; the drain lends it staged grads through
+ * stepper_queue and sees them given back through stepper_holds_grads.
  */
 #include "offload/engine_impl.h"
 #include "core/dtype.h"
@@ -17,9 +18,13 @@
 #include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
-#include <time.h>
 
 static void *stepper_main(void *arg);
+
+void stepper_create(ferry_engine *e) {
+  pthread_cond_init(&e->stepper.cv, NULL);
+  e->stepper.waits_for = -1;
+}
 
 int stepper_init(ferry_engine *e, size_t gbytes) {
   eng_stepper *st = &e->stepper;
@@ -27,7 +32,9 @@ int stepper_init(ferry_engine *e, size_t gbytes) {
   st->spans = calloc(e->gt.max_count, sizeof *st->spans);
   st->dsts = calloc(e->gt.max_count, sizeof *st->dsts);
   st->counts = calloc((size_t)e->nranks, sizeof *st->counts);
-  if (!st->queue || !st->spans || !st->dsts || !st->counts)
+  st->lent = calloc(e->gt.ngroups, sizeof *st->lent);
+  st->uploaded = calloc(e->gt.ngroups, sizeof *st->uploaded);
+  if (!st->queue || !st->spans || !st->dsts || !st->counts || !st->lent || !st->uploaded)
     return ferry_err(&e->err, FERRY_ENOMEM, "finalize: out of memory");
   int rc = FERRY_OK;
   for (int i = 0; i < ENGINE_STAGE_SLOTS && !rc; i++) {
@@ -35,7 +42,7 @@ int stepper_init(ferry_engine *e, size_t gbytes) {
     if (!rc) rc = ferry_event_create(e->dev, &st->stage_up_ev[i]);
   }
   for (uint32_t g = 0; g < e->gt.ngroups && !rc; g++)
-    rc = ferry_event_create(e->dev, &e->gt.groups[g].uploaded);
+    rc = ferry_event_create(e->dev, &st->uploaded[g]);
   if (rc)
     return ferry_err(&e->err, rc, "finalize: engine buffers: %s", ferry_device_last_error(e->dev));
   return FERRY_OK;
@@ -77,9 +84,12 @@ void stepper_free(ferry_engine *e) {
       ferry_event_destroy(st->stage_up_ev[i]);
     }
     if (st->param_stage) ferry_host_free(e->dev, st->param_stage);
-    for (uint32_t g = 0; e->gt.groups && g < e->gt.ngroups; g++)
-      ferry_event_destroy(e->gt.groups[g].uploaded);
+    for (uint32_t g = 0; st->uploaded && g < e->gt.ngroups; g++)
+      ferry_event_destroy(st->uploaded[g]);
   }
+  free(st->lent);
+  free(st->uploaded);
+  pthread_cond_destroy(&st->cv);
   free(st->queue);
   free(st->spans);
   free(st->dsts);
@@ -105,17 +115,18 @@ static int param_prepare(ferry_engine *e, uint32_t g, int slot, void **dst) {
 }
 
 /* Waits (mu held) until the loop holds none of group g: its releases have
- * recorded every use of the group's device copies. A loop waiting for a
- * grad buffer is told (drain.c checks that the loop is not the one
- * holding the drain up). */
+ * recorded every use of the group's device copies. Says so on the
+ * stepper's condition: a drain waiting for a stage lent to the stepper
+ * passes it on to a loop waiting for a grad buffer (drain.c checks that the
+ * loop is not the one holding the drain up). */
 static void wait_released(ferry_engine *e, eng_group *gr) {
+  eng_stepper *st = &e->stepper;
   /* destroy (the drain stops first): the loop releases nothing any more */
-  if (!gr->fetched || e->stepper.stop || e->drain.stop) return;
-  e->stepper.waits_for = gr - e->gt.groups;
-  pthread_cond_broadcast(&e->drain.cv_slot);
-  while (gr->fetched && !e->stepper.stop && !e->drain.stop)
-    pthread_cond_wait(&e->stepper.cv, &e->mu);
-  e->stepper.waits_for = -1;
+  if (!gr->fetched || st->stop || st->released) return;
+  st->waits_for = gr - e->gt.groups;
+  pthread_cond_broadcast(&st->cv);
+  while (gr->fetched && !st->stop && !st->released) pthread_cond_wait(&st->cv, &e->mu);
+  st->waits_for = -1;
 }
 
 /* Device home: orders `stream` (where group g's params are about to be
@@ -145,7 +156,7 @@ static int param_upload(ferry_engine *e, uint32_t g, int slot) {
                             p->n * e->esize, FERRY_COPY_H2D);
   }
   if (!rc) rc = ferry_event_record(e->stepper.stage_up_ev[slot], e->up);
-  if (!rc) rc = ferry_event_record(gr->uploaded, e->up);
+  if (!rc) rc = ferry_event_record(e->stepper.uploaded[g], e->up);
   if (rc) return ferry_err(&e->err, rc, "step: upload: %s", ferry_device_last_error(e->dev));
   ferry_timeline_add(&e->tl, FERRY_LANE_H2D, "params enqueue", t0, ferry_now());
   return FERRY_OK;
@@ -155,7 +166,7 @@ static int param_upload(ferry_engine *e, uint32_t g, int slot) {
  * release nothing it still holds. */
 static int destroying(ferry_engine *e) {
   pthread_mutex_lock(&e->mu);
-  int stop = e->drain.stop;
+  int stop = e->stepper.released;
   pthread_mutex_unlock(&e->mu);
   return stop;
 }
@@ -177,18 +188,18 @@ static int param_commit(ferry_engine *e, uint32_t g) {
   /* Loads of these params the loop waited for (its kernels ran after them)
    * may not be noticed yet: complete them, so their holds are dropped. */
   ferry_mem_poll(e->mem);
+  uint64_t seen = ferry_mem_changes(e->mem);
   rc = ferry_mem_mark_dirty(e->mem, g, FERRY_FAMILY_PARAMS, FERRY_TIER_HOST, NULL);
   /* The loop holds none of the group (after_update waited), so a device
    * copy still held is a load in flight (a prefetch from NVMe through the
    * host holds its chunk until the H2D is issued and seen complete): wait
-   * for it (it is dropped as stale once it lands), at most about 10 s
-   * (not at destroy, when the loop may still hold it). */
-  for (int tries = 0; rc == FERRY_EBUSY && tries < 100000 && !destroying(e); tries++) {
-    struct timespec ts = {0, 100000};
-    nanosleep(&ts, NULL);
-    ferry_mem_poll(e->mem);
+   * for the manager's next change (it is dropped as stale once it lands),
+   * at most GROUP_FETCH_WAIT (not at destroy, when the loop may still hold
+   * it; stepper_abandon_releases wakes this wait). */
+  double deadline = ferry_now() + GROUP_FETCH_WAIT;
+  while (rc == FERRY_EBUSY && !destroying(e) &&
+         ferry_mem_wait_change(e->mem, &seen, deadline) == FERRY_OK)
     rc = ferry_mem_mark_dirty(e->mem, g, FERRY_FAMILY_PARAMS, FERRY_TIER_HOST, NULL);
-  }
   int piece = engine_params_sharded(e); /* stage 3: the home holds this rank's pieces */
   for (uint32_t k = 0; k < gr->count && !rc; k++) {
     eng_param *p = group_param(e, g, k);
@@ -206,12 +217,18 @@ static int param_commit(ferry_engine *e, uint32_t g) {
   return rc ? engine_mem_err(e, rc, "step: params") : FERRY_OK;
 }
 
+/* Where device math brings group g's new params home. */
+static gpu_home params_home(ferry_engine *e, uint32_t g) {
+  return (gpu_home){e->stepper.param_stage, e->stepper.uploaded[g]};
+}
+
 int stepper_write_params(ferry_engine *e, uint32_t g, const float *vals) {
   eng_group *gr = &e->gt.groups[g];
   void **dst = e->stepper.dsts;
   if (engine_gpu_math(e)) { /* the masters are device memory: a kernel converts */
     gpu_param_dsts(e, g, dst);
-    int rc = gpu_write_params(e, g, dst, vals);
+    gpu_home home = params_home(e, g);
+    int rc = gpu_write_params(e, g, dst, vals, &home);
     return rc || e->param_home == FERRY_TIER_DEVICE ? rc : param_commit(e, g);
   }
   int rc = param_prepare(e, g, 0, dst);
@@ -265,7 +282,7 @@ int stepper_read_params(ferry_engine *e, uint32_t g, void *dst, ferry_stream *s)
  * read and written at +plo); a param with no piece has no span. */
 static uint32_t fill_spans(ferry_engine *e, uint32_t g, void **dst) {
   ferry_tier ot = work_tier(e->optim_home), gt = work_tier(e->grad_home);
-  int stage = e->gt.groups[g].grad_stage; /* grads "none": where its grads are */
+  const char *lent = e->stepper.lent[g]; /* grads "none": where its grads are */
   int full_grads = !engine_grads_sharded(e);
   uint32_t ns = 0;
   for (uint32_t k = 0; k < e->gt.groups[g].count; k++) {
@@ -279,7 +296,7 @@ static uint32_t fill_spans(ferry_engine *e, uint32_t g, void **dst) {
     else
       ferry_mem_tensor_ptr(e->mem, p->id[FERRY_ROLE_MASTER], ot, (void **)&sp->param);
     if (e->grads_none) {
-      sp->grad = (const char *)e->drain.stage[stage].buf + p->goff * e->esize;
+      sp->grad = lent + p->goff * e->esize;
     } else {
       ferry_mem_tensor_ptr(e->mem, p->id[FERRY_ROLE_GRAD], gt, (void **)&sp->grad);
       if (full_grads) sp->grad = (const char *)sp->grad + p->plo * ferry_dtype_size(e->grad_dtype);
@@ -334,7 +351,7 @@ static int stage_master(ferry_engine *e, uint32_t i, int slot) {
   if (engine_gpu_math(e)) {
     if (e->param_home == FERRY_TIER_DEVICE) return FERRY_OK; /* in place there */
     rc = stepper_read_params(e, i, e->stepper.param_stage, e->up);
-    return rc ? rc : gpu_stage_params(e, i);
+    return rc ? rc : gpu_stage_params(e, i, e->stepper.param_stage);
   }
   rc = param_prepare(e, i, slot, e->stepper.dsts); /* the stage's last upload is done */
   void *base = e->param_home == FERRY_TIER_DEVICE ? e->stepper.stage_up[slot]
@@ -356,7 +373,7 @@ static int run_optimizer(ferry_engine *e, uint32_t i, int slot, float gscale, in
   uint32_t ns = fill_spans(e, i, dst);
   double t2 = ferry_now();
   rc = ferry_optimizer_set_step(e->opt, step);
-  if (!rc && gpu) return gpu_optimizer_step(e, i, gscale);
+  if (!rc && gpu) return gpu_optimizer_step(e, i, e->stepper.spans, gscale);
   if (!rc && ns) rc = ferry_optimizer_step(e->opt, e->stepper.spans, ns, gscale);
   if (rc && rc != FERRY_ENOMEM)
     rc = ferry_err(&e->err, rc, "step: optimizer: %s", ferry_optimizer_last_error(e->opt));
@@ -379,24 +396,19 @@ static int after_optimizer(ferry_engine *e, uint32_t i, int slot) {
   if (rc) return rc;
   /* device math: recorded (device home) or staged for the commit; the CPU's
    * params of a device home are uploaded now (only this group's bytes) */
-  if (engine_gpu_math(e)) return gpu_params_home(e, i);
+  gpu_home home = params_home(e, i);
+  if (engine_gpu_math(e)) return gpu_params_home(e, i, &home);
   return e->param_home == FERRY_TIER_DEVICE ? param_upload(e, i, slot) : FERRY_OK;
 }
 
-/* grads "none": group g's drain stage goes back to the drain, its grads
- * applied. */
-static void return_stage(ferry_engine *e, uint32_t g) {
+/* grads "none": group g's update is done with the grads lent with it;
+ * the drain, waiting on the stepper's condition, takes its stage back
+ * (drain.c). */
+static void return_grads(ferry_engine *e, uint32_t g) {
   pthread_mutex_lock(&e->mu);
-  eng_group *gr = &e->gt.groups[g];
-  e->drain.stage[gr->grad_stage].lent = 0;
-  gr->grad_stage = -1;
-  pthread_cond_broadcast(&e->drain.cv_work);
+  e->stepper.lent[g] = NULL;
+  pthread_cond_broadcast(&e->stepper.cv);
   pthread_mutex_unlock(&e->mu);
-}
-
-void stepper_lend_stage(ferry_engine *e, uint32_t g, int si) {
-  e->drain.stage[si].lent = g + 1;
-  e->gt.groups[g].grad_stage = si;
 }
 
 /* Holds group i's optimizer state and grads in their work tiers and starts
@@ -435,7 +447,7 @@ static int update_group(ferry_engine *e, uint32_t i, uint32_t next, float gscale
   rc = ferry_mem_mark_dirty(e->mem, i, FERRY_FAMILY_OPTIM, ot, NULL); /* before writing */
   if (rc) rc = engine_mem_err(e, rc, "step: optimizer state");
   if (!rc) rc = run_optimizer(e, i, slot, gscale, step);
-  if (!rc && e->grads_none) return_stage(e, i); /* a failed update keeps them for its retry */
+  if (!rc && e->grads_none) return_grads(e, i); /* a failed update keeps them for its retry */
   if (!rc) rc = group_zero_grads(e, i, 1);
   if (!e->grads_none) ferry_mem_release(e->mem, i, FERRY_FAMILY_GRADS, gt, NULL);
   ferry_mem_release(e->mem, i, FERRY_FAMILY_OPTIM, ot, NULL);
@@ -443,12 +455,15 @@ static int update_group(ferry_engine *e, uint32_t i, uint32_t next, float gscale
   return rc ? rc : after_optimizer(e, i, slot);
 }
 
-/* Ends group g's update (mu held): it leaves the queue's pending count. */
-static void finish_group(ferry_engine *e, uint32_t g, group_state to) {
-  group_set_state(e, g, to);
+/* Ends group g's update (mu held): IDLE, or FAILED with status rc; it
+ * leaves the queue's pending count. */
+static void finish_group(ferry_engine *e, uint32_t g, int rc) {
+  if (rc) group_set_failed(e, g, rc);
+  else group_set_state(e, g, GROUP_IDLE);
   e->stepper.pending--;
+  /* also a drain waiting for the stage a failed update holds */
   pthread_cond_broadcast(&e->stepper.cv);
-  if (to == GROUP_FAILED) pthread_cond_broadcast(&e->drain.cv_work); /* a stage it holds */
+  ferry_mem_notify(e->mem); /* a loop's fetch waits for room while the stepper is busy */
 }
 
 /* After group g's update. Host and NVMe homes: the new params are copied
@@ -459,7 +474,6 @@ static void after_update(ferry_engine *e, uint32_t g, int rc) {
   eng_group *gr = &e->gt.groups[g];
   pthread_mutex_lock(&e->mu);
   if (rc) { /* update_group fails only before it changes anything */
-    gr->fail_status = rc;
     pthread_mutex_lock(&e->err.mu); /* its message, for a later report */
     snprintf(e->stepper.fail_why, sizeof e->stepper.fail_why, "%s", e->err.msg);
     pthread_mutex_unlock(&e->err.mu);
@@ -476,7 +490,7 @@ static void after_update(ferry_engine *e, uint32_t g, int rc) {
       if (crc && !e->stepper.status) e->stepper.status = crc;
     }
   }
-  finish_group(e, g, rc ? GROUP_FAILED : GROUP_IDLE);
+  finish_group(e, g, rc);
   pthread_mutex_unlock(&e->mu);
 }
 
@@ -506,8 +520,9 @@ static void *stepper_main(void *arg) {
   return NULL;
 }
 
-void stepper_queue(ferry_engine *e, uint32_t g) {
+void stepper_queue(ferry_engine *e, uint32_t g, const void *grads) {
   group_set_state(e, g, GROUP_QUEUED);
+  if (grads) e->stepper.lent[g] = grads; /* a retry keeps what it was lent */
   e->stepper.queue[e->stepper.tail++ % e->gt.ngroups] = g;
   e->stepper.pending++;
   pthread_cond_broadcast(&e->stepper.cv);
@@ -518,7 +533,7 @@ int stepper_retry_failed(ferry_engine *e) {
   pthread_mutex_lock(&e->mu);
   for (uint32_t g = 0; g < e->gt.ngroups; g++)
     if (e->gt.groups[g].state == GROUP_FAILED) {
-      stepper_queue(e, g);
+      stepper_queue(e, g, NULL);
       retried = 1;
     }
   pthread_mutex_unlock(&e->mu);
@@ -542,4 +557,25 @@ int stepper_wait_group(ferry_engine *e, uint32_t g) {
   if (rc) e->stepper.status = 0; /* reported here: the next ferry_step retries */
   pthread_mutex_unlock(&e->mu);
   return rc;
+}
+
+int stepper_holds_grads(const ferry_engine *e, uint32_t g) { return e->stepper.lent[g] != NULL; }
+void stepper_set_gscale(ferry_engine *e, float gscale) { e->stepper.gscale = gscale; }
+void stepper_set_step(ferry_engine *e, int64_t step) { e->stepper.cur_step = step; }
+void stepper_wake(ferry_engine *e) { pthread_cond_broadcast(&e->stepper.cv); }
+void stepper_wait_change(ferry_engine *e) { pthread_cond_wait(&e->stepper.cv, &e->mu); }
+int64_t stepper_waits_for(const ferry_engine *e) { return e->stepper.waits_for; }
+int stepper_busy(const ferry_engine *e) { return e->stepper.pending != 0; }
+ferry_event *stepper_uploaded(const ferry_engine *e, uint32_t g) { return e->stepper.uploaded[g]; }
+
+void stepper_abandon_releases(ferry_engine *e) {
+  e->stepper.released = 1;
+  pthread_cond_broadcast(&e->stepper.cv);
+  if (e->mem) ferry_mem_notify(e->mem); /* a commit waiting on the manager gives up */
+}
+
+void stepper_fail_why(ferry_engine *e, char *out, size_t cap) {
+  pthread_mutex_lock(&e->mu);
+  snprintf(out, cap, "%s", e->stepper.fail_why);
+  pthread_mutex_unlock(&e->mu);
 }
