@@ -371,6 +371,10 @@ static int wait_req(ferry_comm *c, ferry_comm_req *r) {
   double t_begin = ferry_now();
   int st = 0, timed_out = 0;
   if (c->ops->poll && !c->ops->threaded) {
+    /* NCCL: the one poll left in the library. The collective completes on
+     * the GPU, and CUDA has no timed wait on an event (cudaEventSynchronize
+     * cannot give up at the deadline); a completion signalled by a host
+     * function on the stream is the replacement, once a GPU can test it. */
     double deadline = t_begin + c->timeout;
     long sleep_ns = 1000;
     while (poll_req(c, r) == FERRY_EAGAIN) {
