@@ -276,17 +276,6 @@ int ferry_comm_dup(ferry_comm *c, ferry_comm **out) {
   return 0;
 }
 
-static void deadline_after(double seconds, struct timespec *ts) {
-  clock_gettime(CLOCK_MONOTONIC, ts);
-  double whole = (double)(time_t)seconds;
-  ts->tv_sec += (time_t)seconds;
-  ts->tv_nsec += (long)((seconds - whole) * 1e9);
-  if (ts->tv_nsec >= 1000000000L) {
-    ts->tv_sec++;
-    ts->tv_nsec -= 1000000000L;
-  }
-}
-
 void ferry_comm_destroy(ferry_comm *c) {
   if (!c) return;
   pthread_mutex_lock(&c->mu);
@@ -294,7 +283,7 @@ void ferry_comm_destroy(ferry_comm *c) {
   pthread_cond_broadcast(&c->work_cv);
   /* The queue drains within the timeout, or a rank died or hangs. */
   struct timespec ts;
-  deadline_after(c->timeout, &ts);
+  ferry_deadline_after(CLOCK_MONOTONIC, c->timeout, &ts);
   while (!c->broken && (c->head || c->running))
     if (pthread_cond_timedwait(&c->done_cv, &c->mu, &ts) == ETIMEDOUT && (c->head || c->running)) {
       char msg[FERRY_ERR_MAX];
@@ -388,7 +377,7 @@ static int wait_req(ferry_comm *c, ferry_comm_req *r) {
     }
   } else {
     struct timespec ts;
-    deadline_after(c->timeout, &ts);
+    ferry_deadline_after(CLOCK_MONOTONIC, c->timeout, &ts);
     pthread_mutex_lock(&c->mu);
     while (!r->done) {
       int e = pthread_cond_timedwait(&c->done_cv, &c->mu, &ts);

@@ -163,6 +163,18 @@ double ferry_now(void) {
   return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
+void ferry_deadline_after(clockid_t clock, double seconds, struct timespec *ts) {
+  clock_gettime(clock, ts);
+  if (!(seconds > 0)) return;
+  time_t whole = (time_t)seconds;
+  ts->tv_sec += whole;
+  ts->tv_nsec += (long)((seconds - (double)whole) * 1e9);
+  if (ts->tv_nsec >= 1000000000L) {
+    ts->tv_sec++;
+    ts->tv_nsec -= 1000000000L;
+  }
+}
+
 int ferry_parse_size(const char *s, uint64_t *out) {
   if (!s || !out) return FERRY_EINVAL;
   while (isspace((unsigned char)*s)) s++;

@@ -11,6 +11,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <time.h>
 
 #define FERRY_ERR_MAX 512
 
@@ -77,6 +78,10 @@ const char *ferry_cpu_blas_kernel(unsigned simd, const char *pick);
 
 /* Monotonic clock in seconds. */
 double ferry_now(void);
+/* `seconds` from now on `clock` (CLOCK_REALTIME for a default condition
+ * variable, CLOCK_MONOTONIC for one set to it): the absolute time a timed
+ * wait takes. seconds <= 0: now. */
+void ferry_deadline_after(clockid_t clock, double seconds, struct timespec *ts);
 
 /* ferry_parse_size (sizes such as "64M") is public: see ferry.h. */
 /* Formats bytes as "1.50 GiB" into buf. */

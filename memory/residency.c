@@ -258,12 +258,7 @@ static void wait_step(ferry_mem *m, uint32_t ci) {
   }
   /* Another thread drives it (store wait, finding space): sleep briefly. */
   struct timespec ts;
-  clock_gettime(CLOCK_REALTIME, &ts);
-  ts.tv_nsec += 2000000;
-  if (ts.tv_nsec >= 1000000000) {
-    ts.tv_sec++;
-    ts.tv_nsec -= 1000000000;
-  }
+  ferry_deadline_after(CLOCK_REALTIME, 0.002, &ts);
   pthread_cond_timedwait(&m->cv, &m->mu, &ts);
   progress(m);
 }
@@ -901,11 +896,7 @@ int ferry_mem_wait_change(ferry_mem *m, uint64_t *seen, double deadline) {
       continue;
     }
     struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    double end = (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9 + left;
-    ts.tv_sec = (time_t)end;
-    ts.tv_nsec = (long)((end - (double)ts.tv_sec) * 1e9);
-    if (ts.tv_nsec >= 1000000000) ts.tv_nsec = 999999999;
+    ferry_deadline_after(CLOCK_REALTIME, left, &ts);
     pthread_cond_timedwait(&m->cv, &m->mu, &ts);
   }
   int moved = m->changes != *seen;

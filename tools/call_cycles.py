@@ -21,10 +21,17 @@ with --impl-as-source offload).
 import glob, os, re, subprocess, sys
 
 def read_rules(path):
+    """build/parts/rules.txt: {part: set of the parts it uses} (also read by
+    tools/check_rooms.py and tools/sizes.py)."""
     rules = {}
-    for line in open(path):
-        if ":" in line:
-            name, uses = line.split(":", 1)
+    with open(path, encoding="utf-8") as f:
+        for n, line in enumerate(f, 1):
+            line = line.strip()
+            if not line:
+                continue
+            name, sep, uses = line.partition(":")
+            if not sep:
+                raise SystemExit("%s:%d: not 'name: uses...': %r" % (path, n, line))
             rules[name.strip()] = set(uses.split())
     return rules
 

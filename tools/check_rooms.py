@@ -23,23 +23,11 @@ import os
 import re
 import sys
 
+from call_cycles import read_rules  # the one reader of rules.txt
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ARCH_LINES, README_LINES = 350, 150
 FOLDER = re.compile(r"`([A-Za-z0-9_]+)/`")
-
-
-def read_rules(path):
-    rules = {}
-    with open(path, encoding="utf-8") as f:
-        for n, line in enumerate(f, 1):
-            line = line.strip()
-            if not line:
-                continue
-            name, sep, uses = line.partition(":")
-            if not sep:
-                raise SystemExit(f"{path}:{n}: not 'name: uses...': {line!r}")
-            rules[name.strip()] = set(uses.split())
-    return rules
 
 
 def read_table(path):

@@ -13,6 +13,8 @@ and line; exits 1 on any (the test build.sizes), 0 otherwise.
 """
 import glob, os, re, sys
 
+from call_cycles import read_rules  # the one reader of rules.txt
+
 FILE_MAX, OFFLOAD_MAX, FUNC_MAX = 1000, 800, 80
 PARTS = ("core", "device", "memory", "nvme", "optim", "comm", "format", "offload", "plan")
 SKIP = ("#", "/", "*", "}", "typedef", "extern", "static const", "static inline void ")
@@ -54,7 +56,7 @@ def main():
     parts = PARTS
     if "--rules" in args:
         i = args.index("--rules")
-        parts = [l.split(":", 1)[0].strip() for l in open(args[i + 1]) if ":" in l]
+        parts = sorted(read_rules(args[i + 1]))
         del args[i:i + 2]
     root = args[0] if args else "."
     bad = nfiles = nfuncs = 0
