@@ -7,6 +7,7 @@
 #include "plan/plan_impl.h"
 
 #include "plan/footprint.h"
+#include "plan/gpt_layout.h"
 
 #include "ferry.h"
 
@@ -70,6 +71,9 @@ static double act_dtype(const ferry_plan_input *in) {
 }
 
 #define RUNTIME_WORKSPACE (256.0 * 1024 * 1024) /* cuBLAS workspace, allocator slack */
+/* Beside ferry-gpt's layout (which holds the cuBLAS workspace): the cuBLAS
+ * handle's own device memory and allocator slack (not yet measured). */
+#define FERRY_PLAN_CUDA_RUNTIME (64.0 * 1024 * 1024)
 
 /* Activation bytes of one block kept for backward (docs/PLANNING.md). */
 static double block_activations(const ferry_plan_model *m, double ab, double b, double s,
@@ -94,11 +98,36 @@ static double block_activations(const ferry_plan_model *m, double ab, double b, 
   return x;
 }
 
+/* ferry-gpt's CUDA model's device block for this model and batch
+ * (plan/gpt_layout.c, the bytes the model places): on a GPU with fused
+ * attention, for the shapes the CUDA model runs (head_dim = hidden /
+ * heads). 1 when *lay holds it; 0 when the formulas below apply instead. */
+static int cuda_layout(const ferry_plan_input *in, double b, ferry_gpt_layout *lay) {
+  const ferry_plan_model *m = &in->model;
+  if (in->device != FERRY_PLAN_DEV_CUDA || !in->flash_attention) return 0;
+  if (m->heads < 1 || (m->head_dim && m->head_dim * m->heads != m->hidden)) return 0;
+  ferry_gpt_dims d;
+  memset(&d, 0, sizeof d);
+  d.llama = m->arch != FERRY_ARCH_GPT2;
+  d.vocab = (long)m->vocab, d.C = (long)m->hidden, d.F = (long)m->ffn, d.L = (long)m->layers;
+  d.H = (long)m->heads, d.KV = (long)(m->kv_heads ? m->kv_heads : m->heads);
+  d.B = (long)b, d.T = (long)in->seq, d.checkpoint = in->checkpointing != 0;
+  d.weights_bf16 = in->precision == FERRY_PREC_BF16;
+  /* the schema's largest matrix: the embedding, an MLP matrix, or GPT-2's c_attn */
+  size_t C = (size_t)m->hidden, most = (size_t)m->vocab * C;
+  if ((size_t)m->ffn * C > most) most = (size_t)m->ffn * C;
+  if (!d.llama && 3 * C * C > most) most = 3 * C * C;
+  d.largest_matrix = most;
+  return ferry_gpt_layout_make(&d, lay) > 0;
+}
+
 /* Activations on the device for the whole step: blocks (all of them, or one
  * input each plus one block recomputed), and the head: final norm in/out and
  * the logits in compute dtype plus fp32 for the loss. */
 static double activation_bytes(const ferry_plan_input *in, double b) {
   const ferry_plan_model *m = &in->model;
+  ferry_gpt_layout lay;
+  if (cuda_layout(in, b, &lay)) return (double)lay.activations;
   double ab = act_dtype(in), s = (double)in->seq;
   double h = (double)m->hidden, L = (double)m->layers;
   double blk = block_activations(m, ab, b, s, in->flash_attention);
@@ -109,9 +138,12 @@ static double activation_bytes(const ferry_plan_input *in, double b) {
 
 /* Backward scratch: gradients flowing through one block (in, out, the widest
  * intermediate twice) and, with materialized attention, the scores' grad;
- * on a GPU also the runtime's workspace (cuBLAS, allocator slack). */
+ * on a GPU also the runtime's workspace (cuBLAS, allocator slack). With
+ * ferry-gpt's CUDA layout: its workspace and the runtime's own memory. */
 static double workspace_bytes(const ferry_plan_input *in, double b) {
   const ferry_plan_model *m = &in->model;
+  ferry_gpt_layout lay;
+  if (cuda_layout(in, b, &lay)) return (double)lay.workspace + FERRY_PLAN_CUDA_RUNTIME;
   double ab = act_dtype(in), s = (double)in->seq;
   double h = (double)m->hidden, f = (double)m->ffn;
   double wide = f > plan_q_dim(m) + 2 * plan_kv_dim(m) ? f : plan_q_dim(m) + 2 * plan_kv_dim(m);

@@ -21,7 +21,7 @@ ferry_plan_input ferry_plan_input_default(void) {
   in.precision = FERRY_PREC_BF16;
   in.optimizer = FERRY_OPTIM_ADAMW;
   in.checkpointing = 1;
-  in.flash_attention = 0;
+  in.flash_attention = 1;
   in.chunk_size = 64ull << 20;
   in.bw = ferry_plan_bandwidth_default();
   in.grad_accumulation = 1;

@@ -169,8 +169,8 @@ typedef struct {
                                 8 * h2d_gbps */
 } ferry_plan_input;
 
-/* Defaults: batch 1, seq 1024, bf16, adamw, checkpointing on, materialized
- * attention, chunk 64 MiB, default bandwidths, budgets 0, no accumulation,
+/* Defaults: batch 1, seq 1024, bf16, adamw, checkpointing on, flash
+ * attention (ferry-gpt's CUDA model), chunk 64 MiB, default bandwidths, budgets 0, no accumulation,
  * no clipping, fp32 gradient accumulators, a CUDA device, fp32 states
  * (block 256), an fp32 master, and one rank (1 GPU, 1 node) at ZeRO
  * stage 2 with a 100 Gb/s network. */

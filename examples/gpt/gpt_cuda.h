@@ -14,6 +14,7 @@
 #define FERRY_GPT_CUDA_H
 
 #include "gpt.h"
+#include "plan/gpt_layout.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -21,85 +22,18 @@ extern "C" {
 
 /* ---- the device memory layout (cuda_layout.c, plain C) ----------------------------
  * Every byte of device memory the model uses besides the params and grads
- * is one block laid out here: buffers at 256-aligned offsets, none
- * overlapping. Activations saved for backward that are only GEMM operands
- * there are bf16 (they are rounded to bf16 for their GEMM anyway); the
- * residual stream, norm statistics, the logits and what GELU / SwiGLU
- * backward reads stay fp32. Attention scores are materialized one batch
- * row at a time (workspace: H x T x T), the probabilities kept for
- * backward in bf16 (B x H x T x T). With checkpointing one block's
- * activations are kept (recomputed per block in backward). */
-enum {
-  /* the whole pass */
-  GCL_XRES = 0, /* (L+1) x BT x C fp32: block inputs, then the last block's output */
-  GCL_NF,       /* BT x C bf16: the final norm's output */
-  GCL_MEANF,    /* BT fp32 */
-  GCL_RSTDF,    /* BT fp32 */
-  GCL_LOGITS,   /* BT x V fp32 */
-  GCL_DLOGITS,  /* BT x V bf16: (softmax - onehot) / BT, a GEMM operand only */
-  GCL_ROWLOSS,  /* BT fp32 */
-  GCL_LOSS,     /* 1 double: the loss sum since the last read */
-  GCL_TOK,      /* BT int32 */
-  GCL_TGT,      /* BT int32 */
-  GCL_ROPE_COS, /* T x hd/2 fp32 (Llama; 0 bytes for GPT-2) */
-  GCL_ROPE_SIN,
-  /* workspace */
-  GCL_DRES,     /* BT x C fp32: d(residual) */
-  GCL_DN,       /* BT x C fp32: d(norm output) */
-  GCL_DAO,      /* BT x C bf16: d(attention output), a GEMM operand only */
-  GCL_DQKV,     /* BT x qkvw fp32: d(q k v); the forward's q k v GEMM output */
-  GCL_DH1,      /* BT x F fp32: d(fc) / d(gate) */
-  GCL_DH2,      /* BT x F fp32: Llama d(up) (0 bytes for GPT-2) */
-  GCL_SCORES,   /* H x T x T fp32: one batch row's scores / d(probabilities) */
-  GCL_DSCORES,  /* H x T x T bf16: one batch row's d(scores), a GEMM operand */
-  GCL_ABF,      /* max(BT x C, BT x qkvw, BT x F) bf16: fp32 GEMM operands rounded */
-  GCL_WBF,      /* the largest matrix, bf16: fp32 / fp16 weights rounded (0 for bf16) */
-  GCL_DTMP,     /* BT x C fp32: a recomputed block's output (checkpointing only) */
-  GCL_CUBLAS,   /* the cuBLAS workspace (cublasSetWorkspace) */
-  GCL_BLOCKS,   /* n_acts x block_bytes: the blocks' saved activations */
-  GCL_COUNT
-};
-enum {
-  GCA_N1 = 0, /* BT x C bf16 */
-  GCA_MEAN1,  /* BT fp32 */
-  GCA_RSTD1,  /* BT fp32 */
-  GCA_QKV,    /* BT x qkvw bf16: GPT-2 rows [q k v]; Llama planar q | k | v, q and k rotated */
-  GCA_ATT,    /* B x H x T x T bf16: softmax probabilities */
-  GCA_AO,     /* BT x C bf16: attention output */
-  GCA_XMID,   /* BT x C fp32: residual after attention */
-  GCA_N2,     /* BT x C bf16 */
-  GCA_MEAN2,  /* BT fp32 */
-  GCA_RSTD2,  /* BT fp32 */
-  GCA_H1,     /* BT x F fp32: GPT-2 fc + bias (GELU's input); Llama gate */
-  GCA_H2,     /* BT x F: GPT-2 gelu(fc) bf16; Llama up fp32 */
-  GCA_H3,     /* BT x F bf16: Llama silu(gate) * up (0 bytes for GPT-2) */
-  GCA_COUNT
-};
+ * is one block laid out by plan/gpt_layout.h (the arithmetic `ferry plan`
+ * prints from): bf16 activations, fp32 statistics, flash attention (no
+ * T x T buffer), each block's pass in chunks of sequences, the loss in
+ * chunks of tokens. */
+typedef ferry_gpt_layout gpt_cuda_layout_t;
 
-typedef struct {
-  size_t off, bytes;
-} gpt_cuda_span;
-
-typedef struct {
-  gpt_cuda_span buf[GCL_COUNT]; /* offsets from the block's base */
-  gpt_cuda_span act[GCA_COUNT]; /* offsets within one block's activations */
-  size_t block_bytes;           /* one block's activations (256-aligned) */
-  int n_acts;                   /* blocks kept: L, or 1 with checkpointing */
-  int qkvw;                     /* C + 2 n_kv_head hd */
-  size_t abf_elems, wbf_elems;  /* capacities of the bf16 scratches */
-  size_t bytes;                 /* the whole block */
-} gpt_cuda_layout_t;
-
-/* Bytes of the cuBLAS workspace in the layout. */
-#define GPT_CUDA_CUBLAS_WORKSPACE ((size_t)16 << 20)
-
+/* The layout's dims for schema s, run rc, and weights read in dtype wdt. */
+ferry_gpt_dims gpt_cuda_dims(const gpt_schema *s, const gpt_run_config *rc, ferry_dtype wdt);
 /* The layout for schema s, run rc, and weights read in dtype wdt (BF16: no
  * weight scratch). Returns out->bytes; 0 when rc is out of range. */
 size_t gpt_cuda_layout(const gpt_schema *s, const gpt_run_config *rc, ferry_dtype wdt,
                        gpt_cuda_layout_t *out);
-/* "xres", "n1", ...: the name of buf i / act i, for messages and tests. */
-const char *gpt_cuda_layout_buf_name(int i);
-const char *gpt_cuda_layout_act_name(int i);
 
 /* ---- the model (model_cuda.cu) ------------------------------------------------------ */
 
@@ -183,7 +117,7 @@ void gpt_cuda_host_unregister(void *p);
  * returns the table below. The loader checks abi and the sizes of the
  * structs both sides share (the module is built from the same tree; a
  * stale or foreign one is refused, naming the numbers). */
-#define GPT_CUDA_ABI 1
+#define GPT_CUDA_ABI 2
 #define GPT_CUDA_MODULE_FILE "libferry-gpt-cuda.so"
 #define GPT_CUDA_ENTRY "gpt_cuda_module_api"
 /* The loader's override: the module's path (tests; a relocated build). */
