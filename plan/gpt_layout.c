@@ -98,7 +98,7 @@ size_t ferry_gpt_layout_make(const ferry_gpt_dims *d, ferry_gpt_layout *out) {
   b[FERRY_GL_ROPE_COS] = place(&at, d->llama ? T * (hd / 2) * f4 : 0);
   b[FERRY_GL_ROPE_SIN] = place(&at, d->llama ? T * (hd / 2) * f4 : 0);
   b[FERRY_GL_DRES] = place(&at, BT * C * f4);
-  b[FERRY_GL_DN] = place(&at, R * C * f4);
+  b[FERRY_GL_DN] = place(&at, (R > ce ? R : ce) * C * f4); /* also d(final norm) per loss chunk */
   b[FERRY_GL_ABF] = place(&at, out->abf_elems * b2);
   b[FERRY_GL_DAO] = place(&at, R * C * b2);
   b[FERRY_GL_DQKV] = place(&at, R * qkvw * f4);

@@ -62,7 +62,7 @@ enum {
   FERRY_GL_ROPE_COS, /* T x hd/2 fp32 (Llama; 0 bytes for GPT-2) */
   FERRY_GL_ROPE_SIN,
   FERRY_GL_DRES,     /* BT x C fp32: d(residual) */
-  FERRY_GL_DN,       /* R x C fp32: d(norm output); forward: projection outputs */
+  FERRY_GL_DN,       /* max(R, ce_rows) x C fp32: d(norm output); forward: projection outputs */
   FERRY_GL_ABF,      /* R x max(C, qkvw) bf16: fp32 grads rounded as GEMM operands */
   FERRY_GL_DAO,      /* R x C bf16: d(attention output) */
   FERRY_GL_DQKV,     /* R x qkvw fp32: d(q k v); forward: the q k v GEMM output */

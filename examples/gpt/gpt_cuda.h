@@ -83,9 +83,11 @@ int gpt_cuda_model_backward(gpt_cuda_model *m, gpt_provider *p);
  * once per optimizer step (after the backward and the engine's step, it
  * does not wait at all). */
 int gpt_cuda_model_loss(gpt_cuda_model *m, float *loss);
-/* Copies the last forward's logits [batch*seq, vocab] to host memory and
- * waits for them (tests; not for the step loop). */
-int gpt_cuda_model_logits(gpt_cuda_model *m, float *host);
+/* The last forward's logits [batch*seq, vocab] into host memory, computed
+ * again chunk by chunk from the final norm's output with the head's
+ * weights fetched from p (the model never holds them all); waits for them
+ * (tests; not for the step loop). */
+int gpt_cuda_model_logits(gpt_cuda_model *m, gpt_provider *p, float *host);
 
 /* Every weight and gradient in device memory (fp32), schema order: the
  * provider of the pre-engine --device cuda path and of the tests. Its
@@ -138,7 +140,7 @@ typedef struct {
                        const int32_t *targets);
   int (*model_backward)(gpt_cuda_model *m, gpt_provider *p);
   int (*model_loss)(gpt_cuda_model *m, float *loss);
-  int (*model_logits)(gpt_cuda_model *m, float *host);
+  int (*model_logits)(gpt_cuda_model *m, gpt_provider *p, float *host);
   int (*resident_init)(gpt_cuda_resident *r, const gpt_schema *s, void *stream);
   void (*resident_free)(gpt_cuda_resident *r);
   gpt_provider (*resident_provider)(gpt_cuda_resident *r);

@@ -145,9 +145,9 @@ static void run_cuda(const gpt_schema *s, const float *w, ferry_dtype dt, int ck
   }
   float *again = malloc(nl * sizeof *again);
   REQUIRE(p.zero_grad(p.ctx) == 0);
-  if (gpt_cuda_model_forward(m, &p, tok, tgt) || gpt_cuda_model_logits(m, r->logits) ||
+  if (gpt_cuda_model_forward(m, &p, tok, tgt) || gpt_cuda_model_logits(m, &p, r->logits) ||
       gpt_cuda_model_backward(m, &p) || gpt_cuda_model_loss(m, &r->loss) ||
-      gpt_cuda_model_logits(m, again)) {
+      gpt_cuda_model_logits(m, &p, again)) {
     fprintf(stderr, "%s\n", gpt_cuda_model_last_error(m));
     exit(1);
   }

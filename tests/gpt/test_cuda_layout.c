@@ -66,7 +66,7 @@ static void needed(const gpt_schema *s, const gpt_run_config *rc, ferry_dtype wd
       [FERRY_GL_ROWLOSS] = BT * 4, [FERRY_GL_LOSS] = 8, [FERRY_GL_TOK] = BT * 4,
       [FERRY_GL_TGT] = BT * 4, [FERRY_GL_ROPE_COS] = ll ? T * hd / 2 * 4 : 0,
       [FERRY_GL_ROPE_SIN] = ll ? T * hd / 2 * 4 : 0, [FERRY_GL_DRES] = BT * C * 4,
-      [FERRY_GL_DN] = R * C * 4, [FERRY_GL_ABF] = R * wide * 2, [FERRY_GL_DAO] = R * C * 2,
+      [FERRY_GL_DN] = (R > ce ? R : ce) * C * 4, [FERRY_GL_ABF] = R * wide * 2, [FERRY_GL_DAO] = R * C * 2,
       [FERRY_GL_DQKV] = R * q * 4, [FERRY_GL_DH] = R * F * 4, [FERRY_GL_DG] = R * F * 2,
       [FERRY_GL_DU] = ll ? R * F * 2 : 0, [FERRY_GL_DELTA] = cb * H * T * 4,
       [FERRY_GL_PARTIAL] = (size_t)FERRY_GPT_PARTIAL_ROWS * 2 * red * 4,
