@@ -556,6 +556,18 @@ static void json_summary(json_out *j, const ferry_plan_input *in, const ferry_pl
   json_str(j, "optimizer", ferry_plan_optimizer_name(in->optimizer));
   json_bool(j, "checkpointing", in->checkpointing);
   json_str(j, "attention", in->flash_attention ? "flash" : "materialized");
+  ferry_gpt_layout lay;
+  if (ferry_plan_gpt_layout(in, &lay)) {
+    json_open(j, "cuda_block", '{');
+    json_uint(j, "activations", lay.activations);
+    json_uint(j, "workspace", lay.workspace);
+    json_uint(j, "block_inputs", lay.buf[FERRY_GL_XRES].bytes);
+    json_uint(j, "blocks_saved", (uint64_t)lay.n_acts);
+    json_uint(j, "rows_saved", (uint64_t)lay.act_rows);
+    json_uint(j, "chunk_sequences", (uint64_t)lay.chunk_b);
+    json_uint(j, "loss_chunk_tokens", (uint64_t)lay.ce_rows);
+    json_close(j, '}');
+  }
   json_uint(j, "chunk_size", in->chunk_size);
   json_str(j, "device", in->device == FERRY_PLAN_DEV_HOST ? "host" : "cuda");
   json_int(j, "grad_accumulation", in->grad_accumulation);
@@ -733,6 +745,19 @@ static void print_input(const ferry_plan_input *in, const ferry_plan_result *r,
          (long long)in->grad_accumulation, in->clip_grad_norm > 0 ? "on" : "off",
          ferry_plan_precision_name(in->grad_precision),
          in->device == FERRY_PLAN_DEV_HOST ? "host (emulated GPU, fp32 CPU model)" : "cuda");
+  ferry_gpt_layout lay;
+  if (ferry_plan_gpt_layout(in, &lay)) {
+    char x[32], y[32], z[32];
+    printf("cuda       activations %s (block inputs %s; %d block%s of %ld rows saved), "
+           "workspace %s + 64 MiB runtime\n",
+           gib((double)lay.activations, a, sizeof a),
+           gib((double)lay.buf[FERRY_GL_XRES].bytes, x, sizeof x), lay.n_acts,
+           lay.n_acts > 1 ? "s" : "", lay.act_rows, gib((double)lay.workspace, y, sizeof y));
+    printf("           ferry-gpt's CUDA model (plan/gpt_layout.c): passes over %ld sequence%s, "
+           "the loss over %ld tokens at a time; one block's share %s\n",
+           lay.chunk_b, lay.chunk_b > 1 ? "s" : "", lay.ce_rows,
+           gib((double)(lay.bytes - lay.buf[FERRY_GL_XRES].bytes), z, sizeof z));
+  }
   print_ranks(in, r);
   for (int t = 0; t < FERRY_PLAN_TIERS; t++)
     printf("%s %-4s %10s  %s\n", t ? "          " : "budgets   ", ferry_plan_tier_name(t),

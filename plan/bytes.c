@@ -103,6 +103,7 @@ static double block_activations(const ferry_plan_model *m, double ab, double b, 
  * attention, for the shapes the CUDA model runs (head_dim = hidden /
  * heads). 1 when *lay holds it; 0 when the formulas below apply instead. */
 static int cuda_layout(const ferry_plan_input *in, double b, ferry_gpt_layout *lay) {
+  memset(lay, 0, sizeof *lay);
   const ferry_plan_model *m = &in->model;
   if (in->device != FERRY_PLAN_DEV_CUDA || !in->flash_attention) return 0;
   if (m->heads < 1 || (m->head_dim && m->head_dim * m->heads != m->hidden)) return 0;
@@ -119,6 +120,10 @@ static int cuda_layout(const ferry_plan_input *in, double b, ferry_gpt_layout *l
   if (!d.llama && 3 * C * C > most) most = 3 * C * C;
   d.largest_matrix = most;
   return ferry_gpt_layout_make(&d, lay) > 0;
+}
+
+int ferry_plan_gpt_layout(const ferry_plan_input *in, ferry_gpt_layout *out) {
+  return cuda_layout(in, (double)in->batch, out);
 }
 
 /* Activations on the device for the whole step: blocks (all of them, or one

@@ -11,6 +11,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "plan/gpt_layout.h"
+
 /* ---- models ------------------------------------------------------------- */
 
 typedef enum {
@@ -281,6 +283,10 @@ double ferry_plan_optim_nvme_bytes(const ferry_plan_input *in, int p, const uint
 /* Validates the input (FERRY_EINVAL with the reason) and fills `out`. A plan
  * in which nothing fits is still a success: see out->recommended. */
 int ferry_plan_compute(const ferry_plan_input *in, ferry_plan_result *out, char *why, size_t wl);
+/* ferry-gpt's CUDA block for in's model and micro-batch (plan/gpt_layout.h):
+ * 1 when the plan counts its activations and workspace from it (a GPU, flash
+ * attention, head_dim = hidden / heads), else 0 (the formulas apply). */
+int ferry_plan_gpt_layout(const ferry_plan_input *in, ferry_gpt_layout *out);
 
 /* The largest dense Llama-shaped model (ferry_plan_model_from_params) that
  * fits in->budget: a search over the parameter count, doubling from 1M and
