@@ -5,7 +5,8 @@
 # fake manifest; the manifest of a canned ctest list carries the python
 # sources into the bundle's src/; tools/gpu_check.sh --dry-run on a fake
 # bundle ends at once with a valid OUTDIR/results.json holding every part,
-# each GPU part a skip with its reason, and a summary of the targets; a
+# each GPU part a skip with its reason, and a summary of the targets, and
+# with --parts holds those parts alone (a bogus name refused, exit 2); a
 # whole check on a fake GPU computes every part's figures (the python part's
 # included) and the targets. $1 = the repository root,
 # $2 = a scratch folder. Exit 0 pass, 1 fail, 77 skip (no python3).
@@ -71,6 +72,23 @@ s = d["summary"]
 assert s["met"] == 0 and s["not_met"] == 0 and s["not_measured"] == len(s["targets"]) >= 18, s
 assert d["status"] == "pass" and d["no_gpu_reason"], d
 PY
+
+# --parts: only the parts named (preflight always, context with gpt), each
+# with its time limit; an unknown name is refused at once with the list.
+GPUCHECK_BUNDLE="$dir/bundle" "$root/tools/gpu_check.sh" --parts tests,gpt --dry-run "$dir/outp" \
+  >"$dir/parts.out" 2>&1 || { cat "$dir/parts.out"; fail "gpu_check.sh --parts tests,gpt --dry-run"; }
+python3 - "$dir/outp/results.json" <<'PY' || fail "results.json of --parts tests,gpt (above)"
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert list(d["parts"]) == ["preflight", "context", "tests", "gpt"], list(d["parts"])
+assert d["parts_run"] == list(d["parts"]) and d["parts_asked"] == "tests,gpt", d
+assert all(isinstance(p["limit_s"], int) and p["limit_s"] > 0 for p in d["parts"].values()), d
+assert d["parts"]["gpt"]["status"] == "skip" and "dry-run" in d["parts"]["gpt"]["reason"], d
+PY
+"$root/tools/gpu_check.sh" --dry-run --parts tests,bogus "$dir/outb" >"$dir/bogus.out" 2>&1
+[ $? -eq 2 ] || { cat "$dir/bogus.out"; fail "--parts bogus: exit $?, not 2"; }
+grep -q "unknown part 'bogus'.*tests_rest" "$dir/bogus.out" || { cat "$dir/bogus.out"; fail "--parts bogus: no list"; }
+[ ! -e "$dir/outb" ] || fail "--parts bogus wrote $dir/outb"
 
 # The manifest of a canned ctest list: the python tests' paths into the
 # bundle's src/, which holds copies of python/ferry and tests/python.
