@@ -41,10 +41,10 @@ NOT_BUNDLED = {
 
 
 # Source folders the bundle carries under src/ (the Python binding and its
-# tests): the python tests run the bundle's copy, the one that matches its
+# tests, and the PyTorch peer the scale part runs): the python tests run the bundle's copy, the one that matches its
 # libferry.so, whatever the repository there holds. (examples/python stays
 # the repository's: finetune.py reads the repository's README.md.)
-BUNDLED_SOURCES = ("python/ferry", "tests/python")
+BUNDLED_SOURCES = ("python/ferry", "tests/python", "bench/peers")
 _SOURCE_RE = re.compile(r"@ROOT@/(python|tests/python)(?=/|$|[\s;:,'\"])")
 
 
@@ -619,9 +619,9 @@ GPT_BUDGETS = {("small", "resident"): "1G", ("small", "offload-host"): "512M",
 # in --parts runs context too. An issue's parts (say tests,scale) fit in
 # gpu_check.sh's 455 s: 30 + 15 + 100 + 300.
 ALLOW = {"preflight": 30, "context": 15, "tests": 100, "copy": 45, "bench_step": 70,
-         "gpt": 170, "python": 90, "memcheck": 60, "tests_rest": 400}
+         "gpt": 170, "python": 90, "memcheck": 60, "scale": 300, "tests_rest": 400}
 PARTS = tuple(ALLOW)
-PART_NEEDS = {"gpt": ("context",)}
+PART_NEEDS = {"gpt": ("context",), "scale": ("context",)}
 
 
 def select_parts(spec):
@@ -647,10 +647,14 @@ def parts_text():
 
 
 # The python part: the pythons tried in order (FERRY_GPU_PYTHON alone when
-# set), the probe each runs, and the python tests it does not run on cuda.
+# set), the probe each runs (its arguments: more modules it must import),
+# and the python tests it does not run on cuda.
 GPU_PYTHONS = ("/opt/torch/.venv/bin/python", "python3")
-PY_PROBE = ("import json\ntry:\n    import torch\nexcept Exception as e:\n"
-            "    print(json.dumps({'error': 'import torch: %s' % e}))\n    raise SystemExit(0)\n"
+PY_PROBE = ("import importlib, json, sys\n"
+            "for m in ['torch'] + sys.argv[1:]:\n    try:\n        importlib.import_module(m)\n"
+            "    except Exception as e:\n"
+            "        print(json.dumps({'error': 'import %s: %s' % (m, e)}))\n"
+            "        raise SystemExit(0)\nimport torch\n"
             "d = {'torch': torch.__version__, 'cuda': torch.version.cuda,\n"
             "     'available': torch.cuda.is_available()}\n"
             "if d['available']:\n    d['device'] = torch.cuda.get_device_name(0)\n"
@@ -973,24 +977,29 @@ class Check:
                       if bad else None)
 
     # -- the Python binding on cuda: the python tests with FERRY_PY_DEVICE=cuda
-    def python_part(self):
-        if self.gpu_skip("python") or self.time_skip("python"):
-            return
-        t0 = time.time()
+    def gpu_python(self, modules=()):
+        """The first python whose torch sees the GPU and that imports
+        modules: (its path or None, each candidate's probe)."""
         wanted = os.environ.get("FERRY_GPU_PYTHON")
         cands = [wanted] if wanted else list(GPU_PYTHONS)
-        probes, python = [], None
+        probes = []
         for c in cands:
             exe = c if os.path.isabs(c) else shutil.which(c)
             if not exe or not os.access(exe, os.X_OK):
                 probes.append({"python": c, "why": "not found"})
                 continue
-            r = run_cmd([exe, "-c", PY_PROBE], 90, env=self.env, cwd=self.root)
+            r = run_cmd([exe, "-c", PY_PROBE] + list(modules), 90, env=self.env, cwd=self.root)
             figs, why = probe_verdict(r["output"], r["rc"])
             probes.append(dict(figs, python=exe, why=why) if why else dict(figs, python=exe))
             if not why:
-                python = exe
-                break
+                return exe, probes
+        return None, probes
+
+    def python_part(self):
+        if self.gpu_skip("python") or self.time_skip("python"):
+            return
+        t0 = time.time()
+        python, probes = self.gpu_python()
         figs = {"python": python, "probes": probes}
         if not python:
             self.res.part("python", "skip", "", time.time() - t0, figs,
@@ -1096,6 +1105,7 @@ class Check:
             c = fig(part).get("counts")
             rows.append(target("%s: %s" % (part, " or ".join(what)),
                                None if c is None else sum(c.get(w, 0) for w in what), 0))
+        rows += gpucheck_scale.summary_rows(fig("scale"), target)
         met = [r for r in rows if r["met"] is True]
         missed = [r for r in rows if r["met"] is False]
         self.res.data["summary"] = {"targets": rows, "met": len(met), "not_met": len(missed),
@@ -1131,6 +1141,7 @@ class Check:
                "tests": lambda: self.tests_part("tests", cuda_or_engine, jobs=4),
                "copy": self.copy_part, "bench_step": self.bench_step_part, "gpt": self.gpt_part,
                "python": self.python_part, "memcheck": self.memcheck_part,
+               "scale": lambda: gpucheck_scale.scale_part(self),
                "tests_rest": lambda: self.tests_part("tests_rest",
                                                      lambda n: not cuda_or_engine(n), jobs=6)}
         if self.preflight():
@@ -1215,6 +1226,9 @@ def selftest():
                                    "@BUNDLE@/src/tests/python/test_a.py"], tests
     assert tests[0]["env"][-1] == "FERRY_PY_DEVICE=cuda" and len(tests[0]["env"]) == 2, tests
     assert sorted(left) == ["python.b", "python.install"], left
+    assert select_parts("scale,tests")[0] == ["preflight", "context", "tests", "scale"]
+    assert "unknown part 'x'" in select_parts("tests,x")[1] and select_parts(",")[0] is None
+    gpucheck_scale.selftest()
     print("gpucheck selftest: ok")
     return 0
 
@@ -1273,6 +1287,10 @@ def main(argv):
         return 1 if any(x["status"] in ("fail", "timeout") for x in recs) else 0
     return Check(a).main()
 
+
+# the scale part's module imports this one by name
+sys.modules.setdefault("gpucheck", sys.modules[__name__])
+import gpucheck_scale  # noqa: E402  (tools/, beside this file)
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv[1:]))

@@ -9,6 +9,7 @@ the peer of ferry's attention kernels.
   torch_llama.py --model PRESET|config.json --data FILE [--weights FILE|DIR]
                  [--batch B] [--seq S] [--steps N] [--device cuda|cpu] ...
   torch_llama.py --sdpa-bench --seq 2048 --head-dim 64|128 --heads H --batch B
+                 (--head-dim 64,128 --heads 32,16: one line per pair, one start)
 
 Training, as ferry-gpt trains (examples/gpt): the data file read as ferry-gpt
 reads it (bytes of text, or .u16/.bin/.u32 token ids), the batches drawn by
@@ -260,6 +261,22 @@ def train(a):
 
 
 def sdpa_bench(a):
+    """One line per (head dim, heads) pair of the lists."""
+    import copy
+    dims = [int(x) for x in a.head_dim.split(",")]
+    heads = [int(x) for x in a.heads.split(",")]
+    if len(heads) == 1:
+        heads *= len(dims)
+    if len(heads) != len(dims) or min(dims + heads) < 1:
+        fail("--head-dim and --heads: positive numbers, lists of the same length", 2)
+    for hd, h in zip(dims, heads):
+        b = copy.copy(a)
+        b.head_dim, b.heads = hd, h
+        sdpa_one(b)
+    return 0
+
+
+def sdpa_one(a):
     import torch
     F = torch.nn.functional
     if not hasattr(F, "scaled_dot_product_attention"):
@@ -268,7 +285,7 @@ def sdpa_bench(a):
     if dev.type == "cuda" and not torch.cuda.is_available():
         fail("--device cuda: torch %s sees no GPU" % torch.__version__)
     dtype = {"bf16": torch.bfloat16, "fp32": torch.float32}[a.dtype]
-    kv = a.kv_heads or a.heads
+    kv = min(a.kv_heads or a.heads, a.heads)
     if a.heads % kv:
         fail("--heads %d is not a multiple of --kv-heads %d" % (a.heads, kv), 2)
     g = torch.Generator(device=dev).manual_seed(a.seed)
@@ -321,7 +338,7 @@ def sdpa_bench(a):
         res["peak_bytes"] = torch.cuda.max_memory_allocated() - base
         res["gpu"] = torch.cuda.get_device_name(0)
     print(json.dumps(res), flush=True)
-    return 0
+    del q, k, v, dout
 
 
 def median_ms(torch, dev, fn, iters):
@@ -374,13 +391,13 @@ def main(argv):
                     help="without gradient checkpointing (default: on)")
     ap.add_argument("--threads", type=int, default=0, help="torch CPU threads")
     ap.add_argument("--sdpa-bench", action="store_true", help="time SDPA alone (below)")
-    ap.add_argument("--head-dim", type=int, default=64)
-    ap.add_argument("--heads", type=int, default=32)
+    ap.add_argument("--head-dim", default="64", help="--sdpa-bench: head dim(s), e.g. 64,128")
+    ap.add_argument("--heads", default="32", help="--sdpa-bench: query heads, one per head dim")
     ap.add_argument("--kv-heads", type=int, default=0, help="default: --heads")
     ap.add_argument("--iters", type=int, default=20, help="--sdpa-bench's timed runs")
     a = ap.parse_args(argv)
-    if min(a.batch, a.seq, a.head_dim, a.heads, a.iters) < 1 or a.steps < 0:
-        ap.error("--batch, --seq, --steps, --heads, --head-dim and --iters must be positive")
+    if min(a.batch, a.seq, a.iters) < 1 or a.steps < 0:
+        ap.error("--batch, --seq, --steps and --iters must be positive")
     if a.device is None:
         try:
             import torch
