@@ -22,10 +22,15 @@
 #               (FERRY_GPU_PYTHON, else /opt/torch/.venv/bin/python, else
 #               python3); a skip with the reason when there is none
 #   memcheck    [60] compute-sanitizer memcheck on the CUDA tests, where it works
+#   scale      [300] resident llama-1b, batch 8 x seq 2048 (else 4, 2), 10
+#               steps: ferry-gpt against bench/peers/torch_llama.py from the
+#               same saved weights (tokens/s, MFU over ferry-cuda-peak
+#               --gemm 8192, losses, device peak), ferry-gpt-attn against
+#               torch's SDPA at T 2048, head dim 64 and 128
 #   tests_rest [400] the rest of the test list, as time allows
 # The whole check ends within 8 minutes (GPUCHECK_SECONDS), the last parts
-# cut short as time runs out; one issue's parts (e.g. --parts tests,gpt) fit
-# in it whole. It writes OUTDIR/results.json (default build/gpucheck/)
+# cut short as time runs out; one issue's parts (e.g. --parts tests,scale)
+# fit in it whole. It writes OUTDIR/results.json (default build/gpucheck/)
 # after every part: each part's status (pass, fail, skip), command, wall
 # seconds, time limit, figures and log (OUTDIR/logs/), then a summary of the
 # targets, met, not met or not measured. Without a GPU (or with --dry-run)
@@ -36,7 +41,8 @@
 #
 # Environment: GPUCHECK_BUNDLE (default gpucheck), GPUCHECK_SECONDS (the
 # whole check's limit, default 470), FERRY_GPU_PYTHON (the python part's
-# interpreter).
+# interpreter, and the scale part's: it must import transformers and
+# safetensors too).
 set -u
 cd "$(dirname "$0")/.." || exit 1
 dry=() parts=() out=

@@ -97,6 +97,12 @@ T = [t for t in d["summary"]["targets"] if t["target"].startswith(("scale", "att
 assert len(T) == 8 and all(t["met"] is None for t in T), T
 assert d["status"] == "pass", d
 PY
+# --help states each part's limit as gpucheck.py has it
+"$root/tools/gpu_check.sh" --help >"$dir/help.out" || fail "gpu_check.sh --help"
+python3 "$root/tools/gpucheck.py" parts | tr ',' '\n' | sed 's/^ *//; s/ (\([0-9]*\) s)$/ \1/' |
+  while read -r name secs; do
+    grep -Eq "^  $name +\[$secs\]" "$dir/help.out" || fail "--help does not give $name [$secs]"
+  done || exit 1
 "$root/tools/gpu_check.sh" --dry-run --parts tests,bogus "$dir/outb" >"$dir/bogus.out" 2>&1
 [ $? -eq 2 ] || { cat "$dir/bogus.out"; fail "--parts bogus: exit $?, not 2"; }
 grep -q "unknown part 'bogus'.*tests_rest" "$dir/bogus.out" || { cat "$dir/bogus.out"; fail "--parts bogus: no list"; }
