@@ -216,7 +216,7 @@ def ferry_run(ck, init, batch, limit):
     rec["ok"] = r["rc"] == 0 and len(losses) == STEPS
     if not rec["ok"]:
         rec["tail"] = gc.tail(r["output"])
-    return rec, r["output"]
+    return rec
 
 
 def torch_run(ck, python, peer, init, batch, limit):
@@ -238,6 +238,12 @@ def torch_run(ck, python, peer, init, batch, limit):
     return rec
 
 
+def progress(ck, fig, t0, what):
+    """The figures so far, in results.json (a check stopped mid-part keeps them)."""
+    ck.res.part("scale", "running", "", time.time() - t0, fig, log="logs/scale-*.log",
+                reason="running: " + what, quiet=True)
+
+
 def scale_part(ck):
     """Runs the part on gpucheck's Check ck and records it."""
     if ck.gpu_skip("scale") or ck.time_skip("scale", 60):
@@ -254,25 +260,28 @@ def scale_part(ck):
     fig = {"model": MODEL, "seq": SEQ, "steps": STEPS, "budget": BUDGET, "python": python,
            "probes": probes, "peer": peer, "init": init_rec}
     fig["gemm"] = gemm_peak(ck, min(45, deadline - time.time()))
+    progress(ck, fig, t0, "GEMM peak measured")
     # the attention pairs: at most 90 s, and 30% of what is left
     fig["attention"] = attention(ck, python, peer,
                                  time.time() + min(90, 0.3 * (deadline - time.time())))
+    progress(ck, fig, t0, "attention measured")
     saver.join(max(deadline - time.time() - 120, 1))
     cfg = init_rec.get("config")
-    tries, ferry, out = [], {}, ""
+    tries, ferry, rec = [], {}, None
     for b in BATCHES if cfg else ():
         left = deadline - time.time()
         left -= min(75, 0.3 * left) if python and peer else 0  # torch's share
         if left < 20:
             tries.append({"batch": b, "why": "out of the part's time"})
             break
-        rec, out = ferry_run(ck, init, b, left)
+        rec = ferry_run(ck, init, b, left)
         tries.append({k: rec.get(k) for k in ("batch", "rc", "timed_out", "tail")})
+        progress(ck, fig, t0, "ferry-gpt batch %d ended" % b)
         if rec["ok"] or rec["timed_out"] or not OOM_RE.search(rec.get("tail", "")):
-            ferry = rec
             break
+    ferry = rec or {}  # the one that ran, or the last that did not fit
     fig["ferry_tries"] = tries
-    batch = ferry.get("batch", BATCHES[0])
+    batch = ferry["batch"] if ferry.get("ok") else BATCHES[0]
     if cfg:
         fpt, n = llama_flops_per_token(cfg, SEQ)
         fig.update(flops_per_token=fpt, n_params=n)
@@ -280,7 +289,7 @@ def scale_part(ck):
     if ferry:
         ferry["tokens_per_step"] = ferry["batch"] * SEQ if ferry["ok"] else None
         ferry["mfu"] = mfu(ferry.get("tokens_per_s"), fig.get("flops_per_token"), tp)
-        if ferry.get("device_mib") is not None and ck.context_mib is not None:
+        if ferry["ok"] and ferry.get("device_mib") is not None and ck.context_mib is not None:
             ferry["allowed_mib"] = gc.parse_size_mib(BUDGET) + ck.context_mib
     fig["ferry"] = ferry
     left = deadline - time.time()
