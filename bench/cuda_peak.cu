@@ -1,20 +1,30 @@
 /* bench/cuda_peak.cu — ferry-cuda-peak: the raw cudaMemcpyAsync ceiling that
  * `ferry bench copy` is held against (tools/gpu_check.sh divides one by the
- * other), and the device memory an idle CUDA context takes (--context).
+ * other), the device memory an idle CUDA context takes (--context), and the
+ * measured cuBLAS bf16 GEMM peak that model FLOPS utilisation is taken
+ * against (--gemm N: N x N x N, bf16 in and out, fp32 compute).
  * Pinned host memory from cudaHostAlloc, device memory from cudaMalloc, two
  * non-blocking streams. The method is bench/bench_copy.c's: per size and
  * direction one untimed warm-up, then N timed iterations, each the wall
  * time from the first enqueue to the end of the stream synchronizes, and the
  * median reported; "bidirectional" is H2D on one stream and D2H on the other
  * at once, its bytes counted both ways. The bytes of one round trip are
- * checked first. No ferry library: the CUDA runtime alone.
+ * checked first. --gemm: A and B filled with pseudo-random values in
+ * [-1, 1) (never zeros: they run faster than data), a few entries of C
+ * checked against a double-precision dot product on the host, then 3
+ * untimed products and N timed ones, each between two CUDA events, the
+ * median reported as 2 N^3 / seconds. No ferry library: the CUDA runtime
+ * and cuBLAS alone.
  * Exit 0; 1 a CUDA call failed; 2 bad usage; 77 no usable GPU.
  */
 #include "bench/copy_opts.h"
 
+#include <cublas_v2.h>
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <ctype.h>
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,6 +36,7 @@ static void usage(FILE *f) {
           "usage: ferry-cuda-peak [--size SIZE[,SIZE...]] [--direction h2d|d2h|both|all]\n"
           "                       [--iters N] [--ordinal N] [--json]\n"
           "       ferry-cuda-peak --context [--hold SECONDS] [--ordinal N] [--json]\n"
+          "       ferry-cuda-peak --gemm N [--iters N] [--ordinal N] [--json]\n"
           "\n"
           "Measures cudaMemcpyAsync between pinned host memory and device memory: H2D,\n"
           "D2H and both at once on two streams (bidirectional, bytes counted twice), one\n"
@@ -34,14 +45,20 @@ static void usage(FILE *f) {
           "--context creates a CUDA context and nothing else, reports the device memory\n"
           "in use (total - free, as cudaMemGetInfo says), then holds the context for\n"
           "SECONDS (default 0) so that nvidia-smi can sample it.\n"
+          "--gemm N times cublasGemmEx at M = N = K = N (e.g. 8192): bf16 A, B and C,\n"
+          "fp32 compute, random data checked at a few entries against the host; 3\n"
+          "untimed products then --iters timed ones (default 20), each between CUDA\n"
+          "events; the median reported as TFLOPS (2 N^3 flops per product).\n"
           "\n"
           "  --size SIZES     bytes per copy, a list such as 4M,64M,1G (default)\n"
           "  --direction DIR  h2d, d2h, both or all (default)\n"
-          "  --iters N        timed iterations (default 5)\n"
+          "  --iters N        timed iterations (default 5; --gemm: 20)\n"
           "  --ordinal N      CUDA device (default 0)\n"
           "  --json           one JSON object per line: bench, device, direction, bytes,\n"
           "                   seconds, gb_per_s, iters (--context: bench, device,\n"
-          "                   used_bytes, free_bytes, total_bytes)\n"
+          "                   used_bytes, free_bytes, total_bytes; --gemm: bench\n"
+          "                   \"cuda_gemm\", device, m, n, k, dtype, compute, seconds,\n"
+          "                   tflops, iters, max_rel_err)\n"
           "Exit 0; 1 a CUDA call failed; 2 bad usage; 77 no usable GPU.\n");
 }
 
@@ -58,7 +75,7 @@ static void usage(FILE *f) {
 
 typedef struct {
   copy_plan plan;
-  int iters, ordinal, json, context;
+  int iters, ordinal, json, context, gemm; /* gemm: its N, 0 off */
   double hold;
 } peak_opts;
 
@@ -86,7 +103,7 @@ static int parse_size(const char *s, uint64_t *out) {
 static int parse_args(peak_opts *o, int argc, char **argv) {
   memset(o, 0, sizeof *o);
   o->plan.dirs = 7;
-  o->iters = 5;
+  o->iters = 0; /* 0: the mode's default */
   if (copy_parse_sizes(&o->plan, "4M,64M,1G", "ferry-cuda-peak", parse_size)) return 2;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -106,6 +123,8 @@ static int parse_args(peak_opts *o, int argc, char **argv) {
       bad = (o->iters = atoi(argv[++i])) < 1 || o->iters > 1000;
     else if (v && !strcmp(a, "--ordinal"))
       bad = (o->ordinal = atoi(argv[++i])) < 0;
+    else if (v && !strcmp(a, "--gemm"))
+      bad = (o->gemm = atoi(argv[++i])) < 16 || o->gemm > 32768 || o->gemm % 16;
     else if (v && !strcmp(a, "--hold"))
       bad = !((o->hold = atof(argv[++i])) >= 0 && o->hold <= 600);
     else {
@@ -115,10 +134,15 @@ static int parse_args(peak_opts *o, int argc, char **argv) {
     }
     if (bad) {
       fprintf(stderr, "ferry-cuda-peak: bad value for %s (iters 1..1000, ordinal >= 0, "
-                      "hold 0..600)\n", a);
+                      "hold 0..600, gemm a multiple of 16 in 16..32768)\n", a);
       return 2;
     }
   }
+  if (o->gemm && o->context) {
+    fprintf(stderr, "ferry-cuda-peak: --gemm and --context are separate runs\n");
+    return 2;
+  }
+  if (!o->iters) o->iters = o->gemm ? 20 : 5;
   return -1;
 }
 
@@ -248,6 +272,152 @@ static int run_context(const peak_opts *o, const char *dev) {
   return 0;
 }
 
+/* ---- --gemm: the cuBLAS bf16 GEMM peak ---------------------------------------- */
+
+/* On a failed cuBLAS call: says which and returns 1. */
+#define CKB(call)                                                                                  \
+  do {                                                                                             \
+    cublasStatus_t st_ = (call);                                                                   \
+    if (st_ != CUBLAS_STATUS_SUCCESS) {                                                            \
+      fprintf(stderr, "ferry-cuda-peak: %s: cuBLAS status %d\n", #call, (int)st_);                \
+      return 1;                                                                                    \
+    }                                                                                              \
+  } while (0)
+
+/* A counter hash of (seed, i) as a bf16 value in [-1, 1). */
+__host__ __device__ static inline float gemm_value(unsigned seed, size_t i) {
+  unsigned long long z = (unsigned long long)i * 0x9E3779B97F4A7C15ull + seed;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  z ^= z >> 31;
+  return (float)(z >> 40) / 8388608.0f - 1.0f; /* 24 bits: [-1, 1) */
+}
+
+__global__ void gemm_fill(__nv_bfloat16 *x, size_t n, unsigned seed) {
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+       i += (size_t)gridDim.x * blockDim.x)
+    x[i] = __float2bfloat16_rn(gemm_value(seed, i));
+}
+
+/* bf16 bits as a float (the host side; exact). */
+static float bf16_bits_to_float(uint16_t b) {
+  uint32_t u = (uint32_t)b << 16;
+  float f;
+  memcpy(&f, &u, sizeof f);
+  return f;
+}
+
+/* C (column-major, n x n) = A B for A, B, C of n x n bf16 on the device. */
+static int gemm_once(cublasHandle_t h, int n, const __nv_bfloat16 *a, const __nv_bfloat16 *b,
+                     __nv_bfloat16 *c) {
+  const float one = 1.0f, zero = 0.0f;
+  CKB(cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &one, a, CUDA_R_16BF, n, b, CUDA_R_16BF,
+                   n, &zero, c, CUDA_R_16BF, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+  return 0;
+}
+
+/* Entries of C against a host dot product in double: the largest error as a
+ * share of sum |a_ik b_kj| (bf16 rounding of C: about 2^-9). 0, or 1. */
+static int gemm_check(int n, const __nv_bfloat16 *a, const __nv_bfloat16 *b,
+                      const __nv_bfloat16 *c, double *max_rel) {
+  uint16_t *row = (uint16_t *)malloc((size_t)n * 2), *col = (uint16_t *)malloc((size_t)n * 2);
+  int ret = !row || !col;
+  *max_rel = 0;
+  for (int s = 0; s < 4 && !ret; s++) {
+    int i = (int)((s * 2654435761u) % (unsigned)n), j = (int)((s * 40503u + 7u) % (unsigned)n);
+    uint16_t cij;
+    /* row i of A (stride n), column j of B (contiguous), C[i, j] */
+    if (cudaMemcpy2D(row, 2, a + i, (size_t)n * 2, 2, (size_t)n, cudaMemcpyDeviceToHost) ||
+        cudaMemcpy(col, b + (size_t)j * n, (size_t)n * 2, cudaMemcpyDeviceToHost) ||
+        cudaMemcpy(&cij, c + (size_t)j * n + i, 2, cudaMemcpyDeviceToHost)) {
+      fprintf(stderr, "ferry-cuda-peak: --gemm: reading the product back failed\n");
+      ret = 1;
+      break;
+    }
+    double ref = 0, mag = 0;
+    for (int k = 0; k < n; k++) {
+      double p = (double)bf16_bits_to_float(row[k]) * bf16_bits_to_float(col[k]);
+      ref += p;
+      mag += fabs(p);
+    }
+    double e = fabs((double)bf16_bits_to_float(cij) - ref) / (mag > 0 ? mag : 1);
+    if (!(e <= *max_rel)) *max_rel = e; /* NaN sticks */
+  }
+  free(row), free(col);
+  if (!ret && !(*max_rel < 1e-2)) {
+    fprintf(stderr, "ferry-cuda-peak: --gemm: the product is wrong (error %.3g of sum |a b|)\n",
+            *max_rel);
+    ret = 1;
+  }
+  return ret;
+}
+
+/* Times o->iters products of o->gemm^3 after 3 untimed ones. */
+static int gemm_timed(const peak_opts *o, cublasHandle_t h, const __nv_bfloat16 *a,
+                      const __nv_bfloat16 *b, __nv_bfloat16 *c, double *t) {
+  cudaEvent_t e0, e1;
+  CK(cudaEventCreate(&e0));
+  CK(cudaEventCreate(&e1));
+  int ret = 0;
+  for (int it = -3; it < o->iters && !ret; it++) {
+    CK(cudaEventRecord(e0, 0));
+    ret = gemm_once(h, o->gemm, a, b, c);
+    CK(cudaEventRecord(e1, 0));
+    CK(cudaEventSynchronize(e1));
+    float ms = 0;
+    CK(cudaEventElapsedTime(&ms, e0, e1));
+    if (it >= 0) t[it] = ms * 1e-3;
+  }
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  return ret;
+}
+
+static int run_gemm(const peak_opts *o, const char *dev) {
+  size_t n = (size_t)o->gemm, elems = n * n;
+  __nv_bfloat16 *a = NULL, *b = NULL, *c = NULL;
+  cublasHandle_t h = NULL;
+  double *t = (double *)calloc((size_t)o->iters, sizeof *t), max_rel = 0;
+  int ret = !t;
+  if (!ret && (cudaMalloc((void **)&a, elems * 2) || cudaMalloc((void **)&b, elems * 2) ||
+               cudaMalloc((void **)&c, elems * 2))) {
+    fprintf(stderr, "ferry-cuda-peak: --gemm %zu: cannot allocate 3 x %zu bytes\n", n, elems * 2);
+    ret = 1;
+  }
+  if (!ret && cublasCreate(&h) != CUBLAS_STATUS_SUCCESS) {
+    fprintf(stderr, "ferry-cuda-peak: cublasCreate failed\n");
+    ret = 1;
+  }
+  if (!ret) {
+    gemm_fill<<<1024, 256>>>(a, elems, 1u);
+    gemm_fill<<<1024, 256>>>(b, elems, 2u);
+    cudaError_t err = cudaGetLastError();
+    if (err == cudaSuccess) err = cudaDeviceSynchronize();
+    if (err != cudaSuccess) {
+      fprintf(stderr, "ferry-cuda-peak: gemm_fill: %s\n", cudaGetErrorString(err));
+      ret = 1;
+    }
+  }
+  if (!ret) ret = gemm_once(h, o->gemm, a, b, c) || gemm_check(o->gemm, a, b, c, &max_rel);
+  if (!ret) ret = gemm_timed(o, h, a, b, c, t);
+  if (!ret) {
+    double sec = copy_median(t, o->iters), tflops = 2.0 * (double)n * n * n / sec / 1e12;
+    if (o->json)
+      printf("{\"bench\":\"cuda_gemm\",\"device\":\"%s\",\"m\":%zu,\"n\":%zu,\"k\":%zu,"
+             "\"dtype\":\"bf16\",\"compute\":\"fp32\",\"seconds\":%.9g,\"tflops\":%.6g,"
+             "\"iters\":%d,\"max_rel_err\":%.3g}\n",
+             dev, n, n, n, sec, tflops, o->iters, max_rel);
+    else
+      printf("cuda_gemm %s: bf16 %zu^3, fp32 compute: %.4f ms = %.1f TFLOPS (median of %d)\n", dev,
+             n, sec * 1e3, tflops, o->iters);
+    fflush(stdout);
+  }
+  if (h) cublasDestroy(h);
+  cudaFree(a), cudaFree(b), cudaFree(c);
+  free(t);
+  return ret;
+}
+
 int main(int argc, char **argv) {
   peak_opts o;
   int ex = parse_args(&o, argc, argv);
@@ -255,5 +425,5 @@ int main(int argc, char **argv) {
   char dev[256];
   ex = open_device(&o, dev, sizeof dev);
   if (ex) return ex;
-  return o.context ? run_context(&o, dev) : run_copies(&o, dev);
+  return o.context ? run_context(&o, dev) : o.gemm ? run_gemm(&o, dev) : run_copies(&o, dev);
 }

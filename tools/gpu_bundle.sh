@@ -2,13 +2,16 @@
 # tools/gpu_bundle.sh — builds ferry Release with CUDA (build-gpu/) and
 # gathers into gpucheck/ what tools/gpu_check.sh runs on a machine with a GPU
 # but none of ferry's build dependencies: the programs (ferry, ferry-gpt,
-# ferry-cuda-peak, minimal_loop) and ferry-gpt's CUDA model module
+# ferry-cuda-peak, minimal_loop, and ferry-gpt-attn where it is built) and
+# ferry-gpt's CUDA model module
 # (lib/libferry-gpt-cuda.so), every test program with a manifest of the
 # test commands (gpucheck/tests.json, made from ctest by tools/gpucheck.py;
 # the fixtures and configs come from the repository, copied there beside
 # it), the Python binding and its tests (src/python/ferry, src/tests/python:
 # the python tests run that copy, which matches the bundle's libferry.so;
-# gpu_check.sh's python part runs them on cuda), and the shared libraries they load except the C library's family,
+# gpu_check.sh's python part runs them on cuda), the PyTorch peer of the
+# scale part (src/bench/peers/torch_llama.py), and the shared libraries they
+# load except the C library's family,
 # libstdc++/libgcc_s and CUDA's own (the driver, cudart, cuBLAS...): the GPU
 # machine has its CUDA toolkit, and gpu_check.sh finds those there
 # (gpucheck/cuda_needs.txt names them). Then it checks, with ldd and
@@ -74,9 +77,11 @@ elves() { # every ELF file under the bundle's bin/, tests/ and lib/
 gather_programs() {
   rm -rf "$OUT"
   mkdir -p "$OUT/bin" "$OUT/lib"
-  for p in ferry ferry-gpt ferry-cuda-peak minimal_loop; do
+  for p in ferry ferry-gpt ferry-cuda-peak minimal_loop ferry-gpt-attn; do
     if [ -x "$BUILD/bin/$p" ]; then
       cp "$BUILD/bin/$p" "$OUT/bin/"
+    elif [ "$p" = ferry-gpt-attn ]; then
+      say "note: $BUILD/bin/ferry-gpt-attn was not built: the scale part skips ferry's attention" >&2
     elif [ "$p" != minimal_loop ]; then
       die "$BUILD/bin/$p was not built"
     fi
@@ -88,6 +93,7 @@ gather_programs() {
   ctest --test-dir "$BUILD" --show-only=json-v1 >"$BUILD/ctest.json" || die "ctest --show-only failed"
   python3 tools/gpucheck.py manifest "$BUILD/ctest.json" "$ROOT" "$ROOT/$BUILD" "$OUT" ||
     die "the test manifest could not be made"
+  [ -f "$OUT/src/bench/peers/torch_llama.py" ] || die "the bundle lacks src/bench/peers/torch_llama.py"
   grep -q '@BUNDLE@/src/tests/python/' "$OUT/tests.json" ||
     say "warning: no python test in the manifest (the build found no python3 with torch): gpu_check.sh's python part will skip" >&2
   if command -v strip >/dev/null; then

@@ -7,6 +7,8 @@ OUTDIR/results.json as soon as it ends. Python's standard library only.
 
   gpucheck.py manifest CTEST_JSON ROOT BUILD BUNDLE     (gpu_bundle.sh)
   gpucheck.py check --root R --bundle B --out OUTDIR [--budget S] [--dry-run]
+                    [--parts LIST]
+  gpucheck.py parts [LIST]      (the parts with their limits; LIST checked)
   gpucheck.py run-tests MANIFEST --root R --bundle B --logs DIR [--select RE]
   gpucheck.py selftest                                  (ctest tools.gpu_check)
 
@@ -39,10 +41,10 @@ NOT_BUNDLED = {
 
 
 # Source folders the bundle carries under src/ (the Python binding and its
-# tests): the python tests run the bundle's copy, the one that matches its
+# tests, and the PyTorch peer the scale part runs): the python tests run the bundle's copy, the one that matches its
 # libferry.so, whatever the repository there holds. (examples/python stays
 # the repository's: finetune.py reads the repository's README.md.)
-BUNDLED_SOURCES = ("python/ferry", "tests/python")
+BUNDLED_SOURCES = ("python/ferry", "tests/python", "bench/peers")
 _SOURCE_RE = re.compile(r"@ROOT@/(python|tests/python)(?=/|$|[\s;:,'\"])")
 
 
@@ -365,7 +367,7 @@ class Results:
     def part(self, name, status, command="", wall_s=0.0, figures=None, reason=None, log=None,
              timed_out=False, quiet=False):
         p = {"status": status, "command": command, "wall_s": round(wall_s, 3),
-             "figures": figures or {}}
+             "limit_s": ALLOW.get(name), "figures": figures or {}}
         if reason:
             p["reason"] = reason
         if log:
@@ -569,11 +571,16 @@ def bundle_elves(bundle):
     return out
 
 
-def ldd_missing(files, env):
-    """{file: [sonames ldd cannot find]} leaving out the driver's libcuda."""
+def ldd_missing(files, env, deadline=None):
+    """{file: [sonames ldd cannot find]} leaving out the driver's libcuda;
+    past deadline the files left are named as not checked."""
     bad = {}
     for f in files:
-        r = run_cmd(["ldd", f], 30, env=env)
+        if deadline is not None and time.time() > deadline:
+            bad[f] = ["not checked: out of the part's time"]
+            continue
+        r = run_cmd(["ldd", f], 30 if deadline is None else max(deadline - time.time(), 1),
+                    env=env)
         miss = [ln.split()[0] for ln in r["output"].splitlines() if "not found" in ln]
         miss = [m for m in miss if not m.startswith("libcuda.so")]
         if miss or r["rc"] not in (0, 1):
@@ -606,14 +613,48 @@ PLACEMENTS = ("resident", "offload-host", "offload-nvme")
 GPT_BUDGETS = {("small", "resident"): "1G", ("small", "offload-host"): "512M",
                ("small", "offload-nvme"): "256M", ("gpt2", "resident"): "4G",
                ("gpt2", "offload-host"): "2G", ("gpt2", "offload-nvme"): "1G"}
-# Each part's longest share of the budget, in the order they run.
-ALLOW = {"tests": 100, "context": 15, "copy": 45, "bench_step": 70, "gpt": 170,
-         "python": 90, "memcheck": 60, "tests_rest": 400}
+# The parts in the order they run, and each one's time limit (s): its
+# longest share of the budget. preflight always runs; gpt and scale need
+# context's figure (the memory of a bare CUDA context), so naming either
+# in --parts runs context too. An issue's parts (say tests,scale) fit in
+# gpu_check.sh's 455 s: 30 + 15 + 100 + 300.
+ALLOW = {"preflight": 30, "context": 15, "tests": 100, "copy": 45, "bench_step": 70,
+         "gpt": 170, "python": 90, "memcheck": 60, "scale": 300, "tests_rest": 400}
+PARTS = tuple(ALLOW)
+PART_NEEDS = {"gpt": ("context",), "scale": ("context",)}
+
+
+def select_parts(spec):
+    """--parts LIST (comma-separated names; None: every part): (the parts to
+    run in the check's order, preflight and what they need included, None)
+    or (None, why LIST is refused)."""
+    if spec is None:
+        return list(PARTS), None
+    names = [n.strip() for n in spec.split(",") if n.strip()]
+    bad = [n for n in names if n not in ALLOW]
+    if bad or not names:
+        return None, "unknown part%s %s; the parts: %s" % (
+            "s" if len(bad) > 1 else "", ", ".join(repr(n) for n in bad) or "(none named)",
+            parts_text())
+    want = {"preflight"} | set(names)
+    for n in names:
+        want |= set(PART_NEEDS.get(n, ()))
+    return [n for n in PARTS if n in want], None
+
+
+def parts_text():
+    return ", ".join("%s (%d s)" % (n, ALLOW[n]) for n in PARTS)
+
+
 # The python part: the pythons tried in order (FERRY_GPU_PYTHON alone when
-# set), the probe each runs, and the python tests it does not run on cuda.
+# set), the probe each runs (its arguments: more modules it must import),
+# and the python tests it does not run on cuda.
 GPU_PYTHONS = ("/opt/torch/.venv/bin/python", "python3")
-PY_PROBE = ("import json\ntry:\n    import torch\nexcept Exception as e:\n"
-            "    print(json.dumps({'error': 'import torch: %s' % e}))\n    raise SystemExit(0)\n"
+PY_PROBE = ("import importlib, json, sys\n"
+            "for m in ['torch'] + sys.argv[1:]:\n    try:\n        importlib.import_module(m)\n"
+            "    except Exception as e:\n"
+            "        print(json.dumps({'error': 'import %s: %s' % (m, e)}))\n"
+            "        raise SystemExit(0)\nimport torch\n"
             "d = {'torch': torch.__version__, 'cuda': torch.version.cuda,\n"
             "     'available': torch.cuda.is_available()}\n"
             "if d['available']:\n    d['device'] = torch.cuda.get_device_name(0)\n"
@@ -633,6 +674,7 @@ class Check:
         self.t0 = time.time()
         self.deadline = self.t0 + a.budget
         self.dry_run = a.dry_run
+        self.parts, _ = select_parts(a.parts)
         self.no_gpu = "--dry-run: the GPU parts are not run" if a.dry_run else None
         self.manifest = []
         self.context_mib = None
@@ -648,6 +690,7 @@ class Check:
             "schema": 1, "tool": "tools/gpu_check.sh", "host": socket.gethostname(),
             "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "budget_s": a.budget,
             "gpu": gpu, "no_gpu_reason": self.no_gpu, "bundle": self.bundle,
+            "parts_asked": a.parts or "all", "parts_run": self.parts,
             "cuda_lib_dirs": self.lib_dirs, "ld_library_path": self.env["LD_LIBRARY_PATH"]})
 
     def read_list(self, name):
@@ -708,7 +751,8 @@ class Check:
         for f in elves:  # in case the copy lost the mode bits
             if "/lib/" not in f and not os.access(f, os.X_OK):
                 os.chmod(f, 0o755)
-        bad = ldd_missing(elves, self.env) if shutil.which("ldd") else {}
+        bad = ldd_missing(elves, self.env, t0 + self.allow("preflight")) \
+            if shutil.which("ldd") else {}
         figs.update(files_checked=len(elves), unresolved={
             os.path.relpath(k, self.bundle): v for k, v in bad.items()}, tests=len(self.manifest))
         ok = not bad and not self.libs_missing
@@ -933,24 +977,29 @@ class Check:
                       if bad else None)
 
     # -- the Python binding on cuda: the python tests with FERRY_PY_DEVICE=cuda
-    def python_part(self):
-        if self.gpu_skip("python") or self.time_skip("python"):
-            return
-        t0 = time.time()
+    def gpu_python(self, modules=()):
+        """The first python whose torch sees the GPU and that imports
+        modules: (its path or None, each candidate's probe)."""
         wanted = os.environ.get("FERRY_GPU_PYTHON")
         cands = [wanted] if wanted else list(GPU_PYTHONS)
-        probes, python = [], None
+        probes = []
         for c in cands:
             exe = c if os.path.isabs(c) else shutil.which(c)
             if not exe or not os.access(exe, os.X_OK):
                 probes.append({"python": c, "why": "not found"})
                 continue
-            r = run_cmd([exe, "-c", PY_PROBE], 90, env=self.env, cwd=self.root)
+            r = run_cmd([exe, "-c", PY_PROBE] + list(modules), 90, env=self.env, cwd=self.root)
             figs, why = probe_verdict(r["output"], r["rc"])
             probes.append(dict(figs, python=exe, why=why) if why else dict(figs, python=exe))
             if not why:
-                python = exe
-                break
+                return exe, probes
+        return None, probes
+
+    def python_part(self):
+        if self.gpu_skip("python") or self.time_skip("python"):
+            return
+        t0 = time.time()
+        python, probes = self.gpu_python()
         figs = {"python": python, "probes": probes}
         if not python:
             self.res.part("python", "skip", "", time.time() - t0, figs,
@@ -1056,6 +1105,7 @@ class Check:
             c = fig(part).get("counts")
             rows.append(target("%s: %s" % (part, " or ".join(what)),
                                None if c is None else sum(c.get(w, 0) for w in what), 0))
+        rows += gpucheck_scale.summary_rows(fig("scale"), target)
         met = [r for r in rows if r["met"] is True]
         missed = [r for r in rows if r["met"] is False]
         self.res.data["summary"] = {"targets": rows, "met": len(met), "not_met": len(missed),
@@ -1086,20 +1136,21 @@ class Check:
         signal.signal(signal.SIGINT, self.stopped)
         print("gpucheck: results in %s/results.json%s" % (
             self.out, "" if not self.no_gpu else "; no GPU: " + self.no_gpu), flush=True)
+        cuda_or_engine = lambda n: "cuda" in n or n.startswith("offload.") or "engine" in n
+        run = {"context": self.context_part,
+               "tests": lambda: self.tests_part("tests", cuda_or_engine, jobs=4),
+               "copy": self.copy_part, "bench_step": self.bench_step_part, "gpt": self.gpt_part,
+               "python": self.python_part, "memcheck": self.memcheck_part,
+               "scale": lambda: gpucheck_scale.scale_part(self),
+               "tests_rest": lambda: self.tests_part("tests_rest",
+                                                     lambda n: not cuda_or_engine(n), jobs=6)}
         if self.preflight():
-            self.context_part()
-            self.start_cpu_reference()
-            cuda_or_engine = lambda n: "cuda" in n or n.startswith("offload.") or "engine" in n
-            self.tests_part("tests", cuda_or_engine, jobs=4)
-            self.copy_part()
-            self.bench_step_part()
-            self.gpt_part()
-            self.python_part()
-            self.memcheck_part()
-            self.tests_part("tests_rest", lambda n: not cuda_or_engine(n), jobs=6)
+            if "gpt" in self.parts:
+                self.start_cpu_reference()
+            for name in self.parts[1:]:
+                run[name]()
         else:
-            for name in ("context", "tests", "copy", "bench_step", "gpt", "python", "memcheck",
-                         "tests_rest"):
+            for name in self.parts[1:]:
                 self.res.part(name, "skip", reason="no bundle (see preflight)")
         rc = self.summary()
         s = self.res.data["summary"]
@@ -1175,6 +1226,9 @@ def selftest():
                                    "@BUNDLE@/src/tests/python/test_a.py"], tests
     assert tests[0]["env"][-1] == "FERRY_PY_DEVICE=cuda" and len(tests[0]["env"]) == 2, tests
     assert sorted(left) == ["python.b", "python.install"], left
+    assert select_parts("scale,tests")[0] == ["preflight", "context", "tests", "scale"]
+    assert "unknown part 'x'" in select_parts("tests,x")[1] and select_parts(",")[0] is None
+    gpucheck_scale.selftest()
     print("gpucheck selftest: ok")
     return 0
 
@@ -1191,6 +1245,9 @@ def main(argv):
     c.add_argument("--out", default="build/gpucheck")
     c.add_argument("--budget", type=float, default=450)
     c.add_argument("--dry-run", action="store_true")
+    c.add_argument("--parts", default=None, help="comma-separated parts to run (default: all)")
+    pl = sub.add_parser("parts")
+    pl.add_argument("list", nargs="?", default=None)
     r = sub.add_parser("run-tests")
     r.add_argument("manifest")
     r.add_argument("--root", default=".")
@@ -1205,6 +1262,14 @@ def main(argv):
         return make_manifest(a.ctest_json, a.root, a.build, a.bundle)
     if a.cmd == "selftest":
         return selftest()
+    if a.cmd in ("parts", "check"):
+        chosen, why = select_parts(a.parts if a.cmd == "check" else a.list)
+        if why:
+            print("gpucheck: --parts: %s" % why, file=sys.stderr)
+            return 2
+        if a.cmd == "parts":
+            print(" ".join(chosen) if a.list else parts_text())
+            return 0
     if a.cmd == "run-tests":
         with open(a.manifest) as f:
             tests = [t for t in json.load(f)["tests"] if re.search(a.select, t["name"])]
@@ -1222,6 +1287,10 @@ def main(argv):
         return 1 if any(x["status"] in ("fail", "timeout") for x in recs) else 0
     return Check(a).main()
 
+
+# the scale part's module imports this one by name
+sys.modules.setdefault("gpucheck", sys.modules[__name__])
+import gpucheck_scale  # noqa: E402  (tools/, beside this file)
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv[1:]))

@@ -9,10 +9,16 @@ ferry_add_test(NAME cli.bench_step_copy EXE sh TIMEOUT 120
                ARGS ${PROJECT_SOURCE_DIR}/tests/cli/bench_step_copy_test.sh $<TARGET_FILE:ferry_cli>
                     ${PROJECT_SOURCE_DIR} ${PROJECT_BINARY_DIR}/tests/bench-step-copy)
 # ferry-cuda-peak (bench/cuda_peak.cu, CUDA builds only): a small validated
-# pass; exit 77 (skip) without a GPU.
+# pass, and a small GEMM checked against the host; exit 77 (skip) without a
+# GPU. A GEMM size that is not a multiple of 16 is bad usage (exit 2).
 if(TARGET ferry-cuda-peak)
   add_test(NAME cli.cuda_peak COMMAND ferry-cuda-peak --size 1M,4M --iters 2 --json)
   set_tests_properties(cli.cuda_peak PROPERTIES TIMEOUT 60 SKIP_RETURN_CODE 77)
+  add_test(NAME cli.cuda_peak_gemm COMMAND ferry-cuda-peak --gemm 1024 --iters 3 --json)
+  set_tests_properties(cli.cuda_peak_gemm PROPERTIES TIMEOUT 60 SKIP_RETURN_CODE 77
+    PASS_REGULAR_EXPRESSION "\"bench\":\"cuda_gemm\".*\"tflops\":[0-9]")
+  add_test(NAME cli.cuda_peak_gemm_usage COMMAND ferry-cuda-peak --gemm 1000)
+  set_tests_properties(cli.cuda_peak_gemm_usage PROPERTIES TIMEOUT 10 WILL_FAIL TRUE)
 endif()
 # tools/gpu_check.sh and tools/gpucheck.py without a GPU: the figures, the
 # test runner's verdicts, and a --dry-run's results.json (no build needed).

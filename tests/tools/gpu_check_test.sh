@@ -5,7 +5,8 @@
 # fake manifest; the manifest of a canned ctest list carries the python
 # sources into the bundle's src/; tools/gpu_check.sh --dry-run on a fake
 # bundle ends at once with a valid OUTDIR/results.json holding every part,
-# each GPU part a skip with its reason, and a summary of the targets; a
+# each GPU part a skip with its reason, and a summary of the targets, and
+# with --parts holds those parts alone (a bogus name refused, exit 2); a
 # whole check on a fake GPU computes every part's figures (the python part's
 # included) and the targets. $1 = the repository root,
 # $2 = a scratch folder. Exit 0 pass, 1 fail, 77 skip (no python3).
@@ -59,7 +60,7 @@ import json, sys
 d = json.load(open(sys.argv[1]))
 parts = d["parts"]
 names = ["preflight", "context", "tests", "copy", "bench_step", "gpt", "python", "memcheck",
-         "tests_rest"]
+         "scale", "tests_rest"]
 assert list(parts) == names, list(parts)
 assert parts["preflight"]["status"] == "pass", parts["preflight"]
 for n in names[1:]:
@@ -71,6 +72,41 @@ s = d["summary"]
 assert s["met"] == 0 and s["not_met"] == 0 and s["not_measured"] == len(s["targets"]) >= 18, s
 assert d["status"] == "pass" and d["no_gpu_reason"], d
 PY
+
+# --parts: only the parts named (preflight always, context with gpt), each
+# with its time limit; an unknown name is refused at once with the list.
+GPUCHECK_BUNDLE="$dir/bundle" "$root/tools/gpu_check.sh" --parts tests,gpt --dry-run "$dir/outp" \
+  >"$dir/parts.out" 2>&1 || { cat "$dir/parts.out"; fail "gpu_check.sh --parts tests,gpt --dry-run"; }
+python3 - "$dir/outp/results.json" <<'PY' || fail "results.json of --parts tests,gpt (above)"
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert list(d["parts"]) == ["preflight", "context", "tests", "gpt"], list(d["parts"])
+assert d["parts_run"] == list(d["parts"]) and d["parts_asked"] == "tests,gpt", d
+assert all(isinstance(p["limit_s"], int) and p["limit_s"] > 0 for p in d["parts"].values()), d
+assert d["parts"]["gpt"]["status"] == "skip" and "dry-run" in d["parts"]["gpt"]["reason"], d
+PY
+GPUCHECK_BUNDLE="$dir/bundle" "$root/tools/gpu_check.sh" --parts scale --dry-run "$dir/outs" \
+  >"$dir/scale.out" 2>&1 || { cat "$dir/scale.out"; fail "gpu_check.sh --parts scale --dry-run"; }
+python3 - "$dir/outs/results.json" <<'PY' || fail "results.json of --parts scale --dry-run (above)"
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert list(d["parts"]) == ["preflight", "context", "scale"], list(d["parts"])
+p = d["parts"]["scale"]
+assert p["status"] == "skip" and "dry-run" in p["reason"] and p["limit_s"] == 300, p
+T = [t for t in d["summary"]["targets"] if t["target"].startswith(("scale", "attention"))]
+assert len(T) == 8 and all(t["met"] is None for t in T), T
+assert d["status"] == "pass", d
+PY
+# --help states each part's limit as gpucheck.py has it
+"$root/tools/gpu_check.sh" --help >"$dir/help.out" || fail "gpu_check.sh --help"
+python3 "$root/tools/gpucheck.py" parts | tr ',' '\n' | sed 's/^ *//; s/ (\([0-9]*\) s)$/ \1/' |
+  while read -r name secs; do
+    grep -Eq "^  $name +\[$secs\]" "$dir/help.out" || fail "--help does not give $name [$secs]"
+  done || exit 1
+"$root/tools/gpu_check.sh" --dry-run --parts tests,bogus "$dir/outb" >"$dir/bogus.out" 2>&1
+[ $? -eq 2 ] || { cat "$dir/bogus.out"; fail "--parts bogus: exit $?, not 2"; }
+grep -q "unknown part 'bogus'.*tests_rest" "$dir/bogus.out" || { cat "$dir/bogus.out"; fail "--parts bogus: no list"; }
+[ ! -e "$dir/outb" ] || fail "--parts bogus wrote $dir/outb"
 
 # The manifest of a canned ctest list: the python tests' paths into the
 # bundle's src/, which holds copies of python/ferry and tests/python.
@@ -108,6 +144,17 @@ mkdir -p "$fake/path" "$fake/bundle/bin" "$fake/bundle/src/tests/python" || exit
 cat >"$fake/path/torch-python" <<'SH'
 #!/bin/sh
 [ "$1" = -c ] && { echo '{"torch": "9.9", "cuda": "12.4", "available": true, "device": "Fake"}'; exit 0; }
+case "$1" in
+*/torch_llama.py) # the peer: SDPA at hd 64 and 128, or 10 steps at 2000 tokens/s
+  case "$*" in
+  *--sdpa-bench*)
+    for hd in 64 128; do echo "{\"head_dim\": $hd, \"fwd_ms\": 1.0, \"fwd_bwd_ms\": 2.0}"; done ;;
+  *)
+    for k in 1 2 3 4 5 6 7 8 9 10; do echo "{\"step\": $k, \"loss\": 5.$((60 - k)), \"tokens_per_s\": 2000}"; done
+    echo '{"final": true, "tokens_per_s": 2000, "peak_bytes": 1000}' ;;
+  esac
+  exit 0 ;;
+esac
 exec python3 "$@"
 SH
 cat >"$fake/bundle/src/tests/python/t_ok.py" <<'PY'
@@ -139,6 +186,7 @@ if [ "$1" = --context ]; then
   sleep 0.5
   exit 0
 fi
+[ "$1" = --gemm ] && { echo '{"bench":"cuda_gemm","device":"Fake","m":8192,"seconds":0.0014,"tflops":800}'; exit 0; }
 for b in 4194304 67108864 1073741824; do
   for d in h2d d2h; do echo "{\"bench\":\"cuda_peak\",\"direction\":\"$d\",\"bytes\":$b,\"gb_per_s\":50}"; done
   echo "{\"bench\":\"cuda_peak\",\"direction\":\"bidirectional\",\"bytes\":$((2 * b)),\"gb_per_s\":90}"
@@ -159,11 +207,21 @@ esac
 SH
 cat >"$fake/bundle/bin/ferry-gpt" <<'SH'
 #!/bin/sh
-dev=cpu tl=
+dev=cpu tl= save= batch= steps=10 model=
 while [ $# -gt 0 ]; do
-  case $1 in --device) dev=$2; shift ;; --timeline) tl=$2; shift ;; esac
+  case $1 in --device) dev=$2; shift ;; --timeline) tl=$2; shift ;; --save) save=$2; shift ;;
+  --batch) batch=$2; shift ;; --steps) steps=$2; shift ;; --model) model=$2; shift ;; esac
   shift
 done
+if [ "$steps" = 0 ] && [ -n "$save" ]; then # the scale part's initial weights
+  mkdir -p "$save" && : >"$save/model.safetensors"
+  echo '{"model_type": "llama", "vocab_size": 32000, "hidden_size": 2048, "intermediate_size": 5632,
+ "num_hidden_layers": 22, "num_attention_heads": 32, "num_key_value_heads": 4}' >"$save/config.json"
+  exit 0
+fi
+case "$model:$batch" in
+*config.json:8) echo "ferry-gpt: the CUDA model's activations do not fit: out of memory"; exit 1 ;;
+esac
 for k in 1 2 3 4 5 6 7 8 9 10; do
   loss=5.$((60 - k))
   [ "$dev" = cuda ] && loss=${loss}1
@@ -172,6 +230,12 @@ done
 echo '{"final": true}'
 [ -n "$tl" ] && echo '{"traceEvents":[{"ph":"M","tid":0,"name":"thread_name","args":{"name":"compute"}},{"ph":"X","tid":0,"ts":0,"dur":9000000}]}' >"$tl"
 exit 0
+SH
+cat >"$fake/bundle/bin/ferry-gpt-attn" <<'SH'
+#!/bin/sh
+seq=2048
+while [ $# -gt 0 ]; do [ "$1" = --seq ] && seq=$2; shift; done
+echo "{\"fwd_ms\": 1.5, \"bwd_ms\": 1.5, \"fwd_bwd_ms\": 3.0, \"peak_bytes\": $((seq * 1000))}"
 SH
 chmod +x "$fake/path/"* "$fake/bundle/bin/"*
 cat >"$fake/bundle/tests.json" <<'JSON'
@@ -224,6 +288,24 @@ T = {t["target"].split(":")[0]: t for t in d["summary"]["targets"]}
 assert T["ferry H2D / raw cudaMemcpyAsync (min over 4M, 64M, 1G)"]["met"] is True, T
 assert T["ferry D2H / raw cudaMemcpyAsync (min over 4M, 64M, 1G)"]["met"] is False, T
 assert T["python on cuda"]["value"] == 1 and T["python on cuda"]["met"] is False, T
+s = P["scale"]["figures"]
+assert [t["batch"] for t in s["ferry_tries"]] == [8, 4] and s["ferry"]["batch"] == 4, s
+assert s["gemm"]["tflops"] == 800 and s["torch"]["batch"] == 4, s
+assert abs(s["tokens_per_s_ratio"] - 0.5) < 1e-12, s
+fpt = 6 * (1100048384 - 65536000) + 6 * 22 * 2048 * 2048
+assert s["flops_per_token"] == fpt and abs(s["ferry"]["mfu"] - 1000 * fpt / 800e12) < 1e-12, s
+assert abs(s["loss_max_rel_diff"] - 0.001 / 5.5) < 1e-4, s
+assert s["ferry"]["device_mib"] == 500 and s["ferry"]["allowed_mib"] == 60 * 1024 + 500, s
+rows = {r["head_dim"]: r for r in s["attention"]["rows"]}
+assert rows[64]["ratio_fwd_bwd"] == 1.5 and rows[128]["ratio_fwd_bwd"] == 1.5, rows
+assert s["attention"]["mem_growth"] == 2.0, s["attention"]
+S = {t["target"].split(": ", 1)[1]: t["met"] for t in d["summary"]["targets"]
+     if t["target"].startswith(("scale", "attention"))}
+assert S == {"tokens per step": False, "tokens/s ferry / torch_llama.py": False,
+             "MFU (6 N tokens + attention) / measured GEMM peak": False,
+             "losses vs torch, max relative difference": True,
+             "peak device memory (MiB, nvidia-smi) vs budget + context": True,
+             "ferry / torch SDPA": True, "ferry's peak at T=4096 / T=2048 (linear 2, T^2 4)": True}, S
 assert d["summary"]["not_measured"] == 0, [t for t in d["summary"]["targets"] if t["met"] is None]
 PY
 rm -rf "$dir"
