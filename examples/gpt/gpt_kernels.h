@@ -65,7 +65,8 @@ int gpt_bias_grad_cuda(float *db, const float *dy, size_t N, int F, float *parti
  * One chunk of n rows of fp32 logits [n, V] (row stride V). fwd: rowloss[i]
  * = lse_i - logit[i][tgt[i]], lse[i] saved. bwd: dlogits = bf16(scale *
  * (exp(logit - lse) - onehot(tgt))), written over nothing else (its own
- * bf16 buffer [n, V]). */
+ * bf16 buffer [n, V]). A target outside [0, V) gives a NaN row loss and
+ * no onehot term. */
 int gpt_ce_cuda_fwd(const float *logits, const int32_t *tgt, size_t n, int V, float *rowloss,
                     float *lse, void *stream, char *err, size_t errlen);
 int gpt_ce_cuda_bwd(uint16_t *dlogits, const float *logits, const int32_t *tgt, const float *lse,
