@@ -13,6 +13,7 @@
  */
 #include "gpt_kernels.h"
 
+#include "core/dtype.h"
 #include "tests/test.h"
 
 #include <math.h>
@@ -35,17 +36,6 @@ static float *bf16v(size_t n, float scale) {
   for (size_t i = 0; i < n; i++) p[i] = gpt_bf16_round(p[i]);
   return p;
 }
-static uint32_t bits(float x) {
-  uint32_t u;
-  memcpy(&u, &x, 4);
-  return u;
-}
-static float from_bits(uint32_t u) {
-  float x;
-  memcpy(&x, &u, 4);
-  return x;
-}
-
 /* n values a against b: |a - b| <= rtol |b| + atol; the first miss printed. */
 static void expect_close(const float *a, const double *b, size_t n, double rtol, double atol,
                          const char *what) {
@@ -62,7 +52,7 @@ static void expect_close(const float *a, const double *b, size_t n, double rtol,
 /* every value a bf16 (the low 16 bits zero): what the kernel stores in bf16 */
 static void expect_bf16(const float *a, size_t n, const char *what) {
   size_t bad = 0;
-  for (size_t i = 0; i < n; i++) bad += (bits(a[i]) & 0xffffu) != 0;
+  for (size_t i = 0; i < n; i++) bad += (ferry_f32_bits(a[i]) & 0xffffu) != 0;
   if (bad) fprintf(stderr, "%s: %zu of %zu values not bf16\n", what, bad, n);
   EXPECT(bad == 0);
 }
@@ -98,29 +88,29 @@ static void test_bf16_round(void) {
       {0x00017fffu, 0x00010000u},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-    uint32_t got = bits(gpt_bf16_round(from_bits(cases[i].in)));
+    uint32_t got = ferry_f32_bits(gpt_bf16_round(ferry_f32_from_bits(cases[i].in)));
     if (got != cases[i].out)
       fprintf(stderr, "bf16(%08x) = %08x, want %08x\n", cases[i].in, got, cases[i].out);
     EXPECT(got == cases[i].out);
   }
   /* NaN kept, also a NaN whose payload is only in the low bits */
   EXPECT(isnan(gpt_bf16_round(NAN)));
-  EXPECT(isnan(gpt_bf16_round(from_bits(0x7f800001u))));
-  EXPECT(isnan(gpt_bf16_round(from_bits(0xff80ffffu))));
+  EXPECT(isnan(gpt_bf16_round(ferry_f32_from_bits(0x7f800001u))));
+  EXPECT(isnan(gpt_bf16_round(ferry_f32_from_bits(0xff80ffffu))));
   /* random finite floats: the nearer neighbour, the even one on a tie */
   int bad = 0;
   for (int k = 0; k < 200000; k++) {
     uint32_t u = (uint32_t)test_rand(&seed);
     if ((u & 0x7f800000u) == 0x7f800000u) continue; /* inf / NaN */
-    float x = from_bits(u), r = gpt_bf16_round(x);
+    float x = ferry_f32_from_bits(u), r = gpt_bf16_round(x);
     uint32_t lo = u & 0xffff0000u, hi = lo + 0x10000u; /* towards 0, away from 0 */
     /* past the largest bf16 the next value is 2^128 (stored as inf) */
     double vhi = (hi & 0x7fffffffu) == 0x7f800000u ? copysign(ldexp(1.0, 128), (double)x)
-                                                    : (double)from_bits(hi);
-    double dlo = fabs((double)x - (double)from_bits(lo)), dhi = fabs((double)x - vhi);
+                                                    : (double)ferry_f32_from_bits(hi);
+    double dlo = fabs((double)x - (double)ferry_f32_from_bits(lo)), dhi = fabs((double)x - vhi);
     uint32_t want = dlo < dhi ? lo : dhi < dlo ? hi : ((lo >> 16) & 1u) ? hi : lo;
-    if (bits(r) != want && !bad++)
-      fprintf(stderr, "bf16(%08x) = %08x, want %08x\n", u, bits(r), want);
+    if (ferry_f32_bits(r) != want && !bad++)
+      fprintf(stderr, "bf16(%08x) = %08x, want %08x\n", u, ferry_f32_bits(r), want);
   }
   EXPECT(bad == 0);
 }
@@ -199,6 +189,18 @@ static double norm_loss_d(const double *x, const double *w, const double *b, con
   return L;
 }
 
+/* the loss's derivative in *p (one of x, w, b) by central differences */
+static double norm_fd(double *p, const double *x, const double *w, const double *b,
+                      const float *dy, size_t N, int C, double eps, int ln, double *row) {
+  const double h = 1e-4, v = *p;
+  *p = v + h;
+  double lp = norm_loss_d(x, w, b, dy, N, C, eps, ln, row);
+  *p = v - h;
+  double lm = norm_loss_d(x, w, b, dy, N, C, eps, ln, row);
+  *p = v;
+  return (lp - lm) / (2 * h);
+}
+
 static void test_norm_bwd(int ln, size_t N, int C) {
   char what[96];
   float eps = 1e-5f;
@@ -219,31 +221,10 @@ static void test_norm_bwd(int ln, size_t N, int C) {
   gpt_norm_ref_bwd(dx, dw, ln ? db : NULL, dy, x, mean, rstd, w, N, C, ln);
   for (size_t i = 0; i < n; i++) dx[i] -= dx0[i];
   for (int i = 0; i < C; i++) dw[i] -= dw0[i], db[i] -= db0[i];
-  const double h = 1e-4;
-  for (size_t i = 0; i < n; i++) {
-    double v = xd[i];
-    xd[i] = v + h;
-    double lp = norm_loss_d(xd, wd, bd, dy, N, C, eps, ln, row);
-    xd[i] = v - h;
-    double lm = norm_loss_d(xd, wd, bd, dy, N, C, eps, ln, row);
-    xd[i] = v;
-    gx[i] = (lp - lm) / (2 * h);
-  }
+  for (size_t i = 0; i < n; i++) gx[i] = norm_fd(&xd[i], xd, wd, bd, dy, N, C, eps, ln, row);
   for (int i = 0; i < C; i++) {
-    double v = wd[i];
-    wd[i] = v + h;
-    double lp = norm_loss_d(xd, wd, bd, dy, N, C, eps, ln, row);
-    wd[i] = v - h;
-    double lm = norm_loss_d(xd, wd, bd, dy, N, C, eps, ln, row);
-    wd[i] = v;
-    gw[i] = (lp - lm) / (2 * h);
-    v = bd[i];
-    bd[i] = v + h;
-    lp = norm_loss_d(xd, wd, bd, dy, N, C, eps, ln, row);
-    bd[i] = v - h;
-    lm = norm_loss_d(xd, wd, bd, dy, N, C, eps, ln, row);
-    bd[i] = v;
-    gb[i] = (lp - lm) / (2 * h);
+    gw[i] = norm_fd(&wd[i], xd, wd, bd, dy, N, C, eps, ln, row);
+    gb[i] = norm_fd(&bd[i], xd, wd, bd, dy, N, C, eps, ln, row);
   }
   snprintf(what, sizeof what, "%s bwd dx N %zu C %d", ln ? "layernorm" : "rmsnorm", N, C);
   expect_close_max(dx, gx, n, 1e-3, what);
