@@ -23,7 +23,8 @@ extern "C" {
 #endif
 
 /* ---- residual + norm -----------------------------------------------------------
- * xout = bf16(x + delta) (delta fp32, NULL: xout = x, xout may be NULL then);
+ * xout = bf16(x + delta) (delta fp32, NULL: xout = x, xout may be NULL then;
+ * xout may be x);
  * y = bf16(norm(xout) * w (+ b)), statistics from the rounded xout.
  * layernorm: mean saved and b added; else RMSNorm (mean may be NULL). */
 int gpt_resid_norm_cuda_fwd(uint16_t *xout, uint16_t *y, float *mean, float *rstd,

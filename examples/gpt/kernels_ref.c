@@ -16,6 +16,16 @@ float gpt_bf16_round(float x) { return ferry_bf16_to_f32(ferry_f32_to_bf16(x)); 
 
 /* ---- residual + norm ---------------------------------------------------------- */
 
+/* The column sums of the CUDA kernels (norm dw/db, bias grads) run in up to
+ * 256 slices of rows, each writing 2 x C partial sums; the size is plain C
+ * so that the plan counts it without a GPU. */
+#define COLSUM_SLICES 256
+
+size_t gpt_norm_bwd_partial_floats(size_t N, int C) {
+  size_t slices = N < COLSUM_SLICES ? N : COLSUM_SLICES;
+  return (slices ? slices : 1) * 2 * (size_t)(C > 0 ? C : 0);
+}
+
 void gpt_resid_norm_ref_fwd(float *xout, float *y, float *mean, float *rstd, const float *x,
                             const float *delta, const float *w, const float *b, size_t N, int C,
                             float eps, int layernorm) {
@@ -26,7 +36,7 @@ void gpt_resid_norm_ref_fwd(float *xout, float *y, float *mean, float *rstd, con
       float *xo = xout + n * C;
       for (int i = 0; i < C; i++) xo[i] = gpt_bf16_round(xr[i] + delta[n * C + i]);
       xr = xo;
-    } else if (xout) {
+    } else if (xout && xout != x) {
       memcpy(xout + n * C, xr, (size_t)C * sizeof(float));
     }
     float mu = 0, ss = 0;
