@@ -2,7 +2,8 @@
  * attention (kernels_cuda.cu) and their CPU references (kernels_ref.c):
  * the residual add fused into RMSNorm / LayerNorm forward and backward,
  * SwiGLU and GELU on bf16 activations, and the softmax cross-entropy run
- * in chunks of tokens, so no B x T x V fp32 logits are ever held.
+ * in chunks of tokens, so no B x T x V fp32 logits are ever held; and a
+ * GEMM on cuBLASLt with the bias or bias + GELU in its epilogue (gemm_lt.cu).
  *
  * Activations are bf16 (uint16_t bits here, __nv_bfloat16 in CUDA); norm
  * statistics, softmax sums and the loss accumulate in fp32. Weights come
@@ -72,6 +73,20 @@ int gpt_ce_cuda_fwd(const float *logits, const int32_t *tgt, size_t n, int V, fl
                     float *lse, void *stream, char *err, size_t errlen);
 int gpt_ce_cuda_bwd(uint16_t *dlogits, const float *logits, const int32_t *tgt, const float *lse,
                     size_t n, int V, float scale, void *stream, char *err, size_t errlen);
+
+/* ---- GEMM on cuBLASLt with a fused epilogue (gemm_lt.cu) ----------------------------
+ * Row-major D [m, n] = alpha op(A) [m, k] . op(B) [k, n] + beta D: A and B
+ * bf16 (ta: A stored [k, m]; tb: B stored [n, k], as a Linear's weight
+ * [out, in]), fp32 accumulation, D in ddt (FERRY_DT_BF16 / FERRY_DT_F32).
+ * epi GPT_EPI_BIAS adds bias [n] before D is stored; GPT_EPI_GELU_AUX_BIAS
+ * also stores the biased sum in aux [m, n] and D = gelu(it) (tanh form,
+ * fp32 before rounding; n % 8 == 0). bias and aux in ddt. lt: a
+ * cublasLtHandle_t; ws / ws_bytes: the caller's workspace, the algorithm
+ * chosen among those that fit it. */
+enum { GPT_EPI_NONE = 0, GPT_EPI_BIAS = 1, GPT_EPI_GELU_AUX_BIAS = 2 };
+int gpt_gemm_lt(void *lt, int m, int n, int k, const uint16_t *A, int ta, const uint16_t *B,
+                int tb, void *D, int ddt, float alpha, float beta, int epi, const void *bias,
+                void *aux, void *ws, size_t ws_bytes, void *stream, char *err, size_t errlen);
 
 /* ---- CPU references (kernels_ref.c) --------------------------------------------------
  * The same contracts on host memory, activations as fp32 holding bf16

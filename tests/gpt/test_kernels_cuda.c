@@ -4,7 +4,8 @@
  * 16 to 300 rows, weights in fp32 / bf16 / fp16, with and without the
  * residual add, in place; SwiGLU and GELU on ragged and misaligned sizes;
  * the cross-entropy at V = 32000, 50257 (ragged) and 128256 with 16 to 64
- * rows, in chunks. Tolerances (the kernels differ from the references only
+ * rows, in chunks; the cuBLASLt GEMM with each epilogue, in each transpose
+ * a Linear needs, bf16 and fp32 D, with and without a workspace. Tolerances (the kernels differ from the references only
  * in accumulation order and in the last ulp of expf / tanhf):
  *   bf16 stores from the same single fp32 op (x + delta, x + b)   bit-exact
  *   other bf16 stores         |g - r| <= 2^-7 |r| + atol (one bf16 ulp)
@@ -13,6 +14,8 @@
  *   GELU db                   2^-7 sum |terms| + 1e-5 (per column)
  *   bias grad                 3e-5 sum |terms| + 1e-6 (per column, against double)
  *   cross-entropy lse, loss   2e-5 + 1e-6 |lse|
+ *   cuBLASLt GEMM             1e-4 sum |a b| + one bf16 ulp (bf16 D); GELU
+ *                             epilogue + 1e-3 (its own GELU), against double
  * The column sums (no atomics) give the same bits on a second run. A
  * launcher's refusal and a CUDA error come back as -1 with the text in err.
  * Exits 77 without a CUDA device.
@@ -24,6 +27,7 @@
 #include "ferry.h"
 #include "tests/test.h"
 
+#include <cublasLt.h>
 #include <cuda_runtime.h>
 #include <math.h>
 #include <string.h>
@@ -348,6 +352,92 @@ static void test_ce(size_t n, int V) {
   cudaFree(dloss2), cudaFree(dlse2);
 }
 
+/* ---- GEMM on cuBLASLt ------------------------------------------------------------------------ */
+
+static double gelu_d(double v) {
+  return 0.5 * v * (1.0 + tanh(0.7978845608028654 * (v + 0.044715 * v * v * v)));
+}
+
+/* D [m, n] = op(A) op(B) (+ beta D) (+ bias, gelu) against a double GEMM
+ * of the same bf16 operands */
+static void test_gemm(void *lt, void *ws, size_t wsb, int m, int n, int k, int ta, int tb,
+                      int ddt, float beta, int epi) {
+  char what[128];
+  snprintf(what, sizeof what, "gemm m %d n %d k %d ta %d tb %d %s beta %g epi %d ws %zu", m, n, k,
+           ta, tb, ferry_dtype_name(ddt), (double)beta, epi, wsb);
+  size_t mn = (size_t)m * n;
+  int bf = ddt == FERRY_DT_BF16;
+  float *a = randv((size_t)m * k, 1.0f, 0.0f, 1), *b = randv((size_t)k * n, 1.0f, 0.0f, 1);
+  float *d0 = randv(mn, 1.0f, 0.0f, bf), *bias = randv((size_t)n, 1.0f, 0.0f, bf);
+  float *r = xmalloc(mn * 4), *raux = xmalloc(mn * 4), *tol = xmalloc(mn * 4);
+  float *taux = xmalloc(mn * 4);
+  for (int i = 0; i < m; i++)
+    for (int j = 0; j < n; j++) {
+      double acc = 0, mag = 0;
+      for (int l = 0; l < k; l++) {
+        double x = a[ta ? (size_t)l * m + i : (size_t)i * k + l];
+        double y = b[tb ? (size_t)j * k + l : (size_t)l * n + j];
+        acc += x * y, mag += fabs(x * y);
+      }
+      acc += beta * d0[(size_t)i * n + j] + (epi != GPT_EPI_NONE ? bias[j] : 0.0);
+      size_t o = (size_t)i * n + j;
+      int gl = epi == GPT_EPI_GELU_AUX_BIAS;
+      raux[o] = (float)acc;
+      r[o] = (float)(gl ? gelu_d(acc) : acc);
+      /* fp32 accumulation in any order, the bf16 store; cuBLASLt's own GELU */
+      taux[o] = (float)(1e-4 * mag + 1e-6 + (bf ? ULP * fabs(acc) : 0.0));
+      tol[o] = gl ? (float)(1.2e-4 * mag + 1e-3 + (bf ? ULP * fabs((double)r[o]) : 0.0)) : taux[o];
+    }
+  uint16_t *da = dput_bf16(a, (size_t)m * k), *db = dput_bf16(b, (size_t)k * n);
+  void *dd = bf ? (void *)dput_bf16(d0, mn) : dput(d0, mn * 4);
+  void *dbias = bf ? (void *)dput_bf16(bias, (size_t)n) : dput(bias, (size_t)n * 4);
+  void *daux = dalloc(mn * 4);
+  int rc = gpt_gemm_lt(lt, m, n, k, da, ta, db, tb, dd, ddt, 1.0f, beta, epi, dbias, daux, ws, wsb,
+                       st, err, sizeof err);
+  if (rc) fprintf(stderr, "%s: %s\n", what, err);
+  EXPECT(rc == 0);
+  float *g = bf ? dget_bf16(dd, mn) : dget_f32(dd, mn);
+  size_t bad = 0, first = 0;
+  for (size_t i = 0; i < mn; i++)
+    if (!(fabs((double)g[i] - r[i]) <= tol[i]) && !bad++) first = i;
+  if (epi == GPT_EPI_GELU_AUX_BIAS) {
+    float *ga = bf ? dget_bf16(daux, mn) : dget_f32(daux, mn);
+    for (size_t i = 0; i < mn; i++)
+      if (!(fabs((double)ga[i] - raux[i]) <= taux[i]) && !bad++)
+        first = i;
+    free(ga);
+  }
+  if (bad)
+    fprintf(stderr, "%s: %zu off, first [%zu]: gpu %.9g ref %.9g\n", what, bad, first,
+            (double)g[first], (double)r[first]);
+  EXPECT(bad == 0);
+  free(a), free(b), free(d0), free(bias), free(r), free(raux), free(tol), free(taux);
+  free(g);
+  cudaFree(da), cudaFree(db), cudaFree(dd), cudaFree(dbias), cudaFree(daux);
+}
+
+static void test_gemms(void) {
+  cublasLtHandle_t lt;
+  REQUIRE(cublasLtCreate(&lt) == CUBLAS_STATUS_SUCCESS);
+  size_t wsb = (size_t)32 << 20;
+  void *ws = dalloc(wsb);
+  const int BF = FERRY_DT_BF16, F32 = FERRY_DT_F32;
+  /* a Linear's forward y = x W^T (+ b, gelu), its dx = dy W and dW += dy^T x */
+  for (int epi = 0; epi < 3; epi++) test_gemm(lt, ws, wsb, 64, 768, 256, 0, 1, BF, 0.0f, epi);
+  test_gemm(lt, ws, wsb, 64, 256, 768, 0, 0, F32, 1.0f, GPT_EPI_NONE);
+  test_gemm(lt, ws, wsb, 768, 256, 64, 1, 0, F32, 1.0f, GPT_EPI_NONE);
+  test_gemm(lt, ws, wsb, 33, 40, 72, 0, 1, F32, 0.0f, GPT_EPI_BIAS);
+  test_gemm(lt, ws, wsb, 48, 64, 32, 1, 1, BF, 0.5f, GPT_EPI_GELU_AUX_BIAS);
+  test_gemm(lt, NULL, 0, 64, 768, 256, 0, 1, BF, 0.0f, GPT_EPI_BIAS); /* no workspace */
+  /* refused: GELU_AUX_BIAS with n % 8 != 0 */
+  err[0] = 0;
+  EXPECT(gpt_gemm_lt(lt, 8, 37, 8, ws, 0, ws, 1, ws, BF, 1.0f, 0.0f, GPT_EPI_GELU_AUX_BIAS, ws, ws,
+                     ws, wsb, st, err, sizeof err) == -1);
+  EXPECT(strstr(err, "gpt_gemm_lt") != NULL);
+  cudaFree(ws);
+  REQUIRE(cublasLtDestroy(lt) == CUBLAS_STATUS_SUCCESS);
+}
+
 /* a refusal and a CUDA error: -1 and the text in err, nothing left behind */
 static void test_errors(void) {
   uint16_t *d = dalloc(64);
@@ -390,6 +480,7 @@ int main(void) {
   test_ce(17, 50257);
   test_ce(16, 128256);
   test_ce(64, 128256);
+  test_gemms();
   REQUIRE(cudaStreamDestroy(st) == cudaSuccess);
   return test_finish("gpt.cuda.kernels");
 }
