@@ -34,7 +34,8 @@ int gpt_resid_norm_cuda_fwd(uint16_t *xout, uint16_t *y, float *mean, float *rst
                             char *err, size_t errlen);
 /* dx += d(norm)/dx applied to dy (fp32); dw (and db) += their grads (fp32,
  * no atomics per element: per-block partial sums, then one reduction into
- * `partial`, a workspace of gpt_norm_bwd_partial_floats(N, C) floats). */
+ * `partial`, a workspace of gpt_norm_bwd_partial_floats(N, C) floats: plain
+ * C in kernels_ref.c, so a plan counts it without a GPU). */
 size_t gpt_norm_bwd_partial_floats(size_t N, int C);
 int gpt_norm_cuda_bwd(float *dx, float *dw, float *db, const float *dy, const uint16_t *x,
                       const float *mean, const float *rstd, const void *w, int wdt, size_t N,
