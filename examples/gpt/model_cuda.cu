@@ -785,6 +785,14 @@ extern "C" int gpt_cuda_model_create(const gpt_schema *s, const gpt_run_config *
   m->C = c->d_model, m->F = c->d_ff, m->V = c->vocab, m->H = c->n_head, m->KV = c->n_kv_head;
   m->hd = c->d_model / c->n_head, m->L = c->n_layer, m->qkvw = (int)m->lay.qkvw;
   m->kvw = m->KV * m->hd, m->cb = (int)m->lay.chunk_b, m->ce = (int)m->lay.ce_rows;
+  size_t rows = (size_t)m->cb * m->T > (size_t)m->ce ? (size_t)m->cb * m->T : (size_t)m->ce;
+  int wide = m->F > m->qkvw ? m->F : m->qkvw;
+  if (gpt_norm_bwd_partial_floats(rows, wide > m->C ? wide : m->C) > m->lay.partial_floats) {
+    snprintf(err, errlen, "the layout's partial sums (%zu floats) are smaller than the fused "
+             "kernels need", m->lay.partial_floats);
+    free(m);
+    return -1;
+  }
   if (create_runtime(m, mem)) {
     snprintf(err, errlen, "CUDA model (%zu bytes of device memory): %s", m->lay.bytes, m->err);
     gpt_cuda_model_free(m);

@@ -9,6 +9,7 @@
  * the block's bytes, so a budget planned with `ferry plan` holds it.
  */
 #include "gpt_cuda.h"
+#include "gpt_kernels.h"
 
 #include "ferry.h"
 #include "plan/plan.h"
@@ -128,6 +129,15 @@ static size_t check_layout(const gpt_schema *s, const gpt_run_config *rc, ferry_
   EXPECT(lay.buf[FERRY_GL_BLOCKS].bytes >= (size_t)lay.n_acts * lay.block_bytes);
   EXPECT(lay.block_bytes % 256 == 0);
   EXPECT(wdt != FERRY_DT_BF16 || lay.wbf_elems == 0);
+  /* the column reductions' workspace holds what the fused kernels ask for
+   * at the widest reduced width (norm C, GPT-2's c_attn bias 3C, fc F) */
+  {
+    size_t rows = (size_t)lay.chunk_b * rc->seq, ce = (size_t)lay.ce_rows;
+    int wide = s->cfg.d_ff > lay.qkvw ? s->cfg.d_ff : (int)lay.qkvw;
+    wide = wide > s->cfg.d_model ? wide : s->cfg.d_model;
+    EXPECT(lay.partial_floats >= gpt_norm_bwd_partial_floats(rows > ce ? rows : ce, wide));
+    EXPECT(lay.buf[FERRY_GL_PARTIAL].bytes >= lay.partial_floats * sizeof(float));
+  }
   /* activations then workspace, the split `ferry plan` prints */
   EXPECT(lay.activations == lay.buf[FERRY_GL_FIRST_WORKSPACE].off);
   EXPECT(lay.activations + lay.workspace == lay.bytes);
