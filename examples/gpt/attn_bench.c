@@ -15,31 +15,39 @@
 #include <string.h>
 
 static const char *usage =
-    "usage: ferry-gpt-attn [--batch B] [--seq T] [--heads H] [--kv-heads KV] [--head-dim D]\n"
-    "                      [--iters N] [--warmup W] [--check-seq S] [--json]\n"
+    "NAME\n"
+    "    ferry-gpt-attn - time the causal flash attention kernels alone\n"
     "\n"
-    "Times causal flash attention on the GPU: forward, backward, forward + backward\n"
-    "(milliseconds per call, CUDA events, after W warm-up calls), q k v packed in\n"
-    "one bf16 buffer of rows [q k v] as the model keeps them.\n"
+    "SYNOPSIS\n"
+    "    ferry-gpt-attn [--batch B] [--seq T] [--heads H] [--kv-heads KV] [--head-dim D]\n"
+    "                   [--iters N] [--warmup W] [--check-seq S] [--json]\n"
     "\n"
-    "  --batch B       sequences (default 1)\n"
-    "  --seq T         tokens per sequence (default 2048)\n"
-    "  --heads H       query heads (default 16)\n"
-    "  --kv-heads KV   key/value heads, dividing H (default H)\n"
-    "  --head-dim D    16, 32, ... 128 (default 64)\n"
-    "  --iters N       timed calls of each (default 20)\n"
-    "  --warmup W      untimed calls first (default 3)\n"
-    "  --check-seq S   the check run's T, against the CPU reference (default\n"
-    "                  min(T, 256); 0 skips it)\n"
-    "  --json          one JSON object: batch, seq, heads, kv_heads, head_dim,\n"
-    "                  fwd_ms, bwd_ms, fwd_bwd_ms, tflops_fwd, tflops_fwd_bwd\n"
-    "                  (causal FLOPs: forward 2 B H T^2 D, backward 2.5 times that),\n"
-    "                  peak_bytes (device bytes this program allocated), extra_bytes\n"
-    "                  (of those, lse and delta), max_abs_err (the check run's\n"
-    "                  largest |GPU - CPU| over o, dq, dk, dv, or null and\n"
-    "                  check_skipped with the reason)\n"
+    "DESCRIPTION\n"
+    "    Checks the kernels against the CPU reference on one sequence of S tokens, then\n"
+    "    times forward, backward and forward + backward on the GPU (milliseconds per\n"
+    "    call, CUDA events, after W warm-up calls), q k v packed in one bf16 buffer of\n"
+    "    rows [q k v] as the model keeps them. Prints one line.\n"
     "\n"
-    "Exit status: 0 done, 1 a CUDA error or no device, 2 bad usage.\n";
+    "OPTIONS\n"
+    "    --batch B       sequences (default 1).\n"
+    "    --seq T         tokens per sequence (default 2048).\n"
+    "    --heads H       query heads (default 16).\n"
+    "    --kv-heads KV   key/value heads, dividing H (default H).\n"
+    "    --head-dim D    16, 32, ... 128 (default 64).\n"
+    "    --iters N       timed calls of each (default 20).\n"
+    "    --warmup W      untimed calls first (default 3).\n"
+    "    --check-seq S   the check's sequence length (default min(T, 256); 0 skips it).\n"
+    "    --json          one JSON object: batch, seq, heads, kv_heads, head_dim, iters,\n"
+    "                    fwd_ms, bwd_ms, fwd_bwd_ms, tflops_fwd, tflops_fwd_bwd (causal\n"
+    "                    FLOPs: forward 2 B H T^2 D, backward 2.5 times that),\n"
+    "                    peak_bytes (the device bytes it allocated), extra_bytes (of\n"
+    "                    those, lse and delta), max_abs_err (the check's largest\n"
+    "                    |GPU - CPU| over o, dq, dk, dv; null and check_skipped\n"
+    "                    without a check).\n"
+    "    -h, --help      this text.\n"
+    "\n"
+    "EXIT STATUS\n"
+    "    0 on success, 1 on a CUDA failure or without a GPU, 2 on bad usage.\n";
 
 typedef struct {
   int B, T, H, KV, D, iters, warmup, check_seq, json;
@@ -74,8 +82,8 @@ static int parse(int argc, char **argv, opts *o) {
     for (int n = 0; n < 8; n++)
       if (!strcmp(a, names[n])) k = n;
     if (k < 0 || i + 1 >= argc) {
-      fprintf(stderr, "ferry-gpt-attn: %s: %s\n%s", a, k < 0 ? "unknown option" : "needs a value",
-              usage);
+      fprintf(stderr, "ferry-gpt-attn: %s: %s (ferry-gpt-attn --help)\n", a,
+              k < 0 ? "unknown option" : "needs a value");
       return -1;
     }
     char *end;
@@ -212,7 +220,7 @@ int main(int argc, char **argv) {
                       (long)(o.H + 2 * o.KV) * o.D, (long)(o.H + 2 * o.KV) * o.D,
                       (long)o.H * o.D, 1.0f};
   if (gpt_attn_check(&s, why, sizeof why)) {
-    fprintf(stderr, "ferry-gpt-attn: %s\n%s", why, usage);
+    fprintf(stderr, "ferry-gpt-attn: %s (ferry-gpt-attn --help)\n", why);
     return 2;
   }
   int ndev = 0;
