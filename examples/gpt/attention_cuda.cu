@@ -22,6 +22,13 @@
 typedef __nv_bfloat16 bf16;
 namespace wm = nvcuda::wmma;
 
+/* every launch goes through ATTN_LAUNCH: tests/gpt/cuda_emu/ defines its
+ * own to run the kernels on the host */
+#ifndef ATTN_LAUNCH
+#define ATTN_LAUNCH(kernel, grid, block, smem, st, ...) \
+  kernel<<<(grid), (block), (smem), (st)>>>(__VA_ARGS__)
+#endif
+
 enum { BR = GPT_ATTN_BR, BC = GPT_ATTN_BC, NW = 4, NT = NW * 32 };
 static_assert(BR == BC && BR == NW * 16, "one 16-row slice per warp; square tiles");
 
@@ -432,7 +439,7 @@ static int launch(K kernel, dim3 grid, unsigned smem, cudaStream_t st, const cha
   if (cuda_fail(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                      (int)smem), what, err, errlen))
     return -1;
-  kernel<<<grid, NT, smem, st>>>(args...);
+  ATTN_LAUNCH(kernel, grid, NT, smem, st, args...);
   return cuda_fail(cudaGetLastError(), what, err, errlen);
 }
 
@@ -465,8 +472,8 @@ extern "C" int gpt_attn_cuda_bwd(const gpt_attn_shape *s, const uint16_t *q, con
   const bf16 *bq = (const bf16 *)q, *bk = (const bf16 *)k, *bv = (const bf16 *)v;
   const bf16 *bo = (const bf16 *)o, *bd = (const bf16 *)dout;
   long rows = (long)s->B * s->H * s->T, blocks = (rows + 7) / 8;
-  k_attn_delta<<<(unsigned)(blocks < (1 << 20) ? blocks : (1 << 20)), 256, 0, st>>>(*s, bo, bd,
-                                                                                    delta);
+  unsigned nb = (unsigned)(blocks < (1 << 20) ? blocks : (1 << 20));
+  ATTN_LAUNCH(k_attn_delta, nb, 256, 0, st, *s, bo, bd, delta);
   if (cuda_fail(cudaGetLastError(), "delta", err, errlen)) return -1;
   int nt = (s->T + BR - 1) / BR;
   dim3 gkv(nt, s->KV, s->B), gq(nt, s->H, s->B);
