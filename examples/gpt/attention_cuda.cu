@@ -120,12 +120,47 @@ __device__ static void load_rows(float *slse, float *sdelta, const float *lse, c
   }
 }
 
-/* ---- forward ------------------------------------------------------------------
- * One CTA per (q tile, head, batch), q tiles in reverse (the longest rows
+/* ---- forward ------------------------------------------------------------------ */
+
+/* The online softmax of one key tile for the warp's 16 rows, two lanes
+ * per row (32 columns each): the scaled, masked scores' max, P = exp(S - m)
+ * into sP (bf16), the running sum, and the output rows rescaled by
+ * exp(m_old - m_new). sS holds the raw scores q k^T. */
+template <int PD>
+__device__ static void online_softmax(float *sS, bf16 *sP, float *sO, float *sM, float *sL,
+                                      int i0, int j0, int T, float scale) {
+  const int w = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int r = w * 16 + lane / 2, half = lane & 1, i = i0 + r;
+  float *srow = sS + r * LDS + half * 32;
+  bf16 *prow = sP + r * LDP + half * 32;
+  float mx = -INFINITY;
+  for (int e = 0; e < 32; e++) {
+    int j = j0 + half * 32 + e;
+    float x = j <= i && j < T ? srow[e] * scale : -INFINITY;
+    srow[e] = x;
+    mx = fmaxf(mx, x);
+  }
+  mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+  const float mold = sM[r], mnew = fmaxf(mold, mx);
+  const float mref = mnew == -INFINITY ? 0.0f : mnew; /* a row with no key yet */
+  const float alpha = __expf(mold - mref);            /* 0 on the first tile */
+  float sum = 0.0f;
+  for (int e = 0; e < 32; e++) {
+    float p = __expf(srow[e] - mref);
+    sum += p;
+    prow[e] = __float2bfloat16(p);
+  }
+  sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+  float *orow = sO + r * LDO(PD) + half * (PD / 2);
+  for (int e = 0; e < PD / 2; e++) orow[e] *= alpha;
+  __syncwarp(); /* both lanes of the row have read sM[r] (the shuffles) */
+  if (!half) sM[r] = mnew, sL[r] = sL[r] * alpha + sum;
+}
+
+/* One CTA per (q tile, head, batch), q tiles in reverse (the longest rows
  * start first). Per key tile up to the diagonal: S = q k^T (wmma) staged
- * in shared memory; each row's max, P = exp(S - m) (bf16), the running sum
- * and the rescale of the output rows by two lanes per row; then O += P v
- * (wmma on the output accumulator kept in shared memory). */
+ * in shared memory; the online softmax; then O += P v (wmma on the output
+ * accumulator kept in shared memory). */
 template <int PD>
 __global__ void __launch_bounds__(NT) k_attn_fwd(gpt_attn_shape s, const bf16 *q, const bf16 *k,
                                                  const bf16 *v, bf16 *o, float *lse, int vec) {
@@ -167,33 +202,7 @@ __global__ void __launch_bounds__(NT) k_attn_fwd(gpt_attn_shape s, const bf16 *q
       wm::store_matrix_sync(sS + w * 16 * LDS + c * 16, acc, LDS, wm::mem_row_major);
     }
     __syncwarp();
-    { /* online softmax: two lanes per row, 32 columns each */
-      const int r = w * 16 + lane / 2, half = lane & 1, i = i0 + r;
-      float *srow = sS + r * LDS + half * 32;
-      bf16 *prow = sP + r * LDP + half * 32;
-      float mx = -INFINITY;
-      for (int e = 0; e < 32; e++) {
-        int j = j0 + half * 32 + e;
-        float x = j <= i && j < T ? srow[e] * s.scale : -INFINITY;
-        srow[e] = x;
-        mx = fmaxf(mx, x);
-      }
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-      const float mold = sM[r], mnew = fmaxf(mold, mx);
-      const float mref = mnew == -INFINITY ? 0.0f : mnew; /* a row with no key yet */
-      const float alpha = __expf(mold - mref);            /* 0 on the first tile */
-      float sum = 0.0f;
-      for (int e = 0; e < 32; e++) {
-        float p = __expf(srow[e] - mref);
-        sum += p;
-        prow[e] = __float2bfloat16(p);
-      }
-      sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-      float *orow = sO + r * LDO(PD) + half * (PD / 2);
-      for (int e = 0; e < PD / 2; e++) orow[e] *= alpha;
-      __syncwarp(); /* both lanes of the row have read sM[r] (the shuffles) */
-      if (!half) sM[r] = mnew, sL[r] = sL[r] * alpha + sum;
-    }
+    online_softmax<PD>(sS, sP, sO, sM, sL, i0, j0, T, s.scale);
     __syncwarp();
     for (int c = 0; c < PD / 16; c++) { /* O += P v */
       frag_c acc;

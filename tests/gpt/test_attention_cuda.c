@@ -116,6 +116,24 @@ static char *pad_mask(const problem *p, int for_out) {
   return m;
 }
 
+/* every head column written (finite), nothing else (the 0xff fill kept);
+ * the two backward runs bit for bit */
+static void check_layout(const problem *p, const uint16_t *o16, const float *o, const float *g,
+                         const float *g2) {
+  char *mo = pad_mask(p, 1), *mi = pad_mask(p, 0);
+  long bad_o = 0, bad_g = 0;
+  for (long i = 0; i < p->nout; i++) bad_o += mo[i] ? o16[i] != 0xffff : !isfinite(o[i]);
+  for (long i = 0; i < p->nin; i++) {
+    uint32_t bits;
+    memcpy(&bits, g + i, 4);
+    bad_g += mi[i] ? bits != 0xffffffffu : !isfinite(g[i]);
+  }
+  EXPECT_EQ_INT(bad_o, 0);
+  EXPECT_EQ_INT(bad_g, 0);
+  EXPECT(memcmp(g, g2, p->nin * sizeof(float)) == 0);
+  free(mo), free(mi);
+}
+
 /* compare: 0 runs only (forward and backward finite, for the long shape) */
 static void run(int B, int T, int H, int KV, int hd, int packed, int pad, int compare) {
   char tag[160], err[256];
@@ -168,19 +186,7 @@ static void run(int B, int T, int H, int KV, int hd, int packed, int pad, int co
   CU(cudaMemcpy(g2, dgrad2, p.nin * sizeof(float), cudaMemcpyDeviceToHost));
   for (long i = 0; i < p.nout; i++) o[i] = gpt_bf16_to_f32(o16[i]);
 
-  /* layout: every head column written, nothing else; backward deterministic */
-  char *mo = pad_mask(&p, 1), *mi = pad_mask(&p, 0);
-  long bad_o = 0, bad_g = 0;
-  for (long i = 0; i < p.nout; i++) bad_o += mo[i] ? o16[i] != 0xffff : !isfinite(o[i]);
-  for (long i = 0; i < p.nin; i++) {
-    uint32_t bits;
-    memcpy(&bits, g + i, 4);
-    bad_g += mi[i] ? bits != 0xffffffffu : !isfinite(g[i]);
-  }
-  EXPECT_EQ_INT(bad_o, 0);
-  EXPECT_EQ_INT(bad_g, 0);
-  EXPECT(memcmp(g, g2, p.nin * sizeof(float)) == 0);
-  free(mo), free(mi);
+  check_layout(&p, o16, o, g, g2);
 
   if (compare) {
     float *ro = calloc(p.nout, sizeof(float)), *rl = malloc(p.nlse * sizeof(float));
