@@ -25,6 +25,7 @@ typedef struct {
 } bufs;
 
 static unsigned long long seed = 0x9e3779b97f4a7c15ull;
+static float q_amp = 2.5f; /* q in [-q_amp, q_amp]: larger, more peaked rows */
 static float urand(float a) { return a * (2.0f * (float)(test_rand(&seed) >> 11) / 9007199254740992.0f - 1.0f); }
 
 /* packed: rows [q k v pad] in one buffer; else three planar buffers with
@@ -62,7 +63,7 @@ static void make(bufs *x, int B, int T, int H, int KV, int hd, int packed) {
   for (long i = 0; i < x->no; i++) x->o[i] = SENTINEL, x->dout[i] = SENTINEL;
   /* q wider than k and v: peaked rows, so the online max moves */
   for (long n = 0; n < BT; n++) {
-    for (int c = 0; c < H * hd; c++) x->q[n * s->ldq + c] = urand(2.5f);
+    for (int c = 0; c < H * hd; c++) x->q[n * s->ldq + c] = urand(q_amp);
     for (int c = 0; c < KV * hd; c++) x->k[n * s->ldk + c] = urand(1.0f);
     for (int c = 0; c < KV * hd; c++) x->v[n * s->ldv + c] = urand(1.0f);
     for (int c = 0; c < H * hd; c++) x->dout[n * s->ldo + c] = urand(1.0f);
@@ -264,6 +265,9 @@ int main(void) {
   equal_to_naive(1, 130, 8, 1, 128, 1);
   equal_to_naive(1, 64, 2, 2, 128, 0);
   equal_to_naive(2, 129, 8, 1, 32, 0);
+  q_amp = 40.0f; /* scores in the hundreds: nearly one-hot rows */
+  equal_to_naive(1, 150, 4, 2, 64, 1);
+  q_amp = 2.5f;
   finite_differences();
   causality();
   return test_finish("gpt.attention");
