@@ -5,7 +5,9 @@
  * atomics): delta = rowsum(dout * o); dk, dv per (key tile, kv head, batch)
  * over the group's query heads and the q tiles from the diagonal down; dq
  * per (q tile, head, batch). It mirrors attention_ref.c's tiled reference
- * tile for tile. Four warps per CTA, each owning 16 rows of the 64-row tile.
+ * tile for tile (but for the forward's output, rescaled only when a row's
+ * max moves by more than RESCALE_AT). Four warps per CTA, each owning 16
+ * rows of the 64-row tile.
  * Head dims are padded to a template width PD (64 or 128): the loads fill
  * the columns past hd with zeros and the stores skip them.
  */
@@ -49,7 +51,7 @@ __host__ __device__ static size_t up128(size_t n) { return (n + 127) & ~(size_t)
 
 /* the byte offsets of each kernel's shared-memory regions (host and device) */
 typedef struct {
-  unsigned k, v, s, p, o, m, l, total; /* forward */
+  unsigned k, v, s, p, o, m, l, a, total; /* forward */
 } fwd_smem;
 typedef struct {
   unsigned t0, t1, t2, t3, p, ds, lse, delta, scr, total; /* backward: 4 tiles, P, dS, rows, scratch */
@@ -65,6 +67,7 @@ __host__ __device__ static fwd_smem fwd_layout(int PD) {
   f.o = (unsigned)at, at = up128(at + (size_t)BR * LDO(PD) * sizeof(float)); /* q first */
   f.m = (unsigned)at, at = up128(at + BR * sizeof(float));
   f.l = (unsigned)at, at = up128(at + BR * sizeof(float));
+  f.a = (unsigned)at, at = up128(at + BR * sizeof(float));
   f.total = (unsigned)at;
   return f;
 }
@@ -120,47 +123,82 @@ __device__ static void load_rows(float *slse, float *sdelta, const float *lse, c
   }
 }
 
+/* acc[c] += a b[:, c*16..] over the 64 rows of b: a is the warp's 16 rows
+ * of a [64][64] bf16 tile (P or dS, stride LDP), b a [64][PD] tile */
+template <int PD>
+__device__ static void mma_rows(frag_c *acc, const bf16 *a, const bf16 *b) {
+  for (int kk = 0; kk < 64 / 16; kk++) {
+    frag_a fa;
+    wm::load_matrix_sync(fa, a + kk * 16, LDP);
+    for (int c = 0; c < PD / 16; c++) {
+      frag_b fb;
+      wm::load_matrix_sync(fb, b + kk * 16 * LDH(PD) + c * 16, LDH(PD));
+      wm::mma_sync(acc[c], fa, fb, acc[c]);
+    }
+  }
+}
+
 /* ---- forward ------------------------------------------------------------------ */
 
-/* The online softmax of one key tile for the warp's 16 rows, two lanes
- * per row (32 columns each): the scaled, masked scores' max, P = exp(S - m)
- * into sP (bf16), the running sum, and the output rows rescaled by
- * exp(m_old - m_new). sS holds the raw scores q k^T. */
-template <int PD>
-__device__ static void online_softmax(float *sS, bf16 *sP, float *sO, float *sM, float *sL,
-                                      int i0, int j0, int T, float scale) {
+/* P = exp(S - ref) with a row's reference ref kept while its max stays
+ * within RESCALE_AT of it: P stays below e^8 (fine in bf16 and fp32) and
+ * the output accumulators, held in registers, go through shared memory to
+ * be rescaled only when a row's max moves further (rarely after the first
+ * tiles). */
+#define RESCALE_AT 8.0f
+
+/* The online softmax of one key tile for the warp's 16 rows, two lanes per
+ * row (32 columns each): each row's scaled, masked max; a new reference
+ * on the first tile or where the max passed ref + RESCALE_AT, with alpha =
+ * exp(old - new) for the row's sum and output (into sA; 1 elsewhere); P =
+ * exp(S scale - ref) into sP (bf16), its sum into sL. Returns, the same in
+ * every lane, whether a row of the warp must rescale its output. */
+__device__ static int online_softmax(const float *sS, bf16 *sP, float *sM, float *sL, float *sA,
+                                     int i0, int j0, int T, float scale) {
   const int w = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int r = w * 16 + lane / 2, half = lane & 1, i = i0 + r;
-  float *srow = sS + r * LDS + half * 32;
+  const int r = w * 16 + lane / 2, half = lane & 1, jb = j0 + half * 32;
+  const int nvalid = min(i0 + r - jb + 1, T - jb); /* columns e < nvalid: keys j <= i, j < T */
+  const float *srow = sS + r * LDS + half * 32;
   bf16 *prow = sP + r * LDP + half * 32;
   float mx = -INFINITY;
-  for (int e = 0; e < 32; e++) {
-    int j = j0 + half * 32 + e;
-    float x = j <= i && j < T ? srow[e] * scale : -INFINITY;
-    srow[e] = x;
-    mx = fmaxf(mx, x);
-  }
+  for (int e = 0; e < 32; e++)
+    if (e < nvalid) mx = fmaxf(mx, srow[e] * scale);
   mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-  const float mold = sM[r], mnew = fmaxf(mold, mx);
-  const float mref = mnew == -INFINITY ? 0.0f : mnew; /* a row with no key yet */
-  const float alpha = __expf(mold - mref);            /* 0 on the first tile */
+  const float ref = sM[r];
+  const float nref = ref == -INFINITY || mx > ref + RESCALE_AT ? mx : ref;
+  const float mref = nref == -INFINITY ? 0.0f : nref; /* a row with no key yet */
   float sum = 0.0f;
   for (int e = 0; e < 32; e++) {
-    float p = __expf(srow[e] - mref);
+    float p = e < nvalid ? __expf(srow[e] * scale - mref) : 0.0f;
     sum += p;
     prow[e] = __float2bfloat16(p);
   }
   sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-  float *orow = sO + r * LDO(PD) + half * (PD / 2);
-  for (int e = 0; e < PD / 2; e++) orow[e] *= alpha;
-  __syncwarp(); /* both lanes of the row have read sM[r] (the shuffles) */
-  if (!half) sM[r] = mnew, sL[r] = sL[r] * alpha + sum;
+  const float alpha = nref == ref ? 1.0f : __expf(ref - mref); /* 0 on the first tile */
+  __syncwarp(); /* both lanes of the row have read sM[r] */
+  if (!half) sM[r] = nref, sL[r] = sL[r] * alpha + sum, sA[r] = alpha;
+  return __any_sync(0xffffffffu, nref != ref && ref != -INFINITY);
+}
+
+/* The warp's output rows (fragments acc) times their alpha (sA), through
+ * the warp's rows of sO */
+template <int PD>
+__device__ static void rescale_rows(frag_c *acc, float *sO, const float *sA) {
+  const int w = threadIdx.x / 32, lane = threadIdx.x % 32;
+  float *ot = sO + w * 16 * LDO(PD);
+  for (int c = 0; c < PD / 16; c++) wm::store_matrix_sync(ot + c * 16, acc[c], LDO(PD), wm::mem_row_major);
+  __syncwarp();
+  const int r = lane / 2, half = lane & 1;
+  const float a = sA[w * 16 + r];
+  for (int e = 0; e < PD / 2; e++) ot[r * LDO(PD) + half * (PD / 2) + e] *= a;
+  __syncwarp();
+  for (int c = 0; c < PD / 16; c++) wm::load_matrix_sync(acc[c], ot + c * 16, LDO(PD), wm::mem_row_major);
 }
 
 /* One CTA per (q tile, head, batch), q tiles in reverse (the longest rows
  * start first). Per key tile up to the diagonal: S = q k^T (wmma) staged
- * in shared memory; the online softmax; then O += P v (wmma on the output
- * accumulator kept in shared memory). */
+ * in shared memory; the online softmax; then O += P v into the output
+ * accumulators (fragments in registers). */
 template <int PD>
 __global__ void __launch_bounds__(NT) k_attn_fwd(gpt_attn_shape s, const bf16 *q, const bf16 *k,
                                                  const bf16 *v, bf16 *o, float *lse, int vec) {
@@ -168,7 +206,7 @@ __global__ void __launch_bounds__(NT) k_attn_fwd(gpt_attn_shape s, const bf16 *q
   const fwd_smem L = fwd_layout(PD);
   bf16 *sK = (bf16 *)(smem + L.k), *sV = (bf16 *)(smem + L.v), *sP = (bf16 *)(smem + L.p);
   float *sS = (float *)(smem + L.s), *sO = (float *)(smem + L.o);
-  float *sM = (float *)(smem + L.m), *sL = (float *)(smem + L.l);
+  float *sM = (float *)(smem + L.m), *sL = (float *)(smem + L.l), *sA = (float *)(smem + L.a);
   bf16 *sQ = (bf16 *)sO; /* q's tile lives where O will, until its fragments are loaded */
 
   const int T = s.T, hd = s.hd, nt = (T + BR - 1) / BR;
@@ -183,8 +221,9 @@ __global__ void __launch_bounds__(NT) k_attn_fwd(gpt_attn_shape s, const bf16 *q
   frag_a fq[PD / 16];
   for (int d = 0; d < PD / 16; d++) wm::load_matrix_sync(fq[d], sQ + w * 16 * LDH(PD) + d * 16, LDH(PD));
   __syncthreads();
-  for (int i = threadIdx.x; i < BR * LDO(PD); i += NT) sO[i] = 0.0f;
   for (int r = threadIdx.x; r < BR; r += NT) sM[r] = -INFINITY, sL[r] = 0.0f;
+  frag_c acc[PD / 16]; /* the warp's 16 output rows */
+  for (int c = 0; c < PD / 16; c++) wm::fill_fragment(acc[c], 0.0f);
 
   for (int j0 = 0; j0 <= i0; j0 += BC) { /* key tiles up to the diagonal */
     __syncthreads(); /* the last tile's k and v read; the zeros above visible */
@@ -192,34 +231,24 @@ __global__ void __launch_bounds__(NT) k_attn_fwd(gpt_attn_shape s, const bf16 *q
     load_tile<PD>(sV, vb, s.ldv, j0, T, hd, vec);
     __syncthreads();
     for (int c = 0; c < BC / 16; c++) { /* S = q k^T, this warp's 16 rows */
-      frag_c acc;
-      wm::fill_fragment(acc, 0.0f);
+      frag_c fs;
+      wm::fill_fragment(fs, 0.0f);
       for (int d = 0; d < PD / 16; d++) {
         frag_bt fk;
         wm::load_matrix_sync(fk, sK + c * 16 * LDH(PD) + d * 16, LDH(PD));
-        wm::mma_sync(acc, fq[d], fk, acc);
+        wm::mma_sync(fs, fq[d], fk, fs);
       }
-      wm::store_matrix_sync(sS + w * 16 * LDS + c * 16, acc, LDS, wm::mem_row_major);
+      wm::store_matrix_sync(sS + w * 16 * LDS + c * 16, fs, LDS, wm::mem_row_major);
     }
     __syncwarp();
-    online_softmax<PD>(sS, sP, sO, sM, sL, i0, j0, T, s.scale);
+    if (online_softmax(sS, sP, sM, sL, sA, i0, j0, T, s.scale)) rescale_rows<PD>(acc, sO, sA);
     __syncwarp();
-    for (int c = 0; c < PD / 16; c++) { /* O += P v */
-      frag_c acc;
-      float *ot = sO + w * 16 * LDO(PD) + c * 16;
-      wm::load_matrix_sync(acc, ot, LDO(PD), wm::mem_row_major);
-      for (int kk = 0; kk < BC / 16; kk++) {
-        frag_a fp;
-        frag_b fv;
-        wm::load_matrix_sync(fp, sP + w * 16 * LDP + kk * 16, LDP);
-        wm::load_matrix_sync(fv, sV + kk * 16 * LDH(PD) + c * 16, LDH(PD));
-        wm::mma_sync(acc, fp, fv, acc);
-      }
-      wm::store_matrix_sync(ot, acc, LDO(PD), wm::mem_row_major);
-    }
+    mma_rows<PD>(acc, sP + w * 16 * LDP, sV); /* O += P v */
   }
+  for (int c = 0; c < PD / 16; c++)
+    wm::store_matrix_sync(sO + w * 16 * LDO(PD) + c * 16, acc[c], LDO(PD), wm::mem_row_major);
   __syncwarp();
-  /* each warp writes its own 16 rows: o = O / l (bf16), lse = m + log l */
+  /* each warp writes its own 16 rows: o = O / l (bf16), lse = ref + log l */
   for (int x = lane; x < 16 * hd; x += 32) {
     int r = w * 16 + x / hd, e = x % hd, i = i0 + r;
     if (i < T)
@@ -288,21 +317,6 @@ __device__ static void grad_block(const float *ss, const float *sdp, const float
     float dsv = pv * (sdp[x] - sdelta[li]);
     if (p) p[rr * ldp + cc] = __float2bfloat16(pv);
     ds[rr * ldp + cc] = __float2bfloat16(dsv);
-  }
-}
-
-/* acc[c] += a b[:, c*16..] over the 64 rows of b: a is the warp's 16 rows
- * of a [64][64] bf16 tile (P or dS, stride LDP), b a [64][PD] tile */
-template <int PD>
-__device__ static void mma_rows(frag_c *acc, const bf16 *a, const bf16 *b) {
-  for (int kk = 0; kk < 64 / 16; kk++) {
-    frag_a fa;
-    wm::load_matrix_sync(fa, a + kk * 16, LDP);
-    for (int c = 0; c < PD / 16; c++) {
-      frag_b fb;
-      wm::load_matrix_sync(fb, b + kk * 16 * LDH(PD) + c * 16, LDH(PD));
-      wm::mma_sync(acc[c], fa, fb, acc[c]);
-    }
   }
 }
 

@@ -3,8 +3,8 @@
  * runnable fiber (highest thread index first) up to its next barrier, then
  * releases a warp whose 32 lanes all wait at __syncwarp or the CTA when
  * every thread waits at __syncthreads; anything else is a deadlock (a
- * divergent barrier) and aborts. Shuffles exchange through per-thread slots
- * between two warp barriers. */
+ * divergent barrier) and aborts. Shuffles and votes exchange through
+ * per-thread slots between two warp barriers. */
 #include "emu_device.h"
 
 #include <stdlib.h>
@@ -47,6 +47,15 @@ float __shfl_xor_sync(unsigned mask, float v, int lane_mask) {
   float r = slots[(t & ~31u) | ((t & 31u) ^ (unsigned)lane_mask)];
   __syncwarp(mask);
   return r;
+}
+
+int __any_sync(unsigned mask, int pred) {
+  unsigned t = cur, any = 0;
+  slots[t] = pred ? 1.0f : 0.0f;
+  __syncwarp(mask);
+  for (unsigned l = 0; l < 32; l++) any |= slots[(t & ~31u) | l] != 0.0f;
+  __syncwarp(mask);
+  return any != 0;
 }
 
 static void entry(void) {

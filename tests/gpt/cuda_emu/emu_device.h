@@ -11,6 +11,7 @@
 #include "cuda_bf16.h"
 #include "cuda_runtime.h"
 
+#include <algorithm>
 #include <functional>
 #include <math.h>
 #include <stdint.h>
@@ -39,12 +40,14 @@ extern dim3 threadIdx, blockIdx, blockDim, gridDim; /* threadIdx: the running fi
 #define __launch_bounds__(n)
 #define __align__(n) __attribute__((aligned(n)))
 #define __expf expf
+using std::min;
 
 enum { EMU_SMEM = 99 * 1024 };
 
 void __syncthreads(void);
 void __syncwarp(unsigned mask = 0xffffffffu);
 float __shfl_xor_sync(unsigned mask, float v, int lane_mask);
+int __any_sync(unsigned mask, int pred);
 static inline int emu_lane(void) { return (int)(threadIdx.x % 32); }
 void emu_check(int ok, const char *what); /* aborts with what unless ok */
 
