@@ -278,23 +278,34 @@ __global__ void k_attn_delta(gpt_attn_shape s, const bf16 *o, const bf16 *dout, 
   }
 }
 
-/* The two 16 x 16 score blocks of the backward over the head dim, into the
- * warp's scratch: scr = a1 b1^T, scr2 = a2 b2^T (a: 16 rows of a tile, b:
- * 16 rows read as columns) */
+/* Fragment d of a warp's 16-row A operand: loaded from its tile, or
+ * already in registers */
 template <int PD>
-__device__ static void two_dots(const bf16 *a1, const bf16 *b1, const bf16 *a2, const bf16 *b2,
-                                float *scr, float *scr2) {
+__device__ static const frag_a &a_frag(const bf16 *rows, int d, frag_a &tmp) {
+  wm::load_matrix_sync(tmp, rows + d * 16, LDH(PD));
+  return tmp;
+}
+template <int PD>
+__device__ static const frag_a &a_frag(const frag_a *held, int d, frag_a &tmp) {
+  (void)tmp;
+  return held[d];
+}
+
+/* The two 16 x 16 score blocks of the backward over the head dim, into the
+ * warp's scratch: scr = a1 b1^T, scr2 = a2 b2^T (a: 16 rows of a tile, or
+ * their fragments; b: 16 rows read as columns) */
+template <int PD, typename A>
+__device__ static void two_dots(A a1, const bf16 *b1, A a2, const bf16 *b2, float *scr,
+                                float *scr2) {
   frag_c f1, f2;
   wm::fill_fragment(f1, 0.0f), wm::fill_fragment(f2, 0.0f);
   for (int d = 0; d < PD / 16; d++) {
-    frag_a fa;
+    frag_a ta;
     frag_bt fb;
-    wm::load_matrix_sync(fa, a1 + d * 16, LDH(PD));
     wm::load_matrix_sync(fb, b1 + d * 16, LDH(PD));
-    wm::mma_sync(f1, fa, fb, f1);
-    wm::load_matrix_sync(fa, a2 + d * 16, LDH(PD));
+    wm::mma_sync(f1, a_frag<PD>(a1, d, ta), fb, f1);
     wm::load_matrix_sync(fb, b2 + d * 16, LDH(PD));
-    wm::mma_sync(f2, fa, fb, f2);
+    wm::mma_sync(f2, a_frag<PD>(a2, d, ta), fb, f2);
   }
   wm::store_matrix_sync(scr, f1, SCR, wm::mem_row_major);
   wm::store_matrix_sync(scr2, f2, SCR, wm::mem_row_major);
@@ -373,8 +384,8 @@ __global__ void __launch_bounds__(NT)
       load_rows(sLse, sDelta, lh, dh, i0, T);
       __syncthreads();
       for (int c = 0; c < BR / 16; c++) { /* q rows c*16.. as columns of S^T */
-        two_dots<PD>(sK + w * 16 * LDH(PD), sQ + c * 16 * LDH(PD), sV + w * 16 * LDH(PD),
-                     sD + c * 16 * LDH(PD), scr, scr2);
+        two_dots<PD, const bf16 *>(sK + w * 16 * LDH(PD), sQ + c * 16 * LDH(PD),
+                                   sV + w * 16 * LDH(PD), sD + c * 16 * LDH(PD), scr, scr2);
         grad_block(scr, scr2, sLse, sDelta, w * 16, c * 16, j0 + w * 16, i0 + c * 16, 1, T,
                    s.scale, sP + w * 16 * LDP + c * 16, sDS + w * 16 * LDP + c * 16, LDP);
         __syncwarp();
@@ -389,9 +400,9 @@ __global__ void __launch_bounds__(NT)
 }
 
 /* dq: one CTA per (q tile, head, batch), q tiles in reverse; the warps own
- * 16 q rows each and keep dq in fragments. Per key tile up to the
- * diagonal: S = q k^T and dP = dout v^T per 16 x 16 block, dS into shared
- * memory (bf16), then dq += dS k. */
+ * 16 q rows each and keep dq, and their q and dout rows, in fragments. Per
+ * key tile up to the diagonal: S = q k^T and dP = dout v^T per 16 x 16
+ * block, dS into shared memory (bf16), then dq += dS k. */
 template <int PD>
 __global__ void __launch_bounds__(NT)
     k_attn_bwd_dq(gpt_attn_shape s, const bf16 *q, const bf16 *k, const bf16 *v,
@@ -414,6 +425,12 @@ __global__ void __launch_bounds__(NT)
   load_rows(sLse, sDelta, lse + ((long)b * s.H + h) * T, delta + ((long)b * s.H + h) * T, i0, T);
   frag_c adq[PD / 16];
   for (int c = 0; c < PD / 16; c++) wm::fill_fragment(adq[c], 0.0f);
+  __syncthreads();
+  frag_a fq[PD / 16], fd[PD / 16]; /* the warp's q and dout rows, held */
+  for (int d = 0; d < PD / 16; d++) {
+    wm::load_matrix_sync(fq[d], sQ + w * 16 * LDH(PD) + d * 16, LDH(PD));
+    wm::load_matrix_sync(fd[d], sD + w * 16 * LDH(PD) + d * 16, LDH(PD));
+  }
 
   for (int j0 = 0; j0 <= i0; j0 += BC) {
     __syncthreads(); /* the last key tile read */
@@ -421,8 +438,8 @@ __global__ void __launch_bounds__(NT)
     load_tile<PD>(sV, vb, s.ldv, j0, T, hd, vec);
     __syncthreads();
     for (int c = 0; c < BC / 16; c++) { /* keys c*16.. */
-      two_dots<PD>(sQ + w * 16 * LDH(PD), sK + c * 16 * LDH(PD), sD + w * 16 * LDH(PD),
-                   sV + c * 16 * LDH(PD), scr, scr2);
+      two_dots<PD, const frag_a *>(fq, sK + c * 16 * LDH(PD), fd, sV + c * 16 * LDH(PD), scr,
+                                   scr2);
       grad_block(scr, scr2, sLse, sDelta, w * 16, c * 16, i0 + w * 16, j0 + c * 16, 0, T, s.scale,
                  NULL, sDS + w * 16 * LDP + c * 16, LDP);
       __syncwarp();
