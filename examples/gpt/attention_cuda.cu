@@ -27,7 +27,7 @@ namespace wm = nvcuda::wmma;
 /* every launch goes through ATTN_LAUNCH: tests/gpt/cuda_emu/ defines its
  * own to run the kernels on the host */
 #ifndef ATTN_LAUNCH
-#define ATTN_LAUNCH(kernel, grid, block, smem, st, ...) \
+#define ATTN_LAUNCH(kernel, grid, block, smem, st, ...)                                            \
   kernel<<<(grid), (block), (smem), (st)>>>(__VA_ARGS__)
 #endif
 
@@ -37,10 +37,10 @@ static_assert(BR == BC && BR == NW * 16, "one 16-row slice per warp; square tile
 /* shared-memory strides (elements): 8 bf16 / 4 floats of padding per row
  * against bank conflicts; wmma wants 16-bit strides in 8s, fp32 in 4s */
 #define LDH(PD) ((PD) + 8) /* bf16 [64][PD] tiles: q, k, v, dout */
-#define LDS (BC + 4)       /* fp32 [64][64] scores */
-#define LDP (BC + 8)       /* bf16 [64][64] probabilities / dS */
+#define LDS     (BC + 4)   /* fp32 [64][64] scores */
+#define LDP     (BC + 8)   /* bf16 [64][64] probabilities / dS */
 #define LDO(PD) ((PD) + 4) /* fp32 [64][PD] output accumulator */
-#define SCR 16             /* fp32 [16][16] per-warp scratch */
+#define SCR     16         /* fp32 [16][16] per-warp scratch */
 
 typedef wm::fragment<wm::matrix_a, 16, 16, 16, bf16, wm::row_major> frag_a;
 typedef wm::fragment<wm::matrix_b, 16, 16, 16, bf16, wm::row_major> frag_b;
@@ -53,8 +53,8 @@ __host__ __device__ static size_t up128(size_t n) { return (n + 127) & ~(size_t)
 typedef struct {
   unsigned k, v, s, p, o, m, l, a, total; /* forward */
 } fwd_smem;
-typedef struct {
-  unsigned t0, t1, t2, t3, p, ds, lse, delta, scr, total; /* backward: 4 tiles, P, dS, rows, scratch */
+typedef struct { /* backward: 4 tiles, P, dS, the rows' lse and delta, scratch */
+  unsigned t0, t1, t2, t3, p, ds, lse, delta, scr, total;
 } bwd_smem;
 
 __host__ __device__ static fwd_smem fwd_layout(int PD) {
@@ -105,7 +105,8 @@ __device__ static void load_tile(bf16 *dst, const bf16 *src, long ld, int row0, 
         *d = *(const uint4 *)s;
       } else {
         bf16 *e = (bf16 *)d;
-        for (int x = 0; x < 8; x++) e[x] = s[x];
+        for (int x = 0; x < 8; x++)
+          e[x] = s[x];
       }
     } else {
       *d = make_uint4(0, 0, 0, 0);
@@ -125,8 +126,7 @@ __device__ static void load_rows(float *slse, float *sdelta, const float *lse, c
 
 /* acc[c] += a b[:, c*16..] over the 64 rows of b: a is the warp's 16 rows
  * of a [64][64] bf16 tile (P or dS, stride LDP), b a [64][PD] tile */
-template <int PD>
-__device__ static void mma_rows(frag_c *acc, const bf16 *a, const bf16 *b) {
+template <int PD> __device__ static void mma_rows(frag_c *acc, const bf16 *a, const bf16 *b) {
   for (int kk = 0; kk < 64 / 16; kk++) {
     frag_a fa;
     wm::load_matrix_sync(fa, a + kk * 16, LDP);
@@ -182,17 +182,19 @@ __device__ static int online_softmax(const float *sS, bf16 *sP, float *sM, float
 
 /* The warp's output rows (fragments acc) times their alpha (sA), through
  * the warp's rows of sO */
-template <int PD>
-__device__ static void rescale_rows(frag_c *acc, float *sO, const float *sA) {
+template <int PD> __device__ static void rescale_rows(frag_c *acc, float *sO, const float *sA) {
   const int w = threadIdx.x / 32, lane = threadIdx.x % 32;
   float *ot = sO + w * 16 * LDO(PD);
-  for (int c = 0; c < PD / 16; c++) wm::store_matrix_sync(ot + c * 16, acc[c], LDO(PD), wm::mem_row_major);
+  for (int c = 0; c < PD / 16; c++)
+    wm::store_matrix_sync(ot + c * 16, acc[c], LDO(PD), wm::mem_row_major);
   __syncwarp();
   const int r = lane / 2, half = lane & 1;
   const float a = sA[w * 16 + r];
-  for (int e = 0; e < PD / 2; e++) ot[r * LDO(PD) + half * (PD / 2) + e] *= a;
+  for (int e = 0; e < PD / 2; e++)
+    ot[r * LDO(PD) + half * (PD / 2) + e] *= a;
   __syncwarp();
-  for (int c = 0; c < PD / 16; c++) wm::load_matrix_sync(acc[c], ot + c * 16, LDO(PD), wm::mem_row_major);
+  for (int c = 0; c < PD / 16; c++)
+    wm::load_matrix_sync(acc[c], ot + c * 16, LDO(PD), wm::mem_row_major);
 }
 
 /* One CTA per (q tile, head, batch), q tiles in reverse (the longest rows
@@ -219,14 +221,17 @@ __global__ void __launch_bounds__(NT) k_attn_fwd(gpt_attn_shape s, const bf16 *q
   load_tile<PD>(sQ, qb, s.ldq, i0, T, hd, vec);
   __syncthreads();
   frag_a fq[PD / 16];
-  for (int d = 0; d < PD / 16; d++) wm::load_matrix_sync(fq[d], sQ + w * 16 * LDH(PD) + d * 16, LDH(PD));
+  for (int d = 0; d < PD / 16; d++)
+    wm::load_matrix_sync(fq[d], sQ + w * 16 * LDH(PD) + d * 16, LDH(PD));
   __syncthreads();
-  for (int r = threadIdx.x; r < BR; r += NT) sM[r] = -INFINITY, sL[r] = 0.0f;
+  for (int r = threadIdx.x; r < BR; r += NT)
+    sM[r] = -INFINITY, sL[r] = 0.0f;
   frag_c acc[PD / 16]; /* the warp's 16 output rows */
-  for (int c = 0; c < PD / 16; c++) wm::fill_fragment(acc[c], 0.0f);
+  for (int c = 0; c < PD / 16; c++)
+    wm::fill_fragment(acc[c], 0.0f);
 
   for (int j0 = 0; j0 <= i0; j0 += BC) { /* key tiles up to the diagonal */
-    __syncthreads(); /* the last tile's k and v read; the zeros above visible */
+    __syncthreads();                     /* the last tile's k and v read; the zeros above visible */
     load_tile<PD>(sK, kb, s.ldk, j0, T, hd, vec);
     load_tile<PD>(sV, vb, s.ldv, j0, T, hd, vec);
     __syncthreads();
@@ -252,7 +257,8 @@ __global__ void __launch_bounds__(NT) k_attn_fwd(gpt_attn_shape s, const bf16 *q
   for (int x = lane; x < 16 * hd; x += 32) {
     int r = w * 16 + x / hd, e = x % hd, i = i0 + r;
     if (i < T)
-      o[((long)b * T + i) * s.ldo + (long)h * hd + e] = __float2bfloat16(sO[r * LDO(PD) + e] / sL[r]);
+      o[((long)b * T + i) * s.ldo + (long)h * hd + e] =
+          __float2bfloat16(sO[r * LDO(PD) + e] / sL[r]);
   }
   if (lane < 16) {
     int r = w * 16 + lane, i = i0 + r;
@@ -273,20 +279,19 @@ __global__ void k_attn_delta(gpt_attn_shape s, const bf16 *o, const bf16 *dout, 
     float acc = 0.0f;
     for (int e = lane; e < s.hd; e += 32)
       acc += __bfloat162float(o[at + e]) * __bfloat162float(dout[at + e]);
-    for (int x = 16; x > 0; x >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, x);
+    for (int x = 16; x > 0; x >>= 1)
+      acc += __shfl_xor_sync(0xffffffffu, acc, x);
     if (!lane) delta[r] = acc;
   }
 }
 
 /* Fragment d of a warp's 16-row A operand: loaded from its tile, or
  * already in registers */
-template <int PD>
-__device__ static const frag_a &a_frag(const bf16 *rows, int d, frag_a &tmp) {
+template <int PD> __device__ static const frag_a &a_frag(const bf16 *rows, int d, frag_a &tmp) {
   wm::load_matrix_sync(tmp, rows + d * 16, LDH(PD));
   return tmp;
 }
-template <int PD>
-__device__ static const frag_a &a_frag(const frag_a *held, int d, frag_a &tmp) {
+template <int PD> __device__ static const frag_a &a_frag(const frag_a *held, int d, frag_a &tmp) {
   (void)tmp;
   return held[d];
 }
@@ -356,9 +361,8 @@ __device__ static void store_rows(frag_c *acc, float *scr, float *dst, long ld, 
  * dv += P^T dout and dk += dS^T q. */
 template <int PD>
 __global__ void __launch_bounds__(NT)
-    k_attn_bwd_dkdv(gpt_attn_shape s, const bf16 *q, const bf16 *k, const bf16 *v,
-                    const bf16 *dout, const float *lse, const float *delta, float *dk, float *dv,
-                    int vec) {
+    k_attn_bwd_dkdv(gpt_attn_shape s, const bf16 *q, const bf16 *k, const bf16 *v, const bf16 *dout,
+                    const float *lse, const float *delta, float *dk, float *dv, int vec) {
   extern __shared__ __align__(128) unsigned char smem[];
   const bwd_smem L = bwd_layout(PD, 1);
   bf16 *sK = (bf16 *)(smem + L.t0), *sV = (bf16 *)(smem + L.t1);
@@ -373,12 +377,13 @@ __global__ void __launch_bounds__(NT)
   load_tile<PD>(sK, k + (long)b * T * s.ldk + (long)g * hd, s.ldk, j0, T, hd, vec);
   load_tile<PD>(sV, v + (long)b * T * s.ldv + (long)g * hd, s.ldv, j0, T, hd, vec);
   frag_c adk[PD / 16], adv[PD / 16];
-  for (int c = 0; c < PD / 16; c++) wm::fill_fragment(adk[c], 0.0f), wm::fill_fragment(adv[c], 0.0f);
+  for (int c = 0; c < PD / 16; c++)
+    wm::fill_fragment(adk[c], 0.0f), wm::fill_fragment(adv[c], 0.0f);
 
   for (int h = g * grp; h < (g + 1) * grp; h++) {
     const float *lh = lse + ((long)b * s.H + h) * T, *dh = delta + ((long)b * s.H + h) * T;
     for (int i0 = j0; i0 < T; i0 += BR) { /* the diagonal tile first, then down */
-      __syncthreads(); /* the last q tile read */
+      __syncthreads();                    /* the last q tile read */
       load_tile<PD>(sQ, q + (long)b * T * s.ldq + (long)h * hd, s.ldq, i0, T, hd, vec);
       load_tile<PD>(sD, dout + (long)b * T * s.ldo + (long)h * hd, s.ldo, i0, T, hd, vec);
       load_rows(sLse, sDelta, lh, dh, i0, T);
@@ -386,11 +391,11 @@ __global__ void __launch_bounds__(NT)
       for (int c = 0; c < BR / 16; c++) { /* q rows c*16.. as columns of S^T */
         two_dots<PD, const bf16 *>(sK + w * 16 * LDH(PD), sQ + c * 16 * LDH(PD),
                                    sV + w * 16 * LDH(PD), sD + c * 16 * LDH(PD), scr, scr2);
-        grad_block(scr, scr2, sLse, sDelta, w * 16, c * 16, j0 + w * 16, i0 + c * 16, 1, T,
-                   s.scale, sP + w * 16 * LDP + c * 16, sDS + w * 16 * LDP + c * 16, LDP);
+        grad_block(scr, scr2, sLse, sDelta, w * 16, c * 16, j0 + w * 16, i0 + c * 16, 1, T, s.scale,
+                   sP + w * 16 * LDP + c * 16, sDS + w * 16 * LDP + c * 16, LDP);
         __syncwarp();
       }
-      mma_rows<PD>(adv, sP + w * 16 * LDP, sD); /* dv += P^T dout */
+      mma_rows<PD>(adv, sP + w * 16 * LDP, sD);  /* dv += P^T dout */
       mma_rows<PD>(adk, sDS + w * 16 * LDP, sQ); /* dk += dS^T q */
     }
   }
@@ -405,8 +410,8 @@ __global__ void __launch_bounds__(NT)
  * block, dS into shared memory (bf16), then dq += dS k. */
 template <int PD>
 __global__ void __launch_bounds__(NT)
-    k_attn_bwd_dq(gpt_attn_shape s, const bf16 *q, const bf16 *k, const bf16 *v,
-                  const bf16 *dout, const float *lse, const float *delta, float *dq, int vec) {
+    k_attn_bwd_dq(gpt_attn_shape s, const bf16 *q, const bf16 *k, const bf16 *v, const bf16 *dout,
+                  const float *lse, const float *delta, float *dq, int vec) {
   extern __shared__ __align__(128) unsigned char smem[];
   const bwd_smem L = bwd_layout(PD, 0);
   bf16 *sQ = (bf16 *)(smem + L.t0), *sD = (bf16 *)(smem + L.t1);
@@ -424,7 +429,8 @@ __global__ void __launch_bounds__(NT)
   load_tile<PD>(sD, dout + (long)b * T * s.ldo + (long)h * hd, s.ldo, i0, T, hd, vec);
   load_rows(sLse, sDelta, lse + ((long)b * s.H + h) * T, delta + ((long)b * s.H + h) * T, i0, T);
   frag_c adq[PD / 16];
-  for (int c = 0; c < PD / 16; c++) wm::fill_fragment(adq[c], 0.0f);
+  for (int c = 0; c < PD / 16; c++)
+    wm::fill_fragment(adq[c], 0.0f);
   __syncthreads();
   frag_a fq[PD / 16], fd[PD / 16]; /* the warp's q and dout rows, held */
   for (int d = 0; d < PD / 16; d++) {
@@ -438,8 +444,7 @@ __global__ void __launch_bounds__(NT)
     load_tile<PD>(sV, vb, s.ldv, j0, T, hd, vec);
     __syncthreads();
     for (int c = 0; c < BC / 16; c++) { /* keys c*16.. */
-      two_dots<PD, const frag_a *>(fq, sK + c * 16 * LDH(PD), fd, sV + c * 16 * LDH(PD), scr,
-                                   scr2);
+      two_dots<PD, const frag_a *>(fq, sK + c * 16 * LDH(PD), fd, sV + c * 16 * LDH(PD), scr, scr2);
       grad_block(scr, scr2, sLse, sDelta, w * 16, c * 16, i0 + w * 16, j0 + c * 16, 0, T, s.scale,
                  NULL, sDS + w * 16 * LDP + c * 16, LDP);
       __syncwarp();
@@ -476,8 +481,9 @@ static int prepare(const gpt_attn_shape *s, int *pd, char *err, size_t errlen) {
 template <typename K, typename... A>
 static int launch(K kernel, dim3 grid, unsigned smem, cudaStream_t st, const char *what, char *err,
                   size_t errlen, A... args) {
-  if (cuda_fail(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                     (int)smem), what, err, errlen))
+  if (cuda_fail(
+          cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem),
+          what, err, errlen))
     return -1;
   ATTN_LAUNCH(kernel, grid, NT, smem, st, args...);
   return cuda_fail(cudaGetLastError(), what, err, errlen);
@@ -518,14 +524,14 @@ extern "C" int gpt_attn_cuda_bwd(const gpt_attn_shape *s, const uint16_t *q, con
   int nt = (s->T + BR - 1) / BR;
   dim3 gkv(nt, s->KV, s->B), gq(nt, s->H, s->B);
   if (pd == 64) {
-    if (launch(k_attn_bwd_dkdv<64>, gkv, bwd_layout(64, 1).total, st, "backward dk dv", err,
-               errlen, *s, bq, bk, bv, bd, (const float *)lse, (const float *)delta, dk, dv, vec))
+    if (launch(k_attn_bwd_dkdv<64>, gkv, bwd_layout(64, 1).total, st, "backward dk dv", err, errlen,
+               *s, bq, bk, bv, bd, (const float *)lse, (const float *)delta, dk, dv, vec))
       return -1;
     return launch(k_attn_bwd_dq<64>, gq, bwd_layout(64, 0).total, st, "backward dq", err, errlen,
                   *s, bq, bk, bv, bd, (const float *)lse, (const float *)delta, dq, vec);
   }
-  if (launch(k_attn_bwd_dkdv<128>, gkv, bwd_layout(128, 1).total, st, "backward dk dv", err,
-             errlen, *s, bq, bk, bv, bd, (const float *)lse, (const float *)delta, dk, dv, vec))
+  if (launch(k_attn_bwd_dkdv<128>, gkv, bwd_layout(128, 1).total, st, "backward dk dv", err, errlen,
+             *s, bq, bk, bv, bd, (const float *)lse, (const float *)delta, dk, dv, vec))
     return -1;
   return launch(k_attn_bwd_dq<128>, gq, bwd_layout(128, 0).total, st, "backward dq", err, errlen,
                 *s, bq, bk, bv, bd, (const float *)lse, (const float *)delta, dq, vec);

@@ -18,15 +18,20 @@ enum { BR = GPT_ATTN_BR, BC = GPT_ATTN_BC, HD_MAX = 128 };
 
 int gpt_attn_check(const gpt_attn_shape *s, char *why, size_t len) {
   const char *r = NULL;
-  if (!s) r = "no shape";
-  else if (s->B < 1 || s->T < 1 || s->H < 1 || s->KV < 1) r = "B, T, H and KV must be positive";
-  else if (s->H % s->KV) r = "heads must be a multiple of kv heads";
-  else if (s->hd < 16 || s->hd > HD_MAX || s->hd % 16) r = "head dim must be 16, 32, ... 128";
+  if (!s)
+    r = "no shape";
+  else if (s->B < 1 || s->T < 1 || s->H < 1 || s->KV < 1)
+    r = "B, T, H and KV must be positive";
+  else if (s->H % s->KV)
+    r = "heads must be a multiple of kv heads";
+  else if (s->hd < 16 || s->hd > HD_MAX || s->hd % 16)
+    r = "head dim must be 16, 32, ... 128";
   else if (s->ldq < (long)s->H * s->hd || s->ldo < (long)s->H * s->hd)
     r = "ldq and ldo must be at least heads * head dim";
   else if (s->ldk < (long)s->KV * s->hd || s->ldv < (long)s->KV * s->hd)
     r = "ldk and ldv must be at least kv heads * head dim";
-  else if (!(s->scale > 0.0f) || !isfinite(s->scale)) r = "scale must be positive and finite";
+  else if (!(s->scale > 0.0f) || !isfinite(s->scale))
+    r = "scale must be positive and finite";
   if (!r) return 0;
   if (why && len) snprintf(why, len, "attention shape: %s", r);
   return -1;
@@ -42,7 +47,8 @@ static long lse_at(const gpt_attn_shape *s, int b, int h, int t) {
 
 static void fill_nan(float *p, long ld, const gpt_attn_shape *s, int heads) {
   for (long n = 0; n < (long)s->B * s->T; n++)
-    for (int c = 0; c < heads * s->hd; c++) p[n * ld + c] = NAN;
+    for (int c = 0; c < heads * s->hd; c++)
+      p[n * ld + c] = NAN;
 }
 
 /* ---- naive ------------------------------------------------------------------- */
@@ -56,12 +62,15 @@ static double naive_row(const gpt_attn_shape *s, const float *q, const float *k,
   for (int j = 0; j <= t; j++) {
     const float *kj = k + at(s->ldk, b, s->T, j, g, hd);
     double d = 0;
-    for (int c = 0; c < hd; c++) d += (double)qi[c] * kj[c];
+    for (int c = 0; c < hd; c++)
+      d += (double)qi[c] * kj[c];
     p[j] = d * s->scale;
     if (p[j] > mx) mx = p[j];
   }
-  for (int j = 0; j <= t; j++) sum += (p[j] = exp(p[j] - mx));
-  for (int j = 0; j <= t; j++) p[j] /= sum;
+  for (int j = 0; j <= t; j++)
+    sum += (p[j] = exp(p[j] - mx));
+  for (int j = 0; j <= t; j++)
+    p[j] /= sum;
   return mx + log(sum);
 }
 
@@ -81,7 +90,8 @@ void gpt_attn_naive_fwd(const gpt_attn_shape *s, const float *q, const float *k,
         float *oi = o + at(s->ldo, b, s->T, t, h, hd);
         for (int c = 0; c < hd; c++) {
           double acc = 0;
-          for (int j = 0; j <= t; j++) acc += p[j] * v[at(s->ldv, b, s->T, j, g, hd) + c];
+          for (int j = 0; j <= t; j++)
+            acc += p[j] * v[at(s->ldv, b, s->T, j, g, hd) + c];
           oi[c] = (float)acc;
         }
       }
@@ -113,7 +123,8 @@ void gpt_attn_naive_bwd(const gpt_attn_shape *s, const float *q, const float *k,
           for (int j = 0; j <= i; j++) {
             const float *vj = v + at(s->ldv, b, T, j, g, hd);
             double d = 0;
-            for (int c = 0; c < hd; c++) d += (double)doi[c] * vj[c];
+            for (int c = 0; c < hd; c++)
+              d += (double)doi[c] * vj[c];
             dp[j] = d;
             D += p[j] * d;
           }
@@ -150,7 +161,8 @@ static void tile_dots(const float *a, long lda, int nr, const float *bm, long ld
   for (int r = 0; r < nr; r++)
     for (int c = 0; c < nc; c++) {
       float d = 0;
-      for (int e = 0; e < hd; e++) d += a[r * lda + e] * bm[c * ldb + e];
+      for (int e = 0; e < hd; e++)
+        d += a[r * lda + e] * bm[c * ldb + e];
       out[r][c] = d;
     }
 }
@@ -166,7 +178,8 @@ void gpt_attn_ref_fwd(const gpt_attn_shape *s, const float *q, const float *k, c
         int g = h / grp, nr = T - i0 < BR ? T - i0 : BR;
         for (int r = 0; r < nr; r++) {
           m[r] = -INFINITY, l[r] = 0;
-          for (int c = 0; c < hd; c++) acc[r][c] = 0;
+          for (int c = 0; c < hd; c++)
+            acc[r][c] = 0;
         }
         for (int j0 = 0; j0 < i0 + nr; j0 += BC) { /* key tiles up to the diagonal */
           int nc = T - j0 < BC ? T - j0 : BC;
@@ -179,19 +192,22 @@ void gpt_attn_ref_fwd(const gpt_attn_shape *s, const float *q, const float *k, c
               if (S[r][c] > mx) mx = S[r][c];
             }
             float alpha = expf(m[r] - mx), sum = 0; /* m[r] = -inf first: alpha 0 */
-            for (int c = 0; c < nc; c++) sum += (S[r][c] = expf(S[r][c] - mx));
+            for (int c = 0; c < nc; c++)
+              sum += (S[r][c] = expf(S[r][c] - mx));
             l[r] = l[r] * alpha + sum;
             m[r] = mx;
             for (int e = 0; e < hd; e++) {
               float a = acc[r][e] * alpha;
-              for (int c = 0; c < nc; c++) a += S[r][c] * v[at(s->ldv, b, T, j0 + c, g, hd) + e];
+              for (int c = 0; c < nc; c++)
+                a += S[r][c] * v[at(s->ldv, b, T, j0 + c, g, hd) + e];
               acc[r][e] = a;
             }
           }
         }
         for (int r = 0; r < nr; r++) {
           float *oi = o + at(s->ldo, b, T, i0 + r, h, hd);
-          for (int e = 0; e < hd; e++) oi[e] = acc[r][e] / l[r];
+          for (int e = 0; e < hd; e++)
+            oi[e] = acc[r][e] / l[r];
           lse[lse_at(s, b, h, i0 + r)] = m[r] + logf(l[r]);
         }
       }
@@ -205,8 +221,8 @@ static void tile_grads(const gpt_attn_shape *s, const float *q, const float *k, 
   int T = s->T, hd = s->hd, g = h / (s->H / s->KV);
   tile_dots(q + at(s->ldq, b, T, i0, h, hd), s->ldq, nr, k + at(s->ldk, b, T, j0, g, hd), s->ldk,
             nc, hd, P);
-  tile_dots(dout + at(s->ldo, b, T, i0, h, hd), s->ldo, nr, v + at(s->ldv, b, T, j0, g, hd),
-            s->ldv, nc, hd, dS);
+  tile_dots(dout + at(s->ldo, b, T, i0, h, hd), s->ldo, nr, v + at(s->ldv, b, T, j0, g, hd), s->ldv,
+            nc, hd, dS);
   for (int r = 0; r < nr; r++)
     for (int c = 0; c < nc; c++) {
       float p = j0 + c <= i0 + r ? expf(P[r][c] * s->scale - lse_h[i0 + r]) : 0.0f;
@@ -222,7 +238,8 @@ static void tile_delta(const gpt_attn_shape *s, const float *o, const float *dou
     const float *oi = o + at(s->ldo, b, s->T, i0 + r, h, s->hd);
     const float *di = dout + at(s->ldo, b, s->T, i0 + r, h, s->hd);
     float d = 0;
-    for (int e = 0; e < s->hd; e++) d += oi[e] * di[e];
+    for (int e = 0; e < s->hd; e++)
+      d += oi[e] * di[e];
     delta[r] = d;
   }
 }
@@ -244,8 +261,8 @@ static void ref_bwd_dkdv(const gpt_attn_shape *s, const float *q, const float *k
           for (int i0 = j0 / BR * BR; i0 < T; i0 += BR) {
             int nr = T - i0 < BR ? T - i0 : BR;
             tile_delta(s, o, dout, b, h, i0, nr, delta);
-            tile_grads(s, q, k, v, dout, lse + lse_at(s, b, h, 0), delta, b, h, i0, nr, j0, nc,
-                       P, dS);
+            tile_grads(s, q, k, v, dout, lse + lse_at(s, b, h, 0), delta, b, h, i0, nr, j0, nc, P,
+                       dS);
             for (int c = 0; c < nc; c++)
               for (int e = 0; e < hd; e++) {
                 float a = av[c][e], d = ak[c][e];
@@ -285,11 +302,13 @@ void gpt_attn_ref_bwd(const gpt_attn_shape *s, const float *q, const float *k, c
           for (int r = 0; r < nr; r++)
             for (int e = 0; e < hd; e++) {
               float a = aq[r][e];
-              for (int c = 0; c < nc; c++) a += dS[r][c] * k[at(s->ldk, b, T, j0 + c, g, hd) + e];
+              for (int c = 0; c < nc; c++)
+                a += dS[r][c] * k[at(s->ldk, b, T, j0 + c, g, hd) + e];
               aq[r][e] = a;
             }
         }
         for (int r = 0; r < nr; r++)
-          for (int e = 0; e < hd; e++) dq[at(s->ldq, b, T, i0 + r, h, hd) + e] = aq[r][e] * s->scale;
+          for (int e = 0; e < hd; e++)
+            dq[at(s->ldq, b, T, i0 + r, h, hd) + e] = aq[r][e] * s->scale;
       }
 }

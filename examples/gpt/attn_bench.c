@@ -57,10 +57,10 @@ static void die(const char *what, cudaError_t e) {
   fprintf(stderr, "ferry-gpt-attn: %s: %s\n", what, cudaGetErrorString(e));
   exit(1);
 }
-#define CK(x)                         \
-  do {                                \
-    cudaError_t e_ = (x);             \
-    if (e_ != cudaSuccess) die(#x, e_); \
+#define CK(x)                                                                                      \
+  do {                                                                                             \
+    cudaError_t e_ = (x);                                                                          \
+    if (e_ != cudaSuccess) die(#x, e_);                                                            \
   } while (0)
 
 static int parse(int argc, char **argv, opts *o) {
@@ -75,8 +75,8 @@ static int parse(int argc, char **argv, opts *o) {
       o->json = 1;
       continue;
     }
-    static const char *names[] = {"--batch", "--seq", "--heads", "--kv-heads", "--head-dim",
-                                  "--iters", "--warmup", "--check-seq"};
+    static const char *names[] = {"--batch",    "--seq",   "--heads",  "--kv-heads",
+                                  "--head-dim", "--iters", "--warmup", "--check-seq"};
     int *dst[] = {&o->B, &o->T, &o->H, &o->KV, &o->D, &o->iters, &o->warmup, &o->check_seq};
     int k = -1;
     for (int n = 0; n < 8; n++)
@@ -89,8 +89,7 @@ static int parse(int argc, char **argv, opts *o) {
     char *end;
     errno = 0;
     long v = strtol(argv[++i], &end, 10);
-    if (errno || *end || end == argv[i] || v < 0 || v > 1 << 30 ||
-        (v == 0 && k != 6 && k != 7)) {
+    if (errno || *end || end == argv[i] || v < 0 || v > 1 << 30 || (v == 0 && k != 6 && k != 7)) {
       fprintf(stderr, "ferry-gpt-attn: %s %s: not a %s integer\n", a, argv[i],
               k >= 6 ? "non-negative" : "positive");
       return -1;
@@ -110,9 +109,9 @@ static float urand(void) {
 
 typedef struct {
   gpt_attn_shape s;
-  long BT, W;                    /* rows; row width of the packed q k v */
-  uint16_t *qkv, *o, *dout;      /* device bf16 */
-  float *lse, *delta, *dqkv;     /* device fp32 */
+  long BT, W;                /* rows; row width of the packed q k v */
+  uint16_t *qkv, *o, *dout;  /* device bf16 */
+  float *lse, *delta, *dqkv; /* device fp32 */
   size_t bytes, extra;
 } bench;
 
@@ -128,8 +127,8 @@ static void *dalloc(bench *b, size_t n) {
 static void make(bench *b, const opts *o, int B, int T, float *hq, float *hdo) {
   memset(b, 0, sizeof *b);
   b->W = (long)(o->H + 2 * o->KV) * o->D, b->BT = (long)B * T;
-  b->s = (gpt_attn_shape){B, T, o->H, o->KV, o->D, b->W, b->W, b->W, (long)o->H * o->D,
-                          1.0f / sqrtf((float)o->D)};
+  b->s = (gpt_attn_shape){
+      B, T, o->H, o->KV, o->D, b->W, b->W, b->W, (long)o->H * o->D, 1.0f / sqrtf((float)o->D)};
   size_t nq = (size_t)b->BT * b->W, no = (size_t)b->BT * o->H * o->D;
   uint16_t *h = malloc(nq * 2), *hd = malloc(no * 2);
   if (!h || !hd) fprintf(stderr, "ferry-gpt-attn: out of host memory\n"), exit(1);
@@ -186,13 +185,16 @@ static double check(const opts *o, int T) {
   CK(cudaDeviceSynchronize());
   CK(cudaMemcpy(o16, b.o, no * 2, cudaMemcpyDeviceToHost));
   CK(cudaMemcpy(g, b.dqkv, nq * sizeof(float), cudaMemcpyDeviceToHost));
-  for (long i = 0; i < no; i++) go[i] = gpt_bf16_to_f32(o16[i]);
+  for (long i = 0; i < no; i++)
+    go[i] = gpt_bf16_to_f32(o16[i]);
   long hq = (long)o->H * o->D, hk = (long)o->KV * o->D;
   gpt_attn_ref_fwd(&b.s, q, q + hq, q + hq + hk, ro, rl);
   gpt_attn_ref_bwd(&b.s, q, q + hq, q + hq + hk, go, dout, rl, rg, rg + hq, rg + hq + hk);
   double worst = 0;
-  for (long i = 0; i < no; i++) worst = fmax(worst, fabs((double)go[i] - ro[i]));
-  for (long i = 0; i < nq; i++) worst = fmax(worst, fabs((double)g[i] - rg[i]));
+  for (long i = 0; i < no; i++)
+    worst = fmax(worst, fabs((double)go[i] - ro[i]));
+  for (long i = 0; i < nq; i++)
+    worst = fmax(worst, fabs((double)g[i] - rg[i]));
   unmake(&b);
   free(q), free(dout), free(ro), free(rl), free(rg), free(g), free(go), free(o16);
   return worst;
@@ -216,9 +218,16 @@ int main(int argc, char **argv) {
   opts o;
   if (parse(argc, argv, &o)) return 2;
   char why[256];
-  gpt_attn_shape s = {o.B, o.T, o.H, o.KV, o.D, (long)(o.H + 2 * o.KV) * o.D,
-                      (long)(o.H + 2 * o.KV) * o.D, (long)(o.H + 2 * o.KV) * o.D,
-                      (long)o.H * o.D, 1.0f};
+  gpt_attn_shape s = {o.B,
+                      o.T,
+                      o.H,
+                      o.KV,
+                      o.D,
+                      (long)(o.H + 2 * o.KV) * o.D,
+                      (long)(o.H + 2 * o.KV) * o.D,
+                      (long)(o.H + 2 * o.KV) * o.D,
+                      (long)o.H * o.D,
+                      1.0f};
   if (gpt_attn_check(&s, why, sizeof why)) {
     fprintf(stderr, "ferry-gpt-attn: %s (ferry-gpt-attn --help)\n", why);
     return 2;
@@ -235,7 +244,8 @@ int main(int argc, char **argv) {
   cudaEvent_t e0, e1;
   CK(cudaEventCreate(&e0));
   CK(cudaEventCreate(&e1));
-  for (int i = 0; i < o.warmup; i++) fwd(&b), bwd(&b);
+  for (int i = 0; i < o.warmup; i++)
+    fwd(&b), bwd(&b);
   CK(cudaDeviceSynchronize());
   double f = timed(&b, 1, o.iters, e0, e1), bw = timed(&b, 2, o.iters, e0, e1);
   double fb = timed(&b, 3, o.iters, e0, e1);

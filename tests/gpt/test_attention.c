@@ -26,7 +26,9 @@ typedef struct {
 
 static unsigned long long seed = 0x9e3779b97f4a7c15ull;
 static float q_amp = 2.5f; /* q in [-q_amp, q_amp]: larger, more peaked rows */
-static float urand(float a) { return a * (2.0f * (float)(test_rand(&seed) >> 11) / 9007199254740992.0f - 1.0f); }
+static float urand(float a) {
+  return a * (2.0f * (float)(test_rand(&seed) >> 11) / 9007199254740992.0f - 1.0f);
+}
 
 /* packed: rows [q k v pad] in one buffer; else three planar buffers with
  * their own padding. o and dout rows padded by 16 columns. The padding
@@ -59,19 +61,23 @@ static void make(bufs *x, int B, int T, int H, int KV, int hd, int packed) {
     x->q = x->qkv, x->k = x->q + BT * s->ldq, x->v = x->k + BT * s->ldk;
     x->dq = x->dqkv, x->dk = x->dq + BT * s->ldq, x->dv = x->dk + BT * s->ldk;
   }
-  for (long i = 0; i < x->nqkv; i++) x->qkv[i] = SENTINEL, x->dqkv[i] = SENTINEL;
-  for (long i = 0; i < x->no; i++) x->o[i] = SENTINEL, x->dout[i] = SENTINEL;
+  for (long i = 0; i < x->nqkv; i++)
+    x->qkv[i] = SENTINEL, x->dqkv[i] = SENTINEL;
+  for (long i = 0; i < x->no; i++)
+    x->o[i] = SENTINEL, x->dout[i] = SENTINEL;
   /* q wider than k and v: peaked rows, so the online max moves */
   for (long n = 0; n < BT; n++) {
-    for (int c = 0; c < H * hd; c++) x->q[n * s->ldq + c] = urand(q_amp);
-    for (int c = 0; c < KV * hd; c++) x->k[n * s->ldk + c] = urand(1.0f);
-    for (int c = 0; c < KV * hd; c++) x->v[n * s->ldv + c] = urand(1.0f);
-    for (int c = 0; c < H * hd; c++) x->dout[n * s->ldo + c] = urand(1.0f);
+    for (int c = 0; c < H * hd; c++)
+      x->q[n * s->ldq + c] = urand(q_amp);
+    for (int c = 0; c < KV * hd; c++)
+      x->k[n * s->ldk + c] = urand(1.0f);
+    for (int c = 0; c < KV * hd; c++)
+      x->v[n * s->ldv + c] = urand(1.0f);
+    for (int c = 0; c < H * hd; c++)
+      x->dout[n * s->ldo + c] = urand(1.0f);
   }
 }
-static void drop(bufs *x) {
-  free(x->qkv), free(x->dqkv), free(x->o), free(x->dout), free(x->lse);
-}
+static void drop(bufs *x) { free(x->qkv), free(x->dqkv), free(x->o), free(x->dout), free(x->lse); }
 
 /* max |a - b| over the heads' columns, and max |b| */
 static double maxdiff(const float *a, const float *b, long ld, long rows, int cols, double *bmax) {
@@ -101,9 +107,12 @@ static int pads_kept(const float *base, long n, const bufs *x, int is_o) {
   char *used = calloc((size_t)x->nqkv, 1);
   REQUIRE(used);
   for (long r = 0; r < BT; r++) {
-    for (int c = 0; c < s->H * s->hd; c++) used[(x->dq - x->dqkv) + r * s->ldq + c] = 1;
-    for (int c = 0; c < s->KV * s->hd; c++) used[(x->dk - x->dqkv) + r * s->ldk + c] = 1;
-    for (int c = 0; c < s->KV * s->hd; c++) used[(x->dv - x->dqkv) + r * s->ldv + c] = 1;
+    for (int c = 0; c < s->H * s->hd; c++)
+      used[(x->dq - x->dqkv) + r * s->ldq + c] = 1;
+    for (int c = 0; c < s->KV * s->hd; c++)
+      used[(x->dk - x->dqkv) + r * s->ldk + c] = 1;
+    for (int c = 0; c < s->KV * s->hd; c++)
+      used[(x->dv - x->dqkv) + r * s->ldv + c] = 1;
   }
   int ok = 1;
   for (long i = 0; i < x->nqkv; i++)
@@ -176,7 +185,8 @@ static double loss_of(bufs *x) {
   gpt_attn_naive_fwd(s, x->q, x->k, x->v, x->o, x->lse);
   double L = 0;
   for (long n = 0; n < (long)s->B * s->T; n++)
-    for (int c = 0; c < s->H * s->hd; c++) L += (double)x->dout[n * s->ldo + c] * x->o[n * s->ldo + c];
+    for (int c = 0; c < s->H * s->hd; c++)
+      L += (double)x->dout[n * s->ldo + c] * x->o[n * s->ldo + c];
   return L;
 }
 static void finite_differences(void) {
@@ -228,9 +238,11 @@ static void causality(void) {
     fwd(s, x.q, x.k, x.v, o2, l2);
     x.k[t0 * s->ldk + 3] = kk, x.v[t0 * s->ldv + 40] = vv;
     EXPECT(memcmp(o1, o2, (size_t)t0 * s->ldo * sizeof(float)) == 0);
-    for (int h = 0; h < 4; h++) EXPECT(memcmp(l1 + h * 100, l2 + h * 100, t0 * sizeof(float)) == 0);
+    for (int h = 0; h < 4; h++)
+      EXPECT(memcmp(l1 + h * 100, l2 + h * 100, t0 * sizeof(float)) == 0);
     int changed = 0;
-    for (int c = 0; c < 4 * 32; c++) changed += o1[t0 * s->ldo + c] != o2[t0 * s->ldo + c];
+    for (int c = 0; c < 4 * 32; c++)
+      changed += o1[t0 * s->ldo + c] != o2[t0 * s->ldo + c];
     EXPECT(changed > 0);
   }
   free(o1), free(l1), free(o2), free(l2);

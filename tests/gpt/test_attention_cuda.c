@@ -29,16 +29,18 @@
 
 static unsigned long long rng = 0x2545f4914f6cdd1dull;
 static float q_amp = 2.5f; /* q in [-q_amp, q_amp] */
-static float uni(float a) { return a * (2.0f * (float)(test_rand(&rng) >> 40) / 16777216.0f - 1.0f); }
+static float uni(float a) {
+  return a * (2.0f * (float)(test_rand(&rng) >> 40) / 16777216.0f - 1.0f);
+}
 
 #define CU(x) REQUIRE((x) == cudaSuccess)
 
 typedef struct {
   gpt_attn_shape s;
-  long nin, nout, nlse;         /* elements of the q k v buffer(s), of o / dout, of lse */
-  long offq, offk, offv;        /* q, k, v (and dq, dk, dv) within the buffer */
-  float *in, *dout;             /* host fp32, bf16-rounded; padding 0 */
-  uint16_t *in16, *dout16;      /* host bf16 */
+  long nin, nout, nlse;    /* elements of the q k v buffer(s), of o / dout, of lse */
+  long offq, offk, offv;   /* q, k, v (and dq, dk, dv) within the buffer */
+  float *in, *dout;        /* host fp32, bf16-rounded; padding 0 */
+  uint16_t *in16, *dout16; /* host bf16 */
 } problem;
 
 static float bround(float x) { return gpt_bf16_to_f32(gpt_f32_to_bf16(x)); }
@@ -65,13 +67,19 @@ static void setup(problem *p, int B, int T, int H, int KV, int hd, int packed, i
   p->in16 = calloc(p->nin, 2), p->dout16 = calloc(p->nout, 2);
   REQUIRE(p->in && p->dout && p->in16 && p->dout16);
   for (long n = 0; n < BT; n++) {
-    for (int c = 0; c < H * hd; c++) p->in[p->offq + n * s->ldq + c] = bround(uni(q_amp));
-    for (int c = 0; c < KV * hd; c++) p->in[p->offk + n * s->ldk + c] = bround(uni(1.0f));
-    for (int c = 0; c < KV * hd; c++) p->in[p->offv + n * s->ldv + c] = bround(uni(1.0f));
-    for (int c = 0; c < H * hd; c++) p->dout[n * s->ldo + c] = bround(uni(1.0f));
+    for (int c = 0; c < H * hd; c++)
+      p->in[p->offq + n * s->ldq + c] = bround(uni(q_amp));
+    for (int c = 0; c < KV * hd; c++)
+      p->in[p->offk + n * s->ldk + c] = bround(uni(1.0f));
+    for (int c = 0; c < KV * hd; c++)
+      p->in[p->offv + n * s->ldv + c] = bround(uni(1.0f));
+    for (int c = 0; c < H * hd; c++)
+      p->dout[n * s->ldo + c] = bround(uni(1.0f));
   }
-  for (long i = 0; i < p->nin; i++) p->in16[i] = gpt_f32_to_bf16(p->in[i]);
-  for (long i = 0; i < p->nout; i++) p->dout16[i] = gpt_f32_to_bf16(p->dout[i]);
+  for (long i = 0; i < p->nin; i++)
+    p->in16[i] = gpt_f32_to_bf16(p->in[i]);
+  for (long i = 0; i < p->nout; i++)
+    p->dout16[i] = gpt_f32_to_bf16(p->dout[i]);
 }
 static void release(problem *p) { free(p->in), free(p->dout), free(p->in16), free(p->dout16); }
 
@@ -123,7 +131,8 @@ static void check_layout(const problem *p, const uint16_t *o16, const float *o, 
                          const float *g2) {
   char *mo = pad_mask(p, 1), *mi = pad_mask(p, 0);
   long bad_o = 0, bad_g = 0;
-  for (long i = 0; i < p->nout; i++) bad_o += mo[i] ? o16[i] != 0xffff : !isfinite(o[i]);
+  for (long i = 0; i < p->nout; i++)
+    bad_o += mo[i] ? o16[i] != 0xffff : !isfinite(o[i]);
   for (long i = 0; i < p->nin; i++) {
     uint32_t bits;
     memcpy(&bits, g + i, 4);
@@ -158,7 +167,7 @@ static void run(int B, int T, int H, int KV, int hd, int packed, int pad, int co
   CU(cudaMalloc((void **)&dgrad2, p.nin * sizeof(float)));
   CU(cudaMemcpy(din, p.in16, p.nin * 2, cudaMemcpyHostToDevice));
   CU(cudaMemcpy(dgo, p.dout16, p.nout * 2, cudaMemcpyHostToDevice));
-  CU(cudaMemset(dout, 0xff, p.nout * 2));             /* NaN bits: unwritten shows */
+  CU(cudaMemset(dout, 0xff, p.nout * 2)); /* NaN bits: unwritten shows */
   CU(cudaMemset(dgrad, 0xff, p.nin * sizeof(float)));
   CU(cudaMemset(dgrad2, 0xff, p.nin * sizeof(float)));
 
@@ -185,7 +194,8 @@ static void run(int B, int T, int H, int KV, int hd, int packed, int pad, int co
   CU(cudaMemcpy(lse, dlse, p.nlse * sizeof(float), cudaMemcpyDeviceToHost));
   CU(cudaMemcpy(g, dgrad, p.nin * sizeof(float), cudaMemcpyDeviceToHost));
   CU(cudaMemcpy(g2, dgrad2, p.nin * sizeof(float), cudaMemcpyDeviceToHost));
-  for (long i = 0; i < p.nout; i++) o[i] = gpt_bf16_to_f32(o16[i]);
+  for (long i = 0; i < p.nout; i++)
+    o[i] = gpt_bf16_to_f32(o16[i]);
 
   check_layout(&p, o16, o, g, g2);
 
@@ -217,15 +227,15 @@ int main(void) {
   run(2, 37, 4, 2, 64, 1, 0, 1);
   run(1, 130, 8, 1, 128, 1, 16, 1);
   run(2, 200, 4, 4, 128, 0, 8, 1);
-  run(1, 64, 2, 1, 32, 0, 0, 1);   /* hd 32: padded to 64 inside */
-  run(1, 100, 2, 2, 80, 1, 0, 1);  /* hd 80: padded to 128 */
-  run(1, 77, 4, 2, 64, 1, 3, 1);   /* odd stride: the scalar loads */
+  run(1, 64, 2, 1, 32, 0, 0, 1);  /* hd 32: padded to 64 inside */
+  run(1, 100, 2, 2, 80, 1, 0, 1); /* hd 80: padded to 128 */
+  run(1, 77, 4, 2, 64, 1, 3, 1);  /* odd stride: the scalar loads */
   run(2, 129, 8, 2, 128, 1, 0, 1);
   q_amp = 40.0f; /* scores in the hundreds: nearly one-hot rows */
   run(1, 150, 4, 2, 64, 1, 0, 1);
   q_amp = 2.5f;
-#ifndef GPT_ATTN_EMULATED /* the long shapes on a GPU only */
-  run(1, 2048, 2, 1, 64, 1, 0, 1); /* long: compared */
+#ifndef GPT_ATTN_EMULATED           /* the long shapes on a GPU only */
+  run(1, 2048, 2, 1, 64, 1, 0, 1);  /* long: compared */
   run(2, 2048, 8, 2, 128, 1, 0, 0); /* long: runs, writes every head column, deterministic */
 #endif
   /* a shape the kernels refuse: the reason, no launch */

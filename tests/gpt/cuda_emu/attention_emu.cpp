@@ -4,7 +4,7 @@
  * the include path). */
 #include "emu_device.h"
 
-#define ATTN_LAUNCH(kernel, grid, block, smem, st, ...) \
+#define ATTN_LAUNCH(kernel, grid, block, smem, st, ...)                                            \
   emu_launch(kernel, grid, block, smem, st, __VA_ARGS__)
 
 #include "attention_cuda.cu"

@@ -53,7 +53,8 @@ int __any_sync(unsigned mask, int pred) {
   unsigned t = cur, any = 0;
   slots[t] = pred ? 1.0f : 0.0f;
   __syncwarp(mask);
-  for (unsigned l = 0; l < 32; l++) any |= slots[(t & ~31u) | l] != 0.0f;
+  for (unsigned l = 0; l < 32; l++)
+    any |= slots[(t & ~31u) | l] != 0.0f;
   __syncwarp(mask);
   return any != 0;
 }
@@ -85,17 +86,21 @@ void emu_run_block(unsigned n, size_t bytes, const std::function<void()> &body) 
         swapcontext(&sched, &ctx[i]);
       }
     unsigned done = 0, at_block = 0, released = 0;
-    for (unsigned i = 0; i < n; i++) done += state[i] == DONE, at_block += state[i] == AT_BLOCK;
+    for (unsigned i = 0; i < n; i++)
+      done += state[i] == DONE, at_block += state[i] == AT_BLOCK;
     if (done == n) return;
     if (at_block == n) {
-      for (unsigned i = 0; i < n; i++) state[i] = RUN;
+      for (unsigned i = 0; i < n; i++)
+        state[i] = RUN;
       continue;
     }
     for (unsigned w = 0; w < n / 32; w++) {
       unsigned at_warp = 0;
-      for (unsigned l = 0; l < 32; l++) at_warp += state[w * 32 + l] == AT_WARP;
+      for (unsigned l = 0; l < 32; l++)
+        at_warp += state[w * 32 + l] == AT_WARP;
       if (at_warp == 32)
-        for (unsigned l = 0; l < 32; l++) state[w * 32 + l] = RUN, released++;
+        for (unsigned l = 0; l < 32; l++)
+          state[w * 32 + l] = RUN, released++;
     }
     threadIdx = dim3(0);
     emu_check(released > 0, "deadlock: threads wait at different barriers");

@@ -39,7 +39,7 @@ extern dim3 threadIdx, blockIdx, blockDim, gridDim; /* threadIdx: the running fi
 #define __shared__
 #define __launch_bounds__(n)
 #define __align__(n) __attribute__((aligned(n)))
-#define __expf expf
+#define __expf       expf
 using std::min;
 
 enum { EMU_SMEM = 99 * 1024 };
@@ -51,8 +51,7 @@ int __any_sync(unsigned mask, int pred);
 static inline int emu_lane(void) { return (int)(threadIdx.x % 32); }
 void emu_check(int ok, const char *what); /* aborts with what unless ok */
 
-template <typename K>
-static inline cudaError_t cudaFuncSetAttribute(K, int, int bytes) {
+template <typename K> static inline cudaError_t cudaFuncSetAttribute(K, int, int bytes) {
   return bytes > EMU_SMEM ? cudaErrorInvalidValue : cudaSuccess;
 }
 

@@ -19,8 +19,7 @@ struct row_major {};
 struct col_major {};
 enum layout_t { mem_row_major, mem_col_major };
 
-template <typename Use, int M, int N, int K, typename T, typename Layout = void>
-struct fragment {
+template <typename Use, int M, int N, int K, typename T, typename Layout = void> struct fragment {
   float v[16][16];
 };
 
@@ -35,25 +34,29 @@ static inline void load_matrix_sync(fragment<Use, 16, 16, 16, __nv_bfloat16, Lay
   if (!lead(p, ld, 8)) return;
   const bool col = std::is_same<Layout, col_major>::value;
   for (int r = 0; r < 16; r++)
-    for (int c = 0; c < 16; c++) f.v[r][c] = __bfloat162float(col ? p[c * ld + r] : p[r * ld + c]);
+    for (int c = 0; c < 16; c++)
+      f.v[r][c] = __bfloat162float(col ? p[c * ld + r] : p[r * ld + c]);
 }
 static inline void load_matrix_sync(fragment<accumulator, 16, 16, 16, float> &f, const float *p,
                                     unsigned ld, layout_t l) {
   if (!lead(p, ld, 4)) return;
   for (int r = 0; r < 16; r++)
-    for (int c = 0; c < 16; c++) f.v[r][c] = l == mem_col_major ? p[c * ld + r] : p[r * ld + c];
+    for (int c = 0; c < 16; c++)
+      f.v[r][c] = l == mem_col_major ? p[c * ld + r] : p[r * ld + c];
 }
 static inline void store_matrix_sync(float *p, const fragment<accumulator, 16, 16, 16, float> &f,
                                      unsigned ld, layout_t l) {
   if (!lead(p, ld, 4)) return;
   for (int r = 0; r < 16; r++)
-    for (int c = 0; c < 16; c++) (l == mem_col_major ? p[c * ld + r] : p[r * ld + c]) = f.v[r][c];
+    for (int c = 0; c < 16; c++)
+      (l == mem_col_major ? p[c * ld + r] : p[r * ld + c]) = f.v[r][c];
 }
 template <typename Use, typename T, typename Layout>
 static inline void fill_fragment(fragment<Use, 16, 16, 16, T, Layout> &f, float x) {
   if (emu_lane() != 0) return;
   for (int r = 0; r < 16; r++)
-    for (int c = 0; c < 16; c++) f.v[r][c] = x;
+    for (int c = 0; c < 16; c++)
+      f.v[r][c] = x;
 }
 /* d = a b + c in fp32 (bf16 products are exact in fp32) */
 template <typename LA, typename LB>
@@ -66,7 +69,8 @@ static inline void mma_sync(fragment<accumulator, 16, 16, 16, float> &d,
   for (int r = 0; r < 16; r++)
     for (int n = 0; n < 16; n++) {
       float s = c.v[r][n];
-      for (int k = 0; k < 16; k++) s += a.v[r][k] * b.v[k][n];
+      for (int k = 0; k < 16; k++)
+        s += a.v[r][k] * b.v[k][n];
       t[r][n] = s;
     }
   memcpy(d.v, t, sizeof t);
