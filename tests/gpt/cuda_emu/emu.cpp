@@ -1,0 +1,114 @@
+/* tests/gpt/cuda_emu/emu.cpp — the fibers behind emu_device.h: one
+ * ucontext per CUDA thread of the running CTA, a scheduler that runs every
+ * runnable fiber (highest thread index first) up to its next barrier, then
+ * releases a warp whose 32 lanes all wait at __syncwarp or the CTA when
+ * every thread waits at __syncthreads; anything else is a deadlock (a
+ * divergent barrier) and aborts. Shuffles and votes exchange through
+ * per-thread slots between two warp barriers. */
+#include "emu_device.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <ucontext.h>
+
+dim3 threadIdx, blockIdx, blockDim, gridDim;
+__attribute__((aligned(128))) unsigned char smem[EMU_SMEM]; /* the kernels' extern __shared__ */
+
+enum { RUN, AT_BLOCK, AT_WARP, DONE, MAXT = 1024, STACK = 128 * 1024 };
+
+static ucontext_t sched;
+static ucontext_t ctx[MAXT];
+static int state[MAXT];
+static float slots[MAXT];
+static char *stacks;
+static unsigned cur;
+static const std::function<void()> *running;
+
+void emu_check(int ok, const char *what) {
+  if (ok) return;
+  fprintf(stderr, "cuda emulation: %s (block %u %u %u, thread %u)\n", what, blockIdx.x, blockIdx.y,
+          blockIdx.z, threadIdx.x);
+  abort();
+}
+
+static void yield(int st) {
+  state[cur] = st;
+  swapcontext(&ctx[cur], &sched);
+}
+void __syncthreads(void) { yield(AT_BLOCK); }
+void __syncwarp(unsigned mask) {
+  emu_check(mask == 0xffffffffu, "__syncwarp: partial mask");
+  yield(AT_WARP);
+}
+float __shfl_xor_sync(unsigned mask, float v, int lane_mask) {
+  unsigned t = cur;
+  slots[t] = v;
+  __syncwarp(mask);
+  float r = slots[(t & ~31u) | ((t & 31u) ^ (unsigned)lane_mask)];
+  __syncwarp(mask);
+  return r;
+}
+
+int __any_sync(unsigned mask, int pred) {
+  unsigned t = cur, any = 0;
+  slots[t] = pred ? 1.0f : 0.0f;
+  __syncwarp(mask);
+  for (unsigned l = 0; l < 32; l++)
+    any |= slots[(t & ~31u) | l] != 0.0f;
+  __syncwarp(mask);
+  return any != 0;
+}
+
+static void entry(void) {
+  (*running)();
+  state[cur] = DONE; /* uc_link returns to the scheduler */
+}
+
+void emu_run_block(unsigned n, size_t bytes, const std::function<void()> &body) {
+  emu_check(n % 32 == 0 && n <= MAXT, "block size");
+  (void)bytes;
+  if (!stacks) stacks = (char *)malloc((size_t)MAXT * STACK);
+  emu_check(stacks != NULL, "no memory for the fibers' stacks");
+  memset(smem, 0xff, sizeof smem);
+  running = &body;
+  for (unsigned i = 0; i < n; i++) {
+    getcontext(&ctx[i]);
+    ctx[i].uc_stack.ss_sp = stacks + (size_t)i * STACK;
+    ctx[i].uc_stack.ss_size = STACK;
+    ctx[i].uc_link = &sched;
+    makecontext(&ctx[i], entry, 0);
+    state[i] = RUN;
+  }
+  for (;;) {
+    for (unsigned i = n; i-- > 0;)
+      if (state[i] == RUN) {
+        cur = i, threadIdx = dim3(i);
+        swapcontext(&sched, &ctx[i]);
+      }
+    unsigned done = 0, at_block = 0, released = 0;
+    for (unsigned i = 0; i < n; i++)
+      done += state[i] == DONE, at_block += state[i] == AT_BLOCK;
+    if (done == n) return;
+    if (at_block == n) {
+      for (unsigned i = 0; i < n; i++)
+        state[i] = RUN;
+      continue;
+    }
+    for (unsigned w = 0; w < n / 32; w++) {
+      unsigned at_warp = 0;
+      for (unsigned l = 0; l < 32; l++)
+        at_warp += state[w * 32 + l] == AT_WARP;
+      if (at_warp == 32)
+        for (unsigned l = 0; l < 32; l++)
+          state[w * 32 + l] = RUN, released++;
+    }
+    threadIdx = dim3(0);
+    emu_check(released > 0, "deadlock: threads wait at different barriers");
+  }
+}
+
+/* the model's device probe, for the test: the emulation is always there */
+extern "C" int gpt_cuda_available(char *why, size_t len) {
+  (void)why, (void)len;
+  return 0;
+}
