@@ -33,7 +33,8 @@ typedef struct {
 } gpt_config;
 
 /* "tiny" (~1M params), "small" (~10M), "gpt2" (124M), "llama-tiny",
- * "llama-small": 0, or -1 when unknown. */
+ * "llama-small", "llama-1b" (TinyLlama-1.1B's shape, 1.1B), "llama-2-7b"
+ * (6.7B), "llama-2-13b" (13.0B): 0, or -1 when unknown. */
 int gpt_config_preset(const char *name, gpt_config *out);
 /* A Hugging Face config.json (model_type gpt2 or llama). 0, or -1 with a
  * message in err. */

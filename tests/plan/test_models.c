@@ -11,14 +11,14 @@
 #include <string.h>
 
 static void test_presets(void) {
-  EXPECT_EQ_INT(ferry_plan_preset_count(), 11);
+  EXPECT_EQ_INT(ferry_plan_preset_count(), 12);
   static const struct {
     const char *name;
     uint64_t count; /* as Hugging Face reports it */
   } want[] = {
       {"gpt2", 124439808ull},          {"gpt2-medium", 354823168ull},
       {"gpt2-large", 774030080ull},    {"gpt2-xl", 1557611200ull},
-      {"llama-2-7b", 6738415616ull},   {"llama-2-13b", 13015864320ull},
+      {"llama-1b", 1100048384ull},     {"llama-2-7b", 6738415616ull},   {"llama-2-13b", 13015864320ull},
       {"llama-2-70b", 68976648192ull}, {"llama-3-8b", 8030261248ull},
       {"llama-3-70b", 70553706496ull}, {"mistral-7b", 7241732096ull},
       {"qwen2.5-14b", 14770033664ull},
