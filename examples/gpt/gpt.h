@@ -156,7 +156,8 @@ float *gpt_resident_g(gpt_resident *r, int param);
 /* ---- weights: init, load, save ------------------------------------------------ */
 
 /* GPT-2 style init (normal 0.02, residual projections 0.02/sqrt(2L), norms
- * 1, biases 0), from `seed`, written through the provider. */
+ * 1, biases 0), from `seed`, written through the provider. Value k of
+ * tensor i depends on (seed, i, k) only (init.c, gpt_init.h). */
 int gpt_weights_init(const gpt_schema *s, gpt_provider *p, uint64_t seed);
 /* Loads a safetensors file or model folder (sharded too) with Hugging Face
  * names ("transformer." and "model." prefixes and an lm_head tied to the
