@@ -1,7 +1,8 @@
 /* tests/gpt/test_presets.c — ferry-gpt's presets against `ferry plan`'s:
  * every preset both know by name has the same shape in both and the same
  * parameter count (ferry-gpt's schema = the planner's arithmetic = the
- * published count), and the Llama presets have their Hugging Face shapes.
+ * published count), and a preset equals what ferry-gpt reads from the
+ * Hugging Face config.json of that model (tests/plan/configs, argv[1]).
  */
 #include "gpt.h"
 
@@ -36,7 +37,26 @@ static void same_as_plan(const char *name) {
   gpt_schema_free(&s);
 }
 
-int main(void) {
+/* the preset = ferry-gpt's reading of the model's config.json */
+static void same_as_json(const char *dir, const char *name) {
+  char path[1024], err[512];
+  gpt_config p, j;
+  snprintf(path, sizeof path, "%s/%s.json", dir, name);
+  REQUIRE(gpt_config_preset(name, &p) == 0);
+  int rc = gpt_config_load_json(path, &j, err, sizeof err);
+  if (rc) fprintf(stderr, "%s\n", err);
+  REQUIRE(rc == 0);
+  EXPECT(p.family == j.family && p.vocab == j.vocab && p.d_model == j.d_model);
+  EXPECT(p.n_layer == j.n_layer && p.n_head == j.n_head && p.n_kv_head == j.n_kv_head);
+  EXPECT(p.d_ff == j.d_ff && p.max_seq == j.max_seq && p.tied == j.tied);
+  EXPECT(p.norm_eps == j.norm_eps && p.rope_theta == j.rope_theta);
+}
+
+int main(int argc, char **argv) {
+  if (argc < 2) {
+    fprintf(stderr, "usage: test_gpt_presets tests/plan/configs\n");
+    return 1;
+  }
   /* every preset of ferry-gpt that `ferry plan` knows too */
   static const char *const gpt[] = {"tiny",       "small",    "gpt2",       "llama-tiny",
                                     "llama-small", "llama-1b", "llama-2-7b", "llama-2-13b"};
@@ -48,14 +68,10 @@ int main(void) {
     both++;
   }
   EXPECT_EQ_INT(both, 4); /* gpt2, llama-1b, llama-2-7b, llama-2-13b */
-  /* the rest of the Hugging Face config.json of each Llama preset */
-  static const char *const llama[] = {"llama-1b", "llama-2-7b", "llama-2-13b"};
-  for (size_t i = 0; i < 3; i++) {
-    gpt_config c;
-    REQUIRE(gpt_config_preset(llama[i], &c) == 0);
-    EXPECT(c.family == GPT_LLAMA && !c.tied && c.vocab == 32000);
-    EXPECT(c.rope_theta == 10000.0f && c.norm_eps == 1e-5f);
-  }
+  same_as_json(argv[1], "gpt2");
+  same_as_json(argv[1], "llama-1b");
+  same_as_json(argv[1], "llama-2-7b");
+  same_as_json(argv[1], "llama-2-13b");
   gpt_config c;
   REQUIRE(gpt_config_preset("llama-1b", &c) == 0);
   EXPECT(c.d_model == 2048 && c.d_ff == 5632 && c.n_layer == 22 && c.n_head == 32);

@@ -66,8 +66,9 @@ static void test_dense(void) {
 }
 
 static void test_configs(const char *dir) {
-  static const char *const names[] = {"gpt2",       "gpt2-xl",    "llama-2-7b",
-                                      "llama-3-8b", "mistral-7b", "qwen2.5-14b"};
+  static const char *const names[] = {"gpt2",        "gpt2-xl",    "llama-1b",
+                                      "llama-2-7b",  "llama-2-13b", "llama-3-8b",
+                                      "mistral-7b",  "qwen2.5-14b"};
   for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
     char path[1024], why[512];
     snprintf(path, sizeof path, "%s/%s.json", dir, names[i]);
