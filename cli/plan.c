@@ -58,8 +58,8 @@ static void plan_usage_options(FILE *f) {
   fprintf(f,
 "model (one of):\n"
 "  --model NAME        a preset with its exact parameter count: gpt2, gpt2-medium,\n"
-"                      gpt2-large, gpt2-xl, llama-2-7b, llama-2-13b, llama-2-70b,\n"
-"                      llama-3-8b, llama-3-70b, mistral-7b, qwen2.5-14b\n"
+"                      gpt2-large, gpt2-xl, llama-1b, llama-2-7b, llama-2-13b,\n"
+"                      llama-2-70b, llama-3-8b, llama-3-70b, mistral-7b, qwen2.5-14b\n"
 "  --model FILE        a Hugging Face config.json of the GPT-2 family (gpt2) or the\n"
 "                      Llama family (llama, mistral, qwen2)\n"
 "  --params N          a dense Llama-shaped model of N parameters (13e9, 13B, 350M)\n"

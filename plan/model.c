@@ -30,6 +30,7 @@ static preset presets[] = {
     GPT2("gpt2-medium", 1024, 24, 16),
     GPT2("gpt2-large", 1280, 36, 20),
     GPT2("gpt2-xl", 1600, 48, 25),
+    LLAMA("llama-1b", 32000, 2048, 5632, 22, 32, 4, 2048, 0, 0),
     LLAMA("llama-2-7b", 32000, 4096, 11008, 32, 32, 32, 4096, 0, 0),
     LLAMA("llama-2-13b", 32000, 5120, 13824, 40, 40, 40, 4096, 0, 0),
     LLAMA("llama-2-70b", 32000, 8192, 28672, 80, 64, 8, 4096, 0, 0),
@@ -43,8 +44,8 @@ static preset presets[] = {
 /* What Hugging Face reports for each preset, in the order above. */
 static const uint64_t published[NPRESETS] = {
     124439808ull,   354823168ull,   774030080ull,   1557611200ull,
-    6738415616ull,  13015864320ull, 68976648192ull, 8030261248ull,
-    70553706496ull, 7241732096ull,  14770033664ull,
+    1100048384ull,  6738415616ull,  13015864320ull, 68976648192ull,
+    8030261248ull,  70553706496ull, 7241732096ull,  14770033664ull,
 };
 
 int ferry_plan_preset_count(void) { return NPRESETS; }

@@ -34,6 +34,10 @@ int gpt_config_preset(const char *name, gpt_config *out) {
   else if (!strcmp(name, "gpt2")) *out = gpt2_like(50257, 768, 12, 12, 1024);
   else if (!strcmp(name, "llama-tiny")) *out = llama_like(256, 128, 5, 4, 2, 344, 256);
   else if (!strcmp(name, "llama-small")) *out = llama_like(256, 384, 6, 6, 2, 1024, 256);
+  /* the shapes of Hugging Face's TinyLlama-1.1B, Llama-2-7b and Llama-2-13b */
+  else if (!strcmp(name, "llama-1b")) *out = llama_like(32000, 2048, 22, 32, 4, 5632, 2048);
+  else if (!strcmp(name, "llama-2-7b")) *out = llama_like(32000, 4096, 32, 32, 32, 11008, 4096);
+  else if (!strcmp(name, "llama-2-13b")) *out = llama_like(32000, 5120, 40, 40, 40, 13824, 4096);
   else return -1;
   return 0;
 }

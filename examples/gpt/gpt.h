@@ -33,7 +33,8 @@ typedef struct {
 } gpt_config;
 
 /* "tiny" (~1M params), "small" (~10M), "gpt2" (124M), "llama-tiny",
- * "llama-small": 0, or -1 when unknown. */
+ * "llama-small", "llama-1b" (TinyLlama-1.1B's shape, 1.1B), "llama-2-7b"
+ * (6.7B), "llama-2-13b" (13.0B): 0, or -1 when unknown. */
 int gpt_config_preset(const char *name, gpt_config *out);
 /* A Hugging Face config.json (model_type gpt2 or llama). 0, or -1 with a
  * message in err. */
@@ -155,7 +156,8 @@ float *gpt_resident_g(gpt_resident *r, int param);
 /* ---- weights: init, load, save ------------------------------------------------ */
 
 /* GPT-2 style init (normal 0.02, residual projections 0.02/sqrt(2L), norms
- * 1, biases 0), from `seed`, written through the provider. */
+ * 1, biases 0), from `seed`, written through the provider. Value k of
+ * tensor i depends on (seed, i, k) only (init.c, gpt_init.h). */
 int gpt_weights_init(const gpt_schema *s, gpt_provider *p, uint64_t seed);
 /* Loads a safetensors file or model folder (sharded too) with Hugging Face
  * names ("transformer." and "model." prefixes and an lm_head tied to the

@@ -19,7 +19,7 @@ void load_model_config(const char *model, gpt_config *cfg) {
   struct stat st;
   if (stat(model, &st) != 0) {
     errf("--model '%s' is neither a preset (tiny, small, gpt2, llama-tiny, "
-         "llama-small) nor a file\n",
+         "llama-small, llama-1b, llama-2-7b, llama-2-13b) nor a file\n",
          model);
     exit(2);
   }

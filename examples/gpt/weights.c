@@ -1,28 +1,18 @@
 /* examples/gpt/weights.c — the model's weights in and out: a per-tensor
- * source of initial values (seeded random init, or Hugging Face safetensors:
- * one file or a sharded folder; F32/F16/BF16, names, shapes and dtypes
- * checked up front), loading through the parameter provider one group at a
- * time, and saving fp32 safetensors from a per-tensor reader.
+ * source of initial values (the seeded init of init.c, or Hugging Face
+ * safetensors: one file or a sharded folder; F32/F16/BF16, names, shapes
+ * and dtypes checked up front), loading through the parameter provider
+ * one group at a time, and saving fp32 safetensors from a per-tensor
+ * reader.
  */
 #include "gpt.h"
+#include "gpt_init.h"
 
 #include "ferry.h"
 
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-static int ends(const char *s, const char *suf) {
-  size_t a = strlen(s), b = strlen(suf);
-  return a >= b && !strcmp(s + a - b, suf);
-}
-
-static float randn(uint64_t *st) {
-  double u1 = ((double)(gpt_rand(st) >> 11) + 1.0) / 9007199254740993.0;
-  double u2 = (double)(gpt_rand(st) >> 11) / 9007199254740992.0;
-  return (float)(sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
-}
 
 static void shape_str(char *b, size_t n, int ndim, const int64_t *sh) {
   size_t at = (size_t)snprintf(b, n, "[");
@@ -42,23 +32,6 @@ static int find_tensor(ferry_safetensors *f, const gpt_schema *s, const char *na
     if (!ferry_safetensors_find(f, alt, t, idx)) return 0;
   }
   return -1;
-}
-
-/* GPT-2 style init of param i: one RNG stream per tensor, so a tensor's
- * values do not depend on the others or on the order they are made in. */
-static void init_tensor(const gpt_schema *s, int i, uint64_t seed, float *w) {
-  const gpt_param *q = &s->params[i];
-  float resid = 0.02f / sqrtf(2.0f * (float)s->cfg.n_layer);
-  uint64_t st = seed * 0x9E3779B97F4A7C15ull + (uint64_t)i * 0xD1B54A32D192ED03ull;
-  int is_norm = q->ndim == 1 && (strstr(q->name, "ln_") || strstr(q->name, "norm"));
-  int is_bias = ends(q->name, ".bias") && !is_norm;
-  int is_resid = strstr(q->name, "c_proj.weight") || strstr(q->name, "o_proj") ||
-                 strstr(q->name, "down_proj");
-  for (size_t k = 0; k < q->numel; k++) {
-    if (is_norm && ends(q->name, ".weight")) w[k] = 1.0f;
-    else if (is_norm || is_bias) w[k] = 0.0f;
-    else w[k] = randn(&st) * (is_resid ? resid : 0.02f);
-  }
 }
 
 struct gpt_weights_src {
@@ -170,7 +143,7 @@ int gpt_weights_src_fill(gpt_weights_src *w, int i, float *dst, char *err, size_
     return -1;
   }
   if (!w->f) {
-    init_tensor(w->s, i, w->seed, dst);
+    gpt_init_tensor(w->s, i, w->seed, dst, 0);
     return 0;
   }
   const gpt_param *q = &w->s->params[i];

@@ -11,14 +11,14 @@
 #include <string.h>
 
 static void test_presets(void) {
-  EXPECT_EQ_INT(ferry_plan_preset_count(), 11);
+  EXPECT_EQ_INT(ferry_plan_preset_count(), 12);
   static const struct {
     const char *name;
     uint64_t count; /* as Hugging Face reports it */
   } want[] = {
       {"gpt2", 124439808ull},          {"gpt2-medium", 354823168ull},
       {"gpt2-large", 774030080ull},    {"gpt2-xl", 1557611200ull},
-      {"llama-2-7b", 6738415616ull},   {"llama-2-13b", 13015864320ull},
+      {"llama-1b", 1100048384ull},     {"llama-2-7b", 6738415616ull},   {"llama-2-13b", 13015864320ull},
       {"llama-2-70b", 68976648192ull}, {"llama-3-8b", 8030261248ull},
       {"llama-3-70b", 70553706496ull}, {"mistral-7b", 7241732096ull},
       {"qwen2.5-14b", 14770033664ull},
@@ -66,8 +66,9 @@ static void test_dense(void) {
 }
 
 static void test_configs(const char *dir) {
-  static const char *const names[] = {"gpt2",       "gpt2-xl",    "llama-2-7b",
-                                      "llama-3-8b", "mistral-7b", "qwen2.5-14b"};
+  static const char *const names[] = {"gpt2",        "gpt2-xl",    "llama-1b",
+                                      "llama-2-7b",  "llama-2-13b", "llama-3-8b",
+                                      "mistral-7b",  "qwen2.5-14b"};
   for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
     char path[1024], why[512];
     snprintf(path, sizeof path, "%s/%s.json", dir, names[i]);
