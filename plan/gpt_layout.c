@@ -58,18 +58,20 @@ static size_t layout_block(const ferry_gpt_dims *d, size_t R, size_t ns, size_t 
 
 size_t ferry_gpt_layout_make(const ferry_gpt_dims *d, ferry_gpt_layout *out) {
   memset(out, 0, sizeof *out);
-  if (d->B < 1 || d->T < 1 || d->C < 1 || d->F < 1 || d->L < 1 || d->vocab < 1 || d->H < 1 ||
+  if (d->B < 1 || d->T < 1 || d->chunk_tokens < 0 || d->loss_chunk_tokens < 0 || d->C < 1 || d->F < 1 || d->L < 1 || d->vocab < 1 || d->H < 1 ||
       d->KV < 1 || d->H % d->KV || d->C % d->H || (d->llama && (d->C / d->H) % 2))
     return 0;
   size_t B = (size_t)d->B, T = (size_t)d->T, BT = B * T, C = (size_t)d->C;
   size_t F = (size_t)d->F, V = (size_t)d->vocab, hd = C / (size_t)d->H, L = (size_t)d->L;
   size_t H = (size_t)d->H, f4 = 4, b2 = 2;
   size_t qkvw = C + 2 * (size_t)d->KV * hd;
-  size_t cb = (FERRY_GPT_CHUNK_TOKENS + T - 1) / T;
+  size_t target = d->chunk_tokens > 0 ? (size_t)d->chunk_tokens : FERRY_GPT_CHUNK_TOKENS;
+  size_t cb = (target + T - 1) / T;
   if (cb > B) cb = B;
   size_t R = cb * T; /* rows of one chunk */
   size_t ce = FERRY_GPT_CE_LOGIT_BYTES / (V * f4) / 64 * 64;
   if (ce < 64) ce = 64;
+  if (d->loss_chunk_tokens > 0) ce = (size_t)d->loss_chunk_tokens;
   if (ce > BT) ce = BT;
   out->qkvw = (long)qkvw;
   out->chunk_b = (long)cb;

@@ -30,6 +30,8 @@ typedef struct {
   int checkpoint;         /* keep block inputs only, recompute one chunk in backward */
   int weights_bf16;       /* weights read as bf16: no weight scratch */
   size_t largest_matrix;  /* elements of the largest weight matrix */
+  long chunk_tokens;      /* 0: FERRY_GPT_CHUNK_TOKENS; else the chunk target (tests) */
+  long loss_chunk_tokens; /* 0: from FERRY_GPT_CE_LOGIT_BYTES; else tokens per loss chunk */
 } ferry_gpt_dims;
 
 /* Tokens per chunk of a block's forward / backward the model aims for

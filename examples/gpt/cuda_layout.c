@@ -26,6 +26,7 @@ ferry_gpt_dims gpt_cuda_dims(const gpt_schema *s, const gpt_run_config *rc, ferr
   d.checkpoint = rc->checkpoint != 0;
   d.weights_bf16 = wdt == FERRY_DT_BF16;
   d.largest_matrix = largest_matrix(s);
+  d.chunk_tokens = rc->chunk_tokens, d.loss_chunk_tokens = rc->loss_chunk_tokens;
   return d;
 }
 

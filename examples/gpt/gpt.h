@@ -295,6 +295,10 @@ typedef struct gpt_model gpt_model;
 typedef struct {
   int batch, seq;
   int checkpoint; /* 1: keep only block inputs, recompute each block in backward */
+  /* The CUDA model's chunks (0: its defaults, plan/gpt_layout.h): tokens a
+   * block's pass aims for per chunk of whole sequences, tokens per chunk of
+   * the loss. Tests set them small to run the chunked paths. */
+  int chunk_tokens, loss_chunk_tokens;
 } gpt_run_config;
 
 int gpt_model_create(const gpt_schema *s, const gpt_run_config *rc, gpt_model **out);

@@ -9,8 +9,10 @@
  *   loss        |c - t| <= 1e-2 |t|          (vs the CPU model; vs torch for fp32)
  *   logits      |c - t| <= 5e-2 + 2e-2 |t|
  *   gradients   max |c - t| <= 5e-2 * max |t| + 1e-6   (per tensor)
- * The logits are read after forward and again after backward (which must
- * not overwrite them); the loss of two identical forwards is their mean.
+ * The logits are read after forward and again after backward (computed
+ * again from the final norm's output, chunk by chunk: the same bits); the
+ * loss of two identical forwards is their mean. Each case also runs chunked
+ * (one sequence per chunk of a block's pass, 7 tokens per loss chunk).
  * Exits 77 without a CUDA device. argv[1]: tests/fixtures/gpt.
  */
 #include "gpt_cuda.h"
@@ -122,7 +124,10 @@ static void run_cpu(const gpt_schema *s, const float *w, const int32_t *tok, con
 /* The CUDA model on weights w (host fp32, already rounded to dt). */
 static void run_cuda(const gpt_schema *s, const float *w, ferry_dtype dt, int ck,
                      const int32_t *tok, const int32_t *tgt, int T, result *r, size_t nl) {
-  gpt_run_config rc = {.batch = 2, .seq = T, .checkpoint = ck};
+  /* ck bit 0: checkpointing; bit 1: chunked, one sequence per chunk of a
+   * block's pass and 7 tokens per chunk of the loss (the ragged paths) */
+  gpt_run_config rc = {.batch = 2, .seq = T, .checkpoint = ck & 1};
+  if (ck & 2) rc.chunk_tokens = T, rc.loss_chunk_tokens = 7;
   gpt_cuda_mem mem = {NULL, 0, NULL, dt};
   gpt_cuda_model *m;
   char err[512];
@@ -235,13 +240,15 @@ static void run(const char *dir, const char *family) {
   for (int d = 0; d < 3; d++) {
     for (size_t i = 0; i < n; i++) w[i] = round_to(hr.weights[i], dts[d]);
     run_cpu(&s, w, tok, tgt, T, &cpu, nl);
-    for (int ck = 0; ck < 2; ck++) {
+    for (int ck = 0; ck < 4; ck++) {
       char what[128];
       run_cuda(&s, w, dts[d], ck, tok, tgt, T, &gpu, nl);
-      snprintf(what, sizeof what, "%s %s ckpt %d vs cpu", family, ferry_dtype_name(dts[d]), ck);
+      snprintf(what, sizeof what, "%s %s ckpt %d%s vs cpu", family, ferry_dtype_name(dts[d]),
+               ck & 1, ck & 2 ? " chunked" : "");
       compare(&s, &gpu, &cpu, nl, what);
       if (dts[d] != FERRY_DT_F32) continue;
-      snprintf(what, sizeof what, "%s %s ckpt %d vs torch", family, ferry_dtype_name(dts[d]), ck);
+      snprintf(what, sizeof what, "%s %s ckpt %d%s vs torch", family, ferry_dtype_name(dts[d]),
+               ck & 1, ck & 2 ? " chunked" : "");
       compare(&s, &gpu, &torch, nl, what);
     }
   }

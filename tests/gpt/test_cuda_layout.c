@@ -98,7 +98,11 @@ static size_t check_layout(const gpt_schema *s, const gpt_run_config *rc, ferry_
   /* chunks: whole sequences, at most the batch, at least FERRY_GPT_CHUNK_TOKENS
    * tokens when the batch has them; the loss's chunk within the tokens */
   EXPECT(lay.chunk_b >= 1 && lay.chunk_b <= rc->batch);
-  EXPECT(lay.chunk_b == rc->batch || lay.chunk_b * rc->seq >= FERRY_GPT_CHUNK_TOKENS);
+  EXPECT(lay.chunk_b == rc->batch ||
+         lay.chunk_b * rc->seq >= (rc->chunk_tokens ? rc->chunk_tokens : FERRY_GPT_CHUNK_TOKENS));
+  EXPECT(!rc->loss_chunk_tokens ||
+         lay.ce_rows == (rc->loss_chunk_tokens < (long)rc->batch * rc->seq
+                             ? rc->loss_chunk_tokens : (long)rc->batch * rc->seq));
   EXPECT(lay.ce_rows >= 1 && lay.ce_rows <= (long)rc->batch * rc->seq);
   /* no buffer grows with T x T: at twice the sequence, none more than doubles */
   if (2 * rc->seq <= s->cfg.max_seq) {
@@ -217,6 +221,9 @@ int main(void) {
       size_t full = 0, ck = 0;
       for (int ckpt = 0; ckpt < 2; ckpt++) {
         gpt_run_config rc = {.batch = shapes[k][0], .seq = shapes[k][1], .checkpoint = ckpt};
+        gpt_run_config small = rc;
+        small.chunk_tokens = rc.seq, small.loss_chunk_tokens = 7; /* one sequence, ragged loss */
+        check_layout(&s, &small, FERRY_DT_BF16, presets[pi]);
         size_t b16 = check_layout(&s, &rc, FERRY_DT_BF16, presets[pi]);
         size_t b32 = check_layout(&s, &rc, FERRY_DT_F32, presets[pi]);
         EXPECT(b32 > b16);
