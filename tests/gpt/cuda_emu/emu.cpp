@@ -1,5 +1,6 @@
 /* tests/gpt/cuda_emu/emu.cpp — the fibers behind emu_device.h: one
- * ucontext per CUDA thread of the running CTA, a scheduler that runs every
+ * ucontext per CUDA thread of the running CTA (threads numbered x fastest,
+ * as CUDA forms warps), a scheduler that runs every
  * runnable fiber (highest thread index first) up to its next barrier, then
  * releases a warp whose 32 lanes all wait at __syncwarp or the CTA when
  * every thread waits at __syncthreads; anything else is a deadlock (a
@@ -9,10 +10,19 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <map>
 #include <ucontext.h>
 
 dim3 threadIdx, blockIdx, blockDim, gridDim;
-__attribute__((aligned(128))) unsigned char smem[EMU_SMEM]; /* the kernels' extern __shared__ */
+/* the kernels' extern __shared__ (kernels_emu.cpp names its float array so) */
+thread_local __attribute__((aligned(128))) unsigned char smem[EMU_SMEM];
+
+static std::map<const void *, int> smem_limit;
+void emu_set_smem_limit(const void *kernel, int bytes) { smem_limit[kernel] = bytes; }
+int emu_smem_limit(const void *kernel) {
+  auto it = smem_limit.find(kernel);
+  return it == smem_limit.end() ? EMU_SMEM_DEFAULT : it->second;
+}
 
 enum { RUN, AT_BLOCK, AT_WARP, DONE, MAXT = 1024, STACK = 128 * 1024 };
 
@@ -29,6 +39,11 @@ void emu_check(int ok, const char *what) {
   fprintf(stderr, "cuda emulation: %s (block %u %u %u, thread %u)\n", what, blockIdx.x, blockIdx.y,
           blockIdx.z, threadIdx.x);
   abort();
+}
+
+/* fiber i's threadIdx in the running block */
+static dim3 thread_of(unsigned i) {
+  return dim3(i % blockDim.x, i / blockDim.x % blockDim.y, i / (blockDim.x * blockDim.y));
 }
 
 static void yield(int st) {
@@ -82,7 +97,7 @@ void emu_run_block(unsigned n, size_t bytes, const std::function<void()> &body) 
   for (;;) {
     for (unsigned i = n; i-- > 0;)
       if (state[i] == RUN) {
-        cur = i, threadIdx = dim3(i);
+        cur = i, threadIdx = thread_of(i);
         swapcontext(&sched, &ctx[i]);
       }
     unsigned done = 0, at_block = 0, released = 0;
@@ -102,13 +117,7 @@ void emu_run_block(unsigned n, size_t bytes, const std::function<void()> &body) 
         for (unsigned l = 0; l < 32; l++)
           state[w * 32 + l] = RUN, released++;
     }
-    threadIdx = dim3(0);
+    threadIdx = thread_of(0);
     emu_check(released > 0, "deadlock: threads wait at different barriers");
   }
-}
-
-/* the model's device probe, for the test: the emulation is always there */
-extern "C" int gpt_cuda_available(char *why, size_t len) {
-  (void)why, (void)len;
-  return 0;
 }

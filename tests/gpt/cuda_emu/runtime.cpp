@@ -1,0 +1,221 @@
+/* tests/gpt/cuda_emu/runtime.cpp — the CUDA runtime of the emulated build
+ * (cuda_runtime.h): device allocations are mmap'd host memory between two
+ * inaccessible guard pages (the data ends 256-aligned against the upper
+ * one), filled with 0xff (NaN in fp32 and bf16) so reads of what nothing
+ * wrote show; pinned host memory is malloc'd or registered and tracked;
+ * streams and events are tokens whose use after destroy aborts. Every
+ * copy, set and launch runs at once, in call order: stream order holds
+ * trivially, and what the emulation cannot see is a missing wait. */
+#include "cuda_runtime.h"
+
+#include <map>
+#include <set>
+#include <stdio.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+namespace {
+
+struct region {
+  size_t size;     /* bytes asked */
+  void *map;       /* the mapping (device) or NULL (pinned host) */
+  size_t map_len;
+  int owned;       /* pinned: cudaHostAlloc'd (else registered) */
+};
+std::map<uintptr_t, region> device, pinned;
+std::set<void *> streams, events;
+
+[[noreturn]] void die(const char *what, const char *why) {
+  fprintf(stderr, "cuda emulation: %s: %s\n", what, why);
+  abort();
+}
+
+/* the region of m holding [p, p + n), or NULL */
+const region *find(const std::map<uintptr_t, region> &m, const void *p, size_t n) {
+  uintptr_t a = (uintptr_t)p;
+  auto it = m.upper_bound(a);
+  if (it == m.begin()) return NULL;
+  --it;
+  if (a - it->first >= it->second.size || n > it->second.size - (a - it->first)) return NULL;
+  return &it->second;
+}
+
+int is_host(const void *p) { return !find(device, p, 1); }
+
+} // namespace
+
+extern "C" {
+
+int emu_is_device(const void *p, size_t n) { return find(device, p, n ? n : 1) != NULL; }
+void emu_check_device(const void *p, size_t n, const char *what) {
+  if (!emu_is_device(p, n)) {
+    char why[160];
+    snprintf(why, sizeof why, "%p (+%zu bytes) is not in one device allocation%s", p, n,
+             find(pinned, p, 1) ? " (it is pinned host memory)" : "");
+    die(what, why);
+  }
+}
+void emu_check_stream(cudaStream_t s, const char *what) {
+  if (s && !streams.count((void *)s)) die(what, "a stream not created or already destroyed");
+}
+
+cudaError_t cudaGetDeviceCount(int *n) {
+  *n = 1;
+  return cudaSuccess;
+}
+
+cudaError_t cudaMalloc(void **p, size_t n) {
+  size_t page = (size_t)sysconf(_SC_PAGESIZE), body = ((n ? n : 1) + 255) & ~(size_t)255;
+  size_t len = (body + page - 1) / page * page + 2 * page;
+  char *m = (char *)mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (m == MAP_FAILED) return *p = NULL, cudaErrorMemoryAllocation;
+  mprotect(m, page, PROT_NONE), mprotect(m + len - page, page, PROT_NONE);
+  char *at = m + len - page - body;
+  memset(at, 0xff, body);
+  device[(uintptr_t)at] = region{n ? n : 1, m, len, 0};
+  *p = at;
+  return cudaSuccess;
+}
+cudaError_t cudaFree(void *p) {
+  if (!p) return cudaSuccess;
+  auto it = device.find((uintptr_t)p);
+  if (it == device.end()) die("cudaFree", "not a device allocation's start");
+  munmap(it->second.map, it->second.map_len);
+  device.erase(it);
+  return cudaSuccess;
+}
+
+static void add_pinned(void *p, size_t n, int owned, const char *what) {
+  if (find(pinned, p, 1) || find(pinned, (char *)p + n - 1, 1)) die(what, "already pinned");
+  pinned[(uintptr_t)p] = region{n, NULL, 0, owned};
+}
+cudaError_t cudaHostAlloc(void **p, size_t n, unsigned flags) {
+  (void)flags;
+  *p = malloc(n ? n : 1);
+  if (!*p) return cudaErrorMemoryAllocation;
+  memset(*p, 0xff, n ? n : 1);
+  add_pinned(*p, n ? n : 1, 1, "cudaHostAlloc");
+  return cudaSuccess;
+}
+cudaError_t cudaMallocHost(void **p, size_t n) { return cudaHostAlloc(p, n, 0); }
+cudaError_t cudaFreeHost(void *p) {
+  if (!p) return cudaSuccess;
+  auto it = pinned.find((uintptr_t)p);
+  if (it == pinned.end() || !it->second.owned) die("cudaFreeHost", "not a cudaHostAlloc'd block");
+  pinned.erase(it);
+  free(p);
+  return cudaSuccess;
+}
+cudaError_t cudaHostRegister(void *p, size_t n, unsigned flags) {
+  (void)flags;
+  if (!p || !n || !is_host(p)) die("cudaHostRegister", "not host memory");
+  add_pinned(p, n, 0, "cudaHostRegister");
+  return cudaSuccess;
+}
+cudaError_t cudaHostUnregister(void *p) {
+  auto it = pinned.find((uintptr_t)p);
+  if (it == pinned.end() || it->second.owned) die("cudaHostUnregister", "not registered");
+  pinned.erase(it);
+  return cudaSuccess;
+}
+
+/* the ends of a copy as its kind says they are */
+static void check_copy(void *d, const void *s, size_t n, int kind, const char *what) {
+  if (!n) return;
+  int dd = kind == cudaMemcpyDeviceToDevice || kind == cudaMemcpyHostToDevice;
+  int sd = kind == cudaMemcpyDeviceToDevice || kind == cudaMemcpyDeviceToHost;
+  if (kind == cudaMemcpyDefault) {
+    if (!emu_is_device(d, n) && !is_host(d)) die(what, "destination straddles device memory");
+    if (!emu_is_device(s, n) && !is_host(s)) die(what, "source straddles device memory");
+    return;
+  }
+  if (kind == cudaMemcpyHostToHost) dd = sd = 0;
+  if (dd) emu_check_device(d, n, what);
+  else if (!is_host(d)) die(what, "the destination is device memory, the kind says host");
+  if (sd) emu_check_device(s, n, what);
+  else if (!is_host(s)) die(what, "the source is device memory, the kind says host");
+}
+cudaError_t cudaMemcpy(void *d, const void *s, size_t n, int kind) {
+  check_copy(d, s, n, kind, "cudaMemcpy");
+  memmove(d, s, n);
+  return cudaSuccess;
+}
+cudaError_t cudaMemcpyAsync(void *d, const void *s, size_t n, int kind, cudaStream_t st) {
+  emu_check_stream(st, "cudaMemcpyAsync");
+  check_copy(d, s, n, kind, "cudaMemcpyAsync");
+  memmove(d, s, n);
+  return cudaSuccess;
+}
+cudaError_t cudaMemset(void *d, int v, size_t n) {
+  if (n) emu_check_device(d, n, "cudaMemset");
+  memset(d, v, n);
+  return cudaSuccess;
+}
+cudaError_t cudaMemsetAsync(void *d, int v, size_t n, cudaStream_t st) {
+  emu_check_stream(st, "cudaMemsetAsync");
+  if (n) emu_check_device(d, n, "cudaMemsetAsync");
+  memset(d, v, n);
+  return cudaSuccess;
+}
+cudaError_t cudaDeviceSynchronize(void) { return cudaSuccess; }
+
+cudaError_t cudaStreamCreate(cudaStream_t *st) { return cudaStreamCreateWithFlags(st, 0); }
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t *st, unsigned flags) {
+  (void)flags;
+  *st = (cudaStream_t)malloc(1);
+  streams.insert((void *)*st);
+  return cudaSuccess;
+}
+cudaError_t cudaStreamDestroy(cudaStream_t st) {
+  if (!st || !streams.erase((void *)st)) die("cudaStreamDestroy", "not a live stream");
+  free((void *)st);
+  return cudaSuccess;
+}
+cudaError_t cudaStreamSynchronize(cudaStream_t st) {
+  emu_check_stream(st, "cudaStreamSynchronize");
+  return cudaSuccess;
+}
+static void check_event(cudaEvent_t ev, const char *what) {
+  if (!events.count((void *)ev)) die(what, "an event not created or already destroyed");
+}
+cudaError_t cudaStreamWaitEvent(cudaStream_t st, cudaEvent_t ev, unsigned flags) {
+  (void)flags;
+  emu_check_stream(st, "cudaStreamWaitEvent");
+  check_event(ev, "cudaStreamWaitEvent");
+  return cudaSuccess;
+}
+cudaError_t cudaEventCreate(cudaEvent_t *ev) { return cudaEventCreateWithFlags(ev, 0); }
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t *ev, unsigned flags) {
+  (void)flags;
+  *ev = (cudaEvent_t)malloc(1);
+  events.insert((void *)*ev);
+  return cudaSuccess;
+}
+cudaError_t cudaEventDestroy(cudaEvent_t ev) {
+  check_event(ev, "cudaEventDestroy");
+  events.erase((void *)ev);
+  free((void *)ev);
+  return cudaSuccess;
+}
+cudaError_t cudaEventRecord(cudaEvent_t ev, cudaStream_t st) {
+  check_event(ev, "cudaEventRecord");
+  emu_check_stream(st, "cudaEventRecord");
+  return cudaSuccess;
+}
+cudaError_t cudaEventSynchronize(cudaEvent_t ev) {
+  check_event(ev, "cudaEventSynchronize");
+  return cudaSuccess;
+}
+cudaError_t cudaEventQuery(cudaEvent_t ev) {
+  check_event(ev, "cudaEventQuery");
+  return cudaSuccess;
+}
+/* errors abort where they happen: none is ever pending */
+cudaError_t cudaGetLastError(void) { return cudaSuccess; }
+cudaError_t cudaPeekAtLastError(void) { return cudaSuccess; }
+const char *cudaGetErrorString(cudaError_t e) {
+  return e == cudaSuccess ? "no error" : e == cudaErrorMemoryAllocation ? "out of memory (emulated)"
+                                                                        : "invalid value (emulated)";
+}
+
+} /* extern "C" */
