@@ -11,6 +11,7 @@
 
 #include "cuda_bf16.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -108,6 +109,15 @@ cublasStatus_t cublasGemmEx(cublasHandle_t h, cublasOperation_t ta, cublasOperat
         *c = __float2bfloat16(be != 0.0f ? v + be * __bfloat162float(*c) : v);
       }
     }
+  if (getenv("EMU_TRACE")) {
+    double ma = 0, mb = 0, mc = 0;
+    for (size_t i = 0; k && i < span(ar, ac, lda, 1); i++) ma = fmax(ma, fabs(__bfloat162float(a[i])));
+    for (size_t i = 0; k && i < span(br, bc, ldb, 1); i++) mb = fmax(mb, fabs(__bfloat162float(b[i])));
+    for (size_t i = 0; i < span(m, n, ldc, 1); i++)
+      mc = fmax(mc, fabs(ct == CUDA_R_32F ? ((float *)C)[i] : __bfloat162float(((__nv_bfloat16 *)C)[i])));
+    fprintf(stderr, "gemm %c%c m %d n %d k %d lda %d ldb %d ldc %d beta %g: max|A| %g max|B| %g max|C| %g\n",
+            "NT"[ta], "NT"[tb], m, n, k, lda, ldb, ldc, be, ma, mb, mc);
+  }
   return CUBLAS_STATUS_SUCCESS;
 }
 
