@@ -1,6 +1,8 @@
-/* tests/gpt/cuda_emu/emu.cpp — the fibers behind emu_device.h: one
- * ucontext per CUDA thread of the running CTA (threads numbered x fastest,
- * as CUDA forms warps), a scheduler that runs every
+/* tests/gpt/cuda_emu/emu.cpp — the fibers behind emu_device.h: one fiber
+ * per CUDA thread of the running CTA (threads numbered x fastest, as CUDA
+ * forms warps; on x86-64 switched by the few lines of assembly below, as
+ * ucontext's switches make a system call each; elsewhere ucontext), a
+ * scheduler that runs every
  * runnable fiber (highest thread index first) up to its next barrier, then
  * releases a warp whose 32 lanes all wait at __syncwarp or the CTA when
  * every thread waits at __syncthreads; anything else is a deadlock (a
@@ -26,13 +28,48 @@ int emu_smem_limit(const void *kernel) {
 
 enum { RUN, AT_BLOCK, AT_WARP, DONE, MAXT = 1024, STACK = 128 * 1024 };
 
-static ucontext_t sched;
-static ucontext_t ctx[MAXT];
 static int state[MAXT];
 static float slots[MAXT];
 static char *stacks;
 static unsigned cur;
 static const std::function<void()> *running;
+
+static void fiber_main(void);
+
+#if defined(__x86_64__)
+/* emu_fiber_switch(&save, to): the callee-saved registers onto this stack,
+ * its pointer into save, then the same back off stack `to` */
+extern "C" void emu_fiber_switch(void **save, void *to);
+asm(".text\n.globl emu_fiber_switch\n.type emu_fiber_switch,@function\n"
+    "emu_fiber_switch:\n"
+    "  pushq %rbp\n  pushq %rbx\n  pushq %r12\n  pushq %r13\n  pushq %r14\n  pushq %r15\n"
+    "  movq %rsp, (%rdi)\n  movq %rsi, %rsp\n"
+    "  popq %r15\n  popq %r14\n  popq %r13\n  popq %r12\n  popq %rbx\n  popq %rbp\n"
+    "  ret\n.size emu_fiber_switch, .-emu_fiber_switch\n");
+static void *sched_sp, *fiber_sp[MAXT];
+/* fiber i's first switch pops six zeros and returns into fiber_main with
+ * the stack aligned as after a call */
+static void fiber_make(unsigned i) {
+  void **sp = (void **)(stacks + (size_t)(i + 1) * STACK - 64);
+  for (int r = 0; r < 6; r++)
+    sp[r] = NULL;
+  sp[6] = (void *)fiber_main, sp[7] = NULL;
+  fiber_sp[i] = sp;
+}
+static void fiber_enter(unsigned i) { emu_fiber_switch(&sched_sp, fiber_sp[i]); }
+static void fiber_leave(void) { emu_fiber_switch(&fiber_sp[cur], sched_sp); }
+#else
+static ucontext_t sched, ctx[MAXT];
+static void fiber_make(unsigned i) {
+  getcontext(&ctx[i]);
+  ctx[i].uc_stack.ss_sp = stacks + (size_t)i * STACK;
+  ctx[i].uc_stack.ss_size = STACK;
+  ctx[i].uc_link = &sched;
+  makecontext(&ctx[i], fiber_main, 0);
+}
+static void fiber_enter(unsigned i) { swapcontext(&sched, &ctx[i]); }
+static void fiber_leave(void) { swapcontext(&ctx[cur], &sched); }
+#endif
 
 void emu_check(int ok, const char *what) {
   if (ok) return;
@@ -48,7 +85,7 @@ static dim3 thread_of(unsigned i) {
 
 static void yield(int st) {
   state[cur] = st;
-  swapcontext(&ctx[cur], &sched);
+  fiber_leave();
 }
 void __syncthreads(void) { yield(AT_BLOCK); }
 void __syncwarp(unsigned mask) {
@@ -74,9 +111,11 @@ int __any_sync(unsigned mask, int pred) {
   return any != 0;
 }
 
-static void entry(void) {
+static void fiber_main(void) {
   (*running)();
-  state[cur] = DONE; /* uc_link returns to the scheduler */
+  state[cur] = DONE;
+  fiber_leave(); /* never resumed */
+  abort();
 }
 
 void emu_run_block(unsigned n, size_t bytes, const std::function<void()> &body) {
@@ -86,19 +125,13 @@ void emu_run_block(unsigned n, size_t bytes, const std::function<void()> &body) 
   emu_check(stacks != NULL, "no memory for the fibers' stacks");
   memset(smem, 0xff, sizeof smem);
   running = &body;
-  for (unsigned i = 0; i < n; i++) {
-    getcontext(&ctx[i]);
-    ctx[i].uc_stack.ss_sp = stacks + (size_t)i * STACK;
-    ctx[i].uc_stack.ss_size = STACK;
-    ctx[i].uc_link = &sched;
-    makecontext(&ctx[i], entry, 0);
-    state[i] = RUN;
-  }
+  for (unsigned i = 0; i < n; i++)
+    fiber_make(i), state[i] = RUN;
   for (;;) {
     for (unsigned i = n; i-- > 0;)
       if (state[i] == RUN) {
         cur = i, threadIdx = thread_of(i);
-        swapcontext(&sched, &ctx[i]);
+        fiber_enter(i);
       }
     unsigned done = 0, at_block = 0, released = 0;
     for (unsigned i = 0; i < n; i++)
