@@ -3,7 +3,9 @@
  * forms warps; on x86-64 switched by the few lines of assembly below, as
  * ucontext's switches make a system call each; elsewhere ucontext), a
  * scheduler that runs every
- * runnable fiber (highest thread index first) up to its next barrier, then
+ * runnable fiber (highest thread index first, or lowest first when
+ * $EMU_ORDER is "low": a barrier missing between a write and another
+ * thread's read shows in one order or the other) up to its next barrier, then
  * releases a warp whose 32 lanes all wait at __syncwarp or the CTA when
  * every thread waits at __syncthreads; anything else is a deadlock (a
  * divergent barrier) and aborts. Shuffles and votes exchange through
@@ -121,6 +123,7 @@ static void fiber_main(void) {
 void emu_run_block(unsigned n, size_t bytes, const std::function<void()> &body) {
   emu_check(n % 32 == 0 && n <= MAXT, "block size");
   (void)bytes;
+  static const int low_first = getenv("EMU_ORDER") && !strcmp(getenv("EMU_ORDER"), "low");
   if (!stacks) stacks = (char *)malloc((size_t)MAXT * STACK);
   emu_check(stacks != NULL, "no memory for the fibers' stacks");
   memset(smem, 0xff, sizeof smem);
@@ -128,11 +131,13 @@ void emu_run_block(unsigned n, size_t bytes, const std::function<void()> &body) 
   for (unsigned i = 0; i < n; i++)
     fiber_make(i), state[i] = RUN;
   for (;;) {
-    for (unsigned i = n; i-- > 0;)
+    for (unsigned k = 0; k < n; k++) {
+      unsigned i = low_first ? k : n - 1 - k;
       if (state[i] == RUN) {
         cur = i, threadIdx = thread_of(i);
         fiber_enter(i);
       }
+    }
     unsigned done = 0, at_block = 0, released = 0;
     for (unsigned i = 0; i < n; i++)
       done += state[i] == DONE, at_block += state[i] == AT_BLOCK;

@@ -3,7 +3,8 @@
  * gpt.cuda_emulated): the qualifiers and built-ins they use, and
  * emu_launch, which runs a grid one CTA at a time, each CUDA thread a
  * fiber (emu.cpp) switched at __syncthreads, __syncwarp and shuffles,
- * highest thread first so a read that misses its barrier sees poison;
+ * highest thread first (or lowest: $EMU_ORDER=low) so a read that misses
+ * its barrier sees poison or a value not yet final;
  * 99 KiB of dynamic shared memory, filled with 0xff (NaN) before each CTA.
  * __shared__ variables are thread_local: one copy for the one running CTA.
  * A launch checks what CUDA refuses (an empty grid, over 1024 threads,
