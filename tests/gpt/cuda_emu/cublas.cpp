@@ -36,6 +36,52 @@ static int overlap(const void *a, size_t na, const void *b, size_t nb) {
   return x < y + nb && y < x + na;
 }
 
+/* C = alpha op(A) op(B) + beta C, column-major, in double */
+static void gemm(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, float al,
+                 const __nv_bfloat16 *a, int lda, const __nv_bfloat16 *b, int ldb, float be,
+                 void *C, cudaDataType_t ct, int ldc) {
+  for (int j = 0; j < n; j++)
+    for (int i = 0; i < m; i++) {
+      double s = 0;
+      for (int l = 0; l < k; l++) {
+        float x =
+            __bfloat162float(ta == CUBLAS_OP_N ? a[i + (size_t)l * lda] : a[l + (size_t)i * lda]);
+        float y =
+            __bfloat162float(tb == CUBLAS_OP_N ? b[l + (size_t)j * ldb] : b[j + (size_t)l * ldb]);
+        s += (double)x * y;
+      }
+      size_t at_c = i + (size_t)j * ldc;
+      float v = al * (float)s;
+      if (ct == CUDA_R_32F) {
+        float *c = (float *)C + at_c;
+        *c = be != 0.0f ? v + be * *c : v;
+      } else {
+        __nv_bfloat16 *c = (__nv_bfloat16 *)C + at_c;
+        *c = __float2bfloat16(be != 0.0f ? v + be * __bfloat162float(*c) : v);
+      }
+    }
+}
+
+/* $EMU_TRACE: each GEMM's shape and the largest magnitudes of its operands */
+static void trace(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
+                  const __nv_bfloat16 *a, int lda, const __nv_bfloat16 *b, int ldb, float be,
+                  const void *C, cudaDataType_t ct, int ldc) {
+  int ar = ta == CUBLAS_OP_N ? m : k, ac = ta == CUBLAS_OP_N ? k : m;
+  int br = tb == CUBLAS_OP_N ? k : n, bc = tb == CUBLAS_OP_N ? n : k;
+  double ma = 0, mb = 0, mc = 0;
+  for (size_t i = 0; k && i < span(ar, ac, lda, 1); i++)
+    ma = fmax(ma, fabs(__bfloat162float(a[i])));
+  for (size_t i = 0; k && i < span(br, bc, ldb, 1); i++)
+    mb = fmax(mb, fabs(__bfloat162float(b[i])));
+  for (size_t i = 0; i < span(m, n, ldc, 1); i++)
+    mc = fmax(mc, fabs(ct == CUDA_R_32F ? ((const float *)C)[i]
+                                        : __bfloat162float(((const __nv_bfloat16 *)C)[i])));
+  fprintf(stderr,
+          "gemm %c%c m %d n %d k %d lda %d ldb %d ldc %d beta %g: max|A| %g max|B| %g "
+          "max|C| %g\n",
+          "NT"[ta], "NT"[tb], m, n, k, lda, ldb, ldc, be, ma, mb, mc);
+}
+
 extern "C" {
 
 cublasStatus_t cublasCreate(cublasHandle_t *h) {
@@ -91,33 +137,10 @@ cublasStatus_t cublasGemmEx(cublasHandle_t h, cublasOperation_t ta, cublasOperat
     emu_check_device(B, nb, "cublasGemmEx: B");
     if (overlap(C, nc, A, na) || overlap(C, nc, B, nb)) die("C overlaps A or B");
   }
-  for (int j = 0; j < n; j++)
-    for (int i = 0; i < m; i++) {
-      double s = 0;
-      for (int l = 0; l < k; l++) {
-        float x = __bfloat162float(ta == CUBLAS_OP_N ? a[i + (size_t)l * lda] : a[l + (size_t)i * lda]);
-        float y = __bfloat162float(tb == CUBLAS_OP_N ? b[l + (size_t)j * ldb] : b[j + (size_t)l * ldb]);
-        s += (double)x * y;
-      }
-      size_t at_c = i + (size_t)j * ldc;
-      float v = al * (float)s;
-      if (ct == CUDA_R_32F) {
-        float *c = (float *)C + at_c;
-        *c = be != 0.0f ? v + be * *c : v;
-      } else {
-        __nv_bfloat16 *c = (__nv_bfloat16 *)C + at_c;
-        *c = __float2bfloat16(be != 0.0f ? v + be * __bfloat162float(*c) : v);
-      }
-    }
-  if (getenv("EMU_TRACE")) {
-    double ma = 0, mb = 0, mc = 0;
-    for (size_t i = 0; k && i < span(ar, ac, lda, 1); i++) ma = fmax(ma, fabs(__bfloat162float(a[i])));
-    for (size_t i = 0; k && i < span(br, bc, ldb, 1); i++) mb = fmax(mb, fabs(__bfloat162float(b[i])));
-    for (size_t i = 0; i < span(m, n, ldc, 1); i++)
-      mc = fmax(mc, fabs(ct == CUDA_R_32F ? ((float *)C)[i] : __bfloat162float(((__nv_bfloat16 *)C)[i])));
-    fprintf(stderr, "gemm %c%c m %d n %d k %d lda %d ldb %d ldc %d beta %g: max|A| %g max|B| %g max|C| %g\n",
-            "NT"[ta], "NT"[tb], m, n, k, lda, ldb, ldc, be, ma, mb, mc);
-  }
+  emu_enqueue(h->stream, [=] {
+    gemm(ta, tb, m, n, k, al, a, lda, b, ldb, be, C, ct, ldc);
+    if (getenv("EMU_TRACE")) trace(ta, tb, m, n, k, a, lda, b, ldb, be, C, ct, ldc);
+  });
   return CUBLAS_STATUS_SUCCESS;
 }
 

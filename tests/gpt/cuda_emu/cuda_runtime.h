@@ -1,8 +1,8 @@
 /* tests/gpt/cuda_emu/cuda_runtime.h — the CUDA runtime calls of the CUDA
  * model, its kernels and their tests, for the emulated build
  * (runtime.cpp): "device" memory is host memory the emulation tracks (with
- * guard pages, filled with 0xff = NaN), every call runs synchronously, and
- * misuse (a host pointer where a device one belongs, a copy out of an
+ * guard pages, filled with 0xff = NaN), streams run their work as late as
+ * CUDA allows, and misuse (a host pointer where a device one belongs, a copy out of an
  * allocation, a destroyed stream) aborts naming the call. Plus the vector
  * types. C and C++. */
 #ifndef GPT_EMU_CUDA_RUNTIME_H
@@ -73,10 +73,18 @@ void emu_check_device(const void *p, size_t n, const char *what);
 void emu_check_stream(cudaStream_t s, const char *what);
 
 /* the vector types (CUDA's alignments) */
-typedef struct __attribute__((aligned(8))) { float x, y; } float2;
-typedef struct __attribute__((aligned(16))) { float x, y, z, w; } float4;
-typedef struct __attribute__((aligned(8))) { unsigned x, y; } uint2;
-typedef struct __attribute__((aligned(16))) { unsigned x, y, z, w; } uint4;
+typedef struct __attribute__((aligned(8))) {
+  float x, y;
+} float2;
+typedef struct __attribute__((aligned(16))) {
+  float x, y, z, w;
+} float4;
+typedef struct __attribute__((aligned(8))) {
+  unsigned x, y;
+} uint2;
+typedef struct __attribute__((aligned(16))) {
+  unsigned x, y, z, w;
+} uint4;
 static inline float2 make_float2(float x, float y) {
   float2 r = {x, y};
   return r;
@@ -92,6 +100,9 @@ static inline uint4 make_uint4(unsigned a, unsigned b, unsigned c, unsigned d) {
 
 #ifdef __cplusplus
 }
+#include <functional>
+/* op in stream order on s (runtime.cpp): launches and cuBLAS calls */
+void emu_enqueue(cudaStream_t s, std::function<void()> op);
 #endif
 
 #endif

@@ -1,8 +1,8 @@
 /* tests/gpt/cuda_emu/emu_device.h — the CUDA thread model on the host for
  * the emulated build of the model's kernels (gpt.attention_emulated,
  * gpt.cuda_emulated): the qualifiers and built-ins they use, and
- * emu_launch, which runs a grid one CTA at a time, each CUDA thread a
- * fiber (emu.cpp) switched at __syncthreads, __syncwarp and shuffles,
+ * emu_launch, which runs a grid in its stream's order, one CTA at a time,
+ * each CUDA thread a fiber (emu.cpp) switched at __syncthreads, __syncwarp and shuffles,
  * highest thread first (or lowest: $EMU_ORDER=low) so a read that misses
  * its barrier sees poison or a value not yet final;
  * 99 KiB of dynamic shared memory, filled with 0xff (NaN) before each CTA.
@@ -36,7 +36,7 @@ extern dim3 threadIdx, blockIdx, blockDim, gridDim; /* threadIdx: the running fi
 #define __device__
 #define __host__
 #define __forceinline__ inline
-#define __shared__ thread_local
+#define __shared__      thread_local
 #define __launch_bounds__(n)
 #define __align__(n) __attribute__((aligned(n)))
 #define __expf       expf
@@ -67,7 +67,8 @@ static inline double atomicAdd(double *p, double v) {
 /* the dynamic shared memory a kernel opted into (emu.cpp) */
 void emu_set_smem_limit(const void *kernel, int bytes);
 int emu_smem_limit(const void *kernel);
-template <typename K> static inline cudaError_t cudaFuncSetAttribute(K kernel, int attr, int bytes) {
+template <typename K>
+static inline cudaError_t cudaFuncSetAttribute(K kernel, int attr, int bytes) {
   if (attr != cudaFuncAttributeMaxDynamicSharedMemorySize || bytes > EMU_SMEM)
     return cudaErrorInvalidValue;
   emu_set_smem_limit((const void *)kernel, bytes);
@@ -85,9 +86,7 @@ template <typename T> static inline void emu_check_arg(const T &a) {
 /* the parameters of a kernel type as a tuple, so the arguments convert as
  * a call converts them (NULL to a pointer) */
 template <typename F> struct emu_params;
-template <typename... P> struct emu_params<void(P...)> {
-  using type = std::tuple<P...>;
-};
+template <typename... P> struct emu_params<void(P...)> { using type = std::tuple<P...>; };
 
 template <typename... P>
 static void emu_launch(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_t st,
@@ -99,13 +98,15 @@ static void emu_launch(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem,
             "launch: dynamic shared memory over 48 KiB without cudaFuncSetAttribute");
   emu_check_stream(st, "launch");
   std::apply([](const P &...p) { (emu_check_arg(p), ...); }, args);
-  gridDim = grid, blockDim = block;
-  for (unsigned z = 0; z < grid.z; z++)
-    for (unsigned y = 0; y < grid.y; y++)
-      for (unsigned x = 0; x < grid.x; x++) {
-        blockIdx = dim3(x, y, z);
-        emu_run_block(threads, smem, [&] { std::apply(kernel, args); });
-      }
+  emu_enqueue(st, [=] {
+    gridDim = grid, blockDim = block;
+    for (unsigned z = 0; z < grid.z; z++)
+      for (unsigned y = 0; y < grid.y; y++)
+        for (unsigned x = 0; x < grid.x; x++) {
+          blockIdx = dim3(x, y, z);
+          emu_run_block(threads, smem, [&] { std::apply(kernel, args); });
+        }
+  });
 }
 
 /* kernel<<<grid, block, smem, st>>>(...) */

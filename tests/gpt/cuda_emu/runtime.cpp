@@ -2,28 +2,45 @@
  * (cuda_runtime.h): device allocations are mmap'd host memory between two
  * inaccessible guard pages (the data ends 256-aligned against the upper
  * one), filled with 0xff (NaN in fp32 and bf16) so reads of what nothing
- * wrote show; pinned host memory is malloc'd or registered and tracked;
- * streams and events are tokens whose use after destroy aborts. Every
- * copy, set and launch runs at once, in call order: stream order holds
- * trivially, and what the emulation cannot see is a missing wait. */
+ * wrote show; pinned host memory is malloc'd or registered and tracked.
+ * Streams are queues run as late as CUDA allows: an asynchronous copy,
+ * set, launch or GEMM waits in its stream's queue until something must
+ * see its result (a stream, event or device synchronize, a copy to or from
+ * pageable memory, which CUDA makes synchronous, cudaFree); so a host read
+ * of pinned memory, or a write to it, that misses its wait sees the wrong
+ * bytes, as it could on a GPU. The legacy default stream (0) runs at once
+ * after the blocking streams; non-blocking streams never wait for it. Use
+ * of a destroyed stream or event aborts. One host thread only. */
 #include "cuda_runtime.h"
 
+#include <deque>
+#include <functional>
 #include <map>
-#include <set>
 #include <stdio.h>
 #include <sys/mman.h>
 #include <unistd.h>
+#include <vector>
+
+struct CUstream_st {
+  std::deque<std::function<void()>> q;
+  unsigned long long queued, done; /* ops ever enqueued, ever run */
+  int nonblocking;
+};
+struct CUevent_st {
+  cudaStream_t s; /* where last recorded (0: complete) */
+  unsigned long long seq;
+};
 
 namespace {
 
 struct region {
-  size_t size;     /* bytes asked */
-  void *map;       /* the mapping (device) or NULL (pinned host) */
+  size_t size; /* bytes asked */
+  void *map;   /* the mapping (device) or NULL (pinned host) */
   size_t map_len;
-  int owned;       /* pinned: cudaHostAlloc'd (else registered) */
+  int owned; /* pinned: cudaHostAlloc'd (else registered) */
 };
 std::map<uintptr_t, region> device, pinned;
-std::set<void *> streams, events;
+std::map<void *, int> streams, events; /* live */
 
 [[noreturn]] void die(const char *what, const char *why) {
   fprintf(stderr, "cuda emulation: %s: %s\n", what, why);
@@ -42,7 +59,35 @@ const region *find(const std::map<uintptr_t, region> &m, const void *p, size_t n
 
 int is_host(const void *p) { return !find(device, p, 1); }
 
+/* runs s's ops until `upto` of them ever have */
+void drain(cudaStream_t s, unsigned long long upto) {
+  while (s->done < upto && !s->q.empty()) {
+    std::function<void()> op = std::move(s->q.front());
+    s->q.pop_front();
+    op();
+    s->done++;
+  }
+}
+void drain_all(int blocking_only) {
+  for (auto &e : streams) {
+    cudaStream_t s = (cudaStream_t)e.first;
+    if (!blocking_only || !s->nonblocking) drain(s, s->queued);
+  }
+}
+
 } // namespace
+
+/* op in stream order: queued on s, or at once on the legacy stream */
+void emu_enqueue(cudaStream_t s, std::function<void()> op) {
+  emu_check_stream(s, "an asynchronous call");
+  if (!s) {
+    drain_all(1);
+    op();
+    return;
+  }
+  s->q.push_back(std::move(op));
+  s->queued++;
+}
 
 extern "C" {
 
@@ -57,6 +102,18 @@ void emu_check_device(const void *p, size_t n, const char *what) {
 }
 void emu_check_stream(cudaStream_t s, const char *what) {
   if (s && !streams.count((void *)s)) die(what, "a stream not created or already destroyed");
+}
+cudaError_t cudaStreamSynchronize(cudaStream_t st) {
+  emu_check_stream(st, "cudaStreamSynchronize");
+  if (st)
+    drain(st, st->queued);
+  else
+    drain_all(1);
+  return cudaSuccess;
+}
+cudaError_t cudaDeviceSynchronize(void) {
+  drain_all(0);
+  return cudaSuccess;
 }
 
 cudaError_t cudaGetDeviceCount(int *n) {
@@ -78,6 +135,7 @@ cudaError_t cudaMalloc(void **p, size_t n) {
 }
 cudaError_t cudaFree(void *p) {
   if (!p) return cudaSuccess;
+  drain_all(0); /* as CUDA, which synchronizes the device */
   auto it = device.find((uintptr_t)p);
   if (it == device.end()) die("cudaFree", "not a device allocation's start");
   munmap(it->second.map, it->second.map_len);
@@ -102,6 +160,7 @@ cudaError_t cudaFreeHost(void *p) {
   if (!p) return cudaSuccess;
   auto it = pinned.find((uintptr_t)p);
   if (it == pinned.end() || !it->second.owned) die("cudaFreeHost", "not a cudaHostAlloc'd block");
+  drain_all(0);
   pinned.erase(it);
   free(p);
   return cudaSuccess;
@@ -115,6 +174,7 @@ cudaError_t cudaHostRegister(void *p, size_t n, unsigned flags) {
 cudaError_t cudaHostUnregister(void *p) {
   auto it = pinned.find((uintptr_t)p);
   if (it == pinned.end() || it->second.owned) die("cudaHostUnregister", "not registered");
+  drain_all(0);
   pinned.erase(it);
   return cudaSuccess;
 }
@@ -130,92 +190,114 @@ static void check_copy(void *d, const void *s, size_t n, int kind, const char *w
     return;
   }
   if (kind == cudaMemcpyHostToHost) dd = sd = 0;
-  if (dd) emu_check_device(d, n, what);
-  else if (!is_host(d)) die(what, "the destination is device memory, the kind says host");
-  if (sd) emu_check_device(s, n, what);
-  else if (!is_host(s)) die(what, "the source is device memory, the kind says host");
+  if (dd)
+    emu_check_device(d, n, what);
+  else if (!is_host(d))
+    die(what, "the destination is device memory, the kind says host");
+  if (sd)
+    emu_check_device(s, n, what);
+  else if (!is_host(s))
+    die(what, "the source is device memory, the kind says host");
 }
 cudaError_t cudaMemcpy(void *d, const void *s, size_t n, int kind) {
   check_copy(d, s, n, kind, "cudaMemcpy");
+  drain_all(1);
   memmove(d, s, n);
   return cudaSuccess;
 }
+/* A copy from pageable memory takes the bytes at the call (CUDA stages
+ * them), one into pageable memory is done on return (CUDA waits); pinned
+ * and device ends are read and written when the stream gets there. */
 cudaError_t cudaMemcpyAsync(void *d, const void *s, size_t n, int kind, cudaStream_t st) {
   emu_check_stream(st, "cudaMemcpyAsync");
   check_copy(d, s, n, kind, "cudaMemcpyAsync");
-  memmove(d, s, n);
+  if (!n) return cudaSuccess;
+  if (is_host(d) && !find(pinned, d, n)) { /* into pageable memory */
+    cudaStreamSynchronize(st);
+    memmove(d, s, n);
+  } else if (is_host(s) && !find(pinned, s, n)) { /* from pageable memory */
+    std::vector<char> b((const char *)s, (const char *)s + n);
+    emu_enqueue(st, [d, b] { memcpy(d, b.data(), b.size()); });
+  } else {
+    emu_enqueue(st, [d, s, n] { memmove(d, s, n); });
+  }
   return cudaSuccess;
 }
 cudaError_t cudaMemset(void *d, int v, size_t n) {
   if (n) emu_check_device(d, n, "cudaMemset");
+  drain_all(1);
   memset(d, v, n);
   return cudaSuccess;
 }
 cudaError_t cudaMemsetAsync(void *d, int v, size_t n, cudaStream_t st) {
   emu_check_stream(st, "cudaMemsetAsync");
   if (n) emu_check_device(d, n, "cudaMemsetAsync");
-  memset(d, v, n);
+  emu_enqueue(st, [d, v, n] { memset(d, v, n); });
   return cudaSuccess;
 }
-cudaError_t cudaDeviceSynchronize(void) { return cudaSuccess; }
 
 cudaError_t cudaStreamCreate(cudaStream_t *st) { return cudaStreamCreateWithFlags(st, 0); }
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t *st, unsigned flags) {
-  (void)flags;
-  *st = (cudaStream_t)malloc(1);
-  streams.insert((void *)*st);
+  *st = new CUstream_st();
+  (*st)->nonblocking = (flags & cudaStreamNonBlocking) != 0;
+  streams[(void *)*st] = 1;
   return cudaSuccess;
 }
 cudaError_t cudaStreamDestroy(cudaStream_t st) {
-  if (!st || !streams.erase((void *)st)) die("cudaStreamDestroy", "not a live stream");
-  free((void *)st);
-  return cudaSuccess;
-}
-cudaError_t cudaStreamSynchronize(cudaStream_t st) {
-  emu_check_stream(st, "cudaStreamSynchronize");
+  if (!st || !streams.count((void *)st)) die("cudaStreamDestroy", "not a live stream");
+  drain(st, st->queued); /* its work still completes */
+  streams.erase((void *)st);
+  delete st;
   return cudaSuccess;
 }
 static void check_event(cudaEvent_t ev, const char *what) {
   if (!events.count((void *)ev)) die(what, "an event not created or already destroyed");
+  if (ev->s && !streams.count((void *)ev->s)) ev->s = NULL; /* its stream completed it */
 }
 cudaError_t cudaStreamWaitEvent(cudaStream_t st, cudaEvent_t ev, unsigned flags) {
   (void)flags;
-  emu_check_stream(st, "cudaStreamWaitEvent");
   check_event(ev, "cudaStreamWaitEvent");
+  cudaStream_t s = ev->s;
+  unsigned long long seq = ev->seq;
+  if (s && s != st) emu_enqueue(st, [s, seq] { drain(s, seq); });
   return cudaSuccess;
 }
 cudaError_t cudaEventCreate(cudaEvent_t *ev) { return cudaEventCreateWithFlags(ev, 0); }
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t *ev, unsigned flags) {
   (void)flags;
-  *ev = (cudaEvent_t)malloc(1);
-  events.insert((void *)*ev);
+  *ev = new CUevent_st();
+  events[(void *)*ev] = 1;
   return cudaSuccess;
 }
 cudaError_t cudaEventDestroy(cudaEvent_t ev) {
   check_event(ev, "cudaEventDestroy");
   events.erase((void *)ev);
-  free((void *)ev);
+  delete ev;
   return cudaSuccess;
 }
 cudaError_t cudaEventRecord(cudaEvent_t ev, cudaStream_t st) {
   check_event(ev, "cudaEventRecord");
   emu_check_stream(st, "cudaEventRecord");
+  if (st)
+    ev->s = st, ev->seq = st->queued;
+  else
+    drain_all(1), ev->s = NULL;
   return cudaSuccess;
 }
 cudaError_t cudaEventSynchronize(cudaEvent_t ev) {
   check_event(ev, "cudaEventSynchronize");
+  if (ev->s) drain(ev->s, ev->seq);
   return cudaSuccess;
 }
-cudaError_t cudaEventQuery(cudaEvent_t ev) {
-  check_event(ev, "cudaEventQuery");
-  return cudaSuccess;
-}
+/* a query completes what it asks about: pollers see progress */
+cudaError_t cudaEventQuery(cudaEvent_t ev) { return cudaEventSynchronize(ev); }
 /* errors abort where they happen: none is ever pending */
 cudaError_t cudaGetLastError(void) { return cudaSuccess; }
 cudaError_t cudaPeekAtLastError(void) { return cudaSuccess; }
 const char *cudaGetErrorString(cudaError_t e) {
-  return e == cudaSuccess ? "no error" : e == cudaErrorMemoryAllocation ? "out of memory (emulated)"
-                                                                        : "invalid value (emulated)";
+  return e == cudaSuccess                 ? "no error"
+         : e == cudaErrorMemoryAllocation ? "out of memory (emulated)"
+                                          : "invalid value (emulated)";
 }
 
 } /* extern "C" */
