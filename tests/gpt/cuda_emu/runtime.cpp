@@ -2,7 +2,9 @@
  * (cuda_runtime.h): device allocations are mmap'd host memory between two
  * inaccessible guard pages (the data ends 256-aligned against the upper
  * one), filled with 0xff (NaN in fp32 and bf16) so reads of what nothing
- * wrote show; pinned host memory is malloc'd or registered and tracked.
+ * wrote show, and inaccessible to host code but while the "device" runs
+ * (a kernel, a copy, a GEMM); pinned host memory is malloc'd or registered
+ * and tracked.
  * Streams are queues run as late as CUDA allows: an asynchronous copy,
  * set, launch or GEMM waits in its stream's queue until something must
  * see its result (a stream, event or device synchronize, a copy to or from
@@ -16,6 +18,7 @@
 #include <deque>
 #include <functional>
 #include <map>
+#include <signal.h>
 #include <stdio.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -59,14 +62,67 @@ const region *find(const std::map<uintptr_t, region> &m, const void *p, size_t n
 
 int is_host(const void *p) { return !find(device, p, 1); }
 
+size_t page(void) { return (size_t)sysconf(_SC_PAGESIZE); }
+
+/* Device memory is readable only while the "device" runs (an op, a
+ * synchronous copy): host code that dereferences a device pointer faults,
+ * as on a GPU. Nested windows count. */
+int window;
+void device_open(void) {
+  if (window++) return;
+  for (auto &e : device)
+    mprotect((char *)e.second.map + page(), e.second.map_len - 2 * page(), PROT_READ | PROT_WRITE);
+}
+void device_close(void) {
+  if (--window) return;
+  for (auto &e : device)
+    mprotect((char *)e.second.map + page(), e.second.map_len - 2 * page(), PROT_NONE);
+}
+/* f run as the device */
+template <typename F> void on_device(F f) {
+  device_open();
+  f();
+  device_close();
+}
+
+/* A fault in a device mapping: say which kind, then die as the fault would */
+void on_fault(int sig, siginfo_t *si, void *uc) {
+  (void)uc;
+  uintptr_t a = (uintptr_t)si->si_addr;
+  for (auto &e : device) {
+    uintptr_t m = (uintptr_t)e.second.map;
+    if (a < m || a >= m + e.second.map_len) continue;
+    const char *why = a < m + page() || a >= m + e.second.map_len - page()
+                          ? "cuda emulation: an access just outside a device allocation\n"
+                          : "cuda emulation: host code dereferenced device memory\n";
+    ssize_t r = write(2, why, strlen(why));
+    (void)r;
+    break;
+  }
+  signal(sig, SIG_DFL);
+  raise(sig);
+}
+void catch_faults(void) {
+  static int done;
+  if (done++) return;
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_sigaction = on_fault;
+  sa.sa_flags = SA_SIGINFO;
+  sigaction(SIGSEGV, &sa, NULL);
+}
+
 /* runs s's ops until `upto` of them ever have */
 void drain(cudaStream_t s, unsigned long long upto) {
+  if (s->done >= upto || s->q.empty()) return;
+  device_open();
   while (s->done < upto && !s->q.empty()) {
     std::function<void()> op = std::move(s->q.front());
     s->q.pop_front();
     op();
     s->done++;
   }
+  device_close();
 }
 void drain_all(int blocking_only) {
   for (auto &e : streams) {
@@ -82,7 +138,7 @@ void emu_enqueue(cudaStream_t s, std::function<void()> op) {
   emu_check_stream(s, "an asynchronous call");
   if (!s) {
     drain_all(1);
-    op();
+    on_device(op);
     return;
   }
   s->q.push_back(std::move(op));
@@ -122,13 +178,15 @@ cudaError_t cudaGetDeviceCount(int *n) {
 }
 
 cudaError_t cudaMalloc(void **p, size_t n) {
-  size_t page = (size_t)sysconf(_SC_PAGESIZE), body = ((n ? n : 1) + 255) & ~(size_t)255;
-  size_t len = (body + page - 1) / page * page + 2 * page;
+  catch_faults();
+  size_t pg = page(), body = ((n ? n : 1) + 255) & ~(size_t)255;
+  size_t len = (body + pg - 1) / pg * pg + 2 * pg;
   char *m = (char *)mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (m == MAP_FAILED) return *p = NULL, cudaErrorMemoryAllocation;
-  mprotect(m, page, PROT_NONE), mprotect(m + len - page, page, PROT_NONE);
-  char *at = m + len - page - body;
+  mprotect(m, pg, PROT_NONE), mprotect(m + len - pg, pg, PROT_NONE);
+  char *at = m + len - pg - body;
   memset(at, 0xff, body);
+  if (!window) mprotect(m + pg, len - 2 * pg, PROT_NONE);
   device[(uintptr_t)at] = region{n ? n : 1, m, len, 0};
   *p = at;
   return cudaSuccess;
@@ -202,7 +260,7 @@ static void check_copy(void *d, const void *s, size_t n, int kind, const char *w
 cudaError_t cudaMemcpy(void *d, const void *s, size_t n, int kind) {
   check_copy(d, s, n, kind, "cudaMemcpy");
   drain_all(1);
-  memmove(d, s, n);
+  on_device([=] { memmove(d, s, n); });
   return cudaSuccess;
 }
 /* A copy from pageable memory takes the bytes at the call (CUDA stages
@@ -214,7 +272,7 @@ cudaError_t cudaMemcpyAsync(void *d, const void *s, size_t n, int kind, cudaStre
   if (!n) return cudaSuccess;
   if (is_host(d) && !find(pinned, d, n)) { /* into pageable memory */
     cudaStreamSynchronize(st);
-    memmove(d, s, n);
+    on_device([=] { memmove(d, s, n); });
   } else if (is_host(s) && !find(pinned, s, n)) { /* from pageable memory */
     std::vector<char> b((const char *)s, (const char *)s + n);
     emu_enqueue(st, [d, b] { memcpy(d, b.data(), b.size()); });
@@ -226,7 +284,7 @@ cudaError_t cudaMemcpyAsync(void *d, const void *s, size_t n, int kind, cudaStre
 cudaError_t cudaMemset(void *d, int v, size_t n) {
   if (n) emu_check_device(d, n, "cudaMemset");
   drain_all(1);
-  memset(d, v, n);
+  on_device([=] { memset(d, v, n); });
   return cudaSuccess;
 }
 cudaError_t cudaMemsetAsync(void *d, int v, size_t n, cudaStream_t st) {
