@@ -80,6 +80,11 @@ void emu_check(int ok, const char *what) {
   abort();
 }
 
+int emu_low_first(void) {
+  static const int low = getenv("EMU_ORDER") && !strcmp(getenv("EMU_ORDER"), "low");
+  return low;
+}
+
 /* fiber i's threadIdx in the running block */
 static dim3 thread_of(unsigned i) {
   return dim3(i % blockDim.x, i / blockDim.x % blockDim.y, i / (blockDim.x * blockDim.y));
@@ -123,7 +128,7 @@ static void fiber_main(void) {
 void emu_run_block(unsigned n, size_t bytes, const std::function<void()> &body) {
   emu_check(n % 32 == 0 && n <= MAXT, "block size");
   (void)bytes;
-  static const int low_first = getenv("EMU_ORDER") && !strcmp(getenv("EMU_ORDER"), "low");
+  const int low_first = emu_low_first();
   if (!stacks) stacks = (char *)malloc((size_t)MAXT * STACK);
   emu_check(stacks != NULL, "no memory for the fibers' stacks");
   memset(smem, 0xff, sizeof smem);

@@ -1,15 +1,16 @@
 /* tests/gpt/cuda_emu/emu_device.h — the CUDA thread model on the host for
  * the emulated build of the model's kernels (gpt.attention_emulated,
  * gpt.cuda_emulated): the qualifiers and built-ins they use, and
- * emu_launch, which runs a grid in its stream's order, one CTA at a time,
- * each CUDA thread a fiber (emu.cpp) switched at __syncthreads, __syncwarp and shuffles,
- * highest thread first (or lowest: $EMU_ORDER=low) so a read that misses
- * its barrier sees poison or a value not yet final;
- * 99 KiB of dynamic shared memory, filled with 0xff (NaN) before each CTA.
- * __shared__ variables are thread_local: one copy for the one running CTA.
- * A launch checks what CUDA refuses (an empty grid, over 1024 threads,
- * dynamic shared memory over 48 KiB without the kernel's opt-in) and that
- * every pointer argument is device memory. */
+ * emu_launch, which runs a grid in its stream's order one CTA at a time,
+ * each CUDA thread a fiber (emu.cpp) switched at __syncthreads, __syncwarp
+ * and shuffles. CTAs and threads run highest index first, or lowest first
+ * with $EMU_ORDER=low, so a read that misses its barrier sees poison or a
+ * value not yet final in one order or the other; 99 KiB of dynamic shared
+ * memory, filled with 0xff (NaN) before each CTA. __shared__ variables are
+ * thread_local: one copy for the one running CTA. A launch checks what
+ * CUDA refuses (an empty grid, over 1024 threads, dynamic shared memory
+ * over 48 KiB without the kernel's opt-in) and that every pointer argument
+ * is device memory. */
 #ifndef GPT_EMU_DEVICE_H
 #define GPT_EMU_DEVICE_H
 
@@ -75,6 +76,9 @@ static inline cudaError_t cudaFuncSetAttribute(K kernel, int attr, int bytes) {
   return cudaSuccess;
 }
 
+/* $EMU_ORDER is "low": CTAs and their threads run lowest index first (else
+ * highest first) */
+int emu_low_first(void);
 /* one CTA of `threads` fibers running body; aborts on a barrier deadlock */
 void emu_run_block(unsigned threads, size_t smem, const std::function<void()> &body);
 
@@ -100,12 +104,13 @@ static void emu_launch(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem,
   std::apply([](const P &...p) { (emu_check_arg(p), ...); }, args);
   emu_enqueue(st, [=] {
     gridDim = grid, blockDim = block;
-    for (unsigned z = 0; z < grid.z; z++)
-      for (unsigned y = 0; y < grid.y; y++)
-        for (unsigned x = 0; x < grid.x; x++) {
-          blockIdx = dim3(x, y, z);
-          emu_run_block(threads, smem, [&] { std::apply(kernel, args); });
-        }
+    size_t nb = (size_t)grid.x * grid.y * grid.z;
+    for (size_t k = 0; k < nb; k++) {
+      size_t b = emu_low_first() ? k : nb - 1 - k;
+      blockIdx = dim3((unsigned)(b % grid.x), (unsigned)(b / grid.x % grid.y),
+                      (unsigned)(b / ((size_t)grid.x * grid.y)));
+      emu_run_block(threads, smem, [&] { std::apply(kernel, args); });
+    }
   });
 }
 
