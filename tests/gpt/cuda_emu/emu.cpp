@@ -1,20 +1,18 @@
 /* tests/gpt/cuda_emu/emu.cpp — the fibers behind emu_device.h: one fiber
  * per CUDA thread of the running CTA (threads numbered x fastest, as CUDA
  * forms warps; on x86-64 switched by the few lines of assembly below, as
- * ucontext's switches make a system call each; elsewhere ucontext), a
- * scheduler that runs every
- * runnable fiber (highest thread index first, or lowest first when
- * $EMU_ORDER is "low": a barrier missing between a write and another
- * thread's read shows in one order or the other) up to its next barrier, then
+ * ucontext's switches make a system call each; elsewhere ucontext), and a
+ * scheduler that runs every runnable fiber (highest thread index first, or
+ * lowest first when $EMU_ORDER is "low") up to its next barrier, then
  * releases a warp whose 32 lanes all wait at __syncwarp or the CTA when
  * every thread waits at __syncthreads; anything else is a deadlock (a
  * divergent barrier) and aborts. Shuffles and votes exchange through
  * per-thread slots between two warp barriers. */
 #include "emu_device.h"
 
+#include <map>
 #include <stdlib.h>
 #include <string.h>
-#include <map>
 #include <ucontext.h>
 
 dim3 threadIdx, blockIdx, blockDim, gridDim;
