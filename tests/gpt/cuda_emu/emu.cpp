@@ -2,12 +2,12 @@
  * per CUDA thread of the running CTA (threads numbered x fastest, as CUDA
  * forms warps; on x86-64 switched by the few lines of assembly below, as
  * ucontext's switches make a system call each; elsewhere ucontext), and a
- * scheduler that runs every runnable fiber (highest thread index first, or
- * lowest first when $EMU_ORDER is "low") up to its next barrier, then
- * releases a warp whose 32 lanes all wait at __syncwarp or the CTA when
- * every thread waits at __syncthreads; anything else is a deadlock (a
- * divergent barrier) and aborts. Shuffles and votes exchange through
- * per-thread slots between two warp barriers. */
+ * scheduler that runs one warp at a time as far as it can go (its lanes in
+ * turn to their next barrier, again while all 32 wait at a warp barrier),
+ * warps and lanes highest index first, or lowest first when $EMU_ORDER is
+ * "low"; then releases the CTA when every thread waits at __syncthreads.
+ * Anything else is a deadlock (a divergent barrier) and aborts. Shuffles
+ * and votes exchange through per-thread slots between two warp barriers. */
 #include "emu_device.h"
 
 #include <map>
@@ -123,6 +123,30 @@ static void fiber_main(void) {
   abort();
 }
 
+/* Runs warp w's lanes (in the run's order) until none can go on alone:
+ * each runnable lane to its next barrier, the warp released again while
+ * all 32 wait at a warp barrier. Returns whether any lane ran. */
+static int run_warp(unsigned w, int low_first) {
+  int ran = 0;
+  for (;;) {
+    unsigned at_warp = 0;
+    for (unsigned k = 0; k < 32; k++) {
+      unsigned i = w * 32 + (low_first ? k : 31 - k);
+      if (state[i] == RUN) {
+        cur = i, threadIdx = thread_of(i), ran = 1;
+        fiber_enter(i);
+      }
+      at_warp += state[i] == AT_WARP;
+    }
+    if (at_warp < 32) return ran;
+    for (unsigned l = 0; l < 32; l++)
+      state[w * 32 + l] = RUN;
+  }
+}
+
+/* Each warp in turn runs as far as it can before the next starts (the
+ * most skewed schedule: a warp reaches its next __syncthreads before any
+ * other moves), then the CTA barrier releases all. */
 void emu_run_block(unsigned n, size_t bytes, const std::function<void()> &body) {
   emu_check(n % 32 == 0 && n <= MAXT, "block size");
   (void)bytes;
@@ -134,31 +158,17 @@ void emu_run_block(unsigned n, size_t bytes, const std::function<void()> &body) 
   for (unsigned i = 0; i < n; i++)
     fiber_make(i), state[i] = RUN;
   for (;;) {
-    for (unsigned k = 0; k < n; k++) {
-      unsigned i = low_first ? k : n - 1 - k;
-      if (state[i] == RUN) {
-        cur = i, threadIdx = thread_of(i);
-        fiber_enter(i);
-      }
-    }
-    unsigned done = 0, at_block = 0, released = 0;
+    int ran = 0;
+    for (unsigned k = 0; k < n / 32; k++)
+      ran |= run_warp(low_first ? k : n / 32 - 1 - k, low_first);
+    unsigned done = 0, at_block = 0;
     for (unsigned i = 0; i < n; i++)
       done += state[i] == DONE, at_block += state[i] == AT_BLOCK;
     if (done == n) return;
-    if (at_block == n) {
+    threadIdx = thread_of(0);
+    emu_check(at_block == n || ran, "deadlock: threads wait at different barriers");
+    if (at_block == n)
       for (unsigned i = 0; i < n; i++)
         state[i] = RUN;
-      continue;
-    }
-    for (unsigned w = 0; w < n / 32; w++) {
-      unsigned at_warp = 0;
-      for (unsigned l = 0; l < 32; l++)
-        at_warp += state[w * 32 + l] == AT_WARP;
-      if (at_warp == 32)
-        for (unsigned l = 0; l < 32; l++)
-          state[w * 32 + l] = RUN, released++;
-    }
-    threadIdx = thread_of(0);
-    emu_check(released > 0, "deadlock: threads wait at different barriers");
   }
 }
