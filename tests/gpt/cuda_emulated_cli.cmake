@@ -2,8 +2,9 @@
 # pre-engine path: the loader, the module's table, resident weights, grads
 # down, AdamW on the host, weights up) on the CUDA model compiled for the
 # host (the module libferry-gpt-cuda-emu.so, tests/gpt/cuda_emu/), against
-# the same run on the CPU: `tiny` and `llama-tiny`, with and without
-# --checkpoint, each step's loss within 1e-2 relative of the CPU's.
+# the same run on the CPU: `tiny` (batch 2 x seq 32) and `llama-tiny`
+# (batch 3 x seq 96: two attention tiles, the second ragged), with and
+# without --checkpoint, each step's loss within 1e-2 relative of the CPU's.
 # -DEXE=ferry-gpt -DDATA=file -DMODULE=the emulated module
 function(losses out)
   execute_process(COMMAND ${CMAKE_COMMAND} -E env FERRY_GPT_CUDA_MODULE=${MODULE} ${EXE} ${ARGN}
@@ -24,8 +25,13 @@ function(micro out v)
   set(${out} ${_r} PARENT_SCOPE)
 endfunction()
 
-foreach(model tiny llama-tiny)
-  set(_args train --model ${model} --data ${DATA} --steps 3 --batch 2 --seq 32 --seed 9 --json)
+foreach(run "tiny 2 32" "llama-tiny 3 96")
+  separate_arguments(run)
+  list(GET run 0 model)
+  list(GET run 1 batch)
+  list(GET run 2 seq)
+  set(_args train --model ${model} --data ${DATA} --steps 3 --batch ${batch} --seq ${seq} --seed 9
+    --json)
   losses(_cpu ${_args})
   foreach(ck "" --checkpoint)
     losses(_gpu ${_args} --device cuda ${ck})
