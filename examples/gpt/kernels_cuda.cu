@@ -39,6 +39,13 @@ static int launched(char *err, size_t len, const char *what) {
 }
 static int al16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
 
+/* every launch goes through KERNELS_LAUNCH: tests/gpt/cuda_emu/ defines its
+ * own to run the kernels on the host */
+#ifndef KERNELS_LAUNCH
+#define KERNELS_LAUNCH(kernel, grid, block, smem, st, ...)                                         \
+  kernel<<<(grid), (block), (smem), (st)>>>(__VA_ARGS__)
+#endif
+
 #define GRID_CAP ((size_t)1 << 20)
 static unsigned grid_for(size_t n, size_t per_block) {
   size_t g = (n + per_block - 1) / per_block;
@@ -451,9 +458,9 @@ extern "C" int gpt_resid_norm_cuda_fwd(uint16_t *xout, uint16_t *y, float *mean,
   if (delta && !xout) return kfail(err, errlen, what, "a delta needs xout");
   if (!N) return 0;
   int vec = C % 8 == 0 && al16(x) && al16(y) && (!xout || al16(xout)) && (!delta || al16(delta));
-  k_resid_norm_fwd<<<grid_for(N, ROWS), dim3(32, ROWS), 0, (cudaStream_t)stream>>>(
-      (bf16 *)xout, (bf16 *)y, mean, rstd, (const bf16 *)x, delta, w, b, wdt, N, C, eps,
-      layernorm, vec);
+  KERNELS_LAUNCH(k_resid_norm_fwd, grid_for(N, ROWS), dim3(32, ROWS), 0, (cudaStream_t)stream,
+                 (bf16 *)xout, (bf16 *)y, mean, rstd, (const bf16 *)x, delta, w, b, wdt, N, C, eps,
+                 layernorm, vec);
   return launched(err, errlen, what);
 }
 
@@ -481,11 +488,11 @@ extern "C" int gpt_norm_cuda_bwd(float *dx, float *dw, float *db, const float *d
       return kfail(err, errlen, what, cudaGetErrorString(e));
     }
   }
-  k_norm_bwd<<<P, chunk_threads(C), smem, st>>>(dx, partial, dy, (const bf16 *)x, mean, rstd, w,
-                                                wdt, N, C, layernorm, P, vec);
+  KERNELS_LAUNCH(k_norm_bwd, P, chunk_threads(C), smem, st, dx, partial, dy, (const bf16 *)x, mean,
+                 rstd, w, wdt, N, C, layernorm, P, vec);
   if (launched(err, errlen, what)) return -1;
-  k_partial_reduce<<<grid_for((size_t)C, 256), 256, 0, st>>>(dw, layernorm ? db : NULL, partial,
-                                                              P, C);
+  KERNELS_LAUNCH(k_partial_reduce, grid_for((size_t)C, 256), 256, 0, st, dw, layernorm ? db : NULL,
+                 partial, P, C);
   return launched(err, errlen, what);
 }
 
@@ -493,8 +500,8 @@ extern "C" int gpt_swiglu_cuda_fwd(uint16_t *h, const uint16_t *g, const uint16_
                                    void *stream, char *err, size_t errlen) {
   if (!n) return 0;
   int vec = al16(h) && al16(g) && al16(u);
-  k_swiglu_fwd<<<grid_for((n + 7) / 8, 256), 256, 0, (cudaStream_t)stream>>>(
-      (bf16 *)h, (const bf16 *)g, (const bf16 *)u, n, vec);
+  KERNELS_LAUNCH(k_swiglu_fwd, grid_for((n + 7) / 8, 256), 256, 0, (cudaStream_t)stream, (bf16 *)h,
+                 (const bf16 *)g, (const bf16 *)u, n, vec);
   return launched(err, errlen, "gpt_swiglu_cuda_fwd");
 }
 
@@ -503,8 +510,8 @@ extern "C" int gpt_swiglu_cuda_bwd(uint16_t *dg, uint16_t *du, const float *dh, 
                                    size_t errlen) {
   if (!n) return 0;
   int vec = al16(dg) && al16(du) && al16(dh) && al16(g) && al16(u);
-  k_swiglu_bwd<<<grid_for((n + 7) / 8, 256), 256, 0, (cudaStream_t)stream>>>(
-      (bf16 *)dg, (bf16 *)du, dh, (const bf16 *)g, (const bf16 *)u, n, vec);
+  KERNELS_LAUNCH(k_swiglu_bwd, grid_for((n + 7) / 8, 256), 256, 0, (cudaStream_t)stream, (bf16 *)dg,
+                 (bf16 *)du, dh, (const bf16 *)g, (const bf16 *)u, n, vec);
   return launched(err, errlen, "gpt_swiglu_cuda_bwd");
 }
 
@@ -515,8 +522,8 @@ static int bias_gelu(uint16_t *y, uint16_t *pre, const float *x, const void *b, 
   size_t n = N * (size_t)F;
   if (!n) return 0;
   int vec = al16(pre) && al16(x) && (!y || al16(y));
-  k_bias_gelu_fwd<<<grid_for((n + 7) / 8, 256), 256, 0, (cudaStream_t)stream>>>(
-      (bf16 *)y, (bf16 *)pre, x, b, wdt, n, F, vec);
+  KERNELS_LAUNCH(k_bias_gelu_fwd, grid_for((n + 7) / 8, 256), 256, 0, (cudaStream_t)stream,
+                 (bf16 *)y, (bf16 *)pre, x, b, wdt, n, F, vec);
   return launched(err, errlen, what);
 }
 
@@ -540,10 +547,10 @@ static int col_sums(float *db, uint16_t *dpre, const float *dy, const uint16_t *
   cudaStream_t st = (cudaStream_t)stream;
   int P = slices_of(N, F);
   dim3 grid((unsigned)((F + 255) / 256), (unsigned)P);
-  k_colsum<<<grid, 256, 0, st>>>(partial, (bf16 *)dpre, dy, (const bf16 *)pre, N, F, P);
+  KERNELS_LAUNCH(k_colsum, grid, 256, 0, st, partial, (bf16 *)dpre, dy, (const bf16 *)pre, N, F, P);
   if (launched(err, errlen, what)) return -1;
   if (db) {
-    k_partial_reduce<<<grid_for((size_t)F, 256), 256, 0, st>>>(db, NULL, partial, P, F);
+    KERNELS_LAUNCH(k_partial_reduce, grid_for((size_t)F, 256), 256, 0, st, db, NULL, partial, P, F);
     return launched(err, errlen, what);
   }
   return 0;
@@ -565,8 +572,8 @@ extern "C" int gpt_ce_cuda_fwd(const float *logits, const int32_t *tgt, size_t n
   if (V <= 0) return kfail(err, errlen, "gpt_ce_cuda_fwd", "V <= 0");
   if (!n) return 0;
   int vec = V % 4 == 0 && al16(logits);
-  k_ce_fwd<<<grid_for(n, 1), CE_THREADS, 0, (cudaStream_t)stream>>>(rowloss, lse, logits, tgt, n,
-                                                                     V, vec);
+  KERNELS_LAUNCH(k_ce_fwd, grid_for(n, 1), CE_THREADS, 0, (cudaStream_t)stream, rowloss, lse,
+                 logits, tgt, n, V, vec);
   return launched(err, errlen, "gpt_ce_cuda_fwd");
 }
 
@@ -576,7 +583,7 @@ extern "C" int gpt_ce_cuda_bwd(uint16_t *dlogits, const float *logits, const int
   if (V <= 0) return kfail(err, errlen, "gpt_ce_cuda_bwd", "V <= 0");
   if (!n) return 0;
   int vec = V % 4 == 0 && al16(logits) && ((uintptr_t)dlogits & 7u) == 0;
-  k_ce_bwd<<<grid_for(n, 1), CE_THREADS, 0, (cudaStream_t)stream>>>(
-      (bf16 *)dlogits, logits, tgt, lse, n, V, scale, vec);
+  KERNELS_LAUNCH(k_ce_bwd, grid_for(n, 1), CE_THREADS, 0, (cudaStream_t)stream, (bf16 *)dlogits,
+                 logits, tgt, lse, n, V, scale, vec);
   return launched(err, errlen, "gpt_ce_cuda_bwd");
 }

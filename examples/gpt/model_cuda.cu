@@ -45,11 +45,16 @@ typedef __nv_bfloat16 bf16;
     if (s_ != CUBLAS_STATUS_SUCCESS)                                                      \
       return fail(m, "%s:%d: %s: cuBLAS status %d", __FILE__, __LINE__, #call, (int)s_); \
   } while (0)
-/* Every kernel goes to the model's stream and is checked at once. */
-#define LAUNCH(kernel, grid, block, ...)                         \
-  do {                                                           \
-    kernel<<<(grid), (block), 0, m->st>>>(__VA_ARGS__);          \
-    CK(cudaGetLastError());                                      \
+/* Every kernel goes to the model's stream and is checked at once, through
+ * MODEL_LAUNCH (tests/gpt/cuda_emu/ defines its own to run them on the host). */
+#ifndef MODEL_LAUNCH
+#define MODEL_LAUNCH(kernel, grid, block, smem, st, ...)                                           \
+  kernel<<<(grid), (block), (smem), (st)>>>(__VA_ARGS__)
+#endif
+#define LAUNCH(kernel, grid, block, ...)                                                           \
+  do {                                                                                             \
+    MODEL_LAUNCH(kernel, grid, block, 0, m->st, __VA_ARGS__);                                      \
+    CK(cudaGetLastError());                                                                        \
   } while (0)
 #define TRY(x)        \
   do {                \
