@@ -529,6 +529,25 @@ static wref head_weight(const gpt_cuda_model *m, const gpt_group_view *e, const 
   return m->s->cfg.tied ? W_(e, LL_EMB) : W_(h, LL_HEAD);
 }
 
+/* The head's groups: the head, and the embedding when the head reads it
+ * (GPT-2's tied wte, a tied Llama). */
+static int head_needs_emb(const gpt_cuda_model *m) {
+  return m->s->cfg.family == GPT_GPT2 || m->s->cfg.tied;
+}
+static int head_fetch(gpt_cuda_model *m, gpt_provider *p, gpt_fetch_mode mode, gpt_group_view *e,
+                      gpt_group_view *h) {
+  memset(e, 0, sizeof *e);
+  FETCH(m->L + 1, mode, h);
+  if (head_needs_emb(m)) FETCH(0, mode, e);
+  return 0;
+}
+static int head_release(gpt_cuda_model *m, gpt_provider *p, gpt_release_mode emb,
+                        gpt_release_mode head) {
+  if (head_needs_emb(m)) RELEASE(0, emb);
+  RELEASE(m->L + 1, head);
+  return 0;
+}
+
 /* Tokens and targets into pinned staging (once the last copy out of it is
  * done), then H2D on the stream. */
 static int stage_tokens(gpt_cuda_model *m, const int32_t *tokens, const int32_t *targets) {
@@ -561,10 +580,7 @@ static int ce_chunk(const gpt_cuda_model *m, int r0) { return m->BT - r0 < m->ce
 static int head_fwd(gpt_cuda_model *m, gpt_provider *p, int targets) {
   const gpt_config *c = &m->s->cfg;
   gpt_group_view e, h;
-  memset(&e, 0, sizeof e);
-  int hg = m->L + 1, need_emb = c->family == GPT_GPT2 || c->tied;
-  FETCH(hg, GPT_FETCH_FORWARD, &h);
-  if (need_emb) FETCH(0, GPT_FETCH_FORWARD, &e);
+  TRY(head_fetch(m, p, GPT_FETCH_FORWARD, &e, &h));
   if (c->family == GPT_GPT2)
     TRY(norm_fwd(m, NULL, m->nf, m->meanf, m->rstdf, xres(m, m->L), NULL, &h, G2_LNF_W, G2_LNF_B,
                  (size_t)m->BT));
@@ -577,8 +593,7 @@ static int head_fwd(gpt_cuda_model *m, gpt_provider *p, int targets) {
     KERN(gpt_ce_cuda_fwd(m->logits, m->tgt + r0, (size_t)n, m->V, m->rowloss + r0, m->lseh + r0,
                          KST));
   }
-  if (need_emb) RELEASE(0, GPT_RELEASE_FORWARD);
-  RELEASE(hg, GPT_RELEASE_FORWARD);
+  TRY(head_release(m, p, GPT_RELEASE_FORWARD, GPT_RELEASE_FORWARD));
   return 0;
 }
 
@@ -625,10 +640,7 @@ static int head_bwd(gpt_cuda_model *m, gpt_provider *p) {
   const gpt_config *c = &m->s->cfg;
   int C = m->C, V = m->V, gpt2 = c->family == GPT_GPT2;
   gpt_group_view e, h;
-  memset(&e, 0, sizeof e);
-  int hg = m->L + 1, need_emb = gpt2 || c->tied;
-  FETCH(hg, GPT_FETCH_BACKWARD, &h);
-  if (need_emb) FETCH(0, GPT_FETCH_BACKWARD, &e);
+  TRY(head_fetch(m, p, GPT_FETCH_BACKWARD, &e, &h));
   float *dW = gpt2 ? e.g[G2_WTE] : c->tied ? e.g[LL_EMB] : h.g[LL_HEAD];
   wref W = head_weight(m, &e, &h);
   CK(cudaMemsetAsync(m->dres, 0, (size_t)m->BT * C * sizeof(float), m->st));
@@ -646,8 +658,7 @@ static int head_bwd(gpt_cuda_model *m, gpt_provider *p) {
     else
       TRY(norm_bwd(m, dres, &h, LL_NORM, -1, x, NULL, m->rstdf + r0, (size_t)n));
   }
-  if (need_emb) RELEASE(0, GPT_RELEASE_PARTIAL);
-  RELEASE(hg, GPT_RELEASE_GRADS);
+  TRY(head_release(m, p, GPT_RELEASE_PARTIAL, GPT_RELEASE_GRADS));
   return 0;
 }
 
@@ -688,12 +699,8 @@ extern "C" int gpt_cuda_model_loss(gpt_cuda_model *m, float *loss) {
 
 extern "C" int gpt_cuda_model_logits(gpt_cuda_model *m, gpt_provider *p, float *host) {
   if (!m->have_forward) return fail(m, "no forward yet");
-  const gpt_config *c = &m->s->cfg;
   gpt_group_view e, h;
-  memset(&e, 0, sizeof e);
-  int hg = m->L + 1, need_emb = c->family == GPT_GPT2 || c->tied;
-  FETCH(hg, GPT_FETCH_FORWARD, &h);
-  if (need_emb) FETCH(0, GPT_FETCH_FORWARD, &e);
+  TRY(head_fetch(m, p, GPT_FETCH_FORWARD, &e, &h));
   for (int r0 = 0; r0 < m->BT; r0 += m->ce) {
     int n = ce_chunk(m, r0);
     TRY(head_logits(m, head_weight(m, &e, &h), r0, n));
@@ -701,8 +708,7 @@ extern "C" int gpt_cuda_model_logits(gpt_cuda_model *m, gpt_provider *p, float *
                        cudaMemcpyDeviceToHost, m->st));
     CK(cudaStreamSynchronize(m->st)); /* the chunk buffer is reused */
   }
-  if (need_emb) RELEASE(0, GPT_RELEASE_FORWARD);
-  RELEASE(hg, GPT_RELEASE_FORWARD);
+  TRY(head_release(m, p, GPT_RELEASE_FORWARD, GPT_RELEASE_FORWARD));
   return 0;
 }
 
