@@ -323,8 +323,8 @@ static const char *get_arrays(rbuf *r, swap_saved *sv, int *enomem) {
   return NULL;
 }
 
-/* Every slot holds 1..slot_size bytes (spares slot_size; every slot
- * slot_size unless tight) and the slots add up to file_bytes; every chunk
+/* Every slot holds 1..slot_size bytes (every slot slot_size unless
+ * tight) and the slots add up to file_bytes; every chunk
  * maps to its own physical slot holding no more than it can: NULL, or
  * what is wrong. */
 static const char *map_fault(const swap_saved *sv, uint32_t npaths) {
@@ -332,7 +332,7 @@ static const char *map_fault(const swap_saved *sv, uint32_t npaths) {
   uint64_t fb = 0;
   for (uint32_t p = 0; !bad && p < sv->nphys; p++) {
     uint64_t z = sv->psize[p];
-    if (!z || z > sv->slot_size || ((p >= sv->nslots || !sv->tight) && z != sv->slot_size))
+    if (!z || z > sv->slot_size || (!sv->tight && z != sv->slot_size))
       bad = "slot sizes";
     else fb += swap_slot_height(z, sv->bs, sv->oa, npaths, sv->tight);
   }

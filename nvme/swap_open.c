@@ -270,13 +270,18 @@ static int set_geometry(ferry_swap *s, const ferry_swap_config *cfg, const char 
   if (!s->psize)
     return ferry_err(&s->err, FERRY_ENOMEM, "swap '%s': out of memory for %u slots", name,
                      s->nphys);
+  int has_max = 0;
   for (uint32_t p = 0; p < s->nphys; p++) {
-    size_t z = p < cfg->nslots && cfg->slot_sizes ? cfg->slot_sizes[p] : cfg->slot_size;
+    size_t z = cfg->slot_sizes ? cfg->slot_sizes[p] : cfg->slot_size;
     if (!z || z > cfg->slot_size)
       return ferry_err(&s->err, FERRY_EINVAL, "swap '%s': slot %u of %zu bytes (1..%zu)", name,
                        p, z, cfg->slot_size);
     s->psize[p] = z;
+    has_max |= z == cfg->slot_size;
   }
+  if (!has_max)
+    return ferry_err(&s->err, FERRY_EINVAL, "swap '%s': no slot of slot_size (%zu bytes)", name,
+                     cfg->slot_size);
   s->cfg.slot_sizes = NULL; /* the caller's array: read at open only */
   return swap_place_slots(s);
 }

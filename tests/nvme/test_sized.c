@@ -1,6 +1,6 @@
 /* tests/nvme/test_sized.c — slots sized per chunk (ferry_swap_config.
  * slot_sizes): one chunk dwarfs the rest, and the files hold each chunk's
- * own bytes plus the spares (1 and 3 directories); rewrites move chunks
+ * own bytes plus the spares, of their own sizes too (1 and 3 directories); rewrites move chunks
  * between slots of different sizes (the smallest free slot that holds
  * them), with fewer spares than writes in flight and with none free that
  * fits (in place); a failed shadow write leaves the old bytes; kept files
@@ -11,9 +11,12 @@
 #include <fcntl.h>
 #include <sys/stat.h>
 
-static const size_t sizes[] = {24u << 20, 4096, 700, (1 << 20) + 513, (2 << 20) - 1,
-                               (3 << 20) + 4096, 1 << 20, 65537, (1 << 20) + 4095};
-#define NS (sizeof sizes / sizeof sizes[0])
+/* the chunks' slots, then two spares: one of the largest chunk, one of
+ * the largest of the rest */
+static const size_t sizes[] = {24u << 20, 4096,       700,   (1 << 20) + 513,  (2 << 20) - 1,
+                               (3 << 20) + 4096, 1 << 20, 65537, (1 << 20) + 4095, 24u << 20,
+                               (3 << 20) + 4096};
+#define NS (sizeof sizes / sizeof sizes[0] - 2)
 #define BIG ((size_t)24 << 20)
 
 /* Writes every chunk (all in flight at once) with seed + i, waits. */
@@ -55,7 +58,7 @@ static void check_all(ferry_swap *s, unsigned char **buf, const char *what) {
 static uint64_t expected_bytes(const ferry_swap_info *in, int npaths, uint32_t spares) {
   uint64_t t = 0, bs = in->block_size, oa = in->offset_align;
   for (size_t i = 0; i < NS + spares; i++) {
-    uint64_t z = i < NS ? sizes[i] : BIG, pos = (z + bs - 1) / bs;
+    uint64_t z = sizes[i], pos = (z + bs - 1) / bs;
     uint64_t rows = (pos - 1) / (uint64_t)npaths, last = pos - rows * (uint64_t)npaths;
     t += rows * bs + (last == 1 ? (z - (pos - 1) * bs + oa - 1) / oa * oa : bs);
   }
@@ -105,11 +108,11 @@ int main(int argc, char **argv) {
       disk += n;
     }
     printf("%d dir(s): data %llu, spares %zu, files %llu (uniform slots: %llu)\n", npaths,
-           (unsigned long long)data, 2 * BIG, (unsigned long long)disk,
+           (unsigned long long)data, BIG + sizes[NS + 1], (unsigned long long)disk,
            (unsigned long long)((NS + 2) * BIG));
     EXPECT(disk == want);
-    EXPECT(disk <= data + 2 * BIG + NS * (uint64_t)npaths * c.block_size);
-    if (npaths == 1) EXPECT(disk <= data + 2 * BIG + NS * 4096);
+    EXPECT(disk <= data + BIG + sizes[NS + 1] + (NS + 2) * (uint64_t)npaths * c.block_size);
+    if (npaths == 1) EXPECT(disk <= data + BIG + sizes[NS + 1] + (NS + 2) * 4096);
 
     /* writes: all in flight (2 spares), then again and again, so chunks
      * move between slots of other sizes */
