@@ -174,10 +174,12 @@ static int build_group_tables(ferry_mem *m) {
 }
 
 /* Every chunk fits every tier it passes (its largest per cache tier goes to
- * maxc); assigns NVMe slots, sums the homes' bytes and marks home copies
- * resident. */
+ * maxc); assigns NVMe slots (each of its chunk's bytes, and a spare per
+ * family of its largest chunk), sums the homes' bytes and marks home
+ * copies resident. */
 static int check_chunks(ferry_mem *m, size_t maxc[FERRY_TIERS]) {
   memset(m->home_bytes, 0, sizeof m->home_bytes);
+  memset(m->nvme_spare, 0, sizeof m->nvme_spare);
   m->nslots = 0;
   m->slot_size = 0;
   for (uint32_t i = 0; i < m->nc; i++) {
@@ -191,13 +193,13 @@ static int check_chunks(ferry_mem *m, size_t maxc[FERRY_TIERS]) {
     if (c->home == FERRY_TIER_NVME) {
       c->off[FERRY_TIER_NVME] = m->nslots++;
       if (c->bytes > m->slot_size) m->slot_size = c->bytes;
+      if (c->bytes > m->nvme_spare[c->family]) m->nvme_spare[c->family] = c->bytes;
       c->never_written = 1;
-    } else {
-      m->home_bytes[c->home] += c->bytes;
     }
+    m->home_bytes[c->home] += c->bytes;
     c->state[c->home] = FERRY_RES_RESIDENT;
   }
-  m->home_bytes[FERRY_TIER_NVME] = (size_t)m->nslots * m->slot_size;
+  for (int f = 0; f < FERRY_FAMILIES; f++) m->home_bytes[FERRY_TIER_NVME] += m->nvme_spare[f];
   return FERRY_OK;
 }
 
@@ -283,6 +285,22 @@ int ferry_mem_group_chunks(ferry_mem *m, uint32_t group, int family, uint32_t *f
 }
 
 uint32_t ferry_mem_chunk_count(ferry_mem *m) { return m && m->laid_out ? m->nc : 0; }
+
+int ferry_mem_store_slot_sizes(ferry_mem *m, size_t *sizes, uint32_t cap, uint32_t *n) {
+  if (!m || !n || (cap && !sizes)) return FERRY_EINVAL;
+  if (!m->finalized) return ferry_err(&m->err, FERRY_ESTATE, "store slot sizes: not finalized");
+  uint32_t k = m->nslots;
+  for (int f = 0; f < FERRY_FAMILIES; f++) k += m->nvme_spare[f] > 0;
+  *n = k;
+  if (cap < k)
+    return ferry_err(&m->err, FERRY_EINVAL, "store slot sizes: %u slots, room for %u", k, cap);
+  for (uint32_t i = 0; i < m->nc; i++)
+    if (m->c[i].home == FERRY_TIER_NVME) sizes[m->c[i].off[FERRY_TIER_NVME]] = m->c[i].bytes;
+  k = m->nslots;
+  for (int f = 0; f < FERRY_FAMILIES; f++)
+    if (m->nvme_spare[f]) sizes[k++] = m->nvme_spare[f];
+  return FERRY_OK;
+}
 
 int ferry_mem_store_layout(ferry_mem *m, uint32_t *nslots, size_t *slot_size) {
   if (!m || !nslots || !slot_size) return FERRY_EINVAL;

@@ -140,7 +140,8 @@ struct ferry_mem {
   uint32_t nc;
   uint32_t nslots;
   size_t slot_size;
-  size_t home_bytes[FERRY_TIERS];
+  size_t nvme_spare[FERRY_FAMILIES]; /* a spare NVMe slot per family there: its largest chunk */
+  size_t home_bytes[FERRY_TIERS];    /* nvme: the chunks' bytes and the spares */
 
   /* tiers */
   char *dev_base;

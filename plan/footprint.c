@@ -61,11 +61,8 @@ void ferry_footprint_read_ahead(uint64_t pool, uint64_t dev_pool, const ferry_fo
 
 uint64_t ferry_footprint_nvme_files(const ferry_tier home[FERRY_FAMILIES],
                                     const ferry_footprint_family fam[FERRY_FAMILIES]) {
-  uint64_t slots = 0, slot = 0;
+  uint64_t bytes = 0;
   for (int f = 0; f < FERRY_FAMILIES; f++)
-    if (home[f] == FERRY_TIER_NVME) {
-      slots += fam[f].chunks;
-      if (fam[f].chunk_max > slot) slot = fam[f].chunk_max;
-    }
-  return slots * slot;
+    if (home[f] == FERRY_TIER_NVME) bytes += fam[f].total + fam[f].chunk_max;
+  return bytes;
 }
