@@ -565,6 +565,10 @@ int ferry_engine_get_stats(ferry_engine *e, ferry_stats *out) {
   if (!rc && e->swap && ferry_swap_get_info(e->swap, &si) == FERRY_OK) {
     out->nvme_reclaimed_files = si.reclaimed_files;
     out->nvme_reclaimed_bytes = si.reclaimed_bytes;
+    out->nvme_file_bytes = si.file_bytes * (uint64_t)e->cv->nvme_npaths;
+    const ferry_tier home[FERRY_FAMILIES] = {e->param_home, e->grad_home, e->optim_home};
+    for (int f = 0; f < FERRY_FAMILIES; f++)
+      if (home[f] == FERRY_TIER_NVME) out->nvme_data_bytes += engine_family_chunk_bytes(e, f);
   }
   return rc;
 }
