@@ -206,14 +206,20 @@ static int check_chunks(ferry_mem *m, size_t maxc[FERRY_TIERS]) {
 /* Every home holds its families, and each cache tier keeps room for its
  * largest chunk (maxc) after the chunks that live there. */
 static int check_homes(ferry_mem *m, const size_t maxc[FERRY_TIERS]) {
+  size_t spares = 0;
+  for (int f = 0; f < FERRY_FAMILIES; f++) spares += m->nvme_spare[f];
   for (int t = 0; t < FERRY_TIERS; t++) {
-    char b1[32], b2[32];
+    char b1[32], b2[32], what[160] = "";
+    if (t == FERRY_TIER_NVME) /* the swap files: the chunks and the spare slots */
+      snprintf(what, sizeof what, " in swap files: %zu bytes of chunks and %zu of a spare slot "
+               "per family", m->home_bytes[t] - spares, spares);
     if (m->home_bytes[t] > m->cfg.budget[t])
       return ferry_err(&m->err, FERRY_ENOMEM,
-                       "layout: the families that live in the %s tier need %s (%zu bytes), "
-                       "more than its budget of %s",
+                       "layout: the families that live in the %s tier need %s (%zu bytes%s), "
+                       "more than its budget of %s (%zu bytes)",
                        ferry_tier_name(t), ferry_format_size(m->home_bytes[t], b1, sizeof b1),
-                       m->home_bytes[t], ferry_format_size(m->cfg.budget[t], b2, sizeof b2));
+                       m->home_bytes[t], what, ferry_format_size(m->cfg.budget[t], b2, sizeof b2),
+                       m->cfg.budget[t]);
     if (maxc[t] && m->cfg.budget[t] - m->home_bytes[t] < maxc[t]) {
       for (uint32_t i = 0; i < m->nc; i++)
         if (m->c[i].bytes == maxc[t] && m->cfg.reach[m->c[i].family] <= t && m->c[i].home > t)

@@ -4,7 +4,8 @@
 # chunk made the files 10x the data), keeping its files: their size on disk
 # is the engine's nvme_file_bytes and at most 1.05 x the chunks' bytes, and
 # the losses equal those of the same run with params and optimizer state in
-# the host tier (every chunk went to NVMe and back).
+# the host tier (every chunk went to NVMe and back); a tiers.nvme.budget
+# below the files is refused at finalize, naming the bytes.
 # -DEXE=ferry-gpt -DDATA=file -DCONFIGS=examples/configs. Runs in a scratch
 # directory (zero-infinity.cfg's relative build/nvme-swap is made there).
 file(WRITE big-vocab.json "{\"model_type\": \"llama\", \"vocab_size\": 4096, \"hidden_size\": 128,
@@ -51,3 +52,12 @@ if(NOT _disk EQUAL _file OR _data LESS 70000000 OR _disk GREATER _limit OR _read
     "1.05 x the data (${_limit}), or nothing read back (${_read})")
 endif()
 file(REMOVE_RECURSE build/nvme-swap) # the kept files: 80 MB
+# a tiers.nvme.budget one byte short of the files: finalize refuses it, naming the bytes
+math(EXPR _short "${_file} - 1")
+execute_process(COMMAND ${EXE} ${_args} --set tiers.host.budget=24M --set tiers.nvme.budget=${_short}
+  OUTPUT_QUIET ERROR_VARIABLE _err RESULT_VARIABLE _rc)
+if(_rc EQUAL 0 OR NOT _err MATCHES "nvme tier need [^(]*\\(${_file} bytes in swap files: ${_data} bytes of chunks"
+   OR NOT _err MATCHES "budget of [^(]*\\(${_short} bytes\\)")
+  message(FATAL_ERROR "a budget of ${_short} bytes: exit ${_rc}, expected a refusal naming "
+    "${_file} and ${_data} bytes:\n${_err}")
+endif()
