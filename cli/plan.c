@@ -149,7 +149,7 @@ static void plan_usage_output(FILE *f) {
 "                      families, fits, why, components, step_seconds, rss_bytes,\n"
 "                      nvme_bytes_per_step {read, write: {params, grads,\n"
 "                      optimizer}}, nvme_file_bytes (the swap files: the NVMe\n"
-"                      chunks and a spare per family), readahead, cached_groups,\n"
+"                      chunks and the spare slots), readahead, cached_groups,\n"
 "                      comm). ranks,\n"
 "                      gpus, nodes, zero_stage, net_gbps, intra_gbps,\n"
 "                      comm_bytes_per_step, comm_seconds, comm_hidden_fraction\n"
@@ -826,7 +826,7 @@ static void print_bytes(const ferry_plan_input *in, const ferry_plan_result *r) 
     }
     printf("\n");
     if (t != FERRY_PLAN_NVME) continue;
-    /* the swap files: the chunks' bytes and a spare slot per family */
+    /* the swap files: the chunks' bytes and the spare slots */
     printf("  %-4s %-12s", ferry_plan_tier_name(t), "swap files");
     for (int p = 0; p < FERRY_PLACEMENTS; p++) {
       char cell[32];

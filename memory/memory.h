@@ -141,9 +141,11 @@ int ferry_mem_finalize(ferry_mem *m);
  * bytes (the largest chunk there). */
 int ferry_mem_store_layout(ferry_mem *m, uint32_t *nslots, size_t *slot_size);
 /* Each NVMe slot's bytes into sizes (cap entries): slot i < nslots its
- * chunk's, then one spare per family homed there, of its largest chunk;
- * *n the count (also when cap is short: FERRY_EINVAL). The home bytes of
- * the NVMe tier are their sum, held against tiers.nvme.budget. */
+ * chunk's, then per family homed there a spare of its largest chunk and up
+ * to three of min(chunk_size, that) within 1% of the family's bytes (more
+ * writes in flight); *n the count (sizes NULL and cap 0: the count alone;
+ * cap short: FERRY_EINVAL). The home bytes of the NVMe tier are their
+ * sum, held against tiers.nvme.budget. */
 int ferry_mem_store_slot_sizes(ferry_mem *m, size_t *sizes, uint32_t cap, uint32_t *n);
 
 typedef struct {

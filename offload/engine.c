@@ -230,11 +230,12 @@ static int open_store(ferry_engine *e) {
   size_t slot = 0;
   ferry_mem_store_layout(e->mem, &nslots, &slot);
   if (!nslots) return FERRY_OK;
-  /* each slot of its chunk's bytes, and a spare per NVMe family */
+  /* each slot of its chunk's bytes, and the spares of each NVMe family */
   uint32_t nsizes = 0;
-  size_t *sizes = malloc(((size_t)nslots + FERRY_FAMILIES) * sizeof *sizes);
+  ferry_mem_store_slot_sizes(e->mem, NULL, 0, &nsizes);
+  size_t *sizes = malloc((size_t)nsizes * sizeof *sizes);
   if (!sizes) return ferry_err(&e->err, FERRY_ENOMEM, "finalize: NVMe store: out of memory");
-  if (ferry_mem_store_slot_sizes(e->mem, sizes, nslots + FERRY_FAMILIES, &nsizes)) {
+  if (ferry_mem_store_slot_sizes(e->mem, sizes, nsizes, &nsizes)) {
     free(sizes);
     return engine_mem_err(e, FERRY_EINVAL, "finalize: NVMe store");
   }

@@ -195,8 +195,9 @@ typedef struct {
    * directories and finalize removed (named in a WARN log line). */
   uint64_t nvme_reclaimed_files, nvme_reclaimed_bytes;
   /* The swap files on disk (every directory's, the bytes they take) and
-   * the NVMe-homed chunks' bytes they hold; the rest is a spare slot per
-   * family and the rounding of each slot's tail (0 without NVMe). */
+   * the NVMe-homed chunks' bytes they hold; the rest is the spare slots
+   * (about one chunk per family and 1%) and, with several directories, the
+   * rounding of each slot to whole blocks (0 without NVMe). */
   uint64_t nvme_file_bytes, nvme_data_bytes;
 } ferry_stats;
 

@@ -12,7 +12,7 @@
 # files of that model at 64 MiB chunks, set up with no step (15 GB written):
 # no losses, no read-back.
 file(WRITE big-vocab.json "{\"model_type\": \"llama\", \"vocab_size\": 4096, \"hidden_size\": 128,
- \"num_hidden_layers\": 24, \"num_attention_heads\": 4, \"num_key_value_heads\": 2,
+ \"num_hidden_layers\": 32, \"num_attention_heads\": 4, \"num_key_value_heads\": 2,
  \"intermediate_size\": 344, \"max_position_embeddings\": 64, \"rms_norm_eps\": 1e-05,
  \"rope_theta\": 10000.0, \"hidden_act\": \"silu\", \"tie_word_embeddings\": false}\n")
 file(REMOVE_RECURSE build/nvme-swap)
@@ -66,7 +66,7 @@ if(NOT _disk EQUAL _file OR _data LESS 70000000 OR _disk GREATER _limit OR _read
   message(FATAL_ERROR "swap files ${_disk} bytes (engine: ${_file}), data ${_data}: not within "
     "1.05 x the data (${_limit}), or nothing read back (${_read})")
 endif()
-file(REMOVE_RECURSE build/nvme-swap) # the kept files (80 MB; 1.1B: 15 GB)
+file(REMOVE_RECURSE build/nvme-swap) # the kept files (100 MB; 1.1B: 15 GB)
 # a tiers.nvme.budget one byte short of the files: finalize refuses it, naming the bytes
 math(EXPR _short "${_file} - 1")
 execute_process(COMMAND ${EXE} ${_args} --set tiers.host.budget=${_host} --set tiers.nvme.budget=${_short}

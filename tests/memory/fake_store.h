@@ -172,12 +172,13 @@ static int fake_store_attach(fake_store *fs, ferry_mem *m, int max_delay_us) {
   int rc = ferry_mem_store_layout(m, &n, &sz);
   if (rc) return rc;
   if ((rc = fake_store_open(fs, n, sz ? sz : 1, max_delay_us))) return rc;
-  /* each slot's own bytes: its chunk's, then a spare per NVMe family, the
-   * largest of them slot_size */
+  /* each slot's own bytes: its chunk's, then the spares of each NVMe
+   * family, the largest of them slot_size */
   uint32_t k = 0;
-  fs->sizes = calloc((size_t)n + FERRY_FAMILIES + 1, sizeof *fs->sizes);
+  if ((rc = ferry_mem_store_slot_sizes(m, NULL, 0, &k))) return rc;
+  fs->sizes = calloc((size_t)k + 1, sizeof *fs->sizes);
   if (!fs->sizes) return FERRY_ENOMEM;
-  if ((rc = ferry_mem_store_slot_sizes(m, fs->sizes, n + FERRY_FAMILIES, &k))) return rc;
+  if ((rc = ferry_mem_store_slot_sizes(m, fs->sizes, k, &k))) return rc;
   size_t big = 0;
   for (uint32_t i = 0; i < k; i++) big = fs->sizes[i] > big ? fs->sizes[i] : big;
   if (k < n || (n && big != sz)) return FERRY_EINVAL;
