@@ -148,7 +148,9 @@ static void plan_usage_output(FILE *f) {
 "                      placement_keys {params, grads, optimizer}, its tiers and\n"
 "                      families, fits, why, components, step_seconds, rss_bytes,\n"
 "                      nvme_bytes_per_step {read, write: {params, grads,\n"
-"                      optimizer}}, readahead, cached_groups, comm). ranks,\n"
+"                      optimizer}}, nvme_file_bytes (the swap files: the NVMe\n"
+"                      chunks and the spare slots), readahead, cached_groups,\n"
+"                      comm). ranks,\n"
 "                      gpus, nodes, zero_stage, net_gbps, intra_gbps,\n"
 "                      comm_bytes_per_step, comm_seconds, comm_hidden_fraction\n"
 "                      and comm_exposed_seconds at the top. With --largest:\n"
@@ -158,7 +160,8 @@ static void plan_usage_output(FILE *f) {
 "                      placement with the budgets used here, the resolved\n"
 "                      placement.grads, precision.grads, grad_accumulation,\n"
 "                      clip_grad_norm and device (with ranks or --zero-stage\n"
-"                      also dist.zero_stage)\n"
+"                      also dist.zero_stage); tiers.nvme.budget is the plan's\n"
+"                      swap files and 5%% (at most the NVMe space given)\n"
 "  --svg FILE          draw each placement's tiers as stacked bars against budgets\n"
 "  -h, --help          this text\n"
 "\n"
@@ -434,7 +437,11 @@ static int write_config(const char *path, const ferry_plan_input *in, const ferr
   snprintf(host, sizeof host, "%llu", (unsigned long long)in->budget[FERRY_PLAN_HOST]);
   snprintf(chunk, sizeof chunk, "%llu",
            (unsigned long long)(in->chunk_size ? in->chunk_size : 64ull << 20));
-  snprintf(nvme, sizeof nvme, "%llu", (unsigned long long)in->budget[FERRY_PLAN_NVME]);
+  /* NVMe: the plan's swap files and 5% (the plan is within 2% of the
+   * engine's files), never above the space the plan was given */
+  uint64_t files = r->cand[r->recommended].nvme_file_bytes, nb = files + files / 20;
+  if (nb > in->budget[FERRY_PLAN_NVME]) nb = in->budget[FERRY_PLAN_NVME];
+  snprintf(nvme, sizeof nvme, "%llu", (unsigned long long)nb);
   int uses_nvme = r->cand[r->recommended].tier_bytes[FERRY_PLAN_NVME] > 0;
   pg = ferry_plan_grads_name(r->cand[r->recommended].grads); /* "auto" resolved */
   char accum[32], clip[32], block[32], stage[8];
@@ -517,6 +524,7 @@ static void json_footprint(json_out *j, const ferry_plan_candidate *c) {
     json_close(j, '}');
   }
   json_close(j, '}');
+  json_uint(j, "nvme_file_bytes", c->nvme_file_bytes);
   json_open(j, "readahead", '{');
   json_uint(j, "bytes", c->readahead_bytes);
   json_bool(j, "fits", c->readahead_fits);
@@ -815,6 +823,17 @@ static void print_bytes(const ferry_plan_input *in, const ferry_plan_result *r) 
                (double)r->cand[p].tier_bytes[t] / (1024.0 * 1024 * 1024),
                r->cand[p].short_by[t] ? " !" : "");
       printf(" %14s", r->cand[p].tier_bytes[t] ? cell : "-");
+    }
+    printf("\n");
+    if (t != FERRY_PLAN_NVME) continue;
+    /* the swap files: the chunks' bytes and the spare slots */
+    printf("  %-4s %-12s", ferry_plan_tier_name(t), "swap files");
+    for (int p = 0; p < FERRY_PLACEMENTS; p++) {
+      char cell[32];
+      uint64_t fb = r->cand[p].nvme_file_bytes;
+      snprintf(cell, sizeof cell, "%.1f%s", (double)fb / (1024.0 * 1024 * 1024),
+               fb > in->budget[t] ? " !" : "");
+      printf(" %14s", fb ? cell : "-");
     }
     printf("\n");
   }

@@ -174,10 +174,14 @@ static int build_group_tables(ferry_mem *m) {
 }
 
 /* Every chunk fits every tier it passes (its largest per cache tier goes to
- * maxc); assigns NVMe slots, sums the homes' bytes and marks home copies
- * resident. */
+ * maxc); assigns NVMe slots (each of its chunk's bytes, and per family a
+ * spare of its largest chunk and up to MEM_NVME_EXTRA of min(chunk_size,
+ * that) within 1% of its bytes), sums the homes' bytes and marks home
+ * copies resident. */
 static int check_chunks(ferry_mem *m, size_t maxc[FERRY_TIERS]) {
   memset(m->home_bytes, 0, sizeof m->home_bytes);
+  memset(m->nvme_spare, 0, sizeof m->nvme_spare);
+  size_t data[FERRY_FAMILIES] = {0};
   m->nslots = 0;
   m->slot_size = 0;
   for (uint32_t i = 0; i < m->nc; i++) {
@@ -191,27 +195,41 @@ static int check_chunks(ferry_mem *m, size_t maxc[FERRY_TIERS]) {
     if (c->home == FERRY_TIER_NVME) {
       c->off[FERRY_TIER_NVME] = m->nslots++;
       if (c->bytes > m->slot_size) m->slot_size = c->bytes;
+      if (c->bytes > m->nvme_spare[c->family]) m->nvme_spare[c->family] = c->bytes;
+      data[c->family] += c->bytes;
       c->never_written = 1;
-    } else {
-      m->home_bytes[c->home] += c->bytes;
     }
+    m->home_bytes[c->home] += c->bytes;
     c->state[c->home] = FERRY_RES_RESIDENT;
   }
-  m->home_bytes[FERRY_TIER_NVME] = (size_t)m->nslots * m->slot_size;
+  for (int f = 0; f < FERRY_FAMILIES; f++) {
+    size_t z = m->nvme_spare[f] < m->cfg.chunk_size ? m->nvme_spare[f] : m->cfg.chunk_size;
+    size_t k = z ? data[f] / 100 / z : 0;
+    m->nvme_extra[f] = (uint32_t)(k < MEM_NVME_EXTRA ? k : MEM_NVME_EXTRA);
+    m->nvme_extra_bytes[f] = z;
+    m->home_bytes[FERRY_TIER_NVME] += m->nvme_spare[f] + m->nvme_extra[f] * z;
+  }
   return FERRY_OK;
 }
 
 /* Every home holds its families, and each cache tier keeps room for its
  * largest chunk (maxc) after the chunks that live there. */
 static int check_homes(ferry_mem *m, const size_t maxc[FERRY_TIERS]) {
+  size_t spares = 0;
+  for (int f = 0; f < FERRY_FAMILIES; f++)
+    spares += m->nvme_spare[f] + m->nvme_extra[f] * m->nvme_extra_bytes[f];
   for (int t = 0; t < FERRY_TIERS; t++) {
-    char b1[32], b2[32];
+    char b1[32], b2[32], what[160] = "";
+    if (t == FERRY_TIER_NVME) /* the swap files: the chunks and the spare slots */
+      snprintf(what, sizeof what, " in swap files: %zu bytes of chunks and %zu of spare slots",
+               m->home_bytes[t] - spares, spares);
     if (m->home_bytes[t] > m->cfg.budget[t])
       return ferry_err(&m->err, FERRY_ENOMEM,
-                       "layout: the families that live in the %s tier need %s (%zu bytes), "
-                       "more than its budget of %s",
+                       "layout: the families that live in the %s tier need %s (%zu bytes%s), "
+                       "more than its budget of %s (%zu bytes)",
                        ferry_tier_name(t), ferry_format_size(m->home_bytes[t], b1, sizeof b1),
-                       m->home_bytes[t], ferry_format_size(m->cfg.budget[t], b2, sizeof b2));
+                       m->home_bytes[t], what, ferry_format_size(m->cfg.budget[t], b2, sizeof b2),
+                       m->cfg.budget[t]);
     if (maxc[t] && m->cfg.budget[t] - m->home_bytes[t] < maxc[t]) {
       for (uint32_t i = 0; i < m->nc; i++)
         if (m->c[i].bytes == maxc[t] && m->cfg.reach[m->c[i].family] <= t && m->c[i].home > t)
@@ -283,6 +301,25 @@ int ferry_mem_group_chunks(ferry_mem *m, uint32_t group, int family, uint32_t *f
 }
 
 uint32_t ferry_mem_chunk_count(ferry_mem *m) { return m && m->laid_out ? m->nc : 0; }
+
+int ferry_mem_store_slot_sizes(ferry_mem *m, size_t *sizes, uint32_t cap, uint32_t *n) {
+  if (!m || !n || (cap && !sizes)) return FERRY_EINVAL;
+  if (!m->finalized) return ferry_err(&m->err, FERRY_ESTATE, "store slot sizes: not finalized");
+  uint32_t k = m->nslots;
+  for (int f = 0; f < FERRY_FAMILIES; f++) k += (m->nvme_spare[f] > 0) + m->nvme_extra[f];
+  *n = k;
+  if (!cap && !sizes) return FERRY_OK; /* the count alone */
+  if (cap < k)
+    return ferry_err(&m->err, FERRY_EINVAL, "store slot sizes: %u slots, room for %u", k, cap);
+  for (uint32_t i = 0; i < m->nc; i++)
+    if (m->c[i].home == FERRY_TIER_NVME) sizes[m->c[i].off[FERRY_TIER_NVME]] = m->c[i].bytes;
+  k = m->nslots;
+  for (int f = 0; f < FERRY_FAMILIES; f++) {
+    if (m->nvme_spare[f]) sizes[k++] = m->nvme_spare[f];
+    for (uint32_t x = 0; x < m->nvme_extra[f]; x++) sizes[k++] = m->nvme_extra_bytes[f];
+  }
+  return FERRY_OK;
+}
 
 int ferry_mem_store_layout(ferry_mem *m, uint32_t *nslots, size_t *slot_size) {
   if (!m || !nslots || !slot_size) return FERRY_EINVAL;

@@ -140,7 +140,12 @@ struct ferry_mem {
   uint32_t nc;
   uint32_t nslots;
   size_t slot_size;
-  size_t home_bytes[FERRY_TIERS];
+  size_t nvme_spare[FERRY_FAMILIES]; /* a spare NVMe slot per family there: its largest chunk */
+  /* and up to MEM_NVME_EXTRA more of min(chunk_size, its largest chunk),
+   * as many as fit in 1% of its chunks' bytes (more writes in flight) */
+  uint32_t nvme_extra[FERRY_FAMILIES];
+  size_t nvme_extra_bytes[FERRY_FAMILIES];
+  size_t home_bytes[FERRY_TIERS];    /* nvme: the chunks' bytes and the spares */
 
   /* tiers */
   char *dev_base;
@@ -171,6 +176,10 @@ struct ferry_mem {
   } marks[2][2]; /* [dir][begin]: host-function arguments of the on_copy hook */
   int copy_hook_on; /* launch them (ferry_mem_copy_hook) */
 };
+
+/* The most extra spare NVMe slots per family (mem_impl.h, nvme_extra; the
+ * same rule as ferry_footprint_nvme_swap in plan/footprint.c). */
+#define MEM_NVME_EXTRA 3
 
 /* Chunk offsets in a tier are 256-byte aligned (the device pool's alignment). */
 #define MEM_DEVICE_ALIGN 256

@@ -137,8 +137,16 @@ int ferry_mem_layout(ferry_mem *m);
  * it), reserves the device arena and host pool, creates events. After it, no
  * registration; the steady state allocates nothing. */
 int ferry_mem_finalize(ferry_mem *m);
-/* What the NVMe store must hold: slots 0..nslots-1 of slot_size bytes. */
+/* What the NVMe store must hold: slots 0..nslots-1 of at most slot_size
+ * bytes (the largest chunk there). */
 int ferry_mem_store_layout(ferry_mem *m, uint32_t *nslots, size_t *slot_size);
+/* Each NVMe slot's bytes into sizes (cap entries): slot i < nslots its
+ * chunk's, then per family homed there a spare of its largest chunk and up
+ * to three of min(chunk_size, that) within 1% of the family's bytes (more
+ * writes in flight); *n the count (sizes NULL and cap 0: the count alone;
+ * cap short: FERRY_EINVAL). The home bytes of the NVMe tier are their
+ * sum, held against tiers.nvme.budget. */
+int ferry_mem_store_slot_sizes(ferry_mem *m, size_t *sizes, uint32_t cap, uint32_t *n);
 
 typedef struct {
   int family, home;

@@ -34,6 +34,13 @@ typedef struct {
   int npaths;
   size_t slot_size;      /* largest chunk, bytes (> 0) */
   uint32_t nslots;       /* chunks 0..nslots-1 */
+  /* The bytes each physical slot holds: chunk i's own slot, then the
+   * spares (nslots + spare_slots entries, each 1..slot_size, one of them
+   * slot_size; read at open only), or NULL: every slot holds slot_size.
+   * With sizes, each slot takes its own bytes in the files (rounded to the
+   * block and O_DIRECT alignment); a write goes to the smallest free slot
+   * that holds it (nvme/README.md). */
+  const size_t *slot_sizes;
   /* Extra physical slots for shadow writes: a chunk is rewritten into a free
    * spare and the index flips only when every byte is on disk, so a failed
    * write leaves the previous contents readable. 0 = write in place (a

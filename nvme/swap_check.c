@@ -16,6 +16,7 @@ static int finish_req(ferry_swap *s, ferry_swap_req *r) {
   int ok = r->status == FERRY_OK;
   if (r->op == OP_WRITE) {
     uint32_t old = s->map[r->chunk];
+    if (old != r->phys) s->nshadow--;
     if (ok) {
       s->map[r->chunk] = r->phys;
       s->plen[r->phys] = r->len;

@@ -111,10 +111,12 @@ int ferry_swap_corrupt_on_disk(ferry_swap *s, uint32_t chunk, size_t offset, int
   void *tmp = NULL;
   if (posix_memalign(&tmp, blk, blk) != 0) return FERRY_ENOMEM;
   int rc = FERRY_OK;
-  if (pread(s->fds[file], tmp, blk, (off_t)base) != (ssize_t)blk) rc = FERRY_EIO;
+  /* a sized slot's tail may end the file short of a whole block */
+  ssize_t got = pread(s->fds[file], tmp, blk, (off_t)base);
+  if (got <= (ssize_t)(off - base)) rc = FERRY_EIO;
   if (rc == FERRY_OK) {
     ((unsigned char *)tmp)[off - base] ^= (unsigned char)(1u << (bit & 7));
-    if (pwrite(s->fds[file], tmp, blk, (off_t)base) != (ssize_t)blk) rc = FERRY_EIO;
+    if (pwrite(s->fds[file], tmp, (size_t)got, (off_t)base) != got) rc = FERRY_EIO;
   }
   free(tmp);
   return rc;

@@ -80,6 +80,11 @@ struct ferry_swap {
   uint32_t ppf;            /* positions per file per slot */
   uint32_t nphys;
   uint64_t file_bytes;
+  int tight;               /* cfg.slot_sizes: each slot takes its own bytes in the files */
+  uint64_t *psize;         /* bytes a physical slot holds (spares: slot_size) */
+  uint64_t *pbase;         /* where a physical slot starts in each file */
+  uint32_t nshadow;        /* writes in flight into a slot their chunk is not in */
+  uint64_t below_max;      /* the largest slot smaller than slot_size (0: none) */
 
   uint32_t *map;           /* chunk -> physical slot */
   uint32_t *free_phys;
@@ -139,8 +144,9 @@ typedef struct {
   char files[FERRY_SWAP_MAX_PATHS][1100];
   uint64_t slot_size, bs, oa, file_bytes;
   uint32_t nslots, spare_slots, positions, cps, ppf, nphys;
-  int direct, verify;
+  int direct, verify, tight;
   uint32_t *map;
+  uint64_t *psize;
   uint64_t *plen;
   uint32_t *crc;
   unsigned char *lost;
@@ -176,12 +182,24 @@ static inline void piece_geom(const ferry_swap *s, size_t len, uint32_t k, uint3
   }
 }
 
+/* Bytes a physical slot of size bytes takes in each of n files: its rows
+ * of blocks (position k in file (p + k) mod n, row k / n); tight, a last
+ * row that holds only the tail takes the tail rounded to the alignment oa,
+ * else every slot takes ceil(positions / n) whole blocks. */
+static inline uint64_t swap_slot_height(uint64_t size, uint64_t bs, uint64_t oa, uint32_t n,
+                                        int tight) {
+  uint64_t pos = size ? (size + bs - 1) / bs : 1;
+  if (!tight) return (pos + n - 1) / n * bs;
+  uint64_t rows = (pos - 1) / n, last = pos - rows * n, tail = size - (pos - 1) * bs;
+  return rows * bs + (last == 1 ? (tail + oa - 1) / oa * oa : bs);
+}
+
 /* Where block position pos of physical slot phys lives: file and offset. */
 static inline void locate(const ferry_swap *s, uint32_t phys, uint32_t pos, uint32_t *file,
                           uint64_t *off) {
   uint32_t n = (uint32_t)s->npaths;
   *file = (phys + pos) % n;
-  *off = ((uint64_t)phys * s->ppf + pos / n) * s->bs;
+  *off = s->pbase[phys] + (uint64_t)(pos / n) * s->bs;
 }
 
 /* A file operation's errno as a status code. */
@@ -209,6 +227,9 @@ ferry_swap *swap_new_store(const ferry_swap_config *cfg, const char *name);
 int swap_probe_dirs(ferry_swap *s, ferry_path_info *pi, dev_t *devs);
 /* The in-memory index and the I/O units, sized once (geometry set). */
 int swap_alloc_index(ferry_swap *s);
+/* Each physical slot's start from s->psize (set) and s->file_bytes:
+ * FERRY_EOVERFLOW when the files would not fit an off_t. */
+int swap_place_slots(ferry_swap *s);
 /* The ring, the files registered with it, the check workers and the
  * completion thread. */
 int swap_start_ring(ferry_swap *s);

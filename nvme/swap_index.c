@@ -5,8 +5,9 @@
  *
  * Layout (little-endian): "FERRYIX1", u32 version, u32 npaths, u64
  * slot_size, block, align, file_bytes, u32 nslots, spare, positions, cps,
- * ppf, nphys, direct, verify; per file u32 length + path; u32 map[nslots];
- * u64 plen[nphys]; u32 crc[nphys * cps]; u8 lost[nslots]; then u64 bytes
+ * ppf, nphys, direct, verify, tight; per file u32 length + path; u32
+ * map[nslots]; u64 psize[nphys]; u64 plen[nphys]; u32 crc[nphys * cps];
+ * u8 lost[nslots]; then u64 bytes
  * before it and u32 CRC32C of those bytes.
  */
 #include "nvme/swap_impl.h"
@@ -22,7 +23,7 @@
 #include <unistd.h>
 
 #define INDEX_MAGIC "FERRYIX1"
-#define INDEX_VERSION 1u
+#define INDEX_VERSION 2u
 #define INDEX_MAX_BYTES (1ull << 34) /* 16 GiB: far above any real index */
 
 /* The index is sized exactly before it is written (encode_index): a cursor
@@ -77,6 +78,7 @@ static void put_geometry(wbuf *b, const ferry_swap *s) {
   put32(b, s->nphys);
   put32(b, (uint32_t)s->direct);
   put32(b, (uint32_t)(s->cfg.verify != 0));
+  put32(b, (uint32_t)s->tight);
 }
 
 /* The whole index, in one allocation sized first (b->p: the caller frees). */
@@ -85,13 +87,13 @@ static int encode_index(ferry_swap *s, wbuf *b) {
   char (*abs)[PATH_MAX] = malloc((size_t)s->npaths * PATH_MAX);
   const char *path[FERRY_SWAP_MAX_PATHS];
   if (!abs) return ferry_err(&s->err, FERRY_ENOMEM, "swap '%s': out of memory", s->name);
-  size_t bytes = 8 + 2 * 4 + 4 * 8 + 8 * 4; /* magic, version+npaths, 4 u64, 8 u32 */
+  size_t bytes = 8 + 2 * 4 + 4 * 8 + 9 * 4; /* magic, version+npaths, 4 u64, 9 u32 */
   for (int i = 0; i < s->npaths; i++) {
     path[i] = realpath(s->files[i], abs[i]) && strlen(abs[i]) < sizeof s->files[i] ? abs[i]
                                                                                    : s->files[i];
     bytes += 4 + strlen(path[i]);
   }
-  bytes += (size_t)s->cfg.nslots * (sizeof *s->map + 1) + (size_t)s->nphys * 8 +
+  bytes += (size_t)s->cfg.nslots * (sizeof *s->map + 1) + (size_t)s->nphys * 16 +
            (size_t)s->nphys * s->cps * sizeof *s->crc + 8 + 4;
   *b = (wbuf){malloc(bytes), 0};
   if (!b->p) {
@@ -107,6 +109,7 @@ static int encode_index(ferry_swap *s, wbuf *b) {
   }
   free(abs);
   put(b, s->map, (size_t)s->cfg.nslots * sizeof *s->map);
+  for (uint32_t p = 0; p < s->nphys; p++) put64(b, s->psize[p]);
   for (uint32_t p = 0; p < s->nphys; p++) put64(b, s->plen[p]);
   put(b, s->crc, (size_t)s->nphys * s->cps * sizeof *s->crc);
   put(b, s->lost, s->cfg.nslots);
@@ -188,6 +191,7 @@ static uint64_t get64(rbuf *r) {
 void swap_saved_free(swap_saved *sv) {
   if (!sv) return;
   free(sv->map);
+  free(sv->psize);
   free(sv->plen);
   free(sv->crc);
   free(sv->lost);
@@ -268,6 +272,7 @@ static void get_geometry(rbuf *r, swap_saved *sv) {
   sv->nphys = get32(r);
   sv->direct = (int)get32(r);
   sv->verify = (int)get32(r);
+  sv->tight = (int)get32(r);
 }
 
 /* The geometry must be the one ferry_swap_open derives, and the arrays fit
@@ -279,11 +284,9 @@ static const char *geometry_fault(const swap_saved *sv, uint32_t npaths, size_t 
     return "sizes";
   if (sv->positions != (sv->slot_size + sv->bs - 1) / sv->bs || sv->cps != sv->positions + 1 ||
       sv->ppf != (sv->positions + npaths - 1) / npaths ||
-      (uint64_t)sv->nphys != (uint64_t)sv->nslots + sv->spare_slots ||
-      sv->file_bytes / sv->bs / sv->ppf != sv->nphys ||
-      sv->file_bytes != (uint64_t)sv->nphys * sv->ppf * sv->bs)
+      (uint64_t)sv->nphys != (uint64_t)sv->nslots + sv->spare_slots || sv->tight > 1)
     return "geometry does not add up";
-  if ((uint64_t)sv->nphys * sv->cps * 4 + (uint64_t)sv->nphys * 8 + (uint64_t)sv->nslots * 5 > n)
+  if ((uint64_t)sv->nphys * sv->cps * 4 + (uint64_t)sv->nphys * 16 + (uint64_t)sv->nslots * 5 > n)
     return "arrays larger than the file";
   return NULL;
 }
@@ -302,14 +305,16 @@ static const char *get_paths(rbuf *r, swap_saved *sv) {
  * NULL, or what is wrong. */
 static const char *get_arrays(rbuf *r, swap_saved *sv, int *enomem) {
   sv->map = malloc((size_t)sv->nslots * sizeof *sv->map);
+  sv->psize = malloc((size_t)sv->nphys * sizeof *sv->psize);
   sv->plen = malloc((size_t)sv->nphys * sizeof *sv->plen);
   sv->crc = malloc((size_t)sv->nphys * sv->cps * sizeof *sv->crc);
   sv->lost = malloc(sv->nslots);
-  if (!sv->map || !sv->plen || !sv->crc || !sv->lost) {
+  if (!sv->map || !sv->psize || !sv->plen || !sv->crc || !sv->lost) {
     *enomem = 1;
     return NULL;
   }
   get(r, sv->map, (size_t)sv->nslots * sizeof *sv->map);
+  for (uint32_t p = 0; p < sv->nphys; p++) sv->psize[p] = get64(r);
   for (uint32_t p = 0; p < sv->nphys; p++) sv->plen[p] = get64(r);
   get(r, sv->crc, (size_t)sv->nphys * sv->cps * sizeof *sv->crc);
   get(r, sv->lost, sv->nslots);
@@ -318,15 +323,26 @@ static const char *get_arrays(rbuf *r, swap_saved *sv, int *enomem) {
   return NULL;
 }
 
-/* Every chunk maps to its own physical slot holding <= slot_size: NULL,
- * or what is wrong. */
-static const char *map_fault(const swap_saved *sv) {
+/* Every slot holds 1..slot_size bytes (every slot slot_size unless
+ * tight) and the slots add up to file_bytes; every chunk
+ * maps to its own physical slot holding no more than it can: NULL, or
+ * what is wrong. */
+static const char *map_fault(const swap_saved *sv, uint32_t npaths) {
   const char *bad = NULL;
+  uint64_t fb = 0;
+  for (uint32_t p = 0; !bad && p < sv->nphys; p++) {
+    uint64_t z = sv->psize[p];
+    if (!z || z > sv->slot_size || (!sv->tight && z != sv->slot_size))
+      bad = "slot sizes";
+    else fb += swap_slot_height(z, sv->bs, sv->oa, npaths, sv->tight);
+  }
+  if (!bad && fb != sv->file_bytes) bad = "geometry does not add up";
+  if (bad) return bad;
   unsigned char *seen = calloc(sv->nphys, 1);
   if (!seen) bad = "out of memory";
   for (uint32_t i = 0; seen && !bad && i < sv->nslots; i++) {
     uint32_t p = sv->map[i];
-    if (p >= sv->nphys || seen[p] || sv->plen[p] > sv->slot_size) bad = "chunk map";
+    if (p >= sv->nphys || seen[p] || sv->plen[p] > sv->psize[p]) bad = "chunk map";
     else seen[p] = 1;
   }
   free(seen);
@@ -352,7 +368,7 @@ static int decode_index(const unsigned char *buf, size_t n, const char *path, sw
     swap_saved_free(sv);
     return ferry_err(e, FERRY_ENOMEM, "out of memory reading the index %s", path);
   }
-  if (!bad) bad = map_fault(sv);
+  if (!bad) bad = map_fault(sv, npaths);
   if (bad) {
     swap_saved_free(sv);
     return damaged(e, path, bad);

@@ -57,6 +57,8 @@ static void free_store(ferry_swap *s) {
       if (s->owns_files && !s->cfg.keep_files) unlink(s->files[i]);
     }
   }
+  free(s->psize);
+  free(s->pbase);
   free(s->map);
   free(s->free_phys);
   free(s->plen);
@@ -226,8 +228,29 @@ int swap_start_ring(ferry_swap *s) {
 /* ------------------------------------------------------------------------ */
 /* Open: the steps of ferry_swap_open                                        */
 
-/* Positions per slot, slots, positions per file and file size, with
- * overflow checks: the sizes come from a config file. */
+int swap_place_slots(ferry_swap *s) {
+  s->pbase = calloc(s->nphys, sizeof *s->pbase);
+  if (!s->pbase)
+    return ferry_err(&s->err, FERRY_ENOMEM, "swap '%s': out of memory for %u slots", s->name,
+                     s->nphys);
+  uint64_t at = 0;
+  s->below_max = 0;
+  for (uint32_t p = 0; p < s->nphys; p++) {
+    s->pbase[p] = at;
+    if (s->psize[p] < s->cfg.slot_size && s->psize[p] > s->below_max) s->below_max = s->psize[p];
+    uint64_t h = swap_slot_height(s->psize[p], s->bs, s->oa, (uint32_t)s->npaths, s->tight);
+    if (__builtin_add_overflow(at, h, &at) || at > (uint64_t)INT64_MAX)
+      return ferry_err(&s->err, FERRY_EOVERFLOW,
+                       "swap '%s': %u slots of up to %zu bytes do not fit in a file", s->name,
+                       s->cfg.nslots, s->cfg.slot_size);
+  }
+  s->file_bytes = at;
+  return FERRY_OK;
+}
+
+/* Positions per slot, slots, positions per file, each slot's bytes and
+ * start, and the file size, with overflow checks: the sizes come from a
+ * config file. */
 static int set_geometry(ferry_swap *s, const ferry_swap_config *cfg, const char *name) {
   uint64_t positions = (cfg->slot_size + s->bs - 1) / s->bs;
   uint64_t nphys = (uint64_t)cfg->nslots + cfg->spare_slots;
@@ -242,8 +265,25 @@ static int set_geometry(ferry_swap *s, const ferry_swap_config *cfg, const char 
   s->cps = s->positions + 1;
   s->ppf = (uint32_t)ppf;
   s->nphys = (uint32_t)nphys;
-  s->file_bytes = fb;
-  return FERRY_OK;
+  s->tight = cfg->slot_sizes != NULL;
+  s->psize = malloc(nphys * sizeof *s->psize);
+  if (!s->psize)
+    return ferry_err(&s->err, FERRY_ENOMEM, "swap '%s': out of memory for %u slots", name,
+                     s->nphys);
+  int has_max = 0;
+  for (uint32_t p = 0; p < s->nphys; p++) {
+    size_t z = cfg->slot_sizes ? cfg->slot_sizes[p] : cfg->slot_size;
+    if (!z || z > cfg->slot_size)
+      return ferry_err(&s->err, FERRY_EINVAL, "swap '%s': slot %u of %zu bytes (1..%zu)", name,
+                       p, z, cfg->slot_size);
+    s->psize[p] = z;
+    has_max |= z == cfg->slot_size;
+  }
+  if (!has_max)
+    return ferry_err(&s->err, FERRY_EINVAL, "swap '%s': no slot of slot_size (%zu bytes)", name,
+                     cfg->slot_size);
+  s->cfg.slot_sizes = NULL; /* the caller's array: read at open only */
+  return swap_place_slots(s);
 }
 
 /* Space, per file system: directories on one device share its free bytes. */

@@ -127,8 +127,12 @@ static int restore_index(ferry_swap *s, const swap_saved *sv, const char *name) 
   s->cps = sv->cps;
   s->ppf = sv->ppf;
   s->nphys = sv->nphys;
-  s->file_bytes = sv->file_bytes;
-  int rc = swap_alloc_index(s);
+  s->tight = sv->tight;
+  s->psize = malloc((size_t)s->nphys * sizeof *s->psize);
+  if (!s->psize) return ferry_err(&s->err, FERRY_ENOMEM, "swap '%s': out of memory", name);
+  memcpy(s->psize, sv->psize, (size_t)s->nphys * sizeof *s->psize);
+  int rc = swap_place_slots(s); /* the index's file_bytes adds up (swap_index.c) */
+  if (rc == FERRY_OK) rc = swap_alloc_index(s);
   if (rc != FERRY_OK) return rc;
   unsigned char *used = calloc(s->nphys, 1);
   if (!used) return ferry_err(&s->err, FERRY_ENOMEM, "swap '%s': out of memory", name);
@@ -185,6 +189,7 @@ int ferry_swap_reopen(const ferry_swap_config *cfg, const char *index_path, ferr
   c.nslots = sv.nslots;
   c.spare_slots = sv.spare_slots;
   c.block_size = sv.bs;
+  c.slot_sizes = NULL; /* the index holds each slot's size */
   ferry_swap *s = swap_new_store(&c, name);
   if (!s) {
     swap_saved_free(&sv);

@@ -235,12 +235,48 @@ void swap_drain_crcq(ferry_swap *s) {
   }
 }
 
+/* The free physical slot a write of len bytes takes: the smallest that
+ * holds it, the last freed among equals; UINT32_MAX when none does. The
+ * last free slot of slot_size bytes is kept for a chunk that fits no
+ * smaller slot, so such a chunk always finds one once the writes in
+ * flight are done. The slot leaves the free list (mutex held). */
+static uint32_t take_free_slot(ferry_swap *s, size_t len) {
+  uint32_t best = UINT32_MAX, nmax = 0;
+  for (uint32_t i = s->nfree_phys; i-- > 0;) {
+    uint64_t z = s->psize[s->free_phys[i]];
+    nmax += z == s->cfg.slot_size;
+    if (z >= len && (best == UINT32_MAX || z < s->psize[s->free_phys[best]])) best = i;
+  }
+  if (best == UINT32_MAX ||
+      (len <= s->below_max && s->psize[s->free_phys[best]] == s->cfg.slot_size && nmax < 2))
+    return UINT32_MAX;
+  uint32_t p = s->free_phys[best];
+  memmove(s->free_phys + best, s->free_phys + best + 1,
+          (s->nfree_phys - best - 1) * sizeof *s->free_phys);
+  s->nfree_phys--;
+  return p;
+}
+
+/* Where write r goes: a free slot that holds it (a shadow write), in place
+ * when no shadow write in flight can free one, else nowhere yet
+ * (UINT32_MAX: it waits) (mutex held). */
+static uint32_t write_slot(ferry_swap *s, const ferry_swap_req *r) {
+  uint32_t p = take_free_slot(s, r->len);
+  if (p != UINT32_MAX) {
+    s->nshadow++;
+    return p;
+  }
+  return s->nshadow ? UINT32_MAX : s->map[r->chunk];
+}
+
 void swap_start_waiting_writes(ferry_swap *s) {
-  while (s->nfree_phys && s->slotq_head) {
+  while (s->slotq_head) {
     ferry_swap_req *r = s->slotq_head;
+    uint32_t p = write_slot(s, r);
+    if (p == UINT32_MAX) break;
     s->slotq_head = r->next;
     if (!s->slotq_head) s->slotq_tail = NULL;
-    r->phys = s->free_phys[--s->nfree_phys];
+    r->phys = p;
     runq_push(s, r);
     crcq_push(s, r);
   }
@@ -256,9 +292,9 @@ static int check_request(ferry_swap *s, ferry_swap_req *r, uint32_t chunk, const
   if (chunk >= s->cfg.nslots)
     return ferry_err(&s->err, FERRY_EINVAL, "swap '%s': chunk %u out of range (%u slots)",
                      s->name, chunk, s->cfg.nslots);
-  if (len == 0 || len > s->cfg.slot_size)
+  if (len == 0 || len > s->psize[chunk])
     return ferry_err(&s->err, FERRY_EINVAL, "swap '%s': chunk %u: %zu bytes (slot holds 1..%zu)",
-                     s->name, chunk, len, s->cfg.slot_size);
+                     s->name, chunk, len, (size_t)s->psize[chunk]);
   if ((uintptr_t)buf % s->mem_align)
     return ferry_err(&s->err, FERRY_EINVAL,
                      "swap '%s': buffer %p is not aligned to %zu bytes as O_DIRECT needs", s->name,
@@ -297,7 +333,13 @@ static int admit(ferry_swap *s, const ferry_swap_req *r) {
   if (s->busy[chunk])
     return ferry_err(&s->err, FERRY_EBUSY, "swap '%s': chunk %u already has a request in flight",
                      s->name, chunk);
-  if (r->op != OP_READ) return FERRY_OK;
+  if (r->op != OP_READ) {
+    if (r->len <= s->psize[s->map[chunk]]) return FERRY_OK;
+    return ferry_err(&s->err, FERRY_EINVAL,
+                     "swap '%s': chunk %u: a write of %zu bytes where its slot now holds %zu "
+                     "(a chunk of sized slots never grows)",
+                     s->name, chunk, r->len, (size_t)s->psize[s->map[chunk]]);
+  }
   size_t have = s->plen[s->map[chunk]];
   if (s->lost[chunk])
     return ferry_err(&s->err, FERRY_ECORRUPT,
@@ -322,11 +364,12 @@ static int enqueue(ferry_swap *s, ferry_swap_req *r) {
   s->busy[r->chunk] = 1;
   s->active++;
   r->t_submit = ferry_now();
-  if (r->op == OP_READ || !s->cfg.spare_slots) {
-    r->phys = s->map[r->chunk];
-  } else if (s->nfree_phys) {
-    r->phys = s->free_phys[--s->nfree_phys];
-  } else { /* every spare holds a write in flight: wait for one */
+  uint32_t p = r->op == OP_READ || !s->cfg.spare_slots ? s->map[r->chunk]
+               : s->slotq_head                         ? UINT32_MAX /* behind those waiting */
+                                                       : write_slot(s, r);
+  if (p != UINT32_MAX) {
+    r->phys = p;
+  } else { /* no free slot holds it, and a shadow write in flight will free one: wait */
     r->next = NULL;
     if (s->slotq_tail) s->slotq_tail->next = r;
     else s->slotq_head = r;

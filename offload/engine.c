@@ -230,11 +230,22 @@ static int open_store(ferry_engine *e) {
   size_t slot = 0;
   ferry_mem_store_layout(e->mem, &nslots, &slot);
   if (!nslots) return FERRY_OK;
+  /* each slot of its chunk's bytes, and the spares of each NVMe family */
+  uint32_t nsizes = 0;
+  ferry_mem_store_slot_sizes(e->mem, NULL, 0, &nsizes);
+  size_t *sizes = malloc((size_t)nsizes * sizeof *sizes);
+  if (!sizes) return ferry_err(&e->err, FERRY_ENOMEM, "finalize: NVMe store: out of memory");
+  if (ferry_mem_store_slot_sizes(e->mem, sizes, nsizes, &nsizes)) {
+    free(sizes);
+    return engine_mem_err(e, FERRY_EINVAL, "finalize: NVMe store");
+  }
   ferry_swap_config sc = ferry_swap_config_default();
   for (int i = 0; i < v->nvme_npaths; i++) sc.paths[i] = v->nvme_paths[i];
   sc.npaths = v->nvme_npaths;
   sc.slot_size = slot;
   sc.nslots = nslots;
+  sc.slot_sizes = sizes;
+  sc.spare_slots = nsizes - nslots;
   sc.block_size = (size_t)v->nvme_block_size;
   sc.queue_depth = (unsigned)v->nvme_queue_depth;
   sc.sqpoll = v->nvme_sqpoll;
@@ -244,6 +255,7 @@ static int open_store(ferry_engine *e) {
   sc.name = "engine";
   sc.log = e->log;
   int rc = ferry_swap_open(&sc, &e->swap);
+  free(sizes);
   if (rc) return ferry_err(&e->err, rc, "finalize: NVMe store: %s", ferry_last_error());
   ferry_mem_store st = {e, sizeof(ferry_swap_req), st_write, st_read, st_poll, st_wait, st_why};
   rc = ferry_mem_set_store(e->mem, &st);
@@ -554,6 +566,10 @@ int ferry_engine_get_stats(ferry_engine *e, ferry_stats *out) {
   if (!rc && e->swap && ferry_swap_get_info(e->swap, &si) == FERRY_OK) {
     out->nvme_reclaimed_files = si.reclaimed_files;
     out->nvme_reclaimed_bytes = si.reclaimed_bytes;
+    out->nvme_file_bytes = si.file_bytes * (uint64_t)e->cv->nvme_npaths;
+    const ferry_tier home[FERRY_FAMILIES] = {e->param_home, e->grad_home, e->optim_home};
+    for (int f = 0; f < FERRY_FAMILIES; f++)
+      if (home[f] == FERRY_TIER_NVME) out->nvme_data_bytes += engine_family_chunk_bytes(e, f);
   }
   return rc;
 }

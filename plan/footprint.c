@@ -59,13 +59,22 @@ void ferry_footprint_read_ahead(uint64_t pool, uint64_t dev_pool, const ferry_fo
   *optim_ahead = !n->optim || left >= n->optim;
 }
 
+uint64_t ferry_footprint_nvme_swap(const ferry_tier home[FERRY_FAMILIES],
+                                   const ferry_footprint_family fam[FERRY_FAMILIES],
+                                   uint64_t chunk_size) {
+  uint64_t bytes = 0;
+  for (int f = 0; f < FERRY_FAMILIES; f++) {
+    if (home[f] != FERRY_TIER_NVME) continue;
+    /* memory/layout.c's spares: the largest chunk, and up to three of
+     * min(chunk_size, that) within 1% of the family's bytes */
+    uint64_t z = fam[f].chunk_max < chunk_size ? fam[f].chunk_max : chunk_size;
+    uint64_t k = z ? fam[f].total / 100 / z : 0;
+    bytes += fam[f].total + fam[f].chunk_max + (k < 3 ? k : 3) * z;
+  }
+  return bytes;
+}
+
 uint64_t ferry_footprint_nvme_files(const ferry_tier home[FERRY_FAMILIES],
                                     const ferry_footprint_family fam[FERRY_FAMILIES]) {
-  uint64_t slots = 0, slot = 0;
-  for (int f = 0; f < FERRY_FAMILIES; f++)
-    if (home[f] == FERRY_TIER_NVME) {
-      slots += fam[f].chunks;
-      if (fam[f].chunk_max > slot) slot = fam[f].chunk_max;
-    }
-  return slots * slot;
+  return ferry_footprint_nvme_swap(home, fam, 0);
 }

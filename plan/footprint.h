@@ -65,8 +65,16 @@ void ferry_footprint_host_need(const ferry_tier home[FERRY_FAMILIES],
  * optimizer state has room. */
 void ferry_footprint_read_ahead(uint64_t pool, uint64_t dev_pool, const ferry_footprint_host *n,
                                 size_t *param_ahead, int *optim_ahead);
-/* The NVMe swap files: one slot per NVMe-homed chunk, each slot as large as
- * the largest of them. */
+/* The NVMe swap files: each NVMe-homed chunk's bytes in a slot of its own
+ * and per family a spare slot of its largest chunk and up to three of
+ * min(chunk_size, that) within 1% of its bytes (memory/layout.c and nvme/;
+ * a slot's tail is rounded to the O_DIRECT alignment, which the chunk sizes
+ * already are, and with several directories each slot to whole blocks,
+ * which this leaves out). */
+uint64_t ferry_footprint_nvme_swap(const ferry_tier home[FERRY_FAMILIES],
+                                   const ferry_footprint_family fam[FERRY_FAMILIES],
+                                   uint64_t chunk_size);
+/* ferry_footprint_nvme_swap without a chunk size (no extra spares). */
 uint64_t ferry_footprint_nvme_files(const ferry_tier home[FERRY_FAMILIES],
                                     const ferry_footprint_family fam[FERRY_FAMILIES]);
 

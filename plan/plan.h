@@ -214,8 +214,8 @@ typedef struct {
   uint64_t readahead_bytes;            /* the next group's NVMe optimizer chunks (not in the fit) */
   int readahead_fits;                  /* the host pool has room for them beside the rest
                                           and the device pool's host copies (the engine's rule) */
-  uint64_t nvme_file_bytes;            /* the NVMe swap files: a slot per NVMe-homed chunk, each
-                                          as large as the largest (not part of the fit) */
+  uint64_t nvme_file_bytes;            /* the NVMe swap files: the NVMe-homed chunks and a spare
+                                          per family of its largest (not part of the fit) */
   ferry_plan_rss rss;
   double nvme_read[FERRY_PLAN_NV_FAMILIES], nvme_write[FERRY_PLAN_NV_FAMILIES];
   int64_t cached_groups_host;          /* NVMe params: groups the host pool keeps at a turn */

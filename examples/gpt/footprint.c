@@ -49,6 +49,8 @@ void gpt_footprint_engine(gpt_footprint *f, const ferry_stats *fs) {
   }
   for (int k = 0; k < FERRY_FAMILIES; k++)
     f->nvme_read[k] = fs->nvme_read_bytes[k], f->nvme_write[k] = fs->nvme_write_bytes[k];
+  f->nvme_file = fs->nvme_file_bytes;
+  f->nvme_data = fs->nvme_data_bytes;
   f->optim_bytes_per_param = fs->optim_bytes_per_param;
 }
 
@@ -123,8 +125,12 @@ void gpt_footprint_print(const gpt_footprint *f, FILE *out) {
           families(f->nvme_read, d, sizeof d), families(f->nvme_write, e, sizeof e));
   fprintf(out, " per step read %s, written %s", families(rd, d, sizeof d),
           families(wr, e, sizeof e));
-  fprintf(out, " (before step 1: read %s, written %s)\n", families(f->setup_read, d, sizeof d),
+  fprintf(out, " (before step 1: read %s, written %s)", families(f->setup_read, d, sizeof d),
           families(f->setup_write, e, sizeof e));
+  if (f->nvme_file)
+    fprintf(out, "; swap files %s on disk for %s of data", size_of(f->nvme_file, a, sizeof a),
+            size_of(f->nvme_data, b, sizeof b));
+  fputc('\n', out);
 }
 
 void gpt_footprint_json_families(FILE *out, const char *key, const uint64_t *v) {
@@ -170,6 +176,8 @@ void gpt_footprint_json(const gpt_footprint *f, FILE *out) {
   json_tiers(out, "optim_peak", f->optim_peak);
   fprintf(out, ", ");
   json_tiers(out, "params_peak", f->params_peak);
+  fprintf(out, ", \"nvme_file_bytes\": %" PRIu64 ", \"nvme_data_bytes\": %" PRIu64, f->nvme_file,
+          f->nvme_data);
   fprintf(out, ", \"ranks\": %d", f->nranks > 1 ? f->nranks : 1);
   if (f->nranks < 2 || !f->rank_figs) return;
   fprintf(out, ", \"per_rank\": [");

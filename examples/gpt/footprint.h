@@ -22,6 +22,7 @@ typedef struct {
   int engine;                /* 1: the engine's fields below are filled */
   uint64_t tier_peak[FERRY_TIERS], budget[FERRY_TIERS];
   uint64_t nvme_read[FERRY_FAMILIES], nvme_write[FERRY_FAMILIES];   /* the whole run */
+  uint64_t nvme_file, nvme_data; /* the swap files on disk, the chunks' bytes in them */
   uint64_t setup_read[FERRY_FAMILIES], setup_write[FERRY_FAMILIES]; /* before the first step */
   double optim_bytes_per_param; /* the engine's optimizer pass, bytes read + written per
                                    param and step (ferry_stats.optim_bytes_per_param) */

@@ -194,6 +194,11 @@ typedef struct {
   /* Swap files that processes no longer running had left in the NVMe
    * directories and finalize removed (named in a WARN log line). */
   uint64_t nvme_reclaimed_files, nvme_reclaimed_bytes;
+  /* The swap files on disk (every directory's, the bytes they take) and
+   * the NVMe-homed chunks' bytes they hold; the rest is the spare slots
+   * (about one chunk per family and 1%) and, with several directories, the
+   * rounding of each slot to whole blocks (0 without NVMe). */
+  uint64_t nvme_file_bytes, nvme_data_bytes;
 } ferry_stats;
 
 /* The engine's tiers: current and peak bytes per tier and family, bytes

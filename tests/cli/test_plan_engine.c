@@ -22,7 +22,9 @@
  * the plan's params + grads + master + optimizer rows, less the device grad
  * slots (the plan's device grad buffers), and the engine's host staging
  * (tiers.host.budget less ferry_stats.budget[host]) is the plan's buffers
- * row: both come from plan/footprint.c, so they must be equal.
+ * row: both come from plan/footprint.c, so they must be equal. So do the
+ * NVMe swap files (plan: nvme_file_bytes; engine: ferry_stats.
+ * nvme_file_bytes, the store's files), within TOL.
  *
  * The host need: each placement is finalized once more with a 64 KiB host
  * budget, and the refusal names the engine's need (its staging, one step's
@@ -132,6 +134,7 @@ typedef struct {
   uint64_t host_params;               /* ... and of params alone */
   uint64_t own_dev, own_host;         /* the engine's buffers outside the manager: the
                                          configured budgets less the manager's */
+  uint64_t nvme_file;                 /* the swap files (ferry_stats.nvme_file_bytes) */
 } measured;
 
 /* Runs `steps` steps of the loop with no kernels: the bytes the engine holds
@@ -186,6 +189,7 @@ static int run_engine(ferry_config *c, const tensor *t, size_t nt, int groups, i
       out->nvme_wr[f] = st.nvme_write_bytes[f] - st0.nvme_write_bytes[f];
     }
     out->host_params = st.peak[FERRY_TIER_HOST][FERRY_FAMILY_PARAMS];
+    out->nvme_file = st.nvme_file_bytes;
     out->host_homes = st.peak[FERRY_TIER_HOST][FERRY_FAMILY_PARAMS] +
                       st.peak[FERRY_TIER_HOST][FERRY_FAMILY_GRADS];
     /* grad buffers; grad and upload staging, and for host/NVMe param homes
@@ -449,6 +453,17 @@ static void run_layout(const char *scratch, const layout *ly) {
              "engine's optimizer peak in the host; ran in the plan's host tier + 4 MiB: %llu)\n",
              ferry_plan_placement_name(p), "host", swap, (unsigned long long)got.host_optim,
              (unsigned long long)host_budget);
+      /* the swap files: the plan's (plan/footprint.c) and the store's */
+      double df = rel((double)got.nvme_file, (double)c->nvme_file_bytes);
+      printf("%-15s %-5s %12llu %12llu %6.2f%%  (NVMe swap files)\n",
+             ferry_plan_placement_name(p), "nvme", (unsigned long long)c->nvme_file_bytes,
+             (unsigned long long)got.nvme_file, 100 * df);
+      if (df > TOL || !got.nvme_file) {
+        fprintf(stderr, "FAILED: %s swap files: engine %llu vs plan %llu\n",
+                ferry_plan_placement_name(p), (unsigned long long)got.nvme_file,
+                (unsigned long long)c->nvme_file_bytes);
+        test_failures++;
+      }
       /* homes only: NVMe-homed params pass through the host pool too */
       got.manager[FERRY_PLAN_HOST] =
           got.host_homes - (strcmp(pp, "nvme") ? 0 : got.host_params);

@@ -1,8 +1,9 @@
 /* tests/memory/fake_store.h — an in-memory NVMe store for the memory
  * manager's tests: requests queue to a worker thread that copies the bytes
  * after a small random delay, so completions are truly asynchronous. It
- * checks what a real store would refuse (unwritten slots, lengths, two
- * requests on one chunk) and counts reads and writes.
+ * checks what a real store would refuse (unwritten slots, lengths beyond
+ * the slot's own size from ferry_mem_store_slot_sizes, two requests on
+ * one chunk) and counts reads and writes.
  */
 #ifndef FERRY_TEST_FAKE_STORE_H
 #define FERRY_TEST_FAKE_STORE_H
@@ -29,6 +30,7 @@ typedef struct {
   fake_req *head, *tail;
   unsigned char *data;
   size_t *lens;
+  size_t *sizes; /* each slot's own bytes (the manager's), NULL: slot_size */
   size_t slot_size;
   uint32_t nslots;
   int stop, max_delay_us;
@@ -56,7 +58,9 @@ static void *fake_store_main(void *p) {
     }
     pthread_mutex_lock(&fs->mu);
     int st = 0;
-    if (r->slot >= fs->nslots || r->len > fs->slot_size) st = FERRY_EINVAL;
+    if (r->slot >= fs->nslots || r->len > fs->slot_size ||
+        (fs->sizes && r->len > fs->sizes[r->slot]))
+      st = FERRY_EINVAL;
     else if (r->op == 1) {
       memcpy(fs->data + (size_t)r->slot * fs->slot_size, r->buf, r->len);
       fs->lens[r->slot] = r->len;
@@ -150,6 +154,7 @@ static void fake_store_close(fake_store *fs) {
   pthread_join(fs->th, NULL);
   free(fs->data);
   free(fs->lens);
+  free(fs->sizes);
   pthread_mutex_destroy(&fs->mu);
   pthread_cond_destroy(&fs->cv);
   pthread_cond_destroy(&fs->done_cv);
@@ -167,6 +172,16 @@ static int fake_store_attach(fake_store *fs, ferry_mem *m, int max_delay_us) {
   int rc = ferry_mem_store_layout(m, &n, &sz);
   if (rc) return rc;
   if ((rc = fake_store_open(fs, n, sz ? sz : 1, max_delay_us))) return rc;
+  /* each slot's own bytes: its chunk's, then the spares of each NVMe
+   * family, the largest of them slot_size */
+  uint32_t k = 0;
+  if ((rc = ferry_mem_store_slot_sizes(m, NULL, 0, &k))) return rc;
+  fs->sizes = calloc((size_t)k + 1, sizeof *fs->sizes);
+  if (!fs->sizes) return FERRY_ENOMEM;
+  if ((rc = ferry_mem_store_slot_sizes(m, fs->sizes, k, &k))) return rc;
+  size_t big = 0;
+  for (uint32_t i = 0; i < k; i++) big = fs->sizes[i] > big ? fs->sizes[i] : big;
+  if (k < n || (n && big != sz)) return FERRY_EINVAL;
   ferry_mem_store ops = fake_store_ops(fs);
   return ferry_mem_set_store(m, &ops);
 }

@@ -471,7 +471,9 @@ static void test_footprint(void) {
   ferry_footprint_host_need(home, fam, &n);
   EXPECT(n.optim == 300 && n.grads == 0 && n.params == 200 && n.slack == 180);
   EXPECT(n.home[FERRY_FAMILY_GRADS] == 400 && n.total == 300 + 200 + 180 + 400);
-  EXPECT(ferry_footprint_nvme_files(home, fam) == 60 * 90);
+  EXPECT(ferry_footprint_nvme_files(home, fam) == 1000 + 60 + 3000 + 90);
+  /* extra spares of min(chunk size, largest) within 1%: 3000 / 100 / 10 = 3 */
+  EXPECT(ferry_footprint_nvme_swap(home, fam, 10) == 1000 + 60 + 1 * 10 + 3000 + 90 + 3 * 10);
   size_t ahead;
   int optim_ahead;
   ferry_footprint_read_ahead(n.total + 500, 100, &n, &ahead, &optim_ahead);
