@@ -42,6 +42,7 @@ class Stats(ctypes.Structure):
         ("comm_ops", c_uint64), ("comm_bytes", c_uint64),
         ("comm_seconds", c_double), ("comm_wait_seconds", c_double),
         ("nvme_reclaimed_files", c_uint64), ("nvme_reclaimed_bytes", c_uint64),
+        ("nvme_file_bytes", c_uint64), ("nvme_data_bytes", c_uint64),
     ]
 
 

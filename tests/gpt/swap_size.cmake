@@ -8,7 +8,7 @@
 # below the files is refused at finalize, naming the bytes.
 # -DEXE=ferry-gpt -DDATA=file -DCONFIGS=examples/configs. Runs in a scratch
 # directory (zero-infinity.cfg's relative build/nvme-swap is made there).
-# With -DMODEL=config.json (TinyLlama's: gpt.swap_size.1b, label slow) the
+# With -DMODEL=config.json (TinyLlama's: gpt.cli.swap_size.full, label slow) the
 # files of that model at 64 MiB chunks, set up with no step (15 GB written):
 # no losses, no read-back.
 file(WRITE big-vocab.json "{\"model_type\": \"llama\", \"vocab_size\": 4096, \"hidden_size\": 128,

@@ -45,6 +45,8 @@ int main(int argc, char **argv) {
   OFF(ferry_stats, comm_wait_seconds);
   OFF(ferry_stats, nvme_reclaimed_files);
   OFF(ferry_stats, nvme_reclaimed_bytes);
+  OFF(ferry_stats, nvme_file_bytes);
+  OFF(ferry_stats, nvme_data_bytes);
   SIZE(ferry_step_info);
   OFF(ferry_step_info, step);
   OFF(ferry_step_info, skipped);
