@@ -26,6 +26,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "cuda_device.cuh"
+
 typedef __nv_bfloat16 bf16;
 
 static int kfail(char *err, size_t len, const char *what, const char *why) {
@@ -46,13 +48,6 @@ static int al16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
   kernel<<<(grid), (block), (smem), (st)>>>(__VA_ARGS__)
 #endif
 
-#define GRID_CAP ((size_t)1 << 20)
-static unsigned grid_for(size_t n, size_t per_block) {
-  size_t g = (n + per_block - 1) / per_block;
-  return (unsigned)(g < 1 ? 1 : g > GRID_CAP ? GRID_CAP : g);
-}
-#define FOR_EACH(i, n) \
-  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < (n); i += (size_t)gridDim.x * blockDim.x)
 /* row kernels: a warp per row, ROWS warps per CTA, grid-stride over rows */
 #define ROWS 8
 #define FOR_EACH_ROW(r, rows) \
@@ -60,17 +55,6 @@ static unsigned grid_for(size_t n, size_t per_block) {
 
 /* ---- device helpers ---------------------------------------------------------------- */
 
-__device__ static float warp_sum(float v) {
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
-
-/* A weight element of dtype dt (FERRY_DT_F32 / F16 / BF16) as fp32. */
-__device__ __forceinline__ static float ldw(const void *p, size_t i, int dt) {
-  if (dt == FERRY_DT_BF16) return __bfloat162float(((const bf16 *)p)[i]);
-  if (dt == FERRY_DT_F16) return __half2float(((const __half *)p)[i]);
-  return ((const float *)p)[i];
-}
 __device__ __forceinline__ static float rbf(float v) { return __bfloat162float(__float2bfloat16(v)); }
 
 /* Eight elements from p as fp32: one 16-byte load (bf16) or two (fp32)

@@ -31,6 +31,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cuda_device.cuh"
+
 typedef __nv_bfloat16 bf16;
 
 #define CK(call)                                                                          \
@@ -122,22 +124,8 @@ extern "C" int gpt_cuda_available(char *why, size_t len) {
 
 /* ---- the model's own small kernels -------------------------------------------- */
 
-/* A weight element of dtype dt (FERRY_DT_F32 / F16 / BF16) as fp32. */
-__device__ __forceinline__ static float ldw(const void *p, size_t i, int dt) {
-  if (dt == FERRY_DT_BF16) return __bfloat162float(((const bf16 *)p)[i]);
-  if (dt == FERRY_DT_F16) return __half2float(((const __half *)p)[i]);
-  return ((const float *)p)[i];
-}
-
-/* Elementwise kernels: 256 threads, a grid-stride loop, at most 2^20 blocks
- * (never 0). */
-#define GRID_CAP ((size_t)1 << 20)
-static unsigned grid1(size_t n) {
-  size_t g = (n + 255) / 256;
-  return (unsigned)(g < 1 ? 1 : g > GRID_CAP ? GRID_CAP : g);
-}
-#define FOR_EACH(i, n) \
-  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < (n); i += (size_t)gridDim.x * blockDim.x)
+/* Elementwise kernels: 256 threads, a grid-stride loop. */
+static unsigned grid1(size_t n) { return grid_for(n, 256); }
 
 /* d = bf16(s (dtype st)). */
 __global__ void k_to_bf16(bf16 *d, const void *s, int st, size_t n) {
