@@ -755,12 +755,13 @@ static void print_input(const ferry_plan_input *in, const ferry_plan_result *r,
          in->device == FERRY_PLAN_DEV_HOST ? "host (emulated GPU, fp32 CPU model)" : "cuda");
   ferry_gpt_layout lay;
   if (ferry_plan_gpt_layout(in, &lay)) {
-    char x[32], y[32], z[32];
+    char x[32], y[32], z[32], rt[32];
     printf("cuda       activations %s (block inputs %s; %d block%s of %ld rows saved), "
-           "workspace %s + 64 MiB runtime\n",
+           "workspace %s + %s runtime\n",
            gib((double)lay.activations, a, sizeof a),
            gib((double)lay.buf[FERRY_GL_XRES].bytes, x, sizeof x), lay.n_acts,
-           lay.n_acts > 1 ? "s" : "", lay.act_rows, gib((double)lay.workspace, y, sizeof y));
+           lay.n_acts > 1 ? "s" : "", lay.act_rows, gib((double)lay.workspace, y, sizeof y),
+           gib((double)FERRY_PLAN_CUDA_RUNTIME, rt, sizeof rt));
     printf("           ferry-gpt's CUDA model (plan/gpt_layout.c): passes over %ld sequence%s, "
            "the loss over %ld tokens at a time; one block's share %s\n",
            lay.chunk_b, lay.chunk_b > 1 ? "s" : "", lay.ce_rows,

@@ -71,9 +71,6 @@ static double act_dtype(const ferry_plan_input *in) {
 }
 
 #define RUNTIME_WORKSPACE (256.0 * 1024 * 1024) /* cuBLAS workspace, allocator slack */
-/* Beside ferry-gpt's layout (which holds the cuBLAS workspace): the cuBLAS
- * handle's own device memory and allocator slack (not yet measured). */
-#define FERRY_PLAN_CUDA_RUNTIME (64.0 * 1024 * 1024)
 
 /* Activation bytes of one block kept for backward (docs/PLANNING.md). */
 static double block_activations(const ferry_plan_model *m, double ab, double b, double s,
@@ -148,7 +145,7 @@ static double activation_bytes(const ferry_plan_input *in, double b) {
 static double workspace_bytes(const ferry_plan_input *in, double b) {
   const ferry_plan_model *m = &in->model;
   ferry_gpt_layout lay;
-  if (cuda_layout(in, b, &lay)) return (double)lay.workspace + FERRY_PLAN_CUDA_RUNTIME;
+  if (cuda_layout(in, b, &lay)) return (double)lay.workspace + (double)FERRY_PLAN_CUDA_RUNTIME;
   double ab = act_dtype(in), s = (double)in->seq;
   double h = (double)m->hidden, f = (double)m->ffn;
   double wide = f > plan_q_dim(m) + 2 * plan_kv_dim(m) ? f : plan_q_dim(m) + 2 * plan_kv_dim(m);

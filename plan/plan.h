@@ -287,6 +287,10 @@ int ferry_plan_compute(const ferry_plan_input *in, ferry_plan_result *out, char 
  * 1 when the plan counts its activations and workspace from it (a GPU, flash
  * attention, head_dim = hidden / heads), else 0 (the formulas apply). */
 int ferry_plan_gpt_layout(const ferry_plan_input *in, ferry_gpt_layout *out);
+/* Beside that layout (which holds the cuBLAS workspace), in the plan's
+ * workspace: the cuBLAS handle's own device memory and allocator slack
+ * (not yet measured on a GPU). */
+#define FERRY_PLAN_CUDA_RUNTIME ((uint64_t)64 << 20)
 
 /* The largest dense Llama-shaped model (ferry_plan_model_from_params) that
  * fits in->budget: a search over the parameter count, doubling from 1M and
