@@ -2,7 +2,8 @@
  * written: a child (this program exec'd as "saver") trains and saves into
  * one folder over and over (keep 2, the same step names each round, so
  * replacing and pruning are hit too); the parent kills it at random moments
- * and then checks that the newest checkpoint, and every one left, verifies
+ * (half the rounds as soon as a save is seen in progress) and then checks
+ * that the newest checkpoint, and every one left, verifies
  * and loads. argv[1]: a scratch folder.
  */
 #include "tests/offload/ckpt_util.h"
@@ -68,7 +69,16 @@ int main(int argc, char **argv) {
     double t0 = now_s();
     while (ck_count_entries(dir, "step-") < 1 && now_s() - t0 < 20) usleep(2000);
     REQUIRE(ck_count_entries(dir, "step-") >= 1);
-    usleep((useconds_t)(test_rand(&seed) % 150000));
+    /* even rounds kill at a random moment; odd rounds wait for a save in
+     * progress (a .tmp- folder) and kill on sight, so some kills land
+     * mid-write however slow the build (a sanitizer) makes training */
+    if (round % 2 == 0) {
+      usleep((useconds_t)(test_rand(&seed) % 150000));
+    } else {
+      usleep((useconds_t)(test_rand(&seed) % 20000));
+      t0 = now_s();
+      while (ck_count_entries(dir, ".tmp-") < 1 && now_s() - t0 < 20) usleep(100);
+    }
     kill(pid, SIGKILL);
     int st;
     REQUIRE(waitpid(pid, &st, 0) == pid);
