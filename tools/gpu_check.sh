@@ -4,7 +4,7 @@
 # root with gpucheck/ (tools/gpu_bundle.sh) carried along. It builds
 # nothing. It runs these parts in this order, each under its own time limit
 # (seconds, in brackets), all of them or the comma-separated LIST (preflight
-# always; context too with gpt or scale, which need its figure; an unknown
+# always; context too with gpt, scale or 13b, which need its figure; an unknown
 # name is refused with the list, exit 2):
 #   preflight   [30] the bundle is there and ldd resolves every library
 #   context     [15] an idle CUDA context's memory (ferry-cuda-peak --context)
@@ -27,6 +27,13 @@
 #               same saved weights (tokens/s, MFU over ferry-cuda-peak
 #               --gemm 8192, losses, device peak), ferry-gpt-attn against
 #               torch's SDPA at T 2048, head dim 64 and 128
+#   13b        [300] ferry-gpt llama-2-13b on cuda, tiers.gpu.budget 22G, params
+#               and optimizer in host RAM (int8 states, bf16 master), batch 8 x
+#               seq 2048, 4 steps; llama-2-7b fp32 states (fewer layers when
+#               RAM is short); llama-1b streamed vs resident (losses bit for
+#               bit): model TFLOPS, step vs its longest component (timeline,
+#               nvidia-smi), device peak, RSS and step time vs ferry plan,
+#               launch to first step
 #   tests_rest [400] the rest of the test list, as time allows
 # The whole check ends within 8 minutes (GPUCHECK_SECONDS), the last parts
 # cut short as time runs out; one issue's parts (e.g. --parts tests,scale)

@@ -614,14 +614,15 @@ GPT_BUDGETS = {("small", "resident"): "1G", ("small", "offload-host"): "512M",
                ("small", "offload-nvme"): "256M", ("gpt2", "resident"): "4G",
                ("gpt2", "offload-host"): "2G", ("gpt2", "offload-nvme"): "1G"}
 # The parts in the order they run, and each one's time limit (s): its
-# longest share of the budget. preflight always runs; gpt and scale need
-# context's figure (the memory of a bare CUDA context), so naming either
+# longest share of the budget. preflight always runs; gpt, scale and 13b
+# need context's figure (the memory of a bare CUDA context), so naming one
 # in --parts runs context too. An issue's parts (say tests,scale) fit in
 # gpu_check.sh's 455 s: 30 + 15 + 100 + 300.
 ALLOW = {"preflight": 30, "context": 15, "tests": 100, "copy": 45, "bench_step": 70,
-         "gpt": 170, "python": 90, "memcheck": 60, "scale": 300, "tests_rest": 400}
+         "gpt": 170, "python": 90, "memcheck": 60, "scale": 300, "13b": 300,
+         "tests_rest": 400}
 PARTS = tuple(ALLOW)
-PART_NEEDS = {"gpt": ("context",), "scale": ("context",)}
+PART_NEEDS = {"gpt": ("context",), "scale": ("context",), "13b": ("context",)}
 
 
 def select_parts(spec):
@@ -1106,6 +1107,7 @@ class Check:
             rows.append(target("%s: %s" % (part, " or ".join(what)),
                                None if c is None else sum(c.get(w, 0) for w in what), 0))
         rows += gpucheck_scale.summary_rows(fig("scale"), target)
+        rows += gpucheck_13b.summary_rows(fig("13b"), target)
         met = [r for r in rows if r["met"] is True]
         missed = [r for r in rows if r["met"] is False]
         self.res.data["summary"] = {"targets": rows, "met": len(met), "not_met": len(missed),
@@ -1142,6 +1144,7 @@ class Check:
                "copy": self.copy_part, "bench_step": self.bench_step_part, "gpt": self.gpt_part,
                "python": self.python_part, "memcheck": self.memcheck_part,
                "scale": lambda: gpucheck_scale.scale_part(self),
+               "13b": lambda: gpucheck_13b.part_13b(self),
                "tests_rest": lambda: self.tests_part("tests_rest",
                                                      lambda n: not cuda_or_engine(n), jobs=6)}
         if self.preflight():
@@ -1229,6 +1232,7 @@ def selftest():
     assert select_parts("scale,tests")[0] == ["preflight", "context", "tests", "scale"]
     assert "unknown part 'x'" in select_parts("tests,x")[1] and select_parts(",")[0] is None
     gpucheck_scale.selftest()
+    gpucheck_13b.selftest()
     print("gpucheck selftest: ok")
     return 0
 
@@ -1288,9 +1292,10 @@ def main(argv):
     return Check(a).main()
 
 
-# the scale part's module imports this one by name
+# the scale and 13b parts' modules import this one by name
 sys.modules.setdefault("gpucheck", sys.modules[__name__])
 import gpucheck_scale  # noqa: E402  (tools/, beside this file)
+import gpucheck_13b  # noqa: E402
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv[1:]))

@@ -90,7 +90,7 @@ class Mode:
         return os.path.join(self.logs, name + ".log")
 
     def model_json(self, name, cfg):
-        p = os.path.join(self.out, name + ".config.json")
+        p = os.path.join(self.out, name + ".model.json")
         with open(p, "w") as f:
             json.dump(cfg, f, indent=1)
         return p
@@ -271,8 +271,18 @@ def plan_cmd(mode, model, batch, seq, extra, host_budget=None, profile=None):
 
 def run_plan(mode, cmd, log):
     r = gc.run_cmd(cmd, 60, env=mode.env, cwd=mode.root, log=mode.log(log))
-    objs = gc.json_lines(r["output"])
-    return (objs[-1] if objs else None), r
+    return json_object(r["output"]), r
+
+
+def json_object(text):
+    """The JSON object text holds (one line or several), or None."""
+    objs = gc.json_lines(text)
+    if objs:
+        return objs[-1]
+    try:
+        return json.loads(text[text.index("{"):])
+    except ValueError:
+        return None
 
 
 def candidate(plan, name="zero3-offload"):
@@ -531,7 +541,8 @@ def run_figures(res, tokens_per_step, n_params, trace, samples, baseline_mib, wa
     if su is not None:
         fig["startup_s"], fig["startup_source"] = su, "ferry-gpt startup_seconds"
     elif wins and wins[0]:
-        fig["startup_s"], fig["startup_source"] = wins[0][0], "first step line - its length"
+        fig["startup_s"] = max(wins[0][0], 0.0)
+        fig["startup_source"] = "first step line - its length"
     else:
         fig["startup_s"] = None
     fig["rss_bytes"] = final.get("rss_bytes") or final.get("peak_rss_bytes") or res["hwm_bytes"]
@@ -583,8 +594,9 @@ def summary_rows(fig, target):
     """The part's rows of the check's summary (target: gpucheck.target)."""
     r1, r2 = fig.get("run1", {}), fig.get("run2", {})
     p1, p2 = r1.get("plan", {}), r2.get("plan", {})
-    ctx = fig.get("context_mib")
-    name1 = "13b %s, 22G budget, int8 states + bf16 master" % r1.get("model", "llama-2-13b")
+    ctx, budget = fig.get("context_mib"), fig.get("budget", "22G")
+    name1 = "13b %s, %s budget, int8 states + bf16 master" % (r1.get("model", "llama-2-13b"),
+                                                              budget)
     rows = [target(name1 + ": model TFLOPS (6 N tokens / step time)", r1.get("model_tflops"),
                    TARGETS["tflops"], "min",
                    note="batch x seq %s" % r1.get("tokens_per_step"))]
@@ -594,7 +606,7 @@ def summary_rows(fig, target):
                         r.get("step_over_longest_max"), TARGETS["step_over_longest"]),
                  target(name + ": peak device memory (MiB, nvidia-smi) vs budget + context",
                         r.get("device_peak_mib"), r.get("allowed_mib"),
-                        note="22G + context %s MiB" % ctx),
+                        note="%s + context %s MiB" % (budget, ctx)),
                  target(name + ": peak RSS vs plan, |measured / planned - 1|",
                         rel(r.get("rss_bytes"), p.get("rss_bytes")), TARGETS["rss_rel"]),
                  target(name + ": step time vs plan, |measured / planned - 1|",
@@ -603,8 +615,8 @@ def summary_rows(fig, target):
             rows.append(target(name + ": launch to first step (s)", r.get("startup_s"),
                                TARGETS["first_step_s"]))
     pr = fig.get("pair", {})
-    rows.append(target("13b llama-1b streamed vs resident on cuda: steps whose losses differ",
-                       pr.get("steps_differing"), 0))
+    rows.append(target("13b %s streamed vs resident on %s: steps whose losses differ" % (
+        pr.get("model", "llama-1b"), fig.get("device", "cuda")), pr.get("steps_differing"), 0))
     return rows
 
 
@@ -688,7 +700,7 @@ def drive(mode, deadline, baseline_mib=None, context_mib=None, progress=None):
     """The part's work in order: run 1, the llama-1b pair, run 2. Returns
     (figures, reasons it failed)."""
     note = progress or (lambda fig, what: None)
-    fig = {"machine": machine(mode), "budget": mode.budget, "batch": mode.batch, "seq": mode.seq,
+    fig = {"machine": machine(mode), "device": mode.device, "budget": mode.budget, "batch": mode.batch, "seq": mode.seq,
            "steps": mode.steps, "context_mib": context_mib, "baseline_mib": baseline_mib,
            "targets": TARGETS}
     why = []
@@ -755,7 +767,7 @@ def drive(mode, deadline, baseline_mib=None, context_mib=None, progress=None):
 
 def part_13b(ck):
     """Runs the part on gpucheck's Check ck and records it."""
-    if ck.gpu_skip("13b") or ck.time_skip("13b", 90):
+    if ck.gpu_skip("13b") or ck.time_skip("13b", 60):
         return
     t0 = time.time()
     deadline = t0 + ck.allow("13b")
@@ -828,6 +840,7 @@ def selftest():
     assert f["startup_s"] == 3.0 and f["rss_bytes"] == 1000 and f["device_peak_mib"] == 600, f
     assert abs(f["per_step"][0]["ratio"] - 1.0 / 0.6) < 1e-9, f["per_step"]
     assert abs(f["per_step"][1]["compute"] - 1.5) < 1e-9, f["per_step"]  # 75% of 2 s
+    assert json_object('note\n{"a":\n 1}\n') == {"a": 1} and json_object("none") is None
     assert losses_equal([1.0, 2.0], [1.0, 2.0], 2) == 0
     assert losses_equal([1.0, 2.0], [1.0, 2.0000001], 2) == 1
     assert losses_equal([1.0], [1.0], 2) is None

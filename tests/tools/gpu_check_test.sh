@@ -60,7 +60,7 @@ import json, sys
 d = json.load(open(sys.argv[1]))
 parts = d["parts"]
 names = ["preflight", "context", "tests", "copy", "bench_step", "gpt", "python", "memcheck",
-         "scale", "tests_rest"]
+         "scale", "13b", "tests_rest"]
 assert list(parts) == names, list(parts)
 assert parts["preflight"]["status"] == "pass", parts["preflight"]
 for n in names[1:]:
@@ -194,6 +194,14 @@ done
 SH
 cat >"$fake/bundle/bin/ferry" <<'SH'
 #!/bin/sh
+if [ "$1" = plan ]; then # the 13b part's plans: zero3-offload fits, 15 s a step
+  while [ $# -gt 0 ]; do [ "$1" = --write-config ] && echo 'device = "cuda";' >"$2"; shift; done
+  echo '{"params": 13015864320, "placement": "zero3-offload", "candidates": [{"placement": "zero3-offload",
+ "fits": true, "why": "fits", "placement_keys": {"params": "host", "grads": "none", "optimizer": "host"},
+ "tiers": {"gpu": {"bytes": 1000}, "host": {"bytes": 1073741824}}, "step_seconds": 15.0,
+ "components": {"compute": 15.0}, "rss_bytes": {"total": 1100000000}}]}'
+  exit 0
+fi
 case "$2" in
 copy)
   for b in 4194304 67108864 1073741824; do
@@ -202,6 +210,7 @@ copy)
     echo "{\"bench\":\"copy\",\"direction\":\"bidirectional\",\"bytes\":$((2 * b)),\"gb_per_s\":85}"
   done ;;
 step) echo '{"bench":"step","validated":false,"step_seconds":1.1,"overlap_ratio":1.1}' ;;
+adam) echo '{"bench":"adam","seconds_per_step":0.1,"gb_per_s":40.0}' ;;
 *) exit 2 ;;
 esac
 SH
@@ -210,6 +219,7 @@ cat >"$fake/bundle/bin/ferry-gpt" <<'SH'
 dev=cpu tl= save= batch= steps=10 model=
 while [ $# -gt 0 ]; do
   case $1 in --device) dev=$2; shift ;; --timeline) tl=$2; shift ;; --save) save=$2; shift ;;
+  --set) case $2 in timeline=*) tl=${2#timeline=} ;; esac; shift ;;
   --batch) batch=$2; shift ;; --steps) steps=$2; shift ;; --model) model=$2; shift ;; esac
   shift
 done
@@ -222,13 +232,26 @@ fi
 case "$model:$batch" in
 *config.json:8) echo "ferry-gpt: the CUDA model's activations do not fit: out of memory"; exit 1 ;;
 esac
-for k in 1 2 3 4 5 6 7 8 9 10; do
+k=1
+while [ $k -le "$steps" ]; do
   loss=5.$((60 - k))
   [ "$dev" = cuda ] && loss=${loss}1
   echo "{\"step\": $k, \"loss\": $loss, \"tokens_per_s\": 1000}"
+  k=$((k + 1))
 done
-echo '{"final": true}'
-[ -n "$tl" ] && echo '{"traceEvents":[{"ph":"M","tid":0,"name":"thread_name","args":{"name":"compute"}},{"ph":"X","tid":0,"ts":0,"dur":9000000}]}' >"$tl"
+echo '{"final": true, "rss_bytes": 1150000000}'
+case "$tl" in
+*13b-*) # the engine's timeline (the 13b part): each 2 s step H2D-busy for 1.6 s
+  ev='{"ph":"M","tid":1,"name":"thread_name","args":{"name":"H2D"}},{"ph":"M","tid":5,"name":"thread_name","args":{"name":"step"}}'
+  k=1
+  while [ $k -le "$steps" ]; do
+    ev="$ev,{\"ph\":\"X\",\"tid\":1,\"ts\":$((k * 2000000 - 1800000)),\"dur\":1600000,\"name\":\"H2D\"}"
+    ev="$ev,{\"ph\":\"X\",\"tid\":5,\"ts\":$((k * 2000000 - 100000)),\"dur\":100000,\"name\":\"ferry_step\"}"
+    k=$((k + 1))
+  done
+  echo "{\"traceEvents\":[$ev]}" >"$tl" ;;
+?*) echo '{"traceEvents":[{"ph":"M","tid":0,"name":"thread_name","args":{"name":"compute"}},{"ph":"X","tid":0,"ts":0,"dur":9000000}]}' >"$tl" ;;
+esac
 exit 0
 SH
 cat >"$fake/bundle/bin/ferry-gpt-attn" <<'SH'
@@ -306,6 +329,27 @@ assert S == {"tokens per step": False, "tokens/s ferry / torch_llama.py": False,
              "losses vs torch, max relative difference": True,
              "peak device memory (MiB, nvidia-smi) vs budget + context": True,
              "ferry / torch SDPA": True, "ferry's peak at T=4096 / T=2048 (linear 2, T^2 4)": True}, S
+b = P["13b"]["figures"]
+r1, r2, pr = b["run1"], b["run2"], b["pair"]
+assert P["13b"]["status"] == "pass" and r1["ok"] and r2["ok"], P["13b"]
+assert r1["losses"] == [5.591, 5.581, 5.571, 5.561] and r1["step_seconds"] == 16.384, r1
+assert abs(r1["model_tflops"] - 6 * 13015864320 * 1000 / 1e12) < 1e-9, r1
+assert r1["device_peak_mib"] == 500 and r1["allowed_mib"] == 22 * 1024 + 500, r1
+assert abs(r1["step_over_longest_max"] - 2.0 / 1.6) < 1e-9 and abs(r1["h2d_busy_s"] - 1.6) < 1e-9, r1
+hb = 2 * 1073741824 + (4 * 1073741824 + 99) // 100  # the plan's host bytes, 4% and 1 GiB more
+assert r1["plan"]["host_budget"] == (hb + 1048575) // 1048576 * 1048576 and \
+    "--set tiers.host.budget=%d" % r1["plan"]["host_budget"] in r1["command"], r1
+assert r1["startup_s"] == 0 and r1["startup_source"].startswith("first step line"), r1
+assert b["profile1"]["profile"]["device_tflops"] == 800 and r2["model"] == "llama-2-7b", b
+assert pr["steps_differing"] == 0 and len(pr["streamed"]["losses"]) == 3, pr
+S = {t["target"].split(": ", 1)[1]: t["met"] for t in d["summary"]["targets"]
+     if t["target"].startswith("13b llama-2-13b")}
+assert S == {"model TFLOPS (6 N tokens / step time)": False,
+             "step time / longest component (worst step after the first)": False,
+             "peak device memory (MiB, nvidia-smi) vs budget + context": True,
+             "peak RSS vs plan, |measured / planned - 1|": True,
+             "step time vs plan, |measured / planned - 1|": True,
+             "launch to first step (s)": True}, S
 assert d["summary"]["not_measured"] == 0, [t for t in d["summary"]["targets"] if t["met"] is None]
 PY
 rm -rf "$dir"
