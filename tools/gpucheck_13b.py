@@ -78,13 +78,14 @@ class Mode:
         # the smoke's model is 1M params: 1M chunks, not the plan's 64M
         self.plan_extra = [] if gpu else ["--chunk-size", "1M"]
         self.cache = {}  # the GEMM peak and copy bandwidths, measured once
+        self.progs = {}  # a program's path other than bindir/NAME
         self.data = os.path.join(root, "docs/FERRY-GPT.md")
         self.meminfo = read_meminfo()
         if host_mem:  # the smoke's stand-in for a smaller machine
             self.meminfo = {"MemTotal": host_mem, "MemAvailable": host_mem}
 
     def prog(self, name):
-        return os.path.join(self.bindir, name)
+        return self.progs.get(name) or os.path.join(self.bindir, name)
 
     def log(self, name):
         return os.path.join(self.logs, name + ".log")
@@ -789,6 +790,7 @@ def host_smoke(a):
     os.makedirs(a.out, exist_ok=True)
     mode = Mode(False, os.path.abspath(a.bin), os.path.abspath(a.root), os.path.abspath(a.out),
                 host_mem=a.host_mem)
+    mode.progs = {"ferry": a.ferry, "ferry-gpt": a.gpt}
     t0 = time.time()
     fig, why = drive(mode, t0 + a.budget)
     rows = summary_rows(fig, gc.target)
@@ -856,6 +858,8 @@ def main(argv):
     ap.add_argument("--host-smoke", action="store_true", required=True,
                     help="run the part's driver on the host backend with tiny shapes")
     ap.add_argument("--bin", default="build/bin", help="the build's bin/ (ferry, ferry-gpt)")
+    ap.add_argument("--ferry", default=None, help="the ferry program (default BIN/ferry)")
+    ap.add_argument("--gpt", default=None, help="ferry-gpt (default BIN/ferry-gpt)")
     ap.add_argument("--root", default=".", help="the repository (docs/, examples/configs/)")
     ap.add_argument("--out", default="build/gpucheck-13b-smoke")
     ap.add_argument("--budget", type=float, default=100, help="seconds for the whole smoke")
