@@ -140,20 +140,34 @@ def machine(mode):
 # ---- running a program: lines with their times, RSS, a clean stop ------------------------
 
 
+def smi_time(field):
+    """nvidia-smi's timestamp ("2026/12/06 12:34:56.789", local time) as
+    seconds since the epoch, or None."""
+    try:
+        day, _, frac = field.strip().partition(".")
+        return time.mktime(time.strptime(day, "%Y/%m/%d %H:%M:%S")) + float("0." + (frac or "0"))
+    except (ValueError, OverflowError):
+        return None
+
+
 class GpuSampler:
     """nvidia-smi's memory.used (MiB) and utilization.gpu (%) of GPU 0 every
-    100 ms, each with the time it was read; nothing without nvidia-smi."""
+    100 ms, each at the time nvidia-smi gives it (the time it is read when
+    it gives none); nothing without nvidia-smi. Line-buffered through
+    stdbuf where there is one, so a stop loses no sample."""
 
     def __init__(self):
         self.samples = []
         self.p = None
         if not shutil.which("nvidia-smi"):
             return
+        cmd = ["nvidia-smi", "--query-gpu=timestamp,memory.used,utilization.gpu",
+               "--format=csv,noheader,nounits", "-lms", "100", "-i", "0"]
+        if shutil.which("stdbuf"):
+            cmd = ["stdbuf", "-oL"] + cmd
         try:
-            self.p = subprocess.Popen(
-                ["nvidia-smi", "--query-gpu=memory.used,utilization.gpu",
-                 "--format=csv,noheader,nounits", "-lms", "100", "-i", "0"],
-                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, start_new_session=True)
+            self.p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                      start_new_session=True)
             gc.LIVE.add(self.p)
         except OSError:
             self.p = None
@@ -163,16 +177,22 @@ class GpuSampler:
 
     def _read(self):
         for line in self.p.stdout:
-            f = [x.strip() for x in line.decode("utf-8", "replace").split(",")]
-            try:
-                mem = float(f[0])
-            except (ValueError, IndexError):
-                continue
-            try:
-                util = float(f[1])
-            except (ValueError, IndexError):
-                util = None
-            self.samples.append((time.time(), mem, util))
+            self.add(line.decode("utf-8", "replace"), time.time())
+
+    def add(self, line, now):
+        f = [x.strip() for x in line.split(",")]
+        t = smi_time(f[0]) if f else None
+        if t is not None:
+            f = f[1:]
+        try:
+            mem = float(f[0])
+        except (ValueError, IndexError):
+            return
+        try:
+            util = float(f[1])
+        except (ValueError, IndexError):
+            util = None
+        self.samples.append((now if t is None else t, mem, util))
 
     def stop(self):
         if self.p:
@@ -842,6 +862,12 @@ def selftest():
     assert f["startup_s"] == 3.0 and f["rss_bytes"] == 1000 and f["device_peak_mib"] == 600, f
     assert abs(f["per_step"][0]["ratio"] - 1.0 / 0.6) < 1e-9, f["per_step"]
     assert abs(f["per_step"][1]["compute"] - 1.5) < 1e-9, f["per_step"]  # 75% of 2 s
+    g = GpuSampler.__new__(GpuSampler)
+    g.samples = []
+    for line in ("2026/12/06 12:34:56.250, 1500, 97", "1400", "[N/A], x"):
+        g.add(line, 5.0)
+    t = time.mktime(time.strptime("2026/12/06 12:34:56", "%Y/%m/%d %H:%M:%S")) + 0.25
+    assert g.samples == [(t, 1500.0, 97.0), (5.0, 1400.0, None)], g.samples
     assert json_object('note\n{"a":\n 1}\n') == {"a": 1} and json_object("none") is None
     assert losses_equal([1.0, 2.0], [1.0, 2.0], 2) == 0
     assert losses_equal([1.0, 2.0], [1.0, 2.0000001], 2) == 1
