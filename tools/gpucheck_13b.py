@@ -402,44 +402,70 @@ def plan_fp32_run(mode, base, profile, extra):
 # ---- the profile: this machine's figures for the plan ------------------------------------
 
 
-def measure_profile(mode, adam_args, deadline, tag):
-    """cpu_optimizer_gbps from `ferry bench adam` with the run's state
-    layout on every core; on cuda also device_tflops (ferry-cuda-peak --gemm
-    8192, bf16) and h2d/d2h_gbps (ferry-cuda-peak --size 1G, pinned).
-    Returns (profile dict or None, figures)."""
+def run_json(mode, cmd, limit, log, keep):
+    """cmd's last JSON line that keep accepts, with the command; else its
+    exit status and tail."""
+    r = gc.run_cmd(cmd, max(limit, 1), env=mode.env, cwd=mode.root, log=mode.log(log))
+    objs = [o for o in gc.json_lines(r["output"]) if keep(o)]
+    if r["rc"] == 0 and objs:
+        return dict(objs[-1], command=shlex.join(cmd))
+    return {"rc": r["rc"], "tail": gc.tail(r["output"], 3), "command": shlex.join(cmd)}
+
+
+def compute_rate(mode, model, batch, seq, deadline, tag):
+    """TFLOP/s of the model's own GEMMs (`ferry bench compute`, where the
+    build has it), else on cuda the cuBLAS bf16 peak at 8192^3
+    (ferry-cuda-peak --gemm): {tflops, tflops_fp32, source, ...}."""
+    cmd = [mode.prog("ferry"), "bench", "compute", "--model", model, "--device", mode.device,
+           "--batch", str(batch), "--seq", str(seq), "--checkpointing", "on", "--iters", "5",
+           "--json"]
+    c = run_json(mode, cmd, min(60, deadline - time.time()), "13b-compute-" + tag,
+                 lambda o: o.get("result") == "step" and o.get("tflops"))
+    if c.get("tflops"):
+        return dict(c, source=shlex.join(cmd[1:]))
+    if not mode.gpu:
+        return dict(c, tflops=None)
+    g = run_json(mode, [mode.prog("ferry-cuda-peak"), "--gemm", "8192", "--iters", "20", "--json"],
+                 min(45, deadline - time.time()), "13b-gemm-" + tag,
+                 lambda o: o.get("bench") == "cuda_gemm")
+    return dict(g, bench_compute=c,
+                source="ferry-cuda-peak --gemm 8192 (bf16, fp32 compute; ferry bench compute "
+                       "gave none)")
+
+
+def measure_profile(mode, model, adam_args, deadline, tag):
+    """This machine's figures for ferry plan --profile: cpu_optimizer_gbps
+    from `ferry bench adam` with the run's state layout on every core,
+    device_tflops (compute_rate), and on cuda h2d/d2h_gbps (ferry-cuda-peak
+    --size 1G, pinned; measured once). Returns (profile path or None,
+    figures)."""
     prof = {"format": "ferry-profile", "version": 1, "machine": "gpucheck part 13b",
             "sources": {}}
-    figs = {}
     adam = [mode.prog("ferry"), "bench", "adam", "--params", "256M" if mode.gpu else "1M",
             "--threads", "0", "--steps", "3", "--json"] + adam_args
-    r = gc.run_cmd(adam, max(min(60, deadline - time.time()), 1), env=mode.env, cwd=mode.root,
-                   log=mode.log("13b-adam-" + tag))
-    o = [x for x in gc.json_lines(r["output"]) if "gb_per_s" in x]
-    figs["adam"] = dict(o[-1], command=shlex.join(adam)) if o else {
-        "rc": r["rc"], "tail": gc.tail(r["output"], 3), "command": shlex.join(adam)}
-    if o and o[-1]["gb_per_s"] > 0:
-        prof["cpu_optimizer_gbps"] = o[-1]["gb_per_s"]
+    figs = {"adam": run_json(mode, adam, min(60, deadline - time.time()), "13b-adam-" + tag,
+                             lambda o: o.get("gb_per_s", 0) > 0)}
+    if figs["adam"].get("gb_per_s"):
+        prof["cpu_optimizer_gbps"] = figs["adam"]["gb_per_s"]
         prof["sources"]["cpu_optimizer_gbps"] = shlex.join(adam[1:])
-    if mode.gpu and "gemm" not in mode.cache:
-        g = gc.run_cmd([mode.prog("ferry-cuda-peak"), "--gemm", "8192", "--iters", "20", "--json"],
-                       max(min(45, deadline - time.time()), 1), env=mode.env, cwd=mode.root,
-                       log=mode.log("13b-gemm"))
-        objs = [x for x in gc.json_lines(g["output"]) if x.get("bench") == "cuda_gemm"]
-        mode.cache["gemm"] = objs[-1] if objs else {"rc": g["rc"], "tail": gc.tail(g["output"], 3)}
+    figs["compute"] = compute_rate(mode, model, mode.batch, mode.seq, deadline, tag)
+    if figs["compute"].get("tflops"):
+        prof["device_tflops"] = figs["compute"]["tflops"]
+        prof["sources"]["device_tflops"] = figs["compute"]["source"]
+    if figs["compute"].get("tflops_fp32"):
+        prof["device_tflops_fp32"] = figs["compute"]["tflops_fp32"]
+        prof["sources"]["device_tflops_fp32"] = figs["compute"]["source"]
+    if mode.gpu and "copy" not in mode.cache:
         c = gc.run_cmd([mode.prog("ferry-cuda-peak"), "--size", "1G", "--iters", "5", "--json"],
                        max(min(30, deadline - time.time()), 1), env=mode.env, cwd=mode.root,
                        log=mode.log("13b-copy"))
         mode.cache["copy"] = {x["direction"]: x.get("gb_per_s") for x in gc.json_lines(c["output"])
                               if x.get("bench") == "cuda_peak"}
-    if mode.gpu:
-        figs["gemm"], figs["copy"] = mode.cache["gemm"], mode.cache["copy"]
-        if figs["gemm"].get("tflops"):
-            prof["device_tflops"] = figs["gemm"]["tflops"]
-            prof["sources"]["device_tflops"] = "ferry-cuda-peak --gemm 8192 (bf16, fp32 compute)"
-        for d in ("h2d", "d2h"):
-            if figs["copy"].get(d):
-                prof[d + "_gbps"] = figs["copy"][d]
-                prof["sources"][d + "_gbps"] = "ferry-cuda-peak --size 1G (pinned)"
+    figs["copy"] = mode.cache.get("copy", {})
+    for d in ("h2d", "d2h"):
+        if figs["copy"].get(d):
+            prof[d + "_gbps"] = figs["copy"][d]
+            prof["sources"][d + "_gbps"] = "ferry-cuda-peak --size 1G (pinned)"
     if not prof["sources"]:
         return None, figs
     path = os.path.join(mode.out, "13b-profile-%s.json" % tag)
@@ -729,7 +755,7 @@ def drive(mode, deadline, baseline_mib=None, context_mib=None, progress=None):
     adam8 = ["--grad", "fp32", "--state-dtype", "int8", "--master", "bf16"]
     # run 1: llama-2-13b (the smoke: the tiny model), int8 states, bf16 master
     model1 = "llama-2-13b" if mode.gpu else mode.model_json("13b-run1", SMOKE_MODEL)
-    prof, fig["profile1"] = measure_profile(mode, adam8, deadline, "int8")
+    prof, fig["profile1"] = measure_profile(mode, model1, adam8, deadline, "int8")
     p1 = plan_run(mode, "run1", model1, int8, prof)
     fig["run1"] = {"model": "llama-2-13b" if mode.gpu else "llama-tiny shape", "plan": p1}
     note(fig, "run 1 planned")
@@ -761,8 +787,9 @@ def drive(mode, deadline, baseline_mib=None, context_mib=None, progress=None):
     note(fig, "llama-1b pair ended")
     # run 2: llama-2-7b with fp32 states, or as many of its layers as fit
     base = LLAMA_2_7B if mode.gpu else dict(SMOKE_MODEL, num_hidden_layers=8)
-    prof2, fig["profile2"] = measure_profile(mode, ["--grad", "fp32", "--param-copy", "bf16"],
-                                             deadline, "fp32")
+    prof2, fig["profile2"] = measure_profile(
+        mode, mode.model_json("13b-fp32", base), ["--grad", "fp32", "--param-copy", "bf16"],
+        deadline, "fp32")
     p2, tried = plan_fp32_run(mode, base, prof2, [])
     layers = p2.get("layers")
     fig["run2"] = {"model": ("llama-2-7b" if mode.gpu else "smoke-8") + (

@@ -341,6 +341,7 @@ assert r1["plan"]["host_budget"] == (hb + 1048575) // 1048576 * 1048576 and \
     "--set tiers.host.budget=%d" % r1["plan"]["host_budget"] in r1["command"], r1
 assert r1["startup_s"] == 0 and r1["startup_source"].startswith("first step line"), r1
 assert b["profile1"]["profile"]["device_tflops"] == 800 and r2["model"] == "llama-2-7b", b
+assert b["profile1"]["compute"]["source"].startswith("ferry-cuda-peak --gemm 8192"), b
 assert pr["steps_differing"] == 0 and len(pr["streamed"]["losses"]) == 3, pr
 S = {t["target"].split(": ", 1)[1]: t["met"] for t in d["summary"]["targets"]
      if t["target"].startswith("13b llama-2-13b")}
