@@ -21,6 +21,7 @@ parsed, the figures and the targets' verdicts in DIR/results.json.
 import argparse
 import json
 import os
+import re
 import resource
 import shlex
 import shutil
@@ -53,13 +54,15 @@ TARGETS = {"tflops": 250.0, "step_over_longest": 1.15, "rss_rel": 0.10, "step_re
 # GRACE s between SIGINT (ferry-gpt ends the step, releases the engine,
 # writes the timeline) and SIGKILL.
 RUN1_MAX, PAIR_RESERVE, RUN2_MIN, GRACE = 150, 50, 45, 20
+# ferry-gpt's note at its first step (stderr), kept when a run is cut
+STARTUP_RE = re.compile(r"ferry-gpt: start-up ([0-9.]+) s")
 
 
 class Mode:
     """What differs between the GPU run and the host smoke: programs, device,
     shapes, budgets."""
 
-    def __init__(self, gpu, bindir, root, out, env=None, host_mem=None, steps=4):
+    def __init__(self, gpu, bindir, root, out, env=None, host_mem=None):
         self.gpu = gpu
         self.bindir, self.root, self.out = bindir, root, out
         self.logs = os.path.join(out, "logs")
@@ -68,7 +71,9 @@ class Mode:
         self.device = "cuda" if gpu else "host"
         self.gpt_device = "cuda" if gpu else "cpu"
         self.budget = "22G" if gpu else "64M"
-        self.batch, self.seq, self.steps = (8, 2048, steps) if gpu else (2, 64, steps)
+        self.batch, self.seq = (8, 2048) if gpu else (2, 64)
+        # run 1's steps (the issue's 4), run 2's (3: its start-up is the longer)
+        self.steps, self.steps2 = 4, 3
         # llama-1b streamed against resident: small shapes, 3 steps
         self.pair = {"batch": 2, "seq": 256, "steps": 3, "gpu_budget": "24G",
                      "stream_gpu_budget": "8G", "host_budget": "24G"} if gpu else \
@@ -80,9 +85,13 @@ class Mode:
         self.cache = {}  # the GEMM peak and copy bandwidths, measured once
         self.progs = {}  # a program's path other than bindir/NAME
         self.data = os.path.join(root, "docs/FERRY-GPT.md")
-        self.meminfo = read_meminfo()
-        if host_mem:  # the smoke's stand-in for a smaller machine
-            self.meminfo = {"MemTotal": host_mem, "MemAvailable": host_mem}
+        self.host_mem = host_mem  # the smoke's stand-in for a smaller machine
+        self.refresh()
+
+    def refresh(self):
+        """The RAM: /proc/meminfo now (a run's memory is back once it ended)."""
+        self.meminfo = {"MemTotal": self.host_mem, "MemAvailable": self.host_mem} \
+            if self.host_mem else read_meminfo()
 
     def prog(self, name):
         return self.progs.get(name) or os.path.join(self.bindir, name)
@@ -583,10 +592,13 @@ def run_figures(res, tokens_per_step, n_params, trace, samples, baseline_mib, wa
     # launch to the first step: ferry-gpt's own startup_seconds when it
     # prints one, else the first step line's time less that step's length
     su = next((o["startup_seconds"] for o in objs if "startup_seconds" in o), None)
+    note = next((float(m.group(1)) for m in map(STARTUP_RE.search, out.splitlines()) if m), None)
     wins = step_windows(steps, tokens_per_step)
     fig["first_step_line_s"] = steps[0]["_t"] if steps else None
     if su is not None:
         fig["startup_s"], fig["startup_source"] = su, "ferry-gpt startup_seconds"
+    elif note is not None:
+        fig["startup_s"], fig["startup_source"] = note, "ferry-gpt's start-up note"
     elif wins and wins[0]:
         fig["startup_s"] = max(wins[0][0], 0.0)
         fig["startup_source"] = "first step line - its length"
@@ -683,11 +695,11 @@ def gpt_cmd(mode, model, cfg, plan, steps, batch, seq, timeline):
     return cmd
 
 
-def train_run(mode, tag, model, plan, limit, baseline_mib, context_mib):
+def train_run(mode, tag, model, plan, steps, limit, baseline_mib, context_mib):
     timeline = os.path.join(mode.out, "13b-%s.trace.json" % tag)
     if os.path.exists(timeline):
         os.remove(timeline)
-    cmd = gpt_cmd(mode, model, plan["config"], plan, mode.steps, mode.batch, mode.seq, timeline)
+    cmd = gpt_cmd(mode, model, plan["config"], plan, steps, mode.batch, mode.seq, timeline)
     sampler = GpuSampler() if mode.gpu else None
     res = run_stream(cmd, limit, mode.log("13b-" + tag), env=mode.env, cwd=mode.root)
     samples = sampler.stop() if sampler else []
@@ -699,7 +711,7 @@ def train_run(mode, tag, model, plan, limit, baseline_mib, context_mib):
         except (OSError, ValueError):
             trace = None
     fig = run_figures(res, mode.batch * mode.seq, plan.get("params"), trace, samples,
-                      baseline_mib, mode.steps)
+                      baseline_mib, steps)
     fig["timeline"] = timeline if trace else None
     if fig["device_peak_mib"] is not None and context_mib is not None:
         fig["allowed_mib"] = gc.parse_size_mib(mode.budget) + context_mib
@@ -743,23 +755,16 @@ def pair_run(mode, deadline):
     return fig
 
 
-def drive(mode, deadline, baseline_mib=None, context_mib=None, progress=None):
-    """The part's work in order: run 1, the llama-1b pair, run 2. Returns
-    (figures, reasons it failed)."""
-    note = progress or (lambda fig, what: None)
-    fig = {"machine": machine(mode), "device": mode.device, "budget": mode.budget, "batch": mode.batch, "seq": mode.seq,
-           "steps": mode.steps, "context_mib": context_mib, "baseline_mib": baseline_mib,
-           "targets": TARGETS}
-    why = []
-    int8 = ["--state-dtype", "int8", "--master", "bf16"]
-    adam8 = ["--grad", "fp32", "--state-dtype", "int8", "--master", "bf16"]
-    # run 1: llama-2-13b (the smoke: the tiny model), int8 states, bf16 master
-    model1 = "llama-2-13b" if mode.gpu else mode.model_json("13b-run1", SMOKE_MODEL)
-    prof, fig["profile1"] = measure_profile(mode, model1, adam8, deadline, "int8")
-    p1 = plan_run(mode, "run1", model1, int8, prof)
-    fig["run1"] = {"model": "llama-2-13b" if mode.gpu else "llama-tiny shape", "plan": p1}
-    note(fig, "run 1 planned")
-    ok, w = fits_machine(mode, p1)
+def stage_run1(mode, fig, why, deadline, baseline_mib, context_mib):
+    """Run 1: llama-2-13b (the smoke: the tiny model), int8 states, a bf16
+    master, at most RUN1_MAX s, leaving the pair's and run 2's shares."""
+    model = "llama-2-13b" if mode.gpu else mode.model_json("13b-run1", SMOKE_MODEL)
+    prof, fig["profile1"] = measure_profile(
+        mode, model, ["--grad", "fp32", "--state-dtype", "int8", "--master", "bf16"], deadline,
+        "int8")
+    plan = plan_run(mode, "run1", model, ["--state-dtype", "int8", "--master", "bf16"], prof)
+    fig["run1"] = {"model": "llama-2-13b" if mode.gpu else "llama-tiny shape", "plan": plan}
+    ok, w = fits_machine(mode, plan)
     left = deadline - time.time()
     if not ok:
         why.append("run 1 not run: " + w)
@@ -767,46 +772,67 @@ def drive(mode, deadline, baseline_mib=None, context_mib=None, progress=None):
         why.append("run 1: out of the part's time")
     else:
         limit = min(RUN1_MAX, left - PAIR_RESERVE - RUN2_MIN) if mode.gpu else left / 3
-        fig["run1"].update(train_run(mode, "run1", model1, p1, max(limit, 30), baseline_mib,
-                                     context_mib))
+        fig["run1"].update(train_run(mode, "run1", model, plan, mode.steps, max(limit, 30),
+                                     baseline_mib, context_mib))
         if not fig["run1"]["ok"]:
             why.append("run 1 (%s) did not give its %d steps (figures.run1.tail)" % (
                 fig["run1"]["model"], mode.steps))
-    note(fig, "run 1 ended")
-    # the llama-1b pair
+
+
+def stage_pair(mode, fig, why, deadline):
     left = deadline - time.time()
-    if left > 25:
-        fig["pair"] = pair_run(mode, time.time() + min(PAIR_RESERVE if mode.gpu else left / 2,
-                                                       left - 10))
-        if fig["pair"]["steps_differing"] != 0:
-            why.append("llama-1b streamed vs resident: %s" % (
-                "losses differ" if fig["pair"]["steps_differing"] else "a run failed"))
-    else:
+    if left <= 25:
         fig["pair"] = {"why": "out of the part's time"}
         why.append("llama-1b pair: out of the part's time")
-    note(fig, "llama-1b pair ended")
-    # run 2: llama-2-7b with fp32 states, or as many of its layers as fit
+        return
+    fig["pair"] = pair_run(mode, time.time() + min(PAIR_RESERVE if mode.gpu else left / 2,
+                                                   left - 10))
+    if fig["pair"]["steps_differing"] != 0:
+        why.append("llama-1b streamed vs resident: %s" % (
+            "losses differ" if fig["pair"]["steps_differing"] else "a run failed"))
+
+
+def stage_run2(mode, fig, why, deadline, baseline_mib, context_mib):
+    """Run 2: llama-2-7b (the smoke: 8 tiny layers) with fp32 states, or as
+    many of its layers as the RAM available now holds."""
     base = LLAMA_2_7B if mode.gpu else dict(SMOKE_MODEL, num_hidden_layers=8)
-    prof2, fig["profile2"] = measure_profile(
+    mode.refresh()
+    prof, fig["profile2"] = measure_profile(
         mode, mode.model_json("13b-fp32", base), ["--grad", "fp32", "--param-copy", "bf16"],
         deadline, "fp32")
-    p2, tried = plan_fp32_run(mode, base, prof2, [])
-    layers = p2.get("layers")
+    plan, tried = plan_fp32_run(mode, base, prof, [])
+    L, L0 = plan.get("layers"), base["num_hidden_layers"]
     fig["run2"] = {"model": ("llama-2-7b" if mode.gpu else "smoke-8") + (
-        "" if layers == base["num_hidden_layers"] else " (%s of %d layers)" % (
-            layers, base["num_hidden_layers"])), "plan": p2, "layer_tries": tried}
-    ok, w = fits_machine(mode, p2)
+        " (%d of %d layers)" % (L, L0) if L and L != L0 else ""), "plan": plan,
+        "layer_tries": tried, "machine": machine(mode)}
+    ok, w = fits_machine(mode, plan)
     left = deadline - time.time()
     if not ok:
         why.append("run 2 not run: " + w)
     elif left < 30:
         why.append("run 2: out of the part's time")
     else:
-        fig["run2"].update(train_run(mode, "run2", p2["model"], p2, left - 2, baseline_mib,
-                                     context_mib))
+        fig["run2"].update(train_run(mode, "run2", plan["model"], plan, mode.steps2, left - 2,
+                                     baseline_mib, context_mib))
         if not fig["run2"]["ok"]:
             why.append("run 2 (%s) did not give its %d steps (figures.run2.tail)" % (
-                fig["run2"]["model"], mode.steps))
+                fig["run2"]["model"], mode.steps2))
+
+
+def drive(mode, deadline, baseline_mib=None, context_mib=None, progress=None):
+    """The part's work in order: run 1, the llama-1b pair, run 2, each
+    recorded through progress(figures, what) as it ends. Returns (figures,
+    reasons it failed)."""
+    note = progress or (lambda fig, what: None)
+    fig = {"machine": machine(mode), "device": mode.device, "budget": mode.budget,
+           "batch": mode.batch, "seq": mode.seq, "steps": mode.steps, "steps2": mode.steps2,
+           "context_mib": context_mib, "baseline_mib": baseline_mib, "targets": TARGETS}
+    why = []
+    stage_run1(mode, fig, why, deadline, baseline_mib, context_mib)
+    note(fig, "run 1 ended")
+    stage_pair(mode, fig, why, deadline)
+    note(fig, "llama-1b pair ended")
+    stage_run2(mode, fig, why, deadline, baseline_mib, context_mib)
     return fig, why
 
 
@@ -886,6 +912,10 @@ def selftest():
     assert f["ok"] and f["losses"] == [2.5, 2.25, 2.0], f
     assert f["step_seconds_each"] == [2.0, 1.0, 2.0] and f["step_seconds"] == 2.0, f
     assert f["model_tflops"] == 6e9 * 200 / 2.0 / 1e12 and f["tokens_per_s"] == 100, f
+    res2 = dict(res, lines=[(1.0, "ferry-gpt: start-up 2.50 s (from the launch to the first "
+                                  "step)")] + lines[:2])
+    g2 = run_figures(res2, 200, 1e9, None, [], None, 3)
+    assert g2["startup_s"] == 2.5 and not g2["ok"] and g2["rss_bytes"] == 900, g2
     assert f["startup_s"] == 3.0 and f["rss_bytes"] == 1000 and f["device_peak_mib"] == 600, f
     assert abs(f["per_step"][0]["ratio"] - 1.0 / 0.6) < 1e-9, f["per_step"]
     assert abs(f["per_step"][1]["compute"] - 1.5) < 1e-9, f["per_step"]  # 75% of 2 s

@@ -50,7 +50,7 @@ def main(root, ferry, gpt, scratch):
     assert rc == 0 and d["status"] == "pass", d.get("reason")
     f = d["figures"]
     check_run(f["run1"], f["steps"])
-    check_run(f["run2"], f["steps"])
+    check_run(f["run2"], f["steps2"])
     with open(f["run1"]["plan"]["config"]) as cf:
         cfg = cf.read()
     for want in ('state_dtype = "int8"', 'master = "bf16"', 'clip_grad_norm = 0;'):
@@ -73,7 +73,7 @@ def main(root, ferry, gpt, scratch):
     tries = f2["run2"]["layer_tries"]
     assert tries[0] == {"layers": 8, "fits": False, "why": tries[0]["why"]}, tries
     assert "90% of the" in tries[0]["why"] and any(t["layers"] == L and t["fits"] for t in tries)
-    check_run(f2["run2"], f2["steps"])
+    check_run(f2["run2"], f2["steps2"])
     print("tools.gpucheck_13b: ok")
     return 0
 
