@@ -7,7 +7,8 @@ drops layers. Checked: the plans (zero3-offload, the host budget passed to
 ferry-gpt, the engine config ferry plan wrote), ferry-gpt's steps, losses and
 RSS parsed, the timeline's per-step lanes, the figures, the streamed and
 resident losses equal, and every summary row judged where the host backend
-measures it.
+measures it. Last a run past its time limit: stopped by SIGINT, the steps it
+gave and its timeline are still read.
 
   gpucheck_13b_test.py ROOT FERRY FERRY_GPT SCRATCH
 """
@@ -45,6 +46,29 @@ def check_run(r, steps):
     assert r["device_peak_mib"] is None, r  # no nvidia-smi on the host backend
 
 
+def cut(root, gpt, out):
+    """A run past its limit: SIGINT at limit - grace, ferry-gpt ends the step
+    in progress and writes the timeline; the figures hold the steps it gave."""
+    sys.path.insert(0, os.path.join(root, "tools"))
+    import gpucheck_13b as g
+    tl = os.path.join(out, "cut.trace.json")
+    cfg = os.path.join(out, "13b-run1.cfg")
+    cmd = [gpt, "train", "--model", os.path.join(out, "13b-run1.model.json"), "--data",
+           os.path.join(root, "docs/FERRY-GPT.md"), "--steps", "100000", "--batch", "2", "--seq",
+           "64", "--device", "cpu", "--engine", cfg, "--json", "--set", "device=host",
+           "--set", "tiers.host.pinned=false", "--set", "placement.params=host",
+           "--set", "timeline=" + tl]
+    res = g.run_stream(cmd, 6, os.path.join(out, "logs", "cut.log"), grace=3)
+    assert res["interrupted"] and not res["killed"] and res["rc"] == 130, res["rc"]
+    with open(tl) as f:
+        trace = json.load(f)
+    fig = g.run_figures(res, 128, 973184, trace, [], None, 100000)
+    n = fig["steps_done"]
+    assert 2 <= n < 100000 and not fig["ok"] and fig["step_seconds"] > 0, fig
+    assert fig["timeline_steps"] >= n and len(fig["per_step"]) >= n - 1, fig
+    assert fig["rss_bytes"] > 0 and fig["tail"], fig
+
+
 def main(root, ferry, gpt, scratch):
     d, rc = smoke(root, ferry, gpt, os.path.join(scratch, "ram"))
     assert rc == 0 and d["status"] == "pass", d.get("reason")
@@ -74,6 +98,7 @@ def main(root, ferry, gpt, scratch):
     assert tries[0] == {"layers": 8, "fits": False, "why": tries[0]["why"]}, tries
     assert "90% of the" in tries[0]["why"] and any(t["layers"] == L and t["fits"] for t in tries)
     check_run(f2["run2"], f2["steps2"])
+    cut(root, gpt, os.path.join(scratch, "ram"))
     print("tools.gpucheck_13b: ok")
     return 0
 
