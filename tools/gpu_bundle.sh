@@ -2,7 +2,9 @@
 # tools/gpu_bundle.sh — builds ferry Release with CUDA (build-gpu/) and
 # gathers into gpucheck/ what tools/gpu_check.sh runs on a machine with a GPU
 # but none of ferry's build dependencies: the programs (ferry, ferry-gpt,
-# ferry-cuda-peak, minimal_loop, and ferry-gpt-attn where it is built) and
+# ferry-cuda-peak, minimal_loop, and ferry-gpt-attn where it is built; the
+# part 13b needs no more: ferry plan, bench adam and bench compute, ferry-gpt,
+# ferry-cuda-peak, and the repository's docs/ and examples/configs/) and
 # ferry-gpt's CUDA model module
 # (lib/libferry-gpt-cuda.so), every test program with a manifest of the
 # test commands (gpucheck/tests.json, made from ctest by tools/gpucheck.py;
