@@ -341,6 +341,11 @@ def plan_run(mode, name, model, extra, profile, batch=None, seq=None):
                       "13b-plan-%s-ram" % name)
     rec["commands"].append(shlex.join(plan_cmd(mode, model, batch, seq, extra, profile=profile)))
     c0 = candidate(p0)
+    if not c0 and profile:  # a profile plan refuses: plan on its defaults, say so
+        rec["profile_refused"] = gc.tail(r0["output"], 3)
+        profile = None
+        p0, r0 = run_plan(mode, plan_cmd(mode, model, batch, seq, extra), "13b-plan-%s-ram" % name)
+        c0 = candidate(p0)
     if not c0:
         rec.update(fits=False, why="ferry plan failed: " + gc.tail(r0["output"], 3))
         return rec
@@ -620,8 +625,8 @@ def run_figures(res, tokens_per_step, n_params, trace, samples, baseline_mib, wa
         if k < len(per):
             row.update(per[k]["busy_s"], timeline_s=per[k]["seconds"])
         c = compute_busy(samples, res["t0"], wins[k] if k < len(wins) else None)
-        if c is not None:
-            row["compute"] = c
+        if c is not None and "compute" not in row:  # a timeline's compute lane first
+            row["compute"], row["compute_from"] = c, "nvidia-smi utilization.gpu"
         row["step_s"] = row.get("timeline_s") or (secs[k] if k < len(secs) else None)
         comp = {n: row[n] for n in ("compute", "h2d", "d2h", "cpu_adam", "nvme_read",
                                     "nvme_write") if row.get(n)}
@@ -692,7 +697,16 @@ def gpt_cmd(mode, model, cfg, plan, steps, batch, seq, timeline):
            "--set", "tiers.host.budget=%d" % plan["host_budget"], "--set", "timeline=" + timeline]
     if not mode.gpu:  # the host backend: nothing to pin (plan writes pinned = true)
         cmd += ["--set", "device=host", "--set", "tiers.host.pinned=false"]
+    elif not memlock_allows(plan["host_budget"]):  # a run on pageable memory, not none
+        cmd += ["--set", "tiers.host.memlock_fallback=pageable"]
     return cmd
+
+
+def memlock_allows(nbytes):
+    """Whether RLIMIT_MEMLOCK's hard limit (raise_memlock lifts the soft one
+    to it) lets nbytes and 1 GiB more be pinned."""
+    _, hard = resource.getrlimit(resource.RLIMIT_MEMLOCK)
+    return hard == resource.RLIM_INFINITY or hard >= nbytes + GIB
 
 
 def train_run(mode, tag, model, plan, steps, limit, baseline_mib, context_mib):
@@ -713,6 +727,8 @@ def train_run(mode, tag, model, plan, steps, limit, baseline_mib, context_mib):
     fig = run_figures(res, mode.batch * mode.seq, plan.get("params"), trace, samples,
                       baseline_mib, steps)
     fig["timeline"] = timeline if trace else None
+    if "tiers.host.memlock_fallback=pageable" in cmd:
+        fig["note"] = "RLIMIT_MEMLOCK's hard limit is below the host budget: pageable memory"
     if fig["device_peak_mib"] is not None and context_mib is not None:
         fig["allowed_mib"] = gc.parse_size_mib(mode.budget) + context_mib
     return fig
