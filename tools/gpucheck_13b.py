@@ -393,7 +393,7 @@ def plan_fp32_run(mode, base, profile, extra):
 
     def at(L):
         cfg = mode.model_json("13b-fp32-L%d" % L, dict(base, num_hidden_layers=L))
-        rec = plan_run(mode, "fp32", cfg, extra, profile)
+        rec = plan_run(mode, "fp32-L%d" % L, cfg, extra, profile)
         ok, why = fits_machine(mode, rec)
         tried.append({"layers": L, "fits": ok, "why": why})
         rec.update(layers=L, layers_of=L0)
@@ -508,12 +508,10 @@ def trace_steps(trace):
         return []
     lanes = {}
     for tid, v in spans.items():
-        n = names.get(tid, str(tid))
-        key = "cpu_adam" if n.startswith("optimizer") else {
-            "H2D": "h2d", "D2H": "d2h", "NVMe read": "nvme_read", "NVMe write": "nvme_write",
-            "compute": "compute", "step": "step"}.get(n)
-        if key:
-            lanes.setdefault(key, []).extend((a, b) for a, b, _ in v)
+        for a, b, nm in v:
+            key = span_component(names.get(tid, str(tid)), nm)
+            if key:
+                lanes.setdefault(key, []).append((a, b))
     ends = sorted(b for tid, v in spans.items() if names.get(tid) == "step"
                   for a, b, nm in v if nm == "ferry_step")
     start = min(a for v in spans.values() for a, _, _ in v)
@@ -521,11 +519,23 @@ def trace_steps(trace):
     for hi in ends:
         row = {"seconds": hi - lo, "busy_s": {}}
         for key, v in lanes.items():
-            if key != "step":
-                row["busy_s"][key] = union_within(v, lo, hi)
+            row["busy_s"][key] = union_within(v, lo, hi)
         out.append(row)
         lo = hi
     return out
+
+
+def span_component(lane, name):
+    """The component a timeline span counts in: on an "optimizer k" lane the
+    update ("optimizer": cpu_adam) or a grad accumulation; H2D's copies (not
+    the stepper's "params enqueue", host time); D2H, NVMe, compute."""
+    if lane.startswith("optimizer"):
+        return "cpu_adam" if name == "optimizer" else \
+            "accumulate" if name.startswith("accumulate") else None
+    if lane == "H2D":
+        return None if name == "params enqueue" else "h2d"
+    return {"D2H": "d2h", "NVMe read": "nvme_read", "NVMe write": "nvme_write",
+            "compute": "compute"}.get(lane)
 
 
 def union_within(spans, lo, hi):
@@ -628,8 +638,8 @@ def run_figures(res, tokens_per_step, n_params, trace, samples, baseline_mib, wa
         if c is not None and "compute" not in row:  # a timeline's compute lane first
             row["compute"], row["compute_from"] = c, "nvidia-smi utilization.gpu"
         row["step_s"] = row.get("timeline_s") or (secs[k] if k < len(secs) else None)
-        comp = {n: row[n] for n in ("compute", "h2d", "d2h", "cpu_adam", "nvme_read",
-                                    "nvme_write") if row.get(n)}
+        comp = {n: row[n] for n in ("compute", "h2d", "d2h", "cpu_adam", "accumulate",
+                                    "nvme_read", "nvme_write") if row.get(n)}
         if comp and row["step_s"]:
             row["longest"] = max(comp, key=comp.get)
             row["ratio"] = row["step_s"] / comp[row["longest"]]
@@ -637,7 +647,7 @@ def run_figures(res, tokens_per_step, n_params, trace, samples, baseline_mib, wa
     fig["per_step"] = rows
     ratios = [r["ratio"] for r in rows if r.get("ratio")]
     fig["step_over_longest_max"] = max(ratios) if ratios else None
-    for n in ("compute", "h2d", "d2h", "cpu_adam"):
+    for n in ("compute", "h2d", "d2h", "cpu_adam", "accumulate"):
         v = [r[n] for r in rows if r.get(n) is not None]
         fig[n + "_busy_s"] = gc.median(v) if v else None
     fig["ok"] = res["rc"] == 0 and len(steps) == want_steps
@@ -911,11 +921,14 @@ def selftest():
           {"ph": "X", "tid": 1, "ts": 12e5, "dur": 4e5, "name": "H2D"},
           {"ph": "X", "tid": 1, "ts": 14e5, "dur": 4e5, "name": "H2D"},
           {"ph": "X", "tid": 6, "ts": 15e5, "dur": 2e5, "name": "optimizer"},
-          {"ph": "X", "tid": 7, "ts": 16e5, "dur": 2e5, "name": "optimizer"}]
+          {"ph": "X", "tid": 7, "ts": 16e5, "dur": 2e5, "name": "optimizer"},
+          {"ph": "X", "tid": 7, "ts": 11e5, "dur": 1e5, "name": "accumulate"},
+          {"ph": "X", "tid": 1, "ts": 10e5, "dur": 2e5, "name": "params enqueue"}]
     per = trace_steps({"traceEvents": ev})
     assert len(per) == 2 and abs(per[1]["seconds"] - 1.0) < 1e-9, per
     assert abs(per[1]["busy_s"]["h2d"] - 0.6) < 1e-9, per
     assert abs(per[1]["busy_s"]["cpu_adam"] - 0.3) < 1e-9, per
+    assert abs(per[1]["busy_s"]["accumulate"] - 0.1) < 1e-9, per
     assert union_within([(0, 2), (1, 3)], 1.5, 2.5) == 1.0
     lines = [(5.0, '{"step": 1, "loss": 2.5, "tokens_per_s": 100}'), (6.0, "noise"),
              (7.0, '{"step": 2, "loss": 2.25, "tokens_per_s": 200}'),
