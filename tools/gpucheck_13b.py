@@ -124,8 +124,8 @@ def read_meminfo():
 
 
 def raise_memlock():
-    """In the child: RLIMIT_MEMLOCK's soft limit up to the hard one (the
-    pinned host tier needs it)."""
+    """RLIMIT_MEMLOCK's soft limit up to the hard one, in this process, so
+    that the programs it starts inherit it (the pinned host tier needs it)."""
     try:
         _, hard = resource.getrlimit(resource.RLIMIT_MEMLOCK)
         resource.setrlimit(resource.RLIMIT_MEMLOCK, (hard, hard))
@@ -233,7 +233,7 @@ def run_stream(cmd, limit, log, env=None, cwd=None, grace=GRACE):
            "killed": False, "hwm_bytes": None, "t0": t0}
     try:
         p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env,
-                             cwd=cwd, start_new_session=True, preexec_fn=raise_memlock)
+                             cwd=cwd, start_new_session=True)
     except OSError as e:
         res["error"] = "cannot run %s: %s" % (cmd[0], e)
         res["wall_s"] = 0.0
@@ -713,8 +713,8 @@ def gpt_cmd(mode, model, cfg, plan, steps, batch, seq, timeline):
 
 
 def memlock_allows(nbytes):
-    """Whether RLIMIT_MEMLOCK's hard limit (raise_memlock lifts the soft one
-    to it) lets nbytes and 1 GiB more be pinned."""
+    """Whether RLIMIT_MEMLOCK's hard limit (drive's raise_memlock lifts the
+    soft one to it) lets nbytes and 1 GiB more be pinned."""
     _, hard = resource.getrlimit(resource.RLIMIT_MEMLOCK)
     return hard == resource.RLIM_INFINITY or hard >= nbytes + GIB
 
@@ -850,6 +850,7 @@ def drive(mode, deadline, baseline_mib=None, context_mib=None, progress=None):
     recorded through progress(figures, what) as it ends. Returns (figures,
     reasons it failed)."""
     note = progress or (lambda fig, what: None)
+    raise_memlock()
     fig = {"machine": machine(mode), "device": mode.device, "budget": mode.budget,
            "batch": mode.batch, "seq": mode.seq, "steps": mode.steps, "steps2": mode.steps2,
            "context_mib": context_mib, "baseline_mib": baseline_mib, "targets": TARGETS}
