@@ -622,6 +622,10 @@ def run_figures(res, tokens_per_step, n_params, trace, samples, baseline_mib, wa
     fig["rss_bytes"] = final.get("rss_bytes") or final.get("peak_rss_bytes") or res["hwm_bytes"]
     fig["rss_source"] = "ferry-gpt rss_bytes (VmHWM)" if final.get("rss_bytes") else \
         "VmHWM sampled" if res["hwm_bytes"] else None
+    # the engine's own figures: tier peaks, bytes moved, the time steps waited
+    fig["engine_peak_bytes"] = final.get("peak_bytes") or (steps[-1].get("peak_bytes")
+                                                           if steps else None)
+    fig["bytes_moved"], fig["stall_pct"] = final.get("bytes_moved"), final.get("stall_pct")
     mems = [m for _, m, _ in samples]
     fig["device_peak_mib"] = max(mems) - baseline_mib if mems and baseline_mib is not None \
         else None
