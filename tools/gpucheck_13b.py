@@ -758,6 +758,7 @@ def pair_run(mode, deadline):
             str(pr["steps"]), "--batch", str(pr["batch"]), "--seq", str(pr["seq"]), "--seed", "1",
             "--device", mode.gpt_device, "--engine",
             os.path.join(mode.root, "examples/configs/resident.cfg"), "--json",
+            "--set", "device=" + mode.device,
             "--set", "tiers.host.pinned=" + ("true" if mode.gpu else "false")]
     runs = {"resident": base + ["--set", "tiers.gpu.budget=" + pr["gpu_budget"]],
             "streamed": base + ["--set", "tiers.gpu.budget=" + pr["stream_gpu_budget"],
