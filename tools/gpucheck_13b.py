@@ -2,12 +2,12 @@
 """tools/gpucheck_13b.py — the GPU check's part 13b (tools/gpucheck.py runs
 it): ferry-gpt trains llama-2-13b on cuda held to tiers.gpu.budget = 22G
 with the params and the optimizer state in host RAM (int8 states, a bf16
-master), then llama-2-7b with fp32 states (or the most layers of it the
-machine's RAM holds), then llama-1b streamed against resident, whose losses
-must be equal bit for bit. Each run is planned first by `ferry plan` (the
+master), then llama-1b streamed against resident, whose losses must be
+equal bit for bit, then llama-2-7b with fp32 states (or the most layers of
+it the RAM holds). Each training run is planned first by `ferry plan` (the
 placement zero3-offload, the host budget it needs, the step time and peak
-RSS it predicts from this machine's measured GEMM peak, copy bandwidths and
-CPU AdamW), and its figures are judged against the issue's targets: model
+RSS it predicts from this machine's measured compute rate, copy bandwidths
+and CPU AdamW), and its figures are judged against the issue's targets: model
 TFLOPS (6 N tokens / step time), each step against its longest component
 (compute from nvidia-smi's utilization.gpu, H2D, D2H and the CPU AdamW from
 the engine's timeline), device peak against the budget plus the context,
