@@ -29,9 +29,9 @@
 #               torch's SDPA at T 2048, head dim 64 and 128
 #   13b        [300] ferry-gpt llama-2-13b on cuda, tiers.gpu.budget 22G, params
 #               and optimizer in host RAM (int8 states, bf16 master), batch 8 x
-#               seq 2048, 4 steps; llama-2-7b fp32 states (fewer layers when
-#               RAM is short); llama-1b streamed vs resident (losses bit for
-#               bit): model TFLOPS, step vs its longest component (timeline,
+#               seq 2048, 4 steps; llama-1b streamed vs resident (losses bit
+#               for bit); llama-2-7b fp32 states (fewer layers when RAM is
+#               short): model TFLOPS, step vs its longest component (timeline,
 #               nvidia-smi), device peak, RSS and step time vs ferry plan,
 #               launch to first step
 #   tests_rest [400] the rest of the test list, as time allows
