@@ -86,6 +86,8 @@ ferry_plan_bandwidth ferry_plan_bandwidth_default(void);
 /* The profile key of bit b and its default's justification. */
 const char *ferry_plan_bandwidth_key(unsigned bit);
 const char *ferry_plan_bandwidth_source(unsigned bit);
+/* The figure of bit b in *bw (0 for an unknown bit). */
+double ferry_plan_bandwidth_value(const ferry_plan_bandwidth *bw, unsigned bit);
 /* Reads a profile (docs/PLANNING.md, "Profile file") over *bw. Unknown keys,
  * wrong types and values <= 0 are refused with the key named. */
 int ferry_plan_profile_parse(const char *text, size_t len, const char *name,
