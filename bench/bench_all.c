@@ -43,8 +43,8 @@ static void usage(FILE *f) {
              "                      --steps 5\n"
              "  5. ferry bench copy --device KIND --size COPY-SIZE --iters 5\n"
              "                      (H2D, D2H, and both at once)\n"
-             "  6. ferry bench compute --device KIND --model M --seq SEQ --iters 3\n"
-             "                      (SEQ 1024, 256 with --quick)\n"
+             "  6. ferry bench compute --device KIND --model M --seq SEQ --iters N\n"
+             "                      (SEQ 1024 and N 3; 128 and 1 with --quick)\n"
              "\n"
              "and writes these profile keys (GB/s = 1e9 bytes per second):\n"
              "\n"
@@ -70,7 +70,7 @@ static void usage(FILE *f) {
              "  --path DIR          folder for the I/O benchmark's file (required); put it on\n"
              "                      the drive the NVMe tier will use\n"
              "  --quick             smaller runs for a smoke test: I/O 256M, 16M params,\n"
-             "                      3 steps, copies of 64M, 3 iterations\n"
+             "                      3 steps, copies of 64M, 3 iterations, GEMMs at seq 128\n"
              "  --profile-out FILE  where to write the profile (default ferry-profile.json\n"
              "                      in the current directory); written whole, then renamed\n"
              "  --device KIND       backend of the copy benchmark (default auto: cuda when a\n"
@@ -254,8 +254,9 @@ static void step_argv(int s, const options *o, step_args *sa) {
                           sa->steps,  "--json",      NULL};
   const char *copy[] = {"copy",    "--device", o->device, "--size", o->copy_size,
                         "--iters", sa->iters,  "--json",  NULL};
-  const char *compute[] = {"compute", "--device", o->device,    "--model", o->model, "--seq",
-                           o->quick ? "256" : "1024", "--iters", "3", "--json", NULL};
+  const char *compute[] = {"compute", "--device", o->device, "--model", o->model, "--seq",
+                           o->quick ? "128" : "1024", "--iters", o->quick ? "1" : "3", "--json",
+                           NULL};
   const char *const *w = s <= ST_IO_WRITE   ? io
                          : s == ST_ADAM_F32 ? adam32
                          : s == ST_ADAM_F16 ? adam16
@@ -342,8 +343,9 @@ static void take_compute(const options *o, const char *out, step_result *r) {
            "TFLOP/s%s, fp32 %.4g TFLOP/s", dev, o->model, num(v, "tokens"), r->gbps[0],
            host ? " (fp32)" : " bf16", r->gbps[1]);
   snprintf(r->source, sizeof r->source,
-           "ferry bench compute --device %s --model %s --seq %s --iters 3: %s, the step's GEMM "
-           "FLOPs over their time%s", o->device, o->model, o->quick ? "256" : "1024", dev,
+           "ferry bench compute --device %s --model %s --seq %s --iters %s: %s, the step's GEMM "
+           "FLOPs over their time%s", o->device, o->model, o->quick ? "128" : "1024",
+           o->quick ? "1" : "3", dev,
            host ? "; the host computes in fp32" : "");
   r->ok = v != NULL;
   ferry_json_free(v);

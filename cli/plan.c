@@ -420,7 +420,7 @@ static int write_svg(const char *path, const ferry_plan_input *in, const ferry_p
 
 /* dist: also write dist.zero_stage (ranks, or --zero-stage given). */
 static int write_config(const char *path, const ferry_plan_input *in, const ferry_plan_result *r,
-                        const char *nvme_path, int dist) {
+                        const char *nvme_path, int dist, uint64_t memlock) {
   if (r->recommended < 0) {
     fprintf(stderr, "ferry plan: --write-config %s: not written, no placement fits\n", path);
     return -1;
@@ -449,12 +449,17 @@ static int write_config(const char *path, const ferry_plan_input *in, const ferr
   snprintf(block, sizeof block, "%lld", (long long)(in->state_block ? in->state_block : 256));
   snprintf(accum, sizeof accum, "%lld", (long long)in->grad_accumulation);
   snprintf(clip, sizeof clip, "%.9g", in->clip_grad_norm);
+  /* pinning only where it helps and the limit allows it: the host backend
+   * copies with memcpy, and a pinned pool above RLIMIT_MEMLOCK is refused */
+  uint64_t pin_need = r->cand[r->recommended].pinned_bytes;
+  int host_dev = in->device == FERRY_PLAN_DEV_HOST, pinned = !host_dev && pin_need <= memlock;
   struct {
     const char *k, *v;
   } sets[] = {
       {"chunk_size", chunk},
       {"tiers.gpu.budget", gpu},
       {"tiers.host.budget", host},
+      {"tiers.host.pinned", pinned ? "true" : "false"},
       {"placement.params", pp},
       {"placement.grads", pg},
       {"placement.optimizer", po},
@@ -483,6 +488,11 @@ static int write_config(const char *path, const ferry_plan_input *in, const ferr
     fprintf(stderr, "ferry plan: --write-config: %s\n", ferry_config_last_error(c));
     rc = -1;
   }
+  if (!rc && !pinned && !host_dev)
+    fprintf(stderr, "ferry plan: note: %s has tiers.host.pinned = false: RLIMIT_MEMLOCK here is "
+                    "%llu bytes, below the %llu the host tier pins; raise `ulimit -l` and set it "
+                    "true for faster copies\n", path, (unsigned long long)memlock,
+            (unsigned long long)pin_need);
   if (!rc && uses_nvme && !nvme_path)
     fprintf(stderr, "ferry plan: note: %s uses NVMe but no --nvme-path was given: set "
                     "tiers.nvme.paths in %s before starting the engine\n", path, path);
@@ -776,14 +786,7 @@ static void print_input(const ferry_plan_input *in, const ferry_plan_result *r,
          in->bw.measured ? "some bandwidths from defaults" : "default bandwidths");
   for (unsigned bit = 1; bit <= FERRY_PLAN_BW_DEVMEM; bit <<= 1) {
     if (in->bw.measured & bit) continue;
-    double v = bit == FERRY_PLAN_BW_H2D          ? in->bw.h2d_gbps
-               : bit == FERRY_PLAN_BW_D2H        ? in->bw.d2h_gbps
-               : bit == FERRY_PLAN_BW_NVME_READ  ? in->bw.nvme_read_gbps
-               : bit == FERRY_PLAN_BW_NVME_WRITE ? in->bw.nvme_write_gbps
-               : bit == FERRY_PLAN_BW_CPU_OPT    ? in->bw.cpu_optimizer_gbps
-               : bit == FERRY_PLAN_BW_TFLOPS     ? in->bw.device_tflops
-               : bit == FERRY_PLAN_BW_TFLOPS32   ? in->bw.device_tflops_fp32
-                                                 : in->bw.device_mem_gbps;
+    double v = ferry_plan_bandwidth_value(&in->bw, bit);
     const char *key = ferry_plan_bandwidth_key(bit);
     const char *src = ferry_plan_bandwidth_source(bit);
     if ((bit == FERRY_PLAN_BW_H2D || bit == FERRY_PLAN_BW_D2H) && hw->pcie_gen)
@@ -968,9 +971,11 @@ static void print_recommended(const ferry_plan_input *in, const ferry_plan_resul
   }
   printf("); compute alone %.3f s\n", c->seconds[FERRY_COMP_COMPUTE]);
   double tok = (double)in->batch * (double)in->seq;
-  printf("  %.0f tokens/s, %.1f TFLOP/s achieved (device_tflops %.1f)", tok / c->step_seconds,
-         c->flops / c->step_seconds / 1e12,
-         in->precision == FERRY_PREC_FP32 ? in->bw.device_tflops_fp32 : in->bw.device_tflops);
+  unsigned bit;
+  double rate = ferry_plan_compute_tflops(in, &bit);
+  printf("  %.0f tokens/s, %.3g TFLOP/s achieved (%s %.3g, %s)", tok / c->step_seconds,
+         c->flops / c->step_seconds / 1e12, ferry_plan_bandwidth_key(bit), rate,
+         in->bw.measured & bit ? "from the profile" : "default");
   if (r->ranks > 1)
     printf(" per rank; %.0f tokens/s over the %d ranks", tok * r->ranks / c->step_seconds,
            r->ranks);
@@ -989,7 +994,10 @@ static void print_recommended(const ferry_plan_input *in, const ferry_plan_resul
            gib(c->comm_param_bytes, d, sizeof d), c->comm_link_gbps, c->comm_seconds,
            100 * c->comm_hidden_fraction, c->comm_exposed_seconds);
   print_footprint(in, r->recommended, c);
-  if (hw->memlock == UINT64_MAX || c->pinned_bytes <= hw->memlock) return;
+  /* the host backend pins nothing (--write-config says pinned = false) */
+  if (in->device == FERRY_PLAN_DEV_HOST || hw->memlock == UINT64_MAX ||
+      c->pinned_bytes <= hw->memlock)
+    return;
   if (hw->host_here)
     printf("  warning: the host tier is pinned (%s) but RLIMIT_MEMLOCK here is %s: raise "
            "`ulimit -l`, or set tiers.host.memlock_fallback = \"pageable\" (slower copies)\n",
@@ -1302,6 +1310,7 @@ static int host_budget(const plan_flags *fl, const ferry_host_info *host, int ha
       return 2;
     }
     in->budget[FERRY_PLAN_HOST] = (uint64_t)((double)h * 0.8);
+    in->host_ram = h / (uint64_t)in->gpus;
     snprintf(hw->text[1], sizeof hw->text[1], "80%% of --host-mem %s (tiers.host.budget default)",
              gib((double)h, a, sizeof a));
     node_share(in, FERRY_PLAN_HOST, hw);
@@ -1364,6 +1373,7 @@ static int machine_budgets(const plan_flags *fl, ferry_plan_input *in, hw_notes 
   if (gpu_budget(fl, in, hw) || host_budget(fl, &host, have_host, in, hw) ||
       nvme_budget(fl, in, hw))
     return 2;
+  if (!in->host_ram && have_host) in->host_ram = host.ram_bytes / (uint64_t)in->gpus;
   return 0;
 }
 
@@ -1470,7 +1480,8 @@ static int plan_largest(const plan_flags *fl, ferry_plan_input *in, hw_notes *hw
   else if (L.params) largest_text(&L, hw);
   else printf("largest    none: not even a dense model of 1,000 parameters fits these budgets\n");
   if (!L.params) return 1;
-  if (fl->cfg_out && write_config(fl->cfg_out, &L.in, &L.fit, fl->nvme_path, plan_dist(fl, in)))
+  if (fl->cfg_out &&
+      write_config(fl->cfg_out, &L.in, &L.fit, fl->nvme_path, plan_dist(fl, in), hw->memlock))
     return 1;
   return 0;
 }
@@ -1495,7 +1506,8 @@ int cli_plan(int argc, char **argv) {
   else print_text(&in, &r, &hw);
   rc = r.recommended >= 0 ? 0 : 1;
   if (fl.cfg_out) {
-    if (write_config(fl.cfg_out, &in, &r, fl.nvme_path, plan_dist(&fl, &in))) rc = rc ? rc : 1;
+    if (write_config(fl.cfg_out, &in, &r, fl.nvme_path, plan_dist(&fl, &in), hw.memlock))
+      rc = rc ? rc : 1;
     else if (!fl.json) printf("engine config for %s written to %s\n",
                               ferry_plan_placement_name(r.recommended), fl.cfg_out);
   }

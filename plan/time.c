@@ -9,6 +9,15 @@
 
 #include <math.h>
 
+/* The compute rate a step runs at: fp32 params, and the host backend's CPU
+ * model (fp32 whatever the params' dtype), at device_tflops_fp32; 16-bit
+ * params on a GPU at device_tflops. */
+double ferry_plan_compute_tflops(const ferry_plan_input *in, unsigned *bit) {
+  int fp32 = in->precision == FERRY_PREC_FP32 || in->device == FERRY_PLAN_DEV_HOST;
+  if (bit) *bit = fp32 ? FERRY_PLAN_BW_TFLOPS32 : FERRY_PLAN_BW_TFLOPS;
+  return fp32 ? in->bw.device_tflops_fp32 : in->bw.device_tflops;
+}
+
 /* Bytes one rank sends per step in ring collectives (docs/PLANNING.md,
  * "Data parallelism"): a reduce-scatter or an all-gather moves (N - 1) / N
  * of its buffer per rank, an all-reduce twice that. Grads go as fp32 (the
@@ -75,8 +84,7 @@ void plan_candidate_time(const ferry_plan_input *in, int p, ferry_plan_candidate
   /* grad in (the accumulator, or the drained 16-bit grads), master r/w,
    * states r/w, param out: ferry_optimizer_bytes_per_param */
   double opt_bytes = ferry_plan_step_bytes_per_param(in, p);
-  double tflops = in->precision == FERRY_PREC_FP32 || in->device == FERRY_PLAN_DEV_HOST
-                      ? in->bw.device_tflops_fp32 : in->bw.device_tflops;
+  double tflops = ferry_plan_compute_tflops(in, NULL);
   if (p == FERRY_PLACE_ZERO_OFFLOAD) c->h2d_bytes = P * pb;
   else if (p != FERRY_PLACE_ALL_GPU) c->h2d_bytes = 2 * A * P * pb; /* fwd and bwd fetches */
   if (p != FERRY_PLACE_ALL_GPU) {
