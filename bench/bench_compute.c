@@ -7,8 +7,12 @@
  * cuda: cuBLAS (opened with dlopen, so the ferry command maps no cuBLAS
  * unless asked) in bf16 with fp32 accumulation and in fp32. A small product
  * of every transpose is checked against a C loop before anything is timed.
- * The rate is the step's GEMM FLOPs over their time, each shape weighted by
- * how often a training step runs it.
+ * The rate is the planner's FLOPs of the step (ferry_plan_compute's, the
+ * figure `ferry plan` divides) over the step's compute time: each GEMM's
+ * time weighted by how often a step runs it, plus on the host the CPU
+ * model's single-threaded elementwise passes (activations, softmax, norms,
+ * the loss, the params' conversions), timed per element and counted at the
+ * model's shapes.
  */
 #include "bench/args.h"
 #include "bench/bench.h"
@@ -23,6 +27,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #ifdef FERRY_BENCH_BLAS
 #include <cblas.h>
@@ -44,9 +49,12 @@ static void usage(FILE *f) {
           "forward, dx and dW products of every linear (q, k, v, o, gate, up, down;\n"
           "GPT-2: qkv, o, fc, proj), the attention products of one head, and the LM head.\n"
           "Each shape runs until 0.3 s or --iters runs have passed (the median counts);\n"
-          "the rate is the step's GEMM FLOPs over the sum of count x time, each shape\n"
-          "counted as often as a step runs it (a block's forward twice with\n"
-          "checkpointing). A small product of every transpose is checked first.\n"
+          "the step's compute time is the sum of count x time, each shape counted as\n"
+          "often as a step runs it (a block's forward twice with checkpointing), and on\n"
+          "the host the CPU model's elementwise passes, single-threaded as it runs them\n"
+          "(an exp-bound and a streaming kernel timed per element, counted at the\n"
+          "model's shapes). The rate is the FLOPs `ferry plan` counts for the step over\n"
+          "that time. A small product of every transpose is checked first.\n"
           "\n"
           "  host  OpenBLAS cblas_sgemm (fp32; ferry-gpt's CPU model), at OpenBLAS's\n"
           "        thread count (ferry-gpt's default) or --threads\n"
@@ -61,11 +69,15 @@ static void usage(FILE *f) {
           "  --checkpointing    on (default, as ferry plan): the forward runs twice\n"
           "  --threads N        host: OpenBLAS threads (default: OpenBLAS's own count)\n"
           "  --iters N          most timed runs per shape, 1..100 (default 5)\n"
+          "  --clock KIND       host: wall (default) or cpu, the process's CPU seconds: on a\n"
+          "                     machine others share, with --threads 1, the time the work\n"
+          "                     itself takes (compare with a run's CPU seconds per step)\n"
           "  --profile-out FILE write device_tflops and device_tflops_fp32 into FILE, a\n"
           "                     profile `ferry plan --profile` reads (its other keys kept)\n"
           "  --json             one object per shape, then one with \"result\": \"step\"\n"
-          "                     (keys device, threads, kernel, model, tokens, flops,\n"
-          "                     seconds, tflops, tflops_fp32, validated)\n"
+          "                     (keys device, threads, kernel, model, tokens, flops (the\n"
+          "                     plan's), gemm_flops, gemm_seconds, elementwise_seconds,\n"
+          "                     seconds, gemm_tflops, tflops, tflops_fp32, validated)\n"
           "\n"
           "On the host backend both profile keys get the fp32 rate: the CPU model\n"
           "computes in fp32 whatever the params' dtype. exit status: 0 measured, 1 a\n"
@@ -153,9 +165,18 @@ typedef struct {
   const char *model, *params, *profile;
   int device; /* 0 auto, 1 host, 2 cuda */
   long long batch, seq, threads, iters;
-  int ckpt, json;
+  int ckpt, json, cpu_clock;
   ferry_plan_model m;
 } options;
+
+/* The clock of the host's timings: wall, or the process's CPU seconds. */
+static int use_cpu_clock;
+static double host_now(void) {
+  if (!use_cpu_clock) return ferry_now();
+  struct timespec t;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
 
 static int load_model(options *o) {
   char why[512];
@@ -210,6 +231,13 @@ static int parse_args(options *o, int argc, char **argv) {
       o->device = !strcmp(v, "auto") ? 0 : !strcmp(v, "host") ? 1 : !strcmp(v, "cuda") ? 2 : -1;
       if (o->device < 0) {
         fprintf(stderr, PROG ": --device must be auto, host or cuda, not '%s'\n", v);
+        return 2;
+      }
+    } else if (!strcmp(a, "--clock")) {
+      i++;
+      o->cpu_clock = !strcmp(v, "cpu") ? 1 : !strcmp(v, "wall") ? 0 : -1;
+      if (o->cpu_clock < 0) {
+        fprintf(stderr, PROG ": --clock must be wall or cpu, not '%s'\n", v);
         return 2;
       }
     } else if (!strcmp(a, "--checkpointing")) {
@@ -320,9 +348,9 @@ static double host_time(void *ctx, const gemm_shape *g, int iters) {
   double t[100], spent = 0;
   int n = 0;
   while (n < iters && (n == 0 || spent < 0.3)) {
-    double t0 = ferry_now();
+    double t0 = host_now();
     host_sgemm(g->ta, g->tb, g->M, g->N, g->K, 1.0f, h->a, h->b, 0.0f, h->c);
-    t[n] = ferry_now() - t0;
+    t[n] = host_now() - t0;
     spent += t[n++];
   }
   return median_of(t, n);
@@ -395,12 +423,75 @@ static int host_open(const options *o, const shape_list *l, backend *b, host_ctx
 static void host_close(host_ctx *h) {
   free(h->a), free(h->b), free(h->c);
 }
+
+/* ---- host: the CPU model's elementwise passes ------------------------------------ */
+
+/* Elements of a step the CPU model passes over with an exp (SwiGLU / GELU,
+ * the attention softmax, the loss) and with plain streaming arithmetic
+ * (norms, residuals, rotary, biases, the softmax's other passes, the
+ * loss's maxima, zeroing, the params' fp32 conversions at each fetch and
+ * the grads handed back), after examples/gpt/model_cpu.c. */
+static void elementwise_counts(const ferry_plan_model *m, long batch, long seq, int ckpt,
+                               double *n_exp, double *n_pass) {
+  double n = (double)batch * (double)seq, C = (double)m->hidden, F = (double)m->ffn;
+  double att = (double)batch * (double)m->heads * (double)seq * (double)seq;
+  double V = (double)m->vocab, f = ckpt ? 2 : 1, L = (double)m->layers;
+  double P = (double)ferry_plan_model_params(m);
+  *n_exp = L * (f * (n * F + att / 2) + n * F) + 3 * n * V;
+  double fwd = 12 * n * C + 2 * n * F + 2 * att, bwd = 12 * n * C + 3 * n * F + 3 * att;
+  if (m->arch == FERRY_ARCH_GPT2) fwd += n * (5 * C + F), bwd += n * (5 * C + F);
+  *n_pass = L * (f * fwd + bwd) + 4 * n * V + 3 * P;
+}
+
+static float exp_kernel(float *y, const float *x, size_t n) {
+  for (size_t i = 0; i < n; i++) y[i] = x[i] / (1.0f + expf(-x[i]));
+  return y[n / 2];
+}
+
+static float pass_kernel(float *y, const float *x, size_t n) {
+  for (size_t i = 0; i < n; i++) y[i] += 0.5f * x[i];
+  return y[n / 3];
+}
+
+/* Seconds per element of each kernel over n-element buffers (the median
+ * of 5 passes, one untimed). */
+static int elementwise_rates(size_t n, double *t_exp, double *t_pass) {
+  float *x = malloc(n * 4), *y = malloc(n * 4);
+  if (!x || !y) {
+    free(x), free(y);
+    return 1;
+  }
+  fill(x, n, 5), fill(y, n, 9);
+  double t[2][5];
+  volatile float sink = 0;
+  for (int k = 0; k < 2; k++)
+    for (int r = -1; r < 5; r++) {
+      double t0 = host_now();
+      sink += k ? pass_kernel(y, x, n) : exp_kernel(y, x, n);
+      if (r >= 0) t[k][r] = (host_now() - t0) / (double)n;
+    }
+  (void)sink;
+  *t_exp = median_of(t[0], 5), *t_pass = median_of(t[1], 5);
+  free(x), free(y);
+  return 0;
+}
 #endif
+
+/* The FLOPs `ferry plan` counts for this step. */
+static double plan_flops(const options *o) {
+  ferry_plan_input in = ferry_plan_input_default();
+  in.model = o->m;
+  in.batch = o->batch, in.seq = o->seq, in.checkpointing = o->ckpt;
+  in.budget[0] = in.budget[1] = in.budget[2] = 1ull << 50;
+  static ferry_plan_result r;
+  return ferry_plan_compute(&in, &r, NULL, 0) ? 0 : r.cand[0].flops;
+}
 
 /* ---- cuda: cuBLAS --------------------------------------------------------------------- */
 
 static int time_all(const options *o, backend *b, shape_list *l, const char *dtype,
                     double *flops, double *seconds);
+typedef struct step_figures step_figures;
 
 #ifdef FERRY_HAVE_CUDA
 typedef struct {
@@ -414,8 +505,7 @@ static double cuda_time(void *ctx, const gemm_shape *g, int iters) {
 }
 
 /* Times l in bf16, then fp32: 0, or 1 said. */
-static int cuda_run(const options *o, shape_list *l, backend *b, double *check, double *flops,
-                    double *sec, double *tflops, double *tflops32) {
+static int cuda_run(const options *o, shape_list *l, backend *b, step_figures *f) {
   size_t cap = 1;
   for (int i = 0; i < l->n; i++) {
     const gemm_shape *g = &l->s[i];
@@ -428,12 +518,12 @@ static int cuda_run(const options *o, shape_list *l, backend *b, double *check, 
   snprintf(b->kernel, sizeof b->kernel, "cublasGemmEx");
   b->time_shape = cuda_time;
   b->ctx = &x;
-  int rc = compute_cuda_check(x.c, check, PROG);
+  int rc = compute_cuda_check(x.c, &f->check, PROG);
   double f32, s32;
-  if (!rc) rc = time_all(o, b, l, "bf16", flops, sec);
-  if (!rc) *tflops = *flops / *sec / 1e12, x.fp32 = 1;
+  if (!rc) rc = time_all(o, b, l, "bf16", &f->gemm_flops, &f->gemm_sec);
+  if (!rc) f->tflops = f->flops / f->gemm_sec / 1e12, x.fp32 = 1;
   if (!rc) rc = time_all(o, b, l, "fp32", &f32, &s32);
-  if (!rc) *tflops32 = f32 / s32 / 1e12;
+  if (!rc) f->tflops32 = f->flops / s32 / 1e12;
   compute_cuda_close(x.c);
   return rc;
 }
@@ -484,16 +574,29 @@ static int time_all(const options *o, backend *b, shape_list *l, const char *dty
   return 0;
 }
 
-static void print_step(const options *o, const backend *b, double flops, double sec,
-                       double tflops, double tflops32, double check) {
+/* A step's figures: its GEMMs (bf16 on cuda), the host's elementwise
+ * passes, the plan's FLOPs and the rates. */
+struct step_figures {
+  double gemm_flops, gemm_sec, elem_sec, flops, tflops, tflops32, check;
+};
+
+static void print_step(const options *o, const backend *b, const step_figures *f) {
   long long tokens = o->batch * o->seq;
+  int host = !strcmp(b->name, "host");
+  double sec = f->gemm_sec + f->elem_sec;
   if (!o->json) {
     printf("%s: %s, %lld tokens (batch %lld x seq %lld), checkpointing %s\n", o->m.name,
            b->device, tokens, o->batch, o->seq, o->ckpt ? "on" : "off");
-    printf("step GEMMs %.4g FLOP in %.3f s: %.4g TFLOP/s%s", flops, sec, tflops,
-           strcmp(b->name, "host") ? " bf16" : " fp32");
-    if (tflops32 > 0 && strcmp(b->name, "host")) printf(", %.4g TFLOP/s fp32", tflops32);
-    printf(" (checked: error %.2g of scale)\n", check);
+    printf("step GEMMs %.4g FLOP in %.3f s (%.4g TFLOP/s%s; checked: error %.2g of scale)\n",
+           f->gemm_flops, f->gemm_sec, f->gemm_flops / f->gemm_sec / 1e12, host ? "" : " bf16",
+           f->check);
+    if (host)
+      printf("elementwise passes %.3f s (one thread)%s\n", f->elem_sec,
+             o->cpu_clock ? "; CPU seconds, not wall" : "");
+    printf("step %.4g FLOP as ferry plan counts them in %.3f s: %.4g TFLOP/s", f->flops, sec,
+           f->tflops);
+    if (host) printf(" (device_tflops and device_tflops_fp32)\n");
+    else printf(" bf16 (device_tflops), %.4g TFLOP/s fp32 (device_tflops_fp32)\n", f->tflops32);
     return;
   }
   json_out j;
@@ -506,11 +609,16 @@ static void print_step(const options *o, const backend *b, double flops, double 
   json_str(&j, "model", o->m.name);
   json_int(&j, "tokens", tokens);
   json_bool(&j, "checkpointing", o->ckpt);
-  json_num(&j, "flops", flops);
+  json_str(&j, "clock", o->cpu_clock ? "cpu" : "wall");
+  json_num(&j, "flops", f->flops);
+  json_num(&j, "gemm_flops", f->gemm_flops);
+  json_num(&j, "gemm_seconds", f->gemm_sec);
+  json_num(&j, "elementwise_seconds", f->elem_sec);
   json_num(&j, "seconds", sec);
-  json_num(&j, "tflops", tflops);
-  json_num(&j, "tflops_fp32", tflops32);
-  json_num(&j, "check_error", check);
+  json_num(&j, "gemm_tflops", f->gemm_flops / f->gemm_sec / 1e12);
+  json_num(&j, "tflops", f->tflops);
+  json_num(&j, "tflops_fp32", f->tflops32);
+  json_num(&j, "check_error", f->check);
   json_bool(&j, "validated", 1);
   json_end(&j);
 }
@@ -539,6 +647,32 @@ static int write_keys(const options *o, const backend *b, double tflops, double 
   return 0;
 }
 
+#ifdef FERRY_BENCH_BLAS
+/* The host's step: GEMMs, then the elementwise passes. 0, or 1 said. */
+static int host_run(const options *o, shape_list *l, backend *b, step_figures *f) {
+  host_ctx h;
+  memset(&h, 0, sizeof h);
+  if (host_check(&f->check) || host_open(o, l, b, &h)) {
+    host_close(&h);
+    return 1;
+  }
+  int rc = time_all(o, b, l, "fp32", &f->gemm_flops, &f->gemm_sec);
+  host_close(&h);
+  double ne, np, te, tp;
+  elementwise_counts(&o->m, (long)o->batch, (long)o->seq, o->ckpt, &ne, &np);
+  size_t n = (size_t)(o->batch * o->seq * o->m.ffn);
+  if (!rc && elementwise_rates(n < (1u << 16) ? 1u << 16 : n > (1u << 24) ? 1u << 24 : n, &te,
+                               &tp)) {
+    fprintf(stderr, PROG ": out of memory for the elementwise passes\n");
+    rc = 1;
+  }
+  if (rc) return 1;
+  f->elem_sec = ne * te + np * tp;
+  f->tflops = f->tflops32 = f->flops / (f->gemm_sec + f->elem_sec) / 1e12;
+  return 0;
+}
+#endif
+
 int ferry_bench_compute_main(int argc, char **argv) {
   options o;
   int ex = parse_args(&o, argc, argv);
@@ -547,7 +681,10 @@ int ferry_bench_compute_main(int argc, char **argv) {
   model_shapes(&o.m, (long)o.batch, (long)o.seq, o.ckpt, &l);
   backend b;
   memset(&b, 0, sizeof b);
-  double check = 0, flops, sec, tflops = 0, tflops32 = 0;
+  step_figures f;
+  memset(&f, 0, sizeof f);
+  f.flops = plan_flops(&o);
+  use_cpu_clock = o.cpu_clock;
   int device = o.device;
 #ifdef FERRY_HAVE_CUDA
   if (device == 0) device = compute_cuda_present() ? 2 : 1;
@@ -556,30 +693,21 @@ int ferry_bench_compute_main(int argc, char **argv) {
 #endif
   if (device == 2) {
 #ifdef FERRY_HAVE_CUDA
-    if (cuda_run(&o, &l, &b, &check, &flops, &sec, &tflops, &tflops32)) return 1;
+    if (cuda_run(&o, &l, &b, &f)) return 1;
 #else
     fprintf(stderr, PROG ": --device cuda: this ferry was built without CUDA\n");
     return 1;
 #endif
   } else {
 #ifdef FERRY_BENCH_BLAS
-    host_ctx h;
-    memset(&h, 0, sizeof h);
-    if (host_check(&check) || host_open(&o, &l, &b, &h)) {
-      host_close(&h);
-      return 1;
-    }
-    int rc = time_all(&o, &b, &l, "fp32", &flops, &sec);
-    host_close(&h);
-    if (rc) return 1;
-    tflops = tflops32 = flops / sec / 1e12;
+    if (host_run(&o, &l, &b, &f)) return 1;
 #else
     fprintf(stderr, PROG ": --device host: this ferry was built without OpenBLAS "
                     "(apt-get install libopenblas-dev)\n");
     return 1;
 #endif
   }
-  print_step(&o, &b, flops, sec, tflops, tflops32, check);
-  if (o.profile && write_keys(&o, &b, tflops, tflops32)) return 1;
+  print_step(&o, &b, &f);
+  if (o.profile && write_keys(&o, &b, f.tflops, f.tflops32)) return 1;
   return 0;
 }
