@@ -69,6 +69,17 @@ static double pipeline_step(const double *sec, int64_t groups, int skip, int *bo
   return mx + f;
 }
 
+/* The components as the pipeline overlaps them. On the host backend the
+ * model's compute, the copies (memcpy) and the CPU optimizer all run on
+ * the same cores, so they add up in one lane (held in the compute slot);
+ * NVMe and the network overlap them. On a GPU each is its own lane. */
+static void cpu_lanes(const ferry_plan_input *in, const double *sec, double *lane) {
+  for (int k = 0; k < FERRY_COMPONENTS; k++) lane[k] = sec[k];
+  if (in->device != FERRY_PLAN_DEV_HOST) return;
+  lane[FERRY_COMP_COMPUTE] += sec[FERRY_COMP_H2D] + sec[FERRY_COMP_D2H] + sec[FERRY_COMP_CPU];
+  lane[FERRY_COMP_H2D] = lane[FERRY_COMP_D2H] = lane[FERRY_COMP_CPU] = 0;
+}
+
 /* Placement p's traffic per step, each component's seconds, the bottleneck
  * and the step time of the pipeline. A step is grad_accumulation
  * micro-batches; with ranks, one rank's. */
@@ -112,10 +123,15 @@ void plan_candidate_time(const ferry_plan_input *in, int p, ferry_plan_candidate
                                          c->nvme_write_bytes / (in->bw.nvme_write_gbps * 1e9));
   c->seconds[FERRY_COMP_NET] = c->comm_seconds;
   int64_t groups = ferry_plan_groups(m);
-  c->step_seconds = pipeline_step(c->seconds, groups, -1, &c->bottleneck, &c->fill_seconds);
+  double lane[FERRY_COMPONENTS];
+  cpu_lanes(in, c->seconds, lane);
+  c->step_seconds = pipeline_step(lane, groups, -1, &c->bottleneck, &c->fill_seconds);
+  if (in->device == FERRY_PLAN_DEV_HOST && c->bottleneck == FERRY_COMP_COMPUTE) /* the CPU lane's largest */
+    for (int k = FERRY_COMP_H2D; k <= FERRY_COMP_CPU; k++)
+      if (c->seconds[k] > c->seconds[c->bottleneck]) c->bottleneck = k;
   /* communication overlaps compute and the optimizer: what it adds to the
    * step is the part not hidden */
-  double alone = pipeline_step(c->seconds, groups, FERRY_COMP_NET, NULL, NULL);
+  double alone = pipeline_step(lane, groups, FERRY_COMP_NET, NULL, NULL);
   c->comm_exposed_seconds = c->comm_seconds > 0 ? c->step_seconds - alone : 0;
   c->comm_hidden_fraction =
       c->comm_seconds > 0 ? 1 - c->comm_exposed_seconds / c->comm_seconds : 1;
