@@ -491,7 +491,11 @@ static double plan_flops(const options *o) {
 
 static int time_all(const options *o, backend *b, shape_list *l, const char *dtype,
                     double *flops, double *seconds);
-typedef struct step_figures step_figures;
+/* A step's figures: its GEMMs (bf16 on cuda), the host's elementwise
+ * passes, the plan's FLOPs and the rates. */
+typedef struct {
+  double gemm_flops, gemm_sec, elem_sec, flops, tflops, tflops32, check;
+} step_figures;
 
 #ifdef FERRY_HAVE_CUDA
 typedef struct {
@@ -521,7 +525,8 @@ static int cuda_run(const options *o, shape_list *l, backend *b, step_figures *f
   int rc = compute_cuda_check(x.c, &f->check, PROG);
   double f32, s32;
   if (!rc) rc = time_all(o, b, l, "bf16", &f->gemm_flops, &f->gemm_sec);
-  if (!rc) f->tflops = f->flops / f->gemm_sec / 1e12, x.fp32 = 1;
+  if (!rc) f->tflops = f->flops / f->gemm_sec / 1e12;
+  x.fp32 = 1;
   if (!rc) rc = time_all(o, b, l, "fp32", &f32, &s32);
   if (!rc) f->tflops32 = f->flops / s32 / 1e12;
   compute_cuda_close(x.c);
@@ -573,12 +578,6 @@ static int time_all(const options *o, backend *b, shape_list *l, const char *dty
   }
   return 0;
 }
-
-/* A step's figures: its GEMMs (bf16 on cuda), the host's elementwise
- * passes, the plan's FLOPs and the rates. */
-struct step_figures {
-  double gemm_flops, gemm_sec, elem_sec, flops, tflops, tflops32, check;
-};
 
 static void print_step(const options *o, const backend *b, const step_figures *f) {
   long long tokens = o->batch * o->seq;
