@@ -114,8 +114,12 @@ void plan_candidate_time(const ferry_plan_input *in, int p, ferry_plan_candidate
   /* a node's CPU memory bandwidth and NVMe drives serve its `gpus` ranks */
   double share = (double)in->gpus;
   c->seconds[FERRY_COMP_COMPUTE] = c->flops / (tflops * 1e12);
-  if (p == FERRY_PLACE_ALL_GPU) /* the step runs on the GPU after backward, not overlapped */
-    c->seconds[FERRY_COMP_COMPUTE] += P * x.so * opt_bytes / (in->bw.device_mem_gbps * 1e9);
+  if (p == FERRY_PLACE_ALL_GPU) /* the step runs on the GPU after backward, not overlapped;
+                                  on the host backend the CPU runs it */
+    c->seconds[FERRY_COMP_COMPUTE] +=
+        P * x.so * opt_bytes /
+        ((in->device == FERRY_PLAN_DEV_HOST ? in->bw.cpu_optimizer_gbps : in->bw.device_mem_gbps) *
+         1e9);
   c->seconds[FERRY_COMP_H2D] = c->h2d_bytes / (in->bw.h2d_gbps * 1e9);
   c->seconds[FERRY_COMP_D2H] = c->d2h_bytes / (in->bw.d2h_gbps * 1e9);
   c->seconds[FERRY_COMP_CPU] = share * c->cpu_bytes / (in->bw.cpu_optimizer_gbps * 1e9);
