@@ -420,7 +420,7 @@ static int write_svg(const char *path, const ferry_plan_input *in, const ferry_p
 
 /* dist: also write dist.zero_stage (ranks, or --zero-stage given). */
 static int write_config(const char *path, const ferry_plan_input *in, const ferry_plan_result *r,
-                        const char *nvme_path, int dist, uint64_t memlock) {
+                        const char *nvme_path, int dist) {
   if (r->recommended < 0) {
     fprintf(stderr, "ferry plan: --write-config %s: not written, no placement fits\n", path);
     return -1;
@@ -449,10 +449,10 @@ static int write_config(const char *path, const ferry_plan_input *in, const ferr
   snprintf(block, sizeof block, "%lld", (long long)(in->state_block ? in->state_block : 256));
   snprintf(accum, sizeof accum, "%lld", (long long)in->grad_accumulation);
   snprintf(clip, sizeof clip, "%.9g", in->clip_grad_norm);
-  /* pinning only where it helps and the limit allows it: the host backend
-   * copies with memcpy, and a pinned pool above RLIMIT_MEMLOCK is refused */
-  uint64_t pin_need = r->cand[r->recommended].pinned_bytes;
-  int host_dev = in->device == FERRY_PLAN_DEV_HOST, pinned = !host_dev && pin_need <= memlock;
+  /* the host backend copies with memcpy and would mlock a pinned pool, which
+   * RLIMIT_MEMLOCK refuses: pageable there; CUDA pins in the driver, outside
+   * that limit (memory/tier.c), so a cuda config keeps the pinned pool */
+  int pinned = in->device != FERRY_PLAN_DEV_HOST;
   struct {
     const char *k, *v;
   } sets[] = {
@@ -488,11 +488,6 @@ static int write_config(const char *path, const ferry_plan_input *in, const ferr
     fprintf(stderr, "ferry plan: --write-config: %s\n", ferry_config_last_error(c));
     rc = -1;
   }
-  if (!rc && !pinned && !host_dev)
-    fprintf(stderr, "ferry plan: note: %s has tiers.host.pinned = false: RLIMIT_MEMLOCK here is "
-                    "%llu bytes, below the %llu the host tier pins; raise `ulimit -l` and set it "
-                    "true for faster copies\n", path, (unsigned long long)memlock,
-            (unsigned long long)pin_need);
   if (!rc && uses_nvme && !nvme_path)
     fprintf(stderr, "ferry plan: note: %s uses NVMe but no --nvme-path was given: set "
                     "tiers.nvme.paths in %s before starting the engine\n", path, path);
@@ -998,9 +993,9 @@ static void print_recommended(const ferry_plan_input *in, const ferry_plan_resul
   if (in->device == FERRY_PLAN_DEV_HOST || hw->memlock == UINT64_MAX ||
       c->pinned_bytes <= hw->memlock)
     return;
-  if (hw->host_here)
-    printf("  warning: the host tier is pinned (%s) but RLIMIT_MEMLOCK here is %s: raise "
-           "`ulimit -l`, or set tiers.host.memlock_fallback = \"pageable\" (slower copies)\n",
+  if (hw->host_here) /* cudaHostAlloc pins in the driver, outside the limit */
+    printf("  note: the host tier is pinned (%s) and RLIMIT_MEMLOCK here is %s: the CUDA "
+           "driver pins outside that limit; the engine warns and continues\n",
            gib((double)c->pinned_bytes, a, sizeof a), gib((double)hw->memlock, b, sizeof b));
   else
     printf("  note: %s of the host tier is pinned; the target machine's `ulimit -l` must "
@@ -1480,8 +1475,7 @@ static int plan_largest(const plan_flags *fl, ferry_plan_input *in, hw_notes *hw
   else if (L.params) largest_text(&L, hw);
   else printf("largest    none: not even a dense model of 1,000 parameters fits these budgets\n");
   if (!L.params) return 1;
-  if (fl->cfg_out &&
-      write_config(fl->cfg_out, &L.in, &L.fit, fl->nvme_path, plan_dist(fl, in), hw->memlock))
+  if (fl->cfg_out && write_config(fl->cfg_out, &L.in, &L.fit, fl->nvme_path, plan_dist(fl, in)))
     return 1;
   return 0;
 }
@@ -1506,8 +1500,7 @@ int cli_plan(int argc, char **argv) {
   else print_text(&in, &r, &hw);
   rc = r.recommended >= 0 ? 0 : 1;
   if (fl.cfg_out) {
-    if (write_config(fl.cfg_out, &in, &r, fl.nvme_path, plan_dist(&fl, &in), hw.memlock))
-      rc = rc ? rc : 1;
+    if (write_config(fl.cfg_out, &in, &r, fl.nvme_path, plan_dist(&fl, &in))) rc = rc ? rc : 1;
     else if (!fl.json) printf("engine config for %s written to %s\n",
                               ferry_plan_placement_name(r.recommended), fl.cfg_out);
   }

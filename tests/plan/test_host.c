@@ -2,7 +2,8 @@
  * binary, argv[2] = a scratch folder): the largest batch is held to the
  * machine's RAM (or, RAM unknown, the emulated device's budget), the text
  * names the compute figure the step uses and where it came from, and
- * --write-config asks for no pinning the backend or RLIMIT_MEMLOCK refuses.
+ * --write-config asks for no pinning the host backend's RLIMIT_MEMLOCK
+ * refuses (a cuda pool stays pinned: the driver pins outside the limit).
  */
 #include "ferry.h"
 #include "plan/plan.h"
@@ -105,15 +106,17 @@ static void test_cli(void) {
            "--host-mem 16G --seq 128 --profile '%s'", bin, prof);
   EXPECT_EQ_INT(run(cmd), 0);
   EXPECT(strstr(out, "device_tflops_fp32 0.15, from the profile"));
-  /* cuda under an 8 MiB RLIMIT_MEMLOCK: no pinned pool of 51 GiB asked for */
+  /* cuda under an 8 MiB RLIMIT_MEMLOCK: the driver pins outside the limit
+   * (memory/tier.c: the engine warns and continues), so the pool stays
+   * pinned, and the text says why instead of asking for a larger limit */
   remove(cfg);
   snprintf(cmd, sizeof cmd, "ulimit -l 8192 && '%s' plan --model gpt2 --gpu-mem 24G "
            "--host-mem 64G --seq 128 --write-config '%s'", bin, cfg);
   EXPECT_EQ_INT(run(cmd), 0);
-  EXPECT(strstr(out, "tiers.host.pinned = false"));
+  EXPECT(strstr(out, "the CUDA driver pins outside that limit") || strstr(out, "must allow it"));
   REQUIRE(ferry_config_create(&c) == 0);
   EXPECT(ferry_config_load_file(c, cfg) == 0);
-  EXPECT(ferry_config_get(c, "tiers.host.pinned", v, sizeof v) == 0 && !strcmp(v, "false"));
+  EXPECT(ferry_config_get(c, "tiers.host.pinned", v, sizeof v) == 0 && !strcmp(v, "true"));
   ferry_config_destroy(c);
 }
 
