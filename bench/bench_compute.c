@@ -190,8 +190,11 @@ static int load_model(options *o) {
     if (bench_arg_count(PROG, "--params", o->params, 1000, 1ull << 50, &n)) return 2;
     rc = ferry_plan_model_from_params(n, &o->m, why, sizeof why);
   } else {
-    rc = ferry_plan_model_preset(o->model, &o->m, why, sizeof why);
-    if (rc) rc = ferry_plan_model_from_file(o->model, &o->m, why, sizeof why);
+    /* a preset, else a config.json (a path, or a name ending in .json) */
+    size_t n = strlen(o->model);
+    int file = strchr(o->model, '/') || (n > 5 && !strcmp(o->model + n - 5, ".json"));
+    rc = file ? FERRY_ENOENT : ferry_plan_model_preset(o->model, &o->m, why, sizeof why);
+    if (file) rc = ferry_plan_model_from_file(o->model, &o->m, why, sizeof why);
   }
   if (rc) {
     fprintf(stderr, PROG ": %s\n", why);
