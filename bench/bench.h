@@ -21,5 +21,6 @@ int ferry_bench_copy_main(int argc, char **argv) FERRY_BENCH_WEAK;   /* bench/be
 int ferry_bench_memory_main(int argc, char **argv) FERRY_BENCH_WEAK; /* bench/bench_memory.c */
 int ferry_bench_step_main(int argc, char **argv) FERRY_BENCH_WEAK;   /* bench/bench_step.c */
 int ferry_bench_all_main(int argc, char **argv) FERRY_BENCH_WEAK;    /* bench/bench_all.c */
+int ferry_bench_compute_main(int argc, char **argv) FERRY_BENCH_WEAK; /* bench/bench_compute.c */
 
 #endif

@@ -1,13 +1,17 @@
 /* bench/bench_all.c — `ferry bench all`: runs bench io (read, write), adam
- * (fp32 grads + bf16 copy, fp16 grads) and copy (H2D, D2H) through their
- * entry points, with their --json output captured and parsed, shows progress
- * on stderr and writes the profile that `ferry plan --profile` reads (the
- * format is plan/profile.c's; the file is read back with its parser).
+ * (fp32 grads + bf16 copy, fp16 grads), copy (H2D, D2H) and compute (the
+ * GEMMs of a model's step) through their entry points, with their --json
+ * output captured and parsed, shows progress on stderr and writes the
+ * profile that `ferry plan --profile` reads (the format is plan/profile.c's;
+ * the file is read back with its parser). Also the writer other benchmarks
+ * put their keys into a profile with (bench/profile_out.h).
  */
 #include "bench/args.h"
 #include "bench/bench.h"
+#include "bench/profile_out.h"
 #include "format/json_writer.h"
 #include "core/core.h"
+#include "core/file.h"
 #include "core/json.h"
 #include "plan/plan.h"
 
@@ -25,7 +29,7 @@ typedef int (*bench_fn)(int, char **);
 static void usage(FILE *f) {
   fprintf(f, "usage: ferry bench all --path DIR [--quick] [--profile-out FILE] [--json]\n"
              "                       [--device auto|host|cuda] [--size SIZE] [--params N]\n"
-             "                       [--threads N] [--copy-size SIZE]\n"
+             "                       [--threads N] [--copy-size SIZE] [--model M]\n"
              "\n"
              "Measures this machine for the planner and writes a profile that\n"
              "`ferry plan --profile FILE` reads. It runs, in order, each through its own\n"
@@ -39,6 +43,8 @@ static void usage(FILE *f) {
              "                      --steps 5\n"
              "  5. ferry bench copy --device KIND --size COPY-SIZE --iters 5\n"
              "                      (H2D, D2H, and both at once)\n"
+             "  6. ferry bench compute --device KIND --model M --seq SEQ --iters N\n"
+             "                      (SEQ 1024 and N 3; 128 and 1 with --quick)\n"
              "\n"
              "and writes these profile keys (GB/s = 1e9 bytes per second):\n"
              "\n"
@@ -50,10 +56,13 @@ static void usage(FILE *f) {
              "  h2d_gbps, d2h_gbps  5.'s h2d and d2h gb_per_s, on the backend chosen by\n"
              "                      --device (on the host backend these are memcpy between\n"
              "                      host buffers, not a PCIe link; the file says so)\n"
+             "  device_tflops,      6.'s rate over the GEMMs of one training step of M\n"
+             "  device_tflops_fp32  (cuda: bf16 and fp32 cuBLAS; host: OpenBLAS sgemm, both\n"
+             "                      keys, the CPU model computes in fp32)\n"
              "\n"
-             "device_tflops, device_tflops_fp32 and device_mem_gbps are not measured (there\n"
-             "is no device compute benchmark yet): they are left out of the file, whose\n"
-             "\"sources\" say so, and `ferry plan` lists them among its assumed defaults.\n"
+             "device_mem_gbps is not measured (there is no device memory benchmark yet):\n"
+             "it is left out of the file, whose \"sources\" say so, and `ferry plan` lists\n"
+             "it among its assumed defaults.\n"
              "A benchmark that fails leaves its keys out the same way; the profile is\n"
              "still written and the exit status is 1.\n"
              "\n"
@@ -61,7 +70,7 @@ static void usage(FILE *f) {
              "  --path DIR          folder for the I/O benchmark's file (required); put it on\n"
              "                      the drive the NVMe tier will use\n"
              "  --quick             smaller runs for a smoke test: I/O 256M, 16M params,\n"
-             "                      3 steps, copies of 64M, 3 iterations\n"
+             "                      3 steps, copies of 64M, 3 iterations, GEMMs at seq 128\n"
              "  --profile-out FILE  where to write the profile (default ferry-profile.json\n"
              "                      in the current directory); written whole, then renamed\n"
              "  --device KIND       backend of the copy benchmark (default auto: cuda when a\n"
@@ -70,6 +79,8 @@ static void usage(FILE *f) {
              "  --params N          optimizer parameters (default 64M, 16M with --quick)\n"
              "  --threads N         optimizer threads (default: the machine's thread count)\n"
              "  --copy-size SIZE    bytes per copy (default 256M, 64M with --quick)\n"
+             "  --model M           the model whose GEMMs 6. times (default gpt2; a preset\n"
+             "                      or a config.json, as ferry plan --model)\n"
              "  --json              stdout: every sub-benchmark's JSON objects as they\n"
              "                      print them, then one object with keys bench (\"all\"),\n"
              "                      profile, path, device, quick, seconds, the measured\n"
@@ -204,10 +215,10 @@ static void progress_show(progress *p, int done, int total, const char *what) {
 
 /* ---- the steps ------------------------------------------------------------------ */
 
-enum { ST_IO_READ, ST_IO_WRITE, ST_ADAM_F32, ST_ADAM_F16, ST_COPY, NSTEPS };
+enum { ST_IO_READ, ST_IO_WRITE, ST_ADAM_F32, ST_ADAM_F16, ST_COPY, ST_COMPUTE, NSTEPS };
 
 typedef struct {
-  const char *path, *device, *profile;
+  const char *path, *device, *profile, *model;
   char size[32], params[32], threads[16], copy_size[32];
   int quick, json, steps, iters;
 } options;
@@ -217,7 +228,8 @@ typedef struct {
   char what[192];   /* progress text */
   char line[512];   /* one-line summary for the text output */
   char source[512]; /* the profile's "sources" note */
-  double gbps[3];   /* io: gb_per_s; adam: gb_per_s; copy: h2d, d2h, bidirectional */
+  double gbps[3];   /* io: gb_per_s; adam: gb_per_s; copy: h2d, d2h, bidirectional;
+                       compute: tflops, tflops_fp32 */
   char device[128];
 } step_result;
 
@@ -242,10 +254,14 @@ static void step_argv(int s, const options *o, step_args *sa) {
                           sa->steps,  "--json",      NULL};
   const char *copy[] = {"copy",    "--device", o->device, "--size", o->copy_size,
                         "--iters", sa->iters,  "--json",  NULL};
+  const char *compute[] = {"compute", "--device", o->device, "--model", o->model, "--seq",
+                           o->quick ? "128" : "1024", "--iters", o->quick ? "1" : "3", "--json",
+                           NULL};
   const char *const *w = s <= ST_IO_WRITE   ? io
                          : s == ST_ADAM_F32 ? adam32
                          : s == ST_ADAM_F16 ? adam16
-                                            : copy;
+                         : s == ST_COPY     ? copy
+                                            : compute;
   int n = 0; /* the benchmarks take char **, and leave the words as they are */
   while ((sa->argv[n] = (char *)w[n]))
     n++;
@@ -266,6 +282,9 @@ static void step_what(int s, const options *o, step_result *r) {
     snprintf(r->what, sizeof r->what, "io %s: %s, bs 1M, qd 32 on %s", mode, o->size, o->path);
   else if (s == ST_COPY)
     snprintf(r->what, sizeof r->what, "copy: H2D, D2H of %s on --device %s", o->copy_size,
+             o->device);
+  else if (s == ST_COMPUTE)
+    snprintf(r->what, sizeof r->what, "compute: the GEMMs of a %s step on --device %s", o->model,
              o->device);
   else
     snprintf(r->what, sizeof r->what, "adam: adamw, %s grads%s, %s params, %s threads", grad,
@@ -313,6 +332,25 @@ static void take_copy(const options *o, const char *out, step_result *r) {
     ferry_json_free(v[d]);
 }
 
+/* What the compute step printed: the step's rates, its device. */
+static void take_compute(const options *o, const char *out, step_result *r) {
+  ferry_json_value *v = find_result(out, "compute", "result", "step");
+  r->gbps[0] = num(v, "tflops");
+  r->gbps[1] = num(v, "tflops_fp32");
+  const char *dev = str(v, "device", "?");
+  int host = !strncmp(dev, "host", 4);
+  snprintf(r->line, sizeof r->line, "compute    %s, %s GEMMs of a step (%.0f tokens): %.4g "
+           "TFLOP/s%s, fp32 %.4g TFLOP/s", dev, o->model, num(v, "tokens"), r->gbps[0],
+           host ? " (fp32)" : " bf16", r->gbps[1]);
+  snprintf(r->source, sizeof r->source,
+           "ferry bench compute --device %s --model %s --seq %s --iters %s: %s, the step's GEMM "
+           "FLOPs over their time%s", o->device, o->model, o->quick ? "128" : "1024",
+           o->quick ? "1" : "3", dev,
+           host ? "; the host computes in fp32" : "");
+  r->ok = v != NULL;
+  ferry_json_free(v);
+}
+
 /* What an adam step printed: gb_per_s, its summary line and source note. */
 static void take_adam(int s, const options *o, const char *out, step_result *r) {
   const char *grad = s == ST_ADAM_F32 ? "fp32" : "fp16";
@@ -340,9 +378,10 @@ static void run_step(int s, const options *o, progress *pg, step_result *r) {
   step_args sa;
   step_argv(s, o, &sa);
   char **argv = sa.argv;
-  bench_fn fn = s <= ST_IO_WRITE ? ferry_bench_io_main
-                : s == ST_COPY   ? ferry_bench_copy_main
-                                 : ferry_bench_adam_main;
+  bench_fn fn = s <= ST_IO_WRITE  ? ferry_bench_io_main
+                : s == ST_COPY    ? ferry_bench_copy_main
+                : s == ST_COMPUTE ? ferry_bench_compute_main
+                                  : ferry_bench_adam_main;
   memset(r, 0, sizeof *r);
   step_what(s, o, r);
   progress_show(pg, s, NSTEPS, r->what);
@@ -372,10 +411,13 @@ static void run_step(int s, const options *o, progress *pg, step_result *r) {
     take_io(s, o, c.out, r);
   else if (s == ST_COPY)
     take_copy(o, c.out, r);
+  else if (s == ST_COMPUTE)
+    take_compute(o, c.out, r);
   else
     take_adam(s, o, c.out, r);
   for (int d = 0; d < 3; d++)
-    if (!(r->gbps[d] > 0 && r->gbps[d] <= 1e7) && (s == ST_COPY ? d < 2 : d == 0)) r->ok = 0;
+    if (!(r->gbps[d] > 0 && r->gbps[d] <= 1e7) && (s == ST_COPY || s == ST_COMPUTE ? d < 2 : d == 0))
+      r->ok = 0;
   if (!r->ok)
     fprintf(stderr,
             "ferry bench all: ferry bench %s printed no usable result; its keys are "
@@ -470,6 +512,43 @@ static int write_profile(const char *path, const pkey *k, int nk, const char *ma
   return 0;
 }
 
+int bench_profile_update(const char *path, const unsigned *bits, const double *vals,
+                         const char *const *sources, int n, const char *machine, char *why,
+                         size_t wl) {
+  pkey k[8];
+  int nk = 0;
+  ferry_plan_bandwidth old = ferry_plan_bandwidth_default();
+  ferry_json_value *root = NULL;
+  char *text = NULL, pwhy[512];
+  size_t len;
+  int rc = ferry_read_file(path, 1u << 20, &text, &len, pwhy, sizeof pwhy);
+  if (rc && rc != FERRY_ENOENT) {
+    snprintf(why, wl, "%s", pwhy);
+    return -1;
+  }
+  if (!rc && (ferry_plan_profile_parse(text, len, path, &old, pwhy, sizeof pwhy) ||
+              ferry_json_parse(text, len, &root, pwhy, sizeof pwhy))) {
+    snprintf(why, wl, "it exists and is not a profile this ferry reads: %s", pwhy);
+    free(text);
+    ferry_json_free(root);
+    return -1;
+  }
+  free(text);
+  unsigned given = 0;
+  for (int i = 0; i < n; i++) given |= bits[i];
+  const ferry_json_value *src = root ? ferry_json_get(root, "sources") : NULL;
+  for (unsigned b = 1; b <= FERRY_PLAN_BW_DEVMEM && nk < 8; b <<= 1) {
+    if (!(old.measured & b) || (given & b)) continue;
+    const ferry_json_value *s = src ? ferry_json_get(src, ferry_plan_bandwidth_key(b)) : NULL;
+    k[nk++] = (pkey){b, ferry_plan_bandwidth_value(&old, b),
+                     s && s->type == FERRY_JSON_STR ? s->str : "kept from the earlier profile"};
+  }
+  for (int i = 0; i < n && nk < 8; i++) k[nk++] = (pkey){bits[i], vals[i], sources[i]};
+  rc = write_profile(path, k, nk, machine, NULL, NULL, 0, why, wl);
+  ferry_json_free(root);
+  return rc;
+}
+
 /* ---- the command ---------------------------------------------------------------- */
 
 static int size_arg(const char *v, char *dst, size_t len, uint64_t min) {
@@ -491,6 +570,7 @@ static int parse_args(options *o, raw_args *raw, int argc, char **argv) {
   memset(raw, 0, sizeof *raw);
   o->device = "auto";
   o->profile = "ferry-profile.json";
+  o->model = "gpt2";
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -515,6 +595,8 @@ static int parse_args(options *o, raw_args *raw, int argc, char **argv) {
       raw->threads = argv[++i];
     else if (!strcmp(a, "--copy-size") && v)
       raw->copy_size = argv[++i];
+    else if (!strcmp(a, "--model") && v)
+      o->model = argv[++i];
     else {
       fprintf(stderr, "ferry bench all: unknown or incomplete option '%s' (see --help)\n", a);
       return 2;
@@ -601,7 +683,7 @@ static double run_steps(const options *o, step_result r[NSTEPS]) {
 /* What goes into the profile: the measured keys, and a note for each key
  * this command cannot measure or whose benchmark failed. */
 typedef struct {
-  pkey k[5];
+  pkey k[7];
   int nk;
   char optsrc[1200];
   char notebuf[8][400];
@@ -629,6 +711,10 @@ static void profile_keys(const step_result r[NSTEPS], profile_content *p) {
       snprintf(p->optsrc, sizeof p->optsrc, "%s", r[ST_ADAM_F32].source);
     k[nk++] = (pkey){FERRY_PLAN_BW_CPU_OPT, r[ST_ADAM_F32].gbps[0], p->optsrc};
   }
+  if (r[ST_COMPUTE].ok) {
+    k[nk++] = (pkey){FERRY_PLAN_BW_TFLOPS, r[ST_COMPUTE].gbps[0], r[ST_COMPUTE].source};
+    k[nk++] = (pkey){FERRY_PLAN_BW_TFLOPS32, r[ST_COMPUTE].gbps[1], r[ST_COMPUTE].source};
+  }
   p->nk = nk;
 }
 
@@ -638,9 +724,6 @@ static void profile_notes(profile_content *p) {
                                       FERRY_PLAN_BW_CPU_OPT,   FERRY_PLAN_BW_TFLOPS,
                                       FERRY_PLAN_BW_TFLOPS32,  FERRY_PLAN_BW_DEVMEM};
   ferry_plan_bandwidth def = ferry_plan_bandwidth_default();
-  const double defv[] = {def.h2d_gbps,           def.d2h_gbps,           def.nvme_read_gbps,
-                         def.nvme_write_gbps,    def.cpu_optimizer_gbps, def.device_tflops,
-                         def.device_tflops_fp32, def.device_mem_gbps};
   unsigned have = 0;
   for (int i = 0; i < p->nk; i++)
     have |= p->k[i].bit;
@@ -648,14 +731,12 @@ static void profile_notes(profile_content *p) {
   for (int i = 0; i < 8; i++) {
     unsigned b = all_bits[i];
     if (have & b) continue;
-    int device_only =
-        b == FERRY_PLAN_BW_TFLOPS || b == FERRY_PLAN_BW_TFLOPS32 || b == FERRY_PLAN_BW_DEVMEM;
     int n = p->nnotes++;
     snprintf(p->notebuf[n], sizeof p->notebuf[n],
              "not measured: %s; ferry plan assumes its default %g (%s)",
-             device_only ? "ferry bench all has no device compute or memory benchmark yet"
-                         : "its benchmark failed in this run",
-             defv[i], ferry_plan_bandwidth_source(b));
+             b == FERRY_PLAN_BW_DEVMEM ? "ferry bench all has no device memory benchmark yet"
+                                       : "its benchmark failed in this run",
+             ferry_plan_bandwidth_value(&def, b), ferry_plan_bandwidth_source(b));
     p->notes[n] = p->notebuf[n];
     p->note_bits[n] = b;
   }
@@ -685,7 +766,8 @@ static void summary_json(const options *o, const step_result r[NSTEPS], const pr
     json_str(&j, NULL, ferry_plan_bandwidth_key(p->note_bits[i]));
   json_close(&j, ']');
   json_open(&j, "failed", '[');
-  static const char *const names[] = {"io read", "io write", "adam fp32", "adam fp16", "copy"};
+  static const char *const names[] = {"io read", "io write", "adam fp32", "adam fp16", "copy",
+                                      "compute"};
   for (int s = 0; s < NSTEPS; s++)
     if (!r[s].ok) json_str(&j, NULL, names[s]);
   json_close(&j, ']');
@@ -697,7 +779,8 @@ static void summary_text(const options *o, const step_result r[NSTEPS], const pr
   printf("\n");
   if (!werr) printf("profile    %s (use: ferry plan --profile %s ...)\n", o->profile, o->profile);
   for (int i = 0; i < p->nk; i++)
-    printf("  measured %-20s %10.3f GB/s\n", ferry_plan_bandwidth_key(p->k[i].bit), p->k[i].v);
+    printf("  measured %-20s %10.4g %s\n", ferry_plan_bandwidth_key(p->k[i].bit), p->k[i].v,
+           p->k[i].bit & (FERRY_PLAN_BW_TFLOPS | FERRY_PLAN_BW_TFLOPS32) ? "TFLOP/s" : "GB/s");
   for (int i = 0; i < p->nnotes; i++)
     printf("  assumed  %-20s %s\n", ferry_plan_bandwidth_key(p->note_bits[i]), p->notes[i]);
   if (r[ST_COPY].ok && strstr(r[ST_COPY].device, "host"))

@@ -18,7 +18,8 @@ static const struct {
     {"copy", "host<->device copies on the backend (GB/s)"},
     {"memory", "tiered memory manager metadata and fetch cost"},
     {"step", "the engine's training step on a synthetic model, GPU compute as timed waits"},
-    {"all", "io, adam and copy in turn; writes the profile `ferry plan --profile` reads"},
+    {"compute", "GEMMs at a model's shapes: OpenBLAS on host, cuBLAS bf16 on cuda (TFLOP/s)"},
+    {"all", "io, adam, copy and compute in turn; writes the profile `ferry plan --profile` reads"},
 };
 
 static bench_fn lookup(const char *name) {
@@ -28,6 +29,7 @@ static bench_fn lookup(const char *name) {
   if (!strcmp(name, "copy")) return ferry_bench_copy_main;
   if (!strcmp(name, "memory")) return ferry_bench_memory_main;
   if (!strcmp(name, "step")) return ferry_bench_step_main;
+  if (!strcmp(name, "compute")) return ferry_bench_compute_main;
   if (!strcmp(name, "all")) return ferry_bench_all_main;
   return NULL;
 }

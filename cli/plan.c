@@ -449,12 +449,17 @@ static int write_config(const char *path, const ferry_plan_input *in, const ferr
   snprintf(block, sizeof block, "%lld", (long long)(in->state_block ? in->state_block : 256));
   snprintf(accum, sizeof accum, "%lld", (long long)in->grad_accumulation);
   snprintf(clip, sizeof clip, "%.9g", in->clip_grad_norm);
+  /* the host backend copies with memcpy and would mlock a pinned pool, which
+   * RLIMIT_MEMLOCK refuses: pageable there; CUDA pins in the driver, outside
+   * that limit (memory/tier.c), so a cuda config keeps the pinned pool */
+  int pinned = in->device != FERRY_PLAN_DEV_HOST;
   struct {
     const char *k, *v;
   } sets[] = {
       {"chunk_size", chunk},
       {"tiers.gpu.budget", gpu},
       {"tiers.host.budget", host},
+      {"tiers.host.pinned", pinned ? "true" : "false"},
       {"placement.params", pp},
       {"placement.grads", pg},
       {"placement.optimizer", po},
@@ -776,14 +781,7 @@ static void print_input(const ferry_plan_input *in, const ferry_plan_result *r,
          in->bw.measured ? "some bandwidths from defaults" : "default bandwidths");
   for (unsigned bit = 1; bit <= FERRY_PLAN_BW_DEVMEM; bit <<= 1) {
     if (in->bw.measured & bit) continue;
-    double v = bit == FERRY_PLAN_BW_H2D          ? in->bw.h2d_gbps
-               : bit == FERRY_PLAN_BW_D2H        ? in->bw.d2h_gbps
-               : bit == FERRY_PLAN_BW_NVME_READ  ? in->bw.nvme_read_gbps
-               : bit == FERRY_PLAN_BW_NVME_WRITE ? in->bw.nvme_write_gbps
-               : bit == FERRY_PLAN_BW_CPU_OPT    ? in->bw.cpu_optimizer_gbps
-               : bit == FERRY_PLAN_BW_TFLOPS     ? in->bw.device_tflops
-               : bit == FERRY_PLAN_BW_TFLOPS32   ? in->bw.device_tflops_fp32
-                                                 : in->bw.device_mem_gbps;
+    double v = ferry_plan_bandwidth_value(&in->bw, bit);
     const char *key = ferry_plan_bandwidth_key(bit);
     const char *src = ferry_plan_bandwidth_source(bit);
     if ((bit == FERRY_PLAN_BW_H2D || bit == FERRY_PLAN_BW_D2H) && hw->pcie_gen)
@@ -968,9 +966,11 @@ static void print_recommended(const ferry_plan_input *in, const ferry_plan_resul
   }
   printf("); compute alone %.3f s\n", c->seconds[FERRY_COMP_COMPUTE]);
   double tok = (double)in->batch * (double)in->seq;
-  printf("  %.0f tokens/s, %.1f TFLOP/s achieved (device_tflops %.1f)", tok / c->step_seconds,
-         c->flops / c->step_seconds / 1e12,
-         in->precision == FERRY_PREC_FP32 ? in->bw.device_tflops_fp32 : in->bw.device_tflops);
+  unsigned bit;
+  double rate = ferry_plan_compute_tflops(in, &bit);
+  printf("  %.0f tokens/s, %.3g TFLOP/s achieved (%s %.3g, %s)", tok / c->step_seconds,
+         c->flops / c->step_seconds / 1e12, ferry_plan_bandwidth_key(bit), rate,
+         in->bw.measured & bit ? "from the profile" : "default");
   if (r->ranks > 1)
     printf(" per rank; %.0f tokens/s over the %d ranks", tok * r->ranks / c->step_seconds,
            r->ranks);
@@ -989,10 +989,13 @@ static void print_recommended(const ferry_plan_input *in, const ferry_plan_resul
            gib(c->comm_param_bytes, d, sizeof d), c->comm_link_gbps, c->comm_seconds,
            100 * c->comm_hidden_fraction, c->comm_exposed_seconds);
   print_footprint(in, r->recommended, c);
-  if (hw->memlock == UINT64_MAX || c->pinned_bytes <= hw->memlock) return;
-  if (hw->host_here)
-    printf("  warning: the host tier is pinned (%s) but RLIMIT_MEMLOCK here is %s: raise "
-           "`ulimit -l`, or set tiers.host.memlock_fallback = \"pageable\" (slower copies)\n",
+  /* the host backend pins nothing (--write-config says pinned = false) */
+  if (in->device == FERRY_PLAN_DEV_HOST || hw->memlock == UINT64_MAX ||
+      c->pinned_bytes <= hw->memlock)
+    return;
+  if (hw->host_here) /* cudaHostAlloc pins in the driver, outside the limit */
+    printf("  note: the host tier is pinned (%s) and RLIMIT_MEMLOCK here is %s: the CUDA "
+           "driver pins outside that limit; the engine warns and continues\n",
            gib((double)c->pinned_bytes, a, sizeof a), gib((double)hw->memlock, b, sizeof b));
   else
     printf("  note: %s of the host tier is pinned; the target machine's `ulimit -l` must "
@@ -1302,6 +1305,7 @@ static int host_budget(const plan_flags *fl, const ferry_host_info *host, int ha
       return 2;
     }
     in->budget[FERRY_PLAN_HOST] = (uint64_t)((double)h * 0.8);
+    in->host_ram = h / (uint64_t)in->gpus;
     snprintf(hw->text[1], sizeof hw->text[1], "80%% of --host-mem %s (tiers.host.budget default)",
              gib((double)h, a, sizeof a));
     node_share(in, FERRY_PLAN_HOST, hw);
@@ -1364,6 +1368,7 @@ static int machine_budgets(const plan_flags *fl, ferry_plan_input *in, hw_notes 
   if (gpu_budget(fl, in, hw) || host_budget(fl, &host, have_host, in, hw) ||
       nvme_budget(fl, in, hw))
     return 2;
+  if (!in->host_ram && have_host) in->host_ram = host.ram_bytes / (uint64_t)in->gpus;
   return 0;
 }
 

@@ -38,18 +38,46 @@ ferry_plan_input ferry_plan_input_default(void) {
   return in;
 }
 
+/* The process's peak RSS at batch b. */
+static ferry_plan_rss rss_at(const ferry_plan_input *in, int64_t b) {
+  ferry_plan_input t = *in;
+  t.batch = b;
+  ferry_plan_rss r;
+  plan_rss_bytes(&t, &r);
+  return r;
+}
+
+/* On the host backend the CPU model's activations are host allocations
+ * outside every tier: the machine's RAM (host_ram) holds the peak RSS, or,
+ * with host_ram unknown, the emulated device's budget holds the
+ * activations. The bytes that bound at batch b (0 elsewhere). */
+static uint64_t host_bound(const ferry_plan_input *in, int64_t b) {
+  if (in->device != FERRY_PLAN_DEV_HOST) return 0;
+  ferry_plan_rss r = rss_at(in, b);
+  return in->host_ram ? r.total : r.activations;
+}
+
+/* Whether batch b fits placement p: its tiers, and host_bound within cap. */
+static int batch_fits(const ferry_plan_input *in, int p, int64_t b, uint64_t cap) {
+  return plan_tiers_fit(in, p, (double)b, NULL) && host_bound(in, b) <= cap;
+}
+
 /* The largest batch of placement p that fits at this sequence length. */
 static int64_t max_batch(const ferry_plan_input *in, int p) {
-  if (!plan_tiers_fit(in, p, 1, NULL)) return 0;
+  /* the RAM, or the device budget; when batch 1 needs more already (both
+   * budgets given beside it), only the growth with the batch is held back */
+  uint64_t cap = in->host_ram ? in->host_ram : in->budget[FERRY_PLAN_GPU], one = host_bound(in, 1);
+  if (cap < one) cap = one;
+  if (!batch_fits(in, p, 1, cap)) return 0;
   int64_t lo = 1, hi = 2;
-  while (hi <= MAX_BATCH && plan_tiers_fit(in, p, (double)hi, NULL)) {
+  while (hi <= MAX_BATCH && batch_fits(in, p, hi, cap)) {
     lo = hi;
     hi *= 2;
   }
   if (hi > MAX_BATCH) hi = MAX_BATCH + 1;
   while (hi - lo > 1) {
     int64_t mid = lo + (hi - lo) / 2;
-    if (plan_tiers_fit(in, p, (double)mid, NULL)) lo = mid;
+    if (batch_fits(in, p, mid, cap)) lo = mid;
     else hi = mid;
   }
   return lo;

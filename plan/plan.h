@@ -86,6 +86,8 @@ ferry_plan_bandwidth ferry_plan_bandwidth_default(void);
 /* The profile key of bit b and its default's justification. */
 const char *ferry_plan_bandwidth_key(unsigned bit);
 const char *ferry_plan_bandwidth_source(unsigned bit);
+/* The figure of bit b in *bw (0 for an unknown bit). */
+double ferry_plan_bandwidth_value(const ferry_plan_bandwidth *bw, unsigned bit);
 /* Reads a profile (docs/PLANNING.md, "Profile file") over *bw. Unknown keys,
  * wrong types and values <= 0 are refused with the key named. */
 int ferry_plan_profile_parse(const char *text, size_t len, const char *name,
@@ -169,6 +171,10 @@ typedef struct {
   double net_gbps;           /* inter-node bandwidth per node, Gb/s (bits; default 100) */
   double intra_gbps;         /* between a node's GPUs, Gb/s (bits); 0 = the PCIe figure,
                                 8 * h2d_gbps */
+  uint64_t host_ram;         /* --device host: the machine's RAM, which holds the CPU
+                                model's activations beside both budgets (the largest
+                                batch keeps the peak RSS within it); 0 = unknown: the
+                                activations are held to the device budget instead */
 } ferry_plan_input;
 
 /* Defaults: batch 1, seq 1024, bf16, adamw, checkpointing on, flash
@@ -177,6 +183,11 @@ typedef struct {
  * (block 256), an fp32 master, and one rank (1 GPU, 1 node) at ZeRO
  * stage 2 with a 100 Gb/s network. */
 ferry_plan_input ferry_plan_input_default(void);
+
+/* The compute rate (TFLOP/s) the step-time model divides a step's FLOPs by:
+ * device_tflops_fp32 for fp32 params and on the host backend, else
+ * device_tflops; *bit (when given) names which (FERRY_PLAN_BW_TFLOPS*). */
+double ferry_plan_compute_tflops(const ferry_plan_input *in, unsigned *bit);
 
 /* FERRY_COMP_NET: the collectives between ranks (0 with one rank). */
 enum { FERRY_COMP_COMPUTE = 0, FERRY_COMP_H2D, FERRY_COMP_D2H, FERRY_COMP_CPU, FERRY_COMP_NVME,

@@ -52,6 +52,11 @@ const char *ferry_plan_bandwidth_key(unsigned bit) {
     if (bw_keys[i].bit == bit) return bw_keys[i].key;
   return NULL;
 }
+double ferry_plan_bandwidth_value(const ferry_plan_bandwidth *b, unsigned bit) {
+  for (int i = 0; i < NBW; i++)
+    if (bw_keys[i].bit == bit) return *(const double *)((const char *)b + bw_keys[i].off);
+  return 0;
+}
 const char *ferry_plan_bandwidth_source(unsigned bit) {
   for (int i = 0; i < NBW; i++)
     if (bw_keys[i].bit == bit) return bw_keys[i].source;

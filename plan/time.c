@@ -9,6 +9,15 @@
 
 #include <math.h>
 
+/* The compute rate a step runs at: fp32 params, and the host backend's CPU
+ * model (fp32 whatever the params' dtype), at device_tflops_fp32; 16-bit
+ * params on a GPU at device_tflops. */
+double ferry_plan_compute_tflops(const ferry_plan_input *in, unsigned *bit) {
+  int fp32 = in->precision == FERRY_PREC_FP32 || in->device == FERRY_PLAN_DEV_HOST;
+  if (bit) *bit = fp32 ? FERRY_PLAN_BW_TFLOPS32 : FERRY_PLAN_BW_TFLOPS;
+  return fp32 ? in->bw.device_tflops_fp32 : in->bw.device_tflops;
+}
+
 /* Bytes one rank sends per step in ring collectives (docs/PLANNING.md,
  * "Data parallelism"): a reduce-scatter or an all-gather moves (N - 1) / N
  * of its buffer per rank, an all-reduce twice that. Grads go as fp32 (the
@@ -60,6 +69,17 @@ static double pipeline_step(const double *sec, int64_t groups, int skip, int *bo
   return mx + f;
 }
 
+/* The components as the pipeline overlaps them. On the host backend the
+ * model's compute, the copies (memcpy) and the CPU optimizer all run on
+ * the same cores, so they add up in one lane (held in the compute slot);
+ * NVMe and the network overlap them. On a GPU each is its own lane. */
+static void cpu_lanes(const ferry_plan_input *in, const double *sec, double *lane) {
+  for (int k = 0; k < FERRY_COMPONENTS; k++) lane[k] = sec[k];
+  if (in->device != FERRY_PLAN_DEV_HOST) return;
+  lane[FERRY_COMP_COMPUTE] += sec[FERRY_COMP_H2D] + sec[FERRY_COMP_D2H] + sec[FERRY_COMP_CPU];
+  lane[FERRY_COMP_H2D] = lane[FERRY_COMP_D2H] = lane[FERRY_COMP_CPU] = 0;
+}
+
 /* Placement p's traffic per step, each component's seconds, the bottleneck
  * and the step time of the pipeline. A step is grad_accumulation
  * micro-batches; with ranks, one rank's. */
@@ -75,8 +95,7 @@ void plan_candidate_time(const ferry_plan_input *in, int p, ferry_plan_candidate
   /* grad in (the accumulator, or the drained 16-bit grads), master r/w,
    * states r/w, param out: ferry_optimizer_bytes_per_param */
   double opt_bytes = ferry_plan_step_bytes_per_param(in, p);
-  double tflops = in->precision == FERRY_PREC_FP32 || in->device == FERRY_PLAN_DEV_HOST
-                      ? in->bw.device_tflops_fp32 : in->bw.device_tflops;
+  double tflops = ferry_plan_compute_tflops(in, NULL);
   if (p == FERRY_PLACE_ZERO_OFFLOAD) c->h2d_bytes = P * pb;
   else if (p != FERRY_PLACE_ALL_GPU) c->h2d_bytes = 2 * A * P * pb; /* fwd and bwd fetches */
   if (p != FERRY_PLACE_ALL_GPU) {
@@ -95,8 +114,12 @@ void plan_candidate_time(const ferry_plan_input *in, int p, ferry_plan_candidate
   /* a node's CPU memory bandwidth and NVMe drives serve its `gpus` ranks */
   double share = (double)in->gpus;
   c->seconds[FERRY_COMP_COMPUTE] = c->flops / (tflops * 1e12);
-  if (p == FERRY_PLACE_ALL_GPU) /* the step runs on the GPU after backward, not overlapped */
-    c->seconds[FERRY_COMP_COMPUTE] += P * x.so * opt_bytes / (in->bw.device_mem_gbps * 1e9);
+  if (p == FERRY_PLACE_ALL_GPU) /* the step runs on the GPU after backward, not overlapped;
+                                  on the host backend the CPU runs it */
+    c->seconds[FERRY_COMP_COMPUTE] +=
+        P * x.so * opt_bytes /
+        ((in->device == FERRY_PLAN_DEV_HOST ? in->bw.cpu_optimizer_gbps : in->bw.device_mem_gbps) *
+         1e9);
   c->seconds[FERRY_COMP_H2D] = c->h2d_bytes / (in->bw.h2d_gbps * 1e9);
   c->seconds[FERRY_COMP_D2H] = c->d2h_bytes / (in->bw.d2h_gbps * 1e9);
   c->seconds[FERRY_COMP_CPU] = share * c->cpu_bytes / (in->bw.cpu_optimizer_gbps * 1e9);
@@ -104,10 +127,15 @@ void plan_candidate_time(const ferry_plan_input *in, int p, ferry_plan_candidate
                                          c->nvme_write_bytes / (in->bw.nvme_write_gbps * 1e9));
   c->seconds[FERRY_COMP_NET] = c->comm_seconds;
   int64_t groups = ferry_plan_groups(m);
-  c->step_seconds = pipeline_step(c->seconds, groups, -1, &c->bottleneck, &c->fill_seconds);
+  double lane[FERRY_COMPONENTS];
+  cpu_lanes(in, c->seconds, lane);
+  c->step_seconds = pipeline_step(lane, groups, -1, &c->bottleneck, &c->fill_seconds);
+  if (in->device == FERRY_PLAN_DEV_HOST && c->bottleneck == FERRY_COMP_COMPUTE) /* the CPU lane's largest */
+    for (int k = FERRY_COMP_H2D; k <= FERRY_COMP_CPU; k++)
+      if (c->seconds[k] > c->seconds[c->bottleneck]) c->bottleneck = k;
   /* communication overlaps compute and the optimizer: what it adds to the
    * step is the part not hidden */
-  double alone = pipeline_step(c->seconds, groups, FERRY_COMP_NET, NULL, NULL);
+  double alone = pipeline_step(lane, groups, FERRY_COMP_NET, NULL, NULL);
   c->comm_exposed_seconds = c->comm_seconds > 0 ? c->step_seconds - alone : 0;
   c->comm_hidden_fraction =
       c->comm_seconds > 0 ? 1 - c->comm_exposed_seconds / c->comm_seconds : 1;

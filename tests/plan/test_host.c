@@ -1,0 +1,130 @@
+/* tests/plan/test_host.c — the plan on the host backend (argv[1] = the ferry
+ * binary, argv[2] = a scratch folder): the largest batch is held to the
+ * machine's RAM (or, RAM unknown, the emulated device's budget), the text
+ * names the compute figure the step uses and where it came from, and
+ * --write-config asks for no pinning the host backend's RLIMIT_MEMLOCK
+ * refuses (a cuda pool stays pinned: the driver pins outside the limit).
+ */
+#include "ferry.h"
+#include "plan/plan.h"
+#include "tests/test.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+
+static const char *bin, *dir;
+static char out[1 << 18];
+
+static int run(const char *args) {
+  char cmd[4096];
+  snprintf(cmd, sizeof cmd, "%s 2>&1", args);
+  FILE *p = popen(cmd, "r");
+  REQUIRE(p);
+  size_t n = fread(out, 1, sizeof out - 1, p);
+  out[n] = '\0';
+  int st = pclose(p);
+  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+static ferry_plan_input host_input(uint64_t ram) {
+  ferry_plan_input in = ferry_plan_input_default();
+  REQUIRE(ferry_plan_model_preset("gpt2", &in.model, NULL, 0) == 0);
+  in.device = FERRY_PLAN_DEV_HOST;
+  in.seq = 128;
+  in.budget[FERRY_PLAN_GPU] = 4ull << 30;
+  in.budget[FERRY_PLAN_HOST] = 2ull << 30;
+  in.host_ram = ram;
+  return in;
+}
+
+static ferry_plan_candidate plan_at(ferry_plan_input in, int64_t batch) {
+  in.batch = batch;
+  ferry_plan_result r;
+  REQUIRE(ferry_plan_compute(&in, &r, NULL, 0) == 0);
+  return r.cand[FERRY_PLACE_ZERO_OFFLOAD];
+}
+
+/* The largest batch keeps the peak RSS within the RAM; one more exceeds it. */
+static void test_batch_ram(void) {
+  ferry_plan_input in = host_input(16ull << 30);
+  ferry_plan_candidate c = plan_at(in, 1);
+  EXPECT(c.max_batch > 1 && c.max_batch < (1ll << 20));
+  EXPECT(plan_at(in, c.max_batch).rss.total <= in.host_ram);
+  EXPECT(plan_at(in, c.max_batch + 1).rss.total > in.host_ram);
+  /* more RAM, a larger batch */
+  ferry_plan_candidate d = plan_at(host_input(32ull << 30), 1);
+  EXPECT(d.max_batch > c.max_batch);
+  /* RAM unknown: the activations within the device budget */
+  ferry_plan_input u = host_input(0);
+  ferry_plan_candidate e = plan_at(u, 1);
+  EXPECT(e.max_batch > 1 && e.max_batch < (1ll << 20));
+  EXPECT(plan_at(u, e.max_batch).rss.activations <= u.budget[FERRY_PLAN_GPU]);
+  EXPECT(plan_at(u, e.max_batch + 1).rss.activations > u.budget[FERRY_PLAN_GPU]);
+  /* RAM below batch 1's RSS (both budgets beside it): batch 1, no growth */
+  ferry_plan_candidate f = plan_at(host_input(1ull << 30), 1);
+  EXPECT_EQ_INT((int)f.max_batch, 1);
+}
+
+/* The compute figure a step uses, by device and precision. */
+static void test_compute_figure(void) {
+  ferry_plan_input in = host_input(16ull << 30);
+  in.bw.device_tflops = 40, in.bw.device_tflops_fp32 = 0.2;
+  unsigned bit = 0;
+  EXPECT(ferry_plan_compute_tflops(&in, &bit) == 0.2 && bit == FERRY_PLAN_BW_TFLOPS32);
+  in.device = FERRY_PLAN_DEV_CUDA;
+  EXPECT(ferry_plan_compute_tflops(&in, &bit) == 40 && bit == FERRY_PLAN_BW_TFLOPS);
+  in.precision = FERRY_PREC_FP32;
+  EXPECT(ferry_plan_compute_tflops(&in, &bit) == 0.2 && bit == FERRY_PLAN_BW_TFLOPS32);
+}
+
+static void test_cli(void) {
+  char cmd[4096], cfg[1024], prof[1024];
+  snprintf(cfg, sizeof cfg, "%s/host.cfg", dir);
+  snprintf(prof, sizeof prof, "%s/host-profile.json", dir);
+  /* the text: the figure used, where it came from; a sane largest batch */
+  snprintf(cmd, sizeof cmd, "'%s' plan --model gpt2 --device host --gpu-budget 1G "
+           "--host-budget 2G --seq 128 --write-config '%s'", bin, cfg);
+  EXPECT_EQ_INT(run(cmd), 0);
+  EXPECT(strstr(out, "device_tflops_fp32 12.5, default"));
+  const char *lb = strstr(out, "largest batch at seq 128: "); /* this machine's RAM */
+  EXPECT(lb && atoll(lb + 26) >= 1 && atoll(lb + 26) < 100000);
+  EXPECT(!strstr(out, "16777216"));
+  ferry_config *c = NULL;
+  char v[64] = "";
+  REQUIRE(ferry_config_create(&c) == 0);
+  EXPECT(ferry_config_load_file(c, cfg) == 0);
+  EXPECT(ferry_config_get(c, "tiers.host.pinned", v, sizeof v) == 0 && !strcmp(v, "false"));
+  ferry_config_destroy(c);
+  /* a profile's figure is named as such */
+  FILE *f = fopen(prof, "w");
+  REQUIRE(f);
+  fprintf(f, "{\"format\": \"ferry-profile\", \"version\": 1, \"device_tflops_fp32\": 0.15}\n");
+  fclose(f);
+  snprintf(cmd, sizeof cmd, "'%s' plan --model gpt2 --device host --gpu-budget 4G "
+           "--host-mem 16G --seq 128 --profile '%s'", bin, prof);
+  EXPECT_EQ_INT(run(cmd), 0);
+  EXPECT(strstr(out, "device_tflops_fp32 0.15, from the profile"));
+  /* cuda under an 8 MiB RLIMIT_MEMLOCK: the driver pins outside the limit
+   * (memory/tier.c: the engine warns and continues), so the pool stays
+   * pinned, and the text says why instead of asking for a larger limit */
+  remove(cfg);
+  snprintf(cmd, sizeof cmd, "ulimit -l 8192 && '%s' plan --model gpt2 --gpu-mem 24G "
+           "--host-mem 64G --seq 128 --write-config '%s'", bin, cfg);
+  EXPECT_EQ_INT(run(cmd), 0);
+  EXPECT(strstr(out, "the CUDA driver pins outside that limit") || strstr(out, "must allow it"));
+  REQUIRE(ferry_config_create(&c) == 0);
+  EXPECT(ferry_config_load_file(c, cfg) == 0);
+  EXPECT(ferry_config_get(c, "tiers.host.pinned", v, sizeof v) == 0 && !strcmp(v, "true"));
+  ferry_config_destroy(c);
+}
+
+int main(int argc, char **argv) {
+  REQUIRE(argc == 3);
+  bin = argv[1], dir = argv[2];
+  test_batch_ram();
+  test_compute_figure();
+  test_cli();
+  return test_finish("plan.host");
+}
