@@ -102,6 +102,9 @@ static inline vi vf_rint(vf a) { return _mm256_cvtps_epi32(a); } /* nearest even
 static inline vi v_load_u8(const uint8_t *p) {
   return _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)p));
 }
+static inline vi v_load_s8(const uint8_t *p) { /* sign-extended */
+  return _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)p));
+}
 static inline void v_store_u8(uint8_t *p, vi x) { /* lanes hold 0..255 */
   __m128i w = _mm_packus_epi32(_mm256_castsi256_si128(x), _mm256_extracti128_si256(x, 1));
   _mm_storel_epi64((__m128i *)p, _mm_packus_epi16(w, w));

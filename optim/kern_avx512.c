@@ -103,6 +103,9 @@ static inline vi vf_rint(vf a) { return _mm512_cvtps_epi32(a); } /* nearest even
 static inline vi v_load_u8(const uint8_t *p) {
   return _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)p));
 }
+static inline vi v_load_s8(const uint8_t *p) { /* sign-extended */
+  return _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)p));
+}
 static inline void v_store_u8(uint8_t *p, vi x) {
   _mm_storeu_si128((__m128i *)p, _mm512_cvtepi32_epi8(x));
 }

@@ -81,6 +81,35 @@ OPT_INLINE vf vq_load_p(const optim_tile *t, int mdt, size_t i) {
                               : v_loadu((const float *)t->p + i);
 }
 
+/* The random bits of a block's elements from index i0 on, when the block
+ * (len elements) shares the high half of its index and one 2^16 range of
+ * its low half (ok): x = hikey ^ idx, then x ^= x >> 16 is idx ^ c with one
+ * constant c = hikey ^ (hikey >> 16) ^ (idx >> 16), so the hash starts at
+ * its first multiply. */
+typedef struct {
+  vi idx, c;
+  int ok;
+} vq_srblk;
+
+OPT_INLINE vq_srblk vq_srblk_of(const optim_scalars *s, uint64_t i0, size_t len) {
+  vq_srblk k;
+  uint32_t lo = (uint32_t)i0, hk = optim_sr_hikey(s->sr_key, i0);
+  k.ok = len && (i0 >> 32) == ((i0 + len - 1) >> 32) && (lo >> 16) == ((lo + len - 1) >> 16);
+  k.idx = vi_add(vi_set1(lo), vi_iota());
+  k.c = vi_set1(hk ^ (hk >> 16) ^ (lo >> 16));
+  return k;
+}
+
+/* optim_sr_bits of the next VW elements of a block with k->ok */
+OPT_INLINE vi vq_srblk_next(vq_srblk *k) {
+  vi x = vi_xor(k->idx, k->c);
+  k->idx = vi_add(k->idx, vi_set1(VW));
+  x = vi_mullo(x, vi_set1(0x7feb352du));
+  x = vi_xor(x, vi_srli(x, 15));
+  x = vi_mullo(x, vi_set1(0x846ca68bu));
+  return vi_srli(x, 16);
+}
+
 /* optim_bf16_sr of p with random bits r: (bits + r) >> 16, NaN made quiet
  * (the NaN blend only when a lane is NaN) */
 OPT_INLINE void vq_store_sr(uint16_t *dst, vf p, vi r) {
@@ -114,21 +143,23 @@ OPT_INLINE vf vq_dec(vi c, vf A, int sgn) {
   return x;
 }
 
-/* The same decode in two operations (three and the sign): the code's 7 (8)
+/* The same decode in two operations (three signed): the code's 7 (8)
  * bits moved to bits 20.. of an fp32, read as a float, are exactly the code's
  * value x 2^-112 (2^-96 unsigned): the exponent field is the code's exponent,
  * and the linear range lands on the fp32 subnormals. So one multiply by
  * As = absmax x 2^bias (exact while finite) rounds the same real product as
- * the reference. Valid when vq_dec_ok: subnormal inputs honoured (MXCSR.DAZ
- * clear) and As finite or NaN. */
+ * the reference. Signed codes come sign-extended (v_load_s8). Valid when
+ * vq_dec_ok: subnormal inputs honoured (MXCSR.DAZ clear) and As finite (a NaN
+ * absmax takes the reference's spelling, which keeps the NaN's sign rule). */
 OPT_INLINE vf vq_dec_fast(vi c, vf As, int sgn) {
   if (!sgn) return v_mul(vi_as_vf(vi_slli(c, 20)), As);
-  vf x = v_mul(vi_as_vf(vi_and(vi_slli(c, 20), vi_set1(0x07F00000u))), As);
-  return vi_as_vf(vi_xor_and(vf_as_vi(x), vi_slli(c, 24), vi_set1(0x80000000u)));
+  /* c sign-extended: << 20 puts the magnitude at bits 20..26 and copies of
+   * the sign at 27..31; keep bit 31. -|q| x As rounds to -(|q| x As). */
+  return v_mul(vi_as_vf(vi_and(vi_slli(c, 20), vi_set1(0x87F00000u))), As);
 }
 #define OPTIM_Q_DAZ 0x40u /* MXCSR: denormals are zeros */
 OPT_INLINE int vq_dec_ok(float A1, float A2) {
-  return !(_mm_getcsr() & OPTIM_Q_DAZ) && !(fabsf(A1) >= 0x1p16f) && !(fabsf(A2) >= 0x1p32f);
+  return !(_mm_getcsr() & OPTIM_Q_DAZ) && fabsf(A1) < 0x1p16f && fabsf(A2) < 0x1p32f;
 }
 
 /* optim_q_enc_s (sgn) / optim_q_enc_u of x with inv = 1 / absmax, for the
@@ -181,7 +212,7 @@ OPT_INLINE void qpass1_body(const optim_scalars *s, const optim_tile *t, size_t 
   vi m1 = *mx1, m2 = *mx2;
   for (size_t i = b; i < vend; i += VW) {
     vf g = v_mul(vb_load(t->g, gdt, i), gs);
-    vi q1 = v_load_u8(c1 + i);
+    vi q1 = fast ? v_load_s8(c1 + i) : v_load_u8(c1 + i);
     vf m = fast ? vq_dec_fast(q1, A1v, 1) : vq_dec(q1, A1v, 1), x;
     if (two) {
       if (type == FERRY_OPTIM_ADAM) g = v_fma(wd, vq_load_p(t, mdt, i), g);
@@ -189,7 +220,7 @@ OPT_INLINE void qpass1_body(const optim_scalars *s, const optim_tile *t, size_t 
       vf v = fast ? vq_dec_fast(q2, A2v, 0) : vq_dec(q2, A2v, 0);
       m = v_fma(b1, m, v_mul(omb1, g));
       x = v_fma(b2, v, v_mul(v_mul(omb2, g), g));
-      m2 = vi_maxu(m2, vi_and(vf_as_vi(x), absm));
+      m2 = vi_maxu(m2, vf_as_vi(x)); /* v >= +0 or NaN: its bits are |v|'s */
     } else {
       x = v_fma(b1, m, v_mul(omb1, g)); /* c */
       m = v_fma(b2, m, v_mul(omb2, g));
@@ -239,6 +270,7 @@ OPT_INLINE void qblock_body(const optim_scalars *s, const optim_tile *t, size_t 
   const vf i1v = v_set1(i1), i2v = v_set1(i2);
   const vi zero = vi_set1(0);
   const vq_srkey sk = vq_srkey_of(s, t);
+  vq_srblk sb = vq_srblk_of(s, t->index + b, vend - b);
   for (i = b; i < vend; i += VW) {
     vf p = vq_load_p(t, mdt, i);
     vf m = v_loadu(buf1 + (i - b)), x = v_loadu(buf2 + (i - b));
@@ -250,7 +282,10 @@ OPT_INLINE void qblock_body(const optim_scalars *s, const optim_tile *t, size_t 
       p = v_fma(nstep, v_sign(x), p);
     }
     v_store_u8(c1 + i, i1 != 0.0f ? vq_enc(m, i1v, 1) : zero);
-    vq_store_p(s, t, &sk, mdt, i, p);
+    if (mdt == FERRY_DT_BF16 && sb.ok)
+      vq_store_sr((uint16_t *)t->p + i, p, vq_srblk_next(&sb));
+    else
+      vq_store_p(s, t, &sk, mdt, i, p);
     if (cdt != FERRY_DT_NONE) vb_store(t->pc, cdt, i, p, nb);
   }
   if (i < e) optim_ref_q_pass2(s, t, i, e, A1, A2, i1, i2);
