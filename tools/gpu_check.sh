@@ -27,6 +27,10 @@
 #               same saved weights (tokens/s, MFU over ferry-cuda-peak
 #               --gemm 8192, losses, device peak), ferry-gpt-attn against
 #               torch's SDPA at T 2048, head dim 64 and 128
+#   adam        [60] the CPU AdamW on this host (no GPU used): ferry bench adam,
+#               16 threads, 2^28 params, bf16 grads, fp32 vs int8 states vs a
+#               bf16 master + int8 states (step-time ratios; targets >= 1.5
+#               and >= 2.2), each against its same-traffic roofline
 #   tests_rest [400] the rest of the test list, as time allows
 # The whole check ends within 8 minutes (GPUCHECK_SECONDS), the last parts
 # cut short as time runs out; one issue's parts (e.g. --parts tests,scale)
