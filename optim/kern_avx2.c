@@ -87,6 +87,10 @@ static inline vi vi_xor_and(vi a, vi b, vi c) { return _mm256_xor_si256(a, _mm25
 static inline int vi_any_gt(vi a, vi b) {
   return _mm256_movemask_epi8(_mm256_cmpgt_epi32(a, b)) != 0;
 }
+/* a lane with (a & m) == 0 */
+static inline int vi_any_zero_and(vi a, vi m) {
+  return _mm256_movemask_epi8(_mm256_cmpeq_epi32(_mm256_and_si256(a, m), _mm256_setzero_si256())) != 0;
+}
 /* u | (a > t unsigned ? x : 0) */
 static inline vi vi_or_if_gtu(vi u, vi a, uint32_t t, uint32_t x) {
   const vi flip = _mm256_set1_epi32((int)0x80000000u);

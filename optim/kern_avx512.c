@@ -89,6 +89,8 @@ static inline vi vi_sel_gt(vi a, vi b, vi x, vi y) {
 static inline vi vi_xor_and(vi a, vi b, vi c) { return _mm512_ternarylogic_epi32(a, b, c, 0x78); }
 /* a lane with a > b (signed) */
 static inline int vi_any_gt(vi a, vi b) { return _mm512_cmpgt_epi32_mask(a, b) != 0; }
+/* a lane with (a & m) == 0 */
+static inline int vi_any_zero_and(vi a, vi m) { return _mm512_testn_epi32_mask(a, m) != 0; }
 /* u | (a > t unsigned ? x : 0) */
 static inline vi vi_or_if_gtu(vi u, vi a, uint32_t t, uint32_t x) {
   return _mm512_mask_or_epi32(u, _mm512_cmpgt_epu32_mask(a, _mm512_set1_epi32((int)t)), u,

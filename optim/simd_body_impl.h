@@ -166,19 +166,22 @@ OPT_INLINE int vq_dec_ok(float A1, float A2) {
  * values of the block that absmax was taken from (|x| <= absmax, so the
  * magnitude stays below 1 + 2^-22 and the reference's clamp to the largest
  * code never acts; v >= +0, so its |.| is itself). The normal range rounds
- * on the bits with the exponent bias folded into the addend; the linear
- * range (|x| below 2^-14, 2^-30 of the absmax) is computed only when a lane
- * is in it. Signed: 0x80 when y < 0 and the magnitude is nonzero, that is
- * when the bits of y, unsigned, exceed those of -2^-18. */
+ * on the bits, the exponent bias folded into the addend: (a + 2^19 - bias)
+ * >> 20, exact but at a tie (the 20 low bits of the sum all zero), where
+ * nearest-even may take one less. Ties and the linear range (|x| below
+ * 2^-14, 2^-30 of the absmax) are rare, so the reference's full spelling
+ * runs only when a lane has one. Signed: 0x80 when y < 0 and the magnitude
+ * is nonzero, that is when the bits of y, unsigned, exceed those of -2^-18. */
 OPT_INLINE vi vq_enc(vf x, vf inv, int sgn) {
   const uint32_t bias = sgn ? 112u : 96u, lim = sgn ? 0x38800000u : 0x30800000u;
   vf y = v_mul(x, inv);
   vi ya = sgn ? vi_and(vf_as_vi(y), vi_set1(0x7FFFFFFFu)) : vf_as_vi(y);
-  vi r = vi_add(vi_add(ya, vi_set1(0x7FFFFu - (bias << 23))), vi_and(vi_srli(ya, 20), vi_set1(1)));
+  vi r = vi_add(ya, vi_set1(0x80000u - (bias << 23)));
   vi u = vi_srli(r, 20);
-  if (vi_any_gt(vi_set1(lim), ya)) {
+  if (vi_any_gt(vi_set1(lim), ya) | vi_any_zero_and(r, vi_set1(0xFFFFFu))) {
+    r = vi_add(vi_add(ya, vi_set1(0x7FFFFu - (bias << 23))), vi_and(vi_srli(ya, 20), vi_set1(1)));
     vi ulin = vf_rint(v_mul(vi_as_vf(ya), v_set1(sgn ? 0x1p17f : 0x1p33f)));
-    u = vi_sel_gt(vi_set1(lim), ya, ulin, u);
+    u = vi_sel_gt(vi_set1(lim), ya, ulin, vi_srli(r, 20));
   }
   if (sgn) u = vi_or_if_gtu(u, vf_as_vi(y), 0xB6800000u, 0x80u);
   return u;
