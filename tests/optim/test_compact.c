@@ -430,6 +430,14 @@ static void test_edges(void) {
   ferry_optimizer_destroy(o);
 }
 
+/* The buffers of one int8 run: params (pb bytes), two zeroed states (sb
+ * bytes each), n fp32 gradients. */
+static void q_buffers(size_t pb, size_t sb, size_t n, unsigned char **p, unsigned char **s1,
+                      unsigned char **s2, float **g) {
+  *p = malloc(pb), *s1 = calloc(1, sb), *s2 = calloc(1, sb), *g = malloc(n * 4);
+  REQUIRE(*p && *s1 && *s2 && *g);
+}
+
 /* Every code decoded by every level: int8 states holding all 256 codes under
  * absmax values of many scales, 0, subnormal-range and NaN, inf/NaN/huge
  * gradients, a partial last block, stochastic-rounding counters across
@@ -451,9 +459,9 @@ static void test_all_codes(void) {
       unsigned char *ref[3] = {0}, *got[3] = {0};
       for (int l = 0; l < 3; l++) {
         if (l && !optim_kernels_get(optim_simd_parse(lv[l]))) continue;
-        unsigned char *p = malloc(pb), *s1 = calloc(1, sb), *s2 = calloc(1, sb);
-        float *g = malloc(N * 4);
-        REQUIRE(p && s1 && s2 && g);
+        unsigned char *p, *s1, *s2;
+        float *g;
+        q_buffers(pb, sb, N, &p, &s1, &s2, &g);
         for (size_t i = 0; i < N; i++) {
           s1[i] = (uint8_t)(i * 7);
           s2[i] = (uint8_t)(i * 13 + 5);
@@ -523,9 +531,9 @@ static void test_ties(void) {
     unsigned char *ref[3] = {0};
     for (int l = 0; l < 3; l++) {
       if (l && !optim_kernels_get(optim_simd_parse(lv[l]))) continue;
-      unsigned char *p = malloc(pb), *s1 = calloc(1, sb), *s2 = calloc(1, sb);
-      float *g = malloc(N * 4);
-      REQUIRE(p && s1 && s2 && g);
+      unsigned char *p, *s1, *s2;
+      float *g;
+      q_buffers(pb, sb, N, &p, &s1, &s2, &g);
       for (size_t i = 0; i < N; i++) {
         const float base[4] = {1.0625f, 1.25f, 1.1875f, -1.0625f};
         float x = ldexpf(base[i % 4], -(int)(i / 4 % 40));
