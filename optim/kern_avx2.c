@@ -92,10 +92,10 @@ static inline int vi_any_zero_and(vi a, vi m) {
   return _mm256_movemask_epi8(_mm256_cmpeq_epi32(_mm256_and_si256(a, m), _mm256_setzero_si256())) != 0;
 }
 /* u | (a > t unsigned ? x : 0) */
-static inline vi vi_or_if_gtu(vi u, vi a, uint32_t t, uint32_t x) {
+static inline vi vi_or_if_gtu(vi u, vi a, vi t, vi x) {
   const vi flip = _mm256_set1_epi32((int)0x80000000u);
-  vi gt = _mm256_cmpgt_epi32(_mm256_xor_si256(a, flip), _mm256_set1_epi32((int)(t ^ 0x80000000u)));
-  return _mm256_or_si256(u, _mm256_and_si256(gt, _mm256_set1_epi32((int)x)));
+  vi gt = _mm256_cmpgt_epi32(_mm256_xor_si256(a, flip), _mm256_xor_si256(t, flip));
+  return _mm256_or_si256(u, _mm256_and_si256(gt, x));
 }
 /* a NaN lane */
 static inline int v_any_nan(vf x) { return _mm256_movemask_ps(_mm256_cmp_ps(x, x, _CMP_UNORD_Q)); }

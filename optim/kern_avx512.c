@@ -92,9 +92,8 @@ static inline int vi_any_gt(vi a, vi b) { return _mm512_cmpgt_epi32_mask(a, b) !
 /* a lane with (a & m) == 0 */
 static inline int vi_any_zero_and(vi a, vi m) { return _mm512_testn_epi32_mask(a, m) != 0; }
 /* u | (a > t unsigned ? x : 0) */
-static inline vi vi_or_if_gtu(vi u, vi a, uint32_t t, uint32_t x) {
-  return _mm512_mask_or_epi32(u, _mm512_cmpgt_epu32_mask(a, _mm512_set1_epi32((int)t)), u,
-                              _mm512_set1_epi32((int)x));
+static inline vi vi_or_if_gtu(vi u, vi a, vi t, vi x) {
+  return _mm512_mask_or_epi32(u, _mm512_cmpgt_epu32_mask(a, t), u, x);
 }
 /* a NaN lane */
 static inline int v_any_nan(vf x) { return _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q) != 0; }

@@ -11,6 +11,10 @@
 #include "optim/scalar_impl.h"
 
 #define OPT_INLINE static inline __attribute__((always_inline))
+/* A constant the compiler must keep (in a register, or spilled and read as a
+ * memory operand) rather than rebuild with an immediate and a broadcast at
+ * each use inside a loop. */
+#define VQ_KEEP(x) __asm__("" : "+v"(x))
 
 OPT_INLINE vf vb_load(const void *b, int dt, size_t i) {
   switch (dt) {
@@ -87,7 +91,7 @@ OPT_INLINE vf vq_load_p(const optim_tile *t, int mdt, size_t i) {
  * constant c = hikey ^ (hikey >> 16) ^ (idx >> 16), so the hash starts at
  * its first multiply. */
 typedef struct {
-  vi idx, c;
+  vi idx, c, step, m1, m2; /* step, m1, m2: constants kept (VQ_KEEP) */
   int ok;
 } vq_srblk;
 
@@ -97,16 +101,22 @@ OPT_INLINE vq_srblk vq_srblk_of(const optim_scalars *s, uint64_t i0, size_t len)
   k.ok = len && (i0 >> 32) == ((i0 + len - 1) >> 32) && (lo >> 16) == ((lo + len - 1) >> 16);
   k.idx = vi_add(vi_set1(lo), vi_iota());
   k.c = vi_set1(hk ^ (hk >> 16) ^ (lo >> 16));
+  k.step = vi_set1(VW);
+  k.m1 = vi_set1(0x7feb352du);
+  k.m2 = vi_set1(0x846ca68bu);
+  VQ_KEEP(k.step);
+  VQ_KEEP(k.m1);
+  VQ_KEEP(k.m2);
   return k;
 }
 
 /* optim_sr_bits of the next VW elements of a block with k->ok */
 OPT_INLINE vi vq_srblk_next(vq_srblk *k) {
   vi x = vi_xor(k->idx, k->c);
-  k->idx = vi_add(k->idx, vi_set1(VW));
-  x = vi_mullo(x, vi_set1(0x7feb352du));
+  k->idx = vi_add(k->idx, k->step);
+  x = vi_mullo(x, k->m1);
   x = vi_xor(x, vi_srli(x, 15));
-  x = vi_mullo(x, vi_set1(0x846ca68bu));
+  x = vi_mullo(x, k->m2);
   return vi_srli(x, 16);
 }
 
@@ -162,6 +172,32 @@ OPT_INLINE int vq_dec_ok(float A1, float A2) {
   return !(_mm_getcsr() & OPTIM_Q_DAZ) && fabsf(A1) < 0x1p16f && fabsf(A2) < 0x1p32f;
 }
 
+/* vq_enc's constants (signed s, unsigned u), made once outside the loop */
+typedef struct {
+  vi adds, addu, lims, limu, low20, abs, neg, bit7;
+} vq_encc;
+
+OPT_INLINE vq_encc vq_encc_of(void) {
+  vq_encc k;
+  k.adds = vi_set1(0x80000u - (112u << 23));
+  k.addu = vi_set1(0x80000u - (96u << 23));
+  k.lims = vi_set1(0x38800000u);
+  k.limu = vi_set1(0x30800000u);
+  k.low20 = vi_set1(0xFFFFFu);
+  k.abs = vi_set1(0x7FFFFFFFu);
+  k.neg = vi_set1(0xB6800000u);
+  k.bit7 = vi_set1(0x80u);
+  VQ_KEEP(k.adds);
+  VQ_KEEP(k.addu);
+  VQ_KEEP(k.lims);
+  VQ_KEEP(k.limu);
+  VQ_KEEP(k.low20);
+  VQ_KEEP(k.abs);
+  VQ_KEEP(k.neg);
+  VQ_KEEP(k.bit7);
+  return k;
+}
+
 /* optim_q_enc_s (sgn) / optim_q_enc_u of x with inv = 1 / absmax, for the
  * values of the block that absmax was taken from (|x| <= absmax, so the
  * magnitude stays below 1 + 2^-22 and the reference's clamp to the largest
@@ -172,18 +208,19 @@ OPT_INLINE int vq_dec_ok(float A1, float A2) {
  * 2^-14, 2^-30 of the absmax) are rare, so the reference's full spelling
  * runs only when a lane has one. Signed: 0x80 when y < 0 and the magnitude
  * is nonzero, that is when the bits of y, unsigned, exceed those of -2^-18. */
-OPT_INLINE vi vq_enc(vf x, vf inv, int sgn) {
-  const uint32_t bias = sgn ? 112u : 96u, lim = sgn ? 0x38800000u : 0x30800000u;
+OPT_INLINE vi vq_enc(vf x, vf inv, int sgn, const vq_encc *k) {
+  const uint32_t bias = sgn ? 112u : 96u;
+  const vi lim = sgn ? k->lims : k->limu;
   vf y = v_mul(x, inv);
-  vi ya = sgn ? vi_and(vf_as_vi(y), vi_set1(0x7FFFFFFFu)) : vf_as_vi(y);
-  vi r = vi_add(ya, vi_set1(0x80000u - (bias << 23)));
+  vi ya = sgn ? vi_and(vf_as_vi(y), k->abs) : vf_as_vi(y);
+  vi r = vi_add(ya, sgn ? k->adds : k->addu);
   vi u = vi_srli(r, 20);
-  if (vi_any_gt(vi_set1(lim), ya) | vi_any_zero_and(r, vi_set1(0xFFFFFu))) {
+  if (vi_any_gt(lim, ya) | vi_any_zero_and(r, k->low20)) {
     r = vi_add(vi_add(ya, vi_set1(0x7FFFFu - (bias << 23))), vi_and(vi_srli(ya, 20), vi_set1(1)));
     vi ulin = vf_rint(v_mul(vi_as_vf(ya), v_set1(sgn ? 0x1p17f : 0x1p33f)));
-    u = vi_sel_gt(vi_set1(lim), ya, ulin, vi_srli(r, 20));
+    u = vi_sel_gt(lim, ya, ulin, vi_srli(r, 20));
   }
-  if (sgn) u = vi_or_if_gtu(u, vf_as_vi(y), 0xB6800000u, 0x80u);
+  if (sgn) u = vi_or_if_gtu(u, vf_as_vi(y), k->neg, k->bit7);
   return u;
 }
 
@@ -272,6 +309,7 @@ OPT_INLINE void qblock_body(const optim_scalars *s, const optim_tile *t, size_t 
   const float i1 = optim_q_inv(N1), i2 = optim_q_inv(N2);
   const vf i1v = v_set1(i1), i2v = v_set1(i2);
   const vi zero = vi_set1(0);
+  const vq_encc kc = vq_encc_of();
   const vq_srkey sk = vq_srkey_of(s, t);
   vq_srblk sb = vq_srblk_of(s, t->index + b, vend - b);
   for (i = b; i < vend; i += VW) {
@@ -280,11 +318,11 @@ OPT_INLINE void qblock_body(const optim_scalars *s, const optim_tile *t, size_t 
     p = v_mul(p, decay);
     if (two) {
       p = v_fma(nstep, v_div(m, v_fma(v_sqrt(x), isb2, eps)), p);
-      v_store_u8(c2 + i, i2 != 0.0f ? vq_enc(x, i2v, 0) : zero);
+      v_store_u8(c2 + i, i2 != 0.0f ? vq_enc(x, i2v, 0, &kc) : zero);
     } else {
       p = v_fma(nstep, v_sign(x), p);
     }
-    v_store_u8(c1 + i, i1 != 0.0f ? vq_enc(m, i1v, 1) : zero);
+    v_store_u8(c1 + i, i1 != 0.0f ? vq_enc(m, i1v, 1, &kc) : zero);
     if (mdt == FERRY_DT_BF16 && sb.ok)
       vq_store_sr((uint16_t *)t->p + i, p, vq_srblk_next(&sb));
     else
