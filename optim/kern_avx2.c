@@ -81,12 +81,33 @@ static inline vi vi_maxu(vi a, vi b) { return _mm256_max_epu32(a, b); }
 static inline vi vi_sel_gt(vi a, vi b, vi x, vi y) {
   return _mm256_blendv_epi8(y, x, _mm256_cmpgt_epi32(a, b));
 }
+/* a ^ (b & c) */
+static inline vi vi_xor_and(vi a, vi b, vi c) { return _mm256_xor_si256(a, _mm256_and_si256(b, c)); }
+/* a lane with a > b (signed) */
+static inline int vi_any_gt(vi a, vi b) {
+  return _mm256_movemask_epi8(_mm256_cmpgt_epi32(a, b)) != 0;
+}
+/* a lane with (a & m) == 0 */
+static inline int vi_any_zero_and(vi a, vi m) {
+  return _mm256_movemask_epi8(_mm256_cmpeq_epi32(_mm256_and_si256(a, m), _mm256_setzero_si256())) != 0;
+}
+/* u | (a > t unsigned ? x : 0) */
+static inline vi vi_or_if_gtu(vi u, vi a, vi t, vi x) {
+  const vi flip = _mm256_set1_epi32((int)0x80000000u);
+  vi gt = _mm256_cmpgt_epi32(_mm256_xor_si256(a, flip), _mm256_xor_si256(t, flip));
+  return _mm256_or_si256(u, _mm256_and_si256(gt, x));
+}
+/* a NaN lane */
+static inline int v_any_nan(vf x) { return _mm256_movemask_ps(_mm256_cmp_ps(x, x, _CMP_UNORD_Q)); }
 static inline vf vi_as_vf(vi a) { return _mm256_castsi256_ps(a); }
 static inline vi vf_as_vi(vf a) { return _mm256_castps_si256(a); }
 static inline vf vi_to_vf(vi a) { return _mm256_cvtepi32_ps(a); }
 static inline vi vf_rint(vf a) { return _mm256_cvtps_epi32(a); } /* nearest even (MXCSR) */
 static inline vi v_load_u8(const uint8_t *p) {
   return _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)p));
+}
+static inline vi v_load_s8(const uint8_t *p) { /* sign-extended */
+  return _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)p));
 }
 static inline void v_store_u8(uint8_t *p, vi x) { /* lanes hold 0..255 */
   __m128i w = _mm_packus_epi32(_mm256_castsi256_si128(x), _mm256_extracti128_si256(x, 1));

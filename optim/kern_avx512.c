@@ -85,12 +85,27 @@ static inline vi vi_maxu(vi a, vi b) { return _mm512_max_epu32(a, b); }
 static inline vi vi_sel_gt(vi a, vi b, vi x, vi y) {
   return _mm512_mask_mov_epi32(y, _mm512_cmpgt_epi32_mask(a, b), x);
 }
+/* a ^ (b & c) */
+static inline vi vi_xor_and(vi a, vi b, vi c) { return _mm512_ternarylogic_epi32(a, b, c, 0x78); }
+/* a lane with a > b (signed) */
+static inline int vi_any_gt(vi a, vi b) { return _mm512_cmpgt_epi32_mask(a, b) != 0; }
+/* a lane with (a & m) == 0 */
+static inline int vi_any_zero_and(vi a, vi m) { return _mm512_testn_epi32_mask(a, m) != 0; }
+/* u | (a > t unsigned ? x : 0) */
+static inline vi vi_or_if_gtu(vi u, vi a, vi t, vi x) {
+  return _mm512_mask_or_epi32(u, _mm512_cmpgt_epu32_mask(a, t), u, x);
+}
+/* a NaN lane */
+static inline int v_any_nan(vf x) { return _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q) != 0; }
 static inline vf vi_as_vf(vi a) { return _mm512_castsi512_ps(a); }
 static inline vi vf_as_vi(vf a) { return _mm512_castps_si512(a); }
 static inline vf vi_to_vf(vi a) { return _mm512_cvtepi32_ps(a); }
 static inline vi vf_rint(vf a) { return _mm512_cvtps_epi32(a); } /* nearest even (MXCSR) */
 static inline vi v_load_u8(const uint8_t *p) {
   return _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)p));
+}
+static inline vi v_load_s8(const uint8_t *p) { /* sign-extended */
+  return _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)p));
 }
 static inline void v_store_u8(uint8_t *p, vi x) {
   _mm_storeu_si128((__m128i *)p, _mm512_cvtepi32_epi8(x));

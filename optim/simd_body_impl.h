@@ -11,6 +11,10 @@
 #include "optim/scalar_impl.h"
 
 #define OPT_INLINE static inline __attribute__((always_inline))
+/* A constant the compiler must keep (in a register, or spilled and read as a
+ * memory operand) rather than rebuild with an immediate and a broadcast at
+ * each use inside a loop. */
+#define VQ_KEEP(x) __asm__("" : "+v"(x))
 
 OPT_INLINE vf vb_load(const void *b, int dt, size_t i) {
   switch (dt) {
@@ -39,12 +43,14 @@ OPT_INLINE vf vb_roundtrip(vf x, int dt, int nb) {
 
 /* ---- compact state: bf16 master (stochastic rounding), the int8 code ---- */
 
-OPT_INLINE vi vq_hash(vi x) { /* optim_hash32 on each lane */
+/* optim_hash32(x) >> 16 on each lane: the hash's last step (x ^= x >> 16)
+ * leaves the top half alone, so it is skipped. */
+OPT_INLINE vi vq_hash_hi16(vi x) {
   x = vi_xor(x, vi_srli(x, 16));
   x = vi_mullo(x, vi_set1(0x7feb352du));
   x = vi_xor(x, vi_srli(x, 15));
   x = vi_mullo(x, vi_set1(0x846ca68bu));
-  return vi_xor(x, vi_srli(x, 16));
+  return vi_srli(x, 16);
 }
 
 /* The stochastic-rounding key of a tile: optim_sr_hikey of its elements
@@ -65,14 +71,9 @@ OPT_INLINE vq_srkey vq_srkey_of(const optim_scalars *s, const optim_tile *t) {
 /* optim_sr_bits of elements idx0 .. idx0 + VW - 1 */
 OPT_INLINE vi vq_sr_bits(const vq_srkey *sk, uint32_t key, uint64_t idx0) {
   uint32_t lo = (uint32_t)idx0;
-  if (sk->one) {
-    vi x = vi_xor(sk->hk, vi_add(vi_set1(lo), vi_iota()));
-    return vi_srli(vq_hash(x), 16);
-  }
-  if (lo <= 0xFFFFFFFFu - (VW - 1)) { /* one high half: one key */
-    vi x = vi_xor(vi_set1(optim_sr_hikey(key, idx0)), vi_add(vi_set1(lo), vi_iota()));
-    return vi_srli(vq_hash(x), 16);
-  }
+  if (sk->one) return vq_hash_hi16(vi_xor(sk->hk, vi_add(vi_set1(lo), vi_iota())));
+  if (lo <= 0xFFFFFFFFu - (VW - 1)) /* one high half: one key */
+    return vq_hash_hi16(vi_xor(vi_set1(optim_sr_hikey(key, idx0)), vi_add(vi_set1(lo), vi_iota())));
   uint32_t r[VW];
   for (int l = 0; l < VW; l++)
     r[l] = optim_sr_bits(optim_sr_hikey(key, idx0 + (uint64_t)l), idx0 + (uint64_t)l);
@@ -84,21 +85,65 @@ OPT_INLINE vf vq_load_p(const optim_tile *t, int mdt, size_t i) {
                               : v_loadu((const float *)t->p + i);
 }
 
-/* optim_p_store: fp32, or bf16 = (bits + 16 random bits) >> 16, NaN quiet */
+/* The random bits of a block's elements from index i0 on, when the block
+ * (len elements) shares the high half of its index and one 2^16 range of
+ * its low half (ok): x = hikey ^ idx, then x ^= x >> 16 is idx ^ c with one
+ * constant c = hikey ^ (hikey >> 16) ^ (idx >> 16), so the hash starts at
+ * its first multiply. */
+typedef struct {
+  vi idx, c, step, m1, m2; /* step, m1, m2: constants kept (VQ_KEEP) */
+  int ok;
+} vq_srblk;
+
+OPT_INLINE vq_srblk vq_srblk_of(const optim_scalars *s, uint64_t i0, size_t len) {
+  vq_srblk k;
+  uint32_t lo = (uint32_t)i0, hk = optim_sr_hikey(s->sr_key, i0);
+  k.ok = len && (i0 >> 32) == ((i0 + len - 1) >> 32) && (lo >> 16) == ((lo + len - 1) >> 16);
+  k.idx = vi_add(vi_set1(lo), vi_iota());
+  k.c = vi_set1(hk ^ (hk >> 16) ^ (lo >> 16));
+  k.step = vi_set1(VW);
+  k.m1 = vi_set1(0x7feb352du);
+  k.m2 = vi_set1(0x846ca68bu);
+  VQ_KEEP(k.step);
+  VQ_KEEP(k.m1);
+  VQ_KEEP(k.m2);
+  return k;
+}
+
+/* optim_sr_bits of the next VW elements of a block with k->ok */
+OPT_INLINE vi vq_srblk_next(vq_srblk *k) {
+  vi x = vi_xor(k->idx, k->c);
+  k->idx = vi_add(k->idx, k->step);
+  x = vi_mullo(x, k->m1);
+  x = vi_xor(x, vi_srli(x, 15));
+  x = vi_mullo(x, k->m2);
+  return vi_srli(x, 16);
+}
+
+/* optim_bf16_sr of p with random bits r: (bits + r) >> 16, NaN made quiet
+ * (the NaN blend only when a lane is NaN) */
+OPT_INLINE void vq_store_sr(uint16_t *dst, vf p, vi r) {
+  vi u = vf_as_vi(p);
+  vi b = vi_srli(vi_add(u, r), 16);
+  if (v_any_nan(p)) {
+    vi q = vi_or(vi_srli(u, 16), vi_set1(0x40));
+    b = vi_sel_gt(vi_and(u, vi_set1(0x7FFFFFFFu)), vi_set1(0x7F800000u), q, b);
+  }
+  v_store_u16(dst, b);
+}
+
+/* optim_p_store: fp32, or bf16 with stochastic rounding */
 OPT_INLINE void vq_store_p(const optim_scalars *s, const optim_tile *t, const vq_srkey *sk, int mdt,
                            size_t i, vf p) {
   if (mdt != FERRY_DT_BF16) {
     v_storeu((float *)t->p + i, p);
     return;
   }
-  vi u = vf_as_vi(p);
-  vi r = vi_srli(vi_add(u, vq_sr_bits(sk, s->sr_key, t->index + i)), 16);
-  vi q = vi_or(vi_srli(u, 16), vi_set1(0x40));
-  r = vi_sel_gt(vi_and(u, vi_set1(0x7FFFFFFFu)), vi_set1(0x7F800000u), q, r);
-  v_store_u16((uint16_t *)t->p + i, r);
+  vq_store_sr((uint16_t *)t->p + i, p, vq_sr_bits(sk, s->sr_key, t->index + i));
 }
 
-/* optim_q_dec_s (sgn) / optim_q_dec_u of codes c with absmax A */
+/* optim_q_dec_s (sgn) / optim_q_dec_u of codes c with absmax A, as the
+ * reference spells it (the fallback of vq_dec_fast) */
 OPT_INLINE vf vq_dec(vi c, vf A, int sgn) {
   vi u = sgn ? vi_and(c, vi_set1(0x7F)) : c;
   vf lin = v_mul(vi_to_vf(u), v_set1(sgn ? 0x1p-17f : 0x1p-33f));
@@ -108,18 +153,74 @@ OPT_INLINE vf vq_dec(vi c, vf A, int sgn) {
   return x;
 }
 
-/* optim_q_enc_s (sgn) / optim_q_enc_u of x with inv = 1 / absmax */
-OPT_INLINE vi vq_enc(vf x, vf inv, int sgn) {
+/* The same decode in two operations (three signed): the code's 7 (8)
+ * bits moved to bits 20.. of an fp32, read as a float, are exactly the code's
+ * value x 2^-112 (2^-96 unsigned): the exponent field is the code's exponent,
+ * and the linear range lands on the fp32 subnormals. So one multiply by
+ * As = absmax x 2^bias (exact while finite) rounds the same real product as
+ * the reference. Signed codes come sign-extended (v_load_s8). Valid when
+ * vq_dec_ok: subnormal inputs honoured (MXCSR.DAZ clear) and As finite (a NaN
+ * absmax takes the reference's spelling, which keeps the NaN's sign rule). */
+OPT_INLINE vf vq_dec_fast(vi c, vf As, int sgn) {
+  if (!sgn) return v_mul(vi_as_vf(vi_slli(c, 20)), As);
+  /* c sign-extended: << 20 puts the magnitude at bits 20..26 and copies of
+   * the sign at 27..31; keep bit 31. -|q| x As rounds to -(|q| x As). */
+  return v_mul(vi_as_vf(vi_and(vi_slli(c, 20), vi_set1(0x87F00000u))), As);
+}
+#define OPTIM_Q_DAZ 0x40u /* MXCSR: denormals are zeros */
+OPT_INLINE int vq_dec_ok(float A1, float A2) {
+  return !(_mm_getcsr() & OPTIM_Q_DAZ) && fabsf(A1) < 0x1p16f && fabsf(A2) < 0x1p32f;
+}
+
+/* vq_enc's constants (signed s, unsigned u), made once outside the loop */
+typedef struct {
+  vi adds, addu, lims, limu, low20, abs, neg, bit7;
+} vq_encc;
+
+OPT_INLINE vq_encc vq_encc_of(void) {
+  vq_encc k;
+  k.adds = vi_set1(0x80000u - (112u << 23));
+  k.addu = vi_set1(0x80000u - (96u << 23));
+  k.lims = vi_set1(0x38800000u);
+  k.limu = vi_set1(0x30800000u);
+  k.low20 = vi_set1(0xFFFFFu);
+  k.abs = vi_set1(0x7FFFFFFFu);
+  k.neg = vi_set1(0xB6800000u);
+  k.bit7 = vi_set1(0x80u);
+  VQ_KEEP(k.adds);
+  VQ_KEEP(k.addu);
+  VQ_KEEP(k.lims);
+  VQ_KEEP(k.limu);
+  VQ_KEEP(k.low20);
+  VQ_KEEP(k.abs);
+  VQ_KEEP(k.neg);
+  VQ_KEEP(k.bit7);
+  return k;
+}
+
+/* optim_q_enc_s (sgn) / optim_q_enc_u of x with inv = 1 / absmax, for the
+ * values of the block that absmax was taken from (|x| <= absmax, so the
+ * magnitude stays below 1 + 2^-22 and the reference's clamp to the largest
+ * code never acts; v >= +0, so its |.| is itself). The normal range rounds
+ * on the bits, the exponent bias folded into the addend: (a + 2^19 - bias)
+ * >> 20, exact but at a tie (the 20 low bits of the sum all zero), where
+ * nearest-even may take one less. Ties and the linear range (|x| below
+ * 2^-14, 2^-30 of the absmax) are rare, so the reference's full spelling
+ * runs only when a lane has one. Signed: 0x80 when y < 0 and the magnitude
+ * is nonzero, that is when the bits of y, unsigned, exceed those of -2^-18. */
+OPT_INLINE vi vq_enc(vf x, vf inv, int sgn, const vq_encc *k) {
+  const uint32_t bias = sgn ? 112u : 96u;
+  const vi lim = sgn ? k->lims : k->limu;
   vf y = v_mul(x, inv);
-  vi ya = vi_and(vf_as_vi(y), vi_set1(0x7FFFFFFFu));
-  vi ulin = vf_rint(v_mul(vi_as_vf(ya), v_set1(sgn ? 0x1p17f : 0x1p33f)));
-  vi r = vi_add(vi_add(ya, vi_set1(0x7FFFFu)), vi_and(vi_srli(ya, 20), vi_set1(1)));
-  vi unor = vi_minu(vi_sub(vi_srli(r, 20), vi_set1((sgn ? 112u : 96u) << 3)),
-                    vi_set1(sgn ? 127u : 255u));
-  /* a < 2^-14 (2^-30) compared on the bits: a is never NaN here */
-  vi u = vi_sel_gt(vi_set1(sgn ? 0x38800000u : 0x30800000u), ya, ulin, unor);
-  if (sgn) /* 0x80 for y < 0 with a nonzero magnitude */
-    u = vi_or(u, vi_slli(vi_and(vi_srli(vf_as_vi(y), 31), vi_minu(u, vi_set1(1))), 7));
+  vi ya = sgn ? vi_and(vf_as_vi(y), k->abs) : vf_as_vi(y);
+  vi r = vi_add(ya, sgn ? k->adds : k->addu);
+  vi u = vi_srli(r, 20);
+  if (vi_any_gt(lim, ya) | vi_any_zero_and(r, k->low20)) {
+    r = vi_add(vi_add(ya, vi_set1(0x7FFFFu - (bias << 23))), vi_and(vi_srli(ya, 20), vi_set1(1)));
+    vi ulin = vf_rint(v_mul(vi_as_vf(ya), v_set1(sgn ? 0x1p17f : 0x1p33f)));
+    u = vi_sel_gt(lim, ya, ulin, vi_srli(r, 20));
+  }
+  if (sgn) u = vi_or_if_gtu(u, vf_as_vi(y), k->neg, k->bit7);
   return u;
 }
 
@@ -135,6 +236,43 @@ OPT_INLINE uint32_t vq_hmaxu(vi x) {
   return m;
 }
 
+/* Pass 1 of an int8 block over whole vectors [b, vend): the new fp32 states
+ * into buf1, buf2 (for Lion buf2 holds the sign argument c), the running
+ * unsigned max of their |bits| into mx1, mx2. fast: vq_dec_fast. */
+OPT_INLINE void qpass1_body(const optim_scalars *s, const optim_tile *t, size_t b, size_t vend,
+                            size_t k, int type, int gdt, int mdt, int fast, float *buf1,
+                            float *buf2, vi *mx1, vi *mx2) {
+  const vf gs = v_set1(s->gscale), b1 = v_set1(s->beta1), b2 = v_set1(s->beta2);
+  const vf omb1 = v_set1(s->omb1), omb2 = v_set1(s->omb2), wd = v_set1(s->wd);
+  const vi absm = vi_set1(0x7FFFFFFFu);
+  const int two = type != FERRY_OPTIM_LION;
+  const uint8_t *c1 = (const uint8_t *)t->s1, *c2 = (const uint8_t *)t->s2;
+  const float A1 = t->a1[k], A2 = two ? t->a2[k] : 0.0f;
+  const vf A1v = v_set1(fast ? A1 * 0x1p112f : A1), A2v = v_set1(fast ? A2 * 0x1p96f : A2);
+  vi m1 = *mx1, m2 = *mx2;
+  for (size_t i = b; i < vend; i += VW) {
+    vf g = v_mul(vb_load(t->g, gdt, i), gs);
+    vi q1 = fast ? v_load_s8(c1 + i) : v_load_u8(c1 + i);
+    vf m = fast ? vq_dec_fast(q1, A1v, 1) : vq_dec(q1, A1v, 1), x;
+    if (two) {
+      if (type == FERRY_OPTIM_ADAM) g = v_fma(wd, vq_load_p(t, mdt, i), g);
+      vi q2 = v_load_u8(c2 + i);
+      vf v = fast ? vq_dec_fast(q2, A2v, 0) : vq_dec(q2, A2v, 0);
+      m = v_fma(b1, m, v_mul(omb1, g));
+      x = v_fma(b2, v, v_mul(v_mul(omb2, g), g));
+      m2 = vi_maxu(m2, vf_as_vi(x)); /* v >= +0 or NaN: its bits are |v|'s */
+    } else {
+      x = v_fma(b1, m, v_mul(omb1, g)); /* c */
+      m = v_fma(b2, m, v_mul(omb2, g));
+    }
+    m1 = vi_maxu(m1, vi_and(vf_as_vi(m), absm));
+    v_storeu(buf1 + (i - b), m);
+    v_storeu(buf2 + (i - b), x);
+  }
+  *mx1 = m1;
+  *mx2 = m2;
+}
+
 /* One int8 block [b, e) (AdamW, Adam, Lion), as optim_ref_qblock. Pass 1
  * reads codes and gradients, computes the new fp32 states and keeps them in
  * two block-local buffers on the stack (2 x block floats, in L1: the step is
@@ -147,35 +285,18 @@ OPT_INLINE uint32_t vq_hmaxu(vi x) {
 OPT_INLINE void qblock_body(const optim_scalars *s, const optim_tile *t, size_t b, size_t e,
                             size_t k, int type, int gdt, int mdt, int cdt, float *buf1,
                             float *buf2) {
-  const vf gs = v_set1(s->gscale), b1 = v_set1(s->beta1), b2 = v_set1(s->beta2);
-  const vf omb1 = v_set1(s->omb1), omb2 = v_set1(s->omb2), eps = v_set1(s->eps);
-  const vf wd = v_set1(s->wd), decay = v_set1(s->decay), isb2 = v_set1(s->inv_sqrt_bc2);
+  const vf eps = v_set1(s->eps), decay = v_set1(s->decay), isb2 = v_set1(s->inv_sqrt_bc2);
   const vf nstep = v_set1(s->neg_step);
-  const vi absm = vi_set1(0x7FFFFFFFu);
   const int two = type != FERRY_OPTIM_LION, nb = s->native_bf16;
   uint8_t *c1 = (uint8_t *)t->s1, *c2 = (uint8_t *)t->s2;
   const float A1 = t->a1[k], A2 = two ? t->a2[k] : 0.0f;
-  const vf A1v = v_set1(A1), A2v = v_set1(A2);
   vi mx1 = vi_set1(0), mx2 = vi_set1(0);
-  size_t i = b;
-  for (; i + VW <= e; i += VW) {
-    vf g = v_mul(vb_load(t->g, gdt, i), gs);
-    vf m = vq_dec(v_load_u8(c1 + i), A1v, 1), x;
-    if (two) {
-      if (type == FERRY_OPTIM_ADAM) g = v_fma(wd, vq_load_p(t, mdt, i), g);
-      vf v = vq_dec(v_load_u8(c2 + i), A2v, 0);
-      m = v_fma(b1, m, v_mul(omb1, g));
-      x = v_fma(b2, v, v_mul(v_mul(omb2, g), g));
-      mx2 = vi_maxu(mx2, vi_and(vf_as_vi(x), absm));
-    } else {
-      x = v_fma(b1, m, v_mul(omb1, g)); /* c */
-      m = v_fma(b2, m, v_mul(omb2, g));
-    }
-    mx1 = vi_maxu(mx1, vi_and(vf_as_vi(m), absm));
-    v_storeu(buf1 + (i - b), m);
-    v_storeu(buf2 + (i - b), x);
-  }
-  const size_t vend = i;
+  const size_t vend = b + (e - b) / VW * VW;
+  if (vq_dec_ok(A1, A2))
+    qpass1_body(s, t, b, vend, k, type, gdt, mdt, 1, buf1, buf2, &mx1, &mx2);
+  else
+    qpass1_body(s, t, b, vend, k, type, gdt, mdt, 0, buf1, buf2, &mx1, &mx2);
+  size_t i = vend;
   float f1 = 0.0f, f2 = 0.0f;
   int bad1 = 0, bad2 = 0;
   if (i < e) optim_ref_q_pass1(s, t, i, e, A1, A2, &f1, &f2, &bad1, &bad2);
@@ -188,19 +309,24 @@ OPT_INLINE void qblock_body(const optim_scalars *s, const optim_tile *t, size_t 
   const float i1 = optim_q_inv(N1), i2 = optim_q_inv(N2);
   const vf i1v = v_set1(i1), i2v = v_set1(i2);
   const vi zero = vi_set1(0);
+  const vq_encc kc = vq_encc_of();
   const vq_srkey sk = vq_srkey_of(s, t);
+  vq_srblk sb = vq_srblk_of(s, t->index + b, vend - b);
   for (i = b; i < vend; i += VW) {
     vf p = vq_load_p(t, mdt, i);
     vf m = v_loadu(buf1 + (i - b)), x = v_loadu(buf2 + (i - b));
     p = v_mul(p, decay);
     if (two) {
       p = v_fma(nstep, v_div(m, v_fma(v_sqrt(x), isb2, eps)), p);
-      v_store_u8(c2 + i, i2 != 0.0f ? vq_enc(x, i2v, 0) : zero);
+      v_store_u8(c2 + i, i2 != 0.0f ? vq_enc(x, i2v, 0, &kc) : zero);
     } else {
       p = v_fma(nstep, v_sign(x), p);
     }
-    v_store_u8(c1 + i, i1 != 0.0f ? vq_enc(m, i1v, 1) : zero);
-    vq_store_p(s, t, &sk, mdt, i, p);
+    v_store_u8(c1 + i, i1 != 0.0f ? vq_enc(m, i1v, 1, &kc) : zero);
+    if (mdt == FERRY_DT_BF16 && sb.ok)
+      vq_store_sr((uint16_t *)t->p + i, p, vq_srblk_next(&sb));
+    else
+      vq_store_p(s, t, &sk, mdt, i, p);
     if (cdt != FERRY_DT_NONE) vb_store(t->pc, cdt, i, p, nb);
   }
   if (i < e) optim_ref_q_pass2(s, t, i, e, A1, A2, i1, i2);

@@ -34,6 +34,10 @@
 #               short): model TFLOPS, step vs its longest component (timeline,
 #               nvidia-smi), device peak, RSS and step time vs ferry plan,
 #               launch to first step
+#   adam        [60] the CPU AdamW on this host (no GPU used): ferry bench adam,
+#               16 threads, 2^28 params, bf16 grads, fp32 vs int8 states vs a
+#               bf16 master + int8 states (step-time ratios; targets >= 1.5
+#               and >= 2.2), each against its same-traffic roofline
 #   tests_rest [400] the rest of the test list, as time allows
 # The whole check ends within 8 minutes (GPUCHECK_SECONDS), the last parts
 # cut short as time runs out; one issue's parts (e.g. --parts tests,scale)

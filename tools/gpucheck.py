@@ -621,6 +621,8 @@ GPT_BUDGETS = {("small", "resident"): "1G", ("small", "offload-host"): "512M",
 ALLOW = {"preflight": 30, "context": 15, "tests": 100, "copy": 45, "bench_step": 70,
          "gpt": 170, "python": 90, "memcheck": 60, "scale": 300, "13b": 300,
          "tests_rest": 400}
+ALLOW["adam"] = 60  # tools/gpucheck_adam.py: the CPU AdamW on the host, 16 threads
+ALLOW["tests_rest"] = ALLOW.pop("tests_rest")  # last: it takes what time is left
 PARTS = tuple(ALLOW)
 PART_NEEDS = {"gpt": ("context",), "scale": ("context",), "13b": ("context",)}
 
@@ -1108,6 +1110,7 @@ class Check:
                                None if c is None else sum(c.get(w, 0) for w in what), 0))
         rows += gpucheck_scale.summary_rows(fig("scale"), target)
         rows += gpucheck_13b.summary_rows(fig("13b"), target)
+        rows += gpucheck_adam.summary_rows(fig("adam"), target)
         met = [r for r in rows if r["met"] is True]
         missed = [r for r in rows if r["met"] is False]
         self.res.data["summary"] = {"targets": rows, "met": len(met), "not_met": len(missed),
@@ -1147,6 +1150,7 @@ class Check:
                "13b": lambda: gpucheck_13b.part_13b(self),
                "tests_rest": lambda: self.tests_part("tests_rest",
                                                      lambda n: not cuda_or_engine(n), jobs=6)}
+        run["adam"] = lambda: gpucheck_adam.adam_part(self)
         if self.preflight():
             if "gpt" in self.parts:
                 self.start_cpu_reference()
@@ -1233,6 +1237,7 @@ def selftest():
     assert "unknown part 'x'" in select_parts("tests,x")[1] and select_parts(",")[0] is None
     gpucheck_scale.selftest()
     gpucheck_13b.selftest()
+    gpucheck_adam.selftest()
     print("gpucheck selftest: ok")
     return 0
 
@@ -1296,6 +1301,7 @@ def main(argv):
 sys.modules.setdefault("gpucheck", sys.modules[__name__])
 import gpucheck_scale  # noqa: E402  (tools/, beside this file)
 import gpucheck_13b  # noqa: E402
+import gpucheck_adam  # noqa: E402
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv[1:]))

@@ -430,10 +430,19 @@ static void test_edges(void) {
   ferry_optimizer_destroy(o);
 }
 
+/* The buffers of one int8 run: params (pb bytes), two zeroed states (sb
+ * bytes each), n fp32 gradients. */
+static void q_buffers(size_t pb, size_t sb, size_t n, unsigned char **p, unsigned char **s1,
+                      unsigned char **s2, float **g) {
+  *p = malloc(pb), *s1 = calloc(1, sb), *s2 = calloc(1, sb), *g = malloc(n * 4);
+  REQUIRE(*p && *s1 && *s2 && *g);
+}
+
 /* Every code decoded by every level: int8 states holding all 256 codes under
  * absmax values of many scales, 0, subnormal-range and NaN, inf/NaN/huge
- * gradients, a partial last block; every level's params, codes and absmax
- * equal the scalar reference's. */
+ * gradients, a partial last block, stochastic-rounding counters across
+ * 2^16 and 2^32; every level's params, codes and absmax equal the scalar
+ * reference's. */
 static void test_all_codes(void) {
   enum { N = 64 * 37 + 21 };
   const float amax[] = {1.0f, 3e-20f, 0.0f, 7e5f, NAN, 1e-37f, 2.5f, 1e30f};
@@ -450,9 +459,9 @@ static void test_all_codes(void) {
       unsigned char *ref[3] = {0}, *got[3] = {0};
       for (int l = 0; l < 3; l++) {
         if (l && !optim_kernels_get(optim_simd_parse(lv[l]))) continue;
-        unsigned char *p = malloc(pb), *s1 = calloc(1, sb), *s2 = calloc(1, sb);
-        float *g = malloc(N * 4);
-        REQUIRE(p && s1 && s2 && g);
+        unsigned char *p, *s1, *s2;
+        float *g;
+        q_buffers(pb, sb, N, &p, &s1, &s2, &g);
         for (size_t i = 0; i < N; i++) {
           s1[i] = (uint8_t)(i * 7);
           s2[i] = (uint8_t)(i * 13 + 5);
@@ -466,8 +475,11 @@ static void test_all_codes(void) {
           A2[k] = fabsf(amax[(k + 3) % 8]);
         }
         ferry_optimizer *o = make(c, lv[l], 1);
+        /* stochastic-rounding counters: blocks inside one 2^16 range, blocks
+         * across one, a tile across the high half of the index */
+        const uint64_t base[3] = {77, 65536 - 40, (1ull << 32) - 30};
         ferry_optim_span sp = {p, g, s1, types[ti] == FERRY_OPTIM_LION ? NULL : s2, NULL, N,
-                               FERRY_DT_F32, FERRY_DT_NONE, 77};
+                               FERRY_DT_F32, FERRY_DT_NONE, base[ti]};
         REQUIRE(ferry_optimizer_step(o, &sp, 1, 1.0f) == 0);
         REQUIRE(ferry_optimizer_step(o, &sp, 1, 1.0f) == 0);
         ferry_optimizer_destroy(o);
@@ -499,8 +511,59 @@ static void test_all_codes(void) {
     }
 }
 
+/* Codes at exact ties (the SIMD encoders take the reference's spelling
+ * only when a lane needs it): with beta1 = beta2 = 0, m' = g and v' = g^2
+ * exactly; the block's largest g is 2, and the others sit halfway between
+ * two codes (g = +-1.0625 x 2^-j for m, g = 1.25 x 2^-j for v, whose square
+ * is 1.5625 x 2^-2j), or round up to even (1.1875), or land in the linear
+ * range. Every level's codes, absmax and params equal the scalar ones. */
+static void test_ties(void) {
+  enum { N = 64 * 5 };
+  const char *lv[] = {"scalar", "avx2", "avx512"};
+  for (int mi = 0; mi < 2; mi++) {
+    ferry_optimizer_config c = ferry_optimizer_config_default(FERRY_OPTIM_ADAMW);
+    c.state_dtype = FERRY_DT_I8;
+    c.state_block = 64;
+    c.master_dtype = mi ? FERRY_DT_BF16 : FERRY_DT_F32;
+    c.beta1 = 0.0f;
+    c.beta2 = 0.0f;
+    size_t sb = ferry_optimizer_state_bytes(&c, N), pb = N * (mi ? 2 : 4);
+    unsigned char *ref[3] = {0};
+    for (int l = 0; l < 3; l++) {
+      if (l && !optim_kernels_get(optim_simd_parse(lv[l]))) continue;
+      unsigned char *p, *s1, *s2;
+      float *g;
+      q_buffers(pb, sb, N, &p, &s1, &s2, &g);
+      for (size_t i = 0; i < N; i++) {
+        const float base[4] = {1.0625f, 1.25f, 1.1875f, -1.0625f};
+        float x = ldexpf(base[i % 4], -(int)(i / 4 % 40));
+        g[i] = i % 64 == 7 ? 2.0f : (i % 64 == 9 ? 3e-9f : x);
+        ferry_dt_store(p, c.master_dtype, i, 0.5f);
+      }
+      ferry_optimizer *o = make(c, lv[l], 1);
+      ferry_optim_span sp = {p, g, s1, s2, NULL, N, FERRY_DT_F32, FERRY_DT_NONE, 5};
+      REQUIRE(ferry_optimizer_step(o, &sp, 1, 1.0f) == 0);
+      ferry_optimizer_destroy(o);
+      free(g);
+      if (!l) {
+        ref[0] = p, ref[1] = s1, ref[2] = s2;
+        /* ties to even: 1.0625 / 2 -> 1.0 x 2^-1 (down), 1.1875 / 2 -> 1.25 x 2^-1
+         * (up), 1.5625 / 4 -> 1.5 x 2^-2 (down) */
+        EXPECT(s1[0] == 0x70 && s1[2] == 0x72 && s1[3] == 0xF0 && s2[1] == 0xEC);
+        continue;
+      }
+      int same = !memcmp(ref[0], p, pb) && !memcmp(ref[1], s1, sb) && !memcmp(ref[2], s2, sb);
+      if (!same) fprintf(stderr, "ties: %s master %s differs from scalar\n", lv[l], mi ? "bf16" : "fp32");
+      EXPECT(same);
+      free(p), free(s1), free(s2);
+    }
+    free(ref[0]), free(ref[1]), free(ref[2]);
+  }
+}
+
 int main(void) {
   test_codec();
+  test_ties();
   test_all_codes();
   test_sr();
   test_edges();

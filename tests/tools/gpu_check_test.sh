@@ -60,7 +60,7 @@ import json, sys
 d = json.load(open(sys.argv[1]))
 parts = d["parts"]
 names = ["preflight", "context", "tests", "copy", "bench_step", "gpt", "python", "memcheck",
-         "scale", "13b", "tests_rest"]
+         "scale", "13b", "adam", "tests_rest"]
 assert list(parts) == names, list(parts)
 assert parts["preflight"]["status"] == "pass", parts["preflight"]
 for n in names[1:]:
@@ -96,6 +96,17 @@ assert p["status"] == "skip" and "dry-run" in p["reason"] and p["limit_s"] == 30
 T = [t for t in d["summary"]["targets"] if t["target"].startswith(("scale", "attention"))]
 assert len(T) == 8 and all(t["met"] is None for t in T), T
 assert d["status"] == "pass", d
+PY
+GPUCHECK_BUNDLE="$dir/bundle" "$root/tools/gpu_check.sh" --parts adam --dry-run "$dir/outa" \
+  >"$dir/adam.out" 2>&1 || { cat "$dir/adam.out"; fail "gpu_check.sh --parts adam --dry-run"; }
+python3 - "$dir/outa/results.json" <<'PY' || fail "results.json of --parts adam --dry-run (above)"
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert list(d["parts"]) == ["preflight", "adam"], list(d["parts"])
+p = d["parts"]["adam"]
+assert p["status"] == "skip" and "dry-run" in p["reason"] and p["limit_s"] <= 60, p
+T = [t for t in d["summary"]["targets"] if t["target"].startswith("adam")]
+assert [t["limit"] for t in T] == [1.5, 2.2] and all(t["met"] is None for t in T), T
 PY
 # --help states each part's limit as gpucheck.py has it
 "$root/tools/gpu_check.sh" --help >"$dir/help.out" || fail "gpu_check.sh --help"
@@ -210,7 +221,9 @@ copy)
     echo "{\"bench\":\"copy\",\"direction\":\"bidirectional\",\"bytes\":$((2 * b)),\"gb_per_s\":85}"
   done ;;
 step) echo '{"bench":"step","validated":false,"step_seconds":1.1,"overlap_ratio":1.1}' ;;
-adam) echo '{"bench":"adam","seconds_per_step":0.1,"gb_per_s":40.0}' ;;
+adam) # fp32 states 0.3 s, int8 0.2 s (1.5x, met), bf16 master + int8 0.15 s (2.0x, not met)
+  case "$*" in *"--master bf16"*) s=0.15 ;; *"--state-dtype int8"*) s=0.2 ;; *) s=0.3 ;; esac
+  echo "{\"bench\":\"adam\",\"seconds_per_step\":$s,\"gb_per_s\":40.0,\"fraction_of_roofline\":0.9}" ;;
 *) exit 2 ;;
 esac
 SH
@@ -351,6 +364,10 @@ assert S == {"model TFLOPS (6 N tokens / step time)": False,
              "peak RSS vs plan, |measured / planned - 1|": True,
              "step time vs plan, |measured / planned - 1|": True,
              "launch to first step (s)": True}, S
+A = P["adam"]["figures"]
+assert A["ratios"] == {"int8": 1.5, "bf16_master_int8": 2.0}, A
+assert [t["met"] for t in d["summary"]["targets"] if t["target"].startswith("adam")] == \
+    [True, False], d["summary"]
 assert d["summary"]["not_measured"] == 0, [t for t in d["summary"]["targets"] if t["met"] is None]
 PY
 rm -rf "$dir"
