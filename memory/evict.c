@@ -45,15 +45,22 @@ uint32_t mem_evict_pick(ferry_mem *m, int tier, int (*eligible)(ferry_mem *, uin
   int trace = m->cfg.policy == FERRY_EVICT_TRACE && m->tpos && !m->recording;
   uint32_t best = NO_CHUNK;
   uint64_t best_next = 0, best_lru = 0;
+  int best_ahead = 0;
   for (uint32_t ci = 0; ci < m->nc; ci++) {
     if (!eligible(m, ci, tier)) continue;
     const mem_chunk *c = &m->c[ci];
     uint64_t nx = trace ? chunk_next_use(m, c) : 0;
-    /* Furthest next use first; among equals (and for LRU), least recent. */
-    if (best == NO_CHUNK || nx > best_next || (nx == best_next && c->last_use < best_lru)) {
+    /* A copy read ahead and not fetched since is about to be used (evicted
+     * first, as an untraced optimizer chunk would be, it is read twice):
+     * it goes after every other. Then furthest next use first; among
+     * equals (and for LRU), least recent. */
+    int a = c->ahead != 0;
+    if (best == NO_CHUNK || a < best_ahead ||
+        (a == best_ahead && (nx > best_next || (nx == best_next && c->last_use < best_lru)))) {
       best = ci;
       best_next = nx;
       best_lru = c->last_use;
+      best_ahead = a;
     }
   }
   return best;

@@ -65,6 +65,8 @@ typedef struct {
   uint8_t d2h_active;     /* a D2H writeback is in flight (ev_wb) */
   uint8_t load_issued;    /* device LOADING, ev_load recorded */
   uint8_t resv;           /* bit per tier: a thread is finding space for this copy */
+  uint8_t ahead;          /* read ahead by a prefetch and not fetched since: the last
+                             victim (evicted before its use, it is read twice) */
   /* Host writers: a holder in the host tier that marked it dirty may still
    * be writing the host bytes (outside the lock) until it releases, so no
    * copy may be loaded from them (an H2D would copy torn bytes into a clean

@@ -103,6 +103,7 @@ static void drop_copy(ferry_mem *m, uint32_t ci, int tier) {
   mem_set_state(m, ci, tier, FERRY_RES_ABSENT);
   mem_pool_free(&m->pool[tier], c->off[tier]);
   mem_stats_sub(m, tier, c->family, c->bytes);
+  c->ahead = 0;
   note_change(m);
 }
 
@@ -607,6 +608,7 @@ static int do_fetch(ferry_mem *m, uint32_t group, int family, int tier, ferry_st
       for (int t = tier; t < c->home; t++) c->use[t]++;
       if (tier == FERRY_TIER_HOST) c->hold_host++;
       c->last_use = now;
+      c->ahead = 0;
     }
     m->st.fetch_hits++;
     goto out;
@@ -617,6 +619,7 @@ static int do_fetch(ferry_mem *m, uint32_t group, int family, int tier, ferry_st
   for (; done < r->first + r->count; done++) {
     if ((rc = acquire(m, done, tier, group, flags, &waited))) break;
     m->c[done].last_use = now;
+    if (hold) m->c[done].ahead = 0;
   }
   if (rc) { /* nothing stays held */
     for (uint32_t ci = r->first; ci < done; ci++) unpin(m, ci, tier, m->c[ci].home);
@@ -682,7 +685,10 @@ int ferry_mem_prefetch(ferry_mem *m, uint32_t group, int family, int tier) {
   uint32_t done = r->first;
   for (; done < r->first + r->count; done++)
     if ((rc = acquire(m, done, tier, group, 0, &waited))) break;
-  for (uint32_t ci = r->first; ci < done; ci++) unpin(m, ci, tier, m->c[ci].home);
+  for (uint32_t ci = r->first; ci < done; ci++) {
+    unpin(m, ci, tier, m->c[ci].home);
+    m->c[ci].ahead = 1; /* its fetch comes next: evicted last until then */
+  }
   if (done > r->first) note_change(m);
 out:
   pthread_mutex_unlock(&m->mu);
