@@ -306,13 +306,20 @@ void plan_footprint(const ferry_plan_input *in, int p, plan_fp *fp) {
   fp->grad_slots = 2 * ferry_footprint_group_buffer(fe.group_n, fe.esize, fe.page);
 }
 
-/* Bytes per tier and family of placement p at batch b. */
+uint64_t plan_nvme_file_bytes(const ferry_plan_input *in, const plan_fp *fp) {
+  /* the engine's chunk size: the plan's, or --write-config's 64 MiB */
+  return ferry_footprint_nvme_swap(fp->home, fp->fam, in->chunk_size ? in->chunk_size : 64ull << 20);
+}
+
+/* Bytes per tier and family of placement p at batch b; *files: its NVMe
+ * swap files. */
 static void place_bytes(const ferry_plan_input *in, int p, double b,
-                        double out[FERRY_PLAN_TIERS][FERRY_PLAN_FAMILIES]) {
+                        double out[FERRY_PLAN_TIERS][FERRY_PLAN_FAMILIES], double *files) {
   memset(out, 0, sizeof(double) * FERRY_PLAN_TIERS * FERRY_PLAN_FAMILIES);
   plan_place_ctx c = plan_place_context(in, p);
   plan_fp fp;
   plan_footprint(in, p, &fp);
+  *files = (double)plan_nvme_file_bytes(in, &fp);
   double *gpu = out[FERRY_PLAN_GPU], *host = out[FERRY_PLAN_HOST];
   /* activations and scratch: the device's on a GPU; the CPU model's host
    * allocations on --device host (in the RSS, not in the device budget) */
@@ -346,13 +353,21 @@ static void fmt_bytes(double b, char *buf, size_t n) {
   else snprintf(buf, n, "%.1f %s", b, u[i]);
 }
 
+/* What tier t needs of its budget: its families' bytes; on NVMe the swap
+ * files that hold them (each chunk's slot and the spares), which the
+ * engine's finalize holds against tiers.nvme.budget. */
+static double tier_need(const double by[FERRY_PLAN_FAMILIES], int t, double files) {
+  double tot = 0;
+  for (int f = 0; f < FERRY_PLAN_FAMILIES; f++) tot += by[f];
+  return t == FERRY_PLAN_NVME && files > tot ? files : tot;
+}
+
 int plan_tiers_fit(const ferry_plan_input *in, int p, double b, double *short_by) {
-  double by[FERRY_PLAN_TIERS][FERRY_PLAN_FAMILIES];
-  place_bytes(in, p, b, by);
+  double by[FERRY_PLAN_TIERS][FERRY_PLAN_FAMILIES], files;
+  place_bytes(in, p, b, by, &files);
   int ok = 1;
   for (int t = 0; t < FERRY_PLAN_TIERS; t++) {
-    double tot = 0;
-    for (int f = 0; f < FERRY_PLAN_FAMILIES; f++) tot += by[t][f];
+    double tot = tier_need(by[t], t, files);
     double s = tot > (double)in->budget[t] ? tot - (double)in->budget[t] : 0;
     if (short_by) short_by[t] = s;
     if (s > 0) ok = 0;
@@ -363,8 +378,8 @@ int plan_tiers_fit(const ferry_plan_input *in, int p, double b, double *short_by
 /* Placement p's bytes per tier and family at the input's batch, whether they
  * fit the budgets and, when not, by how much (in words, in c->why). */
 void plan_candidate_bytes(const ferry_plan_input *in, int p, ferry_plan_candidate *c) {
-  double by[FERRY_PLAN_TIERS][FERRY_PLAN_FAMILIES], shortb[FERRY_PLAN_TIERS];
-  place_bytes(in, p, (double)in->batch, by);
+  double by[FERRY_PLAN_TIERS][FERRY_PLAN_FAMILIES], shortb[FERRY_PLAN_TIERS], files;
+  place_bytes(in, p, (double)in->batch, by, &files);
   for (int t = 0; t < FERRY_PLAN_TIERS; t++) {
     double tot = 0;
     for (int f = 0; f < FERRY_PLAN_FAMILIES; f++) {
@@ -385,7 +400,7 @@ void plan_candidate_bytes(const ferry_plan_input *in, int p, ferry_plan_candidat
     if (!c->short_by[t]) continue;
     char s[32], need[32], have[32];
     fmt_bytes((double)c->short_by[t], s, sizeof s);
-    fmt_bytes((double)c->tier_bytes[t], need, sizeof need);
+    fmt_bytes(tier_need(by[t], t, files), need, sizeof need);
     fmt_bytes((double)in->budget[t], have, sizeof have);
     o += (size_t)snprintf(c->why + o, sizeof c->why - o, "%s%s short by %s (needs %s, budget %s)",
                           o ? "; " : "", ferry_plan_tier_name(t), s, need, have);

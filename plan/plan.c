@@ -73,9 +73,7 @@ static void candidate_readahead(const ferry_plan_input *in, int p, ferry_plan_ca
   size_t param_ahead;
   ferry_footprint_read_ahead(pool, gpu > own ? gpu - own : 0, &fp.need, &param_ahead,
                              &c->readahead_fits);
-  /* the engine's chunk size: the plan's, or --write-config's 64 MiB */
-  c->nvme_file_bytes = ferry_footprint_nvme_swap(fp.home, fp.fam,
-                                                 in->chunk_size ? in->chunk_size : 64ull << 20);
+  c->nvme_file_bytes = plan_nvme_file_bytes(in, &fp);
 }
 
 static void candidate(const ferry_plan_input *in, int p, ferry_plan_candidate *c) {

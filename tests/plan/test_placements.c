@@ -484,7 +484,31 @@ static void test_footprint(void) {
   EXPECT(ahead == 0 && optim_ahead == 0);
 }
 
+/* The NVMe fit holds the swap files against the budget, not the data: a
+ * budget between the two is short by the files' excess, named in why. */
+static void test_nvme_files_fit(void) {
+  ferry_plan_input in = ferry_plan_input_default();
+  char why[256];
+  REQUIRE(ferry_plan_model_preset("llama-1b", &in.model, why, sizeof why) == 0);
+  in.budget[FERRY_PLAN_GPU] = in.budget[FERRY_PLAN_HOST] = 1ull << 40;
+  in.budget[FERRY_PLAN_NVME] = 1ull << 40;
+  ferry_plan_result r;
+  REQUIRE(ferry_plan_compute(&in, &r, why, sizeof why) == 0);
+  const ferry_plan_candidate *c = &r.cand[FERRY_PLACE_INFINITY];
+  uint64_t data = c->tier_bytes[FERRY_PLAN_NVME], files = c->nvme_file_bytes;
+  EXPECT(files > data && c->fits);
+  in.budget[FERRY_PLAN_NVME] = (data + files) / 2;
+  REQUIRE(ferry_plan_compute(&in, &r, why, sizeof why) == 0);
+  c = &r.cand[FERRY_PLACE_INFINITY];
+  EXPECT(!c->fits && c->short_by[FERRY_PLAN_NVME] == files - in.budget[FERRY_PLAN_NVME]);
+  EXPECT(strstr(c->why, "nvme short by") != NULL);
+  in.budget[FERRY_PLAN_NVME] = files;
+  REQUIRE(ferry_plan_compute(&in, &r, why, sizeof why) == 0);
+  EXPECT(r.cand[FERRY_PLACE_INFINITY].fits);
+}
+
 int main(void) {
+  test_nvme_files_fit();
   test_footprint();
   test_compact_state();
   test_rss();
