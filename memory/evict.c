@@ -41,6 +41,11 @@ static uint64_t chunk_next_use(const ferry_mem *m, const mem_chunk *c) {
   return best;
 }
 
+uint64_t mem_evict_next_use(ferry_mem *m, uint32_t ci) {
+  int trace = m->cfg.policy == FERRY_EVICT_TRACE && m->tpos && !m->recording;
+  return trace ? chunk_next_use(m, &m->c[ci]) : 0;
+}
+
 uint32_t mem_evict_pick(ferry_mem *m, int tier, int (*eligible)(ferry_mem *, uint32_t, int)) {
   int trace = m->cfg.policy == FERRY_EVICT_TRACE && m->tpos && !m->recording;
   uint32_t best = NO_CHUNK;

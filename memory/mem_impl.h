@@ -201,6 +201,9 @@ void mem_tiers_release(ferry_mem *m);
 int mem_alloc_io(ferry_mem *m);
 /* evict.c */
 uint32_t mem_evict_pick(ferry_mem *m, int tier, int (*eligible)(ferry_mem *, uint32_t, int));
+/* Fetches until chunk ci is used again by the trace (UINT64_MAX: never);
+ * 0 without a trace (LRU, or while it is recorded). */
+uint64_t mem_evict_next_use(ferry_mem *m, uint32_t ci);
 void mem_trace_on_fetch(ferry_mem *m, uint32_t group, int family);
 void mem_trace_free(ferry_mem *m);
 /* stats.c */
