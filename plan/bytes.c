@@ -311,6 +311,20 @@ uint64_t plan_nvme_file_bytes(const ferry_plan_input *in, const plan_fp *fp) {
   return ferry_footprint_nvme_swap(fp->home, fp->fam, in->chunk_size ? in->chunk_size : 64ull << 20);
 }
 
+int plan_readahead_fits(const ferry_plan_input *in, const ferry_plan_candidate *c,
+                        const plan_fp *fp) {
+  uint64_t host = in->budget[FERRY_PLAN_HOST], gpu = in->budget[FERRY_PLAN_GPU];
+  uint64_t pool = host > fp->staging.total ? host - fp->staging.total : 0;
+  /* the device pool: the device budget less the engine's grad slots and
+   * what the trainer reserves (activations, workspace) */
+  uint64_t own = fp->grad_slots + c->bytes[FERRY_PLAN_GPU][FERRY_FAM_ACT] +
+                 c->bytes[FERRY_PLAN_GPU][FERRY_FAM_WORKSPACE];
+  size_t param_ahead;
+  int fits;
+  ferry_footprint_read_ahead(pool, gpu > own ? gpu - own : 0, &fp->need, &param_ahead, &fits);
+  return fits;
+}
+
 /* Bytes per tier and family of placement p at batch b; *files: its NVMe
  * swap files. */
 static void place_bytes(const ferry_plan_input *in, int p, double b,
@@ -444,32 +458,65 @@ double ferry_plan_optim_nvme_bytes(const ferry_plan_input *in, int p, const uint
   return o;
 }
 
-/* Param bytes of the first (front) or last (!front) n groups. */
-static double end_groups_bytes(const ferry_plan_model *m, int64_t n, int front, double pb) {
+/* Group i of the model in forward order: its param bytes (pb per element,
+ * 4 KiB aligned as on NVMe); returns how many groups there are. */
+static int64_t group_list(const ferry_plan_model *m, double pb, int64_t i, double *bytes) {
   int64_t L = m->layers;
-  double E = (double)ferry_plan_embed_params(m), B = (double)ferry_plan_block_params(m);
-  double H = (double)ferry_plan_head_params(m);
-  if (n <= 0) return 0;
-  if (n >= L + 2) return (E + (double)L * B + H) * pb;
-  double edge = front ? E : H; /* the embedding opens forward; the head closes it */
-  return (edge + (double)(n - 1 > L ? L : n - 1) * B) * pb;
+  *bytes = round_chunk((i == 0 ? (double)ferry_plan_embed_params(m)
+                        : i <= L ? (double)ferry_plan_block_params(m)
+                                 : (double)ferry_plan_head_params(m)) * pb, 4096);
+  return L + 2;
 }
 
-/* NVMe params: how many groups each pool keeps at the forward/backward turn:
- * the head (used back to back) and whole groups in the room the tier's
- * budget leaves beside everything else. */
+/* The groups from one end (front: the embedding first; back: the head
+ * first) whose params fit in `room` bytes, at least `least` of them; their
+ * count and *bytes. */
+static int64_t end_groups(const ferry_plan_model *m, double pb, double room, int front,
+                          int64_t least, double *bytes) {
+  double b;
+  int64_t n = group_list(m, pb, 0, &b), k = 0;
+  *bytes = 0;
+  for (; k < n; k++) {
+    group_list(m, pb, front ? k : n - 1 - k, &b);
+    if (k >= least && *bytes + b > room) break;
+    *bytes += b;
+  }
+  return k;
+}
+
+/* NVMe params: the groups the host pool keeps at each turn of the loop.
+ * At the forward -> backward turn the head (used back to back) and the last
+ * groups, at the backward -> forward turn the first ones (the step's commit
+ * writes the new params into the host copy, which stays): as many as fit
+ * in the room the budget leaves beside the plan's host tier, plus the
+ * working set's two param groups (free at a turn: the loop holds one) and
+ * one of its two largest chunks of slack (the hole a chunk is placed in,
+ * free at a turn); when the next group's optimizer state is read ahead, its
+ * bytes and that chunk go to it instead. The engine waits for a stepped
+ * group's optimizer write-back rather than evict params it will read again
+ * (memory/residency.c), so nothing else competes at the turns. The device
+ * pool: whole groups beside the head. *back, *front: the bytes kept. */
 static void cached_groups(const ferry_plan_input *in, const plan_place_ctx *c,
-                          ferry_plan_candidate *w) {
+                          ferry_plan_candidate *w, double *back, double *front) {
   const ferry_plan_candidate *k = w;
-  int64_t groups = ferry_plan_groups(&in->model);
+  *back = *front = 0;
   w->cached_groups_host = w->cached_groups_device = 0;
   if (c->ph != FERRY_PLAN_NVME || c->grp_p <= 0) return;
+  plan_fp fp;
+  plan_footprint(in, k->placement, &fp);
+  const ferry_plan_model *m = &in->model;
   for (int t = FERRY_PLAN_GPU; t <= FERRY_PLAN_HOST; t++) {
-    double room = (double)in->budget[t] - (double)k->tier_bytes[t];
-    int64_t n = 1 + (room > 0 ? (int64_t)floor(room / c->grp_p) : 0);
-    if (n > groups) n = groups;
-    if (t == FERRY_PLAN_GPU) w->cached_groups_device = n;
-    else w->cached_groups_host = n;
+    double room = fmax(0, (double)in->budget[t] - (double)k->tier_bytes[t]);
+    if (t == FERRY_PLAN_GPU) { /* the device pool: whole groups beside the head */
+      int64_t n = 1 + (int64_t)floor(room / c->grp_p), groups = ferry_plan_groups(m);
+      w->cached_groups_device = n > groups ? groups : n;
+      continue;
+    }
+    double half = (double)fp.need.slack / 2, quarter = half / 2; /* one largest chunk, half one */
+    room += (double)fp.need.params +
+            (plan_readahead_fits(in, k, &fp) ? -(double)fp.need.optim - half : quarter);
+    w->cached_groups_host = end_groups(m, c->pb, room, 0, 1, back);
+    end_groups(m, c->pb, room, 1, 0, front);
   }
 }
 
@@ -494,16 +541,15 @@ void plan_nvme_traffic(const ferry_plan_input *in, const plan_place_ctx *c,
     k->nvme_read[FERRY_PLAN_NV_GRADS] = A * g;
   }
   if (c->ph == FERRY_PLAN_NVME) { /* forward and backward per micro-batch, less the turns */
-    double pf = family_bytes(m, c->pb);
-    cached_groups(in, c, k);
-    double back = end_groups_bytes(m, k->cached_groups_host, 0, c->pb);
-    double front = end_groups_bytes(m, k->cached_groups_host, 1, c->pb);
-    k->nvme_read[FERRY_PLAN_NV_PARAMS] = 2 * A * pf - A * back - (A - 1) * front;
+    double pf = family_bytes(m, c->pb), back, front;
+    cached_groups(in, c, k, &back, &front);
+    /* every turn keeps its groups (the step's commit leaves the new params
+     * in the host copy); the whole family cached reads nothing. A bf16
+     * master stages the params it updates from the host copy backward has
+     * just fetched: no read of its own */
+    k->nvme_read[FERRY_PLAN_NV_PARAMS] = A * fmax(0, 2 * pf - back - front);
     /* written once by the step (from the master, or the params themselves
-     * updated in place); a bf16 master is the params: no master traffic,
-     * but the step reads the params it updates once more (staged from
-     * their home; by then the group has left the host pool) */
-    if (plan_bf16_master(in)) k->nvme_read[FERRY_PLAN_NV_PARAMS] += pf;
+     * updated in place) */
     k->nvme_write[FERRY_PLAN_NV_PARAMS] = pf;
     /* stage 3: each rank reads and writes its share, the rest is gathered */
     k->nvme_read[FERRY_PLAN_NV_PARAMS] *= c->sp;
