@@ -422,14 +422,19 @@ void plan_candidate_bytes(const ferry_plan_input *in, int p, ferry_plan_candidat
   }
 }
 
-/* Bytes of one family of the whole model as the engine lays it out: each
- * group's tensors packed into chunks trimmed to what they hold (4 KiB
- * alignment on the way to NVMe), e bytes per element. */
-static double family_bytes(const ferry_plan_model *m, double e) {
+/* One group's x bytes of a family as the engine lays them out: packed into
+ * chunks of at most ch bytes trimmed to what they hold, each rounded to
+ * 4 KiB on the way to NVMe (half a page each on average). */
+static double group_nvme(double x, double ch) {
+  return ch > 0 ? x + ceil(x / ch) * 2048 : round_chunk(x, 4096);
+}
+
+/* Bytes of one family of the whole model as the engine lays it out (e
+ * bytes per element, group_nvme for each group). */
+static double family_bytes(const ferry_plan_model *m, double e, double ch) {
   double E = (double)ferry_plan_embed_params(m), B = (double)ferry_plan_block_params(m);
   double H = (double)ferry_plan_head_params(m);
-  return round_chunk(E * e, 4096) + (double)m->layers * round_chunk(B * e, 4096) +
-         round_chunk(H * e, 4096);
+  return group_nvme(E * e, ch) + (double)m->layers * group_nvme(B * e, ch) + group_nvme(H * e, ch);
 }
 
 /* The optimizer family of the whole model on NVMe: per group, the master
@@ -459,25 +464,26 @@ double ferry_plan_optim_nvme_bytes(const ferry_plan_input *in, int p, const uint
 }
 
 /* Group i of the model in forward order: its param bytes (pb per element,
- * 4 KiB aligned as on NVMe); returns how many groups there are. */
-static int64_t group_list(const ferry_plan_model *m, double pb, int64_t i, double *bytes) {
+ * group_nvme at chunk size ch); returns how many groups there are. */
+static int64_t group_list(const ferry_plan_model *m, double pb, double ch, int64_t i,
+                          double *bytes) {
   int64_t L = m->layers;
-  *bytes = round_chunk((i == 0 ? (double)ferry_plan_embed_params(m)
-                        : i <= L ? (double)ferry_plan_block_params(m)
-                                 : (double)ferry_plan_head_params(m)) * pb, 4096);
+  *bytes = group_nvme((i == 0 ? (double)ferry_plan_embed_params(m)
+                       : i <= L ? (double)ferry_plan_block_params(m)
+                                : (double)ferry_plan_head_params(m)) * pb, ch);
   return L + 2;
 }
 
 /* The groups from one end (front: the embedding first; back: the head
  * first) whose params fit in `room` bytes, at least `least` of them; their
  * count and *bytes. */
-static int64_t end_groups(const ferry_plan_model *m, double pb, double room, int front,
-                          int64_t least, double *bytes) {
+static int64_t end_groups(const ferry_plan_model *m, double pb, double ch, double room,
+                          int front, int64_t least, double *bytes) {
   double b;
-  int64_t n = group_list(m, pb, 0, &b), k = 0;
+  int64_t n = group_list(m, pb, ch, 0, &b), k = 0;
   *bytes = 0;
   for (; k < n; k++) {
-    group_list(m, pb, front ? k : n - 1 - k, &b);
+    group_list(m, pb, ch, front ? k : n - 1 - k, &b);
     if (k >= least && *bytes + b > room) break;
     *bytes += b;
   }
@@ -515,8 +521,8 @@ static void cached_groups(const ferry_plan_input *in, const plan_place_ctx *c,
     double half = (double)fp.need.slack / 2, quarter = half / 2; /* one largest chunk, half one */
     room += (double)fp.need.params +
             (plan_readahead_fits(in, k, &fp) ? -(double)fp.need.optim - half : quarter);
-    w->cached_groups_host = end_groups(m, c->pb, room, 0, 1, back);
-    end_groups(m, c->pb, room, 1, 0, front);
+    w->cached_groups_host = end_groups(m, c->pb, c->ch, room, 0, 1, back);
+    end_groups(m, c->pb, c->ch, room, 1, 0, front);
   }
 }
 
@@ -536,12 +542,12 @@ void plan_nvme_traffic(const ferry_plan_input *in, const plan_place_ctx *c,
   }
   if (c->gh == FERRY_PLAN_GRADS_NVME) { /* written per micro-batch, read back to accumulate
                                            (A - 1) times and once by the step */
-    double g = family_bytes(m, c->gb) * c->sg;
+    double g = family_bytes(m, c->gb, c->ch) * c->sg;
     k->nvme_write[FERRY_PLAN_NV_GRADS] = A * g;
     k->nvme_read[FERRY_PLAN_NV_GRADS] = A * g;
   }
   if (c->ph == FERRY_PLAN_NVME) { /* forward and backward per micro-batch, less the turns */
-    double pf = family_bytes(m, c->pb), back, front;
+    double pf = family_bytes(m, c->pb, c->ch), back, front;
     cached_groups(in, c, k, &back, &front);
     /* every turn keeps its groups (the step's commit leaves the new params
      * in the host copy); the whole family cached reads nothing. A bf16

@@ -20,17 +20,20 @@ fetches (measured 0.2-8.5% off at the minimum host budget and up to 16%
 at twice it; the same run reads up to 10% more or less from run to run
 on a 2-core machine). H2D and D2H per step are printed beside the plan's (the
 host backend counts the memory manager's copies only: no D2H of drained
-grads).
+grads). Also printed: the swap files against their data, ferry-gpt's
+model states line and the step time, planned and measured (--check-extra:
+the files within 1.05 x the data and the line's total the engine's homes).
 
 usage: family_bytes.py --gpt FERRY-GPT --ferry FERRY --root REPO --work DIR
                        [--model config.json] [--steps N] [--chunk SIZE]
                        [--layouts fp32,int8,bf16m,int8m] [--factors 1,2] [--tol 0.05]
-                       [--tol-reads 0.20] [--json-out FILE]
+                       [--tol-reads 0.20] [--skip N] [--check-extra] [--json-out FILE]
 exit: 0 pass, 1 a family off by more than the tolerance, 2 a run that failed.
 """
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -50,19 +53,21 @@ LAYOUTS = {
 
 
 def run(cmd, what, cwd=None):
+    """stdout and stderr of a command that must succeed (ferry plan: or find
+    nothing that fits, exit 1)."""
     p = subprocess.run(cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     if p.returncode not in (0, 1) or (p.returncode == 1 and "plan" not in cmd[1:2]):
         sys.stdout.write(p.stderr)
         print("family_bytes: %s exited %d: %s" % (what, p.returncode, " ".join(cmd)))
         sys.exit(2)
-    return p.stdout
+    return p.stdout, p.stderr
 
 
 def plan(a, layout, gpu, host):
     cmd = [a.ferry, "plan", "--model", a.model, "--device", "host", "--gpu-budget", str(gpu),
            "--host-budget", str(host), "--nvme", "1T", "--batch", "1", "--seq", str(a.seq),
            "--chunk-size", a.chunk, "--json"] + LAYOUTS[layout][0]
-    j = json.loads(run(cmd, "ferry plan"))
+    j = json.loads(run(cmd, "ferry plan")[0])
     for c in j["candidates"]:
         if c["placement"] == "zero-infinity":
             return j, c
@@ -79,20 +84,21 @@ def train(a, layout, gpu, host):
            os.path.join(a.root, "examples/configs/zero-infinity.cfg")]
     for s in sets:
         cmd += ["--set", s]
-    out = run(cmd, "ferry-gpt", cwd=a.work)
+    out, info = run(cmd, "ferry-gpt", cwd=a.work)
     lines = [json.loads(l) for l in out.splitlines() if l.startswith("{")]
     steps = [l for l in lines if "step" in l and not l.get("final")]
     final = [l for l in lines if l.get("final")]
-    if len(steps) != a.steps or not final:
+    if len(steps) != a.steps or not final or a.steps <= a.skip:
         print("family_bytes: ferry-gpt ran %d of %d steps" % (len(steps), a.steps))
         sys.exit(2)
-    return steps[2:], final[0]
+    m = re.search(r"model states ([0-9.]+) MiB \(([0-9.]+) bytes/param\)[^\n]*", info)
+    return steps[a.skip:], final[0], m
 
 
 def check(a, layout, factor, base):
     gpu, host = base["tiers"]["gpu"]["bytes"], int(base["tiers"]["host"]["bytes"] * factor)
     _, c = plan(a, layout, gpu, host)
-    steps, final = train(a, layout, gpu, host)
+    steps, final, states = train(a, layout, gpu, host)
     pf = c["tiers"]["nvme"]["families"]["params"] or 1
     bad = []
     rows = []
@@ -115,7 +121,35 @@ def check(a, layout, factor, base):
           "d2h %.0f plan %.0f" % (layout, factor, bm.get("h2d", 0) / n, n,
                                   c["traffic_bytes"]["h2d"], bm.get("d2h", 0) / n,
                                   c["traffic_bytes"]["d2h"]))
+    bad += extras(a, layout, factor, c, steps, final, states)
     return bad, rows
+
+
+def extras(a, layout, factor, c, steps, final, states):
+    """The swap files against their data, the model states line against the
+    engine's homes (all on NVMe here: its data bytes) and the step time
+    planned and measured; the first two checked with --check-extra."""
+    bad = []
+    data, files = final["nvme_data_bytes"], final["nvme_file_bytes"]
+    ratio = files / data if data else float("inf")
+    print("family_bytes: %-5s host x%d swap files %d bytes for %d of data: %.4f x (target <= 1.05)"
+          % (layout, factor, files, data, ratio))
+    if a.check_extra and ratio > 1.05:
+        bad.append("%s x%d swap files %.4f x the data" % (layout, factor, ratio))
+    if not states:
+        bad.append("%s x%d no model states line" % (layout, factor))
+    else:
+        total = float(states.group(1)) * (1 << 20)
+        print("family_bytes: %-5s host x%d %s (engine data %.1f MiB)"
+              % (layout, factor, states.group(0), data / (1 << 20)))
+        if a.check_extra and abs(total - data) > 0.06 * (1 << 20):
+            bad.append("%s x%d model states %.1f MiB, homes %.1f MiB"
+                       % (layout, factor, total / (1 << 20), data / (1 << 20)))
+    tokens = a.seq  # batch 1
+    dt = sum(tokens / s["tokens_per_s"] for s in steps) / len(steps)
+    print("family_bytes: %-5s host x%d step time measured %.3f s, planned %.3f s (%+.0f%%)"
+          % (layout, factor, dt, c["step_seconds"], 100 * (c["step_seconds"] - dt) / dt))
+    return bad
 
 
 def main():
@@ -132,6 +166,9 @@ def main():
     ap.add_argument("--factors", default="1,2")
     ap.add_argument("--tol", type=float, default=0.05)
     ap.add_argument("--tol-reads", type=float, default=0.20)
+    ap.add_argument("--skip", type=int, default=2, help="steps left out of the means")
+    ap.add_argument("--check-extra", action="store_true",
+                    help="also fail on swap files > 1.05 x data or a wrong model states line")
     ap.add_argument("--json-out")
     a = ap.parse_args()
     for k in ("gpt", "ferry", "root", "work"):
