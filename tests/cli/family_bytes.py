@@ -27,7 +27,8 @@ the files within 1.05 x the data and the line's total the engine's homes).
 usage: family_bytes.py --gpt FERRY-GPT --ferry FERRY --root REPO --work DIR
                        [--model config.json] [--steps N] [--chunk SIZE]
                        [--layouts fp32,int8,bf16m,int8m] [--factors 1,2] [--tol 0.05]
-                       [--tol-reads 0.20] [--skip N] [--check-extra] [--json-out FILE]
+                       [--tol-reads 0.20] [--skip N] [--check-extra] [--profile FILE]
+                       [--json-out FILE]
 exit: 0 pass, 1 a family off by more than the tolerance, 2 a run that failed.
 """
 import argparse
@@ -66,7 +67,8 @@ def run(cmd, what, cwd=None):
 def plan(a, layout, gpu, host):
     cmd = [a.ferry, "plan", "--model", a.model, "--device", "host", "--gpu-budget", str(gpu),
            "--host-budget", str(host), "--nvme", "1T", "--batch", "1", "--seq", str(a.seq),
-           "--chunk-size", a.chunk, "--json"] + LAYOUTS[layout][0]
+           "--chunk-size", a.chunk, "--json"] + LAYOUTS[layout][0] + \
+        (["--profile", a.profile] if a.profile else [])
     j = json.loads(run(cmd, "ferry plan")[0])
     for c in j["candidates"]:
         if c["placement"] == "zero-infinity":
@@ -167,6 +169,7 @@ def main():
     ap.add_argument("--tol", type=float, default=0.05)
     ap.add_argument("--tol-reads", type=float, default=0.20)
     ap.add_argument("--skip", type=int, default=2, help="steps left out of the means")
+    ap.add_argument("--profile", help="ferry plan --profile FILE (measured bandwidths)")
     ap.add_argument("--check-extra", action="store_true",
                     help="also fail on swap files > 1.05 x data or a wrong model states line")
     ap.add_argument("--json-out")
