@@ -204,6 +204,10 @@ uint32_t mem_evict_pick(ferry_mem *m, int tier, int (*eligible)(ferry_mem *, uin
 /* Fetches until chunk ci is used again by the trace (UINT64_MAX: never);
  * 0 without a trace (LRU, or while it is recorded). */
 uint64_t mem_evict_next_use(ferry_mem *m, uint32_t ci);
+/* A host copy being written back that nothing will fetch again (an
+ * untraced chunk: the optimizer state just stepped), unheld: once written
+ * it frees room. UINT32_MAX when there is none (or tier is not the host). */
+uint32_t mem_evict_spent_write(ferry_mem *m, int tier);
 void mem_trace_on_fetch(ferry_mem *m, uint32_t group, int family);
 void mem_trace_free(ferry_mem *m);
 /* stats.c */

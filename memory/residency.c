@@ -391,21 +391,6 @@ static void describe_holders(ferry_mem *m, int tier, char *buf, size_t len) {
              runs ? "; " : "", other);
 }
 
-/* A host copy being written back that nothing will fetch again (an
- * untraced chunk: the optimizer state just stepped), unheld: once written
- * it frees room. NO_CHUNK when there is none. */
-static uint32_t spent_write(ferry_mem *m, int tier) {
-  if (tier != FERRY_TIER_HOST) return NO_CHUNK;
-  for (uint32_t k = 0; k < m->npend; k++) {
-    uint32_t o = m->pend[k];
-    const mem_chunk *c = &m->c[o];
-    if (c->io_active && c->io_write && !c->use[tier] && !c->ahead &&
-        c->state[FERRY_TIER_DEVICE] == FERRY_RES_ABSENT && mem_evict_next_use(m, o) == UINT64_MAX)
-      return o;
-  }
-  return NO_CHUNK;
-}
-
 /* Finds space for chunk ci in `tier`, evicting what the policy picks. A
  * victim the trace uses again waits instead for a spent write-back to land
  * (evicted, it would be read again: with the optimizer's write-backs in
@@ -447,7 +432,7 @@ static int alloc_space(ferry_mem *m, uint32_t ci, int tier) {
                        ferry_format_size(p->capacity, b1, sizeof b1), p->capacity, p->used,
                        m->home_bytes[tier], held);
     }
-    uint32_t w = mem_evict_next_use(m, v) != UINT64_MAX ? spent_write(m, tier) : NO_CHUNK;
+    uint32_t w = mem_evict_next_use(m, v) != UINT64_MAX ? mem_evict_spent_write(m, tier) : NO_CHUNK;
     if (w != NO_CHUNK) {
       wait_step(m, w);
       continue;
