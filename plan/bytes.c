@@ -496,12 +496,14 @@ static int64_t end_groups(const ferry_plan_model *m, double pb, double ch, doubl
  * writes the new params into the host copy, which stays): as many as fit
  * in the room the budget leaves beside the plan's host tier, plus the
  * working set's two param groups (free at a turn: the loop holds one) and
- * one of its two largest chunks of slack (the hole a chunk is placed in,
- * free at a turn); when the next group's optimizer state is read ahead, its
- * bytes and that chunk go to it instead. The engine waits for a stepped
- * group's optimizer write-back rather than evict params it will read again
- * (memory/residency.c), so nothing else competes at the turns. The device
- * pool: whole groups beside the head. *back, *front: the bytes kept. */
+ * half a largest chunk of its slack (the hole a chunk is placed in is free
+ * at a turn, but partly cut into pieces no whole group fills: the half is
+ * measured, docs/PLANNING.md); when the next group's optimizer state is
+ * read ahead, its bytes and a largest chunk go to it instead. The engine
+ * waits for a stepped group's optimizer write-back rather than evict params
+ * it will read again (memory/evict.c), so nothing else competes at the
+ * turns. The device pool: whole groups beside the head. *back, *front:
+ * the bytes kept. */
 static void cached_groups(const ferry_plan_input *in, const plan_place_ctx *c,
                           ferry_plan_candidate *w, double *back, double *front) {
   const ferry_plan_candidate *k = w;
@@ -518,9 +520,9 @@ static void cached_groups(const ferry_plan_input *in, const plan_place_ctx *c,
       w->cached_groups_device = n > groups ? groups : n;
       continue;
     }
-    double half = (double)fp.need.slack / 2, quarter = half / 2; /* one largest chunk, half one */
+    double chunk = (double)fp.need.slack / 2; /* the slack is two largest chunks */
     room += (double)fp.need.params +
-            (plan_readahead_fits(in, k, &fp) ? -(double)fp.need.optim - half : quarter);
+            (plan_readahead_fits(in, k, &fp) ? -(double)fp.need.optim - chunk : chunk / 2);
     w->cached_groups_host = end_groups(m, c->pb, c->ch, room, 0, 1, back);
     end_groups(m, c->pb, c->ch, room, 1, 0, front);
   }
