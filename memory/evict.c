@@ -1,7 +1,9 @@
 /* memory/evict.c — eviction behind one small interface (pick a victim among
  * the evictable copies of a tier) with two policies: LRU, and
  * furthest-next-use from an access trace of group fetches, recorded during
- * the first step and replayed cyclically after it. The trace also tells the
+ * the first step and replayed cyclically after it; a copy read ahead goes
+ * last, and a spent write-back in flight is found for the caller to wait
+ * on rather than evict what the trace uses again. The trace also tells the
  * engine what to prefetch (ferry_mem_trace_peek).
  */
 #include "memory/mem_impl.h"
@@ -41,19 +43,43 @@ static uint64_t chunk_next_use(const ferry_mem *m, const mem_chunk *c) {
   return best;
 }
 
+uint64_t mem_evict_next_use(ferry_mem *m, uint32_t ci) {
+  int trace = m->cfg.policy == FERRY_EVICT_TRACE && m->tpos && !m->recording;
+  return trace ? chunk_next_use(m, &m->c[ci]) : 0;
+}
+
+uint32_t mem_evict_spent_write(ferry_mem *m, int tier) {
+  if (tier != FERRY_TIER_HOST) return NO_CHUNK;
+  for (uint32_t k = 0; k < m->npend; k++) {
+    uint32_t o = m->pend[k];
+    const mem_chunk *c = &m->c[o];
+    if (c->io_active && c->io_write && !c->use[tier] && !c->ahead &&
+        c->state[FERRY_TIER_DEVICE] == FERRY_RES_ABSENT && mem_evict_next_use(m, o) == UINT64_MAX)
+      return o;
+  }
+  return NO_CHUNK;
+}
+
 uint32_t mem_evict_pick(ferry_mem *m, int tier, int (*eligible)(ferry_mem *, uint32_t, int)) {
   int trace = m->cfg.policy == FERRY_EVICT_TRACE && m->tpos && !m->recording;
   uint32_t best = NO_CHUNK;
   uint64_t best_next = 0, best_lru = 0;
+  int best_ahead = 0;
   for (uint32_t ci = 0; ci < m->nc; ci++) {
     if (!eligible(m, ci, tier)) continue;
     const mem_chunk *c = &m->c[ci];
     uint64_t nx = trace ? chunk_next_use(m, c) : 0;
-    /* Furthest next use first; among equals (and for LRU), least recent. */
-    if (best == NO_CHUNK || nx > best_next || (nx == best_next && c->last_use < best_lru)) {
+    /* A copy read ahead and not fetched since is about to be used (evicted
+     * first, as an untraced optimizer chunk would be, it is read twice):
+     * it goes after every other. Then furthest next use first; among
+     * equals (and for LRU), least recent. */
+    int a = c->ahead != 0;
+    if (best == NO_CHUNK || a < best_ahead ||
+        (a == best_ahead && (nx > best_next || (nx == best_next && c->last_use < best_lru)))) {
       best = ci;
       best_next = nx;
       best_lru = c->last_use;
+      best_ahead = a;
     }
   }
   return best;

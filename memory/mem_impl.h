@@ -65,6 +65,8 @@ typedef struct {
   uint8_t d2h_active;     /* a D2H writeback is in flight (ev_wb) */
   uint8_t load_issued;    /* device LOADING, ev_load recorded */
   uint8_t resv;           /* bit per tier: a thread is finding space for this copy */
+  uint8_t ahead;          /* read ahead by a prefetch and not fetched since: the last
+                             victim (evicted before its use, it is read twice) */
   /* Host writers: a holder in the host tier that marked it dirty may still
    * be writing the host bytes (outside the lock) until it releases, so no
    * copy may be loaded from them (an H2D would copy torn bytes into a clean
@@ -199,6 +201,13 @@ void mem_tiers_release(ferry_mem *m);
 int mem_alloc_io(ferry_mem *m);
 /* evict.c */
 uint32_t mem_evict_pick(ferry_mem *m, int tier, int (*eligible)(ferry_mem *, uint32_t, int));
+/* Fetches until chunk ci is used again by the trace (UINT64_MAX: never);
+ * 0 without a trace (LRU, or while it is recorded). */
+uint64_t mem_evict_next_use(ferry_mem *m, uint32_t ci);
+/* A host copy being written back that nothing will fetch again (an
+ * untraced chunk: the optimizer state just stepped), unheld: once written
+ * it frees room. UINT32_MAX when there is none (or tier is not the host). */
+uint32_t mem_evict_spent_write(ferry_mem *m, int tier);
 void mem_trace_on_fetch(ferry_mem *m, uint32_t group, int family);
 void mem_trace_free(ferry_mem *m);
 /* stats.c */

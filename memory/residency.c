@@ -103,6 +103,7 @@ static void drop_copy(ferry_mem *m, uint32_t ci, int tier) {
   mem_set_state(m, ci, tier, FERRY_RES_ABSENT);
   mem_pool_free(&m->pool[tier], c->off[tier]);
   mem_stats_sub(m, tier, c->family, c->bytes);
+  c->ahead = 0;
   note_change(m);
 }
 
@@ -390,7 +391,10 @@ static void describe_holders(ferry_mem *m, int tier, char *buf, size_t len) {
              runs ? "; " : "", other);
 }
 
-/* Finds space for chunk ci in `tier`, evicting what the policy picks. */
+/* Finds space for chunk ci in `tier`, evicting what the policy picks. A
+ * victim the trace uses again waits instead for a spent write-back to land
+ * (evicted, it would be read again: with the optimizer's write-backs in
+ * flight, backward evicted the params the next forward then read). */
 static int alloc_space(ferry_mem *m, uint32_t ci, int tier) {
   mem_chunk *c = &m->c[ci];
   mem_pool *p = &m->pool[tier];
@@ -427,6 +431,11 @@ static int alloc_space(ferry_mem *m, uint32_t ci, int tier) {
                        c->gfirst, c->glast, c->bytes,
                        ferry_format_size(p->capacity, b1, sizeof b1), p->capacity, p->used,
                        m->home_bytes[tier], held);
+    }
+    uint32_t w = mem_evict_next_use(m, v) != UINT64_MAX ? mem_evict_spent_write(m, tier) : NO_CHUNK;
+    if (w != NO_CHUNK) {
+      wait_step(m, w);
+      continue;
     }
     int rc;
     if (evict_one(m, v, tier, &rc)) m->st.evictions[tier]++;
@@ -607,6 +616,7 @@ static int do_fetch(ferry_mem *m, uint32_t group, int family, int tier, ferry_st
       for (int t = tier; t < c->home; t++) c->use[t]++;
       if (tier == FERRY_TIER_HOST) c->hold_host++;
       c->last_use = now;
+      c->ahead = 0;
     }
     m->st.fetch_hits++;
     goto out;
@@ -617,6 +627,7 @@ static int do_fetch(ferry_mem *m, uint32_t group, int family, int tier, ferry_st
   for (; done < r->first + r->count; done++) {
     if ((rc = acquire(m, done, tier, group, flags, &waited))) break;
     m->c[done].last_use = now;
+    if (hold) m->c[done].ahead = 0;
   }
   if (rc) { /* nothing stays held */
     for (uint32_t ci = r->first; ci < done; ci++) unpin(m, ci, tier, m->c[ci].home);
@@ -682,7 +693,10 @@ int ferry_mem_prefetch(ferry_mem *m, uint32_t group, int family, int tier) {
   uint32_t done = r->first;
   for (; done < r->first + r->count; done++)
     if ((rc = acquire(m, done, tier, group, 0, &waited))) break;
-  for (uint32_t ci = r->first; ci < done; ci++) unpin(m, ci, tier, m->c[ci].home);
+  for (uint32_t ci = r->first; ci < done; ci++) {
+    unpin(m, ci, tier, m->c[ci].home);
+    m->c[ci].ahead = 1; /* its fetch comes next: evicted last until then */
+  }
   if (done > r->first) note_change(m);
 out:
   pthread_mutex_unlock(&m->mu);

@@ -306,13 +306,34 @@ void plan_footprint(const ferry_plan_input *in, int p, plan_fp *fp) {
   fp->grad_slots = 2 * ferry_footprint_group_buffer(fe.group_n, fe.esize, fe.page);
 }
 
-/* Bytes per tier and family of placement p at batch b. */
+uint64_t plan_nvme_file_bytes(const ferry_plan_input *in, const plan_fp *fp) {
+  /* the engine's chunk size: the plan's, or --write-config's 64 MiB */
+  return ferry_footprint_nvme_swap(fp->home, fp->fam, in->chunk_size ? in->chunk_size : 64ull << 20);
+}
+
+int plan_readahead_fits(const ferry_plan_input *in, const ferry_plan_candidate *c,
+                        const plan_fp *fp) {
+  uint64_t host = in->budget[FERRY_PLAN_HOST], gpu = in->budget[FERRY_PLAN_GPU];
+  uint64_t pool = host > fp->staging.total ? host - fp->staging.total : 0;
+  /* the device pool: the device budget less the engine's grad slots and
+   * what the trainer reserves (activations, workspace) */
+  uint64_t own = fp->grad_slots + c->bytes[FERRY_PLAN_GPU][FERRY_FAM_ACT] +
+                 c->bytes[FERRY_PLAN_GPU][FERRY_FAM_WORKSPACE];
+  size_t param_ahead;
+  int fits;
+  ferry_footprint_read_ahead(pool, gpu > own ? gpu - own : 0, &fp->need, &param_ahead, &fits);
+  return fits;
+}
+
+/* Bytes per tier and family of placement p at batch b; *files: its NVMe
+ * swap files. */
 static void place_bytes(const ferry_plan_input *in, int p, double b,
-                        double out[FERRY_PLAN_TIERS][FERRY_PLAN_FAMILIES]) {
+                        double out[FERRY_PLAN_TIERS][FERRY_PLAN_FAMILIES], double *files) {
   memset(out, 0, sizeof(double) * FERRY_PLAN_TIERS * FERRY_PLAN_FAMILIES);
   plan_place_ctx c = plan_place_context(in, p);
   plan_fp fp;
   plan_footprint(in, p, &fp);
+  *files = (double)plan_nvme_file_bytes(in, &fp);
   double *gpu = out[FERRY_PLAN_GPU], *host = out[FERRY_PLAN_HOST];
   /* activations and scratch: the device's on a GPU; the CPU model's host
    * allocations on --device host (in the RSS, not in the device budget) */
@@ -346,13 +367,21 @@ static void fmt_bytes(double b, char *buf, size_t n) {
   else snprintf(buf, n, "%.1f %s", b, u[i]);
 }
 
+/* What tier t needs of its budget: its families' bytes; on NVMe the swap
+ * files that hold them (each chunk's slot and the spares), which the
+ * engine's finalize holds against tiers.nvme.budget. */
+static double tier_need(const double by[FERRY_PLAN_FAMILIES], int t, double files) {
+  double tot = 0;
+  for (int f = 0; f < FERRY_PLAN_FAMILIES; f++) tot += by[f];
+  return t == FERRY_PLAN_NVME && files > tot ? files : tot;
+}
+
 int plan_tiers_fit(const ferry_plan_input *in, int p, double b, double *short_by) {
-  double by[FERRY_PLAN_TIERS][FERRY_PLAN_FAMILIES];
-  place_bytes(in, p, b, by);
+  double by[FERRY_PLAN_TIERS][FERRY_PLAN_FAMILIES], files;
+  place_bytes(in, p, b, by, &files);
   int ok = 1;
   for (int t = 0; t < FERRY_PLAN_TIERS; t++) {
-    double tot = 0;
-    for (int f = 0; f < FERRY_PLAN_FAMILIES; f++) tot += by[t][f];
+    double tot = tier_need(by[t], t, files);
     double s = tot > (double)in->budget[t] ? tot - (double)in->budget[t] : 0;
     if (short_by) short_by[t] = s;
     if (s > 0) ok = 0;
@@ -363,8 +392,8 @@ int plan_tiers_fit(const ferry_plan_input *in, int p, double b, double *short_by
 /* Placement p's bytes per tier and family at the input's batch, whether they
  * fit the budgets and, when not, by how much (in words, in c->why). */
 void plan_candidate_bytes(const ferry_plan_input *in, int p, ferry_plan_candidate *c) {
-  double by[FERRY_PLAN_TIERS][FERRY_PLAN_FAMILIES], shortb[FERRY_PLAN_TIERS];
-  place_bytes(in, p, (double)in->batch, by);
+  double by[FERRY_PLAN_TIERS][FERRY_PLAN_FAMILIES], shortb[FERRY_PLAN_TIERS], files;
+  place_bytes(in, p, (double)in->batch, by, &files);
   for (int t = 0; t < FERRY_PLAN_TIERS; t++) {
     double tot = 0;
     for (int f = 0; f < FERRY_PLAN_FAMILIES; f++) {
@@ -385,7 +414,7 @@ void plan_candidate_bytes(const ferry_plan_input *in, int p, ferry_plan_candidat
     if (!c->short_by[t]) continue;
     char s[32], need[32], have[32];
     fmt_bytes((double)c->short_by[t], s, sizeof s);
-    fmt_bytes((double)c->tier_bytes[t], need, sizeof need);
+    fmt_bytes(tier_need(by[t], t, files), need, sizeof need);
     fmt_bytes((double)in->budget[t], have, sizeof have);
     o += (size_t)snprintf(c->why + o, sizeof c->why - o, "%s%s short by %s (needs %s, budget %s)",
                           o ? "; " : "", ferry_plan_tier_name(t), s, need, have);
@@ -393,14 +422,19 @@ void plan_candidate_bytes(const ferry_plan_input *in, int p, ferry_plan_candidat
   }
 }
 
-/* Bytes of one family of the whole model as the engine lays it out: each
- * group's tensors packed into chunks trimmed to what they hold (4 KiB
- * alignment on the way to NVMe), e bytes per element. */
-static double family_bytes(const ferry_plan_model *m, double e) {
+/* One group's x bytes of a family as the engine lays them out: packed into
+ * chunks of at most ch bytes trimmed to what they hold, each rounded to
+ * 4 KiB on the way to NVMe (half a page each on average). */
+static double group_nvme(double x, double ch) {
+  return ch > 0 ? x + ceil(x / ch) * 2048 : round_chunk(x, 4096);
+}
+
+/* Bytes of one family of the whole model as the engine lays it out (e
+ * bytes per element, group_nvme for each group). */
+static double family_bytes(const ferry_plan_model *m, double e, double ch) {
   double E = (double)ferry_plan_embed_params(m), B = (double)ferry_plan_block_params(m);
   double H = (double)ferry_plan_head_params(m);
-  return round_chunk(E * e, 4096) + (double)m->layers * round_chunk(B * e, 4096) +
-         round_chunk(H * e, 4096);
+  return group_nvme(E * e, ch) + (double)m->layers * group_nvme(B * e, ch) + group_nvme(H * e, ch);
 }
 
 /* The optimizer family of the whole model on NVMe: per group, the master
@@ -429,32 +463,68 @@ double ferry_plan_optim_nvme_bytes(const ferry_plan_input *in, int p, const uint
   return o;
 }
 
-/* Param bytes of the first (front) or last (!front) n groups. */
-static double end_groups_bytes(const ferry_plan_model *m, int64_t n, int front, double pb) {
+/* Group i of the model in forward order: its param bytes (pb per element,
+ * group_nvme at chunk size ch); returns how many groups there are. */
+static int64_t group_list(const ferry_plan_model *m, double pb, double ch, int64_t i,
+                          double *bytes) {
   int64_t L = m->layers;
-  double E = (double)ferry_plan_embed_params(m), B = (double)ferry_plan_block_params(m);
-  double H = (double)ferry_plan_head_params(m);
-  if (n <= 0) return 0;
-  if (n >= L + 2) return (E + (double)L * B + H) * pb;
-  double edge = front ? E : H; /* the embedding opens forward; the head closes it */
-  return (edge + (double)(n - 1 > L ? L : n - 1) * B) * pb;
+  *bytes = group_nvme((i == 0 ? (double)ferry_plan_embed_params(m)
+                       : i <= L ? (double)ferry_plan_block_params(m)
+                                : (double)ferry_plan_head_params(m)) * pb, ch);
+  return L + 2;
 }
 
-/* NVMe params: how many groups each pool keeps at the forward/backward turn:
- * the head (used back to back) and whole groups in the room the tier's
- * budget leaves beside everything else. */
+/* The groups from one end (front: the embedding first; back: the head
+ * first) whose params fit in `room` bytes, at least `least` of them; their
+ * count and *bytes. */
+static int64_t end_groups(const ferry_plan_model *m, double pb, double ch, double room,
+                          int front, int64_t least, double *bytes) {
+  double b;
+  int64_t n = group_list(m, pb, ch, 0, &b), k = 0;
+  *bytes = 0;
+  for (; k < n; k++) {
+    group_list(m, pb, ch, front ? k : n - 1 - k, &b);
+    if (k >= least && *bytes + b > room) break;
+    *bytes += b;
+  }
+  return k;
+}
+
+/* NVMe params: the groups the host pool keeps at each turn of the loop.
+ * At the forward -> backward turn the head (used back to back) and the last
+ * groups, at the backward -> forward turn the first ones (the step's commit
+ * writes the new params into the host copy, which stays): as many as fit
+ * in the room the budget leaves beside the plan's host tier, plus the
+ * working set's two param groups (free at a turn: the loop holds one) and
+ * half a largest chunk of its slack (the hole a chunk is placed in is free
+ * at a turn, but partly cut into pieces no whole group fills: the half is
+ * measured, docs/PLANNING.md); when the next group's optimizer state is
+ * read ahead, its bytes and a largest chunk go to it instead. The engine
+ * waits for a stepped group's optimizer write-back rather than evict params
+ * it will read again (memory/evict.c), so nothing else competes at the
+ * turns. The device pool: whole groups beside the head. *back, *front:
+ * the bytes kept. */
 static void cached_groups(const ferry_plan_input *in, const plan_place_ctx *c,
-                          ferry_plan_candidate *w) {
+                          ferry_plan_candidate *w, double *back, double *front) {
   const ferry_plan_candidate *k = w;
-  int64_t groups = ferry_plan_groups(&in->model);
+  *back = *front = 0;
   w->cached_groups_host = w->cached_groups_device = 0;
   if (c->ph != FERRY_PLAN_NVME || c->grp_p <= 0) return;
+  plan_fp fp;
+  plan_footprint(in, k->placement, &fp);
+  const ferry_plan_model *m = &in->model;
   for (int t = FERRY_PLAN_GPU; t <= FERRY_PLAN_HOST; t++) {
-    double room = (double)in->budget[t] - (double)k->tier_bytes[t];
-    int64_t n = 1 + (room > 0 ? (int64_t)floor(room / c->grp_p) : 0);
-    if (n > groups) n = groups;
-    if (t == FERRY_PLAN_GPU) w->cached_groups_device = n;
-    else w->cached_groups_host = n;
+    double room = fmax(0, (double)in->budget[t] - (double)k->tier_bytes[t]);
+    if (t == FERRY_PLAN_GPU) { /* the device pool: whole groups beside the head */
+      int64_t n = 1 + (int64_t)floor(room / c->grp_p), groups = ferry_plan_groups(m);
+      w->cached_groups_device = n > groups ? groups : n;
+      continue;
+    }
+    double chunk = (double)fp.need.slack / 2; /* the slack is two largest chunks */
+    room += (double)fp.need.params +
+            (plan_readahead_fits(in, k, &fp) ? -(double)fp.need.optim - chunk : chunk / 2);
+    w->cached_groups_host = end_groups(m, c->pb, c->ch, room, 0, 1, back);
+    end_groups(m, c->pb, c->ch, room, 1, 0, front);
   }
 }
 
@@ -474,21 +544,20 @@ void plan_nvme_traffic(const ferry_plan_input *in, const plan_place_ctx *c,
   }
   if (c->gh == FERRY_PLAN_GRADS_NVME) { /* written per micro-batch, read back to accumulate
                                            (A - 1) times and once by the step */
-    double g = family_bytes(m, c->gb) * c->sg;
+    double g = family_bytes(m, c->gb, c->ch) * c->sg;
     k->nvme_write[FERRY_PLAN_NV_GRADS] = A * g;
     k->nvme_read[FERRY_PLAN_NV_GRADS] = A * g;
   }
   if (c->ph == FERRY_PLAN_NVME) { /* forward and backward per micro-batch, less the turns */
-    double pf = family_bytes(m, c->pb);
-    cached_groups(in, c, k);
-    double back = end_groups_bytes(m, k->cached_groups_host, 0, c->pb);
-    double front = end_groups_bytes(m, k->cached_groups_host, 1, c->pb);
-    k->nvme_read[FERRY_PLAN_NV_PARAMS] = 2 * A * pf - A * back - (A - 1) * front;
+    double pf = family_bytes(m, c->pb, c->ch), back, front;
+    cached_groups(in, c, k, &back, &front);
+    /* every turn keeps its groups (the step's commit leaves the new params
+     * in the host copy); the whole family cached reads nothing. A bf16
+     * master stages the params it updates from the host copy backward has
+     * just fetched: no read of its own */
+    k->nvme_read[FERRY_PLAN_NV_PARAMS] = A * fmax(0, 2 * pf - back - front);
     /* written once by the step (from the master, or the params themselves
-     * updated in place); a bf16 master is the params: no master traffic,
-     * but the step reads the params it updates once more (staged from
-     * their home; by then the group has left the host pool) */
-    if (plan_bf16_master(in)) k->nvme_read[FERRY_PLAN_NV_PARAMS] += pf;
+     * updated in place) */
     k->nvme_write[FERRY_PLAN_NV_PARAMS] = pf;
     /* stage 3: each rank reads and writes its share, the rest is gathered */
     k->nvme_read[FERRY_PLAN_NV_PARAMS] *= c->sp;

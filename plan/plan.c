@@ -92,18 +92,8 @@ static void candidate_readahead(const ferry_plan_input *in, int p, ferry_plan_ca
   plan_footprint(in, p, &fp);
   c->readahead_bytes =
       fp.home[FERRY_FAMILY_OPTIM] == FERRY_TIER_NVME ? fp.fam[FERRY_FAMILY_OPTIM].group_max : 0;
-  uint64_t host = in->budget[FERRY_PLAN_HOST], gpu = in->budget[FERRY_PLAN_GPU];
-  uint64_t pool = host > fp.staging.total ? host - fp.staging.total : 0;
-  /* the device pool: the device budget less the engine's grad slots and
-   * what the trainer reserves (activations, workspace) */
-  uint64_t own = fp.grad_slots + c->bytes[FERRY_PLAN_GPU][FERRY_FAM_ACT] +
-                 c->bytes[FERRY_PLAN_GPU][FERRY_FAM_WORKSPACE];
-  size_t param_ahead;
-  ferry_footprint_read_ahead(pool, gpu > own ? gpu - own : 0, &fp.need, &param_ahead,
-                             &c->readahead_fits);
-  /* the engine's chunk size: the plan's, or --write-config's 64 MiB */
-  c->nvme_file_bytes = ferry_footprint_nvme_swap(fp.home, fp.fam,
-                                                 in->chunk_size ? in->chunk_size : 64ull << 20);
+  c->readahead_fits = plan_readahead_fits(in, c, &fp);
+  c->nvme_file_bytes = plan_nvme_file_bytes(in, &fp);
 }
 
 static void candidate(const ferry_plan_input *in, int p, ferry_plan_candidate *c) {

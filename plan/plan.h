@@ -226,7 +226,8 @@ typedef struct {
   int readahead_fits;                  /* the host pool has room for them beside the rest
                                           and the device pool's host copies (the engine's rule) */
   uint64_t nvme_file_bytes;            /* the NVMe swap files: the NVMe-homed chunks and a spare
-                                          per family of its largest (not part of the fit) */
+                                          per family of its largest; the NVMe fit holds
+                                          these against the budget, not the data */
   ferry_plan_rss rss;
   double nvme_read[FERRY_PLAN_NV_FAMILIES], nvme_write[FERRY_PLAN_NV_FAMILIES];
   int64_t cached_groups_host;          /* NVMe params: groups the host pool keeps at a turn */

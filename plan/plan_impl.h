@@ -60,6 +60,14 @@ typedef struct {
   uint64_t nvme_files;
 } plan_fp;
 void plan_footprint(const ferry_plan_input *in, int p, plan_fp *fp);
+/* The NVMe swap files of that layout at the input's chunk size (0: the
+ * 64 MiB --write-config writes): what the fit holds against the NVMe budget. */
+uint64_t plan_nvme_file_bytes(const ferry_plan_input *in, const plan_fp *fp);
+/* Whether the engine reads the next group's NVMe optimizer state ahead:
+ * the host pool has room for it beside the need of one step and the host
+ * copies of the device pool's chunks (c: the candidate's tier bytes). */
+int plan_readahead_fits(const ferry_plan_input *in, const ferry_plan_candidate *c,
+                        const plan_fp *fp);
 
 /* A candidate, step by step (plan/bytes.c, plan/time.c): whether placement
  * p fits the budgets at batch b (short_by: bytes over each tier's budget);

@@ -149,7 +149,10 @@ int train_save_follow(train_run *t);
 extern char g_rank_prefix[32]; /* "rank R: " once there are several ranks */
 __attribute__((format(printf, 1, 2))) void errf(const char *fmt, ...);
 void gpt_log(void *user, int level, const char *message);
-void describe_engine(const ferry_config *fc, const gpt_schema *s, FILE *info);
+/* The engine's config keys; after finalize, the model states: each family's
+ * bytes in its home tier (ferry_stats), their sum and bytes per param. */
+void describe_engine(const ferry_config *fc, FILE *info);
+void describe_model_states(ferry_engine *e, size_t numel, FILE *info);
 void train_report_step(const train_run *t, train_totals *tt, int st, float loss, double dt,
                        double *stall0, const char *why);
 void train_report_totals(const train_run *t, train_totals *tt, gpt_footprint *f);

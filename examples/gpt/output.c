@@ -39,7 +39,7 @@ void gpt_log(void *user, int level, const char *message) {
   fputs(b, stderr);
 }
 
-void describe_engine(const ferry_config *fc, const gpt_schema *s, FILE *info) {
+void describe_engine(const ferry_config *fc, FILE *info) {
   static const char *keys[] = {"device",          "precision.params",    "placement.params",
                                "placement.grads", "placement.optimizer", "tiers.gpu.budget",
                                "optimizer.lr",    "grad_accumulation"};
@@ -48,12 +48,31 @@ void describe_engine(const ferry_config *fc, const gpt_schema *s, FILE *info) {
     char v[256];
     if (ferry_config_get(fc, keys[i], v, sizeof v) == 0) fprintf(info, " %s=%s", keys[i], v);
   }
-  char prec[16] = "bf16";
-  ferry_config_get(fc, "precision.params", prec, sizeof prec);
-  int pb = strcmp(prec, "fp32") ? 2 : 4;
-  /* param + fp32 grad + fp32 master, exp_avg, exp_avg_sq */
-  fprintf(info, "\nferry-gpt: model states %.1f MiB (%d bytes/param)\n",
-          (double)s->total_numel * (pb + 16) / MiB, pb + 16);
+  fputc('\n', info);
+}
+
+void describe_model_states(ferry_engine *e, size_t numel, FILE *info) {
+  static const char *const fam[FERRY_FAMILIES] = {"params", "grads", "optimizer"};
+  static const char *const tier[FERRY_TIERS] = {"gpu", "host", "nvme"};
+  ferry_stats st;
+  if (ferry_engine_get_stats(e, &st)) return;
+  /* a family's home is the deepest tier holding it (copies sit above it):
+   * after finalize, its bytes there are what it occupies for the run */
+  uint64_t home[FERRY_FAMILIES] = {0}, total = 0;
+  int at[FERRY_FAMILIES] = {0};
+  for (int f = 0; f < FERRY_FAMILIES; f++) {
+    for (int t = FERRY_TIERS - 1; t >= 0 && !home[f]; t--)
+      if (st.current[t][f]) home[f] = st.current[t][f], at[f] = t;
+    total += home[f];
+  }
+  fprintf(info, "ferry-gpt: model states %.1f MiB (%.2f bytes/param):", total / MiB,
+          numel ? (double)total / (double)numel : 0.0);
+  for (int f = 0; f < FERRY_FAMILIES; f++) {
+    if (home[f]) fprintf(info, "%s %s %.1f MiB on %s", f ? "," : "", fam[f], home[f] / MiB,
+                         tier[at[f]]);
+    else fprintf(info, "%s %s none", f ? "," : "", fam[f]);
+  }
+  fputc('\n', info);
 }
 
 static void json_peaks(const uint64_t *peak) {

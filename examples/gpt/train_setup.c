@@ -339,7 +339,7 @@ static gpt_run_config run_config(const train_run *t) {
  * seed or the checkpoint; --device cuda: in stream mode, with the CUDA
  * model's device block reserved) and its provider. */
 int train_setup_engine(train_run *t) {
-  describe_engine(t->fc, &t->s, t->info);
+  describe_engine(t->fc, t->info);
   /* the global batch: a checkpoint resumes on another number of ranks that
    * keeps it (2 ranks at --batch 2, 1 rank at --batch 4) */
   if (gpt_resume_fingerprint(&t->rs, &t->cfg, t->o.batch * t->nranks, t->seq, t->o.seed,
@@ -374,6 +374,7 @@ int train_setup_engine(train_run *t) {
     errf("engine (%s): %s\n", t->o.engine, t->err);
     return 1;
   }
+  describe_model_states(gpt_engine_handle(t->ge), t->s.total_numel, t->info);
   t->p = gpt_engine_provider(t->ge);
   t->micro = gpt_engine_micro_batches(t->ge);
   return t->o.resume ? train_resume_load(t) : 0;

@@ -3,6 +3,29 @@
 # cli/CMakeLists.txt at the end of the top directory.
 ferry_add_test(NAME cli.plan.vs_engine SOURCES ${PROJECT_SOURCE_DIR}/tests/cli/test_plan_engine.c
                EXE test_plan_engine TIMEOUT 120 ARGS ${PROJECT_BINARY_DIR}/tests/cli-scratch fp32 bf16 int8 int8-m16 1.1b)
+# NVMe bytes per step of each family, ferry-gpt through zero-infinity on a
+# thin 24-block Llama against `ferry plan`, at the planner's minimum budgets
+# and twice its host budget, for fp32 and int8 states and a bf16 master.
+if(TARGET ferry-gpt)
+  add_test(NAME cli.plan.family_bytes COMMAND /usr/bin/python3
+           ${PROJECT_SOURCE_DIR}/tests/cli/family_bytes.py --gpt $<TARGET_FILE:ferry-gpt>
+           --ferry $<TARGET_FILE:ferry_cli> --root ${PROJECT_SOURCE_DIR}
+           --work ${PROJECT_BINARY_DIR}/tests/family-bytes --steps 10)
+  ferry_test_timeout(_fb_timeout 120)
+  set_tests_properties(cli.plan.family_bytes PROPERTIES TIMEOUT ${_fb_timeout}
+                       ENVIRONMENT "OPENBLAS_NUM_THREADS=1")
+  # ... and TinyLlama-1.1B at the minimum budgets, 64 MiB chunks, fp32 states
+  # (bench/tinyllama_infinity.sh's run: 15 GiB of disk, many minutes; label
+  # slow): every family within 5%, the swap files within 1.05 x the data,
+  # the model states line the engine's homes
+  add_test(NAME cli.plan.family_bytes.full COMMAND /usr/bin/python3
+           ${PROJECT_SOURCE_DIR}/tests/cli/family_bytes.py --gpt $<TARGET_FILE:ferry-gpt>
+           --ferry $<TARGET_FILE:ferry_cli> --root ${PROJECT_SOURCE_DIR}
+           --work ${PROJECT_BINARY_DIR}/tests/family-bytes-full
+           --model ${PROJECT_SOURCE_DIR}/tests/plan/configs/llama-1b.json --steps 4 --seq 128
+           --chunk 64M --layouts fp32 --factors 1 --tol-reads 0.05 --check-extra)
+  set_tests_properties(cli.plan.family_bytes.full PROPERTIES TIMEOUT 3600 LABELS slow)
+endif()
 # `ferry bench step` (validated and --no-validate, each placement) and
 # `ferry bench copy` (size lists, one direction) on the host backend.
 ferry_add_test(NAME cli.bench_step_copy EXE sh TIMEOUT 120

@@ -256,27 +256,32 @@ static void test_recommend_and_batch(void) {
   EXPECT(fabs(r.cand[1].flops - (8 * P * T + 16 * L * 2048 * h * T)) < 1e3);
   EXPECT(fabs(r.cand[1].seconds[FERRY_COMP_COMPUTE] - r.cand[1].flops / 50e12) < 1e-9);
   /* traffic: ZeRO-Infinity reads and writes 12 B/param of fp32 state; the
-   * 16-bit params are written once and read in forward; backward finds every
-   * group still in the 102 GiB host pool (42 groups cached at the turn) */
+   * 16-bit params are written once; every group stays in the 102 GiB host
+   * pool (42 groups cached at each turn; the step's commit keeps the new
+   * params in the host copy), so none is read */
   const ferry_plan_candidate *inf = &r.cand[FERRY_PLACE_INFINITY];
   EXPECT(inf->cached_groups_host == 42);
   EXPECT(fabs(inf->nvme_read[FERRY_PLAN_NV_OPTIM] / (12 * P) - 1) < 1e-4);
-  EXPECT(fabs(inf->nvme_read[FERRY_PLAN_NV_PARAMS] / (2 * P) - 1) < 1e-4);
+  EXPECT(inf->nvme_read[FERRY_PLAN_NV_PARAMS] == 0);
   EXPECT(inf->nvme_read[FERRY_PLAN_NV_GRADS] == 0 && inf->nvme_write[FERRY_PLAN_NV_GRADS] == 0);
-  EXPECT(fabs(inf->nvme_read_bytes / (14 * P) - 1) < 1e-4);
+  EXPECT(fabs(inf->nvme_read_bytes / (12 * P) - 1) < 1e-4);
   EXPECT(fabs(inf->nvme_write_bytes / (14 * P) - 1) < 1e-4);
   EXPECT(inf->h2d_bytes == 4 * P && inf->d2h_bytes == 2 * P);
   /* grads "none": the optimizer reads the 16-bit grads, no accumulation pass */
   EXPECT(fabs(inf->seconds[FERRY_COMP_CPU] - P * 28 / 25e9) < 1e-9);
-  /* a tight host budget: only the head is cached, so backward reads all but it */
+  /* a tight host budget: the working set's two param groups (and a
+   * quarter of its slack) hold the head and two blocks at the forward ->
+   * backward turn, the embedding and two blocks at the other */
   ferry_plan_input t = in;
   t.budget[FERRY_PLAN_HOST] = inf->tier_bytes[FERRY_PLAN_HOST];
   ferry_plan_result rt;
   REQUIRE(ferry_plan_compute(&t, &rt, NULL, 0) == 0);
   const ferry_plan_candidate *ti = &rt.cand[FERRY_PLACE_INFINITY];
   double head = 2.0 * (double)ferry_plan_head_params(&in.model);
-  EXPECT(ti->fits && ti->cached_groups_host == 1);
-  EXPECT(fabs(ti->nvme_read[FERRY_PLAN_NV_PARAMS] / (4 * P - head) - 1) < 1e-4);
+  double emb = 2.0 * (double)ferry_plan_embed_params(&in.model);
+  double blk = 2.0 * (double)ferry_plan_block_params(&in.model);
+  EXPECT(ti->fits && ti->cached_groups_host == 3);
+  EXPECT(fabs(ti->nvme_read[FERRY_PLAN_NV_PARAMS] / (4 * P - head - emb - 4 * blk) - 1) < 1e-4);
   /* NVMe grads: written per micro-batch, read back A - 1 times and by the step */
   t = in;
   t.grad_accumulation = 4;
@@ -377,15 +382,14 @@ static void test_compact_state(void) {
     EXPECT_NEAR(fam / ((double)r[i].params * home_bpp[i]), 1.0, 0.001);
     EXPECT_NEAR(no->nvme_write[FERRY_PLAN_NV_OPTIM], fam, 1);
     /* ZeRO-Infinity: a bf16 master is the params, counted once: written
-     * once by the step as with an fp32 master, read for forward, backward
-     * and once more by the step (p·P); no master bytes */
+     * once by the step as with an fp32 master, read at most for forward and
+     * backward (the step stages them from the host copy backward fetched:
+     * no read of its own); no master bytes */
     const ferry_plan_candidate *zi = &r[i].cand[FERRY_PLACE_INFINITY];
     double pf = 2.0 * (double)r[i].params;
     EXPECT_NEAR(zi->nvme_write[FERRY_PLAN_NV_PARAMS],
                 r[0].cand[FERRY_PLACE_INFINITY].nvme_write[FERRY_PLAN_NV_PARAMS], 1);
-    EXPECT_NEAR(zi->nvme_read[FERRY_PLAN_NV_PARAMS] -
-                    r[0].cand[FERRY_PLACE_INFINITY].nvme_read[FERRY_PLAN_NV_PARAMS],
-                mdt[i] == FERRY_DT_BF16 ? pf : 0, mdt[i] == FERRY_DT_BF16 ? 0.001 * pf : 1);
+    EXPECT(zi->nvme_read[FERRY_PLAN_NV_PARAMS] >= 0 && zi->nvme_read[FERRY_PLAN_NV_PARAMS] < 2 * pf);
     EXPECT_NEAR(zi->nvme_read[FERRY_PLAN_NV_OPTIM], fam, 1);
     if (mdt[i] == FERRY_DT_BF16) EXPECT_EQ_INT(no->bytes[FERRY_PLAN_NVME][FERRY_FAM_MASTER], 0);
   }
@@ -484,7 +488,31 @@ static void test_footprint(void) {
   EXPECT(ahead == 0 && optim_ahead == 0);
 }
 
+/* The NVMe fit holds the swap files against the budget, not the data: a
+ * budget between the two is short by the files' excess, named in why. */
+static void test_nvme_files_fit(void) {
+  ferry_plan_input in = ferry_plan_input_default();
+  char why[256];
+  REQUIRE(ferry_plan_model_preset("llama-1b", &in.model, why, sizeof why) == 0);
+  in.budget[FERRY_PLAN_GPU] = in.budget[FERRY_PLAN_HOST] = 1ull << 40;
+  in.budget[FERRY_PLAN_NVME] = 1ull << 40;
+  ferry_plan_result r;
+  REQUIRE(ferry_plan_compute(&in, &r, why, sizeof why) == 0);
+  const ferry_plan_candidate *c = &r.cand[FERRY_PLACE_INFINITY];
+  uint64_t data = c->tier_bytes[FERRY_PLAN_NVME], files = c->nvme_file_bytes;
+  EXPECT(files > data && c->fits);
+  in.budget[FERRY_PLAN_NVME] = (data + files) / 2;
+  REQUIRE(ferry_plan_compute(&in, &r, why, sizeof why) == 0);
+  c = &r.cand[FERRY_PLACE_INFINITY];
+  EXPECT(!c->fits && c->short_by[FERRY_PLAN_NVME] == files - in.budget[FERRY_PLAN_NVME]);
+  EXPECT(strstr(c->why, "nvme short by") != NULL);
+  in.budget[FERRY_PLAN_NVME] = files;
+  REQUIRE(ferry_plan_compute(&in, &r, why, sizeof why) == 0);
+  EXPECT(r.cand[FERRY_PLACE_INFINITY].fits);
+}
+
 int main(void) {
+  test_nvme_files_fit();
   test_footprint();
   test_compact_state();
   test_rss();
