@@ -32,7 +32,7 @@ static uint64_t next_use(const ferry_mem *m, uint32_t group, int family) {
   return m->tpos[a] + m->ntrace - m->cursor;
 }
 
-static uint64_t chunk_next_use(const ferry_mem *m, const mem_chunk *c) {
+uint64_t mem_chunk_next_use(const ferry_mem *m, const mem_chunk *c) {
   uint64_t best = UINT64_MAX;
   for (uint32_t g = c->gfirst; g <= c->glast; g++) {
     uint64_t d = next_use(m, g, c->family);
@@ -48,7 +48,7 @@ uint32_t mem_evict_pick(ferry_mem *m, int tier, int (*eligible)(ferry_mem *, uin
   for (uint32_t ci = 0; ci < m->nc; ci++) {
     if (!eligible(m, ci, tier)) continue;
     const mem_chunk *c = &m->c[ci];
-    uint64_t nx = trace ? chunk_next_use(m, c) : 0;
+    uint64_t nx = trace ? mem_chunk_next_use(m, c) : 0;
     /* Furthest next use first; among equals (and for LRU), least recent. */
     if (best == NO_CHUNK || nx > best_next || (nx == best_next && c->last_use < best_lru)) {
       best = ci;

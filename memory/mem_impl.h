@@ -199,6 +199,9 @@ void mem_tiers_release(ferry_mem *m);
 int mem_alloc_io(ferry_mem *m);
 /* evict.c */
 uint32_t mem_evict_pick(ferry_mem *m, int tier, int (*eligible)(ferry_mem *, uint32_t, int));
+/* Fetches from the trace cursor until chunk c is used again (UINT64_MAX:
+ * never); needs the trace's index (m->tpos). */
+uint64_t mem_chunk_next_use(const ferry_mem *m, const mem_chunk *c);
 void mem_trace_on_fetch(ferry_mem *m, uint32_t group, int family);
 void mem_trace_free(ferry_mem *m);
 /* stats.c */

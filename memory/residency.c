@@ -329,9 +329,23 @@ static int clean_copy(ferry_mem *m, uint32_t ci, int tier) {
   }
 }
 
+/* A device copy still loading from its host home, its H2D the only work
+ * in flight: it may be dropped without waiting. Stream order keeps the
+ * space safe: the next load into it goes through the same H2D stream,
+ * after the dropped one and after every use the releases recorded
+ * (drop_copy); and a home is never evicted or moved, so the H2D's source
+ * stays put. (A host copy of an NVMe home could be evicted under it.) */
+static int loading_from_home(const mem_chunk *c, int tier) {
+  return tier == FERRY_TIER_DEVICE && c->home == FERRY_TIER_HOST &&
+         c->state[tier] == FERRY_RES_LOADING && c->load_issued && !c->queued &&
+         !c->d2h_active && !c->io_active;
+}
+
 static int evictable(ferry_mem *m, uint32_t ci, int tier) {
   const mem_chunk *c = &m->c[ci];
-  if (tier >= c->home || c->use[tier] || has_work(c) || (c->resv & (1u << tier))) return 0;
+  if (tier >= c->home || c->use[tier] || (c->resv & (1u << tier))) return 0;
+  if (loading_from_home(c, tier)) return 1;
+  if (has_work(c)) return 0;
   if (c->state[tier] != FERRY_RES_RESIDENT && c->state[tier] != FERRY_RES_DIRTY) return 0;
   /* A host copy under an idle device copy goes with it (inclusion). */
   if (tier == FERRY_TIER_HOST && c->state[FERRY_TIER_DEVICE] != FERRY_RES_ABSENT)
@@ -344,6 +358,12 @@ static int evict_one(ferry_mem *m, uint32_t ci, int tier, int *rc) {
   if (tier == FERRY_TIER_HOST && m->c[ci].state[FERRY_TIER_DEVICE] != FERRY_RES_ABSENT) {
     if (!evict_one(m, ci, FERRY_TIER_DEVICE, rc)) return 0;
     m->st.evictions[FERRY_TIER_DEVICE]++;
+  }
+  if (loading_from_home(&m->c[ci], tier)) { /* dropped in stream order: no wait */
+    *rc = 0;
+    m->c[ci].load_issued = 0;
+    drop_copy(m, ci, tier);
+    return 1;
   }
   *rc = clean_copy(m, ci, tier);
   if (*rc == FERRY_EBUSY) *rc = 0; /* held meanwhile: not a victim any more */
@@ -390,8 +410,22 @@ static void describe_holders(ferry_mem *m, int tier, char *buf, size_t len) {
              runs ? "; " : "", other);
 }
 
-/* Finds space for chunk ci in `tier`, evicting what the policy picks. */
-static int alloc_space(ferry_mem *m, uint32_t ci, int tier) {
+/* A prefetch of chunk ci may evict victim v only when the trace needs v
+ * later than ci (ci not in the trace, or no trace: the policy's pick).
+ * Else it would evict a copy loaded ahead for a sooner use, to be read
+ * again, and so on down the read-ahead: each prefetch undoing the one
+ * before. */
+static int prefetch_may_evict(ferry_mem *m, uint32_t v, uint32_t ci) {
+  if (!m->tpos || m->recording) return 1;
+  uint64_t mine = mem_chunk_next_use(m, &m->c[ci]);
+  return mine == UINT64_MAX || mem_chunk_next_use(m, &m->c[v]) > mine;
+}
+
+/* Finds space for chunk ci in `tier`, evicting what the policy picks. A
+ * prefetch never evicts what is needed before ci, nor waits for a device
+ * copy still moving (a host wait on the device, maybe on the loop's
+ * thread): FERRY_ENOMEM, and the read-ahead stops there. */
+static int alloc_space(ferry_mem *m, uint32_t ci, int tier, int prefetch) {
   mem_chunk *c = &m->c[ci];
   mem_pool *p = &m->pool[tier];
   for (;;) {
@@ -401,6 +435,8 @@ static int alloc_space(ferry_mem *m, uint32_t ci, int tier) {
       return FERRY_OK;
     }
     uint32_t v = mem_evict_pick(m, tier, evictable);
+    if (prefetch && (v == NO_CHUNK ? tier == FERRY_TIER_DEVICE : !prefetch_may_evict(m, v, ci)))
+      return FERRY_ENOMEM; /* no message: the caller stops its read-ahead */
     if (v == NO_CHUNK) {
       /* Copies still moving free up on their own: wait for one. */
       uint32_t moving = NO_CHUNK;
@@ -502,6 +538,9 @@ static int start_host_fill(ferry_mem *m, uint32_t ci) {
   return rc;
 }
 
+/* acquire's flag for a prefetch (beside FERRY_MEM_*): see alloc_space. */
+#define ACQUIRE_PREFETCH (1u << 31)
+
 /* Holds chunk ci in tiers tier..home-1, reserving space and starting loads
  * where it is absent. On failure nothing of this call stays held. */
 static int acquire(ferry_mem *m, uint32_t ci, int tier, uint32_t group, unsigned flags,
@@ -514,7 +553,7 @@ static int acquire(ferry_mem *m, uint32_t ci, int tier, uint32_t group, unsigned
     if (c->state[t] != FERRY_RES_ABSENT) continue;
     mem_set_state(m, ci, t, FERRY_RES_LOADING);
     c->resv |= (uint8_t)(1u << t);
-    rc = alloc_space(m, ci, t);
+    rc = alloc_space(m, ci, t, (flags & ACQUIRE_PREFETCH) != 0);
     c->resv &= (uint8_t)~(1u << t);
     pthread_cond_broadcast(&m->cv);
     if (rc) {
@@ -681,7 +720,7 @@ int ferry_mem_prefetch(ferry_mem *m, uint32_t group, int family, int tier) {
   int waited = 0;
   uint32_t done = r->first;
   for (; done < r->first + r->count; done++)
-    if ((rc = acquire(m, done, tier, group, 0, &waited))) break;
+    if ((rc = acquire(m, done, tier, group, ACQUIRE_PREFETCH, &waited))) break;
   for (uint32_t ci = r->first; ci < done; ci++) unpin(m, ci, tier, m->c[ci].home);
   if (done > r->first) note_change(m);
 out:
