@@ -4,7 +4,8 @@
  * device layer caps allocations at it). Each stream is a FIFO worker thread.
  * Copies are handed to copy-engine threads (one for H2D, one for D2H, one for
  * D2D/H2H), as on a GPU with separate copy engines, so H2D, D2H and compute
- * on different streams overlap while each stream stays in order. Events are
+ * on different streams overlap while each stream stays in order; tests can
+ * slow the H2D and D2H engines to a link's speed (device/probes.h). Events are
  * generation counters: a record bumps the event's generation and completes
  * it in stream order; a wait captures the generation current at the call.
  */
