@@ -89,9 +89,21 @@ static void note_change(ferry_mem *m) {
   pthread_cond_broadcast(&m->cv);
 }
 
+/* A device copy still loading from the host, its H2D the only work in
+ * flight: it may be dropped without waiting. Stream order keeps the space
+ * safe: the next load into it goes through the same H2D stream, after the
+ * dropped one and after every use the releases recorded (drop_copy). The
+ * H2D stays in flight (load_issued) until progress sees it done: until
+ * then the host copy it reads is neither evicted (has_work) nor written
+ * (ferry_mem_mark_dirty waits). */
+static int loading_from_host(const mem_chunk *c, int tier) {
+  return tier == FERRY_TIER_DEVICE && c->state[tier] == FERRY_RES_LOADING && c->load_issued &&
+         !c->queued && !c->d2h_active && !c->io_active;
+}
+
 static void drop_copy(ferry_mem *m, uint32_t ci, int tier) {
   mem_chunk *c = &m->c[ci];
-  FERRY_ASSERT(c->use[tier] == 0 && !has_work(c),
+  FERRY_ASSERT(c->use[tier] == 0 && (!has_work(c) || loading_from_host(c, tier)),
                "memory: dropping chunk %u in the %s tier while in use (%u) or moving", ci,
                ferry_tier_name(tier), c->use[tier]);
   if (tier == FERRY_TIER_DEVICE && c->ev_load) {
@@ -329,22 +341,10 @@ static int clean_copy(ferry_mem *m, uint32_t ci, int tier) {
   }
 }
 
-/* A device copy still loading from its host home, its H2D the only work
- * in flight: it may be dropped without waiting. Stream order keeps the
- * space safe: the next load into it goes through the same H2D stream,
- * after the dropped one and after every use the releases recorded
- * (drop_copy); and a home is never evicted or moved, so the H2D's source
- * stays put. (A host copy of an NVMe home could be evicted under it.) */
-static int loading_from_home(const mem_chunk *c, int tier) {
-  return tier == FERRY_TIER_DEVICE && c->home == FERRY_TIER_HOST &&
-         c->state[tier] == FERRY_RES_LOADING && c->load_issued && !c->queued &&
-         !c->d2h_active && !c->io_active;
-}
-
 static int evictable(ferry_mem *m, uint32_t ci, int tier) {
   const mem_chunk *c = &m->c[ci];
   if (tier >= c->home || c->use[tier] || (c->resv & (1u << tier))) return 0;
-  if (loading_from_home(c, tier)) return 1;
+  if (loading_from_host(c, tier)) return 1;
   if (has_work(c)) return 0;
   if (c->state[tier] != FERRY_RES_RESIDENT && c->state[tier] != FERRY_RES_DIRTY) return 0;
   /* A host copy under an idle device copy goes with it (inclusion). */
@@ -359,9 +359,8 @@ static int evict_one(ferry_mem *m, uint32_t ci, int tier, int *rc) {
     if (!evict_one(m, ci, FERRY_TIER_DEVICE, rc)) return 0;
     m->st.evictions[FERRY_TIER_DEVICE]++;
   }
-  if (loading_from_home(&m->c[ci], tier)) { /* dropped in stream order: no wait */
+  if (loading_from_host(&m->c[ci], tier)) { /* dropped in stream order: no wait */
     *rc = 0;
-    m->c[ci].load_issued = 0;
     drop_copy(m, ci, tier);
     return 1;
   }
@@ -791,7 +790,9 @@ int ferry_mem_mark_dirty(ferry_mem *m, uint32_t group, int family, int tier,
     mem_chunk *c = &m->c[ci];
     if (tier == FERRY_TIER_HOST) {
       /* The device copy is stale now: drop it once nothing moves. */
-      while (c->state[FERRY_TIER_DEVICE] != FERRY_RES_ABSENT && has_work(c)) wait_step(m, ci);
+      /* (also an H2D from it still in flight for a copy dropped since) */
+      while ((c->state[FERRY_TIER_DEVICE] != FERRY_RES_ABSENT && has_work(c)) || c->load_issued)
+        wait_step(m, ci);
       if (c->state[FERRY_TIER_DEVICE] != FERRY_RES_ABSENT) {
         if (c->state[FERRY_TIER_DEVICE] != FERRY_RES_RESIDENT || c->use[FERRY_TIER_DEVICE]) {
           rc = ferry_err(&m->err, FERRY_EBUSY,
