@@ -18,7 +18,8 @@
  *     a group whose H2D may still run, in stream order; a read-ahead stops
  *     before evicting a group needed sooner than its own);
  *   - a step takes well under the sum of compute and copies;
- * and after every step the masters equal those of the resident run (params
+ * The params' home is the pinned host pool. After every step the masters
+ * equal those of the resident run (params
  * at home on the device, no slow link) bit for bit, with fp32 states and
  * with int8 states and a bf16 master.
  */
@@ -44,7 +45,7 @@ static ferry_engine *make_engine(const char *params, const char *sets) {
   snprintf(text, sizeof text,
            "device = \"host\";\n"
            "chunk_size = \"64K\";\n"
-           "tiers: { gpu: { budget = \"1M\"; }; host: { budget = \"6M\"; pinned = false; }; };\n"
+           "tiers: { gpu: { budget = \"1M\"; }; host: { budget = \"6M\"; pinned = true; }; };\n"
            "optimizer: { type = \"adamw\"; lr = 0.01; threads = 1; };\n"
            "precision: { params = \"bf16\"; };\n"
            "placement: { params = \"%s\"; grads = \"host\"; optimizer = \"host\"; };\n"
@@ -173,6 +174,7 @@ typedef struct {
   int bwd_overlap;     /* backward blocks but the first with a grads D2H during theirs */
   int early_updates;   /* optimizer passes begun before backward's last block ended */
   int bad_masters;     /* tensors whose masters differ from the resident run's */
+  uint64_t pageable;   /* host pool bytes not pinned */
 } result;
 
 /* The resident run's masters after each step: G tensors of N floats. */
@@ -244,6 +246,9 @@ static result streamed(int G, const char *extra, const char *budget, const float
     }
   }
   res.step_s = (ferry_now() - t_steady) / (STEPS - 1);
+  ferry_stats st;
+  REQUIRE(ferry_engine_get_stats(e, &st) == 0);
+  res.pageable = st.host_pageable_bytes;
   ferry_stream_destroy(s);
   ferry_engine_destroy(e);
   free(k);
@@ -264,6 +269,7 @@ static result check(int G, const char *what, const char *extra, const char *budg
          what, G, *budget ? ", device budget " : "", budget, r.step_s, serial, 2 * G * COMPUTE, r.fwd_overlap, G - 1, r.bwd_overlap, G - 1,
          r.early_updates, (unsigned long long)r.waits, r.bad_masters);
   EXPECT_EQ_INT(r.bad_masters, 0);
+  EXPECT(r.pageable == 0); /* the params' home is the pinned host pool */
   EXPECT_EQ_INT(r.fwd_overlap, G - 1);
   EXPECT(r.bwd_overlap >= G - 2); /* a descheduled drain may miss one */
   EXPECT(r.early_updates >= G / 2);
