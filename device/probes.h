@@ -14,9 +14,11 @@
  * stream's destroy, which drains it, is not counted). */
 uint64_t ferry_device_host_waits(void);
 
-/* Host backend: each H2D and D2H copy takes at least latency_s plus
- * bytes / bytes_per_s (0: no floor) on its copy engine, which sleeps out
- * the rest without a CPU core. FERRY_ENOTSUP on another backend. */
+/* Host backend: each H2D and D2H copy first occupies its copy engine for
+ * latency_s plus bytes / bytes_per_s (rate 0: latency alone), sleeping,
+ * without a CPU core, then moves the bytes: a slow link on which a read of
+ * the source or the destination out of stream order shows. FERRY_ENOTSUP
+ * on another backend. */
 int ferry_device_host_copy_rate(ferry_device *dev, double bytes_per_s, double latency_s);
 
 #endif
