@@ -191,6 +191,7 @@ static float *resident_masters(int G, const char *extra) {
   run r = {e, s, engine_timeline(e), G, 0, k};
   for (int t = 0; t < STEPS; t++) {
     step(&r);
+    REQUIRE(ferry_stream_synchronize(s) == 0); /* k[] is written again next step */
     for (int g = 0; g < G; g++) {
       char name[32];
       snprintf(name, sizeof name, "block%d.w", g);
