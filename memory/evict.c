@@ -2,7 +2,8 @@
  * the evictable copies of a tier) with two policies: LRU, and
  * furthest-next-use from an access trace of group fetches, recorded during
  * the first step and replayed cyclically after it. The trace also tells the
- * engine what to prefetch (ferry_mem_trace_peek).
+ * engine what to prefetch (ferry_mem_trace_peek) and a prefetch what it may
+ * evict (only copies needed after its own).
  */
 #include "memory/mem_impl.h"
 
@@ -32,7 +33,7 @@ static uint64_t next_use(const ferry_mem *m, uint32_t group, int family) {
   return m->tpos[a] + m->ntrace - m->cursor;
 }
 
-uint64_t mem_chunk_next_use(const ferry_mem *m, const mem_chunk *c) {
+static uint64_t chunk_next_use(const ferry_mem *m, const mem_chunk *c) {
   uint64_t best = UINT64_MAX;
   for (uint32_t g = c->gfirst; g <= c->glast; g++) {
     uint64_t d = next_use(m, g, c->family);
@@ -48,7 +49,7 @@ uint32_t mem_evict_pick(ferry_mem *m, int tier, int (*eligible)(ferry_mem *, uin
   for (uint32_t ci = 0; ci < m->nc; ci++) {
     if (!eligible(m, ci, tier)) continue;
     const mem_chunk *c = &m->c[ci];
-    uint64_t nx = trace ? mem_chunk_next_use(m, c) : 0;
+    uint64_t nx = trace ? chunk_next_use(m, c) : 0;
     /* Furthest next use first; among equals (and for LRU), least recent. */
     if (best == NO_CHUNK || nx > best_next || (nx == best_next && c->last_use < best_lru)) {
       best = ci;
@@ -57,6 +58,17 @@ uint32_t mem_evict_pick(ferry_mem *m, int tier, int (*eligible)(ferry_mem *, uin
     }
   }
   return best;
+}
+
+/* A prefetch of chunk ci may evict victim v only when the trace needs v
+ * later than ci (ci not in the trace, or no trace: the policy's pick).
+ * Else it would evict a copy loaded ahead for a sooner use, to be read
+ * again, and so on down the read-ahead: each prefetch undoing the one
+ * before. */
+int mem_prefetch_may_evict(const ferry_mem *m, uint32_t v, uint32_t ci) {
+  if (!m->tpos || m->recording) return 1;
+  uint64_t mine = chunk_next_use(m, &m->c[ci]);
+  return mine == UINT64_MAX || chunk_next_use(m, &m->c[v]) > mine;
 }
 
 static void build_index(ferry_mem *m) {

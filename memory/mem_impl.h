@@ -199,14 +199,16 @@ void mem_tiers_release(ferry_mem *m);
 int mem_alloc_io(ferry_mem *m);
 /* evict.c */
 uint32_t mem_evict_pick(ferry_mem *m, int tier, int (*eligible)(ferry_mem *, uint32_t, int));
-/* Fetches from the trace cursor until chunk c is used again (UINT64_MAX:
- * never); needs the trace's index (m->tpos). */
-uint64_t mem_chunk_next_use(const ferry_mem *m, const mem_chunk *c);
+/* A prefetch of chunk ci may evict chunk v: the trace needs v after ci. */
+int mem_prefetch_may_evict(const ferry_mem *m, uint32_t v, uint32_t ci);
 void mem_trace_on_fetch(ferry_mem *m, uint32_t group, int family);
 void mem_trace_free(ferry_mem *m);
 /* stats.c */
 void mem_stats_add(ferry_mem *m, int tier, int family, size_t bytes);
 void mem_stats_sub(ferry_mem *m, int tier, int family, size_t bytes);
+/* The groups whose held copies fill `tier`, and the bytes cached but not
+ * evictable, for a full tier's message. */
+void mem_describe_holders(ferry_mem *m, int tier, char *buf, size_t len);
 /* residency.c */
 void mem_set_state(ferry_mem *m, uint32_t ci, int tier, int to);
 void mem_drain(ferry_mem *m);

@@ -372,54 +372,6 @@ static int evict_one(ferry_mem *m, uint32_t ci, int tier, int *rc) {
   return 1;
 }
 
-static void describe_holders(ferry_mem *m, int tier, char *buf, size_t len) {
-  size_t n = 0;
-  buf[0] = 0;
-  uint32_t g0 = 0, g1 = 0;
-  size_t held = 0, other = 0;
-  int have = 0, runs = 0;
-  for (uint32_t i = 0; i <= m->nc; i++) {
-    const mem_chunk *c = i < m->nc ? &m->c[i] : NULL;
-    int holds = c && c->state[tier] != FERRY_RES_ABSENT && tier < c->home && c->use[tier] &&
-                !(c->resv & (1u << tier)); /* not the chunk asking */
-    if (c && !holds && !(c->resv & (1u << tier)) && c->state[tier] != FERRY_RES_ABSENT &&
-        tier < c->home)
-      other += c->bytes;
-    if (have && (!holds || c->gfirst > g1 + 1 || c->gfirst < g0)) {
-      if (n < len && runs < 12)
-        n += (size_t)snprintf(buf + n, len - n, "%sgroup%s %u%s%.0u: %zu bytes", runs ? ", " : "",
-                              g0 == g1 ? "" : "s", g0, g0 == g1 ? "" : "-", g0 == g1 ? 0 : g1,
-                              held);
-      runs++;
-      have = 0;
-    }
-    if (holds) {
-      if (!have) {
-        g0 = c->gfirst;
-        g1 = c->glast;
-        held = 0;
-        have = 1;
-      }
-      if (c->glast > g1) g1 = c->glast;
-      held += c->bytes;
-    }
-  }
-  if (n < len)
-    snprintf(buf + n, len - n, "%s%zu bytes cached but moving or not yet evictable",
-             runs ? "; " : "", other);
-}
-
-/* A prefetch of chunk ci may evict victim v only when the trace needs v
- * later than ci (ci not in the trace, or no trace: the policy's pick).
- * Else it would evict a copy loaded ahead for a sooner use, to be read
- * again, and so on down the read-ahead: each prefetch undoing the one
- * before. */
-static int prefetch_may_evict(ferry_mem *m, uint32_t v, uint32_t ci) {
-  if (!m->tpos || m->recording) return 1;
-  uint64_t mine = mem_chunk_next_use(m, &m->c[ci]);
-  return mine == UINT64_MAX || mem_chunk_next_use(m, &m->c[v]) > mine;
-}
-
 /* Finds space for chunk ci in `tier`, evicting what the policy picks. A
  * prefetch never evicts what is needed before ci, nor waits for a device
  * copy still moving (a host wait on the device, maybe on the loop's
@@ -434,7 +386,7 @@ static int alloc_space(ferry_mem *m, uint32_t ci, int tier, int prefetch) {
       return FERRY_OK;
     }
     uint32_t v = mem_evict_pick(m, tier, evictable);
-    if (prefetch && (v == NO_CHUNK ? tier == FERRY_TIER_DEVICE : !prefetch_may_evict(m, v, ci)))
+    if (prefetch && (v == NO_CHUNK ? tier == FERRY_TIER_DEVICE : !mem_prefetch_may_evict(m, v, ci)))
       return FERRY_ENOMEM; /* no message: the caller stops its read-ahead */
     if (v == NO_CHUNK) {
       /* Copies still moving free up on their own: wait for one. */
@@ -453,7 +405,7 @@ static int alloc_space(ferry_mem *m, uint32_t ci, int tier, int prefetch) {
         continue;
       }
       char held[768], b1[32];
-      describe_holders(m, tier, held, sizeof held);
+      mem_describe_holders(m, tier, held, sizeof held);
       return ferry_err(&m->err, FERRY_ENOMEM,
                        "%s tier full: chunk %u (%s #%u, groups %u-%u) needs %zu bytes; budget %s "
                        "(%zu bytes), %zu in use, of which %zu by the homes of families; held by "
