@@ -19,7 +19,8 @@
  *     before evicting a group needed sooner than its own);
  *   - the loop's stream goes from block to block without waiting copies
  *     out, and a step takes well under the sum of compute and copies.
- * The params' home is the pinned host pool. After every step the masters
+ * The timed checks get up to three tries (a loaded machine stalls
+ * threads). The params' home is the pinned host pool. After every step the masters
  * equal those of the resident run (params at home on the device, no slow
  * link) bit for bit, with fp32 states and with int8 states and a bf16
  * master.
