@@ -4,11 +4,13 @@
  * device layer caps allocations at it). Each stream is a FIFO worker thread.
  * Copies are handed to copy-engine threads (one for H2D, one for D2H, one for
  * D2D/H2H), as on a GPU with separate copy engines, so H2D, D2H and compute
- * on different streams overlap while each stream stays in order. Events are
+ * on different streams overlap while each stream stays in order; tests can
+ * slow the H2D and D2H engines to a link's speed (device/probes.h). Events are
  * generation counters: a record bumps the event's generation and completes
  * it in stream order; a wait captures the generation current at the call.
  */
 #include "device/backend_impl.h"
+#include "device/probes.h"
 
 
 #include <errno.h>
@@ -48,6 +50,7 @@ typedef struct {
   op *head, *tail;
   int stop;
   pthread_t thread;
+  double rate, latency; /* (mu) the link's floor: ferry_device_host_copy_rate */
 } copy_engine;
 
 enum { ENGINE_H2D, ENGINE_D2H, ENGINE_OTHER, ENGINE_COUNT };
@@ -80,6 +83,7 @@ struct host_event {
 #define HUGE_2M ((size_t)2 << 20)
 
 static void op_free(op *o) { free(o); }
+static void sleep_seconds(double s);
 
 /* ---- copy engines ------------------------------------------------------- */
 
@@ -92,7 +96,12 @@ static void *engine_main(void *p) {
     op *o = ce->head;
     ce->head = o->next;
     if (!ce->head) ce->tail = NULL;
+    double floor_s = ce->latency + (ce->rate > 0 ? (double)o->bytes / ce->rate : 0);
     pthread_mutex_unlock(&ce->mu);
+    /* a slow link: the engine is busy, no core is; the bytes move at the
+     * end, so a read of the source or the destination out of stream order
+     * shows */
+    if (floor_s > 0) sleep_seconds(floor_s);
     memcpy(o->dst, o->src, o->bytes);
     host_stream *hs = o->owner;
     pthread_mutex_lock(&hs->mu);
@@ -117,6 +126,21 @@ static void engine_submit(copy_engine *ce, op *o) {
 
 static int engine_of(ferry_copy_kind k) {
   return k == FERRY_COPY_H2D ? ENGINE_H2D : k == FERRY_COPY_D2H ? ENGINE_D2H : ENGINE_OTHER;
+}
+
+int ferry_device_host_copy_rate(ferry_device *dev, double bytes_per_s, double latency_s) {
+  if (!dev || bytes_per_s < 0 || latency_s < 0) return FERRY_EINVAL;
+  if (dev->ops != &ferry_backend_host)
+    return FERRY_DEV_ERR(dev, FERRY_ENOTSUP, "copy rate: only the host backend has one to set");
+  host_dev *hd = dev->impl;
+  for (int i = ENGINE_H2D; i <= ENGINE_D2H; i++) {
+    copy_engine *ce = &hd->engine[i];
+    pthread_mutex_lock(&ce->mu);
+    ce->rate = bytes_per_s;
+    ce->latency = latency_s;
+    pthread_mutex_unlock(&ce->mu);
+  }
+  return FERRY_OK;
 }
 
 /* ---- device ------------------------------------------------------------- */

@@ -8,6 +8,7 @@
 
 #include "core/dtype.h"
 #include "device/peer.h"
+#include "device/probes.h"
 
 #include <stdint.h>
 #include <stdio.h>
@@ -283,8 +284,16 @@ int ferry_stream_destroy(ferry_stream *s) {
   return rc;
 }
 
+/* Per thread, so a test counts the loop's own waits while the engine's
+ * threads make theirs (device/probes.h). */
+static _Thread_local uint64_t t_host_waits;
+
+uint64_t ferry_device_host_waits(void) { return t_host_waits; }
+
 int ferry_stream_synchronize(ferry_stream *s) {
-  return s ? s->dev->ops->stream_synchronize(s) : FERRY_EINVAL;
+  if (!s) return FERRY_EINVAL;
+  t_host_waits++;
+  return s->dev->ops->stream_synchronize(s);
 }
 
 int ferry_stream_query(ferry_stream *s) { return s ? s->dev->ops->stream_query(s) : FERRY_EINVAL; }
@@ -488,7 +497,9 @@ int ferry_stream_wait_event(ferry_stream *s, ferry_event *e) {
 }
 
 int ferry_event_synchronize(ferry_event *e) {
-  return e ? e->dev->ops->event_synchronize(e) : FERRY_EINVAL;
+  if (!e) return FERRY_EINVAL;
+  t_host_waits++;
+  return e->dev->ops->event_synchronize(e);
 }
 
 int ferry_event_query(ferry_event *e) { return e ? e->dev->ops->event_query(e) : FERRY_EINVAL; }

@@ -4,7 +4,8 @@
  * the first step and replayed cyclically after it; a copy read ahead goes
  * last, and a spent write-back in flight is found for the caller to wait
  * on rather than evict what the trace uses again. The trace also tells the
- * engine what to prefetch (ferry_mem_trace_peek).
+ * engine what to prefetch (ferry_mem_trace_peek) and a prefetch what it may
+ * evict (only copies needed after its own).
  */
 #include "memory/mem_impl.h"
 
@@ -83,6 +84,17 @@ uint32_t mem_evict_pick(ferry_mem *m, int tier, int (*eligible)(ferry_mem *, uin
     }
   }
   return best;
+}
+
+/* A prefetch of chunk ci may evict victim v only when the trace needs v
+ * later than ci (ci not in the trace, or no trace: the policy's pick).
+ * Else it would evict a copy loaded ahead for a sooner use, to be read
+ * again, and so on down the read-ahead: each prefetch undoing the one
+ * before. */
+int mem_prefetch_may_evict(const ferry_mem *m, uint32_t v, uint32_t ci) {
+  if (!m->tpos || m->recording) return 1;
+  uint64_t mine = chunk_next_use(m, &m->c[ci]);
+  return mine == UINT64_MAX || chunk_next_use(m, &m->c[v]) > mine;
 }
 
 static void build_index(ferry_mem *m) {

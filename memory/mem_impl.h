@@ -208,11 +208,16 @@ uint64_t mem_evict_next_use(ferry_mem *m, uint32_t ci);
  * untraced chunk: the optimizer state just stepped), unheld: once written
  * it frees room. UINT32_MAX when there is none (or tier is not the host). */
 uint32_t mem_evict_spent_write(ferry_mem *m, int tier);
+/* A prefetch of chunk ci may evict chunk v: the trace needs v after ci. */
+int mem_prefetch_may_evict(const ferry_mem *m, uint32_t v, uint32_t ci);
 void mem_trace_on_fetch(ferry_mem *m, uint32_t group, int family);
 void mem_trace_free(ferry_mem *m);
 /* stats.c */
 void mem_stats_add(ferry_mem *m, int tier, int family, size_t bytes);
 void mem_stats_sub(ferry_mem *m, int tier, int family, size_t bytes);
+/* The groups whose held copies fill `tier`, and the bytes cached but not
+ * evictable, for a full tier's message. */
+void mem_describe_holders(ferry_mem *m, int tier, char *buf, size_t len);
 /* residency.c */
 void mem_set_state(ferry_mem *m, uint32_t ci, int tier, int to);
 void mem_drain(ferry_mem *m);

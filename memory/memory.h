@@ -188,8 +188,10 @@ enum {
  * Counts a stall when it had to wait. */
 int ferry_mem_fetch(ferry_mem *m, uint32_t group, int family, int tier, ferry_stream *stream,
                     unsigned flags);
-/* Starts the same loads without holding or waiting (FERRY_ENOMEM when the
- * space is held, FERRY_EBUSY as for fetch while the host copy is written). */
+/* Starts the same loads without holding or waiting (FERRY_EBUSY as for
+ * fetch while the host copy is written). FERRY_ENOMEM when the space is
+ * held, still moving, or holds copies the trace needs before this group's:
+ * a prefetch never evicts those. */
 int ferry_mem_prefetch(ferry_mem *m, uint32_t group, int family, int tier);
 /* Drops the hold. Device tier: `stream` (may be NULL) is the stream that
  * used the chunks; the space is reused only after its work so far. */

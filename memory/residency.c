@@ -89,9 +89,21 @@ static void note_change(ferry_mem *m) {
   pthread_cond_broadcast(&m->cv);
 }
 
+/* A device copy still loading from the host, its H2D the only work in
+ * flight: it may be dropped without waiting. Stream order keeps the space
+ * safe: the next load into it goes through the same H2D stream, after the
+ * dropped one and after every use the releases recorded (drop_copy). The
+ * H2D stays in flight (load_issued) until progress sees it done: until
+ * then the host copy it reads is neither evicted (has_work) nor written
+ * (ferry_mem_mark_dirty waits). */
+static int loading_from_host(const mem_chunk *c, int tier) {
+  return tier == FERRY_TIER_DEVICE && c->state[tier] == FERRY_RES_LOADING && c->load_issued &&
+         !c->queued && !c->d2h_active && !c->io_active;
+}
+
 static void drop_copy(ferry_mem *m, uint32_t ci, int tier) {
   mem_chunk *c = &m->c[ci];
-  FERRY_ASSERT(c->use[tier] == 0 && !has_work(c),
+  FERRY_ASSERT(c->use[tier] == 0 && (!has_work(c) || loading_from_host(c, tier)),
                "memory: dropping chunk %u in the %s tier while in use (%u) or moving", ci,
                ferry_tier_name(tier), c->use[tier]);
   if (tier == FERRY_TIER_DEVICE && c->ev_load) {
@@ -332,7 +344,9 @@ static int clean_copy(ferry_mem *m, uint32_t ci, int tier) {
 
 static int evictable(ferry_mem *m, uint32_t ci, int tier) {
   const mem_chunk *c = &m->c[ci];
-  if (tier >= c->home || c->use[tier] || has_work(c) || (c->resv & (1u << tier))) return 0;
+  if (tier >= c->home || c->use[tier] || (c->resv & (1u << tier))) return 0;
+  if (loading_from_host(c, tier)) return 1;
+  if (has_work(c)) return 0;
   if (c->state[tier] != FERRY_RES_RESIDENT && c->state[tier] != FERRY_RES_DIRTY) return 0;
   /* A host copy under an idle device copy goes with it (inclusion). */
   if (tier == FERRY_TIER_HOST && c->state[FERRY_TIER_DEVICE] != FERRY_RES_ABSENT)
@@ -346,6 +360,11 @@ static int evict_one(ferry_mem *m, uint32_t ci, int tier, int *rc) {
     if (!evict_one(m, ci, FERRY_TIER_DEVICE, rc)) return 0;
     m->st.evictions[FERRY_TIER_DEVICE]++;
   }
+  if (loading_from_host(&m->c[ci], tier)) { /* dropped in stream order: no wait */
+    *rc = 0;
+    drop_copy(m, ci, tier);
+    return 1;
+  }
   *rc = clean_copy(m, ci, tier);
   if (*rc == FERRY_EBUSY) *rc = 0; /* held meanwhile: not a victim any more */
   if (*rc) return 0;
@@ -354,48 +373,15 @@ static int evict_one(ferry_mem *m, uint32_t ci, int tier, int *rc) {
   return 1;
 }
 
-static void describe_holders(ferry_mem *m, int tier, char *buf, size_t len) {
-  size_t n = 0;
-  buf[0] = 0;
-  uint32_t g0 = 0, g1 = 0;
-  size_t held = 0, other = 0;
-  int have = 0, runs = 0;
-  for (uint32_t i = 0; i <= m->nc; i++) {
-    const mem_chunk *c = i < m->nc ? &m->c[i] : NULL;
-    int holds = c && c->state[tier] != FERRY_RES_ABSENT && tier < c->home && c->use[tier] &&
-                !(c->resv & (1u << tier)); /* not the chunk asking */
-    if (c && !holds && !(c->resv & (1u << tier)) && c->state[tier] != FERRY_RES_ABSENT &&
-        tier < c->home)
-      other += c->bytes;
-    if (have && (!holds || c->gfirst > g1 + 1 || c->gfirst < g0)) {
-      if (n < len && runs < 12)
-        n += (size_t)snprintf(buf + n, len - n, "%sgroup%s %u%s%.0u: %zu bytes", runs ? ", " : "",
-                              g0 == g1 ? "" : "s", g0, g0 == g1 ? "" : "-", g0 == g1 ? 0 : g1,
-                              held);
-      runs++;
-      have = 0;
-    }
-    if (holds) {
-      if (!have) {
-        g0 = c->gfirst;
-        g1 = c->glast;
-        held = 0;
-        have = 1;
-      }
-      if (c->glast > g1) g1 = c->glast;
-      held += c->bytes;
-    }
-  }
-  if (n < len)
-    snprintf(buf + n, len - n, "%s%zu bytes cached but moving or not yet evictable",
-             runs ? "; " : "", other);
-}
-
 /* Finds space for chunk ci in `tier`, evicting what the policy picks. A
- * victim the trace uses again waits instead for a spent write-back to land
- * (evicted, it would be read again: with the optimizer's write-backs in
- * flight, backward evicted the params the next forward then read). */
-static int alloc_space(ferry_mem *m, uint32_t ci, int tier) {
+ * prefetch never evicts what is needed before ci, nor waits for a device
+ * copy still moving (a host wait on the device, maybe on the loop's
+ * thread): FERRY_ENOMEM, and the read-ahead stops there. A victim the
+ * trace uses again waits instead for a spent write-back to land (evicted,
+ * it would be read again: with the optimizer's write-backs in flight,
+ * backward evicted the params the next forward then read); a prefetch
+ * stops there too rather than wait. */
+static int alloc_space(ferry_mem *m, uint32_t ci, int tier, int prefetch) {
   mem_chunk *c = &m->c[ci];
   mem_pool *p = &m->pool[tier];
   for (;;) {
@@ -405,6 +391,8 @@ static int alloc_space(ferry_mem *m, uint32_t ci, int tier) {
       return FERRY_OK;
     }
     uint32_t v = mem_evict_pick(m, tier, evictable);
+    if (prefetch && (v == NO_CHUNK ? tier == FERRY_TIER_DEVICE : !mem_prefetch_may_evict(m, v, ci)))
+      return FERRY_ENOMEM; /* no message: the caller stops its read-ahead */
     if (v == NO_CHUNK) {
       /* Copies still moving free up on their own: wait for one. */
       uint32_t moving = NO_CHUNK;
@@ -422,7 +410,7 @@ static int alloc_space(ferry_mem *m, uint32_t ci, int tier) {
         continue;
       }
       char held[768], b1[32];
-      describe_holders(m, tier, held, sizeof held);
+      mem_describe_holders(m, tier, held, sizeof held);
       return ferry_err(&m->err, FERRY_ENOMEM,
                        "%s tier full: chunk %u (%s #%u, groups %u-%u) needs %zu bytes; budget %s "
                        "(%zu bytes), %zu in use, of which %zu by the homes of families; held by "
@@ -434,6 +422,7 @@ static int alloc_space(ferry_mem *m, uint32_t ci, int tier) {
     }
     uint32_t w = mem_evict_next_use(m, v) != UINT64_MAX ? mem_evict_spent_write(m, tier) : NO_CHUNK;
     if (w != NO_CHUNK) {
+      if (prefetch) return FERRY_ENOMEM;
       wait_step(m, w);
       continue;
     }
@@ -511,6 +500,9 @@ static int start_host_fill(ferry_mem *m, uint32_t ci) {
   return rc;
 }
 
+/* acquire's flag for a prefetch (beside FERRY_MEM_*): see alloc_space. */
+#define ACQUIRE_PREFETCH (1u << 31)
+
 /* Holds chunk ci in tiers tier..home-1, reserving space and starting loads
  * where it is absent. On failure nothing of this call stays held. */
 static int acquire(ferry_mem *m, uint32_t ci, int tier, uint32_t group, unsigned flags,
@@ -523,7 +515,7 @@ static int acquire(ferry_mem *m, uint32_t ci, int tier, uint32_t group, unsigned
     if (c->state[t] != FERRY_RES_ABSENT) continue;
     mem_set_state(m, ci, t, FERRY_RES_LOADING);
     c->resv |= (uint8_t)(1u << t);
-    rc = alloc_space(m, ci, t);
+    rc = alloc_space(m, ci, t, (flags & ACQUIRE_PREFETCH) != 0);
     c->resv &= (uint8_t)~(1u << t);
     pthread_cond_broadcast(&m->cv);
     if (rc) {
@@ -692,7 +684,7 @@ int ferry_mem_prefetch(ferry_mem *m, uint32_t group, int family, int tier) {
   int waited = 0;
   uint32_t done = r->first;
   for (; done < r->first + r->count; done++)
-    if ((rc = acquire(m, done, tier, group, 0, &waited))) break;
+    if ((rc = acquire(m, done, tier, group, ACQUIRE_PREFETCH, &waited))) break;
   for (uint32_t ci = r->first; ci < done; ci++) {
     unpin(m, ci, tier, m->c[ci].home);
     m->c[ci].ahead = 1; /* its fetch comes next: evicted last until then */
@@ -766,7 +758,9 @@ int ferry_mem_mark_dirty(ferry_mem *m, uint32_t group, int family, int tier,
     mem_chunk *c = &m->c[ci];
     if (tier == FERRY_TIER_HOST) {
       /* The device copy is stale now: drop it once nothing moves. */
-      while (c->state[FERRY_TIER_DEVICE] != FERRY_RES_ABSENT && has_work(c)) wait_step(m, ci);
+      /* (also an H2D from it still in flight for a copy dropped since) */
+      while ((c->state[FERRY_TIER_DEVICE] != FERRY_RES_ABSENT && has_work(c)) || c->load_issued)
+        wait_step(m, ci);
       if (c->state[FERRY_TIER_DEVICE] != FERRY_RES_ABSENT) {
         if (c->state[FERRY_TIER_DEVICE] != FERRY_RES_RESIDENT || c->use[FERRY_TIER_DEVICE]) {
           rc = ferry_err(&m->err, FERRY_EBUSY,

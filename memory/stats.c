@@ -1,10 +1,12 @@
 /* memory/stats.c — accounting: bytes held per tier and family with their
  * peaks, and what ferry_mem_get_stats / ferry_mem_metadata report (moves,
- * evictions, stalls, bookkeeping vs managed bytes). Counters are updated
- * under the manager's lock by residency.c.
+ * evictions, stalls, bookkeeping vs managed bytes), and which groups hold a
+ * full tier's bytes (its message). Counters are updated under the
+ * manager's lock by residency.c.
  */
 #include "memory/mem_impl.h"
 
+#include <stdio.h>
 #include <string.h>
 
 void mem_stats_add(ferry_mem *m, int tier, int family, size_t bytes) {
@@ -71,4 +73,42 @@ int ferry_mem_get_stats(ferry_mem *m, ferry_stats *out) {
   out->managed_bytes = managed_locked(m);
   pthread_mutex_unlock(&m->mu);
   return FERRY_OK;
+}
+
+/* (mu held) */
+void mem_describe_holders(ferry_mem *m, int tier, char *buf, size_t len) {
+  size_t n = 0;
+  buf[0] = 0;
+  uint32_t g0 = 0, g1 = 0;
+  size_t held = 0, other = 0;
+  int have = 0, runs = 0;
+  for (uint32_t i = 0; i <= m->nc; i++) {
+    const mem_chunk *c = i < m->nc ? &m->c[i] : NULL;
+    int holds = c && c->state[tier] != FERRY_RES_ABSENT && tier < c->home && c->use[tier] &&
+                !(c->resv & (1u << tier)); /* not the chunk asking */
+    if (c && !holds && !(c->resv & (1u << tier)) && c->state[tier] != FERRY_RES_ABSENT &&
+        tier < c->home)
+      other += c->bytes;
+    if (have && (!holds || c->gfirst > g1 + 1 || c->gfirst < g0)) {
+      if (n < len && runs < 12)
+        n += (size_t)snprintf(buf + n, len - n, "%sgroup%s %u%s%.0u: %zu bytes", runs ? ", " : "",
+                              g0 == g1 ? "" : "s", g0, g0 == g1 ? "" : "-", g0 == g1 ? 0 : g1,
+                              held);
+      runs++;
+      have = 0;
+    }
+    if (holds) {
+      if (!have) {
+        g0 = c->gfirst;
+        g1 = c->glast;
+        held = 0;
+        have = 1;
+      }
+      if (c->glast > g1) g1 = c->glast;
+      held += c->bytes;
+    }
+  }
+  if (n < len)
+    snprintf(buf + n, len - n, "%s%zu bytes cached but moving or not yet evictable",
+             runs ? "; " : "", other);
 }

@@ -142,12 +142,21 @@ int drain_take_slot(ferry_engine *e, uint32_t g, int *slot) {
   int got = -1;
   int held = -1;
   for (;;) {
-    for (int i = 0; i < ENGINE_GRAD_SLOTS && got < 0; i++)
+    /* round robin: the slot handed in longest ago, whose D2H (which its
+     * zeroing waits for in stream order) is the likeliest done; the lowest
+     * free index would often be the one handed in just before, and the
+     * loop's stream would wait for that group's D2H */
+    for (int k = 0; k < ENGINE_GRAD_SLOTS && got < 0; k++) {
+      int i = (d->slot_next + k) % ENGINE_GRAD_SLOTS;
       if (d->slot[i].owner < 0) got = i;
+    }
     if (got >= 0 || d->status || (held = loop_blocks_drain(e)) >= 0) break;
     pthread_cond_wait(&d->cv_slot, &e->mu);
   }
-  if (got >= 0) d->slot[got].owner = (int)g;
+  if (got >= 0) {
+    d->slot[got].owner = (int)g;
+    d->slot_next = (got + 1) % ENGINE_GRAD_SLOTS;
+  }
   int ds = d->status;
   pthread_mutex_unlock(&e->mu);
   *slot = got;

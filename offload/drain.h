@@ -60,6 +60,7 @@ typedef struct {
   int sub_micro;         /* (mu) the same counts of the groups handed in */
   uint32_t sub_in_micro;
   eng_grad_slot slot[ENGINE_GRAD_SLOTS];
+  int slot_next;         /* (mu) the slot drain_take_slot tries first (round robin) */
   eng_drain_stage stage[ENGINE_DRAIN_STAGES];
   eng_drain_norm *norm;  /* per group (the drain; the loop after drain_wait) */
   double d2h_delay;      /* (fixed) tests: a stream sleep before each D2H */

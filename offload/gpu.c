@@ -52,6 +52,8 @@ int gpu_init(ferry_engine *e) {
   if (!rc && e->param_home != FERRY_TIER_DEVICE)
     rc = ferry_device_alloc(e->dev, ferry_align_up(e->gt.max_group_n * e->esize, 4096),
                             &gp->params);
+  if (!rc && e->param_home != FERRY_TIER_DEVICE)
+    rc = ferry_event_create(e->dev, &gp->home_done);
   return rc ? dev_err(e, rc, "finalize: device math buffers") : FERRY_OK;
 }
 
@@ -62,6 +64,7 @@ void gpu_free(ferry_engine *e) {
   if (gp->dsums) ferry_device_free(e->dev, gp->dsums);
   if (gp->hsums) ferry_host_free(e->dev, gp->hsums);
   if (gp->params) ferry_device_free(e->dev, gp->params);
+  ferry_event_destroy(gp->home_done);
 }
 
 int gpu_upload_f32(ferry_engine *e, float *dst, const float *src, size_t n) {
@@ -99,7 +102,10 @@ int gpu_params_home(ferry_engine *e, uint32_t g, const gpu_home *home) {
   } else {
     rc = ferry_memcpy_async(e->down, home->stage, e->gpu.params, gr->n * e->esize,
                             FERRY_COPY_D2H);
-    if (!rc) rc = ferry_stream_synchronize(e->down); /* param_commit copies it on the CPU */
+    /* param_commit copies it on the CPU: wait for this copy, not for the
+     * drain's work enqueued on e->down since (other groups' grads) */
+    if (!rc) rc = ferry_event_record(e->gpu.home_done, e->down);
+    if (!rc) rc = ferry_event_synchronize(e->gpu.home_done);
   }
   return rc ? dev_err(e, rc, "step: params") : FERRY_OK;
 }

@@ -17,6 +17,8 @@ typedef struct {
   double *dsums;         /* (fixed) device: per drain stage, one sum per param of a group */
   double *hsums;         /* (fixed) pinned: their copies (the drain, after the stage's event) */
   void *params;          /* (fixed) device: a group's new params (host and NVMe param homes) */
+  ferry_event *home_done; /* (fixed) host and NVMe homes: after the new params' D2H; recorded
+                             and waited by finalize, then by the stepper alone */
 } eng_gpu;
 
 size_t gpu_own_dev_bytes(const ferry_engine *e);  /* its device scratch */
@@ -48,7 +50,8 @@ int gpu_stage_params(ferry_engine *e, uint32_t g, const void *stage);
  * (device home: fused, in place) or the device scratch (host homes). */
 void gpu_param_dsts(ferry_engine *e, uint32_t g, void **dst);
 /* Host and NVMe param homes: the scratch's new params D2H into the param
- * staging, then waits. Device home: records the group's `uploaded`. */
+ * staging, then waits for that copy. Device home: records the group's
+ * `uploaded`. */
 int gpu_params_home(ferry_engine *e, uint32_t g, const gpu_home *home);
 /* The CUDA AdamW over `spans` (the params of group g) with grad scale
  * gscale. */

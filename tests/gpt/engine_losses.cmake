@@ -1,7 +1,9 @@
 # tests/gpt/engine_losses.cmake — ferry-gpt train --engine on the host
 # backend: one seed gives bit-identical per-step losses with resident.cfg,
 # offload-host.cfg and offload-nvme.cfg (bf16), and again across placements
-# with fp32 params and with 2 micro-batches per step; fp16 runs; the losses fall.
+# with fp32 params and with 2 micro-batches per step; fp16 runs; the losses fall;
+# the same for llama-tiny, with params at home on the host, int8 states and a
+# bf16 master.
 # -DEXE=ferry-gpt -DDATA=file -DCONFIGS=examples/configs. Runs in a scratch
 # directory (offload-nvme.cfg's relative build/nvme-swap is made there).
 set(_args train --model tiny --data ${DATA} --steps 6 --batch 2 --seq 32 --seed 5 --lr 2e-3
@@ -45,3 +47,22 @@ run(accum_resident resident --set grad_accumulation=2)
 run(accum_nvme offload-nvme --set grad_accumulation=2)
 same(accum_resident accum_nvme)
 run(fp16_host offload-host --set precision.params=fp16)
+# llama-shaped (RMSNorm, SwiGLU, grouped KV heads, an untied head): params
+# streamed from their home on the host (zero3-offload) or NVMe equal the
+# resident run, also with the step during backward and with int8 states
+# and a bf16 master
+set(_args train --model llama-tiny --data ${DATA} --steps 6 --batch 2 --seq 32 --seed 5 --lr 2e-3
+    --json)
+run(llama_resident resident)
+run(llama_zero3 offload-host --set placement.params=host)
+run(llama_nvme offload-nvme)
+same(llama_resident llama_zero3)
+same(llama_resident llama_nvme)
+run(llama_eager_resident resident --set clip_grad_norm=0)
+run(llama_eager_zero3 offload-host --set placement.params=host --set clip_grad_norm=0)
+same(llama_eager_resident llama_eager_zero3)
+run(llama_int8_zero3 offload-host --set placement.params=host --set optimizer.state_dtype=int8
+    --set precision.master=bf16 --set clip_grad_norm=0)
+run(llama_int8_eager_resident resident --set optimizer.state_dtype=int8 --set precision.master=bf16
+    --set clip_grad_norm=0)
+same(llama_int8_eager_resident llama_int8_zero3)

@@ -14,7 +14,8 @@
  *     run's bit for bit (grads zeroed, converted and handed in in stream
  *     order; the grad slots reused only after their conversion);
  * for resident.cfg, offload-host.cfg and offload-nvme.cfg (bf16), fp16
- * (loss scaling), fp32 and 2 micro-batches. The stream is slowed down
+ * (loss scaling), fp32 and 2 micro-batches, and llama-tiny with params at
+ * home on the host and on NVMe. The stream is slowed down
  * (ferry_stream_sleep before each backward kernel) so the loop runs ahead
  * of it. argv[1]: examples/configs, argv[2]: a scratch directory.
  */
@@ -234,6 +235,13 @@ int main(int argc, char **argv) {
   compare(&s, argv[1], "offload-host.cfg", nvme, "precision.params", "fp16");
   compare(&s, argv[1], "resident.cfg", nvme, "precision.params", "fp32");
   compare(&s, argv[1], "offload-nvme.cfg", nvme, "grad_accumulation", "2");
+  gpt_schema_free(&s);
+  /* llama-shaped (an untied head, SwiGLU, grouped KV heads): params at home
+   * on the host (zero3-offload) and on NVMe */
+  REQUIRE(gpt_config_preset("llama-tiny", &c) == 0);
+  REQUIRE(gpt_schema_build(&c, &s) == 0);
+  compare(&s, argv[1], "offload-host.cfg", nvme, "placement.params", "host");
+  compare(&s, argv[1], "offload-nvme.cfg", nvme, NULL, NULL);
   gpt_schema_free(&s);
   return test_finish("gpt.stream");
 }

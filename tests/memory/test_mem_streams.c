@@ -1,9 +1,13 @@
 /* tests/memory/test_mem_streams.c — a device copy held on several streams at
  * once, on the host backend: the next load into its space and its
  * write-back wait for the slow stream's work even when a fast stream
- * released it last, also with more streams than a chunk tracks apart; and
- * the on_copy hook launches nothing while it is switched off.
+ * released it last, also with more streams than a chunk tracks apart; the
+ * on_copy hook launches nothing while it is switched off; a copy still
+ * loading is evicted without a host wait, its H2D still reading the host
+ * copy, which a host write waits for; and a prefetch never evicts a copy
+ * the trace needs before its own.
  */
+#include "device/probes.h"
 #include "memory/mem_impl.h"
 #include "tests/test.h"
 
@@ -16,10 +20,12 @@
 static ferry_device *dev;
 static ferry_stream *st[NSTREAMS];
 
-static ferry_mem *make(void (*on_copy)(void *, int, int), void *user) {
+/* `groups` groups of one chunk each, group g's host bytes 0x11 * (g + 1). */
+static ferry_mem *make_n(void (*on_copy)(void *, int, int), void *user, int groups,
+                         size_t dev_chunks) {
   ferry_mem_config c = ferry_mem_config_default();
   c.dev = dev;
-  c.budget[FERRY_TIER_DEVICE] = CHUNK; /* one chunk: a second fetch evicts the first */
+  c.budget[FERRY_TIER_DEVICE] = dev_chunks * CHUNK;
   c.budget[FERRY_TIER_HOST] = 1 << 20;
   c.chunk_size = CHUNK;
   c.host_pinned = 0;
@@ -29,15 +35,23 @@ static ferry_mem *make(void (*on_copy)(void *, int, int), void *user) {
   ferry_mem *m = NULL;
   REQUIRE(ferry_mem_create(&c, &m) == 0);
   int64_t n = CHUNK / 2;
-  REQUIRE(ferry_mem_register(m, "a", FERRY_DT_F16, 1, &n, 0, FERRY_ROLE_PARAM, NULL) == 0);
-  REQUIRE(ferry_mem_register(m, "b", FERRY_DT_F16, 1, &n, 1, FERRY_ROLE_PARAM, NULL) == 0);
+  for (int g = 0; g < groups; g++) {
+    char name[8] = {(char)('a' + g), 0};
+    REQUIRE(ferry_mem_register(m, name, FERRY_DT_F16, 1, &n, (uint32_t)g, FERRY_ROLE_PARAM,
+                               NULL) == 0);
+  }
   REQUIRE(ferry_mem_finalize(m) == 0);
-  for (uint32_t id = 0; id < 2; id++) {
+  for (uint32_t id = 0; id < (uint32_t)groups; id++) {
     void *h = NULL;
     REQUIRE(ferry_mem_tensor_ptr(m, id, FERRY_TIER_HOST, &h) == 0);
     memset(h, 0x11 * (int)(id + 1), CHUNK); /* a: 0x11, b: 0x22 */
   }
   return m;
+}
+
+/* a and b, one chunk of device room: a second fetch evicts the first. */
+static ferry_mem *make(void (*on_copy)(void *, int, int), void *user) {
+  return make_n(on_copy, user, 2, 1);
 }
 
 static int all_bytes(const void *p, int v) {
@@ -141,6 +155,68 @@ static void test_copy_hook(void) {
   EXPECT(atomic_load(&hook_calls) == 2); /* one H2D: begin and end */
 }
 
+/* Group 0's H2D takes 0.3 s (a slow link). Held on st[0] by a reader and
+ * released, it still loads when group 1's fetch needs its space: the
+ * fetch evicts it without waiting, in stream order (the reader still sees
+ * group 0's bytes, group 1's load lands after). A host write of group 0
+ * meanwhile waits for that H2D, which reads the host copy. */
+static void test_evict_loading(void) {
+  ferry_mem *m = make(NULL, NULL);
+  REQUIRE(ferry_device_host_copy_rate(dev, 0, 0.3) == 0);
+  slow_work w = {.write = 0, .value = 0x11};
+  REQUIRE(ferry_mem_fetch(m, 0, FERRY_FAMILY_PARAMS, FERRY_TIER_DEVICE, st[0], 0) == 0);
+  void *d = NULL;
+  REQUIRE(ferry_mem_tensor_ptr(m, 0, FERRY_TIER_DEVICE, &d) == 0);
+  w.p = d;
+  REQUIRE(ferry_launch_host_func(st[0], slow_fn, &w) == 0);
+  REQUIRE(ferry_mem_release(m, 0, FERRY_FAMILY_PARAMS, FERRY_TIER_DEVICE, st[0]) == 0);
+  uint64_t waits = ferry_device_host_waits();
+  double t0 = ferry_now();
+  REQUIRE(ferry_mem_fetch(m, 1, FERRY_FAMILY_PARAMS, FERRY_TIER_DEVICE, st[1], 0) == 0);
+  double took = ferry_now() - t0;
+  EXPECT(ferry_device_host_waits() == waits);
+  EXPECT(took < 0.2); /* not after group 0's H2D */
+  ferry_mem_chunk_info ci;
+  REQUIRE(ferry_mem_chunk_get(m, 0, &ci) == 0);
+  EXPECT(ci.state[FERRY_TIER_DEVICE] == FERRY_RES_ABSENT);
+  /* the host copy under the H2D still in flight: the write waits for it */
+  REQUIRE(ferry_mem_fetch(m, 0, FERRY_FAMILY_PARAMS, FERRY_TIER_HOST, NULL, 0) == 0);
+  REQUIRE(ferry_mem_mark_dirty(m, 0, FERRY_FAMILY_PARAMS, FERRY_TIER_HOST, NULL) == 0);
+  void *h = NULL;
+  REQUIRE(ferry_mem_tensor_ptr(m, 0, FERRY_TIER_HOST, &h) == 0);
+  memset(h, 0x44, CHUNK);
+  REQUIRE(ferry_mem_release(m, 0, FERRY_FAMILY_PARAMS, FERRY_TIER_HOST, NULL) == 0);
+  for (int i = 0; i < NSTREAMS; i++) REQUIRE(ferry_stream_synchronize(st[i]) == 0);
+  EXPECT(atomic_load(&w.done) == 1 && atomic_load(&w.ok) == 1); /* group 0's old bytes */
+  REQUIRE(ferry_mem_tensor_ptr(m, 1, FERRY_TIER_DEVICE, &d) == 0);
+  EXPECT(all_bytes(d, 0x22));
+  REQUIRE(ferry_mem_release(m, 1, FERRY_FAMILY_PARAMS, FERRY_TIER_DEVICE, NULL) == 0);
+  printf("a loading copy evicted in %.3f s (its H2D 0.3 s), no host wait\n", took);
+  ferry_mem_destroy(m);
+  REQUIRE(ferry_device_host_copy_rate(dev, 0, 0) == 0);
+}
+
+/* Trace 0, 1, 2; device room for two groups. Group 0 held, group 1
+ * prefetched: a prefetch of group 2 would evict group 1, needed first,
+ * so it is refused and group 1 stays. */
+static void test_prefetch_keeps_sooner(void) {
+  ferry_mem *m = make_n(NULL, NULL, 3, 2);
+  const uint32_t groups[3] = {0, 1, 2};
+  const int fams[3] = {FERRY_FAMILY_PARAMS, FERRY_FAMILY_PARAMS, FERRY_FAMILY_PARAMS};
+  REQUIRE(ferry_mem_trace_set(m, groups, fams, 3) == 0);
+  REQUIRE(ferry_mem_fetch(m, 0, FERRY_FAMILY_PARAMS, FERRY_TIER_DEVICE, st[0], 0) == 0);
+  REQUIRE(ferry_mem_prefetch(m, 1, FERRY_FAMILY_PARAMS, FERRY_TIER_DEVICE) == 0);
+  EXPECT(ferry_mem_prefetch(m, 2, FERRY_FAMILY_PARAMS, FERRY_TIER_DEVICE) == FERRY_ENOMEM);
+  ferry_mem_chunk_info ci;
+  REQUIRE(ferry_mem_chunk_get(m, 1, &ci) == 0);
+  EXPECT(ci.state[FERRY_TIER_DEVICE] != FERRY_RES_ABSENT);
+  REQUIRE(ferry_mem_chunk_get(m, 2, &ci) == 0);
+  EXPECT(ci.state[FERRY_TIER_DEVICE] == FERRY_RES_ABSENT);
+  REQUIRE(ferry_mem_release(m, 0, FERRY_FAMILY_PARAMS, FERRY_TIER_DEVICE, st[0]) == 0);
+  REQUIRE(ferry_stream_synchronize(st[0]) == 0);
+  ferry_mem_destroy(m);
+}
+
 int main(void) {
   ferry_device_config dc = ferry_device_config_default();
   dc.kind = FERRY_DEVICE_HOST;
@@ -151,6 +227,8 @@ int main(void) {
   test_writeback_waits(2);
   test_writeback_waits(NSTREAMS); /* more than MEM_USE_STREAMS */
   test_copy_hook();
+  test_evict_loading();
+  test_prefetch_keeps_sooner();
   ferry_device_destroy(dev);
   return test_finish("test_mem_streams");
 }

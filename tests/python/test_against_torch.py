@@ -18,7 +18,9 @@ ref = torch_losses(make_model(), data)
 if not ref[-1] < ref[0]:
     fail("the reference loss does not fall: %s" % ref)
 
-for label, over in (("roomy", {}), ("tight", {"tiers.gpu.budget": "96K", "chunk_size": "16K"})):
+# tight: 64 KiB of device room for 84 KiB of params (at 96K, 56 KiB of room,
+# every group often came back to its old address and no buffer moved).
+for label, over in (("roomy", {}), ("tight", {"tiers.gpu.budget": "104K", "chunk_size": "16K"})):
     model = make_model()
     param_bytes = 4 * sum(p.numel() for p in model.parameters())
     eng = ft.initialize(model, config(**over))
