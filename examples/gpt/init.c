@@ -1,13 +1,22 @@
 /* examples/gpt/init.c — the seeded init of the weights on the CPU: each
  * tensor's values from gpt_rng.h's counter-based normals by gpt_init.h's
  * rule, a large tensor split over threads (the values do not depend on the
- * split). Compiled with -ffp-contract=off (see gpt_rng.h).
+ * split), stopping early once the set-up is cancelled (gpt_set_cancel).
+ * Compiled with -ffp-contract=off (see gpt_rng.h).
  */
 #include "gpt_init.h"
 #include "gpt_rng.h"
 
 #include <pthread.h>
 #include <unistd.h>
+
+static int (*g_cancelled)(void);
+
+void gpt_set_cancel(int (*cancelled)(void)) { g_cancelled = cancelled; }
+int gpt_cancelled(void) { return g_cancelled && g_cancelled(); }
+
+/* Values between polls of gpt_cancelled (a few milliseconds of work). */
+enum { INIT_POLL = 1 << 16 };
 
 void gpt_init_values(const gpt_schema *s, int i, uint64_t seed, size_t first, size_t n,
                      float *dst) {
@@ -17,8 +26,12 @@ void gpt_init_values(const gpt_schema *s, int i, uint64_t seed, size_t first, si
     for (size_t k = 0; k < n; k++) dst[k] = kind == GPT_INIT_ONE ? 1.0f : 0.0f;
     return;
   }
-  size_t k = 0;
+  size_t k = 0, poll = INIT_POLL;
   while (k < n) {
+    if (k >= poll) { /* cancelled: the rest is left as it is (the caller fails) */
+      if (gpt_cancelled()) return;
+      poll = k + INIT_POLL;
+    }
     size_t at = first + k, c = at / 4;
     float v[4];
     gpt_rng_normal4(seed, (uint32_t)i, c, v);

@@ -371,6 +371,8 @@ int train_setup_engine(train_run *t) {
   ferry_config_destroy(t->fc);
   t->fc = NULL;
   if (rc) {
+    int sig = train_setup_interrupted(t); /* the engine is gone: its swap files with it */
+    if (sig) return sig;
     errf("engine (%s): %s\n", t->o.engine, t->err);
     return 1;
   }
@@ -387,15 +389,12 @@ int train_setup_resident(train_run *t) {
     return 1;
   }
   t->p = gpt_resident_provider(&t->r);
-  if (t->o.weights) {
-    if (gpt_weights_load(&t->s, &t->p, t->o.weights, t->err, sizeof t->err)) {
-      errf("%s\n", t->err);
-      return 1;
-    }
-  } else {
-    gpt_weights_init(&t->s, &t->p, t->o.seed);
-  }
-  return 0;
+  int bad = t->o.weights ? gpt_weights_load(&t->s, &t->p, t->o.weights, t->err, sizeof t->err)
+                         : gpt_weights_init(&t->s, &t->p, t->o.seed);
+  int sig = bad ? train_setup_interrupted(t) : 0;
+  if (sig) return sig;
+  if (bad) errf("%s\n", t->o.weights ? t->err : "the weights' init failed");
+  return bad;
 }
 
 /* --device cuda: the CUDA model. With --engine in the engine's reserved
