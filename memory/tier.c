@@ -3,10 +3,12 @@
  * backend after an RLIMIT_MEMLOCK check, or pageable as a logged fallback
  * that the stats report and the cuda backend refuses; NUMA-local through
  * hwloc, bound before the pages are touched and pinned; huge pages by
- * madvise), the copy streams, the per-chunk events and store requests.
- * Nothing here runs after start.
+ * madvise; zeroed by all threads when it is gigabytes), the copy streams,
+ * the per-chunk events and store requests. Nothing here runs after start.
  */
 #include "memory/mem_impl.h"
+
+#include "core/par.h"
 
 #include <errno.h>
 #include <hwloc.h>
@@ -229,6 +231,15 @@ int mem_tiers_reserve(ferry_mem *m) {
     m->dev_base = p;
   }
   if (host_len && (rc = reserve_host(m, host_len))) return rc;
+  /* A pool of gigabytes is zeroed (first touched, when pageable) by all
+   * threads at once: its homes need no zeroing of their own below */
+  int host_zeroed = host_len >= FERRY_PAR_MIN_BYTES;
+  if (host_zeroed) {
+    double t0 = ferry_now();
+    ferry_par_zero(m->host_base, host_len, 0);
+    ferry_logf(&m->cfg.log, FERRY_LOG_INFO, "memory: host pool of %zu bytes zeroed in %.2f s",
+               host_len, ferry_now() - t0);
+  }
   if ((rc = ferry_stream_create(dev, &m->h2d)) || (rc = ferry_stream_create(dev, &m->d2h)))
     return ferry_err(&m->err, rc, "copy streams: %s", ferry_device_last_error(dev));
 
@@ -239,7 +250,9 @@ int mem_tiers_reserve(ferry_mem *m) {
       rc = mem_pool_alloc(&m->pool[c->home], c->bytes, &c->off[c->home]);
       FERRY_ASSERT(rc == 0, "memory: home of chunk %u (%zu bytes) does not fit its checked pool",
                    i, c->bytes);
-      if (c->home == FERRY_TIER_HOST) memset(mem_tier_addr(m, c, FERRY_TIER_HOST), 0, c->bytes);
+      if (c->home == FERRY_TIER_HOST) {
+        if (!host_zeroed) memset(mem_tier_addr(m, c, FERRY_TIER_HOST), 0, c->bytes);
+      }
       else if ((rc = ferry_memset_async(m->h2d, mem_tier_addr(m, c, 0), 0, c->bytes)))
         return ferry_err(&m->err, rc, "zeroing device chunks: %s", ferry_device_last_error(dev));
     }

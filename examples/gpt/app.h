@@ -72,6 +72,7 @@ typedef struct {
   gpt_cuda_model *cm;   /* --device cuda */
   gpt_cuda_resident cr; /* --device cuda without --engine: weights and grads on the device */
   int pinned;           /* ... and r's host arrays page-locked for its copies */
+  int init_on_device;   /* ... and the seeded init runs there (a large model) */
   gpt_provider cp;      /* the provider the CUDA model reads: the engine's or cr's */
   gpt_resume_state rs;  /* this run's fingerprint; saved with each checkpoint */
   char ck_folder[4096]; /* --resume: the checkpoint found */

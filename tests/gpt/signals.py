@@ -15,7 +15,7 @@ end a run cleanly, and nothing is left behind. One case per CTest test
   twice       a run stopped inside a step (test hook FERRY_GPT_TEST_HANG_AT_STEP):
               the first SIGINT waits for the step boundary, a second one exits
               at once (130)
-  setup       SIGINT one second into the set-up of a large model (llama-1b
+  setup       SIGINT half a second into the set-up of a large model (llama-1b
               through zero-infinity.cfg, its 14 GiB of initial state on the way
               to the swap directory): exit 130 within seconds, a message
               naming the set-up, no step run, no swap file left
@@ -162,7 +162,7 @@ elif a.case == "setup":
     p = start(big)
     # --json: the notes go to stderr, unbuffered; this one as the engine's set-up begins
     before = wait_line(p, "ferry-gpt: engine:", p.stderr)
-    time.sleep(1.0)
+    time.sleep(0.5)  # zeroing the host pool or initialising the first tensors
     p.send_signal(signal.SIGINT)
     t0 = time.time()
     rc, out, err = finish(p, 20)
