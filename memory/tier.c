@@ -3,8 +3,9 @@
  * backend after an RLIMIT_MEMLOCK check, or pageable as a logged fallback
  * that the stats report and the cuda backend refuses; NUMA-local through
  * hwloc, bound before the pages are touched and pinned; huge pages by
- * madvise; zeroed by all threads when it is gigabytes), the copy streams,
- * the per-chunk events and store requests. Nothing here runs after start.
+ * madvise), its homes zeroed (by all threads when they are gigabytes),
+ * the copy streams, the per-chunk events and store requests. Nothing here
+ * runs after start.
  */
 #include "memory/mem_impl.h"
 
@@ -231,19 +232,11 @@ int mem_tiers_reserve(ferry_mem *m) {
     m->dev_base = p;
   }
   if (host_len && (rc = reserve_host(m, host_len))) return rc;
-  /* A pool of gigabytes is zeroed (first touched, when pageable) by all
-   * threads at once: its homes need no zeroing of their own below */
-  int host_zeroed = host_len >= FERRY_PAR_MIN_BYTES;
-  if (host_zeroed) {
-    double t0 = ferry_now();
-    ferry_par_zero(m->host_base, host_len, 0);
-    ferry_logf(&m->cfg.log, FERRY_LOG_INFO, "memory: host pool of %zu bytes zeroed in %.2f s",
-               host_len, ferry_now() - t0);
-  }
   if ((rc = ferry_stream_create(dev, &m->h2d)) || (rc = ferry_stream_create(dev, &m->d2h)))
     return ferry_err(&m->err, rc, "copy streams: %s", ferry_device_last_error(dev));
 
-  /* Home copies: reserved for good, zeroed. */
+  /* Home copies: reserved for good, zeroed (the host homes below, at once) */
+  size_t home_lo = SIZE_MAX, home_hi = 0;
   for (uint32_t i = 0; i < m->nc; i++) {
     mem_chunk *c = &m->c[i];
     if (c->home <= FERRY_TIER_HOST) {
@@ -251,9 +244,10 @@ int mem_tiers_reserve(ferry_mem *m) {
       FERRY_ASSERT(rc == 0, "memory: home of chunk %u (%zu bytes) does not fit its checked pool",
                    i, c->bytes);
       if (c->home == FERRY_TIER_HOST) {
-        if (!host_zeroed) memset(mem_tier_addr(m, c, FERRY_TIER_HOST), 0, c->bytes);
-      }
-      else if ((rc = ferry_memset_async(m->h2d, mem_tier_addr(m, c, 0), 0, c->bytes)))
+        size_t o = c->off[FERRY_TIER_HOST];
+        if (o < home_lo) home_lo = o;
+        if (o + c->bytes > home_hi) home_hi = o + c->bytes;
+      } else if ((rc = ferry_memset_async(m->h2d, mem_tier_addr(m, c, 0), 0, c->bytes)))
         return ferry_err(&m->err, rc, "zeroing device chunks: %s", ferry_device_last_error(dev));
     }
     mem_stats_add(m, c->home, c->family, c->bytes);
@@ -271,6 +265,16 @@ int mem_tiers_reserve(ferry_mem *m) {
   }
   if ((rc = ferry_stream_synchronize(m->h2d)))
     return ferry_err(&m->err, rc, "zeroing device chunks: %s", ferry_device_last_error(dev));
+  /* the host homes, allocated first and so packed from the pool's start:
+   * gigabytes of them (a model's params and states held in host memory)
+   * zeroed, first touched when pageable, by all threads; the rest of a
+   * pageable pool stays untouched until used */
+  if (home_hi > home_lo) {
+    double t0 = ferry_now();
+    ferry_par_zero(m->host_base + home_lo, home_hi - home_lo, 0);
+    ferry_logf(&m->cfg.log, FERRY_LOG_DEBUG, "memory: host homes of %zu bytes zeroed in %.2f s",
+               home_hi - home_lo, ferry_now() - t0);
+  }
   m->pend = calloc((size_t)m->nc + 1, sizeof *m->pend);
   if (!m->pend) return ferry_err(&m->err, FERRY_ENOMEM, "out of memory");
   return mem_alloc_io(m);

@@ -6,6 +6,8 @@
  */
 #include "app.h"
 
+#include "core/par.h"
+
 #include <cblas.h>
 #include <errno.h>
 #include <stdio.h>
@@ -430,6 +432,13 @@ static int train_make_cuda(train_run *t) {
     return 1;
   }
   size_t hb = t->s.total_numel * sizeof(float);
+  /* gigabytes: first touched by all threads (calloc's pages are not there
+   * yet), so that registering pins pages already there; the weights only
+   * when the device writes them (else the CPU's init touched them) */
+  if (hb >= FERRY_PAR_MIN_BYTES) {
+    if (t->init_on_device) ferry_par_zero(t->r.weights, hb, 0);
+    ferry_par_zero(t->r.grads, hb, 0);
+  }
   t->pinned = !t->cu->host_register(t->r.weights, hb);
   if (t->pinned && t->cu->host_register(t->r.grads, hb)) {
     t->cu->host_unregister(t->r.weights);
