@@ -1,10 +1,13 @@
 /* device/backend_cuda.c — the `cuda` device backend: one cudaMalloc'd arena of
  * `capacity` bytes (the device layer sub-allocates it), pinned host memory
- * from cudaHostAlloc, non-blocking CUDA streams, cudaEvents, host functions
+ * from cudaHostAlloc (gigabytes: touched by all threads, then registered),
+ * non-blocking CUDA streams, cudaEvents, host functions
  * through cudaLaunchHostFunc and the sleep kernel of cuda_sleep.cu. Also the
  * CUDA probes of the public API: ferry_cuda_compiled, ferry_gpu_list.
  */
 #include "device/backend_impl.h"
+
+#include "core/par.h"
 
 #include <cuda_runtime.h>
 #include <dlfcn.h>
@@ -14,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 /* device/cuda_sleep.cu */
 cudaError_t ferry_cuda_sleep_launch(cudaStream_t stream, unsigned long long ns);
@@ -305,14 +309,35 @@ static void cuda_info(ferry_device *dev, ferry_device_info *out) {
   read_pcie(cd->ordinal, &out->pcie_gen, &out->pcie_width);
 }
 
+#define HOST_HUGE ((size_t)2 << 20)
+
+/* Gigabytes: an anonymous mapping first touched by all threads
+ * (ferry_par_zero), then registered: cudaHostRegister pins pages that are
+ * already there, where cudaHostAlloc would fault and clear them on this
+ * thread alone. NULL when that fails (the caller falls back to
+ * cudaHostAlloc). Portable: pinned for every context. */
+static void *host_register_large(size_t bytes) {
+  size_t len = (bytes + HOST_HUGE - 1) & ~(HOST_HUGE - 1);
+  void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) return NULL;
+  (void)madvise(p, len, MADV_HUGEPAGE); /* fewer faults, fewer pages to pin */
+  ferry_par_zero(p, len, 0);
+  if (cudaHostRegister(p, len, cudaHostRegisterPortable) == cudaSuccess) return p;
+  (void)cudaGetLastError();
+  munmap(p, len);
+  return NULL;
+}
+
 static int cuda_host_alloc(ferry_device *dev, size_t bytes, void **ptr) {
   cuda_dev *cd = dev->impl;
   int prev;
   ENTER(dev, cd, prev);
+  *ptr = bytes >= FERRY_PAR_MIN_BYTES ? host_register_large(bytes) : NULL;
   /* Portable: pinned for every context, so any device's copies run at DMA
    * rate from it. */
-  int rc = FERRY_CUDA_CHECK(dev, cudaHostAlloc(ptr, bytes, cudaHostAllocPortable),
-                            "pinned host alloc of %zu bytes", bytes);
+  int rc = *ptr ? FERRY_OK
+                : FERRY_CUDA_CHECK(dev, cudaHostAlloc(ptr, bytes, cudaHostAllocPortable),
+                                   "pinned host alloc of %zu bytes", bytes);
   dev_leave(cd, prev);
   return rc;
 }
@@ -321,7 +346,11 @@ static void cuda_host_free(ferry_device *dev, void *ptr, size_t bytes) {
   cuda_dev *cd = dev->impl;
   int prev;
   if (dev_enter(cd, &prev) == cudaSuccess) {
-    (void)cudaFreeHost(ptr);
+    /* host_register_large's mapping unregisters; cudaHostAlloc's does not */
+    if (bytes >= FERRY_PAR_MIN_BYTES && cudaHostUnregister(ptr) == cudaSuccess)
+      munmap(ptr, (bytes + HOST_HUGE - 1) & ~(HOST_HUGE - 1));
+    else
+      (void)cudaGetLastError(), (void)cudaFreeHost(ptr);
     dev_leave(cd, prev);
   }
   (void)cudaGetLastError();

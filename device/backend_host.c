@@ -12,6 +12,8 @@
 #include "device/backend_impl.h"
 #include "device/probes.h"
 
+#include "core/par.h"
+
 
 #include <errno.h>
 #include <stdio.h>
@@ -226,6 +228,9 @@ static int host_host_alloc(ferry_device *dev, size_t bytes, void **ptr) {
    * physically contiguous runs let a 1 MiB NVMe request go out as one
    * segment instead of 256 (more than a virtio disk's 254: split in two). */
   if (align == HUGE_2M) (void)madvise(p, len, MADV_HUGEPAGE);
+  /* gigabytes: first touched by all threads, so that mlock finds the pages
+   * there instead of faulting them in one by one on this thread */
+  if (dev->cfg.host_lock_pinned && len >= FERRY_PAR_MIN_BYTES) ferry_par_zero(p, len, 0);
   if (dev->cfg.host_lock_pinned && mlock(p, len) != 0) {
     e = errno;
     free(p);

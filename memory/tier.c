@@ -3,10 +3,13 @@
  * backend after an RLIMIT_MEMLOCK check, or pageable as a logged fallback
  * that the stats report and the cuda backend refuses; NUMA-local through
  * hwloc, bound before the pages are touched and pinned; huge pages by
- * madvise), the copy streams, the per-chunk events and store requests.
- * Nothing here runs after start.
+ * madvise), its homes zeroed (by all threads when they are gigabytes),
+ * the copy streams, the per-chunk events and store requests. Nothing here
+ * runs after start.
  */
 #include "memory/mem_impl.h"
+
+#include "core/par.h"
 
 #include <errno.h>
 #include <hwloc.h>
@@ -232,15 +235,19 @@ int mem_tiers_reserve(ferry_mem *m) {
   if ((rc = ferry_stream_create(dev, &m->h2d)) || (rc = ferry_stream_create(dev, &m->d2h)))
     return ferry_err(&m->err, rc, "copy streams: %s", ferry_device_last_error(dev));
 
-  /* Home copies: reserved for good, zeroed. */
+  /* Home copies: reserved for good, zeroed (the host homes below, at once) */
+  size_t home_lo = SIZE_MAX, home_hi = 0;
   for (uint32_t i = 0; i < m->nc; i++) {
     mem_chunk *c = &m->c[i];
     if (c->home <= FERRY_TIER_HOST) {
       rc = mem_pool_alloc(&m->pool[c->home], c->bytes, &c->off[c->home]);
       FERRY_ASSERT(rc == 0, "memory: home of chunk %u (%zu bytes) does not fit its checked pool",
                    i, c->bytes);
-      if (c->home == FERRY_TIER_HOST) memset(mem_tier_addr(m, c, FERRY_TIER_HOST), 0, c->bytes);
-      else if ((rc = ferry_memset_async(m->h2d, mem_tier_addr(m, c, 0), 0, c->bytes)))
+      if (c->home == FERRY_TIER_HOST) {
+        size_t o = c->off[FERRY_TIER_HOST];
+        if (o < home_lo) home_lo = o;
+        if (o + c->bytes > home_hi) home_hi = o + c->bytes;
+      } else if ((rc = ferry_memset_async(m->h2d, mem_tier_addr(m, c, 0), 0, c->bytes)))
         return ferry_err(&m->err, rc, "zeroing device chunks: %s", ferry_device_last_error(dev));
     }
     mem_stats_add(m, c->home, c->family, c->bytes);
@@ -258,6 +265,16 @@ int mem_tiers_reserve(ferry_mem *m) {
   }
   if ((rc = ferry_stream_synchronize(m->h2d)))
     return ferry_err(&m->err, rc, "zeroing device chunks: %s", ferry_device_last_error(dev));
+  /* the host homes, allocated first and so packed from the pool's start:
+   * gigabytes of them (a model's params and states held in host memory)
+   * zeroed, first touched when pageable, by all threads; the rest of a
+   * pageable pool stays untouched until used */
+  if (home_hi > home_lo) {
+    double t0 = ferry_now();
+    ferry_par_zero(m->host_base + home_lo, home_hi - home_lo, 0);
+    ferry_logf(&m->cfg.log, FERRY_LOG_DEBUG, "memory: host homes of %zu bytes zeroed in %.2f s",
+               home_hi - home_lo, ferry_now() - t0);
+  }
   m->pend = calloc((size_t)m->nc + 1, sizeof *m->pend);
   if (!m->pend) return ferry_err(&m->err, FERRY_ENOMEM, "out of memory");
   return mem_alloc_io(m);

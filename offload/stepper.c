@@ -14,6 +14,7 @@
  */
 #include "offload/engine_impl.h"
 #include "core/dtype.h"
+#include "core/par.h"
 
 #include <stdlib.h>
 #include <stdio.h>
@@ -222,6 +223,32 @@ static gpu_home params_home(ferry_engine *e, uint32_t g) {
   return (gpu_home){e->stepper.param_stage, e->stepper.uploaded[g]};
 }
 
+/* n fp32 values stored in dtype dt; a tensor of many millions (the initial
+ * values of a large model) split over all threads. */
+typedef struct {
+  void *dst;
+  const float *src;
+  ferry_dtype dt;
+  size_t n, per;
+} store_job;
+
+static void store_part(void *arg, int k) {
+  store_job *j = arg;
+  size_t a = j->per * (size_t)k < j->n ? j->per * (size_t)k : j->n;
+  size_t b = j->n - a > j->per ? a + j->per : j->n;
+  for (size_t i = a; i < b; i++) ferry_dt_store(j->dst, j->dt, i, j->src[i]);
+}
+
+#define STORE_PART_MIN ((size_t)1 << 22)
+
+static void store_values(void *dst, ferry_dtype dt, const float *src, size_t n) {
+  size_t parts = n / STORE_PART_MIN, cpus = (size_t)ferry_par_threads();
+  if (parts > cpus) parts = cpus;
+  store_job j = {dst, src, dt, n, parts > 1 ? (n + parts - 1) / parts : n};
+  if (parts > 1) ferry_par_run((int)parts, store_part, &j);
+  else store_part(&j, 0);
+}
+
 int stepper_write_params(ferry_engine *e, uint32_t g, const float *vals) {
   eng_group *gr = &e->gt.groups[g];
   void **dst = e->stepper.dsts;
@@ -238,7 +265,7 @@ int stepper_write_params(ferry_engine *e, uint32_t g, const float *vals) {
     eng_param *p = group_param(e, g, k);
     const float *src = vals ? vals + p->goff : NULL;
     if (!src) ferry_mem_tensor_ptr(e->mem, p->id[FERRY_ROLE_MASTER], ot, (void **)&src);
-    for (size_t i = 0; i < p->n; i++) ferry_dt_store(dst[k], e->dtype, i, src[i]);
+    store_values(dst[k], e->dtype, src, p->n);
   }
   return e->param_home == FERRY_TIER_DEVICE ? param_upload(e, g, 0) : param_commit(e, g);
 }

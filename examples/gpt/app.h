@@ -72,6 +72,7 @@ typedef struct {
   gpt_cuda_model *cm;   /* --device cuda */
   gpt_cuda_resident cr; /* --device cuda without --engine: weights and grads on the device */
   int pinned;           /* ... and r's host arrays page-locked for its copies */
+  int init_on_device;   /* ... and the seeded init runs there (a large model) */
   gpt_provider cp;      /* the provider the CUDA model reads: the engine's or cr's */
   gpt_resume_state rs;  /* this run's fingerprint; saved with each checkpoint */
   char ck_folder[4096]; /* --resume: the checkpoint found */
@@ -98,6 +99,7 @@ typedef struct {
   ferry_stats fs0;           /* ... before the first step */
   uint64_t nvme_rd[FERRY_FAMILIES], nvme_wr[FERRY_FAMILIES]; /* ... after the last step */
   float *losses;             /* --stats-json: each step's loss */
+  double startup;            /* seconds from the launch to the first step */
 } train_totals;
 
 /* Everything `sample` is told (--threads is applied as it is read). */
@@ -135,7 +137,10 @@ void train_free(train_run *t);
 
 /* ranks.c: each returns 0 or the exit code */
 extern atomic_int g_signal; /* the first SIGINT / SIGTERM received, else 0 */
-void install_signals(void);
+void install_signals(void);  /* also starts the set-up: a signal stops it */
+void train_setup_over(void); /* the first step is next: a signal waits for a step boundary */
+/* A signal stopped the set-up: its message, 128 + the signal; else 0. */
+int train_setup_interrupted(train_run *t);
 int train_comm(train_run *t);
 int train_same_settings(train_run *t);
 void train_test_fault(const train_run *t, int st);

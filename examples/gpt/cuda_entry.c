@@ -29,6 +29,7 @@ static const gpt_cuda_api k_api = {
     .resident_download_grads = gpt_cuda_resident_download_grads,
     .host_register = gpt_cuda_host_register,
     .host_unregister = gpt_cuda_host_unregister,
+    .resident_init_weights = gpt_cuda_resident_init_weights,
 };
 
 /* Exported (the build hides everything else). */

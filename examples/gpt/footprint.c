@@ -11,6 +11,8 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <time.h>
+#include <unistd.h>
 
 static const char *k_tiers[FERRY_TIERS] = {"gpu", "host", "nvme"};
 static const char *k_families[FERRY_FAMILIES] = {"params", "grads", "optimizer"};
@@ -37,6 +39,29 @@ uint64_t gpt_peak_rss_bytes(void) {
   struct rusage ru;
   getrusage(RUSAGE_SELF, &ru);
   return (uint64_t)ru.ru_maxrss * 1024;
+}
+
+double gpt_seconds_since_launch(void) {
+  static double first = -1;
+  struct timespec now;
+  clock_gettime(CLOCK_BOOTTIME, &now);
+  double t = (double)now.tv_sec + now.tv_nsec * 1e-9;
+  if (first < 0) first = t;
+  char b[1024];
+  FILE *f = fopen("/proc/self/stat", "r");
+  size_t n = f ? fread(b, 1, sizeof b - 1, f) : 0;
+  if (f) fclose(f);
+  b[n] = '\0';
+  /* field 22, starttime in clock ticks after boot; fields 3.. follow the
+   * command name's closing parenthesis */
+  const char *q = strrchr(b, ')');
+  long hz = sysconf(_SC_CLK_TCK);
+  for (int field = 2; q && *q && field < 22; q++)
+    if (*q == ' ') field++;
+  unsigned long long ticks;
+  if (q && hz > 0 && sscanf(q, "%llu", &ticks) == 1 && (double)ticks / hz <= t)
+    return t - (double)ticks / hz;
+  return t - first;
 }
 
 void gpt_footprint_engine(gpt_footprint *f, const ferry_stats *fs) {
@@ -179,6 +204,7 @@ void gpt_footprint_json(const gpt_footprint *f, FILE *out) {
   fprintf(out, ", \"nvme_file_bytes\": %" PRIu64 ", \"nvme_data_bytes\": %" PRIu64, f->nvme_file,
           f->nvme_data);
   fprintf(out, ", \"ranks\": %d", f->nranks > 1 ? f->nranks : 1);
+  fprintf(out, ", \"startup_seconds\": %.3f", f->startup_seconds);
   if (f->nranks < 2 || !f->rank_figs) return;
   fprintf(out, ", \"per_rank\": [");
   for (int r = 0; r < f->nranks; r++) {

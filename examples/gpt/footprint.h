@@ -31,6 +31,7 @@ typedef struct {
   uint64_t params_peak[FERRY_TIERS]; /* peak param bytes per tier (FERRY_FAMILY_PARAMS) */
   int nranks;                /* ranks of a data-parallel run (0 or 1: alone) */
   const uint64_t *rank_figs; /* nranks > 1: GPT_RANK_FIGS figures of each rank, in rank order */
+  double startup_seconds;    /* from the launch of the process to its first step */
   int steps;                 /* steps this process ran */
   const float *losses;       /* their losses (steps of them), or NULL */
 } gpt_footprint;
@@ -45,6 +46,9 @@ enum { GPT_RANK_OPTIM = 0, GPT_RANK_TIER = 3, GPT_RANK_RSS = 6, GPT_RANK_COMM = 
 /* The "KEY: N kB" line of /proc/self/status as N (*found 0 and 0 when absent). */
 uint64_t gpt_proc_status_kb(const char *key, int *found);
 uint64_t gpt_peak_rss_bytes(void);
+/* Seconds since the process was launched (its start time in /proc/self/stat,
+ * which an exec keeps), or since the first call when /proc says nothing. */
+double gpt_seconds_since_launch(void);
 /* Takes the tier peaks, budgets and NVMe totals from the engine's stats;
  * sets engine. */
 void gpt_footprint_engine(gpt_footprint *f, const ferry_stats *fs);

@@ -184,7 +184,13 @@ int gpt_weights_unused(const gpt_schema *s, const char *path, char *list, size_t
 typedef struct gpt_weights_src gpt_weights_src;
 int gpt_weights_src_open(const gpt_schema *s, const char *path, uint64_t seed,
                          gpt_weights_src **out, char *err, size_t errlen);
+/* fill: -1 with "interrupted" in err once gpt_cancelled() says so */
 int gpt_weights_src_fill(gpt_weights_src *w, int param, float *dst, char *err, size_t errlen);
+/* What the set-up's long loops poll (the seeded init, fill): once
+ * cancelled() returns non-zero they stop early and fail. NULL (the
+ * default): never. Set before any thread reads it (init.c). */
+void gpt_set_cancel(int (*cancelled)(void));
+int gpt_cancelled(void);
 void gpt_weights_src_close(gpt_weights_src *w);
 /* Saves as gpt_weights_save does, each tensor read (fp32, numel values) by
  * read(user, param index, dst) into a buffer of the largest tensor. */

@@ -109,6 +109,12 @@ gpt_provider gpt_cuda_resident_provider(gpt_cuda_resident *r);
 int gpt_cuda_resident_upload(gpt_cuda_resident *r, const float *host_weights);
 /* Device -> host copy of all grads; waits for it (and all work before it). */
 int gpt_cuda_resident_download_grads(gpt_cuda_resident *r, float *host_grads);
+/* The seeded init (gpt_init.h) written on the device, each tensor by
+ * gpt_cuda_init_tensor (the values the CPU writes, bit for bit), then
+ * copied to host_weights (total_numel floats; the host AdamW's copy), and
+ * waited for: cheaper than the CPU's init and an upload for a large model.
+ * 0, or -1 with r->err set. */
+int gpt_cuda_resident_init_weights(gpt_cuda_resident *r, uint64_t seed, float *host_weights);
 /* Page-locks host memory the resident copies use (cudaHostRegister), so
  * they run asynchronously; unregister before freeing it. */
 int gpt_cuda_host_register(void *p, size_t bytes);
@@ -119,7 +125,7 @@ void gpt_cuda_host_unregister(void *p);
  * returns the table below. The loader checks abi and the sizes of the
  * structs both sides share (the module is built from the same tree; a
  * stale or foreign one is refused, naming the numbers). */
-#define GPT_CUDA_ABI 2
+#define GPT_CUDA_ABI 3
 #define GPT_CUDA_MODULE_FILE "libferry-gpt-cuda.so"
 #define GPT_CUDA_ENTRY "gpt_cuda_module_api"
 /* The loader's override: the module's path (tests; a relocated build). */
@@ -148,6 +154,7 @@ typedef struct {
   int (*resident_download_grads)(gpt_cuda_resident *r, float *host_grads);
   int (*host_register)(void *p, size_t bytes);
   void (*host_unregister)(void *p);
+  int (*resident_init_weights)(gpt_cuda_resident *r, uint64_t seed, float *host_weights);
 } gpt_cuda_api;
 
 /* The module's entry (GPT_CUDA_ENTRY): the table of the functions above. */

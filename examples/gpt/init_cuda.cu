@@ -13,6 +13,13 @@
 #include <cuda_runtime.h>
 #include <stdio.h>
 
+/* every launch goes through INIT_LAUNCH: tests/gpt/cuda_emu/ defines its
+ * own to run the kernels on the host */
+#ifndef INIT_LAUNCH
+#define INIT_LAUNCH(kernel, grid, block, smem, st, ...)                                            \
+  kernel<<<(grid), (block), (smem), (st)>>>(__VA_ARGS__)
+#endif
+
 __global__ static void k_init_normal(void *dst, int dt, size_t numel, uint64_t seed,
                                      uint32_t tensor, float scale) {
   size_t counters = (numel + 3) / 4;
@@ -52,11 +59,11 @@ extern "C" int gpt_cuda_init_tensor(void *dst, int dtype, size_t numel, const gp
   size_t blocks = (work + threads - 1) / threads;
   if (blocks > 65536) blocks = 65536; /* grid-stride beyond */
   if (kind == GPT_INIT_NORMAL)
-    k_init_normal<<<(unsigned)blocks, threads, 0, st>>>(dst, dtype, numel, seed, (uint32_t)i,
-                                                         scale);
+    INIT_LAUNCH(k_init_normal, (unsigned)blocks, threads, 0, st, dst, dtype, numel, seed,
+                (uint32_t)i, scale);
   else
-    k_init_fill<<<(unsigned)blocks, threads, 0, st>>>(dst, dtype, numel,
-                                                       kind == GPT_INIT_ONE ? 1.0f : 0.0f);
+    INIT_LAUNCH(k_init_fill, (unsigned)blocks, threads, 0, st, dst, dtype, numel,
+                kind == GPT_INIT_ONE ? 1.0f : 0.0f);
   cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess) {
     snprintf(err, errlen, "init of '%s': %s", s->params[i].name, cudaGetErrorString(e));

@@ -164,6 +164,7 @@ static void train_footprint(const train_run *t, const train_totals *tt, gpt_foot
     memcpy(f->setup_write, tt->fs0.nvme_write_bytes, sizeof f->setup_write);
   }
   f->steps = tt->ran;
+  f->startup_seconds = tt->startup;
   f->losses = tt->losses;
   f->nranks = t->nranks;
   f->rank_figs = t->rank_figs;

@@ -17,16 +17,36 @@
  * boundary (a checkpoint being written is finished first), destroys its
  * engine and exits 128 + the signal; a second one exits at once. */
 atomic_int g_signal; /* lock-free: safe in a handler, on whichever thread */
+/* 1 until the set-up is over: a signal then stops the set-up where it is
+ * (the seeded init and the engine's initial values poll it, gpt_set_cancel) */
+static atomic_int g_in_setup;
 
 static void on_signal(int sig) {
   if (atomic_exchange(&g_signal, sig)) _exit(128 + sig);
   static const char msg[] = "ferry-gpt: interrupted: stopping after this step (a checkpoint "
                             "being written is finished first); again to stop at once\n";
-  ssize_t w = write(STDERR_FILENO, msg, sizeof msg - 1);
+  static const char setup[] = "ferry-gpt: interrupted: stopping the set-up (no step has run); "
+                              "again to stop at once\n";
+  ssize_t w = atomic_load(&g_in_setup) ? write(STDERR_FILENO, setup, sizeof setup - 1)
+                                       : write(STDERR_FILENO, msg, sizeof msg - 1);
   (void)w;
 }
 
+static int setup_cancelled(void) { return atomic_load(&g_in_setup) && atomic_load(&g_signal); }
+
+void train_setup_over(void) { atomic_store(&g_in_setup, 0); }
+
+int train_setup_interrupted(train_run *t) {
+  int sig = atomic_load(&g_signal);
+  if (!sig || !atomic_load(&g_in_setup)) return 0;
+  errf("%s during the set-up: stopped before the first step, the engine and its swap files "
+       "released\n", sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : "a signal");
+  return 128 + sig;
+}
+
 void install_signals(void) {
+  atomic_store(&g_in_setup, 1);
+  gpt_set_cancel(setup_cancelled);
   struct sigaction sa;
   memset(&sa, 0, sizeof sa);
   sa.sa_handler = on_signal;

@@ -1,9 +1,10 @@
 /* examples/gpt/resident_cuda.cu — the device-resident provider of the CUDA
  * model: every weight and gradient in device memory as fp32, schema order
- * (the pre-engine --device cuda path and the tests), and page-locking of
- * the host buffers its copies use.
+ * (the pre-engine --device cuda path and the tests), their seeded init on
+ * the device, and page-locking of the host buffers its copies use.
  */
 #include "gpt_cuda.h"
+#include "gpt_init.h"
 
 #include <cuda_runtime.h>
 
@@ -86,6 +87,21 @@ extern "C" int gpt_cuda_resident_download_grads(gpt_cuda_resident *r, float *g) 
   if (e == cudaSuccess) e = cudaStreamSynchronize((cudaStream_t)r->stream);
   if (e == cudaSuccess) return 0;
   snprintf(r->err, sizeof r->err, "download grads: %s", cudaGetErrorString(e));
+  return -1;
+}
+
+extern "C" int gpt_cuda_resident_init_weights(gpt_cuda_resident *r, uint64_t seed,
+                                              float *host_weights) {
+  const gpt_schema *s = r->schema;
+  for (int i = 0; i < s->n_params; i++)
+    if (gpt_cuda_init_tensor(r->weights + r->offset[i], FERRY_DT_F32, s->params[i].numel, s, i,
+                             seed, r->stream, r->err, sizeof r->err))
+      return -1;
+  cudaError_t e = cudaMemcpyAsync(host_weights, r->weights, s->total_numel * sizeof(float),
+                                  cudaMemcpyDeviceToHost, (cudaStream_t)r->stream);
+  if (e == cudaSuccess) e = cudaStreamSynchronize((cudaStream_t)r->stream);
+  if (e == cudaSuccess) return 0;
+  snprintf(r->err, sizeof r->err, "init of the weights: %s", cudaGetErrorString(e));
   return -1;
 }
 

@@ -132,6 +132,8 @@ static int train_steps(train_run *t, train_totals *tt) {
     free(x), free(y);
     return 1;
   }
+  tt->startup = gpt_seconds_since_launch();
+  fprintf(t->info, "ferry-gpt: start-up %.2f s (from the launch to the first step)\n", tt->startup);
   double stall0 = 0;
   int status = 0;
   if (atomic_load(&g_signal) && t->nranks == 1) status = train_interrupted(t, start - 1); /* during setup */
@@ -246,6 +248,7 @@ int cmd_train(int argc, char **argv) {
   if (!rc) rc = train_comm(&t);
   if (!rc) rc = t.fc ? train_setup_engine(&t) : train_setup_resident(&t);
   if (!rc) rc = train_make_model(&t);
+  train_setup_over();
   train_totals tt;
   memset(&tt, 0, sizeof tt);
   if (!rc) rc = train_steps(&t, &tt);

@@ -6,6 +6,8 @@
  */
 #include "app.h"
 
+#include "core/par.h"
+
 #include <cblas.h>
 #include <errno.h>
 #include <stdio.h>
@@ -371,6 +373,8 @@ int train_setup_engine(train_run *t) {
   ferry_config_destroy(t->fc);
   t->fc = NULL;
   if (rc) {
+    int sig = train_setup_interrupted(t); /* the engine is gone: its swap files with it */
+    if (sig) return sig;
     errf("engine (%s): %s\n", t->o.engine, t->err);
     return 1;
   }
@@ -380,6 +384,11 @@ int train_setup_engine(train_run *t) {
   return t->o.resume ? train_resume_load(t) : 0;
 }
 
+/* Parameters from which the pre-engine --device cuda run initialises the
+ * weights on the device and copies them to the host (train_make_cuda):
+ * below, the CPU's init and an upload cost milliseconds anyway. */
+#define GPT_DEVICE_INIT_MIN ((size_t)1 << 22)
+
 /* Without --engine: weights, grads and AdamW state in host memory. */
 int train_setup_resident(train_run *t) {
   if (gpt_resident_init(&t->r, &t->s) ||
@@ -388,15 +397,14 @@ int train_setup_resident(train_run *t) {
     return 1;
   }
   t->p = gpt_resident_provider(&t->r);
-  if (t->o.weights) {
-    if (gpt_weights_load(&t->s, &t->p, t->o.weights, t->err, sizeof t->err)) {
-      errf("%s\n", t->err);
-      return 1;
-    }
-  } else {
-    gpt_weights_init(&t->s, &t->p, t->o.seed);
-  }
-  return 0;
+  t->init_on_device = t->o.cuda && !t->o.weights && t->s.total_numel >= GPT_DEVICE_INIT_MIN;
+  int bad = t->o.weights          ? gpt_weights_load(&t->s, &t->p, t->o.weights, t->err, sizeof t->err)
+            : t->init_on_device ? 0 /* train_make_cuda */
+                                : gpt_weights_init(&t->s, &t->p, t->o.seed);
+  int sig = bad ? train_setup_interrupted(t) : 0;
+  if (sig) return sig;
+  if (bad) errf("%s\n", t->o.weights ? t->err : "the weights' init failed");
+  return bad;
 }
 
 /* --device cuda: the CUDA model. With --engine in the engine's reserved
@@ -425,6 +433,13 @@ static int train_make_cuda(train_run *t) {
     return 1;
   }
   size_t hb = t->s.total_numel * sizeof(float);
+  /* gigabytes: first touched by all threads (calloc's pages are not there
+   * yet), so that registering pins pages already there; the weights only
+   * when the device writes them (else the CPU's init touched them) */
+  if (hb >= FERRY_PAR_MIN_BYTES) {
+    if (t->init_on_device) ferry_par_zero(t->r.weights, hb, 0);
+    ferry_par_zero(t->r.grads, hb, 0);
+  }
   t->pinned = !t->cu->host_register(t->r.weights, hb);
   if (t->pinned && t->cu->host_register(t->r.grads, hb)) {
     t->cu->host_unregister(t->r.weights);
@@ -433,9 +448,15 @@ static int train_make_cuda(train_run *t) {
   if (!t->pinned)
     fprintf(t->info, "ferry-gpt: note: --device cuda: cannot page-lock the host weights and "
             "grads; their copies each step are synchronous\n");
-  if (t->cu->resident_init(&t->cr, &t->s, t->cu->model_stream(t->cm)) ||
-      t->cu->resident_upload(&t->cr, t->r.weights)) {
+  if (t->cu->resident_init(&t->cr, &t->s, t->cu->model_stream(t->cm))) {
     errf("--device cuda: out of device memory for the weights (%s)\n", t->cr.err);
+    return 1;
+  }
+  /* the seeded init of a large model on the device, then to the host's
+   * copy; else the host's values up */
+  if (t->init_on_device ? t->cu->resident_init_weights(&t->cr, t->o.seed, t->r.weights)
+                        : t->cu->resident_upload(&t->cr, t->r.weights)) {
+    errf("--device cuda: the weights: %s\n", t->cr.err);
     return 1;
   }
   t->cp = t->cu->resident_provider(&t->cr);

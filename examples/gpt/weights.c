@@ -144,7 +144,7 @@ int gpt_weights_src_fill(gpt_weights_src *w, int i, float *dst, char *err, size_
   }
   if (!w->f) {
     gpt_init_tensor(w->s, i, w->seed, dst, 0);
-    return 0;
+    return gpt_cancelled() ? snprintf(err, el, "interrupted"), -1 : 0;
   }
   const gpt_param *q = &w->s->params[i];
   ferry_safetensors_tensor t;
@@ -165,7 +165,7 @@ int gpt_weights_src_fill(gpt_weights_src *w, int i, float *dst, char *err, size_
     snprintf(err, el, "%s", ferry_safetensors_last_error(w->f));
     return -1;
   }
-  return 0;
+  return gpt_cancelled() ? snprintf(err, el, "interrupted"), -1 : 0;
 }
 
 /* Every group written through the provider from the source. */

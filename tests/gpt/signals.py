@@ -15,6 +15,10 @@ end a run cleanly, and nothing is left behind. One case per CTest test
   twice       a run stopped inside a step (test hook FERRY_GPT_TEST_HANG_AT_STEP):
               the first SIGINT waits for the step boundary, a second one exits
               at once (130)
+  setup       SIGINT half a second into the set-up of a large model (llama-1b
+              through zero-infinity.cfg, its 14 GiB of initial state on the way
+              to the swap directory): exit 130 well before the set-up's end,
+              a message naming the set-up, no step run, no swap file left
   kill        SIGKILL after the first step line, then a second run in the same
               swap directory succeeds and leaves the directory without swap
               files: the dead run's file must not be there either (swap files
@@ -44,7 +48,8 @@ ap.add_argument("--gpt", required=True)
 ap.add_argument("--configs", required=True)
 ap.add_argument("--data", required=True)
 ap.add_argument("--work", required=True)
-ap.add_argument("--case", required=True, choices=["int", "term", "save", "twice", "kill"])
+ap.add_argument("--case", required=True, choices=["int", "term", "save", "twice", "setup",
+                                                         "kill"])
 a = ap.parse_args()
 
 shutil.rmtree(a.work, ignore_errors=True)
@@ -66,15 +71,16 @@ def start(args, env=ENV):
                             text=True, cwd=a.work)
 
 
-def wait_line(p, prefix):
-    """Reads p's stdout until a line starting with prefix; the lines read."""
+def wait_line(p, prefix, stream=None):
+    """Reads p's stdout (or stream) until a line starting with prefix; the lines read."""
     lines = []
     t0 = time.time()
+    stream = stream or p.stdout
     while time.time() - t0 < TIMEOUT:
-        line = p.stdout.readline()
+        line = stream.readline()
         if not line:
             fail("the run ended before a line starting with %r:\n%s\n%s"
-                 % (prefix, "".join(lines), p.stderr.read()))
+                 % (prefix, "".join(lines), p.stderr.read() if stream is p.stdout else ""))
         lines.append(line)
         if line.startswith(prefix):
             return lines
@@ -148,6 +154,31 @@ elif a.case == "twice":
     if rc != 130:
         fail("a second SIGINT: exit %d, expected 130 at once\n%s" % (rc, err))
     print("a second SIGINT exits at once (130)")
+elif a.case == "setup":
+    big = [a.gpt, "train", "--model", "llama-1b", "--data", a.data, "--batch", "1", "--seq", "16",
+           "--steps", "2", "--engine", os.path.join(a.configs, "zero-infinity.cfg"),
+           "--set", "tiers.nvme.paths=" + swap, "--set", "tiers.gpu.budget=1G",
+           "--set", "tiers.host.budget=3G", "--set", "chunk_size=64M", "--json"]
+    p = start(big)
+    # --json: the notes go to stderr, unbuffered; this one as the engine's set-up begins
+    before = wait_line(p, "ferry-gpt: engine:", p.stderr)
+    time.sleep(0.5)  # zeroing the host pool or initialising the first tensors
+    p.send_signal(signal.SIGINT)
+    t0 = time.time()
+    rc, out, err = finish(p, 60)
+    took = time.time() - t0
+    err = "".join(before) + err
+    if rc != 130:
+        fail("SIGINT during the set-up: exit %d, expected 130\n%s\n%s" % (rc, out, err))
+    if "SIGINT during the set-up" not in err or '"step"' in out:
+        fail("SIGINT during the set-up: no message naming the set-up, or a step ran:\n%s\n%s"
+             % (out, err))
+    # 3 to 5 s on an idle machine (the phase under way ends, the engine goes);
+    # the whole set-up takes 30 to 140 s here
+    if took > 40:
+        fail("SIGINT during the set-up: the run took %.1f s to stop" % took)
+    expect_clean("SIGINT during the set-up")
+    print("SIGINT during the set-up: exit 130 in %.1f s, nothing left behind" % took)
 else:  # kill
     p = start(cmd(200))
     wait_line(p, "step ")

@@ -5,9 +5,11 @@
  * multiple of 4 (the last Philox counter cut short), and llama-2-7b's
  * embedding (131M values: more than one pass of the grid-stride loop); in
  * fp32, and in bf16 and fp16 against the CPU's values rounded by
- * gpt_f32_to_bf16 / gpt_f32_to_f16. Then it times the device init of every
- * tensor of llama-2-13b (printed, not judged). Exits 77 without a CUDA
- * device.
+ * gpt_f32_to_bf16 / gpt_f32_to_f16; the resident model's init on the
+ * device and its host copy. Then it times the device init of every tensor
+ * of llama-2-13b (printed, not judged). Exits 77 without a CUDA device.
+ * Built a second time as gpt.init_emulated (GPT_INIT_EMULATED: the kernels
+ * on tests/gpt/cuda_emu/, without the 7B tensor and the timed pass).
  */
 #include "gpt_cuda.h"
 #include "gpt_init.h"
@@ -70,6 +72,32 @@ static void preset(const char *name, const char *const *tensors, int count) {
   gpt_schema_free(&s);
 }
 
+/* the resident model's init on the device (gpt_cuda_resident_init_weights,
+ * what a large pre-engine --device cuda run uses): every tensor of
+ * llama-tiny, on the device and in its host copy, against the CPU's */
+static void resident_same(void) {
+  gpt_config c;
+  gpt_schema s;
+  REQUIRE(gpt_config_preset("llama-tiny", &c) == 0);
+  REQUIRE(gpt_schema_build(&c, &s) == 0);
+  gpt_cuda_resident r;
+  REQUIRE(gpt_cuda_resident_init(&r, &s, NULL) == 0);
+  size_t bytes = s.total_numel * sizeof(float);
+  float *host = malloc(bytes), *dev = malloc(bytes), *want = malloc(bytes);
+  REQUIRE(host && dev && want);
+  for (int i = 0; i < s.n_params; i++) gpt_init_tensor(&s, i, 5, want + r.offset[i], 0);
+  int rc = gpt_cuda_resident_init_weights(&r, 5, host);
+  if (rc) fprintf(stderr, "resident init: %s\n", r.err);
+  EXPECT(rc == 0);
+  REQUIRE(cudaMemcpy(dev, r.weights, bytes, cudaMemcpyDeviceToHost) == cudaSuccess);
+  EXPECT(memcmp(host, want, bytes) == 0);
+  EXPECT(memcmp(dev, want, bytes) == 0);
+  free(host), free(dev), free(want);
+  gpt_cuda_resident_free(&r);
+  gpt_schema_free(&s);
+}
+
+#ifndef GPT_INIT_EMULATED
 static void timed_13b(void) {
   gpt_config c;
   gpt_schema s;
@@ -94,6 +122,7 @@ static void timed_13b(void) {
   cudaFree(d);
   gpt_schema_free(&s);
 }
+#endif
 
 int main(void) {
   char why[256];
@@ -108,8 +137,10 @@ int main(void) {
                                       "model.layers.2.self_attn.o_proj.weight",
                                       "model.layers.4.mlp.down_proj.weight", "lm_head.weight"};
   preset("llama-tiny", llama, 5);
+#ifndef GPT_INIT_EMULATED /* 131M values: hours on the emulation's fibers */
   static const char *const big[] = {"model.embed_tokens.weight"};
   preset("llama-2-7b", big, 1);
+#endif
   /* 255 x 6 = 1530 values: the last counter gives 2 of its 4 */
   gpt_config c;
   gpt_schema s;
@@ -120,6 +151,11 @@ int main(void) {
   same(&s, 0, FERRY_DT_F32, "odd");
   same(&s, 0, FERRY_DT_F16, "odd");
   gpt_schema_free(&s);
+  resident_same();
+#ifdef GPT_INIT_EMULATED
+  return test_finish("gpt.init_emulated");
+#else
   timed_13b();
   return test_finish("gpt.cuda.init");
+#endif
 }
