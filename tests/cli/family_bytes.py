@@ -72,7 +72,7 @@ def run(cmd, what, cwd=None):
 def plan(a, layout, gpu, host):
     cmd = [a.ferry, "plan", "--model", a.model, "--device", "host", "--gpu-budget", str(gpu),
            "--host-budget", str(host), "--nvme", "1T", "--batch", "1", "--seq", str(a.seq),
-           "--chunk-size", a.chunk, "--json"] + LAYOUTS[layout][0] + \
+           "--chunk-size", a.chunk, "--checkpointing", "off", "--json"] + LAYOUTS[layout][0] + \
         (["--profile", a.profile] if a.profile else [])
     j = json.loads(run(cmd, "ferry plan")[0])
     for c in j["candidates"]:
