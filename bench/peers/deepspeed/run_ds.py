@@ -29,7 +29,9 @@ seconds, or why AIO cannot build), one {"step", "loss", "tokens_per_s",
 over the steps after the first), "model_tflops" (torch_llama.py's flops per
 token x tokens / time), "peak_bytes" (torch.cuda.max_memory_allocated),
 "peak_device_used_bytes" (the device's used memory, as nvidia-smi shows it,
-sampled every 0.1 s), "peak_rss_bytes" (this process's peak host RSS),
+sampled every 0.1 s), "peak_rss_bytes" (this process's peak host RSS,
+the model's build on the host included), "peak_rss_train_bytes" (the peak
+sampled while training),
 "losses", versions}. Without CUDA (or torch): one line {"skip": true,
 "reason": ...} and exit 77. Exit 0; 1 a failure ({"error": ...}); 2 bad usage.
 """
@@ -127,25 +129,28 @@ def param_groups(model, a):
     return groups
 
 
-class DevicePeak:
-    """The device's used memory (total - free, nvidia-smi's figure), its peak
-    sampled by a thread every 0.1 s."""
+class Peaks:
+    """Sampled by a thread every 0.1 s while training: the device's used
+    memory (total - free, nvidia-smi's figure) and this process's host RSS
+    (/proc/self/statm), each's peak."""
 
     def __init__(self, torch):
-        self.torch, self.peak, self.stop = torch, 0, threading.Event()
+        self.torch, self.peak, self.rss, self.stop = torch, 0, 0, threading.Event()
+        self.page = os.sysconf("SC_PAGE_SIZE")
         self.t = threading.Thread(target=self.run, daemon=True)
         self.t.start()
 
     def run(self):
         while not self.stop.is_set():
-            free, total = self.torch.cuda.mem_get_info()
+            free, total = self.torch.cuda.mem_get_info(0)
             self.peak = max(self.peak, total - free)
+            with open("/proc/self/statm") as f:
+                self.rss = max(self.rss, int(f.read().split()[1]) * self.page)
             self.stop.wait(0.1)
 
     def done(self):
         self.stop.set()
         self.t.join()
-        return self.peak
 
 
 def init_single_process(deepspeed):
@@ -167,8 +172,8 @@ def train(a):
     import deepspeed
     build = build_ops(a.placement)
     print(json.dumps({"ds_build": build}), flush=True)
-    init_single_process(deepspeed)
     torch.cuda.set_device(0)
+    init_single_process(deepspeed)
     dev = torch.device("cuda", 0)
     cfgd = tl.config_dict(a.model)
     if a.seq > cfgd["max_position_embeddings"]:
@@ -188,7 +193,7 @@ def train(a):
     torch.cuda.synchronize()
     torch.cuda.reset_peak_memory_stats()
     setup_s = time.time() - t_setup
-    peak = DevicePeak(torch)
+    peaks = Peaks(torch)
     losses, times = [], []
     for step in range(1, a.steps + 1):
         x, y = sampler.batch(a.batch, a.seq)
@@ -209,6 +214,7 @@ def train(a):
         times.append(dt)
         print(json.dumps({"step": step, "loss": lv, "tokens_per_s": a.batch * a.seq / dt,
                           "ms": dt * 1e3}), flush=True)
+    peaks.done()
     timed = sorted(times[1:] or times)
     med = timed[len(timed) // 2] if timed else None
     tokens = a.batch * a.seq
@@ -223,8 +229,9 @@ def train(a):
            "median_step_ms": med * 1e3 if med else None, "losses": losses,
            "peak_bytes": torch.cuda.max_memory_allocated(),
            "peak_reserved_bytes": torch.cuda.max_memory_reserved(),
-           "peak_device_used_bytes": peak.done(),
+           "peak_device_used_bytes": peaks.peak,
            "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+           "peak_rss_train_bytes": peaks.rss,
            "setup_s": setup_s, "ds_build": build, "dtype": "bf16", "attn": a.attn,
            "checkpointing": a.checkpointing, "decay": a.decay,
            "clip_grad_norm": a.clip_grad_norm, "lr": a.lr, "weight_decay": a.weight_decay,
