@@ -28,6 +28,23 @@ int bench_arg_int(const char *prog, const char *opt, const char *v, long long lo
   return 0;
 }
 
+int bench_arg_choice(const char *prog, const char *opt, const char *v,
+                     const char *const *names, int *out) {
+  int n = 0;
+  while (names[n]) {
+    if (v && !strcmp(v, names[n])) {
+      *out = n;
+      return 0;
+    }
+    n++;
+  }
+  fprintf(stderr, "%s: %s must be ", prog, opt);
+  for (int k = 0; k < n; k++)
+    fprintf(stderr, "%s%s", k == 0 ? "" : k == n - 1 ? " or " : ", ", names[k]);
+  fprintf(stderr, ", not '%s'\n", v ? v : "");
+  return -1;
+}
+
 int bench_arg_num(const char *prog, const char *opt, const char *v, double lo, double hi,
                   double *out) {
   char *end = NULL;

@@ -22,6 +22,10 @@ int bench_arg_size(const char *prog, const char *opt, const char *v, uint64_t lo
 /* v as a count with the size suffixes ("256M" parameters) in [lo, hi]. */
 int bench_arg_count(const char *prog, const char *opt, const char *v, uint64_t lo, uint64_t hi,
                     uint64_t *out);
+/* v as one of the NULL-terminated names: its index into *out, or -1 after
+ * "PROG: OPT must be A, B or C, not 'V'". */
+int bench_arg_choice(const char *prog, const char *opt, const char *v,
+                     const char *const *names, int *out);
 /* The most optimizer threads a bench takes: 64 per CPU, at most the
  * optimizer pool's 1024 (beyond it the pool would clamp silently). */
 long long bench_max_threads(void);

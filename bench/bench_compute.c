@@ -229,27 +229,16 @@ static int parse_args(options *o, int argc, char **argv) {
       o->params = argv[++i];
     else if (!strcmp(a, "--profile-out"))
       o->profile = argv[++i];
-    else if (!strcmp(a, "--device")) {
-      i++;
-      o->device = !strcmp(v, "auto") ? 0 : !strcmp(v, "host") ? 1 : !strcmp(v, "cuda") ? 2 : -1;
-      if (o->device < 0) {
-        fprintf(stderr, PROG ": --device must be auto, host or cuda, not '%s'\n", v);
-        return 2;
-      }
-    } else if (!strcmp(a, "--clock")) {
-      i++;
-      o->cpu_clock = !strcmp(v, "cpu") ? 1 : !strcmp(v, "wall") ? 0 : -1;
-      if (o->cpu_clock < 0) {
-        fprintf(stderr, PROG ": --clock must be wall or cpu, not '%s'\n", v);
-        return 2;
-      }
-    } else if (!strcmp(a, "--checkpointing")) {
-      i++;
-      o->ckpt = !strcmp(v, "on") ? 1 : !strcmp(v, "off") ? 0 : -1;
-      if (o->ckpt < 0) {
-        fprintf(stderr, PROG ": --checkpointing must be on or off, not '%s'\n", v);
-        return 2;
-      }
+    else if (!strcmp(a, "--device"))
+      bad = bench_arg_choice(PROG, a, argv[++i], (const char *const[]){"auto", "host", "cuda", NULL},
+                             &o->device);
+    else if (!strcmp(a, "--clock"))
+      bad = bench_arg_choice(PROG, a, argv[++i], (const char *const[]){"wall", "cpu", NULL},
+                             &o->cpu_clock);
+    else if (!strcmp(a, "--checkpointing")) {
+      int off = 0;
+      bad = bench_arg_choice(PROG, a, argv[++i], (const char *const[]){"on", "off", NULL}, &off);
+      o->ckpt = !off;
     } else if (!strcmp(a, "--batch"))
       bad = bench_arg_int(PROG, a, argv[++i], 1, 4096, NULL, &o->batch);
     else if (!strcmp(a, "--seq"))
