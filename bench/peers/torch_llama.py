@@ -189,6 +189,18 @@ def make_optimizer(torch, model, a, dev):
     return torch.optim.AdamW(groups, lr=a.lr, betas=(0.9, 0.999), eps=1e-8, **kw), bool(kw)
 
 
+def lm_loss(torch, model, x, y, dev):
+    """The mean next-token cross entropy of tokens x against targets y, in
+    fp32 over bf16 logits (each peer's forward and loss)."""
+    xt = torch.tensor(x, dtype=torch.long, device=dev)
+    yt = torch.tensor(y, dtype=torch.long, device=dev)
+    logits = model(input_ids=xt, use_cache=False).logits
+    loss = torch.nn.functional.cross_entropy(logits.float().view(-1, logits.shape[-1]),
+                                             yt.view(-1))
+    del logits
+    return loss
+
+
 def train(a):
     import torch
     torch.manual_seed(a.seed)
@@ -219,12 +231,7 @@ def train(a):
         x, y = sampler.batch(a.batch, seq)
         sync()
         t0 = time.perf_counter()
-        xt = torch.tensor(x, dtype=torch.long, device=dev)
-        yt = torch.tensor(y, dtype=torch.long, device=dev)
-        logits = model(input_ids=xt, use_cache=False).logits
-        loss = torch.nn.functional.cross_entropy(logits.float().view(-1, logits.shape[-1]),
-                                                 yt.view(-1))
-        del logits
+        loss = lm_loss(torch, model, x, y, dev)
         loss.backward()
         if a.clip_grad_norm > 0:
             torch.nn.utils.clip_grad_norm_(model.parameters(), a.clip_grad_norm)

@@ -199,12 +199,7 @@ def train(a):
         x, y = sampler.batch(a.batch, a.seq)
         torch.cuda.synchronize()
         t0 = time.perf_counter()
-        xt = torch.tensor(x, dtype=torch.long, device=dev)
-        yt = torch.tensor(y, dtype=torch.long, device=dev)
-        logits = engine(input_ids=xt, use_cache=False).logits
-        loss = torch.nn.functional.cross_entropy(logits.float().view(-1, logits.shape[-1]),
-                                                 yt.view(-1))
-        del logits
+        loss = tl.lm_loss(torch, engine, x, y, dev)
         engine.backward(loss)
         engine.step()
         lv = float(loss.item())
