@@ -41,6 +41,7 @@ static const int v_prec[] = {FERRY_DT_F32, FERRY_DT_F16, FERRY_DT_BF16};
 static const int v_prec_grads[] = {FERRY_DT_F32, FERRY_DT_BF16};
 static const int v_state_dt[] = {FERRY_DT_F32, FERRY_DT_BF16, FERRY_DT_I8};
 static const int v_evict[] = {FERRY_EVICT_TRACE, FERRY_EVICT_LRU};
+static const int v_fit[] = {FERRY_FIT_FIRST, FERRY_FIT_LAST, FERRY_FIT_RANDOM};
 static const int v_numa[] = {FERRY_NUMA_LOCAL, FERRY_NUMA_INTERLEAVE, FERRY_NUMA_NONE};
 static const int v_memlock[] = {FERRY_MEMLOCK_ERROR, FERRY_MEMLOCK_PAGEABLE};
 static const int v_verify[] = {FERRY_VERIFY_CRC32C, FERRY_VERIFY_NONE};
@@ -141,6 +142,12 @@ static const key_def keys[] = {
      "micro-batches per optimizer step", NULL},
     {"eviction", K_ENUM, OFF(eviction), "furthest", "furthest|lru", 0, 0, 0,
      "eviction policy: furthest next use from the recorded trace, or least recently used", v_evict},
+    {"fit", K_ENUM, OFF(fit), "first", "first|last|random", 0, 0, 0,
+     "where a copy lands among the free blocks of a pool that fit it: the lowest, the highest, "
+     "or a random one (fit_seed); last and random are for tests (no result may depend on it)",
+     v_fit},
+    {"fit_seed", K_INT, OFF(fit_seed), "1", NULL, 1, 9e15, 0,
+     "seed of fit = random", NULL},
     {"prefetch_depth", K_INT, OFF(prefetch_depth), "0", NULL, 0, 1e6, 0,
      "groups fetched ahead; 0 = as far as the device budget allows", NULL},
     {"step_during_backward", K_BOOL, OFF(step_during_backward), "true", NULL, 0, 0, 0,

@@ -60,6 +60,8 @@ typedef struct {
   double clip_grad_norm;    /* 0: off */
   int64_t grad_accumulation;
   ferry_evict_policy eviction;
+  int fit;                  /* ferry_fit_policy: FIRST, LAST, RANDOM */
+  int64_t fit_seed;         /* fit = random's seed */
   int64_t prefetch_depth;   /* groups ahead; 0: as far as the budget allows */
   int step_during_backward; /* update each group once its grads are final */
   int64_t zero_stage;       /* dist.zero_stage: 0..3 */

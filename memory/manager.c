@@ -40,6 +40,8 @@ int ferry_mem_create(const ferry_mem_config *cfg, ferry_mem **out) {
                             cfg->nvme_align);
   if (cfg->policy != FERRY_EVICT_LRU && cfg->policy != FERRY_EVICT_TRACE)
     return ferry_err_thread(FERRY_EINVAL, "memory: unknown eviction policy %d", (int)cfg->policy);
+  if ((unsigned)cfg->fit > FERRY_FIT_RANDOM)
+    return ferry_err_thread(FERRY_EINVAL, "memory: unknown fit policy %d", (int)cfg->fit);
   for (int f = 0; f < FERRY_FAMILIES; f++) {
     if (cfg->home[f] < 0 || cfg->home[f] >= FERRY_TIERS || cfg->reach[f] < 0 ||
         cfg->reach[f] > cfg->home[f] || cfg->reach[f] == FERRY_TIER_NVME)

@@ -21,8 +21,9 @@
 
 #include <pthread.h>
 
-/* A first-fit sub-allocator over [0, capacity) whose block array is sized
- * once (2 * max_allocs + 1 blocks), so alloc/free never call malloc. */
+/* A sub-allocator over [0, capacity) whose block array is sized once
+ * (2 * max_allocs + 1 blocks), so alloc/free never call malloc; `fit`
+ * chooses among the free blocks that fit (ferry_fit_policy). */
 typedef struct {
   size_t off, size;
   int used;
@@ -32,9 +33,12 @@ typedef struct {
   size_t capacity, align, used;
   mem_block *b;
   size_t n, cap;
+  int fit;      /* ferry_fit_policy */
+  uint64_t rng; /* FERRY_FIT_RANDOM's state */
 } mem_pool;
 
 int mem_pool_init(mem_pool *p, size_t capacity, size_t align, size_t max_allocs);
+void mem_pool_set_fit(mem_pool *p, int fit, uint64_t seed);
 void mem_pool_destroy(mem_pool *p);
 int mem_pool_alloc(mem_pool *p, size_t bytes, size_t *off);
 void mem_pool_free(mem_pool *p, size_t off);

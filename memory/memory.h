@@ -30,7 +30,8 @@ typedef enum {
   FERRY_ROLE_COUNT
 } ferry_role;
 
-/* ferry_evict_policy (placement.eviction) is in include/ferry/engine.h. */
+/* ferry_evict_policy (placement.eviction) and ferry_fit_policy (fit) are in
+ * include/ferry/engine.h. */
 
 /* Residency of one chunk in one tier. */
 typedef enum {
@@ -75,6 +76,8 @@ typedef struct {
    * host): layout checks a chunk fits every tier from here to its home. */
   int reach[FERRY_FAMILIES];
   ferry_evict_policy policy;
+  ferry_fit_policy fit;          /* placement in the device and host pools */
+  uint64_t fit_seed;             /* FERRY_FIT_RANDOM's generator (0: 1) */
   int host_pinned;               /* 1 (default): pin the host pool through the backend */
   int pinned_fallback;           /* memlock too low or pinning fails: 1 pageable pool, 0 error */
   int numa_local;                /* 1 (default): bind the host pool to this thread's NUMA node */

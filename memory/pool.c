@@ -1,7 +1,8 @@
-/* memory/pool.c — the tier pools' sub-allocator: first fit with coalescing
- * over a block array sized once at init (a pool holding at most k
- * allocations never has more than 2k + 1 blocks), so the steady state never
- * allocates. Offsets only; the manager locks.
+/* memory/pool.c — the tier pools' sub-allocator: first fit (or last or
+ * random fit, for tests) with coalescing over a block array sized once at
+ * init (a pool holding at most k allocations never has more than 2k + 1
+ * blocks), so the steady state never allocates. Offsets only; the manager
+ * locks.
  */
 #include "memory/mem_impl.h"
 
@@ -27,24 +28,56 @@ void mem_pool_destroy(mem_pool *p) {
   memset(p, 0, sizeof *p);
 }
 
+void mem_pool_set_fit(mem_pool *p, int fit, uint64_t seed) {
+  p->fit = fit;
+  p->rng = seed ? seed : 1;
+}
+
+static uint64_t pool_rand(mem_pool *p) { /* xorshift64* */
+  p->rng ^= p->rng >> 12;
+  p->rng ^= p->rng << 25;
+  p->rng ^= p->rng >> 27;
+  return p->rng * 2685821657736338717ull;
+}
+
+/* The free block the policy picks for `need` bytes (p->n: none), and
+ * whether the copy goes at its end. */
+static size_t pick_block(mem_pool *p, size_t need, int *at_end) {
+  size_t fits = 0, pick = p->n;
+  *at_end = 0;
+  for (size_t i = 0; i < p->n; i++) {
+    if (p->b[i].used || p->b[i].size < need) continue;
+    if (p->fit == FERRY_FIT_FIRST) return i;
+    if (p->fit == FERRY_FIT_LAST) pick = i;
+    else if (pool_rand(p) % ++fits == 0) pick = i; /* uniform over the fitting blocks */
+  }
+  if (pick < p->n) *at_end = p->fit == FERRY_FIT_LAST || (pool_rand(p) & 1);
+  return pick;
+}
+
 int mem_pool_alloc(mem_pool *p, size_t bytes, size_t *off) {
   size_t need = ferry_align_up(bytes ? bytes : 1, p->align);
-  for (size_t i = 0; i < p->n; i++) {
-    mem_block *b = &p->b[i];
-    if (b->used || b->size < need) continue;
-    if (b->size > need) {
-      if (p->n == p->cap) return FERRY_ENOMEM; /* cannot happen within max_allocs */
-      memmove(&p->b[i + 2], &p->b[i + 1], (p->n - i - 1) * sizeof *p->b);
+  int at_end;
+  size_t i = pick_block(p, need, &at_end);
+  if (i == p->n) return FERRY_ENOMEM;
+  mem_block *b = &p->b[i];
+  if (b->size > need) {
+    if (p->n == p->cap) return FERRY_ENOMEM; /* cannot happen within max_allocs */
+    memmove(&p->b[i + 2], &p->b[i + 1], (p->n - i - 1) * sizeof *p->b);
+    p->n++;
+    if (at_end) { /* the free rest stays below */
+      b->size -= need;
+      p->b[i + 1] = (mem_block){b->off + b->size, need, 0};
+      b = &p->b[i + 1];
+    } else {
       p->b[i + 1] = (mem_block){b->off + need, b->size - need, 0};
-      p->n++;
       b->size = need;
     }
-    b->used = 1;
-    p->used += need;
-    *off = b->off;
-    return FERRY_OK;
   }
-  return FERRY_ENOMEM;
+  b->used = 1;
+  p->used += need;
+  *off = b->off;
+  return FERRY_OK;
 }
 
 void mem_pool_free(mem_pool *p, size_t off) {

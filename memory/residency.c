@@ -285,7 +285,12 @@ static int start_writeback(ferry_mem *m, uint32_t ci, int tier) {
   if (c->state[tier] != FERRY_RES_DIRTY) return FERRY_OK;
   if (c->use[tier]) return FERRY_EBUSY; /* its holder may still be writing */
   if (tier == FERRY_TIER_DEVICE) {
-    if (c->state[FERRY_TIER_HOST] == FERRY_RES_WRITING) return FERRY_EAGAIN;
+    /* not into a host copy still moving: an NVMe read landing after the
+     * D2H would put the old bytes back over the new (a NOLOAD device copy
+     * is dirty while its host copy still loads) */
+    if (c->state[FERRY_TIER_HOST] == FERRY_RES_WRITING ||
+        c->state[FERRY_TIER_HOST] == FERRY_RES_LOADING || c->io_active)
+      return FERRY_EAGAIN;
     if (c->load_issued) return FERRY_EAGAIN; /* NOLOAD: its ordering event is pending */
     int rc = wait_uses(c, m->d2h); /* every holder's writes, on every stream */
     if (!rc) (void)mark(m, m->d2h, 1, 1);

@@ -222,6 +222,8 @@ int mem_tiers_reserve(ferry_mem *m) {
   if ((rc = mem_pool_init(&m->pool[0], dev_len, MEM_DEVICE_ALIGN, m->nc)) ||
       (rc = mem_pool_init(&m->pool[1], host_len, mem_host_align(m), m->nc)))
     return ferry_err(&m->err, FERRY_ENOMEM, "pools: out of memory");
+  mem_pool_set_fit(&m->pool[0], m->cfg.fit, m->cfg.fit_seed);
+  mem_pool_set_fit(&m->pool[1], m->cfg.fit, m->cfg.fit_seed + 1);
   dev_len = m->pool[0].capacity;
   host_len = m->pool[1].capacity;
   if (dev_len) {

@@ -144,6 +144,8 @@ static int create_manager(ferry_engine *e, size_t dev_budget, size_t own_dev, si
   mc.reach[FERRY_FAMILY_GRADS] = work_tier(e->grad_home);
   mc.reach[FERRY_FAMILY_OPTIM] = work_tier(e->optim_home);
   mc.policy = v->eviction;
+  mc.fit = (ferry_fit_policy)v->fit;
+  mc.fit_seed = (uint64_t)v->fit_seed;
   mc.host_pinned = v->host_pinned;
   mc.pinned_fallback = v->host_memlock == FERRY_MEMLOCK_PAGEABLE;
   mc.numa_local = v->host_numa == FERRY_NUMA_LOCAL;

@@ -156,6 +156,13 @@ typedef enum { FERRY_TIER_DEVICE = 0, FERRY_TIER_HOST = 1, FERRY_TIER_NVME = 2, 
 /* placement.eviction: which chunk leaves a full tier first (least recently
  * used, or the one the recorded trace needs last). */
 typedef enum { FERRY_EVICT_LRU = 0, FERRY_EVICT_TRACE = 1 } ferry_evict_policy;
+/* fit: where a copy lands among a pool's free blocks that fit it (last and
+ * random are for tests: no result may depend on where a copy lands). */
+typedef enum {
+  FERRY_FIT_FIRST = 0,  /* the lowest free block that fits, at its start (default) */
+  FERRY_FIT_LAST = 1,   /* the highest free block that fits, at its end */
+  FERRY_FIT_RANDOM = 2  /* a random free block that fits, at its start or end (fit_seed) */
+} ferry_fit_policy;
 enum {
   FERRY_FAMILY_PARAMS = 0, /* 16-bit params */
   FERRY_FAMILY_GRADS = 1,  /* gradients */

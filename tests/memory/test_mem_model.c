@@ -4,7 +4,9 @@
  * prefetch / flush operations, each followed by checks: contents by
  * checksum at every fetch, use counts, inclusion, legal states, bytes per
  * tier equal to the copies present, peaks within budgets.
- * usage: test_mem_model [ops] [seed]
+ * usage: test_mem_model [ops] [seed] [first|last|random] [runs]
+ * (the pools' fit policy: contents may not depend on where a copy lands;
+ * runs: seeds seed .. seed + runs - 1)
  */
 #include "memory/memory.h"
 #include "tests/memory/fake_store.h"
@@ -38,6 +40,7 @@ static held_t held[MAXHELD];
 static int nheld;
 static unsigned long long rs;
 static size_t budget[FERRY_TIERS];
+static ferry_fit_policy fit = FERRY_FIT_FIRST;
 static int home[FERRY_FAMILIES];
 
 static uint64_t sum64(const unsigned char *p, size_t n) {
@@ -207,6 +210,8 @@ static void run(int variant, int ops, unsigned long long seed) {
   mc.chunk_size = cs;
   for (int f = 0; f < 3; f++) mc.home[f] = home[f];
   mc.policy = variant == 1 ? FERRY_EVICT_TRACE : FERRY_EVICT_LRU;
+  mc.fit = fit;
+  mc.fit_seed = seed;
   mc.nvme_align = 512;
   mc.host_pinned = 0;
   mc.numa_local = 0;
@@ -317,6 +322,16 @@ static void run(int variant, int ops, unsigned long long seed) {
 int main(int argc, char **argv) {
   int ops = argc > 1 ? atoi(argv[1]) : 6000;
   unsigned long long seed = argc > 2 ? strtoull(argv[2], NULL, 10) : 1;
-  for (int v = 0; v < 3; v++) run(v, ops, seed);
+  if (argc > 3) {
+    if (!strcmp(argv[3], "last")) fit = FERRY_FIT_LAST;
+    else if (!strcmp(argv[3], "random")) fit = FERRY_FIT_RANDOM;
+    else if (strcmp(argv[3], "first")) {
+      fprintf(stderr, "test_mem_model: fit %s is not first, last or random\n", argv[3]);
+      return 2;
+    }
+  }
+  int runs = argc > 4 ? atoi(argv[4]) : 1;
+  for (int r = 0; r < runs; r++)
+    for (int v = 0; v < 3; v++) run(v, ops, seed + (unsigned long long)r);
   return test_finish("test_mem_model");
 }
