@@ -10,6 +10,7 @@
  *   tier.c, layout.c, evict.c   reserving the tiers, the chunk layout, victim
  *                choice and the access trace (none calls another)
  *   stats.c      accounting
+ *   compact.c    sliding movable host copies together (pool.c)
  *   pool.c, registry.c          the pool allocator, the tensor registry
  *   names.c      names of tiers, families and states (calls nothing)
  * Below memory/: device/ (the device API of ferry.h) and core/.
@@ -39,6 +40,10 @@ typedef struct {
 
 int mem_pool_init(mem_pool *p, size_t capacity, size_t align, size_t max_allocs);
 void mem_pool_set_fit(mem_pool *p, int fit, uint64_t seed);
+/* Moves the live block at `off` down to the start of the free block just
+ * below it (its bytes are the caller's to move); its new offset, or off
+ * when the block below is live. */
+size_t mem_pool_slide_down(mem_pool *p, size_t off);
 void mem_pool_destroy(mem_pool *p);
 int mem_pool_alloc(mem_pool *p, size_t bytes, size_t *off);
 void mem_pool_free(mem_pool *p, size_t off);
@@ -164,6 +169,8 @@ struct ferry_mem {
 
   /* residency */
   uint32_t *pend;       /* chunk ids with async work in flight */
+  uint32_t *compact_ids; /* compact.c's scratch: nc chunk ids */
+  uint64_t compactions;  /* compactions that moved a copy */
   uint32_t npend;
   uint64_t clock;
 
@@ -222,6 +229,9 @@ void mem_stats_sub(ferry_mem *m, int tier, int family, size_t bytes);
 /* The groups whose held copies fill `tier`, and the bytes cached but not
  * evictable, for a full tier's message. */
 void mem_describe_holders(ferry_mem *m, int tier, char *buf, size_t len);
+/* compact.c: slides the movable host copies down; the bytes moved (0:
+ * none could move). */
+size_t mem_compact_host(ferry_mem *m);
 /* residency.c */
 void mem_set_state(ferry_mem *m, uint32_t ci, int tier, int to);
 void mem_drain(ferry_mem *m);

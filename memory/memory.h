@@ -161,6 +161,9 @@ typedef struct {
   uint32_t use[FERRY_TIERS];
 } ferry_mem_chunk_info;
 uint32_t ferry_mem_chunk_count(ferry_mem *m);
+/* Compactions of the host pool that moved a copy (a fetch found bytes
+ * enough free, in holes none of which fit, and nothing to evict). */
+uint64_t ferry_mem_compactions(ferry_mem *m);
 int ferry_mem_chunk_get(ferry_mem *m, uint32_t chunk, ferry_mem_chunk_info *out);
 /* The chunks of a group in one family: [*first, *first + *count). */
 int ferry_mem_group_chunks(ferry_mem *m, uint32_t group, int family, uint32_t *first,

@@ -103,3 +103,25 @@ void mem_pool_free(mem_pool *p, size_t off) {
     p->n--;
   }
 }
+
+size_t mem_pool_slide_down(mem_pool *p, size_t off) {
+  size_t lo = 0, hi = p->n;
+  while (lo < hi) {
+    size_t mid = lo + (hi - lo) / 2;
+    if (p->b[mid].off < off) lo = mid + 1;
+    else hi = mid;
+  }
+  FERRY_ASSERT(lo < p->n && p->b[lo].off == off && p->b[lo].used,
+               "memory pool: slide of offset %zu that is not a live block", off);
+  if (lo == 0 || p->b[lo - 1].used) return off;
+  mem_block *f = &p->b[lo - 1], *u = &p->b[lo];
+  size_t to = f->off, gap = f->size;
+  *f = (mem_block){to, u->size, 1};
+  *u = (mem_block){to + f->size, gap, 0};
+  if (lo + 1 < p->n && !p->b[lo + 1].used) { /* the hole joins the one above */
+    u->size += p->b[lo + 1].size;
+    memmove(&p->b[lo + 1], &p->b[lo + 2], (p->n - lo - 2) * sizeof *p->b);
+    p->n--;
+  }
+  return to;
+}

@@ -414,6 +414,9 @@ static int alloc_space(ferry_mem *m, uint32_t ci, int tier, int prefetch) {
         wait_step(m, moving);
         continue;
       }
+      if (tier == FERRY_TIER_HOST && p->capacity - p->used >= ferry_align_up(c->bytes, p->align) &&
+          mem_compact_host(m))
+        continue; /* room enough, in holes too small: gathered into one */
       char held[768], b1[32];
       mem_describe_holders(m, tier, held, sizeof held);
       return ferry_err(&m->err, FERRY_ENOMEM,

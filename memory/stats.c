@@ -112,3 +112,11 @@ void mem_describe_holders(ferry_mem *m, int tier, char *buf, size_t len) {
     snprintf(buf + n, len - n, "%s%zu bytes cached but moving or not yet evictable",
              runs ? "; " : "", other);
 }
+
+uint64_t ferry_mem_compactions(ferry_mem *m) {
+  if (!m) return 0;
+  pthread_mutex_lock(&m->mu);
+  uint64_t n = m->compactions;
+  pthread_mutex_unlock(&m->mu);
+  return n;
+}

@@ -278,7 +278,8 @@ int mem_tiers_reserve(ferry_mem *m) {
                home_hi - home_lo, ferry_now() - t0);
   }
   m->pend = calloc((size_t)m->nc + 1, sizeof *m->pend);
-  if (!m->pend) return ferry_err(&m->err, FERRY_ENOMEM, "out of memory");
+  m->compact_ids = calloc((size_t)m->nc + 1, sizeof *m->compact_ids);
+  if (!m->pend || !m->compact_ids) return ferry_err(&m->err, FERRY_ENOMEM, "out of memory");
   return mem_alloc_io(m);
 }
 
@@ -304,4 +305,6 @@ void mem_tiers_release(ferry_mem *m) {
   m->io_mem = NULL;
   free(m->pend);
   m->pend = NULL;
+  free(m->compact_ids);
+  m->compact_ids = NULL;
 }
