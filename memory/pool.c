@@ -80,13 +80,19 @@ int mem_pool_alloc(mem_pool *p, size_t bytes, size_t *off) {
   return FERRY_OK;
 }
 
-void mem_pool_free(mem_pool *p, size_t off) {
+/* The index of the first block at or above off. */
+static size_t find_block(const mem_pool *p, size_t off) {
   size_t lo = 0, hi = p->n;
   while (lo < hi) {
     size_t mid = lo + (hi - lo) / 2;
     if (p->b[mid].off < off) lo = mid + 1;
     else hi = mid;
   }
+  return lo;
+}
+
+void mem_pool_free(mem_pool *p, size_t off) {
+  size_t lo = find_block(p, off);
   FERRY_ASSERT(lo < p->n && p->b[lo].off == off && p->b[lo].used,
                "memory pool: free of offset %zu that is not a live block", off);
   size_t i = lo;
@@ -105,12 +111,7 @@ void mem_pool_free(mem_pool *p, size_t off) {
 }
 
 size_t mem_pool_slide_down(mem_pool *p, size_t off) {
-  size_t lo = 0, hi = p->n;
-  while (lo < hi) {
-    size_t mid = lo + (hi - lo) / 2;
-    if (p->b[mid].off < off) lo = mid + 1;
-    else hi = mid;
-  }
+  size_t lo = find_block(p, off);
   FERRY_ASSERT(lo < p->n && p->b[lo].off == off && p->b[lo].used,
                "memory pool: slide of offset %zu that is not a live block", off);
   if (lo == 0 || p->b[lo - 1].used) return off;
