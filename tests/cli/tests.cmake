@@ -27,6 +27,24 @@ if(TARGET ferry-gpt)
            --model ${PROJECT_SOURCE_DIR}/tests/plan/configs/llama-1b.json --steps 4 --seq 128
            --chunk 64M --layouts fp32 --factors 1 --tol-reads 0.10 --check-extra)
   set_tests_properties(cli.plan.family_bytes.full PROPERTIES TIMEOUT 3600 LABELS slow)
+  # The same thin Llama at the minimum budgets, run after run, each layout
+  # under each fit policy: no run may fail for room (12 runs; 200 in .full)
+  foreach(_mb_runs 12 200)
+    set(_mb_name cli.plan.min_budget_runs)
+    set(_mb_timeout 120)
+    if(_mb_runs EQUAL 200)
+      set(_mb_name cli.plan.min_budget_runs.full)
+      set(_mb_timeout 1200)
+    endif()
+    add_test(NAME ${_mb_name} COMMAND /usr/bin/python3
+             ${PROJECT_SOURCE_DIR}/tests/cli/min_budget_runs.py --gpt $<TARGET_FILE:ferry-gpt>
+             --ferry $<TARGET_FILE:ferry_cli> --root ${PROJECT_SOURCE_DIR}
+             --work ${PROJECT_BINARY_DIR}/tests/${_mb_name} --runs ${_mb_runs})
+    ferry_test_timeout(_mb_timeout ${_mb_timeout})
+    set_tests_properties(${_mb_name} PROPERTIES TIMEOUT ${_mb_timeout}
+                         ENVIRONMENT "OPENBLAS_NUM_THREADS=1")
+  endforeach()
+  set_tests_properties(cli.plan.min_budget_runs.full PROPERTIES LABELS slow)
 endif()
 # `ferry bench step` (validated and --no-validate, each placement) and
 # `ferry bench copy` (size lists, one direction) on the host backend.
