@@ -451,6 +451,15 @@ static int set_text(ferry_config_values *v, const key_def *k, const char *s, cha
   return -1;
 }
 
+/* The fewest digits that read back as x ("0.0003", not the %.17g
+ * "0.00029999999999999997"): what the user wrote, for any value they can. */
+static void shortest(char *buf, size_t len, double x) {
+  for (int p = 1; p <= 17; p++) {
+    snprintf(buf, len, "%.*g", p, x);
+    if (strtod(buf, NULL) == x) return;
+  }
+}
+
 static void get_text(const ferry_config_values *v, const key_def *k, char *buf, size_t len) {
   const char *src = (const char *)v + k->off;
   switch (k->k) {
@@ -466,7 +475,7 @@ static void get_text(const ferry_config_values *v, const key_def *k, char *buf, 
   case K_SIZE: snprintf(buf, len, "%llu", (unsigned long long)*(const uint64_t *)src); return;
   case K_INT:
   case K_POW2: snprintf(buf, len, "%lld", (long long)*(const int64_t *)src); return;
-  case K_FLOAT: snprintf(buf, len, "%.17g", *(const double *)src); return;
+  case K_FLOAT: shortest(buf, len, *(const double *)src); return;
   case K_BOOL: snprintf(buf, len, "%s", *(const int *)src ? "true" : "false"); return;
   case K_STR: snprintf(buf, len, "%s", src); return;
   case K_PATHS: {
@@ -476,13 +485,17 @@ static void get_text(const ferry_config_values *v, const key_def *k, char *buf, 
       o += (size_t)snprintf(buf + o, len - o, "%s%s", i ? ", " : "", v->nvme_paths[i]);
     return;
   }
-  case K_FLOAT2:
-    snprintf(buf, len, "%.17g, %.17g", ((const double *)src)[0], ((const double *)src)[1]);
+  case K_FLOAT2: {
+    char a[40], b[40];
+    shortest(a, sizeof a, ((const double *)src)[0]);
+    shortest(b, sizeof b, ((const double *)src)[1]);
+    snprintf(buf, len, "%s, %s", a, b);
     return;
+  }
   case K_SCALE: {
     double x = *(const double *)src;
     if (x == 0) snprintf(buf, len, "dynamic");
-    else snprintf(buf, len, "%.17g", x);
+    else shortest(buf, len, x);
     return;
   }
   }
@@ -593,7 +606,7 @@ static int scalar_text(const config_setting_t *s, char *buf, size_t len) {
   case CONFIG_TYPE_INT64:
     snprintf(buf, len, "%lld", config_setting_get_int64(s));
     return 0;
-  case CONFIG_TYPE_FLOAT: snprintf(buf, len, "%.17g", config_setting_get_float(s)); return 0;
+  case CONFIG_TYPE_FLOAT: shortest(buf, len, config_setting_get_float(s)); return 0;
   case CONFIG_TYPE_BOOL: snprintf(buf, len, "%s", config_setting_get_bool(s) ? "true" : "false"); return 0;
   case CONFIG_TYPE_STRING: snprintf(buf, len, "%s", config_setting_get_string(s)); return 0;
   default: return -1;
