@@ -4,7 +4,6 @@
 #include "core/outfile.h"
 #include "ferry.h"
 
-#include <signal.h>
 #include <string.h>
 
 static void usage(FILE *f) {
@@ -76,13 +75,9 @@ static int run(int argc, char **argv) {
  * (`ulimit -f`) fails its write with EFBIG, named, instead of a silent
  * SIGXFSZ death. */
 int main(int argc, char **argv) {
-  ferry_stdio_reserve();
-  signal(SIGXFSZ, SIG_IGN);
+  ferry_program_start();
   int rc = run(argc, argv);
   char why[256];
-  if (ferry_stdout_finish(why, sizeof why)) {
-    fprintf(stderr, "ferry: %s\n", why);
-    if (rc == 0) rc = 1;
-  }
+  if (ferry_stdout_finish(why, sizeof why)) fprintf(stderr, "ferry: %s\n", why), rc = rc ? rc : 1;
   return rc;
 }

@@ -7,6 +7,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,7 +35,8 @@ const char *ferry_outfile_reason(int err, char *buf, size_t n) {
 /* "path: what: reason" into why; returns the status of err. */
 static int fail(char *why, size_t wl, const char *path, const char *what, int err) {
   char r[200];
-  if (why && wl) snprintf(why, wl, "%s: %s: %s", path, what, ferry_outfile_reason(err, r, sizeof r));
+  if (why && wl)
+    snprintf(why, wl, "%s: %s: %s", path, what, ferry_outfile_reason(err, r, sizeof r));
   return ferry_outfile_status(err);
 }
 
@@ -142,7 +144,8 @@ int ferry_outfile_commit(ferry_outfile *o, char *why, size_t wl) {
   return rc;
 }
 
-void ferry_stdio_reserve(void) {
+void ferry_program_start(void) {
+  signal(SIGXFSZ, SIG_IGN);
   for (int fd = 0; fd <= 2; fd++)
     if (fcntl(fd, F_GETFD) < 0 && errno == EBADF) {
       int n = open("/dev/null", O_RDONLY);

@@ -42,11 +42,13 @@ int ferry_outfile_status(int err);
  * (RLIMIT_FSIZE, `ulimit -f`) when one is set. Returns buf. */
 const char *ferry_outfile_reason(int err, char *buf, size_t n);
 
-/* Makes descriptors 0, 1 and 2 open (/dev/null, read-only) when they are
- * closed, so no file opened later takes their number and a write to a
- * closed stdout fails (EBADF) rather than landing in that file. Call first
- * in main. */
-void ferry_stdio_reserve(void);
+/* For programs (`ferry`, ferry-gpt), first in main: makes descriptors 0, 1
+ * and 2 open (/dev/null, read-only) when they are closed, so no file opened
+ * later takes their number and a write to a closed stdout fails (EBADF)
+ * rather than landing in that file; and ignores SIGXFSZ, so a write past
+ * the file size limit (`ulimit -f`) fails with EFBIG, which callers name,
+ * instead of killing the process without a word. */
+void ferry_program_start(void);
 
 /* Flushes and closes stdout. Returns 0, or -1 with the reason in why (the
  * output was lost: a full disk, a closed pipe or descriptor). */

@@ -9,7 +9,6 @@
 #include "blas.h"
 #include "core/outfile.h"
 
-#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -37,13 +36,9 @@ static int run(int argc, char **argv) {
  * with a message. A file over the size limit (`ulimit -f`) fails its write
  * with EFBIG, named, instead of a silent SIGXFSZ death. */
 int main(int argc, char **argv) {
-  ferry_stdio_reserve();
-  signal(SIGXFSZ, SIG_IGN);
+  ferry_program_start();
   int rc = run(argc, argv);
   char why[256];
-  if (ferry_stdout_finish(why, sizeof why)) {
-    errf("%s\n", why);
-    if (rc == 0) rc = 1;
-  }
+  if (ferry_stdout_finish(why, sizeof why)) errf("%s\n", why), rc = rc ? rc : 1;
   return rc;
 }
