@@ -408,7 +408,7 @@ static int write_shard_header(ferry_safetensors_writer *w, int s) {
 
 /* At the first write: the order, the shards and every shard's header. */
 static int layout(ferry_safetensors_writer *w) {
-  if (w->failed) return ferry_err(&w->err, FERRY_ESTATE, "writer failed earlier");
+  if (w->failed) return FERRY_ESTATE; /* the message stays the first failure's */
   if (w->laid_out) return 0;
   w->laid_out = 1;
   layout_order(w);
