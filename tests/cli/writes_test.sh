@@ -17,22 +17,11 @@ case_=$2
 dir=$3
 data=${4:-}
 configs=${5:-}
+name=writes.$case_
+# shellcheck source=tests/cli/steps.sh
+. "$(dirname "$0")/steps.sh"
 rm -rf "$dir" && mkdir -p "$dir" || exit 1
 cd "$dir" || exit 1
-fail() {
-  echo "writes.$case_: FAILED: $*" >&2
-  for f in "$dir"/*.out "$dir"/*.err; do [ -f "$f" ] && { echo "--- $f" >&2; cat "$f" >&2; }; done
-  exit 1
-}
-# expect RC CMD...: runs CMD (stdout in o.out, stderr in o.err), wants exit RC
-expect() {
-  want=$1
-  shift
-  "$@" >o.out 2>o.err
-  got=$?
-  [ "$got" = "$want" ] || fail "'$*' exited $got, wanted $want"
-}
-says() { grep -qF -- "$1" o.err || fail "stderr lacks '$1'"; }
 # lost CMD...: CMD with stdout on /dev/full, then closed: exit 1, named
 lost() {
   "$@" >/dev/full 2>o.err
