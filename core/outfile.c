@@ -161,7 +161,7 @@ int ferry_stdout_finish(char *why, size_t wl) {
   if (!bad) return 0;
   char r[200];
   if (why && wl)
-    snprintf(why, wl, "writing the output failed: %s",
-             e ? ferry_outfile_reason(e, r, sizeof r) : "write error");
+    snprintf(why, wl, "writing stdout failed (%s): the output is lost",
+             e ? ferry_outfile_reason(e, r, sizeof r) : "a full disk, or a closed descriptor");
   return -1;
 }
