@@ -5,6 +5,7 @@
 
 #include "ferry.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -48,6 +49,24 @@ static char *folder_of(const char *path) {
   return strndup(path, (size_t)(slash - path));
 }
 
+/* Removes the temporaries of base in folder left by processes that are
+ * gone (killed while writing): ".BASE.tmp-PID-SEQ" with PID dead. */
+static void remove_dead_temporaries(const char *folder, const char *base) {
+  DIR *d = opendir(folder);
+  if (!d) return;
+  size_t bl = strlen(base);
+  struct dirent *e;
+  while ((e = readdir(d))) {
+    const char *n = e->d_name;
+    if (n[0] != '.' || strncmp(n + 1, base, bl) || strncmp(n + 1 + bl, ".tmp-", 5)) continue;
+    char *end;
+    long pid = strtol(n + bl + 6, &end, 10);
+    if (pid <= 0 || *end != '-' || pid == (long)getpid()) continue;
+    if (kill((pid_t)pid, 0) != 0 && errno == ESRCH) unlinkat(dirfd(d), n, 0);
+  }
+  closedir(d);
+}
+
 int ferry_outfile_open(ferry_outfile *o, const char *path, char *why, size_t wl) {
   static atomic_uint seq;
   memset(o, 0, sizeof *o);
@@ -70,6 +89,9 @@ int ferry_outfile_open(ferry_outfile *o, const char *path, char *why, size_t wl)
     if (why && wl) snprintf(why, wl, "%s: out of memory", path);
     return FERRY_ENOMEM;
   }
+  char *folder = folder_of(path);
+  if (folder) remove_dead_temporaries(folder, base);
+  free(folder);
   mode_t mode = 0666;
   struct stat st;
   if (lstat(path, &st) == 0 && S_ISREG(st.st_mode)) mode = st.st_mode & 07777;

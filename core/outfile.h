@@ -20,7 +20,8 @@ typedef struct {
 } ferry_outfile;
 
 /* Creates the temporary beside path (O_CREAT | O_EXCL | O_NOFOLLOW, the
- * mode of a regular file already at path, else 0666 less the umask).
+ * mode of a regular file already at path, else 0666 less the umask), and
+ * removes the temporaries of path that processes now gone left behind.
  * Returns FERRY_OK, or with "path: why" in `why`: FERRY_ENOENT, FERRY_EPERM,
  * FERRY_ENOSPC, FERRY_EIO, FERRY_ENOMEM. why may be NULL. */
 int ferry_outfile_open(ferry_outfile *o, const char *path, char *why, size_t wl);

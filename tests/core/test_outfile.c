@@ -1,7 +1,8 @@
 /* tests/core/test_outfile.c — core/outfile.h: a file replaced whole; a
  * symlink planted at the target replaced, its file untouched; an abort and
  * a failed write (past RLIMIT_FSIZE, SIGXFSZ ignored) keep the old file
- * byte for byte and leave no temporary; the old file's mode kept.
+ * byte for byte and leave no temporary; the old file's mode kept; the
+ * temporaries of a dead process removed.
  */
 #include "core/outfile.h"
 
@@ -102,6 +103,15 @@ int main(void) {
   REQUIRE(setrlimit(RLIMIT_FSIZE, &old) == 0);
   EXPECT(holds(at("a.json"), "three\n"));
   EXPECT_EQ_INT(temporaries(), 0);
+  /* a dead process's temporary is removed, a live one's kept */
+  char live[64];
+  snprintf(live, sizeof live, ".a.json.tmp-%ld-7", (long)getppid());
+  put(at(".a.json.tmp-999999999-0"), "dead");
+  put(at(live), "live");
+  EXPECT_EQ_INT(write_text(at("a.json"), "three\n", why, sizeof why), FERRY_OK);
+  EXPECT(access(at(".a.json.tmp-999999999-0"), F_OK) != 0);
+  EXPECT(access(at(live), F_OK) == 0);
+  unlink(at(live));
   /* a missing folder, a folder as the target */
   EXPECT_EQ_INT(write_text(at("no/such/x"), "x", why, sizeof why), FERRY_ENOENT);
   EXPECT(strstr(why, "no/such/x") != NULL);
