@@ -121,7 +121,7 @@ int ferry_outfile_open(ferry_outfile *o, const char *path, char *why, size_t wl)
 
 void ferry_outfile_abort(ferry_outfile *o) {
   if (o->f) fclose(o->f); /* closes fd */
-  else if (o->fd >= 0) close(o->fd);
+  else if (o->tmp && o->fd >= 0) close(o->fd); /* a zeroed outfile's fd 0 is not its own */
   o->f = NULL;
   o->fd = -1;
   if (o->tmp) unlink(o->tmp);

@@ -10,6 +10,7 @@
 #include "tests/test.h"
 
 #include <dirent.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <string.h>
 #include <sys/resource.h>
@@ -90,6 +91,11 @@ int main(void) {
   ferry_outfile_abort(&o);
   EXPECT(holds(at("a.json"), "three\n"));
   ferry_outfile_abort(&o); /* twice is harmless */
+  int null = open("/dev/null", O_RDONLY); /* a zeroed outfile leaves descriptor 0 alone */
+  REQUIRE(null >= 0 && dup2(null, 0) == 0);
+  ferry_outfile z = {0};
+  ferry_outfile_abort(&z);
+  EXPECT(fcntl(0, F_GETFD) >= 0);
   /* a write past the file size limit fails, named; the old file stays */
   signal(SIGXFSZ, SIG_IGN);
   struct rlimit old, small = {4096, 0};
