@@ -79,6 +79,24 @@ gpt)
   cmp -s s/model.safetensors old.safetensors || fail "a failed --save changed the old weights"
   cmp -s s/config.json old.json || fail "a failed --save changed the old config.json"
   no_temporaries s
+  # a full disk: a 4 MiB tmpfs (in a private mount namespace; skipped where
+  # none can be made) holding a 1 MB old model.safetensors, where the new
+  # one (4.2 MB) cannot fit: the save fails and keeps the old file (it was
+  # truncated, then unlinked)
+  if unshare -rm true 2>/dev/null; then
+    mkdir full
+    head -c 1000000 old.safetensors >full.old
+    # shellcheck disable=SC2016
+    unshare -rm sh -c 'mount -t tmpfs -o size=4m tmpfs full && cd full && mkdir s &&
+      cp ../full.old s/model.safetensors && cp ../old.json s/config.json &&
+      { "$@" --steps 1 --save s >../o.out 2>../o.err; echo $? >../full.rc; } &&
+      cmp -s s/model.safetensors ../full.old && cmp -s s/config.json ../old.json &&
+      echo same >../full.same; ls -a s >../full.ls' sh "$bin" $tiny
+    [ "$(cat full.rc 2>/dev/null)" = 1 ] || fail "a --save on a full disk did not exit 1"
+    says "No space left on device"
+    [ -f full.same ] || fail "a --save on a full disk changed the old weights or config.json"
+    grep -q '\.tmp-' full.ls && fail "a --save on a full disk left a temporary"
+  fi
   # links planted in DIR are replaced, never written through
   rm s/model.safetensors s/config.json
   ln -s ../victim s/model.safetensors && ln -s ../victim s/config.json
