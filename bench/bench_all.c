@@ -13,6 +13,7 @@
 #include "core/core.h"
 #include "core/file.h"
 #include "core/json.h"
+#include "core/outfile.h"
 #include "plan/plan.h"
 
 #include "ferry.h"
@@ -448,21 +449,15 @@ static void machine_text(char *buf, size_t len, const char *device) {
     snprintf(buf, len, "%s; device %s", host, device);
 }
 
-/* Writes FILE.tmp, renames it over FILE, then reads it back with the
- * planner's parser: what plan will see is what was meant. */
+/* Writes FILE whole (core/outfile.h: beside it, then renamed over it),
+ * then reads it back with the planner's parser: what plan will see is what
+ * was meant. */
 static int write_profile(const char *path, const pkey *k, int nk, const char *machine,
                          const char *const *notes, const unsigned *note_bits, int nnotes, char *why,
                          size_t wl) {
-  char tmp[4096];
-  if ((size_t)snprintf(tmp, sizeof tmp, "%s.tmp", path) >= sizeof tmp) {
-    snprintf(why, wl, "path too long");
-    return -1;
-  }
-  FILE *f = fopen(tmp, "w");
-  if (!f) {
-    snprintf(why, wl, "cannot create %.300s", tmp);
-    return -1;
-  }
+  ferry_outfile o;
+  if (ferry_outfile_open(&o, path, why, wl)) return -1;
+  FILE *f = o.f;
   char created[32];
   time_t now = time(NULL);
   struct tm tm;
@@ -485,17 +480,7 @@ static int write_profile(const char *path, const pkey *k, int nk, const char *ma
     json_string_raw(f, notes[i]);
   }
   fprintf(f, "\n  }\n}\n");
-  int bad = ferror(f);
-  if (fclose(f) || bad) {
-    snprintf(why, wl, "write error on %.300s", tmp);
-    remove(tmp);
-    return -1;
-  }
-  if (rename(tmp, path)) {
-    snprintf(why, wl, "cannot rename %.300s to %.300s", tmp, path);
-    remove(tmp);
-    return -1;
-  }
+  if (ferry_outfile_commit(&o, why, wl)) return -1;
   ferry_plan_bandwidth bw = ferry_plan_bandwidth_default();
   char pwhy[512];
   if (ferry_plan_profile_load(path, &bw, pwhy, sizeof pwhy)) {

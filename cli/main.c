@@ -1,6 +1,7 @@
 /* cli/main.c — the `ferry` command: dispatches to its subcommands. */
 #include "cli/cli.h"
 
+#include "core/outfile.h"
 #include "ferry.h"
 
 #include <string.h>
@@ -39,7 +40,7 @@ static int dispatch(const char *cmd, int argc, char **argv) {
   return -1;
 }
 
-int main(int argc, char **argv) {
+static int run(int argc, char **argv) {
   if (argc < 2) {
     usage(stderr);
     return 2;
@@ -67,4 +68,16 @@ int main(int argc, char **argv) {
   fprintf(stderr, "ferry: unknown command '%s'\n\n", cmd);
   usage(stderr);
   return 2;
+}
+
+/* Lost output is a failure: a full disk or a closed stdout exits 1 with a
+ * message, never 0 with an empty file. A file over the size limit
+ * (`ulimit -f`) fails its write with EFBIG, named, instead of a silent
+ * SIGXFSZ death. */
+int main(int argc, char **argv) {
+  ferry_program_start();
+  int rc = run(argc, argv);
+  char why[256];
+  if (ferry_stdout_finish(why, sizeof why)) fprintf(stderr, "ferry: %s\n", why), rc = rc ? rc : 1;
+  return rc;
 }

@@ -8,6 +8,7 @@
 
 #include "ferry.h"
 #include "plan/plan.h"
+#include "core/outfile.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -395,11 +396,13 @@ static void svg_placement(FILE *f, const ferry_plan_input *in, const ferry_plan_
 }
 
 static int write_svg(const char *path, const ferry_plan_input *in, const ferry_plan_result *r) {
-  FILE *f = fopen(path, "w");
-  if (!f) {
-    fprintf(stderr, "ferry plan: --svg %s: %s\n", path, strerror(errno));
+  ferry_outfile o;
+  char why[512];
+  if (ferry_outfile_open(&o, path, why, sizeof why)) {
+    fprintf(stderr, "ferry plan: --svg %s\n", why);
     return -1;
   }
+  FILE *f = o.f;
   svg_head(f, in, r);
   for (int p = 0; p < FERRY_PLACEMENTS; p++) svg_placement(f, in, r, p);
   for (int fam = 0; fam < FERRY_PLAN_FAMILIES; fam++) {
@@ -409,8 +412,8 @@ static int write_svg(const char *path, const ferry_plan_input *in, const ferry_p
             x, SVG_H - 26, fam_color[fam], x + 16, SVG_H - 16, ferry_plan_family_name(fam));
   }
   fprintf(f, "</svg>\n");
-  if (fclose(f)) {
-    fprintf(stderr, "ferry plan: --svg %s: write failed\n", path);
+  if (ferry_outfile_commit(&o, why, sizeof why)) {
+    fprintf(stderr, "ferry plan: --svg %s\n", why);
     return -1;
   }
   return 0;

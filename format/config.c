@@ -4,6 +4,7 @@
  * getters from C with the same syntax, and a writer.
  */
 #include "format/config.h"
+#include "core/outfile.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -893,11 +894,11 @@ static int components(const char *name, char comp[][64], int max) {
 int ferry_config_write_file(const ferry_config *c, const char *path) {
   if (!c || !path) return FERRY_EINVAL;
   ferry_config *mc = (ferry_config *)c;
-  FILE *f = fopen(path, "w");
-  if (!f) {
-    int e = errno;
-    return ferry_err(&mc->err, FERRY_EIO, "%s: cannot write: %s", path, strerror(e));
-  }
+  ferry_outfile o; /* the user's old file stays whole until the new one is complete */
+  char why[512];
+  int rc = ferry_outfile_open(&o, path, why, sizeof why);
+  if (rc) return ferry_err(&mc->err, rc, "%s", why);
+  FILE *f = o.f;
   fprintf(f, "# ferry engine configuration (every key; see docs/CONFIG.md)\n");
   char open[8][64];
   int nopen = 0;
@@ -934,9 +935,6 @@ int ferry_config_write_file(const ferry_config *c, const char *path) {
     fputs(";\n", f);
   }
   for (; nopen > 0; nopen--) fprintf(f, "%*s};\n", 2 * (nopen - 1), "");
-  if (fclose(f) != 0) {
-    int e = errno;
-    return ferry_err(&mc->err, FERRY_EIO, "%s: write failed: %s", path, strerror(e));
-  }
-  return FERRY_OK;
+  rc = ferry_outfile_commit(&o, why, sizeof why);
+  return rc ? ferry_err(&mc->err, rc, "%s", why) : FERRY_OK;
 }

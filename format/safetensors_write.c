@@ -6,6 +6,7 @@
 #include "format/safetensors.h"
 #include "core/dtype.h"
 #include "core/json.h" /* ferry_utf8_get */
+#include "core/outfile.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -30,7 +31,8 @@ typedef struct {
 
 typedef struct {
   char *path;
-  int fd;
+  ferry_outfile out; /* the file, written beside path and renamed over it at finish */
+  int fd;            /* out.fd while it is open, else -1 */
   uint64_t data_start; /* 8 + header length */
   uint64_t bytes;      /* tensor bytes */
 } wt_shard;
@@ -153,11 +155,12 @@ int ferry_safetensors_writer_create(const char *path, uint64_t max_shard_bytes,
   return 0;
 }
 
+/* An unfinished writer's temporaries are removed: the files it was to
+ * replace stay as they were. */
 static void writer_cleanup_files(ferry_safetensors_writer *w) {
   for (int i = 0; i < w->nshards; i++) {
-    if (w->shards[i].fd >= 0) close(w->shards[i].fd);
+    ferry_outfile_abort(&w->shards[i].out);
     w->shards[i].fd = -1;
-    if (!w->finished && w->shards[i].path) unlink(w->shards[i].path);
   }
   if (!w->finished && w->made_dir) rmdir(w->path);
 }
@@ -278,12 +281,10 @@ static int write_full(int fd, const void *buf, size_t n, uint64_t off) {
   return 0;
 }
 
-static int io_status(int neg_errno) {
-  return neg_errno == -ENOSPC || neg_errno == -EDQUOT ? FERRY_ENOSPC
-         : neg_errno == -EACCES || neg_errno == -EPERM ? FERRY_EPERM
-         : neg_errno == -ENOENT                        ? FERRY_ENOENT
-                                                       : FERRY_EIO;
-}
+static int io_status(int neg_errno) { return ferry_outfile_status(-neg_errno); }
+
+/* The reason of a failed write (-errno), the file size limit named. */
+#define IO_REASON(r) ferry_outfile_reason(-(r), (char[200]){0}, 200)
 
 /* Tensors in Hugging Face's order; metadata sorted by key so the header does
  * not depend on call order. */
@@ -389,20 +390,25 @@ static int write_shard_header(ferry_safetensors_writer *w, int s) {
   for (int i = 0; i < 8; i++) len8[i] = (unsigned char)((uint64_t)b.n >> (8 * i));
   wt_shard *sh = &w->shards[s];
   sh->data_start = 8 + b.n;
-  sh->fd = open(sh->path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
-  int r = sh->fd < 0 ? -errno : 0;
-  if (!r) r = write_full(sh->fd, len8, 8, 0);
+  char why[512];
+  int rc = ferry_outfile_open(&sh->out, sh->path, why, sizeof why);
+  if (rc) {
+    free(b.s);
+    return ferry_err(&w->err, rc, "%s", why);
+  }
+  sh->fd = sh->out.fd;
+  int r = write_full(sh->fd, len8, 8, 0);
   if (!r) r = write_full(sh->fd, b.s, b.n, 8);
   free(b.s);
   if (r)
     return ferry_err(&w->err, io_status(r), "%s: writing the header: %s", sh->path,
-                     strerror(-r));
+                     IO_REASON(r));
   return 0;
 }
 
 /* At the first write: the order, the shards and every shard's header. */
 static int layout(ferry_safetensors_writer *w) {
-  if (w->failed) return ferry_err(&w->err, FERRY_ESTATE, "writer failed earlier");
+  if (w->failed) return FERRY_ESTATE; /* the message stays the first failure's */
   if (w->laid_out) return 0;
   w->laid_out = 1;
   layout_order(w);
@@ -440,7 +446,7 @@ int ferry_safetensors_writer_write(ferry_safetensors_writer *w, const char *name
   if (r) {
     w->failed = 1;
     return ferry_err(&w->err, io_status(r), "%s: tensor '%.200s': write: %s", sh->path, name,
-                     strerror(-r));
+                     IO_REASON(r));
   }
   e->written += bytes;
   while (w->cur < w->nt && w->t[w->cur].written == w->t[w->cur].nbytes) w->cur++;
@@ -485,19 +491,22 @@ static int write_index(ferry_safetensors_writer *w) {
     free(b.s);
     return ferry_err(&w->err, FERRY_ENOMEM, "out of memory");
   }
-  int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
-  int r = fd < 0 ? -errno : write_full(fd, b.s, b.n, 0);
-  if (!r && fsync(fd) != 0) r = -errno;
-  if (fd >= 0 && close(fd) != 0 && !r) r = -errno;
-  free(b.s);
-  if (r) {
-    ferry_err(&w->err, io_status(r), "%s: %s", path, strerror(-r));
-    unlink(path);
-    free(path);
-    return io_status(r);
+  ferry_outfile o;
+  char why[512];
+  int rc = ferry_outfile_open(&o, path, why, sizeof why);
+  if (!rc) {
+    int r = write_full(o.fd, b.s, b.n, 0);
+    if (r) {
+      rc = io_status(r);
+      snprintf(why, sizeof why, "%s: write: %s", path, IO_REASON(r));
+      ferry_outfile_abort(&o);
+    } else {
+      rc = ferry_outfile_commit(&o, why, sizeof why);
+    }
   }
+  free(b.s);
   free(path);
-  return 0;
+  return rc ? ferry_err(&w->err, rc, "%s", why) : 0;
 }
 
 int st_writer_finish_holes(ferry_safetensors_writer *w) {
@@ -512,7 +521,7 @@ int st_writer_finish_holes(ferry_safetensors_writer *w) {
     if (ftruncate(sh->fd, (off_t)(sh->data_start + sh->bytes))) {
       int r = -errno;
       w->failed = 1;
-      return ferry_err(&w->err, io_status(r), "%s: sizing: %s", sh->path, strerror(-r));
+      return ferry_err(&w->err, io_status(r), "%s: sizing: %s", sh->path, IO_REASON(r));
     }
   }
   for (size_t i = 0; i < w->nt; i++) w->t[i].written = w->t[i].nbytes;
@@ -529,14 +538,22 @@ int ferry_safetensors_writer_finish(ferry_safetensors_writer *w) {
     return ferry_err(&w->err, FERRY_ESTATE, "tensor '%.200s': %llu of %llu bytes written",
                      w->t[w->cur].name, (unsigned long long)w->t[w->cur].written,
                      (unsigned long long)w->t[w->cur].nbytes);
+  /* every shard on disk before any replaces its target */
   for (int s = 0; s < w->nshards; s++) {
     wt_shard *sh = &w->shards[s];
-    int r = fsync(sh->fd) != 0 ? -errno : 0;
-    if (close(sh->fd) != 0 && !r) r = -errno;
-    sh->fd = -1;
-    if (r) {
+    if (fsync(sh->fd) != 0) {
+      int r = -errno;
       w->failed = 1;
-      return ferry_err(&w->err, io_status(r), "%s: fsync/close: %s", sh->path, strerror(-r));
+      return ferry_err(&w->err, io_status(r), "%s: fsync: %s", sh->path, IO_REASON(r));
+    }
+  }
+  for (int s = 0; s < w->nshards; s++) {
+    char why[512];
+    w->shards[s].fd = -1;
+    rc = ferry_outfile_commit(&w->shards[s].out, why, sizeof why);
+    if (rc) {
+      w->failed = 1;
+      return ferry_err(&w->err, rc, "%s", why);
     }
   }
   if (w->max_shard && w->nshards > 1) {

@@ -2,6 +2,7 @@
  * time (union of intervals) and the Chrome trace JSON writer.
  */
 #include "format/timeline.h"
+#include "core/outfile.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -107,11 +108,11 @@ static void put_json_string(FILE *f, const char *s) {
 }
 
 int ferry_timeline_write(const ferry_timeline *tl, const char *path, ferry_errbuf *err) {
-  FILE *f = fopen(path, "w");
-  if (!f) {
-    int e = errno;
-    return ferry_err(err, FERRY_EIO, "timeline: cannot write %s: %s", path, strerror(e));
-  }
+  ferry_outfile o;
+  char why[512];
+  int rc = ferry_outfile_open(&o, path, why, sizeof why);
+  if (rc) return ferry_err(err, rc, "timeline: %s", why);
+  FILE *f = o.f;
   size_t n = count(tl);
   int used[FERRY_LANE_MAX] = {0};
   for (size_t i = 0; i < n; i++)
@@ -141,9 +142,6 @@ int ferry_timeline_write(const ferry_timeline *tl, const char *path, ferry_errbu
   if (tl->optim_bytes_per_param > 0)
     fprintf(f, ",\"optim_bytes_per_param\":%.4f", tl->optim_bytes_per_param);
   fputs("}}\n", f);
-  if (fclose(f) != 0) {
-    int e = errno;
-    return ferry_err(err, FERRY_EIO, "timeline: write of %s failed: %s", path, strerror(e));
-  }
-  return FERRY_OK;
+  rc = ferry_outfile_commit(&o, why, sizeof why);
+  return rc ? ferry_err(err, rc, "timeline: %s", why) : FERRY_OK;
 }

@@ -4,6 +4,7 @@
  */
 #include "footprint.h"
 #include "blas.h"
+#include "core/outfile.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -238,8 +239,9 @@ void gpt_json_string(FILE *out, const char *s) {
 
 int gpt_footprint_write(const gpt_footprint *f, const char *engine, const char *path, char *err,
                         size_t len) {
-  FILE *out = fopen(path, "w");
-  if (!out) return snprintf(err, len, "%s: %s", path, strerror(errno)), -1;
+  ferry_outfile o;
+  if (ferry_outfile_open(&o, path, err, len)) return -1;
+  FILE *out = o.f;
   fprintf(out, "{\"params\": %llu, \"steps\": %d, \"losses\": [", (unsigned long long)f->params,
           f->steps);
   for (int i = 0; f->losses && i < f->steps; i++)
@@ -252,7 +254,5 @@ int gpt_footprint_write(const gpt_footprint *f, const char *engine, const char *
   fprintf(out, ", ");
   gpt_footprint_json(f, out);
   fprintf(out, "}\n");
-  int bad = ferror(out);
-  if (fclose(out) || bad) return snprintf(err, len, "%s: write failed", path), -1;
-  return 0;
+  return ferry_outfile_commit(&o, err, len) ? -1 : 0;
 }

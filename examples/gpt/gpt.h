@@ -444,10 +444,13 @@ int gpt_resume_check(const void *blob, size_t len, const gpt_resume_state *now,
 int gpt_resume_compare(const gpt_resume_state *a, const char *a_name, const gpt_resume_state *b,
                        const char *b_name, char *err, size_t errlen);
 /* The checkpoint `dir` names: a step-<digits> folder itself, else the
- * newest step-* of dir/checkpoints (a --save folder) or of dir. 0 with the
- * folder and its step, or -1 and err (missing, not a folder, none there). */
-int gpt_resume_find(const char *dir, char *folder, size_t cap, int64_t *step, char *err,
-                    size_t errlen);
+ * newest complete step-* (one with a manifest) of dir/checkpoints (a --save
+ * folder) or of dir; newer step-* folders without a manifest (empty, or
+ * left by an interrupted copy) are skipped and named in note ("" when
+ * none). 0 with the folder and its step, or -1 and err (missing, not a
+ * folder, none there, none complete). */
+int gpt_resume_find(const char *dir, char *folder, size_t cap, int64_t *step, char *note,
+                    size_t notelen, char *err, size_t errlen);
 /* Reads folder/user.bin (the blob) before the engine load, so settings that
  * differ are named before the engine compares tensors; its size and CRC32C
  * are checked against the manifest first (ferry_checkpoint_read_blob), so a

@@ -7,11 +7,12 @@
  */
 #include "app.h"
 #include "blas.h"
+#include "core/outfile.h"
 
 #include <stdio.h>
 #include <string.h>
 
-int main(int argc, char **argv) {
+static int run(int argc, char **argv) {
   /* Startup, before anything else: OpenBLAS's threads under ulimit -v
    * (blas_threads.c) and its kernel (blas.c): one restart at most. */
   gpt_blas_start(argv, fit_blas_threads());
@@ -29,4 +30,15 @@ int main(int argc, char **argv) {
   if (!strcmp(argv[1], "sample")) return cmd_sample(argc - 1, argv + 1);
   errf("unknown command '%s' (train, sample, help)\n", argv[1]);
   return 2;
+}
+
+/* Lost output is a failure: a full disk or a closed stdout (--json) exits 1
+ * with a message. A file over the size limit (`ulimit -f`) fails its write
+ * with EFBIG, named, instead of a silent SIGXFSZ death. */
+int main(int argc, char **argv) {
+  ferry_program_start();
+  int rc = run(argc, argv);
+  char why[256];
+  if (ferry_stdout_finish(why, sizeof why)) errf("%s\n", why), rc = rc ? rc : 1;
+  return rc;
 }

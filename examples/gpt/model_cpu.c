@@ -38,7 +38,7 @@ struct gpt_model {
   /* backward scratch */
   float *dres, *dtmp, *dn, *dqkv, *dao, *dh1, *dh2, *datt;
   size_t bytes;
-  char err[256];
+  char err[1024]; /* a provider's message whole (the engine's swap file, offset, CRCs) */
 };
 
 static int fail(gpt_model *m, const char *fmt, ...) {

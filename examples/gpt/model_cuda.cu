@@ -100,7 +100,7 @@ struct gpt_cuda_model {
   double *loss_h;  /* pinned: the loss sum */
   cudaEvent_t ev_tok, ev_loss;
   int n_loss, grads_pending, have_forward;
-  char err[512];
+  char err[1024]; /* a provider's message whole (the engine's swap file, offset, CRCs) */
 };
 
 static int fail(gpt_cuda_model *m, const char *fmt, ...) {

@@ -7,6 +7,7 @@
  */
 #include "gpt.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -222,8 +223,82 @@ static int is_dir(const char *path) {
   return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
 }
 
-int gpt_resume_find(const char *dir, char *folder, size_t cap, int64_t *step, char *err,
-                    size_t el) {
+/* The N of a "step-<digits>" name, or -1. */
+static int64_t step_of(const char *name) {
+  if (strncmp(name, "step-", 5) || !name[5] || strlen(name + 5) > 18) return -1;
+  int64_t v = 0;
+  for (const char *p = name + 5; *p; p++) {
+    if (*p < '0' || *p > '9') return -1;
+    v = v * 10 + (*p - '0');
+  }
+  return v;
+}
+
+/* In root (no manifest of its own): the newest step-* folder that holds a
+ * manifest, as root/NAME into best; the newer ones without one are named
+ * in note. 1 when found, 0 when root has no step-* folder, -1 when none of
+ * them is complete (err says so). */
+static int newest_complete(const char *root, char *best, size_t cap, char *note, size_t nl,
+                           char *err, size_t el) {
+  DIR *d = opendir(root);
+  if (!d) return 0; /* the library's find names the reason */
+  int64_t best_step = -1, seen = 0;
+  char newest[256] = "";
+  int64_t newest_step = -1;
+  struct dirent *e;
+  while ((e = readdir(d))) {
+    int64_t s = step_of(e->d_name);
+    if (s < 0) continue;
+    char path[4096], man[4200];
+    if ((size_t)snprintf(path, sizeof path, "%s/%s", root, e->d_name) >= sizeof path) continue;
+    if (!is_dir(path)) continue;
+    seen++;
+    if (s > newest_step) newest_step = s, snprintf(newest, sizeof newest, "%s", e->d_name);
+    snprintf(man, sizeof man, "%s/manifest", path);
+    struct stat st;
+    if (stat(man, &st) || !S_ISREG(st.st_mode) || s <= best_step) continue;
+    best_step = s;
+    snprintf(best, cap, "%s", path);
+  }
+  closedir(d);
+  if (!seen) return 0;
+  if (best_step < 0) {
+    snprintf(err, el, "%s: no complete checkpoint: no step-* folder there holds a manifest "
+             "(the newest, %s, is empty or incomplete)", root, newest);
+    return -1;
+  }
+  if (newest_step > best_step) {
+    /* every newer step-* folder is incomplete: name them (the first few) */
+    size_t at = (size_t)snprintf(note, nl, "skipped");
+    int listed = 0, more = 0;
+    d = opendir(root);
+    while (d && (e = readdir(d))) {
+      int64_t s = step_of(e->d_name);
+      if (s <= best_step) continue;
+      char path[4096];
+      if ((size_t)snprintf(path, sizeof path, "%s/%s", root, e->d_name) >= sizeof path ||
+          !is_dir(path))
+        continue;
+      if (listed == 4) {
+        more++;
+        continue;
+      }
+      if (at < nl) at += (size_t)snprintf(note + at, nl - at, "%s %s", listed ? "," : "", path);
+      listed++;
+    }
+    if (d) closedir(d);
+    if (more && at < nl) at += (size_t)snprintf(note + at, nl - at, " and %d more", more);
+    if (at < nl)
+      snprintf(note + at, nl - at, ": %s no manifest (empty, or an interrupted copy); resuming "
+               "from the newest complete checkpoint, %s",
+               listed + more > 1 ? "they hold" : "it holds", best);
+  }
+  return 1;
+}
+
+int gpt_resume_find(const char *dir, char *folder, size_t cap, int64_t *step, char *note,
+                    size_t nl, char *err, size_t el) {
+  if (note && nl) note[0] = '\0';
   struct stat st;
   if (stat(dir, &st)) {
     snprintf(err, el, "%s: %s", dir, strerror(errno));
@@ -241,6 +316,16 @@ int gpt_resume_find(const char *dir, char *folder, size_t cap, int64_t *step, ch
     return -1;
   }
   if (!is_dir(root)) snprintf(root, sizeof root, "%s", dir);
+  char man[4200], best[4096];
+  snprintf(man, sizeof man, "%s/manifest", root);
+  struct stat mst;
+  if (stat(man, &mst) != 0) { /* a folder of step-* folders: the newest complete one */
+    char scratch[1];
+    int got = newest_complete(root, best, sizeof best, note && nl ? note : scratch,
+                              note && nl ? nl : sizeof scratch, err, el);
+    if (got < 0) return -1;
+    if (got > 0) snprintf(root, sizeof root, "%s", best);
+  }
   int rc = ferry_checkpoint_find(root, folder, cap, step);
   if (rc == FERRY_ENOENT) {
     snprintf(err, el, "%s: no checkpoint there (no step-* folder; --save-every writes them "

@@ -3,6 +3,7 @@
  * loss, a checkpoint when due), then the closing report and --save.
  */
 #include "app.h"
+#include "core/outfile.h"
 
 #include <errno.h>
 #include <math.h>
@@ -179,10 +180,12 @@ static int train_steps(train_run *t, train_totals *tt) {
   return status;
 }
 
-/* --save DIR/config.json: the model as Hugging Face names its keys. */
-static int write_config_json(const char *path, const gpt_config *c) {
-  FILE *f = fopen(path, "w");
-  if (!f) return -1;
+/* --save DIR/config.json: the model as Hugging Face names its keys,
+ * replacing the old file whole (core/outfile.h). */
+static int write_config_json(const char *path, const gpt_config *c, char *why, size_t wl) {
+  ferry_outfile o;
+  if (ferry_outfile_open(&o, path, why, wl)) return -1;
+  FILE *f = o.f;
   if (c->family == GPT_GPT2)
     fprintf(f, "{\n  \"model_type\": \"gpt2\",\n  \"vocab_size\": %d,\n  \"n_embd\": %d,\n"
             "  \"n_layer\": %d,\n  \"n_head\": %d,\n  \"n_inner\": %d,\n  \"n_positions\": %d,\n"
@@ -197,7 +200,7 @@ static int write_config_json(const char *path, const gpt_config *c) {
             "  \"hidden_act\": \"silu\",\n  \"tie_word_embeddings\": %s\n}\n",
             c->vocab, c->d_model, c->n_layer, c->n_head, c->n_kv_head, c->d_ff, c->max_seq,
             (double)c->norm_eps, (double)c->rope_theta, c->tied ? "true" : "false");
-  return fclose(f);
+  return ferry_outfile_commit(&o, why, wl) ? -1 : 0;
 }
 
 /* --save DIR: the weights (fp32 safetensors, from the engine or host
@@ -228,8 +231,8 @@ static int train_save(train_run *t) {
   }
   char path[4096];
   snprintf(path, sizeof path, "%.4000s/config.json", dir);
-  if (write_config_json(path, &t->cfg)) {
-    errf("cannot write %s\n", path);
+  if (write_config_json(path, &t->cfg, t->err, sizeof t->err)) {
+    errf("--save: %s\n", t->err);
     return 1;
   }
   fprintf(t->info, "ferry-gpt: saved %s (model safetensors + config.json)\n", dir);

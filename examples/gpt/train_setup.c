@@ -255,11 +255,13 @@ int train_load(train_run *t) {
  * trainer state, so settings that differ are named before any tensor is
  * read. */
 static int train_resume_find(train_run *t) {
-  if (gpt_resume_find(t->o.resume, t->ck_folder, sizeof t->ck_folder, &t->ck_step, t->err,
-                      sizeof t->err)) {
+  char note[1024];
+  if (gpt_resume_find(t->o.resume, t->ck_folder, sizeof t->ck_folder, &t->ck_step, note,
+                      sizeof note, t->err, sizeof t->err)) {
     errf("--resume: %s\n", t->err);
     return 1;
   }
+  if (note[0]) errf("warning: --resume: %s\n", note);
   if (t->o.steps < t->ck_step) { /* every rank sees the same folder: refused alike */
     t->agreed = 1;
     errf("--resume %s: the checkpoint is at step %lld, past --steps %d: nothing to resume "

@@ -13,25 +13,11 @@ bin=$1
 case_=$2
 dir=$3
 aux=${4:-}
+name=cli.hostile.$case_
+# shellcheck source=tests/cli/steps.sh
+. "$(dirname "$0")/steps.sh"
 rm -rf "$dir" && mkdir -p "$dir" || exit 1
 cd "$dir" || exit 1
-fail() {
-  echo "cli.hostile.$case_: FAILED: $*" >&2
-  for f in "$dir"/*.out "$dir"/*.err; do [ -f "$f" ] && { echo "--- $f" >&2; cat "$f" >&2; }; done
-  exit 1
-}
-# expect RC CMD...: runs CMD (stdout in o.out, stderr in o.err), wants exit RC
-expect() {
-  want=$1
-  shift
-  "$@" >o.out 2>o.err
-  got=$?
-  [ "$got" = "$want" ] || fail "'$*' exited $got, wanted $want"
-}
-# says PATTERN: the last command's stderr holds PATTERN (fixed string)
-says() { grep -qF -- "$1" o.err || fail "stderr lacks '$1'"; }
-# prints PATTERN: the last command's stdout holds PATTERN (fixed string)
-prints() { grep -qF -- "$1" o.out || fail "stdout lacks '$1'"; }
 
 case $case_ in
 config)

@@ -113,3 +113,9 @@ ferry_add_test(NAME cli.hostile.bench EXE sh TIMEOUT 60
 ferry_add_test(NAME cli.hostile.wording EXE sh TIMEOUT 60
                ARGS ${PROJECT_SOURCE_DIR}/tests/cli/hostile_test.sh $<TARGET_FILE:ferry_cli> wording
                     ${PROJECT_BINARY_DIR}/tests/cli-hostile-wording ${PROJECT_SOURCE_DIR})
+# User-visible files replaced whole (a planted symlink replaced, a failed
+# write past `ulimit -f` keeping the old file) and lost stdout named
+# (tests/cli/writes_test.sh).
+ferry_add_test(NAME cli.writes EXE sh TIMEOUT 60
+               ARGS ${PROJECT_SOURCE_DIR}/tests/cli/writes_test.sh $<TARGET_FILE:ferry_cli> ferry
+                    ${PROJECT_BINARY_DIR}/tests/cli-writes)

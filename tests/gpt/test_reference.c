@@ -169,11 +169,52 @@ static void run_family(const char *dir, const char *family) {
   gpt_schema_free(&s);
 }
 
+/* A provider whose fetch fails with a long message, as the engine's with
+ * a swap file, its offset and two CRCs: the model keeps it whole (it was
+ * cut at 255 bytes). */
+static char g_long_err[700];
+static int fail_fetch(void *ctx, int group, gpt_fetch_mode mode, gpt_group_view *out) {
+  (void)ctx, (void)group, (void)mode, (void)out;
+  return -1;
+}
+static const char *long_err(void *ctx) {
+  (void)ctx;
+  return g_long_err;
+}
+
+static void test_long_provider_error(const char *dir) {
+  char path[1024], err[512];
+  gpt_config cfg;
+  snprintf(path, sizeof path, "%s/gpt2/config.json", dir);
+  REQUIRE(gpt_config_load_json(path, &cfg, err, sizeof err) == 0);
+  gpt_schema s;
+  REQUIRE(gpt_schema_build(&cfg, &s) == 0);
+  gpt_resident r;
+  REQUIRE(gpt_resident_init(&r, &s) == 0);
+  gpt_provider p = gpt_resident_provider(&r);
+  p.fetch = fail_fetch;
+  p.last_error = long_err;
+  memset(g_long_err, 'x', sizeof g_long_err - 1);
+  snprintf(g_long_err + 600, 99, "CRC32C expected 0x1234abcd, found 0x0badf00d");
+  g_long_err[599] = ' ';
+  gpt_run_config rc = {.batch = 1, .seq = 4};
+  gpt_model *m;
+  REQUIRE(gpt_model_create(&s, &rc, &m) == 0);
+  int32_t tok[4] = {1, 2, 3, 4};
+  float loss;
+  EXPECT(gpt_model_forward(m, &p, tok, tok, &loss) != 0);
+  EXPECT(strstr(gpt_model_last_error(m), "found 0x0badf00d") != NULL);
+  gpt_model_free(m);
+  gpt_resident_free(&r);
+  gpt_schema_free(&s);
+}
+
 int main(int argc, char **argv) {
   if (argc < 2) {
     fprintf(stderr, "usage: test_gpt_reference FIXTURES/gpt\n");
     return 1;
   }
+  test_long_provider_error(argv[1]);
   run_family(argv[1], "gpt2");
   run_family(argv[1], "llama");
   printf("max errors: logits %.2e (abs), gradients %.2e (relative to max |grad|), training "
