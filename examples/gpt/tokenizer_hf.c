@@ -443,11 +443,12 @@ static int pre(enc *e, int step, const char *s, size_t n, int at_start) {
   return rc;
 }
 
-/* One piece between added tokens: the normalizers, then the pre-tokenizers. */
-static int piece(enc *e, const char *s, size_t n, int at_start) {
-  const gpt_hf *h = e->h;
+/* s[0..n) through the normalizers into *out (NULL when none applied: s as
+ * it is); -1 when out of memory. */
+static int normalize(const gpt_hf *h, const char *s, size_t n, char **out, size_t *on) {
   char *cur = NULL, *nx = NULL;
   size_t nn = 0;
+  *out = NULL, *on = n;
   for (int i = 0; i < h->n_norm && n; i++) {
     const gpt_hf_step *st = &h->norm[i];
     if (st->type == HF_NORM_PREPEND) nx = replace(s, n, "", "", st->a, &nn);
@@ -459,12 +460,26 @@ static int piece(enc *e, const char *s, size_t n, int at_start) {
       if (nfc(h, s, n, &nx, &nn)) nx = NULL;
     }
     free(cur);
-    if (!(cur = nx)) return snprintf(e->err, e->el, "out of memory"), -1;
+    if (!(cur = nx)) return -1;
     s = cur, n = nn;
   }
-  int rc = pre(e, 0, s, n, at_start);
-  free(cur);
-  return rc;
+  *out = cur, *on = n;
+  return 0;
+}
+
+int gpt_hf_prepare(gpt_hf *h) {
+  for (int i = 0; i < h->n_added; i++) {
+    gpt_hf_added *a = &h->added[i];
+    if (!a->normalized) {
+      h->added_first[(unsigned char)a->s[0]] |= 1;
+      continue;
+    }
+    if (normalize(h, a->s, a->len, &a->ns, &a->nlen)) return -1;
+    if (!a->ns && !(a->ns = strdup(a->s))) return -1;
+    if (a->nlen) h->added_first[(unsigned char)a->ns[0]] |= 2;
+    h->id_str[a->id] = a->ns; /* decoded as the normalizers write it, as `tokenizers` does */
+  }
+  return 0;
 }
 
 static int word_char(const char *s, size_t n, size_t i) {
@@ -474,17 +489,21 @@ static int word_char(const char *s, size_t n, size_t i) {
 
 /* The first added token in s[from..n) (longest where several start at one
  * place): its index and its span, white space taken in by lstrip / rstrip;
- * -1 when none. */
-static int next_added(const gpt_hf *h, const char *s, size_t n, size_t from, size_t *ms, size_t *me) {
+ * -1 when none. norm 0: the tokens matched in the text as it is; 1: those
+ * matched after the normalizers, by their normalized content. */
+static int next_added(const gpt_hf *h, int norm, const char *s, size_t n, size_t from, size_t *ms,
+                      size_t *me) {
   for (size_t p = from; p < n; p++) {
-    if (!h->added_first[(unsigned char)s[p]]) continue;
+    if (!(h->added_first[(unsigned char)s[p]] & (1 << norm))) continue;
     int best = -1;
     size_t bl = 0;
     for (int k = 0; k < h->n_added; k++) {
       const gpt_hf_added *a = &h->added[k];
-      if (a->len <= bl || p + a->len > n || memcmp(s + p, a->s, a->len)) continue;
-      if (a->single_word && ((p > from && word_char(s, n, p - 1)) || word_char(s, n, p + a->len))) continue;
-      best = k, bl = a->len;
+      const char *c = norm ? a->ns : a->s;
+      size_t cl = norm ? a->nlen : a->len;
+      if (a->normalized != norm || cl <= bl || p + cl > n || memcmp(s + p, c, cl)) continue;
+      if (a->single_word && ((p > from && word_char(s, n, p - 1)) || word_char(s, n, p + cl))) continue;
+      best = k, bl = cl;
     }
     if (best < 0) continue;
     size_t b = p, en = p + bl, l;
@@ -501,6 +520,26 @@ static int next_added(const gpt_hf *h, const char *s, size_t n, size_t from, siz
   return -1;
 }
 
+/* One piece between the added tokens matched in the text: the normalizers,
+ * the added tokens matched after them, the pre-tokenizers of each piece. */
+static int piece(enc *e, const char *s, size_t n, int at_start) {
+  const gpt_hf *h = e->h;
+  char *cur;
+  if (normalize(h, s, n, &cur, &n)) return snprintf(e->err, e->el, "out of memory"), -1;
+  if (cur) s = cur;
+  int rc = 0;
+  for (size_t from = 0; !rc;) {
+    size_t ms = n, me = n;
+    int k = next_added(h, 1, s, n, from, &ms, &me);
+    rc = pre(e, 0, s + from, ms - from, at_start && from == 0);
+    if (rc || k < 0) break;
+    rc = push(e, h->added[k].id);
+    from = me;
+  }
+  free(cur);
+  return rc;
+}
+
 int gpt_hf_encode(const gpt_hf *h, const char *text, size_t len, int special, int32_t **ids,
                   size_t *n, size_t *cap, char *err, size_t el) {
   enc e = {h, ids, n, cap, err, el};
@@ -509,7 +548,7 @@ int gpt_hf_encode(const gpt_hf *h, const char *text, size_t len, int special, in
     if (push(&e, h->bos[i])) return -1;
   for (size_t from = 0;;) {
     size_t ms = len, me = len;
-    int k = next_added(h, text, len, from, &ms, &me);
+    int k = next_added(h, 0, text, len, from, &ms, &me);
     if (piece(&e, text + from, ms - from, from == 0) || (k >= 0 && push(&e, h->added[k].id))) return -1;
     if (k < 0) break;
     from = me;

@@ -250,14 +250,13 @@ static int added_tokens(ld *l, const ferry_json_value *v) {
     const ferry_json_value *a = &v->items[i];
     const char *c = str_of(a, "content");
     int id = int_of(a, "id", -1);
-    if (!c || !*c || id < 0 || id >= (1 << 30)) return fail(l, "an added token without content or id%s", NULL);
+    if (!c || !*c || id < 0 || id >= HF_MAX_IDS) return fail(l, "an added token without content or id%s", NULL);
     gpt_hf_added *t = &h->added[h->n_added++];
     if (!(t->s = strdup(c))) return fail(l, "out of memory%s", NULL);
     t->len = strlen(c), t->id = id, t->special = bool_of(a, "special", 0);
     t->lstrip = bool_of(a, "lstrip", 0), t->rstrip = bool_of(a, "rstrip", 0);
     t->single_word = bool_of(a, "single_word", 0);
     t->normalized = bool_of(a, "normalized", 0);
-    h->added_first[(unsigned char)c[0]] = 1;
   }
   return 0;
 }
@@ -273,7 +272,7 @@ static int read_vocab(ld *l, const char *p, size_t n) {
   while ((more = ferry_json_more(&c, &it)) == 1) {
     uint64_t id;
     if (ferry_json_strdup(&c, &key, NULL) || ferry_json_expect(&c, ':') || ferry_json_u64(&c, &id) ||
-        id >= (1u << 30))
+        id >= HF_MAX_IDS)
       break;
     if (gpt_smap_put(&l->h->vocab, key, (int)id)) return free(key), fail(l, "out of memory%s", NULL);
     if ((int)id >= l->h->n_ids) l->h->n_ids = (int)id + 1;
@@ -408,8 +407,6 @@ static int finish(ld *l, const char *unk) {
   for (size_t i = 0; i < h->vocab.cap; i++)
     if (h->vocab.keys[i]) h->id_str[h->vocab.vals[i]] = h->vocab.keys[i];
   for (int i = 0; i < h->n_added; i++) {
-    if (h->added[i].normalized && h->n_norm && !(h->n_norm == 1 && h->norm[0].type == HF_NORM_NFC))
-      return fail(l, "added token '%.100s' is matched after a normalizer: not supported", h->added[i].s);
     h->id_str[h->added[i].id] = h->added[i].s;
     h->is_special[h->added[i].id] = (char)h->added[i].special;
   }
@@ -419,6 +416,9 @@ static int finish(ld *l, const char *unk) {
     snprintf(name, sizeof name, "<0x%02X>", b);
     h->byte_id[b] = gpt_smap_get(&h->vocab, name, 6);
   }
+  for (int i = 0; i < h->n_bos + h->n_eos; i++)
+    if ((i < h->n_bos ? h->bos[i] : h->eos[i - h->n_bos]) >= h->n_ids)
+      return fail(l, "the post_processor names an id past the vocabulary%s", NULL);
   for (int i = 0; i < 512; i++) h->unbyte[i] = -1;
   gpt_byte_map(h->byte_str, h->unbyte);
   for (int i = 0; i < h->n_norm; i++)
@@ -427,6 +427,7 @@ static int finish(ld *l, const char *unk) {
           gpt_umap_add(&h->nfc, (uint64_t)gpt_uni_decomp[r][1] << 32 | (gpt_uni_decomp[r][2] & 0x7FFFFFFFu),
                        gpt_uni_decomp[r][0]))
         return fail(l, "out of memory%s", NULL);
+  if (gpt_hf_prepare(h)) return fail(l, "out of memory%s", NULL);
   return 0;
 }
 
@@ -483,7 +484,7 @@ void gpt_hf_free(gpt_hf *h) {
   gpt_smap_free(&h->vocab);
   gpt_umap_free(&h->merges);
   gpt_umap_free(&h->nfc);
-  for (int i = 0; i < h->n_added; i++) free(h->added[i].s);
+  for (int i = 0; i < h->n_added; i++) free(h->added[i].s), free(h->added[i].ns);
   free(h->added), free(h->id_str), free(h->is_special);
   gpt_hf_step *lists[] = {h->norm, h->pre, h->dec};
   int ns[] = {h->n_norm, h->n_pre, h->n_dec};

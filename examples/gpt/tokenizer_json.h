@@ -21,7 +21,7 @@ enum { HF_RE_GPT2, HF_RE_LLAMA3, HF_RE_QWEN2 };
 enum { HF_DEC_BYTELEVEL, HF_DEC_REPLACE, HF_DEC_BYTEFALLBACK, HF_DEC_FUSE, HF_DEC_STRIP,
        HF_DEC_METASPACE };
 enum { HF_SCHEME_ALWAYS, HF_SCHEME_FIRST, HF_SCHEME_NEVER };
-enum { HF_MAX_STEPS = 8, HF_MAX_SPECIAL = 4 };
+enum { HF_MAX_STEPS = 8, HF_MAX_SPECIAL = 4, HF_MAX_IDS = 1 << 24 };
 
 /* One normalizer, pre-tokenizer or decoder:
  *   norm Prepend a; Replace a -> b; NFC
@@ -35,8 +35,8 @@ typedef struct {
 } gpt_hf_step;
 
 typedef struct {
-  char *s;
-  size_t len;
+  char *s, *ns; /* the content; normalized: the content through the normalizers */
+  size_t len, nlen;
   int id, special, lstrip, rstrip, single_word, normalized;
 } gpt_hf_added;
 
@@ -49,7 +49,8 @@ typedef struct {
   int byte_id[256]; /* <0xNN> ids, -1 when absent */
   gpt_hf_added *added;
   int n_added;
-  unsigned char added_first[256]; /* 1: some added token starts with this byte */
+  unsigned char added_first[256]; /* bit 0 (1): an added token starts with this byte, as
+                                     matched in the text (normalized: its normalized content) */
   char *is_special;               /* per id: a special added token */
   gpt_hf_step norm[HF_MAX_STEPS], pre[HF_MAX_STEPS], dec[HF_MAX_STEPS];
   int n_norm, n_pre, n_dec, has_decoder;
@@ -63,6 +64,9 @@ typedef struct {
 /* Reads a tokenizer.json; 0, or -1 with err. */
 int gpt_hf_load(const char *path, gpt_hf **out, char *err, size_t el);
 void gpt_hf_free(gpt_hf *h);
+/* At the end of gpt_hf_load: the added tokens' normalized contents (what
+ * id_str holds for them); -1 when out of memory. */
+int gpt_hf_prepare(gpt_hf *h);
 /* Appends the ids of text[0..len) (with the post-processor's bos/eos when
  * special); -1 with err on a character no token covers or out of memory. */
 int gpt_hf_encode(const gpt_hf *h, const char *text, size_t len, int special, int32_t **ids,
