@@ -41,16 +41,18 @@ static long find_range(const uint32_t (*t)[3], size_t n, unsigned c) {
   return -1;
 }
 
-static int uclass(unsigned c) {
+/* gpt_uni_class's value of c: C_LETTER or C_NUMBER, + 4 for a word's. */
+static int uvalue(unsigned c) {
   if (c < 128) {
-    if ((c | 32) >= 'a' && (c | 32) <= 'z') return C_LETTER;
-    if (c >= '0' && c <= '9') return C_NUMBER;
-    return is_space(c) ? C_SPACE : C_OTHER;
+    if ((c | 32) >= 'a' && (c | 32) <= 'z') return C_LETTER | 4;
+    if (c >= '0' && c <= '9') return C_NUMBER | 4;
+    return c == '_' ? 4 : 0;
   }
-  if (is_space(c)) return C_SPACE;
   long r = find_range(gpt_uni_class, gpt_uni_class_n, c);
-  return r < 0 ? C_OTHER : (int)gpt_uni_class[r][2];
+  return r < 0 ? 0 : (int)gpt_uni_class[r][2];
 }
+
+static int uclass(unsigned c) { return is_space(c) ? C_SPACE : uvalue(c) & 3; }
 
 /* The code point at s (n > 0 bytes left) and its length; a byte that is not
  * valid UTF-8 is one code point of its own, of no class (0x110000). */
@@ -482,9 +484,16 @@ int gpt_hf_prepare(gpt_hf *h) {
   return 0;
 }
 
-static int word_char(const char *s, size_t n, size_t i) {
-  size_t l;
-  return i < n && (s[i] == '_' || class_at(s, n, i, &l) == C_LETTER || class_at(s, n, i, &l) == C_NUMBER);
+/* Whether the code point at i (back: the one ending at i, none before
+ * from) is a word's (\w). */
+static int word_char(const char *s, size_t n, size_t from, size_t i, int back) {
+  unsigned cp;
+  if (back) {
+    if (i <= from) return 0;
+    for (i--; i > from && ((unsigned char)s[i] & 0xC0) == 0x80; i--) {
+    }
+  }
+  return i < n && get_cp(s + i, n - i, &cp) && (uvalue(cp) & 4);
 }
 
 /* The first added token in s[from..n) (longest where several start at one
@@ -502,7 +511,7 @@ static int next_added(const gpt_hf *h, int norm, const char *s, size_t n, size_t
       const char *c = norm ? a->ns : a->s;
       size_t cl = norm ? a->nlen : a->len;
       if (a->normalized != norm || cl <= bl || p + cl > n || memcmp(s + p, c, cl)) continue;
-      if (a->single_word && ((p > from && word_char(s, n, p - 1)) || word_char(s, n, p + cl))) continue;
+      if (a->single_word && (word_char(s, n, 0, p, 1) || word_char(s, n, 0, p + cl, 0))) continue;
       best = k, bl = cl;
     }
     if (best < 0) continue;

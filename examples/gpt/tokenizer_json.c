@@ -271,9 +271,9 @@ static int read_vocab(ld *l, const char *p, size_t n) {
   if (ferry_json_enter(&c, '{', &it)) return fail(l, "model.vocab is not an object%s", NULL);
   while ((more = ferry_json_more(&c, &it)) == 1) {
     uint64_t id;
-    if (ferry_json_strdup(&c, &key, NULL) || ferry_json_expect(&c, ':') || ferry_json_u64(&c, &id) ||
-        id >= HF_MAX_IDS)
+    if (ferry_json_strdup(&c, &key, NULL) || ferry_json_expect(&c, ':') || ferry_json_u64(&c, &id))
       break;
+    if (id >= HF_MAX_IDS) return free(key), fail(l, "model.vocab: an id past 2^24 (%s)", "16777216");
     if (gpt_smap_put(&l->h->vocab, key, (int)id)) return free(key), fail(l, "out of memory%s", NULL);
     if ((int)id >= l->h->n_ids) l->h->n_ids = (int)id + 1;
     free(key), key = NULL;

@@ -1,7 +1,8 @@
 /* examples/gpt/unicode_data.h — the Unicode tables of the tokenizer.json
  * reader (generated into unicode_data.c by tools/gen_unicode.py). Each row
  * is {first, last or second, value}, sorted by its first column:
- *   gpt_uni_class   {first, last, 1 letter (\p{L}) | 2 number (\p{N})}
+ *   gpt_uni_class   {first, last, 1 letter (\p{L}) | 2 number (\p{N}), + 4 when
+ *                   a word's (\w: letters, marks, Nd, Nl, Pc, the joiners)}
  *   gpt_uni_ccc     {first, last, canonical combining class}
  *   gpt_uni_decomp  {code point, first, second | bit 31 when it composes}
  *                   (second 0: a one code point decomposition)
