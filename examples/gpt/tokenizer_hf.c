@@ -634,6 +634,38 @@ static int flush_bytes(toks *o, const char *b, size_t nb, int stream) {
   return rc;
 }
 
+/* The length of the longest start of a UTF-8 sequence at s (n > 0 bytes
+ * left, not valid there): what one U+FFFD replaces, as Rust's
+ * from_utf8_lossy does. */
+static size_t bad_run(const unsigned char *s, size_t n) {
+  unsigned b = s[0], lo = 0x80, hi = 0xBF;
+  size_t need = b >= 0xC2 && b <= 0xDF ? 2 : b >= 0xE0 && b <= 0xEF ? 3 : b >= 0xF0 && b <= 0xF4 ? 4 : 1;
+  if (b == 0xE0) lo = 0xA0;
+  if (b == 0xED) hi = 0x9F;
+  if (b == 0xF0) lo = 0x90;
+  if (b == 0xF4) hi = 0x8F;
+  size_t k = 1;
+  for (; k < need && k < n && s[k] >= (k == 1 ? lo : 0x80) && s[k] <= (k == 1 ? hi : 0xBF); k++) {
+  }
+  return k;
+}
+
+/* The one token of t with each run that is not UTF-8 as U+FFFD. */
+static int lossy(toks *t) {
+  const unsigned char *s = (const unsigned char *)t->s[0];
+  size_t n = t->l[0], k = 0, l;
+  unsigned cp;
+  char *o = malloc(3 * n + 1);
+  if (!o) return -1;
+  for (size_t i = 0; i < n; i += l)
+    if ((l = ferry_utf8_get(s + i, n - i, &cp))) memcpy(o + k, s + i, l), k += l;
+    else l = bad_run(s + i, n - i), memcpy(o + k, "\xef\xbf\xbd", 3), k += 3;
+  o[k] = 0;
+  free(t->s[0]);
+  t->s[0] = o, t->l[0] = k;
+  return 0;
+}
+
 /* One decoder over the tokens; see the file's comment. */
 static int dec_step(const gpt_hf *h, const gpt_hf_step *st, toks *t, int stream) {
   toks o;
@@ -683,7 +715,7 @@ static int dec_step(const gpt_hf *h, const gpt_hf_step *st, toks *t, int stream)
     free(r);
   }
   if (!rc && st->type == HF_DEC_BYTEFALLBACK) rc = flush_bytes(&o, bytes, nb, stream);
-  if (!rc && st->type == HF_DEC_BYTELEVEL) rc = join(&o, "");
+  if (!rc && st->type == HF_DEC_BYTELEVEL) rc = join(&o, "") || (!stream && lossy(&o));
   toks_free(t);
   *t = o;
   return rc;

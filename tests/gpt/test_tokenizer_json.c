@@ -92,6 +92,39 @@ static void fixture(const char *root, const char *name) {
   gpt_tokenizer_free(t);
 }
 
+/* Ids that cut a character: one U+FFFD for each run that is not UTF-8 (the
+ * texts `tokenizers` 0.23 decodes), the bytes as they are when streamed. */
+static void partial(const char *root) {
+  static const struct {
+    const char *fix;
+    int32_t ids[4];
+    size_t n;
+    const char *want;
+  } k[] = {
+      {"gpt2", {173, 254}, 2, "\xef\xbf\xbd"},            /* F0 9F of U+1F600 */
+      {"gpt2", {254, 247, 223, 65}, 4, "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd" "a"},
+      {"gpt2", {173, 247}, 2, "\xef\xbf\xbd"},            /* F0 98: a start, cut */
+      {"sp_legacy", {353, 243}, 2, "\xef\xbf\xbd"},       /* "\u2581" <0xF0> */
+  };
+  char dir[1024], err[512];
+  for (size_t i = 0; i < sizeof k / sizeof k[0]; i++) {
+    gpt_tokenizer *t;
+    snprintf(dir, sizeof dir, "%s/%s", root, k[i].fix);
+    REQUIRE(gpt_tokenizer_load(dir, &t, err, sizeof err) == 0);
+    char *out, b[64];
+    size_t len, at = 0;
+    REQUIRE(gpt_tokenizer_decode_text(t, k[i].ids, k[i].n, 0, &out, &len) == 0);
+    if (strcmp(out, k[i].want)) {
+      fprintf(stderr, "partial %zu: '%s'\n", i, out);
+      test_failures++;
+    }
+    free(out);
+    for (size_t j = 0; j < k[i].n; j++) at += gpt_tokenizer_decode(t, k[i].ids[j], b + at, sizeof b - at);
+    if (i == 0) EXPECT(at == 2 && (unsigned char)b[0] == 0xF0 && (unsigned char)b[1] == 0x9F);
+    gpt_tokenizer_free(t);
+  }
+}
+
 /* A tokenizer.json this reader cannot follow is refused, naming why. */
 static void refused(const char *scratch) {
   static const char *const bad[][2] = {
@@ -234,6 +267,7 @@ int main(int argc, char **argv) {
   static const char *const names[] = {"gpt2",         "gpt2_prefix", "llama3",  "qwen2",
                                       "sp_legacy",    "sp_metaspace", "sp_split"};
   for (int i = 0; i < 7; i++) fixture(argv[1], names[i]);
+  partial(argv[1]);
   refused(argv[2]);
   big_file(argv[2]);
   return test_finish("gpt.tokenizer_json");
