@@ -308,9 +308,27 @@ static void try_pair(const gpt_hf *h, const sym *s, int i, cand *hp, size_t *nh)
     heap_push(hp, nh, (cand){(uint32_t)(v >> 32), i, a, b, (int32_t)(v & 0xFFFFFFFFu)});
 }
 
-/* One word (a pre-token) through the model: its characters (or their bytes,
- * or unk), then the merges, lowest rank first and leftmost among equals. */
+#define META "\xe2\x96\x81" /* U+2581, SentencePiece's space */
+
+static int bpe_word(enc *e, const char *w, size_t n);
+
+/* One word (a pre-token) through the model. Where no token holds a
+ * character then U+2581 (h->meta_cut: SentencePiece's vocabularies), no
+ * merge crosses such a place: the word is cut there, so a text with no
+ * pre-tokenizer (Llama-2's) is not one word as long as the text. */
 static int bpe(enc *e, const char *w, size_t n) {
+  size_t a = 0;
+  for (size_t i = 1; e->h->meta_cut && i + 3 <= n; i++)
+    if (!memcmp(w + i, META, 3) && (i < 3 || memcmp(w + i - 3, META, 3))) {
+      if (bpe_word(e, w + a, i - a)) return -1;
+      a = i;
+    }
+  return bpe_word(e, w + a, n - a);
+}
+
+/* One word: its characters (or their bytes, or unk), then the merges,
+ * lowest rank first and leftmost among equals. */
+static int bpe_word(enc *e, const char *w, size_t n) {
   const gpt_hf *h = e->h;
   int id;
   if (!n) return 0;
@@ -470,6 +488,15 @@ static int normalize(const gpt_hf *h, const char *s, size_t n, char **out, size_
 }
 
 int gpt_hf_prepare(gpt_hf *h) {
+  h->meta_cut = 1;
+  for (size_t i = 0; i < h->vocab.cap && h->meta_cut; i++) {
+    const char *k = h->vocab.keys[i], *m;
+    for (size_t at = 1; k && (m = strstr(k + at, META)); at = (size_t)(m - k) + 1)
+      if (m - k < 3 || memcmp(m - 3, META, 3)) {
+        h->meta_cut = 0;
+        break;
+      }
+  }
   for (int i = 0; i < h->n_added; i++) {
     gpt_hf_added *a = &h->added[i];
     if (!a->normalized) {

@@ -46,6 +46,7 @@ typedef struct {
   int n_ids;
   gpt_umap merges; /* ids a << 32 | b -> rank << 32 | merged id */
   int unk, byte_fallback, fuse_unk, ignore_merges;
+  int meta_cut; /* no token holds a character then U+2581: words are cut before it */
   int byte_id[256]; /* <0xNN> ids, -1 when absent */
   gpt_hf_added *added;
   int n_added;
