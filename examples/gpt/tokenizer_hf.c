@@ -326,6 +326,15 @@ static int bpe(enc *e, const char *w, size_t n) {
   return bpe_word(e, w + a, n - a);
 }
 
+/* The <0xNN> ids of the bytes of w[0..l) into s, when each byte has one:
+ * how many (0 when one lacks). */
+static size_t byte_syms(const gpt_hf *h, const char *w, size_t l, sym *s) {
+  for (size_t j = 0; j < l; j++)
+    if (h->byte_id[(unsigned char)w[j]] < 0) return 0;
+  for (size_t j = 0; j < l; j++) s[j].id = h->byte_id[(unsigned char)w[j]];
+  return l;
+}
+
 /* One word: its characters (or their bytes, or unk), then the merges,
  * lowest rank first and leftmost among equals. */
 static int bpe_word(enc *e, const char *w, size_t n) {
@@ -346,13 +355,9 @@ static int bpe_word(enc *e, const char *w, size_t n) {
     size_t l = get_cp(w + i, n - i, &cp), k = 0;
     if ((id = gpt_smap_get(&h->vocab, w + i, l)) >= 0) {
       s[ns++].id = id, last_unk = 0;
-    } else if (h->byte_fallback && (k = l, 1)) {
-      for (size_t j = 0; j < l; j++)
-        if (h->byte_id[(unsigned char)w[i + j]] < 0) k = 0;
-      for (size_t j = 0; j < k; j++) s[ns++].id = h->byte_id[(unsigned char)w[i + j]];
-      if (k) last_unk = 0;
-    }
-    if (id < 0 && !k) {
+    } else if (h->byte_fallback && (k = byte_syms(h, w + i, l, s + ns))) {
+      ns += k, last_unk = 0;
+    } else {
       if (h->unk < 0) {
         snprintf(e->err, e->el, "no token for the character '%.*s' and no unk token", (int)l, w + i);
         goto out;

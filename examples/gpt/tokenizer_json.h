@@ -50,8 +50,8 @@ typedef struct {
   int byte_id[256]; /* <0xNN> ids, -1 when absent */
   gpt_hf_added *added;
   int n_added;
-  unsigned char added_first[256]; /* bit 0 (1): an added token starts with this byte, as
-                                     matched in the text (normalized: its normalized content) */
+  unsigned char added_first[256]; /* bit 0: an added token matched in the text starts with
+                                     this byte; bit 1: a normalized one's content does */
   char *is_special;               /* per id: a special added token */
   gpt_hf_step norm[HF_MAX_STEPS], pre[HF_MAX_STEPS], dec[HF_MAX_STEPS];
   int n_norm, n_pre, n_dec, has_decoder;
