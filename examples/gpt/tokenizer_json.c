@@ -191,6 +191,11 @@ static int token_id(const gpt_hf *h, const char *s) {
   return gpt_smap_get(&h->vocab, s, strlen(s));
 }
 
+/* An id the post-processor names, as a JSON value. */
+static int id_of(const ferry_json_value *v) {
+  return v->type == FERRY_JSON_NUM && v->is_int && v->i >= 0 && v->i < HF_MAX_IDS ? (int)v->i : -1;
+}
+
 static int push_special(ld *l, int32_t *list, int *n, int id) {
   if (id < 0) return fail(l, "the post_processor names a token the vocabulary lacks%s", NULL);
   if (*n == HF_MAX_SPECIAL) return fail(l, "more than 4 special tokens around a text%s", NULL);
@@ -214,8 +219,8 @@ static int post_processor(ld *l, const ferry_json_value *v) {
     const ferry_json_value *c = ferry_json_get(v, "cls"), *s = ferry_json_get(v, "sep");
     if (!c || c->type != FERRY_JSON_ARR || c->n != 2 || !s || s->type != FERRY_JSON_ARR || s->n != 2)
       return fail(l, "%s without cls and sep", type);
-    return push_special(l, h->bos, &h->n_bos, (int)c->items[1].i) ||
-           push_special(l, h->eos, &h->n_eos, (int)s->items[1].i);
+    return push_special(l, h->bos, &h->n_bos, id_of(&c->items[1])) ||
+           push_special(l, h->eos, &h->n_eos, id_of(&s->items[1]));
   }
   if (strcmp(type, "TemplateProcessing")) return fail(l, "post_processor '%s' is not supported", type);
   const ferry_json_value *single = ferry_json_get(v, "single"), *sp = ferry_json_get(v, "special_tokens");
@@ -235,7 +240,7 @@ static int post_processor(ld *l, const ferry_json_value *v) {
       continue;
     }
     for (size_t k = 0; k < ids->n; k++)
-      if (push_special(l, seen_a ? h->eos : h->bos, seen_a ? &h->n_eos : &h->n_bos, (int)ids->items[k].i))
+      if (push_special(l, seen_a ? h->eos : h->bos, seen_a ? &h->n_eos : &h->n_bos, id_of(&ids->items[k])))
         return -1;
   }
   return 0;
