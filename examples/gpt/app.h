@@ -11,6 +11,7 @@
  *   ranks.c         the ranks (MPI) and the signals every rank agrees on
  *   output.c        messages, progress lines, JSON, the closing summary
  *   sample.c        `sample`
+ *   tokenizer_cli.c `tokenize`
  */
 #ifndef FERRY_GPT_APP_H
 #define FERRY_GPT_APP_H
@@ -113,6 +114,8 @@ typedef struct {
 /* main.c's commands */
 int cmd_train(int argc, char **argv);  /* train.c */
 int cmd_sample(int argc, char **argv); /* sample.c */
+int cmd_tokenize(int argc, char **argv); /* tokenizer_cli.c */
+extern const char *const k_tokenize_help;
 
 /* args.c: 0 parsed, 1 --help printed; bad usage exits 2 */
 extern const char *const k_train_help, *const k_sample_help, *const k_main_help;

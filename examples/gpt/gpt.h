@@ -352,6 +352,21 @@ int gpt_tokenizer_encode(const gpt_tokenizer *t, const char *text, size_t len, i
 /* Appends the bytes of one id to buf; returns the number of bytes (0 for an
  * unknown id). */
 size_t gpt_tokenizer_decode(const gpt_tokenizer *t, int32_t id, char *buf, size_t cap);
+/* A Hugging Face tokenizer.json (byte-level or SentencePiece-style BPE). */
+int gpt_tokenizer_json(const char *path, gpt_tokenizer **out, char *err, size_t errlen);
+/* What a --tokenizer path names: a tokenizer.json file, or a folder with
+ * tokenizer.json (read first) or vocab.json + merges.txt. */
+int gpt_tokenizer_load(const char *path, gpt_tokenizer **out, char *err, size_t errlen);
+/* gpt_tokenizer_encode with a reason on failure; special: the tokens the
+ * tokenizer puts around a text (a tokenizer.json's post_processor: bos, eos). */
+int gpt_tokenizer_encode_text(const gpt_tokenizer *t, const char *text, size_t len, int special,
+                              int32_t **ids, size_t *n, size_t *cap, char *err, size_t errlen);
+/* The text of ids in a fresh NUL-terminated *out (a tokenizer.json's
+ * decoders run over the whole list); skip_special leaves out special tokens. */
+int gpt_tokenizer_decode_text(const gpt_tokenizer *t, const int32_t *ids, size_t n, int skip_special,
+                              char **out, size_t *len);
+/* The id of a token (its text as the vocabulary or added tokens spell it), or -1. */
+int gpt_tokenizer_id(const gpt_tokenizer *t, const char *token);
 
 /* ---- data --------------------------------------------------------------------------------- */
 

@@ -1,5 +1,6 @@
 /* examples/gpt/main.c — the ferry-gpt program: `train` (fine-tune or train a
- * GPT-2 / Llama model on a text or token file) and `sample` (generate text).
+ * GPT-2 / Llama model on a text or token file), `sample` (generate text) and
+ * `tokenize` (text to ids and back).
  * `train --engine CFG` runs on ferry's engine (gpt_engine provider: the
  * config's placement, the engine's optimizer and step); without --engine it
  * runs the pre-engine path (everything resident in host memory, AdamW).
@@ -23,12 +24,14 @@ static int run(int argc, char **argv) {
   if (!strcmp(argv[1], "help")) {
     if (argc > 2 && !strcmp(argv[2], "train")) fputs(k_train_help, stdout);
     else if (argc > 2 && !strcmp(argv[2], "sample")) fputs(k_sample_help, stdout);
+    else if (argc > 2 && !strcmp(argv[2], "tokenize")) fputs(k_tokenize_help, stdout);
     else fputs(k_main_help, stdout);
     return 0;
   }
   if (!strcmp(argv[1], "train")) return cmd_train(argc - 1, argv + 1);
   if (!strcmp(argv[1], "sample")) return cmd_sample(argc - 1, argv + 1);
-  errf("unknown command '%s' (train, sample, help)\n", argv[1]);
+  if (!strcmp(argv[1], "tokenize")) return cmd_tokenize(argc - 1, argv + 1);
+  errf("unknown command '%s' (train, sample, tokenize, help)\n", argv[1]);
   return 2;
 }
 

@@ -1,88 +1,30 @@
-/* examples/gpt/tokenizer.c — tokenizers: byte-level (one id per byte) and
- * GPT-2's byte-level BPE from vocab.json + merges.txt (bytes mapped to
- * printable code points, the pre-tokenizer's classes of contractions,
- * letters, digits, other and spaces, then merges by rank).
+/* examples/gpt/tokenizer.c — the tokenizers of ferry-gpt behind one type:
+ * byte-level (one id per byte), GPT-2's byte-level BPE from vocab.json +
+ * merges.txt (bytes mapped to printable code points, the pre-tokenizer's
+ * classes of contractions, letters, digits, other and spaces, then merges by
+ * rank), and a Hugging Face tokenizer.json (tokenizer_json.c, tokenizer_hf.c);
+ * which one a --tokenizer path names.
  */
 #include "gpt.h"
 
 #include "core/file.h"
 #include "core/json.h"
+#include "tok_map.h"
+#include "tokenizer_json.h"
 
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-
-/* ---- a string -> int hash map (open addressing, FNV-1a) -------------------- */
-
-typedef struct {
-  char **keys;
-  int *vals;
-  size_t cap, n;
-} smap;
-
-static uint64_t fnv(const char *s, size_t n) {
-  uint64_t h = 1469598103934665603ull;
-  for (size_t i = 0; i < n; i++) h = (h ^ (unsigned char)s[i]) * 1099511628211ull;
-  return h;
-}
-
-static int smap_grow(smap *m) {
-  size_t cap = m->cap ? m->cap * 2 : 1024;
-  char **k = calloc(cap, sizeof *k);
-  int *v = calloc(cap, sizeof *v);
-  if (!k || !v) {
-    free(k), free(v);
-    return -1;
-  }
-  for (size_t i = 0; i < m->cap; i++)
-    if (m->keys[i]) {
-      size_t j = fnv(m->keys[i], strlen(m->keys[i])) & (cap - 1);
-      while (k[j]) j = (j + 1) & (cap - 1);
-      k[j] = m->keys[i], v[j] = m->vals[i];
-    }
-  free(m->keys), free(m->vals);
-  m->keys = k, m->vals = v, m->cap = cap;
-  return 0;
-}
-
-/* Looks up s[0..n); -1 when absent. */
-static int smap_get(const smap *m, const char *s, size_t n) {
-  if (!m->cap) return -1;
-  size_t j = fnv(s, n) & (m->cap - 1);
-  while (m->keys[j]) {
-    if (strlen(m->keys[j]) == n && !memcmp(m->keys[j], s, n)) return m->vals[j];
-    j = (j + 1) & (m->cap - 1);
-  }
-  return -1;
-}
-
-static int smap_put(smap *m, const char *s, int v) {
-  if ((m->n + 1) * 2 > m->cap && smap_grow(m)) return -1;
-  size_t n = strlen(s), j = fnv(s, n) & (m->cap - 1);
-  while (m->keys[j]) {
-    if (!strcmp(m->keys[j], s)) {
-      m->vals[j] = v;
-      return 0;
-    }
-    j = (j + 1) & (m->cap - 1);
-  }
-  if (!(m->keys[j] = strdup(s))) return -1;
-  m->vals[j] = v;
-  m->n++;
-  return 0;
-}
-
-static void smap_free(smap *m) {
-  for (size_t i = 0; i < m->cap; i++) free(m->keys[i]);
-  free(m->keys), free(m->vals);
-}
+#include <sys/stat.h>
 
 /* ---- the tokenizer ----------------------------------------------------------- */
 
 struct gpt_tokenizer {
+  gpt_hf *hf; /* a tokenizer.json; the fields below unused */
   int bpe;
   int vocab;
-  smap tok;    /* mapped string -> id */
-  smap merges; /* "a b" -> rank */
+  gpt_smap tok;    /* mapped string -> id */
+  gpt_smap merges; /* "a b" -> rank */
   char **id_str; /* id -> mapped string */
   char byte_str[256][4]; /* byte -> its mapped code point in UTF-8 */
   int unbyte[512];       /* mapped code point -> byte */
@@ -98,8 +40,9 @@ int gpt_tokenizer_bytes(gpt_tokenizer **out) {
 
 void gpt_tokenizer_free(gpt_tokenizer *t) {
   if (!t) return;
-  smap_free(&t->tok);
-  smap_free(&t->merges);
+  gpt_hf_free(t->hf);
+  gpt_smap_free(&t->tok);
+  gpt_smap_free(&t->merges);
   if (t->id_str)
     for (int i = 0; i < t->vocab; i++) free(t->id_str[i]);
   free(t->id_str);
@@ -110,18 +53,18 @@ int gpt_tokenizer_vocab(const gpt_tokenizer *t) { return t->vocab; }
 
 /* GPT-2's bytes_to_unicode: printable Latin-1 bytes stand for themselves,
  * the other 68 take code points 256, 257, ... in byte order. */
-static void byte_map(gpt_tokenizer *t) {
+void gpt_byte_map(char byte_str[256][4], int unbyte[512]) {
   int extra = 0;
   for (int b = 0; b < 256; b++) {
     int keep = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174 && b <= 255);
     unsigned cp = keep ? (unsigned)b : 256u + (unsigned)extra++;
-    char *o = t->byte_str[b];
+    char *o = byte_str[b];
     if (cp < 0x80) {
       o[0] = (char)cp, o[1] = 0;
     } else {
       o[0] = (char)(0xC0 | (cp >> 6)), o[1] = (char)(0x80 | (cp & 0x3F)), o[2] = 0;
     }
-    t->unbyte[cp] = b;
+    unbyte[cp] = b;
   }
 }
 
@@ -130,7 +73,7 @@ int gpt_tokenizer_bpe(const char *vocab_json, const char *merges_txt, gpt_tokeni
   gpt_tokenizer *t = calloc(1, sizeof *t);
   if (!t) return -1;
   t->bpe = 1;
-  byte_map(t);
+  gpt_byte_map(t->byte_str, t->unbyte);
   size_t len;
   char *text = NULL;
   if (ferry_read_file(vocab_json, SIZE_MAX, &text, &len, NULL, 0)) {
@@ -148,7 +91,7 @@ int gpt_tokenizer_bpe(const char *vocab_json, const char *merges_txt, gpt_tokeni
     if (ferry_json_string(&j, key, sizeof key, NULL) || ferry_json_expect(&j, ':') ||
         ferry_json_number(&j, &v, NULL, NULL) || v < 0 || v > 10000000)
       goto bad_json;
-    if (smap_put(&t->tok, key, (int)v)) goto oom;
+    if (gpt_smap_put(&t->tok, key, (int)v)) goto oom;
     if ((int)v > max_id) max_id = (int)v;
   }
   if (more < 0) goto bad_json;
@@ -176,7 +119,7 @@ int gpt_tokenizer_bpe(const char *vocab_json, const char *merges_txt, gpt_tokeni
       snprintf(err, el, "%s: line '%.60s' is not two symbols", merges_txt, line);
       goto fail;
     }
-    if (smap_get(&t->merges, line, n) < 0 && smap_put(&t->merges, line, rank)) goto oom;
+    if (gpt_smap_get(&t->merges, line, n) < 0 && gpt_smap_put(&t->merges, line, rank)) goto oom;
     rank++;
   }
   free(text);
@@ -255,7 +198,7 @@ static int bpe_word(const gpt_tokenizer *t, const unsigned char *w, size_t n, in
     for (size_t i = 0; i + 1 < ns; i++) {
       int l = snprintf(buf, sizeof buf, "%s %s", s[i], s[i + 1]);
       if (l < 0 || (size_t)l >= sizeof buf) continue;
-      int r = smap_get(&t->merges, buf, (size_t)l);
+      int r = gpt_smap_get(&t->merges, buf, (size_t)l);
       if (r >= 0 && (best < 0 || r < best)) best = r, bi = i;
     }
     if (best < 0) break;
@@ -271,7 +214,7 @@ static int bpe_word(const gpt_tokenizer *t, const unsigned char *w, size_t n, in
   }
   int rc = 0;
   for (size_t i = 0; i < ns; i++) {
-    int id = smap_get(&t->tok, s[i], strlen(s[i]));
+    int id = gpt_smap_get(&t->tok, s[i], strlen(s[i]));
     if (id < 0) rc = -1; /* a symbol the vocabulary lacks */
     else if (push(ids, cnt, cap, id)) rc = -1;
     free(s[i]);
@@ -283,6 +226,8 @@ static int bpe_word(const gpt_tokenizer *t, const unsigned char *w, size_t n, in
 int gpt_tokenizer_encode(const gpt_tokenizer *t, const char *text, size_t len, int32_t **ids,
                          size_t *n, size_t *cap) {
   const unsigned char *s = (const unsigned char *)text;
+  char err[256];
+  if (t->hf) return gpt_hf_encode(t->hf, text, len, 0, ids, n, cap, err, sizeof err);
   if (!t->bpe) {
     for (size_t i = 0; i < len; i++)
       if (push(ids, n, cap, s[i])) return -1;
@@ -299,6 +244,15 @@ int gpt_tokenizer_encode(const gpt_tokenizer *t, const char *text, size_t len, i
 
 size_t gpt_tokenizer_decode(const gpt_tokenizer *t, int32_t id, char *buf, size_t cap) {
   if (id < 0 || id >= t->vocab) return 0;
+  if (t->hf) {
+    char *s;
+    size_t l;
+    if (gpt_hf_decode(t->hf, &id, 1, 0, 1, &s, &l)) return 0;
+    l = l < cap ? l : cap;
+    memcpy(buf, s, l);
+    free(s);
+    return l;
+  }
   if (!t->bpe) {
     if (cap < 1) return 0;
     buf[0] = (char)id;
@@ -316,4 +270,66 @@ size_t gpt_tokenizer_decode(const gpt_tokenizer *t, int32_t id, char *buf, size_
     buf[n++] = (char)t->unbyte[cp];
   }
   return n;
+}
+
+int gpt_tokenizer_json(const char *path, gpt_tokenizer **out, char *err, size_t el) {
+  gpt_tokenizer *t = calloc(1, sizeof *t);
+  if (!t) return snprintf(err, el, "out of memory"), -1;
+  if (gpt_hf_load(path, &t->hf, err, el)) {
+    free(t);
+    return -1;
+  }
+  t->vocab = t->hf->n_ids;
+  *out = t;
+  return 0;
+}
+
+int gpt_tokenizer_load(const char *path, gpt_tokenizer **out, char *err, size_t el) {
+  char a[4096], b[4096];
+  struct stat st;
+  if (stat(path, &st)) return snprintf(err, el, "%s: %s", path, strerror(errno)), -1;
+  if (!S_ISDIR(st.st_mode)) return gpt_tokenizer_json(path, out, err, el);
+  snprintf(a, sizeof a, "%.4000s/tokenizer.json", path);
+  if (!stat(a, &st)) return gpt_tokenizer_json(a, out, err, el);
+  snprintf(a, sizeof a, "%.4000s/vocab.json", path);
+  snprintf(b, sizeof b, "%.4000s/merges.txt", path);
+  return gpt_tokenizer_bpe(a, b, out, err, el);
+}
+
+int gpt_tokenizer_encode_text(const gpt_tokenizer *t, const char *text, size_t len, int special,
+                              int32_t **ids, size_t *n, size_t *cap, char *err, size_t el) {
+  if (t->hf) return gpt_hf_encode(t->hf, text, len, special, ids, n, cap, err, el);
+  if (!gpt_tokenizer_encode(t, text, len, ids, n, cap)) return 0;
+  snprintf(err, el, "a symbol the vocabulary lacks, or out of memory");
+  return -1;
+}
+
+int gpt_tokenizer_decode_text(const gpt_tokenizer *t, const int32_t *ids, size_t n, int skip_special,
+                              char **out, size_t *len) {
+  if (t->hf) return gpt_hf_decode(t->hf, ids, n, skip_special, 0, out, len);
+  size_t cap = 64, k = 0;
+  char *o = malloc(cap);
+  for (size_t i = 0; o && i < n; i++) {
+    char b[1024];
+    size_t l = gpt_tokenizer_decode(t, ids[i], b, sizeof b);
+    if (k + l + 1 > cap) {
+      char *p = realloc(o, cap = 2 * (k + l + 1));
+      if (!p) free(o);
+      o = p;
+    }
+    if (o) memcpy(o + k, b, l), k += l;
+  }
+  if (!o) return -1;
+  o[k] = 0;
+  *out = o, *len = k;
+  return 0;
+}
+
+int gpt_tokenizer_id(const gpt_tokenizer *t, const char *token) {
+  if (t->hf) {
+    for (int i = 0; i < t->hf->n_added; i++)
+      if (!strcmp(t->hf->added[i].s, token)) return t->hf->added[i].id;
+    return gpt_smap_get(&t->hf->vocab, token, strlen(token));
+  }
+  return t->bpe ? gpt_smap_get(&t->tok, token, strlen(token)) : -1;
 }

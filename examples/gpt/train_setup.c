@@ -40,10 +40,8 @@ gpt_tokenizer *load_tokenizer(const char *dir) {
     if (gpt_tokenizer_bytes(&t)) exit(1);
     return t;
   }
-  char v[4096], m[4096], err[512];
-  snprintf(v, sizeof v, "%.4000s/vocab.json", dir);
-  snprintf(m, sizeof m, "%.4000s/merges.txt", dir);
-  if (gpt_tokenizer_bpe(v, m, &t, err, sizeof err)) {
+  char err[512];
+  if (gpt_tokenizer_load(dir, &t, err, sizeof err)) {
     errf("tokenizer: %s\n", err);
     exit(1);
   }
