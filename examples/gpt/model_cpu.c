@@ -3,7 +3,9 @@
  * learned positions, tied head) and Llama (RMSNorm, rotary positions,
  * SwiGLU, grouped-query attention). GEMMs through OpenBLAS's cblas_sgemm;
  * parameters and gradients come from a gpt_provider, one group at a time.
- * Owns only activations and scratch, sized once at create.
+ * Owns only activations and scratch, sized once at create. The incremental
+ * forward for sampling (gpt_kv) runs the same kernels on the new positions
+ * alone, against each layer's cached keys and values.
  */
 #include "gpt.h"
 
