@@ -120,6 +120,23 @@ int gpt_cuda_resident_init_weights(gpt_cuda_resident *r, uint64_t seed, float *h
 int gpt_cuda_host_register(void *p, size_t bytes);
 void gpt_cuda_host_unregister(void *p);
 
+/* ---- the KV-cache forward for sampling (kvcache_cuda.cu) ---------------------------
+ * gpt_kv's contract (gpt.h) on the device: each layer's keys and values
+ * kept in fp32 for max_pos positions, a call of 1 to GPT_KV_ROWS new
+ * tokens, the weights read through the provider in its dtype. stream: the
+ * cudaStream_t to launch on, or NULL for the cache's own. Each forward
+ * waits for its logits, which it leaves in host memory ([rows, vocab]). */
+typedef struct gpt_cuda_kv gpt_cuda_kv;
+int gpt_cuda_kv_create(const gpt_schema *s, int max_pos, void *stream, gpt_cuda_kv **out,
+                       char *err, size_t errlen);
+void gpt_cuda_kv_free(gpt_cuda_kv *kv);
+void gpt_cuda_kv_reset(gpt_cuda_kv *kv);
+int gpt_cuda_kv_forward(gpt_cuda_kv *kv, gpt_provider *p, const int32_t *tokens, int n);
+const float *gpt_cuda_kv_logits(const gpt_cuda_kv *kv);
+int gpt_cuda_kv_pos(const gpt_cuda_kv *kv);
+int gpt_cuda_kv_rows(const gpt_cuda_kv *kv);
+const char *gpt_cuda_kv_last_error(const gpt_cuda_kv *kv);
+
 /* ---- the module (cuda_entry.c, cuda_load.c) ---------------------------------------
  * libferry-gpt-cuda.so exports one symbol, GPT_CUDA_ENTRY, a function that
  * returns the table below. The loader checks abi and the sizes of the
