@@ -217,7 +217,7 @@ const char *const k_sample_help =
     "SYNOPSIS\n"
     "    ferry-gpt sample --model PRESET|config.json --weights FILE|DIR --prompt TEXT\n"
     "                     [--tokens N] [--temperature T] [--top-k K] [--top-p P]\n"
-    "                     [--eos ID] [--seed K] [--tokenizer DIR]\n"
+    "                     [--eos ID] [--seed K] [--tokenizer DIR] [--device cpu|cuda]\n"
     "\n"
     "DESCRIPTION\n"
     "    Encodes TEXT, then appends N tokens, each drawn from the softmax of the model's\n"
@@ -240,6 +240,8 @@ const char *const k_sample_help =
     "    --eos ID              stop after token ID (default: the config.json's\n"
     "                          eos_token_id, none for a preset; -1: none).\n"    "    --seed K              seed of the sampler (default 1).\n"
     "    --tokenizer DIR       GPT-2 BPE from DIR/vocab.json and DIR/merges.txt.\n"
+    "    --device cpu|cuda     where the forward runs (default cpu); cuda: fp32 weights\n"
+    "                          and KV cache in device memory, the sampler on the CPU.\n"
     "    -h, --help            this text.\n"
     "\n"
     "EXIT STATUS\n"
@@ -397,6 +399,7 @@ int parse_sample(int argc, char **argv, sample_opts *o) {
       {"tokens", 1, 0, O_TOKENS}, {"temperature", 1, 0, O_TEMP}, {"seed", 1, 0, O_SEED},
       {"tokenizer", 1, 0, O_TOK}, {"threads", 1, 0, O_THREADS}, {"help", 0, 0, 'h'},
       {"top-k", 1, 0, O_TOP_K}, {"top-p", 1, 0, O_TOP_P}, {"eos", 1, 0, O_EOS},
+      {"device", 1, 0, O_DEVICE},
       {0, 0, 0, 0}};
   *o = (sample_opts){.prompt = "\n", .ntok = 64, .temp = 0.8f, .top_p = 1, .eos = -2, .seed = 1};
   int c;
@@ -411,6 +414,10 @@ int parse_sample(int argc, char **argv, sample_opts *o) {
     case O_TOP_K: o->top_k = parse_int(optarg, "--top-k", 0, 1 << 30); break;
     case O_TOP_P: o->top_p = (float)parse_double(optarg, "--top-p"); break;
     case O_EOS: o->eos = parse_int(optarg, "--eos", -1, 1 << 30); break;
+    case O_DEVICE:
+      if (!strcmp(optarg, "cuda")) o->cuda = 1;
+      else if (strcmp(optarg, "cpu")) die_usage("--device is cpu or cuda");
+      break;
     case O_SEED: o->seed = (uint64_t)parse_int(optarg, "--seed", 0, 2147483647); break;
     case O_TOK: o->tokdir = optarg; break;
     case O_THREADS: openblas_set_num_threads(parse_int(optarg, "--threads", 1, 1024)); break;

@@ -432,3 +432,4 @@ extern "C" int gpt_cuda_kv_pos(const gpt_cuda_kv *kv) { return kv->pos; }
 extern "C" int gpt_cuda_kv_rows(const gpt_cuda_kv *kv) { return kv->rows; }
 extern "C" const float *gpt_cuda_kv_logits(const gpt_cuda_kv *kv) { return kv->host_logits; }
 extern "C" const char *gpt_cuda_kv_last_error(const gpt_cuda_kv *kv) { return kv->err; }
+extern "C" void *gpt_cuda_kv_stream(const gpt_cuda_kv *kv) { return (void *)kv->st; }
