@@ -107,7 +107,10 @@ typedef struct {
 typedef struct {
   const char *model, *weights, *prompt, *tokdir;
   int ntok;
-  float temp;
+  float temp, top_p;
+  int top_k;
+  int eos; /* the id that ends the text: -1 none, -2 the config.json's eos_token_id */
+  int cuda; /* --device cuda */
   uint64_t seed;
 } sample_opts;
 

@@ -216,12 +216,18 @@ const char *const k_sample_help =
     "\n"
     "SYNOPSIS\n"
     "    ferry-gpt sample --model PRESET|config.json --weights FILE|DIR --prompt TEXT\n"
-    "                     [--tokens N] [--temperature T] [--seed K] [--tokenizer DIR]\n"
+    "                     [--tokens N] [--temperature T] [--top-k K] [--top-p P]\n"
+    "                     [--eos ID] [--seed K] [--tokenizer DIR] [--device cpu|cuda]\n"
     "\n"
     "DESCRIPTION\n"
     "    Encodes TEXT, then appends N tokens, each drawn from the softmax of the model's\n"
-    "    last logits divided by T (T = 0: the most likely token). The context is the last\n"
-    "    positions the model supports (at most 256). Prints the prompt and the continuation.\n"
+    "    last logits divided by T (T = 0: the most likely token), cut to the K most\n"
+    "    likely and then to the fewest whose probability reaches P. Each token is\n"
+    "    written as it comes; the eos id ends the text. A KV cache keeps every layer's\n"
+    "    keys and values, so a token costs one position's work; the context is the\n"
+    "    model's max_position_embeddings (when it fills, the cache restarts from the\n"
+    "    last half). Prints the prompt and the continuation on stdout, and the tokens\n"
+    "    sampled, the elapsed time and tokens/s on stderr.\n"
     "\n"
     "OPTIONS\n"
     "    --model PRESET|FILE   as for train; use the config.json written by train --save.\n"
@@ -229,9 +235,15 @@ const char *const k_sample_help =
     "    --prompt TEXT         the start of the text (default: a newline).\n"
     "    --tokens N            tokens to generate (default 64).\n"
     "    --temperature T       sampling temperature (default 0.8; 0 = greedy).\n"
+    "    --top-k K             keep the K most likely tokens (default 0: all).\n"
+    "    --top-p P             then the fewest whose probability reaches P (default 1).\n"
+    "    --eos ID              stop after token ID (default: the config.json's\n"
+    "                          eos_token_id, none for a preset; -1: none).\n"
     "    --seed K              seed of the sampler (default 1).\n"
     "    --tokenizer PATH      a tokenizer.json, or a folder with tokenizer.json or GPT-2's\n"
     "                          vocab.json + merges.txt (see ferry-gpt tokenize --help).\n"
+    "    --device cpu|cuda     where the forward runs (default cpu); cuda: fp32 weights\n"
+    "                          and KV cache in device memory, the sampler on the CPU.\n"
     "    -h, --help            this text.\n"
     "\n"
     "EXIT STATUS\n"
@@ -285,7 +297,8 @@ static double parse_double(const char *s, const char *opt) {
 
 enum { O_MODEL = 256, O_WEIGHTS, O_DATA, O_ENGINE, O_STEPS, O_BATCH, O_SEQ, O_LR, O_WD, O_SEED,
        O_SAVE, O_JSON, O_CKPT, O_TOK, O_THREADS, O_PROMPT, O_TOKENS, O_TEMP, O_DEVICE, O_SET,
-       O_TIMELINE, O_SAVE_EVERY, O_KEEP, O_RESUME, O_STATS_JSON, O_COMM, O_DATA_STREAM, O_STRICT_WEIGHTS, O_LOG_LEVEL };
+       O_TIMELINE, O_SAVE_EVERY, O_KEEP, O_RESUME, O_STATS_JSON, O_COMM, O_DATA_STREAM, O_STRICT_WEIGHTS, O_LOG_LEVEL,
+       O_TOP_K, O_TOP_P, O_EOS };
 
 static const struct option k_train_opts[] = {
     {"model", 1, 0, O_MODEL},     {"weights", 1, 0, O_WEIGHTS},   {"data", 1, 0, O_DATA},
@@ -388,8 +401,10 @@ int parse_sample(int argc, char **argv, sample_opts *o) {
       {"model", 1, 0, O_MODEL}, {"weights", 1, 0, O_WEIGHTS}, {"prompt", 1, 0, O_PROMPT},
       {"tokens", 1, 0, O_TOKENS}, {"temperature", 1, 0, O_TEMP}, {"seed", 1, 0, O_SEED},
       {"tokenizer", 1, 0, O_TOK}, {"threads", 1, 0, O_THREADS}, {"help", 0, 0, 'h'},
+      {"top-k", 1, 0, O_TOP_K}, {"top-p", 1, 0, O_TOP_P}, {"eos", 1, 0, O_EOS},
+      {"device", 1, 0, O_DEVICE},
       {0, 0, 0, 0}};
-  *o = (sample_opts){.prompt = "\n", .ntok = 64, .temp = 0.8f, .seed = 1};
+  *o = (sample_opts){.prompt = "\n", .ntok = 64, .temp = 0.8f, .top_p = 1, .eos = -2, .seed = 1};
   int c;
   optind = 1;
   while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
@@ -399,6 +414,13 @@ int parse_sample(int argc, char **argv, sample_opts *o) {
     case O_PROMPT: o->prompt = optarg; break;
     case O_TOKENS: o->ntok = parse_int(optarg, "--tokens", 0, 1000000); break;
     case O_TEMP: o->temp = (float)parse_double(optarg, "--temperature"); break;
+    case O_TOP_K: o->top_k = parse_int(optarg, "--top-k", 0, 1 << 30); break;
+    case O_TOP_P: o->top_p = (float)parse_double(optarg, "--top-p"); break;
+    case O_EOS: o->eos = parse_int(optarg, "--eos", -1, 1 << 30); break;
+    case O_DEVICE:
+      if (!strcmp(optarg, "cuda")) o->cuda = 1;
+      else if (strcmp(optarg, "cpu")) die_usage("--device is cpu or cuda");
+      break;
     case O_SEED: o->seed = (uint64_t)parse_int(optarg, "--seed", 0, 2147483647); break;
     case O_TOK: o->tokdir = optarg; break;
     case O_THREADS: openblas_set_num_threads(parse_int(optarg, "--threads", 1, 1024)); break;
@@ -409,5 +431,7 @@ int parse_sample(int argc, char **argv, sample_opts *o) {
   if (optind < argc) die_usage("unexpected argument");
   if (!o->model) die_usage("sample needs --model");
   if (!o->weights) die_usage("sample needs --weights");
+  if (!(o->temp >= 0)) die_usage("--temperature must be 0 or more");
+  if (!(o->top_p > 0 && o->top_p <= 1)) die_usage("--top-p must be in (0, 1]");
   return 0;
 }

@@ -30,6 +30,15 @@ static const gpt_cuda_api k_api = {
     .host_register = gpt_cuda_host_register,
     .host_unregister = gpt_cuda_host_unregister,
     .resident_init_weights = gpt_cuda_resident_init_weights,
+    .kv_create = gpt_cuda_kv_create,
+    .kv_free = gpt_cuda_kv_free,
+    .kv_reset = gpt_cuda_kv_reset,
+    .kv_forward = gpt_cuda_kv_forward,
+    .kv_logits = gpt_cuda_kv_logits,
+    .kv_pos = gpt_cuda_kv_pos,
+    .kv_rows = gpt_cuda_kv_rows,
+    .kv_last_error = gpt_cuda_kv_last_error,
+    .kv_stream = gpt_cuda_kv_stream,
 };
 
 /* Exported (the build hides everything else). */

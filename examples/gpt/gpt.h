@@ -322,6 +322,41 @@ const float *gpt_model_logits(const gpt_model *m);
 /* Bytes of activations and scratch the model holds. */
 size_t gpt_model_activation_bytes(const gpt_model *m);
 
+/* The incremental forward for sampling (model_cpu.c): each layer's keys and
+ * values stay cached for the positions seen, so a new token costs one row
+ * of work (plus its attention over the cache), not the whole window again.
+ * The logits equal gpt_model_forward's at every position up to summation
+ * order. A call takes 1 to gpt_kv_max_rows() new tokens (a longer prompt
+ * goes in several calls); positions run from 0 to max_pos - 1 (max_pos <=
+ * cfg.max_seq); gpt_kv_reset starts over. */
+enum { GPT_KV_ROWS = 64 }; /* rows of scratch: the most tokens one call takes */
+typedef struct gpt_kv gpt_kv;
+int gpt_kv_create(const gpt_schema *s, int max_pos, gpt_kv **out);
+void gpt_kv_free(gpt_kv *kv);
+void gpt_kv_reset(gpt_kv *kv);
+int gpt_kv_forward(gpt_kv *kv, gpt_provider *p, const int32_t *tokens, int n);
+const float *gpt_kv_logits(const gpt_kv *kv); /* [rows, vocab] of the last call */
+int gpt_kv_rows(const gpt_kv *kv);           /* n of the last call */
+int gpt_kv_pos(const gpt_kv *kv);             /* positions seen */
+int gpt_kv_max_pos(const gpt_kv *kv);
+int gpt_kv_max_rows(const gpt_kv *kv);
+const char *gpt_kv_last_error(const gpt_kv *kv);
+size_t gpt_kv_bytes(const gpt_kv *kv); /* the cache and the scratch */
+
+/* The sampler (sampler.c): the next id from a row of logits. */
+typedef struct {
+  float temperature; /* 0: the most likely id (greedy) */
+  int top_k;         /* keep the k most likely ids (0: all) */
+  float top_p;       /* then the fewest whose probability reaches p (1: all) */
+} gpt_sampling;
+typedef struct gpt_sampler gpt_sampler;
+/* -1 on a bad option (temperature < 0, top_k < 0, top_p outside (0, 1]) or
+ * no memory. Without a cut (top_k 0, top_p 1) the draw is the plain softmax
+ * walk in id order. */
+int gpt_sampler_create(int vocab, const gpt_sampling *o, uint64_t seed, gpt_sampler **out);
+int gpt_sampler_pick(gpt_sampler *s, const float *logits);
+void gpt_sampler_free(gpt_sampler *s);
+
 /* ---- the pre-engine optimizer ------------------------------------------------------ */
 /* A plain AdamW over the resident provider (torch.optim.AdamW's math):
  * used by `ferry-gpt train` without --engine (the engine owns the step there). */

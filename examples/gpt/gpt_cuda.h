@@ -120,12 +120,30 @@ int gpt_cuda_resident_init_weights(gpt_cuda_resident *r, uint64_t seed, float *h
 int gpt_cuda_host_register(void *p, size_t bytes);
 void gpt_cuda_host_unregister(void *p);
 
+/* ---- the KV-cache forward for sampling (kvcache_cuda.cu) ---------------------------
+ * gpt_kv's contract (gpt.h) on the device: each layer's keys and values
+ * kept in fp32 for max_pos positions, a call of 1 to GPT_KV_ROWS new
+ * tokens, the weights read through the provider in its dtype. stream: the
+ * cudaStream_t to launch on, or NULL for the cache's own. Each forward
+ * waits for its logits, which it leaves in host memory ([rows, vocab]). */
+typedef struct gpt_cuda_kv gpt_cuda_kv;
+int gpt_cuda_kv_create(const gpt_schema *s, int max_pos, void *stream, gpt_cuda_kv **out,
+                       char *err, size_t errlen);
+void gpt_cuda_kv_free(gpt_cuda_kv *kv);
+void gpt_cuda_kv_reset(gpt_cuda_kv *kv);
+int gpt_cuda_kv_forward(gpt_cuda_kv *kv, gpt_provider *p, const int32_t *tokens, int n);
+const float *gpt_cuda_kv_logits(const gpt_cuda_kv *kv);
+int gpt_cuda_kv_pos(const gpt_cuda_kv *kv);
+int gpt_cuda_kv_rows(const gpt_cuda_kv *kv);
+const char *gpt_cuda_kv_last_error(const gpt_cuda_kv *kv);
+void *gpt_cuda_kv_stream(const gpt_cuda_kv *kv); /* the cudaStream_t it launches on */
+
 /* ---- the module (cuda_entry.c, cuda_load.c) ---------------------------------------
  * libferry-gpt-cuda.so exports one symbol, GPT_CUDA_ENTRY, a function that
  * returns the table below. The loader checks abi and the sizes of the
  * structs both sides share (the module is built from the same tree; a
  * stale or foreign one is refused, naming the numbers). */
-#define GPT_CUDA_ABI 3
+#define GPT_CUDA_ABI 4
 #define GPT_CUDA_MODULE_FILE "libferry-gpt-cuda.so"
 #define GPT_CUDA_ENTRY "gpt_cuda_module_api"
 /* The loader's override: the module's path (tests; a relocated build). */
@@ -155,6 +173,16 @@ typedef struct {
   int (*host_register)(void *p, size_t bytes);
   void (*host_unregister)(void *p);
   int (*resident_init_weights)(gpt_cuda_resident *r, uint64_t seed, float *host_weights);
+  int (*kv_create)(const gpt_schema *s, int max_pos, void *stream, gpt_cuda_kv **out, char *err,
+                   size_t errlen);
+  void (*kv_free)(gpt_cuda_kv *kv);
+  void (*kv_reset)(gpt_cuda_kv *kv);
+  int (*kv_forward)(gpt_cuda_kv *kv, gpt_provider *p, const int32_t *tokens, int n);
+  const float *(*kv_logits)(const gpt_cuda_kv *kv);
+  int (*kv_pos)(const gpt_cuda_kv *kv);
+  int (*kv_rows)(const gpt_cuda_kv *kv);
+  const char *(*kv_last_error)(const gpt_cuda_kv *kv);
+  void *(*kv_stream)(const gpt_cuda_kv *kv);
 } gpt_cuda_api;
 
 /* The module's entry (GPT_CUDA_ENTRY): the table of the functions above. */

@@ -3,7 +3,9 @@
  * learned positions, tied head) and Llama (RMSNorm, rotary positions,
  * SwiGLU, grouped-query attention). GEMMs through OpenBLAS's cblas_sgemm;
  * parameters and gradients come from a gpt_provider, one group at a time.
- * Owns only activations and scratch, sized once at create.
+ * Owns only activations and scratch, sized once at create. The incremental
+ * forward for sampling (gpt_kv) runs the same kernels on the new positions
+ * alone, against each layer's cached keys and values.
  */
 #include "gpt.h"
 
@@ -83,6 +85,19 @@ static void acts_free(acts *a) {
   free(a->h3);
 }
 
+/* Rotary tables [T, hd/2] as Hugging Face computes them: fp32 inv_freq and angle. */
+static void rope_tables(const gpt_config *c, int hd, int T, float *cs, float *sn) {
+  int half = hd / 2;
+  for (int i = 0; i < half; i++) {
+    float inv = (float)(1.0 / pow((double)c->rope_theta, (double)(2 * i) / hd));
+    for (int t = 0; t < T; t++) {
+      float ang = (float)t * inv;
+      cs[t * half + i] = (float)cos((double)ang);
+      sn[t * half + i] = (float)sin((double)ang);
+    }
+  }
+}
+
 int gpt_model_create(const gpt_schema *s, const gpt_run_config *rc, gpt_model **out) {
   *out = NULL;
   if (rc->batch < 1 || rc->seq < 1 || rc->seq > s->cfg.max_seq) return -1;
@@ -123,18 +138,7 @@ int gpt_model_create(const gpt_schema *s, const gpt_run_config *rc, gpt_model **
     gpt_model_free(m);
     return -1;
   }
-  /* rotary tables as Hugging Face computes them: fp32 inv_freq and angle */
-  if (c->family == GPT_LLAMA) {
-    int half = m->hd / 2;
-    for (int i = 0; i < half; i++) {
-      float inv = (float)(1.0 / pow((double)c->rope_theta, (double)(2 * i) / m->hd));
-      for (int t = 0; t < m->T; t++) {
-        float ang = (float)t * inv;
-        m->rcos[t * half + i] = (float)cos((double)ang);
-        m->rsin[t * half + i] = (float)sin((double)ang);
-      }
-    }
-  }
+  if (c->family == GPT_LLAMA) rope_tables(c, m->hd, m->T, m->rcos, m->rsin);
   *out = m;
   return 0;
 }
@@ -314,28 +318,36 @@ static qkv_view qkv_of(const gpt_model *m, float *buf) {
   return r;
 }
 
+/* One head, causal: nq queries at positions t0.. against nk keys (nk >=
+ * t0 + nq); S [nq, nk] gets the probabilities, O [nq, hd] (row stride ldo)
+ * the output. The full forward has t0 = 0 and nq = nk; the KV cache's step
+ * has the cached positions before t0. */
+static void attend(float *O, int ldo, float *S, const float *Q, int ldq, const float *K, int ldk,
+                   const float *Vv, int ldv, int nq, int nk, int t0, int hd) {
+  float scale = 1.0f / sqrtf((float)hd);
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nq, nk, hd, scale, Q, ldq, K, ldk, 0.0f, S,
+              nk);
+  for (int i = 0; i < nq; i++) {
+    float *r = S + (size_t)i * nk, mx = -INFINITY, sum = 0;
+    int last = t0 + i;
+    for (int j = 0; j <= last; j++) mx = r[j] > mx ? r[j] : mx;
+    for (int j = 0; j <= last; j++) sum += (r[j] = expf(r[j] - mx));
+    float inv = 1.0f / sum;
+    for (int j = 0; j <= last; j++) r[j] *= inv;
+    for (int j = last + 1; j < nk; j++) r[j] = 0;
+  }
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nq, hd, nk, 1.0f, S, nk, Vv, ldv, 0.0f, O,
+              ldo);
+}
+
 static void attention_fwd(gpt_model *m, float *ao, float *att, qkv_view x) {
   int T = m->T, hd = m->hd, H = m->H, grp = m->H / m->KV;
-  float scale = 1.0f / sqrtf((float)hd);
   for (int b = 0; b < m->B; b++)
-    for (int h = 0; h < H; h++) {
-      const float *Q = x.q + (size_t)b * T * x.ldq + h * hd;
-      const float *K = x.k + (size_t)b * T * x.ldk + (h / grp) * hd;
-      const float *Vv = x.v + (size_t)b * T * x.ldv + (h / grp) * hd;
-      float *S = att + ((size_t)b * H + h) * T * T;
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hd, scale, Q, x.ldq, K, x.ldk,
-                  0.0f, S, T);
-      for (int i = 0; i < T; i++) {
-        float *r = S + (size_t)i * T, mx = -INFINITY, sum = 0;
-        for (int j = 0; j <= i; j++) mx = r[j] > mx ? r[j] : mx;
-        for (int j = 0; j <= i; j++) sum += (r[j] = expf(r[j] - mx));
-        float inv = 1.0f / sum;
-        for (int j = 0; j <= i; j++) r[j] *= inv;
-        for (int j = i + 1; j < T; j++) r[j] = 0;
-      }
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hd, T, 1.0f, S, T, Vv, x.ldv, 0.0f,
-                  ao + (size_t)b * T * m->C + h * hd, m->C);
-    }
+    for (int h = 0; h < H; h++)
+      attend(ao + (size_t)b * T * m->C + h * hd, m->C, att + ((size_t)b * H + h) * T * T,
+             x.q + (size_t)b * T * x.ldq + h * hd, x.ldq,
+             x.k + (size_t)b * T * x.ldk + (h / grp) * hd, x.ldk,
+             x.v + (size_t)b * T * x.ldv + (h / grp) * hd, x.ldv, T, T, 0, hd);
 }
 
 /* dx (zeroed here) from dao; att holds the forward probabilities. */
@@ -371,14 +383,32 @@ static void attention_bwd(gpt_model *m, qkv_view dx, const float *dao, const flo
 
 /* ---- blocks ---------------------------------------------------------------------- */
 
-static void block_fwd(gpt_model *m, acts *a, const gpt_group_view *g, const float *x, float *y) {
+/* The first norm and the q, k, v projections of BT rows of x into a->qkv
+ * (Llama: before the rotary). */
+static void block_qkv(gpt_model *m, acts *a, const gpt_group_view *g, const float *x, int BT) {
   const gpt_config *c = &m->s->cfg;
-  int BT = m->BT, C = m->C, F = m->F;
-  size_t n = (size_t)BT * C;
+  int C = m->C;
   if (c->family == GPT_GPT2) {
     layernorm_fwd(a->n1, a->mean1, a->rstd1, x, g->w[G2_LN1_W], g->w[G2_LN1_B], BT, C, c->norm_eps);
     linear_fwd(a->qkv, a->n1, g->w[G2_QKV_W], g->w[G2_QKV_B], BT, C, 3 * C, 1);
-    attention_fwd(m, a->ao, a->att, qkv_of(m, a->qkv));
+  } else {
+    int kv = m->KV * m->hd;
+    qkv_view q = qkv_of(m, a->qkv);
+    rmsnorm_fwd(a->n1, a->rstd1, x, g->w[LL_IN_NORM], BT, C, c->norm_eps);
+    linear_fwd(q.q, a->n1, g->w[LL_Q], NULL, BT, C, C, 0);
+    linear_fwd(q.k, a->n1, g->w[LL_K], NULL, BT, C, kv, 0);
+    linear_fwd(q.v, a->n1, g->w[LL_V], NULL, BT, C, kv, 0);
+  }
+}
+
+/* From the attention output a->ao of BT rows: the projection, the MLP and
+ * both residuals into y. */
+static void block_out(gpt_model *m, acts *a, const gpt_group_view *g, const float *x, float *y,
+                      int BT) {
+  const gpt_config *c = &m->s->cfg;
+  int C = m->C, F = m->F;
+  size_t n = (size_t)BT * C;
+  if (c->family == GPT_GPT2) {
     linear_fwd(a->xmid, a->ao, g->w[G2_ATTO_W], g->w[G2_ATTO_B], BT, C, C, 1);
     for (size_t i = 0; i < n; i++) a->xmid[i] += x[i];
     layernorm_fwd(a->n2, a->mean2, a->rstd2, a->xmid, g->w[G2_LN2_W], g->w[G2_LN2_B], BT, C,
@@ -387,15 +417,6 @@ static void block_fwd(gpt_model *m, acts *a, const gpt_group_view *g, const floa
     gelu_fwd(a->h2, a->h1, (size_t)BT * F);
     linear_fwd(y, a->h2, g->w[G2_FCO_W], g->w[G2_FCO_B], BT, F, C, 1);
   } else {
-    int kv = m->KV * m->hd;
-    qkv_view q = qkv_of(m, a->qkv);
-    rmsnorm_fwd(a->n1, a->rstd1, x, g->w[LL_IN_NORM], BT, C, c->norm_eps);
-    linear_fwd(q.q, a->n1, g->w[LL_Q], NULL, BT, C, C, 0);
-    linear_fwd(q.k, a->n1, g->w[LL_K], NULL, BT, C, kv, 0);
-    linear_fwd(q.v, a->n1, g->w[LL_V], NULL, BT, C, kv, 0);
-    rope(q.q, q.ldq, BT, m->T, m->H, m->hd, m->rcos, m->rsin, 1.0f);
-    rope(q.k, q.ldk, BT, m->T, m->KV, m->hd, m->rcos, m->rsin, 1.0f);
-    attention_fwd(m, a->ao, a->att, q);
     linear_fwd(a->xmid, a->ao, g->w[LL_O], NULL, BT, C, C, 0);
     for (size_t i = 0; i < n; i++) a->xmid[i] += x[i];
     rmsnorm_fwd(a->n2, a->rstd2, a->xmid, g->w[LL_POST_NORM], BT, C, c->norm_eps);
@@ -405,6 +426,17 @@ static void block_fwd(gpt_model *m, acts *a, const gpt_group_view *g, const floa
     linear_fwd(y, a->h3, g->w[LL_DOWN], NULL, BT, F, C, 0);
   }
   for (size_t i = 0; i < n; i++) y[i] += a->xmid[i];
+}
+
+static void block_fwd(gpt_model *m, acts *a, const gpt_group_view *g, const float *x, float *y) {
+  qkv_view q = qkv_of(m, a->qkv);
+  block_qkv(m, a, g, x, m->BT);
+  if (m->s->cfg.family == GPT_LLAMA) {
+    rope(q.q, q.ldq, m->BT, m->T, m->H, m->hd, m->rcos, m->rsin, 1.0f);
+    rope(q.k, q.ldk, m->BT, m->T, m->KV, m->hd, m->rcos, m->rsin, 1.0f);
+  }
+  attention_fwd(m, a->ao, a->att, q);
+  block_out(m, a, g, x, y, m->BT);
 }
 
 /* m->dres holds d(out); on return d(in). Gradients added into g->g. */
@@ -477,43 +509,66 @@ static const float *head_weight(const gpt_model *m, const gpt_group_view *emb,
   return m->s->cfg.tied ? emb->w[LL_EMB] : head->w[LL_HEAD];
 }
 
-int gpt_model_forward(gpt_model *m, gpt_provider *p, const int32_t *tokens,
-                      const int32_t *targets, float *loss) {
-  const gpt_config *c = &m->s->cfg;
-  int BT = m->BT, C = m->C, V = m->V;
+static int check_tokens(gpt_model *m, const int32_t *tokens, const int32_t *targets, int BT) {
   for (int i = 0; i < BT; i++) {
-    if (tokens[i] < 0 || tokens[i] >= V) return fail(m, "token %d out of range (vocab %d)", tokens[i], V);
-    if (targets && (targets[i] < 0 || targets[i] >= V))
-      return fail(m, "target %d out of range (vocab %d)", targets[i], V);
+    if (tokens[i] < 0 || tokens[i] >= m->V)
+      return fail(m, "token %d out of range (vocab %d)", tokens[i], m->V);
+    if (targets && (targets[i] < 0 || targets[i] >= m->V))
+      return fail(m, "target %d out of range (vocab %d)", targets[i], m->V);
   }
-  memcpy(m->tok, tokens, (size_t)BT * sizeof *tokens);
-  m->have_targets = targets != NULL;
-  if (targets) memcpy(m->tgt, targets, (size_t)BT * sizeof *targets);
-  gpt_group_view e, h, g;
+  return 0;
+}
+
+/* xres[0] of BT rows: the token embeddings, plus (GPT-2) the learned
+ * position of row n, t0 + n % T. */
+static int embed_fwd(gpt_model *m, gpt_provider *p, const int32_t *tokens, int BT, int t0, int T) {
+  const gpt_config *c = &m->s->cfg;
+  int C = m->C;
+  gpt_group_view e;
   FETCH(0, GPT_FETCH_FORWARD, &e);
   float *x = m->xres[0];
   for (int n = 0; n < BT; n++) {
     const float *te = e.w[0] + (size_t)tokens[n] * C;
-    const float *pe = c->family == GPT_GPT2 ? e.w[G2_WPE] + (size_t)(n % m->T) * C : NULL;
+    const float *pe = c->family == GPT_GPT2 ? e.w[G2_WPE] + (size_t)(t0 + n % T) * C : NULL;
     for (int i = 0; i < C; i++) x[(size_t)n * C + i] = te[i] + (pe ? pe[i] : 0.0f);
   }
   RELEASE(0, GPT_RELEASE_FORWARD);
+  return 0;
+}
+
+/* The final norm of xres[L]'s BT rows and the head: m->logits [BT, V]. */
+static int head_fwd(gpt_model *m, gpt_provider *p, int BT) {
+  const gpt_config *c = &m->s->cfg;
+  gpt_group_view e = {0}, h;
+  int hg = m->L + 1, need_emb = c->family == GPT_GPT2 || c->tied;
+  FETCH(hg, GPT_FETCH_FORWARD, &h);
+  if (need_emb) FETCH(0, GPT_FETCH_FORWARD, &e);
+  if (c->family == GPT_GPT2)
+    layernorm_fwd(m->nf, m->meanf, m->rstdf, m->xres[m->L], h.w[G2_LNF_W], h.w[G2_LNF_B], BT,
+                  m->C, c->norm_eps);
+  else
+    rmsnorm_fwd(m->nf, m->rstdf, m->xres[m->L], h.w[LL_NORM], BT, m->C, c->norm_eps);
+  linear_fwd(m->logits, m->nf, head_weight(m, &e, &h), NULL, BT, m->C, m->V, 0);
+  if (need_emb) RELEASE(0, GPT_RELEASE_FORWARD);
+  RELEASE(hg, GPT_RELEASE_FORWARD);
+  return 0;
+}
+
+int gpt_model_forward(gpt_model *m, gpt_provider *p, const int32_t *tokens,
+                      const int32_t *targets, float *loss) {
+  int BT = m->BT, V = m->V;
+  if (check_tokens(m, tokens, targets, BT)) return -1;
+  memcpy(m->tok, tokens, (size_t)BT * sizeof *tokens);
+  m->have_targets = targets != NULL;
+  if (targets) memcpy(m->tgt, targets, (size_t)BT * sizeof *targets);
+  gpt_group_view g;
+  if (embed_fwd(m, p, tokens, BT, 0, m->T)) return -1;
   for (int l = 0; l < m->L; l++) {
     FETCH(1 + l, GPT_FETCH_FORWARD, &g);
     block_fwd(m, &m->a[m->rc.checkpoint ? 0 : l], &g, m->xres[l], m->xres[l + 1]);
     RELEASE(1 + l, GPT_RELEASE_FORWARD);
   }
-  int hg = m->L + 1, need_emb = c->family == GPT_GPT2 || c->tied;
-  FETCH(hg, GPT_FETCH_FORWARD, &h);
-  if (need_emb) FETCH(0, GPT_FETCH_FORWARD, &e);
-  if (c->family == GPT_GPT2)
-    layernorm_fwd(m->nf, m->meanf, m->rstdf, m->xres[m->L], h.w[G2_LNF_W], h.w[G2_LNF_B], BT, C,
-                  c->norm_eps);
-  else
-    rmsnorm_fwd(m->nf, m->rstdf, m->xres[m->L], h.w[LL_NORM], BT, C, c->norm_eps);
-  linear_fwd(m->logits, m->nf, head_weight(m, &e, &h), NULL, BT, C, V, 0);
-  if (need_emb) RELEASE(0, GPT_RELEASE_FORWARD);
-  RELEASE(hg, GPT_RELEASE_FORWARD);
+  if (head_fwd(m, p, BT)) return -1;
   if (targets) {
     double sum = 0;
     for (int n = 0; n < BT; n++) {
@@ -578,5 +633,118 @@ int gpt_model_backward(gpt_model *m, gpt_provider *p) {
     }
   }
   RELEASE(0, GPT_RELEASE_GRADS);
+  return 0;
+}
+
+/* ---- the incremental forward (KV cache) -------------------------------------------- */
+
+struct gpt_kv {
+  gpt_model *m;       /* batch 1, seq = rows: the scratch of one call's new rows */
+  int max_pos, pos;   /* positions the cache holds at most; positions seen */
+  int rows;           /* rows of the last call (its logits) */
+  float **kc, **vc;   /* per layer [max_pos, KV*hd]: keys (after rotary) and values */
+  float *S;           /* [rows, max_pos] attention probabilities of one head */
+  float *rcos, *rsin; /* [max_pos, hd/2] */
+};
+
+int gpt_kv_create(const gpt_schema *s, int max_pos, gpt_kv **out) {
+  *out = NULL;
+  const gpt_config *c = &s->cfg;
+  if (max_pos < 1 || max_pos > c->max_seq) return -1;
+  gpt_kv *kv = calloc(1, sizeof *kv);
+  if (!kv) return -1;
+  *out = kv;
+  kv->max_pos = max_pos;
+  int rows = max_pos < GPT_KV_ROWS ? max_pos : GPT_KV_ROWS;
+  gpt_run_config rc = {.batch = 1, .seq = rows, .checkpoint = 1};
+  if (gpt_model_create(s, &rc, &kv->m)) {
+    gpt_kv_free(kv);
+    *out = NULL;
+    return -1;
+  }
+  gpt_model *m = kv->m;
+  int oom = 0;
+  size_t kvd = (size_t)m->KV * m->hd, half = (size_t)m->hd / 2 + 1;
+  kv->kc = calloc((size_t)m->L, sizeof *kv->kc);
+  kv->vc = calloc((size_t)m->L, sizeof *kv->vc);
+  if (!kv->kc || !kv->vc) oom = 1;
+  for (int l = 0; !oom && l < m->L; l++) {
+    kv->kc[l] = fa(m, (size_t)max_pos * kvd, &oom);
+    kv->vc[l] = fa(m, (size_t)max_pos * kvd, &oom);
+  }
+  kv->S = fa(m, (size_t)rows * max_pos, &oom);
+  kv->rcos = fa(m, (size_t)max_pos * half, &oom);
+  kv->rsin = fa(m, (size_t)max_pos * half, &oom);
+  if (oom) {
+    gpt_kv_free(kv);
+    *out = NULL;
+    return -1;
+  }
+  if (c->family == GPT_LLAMA) rope_tables(c, m->hd, max_pos, kv->rcos, kv->rsin);
+  return 0;
+}
+
+void gpt_kv_free(gpt_kv *kv) {
+  if (!kv) return;
+  if (kv->m)
+    for (int l = 0; l < kv->m->L; l++) {
+      if (kv->kc) free(kv->kc[l]);
+      if (kv->vc) free(kv->vc[l]);
+    }
+  free(kv->kc), free(kv->vc), free(kv->S), free(kv->rcos), free(kv->rsin);
+  gpt_model_free(kv->m);
+  free(kv);
+}
+
+void gpt_kv_reset(gpt_kv *kv) { kv->pos = kv->rows = 0; }
+int gpt_kv_pos(const gpt_kv *kv) { return kv->pos; }
+int gpt_kv_rows(const gpt_kv *kv) { return kv->rows; }
+int gpt_kv_max_pos(const gpt_kv *kv) { return kv->max_pos; }
+int gpt_kv_max_rows(const gpt_kv *kv) { return kv->m->T; }
+const float *gpt_kv_logits(const gpt_kv *kv) { return kv->m->logits; }
+const char *gpt_kv_last_error(const gpt_kv *kv) { return kv->m->err; }
+size_t gpt_kv_bytes(const gpt_kv *kv) { return kv->m->bytes; }
+
+/* Block l on n new rows at positions pos..pos+n-1: their keys and values
+ * join the cache, their queries attend to every cached position up to
+ * their own. The same kernels as block_fwd, in the same order. */
+static void kv_block(gpt_kv *kv, int l, const gpt_group_view *g, const float *x, float *y, int n) {
+  gpt_model *m = kv->m;
+  acts *a = &m->a[0];
+  int t0 = kv->pos, hd = m->hd, half = hd / 2, kvd = m->KV * hd, grp = m->H / m->KV;
+  qkv_view q = qkv_of(m, a->qkv);
+  block_qkv(m, a, g, x, n);
+  if (m->s->cfg.family == GPT_LLAMA) {
+    rope(q.q, q.ldq, n, n, m->H, hd, kv->rcos + (size_t)t0 * half, kv->rsin + (size_t)t0 * half,
+         1.0f);
+    rope(q.k, q.ldk, n, n, m->KV, hd, kv->rcos + (size_t)t0 * half, kv->rsin + (size_t)t0 * half,
+         1.0f);
+  }
+  for (int i = 0; i < n; i++) {
+    memcpy(kv->kc[l] + (size_t)(t0 + i) * kvd, q.k + (size_t)i * q.ldk, (size_t)kvd * sizeof(float));
+    memcpy(kv->vc[l] + (size_t)(t0 + i) * kvd, q.v + (size_t)i * q.ldv, (size_t)kvd * sizeof(float));
+  }
+  for (int h = 0; h < m->H; h++)
+    attend(a->ao + h * hd, m->C, kv->S, q.q + h * hd, q.ldq, kv->kc[l] + (h / grp) * hd, kvd,
+           kv->vc[l] + (h / grp) * hd, kvd, n, t0 + n, t0, hd);
+  block_out(m, a, g, x, y, n);
+}
+
+int gpt_kv_forward(gpt_kv *kv, gpt_provider *p, const int32_t *tokens, int n) {
+  gpt_model *m = kv->m;
+  if (n < 1 || n > m->T) return fail(m, "%d rows in one call (1 to %d)", n, m->T);
+  if (kv->pos + n > kv->max_pos)
+    return fail(m, "the context is full (%d positions, %d more asked)", kv->max_pos, n);
+  if (check_tokens(m, tokens, NULL, n)) return -1;
+  if (embed_fwd(m, p, tokens, n, kv->pos, n)) return -1;
+  gpt_group_view g;
+  for (int l = 0; l < m->L; l++) {
+    FETCH(1 + l, GPT_FETCH_FORWARD, &g);
+    kv_block(kv, l, &g, m->xres[l], m->xres[l + 1], n);
+    RELEASE(1 + l, GPT_RELEASE_FORWARD);
+  }
+  if (head_fwd(m, p, n)) return -1;
+  kv->pos += n;
+  kv->rows = n;
   return 0;
 }

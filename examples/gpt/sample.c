@@ -1,73 +1,191 @@
-/* examples/gpt/sample.c — `sample`: the prompt encoded, then each next
- * token drawn from the model's last logits (greedy at temperature 0) and
- * printed as it comes.
+/* examples/gpt/sample.c — `sample`: the prompt encoded and run once through
+ * the KV-cache forward (gpt_kv), then each next token drawn by the sampler
+ * (temperature, top-k, top-p), decoded and written as it comes, until the
+ * count or the eos id. The context is the model's max_seq; when it fills,
+ * the cache restarts from the last half of the text. A progress line with
+ * the elapsed time and tokens/s goes to stderr. --device cuda: the same
+ * loop over the CUDA module's cache (gpt_cuda_kv); the sampler stays here.
  */
 #include "app.h"
 
-#include <math.h>
+#include "core/file.h"
+#include "core/json.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
-/* The next token from the logits lg of V ids: the most likely one at
- * temperature 0, else one drawn from softmax(lg / temp) (pr: V floats of
- * scratch). */
-static int sample_pick(const float *lg, int V, float temp, float *pr, uint64_t *rng) {
-  int best = 0;
-  for (int v = 1; v < V; v++)
-    if (lg[v] > lg[best]) best = v;
-  int next = best;
-  if (temp > 0) {
-    double sum = 0;
-    for (int v = 0; v < V; v++) sum += pr[v] = expf((lg[v] - lg[best]) / temp);
-    double u = (double)(gpt_rand(rng) >> 11) / 9007199254740992.0 * sum, acc = 0;
-    for (next = 0; next < V - 1; next++)
-      if ((acc += pr[next]) > u) break;
-  }
-  return next;
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-/* Writes o->ntok sampled tokens after the prompt's `n` ids (ids grows). */
-static int sample_generate(const sample_opts *o, const gpt_config *cfg, gpt_tokenizer *tok,
-                           gpt_model *m, gpt_provider *p, int T, int32_t **ids, size_t *n,
-                           size_t *cap) {
-  int32_t *win = calloc((size_t)T, sizeof *win);
-  float *pr = malloc((size_t)cfg->vocab * sizeof *pr);
-  int rc = win && pr ? 0 : 1;
-  if (rc) errf("out of memory\n");
-  uint64_t rng = o->seed;
-  int V = gpt_tokenizer_vocab(tok) < cfg->vocab ? gpt_tokenizer_vocab(tok) : cfg->vocab;
-  for (int k = 0; k < o->ntok && !rc; k++) {
-    size_t len = *n < (size_t)T ? *n : (size_t)T;
-    memset(win, 0, (size_t)T * sizeof *win);
-    memcpy(win, *ids + *n - len, len * sizeof *win); /* causal: padding after len is never seen */
-    if (gpt_model_forward(m, p, win, NULL, NULL)) {
-      errf("%s\n", gpt_model_last_error(m));
-      rc = 1;
-      break;
+/* The KV cache sampling runs on: the CPU's (gpt_kv) or, under --device
+ * cuda, the CUDA model module's (gpt_cuda_kv, fp32 weights on the device). */
+typedef struct {
+  gpt_kv *kv;
+  const gpt_cuda_api *cu;
+  gpt_cuda_kv *ck;
+  gpt_cuda_resident cr;
+  int have_cr;
+  gpt_provider p; /* the provider the cache reads: host or device weights */
+  int max_pos, max_rows;
+} kv_side;
+
+static int side_forward(kv_side *k, const int32_t *ids, int n) {
+  int rc = k->ck ? k->cu->kv_forward(k->ck, &k->p, ids, n) : gpt_kv_forward(k->kv, &k->p, ids, n);
+  if (rc) errf("%s\n", k->ck ? k->cu->kv_last_error(k->ck) : gpt_kv_last_error(k->kv));
+  return rc;
+}
+static const float *side_logits(const kv_side *k) {
+  return k->ck ? k->cu->kv_logits(k->ck) : gpt_kv_logits(k->kv);
+}
+static int side_rows(const kv_side *k) { return k->ck ? k->cu->kv_rows(k->ck) : gpt_kv_rows(k->kv); }
+static int side_pos(const kv_side *k) { return k->ck ? k->cu->kv_pos(k->ck) : gpt_kv_pos(k->kv); }
+static void side_reset(kv_side *k) {
+  if (k->ck) k->cu->kv_reset(k->ck);
+  else gpt_kv_reset(k->kv);
+}
+
+/* The cache for s's max_seq positions; for CUDA the weights of the host
+ * provider hp copied to the device first. 0, or 1 with the message out. */
+static int side_open(kv_side *k, const gpt_schema *s, gpt_provider *hp, const float *host_w,
+                     int cuda) {
+  memset(k, 0, sizeof *k);
+  k->max_pos = s->cfg.max_seq;
+  k->max_rows = k->max_pos < GPT_KV_ROWS ? k->max_pos : GPT_KV_ROWS;
+  if (!cuda) {
+    k->p = *hp;
+    if (gpt_kv_create(s, k->max_pos, &k->kv)) {
+      errf("out of memory for the KV cache of %d positions\n", k->max_pos);
+      return 1;
     }
-    const float *lg = gpt_model_logits(m) + (len - 1) * (size_t)cfg->vocab;
-    int next = sample_pick(lg, V, o->temp, pr, &rng);
-    if (*n == *cap) {
-      size_t nc = *cap ? *cap * 2 : 64;
-      int32_t *ni = realloc(*ids, nc * sizeof *ni);
-      if (!ni) {
-        errf("out of memory\n");
-        rc = 1;
-        break;
-      }
-      *ids = ni;
-      *cap = nc;
+    return 0;
+  }
+  char why[2048];
+  if (gpt_cuda_load(&k->cu, why, sizeof why)) {
+    errf("--device cuda: cannot load the CUDA model: %s\n", why);
+    return 1;
+  }
+  if (k->cu->available(why, sizeof why)) {
+    errf("--device cuda: %s\n", why);
+    return 1;
+  }
+  if (k->cu->kv_create(s, k->max_pos, NULL, &k->ck, why, sizeof why)) {
+    errf("--device cuda: %s\n", why);
+    return 1;
+  }
+  /* the weights up on the cache's stream, so its first forward follows them */
+  if (k->cu->resident_init(&k->cr, s, k->cu->kv_stream(k->ck))) {
+    errf("--device cuda: out of device memory for the weights (%s)\n", k->cr.err);
+    return 1;
+  }
+  k->have_cr = 1;
+  if (k->cu->resident_upload(&k->cr, host_w)) {
+    errf("--device cuda: the weights: %s\n", k->cr.err);
+    return 1;
+  }
+  k->p = k->cu->resident_provider(&k->cr);
+  return 0;
+}
+
+static void side_close(kv_side *k) {
+  if (k->ck) k->cu->kv_free(k->ck); /* waits for its stream: the upload too */
+  if (k->have_cr) k->cu->resident_free(&k->cr);
+  gpt_kv_free(k->kv);
+}
+
+/* Runs ids[0..n) through the cache, max_rows at a time (the logits of the
+ * last call's rows remain). */
+static int kv_feed(kv_side *k, const int32_t *ids, int n) {
+  for (int at = 0; at < n;) {
+    int c = n - at < k->max_rows ? n - at : k->max_rows;
+    if (side_forward(k, ids + at, c)) return 1;
+    at += c;
+  }
+  return 0;
+}
+
+/* The eos_token_id of a config.json (an integer), else -1. */
+static int config_eos(const char *model) {
+  size_t len = strlen(model), tl;
+  char *text = NULL, why[256];
+  if (len < 5 || strcmp(model + len - 5, ".json")) return -1; /* a preset */
+  if (ferry_read_file(model, (size_t)1 << 24, &text, &tl, why, sizeof why)) return -1;
+  int eos = -1;
+  ferry_json_value *v = NULL;
+  if (!ferry_json_parse(text, tl, &v, why, sizeof why)) {
+    const ferry_json_value *e = ferry_json_get(v, "eos_token_id");
+    if (e && e->type == FERRY_JSON_NUM && e->is_int && e->i >= 0 && e->i < (1 << 30))
+      eos = (int)e->i;
+  }
+  ferry_json_free(v);
+  free(text);
+  return eos;
+}
+
+/* The progress line: live (\r) while stdout is not the terminal stderr
+ * is; the last one always, on its own line. */
+static void progress(int done, int total, double t0, int last) {
+  static double shown;
+  double t = now_s(), dt = t - t0;
+  if (!last && (!isatty(2) || isatty(1) || t - shown < 0.5)) return;
+  shown = t;
+  fprintf(stderr, "%ssampled %d/%d tokens, %.1f s, %.1f tokens/s%s", last ? "" : "\r", done,
+          total, dt, dt > 0 ? done / dt : 0.0, last ? "\n" : "");
+  fflush(stderr);
+}
+
+static int push(int32_t **ids, size_t *n, size_t *cap, int32_t id) {
+  if (*n == *cap) {
+    size_t nc = *cap ? *cap * 2 : 64;
+    int32_t *ni = realloc(*ids, nc * sizeof *ni);
+    if (!ni) {
+      errf("out of memory\n");
+      return 1;
     }
-    (*ids)[(*n)++] = next;
+    *ids = ni;
+    *cap = nc;
+  }
+  (*ids)[(*n)++] = id;
+  return 0;
+}
+
+/* Writes up to o->ntok sampled tokens after the prompt's `n` ids (ids
+ * grows); stops after the eos id. */
+static int sample_generate(const sample_opts *o, gpt_tokenizer *tok, kv_side *kv, gpt_sampler *sm,
+                           int vocab, int32_t **ids, size_t *n, size_t *cap) {
+  int P = kv->max_pos, keep = P / 2 > 0 ? P / 2 : 1, done = 0;
+  size_t len = *n < (size_t)P ? *n : (size_t)P;
+  if (kv_feed(kv, *ids + *n - len, (int)len)) return 1;
+  double t0 = now_s();
+  while (done < o->ntok) {
+    const float *lg = side_logits(kv) + (size_t)(side_rows(kv) - 1) * vocab;
+    int32_t next = gpt_sampler_pick(sm, lg);
+    if (push(ids, n, cap, next)) return 1;
+    done++;
+    if (next == o->eos) break;
     char b[64];
     size_t bl = gpt_tokenizer_decode(tok, next, b, sizeof b);
     fwrite(b, 1, bl, stdout);
     fflush(stdout);
+    progress(done, o->ntok, t0, 0);
+    if (done == o->ntok) break;
+    int rc;
+    if (side_pos(kv) < P) {
+      rc = kv_feed(kv, &next, 1);
+    } else { /* the context is full: start again from the last `keep` tokens */
+      side_reset(kv);
+      rc = kv_feed(kv, *ids + *n - keep, keep);
+    }
+    if (rc) return 1;
   }
-  free(win);
-  free(pr);
-  return rc;
+  printf("\n");
+  progress(done, o->ntok, t0, 1);
+  return 0;
 }
 
 int cmd_sample(int argc, char **argv) {
@@ -75,10 +193,12 @@ int cmd_sample(int argc, char **argv) {
   if (parse_sample(argc, argv, &o)) return 0;
   gpt_config cfg;
   load_model_config(o.model, &cfg);
+  if (o.eos == -2) o.eos = config_eos(o.model);
   gpt_tokenizer *tok = load_tokenizer(o.tokdir);
   gpt_schema s = {0};
   gpt_resident r = {0};
-  gpt_model *m = NULL;
+  kv_side kv = {0};
+  gpt_sampler *sm = NULL;
   int32_t *ids = NULL;
   size_t n = 0, cap = 0;
   char err[1024];
@@ -89,19 +209,23 @@ int cmd_sample(int argc, char **argv) {
     errf("%s\n", err);
     goto out;
   }
-  int T = cfg.max_seq < 256 ? cfg.max_seq : 256;
-  gpt_run_config run = {.batch = 1, .seq = T};
-  if (gpt_model_create(&s, &run, &m)) goto out;
+  int V = gpt_tokenizer_vocab(tok) < cfg.vocab ? gpt_tokenizer_vocab(tok) : cfg.vocab;
+  gpt_sampling so = {.temperature = o.temp, .top_k = o.top_k, .top_p = o.top_p};
+  if (side_open(&kv, &s, &p, r.weights, o.cuda)) goto out;
+  if (gpt_sampler_create(V, &so, o.seed, &sm)) {
+    errf("out of memory\n");
+    goto out;
+  }
   if (gpt_tokenizer_encode(tok, o.prompt, strlen(o.prompt), &ids, &n, &cap) || n == 0) {
     errf("the prompt encodes to no tokens\n");
     goto out;
   }
   fputs(o.prompt, stdout);
-  rc = sample_generate(&o, &cfg, tok, m, &p, T, &ids, &n, &cap);
-  if (!rc) printf("\n");
+  rc = sample_generate(&o, tok, &kv, sm, cfg.vocab, &ids, &n, &cap);
 out:
   free(ids);
-  gpt_model_free(m);
+  gpt_sampler_free(sm);
+  side_close(&kv);
   gpt_resident_free(&r);
   gpt_tokenizer_free(tok);
   gpt_schema_free(&s);
