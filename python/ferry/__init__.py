@@ -93,9 +93,9 @@ def _one_thread(fn):
         if lock is None:
             return fn(self, *args, **kwargs)
         if not lock.acquire(blocking=False):
-            raise Error(EBUSY, "%s: thread %r is inside this engine; an engine is driven by one "
+            raise Error(EBUSY, "thread %r is inside this engine; an engine is driven by one "
                         "thread at a time (use one engine per thread, or a lock around its "
-                        "calls)" % (fn.__name__, self._inside), fn.__name__)
+                        "calls)" % (self._inside,), fn.__name__)
         outer = self._inside
         self._inside = threading.current_thread().name
         try:
@@ -217,23 +217,25 @@ class Config:
         self.close()
 
 
-def _release_views(views, name):
+def _release_views(views, arr):
     """Releases an init callback's views of the engine's buffer (newest
     first): a view kept past the callback would read freed memory later.
-    One still exported (a tensor or array made over it and kept) is an
-    error: the callback must copy instead."""
-    for v in reversed(views):
+    A view made over one and kept (an array, a tensor, a ctypes object: it
+    holds the buffer `arr` alive) is an error: the callback must copy."""
+    import gc
+    import sys
+    for attempt in (0, 1):
         try:
-            v.release()
-        except BufferError:
-            import gc
-            gc.collect()  # an export held only by a reference cycle
-            try:
+            for v in reversed(views):
                 v.release()
-            except BufferError:
-                raise BufferError("a view of the buffer (an array or tensor made over the "
-                                  "memoryview) outlives the callback; copy the values into "
-                                  "the view instead of keeping one") from None
+            if sys.getrefcount(arr) <= 3:  # arr's owners: the caller, this frame, the call
+                return
+        except BufferError:
+            pass
+        gc.collect()  # a view held only by a reference cycle
+    raise BufferError("a view of the buffer (an array, tensor or ctypes object made over the "
+                      "memoryview) outlives the callback; copy the values into the view "
+                      "instead of keeping one")
 
 
 def _stats_dict(st):
@@ -363,12 +365,12 @@ class Engine:
             def _thunk(user, cname, dst, count, _init=init):
                 views = []
                 try:
-                    views.append(memoryview((ctypes.c_float * count).from_address(
-                        ctypes.addressof(dst.contents))))
+                    arr = (ctypes.c_float * count).from_address(ctypes.addressof(dst.contents))
+                    views.append(memoryview(arr))
                     views.append(views[0].cast("B"))
                     views.append(views[1].cast("f"))
                     _init(cname.decode(), views[2])
-                    _release_views(views, cname.decode())
+                    _release_views(views, arr)
                     return 0
                 except Exception as exc:  # finalize raises with it
                     self._init_error = "init of '%s': %s: %s" % (cname.decode(),
