@@ -198,6 +198,7 @@ class TorchEngine:
         self._in_backward = False
         self._pre_seen = [False] * len(self._p)  # the pre-grad hook ran in this pass
         self._broken = None  # why backward and step refuse until zero_grad()
+        self._lost = None  # why every call refuses (torch dropped grad hooks)
         self.last_step = None
         # counters the tests read: tensors made by the hooks
         self.views_made = 0
@@ -302,8 +303,8 @@ class TorchEngine:
         initialize. model.double(), .to(dtype), p.data = ... change them, and
         torch then drops the param's gradient hooks: refused, never trained
         with lost grads."""
-        if self._broken:
-            raise ferry.Error(ferry.ESTATE, self._broken, op)
+        if self._lost or self._broken:
+            raise ferry.Error(ferry.ESTATE, self._lost or self._broken, op)
         for i, p in enumerate(self._p):
             if p.dtype != self.compute_dtype or p.device != self.device:
                 raise ferry.Error(
@@ -522,12 +523,13 @@ class TorchEngine:
     def _finish_backward(self):
         lost = [self._names[i] for i in range(len(self._p)) if self._pre_seen[i] and
                 not self._got[i]]
-        if lost:  # torch dropped the hook that hands the grad in
-            raise ferry.Error(ferry.EINVAL, "the gradients of %s reached torch but not "
-                              "the engine: their dtype or device was changed after initialize "
-                              "(and maybe back), which makes torch drop their gradient hooks; "
-                              "set precision.params and compute_dtype at initialize instead"
-                              % ", ".join("'%s'" % n for n in lost[:4]), "backward")
+        if lost:  # torch dropped the hook that hands the grad in: for good
+            self._lost = ("the gradients of %s reached torch but not the engine: their dtype or "
+                          "device was changed after initialize (and maybe back), which makes "
+                          "torch drop their gradient hooks; initialize again, with "
+                          "precision.params and compute_dtype set as needed"
+                          % ", ".join("'%s'" % n for n in lost[:4]))
+            raise ferry.Error(ferry.EINVAL, self._lost, "backward")
         for g in range(len(self.groups)):
             if self._handed[g]:
                 continue
