@@ -20,27 +20,7 @@ if os.environ.get("FERRY_SANITIZE"):
     sys.exit(77)
 
 import ferry  # noqa: E402
-
-
-def fail(msg):
-    print("FAIL: " + msg)
-    sys.exit(1)
-
-
-def expect(fn, status, *words):
-    try:
-        fn()
-    except ferry.Error as e:
-        print("raised:", e)
-        if e.status != status:
-            fail("status %s, expected %s" % (ferry.status_name(e.status),
-                                              ferry.status_name(status)))
-        for w in words:
-            if w not in str(e):
-                fail("message %r does not name %r" % (str(e), w))
-        return
-    fail("no ferry.Error from %s" % fn)
-
+from checks import expect, fail  # noqa: E402
 
 BASE = {"device": "host", "tiers.gpu.budget": "64K", "tiers.host.budget": "16M",
         "tiers.host.pinned": False, "chunk_size": "4K", "placement.params": "host",

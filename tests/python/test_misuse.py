@@ -19,26 +19,12 @@ import threading
 
 import torch
 
-from common import (BETAS, EPS, LR, WD, batches, close_rel, config, fail, ferry_losses,
-                    loss_of, make_model, torch_losses)
+from checks import expect
+from common import (batches, close_rel, config, fail, ferry_losses, loss_of, make_model,
+                    torch_losses)
 
 import ferry
 import ferry.torch as ft
-
-
-def expect(fn, status, *words):
-    try:
-        fn()
-    except ferry.Error as e:
-        print("raised:", e)
-        if e.status != status:
-            fail("status %s, expected %s" % (ferry.status_name(e.status),
-                                              ferry.status_name(status)))
-        for w in words:
-            if w not in str(e):
-                fail("message %r does not name %r" % (str(e), w))
-        return
-    fail("no ferry.Error from %s" % fn)
 
 
 data = batches(6)
