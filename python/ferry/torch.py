@@ -199,6 +199,8 @@ class TorchEngine:
         self._pre_seen = [False] * len(self._p)  # the pre-grad hook ran in this pass
         self._broken = None  # why backward and step refuse until zero_grad()
         self._lost = None  # why every call refuses (torch dropped grad hooks)
+        self._step_got = [False] * len(self._p)  # a grad in some micro-batch of this step
+        self._warned_nograd = False
         self.last_step = None
         # counters the tests read: tensors made by the hooks
         self.views_made = 0
@@ -541,6 +543,8 @@ class TorchEngine:
                 raise RuntimeError("ferry.torch: group %d has no gradient buffer" % g)
             self._hand_in(g)
         self._release_all()
+        for i in range(len(self._got)):
+            self._step_got[i] = self._step_got[i] or self._got[i]
         self._reset_pass()
 
     def _reset_pass(self):
@@ -639,10 +643,26 @@ class TorchEngine:
             return None
         self._micro = 0
         self._release_all()
+        self._warn_nograd()
         info = self.engine.step()
         self._invalidate()
         self.last_step = info
         return info
+
+    def _warn_nograd(self):
+        """Params that got no grad in the whole step are stepped with zeros
+        (DeepSpeed's behaviour; torch skips them): said once per engine."""
+        missing = [self._names[i] for i in range(len(self._p))
+                   if self._numel[i] and not self._step_got[i]]
+        for i in range(len(self._step_got)):
+            self._step_got[i] = False
+        if missing and not self._warned_nograd:
+            self._warned_nograd = True
+            import warnings
+            warnings.warn("ferry.torch: %d param(s) got no gradient in this step (%s): the engine "
+                          "steps them with zero grads, so weight decay and momentum still move "
+                          "them (DeepSpeed's behaviour); torch would leave them unchanged"
+                          % (len(missing), ", ".join(missing[:3])), RuntimeWarning, stacklevel=3)
 
     @ferry._one_thread
     def zero_grad(self):
@@ -652,6 +672,8 @@ class TorchEngine:
         self.engine.zero_grads()
         self._micro = 0
         self._broken = None
+        for i in range(len(self._step_got)):
+            self._step_got[i] = False
 
     def loss_scale(self):
         return self.engine.loss_scale()

@@ -14,7 +14,9 @@ does, or a clear ferry.Error before anything changes:
   params is refused;
 - initialize refuses a device budget that cannot hold the groups one
   forward holds at once, and accepts the next size up;
-- a second thread calling the engine while one is inside gets FERRY_EBUSY."""
+- a second thread calling the engine while one is inside gets FERRY_EBUSY;
+- a param without a gradient in a step is said once (a RuntimeWarning: the
+  engine steps it with zeros, as DeepSpeed does, where torch skips it)."""
 import threading
 
 import torch
@@ -186,5 +188,20 @@ hook.remove()
 eng.backward(loss_of(out[0], y))  # the first thread's forward, its backward here
 if eng.step() is None:
     fail("no step after the threads")
+eng.close()
+# a param without a gradient in a step: stepped with zeros (DeepSpeed's
+# behaviour, not torch's), and said once
+import warnings  # noqa: E402
+
+model = make_model()
+model.spare = torch.nn.Linear(4, 4)  # never used by forward
+eng = ft.initialize(model, config())
+with warnings.catch_warnings(record=True) as seen:
+    warnings.simplefilter("always")
+    ferry_losses(eng, data[:2])
+said = [str(w.message) for w in seen if "no gradient" in str(w.message)]
+print("warnings:", said)
+if len(said) != 1 or "spare.weight" not in said[0]:
+    fail("an unused param was stepped without one warning naming it: %s" % said)
 eng.close()
 print("ok")
