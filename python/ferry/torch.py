@@ -585,7 +585,9 @@ class TorchEngine:
             self._broken = (
                 "the last backward stopped (%s) after groups %s had handed in their grads (with "
                 "step_during_backward their updates may have run); call zero_grad() to drop "
-                "this step's grads, then run the step's micro-batches again" % (exc, handed))
+                "this step's grads, then run the step's micro-batches again"
+                % (exc, ", ".join(str(g) if g == "?" else "%d (%s)" % (g, self.groups[g])
+                                  for g in handed)))
 
     # -- the training-loop API ----------------------------------------------
 
