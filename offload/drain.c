@@ -34,7 +34,9 @@ int drain_init(ferry_engine *e, size_t gbytes) {
   d->qcap = e->gt.ngroups * 2 + 4;
   d->queue = calloc(d->qcap, sizeof *d->queue);
   d->norm = calloc(e->gt.ngroups, sizeof *d->norm);
-  if (!d->queue || !d->norm) return ferry_err(&e->err, FERRY_ENOMEM, "finalize: out of memory");
+  d->handed = calloc(e->gt.ngroups, sizeof *d->handed);
+  d->pass = 1;
+  if (!d->queue || !d->norm || !d->handed) return ferry_err(&e->err, FERRY_ENOMEM, "finalize: out of memory");
   int rc = FERRY_OK;
   for (int i = 0; i < ENGINE_GRAD_SLOTS && !rc; i++) {
     rc = ferry_device_alloc(e->dev, gbytes, &d->slot[i].dev);
@@ -122,6 +124,7 @@ void drain_free(ferry_engine *e) {
   free(d->counts);
   free(d->queue);
   free(d->norm);
+  free(d->handed);
   pthread_cond_destroy(&d->cv_work);
   pthread_cond_destroy(&d->cv_idle);
   pthread_cond_destroy(&d->cv_slot);
@@ -175,12 +178,33 @@ void drain_submit(ferry_engine *e, uint32_t g, int slot) {
   pthread_mutex_lock(&e->mu);
   int last = d->sub_micro + 1 >= e->cv->grad_accumulation;
   d->queue[d->qtail++ % d->qcap] = (eng_drain_item){g, slot, last};
+  d->handed[g] = d->pass;
   if (++d->sub_in_micro == e->gt.ngroups) {
     d->sub_in_micro = 0;
     d->sub_micro++;
+    d->pass++;
   }
   pthread_cond_signal(&d->cv_work);
   pthread_mutex_unlock(&e->mu);
+}
+
+int drain_may_submit(ferry_engine *e, uint32_t g, const char *op) {
+  eng_drain *d = &e->drain;
+  pthread_mutex_lock(&e->mu);
+  int all = d->sub_micro >= e->cv->grad_accumulation;
+  int again = d->handed[g] == d->pass;
+  pthread_mutex_unlock(&e->mu);
+  if (all) /* one more would queue the updates a second time */
+    return ferry_err(&e->err, FERRY_ESTATE,
+                     "%s: group %u: the step's %lld micro-batch(es) have handed in their grads "
+                     "(grad_accumulation); call ferry_step before the next backward",
+                     op, g, (long long)e->cv->grad_accumulation);
+  if (again)
+    return ferry_err(&e->err, FERRY_ESTATE,
+                     "%s: group %u's grads are handed in already in this micro-batch; the "
+                     "other groups' come first",
+                     op, g);
+  return FERRY_OK;
 }
 
 /* Stream-order stamps of a D2H's begin and end (host functions: they call
@@ -579,6 +603,7 @@ void drain_reset_micro(ferry_engine *e) {
   e->drain.in_micro = 0;
   e->drain.sub_micro = 0;
   e->drain.sub_in_micro = 0;
+  e->drain.pass++;
   pthread_mutex_unlock(&e->mu);
 }
 

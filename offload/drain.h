@@ -59,6 +59,10 @@ typedef struct {
   uint32_t in_micro;     /* (mu) groups drained in the current micro-batch */
   int sub_micro;         /* (mu) the same counts of the groups handed in */
   uint32_t sub_in_micro;
+  /* (mu) the serial of the micro-batch being handed in (up by one when all
+   * groups are in, and at drain_reset_micro); per group, the serial of its
+   * last hand-in (0: none) */
+  uint64_t pass, *handed;
   eng_grad_slot slot[ENGINE_GRAD_SLOTS];
   int slot_next;         /* (mu) the slot drain_take_slot tries first (round robin) */
   eng_drain_stage stage[ENGINE_DRAIN_STAGES];
@@ -87,6 +91,10 @@ void *drain_slot_dev(const ferry_engine *e, int slot);
 int drain_slot_zero(ferry_engine *e, int slot, ferry_stream *s, size_t bytes, const char *op);
 int drain_slot_ready(ferry_engine *e, int slot, ferry_stream *s, const char *op);
 void drain_submit(ferry_engine *e, uint32_t g, int slot); /* its grads are ready there */
+/* Whether group g's grads may be handed in now: FERRY_ESTATE (e->err says
+ * what to call) when every micro-batch of the step is in (ferry_step
+ * first) or g's grads are in already in this micro-batch. */
+int drain_may_submit(ferry_engine *e, uint32_t g, const char *op);
 /* Waits until every submitted group is drained; the drain's first error. */
 int drain_wait(ferry_engine *e);
 void drain_progress(ferry_engine *e, int *micro, uint32_t *in_micro);

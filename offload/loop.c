@@ -163,7 +163,9 @@ int ferry_param_device(ferry_engine *e, const char *name, void **param, void **g
     eng_fetch *f = &e->fetch[p->group];
     if (f->grad_slot < 0) { /* take a device grad buffer, zeroed in stream order */
       int got;
-      int rc = drain_take_slot(e, p->group, &got);
+      int rc = drain_may_submit(e, p->group, "param device");
+      if (rc) return rc;
+      rc = drain_take_slot(e, p->group, &got);
       if (rc == FERRY_ESTATE) return rc; /* the loop holds up the drain: said why */
       if (rc) return ferry_err(&e->err, rc, "param device: the gradient drain failed");
       f->grad_slot = got;
@@ -185,6 +187,8 @@ int ferry_grads_ready(ferry_engine *e, int group, ferry_stream *s) {
                      "grads ready: group %d has no gradient buffer (ask ferry_param_device for "
                      "its grad pointers after fetching it)",
                      group);
+  rc = drain_may_submit(e, (uint32_t)group, "grads ready");
+  if (rc) return rc;
   rc = drain_slot_ready(e, f->grad_slot, s, "grads ready");
   if (rc) return rc;
   drain_submit(e, (uint32_t)group, f->grad_slot); /* the drain owns it now */

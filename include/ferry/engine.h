@@ -58,7 +58,10 @@ FERRY_API int ferry_config_key_info(int i, const char **name, const char **type,
  *
  * Param and grad device buffers have dtype precision.params. Everything else
  * (fp32 grads, master weights, optimizer states, where each byte lives and
- * when it moves) is the engine's. */
+ * when it moves) is the engine's. Each group's grads are handed in once per
+ * micro-batch, and at most grad_accumulation micro-batches before
+ * ferry_step: more is FERRY_ESTATE. An engine is called from one thread at
+ * a time (its own threads are internal); separate engines are independent. */
 typedef struct ferry_engine ferry_engine;
 
 /* Called at finalize to fill a parameter's initial fp32 values. */

@@ -3,9 +3,16 @@
 Error carries a status and the engine's message; Config builds a configuration
 from a dict of dotted keys or a .cfg file; Engine and Stream expose the C engine
 API one call per method. ferry.torch drives an engine from a PyTorch model.
+
+Every name, key and path reaches C as a NUL-terminated string: one holding a
+NUL is refused (FERRY_EINVAL), never cut short; paths may be str, bytes or
+os.PathLike. An engine is driven by one thread at a time: a call while another
+thread is inside the same engine raises Error(FERRY_EBUSY).
 """
 import ctypes
+import functools
 import os
+import threading
 
 from . import _lib
 from ._lib import lib
@@ -58,6 +65,47 @@ class Error(Exception):
         super().__init__("%s: %s" % (call, text) if call else text)
 
 
+def _c(value, what, path=False):
+    """value as the bytes of a C string: a str (UTF-8; a path: os.fsencode),
+    bytes or (path) an os.PathLike. A NUL inside is refused: C would stop
+    there and silently use the part before it."""
+    if isinstance(value, (bytes, bytearray)):
+        b = bytes(value)
+    elif isinstance(value, str):
+        b = os.fsencode(value) if path else value.encode()
+    elif path and isinstance(value, os.PathLike):
+        b = os.fsencode(value)
+    else:
+        raise TypeError("ferry: %s must be %s, not %s" % (
+            what, "str, bytes or os.PathLike" if path else "str or bytes", type(value).__name__))
+    if b"\0" in b:
+        raise Error(EINVAL, "%s %r holds a NUL byte (C strings end there)" % (what, value))
+    return b
+
+
+def _one_thread(fn):
+    """Engine methods: a call while another thread is inside the same engine
+    raises Error(FERRY_EBUSY) instead of racing it (the engine's calls are
+    not thread-safe); the same thread may call in again (an init callback)."""
+    @functools.wraps(fn)
+    def call(self, *args, **kwargs):
+        lock = self.__dict__.get("_lock")
+        if lock is None:
+            return fn(self, *args, **kwargs)
+        if not lock.acquire(blocking=False):
+            raise Error(EBUSY, "thread %r is inside this engine; an engine is driven by one "
+                        "thread at a time (use one engine per thread, or a lock around its "
+                        "calls)" % (self._inside,), fn.__name__)
+        outer = self._inside
+        self._inside = threading.current_thread().name
+        try:
+            return fn(self, *args, **kwargs)
+        finally:
+            self._inside = outer
+            lock.release()
+    return call
+
+
 def _check(rc, msg_fn, call):
     if rc != 0:
         raise Error(rc, msg_fn(), call)
@@ -72,6 +120,8 @@ def _text(v):
         return ", ".join(_text(x) for x in v)
     if isinstance(v, float):
         return repr(v)
+    if isinstance(v, (bytes, os.PathLike)):
+        return os.fsdecode(v)  # a path: its text, not "b'...'"
     return str(v)
 
 
@@ -89,7 +139,7 @@ class Config:
             text = source.dump()
             self._call(lib.ferry_config_load_string(self._h, text.encode(), b"<config>"),
                        "ferry_config_load_string")
-        elif isinstance(source, (str, os.PathLike)):
+        elif isinstance(source, (str, bytes, os.PathLike)):
             self.load_file(source)
         elif source is not None:
             self.update(source)
@@ -100,14 +150,17 @@ class Config:
         return _check(rc, lambda: _s(lib.ferry_config_last_error(self._h)), name)
 
     def load_file(self, path):
-        self._call(lib.ferry_config_load_file(self._h, os.fsencode(path)), "ferry_config_load_file")
+        self._call(lib.ferry_config_load_file(self._h, _c(path, "config path", True)),
+                   "ferry_config_load_file")
 
     def load_string(self, text, name="<string>"):
-        self._call(lib.ferry_config_load_string(self._h, text.encode(), name.encode()),
+        self._call(lib.ferry_config_load_string(self._h, _c(text, "config text"),
+                                                _c(name, "config name")),
                    "ferry_config_load_string")
 
     def set(self, key, value):
-        self._call(lib.ferry_config_set(self._h, key.encode(), _text(value).encode()),
+        self._call(lib.ferry_config_set(self._h, _c(key, "config key"),
+                                        _c(_text(value), "value of %s" % key)),
                    "ferry_config_set")
 
     def update(self, d):
@@ -115,9 +168,16 @@ class Config:
             self.set(k, v)
 
     def get(self, key):
-        buf = ctypes.create_string_buffer(4096)
-        self._call(lib.ferry_config_get(self._h, key.encode(), buf, len(buf)), "ferry_config_get")
-        return buf.value.decode()
+        """The key's value as text, whole (the buffer grows until it fits)."""
+        k = _c(key, "config key")
+        n = 4096
+        while True:
+            buf = ctypes.create_string_buffer(n)
+            self._call(lib.ferry_config_get(self._h, k, buf, n), "ferry_config_get")
+            v = buf.value
+            if len(v) < n - 1:  # not cut at the buffer's end
+                return v.decode()
+            n *= 4
 
     def __getitem__(self, key):
         return self.get(key)
@@ -126,7 +186,7 @@ class Config:
         self.set(key, value)
 
     def write_file(self, path):
-        self._call(lib.ferry_config_write_file(self._h, os.fsencode(path)),
+        self._call(lib.ferry_config_write_file(self._h, _c(path, "config path", True)),
                    "ferry_config_write_file")
 
     def dump(self):
@@ -155,6 +215,27 @@ class Config:
 
     def __del__(self):
         self.close()
+
+
+def _release_views(views, arr):
+    """Releases an init callback's views of the engine's buffer (newest
+    first): a view kept past the callback would read freed memory later.
+    A view made over one and kept (an array, a tensor, a ctypes object: it
+    holds the buffer `arr` alive) is an error: the callback must copy."""
+    import gc
+    import sys
+    for attempt in (0, 1):
+        try:
+            for v in reversed(views):
+                v.release()
+            if sys.getrefcount(arr) <= 3:  # arr's owners: the caller, this frame, the call
+                return
+        except BufferError:
+            pass
+        gc.collect()  # a view held only by a reference cycle
+    raise BufferError("a view of the buffer (an array, tensor or ctypes object made over the "
+                      "memoryview) outlives the callback; copy the values into the view "
+                      "instead of keeping one")
 
 
 def _stats_dict(st):
@@ -207,9 +288,12 @@ class Engine:
     finalize, reserve, reserved, fetch, release, param_device, grads_ready,
     step, zero_grads, loss_scale, param_read, stats (ferry_engine_get_stats,
     as a dict), write_timeline, checkpoint_save, checkpoint_load,
-    export_weights, device_info, grad_home."""
+    export_weights, device_info, grad_home. One thread at a time: a call while
+    another thread is inside raises Error(FERRY_EBUSY)."""
 
     def __init__(self, config):
+        self._lock = threading.RLock()
+        self._inside = None
         cfg = config if isinstance(config, Config) else Config(config)
         h = ctypes.c_void_p()
         _check(lib.ferry_engine_create(cfg._h, None, ctypes.byref(h)),
@@ -229,11 +313,13 @@ class Engine:
     def last_error(self):
         return _s(lib.ferry_engine_last_error(self._h))
 
+    @_one_thread
     def stream(self, native=None):
         s = Stream(self, native)
         self._streams.append(s)
         return s
 
+    @_one_thread
     def device_info(self):
         info = _lib.DeviceInfo()
         dev = lib.ferry_engine_device(self._h)
@@ -243,18 +329,33 @@ class Engine:
                 "emulated": bool(info.emulated), "capacity": info.capacity, "used": info.used,
                 "peak": info.peak}
 
+    @_one_thread
     def register(self, name, shape, group, values=None, init=None):
-        """values: None (zeros, or init), an address of count fp32 values, or
-        an object with the buffer protocol holding them (read at finalize at
-        the latest: kept alive until then). init: f(name, memoryview of
-        count floats) called at finalize."""
+        """values: None (zeros, or init), an address of count fp32 values (not
+        checkable: the caller's word), or an object with the buffer protocol
+        holding exactly count fp32 values (read at finalize at the latest:
+        kept alive until then; another length or item type is refused).
+        init: f(name, memoryview of count floats) called at finalize; the
+        view is released when f returns (keep a copy, not the view)."""
         shape = [int(x) for x in shape]
         arr = (ctypes.c_int64 * max(1, len(shape)))(*shape)
+        cname = _c(name, "param name")
+        count = 1
+        for x in shape:
+            count *= max(x, 0)
         addr = None
         if isinstance(values, int):
             addr = values
         elif values is not None:
-            mv = memoryview(values).cast("B")
+            mv = memoryview(values)
+            if mv.format not in ("f", "<f", "=f", "B", "b", "c"):
+                raise Error(EINVAL, "register '%s': values hold items of format %r, not fp32 "
+                            "('f')" % (name, mv.format), "ferry_param_register")
+            mv = mv.cast("B")
+            if mv.nbytes != 4 * count:
+                raise Error(EINVAL, "register '%s': values hold %d bytes; shape %s needs %d fp32 "
+                            "values (%d bytes)" % (name, mv.nbytes, shape, count, 4 * count),
+                            "ferry_param_register")
             buf = (ctypes.c_char * mv.nbytes).from_buffer_copy(mv) if mv.readonly else \
                 (ctypes.c_char * mv.nbytes).from_buffer(mv)
             self._keep.append((values, buf))
@@ -262,9 +363,14 @@ class Engine:
         cb = ctypes.cast(None, _lib.INIT_FN)
         if init is not None:
             def _thunk(user, cname, dst, count, _init=init):
+                views = []
                 try:
-                    _init(cname.decode(), memoryview((ctypes.c_float * count).from_address(
-                        ctypes.addressof(dst.contents))).cast("B").cast("f"))
+                    arr = (ctypes.c_float * count).from_address(ctypes.addressof(dst.contents))
+                    views.append(memoryview(arr))
+                    views.append(views[0].cast("B"))
+                    views.append(views[1].cast("f"))
+                    _init(cname.decode(), views[2])
+                    _release_views(views, arr)
                     return 0
                 except Exception as exc:  # finalize raises with it
                     self._init_error = "init of '%s': %s: %s" % (cname.decode(),
@@ -272,9 +378,10 @@ class Engine:
                     return -1
             cb = _lib.INIT_FN(_thunk)
             self._keep.append(cb)
-        self._call(lib.ferry_param_register(self._h, name.encode(), arr, len(shape), int(group),
+        self._call(lib.ferry_param_register(self._h, cname, arr, len(shape), int(group),
                                             addr, cb, None), "ferry_param_register")
 
+    @_one_thread
     def finalize(self):
         self._init_error = None
         try:
@@ -286,36 +393,44 @@ class Engine:
         finally:
             self._keep = []
 
+    @_one_thread
     def reserve(self, nbytes):
         self._call(lib.ferry_engine_reserve(self._h, nbytes), "ferry_engine_reserve")
 
+    @_one_thread
     def reserved(self):
         p, n = ctypes.c_void_p(), ctypes.c_size_t()
         self._call(lib.ferry_engine_reserved(self._h, ctypes.byref(p), ctypes.byref(n)),
                    "ferry_engine_reserved")
         return p.value, n.value
 
+    @_one_thread
     def fetch(self, group, stream):
         self._call(lib.ferry_fetch(self._h, group, stream.handle), "ferry_fetch")
 
+    @_one_thread
     def fetch_status(self, group, stream):
         """ferry_fetch's status without raising (FERRY_ENOMEM: no room)."""
         return lib.ferry_fetch(self._h, group, stream.handle)
 
+    @_one_thread
     def release(self, group, stream):
         self._call(lib.ferry_release(self._h, group, stream.handle), "ferry_release")
 
+    @_one_thread
     def param_device(self, name, param=True, grad=False):
         """(param pointer or None, grad pointer or None); name: str or bytes."""
-        n = name if isinstance(name, bytes) else name.encode()
+        n = name if type(name) is bytes and b"\0" not in name else _c(name, "param name")
         self._call(lib.ferry_param_device(
             self._h, n, ctypes.byref(self._pd_param) if param else None,
             ctypes.byref(self._pd_grad) if grad else None), "ferry_param_device")
         return (self._pd_param.value if param else None, self._pd_grad.value if grad else None)
 
+    @_one_thread
     def grads_ready(self, group, stream):
         self._call(lib.ferry_grads_ready(self._h, group, stream.handle), "ferry_grads_ready")
 
+    @_one_thread
     def step(self):
         info = _lib.StepInfo()
         self._call(lib.ferry_step(self._h, ctypes.byref(info)), "ferry_step")
@@ -323,12 +438,15 @@ class Engine:
                 "loss_scale": info.loss_scale, "clip_coef": info.clip_coef,
                 "seconds": info.seconds}
 
+    @_one_thread
     def zero_grads(self):
         self._call(lib.ferry_zero_grads(self._h), "ferry_zero_grads")
 
+    @_one_thread
     def loss_scale(self):
         return lib.ferry_loss_scale(self._h)
 
+    @_one_thread
     def param_read(self, name, out=None, count=None):
         """The fp32 master values: into `out` (an address or a writable buffer
         of count floats), or returned as an array('f')."""
@@ -341,9 +459,11 @@ class Engine:
             mv = memoryview(out).cast("B")
             count = mv.nbytes // 4
             addr = ctypes.addressof((ctypes.c_char * mv.nbytes).from_buffer(mv))
-        self._call(lib.ferry_param_read(self._h, name.encode(), addr, count), "ferry_param_read")
+        self._call(lib.ferry_param_read(self._h, _c(name, "param name"), addr, count),
+                   "ferry_param_read")
         return out
 
+    @_one_thread
     def raw_stats(self):
         self._call(lib.ferry_engine_get_stats(self._h, ctypes.byref(self._stats)),
                    "ferry_engine_get_stats")
@@ -352,15 +472,18 @@ class Engine:
     def stats(self):
         return _stats_dict(self.raw_stats())
 
+    @_one_thread
     def write_timeline(self, path):
-        self._call(lib.ferry_engine_write_timeline(self._h, os.fsencode(path)),
+        self._call(lib.ferry_engine_write_timeline(self._h, _c(path, "timeline path", True)),
                    "ferry_engine_write_timeline")
 
+    @_one_thread
     def grad_home(self):
         none = ctypes.c_int()
         t = lib.ferry_engine_grad_home(self._h, ctypes.byref(none))
         return "none" if none.value else _TIER_NAMES[t]
 
+    @_one_thread
     def checkpoint_save(self, directory, blob=b"", keep=None, max_shard_bytes=None):
         opt = lib.ferry_checkpoint_options_default()
         if keep is not None:
@@ -368,10 +491,12 @@ class Engine:
         if max_shard_bytes is not None:
             opt.max_shard_bytes = max_shard_bytes
         blob = bytes(blob)
-        self._call(lib.ferry_checkpoint_save(self._h, os.fsencode(directory), blob or None,
+        self._call(lib.ferry_checkpoint_save(self._h, _c(directory, "checkpoint folder", True),
+                                             blob or None,
                                              len(blob), ctypes.byref(opt)),
                    "ferry_checkpoint_save")
 
+    @_one_thread
     def checkpoint_load(self, path):
         """Loads a checkpoint folder (or the newest of a DIR); returns its blob."""
         folder, _ = checkpoint_find(path)
@@ -379,14 +504,16 @@ class Engine:
         cap = int(info["blob_bytes"])
         buf = ctypes.create_string_buffer(max(1, cap))
         n = ctypes.c_size_t()
-        self._call(lib.ferry_checkpoint_load(self._h, os.fsencode(folder), buf, cap,
+        self._call(lib.ferry_checkpoint_load(self._h, _c(folder, "checkpoint folder", True), buf, cap,
                                              ctypes.byref(n)), "ferry_checkpoint_load")
         return buf.raw[:n.value]
 
+    @_one_thread
     def export_weights(self, path, max_shard_bytes=0):
-        self._call(lib.ferry_export_weights(self._h, os.fsencode(path), max_shard_bytes),
+        self._call(lib.ferry_export_weights(self._h, _c(path, "export path", True), max_shard_bytes),
                    "ferry_export_weights")
 
+    @_one_thread
     def close(self):
         if getattr(self, "_h", None):
             for s in self._streams:
@@ -409,14 +536,15 @@ def checkpoint_find(path):
     """(folder, step) of the checkpoint ferry_checkpoint_load(path) would load."""
     buf = ctypes.create_string_buffer(4096)
     step = ctypes.c_int64()
-    _check(lib.ferry_checkpoint_find(os.fsencode(path), buf, len(buf), ctypes.byref(step)),
+    _check(lib.ferry_checkpoint_find(_c(path, "checkpoint path", True), buf, len(buf),
+                                     ctypes.byref(step)),
            lambda: _s(lib.ferry_last_error()), "ferry_checkpoint_find")
     return buf.value.decode(), step.value
 
 
 def checkpoint_verify(path):
     info = _lib.CheckpointInfo()
-    _check(lib.ferry_checkpoint_verify(os.fsencode(path), ctypes.byref(info)),
+    _check(lib.ferry_checkpoint_verify(_c(path, "checkpoint path", True), ctypes.byref(info)),
            lambda: _s(lib.ferry_last_error()), "ferry_checkpoint_verify")
     return {"step": info.step, "blob_bytes": info.blob_bytes, "tensors": info.tensors,
             "total_bytes": info.total_bytes, "files": info.files, "path": _s(info.path)}

@@ -11,10 +11,23 @@ soon as they are final, the saved-tensor records that let backward (and
 torch.utils.checkpoint recompute) find a param's buffer again after it was
 reused, loss scaling, checkpoints with a client state. python/README.md
 describes the design.
+
+What a torch user expects, or a clear error: backward(loss) takes each
+micro-batch's loss as is and the engine averages the grad_accumulation
+micro-batches (each one's grads times 1/grad_accumulation, as DeepSpeed
+does: torch's (loss / grad_accumulation).backward()); a backward more than
+grad_accumulation before step(), a param whose dtype or device changed after
+initialize, or a call while another thread is inside the engine raise
+ferry.Error before anything changes; an exception inside backward rolls the
+pass back (or, when groups were handed in already, says to call
+zero_grad()); model.state_dict() (save_pretrained) gives the engine's values
+while it trains; initialize refuses a device budget that cannot hold the
+groups one forward holds at once.
 """
 import ctypes
 import os
 import pickle
+import threading
 from collections import OrderedDict
 
 import torch
@@ -108,9 +121,13 @@ class TorchEngine:
     """A model whose trainable parameters live in a ferry engine. Call it as
     the model; then backward(loss) and step(). Attributes: module (the model),
     engine (the ferry.Engine), groups (labels), dtype (params), compute_dtype
-    (what the model sees), last_step (the info of the last ferry_step)."""
+    (what the model sees), last_step (the info of the last ferry_step).
+    One thread at a time: a call while another thread is inside raises
+    ferry.Error(FERRY_EBUSY)."""
 
     def __init__(self, model, config, groups=None, compute_dtype=None):
+        self._lock = threading.RLock()
+        self._inside = None
         self.module = model
         self.config = config if isinstance(config, ferry.Config) else ferry.Config(config)
         prec = self.config.get("precision.params")
@@ -157,6 +174,7 @@ class TorchEngine:
                                  v.data_ptr() if v.numel() else None)
             self.engine._keep.append(v)
         self.engine.finalize()
+        self._check_budget()
 
         if self.cuda:
             self.stream = self.engine.stream(torch.cuda.current_stream(self.device).cuda_stream)
@@ -178,6 +196,11 @@ class TorchEngine:
         self._slot_open = [False] * G
         self._micro = 0
         self._in_backward = False
+        self._pre_seen = [False] * len(self._p)  # the pre-grad hook ran in this pass
+        self._broken = None  # why backward and step refuse until zero_grad()
+        self._lost = None  # why every call refuses (torch dropped grad hooks)
+        self._step_got = [False] * len(self._p)  # a grad in some micro-batch of this step
+        self._warned_nograd = False
         self.last_step = None
         # counters the tests read: tensors made by the hooks
         self.views_made = 0
@@ -209,6 +232,99 @@ class TorchEngine:
                 gs = tuple(gs)
                 self._handles.append(m.register_forward_pre_hook(self._make_fwd_pre(gs)))
                 self._handles.append(m.register_forward_hook(self._make_fwd_post(gs)))
+                self._handles.append(m._register_state_dict_hook(self._state_dict_hook))
+
+    # -- checks ---------------------------------------------------------------
+
+    def _group_bytes(self):
+        """Each group's device bytes: its params packed as memory/layout.c
+        packs them (256-byte aligned offsets, chunks of at most chunk_size
+        that hold one group, a param larger than a chunk in one of its own),
+        each chunk's size aligned to 4096 bytes (the swap store's alignment)
+        when the params live off the device and any family lives on NVMe,
+        else to 256."""
+        cs = int(self.config.get("chunk_size"))
+        es = torch.tensor([], dtype=self.dtype).element_size()
+        place = [self.config.get("placement." + f) for f in ("params", "grads", "optimizer")]
+        a = 4096 if place[0] in ("host", "nvme") and "nvme" in place else 256
+
+        def up(x, a=256):
+            return (x + a - 1) // a * a
+        out = [0] * len(self.groups)
+        for g, ps in enumerate(self._gparams):
+            fill = None
+            for i in ps:
+                b = self._numel[i] * es
+                off = up(fill) if fill is not None else 0
+                if b > cs or fill is None or off + b > cs:
+                    if fill is not None:
+                        out[g] += up(fill, a)
+                    off = 0
+                fill = off + max(b, 1)
+                if b > cs:
+                    out[g] += up(fill, a)
+                    fill = None
+            if fill is not None:
+                out[g] += up(fill, a)
+        return out
+
+    def _check_budget(self):
+        """The device tier must hold at once the groups one forward pins: a
+        module's own and those of every module around it (their forward
+        hooks hold them while it runs). Refused here, not at the first
+        forward."""
+        room = self.engine.stats()["tiers"]["device"]["budget"]
+        gb = self._group_bytes()
+        own = {}
+        for m in self.module.modules():
+            own[id(m)] = {self._group_of[self._pid[id(p)]] for p in m._parameters.values()
+                          if p is not None and id(p) in self._pid}
+        worst, worst_gs = 0, ()
+        stack = [(self.module, frozenset())]
+        seen = set()
+        while stack:
+            m, outer = stack.pop()
+            gs = outer | own[id(m)]
+            if (id(m), gs) in seen:
+                continue
+            seen.add((id(m), gs))
+            need = sum(gb[g] for g in gs)
+            if need > worst:
+                worst, worst_gs = need, tuple(sorted(gs))
+            stack.extend((c, gs) for c in m.children())
+        if worst > room:
+            raise ferry.Error(ferry.ENOMEM, "the device tier has %d bytes for params "
+                              "(tiers.gpu.budget less the engine's gradient buffers), but a "
+                              "forward holds groups %s (%s) at once: at least %d bytes; raise "
+                              "tiers.gpu.budget by %d bytes or more, or make the groups smaller"
+                              % (room, list(worst_gs), ", ".join(self.groups[g] for g in worst_gs),
+                                 worst, worst - room), "initialize")
+
+    def _check_params(self, op):
+        """Each param is still the engine's: its dtype and device as set at
+        initialize. model.double(), .to(dtype), p.data = ... change them, and
+        torch then drops the param's gradient hooks: refused, never trained
+        with lost grads."""
+        if self._lost or self._broken:
+            raise ferry.Error(ferry.ESTATE, self._lost or self._broken, op)
+        for i, p in enumerate(self._p):
+            if p.dtype != self.compute_dtype or p.device != self.device:
+                raise ferry.Error(
+                    ferry.EINVAL, "parameter '%s' is %s on %s now; the engine trains it as "
+                    "%s on %s: a dtype or device change after initialize (model.double(), "
+                    "model.to(...), p.data = ...) is not supported (torch drops the param's "
+                    "gradient hooks); choose precision.params and compute_dtype at initialize"
+                    % (self._names[i], p.dtype, p.device, self.compute_dtype, self.device), op)
+
+    def _state_dict_hook(self, module, state_dict, prefix, local_metadata):
+        """module.state_dict() while the engine trains: the engine's values
+        (the fp32 masters in the compute dtype, as close() leaves them), not
+        the zero-element placeholders."""
+        for name, p in module._parameters.items():
+            i = self._pid.get(id(p)) if p is not None else None
+            if i is not None and prefix + name in state_dict:
+                state_dict[prefix + name] = self.read_param(self._names[i]).to(
+                    self.device, self.compute_dtype)
 
     # -- fetch and release ------------------------------------------------
 
@@ -340,6 +456,7 @@ class TorchEngine:
                 raise RuntimeError("ferry.torch: a gradient for '%s' outside engine.backward: "
                                    "call engine.backward(loss), not loss.backward()"
                                    % self._names[i])
+            self._pre_seen[i] = True
             g = self._group_of[i]
             if self._handed[g]:
                 raise RuntimeError("ferry.torch: a gradient for '%s' arrived after its group %d "
@@ -406,6 +523,15 @@ class TorchEngine:
             self._release(g)
 
     def _finish_backward(self):
+        lost = [self._names[i] for i in range(len(self._p)) if self._pre_seen[i] and
+                not self._got[i]]
+        if lost:  # torch dropped the hook that hands the grad in: for good
+            self._lost = ("the gradients of %s reached torch but not the engine: their dtype or "
+                          "device was changed after initialize (and maybe back), which makes "
+                          "torch drop their gradient hooks; initialize again, with "
+                          "precision.params and compute_dtype set as needed"
+                          % ", ".join("'%s'" % n for n in lost[:4]))
+            raise ferry.Error(ferry.EINVAL, self._lost, "backward")
         for g in range(len(self.groups)):
             if self._handed[g]:
                 continue
@@ -418,15 +544,57 @@ class TorchEngine:
             self._hand_in(g)
         self._release_all()
         for i in range(len(self._got)):
+            self._step_got[i] = self._step_got[i] or self._got[i]
+        self._reset_pass()
+
+    def _reset_pass(self):
+        for i in range(len(self._got)):
             self._got[i] = False
+            self._pre_seen[i] = False
         for g in range(len(self._left)):
             self._left[g] = sum(1 for i in self._gparams[g] if self._numel[i])
             self._handed[g] = False
+            self._slot_open[g] = False
+
+    def _rollback(self, exc):
+        """After an exception inside backward: the grads copied into buffers
+        of groups not handed in are zeroed (the engine keeps such a buffer
+        for the group's next pass), the pass state is reset, and when some
+        groups had handed theirs in (the engine has part of a micro-batch)
+        backward and step refuse until zero_grad()."""
+        handed = [g for g in range(len(self.groups)) if self._handed[g]]
+        try:
+            for g in range(len(self.groups)):
+                if self._handed[g] or not self._slot_open[g]:
+                    continue
+                self._ensure(g)
+                for i in self._gparams[g]:
+                    if self._got[i] and self._numel[i]:
+                        if self.cuda:
+                            self._grad_view(i).zero_()
+                        else:
+                            ctypes.memset(self._grad_ptr(i), 0,
+                                          self._numel[i] * torch.tensor([], dtype=self.dtype)
+                                          .element_size())
+            self._release_all()
+        except BaseException as e2:  # the engine itself failed: nothing is trusted
+            handed = handed or ["?"]
+            exc = "%s, then %s while rolling back" % (exc, e2)
+        self._reset_pass()
+        if handed:
+            self._broken = (
+                "the last backward stopped (%s) after groups %s had handed in their grads (with "
+                "step_during_backward their updates may have run); call zero_grad() to drop "
+                "this step's grads, then run the step's micro-batches again"
+                % (exc, ", ".join(str(g) if g == "?" else "%d (%s)" % (g, self.groups[g])
+                                  for g in handed)))
 
     # -- the training-loop API ----------------------------------------------
 
+    @ferry._one_thread
     def __call__(self, *args, **kwargs):
         """The model's forward, its params fetched group by group."""
+        self._check_params("forward")
         try:
             with self._hooks():
                 return self.module(*args, **kwargs)
@@ -435,9 +603,23 @@ class TorchEngine:
 
     forward = __call__
 
+    @ferry._one_thread
     def backward(self, loss):
         """loss.backward() with the engine's loss scale (fp16), then every
-        group's grads handed in. Call it, not loss.backward()."""
+        group's grads handed in. Call it, not loss.backward(). loss: the
+        micro-batch's loss as is; with grad_accumulation = N the engine
+        scales each micro-batch's grads by 1/N (the step sees their mean, as
+        torch's (loss / N).backward() per micro-batch gives). Refused
+        (ferry.Error, FERRY_ESTATE) once N micro-batches ran backward since
+        the last step(): call step() first. An exception inside rolls the
+        pass back, so the next backward works; if groups had handed their
+        grads in already, backward and step refuse until zero_grad()."""
+        self._check_params("backward")
+        if self._micro >= self.accumulation:
+            raise ferry.Error(ferry.ESTATE, "grad_accumulation = %d micro-batch(es) ran "
+                              "backward since the last step(); call step() before the next "
+                              "backward (the update runs during backward: another one would "
+                              "move the weights again)" % self.accumulation, "backward")
         scale = self.engine.loss_scale()
         if scale != 1.0:
             loss = loss * scale
@@ -446,25 +628,54 @@ class TorchEngine:
             with self._hooks():
                 loss.backward()
             self._finish_backward()
-        except BaseException:
-            self._release_all()
+        except BaseException as exc:
+            self._rollback("%s: %s" % (type(exc).__name__, exc))
             raise
         finally:
             self._in_backward = False
         self._micro += 1
 
+    @ferry._one_thread
     def step(self):
         """ferry_step once grad_accumulation micro-batches are in; returns its
         info (dict: step, skipped, grad_norm, loss_scale, clip_coef, seconds),
         or None between micro-batches."""
+        self._check_params("step")
         if self._micro < self.accumulation:
             return None
         self._micro = 0
         self._release_all()
+        self._warn_nograd()
         info = self.engine.step()
         self._invalidate()
         self.last_step = info
         return info
+
+    def _warn_nograd(self):
+        """Params that got no grad in the whole step are stepped with zeros
+        (DeepSpeed's behaviour; torch skips them): said once per engine."""
+        missing = [self._names[i] for i in range(len(self._p))
+                   if self._numel[i] and not self._step_got[i]]
+        for i in range(len(self._step_got)):
+            self._step_got[i] = False
+        if missing and not self._warned_nograd:
+            self._warned_nograd = True
+            import warnings
+            warnings.warn("ferry.torch: %d param(s) got no gradient in this step (%s): the engine "
+                          "steps them with zero grads, so weight decay and momentum still move "
+                          "them (DeepSpeed's behaviour); torch would leave them unchanged"
+                          % (len(missing), ", ".join(missing[:3])), RuntimeWarning, stacklevel=3)
+
+    @ferry._one_thread
+    def zero_grad(self):
+        """Drops the grads of this step's micro-batches (ferry_zero_grads):
+        after a backward that stopped part way, the step starts again."""
+        self._release_all()
+        self.engine.zero_grads()
+        self._micro = 0
+        self._broken = None
+        for i in range(len(self._step_got)):
+            self._step_got[i] = False
 
     def loss_scale(self):
         return self.engine.loss_scale()
@@ -473,6 +684,7 @@ class TorchEngine:
         for i in range(len(self._scratch_ok)):
             self._scratch_ok[i] = False
 
+    @ferry._one_thread
     def save_checkpoint(self, directory, client_state=None, keep=None):
         """ferry_checkpoint_save into directory/step-N/, client_state (any
         picklable object) in its blob."""
@@ -481,6 +693,7 @@ class TorchEngine:
         blob = pickle.dumps(client_state) if client_state is not None else b""
         self.engine.checkpoint_save(directory, blob, keep=keep)
 
+    @ferry._one_thread
     def load_checkpoint(self, path):
         """Loads a checkpoint folder (or the newest in a directory); returns its
         client_state. The blob is unpickled: load only checkpoints you trust."""
@@ -497,12 +710,32 @@ class TorchEngine:
         """Writes the engine's timeline (Chrome trace JSON)."""
         self.engine.write_timeline(path)
 
+    @ferry._one_thread
     def read_param(self, name):
         """A parameter's fp32 master values as a CPU tensor."""
         i = self._names.index(name)
         t = torch.empty(self._shape[i], dtype=torch.float32)
         self.engine.param_read(name, t.data_ptr(), self._numel[i])
         return t
+
+    def state_dict(self):
+        """The model's state_dict with the engine's values (frozen params and
+        buffers as torch holds them)."""
+        return self.module.state_dict()
+
+    @ferry._one_thread
+    def export_weights(self, path, max_shard_bytes=0):
+        """ferry_export_weights: the engine's params as safetensors. It holds
+        the trainable params only: refused when the model has frozen ones
+        (save model.state_dict(), or save_pretrained, which hold all)."""
+        frozen = [n for n, p in self.module.named_parameters() if id(p) not in self._pid]
+        if frozen:
+            raise ferry.Error(ferry.EINVAL, "the engine holds the trainable "
+                              "params only, and %d frozen ones (%s) would be left out; save "
+                              "model.state_dict() (or save_pretrained) instead"
+                              % (len(frozen), ", ".join(frozen[:3])), "export_weights")
+        self._release_all()
+        self.engine.export_weights(path, max_shard_bytes)
 
     def named_parameters(self):
         return list(zip(self._names, self._p))
@@ -514,6 +747,7 @@ class TorchEngine:
     def eval(self):
         return self.train(False)
 
+    @ferry._one_thread
     def close(self, restore=True):
         """Removes the hooks; with restore, each param gets its master values
         (in the compute dtype) as ordinary torch storage."""

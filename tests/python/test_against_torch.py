@@ -5,7 +5,9 @@ the same lr, betas, eps and weight decay: per-step losses within 1e-5
 relative; then the same with a device budget that cannot hold every group at
 once (checked through the stats: evictions, params larger than the budget),
 and the device tier's peak within its budget in both runs; and
-grad_accumulation = 2 against two torch backward calls per step."""
+grad_accumulation = 2 (backward(loss) per micro-batch: the engine averages
+them) against two torch (loss / 2).backward() calls per step, with AdamW and
+with plain SGD."""
 import torch
 
 from common import (BETAS, EPS, LR, WD, batches, check_budget, close_rel, config, fail,
@@ -39,29 +41,38 @@ for label, over in (("roomy", {}), ("tight", {"tiers.gpu.budget": "104K", "chunk
     # the master weights match torch's after the same steps
     eng.close()
 
-# grad_accumulation = 2: the engine sums two micro-batches' grads (loss / 2
-# each), as torch does with two backward calls before one step
-model = make_model()
-opt = torch.optim.AdamW(model.parameters(), lr=LR, betas=BETAS, eps=EPS, weight_decay=WD)
-ref2 = []
-for k in range(0, 8, 2):
-    opt.zero_grad()
-    for x, y in data[k:k + 2]:
-        loss = loss_of(model(x), y)
-        (loss / 2).backward()
-        ref2.append(loss.item())
-    opt.step()
-eng = ft.initialize(make_model(), config(**{"grad_accumulation": 2}))
-got2, stepped = [], 0
-for x, y in data[:8]:
-    loss = loss_of(eng(x), y)
-    eng.backward(loss / 2)
-    stepped += eng.step() is not None
-    got2.append(loss.item())
-print("accumulation torch:", ["%.6f" % x for x in ref2])
-print("accumulation ferry:", ["%.6f" % x for x in got2])
-if stepped != 4 or not close_rel(ref2, got2, 1e-5):
-    fail("grad_accumulation 2: %d steps, losses differ" % stepped)
-check_budget(eng)
-eng.close()
+# grad_accumulation = 2: backward(loss) takes each micro-batch's loss as is
+# and the engine averages the micro-batches (each one's grads times 1/2), as
+# torch's (loss / 2).backward() per micro-batch; with adamw and with plain
+# SGD (which, unlike Adam, moves twice as far on grads twice as large)
+for opt_name in ("adamw", "sgd"):
+    model = make_model()
+    if opt_name == "adamw":
+        opt = torch.optim.AdamW(model.parameters(), lr=LR, betas=BETAS, eps=EPS, weight_decay=WD)
+        over = {}
+    else:
+        opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0, weight_decay=0)
+        over = {"optimizer.type": "sgd", "optimizer.lr": 0.1, "optimizer.momentum": 0,
+                "optimizer.weight_decay": 0}
+    ref2 = []
+    for k in range(0, 8, 2):
+        opt.zero_grad()
+        for x, y in data[k:k + 2]:
+            loss = loss_of(model(x), y)
+            (loss / 2).backward()
+            ref2.append(loss.item())
+        opt.step()
+    eng = ft.initialize(make_model(), config(**over, **{"grad_accumulation": 2}))
+    got2, stepped = [], 0
+    for x, y in data[:8]:
+        loss = loss_of(eng(x), y)
+        eng.backward(loss)
+        stepped += eng.step() is not None
+        got2.append(loss.item())
+    print(opt_name, "accumulation torch:", ["%.6f" % x for x in ref2])
+    print(opt_name, "accumulation ferry:", ["%.6f" % x for x in got2])
+    if stepped != 4 or not close_rel(ref2, got2, 1e-5):
+        fail("%s, grad_accumulation 2: %d steps, losses differ" % (opt_name, stepped))
+    check_budget(eng)
+    eng.close()
 print("ok")

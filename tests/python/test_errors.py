@@ -3,24 +3,11 @@ refuses raise ferry.Error carrying the status and the engine's own message
 (which names the key); so does a .cfg file with a bad line."""
 import os
 
+from checks import expect
 from common import config, fail, make_model, work_dir
 
 import ferry
 import ferry.torch as ft
-
-
-def expect(fn, status, *words):
-    try:
-        fn()
-    except ferry.Error as e:
-        print("raised:", e)
-        if e.status != status:
-            fail("status %s, expected %s" % (ferry.status_name(e.status), ferry.status_name(status)))
-        for w in words:
-            if w not in e.message:
-                fail("message %r does not name %r" % (e.message, w))
-        return
-    fail("no ferry.Error")
 
 
 expect(lambda: ft.initialize(make_model(), config(**{"tiers.gpu.budgte": "1M"})),
