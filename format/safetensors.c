@@ -467,8 +467,11 @@ static ferry_safetensors *st_new(int nshards) {
   return f;
 }
 
+/* The reader's error as the thread's, names from the file escaped
+ * (core/untrusted.h): a message about a file may be shown on a terminal. */
 static int st_fail(ferry_safetensors *f, int rc, ferry_safetensors **out) {
-  ferry_err_thread(rc, "safetensors: %s", ferry_err_msg(&f->err));
+  char shown[1024];
+  ferry_err_thread(rc, "safetensors: %s", ferry_escape(ferry_err_msg(&f->err), shown, sizeof shown));
   st_free(f);
   *out = NULL;
   return rc;
@@ -692,8 +695,9 @@ static int open_index(const char *path, const st_from *from, const char *name,
   size_t nfiles = 0;
   ferry_safetensors *f = NULL;
   if (read_index(&h, &w) || check_weight_map(&h, &w) || list_files(&h, &w, &files, &nfiles)) {
+    char shown[600];
     rc = ferry_err_thread(h.oom ? FERRY_ENOMEM : FERRY_ECORRUPT, "safetensors: %s: %s", path,
-                          hwhy(&h));
+                          ferry_escape(hwhy(&h), shown, sizeof shown));
   } else {
     /* an index the user named: its shards are below its folder */
     char *dir = from ? NULL : strdup(path), *slash = dir ? strrchr(dir, '/') : NULL;
