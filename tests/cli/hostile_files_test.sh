@@ -5,6 +5,7 @@
 # of it, a file over its size limit, and names carrying terminal escapes
 # (shown escaped). One CASE per reader:
 #   checkpoint `ferry checkpoint verify|info` (manifest, index, shards, folders)
+#   resume     ferry-gpt --resume (the engine's load and the trainer's user.bin)
 #   weights    ferry-gpt --weights (a file, a folder, an index)
 #   model      ferry-gpt --model (a config.json, a folder)
 #   tokenizer  ferry-gpt --tokenizer (vocab.json, merges.txt)
@@ -99,6 +100,26 @@ print(" ".join(k for k in json.loads(raw[8:8+n]) if k!="__metadata__"))' $st/par
   expect 0 "$bin" checkpoint info c
   grep -qF 'ex\x1b]0;pwned\x07' o.out || fail "info: the name is not shown escaped"
   clean
+  ;;
+resume)
+  e="--model tiny --engine $src/examples/configs/resident.cfg"
+  # shellcheck disable=SC2086
+  train 0 $e --steps 2 --save r --save-every 2
+  cp -r r good || fail "cp"
+  st=r/checkpoints/step-000000000002
+  # user.bin a FIFO: the trainer's blob is read before the engine exists
+  rm $st/user.bin && mkfifo $st/user.bin
+  # shellcheck disable=SC2086
+  train 1 $e --steps 3 --resume r
+  says "user.bin: a FIFO"
+  # params/ a link to a good copy: the engine's load refuses it
+  rm -rf r && cp -r good r && mv $st/params p && ln -s "$dir/p" $st/params
+  # shellcheck disable=SC2086
+  train 1 $e --steps 3 --resume r
+  says "params is a symbolic link"
+  rm -rf r && cp -r good r
+  # shellcheck disable=SC2086
+  train 0 $e --steps 3 --resume r
   ;;
 weights)
   # a FIFO named, or in the folder named

@@ -100,7 +100,7 @@ ferry_add_test(NAME cli.hostile.wording EXE sh TIMEOUT 60
 # its folder, an oversize file and terminal escapes in names
 # (tests/cli/hostile_files_test.sh).
 if(TARGET ferry-gpt)
-  foreach(_reader checkpoint weights model tokenizer config)
+  foreach(_reader checkpoint resume weights model tokenizer config)
     ferry_add_test(NAME cli.hostile.files.${_reader} EXE sh TIMEOUT 60
                    ARGS ${PROJECT_SOURCE_DIR}/tests/cli/hostile_files_test.sh $<TARGET_FILE:ferry_cli>
                         ${_reader} ${PROJECT_BINARY_DIR}/tests/cli-hostile-files-${_reader}
