@@ -42,7 +42,8 @@ int ckpt_rename_into_place(const char *tmp, const char *target, const char *tras
  * what is wrong. */
 int ckpt_open(const char *path, char *folder, size_t cap, ckpt_manifest *m, int check_crc,
               char *why, size_t wl);
-/* st_allow_fn (format/safetensors.h) over a manifest (ctx): rel is listed. */
+/* st_allow_fn (format/safetensors.h) over a manifest (ctx): rel is listed;
+ * else FERRY_ECORRUPT, why "not listed in the manifest". */
 int ckpt_listed(void *ctx, const char *rel, char *why, size_t wl);
 /* Opens folder/sub as a safetensors model whose every file the manifest
  * lists (and so was checked): each name checked before its file is

@@ -176,10 +176,9 @@ int ckpt_open(const char *path, char *folder, size_t cap, ckpt_manifest *m, int 
  * manifest ctx, so it is opened only after its name was checked. */
 int ckpt_listed(void *ctx, const char *rel, char *why, size_t wl) {
   const ckpt_manifest *m = ctx;
-  char shown[600];
   for (size_t i = 0; i < m->nfiles; i++)
     if (!strcmp(m->files[i].path, rel)) return FERRY_OK;
-  snprintf(why, wl, "%s: not listed in the manifest", ferry_escape(rel, shown, sizeof shown));
+  snprintf(why, wl, "not listed in the manifest");
   return FERRY_ECORRUPT;
 }
 

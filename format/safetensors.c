@@ -361,7 +361,11 @@ static int from_open(const st_from *from, const char *path, const char *name, ui
     snprintf(why, wl, "%s: path too long", path);
     return FERRY_EOVERFLOW;
   }
-  int rc = from->allow ? from->allow(from->ctx, rel, why, wl) : 0;
+  char no[256], shown[1024];
+  int rc = from->allow ? from->allow(from->ctx, rel, no, sizeof no) : 0;
+  if (rc) /* refused by its name: never opened */
+    snprintf(why, wl, "%.400s/%.400s: %.100s", from->root,
+             ferry_escape(rel, shown, sizeof shown), no);
   return rc ? rc : ferry_open_untrusted(from->root, rel, max, fd, size, why, wl);
 }
 
@@ -701,7 +705,7 @@ static int open_index(const char *path, const st_from *from, const char *name,
   } else {
     /* an index the user named: its shards are below its folder */
     char *dir = from ? NULL : strdup(path), *slash = dir ? strrchr(dir, '/') : NULL;
-    st_from here = {slash ? dir : ".", "", NULL, NULL};
+    st_from here = {slash == dir ? "/" : slash ? dir : ".", "", NULL, NULL};
     if (slash) *slash = '\0';
     if (from || dir) rc = open_shards(path, from ? from : &here, files, nfiles, &f);
     else rc = FERRY_ENOMEM;

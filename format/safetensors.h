@@ -18,7 +18,8 @@
 int st_writer_finish_holes(ferry_safetensors_writer *w);
 
 /* A file's name below a root (its relative path), offered before the file
- * is opened: 0 lets it be opened; a status (with why) refuses it. */
+ * is opened: 0 lets it be opened; a status refuses it, why saying the
+ * reason (the reader puts the file's path before it). */
 typedef int (*st_allow_fn)(void *ctx, const char *rel, char *why, size_t wl);
 
 /* Opens the model in root/sub (sub "" or NULL: root itself): its
