@@ -7,7 +7,7 @@
 #   checkpoint `ferry checkpoint verify|info` (manifest, index, shards, folders)
 #   resume     ferry-gpt --resume (the engine's load and the trainer's user.bin)
 #   weights    ferry-gpt --weights (a file, a folder, an index)
-#   model      ferry-gpt --model (a config.json, a folder)
+#   model      ferry-gpt --model (a config.json, a folder), ferry plan --model
 #   tokenizer  ferry-gpt --tokenizer (vocab.json, merges.txt)
 #   config     `ferry config check` (a libconfig file and its @include)
 # $1 = ferry, $2 = CASE, $3 = a scratch folder, $4 = ferry-gpt, $5 =
@@ -170,6 +170,12 @@ model)
   mkdir big && truncate -s 5M big/config.json
   train 1 --model big
   says "big/config.json: larger than 4194304 bytes"
+  # `ferry plan --model` reads a config.json too
+  mkfifo cfgfifo
+  expect 2 "$bin" plan --model cfgfifo
+  says "cfgfifo: a FIFO"
+  expect 2 "$bin" plan --model /dev/zero
+  says "/dev/zero: a device"
   ;;
 tokenizer)
   printf '{"a": 0, "b": 1}\n' >vocab.json
