@@ -5,6 +5,7 @@
  */
 #include "cli/cli.h"
 
+#include "core/untrusted.h"
 #include "ferry.h"
 #include "format/checkpoint_info.h"
 
@@ -75,7 +76,8 @@ static int verify(const char *dir, int json) {
     json_end(&j);
   }
   if (rc) {
-    fprintf(stderr, "ferry %s\n", ferry_last_error()); /* "checkpoint verify: FILE: why" */
+    char shown[4096]; /* "checkpoint verify: FILE: why", names from files escaped */
+    fprintf(stderr, "ferry %s\n", ferry_escape(ferry_last_error(), shown, sizeof shown));
     return 1;
   }
   if (!json)
@@ -159,7 +161,9 @@ static void info_text(const ckpt_info *in) {
   printf("families     %-12s %8s  %-6s %12s\n", "name", "tensors", "dtype", "size");
   for (int i = 0; i < in->nfamilies; i++) {
     const ckpt_family *f = &in->families[i];
-    printf("             %-12s %8llu  %-6s %12s\n", f->name, (unsigned long long)f->tensors,
+    char name[sizeof f->name * 4]; /* from tensor names: control characters escaped */
+    printf("             %-12s %8llu  %-6s %12s\n", ferry_escape(f->name, name, sizeof name),
+           (unsigned long long)f->tensors,
            f->tensors ? f->dtype : "-", size_text(f->bytes, a, sizeof a));
   }
   printf("files        %zu, %s in all (checked by `ferry checkpoint verify`)\n", m->nfiles,
@@ -182,7 +186,8 @@ static int info(const char *dir, int json) {
       json_str(&j, "error", why);
       json_end(&j);
     }
-    fprintf(stderr, "ferry checkpoint info: %s\n", why);
+    char shown[4096];
+    fprintf(stderr, "ferry checkpoint info: %s\n", ferry_escape(why, shown, sizeof shown));
     return 1;
   }
   if (json) info_json(&in);

@@ -16,6 +16,7 @@
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 int cli_plan(int argc, char **argv);
 
@@ -1201,12 +1202,10 @@ static int read_model(const plan_flags *fl, ferry_plan_model *m) {
   size_t ml = strlen(model);
   int file = strchr(model, '/') || (ml > 5 && !strcmp(model + ml - 5, ".json"));
   if (!file && ferry_plan_model_preset(model, m, why, sizeof why)) {
-    FILE *f = fopen(model, "r"); /* a config.json in the current directory without ".json" */
-    if (!f) {
+    if (access(model, F_OK)) { /* a config.json in the current folder without ".json" */
       fprintf(stderr, "ferry plan: %s\n", why);
       return 2;
     }
-    fclose(f);
     file = 1;
   }
   if (file && ferry_plan_model_from_file(model, m, why, sizeof why)) {

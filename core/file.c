@@ -1,6 +1,8 @@
-/* core/file.c — ferry_read_file of core/file.h: a whole file into memory,
- * bounded by the caller's limit. */
+/* core/file.c — ferry_read_file and ferry_read_below of core/file.h: a
+ * whole file into memory, opened through core/untrusted.h and bounded by
+ * the caller's limit. */
 #include "core/file.h"
+#include "core/untrusted.h"
 
 #include "ferry.h"
 
@@ -8,26 +10,27 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
-int ferry_read_file(const char *path, size_t limit, char **text, size_t *len, char *why,
-                    size_t wl) {
+int ferry_read_fd(int fd, const char *shown, uint64_t size, size_t limit, char **text,
+                  size_t *len, char *why, size_t wl) {
   char scratch[1];
   if (!why || !wl) why = scratch, wl = sizeof scratch;
-  FILE *f = fopen(path, "rb");
-  if (!f) {
-    int e = errno;
-    snprintf(why, wl, "%s: cannot open: %s", path, strerror(e));
-    return e == ENOENT ? FERRY_ENOENT : FERRY_EIO;
-  }
-  int rc = FERRY_OK;
-  size_t cap = 4096, n = 0;
+  size_t cap = (size_t)size + 1, n = 0;
   char *buf = malloc(cap + 1);
+  int rc = FERRY_OK;
   while (buf) {
-    size_t r = fread(buf + n, 1, cap - n, f);
-    n += r;
+    ssize_t r = read(fd, buf + n, cap - n);
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) {
+      rc = FERRY_EIO;
+      snprintf(why, wl, "%s: read error: %s", shown, strerror(errno));
+      break;
+    }
+    n += (size_t)r;
     if (n > limit) {
       rc = FERRY_EOVERFLOW;
-      snprintf(why, wl, "%s: larger than %zu bytes", path, limit);
+      snprintf(why, wl, "%s: larger than %zu bytes", shown, limit);
       break;
     }
     if (r == 0) break;
@@ -38,14 +41,11 @@ int ferry_read_file(const char *path, size_t limit, char **text, size_t *len, ch
       cap *= 2;
     }
   }
+  close(fd);
   if (!buf) {
-    rc = FERRY_ENOMEM;
-    snprintf(why, wl, "%s: out of memory", path);
-  } else if (!rc && ferror(f)) {
-    rc = FERRY_EIO;
-    snprintf(why, wl, "%s: read error", path);
+    snprintf(why, wl, "%s: out of memory", shown);
+    return FERRY_ENOMEM;
   }
-  fclose(f);
   if (rc) {
     free(buf);
     return rc;
@@ -54,4 +54,28 @@ int ferry_read_file(const char *path, size_t limit, char **text, size_t *len, ch
   *text = buf;
   *len = n;
   return FERRY_OK;
+}
+
+int ferry_read_file(const char *path, size_t limit, char **text, size_t *len, char *why,
+                    size_t wl) {
+  char scratch[1];
+  if (!why || !wl) why = scratch, wl = sizeof scratch;
+  int fd;
+  uint64_t size;
+  int rc = ferry_open_named(path, limit, &fd, &size, why, wl);
+  if (rc) return rc;
+  return ferry_read_fd(fd, path, size, limit, text, len, why, wl);
+}
+
+int ferry_read_below(const char *root, const char *rel, size_t limit, char **text, size_t *len,
+                     char *why, size_t wl) {
+  char scratch[1], shown[4200];
+  if (!why || !wl) why = scratch, wl = sizeof scratch;
+  int fd;
+  uint64_t size;
+  int rc = root ? ferry_open_untrusted(root, rel, limit, &fd, &size, why, wl)
+                : ferry_open_leaf(rel, limit, &fd, &size, why, wl);
+  if (rc) return rc;
+  snprintf(shown, sizeof shown, "%.2000s%s%.2000s", root ? root : "", root ? "/" : "", rel);
+  return ferry_read_fd(fd, shown, size, limit, text, len, why, wl);
 }

@@ -22,8 +22,9 @@ int ferry_checkpoint_read_blob(const char *folder, void *buf, size_t cap, size_t
     return ferry_err_thread(FERRY_EINVAL, "checkpoint blob: %.200s...: path too long", folder);
   char *text;
   size_t tlen;
-  int rc = ferry_read_file(mp, CKPT_MANIFEST_MAX, &text, &tlen, why, sizeof why);
-  if (rc == FERRY_EOVERFLOW) rc = FERRY_ECORRUPT;
+  int rc = ferry_read_below(folder, CKPT_MANIFEST_NAME, CKPT_MANIFEST_MAX, &text, &tlen, why,
+                            sizeof why);
+  if (rc == FERRY_EOVERFLOW || rc == FERRY_EINVAL) rc = FERRY_ECORRUPT;
   if (rc) return ferry_err_thread(rc, "checkpoint blob: %s", why);
   ckpt_manifest m;
   rc = ckpt_manifest_parse(text, tlen, 1, &m, why, sizeof why);
@@ -46,7 +47,8 @@ int ferry_checkpoint_read_blob(const char *folder, void *buf, size_t cap, size_t
                             "%zu", bp, (unsigned long long)bytes, cap);
   char *data;
   size_t dlen;
-  rc = ferry_read_file(bp, (size_t)bytes, &data, &dlen, why, sizeof why);
+  rc = ferry_read_below(folder, "user.bin", (size_t)bytes, &data, &dlen, why, sizeof why);
+  if (rc == FERRY_EINVAL) return ferry_err_thread(FERRY_ECORRUPT, "checkpoint blob: %s", why);
   if (rc == FERRY_EOVERFLOW || (!rc && dlen != bytes)) {
     if (!rc) free(data);
     return ferry_err_thread(FERRY_ECORRUPT, "checkpoint blob: %.1000s: damaged: its size is not "

@@ -5,6 +5,7 @@
  */
 #include "format/checkpoint_files.h"
 #include "core/crc32c.h"
+#include "core/untrusted.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -45,17 +46,13 @@ static int rm_one(const char *p, const struct stat *st, int flag, struct FTW *ft
 
 void ckpt_rm_tree(const char *path) { nftw(path, rm_one, 16, FTW_DEPTH | FTW_PHYS); }
 
-int ckpt_file_crc(const char *path, uint64_t *bytes, uint32_t *crc, char *why, size_t wl) {
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    int err = errno;
-    snprintf(why, wl, "%.400s: %.300s", path, strerror(err));
-    return ckpt_io_status(err);
-  }
+/* Size and CRC32C of the open fd, streamed; closes fd. */
+static int crc_fd(int fd, const char *path, uint64_t *bytes, uint32_t *crc, char *why,
+                  size_t wl) {
   char *buf = malloc(1u << 20);
   if (!buf) {
     close(fd);
-    snprintf(why, wl, "out of memory");
+    snprintf(why, wl, "%.400s: out of memory", path);
     return FERRY_ENOMEM;
   }
   uint32_t c = 0;
@@ -78,6 +75,26 @@ int ckpt_file_crc(const char *path, uint64_t *bytes, uint32_t *crc, char *why, s
   *bytes = n;
   *crc = c;
   return rc;
+}
+
+int ckpt_file_crc(const char *path, uint64_t *bytes, uint32_t *crc, char *why, size_t wl) {
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    int err = errno;
+    snprintf(why, wl, "%.400s: %.300s", path, strerror(err));
+    return ckpt_io_status(err);
+  }
+  return crc_fd(fd, path, bytes, crc, why, wl);
+}
+
+int ckpt_file_crc_at(const char *folder, const char *rel, uint64_t *size, uint64_t *bytes,
+                     uint32_t *crc, char *why, size_t wl) {
+  int fd;
+  int rc = ferry_open_untrusted(folder, rel, FERRY_MAX_ANY, &fd, size, why, wl);
+  if (rc) return rc == FERRY_EINVAL ? FERRY_ECORRUPT : rc;
+  char p[4096];
+  snprintf(p, sizeof p, "%.2000s/%.2000s", folder, rel);
+  return crc_fd(fd, p, bytes, crc, why, wl);
 }
 
 int64_t ckpt_step_of(const char *name) {

@@ -20,6 +20,11 @@ int ckpt_fsync(const char *path); /* -errno on failure */
 void ckpt_rm_tree(const char *path);
 /* Size and CRC32C of a file, streamed. */
 int ckpt_file_crc(const char *path, uint64_t *bytes, uint32_t *crc, char *why, size_t wl);
+/* The same for folder/rel, a file of a checkpoint someone else may have
+ * made (core/untrusted.h: no link, a regular file); *size: its size when
+ * opened. A link or a file that is not regular is FERRY_ECORRUPT. */
+int ckpt_file_crc_at(const char *folder, const char *rel, uint64_t *size, uint64_t *bytes,
+                     uint32_t *crc, char *why, size_t wl);
 /* Parses "step-<digits>" (the folder of one checkpoint); -1 otherwise. */
 int64_t ckpt_step_of(const char *name);
 typedef struct {
@@ -37,8 +42,12 @@ int ckpt_rename_into_place(const char *tmp, const char *target, const char *tras
  * what is wrong. */
 int ckpt_open(const char *path, char *folder, size_t cap, ckpt_manifest *m, int check_crc,
               char *why, size_t wl);
+/* st_allow_fn (format/safetensors.h) over a manifest (ctx): rel is listed;
+ * else FERRY_ECORRUPT, why "not listed in the manifest". */
+int ckpt_listed(void *ctx, const char *rel, char *why, size_t wl);
 /* Opens folder/sub as a safetensors model whose every file the manifest
- * lists (and so was checked). */
+ * lists (and so was checked): each name checked before its file is
+ * opened, no link followed below folder. */
 int ckpt_open_part(const ckpt_manifest *m, const char *folder, const char *sub,
                    ferry_safetensors **out, char *why, size_t wl);
 

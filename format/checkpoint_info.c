@@ -1,12 +1,14 @@
 /* format/checkpoint_info.c — reads what a checkpoint holds for `ferry
  * checkpoint info` (format/checkpoint_info.h): the manifest through the
  * strict parser of checkpoint_manifest.c, and the tensor headers of
- * params/ and optim/ through the safetensors reader, counted per family.
+ * params/ and optim/ through the safetensors reader (only files the
+ * manifest lists), counted per family.
  */
 #include "format/checkpoint_info.h"
 
 #include "core/file.h"
 #include "ferry.h"
+#include "format/checkpoint_files.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,14 +35,9 @@ static void count(ckpt_family *f, const ferry_safetensors_tensor *t) {
 /* The tensors of folder/sub into families: all of them in one named
  * `whole`, or (whole NULL) each in the family of its name's suffix. */
 static int part(ckpt_info *in, const char *sub, const char *whole, char *why, size_t wl) {
-  char p[4200];
-  snprintf(p, sizeof p, "%s/%s", in->folder, sub);
   ferry_safetensors *f = NULL;
-  int rc = ferry_safetensors_open(p, &f);
-  if (rc) {
-    snprintf(why, wl, "%.900s", ferry_last_error());
-    return rc == FERRY_ENOENT ? FERRY_ECORRUPT : rc;
-  }
+  int rc = ckpt_open_part(&in->m, in->folder, sub, &f, why, wl);
+  if (rc) return rc;
   if (whole) family(in, whole, strlen(whole)); /* listed even when empty */
   for (size_t i = 0; i < ferry_safetensors_count(f); i++) {
     ferry_safetensors_tensor t;
@@ -78,10 +75,10 @@ int ckpt_info_read(const char *path, ckpt_info *out, char *why, size_t wl) {
     snprintf(why, wl, "%.900s", ferry_last_error());
     return FERRY_ENOENT;
   }
-  char *text = NULL, mp[4200];
+  char *text = NULL;
   size_t len = 0;
-  snprintf(mp, sizeof mp, "%s/%s", out->folder, CKPT_MANIFEST_NAME);
-  int rc = ferry_read_file(mp, CKPT_MANIFEST_MAX, &text, &len, why, wl);
+  int rc = ferry_read_below(out->folder, CKPT_MANIFEST_NAME, CKPT_MANIFEST_MAX, &text, &len, why,
+                            wl);
   if (rc) return rc == FERRY_ENOMEM ? rc : FERRY_ECORRUPT; /* missing, unreadable or too big */
   char pw[768];
   rc = ckpt_manifest_parse(text, len, 1, &out->m, pw, sizeof pw);

@@ -5,6 +5,8 @@
  * ckpt_open_part, which ferry_checkpoint_load uses too).
  */
 #include "format/checkpoint_files.h"
+#include "core/file.h"
+#include "core/untrusted.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -51,6 +53,11 @@ static int find_folder(const char *path, char *folder, size_t cap, int64_t *step
     *step = list[0].step;
     len = snprintf(folder, cap, "%s/%s", path, list[0].name);
     free(list);
+    if (len >= 0 && (size_t)len < cap && (lstat(folder, &st) || !S_ISDIR(st.st_mode))) {
+      snprintf(why, wl, "%.400s: not a folder (a checkpoint's step folder is never a link)",
+               folder);
+      return FERRY_ECORRUPT;
+    }
   }
   if (len < 0 || (size_t)len >= cap) {
     snprintf(why, wl, "path too long");
@@ -70,39 +77,11 @@ int ferry_checkpoint_find(const char *path, char *folder, size_t cap, int64_t *s
   return FERRY_OK;
 }
 
-/* The whole manifest file mp, at most CKPT_MANIFEST_MAX bytes, into a new
- * buffer *text (the caller frees it). */
-static int read_manifest(const char *mp, char **text, size_t *len, char *why, size_t wl) {
-  struct stat st;
-  int fd = open(mp, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    int err = errno;
-    snprintf(why, wl, "%.400s: %.300s", mp, strerror(err));
-    return ckpt_io_status(err);
-  }
-  if (fstat(fd, &st) || !S_ISREG(st.st_mode) || st.st_size > (off_t)CKPT_MANIFEST_MAX) {
-    close(fd);
-    snprintf(why, wl, "%.400s: not a regular file of at most %u bytes", mp, CKPT_MANIFEST_MAX);
-    return FERRY_ECORRUPT;
-  }
-  size_t n = (size_t)st.st_size;
-  char *s = malloc(n ? n : 1);
-  size_t got = 0;
-  while (s && got < n) {
-    ssize_t r = read(fd, s + got, n - got);
-    if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) break;
-    got += (size_t)r;
-  }
-  close(fd);
-  if (!s || got != n) {
-    free(s);
-    snprintf(why, wl, "%.400s: %.300s", mp, s ? "short read" : "out of memory");
-    return s ? FERRY_EIO : FERRY_ENOMEM;
-  }
-  *text = s;
-  *len = n;
-  return FERRY_OK;
+/* The whole manifest of folder, at most CKPT_MANIFEST_MAX bytes, into a
+ * new buffer *text (the caller frees it). */
+static int read_manifest(const char *folder, char **text, size_t *len, char *why, size_t wl) {
+  int rc = ferry_read_below(folder, CKPT_MANIFEST_NAME, CKPT_MANIFEST_MAX, text, len, why, wl);
+  return rc == FERRY_EINVAL || rc == FERRY_EOVERFLOW ? FERRY_ECORRUPT : rc;
 }
 
 /* Every file the manifest lists is in folder, a regular file of the
@@ -111,24 +90,23 @@ static int check_files(const ckpt_manifest *m, const char *folder, char *why, si
   for (size_t i = 0; i < m->nfiles; i++) {
     const ckpt_file *f = &m->files[i];
     char fp[4096];
-    struct stat st;
-    uint64_t bytes;
+    uint64_t size, bytes;
     uint32_t crc;
     if (ckpt_join(fp, sizeof fp, folder, f->path)) {
       snprintf(why, wl, "path too long");
       return FERRY_EOVERFLOW;
     }
-    if (lstat(fp, &st) || !S_ISREG(st.st_mode)) {
-      snprintf(why, wl, "%.400s: listed in the manifest but missing or not a regular file", fp);
+    int rc = ckpt_file_crc_at(folder, f->path, &size, &bytes, &crc, why, wl);
+    if (rc == FERRY_ENOENT) {
+      snprintf(why, wl, "%.400s: listed in the manifest but missing", fp);
       return FERRY_ECORRUPT;
     }
-    if ((uint64_t)st.st_size != f->bytes) {
-      snprintf(why, wl, "%.400s: %llu bytes, the manifest says %llu (truncated or replaced)", fp,
-               (unsigned long long)st.st_size, (unsigned long long)f->bytes);
-      return FERRY_ECORRUPT;
-    }
-    int rc = ckpt_file_crc(fp, &bytes, &crc, why, wl);
     if (rc) return rc;
+    if (size != f->bytes) {
+      snprintf(why, wl, "%.400s: %llu bytes, the manifest says %llu (truncated or replaced)", fp,
+               (unsigned long long)size, (unsigned long long)f->bytes);
+      return FERRY_ECORRUPT;
+    }
     if (bytes != f->bytes || crc != f->crc) {
       snprintf(why, wl, "%.400s: CRC32C %08x over %llu bytes, the manifest says %08x over %llu", fp,
                crc, (unsigned long long)bytes, f->crc, (unsigned long long)f->bytes);
@@ -179,7 +157,7 @@ int ckpt_open(const char *path, char *folder, size_t cap, ckpt_manifest *m, int 
   }
   char *text = NULL;
   size_t len = 0;
-  rc = read_manifest(mp, &text, &len, why, wl);
+  rc = read_manifest(folder, &text, &len, why, wl);
   if (rc) return rc;
   char pwhy[400];
   rc = ckpt_manifest_parse(text, len, 1, m, pwhy, sizeof pwhy);
@@ -194,37 +172,26 @@ int ckpt_open(const char *path, char *folder, size_t cap, ckpt_manifest *m, int 
   return rc;
 }
 
-static int listed(const ckpt_manifest *m, const char *folder, const char *path) {
-  size_t fl = strlen(folder);
-  if (strncmp(path, folder, fl) || path[fl] != '/') return 0;
+/* st_allow_fn: rel (a path below the checkpoint folder) is listed in the
+ * manifest ctx, so it is opened only after its name was checked. */
+int ckpt_listed(void *ctx, const char *rel, char *why, size_t wl) {
+  const ckpt_manifest *m = ctx;
   for (size_t i = 0; i < m->nfiles; i++)
-    if (!strcmp(m->files[i].path, path + fl + 1)) return 1;
-  return 0;
+    if (!strcmp(m->files[i].path, rel)) return FERRY_OK;
+  snprintf(why, wl, "not listed in the manifest");
+  return FERRY_ECORRUPT;
 }
 
 /* Opens folder/sub as a safetensors model whose every file the manifest
- * lists (and so was CRC-checked). */
+ * lists (and so was CRC-checked): names checked before any file is
+ * opened, every file opened below folder through core/untrusted.h. */
 int ckpt_open_part(const ckpt_manifest *m, const char *folder, const char *sub,
                      ferry_safetensors **out, char *why, size_t wl) {
-  char p[4096];
-  if (ckpt_join(p, sizeof p, folder, sub)) {
-    snprintf(why, wl, "path too long");
-    return FERRY_EOVERFLOW;
-  }
-  int rc = ferry_safetensors_open(p, out);
+  int rc = st_open_below(folder, sub, ckpt_listed, (void *)m, out);
   if (rc) {
-    snprintf(why, wl, "%.400s", ferry_last_error());
-    return rc == FERRY_ENOENT || rc == FERRY_ENOMEM ? (rc == FERRY_ENOMEM ? rc : FERRY_ECORRUPT)
-                                                    : rc;
+    snprintf(why, wl, "%.900s", ferry_last_error());
+    return rc == FERRY_ENOENT || rc == FERRY_EINVAL ? FERRY_ECORRUPT : rc;
   }
-  for (int i = 0; i < ferry_safetensors_shard_count(*out); i++)
-    if (!listed(m, folder, ferry_safetensors_shard_path(*out, i))) {
-      snprintf(why, wl, "%.400s: not listed in the manifest",
-               ferry_safetensors_shard_path(*out, i));
-      ferry_safetensors_close(*out);
-      *out = NULL;
-      return FERRY_ECORRUPT;
-    }
   return FERRY_OK;
 }
 

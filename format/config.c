@@ -845,16 +845,13 @@ static int load(ferry_config *c, config_t *cf, int ok, const char *name) {
 int ferry_config_load_file(ferry_config *c, const char *path) {
   if (!c) return FERRY_EINVAL;
   if (!path) return ferry_err(&c->err, FERRY_EINVAL, "config load: path is NULL");
-  FILE *f = fopen(path, "r");
-  if (!f) {
-    int e = errno;
-    return ferry_err(&c->err, e == ENOENT ? FERRY_ENOENT : FERRY_EIO, "%s: cannot open: %s", path,
-                     strerror(e));
-  }
-  fclose(f);
+  char *text, why[1200];
+  int rc = cfg_read_checked(path, &text, why, sizeof why); /* config_file.c */
+  if (rc) return ferry_err(&c->err, rc, "%s", why);
   config_t cf;
   config_init(&cf);
-  int ok = config_read_file(&cf, path) == CONFIG_TRUE;
+  int ok = config_read_string(&cf, text) == CONFIG_TRUE;
+  free(text);
   return load(c, &cf, ok, path);
 }
 

@@ -74,4 +74,10 @@ const ferry_config_values *ferry_config_values_get(const ferry_config *c);
 /* A new configuration with src's values (src NULL: the defaults). */
 int ferry_config_clone(const ferry_config *src, ferry_config **out);
 
+/* The text of the libconfig file at path (malloc'd, NUL-terminated), read
+ * through core/untrusted.h within FERRY_MAX_CONFIG_FILE bytes, every
+ * @include in it checked the same way before libconfig opens it
+ * (config_file.c). FERRY_ECONFIG, FERRY_ENOENT, FERRY_EIO... with why. */
+int cfg_read_checked(const char *path, char **text, char *why, size_t wl);
+
 #endif

@@ -8,6 +8,7 @@
 
 #include "core/file.h"
 #include "core/json.h"
+#include "core/untrusted.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -335,22 +336,48 @@ static int pread_full(int fd, void *buf, size_t n, uint64_t off) {
   return 0;
 }
 
-/* Opens and parses one file into shard slot s (path already set). */
-static int open_shard(ferry_safetensors *f, int s) {
+/* Where a model's files are opened from: below root (sub: the model's
+ * folder below it, "" for root itself), each name offered to allow first;
+ * a NULL st_from: the file the user named, followed as given. */
+typedef struct {
+  const char *root, *sub;
+  st_allow_fn allow;
+  void *ctx;
+} st_from;
+
+/* sub/name below from's root into rel. */
+static int from_rel(const st_from *from, const char *name, char *rel, size_t cap) {
+  int n = snprintf(rel, cap, "%s%s%s", from->sub, from->sub[0] ? "/" : "", name);
+  return n < 0 || (size_t)n >= cap ? -1 : 0;
+}
+
+/* Opens the file name of from (or path, the user's, when from is NULL)
+ * through core/untrusted.h, after allow agreed to its name. */
+static int from_open(const st_from *from, const char *path, const char *name, uint64_t max,
+                     int *fd, uint64_t *size, char *why, size_t wl) {
+  char rel[4096];
+  if (!from) return ferry_open_named(path, max, fd, size, why, wl);
+  if (from_rel(from, name, rel, sizeof rel)) {
+    snprintf(why, wl, "%s: path too long", path);
+    return FERRY_EOVERFLOW;
+  }
+  char no[256], shown[1024];
+  int rc = from->allow ? from->allow(from->ctx, rel, no, sizeof no) : 0;
+  if (rc) /* refused by its name: never opened */
+    snprintf(why, wl, "%.400s/%.400s: %.100s", from->root,
+             ferry_escape(rel, shown, sizeof shown), no);
+  return rc ? rc : ferry_open_untrusted(from->root, rel, max, fd, size, why, wl);
+}
+
+/* Opens (the file `name` of from, or sh->path when from is NULL) and
+ * parses one file into shard slot s (path already set). */
+static int open_shard(ferry_safetensors *f, int s, const st_from *from, const char *name) {
   st_shard *sh = &f->shards[s];
   unsigned char len8[8];
   if (!sh->mem) {
-    sh->fd = open(sh->path, O_RDONLY | O_CLOEXEC);
-    if (sh->fd < 0)
-      return ferry_err(&f->err, errno == ENOENT ? FERRY_ENOENT : errno == EACCES ? FERRY_EPERM
-                                                                                 : FERRY_EIO,
-                       "%s: open: %s", sh->path, strerror(errno));
-    struct stat st;
-    if (fstat(sh->fd, &st) != 0)
-      return ferry_err(&f->err, FERRY_EIO, "%s: fstat: %s", sh->path, strerror(errno));
-    if (!S_ISREG(st.st_mode))
-      return ferry_err(&f->err, FERRY_EINVAL, "%s: not a regular file", sh->path);
-    sh->size = (uint64_t)st.st_size;
+    char why[1024];
+    int rc = from_open(from, sh->path, name, FERRY_MAX_ANY, &sh->fd, &sh->size, why, sizeof why);
+    if (rc) return ferry_err(&f->err, rc, "%s", why);
   }
   if (sh->size < 8)
     return ferry_err(&f->err, FERRY_ECORRUPT, "%s: %llu bytes, shorter than the 8-byte header length",
@@ -444,8 +471,11 @@ static ferry_safetensors *st_new(int nshards) {
   return f;
 }
 
+/* The reader's error as the thread's, names from the file escaped
+ * (core/untrusted.h): a message about a file may be shown on a terminal. */
 static int st_fail(ferry_safetensors *f, int rc, ferry_safetensors **out) {
-  ferry_err_thread(rc, "safetensors: %s", ferry_err_msg(&f->err));
+  char shown[1024];
+  ferry_err_thread(rc, "safetensors: %s", ferry_escape(ferry_err_msg(&f->err), shown, sizeof shown));
   st_free(f);
   *out = NULL;
   return rc;
@@ -463,7 +493,7 @@ int ferry_safetensors_open_memory(const void *data, size_t len, ferry_safetensor
   static const unsigned char empty[1];
   f->shards[0].mem = data ? data : empty;
   f->shards[0].size = len;
-  int rc = open_shard(f, 0);
+  int rc = open_shard(f, 0, NULL, NULL);
   if (!rc) rc = build_index(f);
   if (rc) return st_fail(f, rc, out);
   *out = f;
@@ -595,10 +625,12 @@ static int list_files(hcur *h, const weight_map *w, char ***files, size_t *nfile
   return 0;
 }
 
-/* A reader with one shard per file, each in the folder of `index`, opened
- * and indexed by name. *out is NULL when memory ran out before that;
- * otherwise it holds the reader, with its error when the status is not 0. */
-static int open_shards(const char *index, char **files, size_t nfiles, ferry_safetensors **out) {
+/* A reader with one shard per file, each in the folder of `index` (opened
+ * through from), indexed by name. *out is NULL when memory ran out before
+ * that; otherwise it holds the reader, with its error when the status is
+ * not 0. */
+static int open_shards(const char *index, const st_from *from, char **files, size_t nfiles,
+                       ferry_safetensors **out) {
   ferry_safetensors *f = st_new(nfiles ? (int)nfiles : 1);
   char *dir = strdup(index);
   *out = NULL;
@@ -612,7 +644,7 @@ static int open_shards(const char *index, char **files, size_t nfiles, ferry_saf
   free(dir);
   *out = f;
   for (size_t i = 0; i < nfiles; i++) {
-    int rc = open_shard(f, (int)i);
+    int rc = open_shard(f, (int)i, from, files[i]);
     if (rc) return rc;
   }
   return build_index(f);
@@ -647,11 +679,17 @@ static int match_weight_map(ferry_safetensors *f, const char *path, const weight
   return 0;
 }
 
-/* model.safetensors.index.json: {"metadata": {...}, "weight_map": {name: file}}. */
-static int open_index(const char *path, ferry_safetensors **out) {
-  char why[512] = "", *text;
+/* model.safetensors.index.json: {"metadata": {...}, "weight_map": {name:
+ * file}}: the file name of from, or path (the user's) when from is NULL,
+ * whose shards are then opened below path's folder. */
+static int open_index(const char *path, const st_from *from, const char *name,
+                      ferry_safetensors **out) {
+  char why[1024] = "", *text = NULL;
   size_t len = 0;
-  int rc = ferry_read_file(path, 256u << 20, &text, &len, why, sizeof why);
+  int fd;
+  uint64_t size;
+  int rc = from_open(from, path, name, FERRY_MAX_ST_INDEX, &fd, &size, why, sizeof why);
+  if (!rc) rc = ferry_read_fd(fd, path, size, FERRY_MAX_ST_INDEX, &text, &len, why, sizeof why);
   if (rc) return ferry_err_thread(rc == FERRY_EOVERFLOW ? FERRY_ECORRUPT : rc, "safetensors: %s",
                                   why);
   hcur h;
@@ -661,10 +699,17 @@ static int open_index(const char *path, ferry_safetensors **out) {
   size_t nfiles = 0;
   ferry_safetensors *f = NULL;
   if (read_index(&h, &w) || check_weight_map(&h, &w) || list_files(&h, &w, &files, &nfiles)) {
+    char shown[600];
     rc = ferry_err_thread(h.oom ? FERRY_ENOMEM : FERRY_ECORRUPT, "safetensors: %s: %s", path,
-                          hwhy(&h));
+                          ferry_escape(hwhy(&h), shown, sizeof shown));
   } else {
-    rc = open_shards(path, files, nfiles, &f);
+    /* an index the user named: its shards are below its folder */
+    char *dir = from ? NULL : strdup(path), *slash = dir ? strrchr(dir, '/') : NULL;
+    st_from here = {slash == dir ? "/" : slash ? dir : ".", "", NULL, NULL};
+    if (slash) *slash = '\0';
+    if (from || dir) rc = open_shards(path, from ? from : &here, files, nfiles, &f);
+    else rc = FERRY_ENOMEM;
+    free(dir);
     if (!rc) rc = match_weight_map(f, path, &w);
     if (!f) rc = ferry_err_thread(rc, "safetensors: %s: out of memory", path);
     else if (rc) rc = st_fail(f, rc, &f);
@@ -676,6 +721,57 @@ static int open_index(const char *path, ferry_safetensors **out) {
   return rc;
 }
 
+/* Whether the file name of from is there: allow's answer, or (no allow)
+ * whether anything of that name is in the folder (a link is found, then
+ * refused when it is opened). */
+static int from_has(const st_from *from, const char *name) {
+  char rel[4096], p[8400], why[8];
+  struct stat st;
+  if (from_rel(from, name, rel, sizeof rel)) return 0;
+  if (from->allow) return from->allow(from->ctx, rel, why, sizeof why) == 0;
+  int n = snprintf(p, sizeof p, "%s/%s", from->root, rel);
+  return n > 0 && (size_t)n < sizeof p && lstat(p, &st) == 0;
+}
+
+/* One model.safetensors: the file name of from, or path (the user's). */
+static int open_one(const char *path, const st_from *from, const char *name,
+                    ferry_safetensors **out) {
+  ferry_safetensors *f = st_new(1);
+  if (!f || !(f->shards[0].path = strdup(path))) {
+    st_free(f);
+    return ferry_err_thread(FERRY_ENOMEM, "safetensors: out of memory");
+  }
+  int rc = open_shard(f, 0, from, name);
+  if (!rc) rc = build_index(f);
+  if (rc) return st_fail(f, rc, out);
+  *out = f;
+  return 0;
+}
+
+int st_open_below(const char *root, const char *sub, st_allow_fn allow, void *ctx,
+                  ferry_safetensors **out) {
+  static const char idx[] = "model.safetensors.index.json", one[] = "model.safetensors";
+  st_from from = {root, sub ? sub : "", allow, ctx};
+  *out = NULL;
+  char *folder = st_path_join(root, from.sub), *p = NULL;
+  int rc;
+  if (folder && from.sub[0] == '\0') folder[strlen(folder) - 1] = '\0'; /* no trailing '/' */
+  if (!folder) {
+    rc = ferry_err_thread(FERRY_ENOMEM, "safetensors: out of memory");
+  } else if (from_has(&from, idx)) {
+    rc = (p = st_path_join(folder, idx)) ? open_index(p, &from, idx, out) : FERRY_ENOMEM;
+  } else if (from_has(&from, one)) {
+    rc = (p = st_path_join(folder, one)) ? open_one(p, &from, one, out) : FERRY_ENOMEM;
+  } else {
+    rc = ferry_err_thread(FERRY_ENOENT, "safetensors: %s holds neither %s nor %s", folder, idx,
+                          one);
+  }
+  if (rc == FERRY_ENOMEM && !p) ferry_err_thread(rc, "safetensors: out of memory");
+  free(folder);
+  free(p);
+  return rc;
+}
+
 int ferry_safetensors_open(const char *path, ferry_safetensors **out) {
   if (!out) return ferry_err_thread(FERRY_EINVAL, "safetensors: out is NULL");
   *out = NULL;
@@ -684,35 +780,9 @@ int ferry_safetensors_open(const char *path, ferry_safetensors **out) {
   if (stat(path, &st) != 0)
     return ferry_err_thread(errno == ENOENT ? FERRY_ENOENT : FERRY_EIO, "safetensors: %s: %s",
                             path, strerror(errno));
-  if (S_ISDIR(st.st_mode)) {
-    char *idx = st_path_join(path, "model.safetensors.index.json");
-    char *one = st_path_join(path, "model.safetensors");
-    int rc;
-    if (!idx || !one) {
-      rc = ferry_err_thread(FERRY_ENOMEM, "safetensors: out of memory");
-    } else if (stat(idx, &st) == 0) {
-      rc = open_index(idx, out);
-    } else if (stat(one, &st) == 0) {
-      rc = ferry_safetensors_open(one, out);
-    } else {
-      rc = ferry_err_thread(FERRY_ENOENT, "safetensors: %s holds neither "
-                            "model.safetensors.index.json nor model.safetensors", path);
-    }
-    free(idx);
-    free(one);
-    return rc;
-  }
-  if (ends_with(path, ".json")) return open_index(path, out);
-  ferry_safetensors *f = st_new(1);
-  if (!f || !(f->shards[0].path = strdup(path))) {
-    st_free(f);
-    return ferry_err_thread(FERRY_ENOMEM, "safetensors: out of memory");
-  }
-  int rc = open_shard(f, 0);
-  if (!rc) rc = build_index(f);
-  if (rc) return st_fail(f, rc, out);
-  *out = f;
-  return 0;
+  if (S_ISDIR(st.st_mode)) return st_open_below(path, "", NULL, NULL, out);
+  if (ends_with(path, ".json")) return open_index(path, NULL, NULL, out);
+  return open_one(path, NULL, NULL, out);
 }
 
 void ferry_safetensors_close(ferry_safetensors *f) { st_free(f); }

@@ -17,6 +17,19 @@
  * the index, fsyncs and closes. FERRY_ESTATE after any write. */
 int st_writer_finish_holes(ferry_safetensors_writer *w);
 
+/* A file's name below a root (its relative path), offered before the file
+ * is opened: 0 lets it be opened; a status refuses it, why saying the
+ * reason (the reader puts the file's path before it). */
+typedef int (*st_allow_fn)(void *ctx, const char *rel, char *why, size_t wl);
+
+/* Opens the model in root/sub (sub "" or NULL: root itself): its
+ * model.safetensors.index.json, else its model.safetensors, with every
+ * file (the index, each shard) opened through core/untrusted.h below root
+ * and its name offered to allow first (NULL: every name is allowed). On
+ * failure the thread's error (ferry_last_error) says why. */
+int st_open_below(const char *root, const char *sub, st_allow_fn allow, void *ctx,
+                  ferry_safetensors **out);
+
 /* dir + "/" + name in a new malloc'd string (NULL when out of memory). */
 char *st_path_join(const char *dir, const char *name);
 

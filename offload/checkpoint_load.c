@@ -6,6 +6,7 @@
  * engine, and every rank reads its own pieces.
  */
 #include "offload/checkpoint_common.h"
+#include "core/untrusted.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -187,8 +188,12 @@ static int open_parts(ckpt_ctx *c, const ckpt_manifest *m, const char *folder,
 
 /* folder/user.bin, `bytes` long, into blob. */
 static int read_blob(ckpt_ctx *c, const char *folder, uint64_t bytes, void *blob) {
-  char bp[4096];
-  int fd = ckpt_join(bp, sizeof bp, folder, "user.bin") ? -1 : open(bp, O_RDONLY | O_CLOEXEC);
+  char bp[4096], why[1024];
+  int fd = -1, rc = ckpt_join(bp, sizeof bp, folder, "user.bin");
+  /* no link, no FIFO: a regular file of at most bytes */
+  if (!rc && (rc = ferry_open_untrusted(folder, "user.bin", bytes, &fd, NULL, why, sizeof why)))
+    return ferry_err(c->f.err, rc == FERRY_EIO || rc == FERRY_EPERM ? rc : FERRY_ECORRUPT,
+                     "checkpoint load: %s", why);
   size_t got = 0;
   while (fd >= 0 && got < bytes) {
     ssize_t r = read(fd, (char *)blob + got, (size_t)bytes - got);

@@ -6,6 +6,7 @@
 
 #include "core/file.h"
 #include "core/json.h"
+#include "core/untrusted.h"
 
 #include <math.h>
 #include <stddef.h>
@@ -159,8 +160,10 @@ static int config_member(ferry_json_cur *j, const char *key, json_config *r, con
 static int read_config_json(const char *path, json_config *r, char *err, size_t el) {
   size_t len;
   char *text, key[128];
-  if (ferry_read_file(path, SIZE_MAX, &text, &len, NULL, 0)) {
-    snprintf(err, el, "%s: cannot read", path);
+  char why[1024];
+  /* no link as its last component, a regular file of at most 4 MiB */
+  if (ferry_read_below(NULL, path, FERRY_MAX_MODEL_CONFIG, &text, &len, why, sizeof why)) {
+    snprintf(err, el, "%s", why);
     return -1;
   }
   ferry_json_cur j;

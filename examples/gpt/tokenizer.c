@@ -9,6 +9,7 @@
 
 #include "core/file.h"
 #include "core/json.h"
+#include "core/untrusted.h"
 #include "tok_map.h"
 #include "tokenizer_json.h"
 
@@ -76,10 +77,7 @@ int gpt_tokenizer_bpe(const char *vocab_json, const char *merges_txt, gpt_tokeni
   gpt_byte_map(t->byte_str, t->unbyte);
   size_t len;
   char *text = NULL;
-  if (ferry_read_file(vocab_json, SIZE_MAX, &text, &len, NULL, 0)) {
-    snprintf(err, el, "%s: cannot read", vocab_json);
-    goto fail;
-  }
+  if (ferry_read_below(NULL, vocab_json, FERRY_MAX_TOKENIZER, &text, &len, err, el)) goto fail;
   ferry_json_cur j;
   ferry_json_iter it;
   ferry_json_init(&j, text, len);
@@ -103,10 +101,7 @@ int gpt_tokenizer_bpe(const char *vocab_json, const char *merges_txt, gpt_tokeni
   for (size_t i = 0; i < t->tok.cap; i++)
     if (t->tok.keys[i] && !t->id_str[t->tok.vals[i]])
       if (!(t->id_str[t->tok.vals[i]] = strdup(t->tok.keys[i]))) goto oom;
-  if (ferry_read_file(merges_txt, SIZE_MAX, &text, &len, NULL, 0)) {
-    snprintf(err, el, "%s: cannot read", merges_txt);
-    goto fail;
-  }
+  if (ferry_read_below(NULL, merges_txt, FERRY_MAX_TOKENIZER, &text, &len, err, el)) goto fail;
   int rank = 0;
   for (char *line = text, *next; line && *line; line = next) {
     next = strchr(line, '\n');

@@ -8,6 +8,7 @@
 #include "gpt.h"
 #include "gpt_init.h"
 
+#include "core/untrusted.h"
 #include "ferry.h"
 
 #include <stdio.h>
@@ -120,8 +121,10 @@ int gpt_weights_unused(const gpt_schema *s, const char *path, char *list, size_t
   for (size_t k = 0; k < n; k++) {
     ferry_safetensors_tensor t;
     if (used[k] || ferry_safetensors_get(f, k, &t)) continue;
+    char shown[256]; /* a name from the file: its control characters escaped */
     if (unused < 8 && at < cap) /* the first 8 by name, then how many more */
-      at += (size_t)snprintf(list + at, cap - at, "%s'%s'", unused ? ", " : "", t.name);
+      at += (size_t)snprintf(list + at, cap - at, "%s'%s'", unused ? ", " : "",
+                             ferry_escape(t.name, shown, sizeof shown));
     unused++;
   }
   if (unused > 8 && at < cap) snprintf(list + at, cap - at, " and %d more", unused - 8);

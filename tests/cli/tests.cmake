@@ -119,3 +119,16 @@ ferry_add_test(NAME cli.hostile.wording EXE sh TIMEOUT 60
 ferry_add_test(NAME cli.writes EXE sh TIMEOUT 60
                ARGS ${PROJECT_SOURCE_DIR}/tests/cli/writes_test.sh $<TARGET_FILE:ferry_cli> ferry
                     ${PROJECT_BINARY_DIR}/tests/cli-writes)
+# Every reader of a file someone else may have made (checkpoints, --weights,
+# --model, --tokenizer, config files) handed a FIFO, a link, a path out of
+# its folder, an oversize file and terminal escapes in names
+# (tests/cli/hostile_files_test.sh).
+if(TARGET ferry-gpt)
+  foreach(_reader checkpoint resume weights model tokenizer config)
+    ferry_add_test(NAME cli.hostile.files.${_reader} EXE sh TIMEOUT 60
+                   ARGS ${PROJECT_SOURCE_DIR}/tests/cli/hostile_files_test.sh $<TARGET_FILE:ferry_cli>
+                        ${_reader} ${PROJECT_BINARY_DIR}/tests/cli-hostile-files-${_reader}
+                        $<TARGET_FILE:ferry-gpt> $<TARGET_FILE:cli_make_checkpoint> ${PROJECT_SOURCE_DIR})
+    set_tests_properties(cli.hostile.files.${_reader} PROPERTIES ENVIRONMENT "OPENBLAS_NUM_THREADS=1")
+  endforeach()
+endif()
