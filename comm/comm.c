@@ -260,9 +260,10 @@ int ferry_comm_dup(ferry_comm *c, ferry_comm **out) {
   r->dup_out = d;
   st = submit(c, r, NULL);
   if (st) {
-    /* A dup that timed out may still finish on the worker: leak the child
+    /* A dup that timed out (or gave up: another rank failed) may still
+     * finish on the worker: leak the child
      * rather than free what the backend may be writing. */
-    if (st != FERRY_ETIMEDOUT) comm_free(d);
+    if (st != FERRY_ETIMEDOUT && st != FERRY_EIO) comm_free(d);
     return st;
   }
   st = start_worker(d);
@@ -356,6 +357,50 @@ static int poll_req(ferry_comm *c, ferry_comm_req *r) {
   return 0;
 }
 
+/* Another rank's failure (ferry_comm_fail), when the backend has news of
+ * one: c broken with its message, every waiter of c woken; its status, 0
+ * when there is none. Called without c->mu. */
+static int check_alert(ferry_comm *c) {
+  if (!c->ops->alert_poll) return 0;
+  char msg[FERRY_ERR_MAX];
+  int st = c->ops->alert_poll(msg, sizeof msg);
+  if (!st) return 0;
+  pthread_mutex_lock(&c->mu);
+  break_locked(c, st, msg);
+  pthread_cond_broadcast(&c->done_cv);
+  pthread_mutex_unlock(&c->mu);
+  return st;
+}
+
+/* Seconds between a waiter's looks for another rank's failure. */
+#define ALERT_POLL 0.1
+
+/* Threaded backends: waits for r until the communicator's timeout (1), or
+ * until another rank's failure is known (its status), or r is done (0). A
+ * backend with news of failures is looked at every ALERT_POLL seconds. */
+static int wait_done(ferry_comm *c, ferry_comm_req *r, double t_begin) {
+  double deadline = t_begin + c->timeout;
+  int gave_up = 0;
+  pthread_mutex_lock(&c->mu);
+  while (!r->done && !gave_up) {
+    double left = deadline - ferry_now();
+    if (left <= 0) {
+      gave_up = 1;
+      break;
+    }
+    struct timespec ts;
+    ferry_deadline_after(CLOCK_MONOTONIC, c->ops->alert_poll && left > ALERT_POLL ? ALERT_POLL : left,
+                         &ts);
+    if (pthread_cond_timedwait(&c->done_cv, &c->mu, &ts) != ETIMEDOUT || r->done) continue;
+    pthread_mutex_unlock(&c->mu);
+    int st = check_alert(c);
+    pthread_mutex_lock(&c->mu);
+    if (st && !r->done) gave_up = st;
+  }
+  pthread_mutex_unlock(&c->mu);
+  return gave_up;
+}
+
 static int wait_req(ferry_comm *c, ferry_comm_req *r) {
   double t_begin = ferry_now();
   int st = 0, timed_out = 0;
@@ -376,24 +421,19 @@ static int wait_req(ferry_comm *c, ferry_comm_req *r) {
       if (sleep_ns < 1000000) sleep_ns *= 2;
     }
   } else {
-    struct timespec ts;
-    ferry_deadline_after(CLOCK_MONOTONIC, c->timeout, &ts);
-    pthread_mutex_lock(&c->mu);
-    while (!r->done) {
-      int e = pthread_cond_timedwait(&c->done_cv, &c->mu, &ts);
-      if (e == ETIMEDOUT && !r->done) {
-        timed_out = 1;
-        break;
-      }
-    }
-    pthread_mutex_unlock(&c->mu);
+    timed_out = wait_done(c, r, t_begin);
   }
   double waited = ferry_now() - t_begin;
   pthread_mutex_lock(&c->mu);
   c->stats.wait_seconds += waited;
+  char why[FERRY_ERR_MAX];
+  snprintf(why, sizeof why, "%s", c->broken_msg);
   pthread_mutex_unlock(&c->mu);
   if (timed_out) {
-    st = time_out(c, r);
+    /* 1: the timeout; a status: another rank failed (c is broken by it) */
+    st = timed_out == 1 ? time_out(c, r)
+                        : ferry_err(&c->err, timed_out, "%s of %zu bytes on rank %d: %s", r->name,
+                                    r->bytes, c->rank, why);
     pthread_mutex_lock(&c->mu);
     int free_now = r->done || !c->ops->threaded;
     if (!free_now) r->abandoned = 1; /* the worker frees it when (if) it ends */
@@ -491,6 +531,18 @@ void ferry_comm_abort(ferry_comm *c, int code) {
   ferry_mpi_abort_if_running(code);
 #endif
   exit(code);
+}
+
+int ferry_comm_fail(ferry_comm *c, const char *why) {
+  if (!c) return ferry_err_thread(FERRY_EINVAL, "ferry_comm_fail: communicator is NULL");
+  char msg[FERRY_ERR_MAX];
+  snprintf(msg, sizeof msg, "rank %d failed: %s", c->rank, why && why[0] ? why : "(no reason given)");
+  int st = c->size > 1 && c->ops->alert_send ? c->ops->alert_send(c, msg) : 0;
+  pthread_mutex_lock(&c->mu);
+  break_locked(c, FERRY_EIO, msg);
+  pthread_cond_broadcast(&c->done_cv);
+  pthread_mutex_unlock(&c->mu);
+  return st ? ferry_err(&c->err, st, "ferry_comm_fail: %s", ferry_err_msg(&c->err)) : 0;
 }
 
 int ferry_comm_get_stats(const ferry_comm *c, ferry_comm_stats *out) {

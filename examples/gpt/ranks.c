@@ -400,3 +400,19 @@ int train_save_follow(train_run *t) {
   free(buf);
   return rc;
 }
+
+/* This rank failed alone (an I/O error, a failed update): every other
+ * rank's waits fail at once naming this rank and errf's last message, the
+ * cause (ferry_comm_fail), then the job ends (MPI_Abort). Test hook:
+ * $FERRY_GPT_TEST_LINGER=S makes rank $FERRY_GPT_TEST_RANK (default 1) wait
+ * S seconds before the abort,
+ * as under a launcher slow to end the job: the others must end it first. */
+_Noreturn void train_fail_alone(train_run *t, int rc) {
+  fflush(stdout);
+  if (ferry_comm_fail(t->comm, g_last_err))
+    errf("telling the other ranks: %s\n", ferry_comm_last_error(t->comm));
+  const char *linger = getenv("FERRY_GPT_TEST_LINGER"), *r = getenv("FERRY_GPT_TEST_RANK");
+  if (linger && atoi(linger) > 0 && t->rank == (r ? atoi(r) : 1)) sleep((unsigned)atoi(linger));
+  ferry_comm_abort(t->comm, rc);
+  exit(rc); /* ferry_comm_abort does not return */
+}
