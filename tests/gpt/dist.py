@@ -32,7 +32,7 @@ one case per CTest test (--case):
                           --engine: a usage error
   mismatch-run            ranks started with other --steps and --save (MPMD) are
                           refused at start within seconds naming both settings
-                          and each rank's value (they used to wait dist.timeout)
+                          and each rank's value
   fail-alone              rank 1's swap file cut at step 3 (test hook: an I/O
                           error in rank 1 alone) while rank 1 waits 60 s before
                           its abort (as under a slow launcher): rank 0 stops
