@@ -277,16 +277,44 @@ int ferry_comm_dup(ferry_comm *c, ferry_comm **out) {
   return 0;
 }
 
+/* Another rank's failure (ferry_comm_fail), when the backend has news of
+ * one: c broken with its message, every waiter of c woken; its status, 0
+ * when there is none. Called without c->mu. */
+static int check_alert(ferry_comm *c) {
+  if (!c->ops->alert_poll) return 0;
+  char msg[FERRY_ERR_MAX];
+  int st = c->ops->alert_poll(msg, sizeof msg);
+  if (!st) return 0;
+  pthread_mutex_lock(&c->mu);
+  break_locked(c, st, msg);
+  pthread_cond_broadcast(&c->done_cv);
+  pthread_mutex_unlock(&c->mu);
+  return st;
+}
+
+/* Seconds between a waiter's looks for another rank's failure. */
+#define ALERT_POLL 0.1
+
 void ferry_comm_destroy(ferry_comm *c) {
   if (!c) return;
   pthread_mutex_lock(&c->mu);
   c->stopping = 1;
   pthread_cond_broadcast(&c->work_cv);
-  /* The queue drains within the timeout, or a rank died or hangs. */
+  /* The queue drains within the timeout, or a rank died or hangs (or
+   * failed: its news breaks c, looked for every ALERT_POLL seconds). */
   struct timespec ts;
-  ferry_deadline_after(CLOCK_MONOTONIC, c->timeout, &ts);
-  while (!c->broken && (c->head || c->running))
-    if (pthread_cond_timedwait(&c->done_cv, &c->mu, &ts) == ETIMEDOUT && (c->head || c->running)) {
+  double deadline = ferry_now() + c->timeout;
+  while (!c->broken && (c->head || c->running)) {
+    double now = ferry_now();
+    int alerts = c->ops->alert_poll != NULL && now + ALERT_POLL < deadline;
+    ferry_deadline_after(CLOCK_MONOTONIC, alerts ? ALERT_POLL : deadline - now, &ts);
+    if (pthread_cond_timedwait(&c->done_cv, &c->mu, &ts) == ETIMEDOUT && alerts) {
+      pthread_mutex_unlock(&c->mu);
+      check_alert(c);
+      pthread_mutex_lock(&c->mu);
+      continue;
+    }
+    if (ferry_now() >= deadline && (c->head || c->running)) {
       char msg[FERRY_ERR_MAX];
       snprintf(msg, sizeof msg,
                "destroy: the queued collectives did not complete within %g s on rank %d: a "
@@ -296,6 +324,7 @@ void ferry_comm_destroy(ferry_comm *c) {
       ferry_err(&c->err, FERRY_ETIMEDOUT, "%s", msg);
       ferry_err_thread(FERRY_ETIMEDOUT, "%s", msg); /* destroy returns nothing */
     }
+  }
   int broken = c->broken;
   pthread_mutex_unlock(&c->mu);
   if (c->has_worker) {
@@ -357,45 +386,35 @@ static int poll_req(ferry_comm *c, ferry_comm_req *r) {
   return 0;
 }
 
-/* Another rank's failure (ferry_comm_fail), when the backend has news of
- * one: c broken with its message, every waiter of c woken; its status, 0
- * when there is none. Called without c->mu. */
-static int check_alert(ferry_comm *c) {
-  if (!c->ops->alert_poll) return 0;
-  char msg[FERRY_ERR_MAX];
-  int st = c->ops->alert_poll(msg, sizeof msg);
-  if (!st) return 0;
-  pthread_mutex_lock(&c->mu);
-  break_locked(c, st, msg);
-  pthread_cond_broadcast(&c->done_cv);
-  pthread_mutex_unlock(&c->mu);
-  return st;
-}
-
-/* Seconds between a waiter's looks for another rank's failure. */
-#define ALERT_POLL 0.1
 
 /* Threaded backends: waits for r until the communicator's timeout (1), or
  * until another rank's failure is known (its status), or r is done (0). A
  * backend with news of failures is looked at every ALERT_POLL seconds. */
 static int wait_done(ferry_comm *c, ferry_comm_req *r, double t_begin) {
-  double deadline = t_begin + c->timeout;
-  int gave_up = 0;
+  double deadline = t_begin + c->timeout, look = t_begin + ALERT_POLL;
+  int gave_up = 0, alerts = c->ops->alert_poll != NULL;
   pthread_mutex_lock(&c->mu);
-  while (!r->done && !gave_up) {
-    double left = deadline - ferry_now();
-    if (left <= 0) {
+  while (!r->done) {
+    double now = ferry_now();
+    if (now >= deadline) {
       gave_up = 1;
       break;
     }
+    if (alerts && now >= look) {
+      pthread_mutex_unlock(&c->mu);
+      int st = check_alert(c);
+      pthread_mutex_lock(&c->mu);
+      look = now + ALERT_POLL;
+      if (st && !r->done) {
+        gave_up = st;
+        break;
+      }
+      continue;
+    }
     struct timespec ts;
-    ferry_deadline_after(CLOCK_MONOTONIC, c->ops->alert_poll && left > ALERT_POLL ? ALERT_POLL : left,
+    ferry_deadline_after(CLOCK_MONOTONIC, (alerts && look < deadline ? look : deadline) - now,
                          &ts);
-    if (pthread_cond_timedwait(&c->done_cv, &c->mu, &ts) != ETIMEDOUT || r->done) continue;
-    pthread_mutex_unlock(&c->mu);
-    int st = check_alert(c);
-    pthread_mutex_lock(&c->mu);
-    if (st && !r->done) gave_up = st;
+    pthread_cond_timedwait(&c->done_cv, &c->mu, &ts);
   }
   pthread_mutex_unlock(&c->mu);
   return gave_up;
