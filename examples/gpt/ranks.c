@@ -1,7 +1,9 @@
 /* examples/gpt/ranks.c — the ranks of a data-parallel run and the signals
- * they agree on: the communicator, the settings every rank must share, the
- * mean loss, SIGINT / SIGTERM seen by any rank, the ranks' figures, the
- * other ranks' part of rank 0's --save, and the fault-injection test hooks.
+ * they agree on: the communicator, the settings every rank must share (the
+ * fingerprint and the run's steps, checkpoints and paths), the mean loss,
+ * SIGINT / SIGTERM seen by any rank, the ranks' figures, the other ranks'
+ * part of rank 0's --save, a rank's own failure told to the others before
+ * the abort, and the fault-injection test hooks.
  */
 #include "app.h"
 
@@ -311,11 +313,13 @@ static int truncate_swap_files(void) {
   return n;
 }
 
-/* Test hooks (tests/gpt/dist_faults.cmake): at the start of step
+/* Test hooks (tests/gpt/dist.py): at the start of step
  * $FERRY_GPT_TEST_DIE_AT_STEP rank $FERRY_GPT_TEST_RANK (default 1) kills
  * itself (SIGKILL); at $FERRY_GPT_TEST_HANG_AT_STEP it stops answering
  * (sleeps until killed); at $FERRY_GPT_TEST_SIGINT_AT_STEP it raises SIGINT
- * (tests/gpt/dist.py's signal case: every rank stops after that step). */
+ * (tests/gpt/dist.py's signal case: every rank stops after that step); at
+ * $FERRY_GPT_TEST_EIO_AT_STEP its swap files are cut and its file writes
+ * refused (the fail-alone case: an I/O error in this rank alone). */
 void train_test_fault(const train_run *t, int st) {
   const char *r = getenv("FERRY_GPT_TEST_RANK");
   if (t->rank != (r ? atoi(r) : 1)) return;
