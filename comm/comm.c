@@ -260,9 +260,10 @@ int ferry_comm_dup(ferry_comm *c, ferry_comm **out) {
   r->dup_out = d;
   st = submit(c, r, NULL);
   if (st) {
-    /* A dup that timed out may still finish on the worker: leak the child
+    /* A dup that timed out (or gave up: another rank failed) may still
+     * finish on the worker: leak the child
      * rather than free what the backend may be writing. */
-    if (st != FERRY_ETIMEDOUT) comm_free(d);
+    if (st != FERRY_ETIMEDOUT && st != FERRY_EIO) comm_free(d);
     return st;
   }
   st = start_worker(d);
@@ -276,16 +277,44 @@ int ferry_comm_dup(ferry_comm *c, ferry_comm **out) {
   return 0;
 }
 
+/* Another rank's failure (ferry_comm_fail), when the backend has news of
+ * one: c broken with its message, every waiter of c woken; its status, 0
+ * when there is none. Called without c->mu. */
+static int check_alert(ferry_comm *c) {
+  if (!c->ops->alert_poll) return 0;
+  char msg[FERRY_ERR_MAX];
+  int st = c->ops->alert_poll(msg, sizeof msg);
+  if (!st) return 0;
+  pthread_mutex_lock(&c->mu);
+  break_locked(c, st, msg);
+  pthread_cond_broadcast(&c->done_cv);
+  pthread_mutex_unlock(&c->mu);
+  return st;
+}
+
+/* Seconds between a waiter's looks for another rank's failure. */
+#define ALERT_POLL 0.1
+
 void ferry_comm_destroy(ferry_comm *c) {
   if (!c) return;
   pthread_mutex_lock(&c->mu);
   c->stopping = 1;
   pthread_cond_broadcast(&c->work_cv);
-  /* The queue drains within the timeout, or a rank died or hangs. */
+  /* The queue drains within the timeout, or a rank died or hangs (or
+   * failed: its news breaks c, looked for every ALERT_POLL seconds). */
   struct timespec ts;
-  ferry_deadline_after(CLOCK_MONOTONIC, c->timeout, &ts);
-  while (!c->broken && (c->head || c->running))
-    if (pthread_cond_timedwait(&c->done_cv, &c->mu, &ts) == ETIMEDOUT && (c->head || c->running)) {
+  double deadline = ferry_now() + c->timeout;
+  while (!c->broken && (c->head || c->running)) {
+    double now = ferry_now();
+    int alerts = c->ops->alert_poll != NULL && now + ALERT_POLL < deadline;
+    ferry_deadline_after(CLOCK_MONOTONIC, alerts ? ALERT_POLL : deadline - now, &ts);
+    if (pthread_cond_timedwait(&c->done_cv, &c->mu, &ts) == ETIMEDOUT && alerts) {
+      pthread_mutex_unlock(&c->mu);
+      check_alert(c);
+      pthread_mutex_lock(&c->mu);
+      continue;
+    }
+    if (ferry_now() >= deadline && (c->head || c->running)) {
       char msg[FERRY_ERR_MAX];
       snprintf(msg, sizeof msg,
                "destroy: the queued collectives did not complete within %g s on rank %d: a "
@@ -295,6 +324,7 @@ void ferry_comm_destroy(ferry_comm *c) {
       ferry_err(&c->err, FERRY_ETIMEDOUT, "%s", msg);
       ferry_err_thread(FERRY_ETIMEDOUT, "%s", msg); /* destroy returns nothing */
     }
+  }
   int broken = c->broken;
   pthread_mutex_unlock(&c->mu);
   if (c->has_worker) {
@@ -356,6 +386,40 @@ static int poll_req(ferry_comm *c, ferry_comm_req *r) {
   return 0;
 }
 
+
+/* Threaded backends: waits for r until the communicator's timeout (1), or
+ * until another rank's failure is known (its status), or r is done (0). A
+ * backend with news of failures is looked at every ALERT_POLL seconds. */
+static int wait_done(ferry_comm *c, ferry_comm_req *r, double t_begin) {
+  double deadline = t_begin + c->timeout, look = t_begin + ALERT_POLL;
+  int gave_up = 0, alerts = c->ops->alert_poll != NULL;
+  pthread_mutex_lock(&c->mu);
+  while (!r->done) {
+    double now = ferry_now();
+    if (now >= deadline) {
+      gave_up = 1;
+      break;
+    }
+    if (alerts && now >= look) {
+      pthread_mutex_unlock(&c->mu);
+      int st = check_alert(c);
+      pthread_mutex_lock(&c->mu);
+      look = now + ALERT_POLL;
+      if (st && !r->done) {
+        gave_up = st;
+        break;
+      }
+      continue;
+    }
+    struct timespec ts;
+    ferry_deadline_after(CLOCK_MONOTONIC, (alerts && look < deadline ? look : deadline) - now,
+                         &ts);
+    pthread_cond_timedwait(&c->done_cv, &c->mu, &ts);
+  }
+  pthread_mutex_unlock(&c->mu);
+  return gave_up;
+}
+
 static int wait_req(ferry_comm *c, ferry_comm_req *r) {
   double t_begin = ferry_now();
   int st = 0, timed_out = 0;
@@ -376,24 +440,19 @@ static int wait_req(ferry_comm *c, ferry_comm_req *r) {
       if (sleep_ns < 1000000) sleep_ns *= 2;
     }
   } else {
-    struct timespec ts;
-    ferry_deadline_after(CLOCK_MONOTONIC, c->timeout, &ts);
-    pthread_mutex_lock(&c->mu);
-    while (!r->done) {
-      int e = pthread_cond_timedwait(&c->done_cv, &c->mu, &ts);
-      if (e == ETIMEDOUT && !r->done) {
-        timed_out = 1;
-        break;
-      }
-    }
-    pthread_mutex_unlock(&c->mu);
+    timed_out = wait_done(c, r, t_begin);
   }
   double waited = ferry_now() - t_begin;
   pthread_mutex_lock(&c->mu);
   c->stats.wait_seconds += waited;
+  char why[FERRY_ERR_MAX];
+  snprintf(why, sizeof why, "%s", c->broken_msg);
   pthread_mutex_unlock(&c->mu);
   if (timed_out) {
-    st = time_out(c, r);
+    /* 1: the timeout; a status: another rank failed (c is broken by it) */
+    st = timed_out == 1 ? time_out(c, r)
+                        : ferry_err(&c->err, timed_out, "%s of %zu bytes on rank %d: %s", r->name,
+                                    r->bytes, c->rank, why);
     pthread_mutex_lock(&c->mu);
     int free_now = r->done || !c->ops->threaded;
     if (!free_now) r->abandoned = 1; /* the worker frees it when (if) it ends */
@@ -491,6 +550,18 @@ void ferry_comm_abort(ferry_comm *c, int code) {
   ferry_mpi_abort_if_running(code);
 #endif
   exit(code);
+}
+
+int ferry_comm_fail(ferry_comm *c, const char *why) {
+  if (!c) return ferry_err_thread(FERRY_EINVAL, "ferry_comm_fail: communicator is NULL");
+  char msg[FERRY_ERR_MAX];
+  snprintf(msg, sizeof msg, "rank %d failed: %s", c->rank, why && why[0] ? why : "(no reason given)");
+  int st = c->size > 1 && c->ops->alert_send ? c->ops->alert_send(c, msg) : 0;
+  pthread_mutex_lock(&c->mu);
+  break_locked(c, FERRY_EIO, msg);
+  pthread_cond_broadcast(&c->done_cv);
+  pthread_mutex_unlock(&c->mu);
+  return st ? ferry_err(&c->err, st, "ferry_comm_fail: %s", ferry_err_msg(&c->err)) : 0;
 }
 
 int ferry_comm_get_stats(const ferry_comm *c, ferry_comm_stats *out) {

@@ -105,6 +105,13 @@ struct ferry_comm_ops {
   /* Optional: frees r->impl. */
   void (*release)(ferry_comm *c, ferry_comm_req *r);
   void (*abort)(ferry_comm *c, int code); /* does not return */
+  /* Optional (MPI): a rank's failure, told to every other rank of the job
+   * (msg: "rank R failed: ..."; sends that no rank takes within about a
+   * second are left); and this process's news of one: 0 none, else its
+   * status with the message in msg. Process-wide, so every channel's wait
+   * sees it. NULL: the backend has no such news (SELF, NCCL). */
+  int (*alert_send)(ferry_comm *c, const char *msg);
+  int (*alert_poll)(char *msg, size_t cap);
 };
 
 extern const ferry_comm_ops ferry_comm_self_ops;

@@ -14,12 +14,24 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 /* MPI itself: initialized by us or not, and how many users hold it. */
 static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
 static int g_refs;        /* (g_mu) communicators and bootstraps that hold MPI */
 static int g_we_init;     /* (g_mu) ferry called MPI_Init_thread */
 static int g_no_finalize; /* (g_mu) a communicator broke: MPI_Finalize would hang */
+
+/* News of a rank's failure (ferry_comm_fail): a duplicate of COMM_WORLD
+ * made with the first reference, on which a failing rank sends its message
+ * to every other rank; waiters look for it (mpi_alert_poll). g_alert_mu is
+ * never held across a blocking MPI call, so that a wait can always look. */
+#define ALERT_TAG 0xfe11
+static pthread_mutex_t g_alert_mu = PTHREAD_MUTEX_INITIALIZER;
+static MPI_Comm g_alert = MPI_COMM_NULL;   /* (g_alert_mu; made and freed under g_mu too) */
+static int g_alert_status;                 /* (g_alert_mu) a failure known: FERRY_EIO */
+static char g_alert_msg[FERRY_ERR_MAX];    /* (g_alert_mu) its message */
+static char g_alert_out[FERRY_ERR_MAX];    /* this rank's message, read by its sends */
 
 typedef struct {
   MPI_Comm comm;
@@ -76,6 +88,18 @@ int ferry_mpi_acquire(ferry_errbuf *e) {
     goto out;
   }
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  if (g_refs == 0) { /* every rank takes its first reference in the same collective */
+    MPI_Comm a;
+    int rc = MPI_Comm_dup(MPI_COMM_WORLD, &a);
+    if (rc != MPI_SUCCESS) {
+      st = mpi_fail(e, rc, "MPI_Comm_dup(MPI_COMM_WORLD)");
+      goto out;
+    }
+    MPI_Comm_set_errhandler(a, MPI_ERRORS_RETURN);
+    pthread_mutex_lock(&g_alert_mu);
+    g_alert = a;
+    pthread_mutex_unlock(&g_alert_mu);
+  }
   g_refs++;
 out:
   pthread_mutex_unlock(&g_mu);
@@ -84,8 +108,13 @@ out:
 
 void ferry_mpi_release(void) {
   pthread_mutex_lock(&g_mu);
-  if (g_refs > 0 && --g_refs == 0 && g_we_init && !g_no_finalize) {
-    MPI_Finalize();
+  if (g_refs > 0 && --g_refs == 0 && !g_no_finalize) {
+    pthread_mutex_lock(&g_alert_mu);
+    MPI_Comm a = g_alert;
+    g_alert = MPI_COMM_NULL;
+    pthread_mutex_unlock(&g_alert_mu);
+    if (a != MPI_COMM_NULL) MPI_Comm_free(&a);
+    if (g_we_init) MPI_Finalize();
     g_we_init = 0;
   }
   pthread_mutex_unlock(&g_mu);
@@ -353,6 +382,60 @@ static _Noreturn void mpi_abort(ferry_comm *c, int code) {
   ferry_mpi_abort(code);
 }
 
+/* This rank's failure to every other rank (eager sends of one message:
+ * they leave at once; any still pending after a second are left), and to
+ * this process's own waits. */
+static int mpi_alert_send(ferry_comm *c, const char *msg) {
+  pthread_mutex_lock(&g_alert_mu);
+  if (!g_alert_status) {
+    g_alert_status = FERRY_EIO;
+    snprintf(g_alert_msg, sizeof g_alert_msg, "%s", msg);
+  }
+  MPI_Comm a = g_alert;
+  int first = !g_alert_out[0];
+  if (first) snprintf(g_alert_out, sizeof g_alert_out, "%s", msg);
+  pthread_mutex_unlock(&g_alert_mu);
+  if (a == MPI_COMM_NULL || !first) return 0;
+  MPI_Request *rq = calloc((size_t)c->size, sizeof *rq);
+  if (!rq) return ferry_err(&c->err, FERRY_ENOMEM, "out of memory");
+  int n = 0, done = 0;
+  for (int r = 0; r < c->size; r++)
+    if (r != c->rank &&
+        MPI_Isend(g_alert_out, (int)sizeof g_alert_out, MPI_CHAR, r, ALERT_TAG, a, &rq[n]) ==
+            MPI_SUCCESS)
+      n++;
+  for (double end = ferry_now() + 1.0; !done && ferry_now() < end;) {
+    if (MPI_Testall(n, rq, &done, MPI_STATUSES_IGNORE) != MPI_SUCCESS) break;
+    if (!done) {
+      struct timespec ts = {0, 1000000};
+      nanosleep(&ts, NULL);
+    }
+  }
+  if (done) free(rq); /* else MPI may still use the requests: left */
+  return 0;
+}
+
+/* Another rank's failure, once one has come (then always the same). */
+static int mpi_alert_poll(char *msg, size_t cap) {
+  pthread_mutex_lock(&g_alert_mu);
+  if (!g_alert_status && g_alert != MPI_COMM_NULL) {
+    int flag = 0;
+    MPI_Message m;
+    MPI_Status stt;
+    char buf[FERRY_ERR_MAX];
+    if (MPI_Improbe(MPI_ANY_SOURCE, ALERT_TAG, g_alert, &flag, &m, &stt) == MPI_SUCCESS && flag &&
+        MPI_Mrecv(buf, (int)sizeof buf, MPI_CHAR, &m, &stt) == MPI_SUCCESS) {
+      buf[sizeof buf - 1] = '\0';
+      g_alert_status = FERRY_EIO;
+      snprintf(g_alert_msg, sizeof g_alert_msg, "%s", buf);
+    }
+  }
+  int st = g_alert_status;
+  if (st) snprintf(msg, cap, "%s", g_alert_msg);
+  pthread_mutex_unlock(&g_alert_mu);
+  return st;
+}
+
 const ferry_comm_ops ferry_comm_mpi_ops = {
     /* .name = */ "mpi",
     /* .kind = */ FERRY_COMM_MPI,
@@ -367,4 +450,6 @@ const ferry_comm_ops ferry_comm_mpi_ops = {
     /* .poll = */ NULL,
     /* .release = */ NULL,
     /* .abort = */ mpi_abort,
+    /* .alert_send = */ mpi_alert_send,
+    /* .alert_poll = */ mpi_alert_poll,
 };

@@ -353,4 +353,6 @@ const ferry_comm_ops ferry_comm_nccl_ops = {
     /* .poll = */ nccl_poll,
     /* .release = */ nccl_release,
     /* .abort = */ nccl_abort,
+    /* .alert_send = */ NULL,
+    /* .alert_poll = */ NULL,
 };

@@ -73,4 +73,6 @@ const ferry_comm_ops ferry_comm_self_ops = {
     /* .poll = */ NULL,
     /* .release = */ NULL,
     /* .abort = */ self_abort,
+    /* .alert_send = */ NULL,
+    /* .alert_poll = */ NULL,
 };

@@ -167,7 +167,9 @@ int ferry_param_device(ferry_engine *e, const char *name, void **param, void **g
       if (rc) return rc;
       rc = drain_take_slot(e, p->group, &got);
       if (rc == FERRY_ESTATE) return rc; /* the loop holds up the drain: said why */
-      if (rc) return ferry_err(&e->err, rc, "param device: the gradient drain failed");
+      if (rc)
+        return ferry_err(&e->err, rc, "param device: the gradient drain failed: %s",
+                         ferry_err_msg(&e->err));
       f->grad_slot = got;
       rc = drain_slot_zero(e, got, f->stream, gr->n * e->esize, "param device");
       if (rc) return rc;

@@ -155,9 +155,12 @@ int train_interrupted(train_run *t, int st);
 int train_gather_ranks(train_run *t);
 int read_for_ranks(void *user, int i, float *dst);
 int train_save_follow(train_run *t);
+/* This rank failed alone: the other ranks told why, then the job ended. */
+_Noreturn void train_fail_alone(train_run *t, int rc);
 
 /* output.c */
 extern char g_rank_prefix[32]; /* "rank R: " once there are several ranks */
+extern char g_last_err[1024];  /* errf's last message (its first line), for the other ranks */
 __attribute__((format(printf, 1, 2))) void errf(const char *fmt, ...);
 void gpt_log(void *user, int level, const char *message);
 /* The engine's config keys; after finalize, the model states: each family's

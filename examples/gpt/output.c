@@ -13,6 +13,7 @@
 /* "rank R: " before every message on stderr once the run has several ranks
  * (set once the communicator exists). */
 char g_rank_prefix[32];
+char g_last_err[1024];
 
 /* An error message on stderr: "[rank R: ]ferry-gpt: ...", one write, so the
  * lines of several ranks do not interleave. */
@@ -24,6 +25,7 @@ __attribute__((format(printf, 1, 2))) void errf(const char *fmt, ...) {
   vsnprintf(b + at, sizeof b - (size_t)at, fmt, ap);
   va_end(ap);
   fputs(b, stderr);
+  snprintf(g_last_err, sizeof g_last_err, "%.*s", (int)strcspn(b + at, "\n"), b + at);
 }
 
 /* The library's messages (warnings: buffered I/O, no fallocate, pageable

@@ -1,15 +1,20 @@
 /* examples/gpt/ranks.c — the ranks of a data-parallel run and the signals
- * they agree on: the communicator, the settings every rank must share, the
- * mean loss, SIGINT / SIGTERM seen by any rank, the ranks' figures, the
- * other ranks' part of rank 0's --save, and the fault-injection test hooks.
+ * they agree on: the communicator, the settings every rank must share (the
+ * fingerprint and the run's steps, checkpoints and paths), the mean loss,
+ * SIGINT / SIGTERM seen by any rank, the ranks' figures, the other ranks'
+ * part of rank 0's --save, a rank's own failure told to the others before
+ * the abort, and the fault-injection test hooks.
  */
 #include "app.h"
 
+#include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 /* SIGINT / SIGTERM: the first sets g_signal (the handler does nothing
@@ -158,14 +163,67 @@ int train_comm(train_run *t) {
   return 2;
 }
 
+/* The settings outside the fingerprint that shape the run's collectives:
+ * how many steps, when checkpoints are written and kept, and the folders
+ * the ranks write to or read from together. A rank with other steps or
+ * checkpoints would wait in a collective no other rank joins. */
+enum { RUN_STEPS, RUN_SAVE_EVERY, RUN_KEEP, RUN_NUM };
+enum { RUN_SAVE, RUN_RESUME, RUN_WEIGHTS, RUN_PATHS };
+typedef struct {
+  int64_t num[RUN_NUM];
+  char path[RUN_PATHS][4096]; /* "" when not given */
+} run_shape;
+static const char *const k_run_num[RUN_NUM] = {"--steps", "--save-every", "--keep"};
+static const char *const k_run_path[RUN_PATHS] = {"--save", "--resume", "--weights"};
+
+static void run_shape_of(const train_run *t, run_shape *r) {
+  memset(r, 0, sizeof *r);
+  r->num[RUN_STEPS] = t->o.steps;
+  r->num[RUN_SAVE_EVERY] = t->o.save_every;
+  r->num[RUN_KEEP] = t->o.keep;
+  const char *p[RUN_PATHS] = {t->o.save, t->o.resume, t->o.weights};
+  for (int k = 0; k < RUN_PATHS; k++)
+    snprintf(r->path[k], sizeof r->path[k], "%s", p[k] ? p[k] : "");
+}
+
+/* Appends "WHAT: rank 0 A, rank R B" for each run setting that differs;
+ * the number of differences (after `diffs` already in list). */
+static int run_shape_compare(const run_shape *a, const run_shape *b, const char *bn, int diffs,
+                             char *list, size_t cap) {
+  for (int k = 0; k < RUN_NUM + RUN_PATHS; k++) {
+    char va[1100], vb[1100];
+    if (k < RUN_NUM) {
+      if (a->num[k] == b->num[k]) continue;
+      snprintf(va, sizeof va, "%lld", (long long)a->num[k]);
+      snprintf(vb, sizeof vb, "%lld", (long long)b->num[k]);
+    } else {
+      const char *x = a->path[k - RUN_NUM], *y = b->path[k - RUN_NUM];
+      if (!strcmp(x, y)) continue;
+      snprintf(va, sizeof va, x[0] ? "'%.1000s'" : "(not given)", x);
+      snprintf(vb, sizeof vb, y[0] ? "'%.1000s'" : "(not given)", y);
+    }
+    size_t at = strlen(list);
+    if (at + 1 < cap)
+      snprintf(list + at, cap - at, "%s%s: rank 0 %.1100s, %s %.1100s", diffs ? "; " : "",
+               k < RUN_NUM ? k_run_num[k] : k_run_path[k - RUN_NUM], va, bn, vb);
+    diffs++;
+  }
+  return diffs;
+}
+
 /* Every rank was started with rank 0's settings (model, --batch, --seq,
- * seed, data, tokenizer, the engine keys that change the numbers): each
+ * seed, data, tokenizer, the engine keys that change the numbers; --steps,
+ * --save-every, --keep and the --save, --resume and --weights paths): each
  * rank names what differs from rank 0's; all refuse alike (usage, 2). */
 int train_same_settings(train_run *t) {
   if (t->nranks < 2) return 0;
   static gpt_resume_state r0;
+  static run_shape s0, sm;
   r0 = t->rs;
+  run_shape_of(t, &sm);
+  s0 = sm;
   int rc = ferry_comm_broadcast(t->comm, &r0, sizeof r0, FERRY_DT_U8, 0, NULL, NULL);
+  if (!rc) rc = ferry_comm_broadcast(t->comm, &s0, sizeof s0, FERRY_DT_U8, 0, NULL, NULL);
   char list[3072] = "", mine[32];
   snprintf(mine, sizeof mine, "rank %d", t->rank);
   if (rc) {
@@ -173,6 +231,7 @@ int train_same_settings(train_run *t) {
     return 1;
   }
   int32_t diffs = gpt_resume_compare(&r0, "rank 0", &t->rs, mine, list, sizeof list);
+  diffs = run_shape_compare(&s0, &sm, mine, diffs, list, sizeof list);
   int32_t *all = calloc((size_t)t->nranks, sizeof *all);
   if (!all) return errf("out of memory\n"), 1;
   rc = train_allgather(t, &diffs, all, 1, FERRY_DT_I32, "comparing the ranks' settings");
@@ -232,11 +291,35 @@ int train_interrupted(train_run *t, int st) {
   return 128 + sig;
 }
 
-/* Test hooks (tests/gpt/dist_faults.cmake): at the start of step
+/* The EIO hook: every swap file this process holds (anonymous: its
+ * /proc/self/fd link ends " (deleted)"; kept: named ferry-*.swap) cut to 0
+ * bytes, so that the engine's next read of it ends early (EIO). How many. */
+static int truncate_swap_files(void) {
+  DIR *d = opendir("/proc/self/fd");
+  int n = 0;
+  struct dirent *de;
+  while (d && (de = readdir(d))) {
+    char link[64], to[4096];
+    snprintf(link, sizeof link, "/proc/self/fd/%.20s", de->d_name);
+    ssize_t len = readlink(link, to, sizeof to - 1);
+    if (len <= 0) continue;
+    to[len] = '\0';
+    int anon = strstr(to, "/#") && strstr(to, " (deleted)");
+    if ((anon || (strstr(to, "/ferry-") && strstr(to, ".swap"))) &&
+        ftruncate(atoi(de->d_name), 0) == 0)
+      n++;
+  }
+  if (d) closedir(d);
+  return n;
+}
+
+/* Test hooks (tests/gpt/dist.py): at the start of step
  * $FERRY_GPT_TEST_DIE_AT_STEP rank $FERRY_GPT_TEST_RANK (default 1) kills
  * itself (SIGKILL); at $FERRY_GPT_TEST_HANG_AT_STEP it stops answering
  * (sleeps until killed); at $FERRY_GPT_TEST_SIGINT_AT_STEP it raises SIGINT
- * (tests/gpt/dist.py's signal case: every rank stops after that step). */
+ * (tests/gpt/dist.py's signal case: every rank stops after that step); at
+ * $FERRY_GPT_TEST_EIO_AT_STEP its swap files are cut and its file writes
+ * refused (the fail-alone case: an I/O error in this rank alone). */
 void train_test_fault(const train_run *t, int st) {
   const char *r = getenv("FERRY_GPT_TEST_RANK");
   if (t->rank != (r ? atoi(r) : 1)) return;
@@ -247,6 +330,16 @@ void train_test_fault(const train_run *t, int st) {
   if (die && atoi(die) == st) {
     errf("test hook: killing this rank at step %d (FERRY_GPT_TEST_DIE_AT_STEP)\n", st);
     raise(SIGKILL);
+  }
+  const char *eio = getenv("FERRY_GPT_TEST_EIO_AT_STEP");
+  if (eio && atoi(eio) == st) {
+    /* writes past the end fail too (EFBIG, SIGXFSZ ignored) */
+    signal(SIGXFSZ, SIG_IGN);
+    struct rlimit rl = {0, 0};
+    setrlimit(RLIMIT_FSIZE, &rl);
+    int n = truncate_swap_files();
+    errf("test hook: %d swap file%s of this rank cut to 0 bytes at step %d, its next reads "
+         "fail (FERRY_GPT_TEST_EIO_AT_STEP)\n", n, n == 1 ? "" : "s", st);
   }
   if (hang && atoi(hang) == st) {
     errf("test hook: this rank hangs at step %d (FERRY_GPT_TEST_HANG_AT_STEP)\n", st);
@@ -310,4 +403,20 @@ int train_save_follow(train_run *t) {
   }
   free(buf);
   return rc;
+}
+
+/* This rank failed alone (an I/O error, a failed update): every other
+ * rank's waits fail at once naming this rank and errf's last message, the
+ * cause (ferry_comm_fail), then the job ends (MPI_Abort). Test hook:
+ * $FERRY_GPT_TEST_LINGER=S makes rank $FERRY_GPT_TEST_RANK (default 1) wait
+ * S seconds before the abort,
+ * as under a launcher slow to end the job: the others must end it first. */
+_Noreturn void train_fail_alone(train_run *t, int rc) {
+  fflush(stdout);
+  if (ferry_comm_fail(t->comm, g_last_err))
+    errf("telling the other ranks: %s\n", ferry_comm_last_error(t->comm));
+  const char *linger = getenv("FERRY_GPT_TEST_LINGER"), *r = getenv("FERRY_GPT_TEST_RANK");
+  if (linger && atoi(linger) > 0 && t->rank == (r ? atoi(r) : 1)) sleep((unsigned)atoi(linger));
+  ferry_comm_abort(t->comm, rc);
+  exit(rc); /* ferry_comm_abort does not return */
 }

@@ -266,10 +266,7 @@ int cmd_train(int argc, char **argv) {
   }
   /* a rank that fails alone ends the job, so that no other rank waits for
    * it (an error every rank reached alike, a refusal of usage, does not) */
-  if (rc && t.nranks > 1 && !t.agreed) {
-    fflush(stdout);
-    ferry_comm_abort(t.comm, rc);
-  }
+  if (rc && t.nranks > 1 && !t.agreed) train_fail_alone(&t, rc);
   free(tt.losses);
   train_free(&t);
   if (t.comm) ferry_comm_destroy(t.comm);

@@ -112,6 +112,14 @@ FERRY_API int ferry_comm_test(ferry_comm *c, ferry_comm_req *req, int *done);
  * cannot go on after an error, so that no other rank waits forever. SELF:
  * exit(code). The one call of the library that does not return. */
 FERRY_API void ferry_comm_abort(ferry_comm *c, int code);
+/* This rank failed on its own (an I/O error, a failed update) and stops:
+ * tells every other rank, whose waits on any communicator of the job then
+ * fail within a fraction of a second with FERRY_EIO and "rank R failed:
+ * <why>" (instead of waiting options.timeout for this rank), and breaks c.
+ * Call it before ferry_comm_abort, so that the others name the rank and the
+ * cause even where the launcher is slow to end them. Returns at once on
+ * SELF and NCCL (no such news: they rely on the abort and the timeout). */
+FERRY_API int ferry_comm_fail(ferry_comm *c, const char *why);
 
 typedef struct {
   uint64_t ops;        /* collectives completed */

@@ -10,6 +10,8 @@
  *   test_comm late_destroy      under mpirun -np 2: rank 0 destroys the
  *                               communicator while rank 1 is late
  *   test_comm die               under mpirun -np 2: rank 1 is killed mid-run
+ *   test_comm fail              under mpirun -np 2: rank 1 fails on its own
+ *                               (ferry_comm_fail); rank 0's wait names it at once
  *   test_comm nccl              the nccl backend (exits 77 without a GPU)
  */
 #include "ferry.h"
@@ -551,6 +553,40 @@ static int late_destroy(void) {
   return 1;
 }
 
+/* Rank 1 fails on its own (ferry_comm_fail) while rank 0 waits on a
+ * channel with a 60 s timeout: rank 0's wait fails within 2 s with
+ * FERRY_EIO naming rank 1 and its cause, and rank 0 ends the job. */
+static int failing_rank(void) {
+  ferry_comm *c = create(FERRY_COMM_MPI, 60.0), *ch = NULL;
+  REQUIRE(N == 2);
+  REQUIRE(ferry_comm_dup(c, &ch) == 0);
+  EXPECT_EQ_INT(ferry_comm_barrier(c, NULL), 0);
+  if (R == 1) {
+    EXPECT_EQ_INT(ferry_comm_fail(c, "the disk is on fire"), 0);
+    EXPECT_EQ_INT(ferry_comm_barrier(c, NULL), FERRY_EIO); /* broken here too */
+    EXPECT(strstr(ferry_comm_last_error(c), "rank 1 failed: the disk is on fire") != NULL);
+    if (test_failures) return test_finish("test_comm fail (rank 1)");
+    sleep(8); /* rank 0's abort ends this process first */
+    fprintf(stderr, "rank 1: still alive after rank 0's abort\n");
+    return 1;
+  }
+  double t0 = now_s();
+  int st = ferry_comm_barrier(ch, NULL);
+  double waited = now_s() - t0;
+  EXPECT_EQ_INT(st, FERRY_EIO);
+  EXPECT(waited < 2);
+  const char *msg = ferry_comm_last_error(ch);
+  EXPECT(strstr(msg, "barrier of 0 bytes on rank 0: rank 1 failed: the disk is on fire") != NULL);
+  float x = 1; /* the parent learns it at its next wait */
+  EXPECT_EQ_INT(ferry_comm_allreduce(c, &x, &x, 1, FERRY_DT_F32, FERRY_REDUCE_SUM, NULL, NULL),
+                FERRY_EIO);
+  EXPECT(strstr(ferry_comm_last_error(c), "rank 1 failed: the disk is on fire") != NULL);
+  if (test_failures) return test_finish("test_comm fail");
+  fprintf(stderr, "rank 0: as expected after %.2f s: %s\n", waited, msg);
+  ferry_comm_abort(c, 3);
+  return 1;
+}
+
 /* Rank 1 dies (SIGKILL) between collectives; the job must end. */
 static int dying_rank(void) {
   ferry_comm *c = create(FERRY_COMM_MPI, 20.0);
@@ -629,7 +665,7 @@ static int nccl_suite(void) {
 int main(int argc, char **argv) {
   const char *mode = argc > 1 ? argv[1] : "auto";
   if (!strcmp(mode, "-h") || !strcmp(mode, "--help")) {
-    printf("usage: test_comm [self|mpi|auto|timeout|late_destroy|die|nccl]\n");
+    printf("usage: test_comm [self|mpi|auto|timeout|late_destroy|die|fail|nccl]\n");
     return 0;
   }
   if (!strcmp(mode, "self")) return suite(FERRY_COMM_SELF);
@@ -638,6 +674,7 @@ int main(int argc, char **argv) {
   if (!strcmp(mode, "timeout")) return late_rank();
   if (!strcmp(mode, "late_destroy")) return late_destroy();
   if (!strcmp(mode, "die")) return dying_rank();
+  if (!strcmp(mode, "fail")) return failing_rank();
   if (!strcmp(mode, "nccl")) return nccl_suite();
   fprintf(stderr, "test_comm: unknown mode '%s' (see --help)\n", mode);
   return 2;

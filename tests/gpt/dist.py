@@ -30,6 +30,14 @@ one case per CTest test (--case):
   mismatch                ranks started with another optimizer.lr (mpirun MPMD)
                           are refused at start naming the key; 2 ranks without
                           --engine: a usage error
+  mismatch-run            ranks started with other --steps and --save (MPMD) are
+                          refused at start within seconds naming both settings
+                          and each rank's value
+  fail-alone              rank 1's swap file cut at step 3 (test hook: an I/O
+                          error in rank 1 alone) while rank 1 waits 60 s before
+                          its abort (as under a slow launcher): rank 0 stops
+                          within 5 s of rank 1's error naming rank 1 and its
+                          cause, and ends the job
 
 Python's standard library only (reads safetensors itself). Exit 77 (skip)
 when the build has no MPI or mpirun is missing.
@@ -326,6 +334,68 @@ def case_mismatch(a):
         fail("2 ranks without --engine were not refused")
 
 
+def case_mismatch_run(a):
+    d = os.path.join(a.work, "mismatch-run")
+    shutil.rmtree(d, ignore_errors=True)
+    os.makedirs(d)
+    base = train_args(a, "offload-host", 2, 3, [])
+    other = train_args(a, "offload-host", 2, 5, [])
+    cmd = ([a.mpirun, "--oversubscribe", "-np", "1"] + base + ["--save", "out-a"] +
+           [":", "-np", "1"] + other + ["--save", "out-b"])
+    rc, out, err, dt = run(cmd, d, expect_ok=False)
+    print("mismatch-run: mpirun exited %d after %.1f s\n%s" % (rc, dt, err))
+    for want in ("--steps: rank 0 3, rank 1 5", "--save: rank 0 'out-a', rank 1 'out-b'"):
+        if rc == 0 or want not in err or '"step": 1' in out:
+            fail("ranks with other --steps / --save were not refused at start naming '%s'" % want)
+    if dt > 30:
+        fail("mismatch-run: the refusal took %.1f s" % dt)
+
+
+def case_fail_alone(a):
+    import threading
+    d = os.path.join(a.work, "fail-alone")
+    shutil.rmtree(d, ignore_errors=True)
+    os.makedirs(d)
+    swap = os.path.join(d, "swap")
+    fe = {"FERRY_GPT_TEST_EIO_AT_STEP": "3", "FERRY_GPT_TEST_RANK": "1",
+          "FERRY_GPT_TEST_LINGER": "60"}
+    # the optimizer state on NVMe with little host room: every step reads it
+    argv = train_args(a, "offload-nvme", 2, 20, [
+        "--set", "tiers.nvme.paths=" + swap, "--set", "tiers.host.budget=12M",
+        "--set", "chunk_size=256K"])
+    cmd = [a.mpirun, "--oversubscribe", "-np", "2"]
+    for k in fe:
+        cmd += ["-x", k]
+    e = env()
+    e.update(fe)
+    t0 = time.monotonic()
+    p = subprocess.Popen(["timeout", "-k", "5", str(TIMEOUT)] + cmd + argv, cwd=d, env=e,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    lines, t_fail = [], []
+
+    def read():
+        for line in p.stderr:
+            lines.append(line)
+            if not t_fail and line.startswith("rank 1: ferry-gpt: step 3:"):
+                t_fail.append(time.monotonic())
+    th = threading.Thread(target=read)
+    th.start()
+    p.wait()
+    th.join()
+    t1 = time.monotonic()
+    err = "".join(lines)
+    print("fail-alone: mpirun exited %d after %.1f s\n%s" % (p.returncode, t1 - t0, err))
+    if "test hook" not in err or not t_fail:
+        fail("fail-alone: rank 1 did not fail at step 3 through the hook")
+    if p.returncode == 0:
+        fail("fail-alone: the job exited 0")
+    if t1 - t_fail[0] > 5:
+        fail("fail-alone: the job ended %.1f s after rank 1's error (bound 5 s)" %
+             (t1 - t_fail[0]))
+    if "rank 0: ferry-gpt:" not in err or "rank 1 failed: step 3:" not in err:
+        fail("fail-alone: rank 0 did not stop naming rank 1 and its cause:\n" + err)
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--gpt", required=True)
@@ -336,7 +406,8 @@ def main():
     p.add_argument("--mpirun", default="mpirun")
     p.add_argument("--case", required=True,
                    choices=["equiv-host", "equiv-nvme", "memory", "resume", "resume-stage3",
-                            "die", "hang", "mismatch", "signal"])
+                            "die", "hang", "mismatch", "signal", "mismatch-run",
+                            "fail-alone"])
     a = p.parse_args()
     if a.mpi.upper() in ("OFF", "0", "FALSE", "") or not a.mpirun or not shutil.which(a.mpirun):
         print("skipped: this build has no MPI or %s is missing" % a.mpirun)
@@ -356,6 +427,10 @@ def main():
         case_fault(a, a.case)
     elif a.case == "signal":
         case_signal(a)
+    elif a.case == "mismatch-run":
+        case_mismatch_run(a)
+    elif a.case == "fail-alone":
+        case_fail_alone(a)
     else:
         case_mismatch(a)
     print("ok: %s in %.1f s" % (a.case, time.monotonic() - t0))
