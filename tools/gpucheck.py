@@ -60,8 +60,9 @@ def copy_sources(root, bundle):
         if not os.path.isdir(src):
             raise SystemExit("gpucheck manifest: %s is missing" % src)
         dst = os.path.join(bundle, "src", rel)
+        # (bench/peers/deepspeed/wheels travels beside the bundle, carried on its own)
         shutil.copytree(src, dst, ignore=shutil.ignore_patterns("__pycache__", "*.pyc",
-                                                                "*.egg-info", "build"))
+                                                                "*.egg-info", "build", "wheels"))
         n += sum(len(f) for _, _, f in os.walk(dst))
     return n
 

@@ -159,6 +159,8 @@ class Mode:
         self.done_path = os.path.join(out, "peers.jsonl")
         self.data = os.path.join(root, "docs", "FERRY-GPT.md")
         self.runner = runner_script(root)
+        # prepare.sh's wheels and libaio: carried beside the bundle, not in it
+        self.wheels = os.path.join(root, "bench", "peers", "deepspeed", "wheels")
 
 
 def runner_script(root):
@@ -193,6 +195,8 @@ def one_run(mode, model, init, batch, seq, steps, placement, peer, limit):
            "--work", os.path.join(mode.out, "peers-work"), "--timeout", str(int(limit - 5))]
     if mode.lib:
         cmd += ["--lib", mode.lib]
+    if os.path.isdir(mode.wheels):
+        cmd += ["--wheels", mode.wheels]
     if budget and mode.gpu:
         cmd += ["--set", "tiers.gpu.budget=" + budget[0], "--set", "tiers.host.budget=" + budget[1]]
     if not mode.gpu:

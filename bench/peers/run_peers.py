@@ -306,6 +306,8 @@ def drive(a):
                 fin, lines = py_peer(a, torch_peer_cmd(a, placement, cfg), env)
             else:
                 fin, lines = py_peer(a, ds_peer_cmd(a, placement, clip), env)
+                # DeepSpeed leaves its swap files: the disk is the next run's
+                shutil.rmtree(os.path.join(a.nvme_path, "ds"), ignore_errors=True)
             for ln in lines:
                 emit(dict(head, **ln))
             if "error" in fin:
