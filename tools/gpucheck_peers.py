@@ -240,6 +240,11 @@ def drive(mode, deadline, progress=None):
                 if key in done:
                     fig["runs"][key] = done[key]
                     continue
+                if mode.gpu and not mode.python and peer != "ferry-gpt":
+                    fig["not_run"].append({"key": key, "why": "no python whose torch sees "
+                                           "the GPU and imports transformers (probes)"})
+                    why.append("%s: no python with torch on the GPU and transformers" % key)
+                    continue
                 left = deadline - time.time()
                 if left < MIN_RUN_S:
                     fig["not_run"].append({"key": key, "why": "out of the part's time: a "

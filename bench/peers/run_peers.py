@@ -342,7 +342,10 @@ def torch_one(a):
     """One ferry.torch run: LlamaForCausalLM from the weights, fp32 on the
     host, handed to ferry.torch.initialize with the placement's config."""
     import types
-    import torch
+    try:
+        import torch
+    except ImportError as e:
+        tl.fail("cannot import torch: %s" % e)
     try:
         import ferry
         import ferry.torch as ft
