@@ -42,7 +42,8 @@
 #               batch 4 x seq 2048, 20 steps, in ZeRO-Offload, ZeRO-3 CPU offload
 #               and ZeRO-Infinity placements, by ferry-gpt, ferry.torch and
 #               DeepSpeed 0.19.8 (its wheels and libaio carried); llama-2-7b
-#               where time and RAM are left; resumable (OUTDIR/peers.jsonl)
+#               where time and RAM are left; resumable (OUTDIR/peers.jsonl);
+#               alone: GPUCHECK_SECONDS=590 --parts peers
 #   tests_rest [400] the rest of the test list, as time allows
 # The whole check ends within 8 minutes (GPUCHECK_SECONDS), the last parts
 # cut short as time runs out; one issue's parts (e.g. --parts tests,scale)
