@@ -38,6 +38,12 @@
 #               16 threads, 2^28 params, bf16 grads, fp32 vs int8 states vs a
 #               bf16 master + int8 states (step-time ratios; targets >= 1.5
 #               and >= 2.2), each against its same-traffic roofline
+#   peers      [540] ferry against DeepSpeed (bench/peers/run_peers.py): llama-1b,
+#               batch 4 x seq 2048, 20 steps, in ZeRO-Offload, ZeRO-3 CPU offload
+#               and ZeRO-Infinity placements, by ferry-gpt, ferry.torch and
+#               DeepSpeed 0.19.8 (its wheels and libaio carried); llama-2-7b
+#               where time and RAM are left; resumable (OUTDIR/peers.jsonl);
+#               alone: GPUCHECK_SECONDS=590 --parts peers
 #   tests_rest [400] the rest of the test list, as time allows
 # The whole check ends within 8 minutes (GPUCHECK_SECONDS), the last parts
 # cut short as time runs out; one issue's parts (e.g. --parts tests,scale)

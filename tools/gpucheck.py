@@ -60,8 +60,9 @@ def copy_sources(root, bundle):
         if not os.path.isdir(src):
             raise SystemExit("gpucheck manifest: %s is missing" % src)
         dst = os.path.join(bundle, "src", rel)
+        # (bench/peers/deepspeed/wheels travels beside the bundle, carried on its own)
         shutil.copytree(src, dst, ignore=shutil.ignore_patterns("__pycache__", "*.pyc",
-                                                                "*.egg-info", "build"))
+                                                                "*.egg-info", "build", "wheels"))
         n += sum(len(f) for _, _, f in os.walk(dst))
     return n
 
@@ -622,6 +623,7 @@ ALLOW = {"preflight": 30, "context": 15, "tests": 100, "copy": 45, "bench_step":
          "gpt": 170, "python": 90, "memcheck": 60, "scale": 300, "13b": 300,
          "tests_rest": 400}
 ALLOW["adam"] = 60  # tools/gpucheck_adam.py: the CPU AdamW on the host, 16 threads
+ALLOW["peers"] = 540  # tools/gpucheck_peers.py: ferry against DeepSpeed, resumable
 ALLOW["tests_rest"] = ALLOW.pop("tests_rest")  # last: it takes what time is left
 PARTS = tuple(ALLOW)
 PART_NEEDS = {"gpt": ("context",), "scale": ("context",), "13b": ("context",)}
@@ -1111,6 +1113,7 @@ class Check:
         rows += gpucheck_scale.summary_rows(fig("scale"), target)
         rows += gpucheck_13b.summary_rows(fig("13b"), target)
         rows += gpucheck_adam.summary_rows(fig("adam"), target)
+        rows += gpucheck_peers.summary_rows(fig("peers"), target)
         met = [r for r in rows if r["met"] is True]
         missed = [r for r in rows if r["met"] is False]
         self.res.data["summary"] = {"targets": rows, "met": len(met), "not_met": len(missed),
@@ -1151,6 +1154,7 @@ class Check:
                "tests_rest": lambda: self.tests_part("tests_rest",
                                                      lambda n: not cuda_or_engine(n), jobs=6)}
         run["adam"] = lambda: gpucheck_adam.adam_part(self)
+        run["peers"] = lambda: gpucheck_peers.peers_part(self)
         if self.preflight():
             if "gpt" in self.parts:
                 self.start_cpu_reference()
@@ -1238,6 +1242,7 @@ def selftest():
     gpucheck_scale.selftest()
     gpucheck_13b.selftest()
     gpucheck_adam.selftest()
+    gpucheck_peers.selftest()
     print("gpucheck selftest: ok")
     return 0
 
@@ -1302,6 +1307,7 @@ sys.modules.setdefault("gpucheck", sys.modules[__name__])
 import gpucheck_scale  # noqa: E402  (tools/, beside this file)
 import gpucheck_13b  # noqa: E402
 import gpucheck_adam  # noqa: E402
+import gpucheck_peers  # noqa: E402
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv[1:]))

@@ -21,7 +21,9 @@ checkpointing (non-reentrant), attention "sdpa".
 DeepSpeed comes from the wheels prepare.sh assembled (--wheels, default
 wheels/ beside this file), installed once with pip --no-index --no-deps
 into --site (default /tmp/ferry-ds-site) and put first on sys.path. Its CPU
-Adam op (and AIO for infinity) is built just in time and the build timed.
+Adam op (and AIO for infinity) is built just in time and the build timed;
+AIO against the libaio prepare.sh carries in WHEELS/libaio/ (CFLAGS, LDFLAGS,
+CPATH, LIBRARY_PATH and LD_LIBRARY_PATH point at it, and it is loaded first).
 
 Output: JSON lines, as torch_llama.py's: {"ds_build": ...} (the op builds'
 seconds, or why AIO cannot build), one {"step", "loss", "tokens_per_s",
@@ -79,10 +81,30 @@ def install_deepspeed(wheels, site):
     os.environ["PYTHONPATH"] = site + os.pathsep + os.environ.get("PYTHONPATH", "")
 
 
-def build_ops(placement):
+def use_libaio(folder):
+    """libaio carried by prepare.sh (wheels/libaio/{lib,include}), where it is:
+    the AIO op's compile test and its build (gcc reads CFLAGS, LDFLAGS, CPATH
+    and LIBRARY_PATH) find the header and library, its children load it
+    (LD_LIBRARY_PATH), and this process has it loaded already, so that the
+    built op's libaio.so.1 resolves to it. Returns the folder used, or None."""
+    lib, inc = os.path.join(folder, "lib"), os.path.join(folder, "include")
+    if not (os.path.isfile(os.path.join(lib, "libaio.so.1"))
+            and os.path.isfile(os.path.join(inc, "libaio.h"))):
+        return None
+    for key, val in (("CFLAGS", "-I" + inc), ("LDFLAGS", "-L" + lib), ("CPATH", inc),
+                     ("LIBRARY_PATH", lib), ("LD_LIBRARY_PATH", lib)):
+        old = os.environ.get(key)
+        sep = " " if key.endswith("FLAGS") else os.pathsep
+        os.environ[key] = val + (sep + old if old else "")
+    import ctypes
+    ctypes.CDLL(os.path.join(lib, "libaio.so.1"), mode=ctypes.RTLD_GLOBAL)
+    return folder
+
+
+def build_ops(placement, libaio=None):
     """Build (or load the cached) CPU Adam, and AIO for infinity; timed."""
     from deepspeed.ops.op_builder import AsyncIOBuilder, CPUAdamBuilder
-    res = {}
+    res = {"libaio": libaio or "the system's (none carried)"}
     t0 = time.time()
     CPUAdamBuilder().load()
     res["cpu_adam_s"] = time.time() - t0
@@ -93,7 +115,8 @@ def build_ops(placement):
         res["aio_s"] = time.time() - t0
     else:
         res["aio"] = "not compatible here: DeepSpeed's AsyncIOBuilder finds no libaio " \
-                     "(library and headers)"
+                     "(library and headers)%s" % (
+                         "" if libaio else ": prepare.sh's wheels/libaio/ was not carried")
         if placement == "infinity":
             print(json.dumps({"ds_build": res}), flush=True)
             tl.fail("infinity needs DeepSpeed's AIO op, which cannot build: " + res["aio"])
@@ -169,8 +192,9 @@ def train(a):
     import torch
     torch.manual_seed(a.seed)
     install_deepspeed(a.wheels, a.site)
+    libaio = use_libaio(os.path.join(a.wheels, "libaio"))
     import deepspeed
-    build = build_ops(a.placement)
+    build = build_ops(a.placement, libaio)
     print(json.dumps({"ds_build": build}), flush=True)
     torch.cuda.set_device(0)
     init_single_process(deepspeed)
