@@ -185,7 +185,8 @@ typedef struct {
   double stall_seconds;                          /* time callers waited for chunks */
   uint64_t metadata_bytes, managed_bytes;        /* bookkeeping vs tensor bytes */
   uint64_t host_pageable_bytes; /* host pool bytes that are pageable, not pinned (pinning was
-                                   off, or failed and the fallback allowed it); 0 when pinned */
+                                   off, or failed and the fallback allowed it, or the host
+                                   backend without host_lock_pinned); 0 when pinned */
   uint64_t nvme_read_bytes[FERRY_FAMILIES];  /* NVMe -> host bytes per family (completed reads) */
   uint64_t nvme_write_bytes[FERRY_FAMILIES]; /* host -> NVMe bytes per family (completed writes) */
   /* The engine's optimizer pass: bytes per parameter per step it reads and
