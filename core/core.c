@@ -85,6 +85,18 @@ int ferry_err_chain(ferry_errbuf *e, int status, const char *prefix, const char 
 
 const char *ferry_err_msg(const ferry_errbuf *e) { return e ? e->msg : ""; }
 
+void ferry_err_copy(const ferry_errbuf *e, char *dst, size_t n) {
+  if (!n) return;
+  if (!e) {
+    dst[0] = '\0';
+    return;
+  }
+  pthread_mutex_t *mu = (pthread_mutex_t *)&e->mu; /* the lock, not the message, changes */
+  pthread_mutex_lock(mu);
+  snprintf(dst, n, "%s", e->msg);
+  pthread_mutex_unlock(mu);
+}
+
 static _Thread_local char t_last_error[FERRY_ERR_MAX];
 
 int ferry_err_thread(int status, const char *fmt, ...) {

@@ -44,6 +44,9 @@ int ferry_verr(ferry_errbuf *e, int status, const char *fmt, va_list ap);
  * x", not "... layout: layout: x"). inner may be e's own message. */
 int ferry_err_chain(ferry_errbuf *e, int status, const char *prefix, const char *inner);
 const char *ferry_err_msg(const ferry_errbuf *e);
+/* The message copied into dst (n bytes, NUL-terminated) under e's lock:
+ * what a reader uses while other threads may set it. */
+void ferry_err_copy(const ferry_errbuf *e, char *dst, size_t n);
 /* Sets this thread's message for ferry_last_error(); returns status. */
 int ferry_err_thread(int status, const char *fmt, ...) FERRY_PRINTF(2, 3);
 void ferry_err_clear(ferry_errbuf *e);

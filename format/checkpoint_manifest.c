@@ -203,7 +203,7 @@ static int parse_scalars(mcur *c, ckpt_manifest *m, uint64_t *nfiles) {
   const char *r;
   size_t n;
   int rc;
-  if ((rc = key_u64(c, "step", INT64_MAX, &step))) return rc;
+  if ((rc = key_u64(c, "step", (uint64_t)FERRY_STEP_MAX, &step))) return rc;
   if ((rc = key_word(c, "param_dtype", m->param_dtype, sizeof m->param_dtype))) return rc;
   if (strcmp(m->param_dtype, "F32") && strcmp(m->param_dtype, "F16") &&
       strcmp(m->param_dtype, "BF16"))
@@ -214,8 +214,10 @@ static int parse_scalars(mcur *c, ckpt_manifest *m, uint64_t *nfiles) {
   if ((rc = next_line(c)) || (rc = expect_key(c, "loss_scale", &r, &n)) ||
       (rc = parse_hex32(c, "loss_scale", r, n, &m->loss_scale_bits)))
     return rc;
-  if ((rc = key_u64(c, "loss_scale_good_steps", INT32_MAX, &good))) return rc;
-  if ((rc = key_u64(c, "loss_scale_skipped", INT64_MAX, &skipped))) return rc;
+  /* counts that go on from here: one more step must still fit (an int for
+   * good steps) */
+  if ((rc = key_u64(c, "loss_scale_good_steps", INT32_MAX - 1, &good))) return rc;
+  if ((rc = key_u64(c, "loss_scale_skipped", (uint64_t)FERRY_STEP_MAX, &skipped))) return rc;
   if ((rc = key_u64(c, "tensors", 1u << 30, &tensors))) return rc;
   if ((rc = key_u64(c, "blob_bytes", CKPT_MAX_BLOB, &blob))) return rc;
   if ((rc = key_u64(c, "files", CKPT_MAX_FILES, nfiles))) return rc;

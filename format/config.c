@@ -318,14 +318,20 @@ static int set_enum(const key_def *k, const char *s, char *dst, char *why, size_
 
 static int set_size(const key_def *k, const char *s, char *dst, char *why, size_t wl) {
   uint64_t b;
-  if (ferry_parse_size(s, &b) || (double)b < k->lo || (double)b > k->hi) {
-    char lo[32];
-    snprintf(why, wl, "a size such as \"64M\" or \"20G\" (at least %s)",
-             ferry_format_size((uint64_t)k->lo, lo, sizeof lo));
-    return -1;
+  int parsed = ferry_parse_size(s, &b) == 0;
+  if (parsed && (double)b >= k->lo && (double)b <= k->hi) {
+    *(uint64_t *)dst = b;
+    return 0;
   }
-  *(uint64_t *)dst = b;
-  return 0;
+  char lim[32];
+  if (parsed && (double)b > k->hi) /* the limit the value passed, not the other one */
+    snprintf(why, wl, "a size of at most %s", ferry_format_size((uint64_t)k->hi, lim, sizeof lim));
+  else if (k->lo > 0)
+    snprintf(why, wl, "a size such as \"64M\" or \"20G\" (at least %s)",
+             ferry_format_size((uint64_t)k->lo, lim, sizeof lim));
+  else
+    snprintf(why, wl, "a size such as \"64M\" or \"20G\"");
+  return -1;
 }
 
 static int set_int(const key_def *k, const char *s, char *dst, char *why, size_t wl) {

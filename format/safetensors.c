@@ -297,6 +297,8 @@ static int check_tiling(hcur *h, ferry_safetensors *f, size_t first, uint64_t da
   uint64_t at = 0;
   for (size_t i = first; i < f->nt; i++) {
     st_entry *e = &f->t[i];
+    if (e->begin < at && strcmp(e->name, f->t[i - 1].name) == 0) /* not an overlap with itself */
+      return hfail(h, "tensor '%.128s' appears twice", e->name);
     if (e->begin < at)
       return hfail(h, "tensor '%.128s': data_offsets [%llu, %llu] overlap '%.128s'", e->name,
                    (unsigned long long)e->begin, (unsigned long long)e->end, f->t[i - 1].name);

@@ -125,7 +125,12 @@ out:
   return rc;
 }
 
-const char *ferry_mem_last_error(ferry_mem *m) { return m ? ferry_err_msg(&m->err) : "no manager"; }
+const char *ferry_mem_last_error(ferry_mem *m) {
+  static _Thread_local char copy[FERRY_ERR_MAX]; /* other threads may set the message meanwhile */
+  if (!m) return "no manager";
+  ferry_err_copy(&m->err, copy, sizeof copy);
+  return copy;
+}
 
 void ferry_mem_destroy(ferry_mem *m) {
   if (!m) return;

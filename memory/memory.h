@@ -100,6 +100,8 @@ int ferry_mem_create(const ferry_mem_config *cfg, ferry_mem **out);
 /* Waits for transfers in flight, frees every pool and event. NULL allowed.
  * Dirty data not flushed is lost (the engine flushes first). */
 void ferry_mem_destroy(ferry_mem *m);
+/* The last message: a copy taken under its lock (other threads may set it
+ * meanwhile), valid in this thread until its next call. */
 const char *ferry_mem_last_error(ferry_mem *m);
 /* Before the first NVMe transfer (normally between finalize and the first
  * fetch, once the engine has opened the store with ferry_mem_store_layout). */

@@ -163,7 +163,14 @@ static int reserve_pinned(ferry_mem *m, size_t len, char *why, size_t why_len) {
   if (rc == 0) {
     m->host_base = p;
     m->host_is_pinned = 1;
-    ferry_logf(&m->cfg.log, FERRY_LOG_INFO, "memory: pinned host pool of %zu bytes", len);
+    /* the host backend pins (mlock) only with host_lock_pinned: else the
+     * pool is the device's allocation but pageable, and the stats say so */
+    ferry_device_info di;
+    int locked = ferry_device_get_info(m->cfg.dev, &di) != 0 || di.kind != FERRY_DEVICE_HOST ||
+                 di.host_lock_pinned;
+    m->st.host_pageable_bytes = locked ? 0 : len;
+    ferry_logf(&m->cfg.log, FERRY_LOG_INFO, "memory: pinned host pool of %zu bytes%s", len,
+               locked ? "" : " (the host backend without host_lock_pinned: pageable)");
     return FERRY_OK;
   }
   if (!m->cfg.pinned_fallback)

@@ -10,7 +10,10 @@
 #include <stdlib.h>
 
 const char *ferry_engine_last_error(const ferry_engine *e) {
-  return e ? ferry_err_msg(&e->err) : "no engine";
+  static _Thread_local char copy[FERRY_ERR_MAX]; /* the engine's threads may set it meanwhile */
+  if (!e) return "no engine";
+  ferry_err_copy(&e->err, copy, sizeof copy);
+  return copy;
 }
 
 ferry_device *ferry_engine_device(ferry_engine *e) { return e ? e->dev : NULL; }

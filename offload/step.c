@@ -87,6 +87,10 @@ static int close_eager(ferry_engine *e, int nonfinite) {
 int ferry_step(ferry_engine *e, ferry_step_info *info) {
   if (!e) return FERRY_EINVAL;
   if (!e->finalized) return ferry_err(&e->err, FERRY_ESTATE, "step: not finalized");
+  if (e->steps >= FERRY_STEP_MAX)
+    return ferry_err(&e->err, FERRY_EOVERFLOW,
+                     "step: %lld steps are taken, the most a step count holds (FERRY_STEP_MAX)",
+                     (long long)e->steps);
   double t0 = ferry_now();
   int rc = ranks_drop_ahead(e);      /* stage 3: a read-ahead the loop left: its params change */
   if (!rc) rc = stepper_wait_all(e); /* one step at a time */

@@ -78,9 +78,10 @@ __global__ static void adam_kernel(optim_scalars s, optim_tile t) {
 
 /* Int8 states: thread block k owns absmax block k. Pass 1: each thread
  * dequantizes and updates its elements, the block reduces the max of the
- * |m'|, |v'| bits (the float max; > 0x7F7FFFFF when one is inf or NaN).
+ * finite |m'|, |v'| bits (the float max) and ORs whether one was inf or NaN.
  * Pass 2 recomputes the same values, writes the param from the fp32 states
- * and the codes with the new absmax; thread 0 stores the absmax. */
+ * and the codes with the new absmax (inf and NaN their own codes); thread 0
+ * stores the absmax (marked when the block holds inf or NaN). */
 __global__ static void adam_q_kernel(optim_scalars s, optim_tile t) {
   __shared__ uint32_t red1[QTHREADS], red2[QTHREADS];
   const size_t k = blockIdx.x, b = k * t.block;
@@ -88,18 +89,22 @@ __global__ static void adam_q_kernel(optim_scalars s, optim_tile t) {
   uint8_t *c1 = (uint8_t *)t.s1, *c2 = (uint8_t *)t.s2;
   const float A1 = t.a1[k], A2 = t.a2[k];
   uint32_t mx1 = 0, mx2 = 0;
+  int bad1 = 0, bad2 = 0;
   for (size_t i = b + threadIdx.x; i < e; i += blockDim.x) {
     float g = d_load_g(t.g, t.gdt, i) * s.gscale;
     float p = d_load_p(t.p, t.mdt, i);
     float m = optim_q_dec_s(c1[i], A1), v = optim_q_dec_u(c2[i], A2);
     d_moments(s, p, g, &m, &v);
     uint32_t a = __float_as_uint(m) & 0x7FFFFFFFu, c = __float_as_uint(v) & 0x7FFFFFFFu;
-    mx1 = a > mx1 ? a : mx1;
-    mx2 = c > mx2 ? c : mx2;
+    bad1 |= a > 0x7F7FFFFFu;
+    bad2 |= c > 0x7F7FFFFFu;
+    mx1 = a > mx1 && a <= 0x7F7FFFFFu ? a : mx1;
+    mx2 = c > mx2 && c <= 0x7F7FFFFFu ? c : mx2;
   }
   red1[threadIdx.x] = mx1;
   red2[threadIdx.x] = mx2;
-  __syncthreads();
+  bad1 = __syncthreads_or(bad1);
+  bad2 = __syncthreads_or(bad2);
   for (unsigned w = blockDim.x / 2; w > 0; w /= 2) {
     if (threadIdx.x < w) {
       red1[threadIdx.x] = max(red1[threadIdx.x], red1[threadIdx.x + w]);
@@ -108,8 +113,8 @@ __global__ static void adam_q_kernel(optim_scalars s, optim_tile t) {
     __syncthreads();
   }
   const uint32_t h1 = red1[0], h2 = red2[0];
-  const float N1 = optim_q_absmax(__uint_as_float(h1), h1 > 0x7F7FFFFFu);
-  const float N2 = optim_q_absmax(__uint_as_float(h2), h2 > 0x7F7FFFFFu);
+  const float N1 = optim_q_absmax(__uint_as_float(h1), bad1);
+  const float N2 = optim_q_absmax(__uint_as_float(h2), bad2);
   const float i1 = optim_q_inv(N1), i2 = optim_q_inv(N2);
   for (size_t i = b + threadIdx.x; i < e; i += blockDim.x) {
     float g = d_load_g(t.g, t.gdt, i) * s.gscale;
@@ -118,8 +123,8 @@ __global__ static void adam_q_kernel(optim_scalars s, optim_tile t) {
     d_moments(s, p, g, &m, &v);
     p = d_param(s, p, m, v);
     d_store_p(s, t.p, t.mdt, t.index, t.pc, t.cdt, i, p);
-    c1[i] = i1 != 0.0f ? optim_q_enc_s(m, i1) : 0;
-    c2[i] = i2 != 0.0f ? optim_q_enc_u(v, i2) : 0;
+    c1[i] = optim_q_put_s(m, i1);
+    c2[i] = optim_q_put_u(v, i2);
   }
   if (threadIdx.x == 0) {
     t.a1[k] = N1;

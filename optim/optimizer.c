@@ -502,18 +502,27 @@ static void step_finished(optim_job *j) {
   pthread_mutex_unlock(&o->mu);
 }
 
+/* The step count can take one more step. */
+static int check_step_room(ferry_optimizer *o) {
+  if (o->step < FERRY_STEP_MAX) return FERRY_OK;
+  return ferry_err(&o->err, FERRY_EOVERFLOW,
+                   "step: %lld steps are taken, the most a step count holds (FERRY_STEP_MAX)",
+                   (long long)o->step);
+}
+
 int ferry_optimizer_step_async(ferry_optimizer *o, const ferry_optim_span *spans, size_t count,
                                float grad_scale, ferry_optim_done_fn done, void *user) {
   if (!o) return FERRY_EINVAL;
   if (count && !spans) return ferry_err(&o->err, FERRY_EINVAL, "step: spans is NULL");
   if (!isfinite(grad_scale))
     return ferry_err(&o->err, FERRY_EINVAL, "step: grad_scale %g is not finite", grad_scale);
+  int rc = check_step_room(o);
+  if (rc) return rc;
   pthread_mutex_lock(&o->mu);
   int busy = o->in_flight;
   if (!busy) o->in_flight = 1;
   pthread_mutex_unlock(&o->mu);
   if (busy) return ferry_err(&o->err, FERRY_EBUSY, "step: another step is still running");
-  int rc = 0;
   for (size_t i = 0; i < count && !rc; i++)
     rc = check_span(o, &spans[i], i);
   if (!rc) rc = build_tiles(o, spans, count);
@@ -571,6 +580,7 @@ int ferry_optimizer_step_cuda(ferry_optimizer *o, const ferry_optim_span *spans,
   if (count && !spans) return ferry_err(&o->err, FERRY_EINVAL, "step_cuda: spans is NULL");
   if (ferry_optimizer_query(o) != 0)
     return ferry_err(&o->err, FERRY_EBUSY, "step_cuda: a CPU step is still running");
+  if (check_step_room(o)) return FERRY_EOVERFLOW;
   for (size_t i = 0; i < count; i++) {
     int rc = check_span(o, &spans[i], i);
     if (rc) return rc;
@@ -611,7 +621,9 @@ int64_t ferry_optimizer_get_step(const ferry_optimizer *o) { return o ? o->step 
 
 int ferry_optimizer_set_step(ferry_optimizer *o, int64_t step) {
   if (!o) return FERRY_EINVAL;
-  if (step < 0) return ferry_err(&o->err, FERRY_EINVAL, "set_step: %lld < 0", (long long)step);
+  if (step < 0 || step > FERRY_STEP_MAX)
+    return ferry_err(&o->err, FERRY_EINVAL, "set_step: %lld is outside 0..%lld (FERRY_STEP_MAX)",
+                     (long long)step, (long long)FERRY_STEP_MAX);
   if (ferry_optimizer_query(o) != 0)
     return ferry_err(&o->err, FERRY_ESTATE, "set_step: a step is running");
   o->step = step;

@@ -111,7 +111,7 @@ static inline void optim_ref_step_range(const optim_scalars *s, const optim_tile
 
 /* Int8 states (AdamW, Adam, Lion), pass 1 over [b, e) of one block whose
  * absmax are A1, A2: dequantize, update m, v in fp32 (not stored), raise the
- * running max of |m|, |v| and flag non-finite values. */
+ * running max of the finite |m|, |v| and flag non-finite values. */
 static inline void optim_ref_q_pass1(const optim_scalars *s, const optim_tile *t, size_t b,
                                      size_t e, float A1, float A2, float *mx1, float *mx2,
                                      int *bad1, int *bad2) {
@@ -122,15 +122,20 @@ static inline void optim_ref_q_pass1(const optim_scalars *s, const optim_tile *t
     float m = optim_q_dec_s(c1[i], A1), v = c2 ? optim_q_dec_u(c2[i], A2) : 0.0f;
     optim_elem(s, g, &p, &m, &v);
     float am = fabsf(m), av = fabsf(v);
-    *mx1 = am > *mx1 ? am : *mx1;
-    *mx2 = av > *mx2 ? av : *mx2;
-    *bad1 |= !(am <= 3.40282347e38f);
-    *bad2 |= !(av <= 3.40282347e38f);
+    if (optim_q_finite(am))
+      *mx1 = am > *mx1 ? am : *mx1;
+    else
+      *bad1 = 1;
+    if (optim_q_finite(av))
+      *mx2 = av > *mx2 ? av : *mx2;
+    else
+      *bad2 = 1;
   }
 }
 
 /* Pass 2 over [b, e): the same fp32 m', v' again, the param updated from
- * them, the codes written with the new absmax (inverses i1, i2; 0: codes 0). */
+ * them, the codes written with the new absmax (inverses i1, i2; 0: finite
+ * values code 0), inf and NaN with their own codes. */
 static inline void optim_ref_q_pass2(const optim_scalars *s, const optim_tile *t, size_t b,
                                      size_t e, float A1, float A2, float i1, float i2) {
   uint8_t *c1 = (uint8_t *)t->s1, *c2 = (uint8_t *)t->s2;
@@ -141,8 +146,8 @@ static inline void optim_ref_q_pass2(const optim_scalars *s, const optim_tile *t
     optim_elem(s, g, &p, &m, &v);
     optim_p_store(s, t, i, p);
     if (t->cdt != FERRY_DT_NONE) ferry_dt_store(t->pc, t->cdt, i, p);
-    c1[i] = i1 != 0.0f ? optim_q_enc_s(m, i1) : 0;
-    if (c2) c2[i] = i2 != 0.0f ? optim_q_enc_u(v, i2) : 0;
+    c1[i] = optim_q_put_s(m, i1);
+    if (c2) c2[i] = optim_q_put_u(v, i2);
   }
 }
 

@@ -236,6 +236,34 @@ OPT_INLINE uint32_t vq_hmaxu(vi x) {
   return m;
 }
 
+/* When a vector pass's max of the |x| bits went past the finite range: the
+ * largest finite |x| bits of buf[0, n) into *h, and whether one was inf or
+ * NaN. */
+static inline int vq_finite_maxbits(const float *buf, size_t n, uint32_t *h) {
+  uint32_t m = 0;
+  int bad = 0;
+  for (size_t j = 0; j < n; j++) {
+    uint32_t a = ferry_f32_bits(buf[j]) & 0x7FFFFFFFu;
+    if (a > 0x7F7FFFFFu)
+      bad = 1;
+    else if (a > m)
+      m = a;
+  }
+  *h = m;
+  return bad;
+}
+
+/* The codes of the inf and NaN states among the whole vectors of a block
+ * (codes [b, b + n), fp32 states in buf1, buf2), which the vector encoder
+ * does not spell: optim_q_put_s/_u's. */
+static inline void vq_put_specials(uint8_t *c1, uint8_t *c2, const float *buf1, const float *buf2,
+                                   size_t b, size_t n) {
+  for (size_t j = 0; j < n; j++) {
+    if (!optim_q_finite(buf1[j])) c1[b + j] = optim_q_put_s(buf1[j], 0.0f);
+    if (c2 && !optim_q_finite(buf2[j])) c2[b + j] = optim_q_put_u(buf2[j], 0.0f);
+  }
+}
+
 /* Pass 1 of an int8 block over whole vectors [b, vend): the new fp32 states
  * into buf1, buf2 (for Lion buf2 holds the sign argument c), the running
  * unsigned max of their |bits| into mx1, mx2. fast: vq_dec_fast. */
@@ -279,9 +307,12 @@ OPT_INLINE void qpass1_body(const optim_scalars *s, const optim_tile *t, size_t 
  * compute-bound, so pass 2 reloads instead of dequantizing and updating
  * again; for Lion the second buffer holds the sign argument c), and takes
  * the absmax as the integer max of the |x| bits (equal to the float max;
- * > 0x7F7FFFFF when one is inf or NaN). Pass 2 updates the param from the
- * fp32 states and writes the codes with the new absmax. A partial last
- * block's tail (< VW elements) runs the scalar reference's passes. */
+ * > 0x7F7FFFFF when one is inf or NaN, and then the finite max is taken
+ * again from the buffers). Pass 2 updates the param from the fp32 states
+ * and writes the codes with the new absmax, then the codes of inf and NaN.
+ * A partial last block's tail (< VW elements) runs the scalar reference's
+ * passes, and so does a whole block that holds inf or NaN codes (a marked
+ * absmax: rare, and the vector decoders do not spell those codes). */
 OPT_INLINE void qblock_body(const optim_scalars *s, const optim_tile *t, size_t b, size_t e,
                             size_t k, int type, int gdt, int mdt, int cdt, float *buf1,
                             float *buf2) {
@@ -290,6 +321,10 @@ OPT_INLINE void qblock_body(const optim_scalars *s, const optim_tile *t, size_t 
   const int two = type != FERRY_OPTIM_LION, nb = s->native_bf16;
   uint8_t *c1 = (uint8_t *)t->s1, *c2 = (uint8_t *)t->s2;
   const float A1 = t->a1[k], A2 = two ? t->a2[k] : 0.0f;
+  if (optim_q_marked(A1) | optim_q_marked(A2)) {
+    optim_ref_qblock(s, t, b, e, k);
+    return;
+  }
   vi mx1 = vi_set1(0), mx2 = vi_set1(0);
   const size_t vend = b + (e - b) / VW * VW;
   if (vq_dec_ok(A1, A2))
@@ -301,10 +336,10 @@ OPT_INLINE void qblock_body(const optim_scalars *s, const optim_tile *t, size_t 
   int bad1 = 0, bad2 = 0;
   if (i < e) optim_ref_q_pass1(s, t, i, e, A1, A2, &f1, &f2, &bad1, &bad2);
   uint32_t h1 = vq_hmaxu(mx1), h2 = vq_hmaxu(mx2);
-  bad1 |= h1 > 0x7F7FFFFFu;
-  bad2 |= h2 > 0x7F7FFFFFu;
-  if (!bad1 && ferry_f32_from_bits(h1) > f1) f1 = ferry_f32_from_bits(h1);
-  if (!bad2 && ferry_f32_from_bits(h2) > f2) f2 = ferry_f32_from_bits(h2);
+  if (h1 > 0x7F7FFFFFu) bad1 |= vq_finite_maxbits(buf1, vend - b, &h1);
+  if (h2 > 0x7F7FFFFFu) bad2 |= vq_finite_maxbits(buf2, vend - b, &h2);
+  if (ferry_f32_from_bits(h1) > f1) f1 = ferry_f32_from_bits(h1);
+  if (ferry_f32_from_bits(h2) > f2) f2 = ferry_f32_from_bits(h2);
   const float N1 = optim_q_absmax(f1, bad1), N2 = optim_q_absmax(f2, bad2);
   const float i1 = optim_q_inv(N1), i2 = optim_q_inv(N2);
   const vf i1v = v_set1(i1), i2v = v_set1(i2);
@@ -329,6 +364,7 @@ OPT_INLINE void qblock_body(const optim_scalars *s, const optim_tile *t, size_t 
       vq_store_p(s, t, &sk, mdt, i, p);
     if (cdt != FERRY_DT_NONE) vb_store(t->pc, cdt, i, p, nb);
   }
+  if (bad1 | bad2) vq_put_specials(c1, two ? c2 : NULL, buf1, buf2, b, vend - b);
   if (i < e) optim_ref_q_pass2(s, t, i, e, A1, A2, i1, i2);
   t->a1[k] = N1;
   if (two) t->a2[k] = N2;

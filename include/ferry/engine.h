@@ -74,6 +74,8 @@ FERRY_API int ferry_engine_create(const ferry_config *cfg, ferry_device *dev,
                                   ferry_engine **out);
 /* Drains all work in flight (a step included) and frees everything. */
 FERRY_API void ferry_engine_destroy(ferry_engine *e);
+/* The engine's last message: a copy taken under its lock (the engine's
+ * threads may set it meanwhile), valid in this thread until its next call. */
 FERRY_API const char *ferry_engine_last_error(const ferry_engine *e);
 FERRY_API ferry_device *ferry_engine_device(ferry_engine *e);
 
@@ -115,7 +117,11 @@ FERRY_API int ferry_fetch(ferry_engine *e, int group, ferry_stream *s);
 /* The loop is done with the group once s reaches this point. */
 FERRY_API int ferry_release(ferry_engine *e, int group, ferry_stream *s);
 /* Device pointers of a parameter (param) and of its gradient buffer (grad),
- * valid while its group is fetched. Either out pointer may be NULL. */
+ * valid while its group is fetched. Either out pointer may be NULL.
+ * The backward ferry_fetch zeroes the grad buffer asynchronously on its
+ * stream s: write it with work queued on s after that fetch, or, from the
+ * host (the host backend, a mapped buffer), only after
+ * ferry_stream_synchronize(s); a host write before then may be lost. */
 FERRY_API int ferry_param_device(ferry_engine *e, const char *name, void **param, void **grad);
 /* The group's gradient buffers are complete once s reaches this point: the
  * engine drains them (D2H), accumulates them in fp32 and adds them to the
@@ -189,7 +195,8 @@ typedef struct {
   double stall_seconds;                          /* time callers waited for chunks */
   uint64_t metadata_bytes, managed_bytes;        /* bookkeeping vs tensor bytes */
   uint64_t host_pageable_bytes; /* host pool bytes that are pageable, not pinned (pinning was
-                                   off, or failed and the fallback allowed it); 0 when pinned */
+                                   off, or failed and the fallback allowed it, or the host
+                                   backend without host_lock_pinned); 0 when pinned */
   uint64_t nvme_read_bytes[FERRY_FAMILIES];  /* NVMe -> host bytes per family (completed reads) */
   uint64_t nvme_write_bytes[FERRY_FAMILIES]; /* host -> NVMe bytes per family (completed writes) */
   /* The engine's optimizer pass: bytes per parameter per step it reads and

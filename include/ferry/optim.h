@@ -164,8 +164,15 @@ FERRY_API int ferry_optimizer_wait(ferry_optimizer *o);
 FERRY_API int ferry_optimizer_step_cuda(ferry_optimizer *o, const ferry_optim_span *spans,
                                         size_t count, float grad_scale, void *cuda_stream);
 
+/* The most steps a count holds (2^53: exact in a double, as JSON and Python
+ * read it). A step that would pass it fails with FERRY_EOVERFLOW and changes
+ * nothing (ferry_optimizer_step, ferry_step); a checkpoint claiming more is
+ * refused. */
+#define FERRY_STEP_MAX ((int64_t)1 << 53)
+
 FERRY_API int64_t ferry_optimizer_get_step(const ferry_optimizer *o);
-/* Sets the step count (resuming from a checkpoint). Not while a step runs. */
+/* Sets the step count (resuming from a checkpoint), 0..FERRY_STEP_MAX. Not
+ * while a step runs. */
 FERRY_API int ferry_optimizer_set_step(ferry_optimizer *o, int64_t step);
 FERRY_API int ferry_optimizer_set_lr(ferry_optimizer *o, float lr);
 

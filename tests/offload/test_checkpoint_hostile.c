@@ -2,7 +2,8 @@
  * are refused with FERRY_ECORRUPT and the reason, by verify and by load
  * (which then leaves the engine as it was): a manifest that is truncated,
  * of another version, with a wrong CRC, a ".." path, a missing or resized
- * file; and, with the manifest's CRCs made to match so the safetensors
+ * file, counts the next step would overflow (then a step count at
+ * FERRY_STEP_MAX loads and the step after it is refused); and, with the manifest's CRCs made to match so the safetensors
  * reader itself is reached, a wrong header length, overlapping and
  * out-of-range offsets, an unknown dtype, a huge shape, a truncated body;
  * a version 2 manifest (no ranks lines) still loads.
@@ -183,6 +184,23 @@ int main(int argc, char **argv) {
   copy_good();
   edit("manifest", "step 1\n", "step 2\n");
   expect_refused("manifest CRC", "CRC32C");
+  /* counts from the file that the next step would overflow (CRC matching) */
+  static const char *const counts[][4] = {
+      {"step at int64's limit", "step 1\n", "step 9223372036854775807\n",
+       "step: 9223372036854775807 is above the limit"},
+      {"step past FERRY_STEP_MAX", "step 1\n", "step 9007199254740993\n",
+       "above the limit 9007199254740992"},
+      {"good steps at int's limit", "loss_scale_good_steps 0\n",
+       "loss_scale_good_steps 2147483647\n", "loss_scale_good_steps"},
+      {"skipped at int64's limit", "loss_scale_skipped 0\n",
+       "loss_scale_skipped 9223372036854775807\n", "loss_scale_skipped"},
+  };
+  for (size_t i = 0; i < sizeof counts / sizeof counts[0]; i++) {
+    copy_good();
+    edit("manifest", counts[i][1], counts[i][2]);
+    recrc_manifest();
+    expect_refused(counts[i][0], counts[i][3]);
+  }
   copy_good();
   edit("manifest", "file params/model.safetensors", "file params/../model.safetensors");
   expect_refused("'..' in a path", "..");
@@ -244,6 +262,25 @@ int main(int argc, char **argv) {
   EXPECT(ferry_checkpoint_load(eng.e, bad, NULL, 0, NULL) == 0);
   /* and the good one still loads */
   EXPECT(ferry_checkpoint_load(eng.e, good, NULL, 0, NULL) == 0);
+  /* a step count at FERRY_STEP_MAX loads; the step after it is refused
+   * and changes nothing */
+  copy_good();
+  edit("manifest", "step 1\n", "step 9007199254740992\n");
+  recrc_manifest();
+  EXPECT(ferry_checkpoint_verify(bad, NULL) == 0);
+  EXPECT(ferry_checkpoint_load(eng.e, bad, NULL, 0, NULL) == 0);
+  REQUIRE(ferry_param_read(eng.e, "layer0.w", before, CK_D * CK_D) == 0);
+  int src = ck_step(&eng, 3, &loss);
+  printf("%-28s step: %s: %s\n", "a step past FERRY_STEP_MAX", ferry_strerror(src),
+         ferry_engine_last_error(eng.e));
+  EXPECT(src == FERRY_EOVERFLOW && strstr(ferry_engine_last_error(eng.e), "FERRY_STEP_MAX"));
+  float after[CK_D * CK_D];
+  int rrc = ferry_param_read(eng.e, "layer0.w", after, CK_D * CK_D);
+  if (rrc) { /* the updates run during backward were refused the same way: said once */
+    EXPECT(rrc == FERRY_EOVERFLOW);
+    REQUIRE(ferry_param_read(eng.e, "layer0.w", after, CK_D * CK_D) == 0);
+  }
+  EXPECT(memcmp(after, before, sizeof after) == 0);
   ck_close(&eng);
   return test_finish("test_checkpoint_hostile");
 }

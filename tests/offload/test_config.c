@@ -60,6 +60,14 @@ static void test_defaults_and_set(void) {
   EXPECT(ferry_config_set(c, "chunk_size", "12Q") == FERRY_ECONFIG && has(c, "chunk_size") &&
          has(c, "12Q") && has(c, "expected a size"));
   EXPECT(ferry_config_set(c, "chunk_size", "100") == FERRY_ECONFIG); /* below 4 KiB */
+  /* a size names the limit it passed: not "at least 0 B" over a maximum */
+  EXPECT(ferry_config_set(c, "chunk_size", "100") == FERRY_ECONFIG && has(c, "at least 4.00 KiB"));
+  EXPECT(ferry_config_set(c, "tiers.host.budget", "1000000T") == FERRY_ECONFIG &&
+         has(c, "at most") && !strstr(ferry_config_last_error(c), "at least"));
+  EXPECT(ferry_config_set(c, "tiers.nvme.block_size", "2G") == FERRY_ECONFIG &&
+         has(c, "at most 1.00 GiB"));
+  EXPECT(ferry_config_set(c, "tiers.gpu.budget", "lots") == FERRY_ECONFIG &&
+         has(c, "expected a size") && !strstr(ferry_config_last_error(c), "at least 0 B"));
   EXPECT(ferry_config_set(c, "device", "gpu") == FERRY_ECONFIG && has(c, "auto|cuda|host"));
   /* lr = 0 is accepted, as PyTorch accepts it (issue 25 item 7); below 0 is not */
   EXPECT(ferry_config_set(c, "optimizer.lr", "0") == 0 && v->lr == 0);

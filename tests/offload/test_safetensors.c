@@ -422,6 +422,16 @@ static void test_hostile(void) {
            "\"data_offsets\":[4,8]}}",
            T, T);
   REFUSE_HDR(h, 8, "tensor 'dup' appears twice");
+  /* a name given twice with the same (or overlapping) bytes: said so, not
+   * that it overlaps itself */
+  static const char *const dup_at[] = {"[0,4]", "[2,6]"};
+  for (int i = 0; i < 2; i++) {
+    snprintf(h, sizeof h,
+             "{\"dup\":{%s,\"shape\":[1],\"data_offsets\":[0,4]},\"dup\":{%s,\"shape\":[1],"
+             "\"data_offsets\":%s}}",
+             T, T, dup_at[i]);
+    REFUSE_HDR(h, 4 + 2 * i, "tensor 'dup' appears twice");
+  }
   /* the good version of the above loads */
   {
     size_t l;

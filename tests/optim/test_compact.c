@@ -33,20 +33,23 @@ static int roundtrip(const float *x, size_t n, size_t block, int sgn, const char
     int bad = 0;
     for (size_t i = b; i < e; i++) {
       float a = fabsf(x[i]);
-      mx = a > mx ? a : mx;
-      bad |= !(a <= 3.40282347e38f);
+      if (a <= 3.40282347e38f)
+        mx = a > mx ? a : mx;
+      else
+        bad = 1;
     }
-    float A = optim_q_absmax(mx, bad), inv = optim_q_inv(A);
+    float A = optim_q_absmax(mx, bad), inv = optim_q_inv(A), Am = fabsf(A);
+    if (optim_q_marked(A) != bad) ok = 0;
     for (size_t i = b; i < e; i++) {
-      uint8_t c = inv != 0.0f ? (sgn ? optim_q_enc_s(x[i], inv) : optim_q_enc_u(x[i], inv)) : 0;
+      uint8_t c = sgn ? optim_q_put_s(x[i], inv) : optim_q_put_u(x[i], inv);
       float d = sgn ? optim_q_dec_s(c, A) : optim_q_dec_u(c, A);
-      if (bad) {
-        if (!isnan(d)) ok = 0;
+      if (!optim_q_finite(x[i])) { /* inf and NaN keep their own element */
+        if (isnan(x[i]) ? !isnan(d) : d != x[i]) ok = 0;
         continue;
       }
       double lin = sgn ? 0x1p-18 : 0x1p-34;
-      double bound = (0x1p-4 * fabs((double)x[i]) + lin * A) * (1 + 0x1p-16);
-      if (A == 0.0f) bound = fabs((double)x[i]); /* below the smallest normal: 0 */
+      double bound = (0x1p-4 * fabs((double)x[i]) + lin * Am) * (1 + 0x1p-16);
+      if (Am == 0.0f) bound = fabs((double)x[i]); /* below the smallest normal: 0 */
       if (!(fabs((double)d - x[i]) <= bound)) {
         fprintf(stderr, "%s: x[%zu] %.9g decodes to %.9g (absmax %.9g, code 0x%02x)\n", what, i,
                 x[i], d, A, c);
@@ -84,10 +87,15 @@ static void test_codec(void) {
     for (size_t i = 0; i < 100; i++) /* partial last block (n = 100, block 64) */
       x[i] = sgn ? srand1() * 1e-3f : (float)urand() * 1e-6f;
     EXPECT(roundtrip(x, 100, 64, sgn, "partial"));
-    x[5] = NAN; /* non-finite: absmax NaN, the block decodes to NaN */
+    x[5] = NAN; /* non-finite: its own code, the rest of the block within the bound */
     EXPECT(roundtrip(x, 100, 64, sgn, "nan"));
     x[5] = INFINITY;
     EXPECT(roundtrip(x, 100, 64, sgn, "inf"));
+    x[7] = sgn ? -INFINITY : NAN;
+    EXPECT(roundtrip(x, 100, 64, sgn, "two non-finite"));
+    for (size_t i = 64; i < 100; i++) /* a block of inf and NaN only: absmax -0 */
+      x[i] = i & 1 ? NAN : INFINITY;
+    EXPECT(roundtrip(x, 100, 64, sgn, "non-finite only"));
   }
   /* exact points of the code */
   EXPECT(optim_q_enc_s(1.0f, 1.0f) == 120 && optim_q_dec_s(120, 1.0f) == 1.0f);
@@ -402,8 +410,9 @@ static void test_edges(void) {
   EXPECT(ferry_optimizer_step(o, &sp, 1, 1.0f) == FERRY_EINVAL);
   EXPECT(strstr(ferry_optimizer_last_error(o), "copy_dtype") != NULL);
   ferry_optimizer_destroy(o);
-  /* a NaN gradient: its block's absmax becomes NaN (decodes to NaN), the
-   * other blocks stay finite */
+  /* a NaN gradient: its own element turns NaN (the NaN codes), its block's
+   * absmax is the max of the other, finite values, marked by its sign bit;
+   * the other blocks are unmarked */
   c = ferry_optimizer_config_default(FERRY_OPTIM_ADAMW);
   c.state_dtype = FERRY_DT_I8;
   c.state_block = 32;
@@ -422,9 +431,11 @@ static void test_edges(void) {
   ferry_optim_span q = {P, G, s1, s2, NULL, N, FERRY_DT_F32, FERRY_DT_NONE, 0};
   REQUIRE(ferry_optimizer_step(o, &q, 1, 1.0f) == 0);
   float *A1 = optim_q_absmax_ptr(s1, N), *A2 = optim_q_absmax_ptr(s2, N);
-  EXPECT(isnan(A1[1]) && isnan(A2[1]) && s1[40] == 0 && s1[33] == 0);
+  EXPECT(optim_q_marked(A1[1]) && optim_q_marked(A2[1]) && -A1[1] > 0 && -A2[1] > 0);
+  EXPECT(s1[40] == OPTIM_Q_S_NAN && s2[40] == OPTIM_Q_U_NAN && s1[33] != 0 && s2[33] != 0);
   EXPECT(isfinite(A1[0]) && isfinite(A1[2]) && isfinite(A1[3]) && A1[3] > 0);
-  EXPECT(isfinite(P[0]) && isnan(P[40]) && isfinite(P[99]));
+  EXPECT(!optim_q_marked(A1[0]) && !optim_q_marked(A2[2]));
+  EXPECT(isfinite(P[0]) && isnan(P[40]) && isfinite(P[39]) && isfinite(P[41]) && isfinite(P[99]));
   free(s1);
   free(s2);
   ferry_optimizer_destroy(o);
@@ -439,13 +450,15 @@ static void q_buffers(size_t pb, size_t sb, size_t n, unsigned char **p, unsigne
 }
 
 /* Every code decoded by every level: int8 states holding all 256 codes under
- * absmax values of many scales, 0, subnormal-range and NaN, inf/NaN/huge
+ * absmax values of many scales, 0, subnormal-range, NaN and marked, inf/NaN/huge
  * gradients, a partial last block, stochastic-rounding counters across
  * 2^16 and 2^32; every level's params, codes and absmax equal the scalar
  * reference's. */
 static void test_all_codes(void) {
   enum { N = 64 * 37 + 21 };
-  const float amax[] = {1.0f, 3e-20f, 0.0f, 7e5f, NAN, 1e-37f, 2.5f, 1e30f};
+  /* the negative ones: marked blocks (inf and NaN codes) */
+  const float amax[] = {1.0f, 3e-20f, 0.0f, 7e5f, NAN, 1e-37f, 2.5f, 1e30f, -1.0f, -0.0f, -7e5f};
+  const size_t na = sizeof amax / sizeof amax[0];
   const char *lv[] = {"scalar", "avx2", "avx512"};
   const int types[] = {FERRY_OPTIM_ADAMW, FERRY_OPTIM_ADAM, FERRY_OPTIM_LION};
   for (int ti = 0; ti < 3; ti++)
@@ -471,8 +484,8 @@ static void test_all_codes(void) {
         g[100] = INFINITY, g[700] = NAN, g[900] = 3e38f, g[1300] = -1e-30f;
         float *A1 = optim_q_absmax_ptr(s1, N), *A2 = optim_q_absmax_ptr(s2, N);
         for (size_t k = 0; k < (N + 63) / 64; k++) {
-          A1[k] = amax[k % 8];
-          A2[k] = fabsf(amax[(k + 3) % 8]);
+          A1[k] = amax[k % na];
+          A2[k] = isnan(amax[(k + 3) % na]) ? fabsf(amax[(k + 3) % na]) : amax[(k + 3) % na];
         }
         ferry_optimizer *o = make(c, lv[l], 1);
         /* stochastic-rounding counters: blocks inside one 2^16 range, blocks
@@ -561,12 +574,123 @@ static void test_ties(void) {
   }
 }
 
+/* ---- inf and NaN keep their own element, as in fp32 states ----------------- */
+
+/* Three steps of int8 states and of fp32 states (same master, same seed)
+ * from the same params, the first step's gradients holding 1e21 (v
+ * overflows to inf), NaN, +inf and -inf, one per block. fp32 states keep
+ * every other weight finite; so must int8 ones, at every level: a weight is
+ * NaN exactly where the fp32 run's is, the 1e21 weight is the fp32 run's bit
+ * for bit (its update is 0: m / inf), and after the first step (both from
+ * zero states) every weight is. Every level equals the scalar reference. */
+static void test_poison(int type, int mdt) {
+  enum { N = 4 * 256 + 40, STEPS = 3 };
+  const size_t bad_at[] = {10, 300, 600, 900};
+  const float bad_g[] = {1e21f, NAN, INFINITY, -INFINITY};
+  const char *lv[] = {"scalar", "avx2", "avx512"};
+  ferry_optimizer_config c = ferry_optimizer_config_default((ferry_optim_type)type);
+  c.master_dtype = mdt;
+  c.seed = 5;
+  if (type == FERRY_OPTIM_LION) c.lr = 1e-3f;
+  ferry_optimizer_config rc = c;
+  c.state_dtype = FERRY_DT_I8;
+  const int two = type != FERRY_OPTIM_LION;
+  const size_t pb = N * (mdt == FERRY_DT_BF16 ? 2 : 4), sb = ferry_optimizer_state_bytes(&c, N);
+  unsigned char *rp, *rs1, *rs2, *sp0 = NULL;
+  float *g;
+  q_buffers(pb, N * 4, N, &rp, &rs1, &rs2, &g);
+  free(g);
+  unsigned char *p0 = malloc(pb);
+  REQUIRE(p0);
+  for (size_t i = 0; i < N; i++)
+    ferry_dt_store(p0, mdt, i, srand1() * 0.5f);
+  memcpy(rp, p0, pb);
+  ferry_optimizer *r = make(rc, "scalar", 1);
+  float *gs[STEPS];
+  for (int st = 0; st < STEPS; st++) {
+    gs[st] = malloc(N * 4);
+    REQUIRE(gs[st]);
+    for (size_t i = 0; i < N; i++)
+      gs[st][i] = srand1() * 0.01f;
+    if (!st)
+      for (int j = 0; j < 4; j++)
+        gs[st][bad_at[j]] = bad_g[j];
+  }
+  /* the fp32-state run, kept after each step */
+  unsigned char *ref[STEPS];
+  for (int st = 0; st < STEPS; st++) {
+    ferry_optim_span sp = {rp, gs[st], rs1, two ? rs2 : NULL, NULL, N, FERRY_DT_F32, FERRY_DT_NONE, 0};
+    REQUIRE(ferry_optimizer_step(r, &sp, 1, 1.0f) == 0);
+    ref[st] = malloc(pb);
+    REQUIRE(ref[st]);
+    memcpy(ref[st], rp, pb);
+  }
+  ferry_optimizer_destroy(r);
+  for (int l = 0; l < 3; l++) {
+    if (l && !optim_kernels_get(optim_simd_parse(lv[l]))) continue;
+    unsigned char *p, *s1, *s2;
+    q_buffers(pb, sb, N, &p, &s1, &s2, &g);
+    free(g);
+    memcpy(p, p0, pb);
+    ferry_optimizer *o = make(c, lv[l], 1);
+    int bad = 0;
+    for (int st = 0; st < STEPS && !bad; st++) {
+      ferry_optim_span sp = {p, gs[st], s1, two ? s2 : NULL, NULL, N, FERRY_DT_F32, FERRY_DT_NONE, 0};
+      EXPECT(ferry_optimizer_step(o, &sp, 1, 1.0f) == 0);
+      size_t nans = 0;
+      for (size_t i = 0; i < N && !bad; i++) {
+        float want = ferry_dt_load(ref[st], mdt, i), got = ferry_dt_load(p, mdt, i);
+        int exact = st == 0 || i == bad_at[0];
+        nans += isnan(got);
+        if (isnan(want) ? !isnan(got)
+                        : !isfinite(got) || (exact && ferry_f32_bits(want) != ferry_f32_bits(got))) {
+          fprintf(stderr, "poison: %s %s master %s step %d: p[%zu] %.9g, fp32 states %.9g\n",
+                  lv[l], tname(type), mdt == FERRY_DT_BF16 ? "bf16" : "fp32", st + 1, i, got, want);
+          bad = 1;
+        }
+      }
+      EXPECT(nans == (two ? 3u : 1u)); /* Lion: sign(inf) is finite; Adam: inf / inf */
+    }
+    EXPECT(!bad);
+    /* the states: inf, NaN and finite where the fp32 run's are (the
+     * overflowed v is inf, its m finite) */
+    float *A1 = optim_q_absmax_ptr(s1, N), *A2 = optim_q_absmax_ptr(s2, N);
+    int cls_bad = 0;
+    for (size_t i = 0; i < N; i++)
+      for (int k = 0; k < 1 + two; k++) {
+        float want = ((float *)(k ? rs2 : rs1))[i];
+        float got = k ? optim_q_dec_u(s2[i], A2[i / 256]) : optim_q_dec_s(s1[i], A1[i / 256]);
+        if (isnan(want) != isnan(got) || (isinf(want) && want != got) || (isinf(got) && want != got))
+          cls_bad = 1;
+      }
+    EXPECT(!cls_bad);
+    EXPECT(isinf(((float *)(two ? rs2 : rs1))[bad_at[two ? 0 : 2]]) && isfinite(((float *)rs1)[10]));
+    if (!sp0) {
+      sp0 = malloc(pb + 2 * sb);
+      REQUIRE(sp0);
+      memcpy(sp0, p, pb), memcpy(sp0 + pb, s1, sb), memcpy(sp0 + pb + sb, s2, sb);
+    } else {
+      EXPECT(!memcmp(sp0, p, pb) && !memcmp(sp0 + pb, s1, sb) && !memcmp(sp0 + pb + sb, s2, sb));
+    }
+    ferry_optimizer_destroy(o);
+    free(p), free(s1), free(s2);
+  }
+  for (int st = 0; st < STEPS; st++)
+    free(gs[st]), free(ref[st]);
+  free(p0), free(sp0), free(rp), free(rs1), free(rs2);
+}
+
 int main(void) {
   test_codec();
   test_ties();
   test_all_codes();
   test_sr();
   test_edges();
+  for (int mi = 0; mi < 2; mi++) {
+    test_poison(FERRY_OPTIM_ADAMW, mi ? FERRY_DT_BF16 : FERRY_DT_F32);
+    test_poison(FERRY_OPTIM_ADAM, mi ? FERRY_DT_BF16 : FERRY_DT_F32);
+    test_poison(FERRY_OPTIM_LION, mi ? FERRY_DT_BF16 : FERRY_DT_F32);
+  }
   const int types[] = {FERRY_OPTIM_ADAMW, FERRY_OPTIM_ADAM, FERRY_OPTIM_LION};
   const int sdts[] = {FERRY_DT_F32, FERRY_DT_BF16, FERRY_DT_I8};
   for (int ti = 0; ti < 3; ti++)

@@ -206,6 +206,20 @@ static void test_async_and_steps(void) {
   EXPECT_EQ_INT(ferry_optimizer_step(o, sp, NSPAN, NAN), FERRY_EINVAL);
   EXPECT_EQ_INT(ferry_optimizer_get_step(o), before);
   EXPECT_EQ_INT(ferry_optimizer_set_step(o, -1), FERRY_EINVAL);
+  /* the step count never overflows: past FERRY_STEP_MAX is refused, and a
+   * step from it fails and changes nothing */
+  EXPECT_EQ_INT(ferry_optimizer_set_step(o, FERRY_STEP_MAX + 1), FERRY_EINVAL);
+  EXPECT_EQ_INT(ferry_optimizer_set_step(o, INT64_MAX), FERRY_EINVAL);
+  EXPECT_EQ_INT(ferry_optimizer_set_step(o, FERRY_STEP_MAX), 0);
+  model c;
+  model_init(&c, 9);
+  memcpy(c.p[0], b.p[0], sizeof(float) * span_n[0]);
+  EXPECT_EQ_INT(ferry_optimizer_step(o, sp, NSPAN, 1.0f), FERRY_EOVERFLOW);
+  EXPECT(strstr(ferry_optimizer_last_error(o), "FERRY_STEP_MAX") != NULL);
+  EXPECT(memcmp(c.p[0], b.p[0], sizeof(float) * span_n[0]) == 0);
+  EXPECT(ferry_optimizer_get_step(o) == FERRY_STEP_MAX);
+  model_free(&c);
+  EXPECT_EQ_INT(ferry_optimizer_set_step(o, before), 0);
   EXPECT_EQ_INT(ferry_optimizer_set_lr(o, -1.0f), FERRY_EINVAL);
   EXPECT_EQ_INT(ferry_optimizer_set_lr(o, 1e-4f), 0);
   int crc = ferry_optimizer_step_cuda(o, sp, 0, 1.0f, NULL);
