@@ -128,13 +128,16 @@ static int config_eos(const char *model) {
 }
 
 /* The progress line: live (\r) while stdout is not the terminal stderr
- * is; the last one always, on its own line. */
+ * is; the last one always, on its own line (after the text's, when both go
+ * to the terminal). */
 static void progress(int done, int total, double t0, int last) {
   static double shown;
   double t = now_s(), dt = t - t0;
   if (!last && (!isatty(2) || isatty(1) || t - shown < 0.5)) return;
   shown = t;
-  fprintf(stderr, "%ssampled %d/%d tokens, %.1f s, %.1f tokens/s%s", last ? "" : "\r", done,
+  /* the text on the same terminal has no newline of its own yet */
+  const char *lead = !last ? "\r" : isatty(1) && isatty(2) ? "\n" : "";
+  fprintf(stderr, "%ssampled %d/%d tokens, %.1f s, %.1f tokens/s%s", lead, done,
           total, dt, dt > 0 ? done / dt : 0.0, last ? "\n" : "");
   fflush(stderr);
 }
