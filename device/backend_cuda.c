@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <sys/mman.h>
 
 /* device/cuda_sleep.cu */
@@ -131,6 +132,18 @@ static void put_why(char *why, size_t len, const char *fmt, ...) {
   va_start(ap, fmt);
   vsnprintf(why, len, fmt, ap);
   va_end(ap);
+}
+
+/* Why cudaGetDeviceCount failed, in the user's words: with no NVIDIA driver
+ * loaded (no /proc/driver/nvidia/version) the runtime's own text is
+ * "CUDA driver version is insufficient", which misleads. */
+static void count_why(char *why, size_t len, cudaError_t e) {
+  if ((e == cudaErrorInsufficientDriver || e == cudaErrorNoDevice) &&
+      access("/proc/driver/nvidia/version", F_OK) != 0)
+    put_why(why, len, "no NVIDIA driver is loaded (no /proc/driver/nvidia/version; the CUDA "
+            "runtime says %s)", cudaGetErrorName(e));
+  else
+    put_why(why, len, "cudaGetDeviceCount: %s (%s)", cudaGetErrorString(e), cudaGetErrorName(e));
 }
 
 /* Copies a device name, cut to the destination (CUDA allows 256 bytes). */
@@ -710,8 +723,7 @@ int ferry_cuda_available(char *why, size_t why_len) {
   cudaError_t e = cudaGetDeviceCount(&n);
   if (e != cudaSuccess) {
     (void)cudaGetLastError();
-    put_why(why, why_len, "cudaGetDeviceCount: %s (%s)", cudaGetErrorString(e),
-            cudaGetErrorName(e));
+    count_why(why, why_len, e);
     return 0;
   }
   if (n <= 0) {
@@ -780,8 +792,7 @@ int ferry_gpu_list(ferry_gpu_info *out, int max, int *count, char *why, size_t w
   if (e != cudaSuccess || n <= 0) {
     (void)cudaGetLastError();
     if (e != cudaSuccess)
-      put_why(why, why_len, "cudaGetDeviceCount: %s (%s)", cudaGetErrorString(e),
-              cudaGetErrorName(e));
+      count_why(why, why_len, e);
     else
       put_why(why, why_len, "the CUDA runtime reports no device");
     return FERRY_OK;
