@@ -10,6 +10,7 @@
 #include "format/checkpoint_info.h"
 
 #include <string.h>
+#include <sys/stat.h>
 
 static void usage(FILE *f) {
   fprintf(f,
@@ -19,8 +20,9 @@ static void usage(FILE *f) {
           "Checks or describes a checkpoint written by ferry_checkpoint_save or\n"
           "`ferry-gpt train --save`, without an engine, a model or a GPU.\n"
           "\n"
-          "DIR is one checkpoint folder (it holds a manifest, e.g. ckpt/step-000000000200)\n"
-          "or a folder of them, where the newest step-<N> is taken, as a load takes it.\n"
+          "DIR is one checkpoint folder (it holds a manifest, e.g. ckpt/step-000000000200),\n"
+          "a folder of them, where the newest step-<N> is taken, as a load takes it, or\n"
+          "the folder `ferry-gpt train --save DIR` wrote (its checkpoints/), as --resume.\n"
           "\n"
           "verify  reads the whole checkpoint: the manifest (every line and its CRC32C),\n"
           "        every file it lists (present, a regular file, its size, the CRC32C of\n"
@@ -231,6 +233,15 @@ int cli_checkpoint(int argc, char **argv) {
     fprintf(stderr, "ferry checkpoint %s: needs a DIR (a checkpoint folder or a folder of them)\n",
             sub);
     return 2;
+  }
+  /* a `ferry-gpt --save DIR` folder, as --resume takes it: its checkpoints/ */
+  char saved[4096];
+  struct stat st;
+  if ((size_t)snprintf(saved, sizeof saved, "%s/checkpoints", dir) < sizeof saved &&
+      !stat(saved, &st) && S_ISDIR(st.st_mode)) {
+    char man[4200];
+    snprintf(man, sizeof man, "%s/manifest", dir);
+    if (stat(man, &st)) dir = saved;
   }
   return !strcmp(sub, "verify") ? verify(dir, json) : info(dir, json);
 }
