@@ -9,8 +9,10 @@ memory), and one that still has a view made over it fails finalize; a
 second thread calling into an engine while another is inside gets
 FERRY_EBUSY. Runs without torch."""
 import array
+import atexit
 import ctypes
 import os
+import shutil
 import sys
 import tempfile
 import threading
@@ -25,7 +27,10 @@ from checks import expect, fail  # noqa: E402
 BASE = {"device": "host", "tiers.gpu.budget": "64K", "tiers.host.budget": "16M",
         "tiers.host.pinned": False, "chunk_size": "4K", "placement.params": "host",
         "placement.optimizer": "host", "precision.params": "fp32", "optimizer.threads": 1}
-tmp = tempfile.mkdtemp(prefix="binding-", dir=os.environ.get("FERRY_TEST_TMP"))
+_base = os.environ.get("FERRY_TEST_TMP") or tempfile.gettempdir()
+os.makedirs(_base, exist_ok=True)  # the first python test of a clean build makes it
+tmp = tempfile.mkdtemp(prefix="binding-", dir=_base)
+atexit.register(shutil.rmtree, tmp, True)
 
 # NUL bytes: C would stop at them
 c = ferry.Config(BASE)
