@@ -383,6 +383,7 @@ int parse_train(int argc, char **argv, train_opts *o) {
   if (optind < argc) die_usage("unexpected argument");
   if (!o->model) die_usage("train needs --model");
   if (!o->data) die_usage("train needs --data");
+  model_dir_defaults(o->model, &o->weights, &o->tokdir);
   if (!o->engine && (o->nset || o->timeline)) die_usage("--set and --timeline need --engine");
   if (!o->engine && (o->save_every || o->resume))
     die_usage("--save-every and --resume need --engine (checkpoints hold the engine's state: "
@@ -430,7 +431,8 @@ int parse_sample(int argc, char **argv, sample_opts *o) {
   }
   if (optind < argc) die_usage("unexpected argument");
   if (!o->model) die_usage("sample needs --model");
-  if (!o->weights) die_usage("sample needs --weights");
+  model_dir_defaults(o->model, &o->weights, &o->tokdir);
+  if (!o->weights) die_usage("sample needs --weights (or --model DIR holding model.safetensors)");
   if (!(o->temp >= 0)) die_usage("--temperature must be 0 or more");
   if (!(o->top_p > 0 && o->top_p <= 1)) die_usage("--top-p must be in (0, 1]");
   return 0;
