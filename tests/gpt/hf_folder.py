@@ -93,6 +93,26 @@ def check_family(a, fam, work):
     return out, text
 
 
+def check_hostile(a, out, work):
+    """--model DIR's files go through the readers' checks: a FIFO
+    tokenizer.json or a linked model.safetensors is refused, not read."""
+    d = os.path.join(work, "hostile")
+    shutil.rmtree(d, ignore_errors=True)
+    os.makedirs(d)
+    shutil.copy(os.path.join(out, "config.json"), d)
+    os.mkfifo(os.path.join(d, "tokenizer.json"))
+    os.symlink(os.path.abspath(os.path.join(out, "model.safetensors")),
+               os.path.join(d, "model.safetensors"))
+    for cut, why in (("", "a FIFO"), ("tokenizer.json", "a symbolic link")):
+        if cut:
+            os.unlink(os.path.join(d, cut))
+        p = subprocess.run([a.gpt, "sample", "--model", d, "--tokens", "2"],
+                           capture_output=True, text=True, timeout=20)
+        if p.returncode != 1 or why not in p.stderr:
+            sys.exit(f"FAIL: sample --model {d} ({why}): exit {p.returncode}\n{p.stderr}")
+    print("a FIFO tokenizer.json and a linked model.safetensors in --model DIR: refused")
+
+
 def check_transformers(fam, out, text):
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -138,6 +158,8 @@ def main():
         out, text = check_family(a, fam, a.work)
         if a.transformers:
             check_transformers(fam, out, text)
+    if not a.transformers:
+        check_hostile(a, out, a.work)
     return 0
 
 
