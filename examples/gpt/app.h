@@ -133,6 +133,10 @@ int train_address_space(const train_run *t);
 /* train_setup.c: each returns 0 or the exit code */
 void load_model_config(const char *model, gpt_config *cfg); /* exits on failure */
 gpt_tokenizer *load_tokenizer(const char *dir);               /* exits on failure */
+/* --model DIR (a Hugging Face folder): DIR stands for *weights when it holds
+ * model.safetensors or its index, and for *tokdir when it holds
+ * tokenizer.json, each only where the option was not given. */
+void model_dir_defaults(const char *model, const char **weights, const char **tokdir);
 void train_logger(const train_run *t);
 int train_check_device(train_run *t);
 int train_load(train_run *t);

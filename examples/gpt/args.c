@@ -17,7 +17,7 @@ const char *const k_train_help =
     "    ferry-gpt train - train or fine-tune a GPT-2 or Llama model\n"
     "\n"
     "SYNOPSIS\n"
-    "    ferry-gpt train --model PRESET|config.json --data FILE [--weights FILE|DIR]\n"
+    "    ferry-gpt train --model PRESET|config.json|DIR --data FILE [--weights FILE|DIR]\n"
     "                    [--engine ENGINE.cfg] [--steps N] [--batch B] [--seq S] [--lr LR]\n"
     "                    [--weight-decay WD] [--seed K] [--save DIR] [--checkpoint]\n"
     "                    [--tokenizer DIR] [--threads N] [--device cpu|cuda] [--json]\n"
@@ -70,10 +70,13 @@ const char *const k_train_help =
     "    the same global batch.\n"
     "\n"
     "OPTIONS\n"
-    "    --model PRESET|FILE   tiny (GPT-2 style, ~1M params), small (~10M), gpt2 (124M),\n"
+    "    --model PRESET|FILE|DIR  tiny (GPT-2 style, ~1M params), small (~10M), gpt2 (124M),\n"
     "                          llama-tiny, llama-small, llama-1b (TinyLlama-1.1B's shape),\n"
-    "                          llama-2-7b, llama-2-13b, or a Hugging Face config.json with\n"
-    "                          model_type gpt2 or llama.\n"
+    "                          llama-2-7b, llama-2-13b, a Hugging Face config.json with\n"
+    "                          model_type gpt2 or llama, or a Hugging Face model folder:\n"
+    "                          DIR/config.json, its weights when it holds model.safetensors\n"
+    "                          (or model.safetensors.index.json + shards) and its\n"
+    "                          tokenizer.json; --weights and --tokenizer still win.\n"
     "    --weights FILE|DIR    start from these safetensors weights (one file, a folder with\n"
     "                          model.safetensors or a sharded index); Hugging Face names.\n"
     "                          Without it the weights are initialised from --seed.\n"
@@ -113,7 +116,10 @@ const char *const k_train_help =
     "    --seed K              seed of the init and the batch sampler (default 1).\n"
     "    --save DIR            write DIR/model.safetensors (fp32, Hugging Face names) and\n"
     "                          DIR/config.json at the end (with N ranks: rank 0 writes, every\n"
-    "                          rank reads its shard of the masters).\n"
+    "                          rank reads its shard of the masters), and with a\n"
+    "                          tokenizer.json its tokenizer files: a folder transformers\n"
+    "                          loads as is (AutoModelForCausalLM, AutoTokenizer) and\n"
+    "                          --model DIR reads back.\n"
     "    --save-every N        with --engine and --save DIR: after every N-th step write an\n"
     "                          engine checkpoint into DIR/checkpoints/step-<12 digits>/\n"
     "                          (params, fp32 master weights, optimizer states, step count,\n"
@@ -179,6 +185,8 @@ const char *const k_train_help =
     "    ferry-gpt train --model tiny --data /usr/share/common-licenses/GPL-3 --steps 50\n"
     "    ferry-gpt train --model small --data corpus.txt --engine examples/configs/resident.cfg \\\n"
     "        --steps 200 --batch 8 --seq 256 --lr 1e-3 --save out/\n"
+    "    # fine-tune a Hugging Face folder (config.json, model.safetensors, tokenizer.json)\n"
+    "    ferry-gpt train --model gpt2-folder/ --data /usr/share/common-licenses/GPL-3 --save tuned/\n"
     "    ferry-gpt train --model small --data /usr/share/common-licenses/GPL-3 \\\n"
     "        --engine examples/configs/offload-nvme.cfg --steps 30 --timeline build/gpt.json\n"
     "    # checkpoint every 50 steps; after a crash the same command with --resume goes on\n"
@@ -215,7 +223,7 @@ const char *const k_sample_help =
     "    ferry-gpt sample - generate text from a GPT-2 or Llama model\n"
     "\n"
     "SYNOPSIS\n"
-    "    ferry-gpt sample --model PRESET|config.json --weights FILE|DIR --prompt TEXT\n"
+    "    ferry-gpt sample --model PRESET|config.json|DIR [--weights FILE|DIR] --prompt TEXT\n"
     "                     [--tokens N] [--temperature T] [--top-k K] [--top-p P]\n"
     "                     [--eos ID] [--seed K] [--tokenizer DIR] [--device cpu|cuda]\n"
     "\n"
@@ -230,8 +238,10 @@ const char *const k_sample_help =
     "    sampled, the elapsed time and tokens/s on stderr.\n"
     "\n"
     "OPTIONS\n"
-    "    --model PRESET|FILE   as for train; use the config.json written by train --save.\n"
-    "    --weights FILE|DIR    safetensors weights (required: random weights say nothing).\n"
+    "    --model PRESET|FILE|DIR  as for train; the folder train --save wrote gives the\n"
+    "                          config, the weights and the tokenizer.\n"
+    "    --weights FILE|DIR    safetensors weights (required unless --model DIR holds them:\n"
+    "                          random weights say nothing).\n"
     "    --prompt TEXT         the start of the text (default: a newline).\n"
     "    --tokens N            tokens to generate (default 64).\n"
     "    --temperature T       sampling temperature (default 0.8; 0 = greedy).\n"
@@ -255,7 +265,7 @@ const char *const k_main_help =
     "\n"
     "SYNOPSIS\n"
     "    ferry-gpt train  --model ... --data FILE [options]\n"
-    "    ferry-gpt sample --model ... --weights DIR --prompt TEXT [options]\n"
+    "    ferry-gpt sample --model DIR --prompt TEXT [options]\n"
     "    ferry-gpt tokenize [--tokenizer PATH] [--decode] < TEXT\n"
     "    ferry-gpt help [train|sample|tokenize]\n"
     "\n"
@@ -383,6 +393,7 @@ int parse_train(int argc, char **argv, train_opts *o) {
   if (optind < argc) die_usage("unexpected argument");
   if (!o->model) die_usage("train needs --model");
   if (!o->data) die_usage("train needs --data");
+  model_dir_defaults(o->model, &o->weights, &o->tokdir);
   if (!o->engine && (o->nset || o->timeline)) die_usage("--set and --timeline need --engine");
   if (!o->engine && (o->save_every || o->resume))
     die_usage("--save-every and --resume need --engine (checkpoints hold the engine's state: "
@@ -430,7 +441,8 @@ int parse_sample(int argc, char **argv, sample_opts *o) {
   }
   if (optind < argc) die_usage("unexpected argument");
   if (!o->model) die_usage("sample needs --model");
-  if (!o->weights) die_usage("sample needs --weights");
+  model_dir_defaults(o->model, &o->weights, &o->tokdir);
+  if (!o->weights) die_usage("sample needs --weights (or --model DIR holding model.safetensors)");
   if (!(o->temp >= 0)) die_usage("--temperature must be 0 or more");
   if (!(o->top_p > 0 && o->top_p <= 1)) die_usage("--top-p must be in (0, 1]");
   return 0;

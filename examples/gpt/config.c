@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 static gpt_config gpt2_like(int vocab, int d, int layers, int heads, int seq) {
   gpt_config c = {.family = GPT_GPT2, .vocab = vocab, .d_model = d, .n_layer = layers,
@@ -208,6 +209,28 @@ int gpt_config_load_json(const char *path, gpt_config *out, char *err, size_t el
   if (gpt_config_check(&c, err, el)) return -1;
   *out = c;
   return 0;
+}
+
+int gpt_config_token_id(const char *model, const char *key) {
+  size_t len = strlen(model), tl;
+  char *text = NULL, why[256];
+  struct stat st;
+  int dir = !stat(model, &st) && S_ISDIR(st.st_mode); /* --model DIR: DIR/config.json */
+  if (!dir && (len < 5 || strcmp(model + len - 5, ".json"))) return -1; /* a preset */
+  if (dir ? ferry_read_below(model, "config.json", FERRY_MAX_MODEL_CONFIG, &text, &tl, why,
+                             sizeof why)
+          : ferry_read_file(model, FERRY_MAX_MODEL_CONFIG, &text, &tl, why, sizeof why))
+    return -1;
+  int id = -1;
+  ferry_json_value *v = NULL;
+  if (!ferry_json_parse(text, tl, &v, why, sizeof why)) {
+    const ferry_json_value *e = ferry_json_get(v, key);
+    if (e && e->type == FERRY_JSON_NUM && e->is_int && e->i >= 0 && e->i < (1 << 30))
+      id = (int)e->i;
+  }
+  ferry_json_free(v);
+  free(text);
+  return id;
 }
 
 static void add(gpt_schema *s, int group, const char *name, int ndim, int64_t a, int64_t b,

@@ -39,6 +39,10 @@ int gpt_config_preset(const char *name, gpt_config *out);
 /* A Hugging Face config.json (model_type gpt2 or llama). 0, or -1 with a
  * message in err. */
 int gpt_config_load_json(const char *path, gpt_config *out, char *err, size_t errlen);
+/* The integer `key` (bos_token_id, eos_token_id) of the config.json that
+ * --model names (a file, or DIR/config.json), else -1 (a preset, no such
+ * key, a file that cannot be read). */
+int gpt_config_token_id(const char *model, const char *key);
 int gpt_config_check(const gpt_config *c, char *err, size_t errlen);
 void gpt_config_describe(const gpt_config *c, char *buf, size_t len);
 

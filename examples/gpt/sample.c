@@ -109,24 +109,6 @@ static int kv_feed(kv_side *k, const int32_t *ids, int n) {
   return 0;
 }
 
-/* The eos_token_id of a config.json (an integer), else -1. */
-static int config_eos(const char *model) {
-  size_t len = strlen(model), tl;
-  char *text = NULL, why[256];
-  if (len < 5 || strcmp(model + len - 5, ".json")) return -1; /* a preset */
-  if (ferry_read_file(model, (size_t)1 << 24, &text, &tl, why, sizeof why)) return -1;
-  int eos = -1;
-  ferry_json_value *v = NULL;
-  if (!ferry_json_parse(text, tl, &v, why, sizeof why)) {
-    const ferry_json_value *e = ferry_json_get(v, "eos_token_id");
-    if (e && e->type == FERRY_JSON_NUM && e->is_int && e->i >= 0 && e->i < (1 << 30))
-      eos = (int)e->i;
-  }
-  ferry_json_free(v);
-  free(text);
-  return eos;
-}
-
 /* The progress line: live (\r) while stdout is not the terminal stderr
  * is; the last one always, on its own line (after the text's, when both go
  * to the terminal). */
@@ -196,7 +178,7 @@ int cmd_sample(int argc, char **argv) {
   if (parse_sample(argc, argv, &o)) return 0;
   gpt_config cfg;
   load_model_config(o.model, &cfg);
-  if (o.eos == -2) o.eos = config_eos(o.model);
+  if (o.eos == -2) o.eos = gpt_config_token_id(o.model, "eos_token_id");
   gpt_tokenizer *tok = load_tokenizer(o.tokdir);
   gpt_schema s = {0};
   gpt_resident r = {0};

@@ -3,7 +3,9 @@
  * loss, a checkpoint when due), then the closing report and --save.
  */
 #include "app.h"
+#include "core/file.h"
 #include "core/outfile.h"
+#include "core/untrusted.h"
 
 #include <errno.h>
 #include <math.h>
@@ -182,18 +184,28 @@ static int train_steps(train_run *t, train_totals *tt) {
 
 /* --save DIR/config.json: the model as Hugging Face names its keys,
  * replacing the old file whole (core/outfile.h). */
-static int write_config_json(const char *path, const gpt_config *c, char *why, size_t wl) {
+static int write_config_json(const char *path, const gpt_config *c, const char *model, char *why,
+                             size_t wl) {
   ferry_outfile o;
   if (ferry_outfile_open(&o, path, why, wl)) return -1;
   FILE *f = o.f;
+  /* the token ids of the config.json --model named, carried over */
+  static const char *const ids[] = {"bos_token_id", "eos_token_id"};
+  fputs("{\n", f);
+  for (int i = 0; i < 2; i++) {
+    int id = gpt_config_token_id(model, ids[i]);
+    if (id >= 0) fprintf(f, "  \"%s\": %d,\n", ids[i], id);
+  }
   if (c->family == GPT_GPT2)
-    fprintf(f, "{\n  \"model_type\": \"gpt2\",\n  \"vocab_size\": %d,\n  \"n_embd\": %d,\n"
+    fprintf(f, "  \"architectures\": [\"GPT2LMHeadModel\"],\n  \"torch_dtype\": \"float32\",\n"
+            "  \"model_type\": \"gpt2\",\n  \"vocab_size\": %d,\n  \"n_embd\": %d,\n"
             "  \"n_layer\": %d,\n  \"n_head\": %d,\n  \"n_inner\": %d,\n  \"n_positions\": %d,\n"
             "  \"layer_norm_epsilon\": %g,\n  \"activation_function\": \"gelu_new\",\n"
             "  \"tie_word_embeddings\": true\n}\n",
             c->vocab, c->d_model, c->n_layer, c->n_head, c->d_ff, c->max_seq, (double)c->norm_eps);
   else
-    fprintf(f, "{\n  \"model_type\": \"llama\",\n  \"vocab_size\": %d,\n  \"hidden_size\": %d,\n"
+    fprintf(f, "  \"architectures\": [\"LlamaForCausalLM\"],\n  \"torch_dtype\": \"float32\",\n"
+            "  \"model_type\": \"llama\",\n  \"vocab_size\": %d,\n  \"hidden_size\": %d,\n"
             "  \"num_hidden_layers\": %d,\n  \"num_attention_heads\": %d,\n"
             "  \"num_key_value_heads\": %d,\n  \"intermediate_size\": %d,\n"
             "  \"max_position_embeddings\": %d,\n  \"rms_norm_eps\": %g,\n  \"rope_theta\": %g,\n"
@@ -203,8 +215,66 @@ static int write_config_json(const char *path, const gpt_config *c, char *why, s
   return ferry_outfile_commit(&o, why, wl) ? -1 : 0;
 }
 
+/* One tokenizer file into DIR/name, whole (core/outfile.h): from `from` (a
+ * file the user named) or from folder/name. 0, or -1 with why set. */
+static int copy_tokenizer_file(const char *from, const char *folder, const char *name,
+                               const char *dir, char *why, size_t wl) {
+  char *text, path[4200];
+  size_t len;
+  if (from ? ferry_read_file(from, FERRY_MAX_TOKENIZER, &text, &len, why, wl)
+           : ferry_read_below(folder, name, FERRY_MAX_TOKENIZER, &text, &len, why, wl))
+    return -1;
+  snprintf(path, sizeof path, "%.4000s/%s", dir, name);
+  ferry_outfile o;
+  int bad = ferry_outfile_open(&o, path, why, wl) != 0;
+  if (!bad && fwrite(text, 1, len, o.f) != len) {
+    ferry_outfile_abort(&o);
+    snprintf(why, wl, "%.900s: cannot write", path);
+    bad = 1;
+  }
+  if (!bad) bad = ferry_outfile_commit(&o, why, wl) != 0;
+  free(text);
+  return bad ? -1 : 0;
+}
+
+/* --save DIR with a tokenizer.json (--tokenizer FILE, or a folder holding
+ * one): it, and the tokenizer_config.json and special_tokens_map.json
+ * beside it, copied into DIR; without a tokenizer_config.json, one naming
+ * PreTrainedTokenizerFast, so that transformers' AutoTokenizer reads
+ * tokenizer.json as it is. */
+static int save_tokenizer(const train_run *t, const char *dir, char *why, size_t wl) {
+  const char *tok = t->o.tokdir;
+  struct stat st;
+  char folder[4096], file[4200];
+  if (!tok || stat(tok, &st)) return 0; /* bytes: no file to copy */
+  if (S_ISDIR(st.st_mode)) {
+    snprintf(folder, sizeof folder, "%.4000s", tok);
+    snprintf(file, sizeof file, "%.4000s/tokenizer.json", tok);
+    if (stat(file, &st)) return 0; /* GPT-2's vocab.json + merges.txt */
+    if (copy_tokenizer_file(NULL, folder, "tokenizer.json", dir, why, wl)) return -1;
+  } else {
+    const char *slash = strrchr(tok, '/');
+    snprintf(folder, sizeof folder, "%.*s", slash ? (int)(slash - tok) + 1 : 1, slash ? tok : ".");
+    if (copy_tokenizer_file(tok, NULL, "tokenizer.json", dir, why, wl)) return -1;
+  }
+  static const char *const beside[] = {"special_tokens_map.json", "tokenizer_config.json"};
+  int have_config = 0;
+  for (int i = 0; i < 2; i++) {
+    snprintf(file, sizeof file, "%.4000s/%s", folder, beside[i]);
+    if (stat(file, &st)) continue;
+    if (copy_tokenizer_file(NULL, folder, beside[i], dir, why, wl)) return -1;
+    have_config = i == 1;
+  }
+  if (have_config) return 0;
+  snprintf(file, sizeof file, "%.4000s/tokenizer_config.json", dir);
+  ferry_outfile o;
+  if (ferry_outfile_open(&o, file, why, wl)) return -1;
+  fputs("{\n  \"tokenizer_class\": \"PreTrainedTokenizerFast\"\n}\n", o.f);
+  return ferry_outfile_commit(&o, why, wl) ? -1 : 0;
+}
+
 /* --save DIR: the weights (fp32 safetensors, from the engine or host
- * memory) and config.json. */
+ * memory), config.json and the tokenizer's files. */
 static int train_save(train_run *t) {
   const char *dir = t->o.save;
   if (!dir) return 0;
@@ -231,11 +301,16 @@ static int train_save(train_run *t) {
   }
   char path[4096];
   snprintf(path, sizeof path, "%.4000s/config.json", dir);
-  if (write_config_json(path, &t->cfg, t->err, sizeof t->err)) {
+  if (write_config_json(path, &t->cfg, t->o.model, t->err, sizeof t->err)) {
     errf("--save: %s\n", t->err);
     return 1;
   }
-  fprintf(t->info, "ferry-gpt: saved %s (model safetensors + config.json)\n", dir);
+  if (save_tokenizer(t, dir, t->err, sizeof t->err)) {
+    errf("--save: the tokenizer: %s\n", t->err);
+    return 1;
+  }
+  fprintf(t->info, "ferry-gpt: saved %s (model safetensors + config.json%s)\n", dir,
+          t->o.tokdir ? " + the tokenizer's files" : "");
   return 0;
 }
 

@@ -34,6 +34,25 @@ void load_model_config(const char *model, gpt_config *cfg) {
   }
 }
 
+/* 1 when path/name exists (a stat only: the readers open it, with their checks). */
+static int has_file(const char *path, const char *name) {
+  char b[4200];
+  struct stat st;
+  snprintf(b, sizeof b, "%.4000s/%s", path, name);
+  return stat(b, &st) == 0;
+}
+
+void model_dir_defaults(const char *model, const char **weights, const char **tokdir) {
+  struct stat st;
+  if (!model || gpt_config_preset(model, &(gpt_config){0}) == 0 || stat(model, &st) ||
+      !S_ISDIR(st.st_mode))
+    return;
+  if (!*weights && (has_file(model, "model.safetensors") ||
+                    has_file(model, "model.safetensors.index.json")))
+    *weights = model; /* read as --weights DIR reads a folder */
+  if (!*tokdir && has_file(model, "tokenizer.json")) *tokdir = model;
+}
+
 gpt_tokenizer *load_tokenizer(const char *dir) {
   gpt_tokenizer *t;
   if (!dir) {
