@@ -57,6 +57,10 @@ if [ "${FERRY_GPT_BUILT:-0}" = 1 ]; then
   run gpt-help "$prefix/bin/ferry-gpt" --help
   grep -q "ferry-gpt train" "$work/gpt-help.log" || fail "installed ferry-gpt --help printed no usage"
 fi
+# the CUDA model's module, where ferry-gpt looks for it ($ORIGIN/../lib)
+if [ "${FERRY_GPT_CUDA_BUILT:-0}" = 1 ] && [ ! -e "$libdir/libferry-gpt-cuda.so" ]; then
+  fail "cmake --install did not install libferry-gpt-cuda.so into $libdir"
+fi
 
 # 2. find_package(ferry): a separate CMake project, same compiler and
 # generator, that may only see the fresh prefix (no package registry). It
