@@ -641,6 +641,14 @@ static void nvme_per_step(const step_opts *o, const ferry_stats *before, step_re
                           fabs(r->nvme_wr[FERRY_FAMILY_OPTIM] / r->plan_optim - 1));
 }
 
+/* A measured NVMe byte count against the planner's, as "+0.00%"; "n/a"
+ * when nothing moved (report_text says why). */
+static const char *vs_plan(double got, double plan, char *buf, size_t len) {
+  if (got == 0) return "n/a";
+  snprintf(buf, len, "%+.2f%%", 100 * (got / plan - 1));
+  return buf;
+}
+
 static void report_text(const step_opts *o, const double got[3], const step_result *r) {
   const ferry_stats *st = &r->st;
   printf("step: %zu params in %d groups, %s, device %s\n", model_params(o), o->groups, o->cfg,
@@ -668,11 +676,16 @@ static void report_text(const step_opts *o, const double got[3], const step_resu
       printf("  nvme %-9s per step: read %s, written %s\n", fam_names[f],
              ferry_format_size((uint64_t)r->nvme_rd[f], a, sizeof a),
              ferry_format_size((uint64_t)r->nvme_wr[f], b, sizeof b));
-  if (r->plan_optim > 0)
-    printf("  nvme optimizer per step: planner %s read and written; measured read "
-           "%+.2f%%, written %+.2f%%\n", ferry_format_size((uint64_t)r->plan_optim, a, sizeof a),
-           100 * (r->nvme_rd[FERRY_FAMILY_OPTIM] / r->plan_optim - 1),
-           100 * (r->nvme_wr[FERRY_FAMILY_OPTIM] / r->plan_optim - 1));
+  if (r->plan_optim > 0) {
+    printf("  nvme optimizer per step: planner %s read and written; measured read %s, "
+           "written %s\n", ferry_format_size((uint64_t)r->plan_optim, a, sizeof a),
+           vs_plan(r->nvme_rd[FERRY_FAMILY_OPTIM], r->plan_optim, b, sizeof b),
+           vs_plan(r->nvme_wr[FERRY_FAMILY_OPTIM], r->plan_optim, c, sizeof c));
+    if (r->nvme_rd[FERRY_FAMILY_OPTIM] == 0)
+      printf("  (n/a: nothing was read back: the host tier's budget kept the optimizer states "
+             "between steps; the planner counts the read a model larger than host memory "
+             "makes)\n");
+  }
   if (nranks <= 1) return;
   printf("  ranks %d (%s), dist.zero_stage %d; rank 0's figures per step:\n", nranks,
          ferry_comm_kind_name(ferry_comm_get_kind(comm)), r->layout.zero_stage);

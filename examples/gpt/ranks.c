@@ -86,6 +86,17 @@ static int launcher_size(void) {
   return 0;
 }
 
+/* As root, OpenMPI's mpirun refuses to start (and its processes may not
+ * start MPI) unless told: the fix, for an MPI failure's message, or "". */
+static const char *mpi_root_hint(void) {
+  const char *allow = getenv("OMPI_ALLOW_RUN_AS_ROOT");
+  const char *confirm = getenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM");
+  if (geteuid() != 0 || (allow && !strcmp(allow, "1") && confirm && !strcmp(confirm, "1")))
+    return "";
+  return " (as root, OpenMPI needs `mpirun --allow-run-as-root`, or "
+         "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 in the environment)";
+}
+
 /* The ranks: a communicator of every process of the job (--comm; auto: MPI
  * when mpirun started the process). One rank trains as before. Several
  * need --engine (the resident providers do not shard); rank 0 alone prints
@@ -101,9 +112,12 @@ int train_comm(train_run *t) {
     double x = strtod(v, &e);
     if (e != v && x > 0) co.timeout = x;
   }
-  int rc = ferry_comm_create(&co, &t->comm);
+  /* test hook: $FERRY_GPT_TEST_COMM_FAIL, a message, fails the creation with it */
+  const char *fake = getenv("FERRY_GPT_TEST_COMM_FAIL");
+  int rc = fake ? 1 : ferry_comm_create(&co, &t->comm);
   if (rc) {
-    errf("--comm %s: %s\n", ferry_comm_kind_name(co.kind), ferry_last_error());
+    errf("--comm %s: %s%s\n", ferry_comm_kind_name(co.kind), fake ? fake : ferry_last_error(),
+         co.kind != FERRY_COMM_SELF ? mpi_root_hint() : "");
     return 1;
   }
   t->rank = ferry_comm_rank(t->comm);

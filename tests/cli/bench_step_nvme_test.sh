@@ -5,8 +5,8 @@
 # validated against the resident run, then the measured NVMe bytes per step
 # of the optimizer family (read and written) within 5% of the planner's
 # prediction for the same groups and layout (ferry_plan_optim_nvme_bytes),
-# and the layout reported as asked. Layouts: fp32, bf16, int8 (states),
-# int8-m16 (int8 states, bf16 master).
+# and the layout reported as asked; a small model's text says n/a and why.
+# Layouts: fp32, bf16, int8 (states), int8-m16 (int8 states, bf16 master).
 # $1 = the ferry binary, $2 = the repository root, $3 = a scratch folder,
 # then the layouts. Exit 0 pass, 1 fail.
 set -u
@@ -42,4 +42,13 @@ for layout in "$@"; do
     fail "$layout: measured optimizer NVMe bytes off the plan by $err (> 0.05)"
   echo "cli.bench_step_nvme: $layout: measured vs planned optimizer NVMe bytes per step: error $err"
 done
+# A small model under the config's own 2G host budget: the host tier keeps
+# the optimizer state, nothing is read back, and the text says n/a and why
+# (not "-100.00%" against the planner).
+"$bin" bench step --config "$root/examples/configs/offload-nvme.cfg" --groups 4 --dim 64 \
+  --batch 2 --compute-ms 0 --steps 2 >"$dir/small.out" 2>&1 || fail "bench step small exited $?"
+grep -q "measured read n/a, written +0.00%" "$dir/small.out" &&
+  grep -q "(n/a: nothing was read back: the host tier's budget kept the optimizer states" \
+    "$dir/small.out" && ! grep -q -- "-100.00%" "$dir/small.out" ||
+  fail "small: the planner comparison gives no n/a with its reason"
 echo "cli.bench_step_nvme: passed"

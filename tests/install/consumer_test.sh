@@ -1,13 +1,15 @@
 #!/bin/sh
 # tests/install/consumer_test.sh — the install test: `cmake --install` of a
 # ferry build tree into a fresh prefix, then tests/install/consumer built
-# against that copy three ways (CMake find_package, shared and static;
-# `pkg-config ferry`; the static library with `pkg-config --static`) and run.
+# against that copy three ways (CMake find_package, shared and static, by a
+# consumer without the CUDA toolkit; `pkg-config ferry`; the static library
+# with `pkg-config --static`) and run, with examples/minimal_loop.c built the
+# same ways; the installed ferry-gpt runs (--help).
 # Inputs come from the environment (tests/install/CMakeLists.txt sets them).
 # Exit 0 pass, 1 fail, 77 skip.
 set -u
 
-for v in FERRY_BUILD_DIR FERRY_CONSUMER_SRC FERRY_CMAKE FERRY_CC FERRY_LIBDIR FERRY_INCLUDEDIR \
+for v in FERRY_BUILD_DIR FERRY_CONSUMER_SRC FERRY_MINIMAL_LOOP FERRY_CMAKE FERRY_CC FERRY_LIBDIR FERRY_INCLUDEDIR \
   FERRY_VERSION; do
   eval "val=\${$v:-}"
   if [ -z "$val" ]; then
@@ -51,26 +53,45 @@ for f in "$FERRY_INCLUDEDIR/ferry.h" "$FERRY_LIBDIR/libferry.so" "$FERRY_LIBDIR/
   [ -e "$prefix/$f" ] || fail "cmake --install did not install $f"
 done
 echo "installed into $prefix"
+if [ "${FERRY_GPT_BUILT:-0}" = 1 ]; then
+  run gpt-help "$prefix/bin/ferry-gpt" --help
+  grep -q "ferry-gpt train" "$work/gpt-help.log" || fail "installed ferry-gpt --help printed no usage"
+fi
+# the CUDA model's module, where ferry-gpt looks for it ($ORIGIN/../lib)
+if [ "${FERRY_GPT_CUDA_BUILT:-0}" = 1 ] && [ ! -e "$libdir/libferry-gpt-cuda.so" ]; then
+  fail "cmake --install did not install libferry-gpt-cuda.so into $libdir"
+fi
 
 # 2. find_package(ferry): a separate CMake project, same compiler and
-# generator, that may only see the fresh prefix (no package registry).
-set -- -S "$FERRY_CONSUMER_SRC" -B "$work/cmake-build" -DCMAKE_C_COMPILER="$FERRY_CC" \
-  -DCMAKE_PREFIX_PATH="$prefix" -DCMAKE_FIND_USE_PACKAGE_REGISTRY=OFF \
-  -DCMAKE_FIND_USE_SYSTEM_PACKAGE_REGISTRY=OFF -DCMAKE_C_FLAGS="$san" \
-  -DCMAKE_EXE_LINKER_FLAGS="$san"
-[ -n "${FERRY_GENERATOR:-}" ] && set -- "$@" -G "$FERRY_GENERATOR"
-[ -n "$config" ] && set -- "$@" -DCMAKE_BUILD_TYPE="$config"
-[ -n "${FERRY_CUDA_ROOT:-}" ] && set -- "$@" -DCUDAToolkit_ROOT="$FERRY_CUDA_ROOT"
-run cmake-configure "$FERRY_CMAKE" "$@"
-grep -q "ferry $FERRY_VERSION from $libdir/cmake/ferry" "$work/cmake-configure.log" ||
-  fail "find_package(ferry) did not find version $FERRY_VERSION in $libdir/cmake/ferry: \
-$(grep 'ferry ' "$work/cmake-configure.log")"
-# shellcheck disable=SC2086
-run cmake-build "$FERRY_CMAKE" --build "$work/cmake-build" $cfg_args
-for exe in consumer consumer_static; do
-  bin=$(find "$work/cmake-build" -type f -name "$exe" | head -n 1)
-  [ -n "$bin" ] || fail "the find_package build made no $exe"
-  LD_LIBRARY_PATH="$libdir" "$bin" || fail "$exe (find_package ferry::${exe#consumer}) exited $?"
+# generator, that may only see the fresh prefix (no package registry). It
+# runs once as a consumer without the CUDA toolkit (find_package(CUDAToolkit)
+# disabled) and, for a CUDA build, once more with the toolkit.
+cuda_ways="nocuda"
+[ -n "${FERRY_CUDA_ROOT:-}" ] && cuda_ways="nocuda cuda"
+for way in $cuda_ways; do
+  set -- -S "$FERRY_CONSUMER_SRC" -B "$work/cmake-build-$way" -DCMAKE_C_COMPILER="$FERRY_CC" \
+    -DCMAKE_PREFIX_PATH="$prefix" -DCMAKE_FIND_USE_PACKAGE_REGISTRY=OFF \
+    -DCMAKE_FIND_USE_SYSTEM_PACKAGE_REGISTRY=OFF -DCMAKE_C_FLAGS="$san" \
+    -DCMAKE_EXE_LINKER_FLAGS="$san" -DFERRY_MINIMAL_LOOP="$FERRY_MINIMAL_LOOP"
+  [ -n "${FERRY_GENERATOR:-}" ] && set -- "$@" -G "$FERRY_GENERATOR"
+  [ -n "$config" ] && set -- "$@" -DCMAKE_BUILD_TYPE="$config"
+  if [ "$way" = cuda ]; then
+    set -- "$@" -DCUDAToolkit_ROOT="$FERRY_CUDA_ROOT"
+  else
+    set -- "$@" -DCMAKE_DISABLE_FIND_PACKAGE_CUDAToolkit=ON
+  fi
+  run "cmake-configure-$way" "$FERRY_CMAKE" "$@"
+  grep -q "ferry $FERRY_VERSION from $libdir/cmake/ferry" "$work/cmake-configure-$way.log" ||
+    fail "find_package(ferry) did not find version $FERRY_VERSION in $libdir/cmake/ferry: \
+$(grep 'ferry ' "$work/cmake-configure-$way.log")"
+  # shellcheck disable=SC2086
+  run "cmake-build-$way" "$FERRY_CMAKE" --build "$work/cmake-build-$way" $cfg_args
+  for exe in consumer consumer_static minimal_loop minimal_loop_static; do
+    bin=$(find "$work/cmake-build-$way" -type f -name "$exe" | head -n 1)
+    [ -n "$bin" ] || fail "the find_package build ($way) made no $exe"
+    LD_LIBRARY_PATH="$libdir" "$bin" >"$work/run.log" 2>&1 ||
+      fail "$exe (find_package, $way) exited $?: $(cat "$work/run.log")"
+  done
 done
 
 # 3. pkg-config ferry, shared: `cc main.c $(pkg-config --cflags --libs ferry)`.
@@ -83,26 +104,26 @@ flags=$("$pkgconfig" --cflags --libs ferry) || fail "pkg-config --cflags --libs 
 # shellcheck disable=SC2086
 run pc-shared "$FERRY_CC" $san -o "$work/consumer-pc" "$FERRY_CONSUMER_SRC/main.c" $flags
 LD_LIBRARY_PATH="$libdir" "$work/consumer-pc" || fail "consumer (pkg-config, shared) exited $?"
+# minimal_loop.c calls sinf: the .pc's Libs carry -lm, nothing is added by hand
+# shellcheck disable=SC2086
+run pc-loop "$FERRY_CC" $san -o "$work/loop-pc" "$FERRY_MINIMAL_LOOP" $flags
+LD_LIBRARY_PATH="$libdir" "$work/loop-pc" >"$work/run.log" 2>&1 ||
+  fail "minimal_loop (pkg-config, shared) exited $?: $(cat "$work/run.log")"
 
-# 4. pkg-config --static: libferry.a with the Libs.private it declares. The
-# static closure of the dependencies (hwloc wants libudev.a's -ludev, ...)
-# is often not installed; then this variant is noted and left out.
+# 4. pkg-config --static: libferry.a with the Libs.private it declares; every
+# library named there is one ferry itself was linked with (no -ludev from
+# hwloc's static closure), so the link must succeed.
 static=$("$pkgconfig" --static --libs ferry | sed 's/\(^\| \)-lferry\( \|$\)/ /') ||
   fail "pkg-config --static --libs ferry"
 cflags=$("$pkgconfig" --cflags ferry)
-variants="find_package shared + static, pkg-config shared"
-# shellcheck disable=SC2086
-if "$FERRY_CC" $san $cflags -o "$work/consumer-pc-static" "$FERRY_CONSUMER_SRC/main.c" \
-  "$libdir/libferry.a" $static >"$work/pc-static.log" 2>&1; then
-  "$work/consumer-pc-static" || fail "consumer (pkg-config --static) exited $?"
-  variants="$variants + static"
-elif missing=$(grep -o "cannot find -l[^ :]*" "$work/pc-static.log" | grep -v -e "-lferry$"); then
-  echo "note: pkg-config --static left out, dependency libraries missing here: $missing"
-else
-  cat "$work/pc-static.log" >&2
-  fail "static link with pkg-config --static --libs ferry"
-fi
+for src in "$FERRY_CONSUMER_SRC/main.c" "$FERRY_MINIMAL_LOOP"; do
+  # shellcheck disable=SC2086
+  run pc-static "$FERRY_CC" $san $cflags -o "$work/pc-static" "$src" "$libdir/libferry.a" $static
+  "$work/pc-static" >"$work/run.log" 2>&1 ||
+    fail "$src (pkg-config --static) exited $?: $(cat "$work/run.log")"
+done
 
 rm -rf "$work"
-echo "install.consumer: passed ($variants)"
+echo "install.consumer: passed (find_package shared + static, pkg-config shared + static;" \
+  "consumer and minimal_loop)"
 exit 0
