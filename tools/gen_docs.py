@@ -11,7 +11,14 @@ A doc marks a generated block with two lines:
 
 `<!-- gen-output: ... -->` writes the output alone, without the command
 (for a command the doc has just shown); `<!-- gen-markdown: ... -->` writes
-it as it is, unfenced (a command that prints a Markdown table). Each command runs under bash (pipefail) from the repository root with
+it as it is, unfenced (a command that prints a Markdown table). A figure
+inside a sentence is marked in the line itself:
+
+  ... recommends <!-- fig: CMD -->zero-infinity<!-- /fig --> at ...
+
+and rewritten to CMD's output, its last newline dropped (one line; several
+figures may share a line). tools/plan_figure.py prints figures of `ferry
+plan --json` in the units the plan's text uses. Each command runs under bash (pipefail) from the repository root with
 DIR/bin first on PATH (DIR defaults to build), LC_ALL=C, and a soft
 RLIMIT_MEMLOCK of 8 MiB, the one machine figure `ferry plan` prints when it
 is given every size. Only deterministic output belongs here: `ferry plan`
@@ -37,6 +44,7 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BEGIN = re.compile(r"^<!-- gen(-output|-markdown)?: (.*?) -->\s*$")
 END = "<!-- end gen -->"
+FIG = re.compile(r"<!-- fig: (.*?) -->(.*?)<!-- /fig -->")
 MEMLOCK = 8 << 20
 
 
@@ -70,6 +78,39 @@ def blocks(path, lines):
             out.append((i, j, m.group(2), m.group(1) or ""))
             i = j
         i += 1
+    return out
+
+
+def figures(lines):
+    """The commands of the inline figures outside code blocks."""
+    out, fenced = [], False
+    for ln in lines:
+        if ln.startswith("```"):
+            fenced = not fenced
+        elif not fenced:
+            out += [m.group(1) for m in FIG.finditer(ln)]
+    return out
+
+
+def one_line(cmd, output):
+    value = output.rstrip("\n")
+    if "\n" in value or "<!--" in value:
+        print(f"gen_docs: the figure `{cmd}` printed more than one line:\n{output}",
+              file=sys.stderr)
+        raise SystemExit(2)
+    return value
+
+
+def fill_figures(lines, outputs):
+    """lines with each inline figure set to its command's output."""
+    out, fenced = [], False
+    for ln in lines:
+        if ln.startswith("```"):
+            fenced = not fenced
+        elif not fenced:
+            ln = FIG.sub(lambda m: f"<!-- fig: {m.group(1)} -->"
+                         f"{one_line(m.group(1), outputs[m.group(1)])}<!-- /fig -->", ln)
+        out.append(ln)
     return out
 
 
@@ -116,6 +157,8 @@ def main():
             texts[d] = f.readlines()
         for b in blocks(os.path.relpath(d, ROOT), texts[d]):
             jobs.setdefault(b[2], None)
+        for cmd in figures(texts[d]):
+            jobs.setdefault(cmd, None)
     with concurrent.futures.ThreadPoolExecutor(max_workers=4) as pool:
         futs = {c: pool.submit(run, c, env) for c in jobs}
         try:
@@ -131,6 +174,7 @@ def main():
             new += old[last:i + 1] + render(cmd, outputs[cmd], kind)
             last = j
         new += old[last:]
+        new = fill_figures(new, outputs)
         if new == old:
             continue
         rel = os.path.relpath(d, ROOT)
