@@ -111,6 +111,7 @@ typedef struct {
   int top_k;
   int eos; /* the id that ends the text: -1 none, -2 the config.json's eos_token_id */
   int cuda; /* --device cuda */
+  int json; /* --json: no streamed text; one object with the ids at the end */
   uint64_t seed;
 } sample_opts;
 
@@ -135,7 +136,8 @@ void load_model_config(const char *model, gpt_config *cfg); /* exits on failure 
 gpt_tokenizer *load_tokenizer(const char *dir);               /* exits on failure */
 /* --model DIR (a Hugging Face folder): DIR stands for *weights when it holds
  * model.safetensors or its index, and for *tokdir when it holds
- * tokenizer.json, each only where the option was not given. */
+ * tokenizer.json or vocab.json + merges.txt, each only where the option was
+ * not given. */
 void model_dir_defaults(const char *model, const char **weights, const char **tokdir);
 void train_logger(const train_run *t);
 int train_check_device(train_run *t);

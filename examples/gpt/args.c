@@ -225,10 +225,11 @@ const char *const k_sample_help =
     "SYNOPSIS\n"
     "    ferry-gpt sample --model PRESET|config.json|DIR [--weights FILE|DIR] --prompt TEXT\n"
     "                     [--tokens N] [--temperature T] [--top-k K] [--top-p P]\n"
-    "                     [--eos ID] [--seed K] [--tokenizer DIR] [--device cpu|cuda]\n"
+    "                     [--eos ID] [--seed K] [--tokenizer DIR] [--device cpu|cuda] [--json]\n"
     "\n"
     "DESCRIPTION\n"
-    "    Encodes TEXT, then appends N tokens, each drawn from the softmax of the model's\n"
+    "    Encodes TEXT as the tokenizer's encode does (with the bos / eos its\n"
+    "    post-processor puts around a text, as transformers' tokenizer(TEXT)), then appends N tokens, each drawn from the softmax of the model's\n"
     "    last logits divided by T (T = 0: the most likely token), cut to the K most\n"
     "    likely and then to the fewest whose probability reaches P. Each token is\n"
     "    written as it comes; the eos id ends the text. A KV cache keeps every layer's\n"
@@ -254,6 +255,9 @@ const char *const k_sample_help =
     "                          vocab.json + merges.txt (see ferry-gpt tokenize --help).\n"
     "    --device cpu|cuda     where the forward runs (default cpu); cuda: fp32 weights\n"
     "                          and KV cache in device memory, the sampler on the CPU.\n"
+    "    --json                write no text as it comes; at the end one JSON object:\n"
+    "                          prompt_ids (the encoded prompt), ids (the tokens drawn)\n"
+    "                          and text (their decoding).\n"
     "    -h, --help            this text.\n"
     "\n"
     "EXIT STATUS\n"
@@ -413,7 +417,7 @@ int parse_sample(int argc, char **argv, sample_opts *o) {
       {"tokens", 1, 0, O_TOKENS}, {"temperature", 1, 0, O_TEMP}, {"seed", 1, 0, O_SEED},
       {"tokenizer", 1, 0, O_TOK}, {"threads", 1, 0, O_THREADS}, {"help", 0, 0, 'h'},
       {"top-k", 1, 0, O_TOP_K}, {"top-p", 1, 0, O_TOP_P}, {"eos", 1, 0, O_EOS},
-      {"device", 1, 0, O_DEVICE},
+      {"device", 1, 0, O_DEVICE}, {"json", 0, 0, O_JSON},
       {0, 0, 0, 0}};
   *o = (sample_opts){.prompt = "\n", .ntok = 64, .temp = 0.8f, .top_p = 1, .eos = -2, .seed = 1};
   int c;
@@ -434,6 +438,7 @@ int parse_sample(int argc, char **argv, sample_opts *o) {
       break;
     case O_SEED: o->seed = (uint64_t)parse_int(optarg, "--seed", 0, 2147483647); break;
     case O_TOK: o->tokdir = optarg; break;
+    case O_JSON: o->json = 1; break;
     case O_THREADS: openblas_set_num_threads(parse_int(optarg, "--threads", 1, 1024)); break;
     case 'h': fputs(k_sample_help, stdout); return 1;
     default: die_usage("bad option for sample");

@@ -1,4 +1,6 @@
-/* examples/gpt/sample.c — `sample`: the prompt encoded and run once through
+/* examples/gpt/sample.c — `sample`: the prompt encoded (with the bos / eos
+ * the tokenizer's post-processor puts around a text, as transformers'
+ * tokenizer(prompt) before generate) and run once through
  * the KV-cache forward (gpt_kv), then each next token drawn by the sampler
  * (temperature, top-k, top-p), decoded and written as it comes, until the
  * count or the eos id. The context is the model's max_seq; when it fills,
@@ -153,10 +155,12 @@ static int sample_generate(const sample_opts *o, gpt_tokenizer *tok, kv_side *kv
     if (push(ids, n, cap, next)) return 1;
     done++;
     if (next == o->eos) break;
-    char b[64];
-    size_t bl = gpt_tokenizer_decode(tok, next, b, sizeof b);
-    fwrite(b, 1, bl, stdout);
-    fflush(stdout);
+    if (!o->json) {
+      char b[64];
+      size_t bl = gpt_tokenizer_decode(tok, next, b, sizeof b);
+      fwrite(b, 1, bl, stdout);
+      fflush(stdout);
+    }
     progress(done, o->ntok, t0, 0);
     if (done == o->ntok) break;
     int rc;
@@ -168,8 +172,33 @@ static int sample_generate(const sample_opts *o, gpt_tokenizer *tok, kv_side *kv
     }
     if (rc) return 1;
   }
-  printf("\n");
+  if (!o->json) printf("\n");
   progress(done, o->ntok, t0, 1);
+  return 0;
+}
+
+static void json_ids(const char *key, const int32_t *ids, size_t n) {
+  printf("\"%s\": [", key);
+  for (size_t i = 0; i < n; i++) printf("%s%d", i ? ", " : "", (int)ids[i]);
+  printf("]");
+}
+
+/* --json: the prompt's ids, the drawn ids and their text, one object. */
+static int sample_json(const gpt_tokenizer *tok, const int32_t *ids, size_t n_prompt, size_t n) {
+  char *text;
+  size_t len;
+  if (gpt_tokenizer_decode_text(tok, ids + n_prompt, n - n_prompt, 0, &text, &len)) {
+    errf("out of memory\n");
+    return 1;
+  }
+  printf("{");
+  json_ids("prompt_ids", ids, n_prompt);
+  printf(", ");
+  json_ids("ids", ids + n_prompt, n - n_prompt);
+  printf(", \"text\": ");
+  gpt_json_string(stdout, text);
+  printf("}\n");
+  free(text);
   return 0;
 }
 
@@ -201,12 +230,19 @@ int cmd_sample(int argc, char **argv) {
     errf("out of memory\n");
     goto out;
   }
-  if (gpt_tokenizer_encode(tok, o.prompt, strlen(o.prompt), &ids, &n, &cap) || n == 0) {
+  if (gpt_tokenizer_encode_text(tok, o.prompt, strlen(o.prompt), 1, &ids, &n, &cap, err,
+                                sizeof err)) {
+    errf("the prompt: %s\n", err);
+    goto out;
+  }
+  if (n == 0) {
     errf("the prompt encodes to no tokens\n");
     goto out;
   }
-  fputs(o.prompt, stdout);
+  size_t n_prompt = n;
+  if (!o.json) fputs(o.prompt, stdout);
   rc = sample_generate(&o, tok, &kv, sm, cfg.vocab, &ids, &n, &cap);
+  if (!rc && o.json) rc = sample_json(tok, ids, n_prompt, n);
 out:
   free(ids);
   gpt_sampler_free(sm);

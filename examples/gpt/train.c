@@ -237,21 +237,28 @@ static int copy_tokenizer_file(const char *from, const char *folder, const char 
   return bad ? -1 : 0;
 }
 
-/* --save DIR with a tokenizer.json (--tokenizer FILE, or a folder holding
- * one): it, and the tokenizer_config.json and special_tokens_map.json
- * beside it, copied into DIR; without a tokenizer_config.json, one naming
- * PreTrainedTokenizerFast, so that transformers' AutoTokenizer reads
- * tokenizer.json as it is. */
+/* --save DIR with a tokenizer (--tokenizer FILE, or a folder): its files
+ * copied into DIR, a tokenizer.json or else GPT-2's vocab.json and
+ * merges.txt, with the tokenizer_config.json and special_tokens_map.json
+ * beside them; without a tokenizer_config.json, one naming the class
+ * transformers' AutoTokenizer reads those files with
+ * (PreTrainedTokenizerFast for tokenizer.json, GPT2Tokenizer for the pair). */
 static int save_tokenizer(const train_run *t, const char *dir, char *why, size_t wl) {
-  const char *tok = t->o.tokdir;
+  const char *tok = t->o.tokdir, *cls = "PreTrainedTokenizerFast";
   struct stat st;
   char folder[4096], file[4200];
   if (!tok || stat(tok, &st)) return 0; /* bytes: no file to copy */
   if (S_ISDIR(st.st_mode)) {
     snprintf(folder, sizeof folder, "%.4000s", tok);
     snprintf(file, sizeof file, "%.4000s/tokenizer.json", tok);
-    if (stat(file, &st)) return 0; /* GPT-2's vocab.json + merges.txt */
-    if (copy_tokenizer_file(NULL, folder, "tokenizer.json", dir, why, wl)) return -1;
+    if (!stat(file, &st)) {
+      if (copy_tokenizer_file(NULL, folder, "tokenizer.json", dir, why, wl)) return -1;
+    } else { /* GPT-2's pair, which the run read */
+      if (copy_tokenizer_file(NULL, folder, "vocab.json", dir, why, wl) ||
+          copy_tokenizer_file(NULL, folder, "merges.txt", dir, why, wl))
+        return -1;
+      cls = "GPT2Tokenizer";
+    }
   } else {
     const char *slash = strrchr(tok, '/');
     snprintf(folder, sizeof folder, "%.*s", slash ? (int)(slash - tok) + 1 : 1, slash ? tok : ".");
@@ -269,7 +276,7 @@ static int save_tokenizer(const train_run *t, const char *dir, char *why, size_t
   snprintf(file, sizeof file, "%.4000s/tokenizer_config.json", dir);
   ferry_outfile o;
   if (ferry_outfile_open(&o, file, why, wl)) return -1;
-  fputs("{\n  \"tokenizer_class\": \"PreTrainedTokenizerFast\"\n}\n", o.f);
+  fprintf(o.f, "{\n  \"tokenizer_class\": \"%s\"\n}\n", cls);
   return ferry_outfile_commit(&o, why, wl) ? -1 : 0;
 }
 

@@ -50,7 +50,9 @@ void model_dir_defaults(const char *model, const char **weights, const char **to
   if (!*weights && (has_file(model, "model.safetensors") ||
                     has_file(model, "model.safetensors.index.json")))
     *weights = model; /* read as --weights DIR reads a folder */
-  if (!*tokdir && has_file(model, "tokenizer.json")) *tokdir = model;
+  if (!*tokdir && (has_file(model, "tokenizer.json") ||
+                   (has_file(model, "vocab.json") && has_file(model, "merges.txt"))))
+    *tokdir = model; /* read as --tokenizer DIR reads a folder */
 }
 
 gpt_tokenizer *load_tokenizer(const char *dir) {

@@ -6,11 +6,18 @@ written by `ferry-gpt train --steps 0 --save`, a fixture tokenizer.json),
 then `train --model IN --steps 2 --save OUT` and `sample --model OUT`: the
 folder gives the config, the weights and the tokenizer (the same losses and
 text as naming them with --weights / --tokenizer), and OUT holds
-config.json, model.safetensors and tokenizer.json.
+config.json, model.safetensors and tokenizer.json. `sample --json` prints
+the prompt's ids: the fixture's ids with its post-processor's bos (those
+Hugging Face tokenizers gave, cases.json's ids_special), as transformers'
+tokenizer(prompt) before generate. A GPT-2 vocab.json + merges.txt pair
+(--tokenizer DIR) is copied into the --save folder, which then loads as
+--model DIR with the same ids.
 
 --transformers: then loads each OUT with transformers (AutoModelForCausalLM,
-AutoTokenizer) and checks its greedy continuation equals ferry-gpt's; exit
-77 when transformers cannot be imported.
+AutoTokenizer) and checks its greedy continuation from the tokenizer's
+default encode equals ferry-gpt's, and the pair's folder with GPT2Tokenizer
+(the same ids as ferry-gpt tokenize); exit 77 when transformers cannot be
+imported.
 """
 import argparse
 import json
@@ -30,10 +37,11 @@ FAMILIES = {
 PROMPT = "hello world"
 
 
-def run(cmd):
+def run(cmd, input=None):
     # an untrained model's text may hold broken UTF-8: replaced, as
     # tokenizers' decode does
-    p = subprocess.run(cmd, capture_output=True, timeout=60)
+    p = subprocess.run(cmd, capture_output=True, timeout=60,
+                       input=input.encode() if input is not None else None)
     p.stdout, p.stderr = (x.decode("utf-8", "replace") for x in (p.stdout, p.stderr))
     if p.returncode:
         sys.exit(f"FAIL: {' '.join(cmd)}: exit {p.returncode}\n{p.stderr}")
@@ -65,6 +73,68 @@ def ferry_text(a, model, *extra):
     return out[len(PROMPT):-1]
 
 
+def fixture_case(a, tok):
+    with open(os.path.join(a.fix, tok, "cases.json")) as f:
+        return json.load(f)[0]  # "Hello world"
+
+
+def check_prompt_ids(a, fam, out):
+    """sample encodes its prompt as the tokenizer's encode does: with the
+    post-processor's bos (llama3's <|begin_of_text|>), none for gpt2's."""
+    case = fixture_case(a, FAMILIES[fam][1])
+    got = json.loads(run([a.gpt, "sample", "--model", out, "--prompt", case["text"],
+                          "--tokens", "3", "--temperature", "0", "--json"]))
+    if got["prompt_ids"] != case["ids_special"]:
+        sys.exit(f"FAIL {fam}: sample's prompt ids {got['prompt_ids']}, Hugging Face "
+                 f"tokenizers' {case['ids_special']} for {case['text']!r}")
+    print(f"{fam}: sample's prompt ids {got['prompt_ids']} = tokenizers' encode")
+    return got
+
+
+def gpt2_pair(a, work):
+    """A GPT-2 vocab.json + merges.txt folder from the gpt2 fixture's model."""
+    with open(os.path.join(a.fix, "gpt2", "tokenizer.json")) as f:
+        model = json.load(f)["model"]
+    d = os.path.join(work, "gpt2_pair")
+    shutil.rmtree(d, ignore_errors=True)
+    os.makedirs(d)
+    with open(os.path.join(d, "vocab.json"), "w") as f:
+        json.dump(model["vocab"], f, ensure_ascii=False)
+    with open(os.path.join(d, "merges.txt"), "w") as f:
+        f.write("#version: 0.2\n")
+        for m in model["merges"]:
+            f.write((m if isinstance(m, str) else " ".join(m)) + "\n")
+    return d
+
+
+def check_pair(a, work):
+    """--tokenizer DIR with vocab.json + merges.txt: --save copies both (and a
+    tokenizer_config.json naming GPT2Tokenizer); the folder samples as --model DIR."""
+    pair = gpt2_pair(a, work)
+    cfg = os.path.join(work, "gpt2.json")
+    out = os.path.join(work, "gpt2_pair_out")
+    shutil.rmtree(out, ignore_errors=True)
+    run([a.gpt, "train", "--model", cfg, "--data", a.data, "--tokenizer", pair, "--steps", "1",
+         "--seq", "16", "--batch", "2", "--save", out])
+    for name in ("vocab.json", "merges.txt"):
+        with open(os.path.join(pair, name), "rb") as f, open(os.path.join(out, name), "rb") as g:
+            if f.read() != g.read():
+                sys.exit(f"FAIL: --save {out}: {name} differs from the --tokenizer folder's")
+    with open(os.path.join(out, "tokenizer_config.json")) as f:
+        cls = json.load(f).get("tokenizer_class")
+    if cls != "GPT2Tokenizer":
+        sys.exit(f"FAIL: --save {out}: tokenizer_config.json names {cls}")
+    text = fixture_case(a, "gpt2")["text"]
+    want = run([a.gpt, "tokenize", "--tokenizer", pair], input=text)
+    got = json.loads(run([a.gpt, "sample", "--model", out, "--prompt", text, "--tokens", "3",
+                          "--temperature", "0", "--json"]))
+    if got["prompt_ids"] != json.loads(want):
+        sys.exit(f"FAIL: sample --model {out}: prompt ids {got['prompt_ids']}, the pair's {want}")
+    print(f"gpt2 pair: --save copies vocab.json and merges.txt; sample --model DIR ids "
+          f"{got['prompt_ids']}")
+    return out, text, got["prompt_ids"]
+
+
 def check_family(a, fam, work):
     src = make_folder(a, fam, work)
     out = os.path.join(work, fam + "_out")
@@ -90,6 +160,7 @@ def check_family(a, fam, work):
         sys.exit(f"FAIL {fam}: sample --model DIR gave {text!r}, with the options {explicit!r}")
     print(f"{fam}: --model DIR = --weights/--tokenizer (losses {got}); saved "
           f"{sorted(os.listdir(out))}; sample {text!r}")
+    check_prompt_ids(a, fam, out)
     return out, text
 
 
@@ -120,7 +191,7 @@ def check_transformers(fam, out, text):
     if info["missing_keys"] or info["unexpected_keys"] or info["mismatched_keys"]:
         sys.exit(f"FAIL {fam}: transformers loads {out} with {info}")
     tok = AutoTokenizer.from_pretrained(out)
-    ids = tok(PROMPT, add_special_tokens=False, return_tensors="pt").input_ids
+    ids = tok(PROMPT, return_tensors="pt").input_ids  # the default encode: bos, as generate gets
     # greedy by hand: generate() imports torch.distributed.fsdp, which
     # Debian's torch 1.13 cannot under Python 3.11
     eos, new = model.config.eos_token_id, []
@@ -136,6 +207,14 @@ def check_transformers(fam, out, text):
         sys.exit(f"FAIL {fam}: transformers continues {got!r}, ferry-gpt {text!r}")
     print(f"{fam}: transformers loads {out} ({type(model).__name__}, "
           f"{type(tok).__name__}) and continues as ferry-gpt does")
+
+
+def check_pair_transformers(out, text, ids):
+    from transformers import GPT2Tokenizer
+    got = GPT2Tokenizer.from_pretrained(out)(text).input_ids
+    if got != ids:
+        sys.exit(f"FAIL: GPT2Tokenizer of {out} encodes {text!r} as {got}, ferry-gpt {ids}")
+    print(f"gpt2 pair: GPT2Tokenizer loads {out}, the same ids {got}")
 
 
 def main():
@@ -158,6 +237,9 @@ def main():
         out, text = check_family(a, fam, a.work)
         if a.transformers:
             check_transformers(fam, out, text)
+    pair_out, text, ids = check_pair(a, a.work)
+    if a.transformers:
+        check_pair_transformers(pair_out, text, ids)
     if not a.transformers:
         check_hostile(a, out, a.work)
     return 0
