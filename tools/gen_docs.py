@@ -16,8 +16,9 @@ inside a sentence is marked in the line itself:
 
   ... recommends <!-- fig: CMD -->zero-infinity<!-- /fig --> at ...
 
-and rewritten to CMD's output, its last newline dropped (one line; several
-figures may share a line). tools/plan_figure.py prints figures of `ferry
+and rewritten to CMD's output, its last newline dropped (one line, not
+empty; several figures may share a line; one right after a backtick is
+code shown, left alone). tools/plan_figure.py prints figures of `ferry
 plan --json` in the units the plan's text uses. Each command runs under bash (pipefail) from the repository root with
 DIR/bin first on PATH (DIR defaults to build), LC_ALL=C, and a soft
 RLIMIT_MEMLOCK of 8 MiB, the one machine figure `ferry plan` prints when it
@@ -44,7 +45,7 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BEGIN = re.compile(r"^<!-- gen(-output|-markdown)?: (.*?) -->\s*$")
 END = "<!-- end gen -->"
-FIG = re.compile(r"<!-- fig: (.*?) -->(.*?)<!-- /fig -->")
+FIG = re.compile(r"(?<!`)<!-- fig: (.*?) -->(.*?)<!-- /fig -->")  # `<!-- fig...`: shown as code
 MEMLOCK = 8 << 20
 
 
@@ -94,8 +95,9 @@ def figures(lines):
 
 def one_line(cmd, output):
     value = output.rstrip("\n")
-    if "\n" in value or "<!--" in value:
-        print(f"gen_docs: the figure `{cmd}` printed more than one line:\n{output}",
+    if not value or "\n" in value or "<!--" in value:
+        what = "more than one line" if value else "nothing"
+        print(f"gen_docs: the figure `{cmd}` printed {what}:\n{output}",
               file=sys.stderr)
         raise SystemExit(2)
     return value

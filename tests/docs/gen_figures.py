@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """tests/docs/gen_figures.py — tools/gen_docs.py's inline figures: a doc
 whose figure differs from its command's output fails --check (exit 1) and
-is rewritten; one inside a code block is text, left alone; a command that
-fails or prints two lines fails the run (exit 2).
+is rewritten; one inside a code block or code span is text, left alone; a command that
+fails or prints two lines fails the run (exit 2), as does one that prints nothing.
 
   gen_figures.py --build DIR --work SCRATCH
 """
@@ -27,7 +27,8 @@ def main():
     os.makedirs(a.work, exist_ok=True)
     doc = os.path.join(a.work, "figures.md")
     fig = "<!-- fig: tools/plan_figure.py '{placement}' --model gpt2 --gpu-mem 24G --host-mem 32G -->"
-    stale = (f"the plan says {fig}nothing<!-- /fig --> and <!-- fig: echo 42 -->41<!-- /fig -->.\n"
+    stale = (f"the plan says {fig}nothing<!-- /fig --> and <!-- fig: echo 42 -->41<!-- /fig -->"
+             ", shown as `<!-- fig: echo 42 -->41<!-- /fig -->`.\n"
              "```\n<!-- fig: echo 42 -->41<!-- /fig -->\n```\n")
     with open(doc, "w") as f:
         f.write(stale)
@@ -38,11 +39,12 @@ def main():
     with open(doc) as f:
         text = f.read()
     line, block = text.split("\n", 1)
-    if p.returncode or "-->all-gpu<" not in line or "-->42<" not in line or "-->41<" not in block:
+    if (p.returncode or "-->all-gpu<" not in line or "-->42<" not in line or "-->41<" not in line
+            or "-->41<" not in block):
         sys.exit(f"FAIL: the rewrite: exit {p.returncode}\n{text}{p.stderr}")
     if gen(a, doc, "--check").returncode:
         sys.exit("FAIL: --check after the rewrite still differs")
-    for bad in ("<!-- fig: printf 'a\\nb' -->x<!-- /fig -->\n",
+    for bad in ("<!-- fig: printf 'a\\nb' -->x<!-- /fig -->\n", "<!-- fig: true -->x<!-- /fig -->\n",
                 "<!-- fig: tools/plan_figure.py '{no.such}' --model gpt2 --gpu-mem 1G -->x<!-- /fig -->\n"):
         with open(doc, "w") as f:
             f.write(bad)
