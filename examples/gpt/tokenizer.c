@@ -279,13 +279,92 @@ int gpt_tokenizer_json(const char *path, gpt_tokenizer **out, char *err, size_t 
   return 0;
 }
 
+/* The bos / eos a token field of tokenizer_config.json names (a string or
+ * {"content": ...}) into ids[0..*n): one when add, none otherwise. */
+static int config_special(const gpt_tokenizer *t, const ferry_json_value *cfg, const char *key,
+                          const char *fallback, int add, int32_t *ids, int *n, char *err,
+                          size_t el) {
+  *n = 0;
+  if (!add) return 0;
+  const ferry_json_value *v = ferry_json_get(cfg, key);
+  if (v && v->type == FERRY_JSON_OBJ) v = ferry_json_get(v, "content");
+  const char *name = v && v->type == FERRY_JSON_STR ? v->str : fallback;
+  int id = gpt_tokenizer_id(t, name);
+  if (id < 0)
+    return snprintf(err, el, "add_%s is on but its token '%.100s' is not in the vocabulary", key,
+                    name), -1;
+  ids[(*n)++] = id;
+  return 0;
+}
+
+/* transformers' Llama-style fast tokenizers (the tokenizer_class of a
+ * tokenizer_config.json beside the tokenizer.json) replace the file's
+ * post-processor by bos when add_bos_token (default on) and eos when
+ * add_eos_token (default off): so does this, where that file says so. */
+static int apply_tokenizer_config(gpt_tokenizer *t, const char *folder, char *err, size_t el) {
+  static const char *const cls[][3] = {{"LlamaTokenizer", "<s>", "</s>"},
+                                       {"CodeLlamaTokenizer", "<s>", "</s>"},
+                                       {"GemmaTokenizer", "<bos>", "<eos>"}};
+  char path[4200], *text;
+  size_t len;
+  struct stat st;
+  snprintf(path, sizeof path, "%.4000s/tokenizer_config.json", folder);
+  if (stat(path, &st)) return 0;
+  if (ferry_read_below(folder, "tokenizer_config.json", FERRY_MAX_TOKENIZER, &text, &len, err, el))
+    return -1;
+  ferry_json_value *cfg = NULL;
+  char why[256];
+  int rc = ferry_json_parse(text, len, &cfg, why, sizeof why);
+  free(text);
+  if (rc || cfg->type != FERRY_JSON_OBJ) {
+    snprintf(err, el, "%.3800s: %s", path, rc ? why : "not a JSON object");
+    ferry_json_free(cfg);
+    return -1;
+  }
+  const ferry_json_value *c = ferry_json_get(cfg, "tokenizer_class");
+  int k = -1;
+  for (int i = 0; c && c->type == FERRY_JSON_STR && i < 3; i++) {
+    size_t n = strlen(cls[i][0]);
+    if (!strncmp(c->str, cls[i][0], n) && (!c->str[n] || !strcmp(c->str + n, "Fast"))) k = i;
+  }
+  if (k >= 0) {
+    const ferry_json_value *b = ferry_json_get(cfg, "add_bos_token"),
+                           *e = ferry_json_get(cfg, "add_eos_token");
+    int add_bos = b && b->type == FERRY_JSON_BOOL ? b->b : 1;
+    int add_eos = e && e->type == FERRY_JSON_BOOL ? e->b : 0;
+    rc = config_special(t, cfg, "bos_token", cls[k][1], add_bos, t->hf->bos, &t->hf->n_bos, err,
+                        el) ||
+         config_special(t, cfg, "eos_token", cls[k][2], add_eos, t->hf->eos, &t->hf->n_eos, err,
+                        el);
+  }
+  ferry_json_free(cfg);
+  if (rc) {
+    snprintf(why, sizeof why, "%s", err);
+    snprintf(err, el, "%.3800s: %s", path, why);
+  }
+  return rc ? -1 : 0;
+}
+
+/* A tokenizer.json, then the tokenizer_config.json in its folder. */
+static int load_json_in(const char *file, gpt_tokenizer **out, char *err, size_t el) {
+  if (gpt_tokenizer_json(file, out, err, el)) return -1;
+  const char *slash = strrchr(file, '/');
+  char folder[4096];
+  snprintf(folder, sizeof folder, "%.*s", slash ? (int)(slash - file) : 1, slash ? file : ".");
+  if (!folder[0]) snprintf(folder, sizeof folder, "/");
+  if (!apply_tokenizer_config(*out, folder, err, el)) return 0;
+  gpt_tokenizer_free(*out);
+  *out = NULL;
+  return -1;
+}
+
 int gpt_tokenizer_load(const char *path, gpt_tokenizer **out, char *err, size_t el) {
   char a[4096], b[4096];
   struct stat st;
   if (stat(path, &st)) return snprintf(err, el, "%s: %s", path, strerror(errno)), -1;
-  if (!S_ISDIR(st.st_mode)) return gpt_tokenizer_json(path, out, err, el);
+  if (!S_ISDIR(st.st_mode)) return load_json_in(path, out, err, el);
   snprintf(a, sizeof a, "%.4000s/tokenizer.json", path);
-  if (!stat(a, &st)) return gpt_tokenizer_json(a, out, err, el);
+  if (!stat(a, &st)) return load_json_in(a, out, err, el);
   snprintf(a, sizeof a, "%.4000s/vocab.json", path);
   snprintf(b, sizeof b, "%.4000s/merges.txt", path);
   return gpt_tokenizer_bpe(a, b, out, err, el);

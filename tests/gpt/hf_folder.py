@@ -11,7 +11,9 @@ the prompt's ids: the fixture's ids with its post-processor's bos (those
 Hugging Face tokenizers gave, cases.json's ids_special), as transformers'
 tokenizer(prompt) before generate. A GPT-2 vocab.json + merges.txt pair
 (--tokenizer DIR) is copied into the --save folder, which then loads as
---model DIR with the same ids.
+--model DIR with the same ids. A tokenizer_config.json naming a Llama
+tokenizer class sets bos / eos by add_bos_token / add_eos_token, as
+transformers' LlamaTokenizerFast does over the file's post-processor.
 
 --transformers: then loads each OUT with transformers (AutoModelForCausalLM,
 AutoTokenizer) and checks its greedy continuation from the tokenizer's
@@ -135,6 +137,32 @@ def check_pair(a, work):
     return out, text, got["prompt_ids"]
 
 
+def check_tokenizer_config(a, work, transformers):
+    """sp_legacy (post-processor: <s> first) beside a tokenizer_config.json of
+    LlamaTokenizerFast with add_bos_token off and add_eos_token on: no bos,
+    </s> last (the ids transformers gives, checked with --transformers)."""
+    d = os.path.join(work, "llama_config")
+    shutil.rmtree(d, ignore_errors=True)
+    os.makedirs(d)
+    shutil.copy(os.path.join(a.fix, "sp_legacy", "tokenizer.json"), d)
+    with open(os.path.join(d, "tokenizer_config.json"), "w") as f:
+        json.dump({"tokenizer_class": "LlamaTokenizerFast", "add_bos_token": False,
+                   "add_eos_token": True, "eos_token": "</s>"}, f)
+    case = fixture_case(a, "sp_legacy")
+    want = case["ids"] + [2]
+    for path in (d, os.path.join(d, "tokenizer.json")):
+        got = json.loads(run([a.gpt, "tokenize", "--tokenizer", path], input=case["text"]))
+        if got != want:
+            sys.exit(f"FAIL: tokenize --tokenizer {path} with add_bos_token off, add_eos_token "
+                     f"on: {got}, not {want}")
+    if transformers:
+        from transformers import AutoTokenizer
+        hf = AutoTokenizer.from_pretrained(d)(case["text"]).input_ids
+        if hf != want:
+            sys.exit(f"FAIL: transformers encodes {case['text']!r} in {d} as {hf}, not {want}")
+    print(f"tokenizer_config.json add_bos_token off, add_eos_token on: {want}")
+
+
 def check_family(a, fam, work):
     src = make_folder(a, fam, work)
     out = os.path.join(work, fam + "_out")
@@ -237,6 +265,7 @@ def main():
         out, text = check_family(a, fam, a.work)
         if a.transformers:
             check_transformers(fam, out, text)
+    check_tokenizer_config(a, a.work, a.transformers)
     pair_out, text, ids = check_pair(a, a.work)
     if a.transformers:
         check_pair_transformers(pair_out, text, ids)
