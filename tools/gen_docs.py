@@ -19,19 +19,22 @@ inside a sentence is marked in the line itself:
 and rewritten to CMD's output, its last newline dropped (one line, not
 empty; several figures may share a line; one right after a backtick is
 code shown, left alone). tools/plan_figure.py prints figures of `ferry
-plan --json` in the units the plan's text uses. Each command runs under bash (pipefail) from the repository root with
+plan --json` in the units the plan's text uses.
+
+Each command runs under bash (pipefail) from the repository root with
 DIR/bin first on PATH (DIR defaults to build), LC_ALL=C, and a soft
 RLIMIT_MEMLOCK of 8 MiB, the one machine figure `ferry plan` prints when it
 is given every size. Only deterministic output belongs here: `ferry plan`
-with --gpu-mem, --host-mem and --nvme, and --help texts; timings stay
-hand-written with the command that measured them. Exit status 0 and 1 both
+with --gpu-mem, --host-mem and --nvme, --help texts, ferry-gpt's sizes
+(--steps 0); timings and bytes that vary from run to run stay hand-written
+with the command that measured them. Exit status 0 and 1 both
 count as output (`ferry plan` exits 1 when nothing fits), as does a SIGPIPE
 of a program whose reader stopped (`| head`); any other status fails.
 
 Without FILE the docs are every README.md and docs/*.md of the tree (build
 folders and hidden folders left out). --check writes nothing: it prints a
 unified diff of each doc that differs from what the programs print now and
-exits 1. Commands run in parallel; the whole tree takes about a second.
+exits 1. Commands run in parallel; the whole tree takes a few seconds.
 """
 import argparse
 import concurrent.futures
