@@ -160,7 +160,13 @@ def check_tokenizer_config(a, work, transformers):
         hf = AutoTokenizer.from_pretrained(d)(case["text"]).input_ids
         if hf != want:
             sys.exit(f"FAIL: transformers encodes {case['text']!r} in {d} as {hf}, not {want}")
-    print(f"tokenizer_config.json add_bos_token off, add_eos_token on: {want}")
+    os.unlink(os.path.join(d, "tokenizer_config.json"))
+    os.mkfifo(os.path.join(d, "tokenizer_config.json"))  # read as the other files are
+    p = subprocess.run([a.gpt, "tokenize", "--tokenizer", d], input=b"x", capture_output=True,
+                       timeout=20)
+    if p.returncode != 1 or b"a FIFO" not in p.stderr:
+        sys.exit(f"FAIL: a FIFO tokenizer_config.json: exit {p.returncode}\n{p.stderr}")
+    print(f"tokenizer_config.json add_bos_token off, add_eos_token on: {want}; a FIFO refused")
 
 
 def check_family(a, fam, work):
