@@ -17,8 +17,8 @@ inside a sentence is marked in the line itself:
   ... recommends <!-- fig: CMD -->zero-infinity<!-- /fig --> at ...
 
 and rewritten to CMD's output, its last newline dropped (one line, not
-empty; several figures may share a line; one right after a backtick is
-code shown, left alone). tools/plan_figure.py prints figures of `ferry
+empty; several figures may share a line, none may start one; one right
+after a backtick is code shown, left alone). tools/plan_figure.py prints figures of `ferry
 plan --json` in the units the plan's text uses.
 
 Each command runs under bash (pipefail) from the repository root with
@@ -85,14 +85,19 @@ def blocks(path, lines):
     return out
 
 
-def figures(lines):
-    """The commands of the inline figures outside code blocks."""
+def figures(path, lines):
+    """The commands of the inline figures outside code blocks; exits on one
+    that starts a line (Markdown would take the line for an HTML block)."""
     out, fenced = [], False
-    for ln in lines:
+    for i, ln in enumerate(lines):
         if ln.startswith("```"):
             fenced = not fenced
         elif not fenced:
             out += [m.group(1) for m in FIG.finditer(ln)]
+            if FIG.match(ln.lstrip()):
+                print(f"gen_docs: {path}:{i + 1}: a figure starts the line (Markdown would end "
+                      "the paragraph there): put a word before it", file=sys.stderr)
+                raise SystemExit(2)
     return out
 
 
@@ -162,7 +167,7 @@ def main():
             texts[d] = f.readlines()
         for b in blocks(os.path.relpath(d, ROOT), texts[d]):
             jobs.setdefault(b[2], None)
-        for cmd in figures(texts[d]):
+        for cmd in figures(os.path.relpath(d, ROOT), texts[d]):
             jobs.setdefault(cmd, None)
     with concurrent.futures.ThreadPoolExecutor(max_workers=4) as pool:
         futs = {c: pool.submit(run, c, env) for c in jobs}

@@ -2,7 +2,8 @@
 """tests/docs/gen_figures.py — tools/gen_docs.py's inline figures: a doc
 whose figure differs from its command's output fails --check (exit 1) and
 is rewritten; one inside a code block or code span is text, left alone; a command that
-fails or prints two lines fails the run (exit 2), as does one that prints nothing.
+fails or prints two lines fails the run (exit 2), as does one that prints nothing or a figure
+that starts a line (Markdown would take it for an HTML block).
 
   gen_figures.py --build DIR --work SCRATCH
 """
@@ -44,8 +45,9 @@ def main():
         sys.exit(f"FAIL: the rewrite: exit {p.returncode}\n{text}{p.stderr}")
     if gen(a, doc, "--check").returncode:
         sys.exit("FAIL: --check after the rewrite still differs")
-    for bad in ("<!-- fig: printf 'a\\nb' -->x<!-- /fig -->\n", "<!-- fig: true -->x<!-- /fig -->\n",
-                "<!-- fig: tools/plan_figure.py '{no.such}' --model gpt2 --gpu-mem 1G -->x<!-- /fig -->\n"):
+    for bad in ("a <!-- fig: printf 'a\\nb' -->x<!-- /fig -->\n", "a <!-- fig: true -->x<!-- /fig -->\n",
+                "text\n  <!-- fig: echo 1 -->1<!-- /fig --> starts a line\n",
+                "a <!-- fig: tools/plan_figure.py '{no.such}' --model gpt2 --gpu-mem 1G -->x<!-- /fig -->\n"):
         with open(doc, "w") as f:
             f.write(bad)
         p = gen(a, doc, "--check")
