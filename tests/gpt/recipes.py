@@ -4,12 +4,15 @@ tiny Hugging Face folders (GPT-2's shape and TinyLlama's) that the recipes'
 own make_tiny_hf.py writes, calling the recipe scripts themselves:
 
   --case c       examples/recipes/finetune.sh (ferry-gpt train --model DIR
-                 --save OUT, then sample --model OUT); the llama folder on the
-                 engine (examples/configs/offload-nvme.cfg)
+                 --save OUT, then sample --model OUT)
   --case python  examples/recipes/finetune_hf.py (transformers + ferry.torch,
                  save_pretrained) under $FERRY_PEER_PYTHON (default
                  /usr/bin/python3); exit 77 when it cannot import torch and
                  transformers
+
+gpt2 runs on the recipes' defaults; llama on the engine config that `ferry
+plan --model DIR/config.json ... --write-config` writes, as the TinyLlama
+recipe does (with --ferry; else examples/configs/offload-nvme.cfg).
 
 Each run's loss falls, the saved folder holds config.json, model.safetensors
 and tokenizer.json, and ferry-gpt loads it back: its loss on the first batch
@@ -64,10 +67,22 @@ def check(a, fam, src, out, text):
           % (fam, got[0], got[-1], out, after, before))
 
 
+def engine_cfg(a, src):
+    """The llama folder's engine config: ferry plan's, as the TinyLlama
+    recipe makes it, or offload-nvme.cfg without the ferry CLI."""
+    if not a.ferry:
+        return os.path.join(a.root, "examples/configs/offload-nvme.cfg")
+    cfg, swap = os.path.join(a.work, "llama.cfg"), os.path.join(a.work, "swap")
+    os.makedirs(swap, exist_ok=True)
+    run([a.ferry, "plan", "--model", os.path.join(src, "config.json"), "--device", "host",
+         "--gpu-budget", "64M", "--batch", "4", "--seq", "32", "--nvme-path", swap,
+         "--write-config", cfg])
+    return cfg
+
+
 def case_c(a, fam, src, out):
     env = dict(os.environ, FERRY_GPT=a.gpt, PROMPT=PROMPT, TOKENS="16")
-    extra = ["--engine", os.path.join(a.root, "examples/configs/offload-nvme.cfg")] \
-        if fam == "llama" else []
+    extra = ["--engine", engine_cfg(a, src)] if fam == "llama" else []
     text = run([os.path.join(a.root, "examples/recipes/finetune.sh"), src, a.data, out,
                 *TRAIN, *extra], env=env, cwd=a.work)
     cmds = [ln for ln in text.splitlines() if ln.startswith("+ ")]
@@ -82,7 +97,8 @@ def case_python(a, fam, src, out, py):
     env = dict(os.environ, FERRY_LIB=a.lib, OMP_NUM_THREADS="1", PYTHONDONTWRITEBYTECODE="1")
     text = run([py, os.path.join(a.root, "examples/recipes/finetune_hf.py"), "--model", src,
                 "--data", a.data, "--save", out, *TRAIN, "--threads", "1", "--prompt", PROMPT,
-                "--tokens", "16"], env=env, cwd=a.work)
+                "--tokens", "16", *(["--config", engine_cfg(a, src)] if fam == "llama" else [])],
+               env=env, cwd=a.work)
     if not text.rstrip("\n").split("\n")[-1].startswith(PROMPT):
         sys.exit("FAIL %s: no sample at the end:\n%s" % (fam, text))
     check(a, fam, src, out, text)
@@ -96,9 +112,10 @@ def main():
     for k in ("--gpt", "--root", "--data", "--work"):
         ap.add_argument(k, required=True)
     ap.add_argument("--lib", help="libferry.so (the python case)")
+    ap.add_argument("--ferry", help="the ferry CLI (ferry plan)")
     a = ap.parse_args()
     a.gpt, a.root, a.data = (os.path.abspath(x) for x in (a.gpt, a.root, a.data))
-    a.lib = a.lib and os.path.abspath(a.lib)
+    a.lib, a.ferry = (x and os.path.abspath(x) for x in (a.lib, a.ferry))
     py = None
     if a.case == "python":
         py = os.environ.get("FERRY_PEER_PYTHON", "/usr/bin/python3")
