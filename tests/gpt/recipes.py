@@ -99,8 +99,9 @@ def case_python(a, fam, src, out, py):
                 "--data", a.data, "--save", out, *TRAIN, "--threads", "1", "--prompt", PROMPT,
                 "--tokens", "16", *(["--config", engine_cfg(a, src)] if fam == "llama" else [])],
                env=env, cwd=a.work)
-    if not text.rstrip("\n").split("\n")[-1].startswith(PROMPT):
-        sys.exit("FAIL %s: no sample at the end:\n%s" % (fam, text))
+    tail = text.split("finetune_hf: saved ", 1)[-1].split("\n", 1)[-1]
+    if "finetune_hf: saved " not in text or not tail.startswith(PROMPT):
+        sys.exit("FAIL %s: no sample after the save:\n%s" % (fam, text))
     check(a, fam, src, out, text)
     run([a.gpt, "sample", "--model", out, "--prompt", PROMPT, "--tokens", "8",
          "--temperature", "0"])
