@@ -53,14 +53,17 @@ FAMILIES = {
 
 
 def tensors(cfg):
-    """(name, shape, kind) of every weight, kind 'w' (random), 'one' or 'zero'."""
+    """(name, shape, kind) of every tensor, kind 'w' (random), 'one', 'zero' or
+    'mask' (lower triangle of ones)."""
     out = []
     if cfg["model_type"] == "gpt2":
         C, V, P, L = cfg["n_embd"], cfg["vocab_size"], cfg["n_positions"], cfg["n_layer"]
         out += [("wte.weight", (V, C), "w"), ("wpe.weight", (P, C), "w")]
         for i in range(L):  # Conv1D weights are [in, out]
             h = "h.%d." % i
-            out += [(h + "ln_1.weight", (C,), "one"), (h + "ln_1.bias", (C,), "zero"),
+            # attn.bias: the causal mask, a buffer GPT-2's own file carries too
+            out += [(h + "attn.bias", (1, 1, P, P), "mask"),
+                    (h + "ln_1.weight", (C,), "one"), (h + "ln_1.bias", (C,), "zero"),
                     (h + "attn.c_attn.weight", (C, 3 * C), "w"),
                     (h + "attn.c_attn.bias", (3 * C,), "zero"),
                     (h + "attn.c_proj.weight", (C, C), "w"), (h + "attn.c_proj.bias", (C,), "zero"),
@@ -102,6 +105,9 @@ def write_safetensors(path, cfg, seed):
             n *= s
         if kind == "w":
             vals = array("f", (rng.gauss(0.0, 0.02) for _ in range(n)))
+        elif kind == "mask":
+            side = shape[-1]
+            vals = array("f", (float(k % side <= k // side) for k in range(n)))
         else:
             vals = array("f", [1.0 if kind == "one" else 0.0]) * n
         if sys.byteorder == "big":
