@@ -33,6 +33,10 @@ for f in config.json tokenizer.json; do
     exit 1
   fi
 done
+if [ ! -f "$model/model.safetensors" ] && [ ! -f "$model/model.safetensors.index.json" ]; then
+  echo "$0: $model has no model.safetensors (or model.safetensors.index.json): ferry-gpt reads safetensors, not pytorch_model.bin" >&2
+  exit 1
+fi
 if [ ! -f "$data" ]; then
   echo "$0: $data: no such file (any text file will do, e.g. docs/FERRY-GPT.md)" >&2
   exit 1

@@ -14,7 +14,8 @@ gpt2 runs on the recipes' defaults; llama on the engine config that `ferry
 plan --model DIR/config.json ... --write-config` writes, as the TinyLlama
 recipe does (with --ferry; else examples/configs/offload-nvme.cfg).
 
-Each run's loss falls, the saved folder holds config.json, model.safetensors
+Each run's loss falls (finetune.sh refuses a folder without safetensors
+weights), the saved folder holds config.json, model.safetensors
 and tokenizer.json, and ferry-gpt loads it back: its loss on the first batch
 (--steps 1 --lr 0) is below the untrained folder's, and it samples.
 """
@@ -91,6 +92,16 @@ def case_c(a, fam, src, out):
     if not text.split(cmds[1] + "\n", 1)[1].startswith(PROMPT):
         sys.exit("FAIL %s: no sample after %r:\n%s" % (fam, cmds[1], text))
     check(a, fam, src, out, text)
+    # a folder without safetensors is refused, not trained from a random init
+    bare = os.path.join(a.work, fam + "_bare")
+    os.makedirs(bare)
+    for name in ("config.json", "tokenizer.json"):
+        shutil.copy(os.path.join(src, name), bare)
+    p = subprocess.run([os.path.join(a.root, "examples/recipes/finetune.sh"), bare, a.data,
+                        bare + "_out"], capture_output=True, text=True, env=env, timeout=30)
+    if p.returncode != 1 or "no model.safetensors" not in p.stderr:
+        sys.exit("FAIL %s: a folder without weights: exit %d\n%s" % (fam, p.returncode,
+                                                                   p.stderr))
 
 
 def case_python(a, fam, src, out, py):
