@@ -1,16 +1,16 @@
 #!/usr/bin/env python3
 """examples/recipes/finetune_hf.py — the Python recipe: fine-tunes a Hugging
-Face model folder (GPT-2, Llama, TinyLlama: anything AutoModelForCausalLM
-loads) on a text file through ferry.torch, saves it with save_pretrained (a
-folder transformers and `ferry-gpt --model DIR` load), and samples from it.
+Face model folder (GPT-2, Llama, TinyLlama; AutoModelForCausalLM loads it)
+on a text file through ferry.torch, saves it with save_pretrained (a folder
+transformers and `ferry-gpt --model DIR` load), and samples from it.
 
     python3 examples/recipes/finetune_hf.py --model gpt2 --data FILE --save tuned
 
 The model is loaded in fp32 and handed to ferry.torch.initialize: its
 parameters, gradients and AdamW states live where the engine config puts
-them (default: params and optimizer in host memory, fp32; --config FILE for
-another, e.g. one `ferry plan --write-config` wrote; --set KEY=VALUE over
-it). Batches are --batch windows of --seq + 1 tokens of the text, drawn at
+them (default: params and optimizer in host memory, fp32; --config FILE is
+read over it, e.g. one `ferry plan --write-config` wrote, then --lr and each
+--set KEY=VALUE). Batches are --batch windows of --seq + 1 tokens of the text, drawn at
 seeded offsets. Needs torch and transformers; ferry is found installed, else
 in the python/ folder of this checkout.
 """
@@ -32,7 +32,7 @@ def parse_args(argv):
     ap.add_argument("--seq", type=int, default=128, help="tokens per window (default 128)")
     ap.add_argument("--lr", type=float, default=1e-4, help="AdamW learning rate (default 1e-4)")
     ap.add_argument("--seed", type=int, default=1, help="seed of the batches and the sample")
-    ap.add_argument("--config", help="a ferry engine config (.cfg) instead of the default")
+    ap.add_argument("--config", help="a ferry engine config (.cfg), read over the default")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="one engine config key (docs/CONFIG.md), repeatable")
     ap.add_argument("--threads", type=int, default=0, help="torch threads (default: torch's)")
