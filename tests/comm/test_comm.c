@@ -682,6 +682,16 @@ static int nccl_suite(void) {
       bad += h[at] != (float)val(r, i);
   EXPECT(bad == 0);
   EXPECT_EQ_INT(ferry_comm_barrier(c, NULL), 0);
+  /* ferry_comm_fail on a channel: told over MPI, process-wide as on MPI,
+   * so the parent's next collective fails naming it (last: nothing of this
+   * process's NCCL works after it) */
+  ferry_comm *ch = NULL;
+  REQUIRE(ferry_comm_dup(c, &ch) == 0);
+  EXPECT_EQ_INT(ferry_comm_fail(ch, "the disk is on fire"), 0);
+  EXPECT_EQ_INT(ferry_comm_allreduce(c, d, d, M, FERRY_DT_F32, FERRY_REDUCE_SUM, s, NULL),
+                FERRY_EIO);
+  EXPECT(strstr(ferry_comm_last_error(c), "failed: the disk is on fire") != NULL);
+  ferry_comm_destroy(ch);
   ferry_comm_destroy(c);
   ferry_stream_destroy(s);
   ferry_device_destroy(dev);
