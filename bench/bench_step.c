@@ -26,6 +26,7 @@
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -170,12 +171,45 @@ static char state_set[64], master_set[64]; /* --state-dtype / --master as --set 
 static ferry_comm *comm;
 static int rank, nranks = 1;
 
+/* say's last message, without "ferry bench step: " and its newline. */
+static char last_err[4096];
+
+/* "ferry bench step: " and the message on stderr; the message is kept as
+ * the cause abort_ranks tells the other ranks. */
+static void say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void say(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(last_err, sizeof last_err, fmt, ap);
+  va_end(ap);
+  fprintf(stderr, "ferry bench step: %s", last_err);
+  last_err[strcspn(last_err, "\n")] = '\0';
+}
+
+/* Test hook (tests/cli/bench_step_ranks_test.sh): rank
+ * $FERRY_BENCH_TEST_FAIL_RANK fails at its second timed step, as an I/O
+ * error in that rank alone would, and waits $FERRY_BENCH_TEST_LINGER
+ * seconds before it ends the job, as under a slow launcher. */
+static int test_fails_here(void) {
+  const char *r = getenv("FERRY_BENCH_TEST_FAIL_RANK");
+  return r && nranks > 1 && atoi(r) == rank;
+}
+
 /* A failed engine call with ranks: the other ranks may wait in a collective
- * for this one, so the job ends here (after the message). */
+ * for this one, so they are told the cause (say's last message; their
+ * waits fail at once naming this rank) and the job ends here. */
 static void abort_ranks(void) {
   if (nranks <= 1) return;
   fflush(stdout);
   fflush(stderr);
+  char pre[32];
+  const char *why = last_err;
+  size_t n = (size_t)snprintf(pre, sizeof pre, "rank %d: ", rank);
+  if (!strncmp(why, pre, n)) why += n; /* ferry_comm_fail names the rank */
+  if (ferry_comm_fail(comm, why))
+    say("rank %d: telling the other ranks: %s\n", rank, ferry_comm_last_error(comm));
+  const char *linger = getenv("FERRY_BENCH_TEST_LINGER");
+  if (linger && atoi(linger) > 0 && test_fails_here()) sleep((unsigned)atoi(linger));
   ferry_comm_abort(comm, 1);
 }
 
@@ -244,7 +278,7 @@ static ferry_engine *open_engine(const char *path, engine_kind k, int *optim_on_
     snprintf(kv, sizeof kv, "%s", sets[i]);
     char *eq = strchr(kv, '=');
     if (!eq) {
-      fprintf(stderr, "ferry bench step: --set wants KEY=VALUE, not '%s'\n", sets[i]);
+      say("--set wants KEY=VALUE, not '%s'\n", sets[i]);
       ferry_config_destroy(c);
       return NULL;
     }
@@ -264,7 +298,7 @@ static ferry_engine *open_engine(const char *path, engine_kind k, int *optim_on_
   if (!rc && k.grads) rc = ferry_config_set(c, "placement.grads", k.grads);
   if (!rc) rc = rank_nvme_paths(c);
   if (rc) {
-    fprintf(stderr, "ferry bench step: %s\n", ferry_config_last_error(c));
+    say("%s\n", ferry_config_last_error(c));
     ferry_config_destroy(c);
     return NULL;
   }
@@ -274,11 +308,11 @@ static ferry_engine *open_engine(const char *path, engine_kind k, int *optim_on_
   if (layout) read_layout(c, layout);
   ferry_engine *e = NULL;
   if (ferry_engine_create(c, NULL, &e)) {
-    fprintf(stderr, "ferry bench step: engine: %s\n", ferry_last_error());
+    say("engine: %s\n", ferry_last_error());
     e = NULL;
   }
   if (e && k.with_comm && nranks > 1 && ferry_engine_set_comm(e, comm)) {
-    fprintf(stderr, "ferry bench step: engine: %s\n", ferry_engine_last_error(e));
+    say("engine: %s\n", ferry_engine_last_error(e));
     ferry_engine_destroy(e);
     e = NULL;
   }
@@ -369,8 +403,7 @@ static int parse_args(step_opts *o, int argc, char **argv) {
       const char *val = argv[++i];
       int ok = !strcmp(val, "fp32") || !strcmp(val, "bf16") || (st && !strcmp(val, "int8"));
       if (!ok) {
-        fprintf(stderr, "ferry bench step: %s '%s': expected %s\n", a, val,
-                st ? "fp32, bf16 or int8" : "fp32 or bf16");
+        say("%s '%s': expected %s\n", a, val, st ? "fp32, bf16 or int8" : "fp32 or bf16");
         return 2;
       }
       char *dst = st ? state_set : master_set;
@@ -384,18 +417,18 @@ static int parse_args(step_opts *o, int argc, char **argv) {
     } else if (v && !strcmp(a, "--compute-ms")) {
       if (bench_arg_num("ferry bench step", a, argv[++i], 0, 10000, &o->compute_ms)) return 2;
     } else {
-      fprintf(stderr, "ferry bench step: %s '%s'\n",
-              int_opt(a) >= 0 || !strcmp(a, "--compute-ms") || !strcmp(a, "--config") ||
-                      !strcmp(a, "--set") || !strcmp(a, "--timeline")
-                  ? "a value is missing after"
-                  : "unknown option",
-              a);
+      say("%s '%s'\n",
+          int_opt(a) >= 0 || !strcmp(a, "--compute-ms") || !strcmp(a, "--config") ||
+                  !strcmp(a, "--set") || !strcmp(a, "--timeline")
+              ? "a value is missing after"
+              : "unknown option",
+          a);
       usage(stderr);
       return 2;
     }
   }
   if (!o->cfg) {
-    fprintf(stderr, "ferry bench step: --config FILE is required\n");
+    say("--config FILE is required\n");
     return 2;
   }
   /* after the --set values: the flags win */
@@ -407,10 +440,10 @@ static int parse_args(step_opts *o, int argc, char **argv) {
   double need = (double)o->groups * o->dim * o->dim * 24 + (64 << 20);
   if (avail && need > 0.9 * (double)avail) {
     char a[32], b[32];
-    fprintf(stderr, "ferry bench step: --groups %d with --dim %d needs %s of RAM for the "
-                    "resident reference run; %s is available: lower --groups or --dim\n",
-            o->groups, o->dim, ferry_format_size((uint64_t)need, a, sizeof a),
-            ferry_format_size(avail, b, sizeof b));
+    say("--groups %d with --dim %d needs %s of RAM for the "
+        "resident reference run; %s is available: lower --groups or --dim\n",
+        o->groups, o->dim, ferry_format_size((uint64_t)need, a, sizeof a),
+        ferry_format_size(avail, b, sizeof b));
     return 2;
   }
   return -1;
@@ -436,7 +469,7 @@ static int validate(const step_opts *o, double got[3]) {
   ferry_engine *e = open_engine(o->cfg, resident, NULL, NULL);
   if (!e) return 1;
   int rc = validate_run(e, o->groups, o->dim, o->batch, ref);
-  if (rc) fprintf(stderr, "ferry bench step: resident reference: %s\n", ferry_engine_last_error(e));
+  if (rc) say("resident reference: %s\n", ferry_engine_last_error(e));
   ferry_engine_destroy(e);
   if (rc) return 1;
   int optim_dev = 0;
@@ -450,8 +483,7 @@ static int validate(const step_opts *o, double got[3]) {
                   info.kind == FERRY_DEVICE_CUDA) || nranks > 1;
   rc = validate_run(e, o->groups, o->dim, o->batch, got);
   if (rc) {
-    fprintf(stderr, "ferry bench step: rank %d: validation failed: %s\n", rank,
-            ferry_engine_last_error(e));
+    say("rank %d: validation failed: %s\n", rank, ferry_engine_last_error(e));
     abort_ranks();
   }
   if (rc || !losses_agree(ref, got, tolerant)) {
@@ -477,7 +509,7 @@ static int prepare_timing(ferry_engine *e, const step_opts *o, ferry_stream **s)
   synth_free(&m);
   if (!rc) rc = ferry_stream_create(ferry_engine_device(e), s);
   if (rc) {
-    fprintf(stderr, "ferry bench step: %s\n", ferry_engine_last_error(e));
+    say("%s\n", ferry_engine_last_error(e));
     return 1;
   }
   return 0;
@@ -500,6 +532,7 @@ static int time_steps(ferry_engine *e, ferry_stream *s, const step_opts *o, doub
   ferry_timeline_reset(engine_timeline(e));
   *t0 = ferry_now();
   for (int k = 0; k < o->steps && !rc; k++) {
+    if (k == 1 && test_fails_here()) return FERRY_EIO; /* run_timed says why */
     rc = timed_micro_batch(e, o->groups, &sm);
     if (!rc) rc = ferry_step(e, NULL);
   }
@@ -781,7 +814,7 @@ static void comm_per_step(ferry_engine *e, const step_opts *o, const ferry_stats
  * step. 0, or 1 (said on stderr; the job ends). */
 static int time_alone(const step_opts *o, const char *grads, double *alone) {
   if (ferry_comm_barrier(comm, NULL)) {
-    fprintf(stderr, "ferry bench step: rank %d: barrier: %s\n", rank, ferry_comm_last_error(comm));
+    say("rank %d: barrier: %s\n", rank, ferry_comm_last_error(comm));
     abort_ranks();
     return 1;
   }
@@ -791,7 +824,7 @@ static int time_alone(const step_opts *o, const char *grads, double *alone) {
   double t0, t1;
   int rc = !e || prepare_timing(e, o, &s);
   if (!rc && time_steps(e, s, o, &t0, &t1, &before)) {
-    fprintf(stderr, "ferry bench step: alone: %s\n", ferry_engine_last_error(e));
+    say("alone: %s\n", ferry_engine_last_error(e));
     rc = 1;
   }
   if (!rc) *alone = (t1 - t0) / o->steps;
@@ -819,7 +852,10 @@ static int run_timed(const step_opts *o, const double got[3]) {
     goto out;
   }
   if (time_steps(e, s, o, &t0, &t1, &before)) {
-    fprintf(stderr, "ferry bench step: rank %d: %s\n", rank, ferry_engine_last_error(e));
+    say("rank %d: %s\n", rank,
+        test_fails_here() ? "test hook: this rank fails at its second timed step "
+                            "(FERRY_BENCH_TEST_FAIL_RANK)"
+                          : ferry_engine_last_error(e));
     abort_ranks();
     goto out;
   }
@@ -828,11 +864,11 @@ static int run_timed(const step_opts *o, const double got[3]) {
   r.per = (t1 - t0) / o->steps;
   r.longest = component_busy(e, t0, t1, o->steps, r.busy);
   if (o->timeline && rank == 0 && ferry_engine_write_timeline(e, o->timeline))
-    fprintf(stderr, "ferry bench step: %s\n", ferry_engine_last_error(e));
+    say("%s\n", ferry_engine_last_error(e));
   /* the timed steps' dirty chunks still in the host pool, written now
    * (after t1: not timed), so each is counted once */
   if (engine_flush(e)) {
-    fprintf(stderr, "ferry bench step: rank %d: %s\n", rank, ferry_engine_last_error(e));
+    say("rank %d: %s\n", rank, ferry_engine_last_error(e));
     abort_ranks();
     goto out;
   }
@@ -863,8 +899,9 @@ static int relaunch(int n, int argc, char **argv) {
   ssize_t len = readlink("/proc/self/exe", exe, sizeof exe - 1);
   char **args = calloc((size_t)argc + 8, sizeof *args);
   if (len <= 0 || !args) {
-    fprintf(stderr, "ferry bench step: --ranks %d: cannot find this program to run it under "
-                    "mpirun; run `mpirun -np %d ferry bench step ...` yourself\n", n, n);
+    say("--ranks %d: cannot find this program to run it under "
+        "mpirun; run `mpirun -np %d ferry bench step ...` yourself\n",
+        n, n);
     free(args);
     return 2;
   }
@@ -883,9 +920,9 @@ static int relaunch(int n, int argc, char **argv) {
   fflush(stdout);
   fflush(stderr);
   execvp(args[0], args);
-  fprintf(stderr, "ferry bench step: --ranks %d: cannot run mpirun (%s): install OpenMPI "
-                  "(openmpi-bin), or start `mpirun -np %d ferry bench step ...` yourself\n",
-          n, strerror(errno), n);
+  say("--ranks %d: cannot run mpirun (%s): install OpenMPI "
+      "(openmpi-bin), or start `mpirun -np %d ferry bench step ...` yourself\n",
+      n, strerror(errno), n);
   free(args);
   return 2;
 }
@@ -894,7 +931,7 @@ static int open_ranks(const step_opts *o, int argc, char **argv) {
   ferry_comm_options co = ferry_comm_options_default();
   co.kind = FERRY_COMM_AUTO;
   if (ferry_comm_create(&co, &comm)) {
-    fprintf(stderr, "ferry bench step: communicator: %s\n", ferry_last_error());
+    say("communicator: %s\n", ferry_last_error());
     return 1;
   }
   rank = ferry_comm_rank(comm);
@@ -903,17 +940,15 @@ static int open_ranks(const step_opts *o, int argc, char **argv) {
     ferry_comm_destroy(comm);
     comm = NULL;
     if (getenv(RELAUNCHED)) {
-      fprintf(stderr, "ferry bench step: --ranks %d: started under mpirun, but the "
-                      "communicator has one rank (is this ferry built with MPI? `ferry info`)\n",
-              o->ranks);
+      say("--ranks %d: started under mpirun, but the "
+          "communicator has one rank (is this ferry built with MPI? `ferry info`)\n",
+          o->ranks);
       return 1;
     }
     return relaunch(o->ranks, argc, argv);
   }
   if (o->ranks && o->ranks != nranks) {
-    if (rank == 0)
-      fprintf(stderr, "ferry bench step: --ranks %d, but the launcher started %d ranks\n",
-              o->ranks, nranks);
+    if (rank == 0) say("--ranks %d, but the launcher started %d ranks\n", o->ranks, nranks);
     ferry_comm_destroy(comm);
     comm = NULL;
     return 2;
@@ -926,7 +961,7 @@ static int any_failed(int failed) {
   if (nranks <= 1) return failed;
   int32_t mine = failed, any = 0;
   if (ferry_comm_allreduce(comm, &mine, &any, 1, FERRY_DT_I32, FERRY_REDUCE_MAX, NULL, NULL)) {
-    fprintf(stderr, "ferry bench step: rank %d: %s\n", rank, ferry_comm_last_error(comm));
+    say("rank %d: %s\n", rank, ferry_comm_last_error(comm));
     abort_ranks();
   }
   return any != 0;
@@ -943,8 +978,8 @@ int ferry_bench_step_main(int argc, char **argv) {
     ex = 1;
   } else {
     if (!o.validate && rank == 0)
-      fprintf(stderr, "ferry bench step: validation skipped (--no-validate): the step is timed "
-                      "without checking its numbers\n");
+      say("validation skipped (--no-validate): the step is timed "
+          "without checking its numbers\n");
     ex = run_timed(&o, got);
   }
   ferry_comm_destroy(comm);

@@ -225,8 +225,13 @@ int ferry_comm_create(const ferry_comm_options *opt_in, ferry_comm **out) {
   return 0;
 }
 
-/* The status and message of a broken communicator, into its error buffer. */
+static int check_alert(ferry_comm *c);
+
+/* The status and message of a broken communicator, into its error buffer.
+ * A backend without a worker (SELF, NCCL) first looks for a failure's news:
+ * its calls never wait, so this is where they learn of one. */
 static int fail_broken(ferry_comm *c) {
+  if (!c->ops->threaded) check_alert(c);
   pthread_mutex_lock(&c->mu);
   int st = c->broken;
   char msg[FERRY_ERR_MAX];
@@ -283,7 +288,7 @@ int ferry_comm_dup(ferry_comm *c, ferry_comm **out) {
 static int check_alert(ferry_comm *c) {
   if (!c->ops->alert_poll) return 0;
   char msg[FERRY_ERR_MAX];
-  int st = c->ops->alert_poll(msg, sizeof msg);
+  int st = c->ops->alert_poll(c, msg, sizeof msg);
   if (!st) return 0;
   pthread_mutex_lock(&c->mu);
   break_locked(c, st, msg);
@@ -428,12 +433,17 @@ static int wait_req(ferry_comm *c, ferry_comm_req *r) {
      * the GPU, and CUDA has no timed wait on an event (cudaEventSynchronize
      * cannot give up at the deadline); a completion signalled by a host
      * function on the stream is the replacement, once a GPU can test it. */
-    double deadline = t_begin + c->timeout;
+    double deadline = t_begin + c->timeout, look = t_begin + ALERT_POLL;
     long sleep_ns = 1000;
     while (poll_req(c, r) == FERRY_EAGAIN) {
-      if (ferry_now() >= deadline) {
+      double now = ferry_now();
+      if (now >= deadline) {
         timed_out = 1;
         break;
+      }
+      if (c->ops->alert_poll && now >= look) { /* another rank failed: c is broken by it */
+        look = now + ALERT_POLL;
+        if ((timed_out = check_alert(c)) != 0) break;
       }
       struct timespec ts = {0, sleep_ns};
       nanosleep(&ts, NULL);
@@ -556,7 +566,7 @@ int ferry_comm_fail(ferry_comm *c, const char *why) {
   if (!c) return ferry_err_thread(FERRY_EINVAL, "ferry_comm_fail: communicator is NULL");
   char msg[FERRY_ERR_MAX];
   snprintf(msg, sizeof msg, "rank %d failed: %s", c->rank, why && why[0] ? why : "(no reason given)");
-  int st = c->size > 1 && c->ops->alert_send ? c->ops->alert_send(c, msg) : 0;
+  int st = c->ops->alert_send ? c->ops->alert_send(c, msg) : 0;
   pthread_mutex_lock(&c->mu);
   break_locked(c, FERRY_EIO, msg);
   pthread_cond_broadcast(&c->done_cv);

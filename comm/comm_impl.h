@@ -105,13 +105,13 @@ struct ferry_comm_ops {
   /* Optional: frees r->impl. */
   void (*release)(ferry_comm *c, ferry_comm_req *r);
   void (*abort)(ferry_comm *c, int code); /* does not return */
-  /* Optional (MPI): a rank's failure, told to every other rank of the job
+  /* Optional: a rank's failure, told to every other rank of the job
    * (msg: "rank R failed: ..."; sends that no rank takes within about a
-   * second are left); and this process's news of one: 0 none, else its
-   * status with the message in msg. Process-wide, so every channel's wait
-   * sees it. NULL: the backend has no such news (SELF, NCCL). */
+   * second are left); and the news of one c has: 0 none, else its status
+   * with the message in msg. MPI and NCCL: process-wide, so every channel's
+   * wait sees it; SELF: c and its channels. NULL: no such news. */
   int (*alert_send)(ferry_comm *c, const char *msg);
-  int (*alert_poll)(char *msg, size_t cap);
+  int (*alert_poll)(ferry_comm *c, char *msg, size_t cap);
 };
 
 extern const ferry_comm_ops ferry_comm_self_ops;
@@ -129,6 +129,10 @@ int ferry_mpi_world_bcast(ferry_errbuf *e, void *buf, size_t bytes, int root);
 _Noreturn void ferry_mpi_abort(int code);
 /* MPI_Abort when MPI is initialized and not finalized; else returns. */
 void ferry_mpi_abort_if_running(int code);
+/* The MPI backend's news of a rank's failure (alert_send, alert_poll), for
+ * NCCL, whose ranks are COMM_WORLD's. */
+int ferry_mpi_alert_send(ferry_comm *c, const char *msg);
+int ferry_mpi_alert_poll(ferry_comm *c, char *msg, size_t cap);
 #endif
 #ifdef FERRY_HAVE_NCCL
 extern const ferry_comm_ops ferry_comm_nccl_ops;

@@ -24,7 +24,7 @@ static int g_no_finalize; /* (g_mu) a communicator broke: MPI_Finalize would han
 
 /* News of a rank's failure (ferry_comm_fail): a duplicate of COMM_WORLD
  * made with the first reference, on which a failing rank sends its message
- * to every other rank; waiters look for it (mpi_alert_poll). g_alert_mu is
+ * to every other rank; waiters look for it (ferry_mpi_alert_poll). g_alert_mu is
  * never held across a blocking MPI call, so that a wait can always look. */
 #define ALERT_TAG 0xfe11
 static pthread_mutex_t g_alert_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -385,7 +385,7 @@ static _Noreturn void mpi_abort(ferry_comm *c, int code) {
 /* This rank's failure to every other rank (eager sends of one message:
  * they leave at once; any still pending after a second are left), and to
  * this process's own waits. */
-static int mpi_alert_send(ferry_comm *c, const char *msg) {
+int ferry_mpi_alert_send(ferry_comm *c, const char *msg) {
   pthread_mutex_lock(&g_alert_mu);
   if (!g_alert_status) {
     g_alert_status = FERRY_EIO;
@@ -416,7 +416,8 @@ static int mpi_alert_send(ferry_comm *c, const char *msg) {
 }
 
 /* Another rank's failure, once one has come (then always the same). */
-static int mpi_alert_poll(char *msg, size_t cap) {
+int ferry_mpi_alert_poll(ferry_comm *c, char *msg, size_t cap) {
+  (void)c;
   pthread_mutex_lock(&g_alert_mu);
   if (!g_alert_status && g_alert != MPI_COMM_NULL) {
     int flag = 0;
@@ -450,6 +451,6 @@ const ferry_comm_ops ferry_comm_mpi_ops = {
     /* .poll = */ NULL,
     /* .release = */ NULL,
     /* .abort = */ mpi_abort,
-    /* .alert_send = */ mpi_alert_send,
-    /* .alert_poll = */ mpi_alert_poll,
+    /* .alert_send = */ ferry_mpi_alert_send,
+    /* .alert_poll = */ ferry_mpi_alert_poll,
 };

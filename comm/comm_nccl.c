@@ -5,7 +5,8 @@
  * stream) and completes when the ferry event recorded after it does; the
  * communicator layer polls that event against the timeout. Counts per rank
  * that differ become a group of per-rank reduces (reduce-scatter) or
- * broadcasts (all-gather).
+ * broadcasts (all-gather). A rank's failure (ferry_comm_fail) is told over
+ * MPI as the MPI backend tells it; the polling waits look for it.
  *
  * libnccl.so.2 (some 200 MB) is opened with dlopen when the first NCCL
  * communicator is made, never at program start: a process that makes none
@@ -353,6 +354,6 @@ const ferry_comm_ops ferry_comm_nccl_ops = {
     /* .poll = */ nccl_poll,
     /* .release = */ nccl_release,
     /* .abort = */ nccl_abort,
-    /* .alert_send = */ NULL,
-    /* .alert_poll = */ NULL,
+    /* .alert_send = */ ferry_mpi_alert_send, /* news over MPI, as the bootstrap */
+    /* .alert_poll = */ ferry_mpi_alert_poll,
 };

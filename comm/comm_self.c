@@ -2,30 +2,87 @@
  * collective is a copy of this rank's part into recv (nothing for in-place
  * calls and barriers), done in the calling thread, so requests complete
  * at submit. Buffers are host memory; with a stream of a cuda device the
- * copy is a device-to-device copy on that stream instead.
+ * copy is a device-to-device copy on that stream instead. There is no
+ * other rank to tell of a failure (ferry_comm_fail): the news is kept for
+ * the communicator and its channels, whose later calls all name it.
  */
 #include "comm/comm_impl.h"
 
 #include "core/dtype.h"
 #include "device/peer.h"
 
+#include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* c->impl: what a communicator and its channels share, a failure's news. */
+typedef struct {
+  pthread_mutex_t mu;
+  int refs;                /* (mu) the communicator and its channels alive */
+  int status;              /* (mu) ferry_comm_fail was called: FERRY_EIO */
+  char msg[FERRY_ERR_MAX]; /* (mu) "rank 0 failed: why" */
+} self_news;
 
 static int self_init(ferry_comm *c, const ferry_comm_options *opt) {
   (void)opt;
   c->rank = c->local_rank = 0;
   c->size = c->local_size = 1;
   c->dev = NULL;
+  self_news *n = calloc(1, sizeof *n);
+  if (!n) return ferry_err(&c->err, FERRY_ENOMEM, "self: out of memory");
+  pthread_mutex_init(&n->mu, NULL);
+  n->refs = 1;
+  c->impl = n;
   return 0;
 }
 
 static int self_dup(ferry_comm *parent, ferry_comm *child) {
-  (void)parent;
-  return self_init(child, NULL);
+  self_news *n = parent->impl;
+  child->rank = child->local_rank = 0;
+  child->size = child->local_size = 1;
+  child->dev = NULL;
+  pthread_mutex_lock(&n->mu);
+  n->refs++;
+  pthread_mutex_unlock(&n->mu);
+  child->impl = n;
+  return 0;
 }
 
-static void self_shutdown(ferry_comm *c, int broken) { (void)c, (void)broken; }
+static void self_shutdown(ferry_comm *c, int broken) {
+  (void)broken;
+  self_news *n = c->impl;
+  if (!n) return;
+  pthread_mutex_lock(&n->mu);
+  int last = --n->refs == 0;
+  pthread_mutex_unlock(&n->mu);
+  if (last) {
+    pthread_mutex_destroy(&n->mu);
+    free(n);
+  }
+  c->impl = NULL;
+}
+
+/* This rank's failure, to the communicator's family (the first one kept). */
+static int self_alert_send(ferry_comm *c, const char *msg) {
+  self_news *n = c->impl;
+  pthread_mutex_lock(&n->mu);
+  if (!n->status) {
+    n->status = FERRY_EIO;
+    snprintf(n->msg, sizeof n->msg, "%s", msg);
+  }
+  pthread_mutex_unlock(&n->mu);
+  return 0;
+}
+
+static int self_alert_poll(ferry_comm *c, char *msg, size_t cap) {
+  self_news *n = c->impl;
+  pthread_mutex_lock(&n->mu);
+  int st = n->status;
+  if (st) snprintf(msg, cap, "%s", n->msg);
+  pthread_mutex_unlock(&n->mu);
+  return st;
+}
 
 static int copy(ferry_comm *c, ferry_stream *s, void *dst, const void *src, size_t bytes) {
   if (dst == src || bytes == 0) return 0;
@@ -73,6 +130,6 @@ const ferry_comm_ops ferry_comm_self_ops = {
     /* .poll = */ NULL,
     /* .release = */ NULL,
     /* .abort = */ self_abort,
-    /* .alert_send = */ NULL,
-    /* .alert_poll = */ NULL,
+    /* .alert_send = */ self_alert_send,
+    /* .alert_poll = */ self_alert_poll,
 };

@@ -838,10 +838,13 @@ int ferry_safetensors_read(ferry_safetensors *f, size_t i, uint64_t offset, void
   if (!f || (!buf && bytes)) return FERRY_EINVAL;
   if (i >= f->nt) return ferry_err(&f->err, FERRY_EINVAL, "tensor index %zu of %zu", i, f->nt);
   const st_entry *e = &f->t[i];
+  /* names from a file (an index names the shards), escaped: a message may reach a terminal */
+  char shown[256], path[1024];
   if (offset > e->nbytes || bytes > e->nbytes - offset)
     return ferry_err(&f->err, FERRY_EINVAL,
-                     "tensor '%.200s': read of %zu bytes at %llu past its %llu bytes", e->name,
-                     bytes, (unsigned long long)offset, (unsigned long long)e->nbytes);
+                     "tensor '%.200s': read of %zu bytes at %llu past its %llu bytes",
+                     ferry_escape(e->name, shown, sizeof shown), bytes, (unsigned long long)offset,
+                     (unsigned long long)e->nbytes);
   if (!bytes) return 0;
   const st_shard *sh = &f->shards[e->shard];
   if (sh->mem) {
@@ -850,11 +853,15 @@ int ferry_safetensors_read(ferry_safetensors *f, size_t i, uint64_t offset, void
   }
   int r = pread_full(sh->fd, buf, bytes, e->offset + offset);
   if (r == 1)
-    return ferry_err(&f->err, FERRY_ECORRUPT, "%s: tensor '%.200s': file ended early (truncated "
-                     "since it was opened)", sh->path, e->name);
+    return ferry_err(&f->err, FERRY_ECORRUPT,
+                     "%s: tensor '%.200s': file ended early (truncated "
+                     "since it was opened)",
+                     ferry_escape(sh->path, path, sizeof path),
+                     ferry_escape(e->name, shown, sizeof shown));
   if (r)
-    return ferry_err(&f->err, FERRY_EIO, "%s: tensor '%.200s': read: %s", sh->path, e->name,
-                     strerror(-r));
+    return ferry_err(&f->err, FERRY_EIO, "%s: tensor '%.200s': read: %s",
+                     ferry_escape(sh->path, path, sizeof path),
+                     ferry_escape(e->name, shown, sizeof shown), strerror(-r));
   return 0;
 }
 

@@ -76,20 +76,22 @@ static int check_part(ckpt_ctx *c, ferry_safetensors *f, unsigned roles, const c
 
 /* Reads every tensor of f, in file order, into the engine. */
 static int load_part(ckpt_ctx *c, ckpt_holder *h, ferry_safetensors *f) {
+  char shown[FERRY_ERR_MAX]; /* a name from the file, escaped (core/untrusted.h) */
   for (size_t i = 0; i < ferry_safetensors_count(f); i++) {
     ferry_safetensors_tensor t;
     uint32_t id;
     ferry_safetensors_get(f, i, &t);
     if (ferry_mem_lookup(c->f.mem, t.name, &id))
-      return ferry_err(c->f.err, FERRY_ECORRUPT, "checkpoint load: no tensor '%s'", t.name);
+      return ferry_err(c->f.err, FERRY_ECORRUPT, "checkpoint load: no tensor '%s'",
+                       ferry_escape(t.name, shown, sizeof shown));
     void *ptr;
     size_t bytes;
     int rc = ckpt_holder_get(h, id, 1, &ptr, &bytes);
     if (rc) return rc;
     if (bytes != t.nbytes)
-      return ferry_err(c->f.err, FERRY_ECORRUPT,
-                       "checkpoint load: '%s' has %llu bytes, expected %zu", t.name,
-                       (unsigned long long)t.nbytes, bytes);
+      return ferry_err(
+          c->f.err, FERRY_ECORRUPT, "checkpoint load: '%s' has %llu bytes, expected %zu",
+          ferry_escape(t.name, shown, sizeof shown), (unsigned long long)t.nbytes, bytes);
     if (h->tier != FERRY_TIER_DEVICE) {
       rc = ferry_safetensors_read(f, i, 0, ptr, bytes);
     } else {
@@ -100,13 +102,14 @@ static int load_part(ckpt_ctx *c, ckpt_holder *h, ferry_safetensors *f) {
         if (rc) break;
         rc = ferry_memcpy_async(h->s, (char *)ptr + at, h->bounce, n, FERRY_COPY_H2D);
         if (rc)
-          return ferry_err(c->f.err, rc, "checkpoint load: %s: %s", t.name,
+          return ferry_err(c->f.err, rc, "checkpoint load: %s: %s",
+                           ferry_escape(t.name, shown, sizeof shown),
                            ferry_device_last_error(c->f.dev));
       }
     }
     if (rc)
-      return ferry_err(c->f.err, rc, "checkpoint load: '%s': %s", t.name,
-                       ferry_safetensors_last_error(f));
+      return ferry_err(c->f.err, rc, "checkpoint load: '%s': %s",
+                       ferry_escape(t.name, shown, sizeof shown), ferry_safetensors_last_error(f));
   }
   return ckpt_holder_drop(h);
 }

@@ -369,10 +369,10 @@ def median_ms(torch, dev, fn, iters):
     return ts[len(ts) // 2]
 
 
-def main(argv):
-    ap = argparse.ArgumentParser(prog="torch_llama.py", description=__doc__.split("\n\n")[0],
-                                 epilog="\n\n".join(__doc__.split("\n\n")[1:]),
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+def add_run_args(ap):
+    """The arguments of a training run, the same for this peer and DeepSpeed's
+    (deepspeed/run_ds.py): model, weights, data, batch, seq, steps, lr, weight
+    decay and what it decays, grad clipping, seed, attention, checkpointing."""
     ap.add_argument("--model", help="a preset (%s) or a Llama config.json" % ", ".join(PRESETS))
     ap.add_argument("--weights", help="safetensors file, or a folder holding model.safetensors "
                     "(ferry-gpt train --steps 0 --save DIR); default: transformers' init")
@@ -389,13 +389,20 @@ def main(argv):
                     help="clip the global grad norm (0: off, the default; the engine's "
                          "configs use 1.0)")
     ap.add_argument("--seed", type=int, default=1, help="the sampler's seed (default 1)")
-    ap.add_argument("--device", default=None, help="cuda (default when torch sees a GPU) or cpu")
-    ap.add_argument("--dtype", choices=("bf16", "fp32"), default=None,
-                    help="param dtype (default: bf16 on cuda, fp32 on cpu)")
     ap.add_argument("--attn", choices=("sdpa", "eager"), default="sdpa",
                     help="transformers' attention implementation (default sdpa)")
     ap.add_argument("--no-checkpointing", dest="checkpointing", action="store_false",
                     help="without gradient checkpointing (default: on)")
+
+
+def main(argv):
+    ap = argparse.ArgumentParser(prog="torch_llama.py", description=__doc__.split("\n\n")[0],
+                                 epilog="\n\n".join(__doc__.split("\n\n")[1:]),
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_run_args(ap)
+    ap.add_argument("--device", default=None, help="cuda (default when torch sees a GPU) or cpu")
+    ap.add_argument("--dtype", choices=("bf16", "fp32"), default=None,
+                    help="param dtype (default: bf16 on cuda, fp32 on cpu)")
     ap.add_argument("--threads", type=int, default=0, help="torch CPU threads")
     ap.add_argument("--sdpa-bench", action="store_true", help="time SDPA alone (below)")
     ap.add_argument("--head-dim", default="64", help="--sdpa-bench: head dim(s), e.g. 64,128")

@@ -117,8 +117,10 @@ FERRY_API void ferry_comm_abort(ferry_comm *c, int code);
  * fail within a fraction of a second with FERRY_EIO and "rank R failed:
  * <why>" (instead of waiting options.timeout for this rank), and breaks c.
  * Call it before ferry_comm_abort, so that the others name the rank and the
- * cause even where the launcher is slow to end them. Returns at once on
- * SELF and NCCL (no such news: they rely on the abort and the timeout). */
+ * cause even where the launcher is slow to end them. NCCL tells it over MPI
+ * as MPI does (its polling waits look for it too); on SELF, with no other
+ * rank, c, the communicator it was made from and their channels break with
+ * the message, and another communicator of the process stays whole. */
 FERRY_API int ferry_comm_fail(ferry_comm *c, const char *why);
 
 typedef struct {

@@ -5,7 +5,10 @@
 # has the communication keys with sane values: ranks 2 over mpi, collectives
 # and bytes per step > 0, comm seconds > 0, comm_hidden_fraction in [0, 1],
 # the step alone timed; NVMe swap files go to one folder per rank; --ranks
-# that disagrees with the launcher is refused naming both counts.
+# that disagrees with the launcher is refused naming both counts. With $5 =
+# fail-alone instead: rank 1 fails at its second timed step (test hook) and
+# lingers 60 s before its abort, as under a slow launcher; rank 0 must stop
+# within 5 s of rank 1's error, naming rank 1 and its cause, and end the job.
 # $1 = the ferry binary, $2 = the repository root, $3 = a scratch folder,
 # $4 = mpirun. Exit 0 pass, 1 fail.
 set -u
@@ -13,6 +16,7 @@ bin=$1
 root=$2
 dir=$3
 mpirun=$4
+case_=${5:-report}
 PATH=$(dirname "$mpirun"):$PATH
 export PATH
 rm -rf "$dir" && mkdir -p "$dir/build" || exit 1
@@ -31,6 +35,32 @@ check() {
   awk -v x="$v" "BEGIN { exit !($2) }" || fail "$3: \"$1\": $v, wanted $2"
 }
 small="--groups 4 --dim 64 --batch 2 --compute-ms 1 --steps 2"
+now() { date +%s.%N; }
+if [ "$case_" = fail-alone ]; then
+  err="$dir/fail.err"
+  # shellcheck disable=SC2086
+  timeout -k 5 90 "$mpirun" --oversubscribe -np 2 -x FERRY_BENCH_TEST_FAIL_RANK=1 \
+    -x FERRY_BENCH_TEST_LINGER=60 "$bin" bench step \
+    --config "$root/examples/configs/offload-host.cfg" $small >"$dir/fail.out" 2>"$err" &
+  pid=$!
+  t_fail=
+  while kill -0 $pid 2>/dev/null; do
+    [ -z "$t_fail" ] && grep -q "rank 1: test hook" "$err" && t_fail=$(now)
+    sleep 0.1
+  done
+  wait $pid
+  rc=$?
+  t_end=$(now)
+  [ -n "$t_fail" ] || fail "rank 1 did not fail through the test hook"
+  [ "$rc" != 0 ] || fail "the job exited 0"
+  awk -v a="$t_fail" -v b="$t_end" 'BEGIN { exit !(b - a <= 5) }' ||
+    fail "the job ended $(awk -v a="$t_fail" -v b="$t_end" 'BEGIN { print b - a }') s after rank 1's error (bound 5 s)"
+  grep -q "rank 0: .*rank 1 failed: test hook: this rank fails" "$err" ||
+    fail "rank 0 did not stop naming rank 1 and its cause"
+  rm -f "$dir"/*.out "$dir"/*.err
+  echo "cli.bench_step_ranks.fail_alone: passed"
+  exit 0
+fi
 for how in mpirun ranks; do
   out="$dir/$how.out"
   if [ $how = mpirun ]; then

@@ -82,16 +82,29 @@ def plan(a, layout, gpu, host):
     sys.exit(2)
 
 
-def train(a, layout, gpu, host):
+def train_process(a, layout, gpu, host, extra_sets=()):
+    """ferry-gpt trains the model at these budgets in this layout (and
+    extra_sets, more --set KEY=VALUE): the finished process, stdout and
+    stderr as text, whatever its exit."""
     sets = ["chunk_size=" + a.chunk, "tiers.gpu.budget=%d" % gpu, "tiers.host.budget=%d" % host,
             "tiers.nvme.paths=[\"%s\"]" % os.path.join(a.work, "swap"),
-            "tiers.nvme.verify=none"] + LAYOUTS[layout][1]
+            "tiers.nvme.verify=none"] + LAYOUTS[layout][1] + list(extra_sets)
     cmd = [a.gpt, "train", "--model", a.model, "--data", a.data, "--steps", str(a.steps),
            "--batch", "1", "--seq", str(a.seq), "--seed", "1", "--json", "--engine",
            os.path.join(a.root, "examples/configs/zero-infinity.cfg")]
     for s in sets:
         cmd += ["--set", s]
-    out, info = run(cmd, "ferry-gpt", cwd=a.work)
+    return subprocess.run(cmd, cwd=a.work, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          text=True)
+
+
+def train(a, layout, gpu, host):
+    p = train_process(a, layout, gpu, host)
+    if p.returncode:
+        sys.stdout.write(p.stderr)
+        print("family_bytes: ferry-gpt exited %d: %s" % (p.returncode, " ".join(p.args)))
+        sys.exit(2)
+    out, info = p.stdout, p.stderr
     lines = [json.loads(l) for l in out.splitlines() if l.startswith("{")]
     steps = [l for l in lines if "step" in l and not l.get("final")]
     final = [l for l in lines if l.get("final")]

@@ -41,8 +41,12 @@ expect() {
   [ "$got" = "$want" ] || fail "'$*' exited $got, wanted $want"
 }
 says() { grep -qF -- "$1" o.err || fail "stderr lacks '$1'"; }
-# no raw ESC byte reached the terminal
-clean() { grep -q "$esc" o.out o.err && fail "a raw ESC byte was printed"; return 0; }
+# no raw ESC or BEL byte reached the terminal
+clean() {
+  grep -q "$esc" o.out o.err && fail "a raw ESC byte was printed"
+  grep -q "$(printf '\007')" o.out o.err && fail "a raw BEL byte was printed"
+  return 0
+}
 train() {
   rc=$1
   shift
@@ -117,6 +121,40 @@ resume)
   # shellcheck disable=SC2086
   train 1 $e --steps 3 --resume r
   says "params is a symbolic link"
+  # terminal escapes in a tensor's dtype and in the shard an index names:
+  # the load's messages show them escaped
+  rm -rf r && cp -r good r
+  "$py" - $st/params/model.safetensors <<'EOF'
+import json, struct, sys
+p = sys.argv[1]
+raw = open(p, "rb").read()
+n = struct.unpack("<Q", raw[:8])[0]
+h = json.loads(raw[8:8 + n])
+h[[k for k in h if k != "__metadata__"][0]]["dtype"] = "F\x1b]0;pwned\x07"
+b = json.dumps(h).encode()
+b += b" " * (-len(b) % 8)
+open(p, "wb").write(struct.pack("<Q", len(b)) + b + raw[8 + n:])
+EOF
+  "$py" "$src/tests/cli/ckpt_edit.py" $st || fail "edit"
+  # shellcheck disable=SC2086
+  train 1 $e --steps 3 --resume r
+  says "unknown dtype 'F\x1b]0;pwned\x07'" && clean
+  rm -rf r && cp -r good r
+  "$py" - $st/params <<'EOF'
+import json, os, struct, sys
+d = sys.argv[1]
+raw = open(os.path.join(d, "model.safetensors"), "rb").read()
+n = struct.unpack("<Q", raw[:8])[0]
+shard = "e\x1b]0;pwned\x07.safetensors"
+wm = {k: shard for k in json.loads(raw[8:8 + n]) if k != "__metadata__"}
+json.dump({"metadata": {}, "weight_map": wm}, open(os.path.join(d, "model.safetensors.index.json"), "w"))
+os.rename(os.path.join(d, "model.safetensors"), os.path.join(d, shard))
+EOF
+  sed -i '/^file params\/model.safetensors /d' $st/manifest
+  "$py" "$src/tests/cli/ckpt_edit.py" $st --add params/model.safetensors.index.json || fail "edit"
+  # shellcheck disable=SC2086
+  train 1 $e --steps 3 --resume r
+  says 'params/e\x1b]0;pwned\x07.safetensors: not listed in the manifest' && clean
   rm -rf r && cp -r good r
   # shellcheck disable=SC2086
   train 0 $e --steps 3 --resume r

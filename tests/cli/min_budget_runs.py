@@ -19,7 +19,6 @@ exit: 0 every run finished, 1 a run failed (its stderr printed), 2 set-up failed
 """
 import argparse
 import os
-import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -58,18 +57,7 @@ def main():
     for i in range(a.runs):
         layout, fit = layouts[i % len(layouts)], FITS[(i // len(layouts)) % len(FITS)]
         gpu, host = budgets[layout]
-        swap = os.path.join(a.work, "swap")
-        sets = ["chunk_size=" + a.chunk, "tiers.gpu.budget=%d" % gpu,
-                "tiers.host.budget=%d" % host, "tiers.nvme.paths=[\"%s\"]" % swap,
-                "tiers.nvme.verify=none", "fit=" + fit, "fit_seed=%d" % (i + 1)]
-        sets += fb.LAYOUTS[layout][1]
-        cmd = [a.gpt, "train", "--model", a.model, "--data", a.data, "--steps", str(a.steps),
-               "--batch", "1", "--seq", str(a.seq), "--seed", "1", "--json", "--engine",
-               os.path.join(a.root, "examples/configs/zero-infinity.cfg")]
-        for s in sets:
-            cmd += ["--set", s]
-        p = subprocess.run(cmd, cwd=a.work, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                           text=True)
+        p = fb.train_process(a, layout, gpu, host, ["fit=" + fit, "fit_seed=%d" % (i + 1)])
         steps = sum(1 for l in p.stdout.splitlines() if l.startswith('{"step"'))
         ok = p.returncode == 0 and steps == a.steps
         print("min_budget_runs: run %d: %-5s fit %-6s gpu %d host %d: %s"

@@ -90,6 +90,13 @@ if(FERRY_HAVE_MPI AND MPIEXEC_EXECUTABLE)
     set(env "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMPI_MCA_btl_vader_single_copy_mechanism=none")
   endif()
   set_tests_properties(cli.bench_step_ranks PROPERTIES ENVIRONMENT "${env}")
+  # rank 1 fails alone (test hook) and lingers: rank 0 ends the job within
+  # 5 s naming rank 1 and its cause (ferry_comm_fail)
+  ferry_add_test(NAME cli.bench_step_ranks.fail_alone EXE sh TIMEOUT 120
+                 ARGS ${PROJECT_SOURCE_DIR}/tests/cli/bench_step_ranks_test.sh $<TARGET_FILE:ferry_cli>
+                      ${PROJECT_SOURCE_DIR} ${PROJECT_BINARY_DIR}/tests/bench-step-fail-alone
+                      ${MPIEXEC_EXECUTABLE} fail-alone LABELS mpi)
+  set_tests_properties(cli.bench_step_ranks.fail_alone PROPERTIES ENVIRONMENT "${env}")
 else()
   message(STATUS "ferry: no MPI or no mpirun: cli.bench_step_ranks is not registered")
 endif()

@@ -460,6 +460,31 @@ static ferry_comm *create(ferry_comm_kind kind, double timeout) {
   return c;
 }
 
+/* SELF has no other rank to tell: ferry_comm_fail on a channel breaks the
+ * communicator it was made from and its other channels, whose later calls
+ * name the rank and the cause; another communicator stays whole. */
+static void check_self_fail(void) {
+  ferry_comm *c = create(FERRY_COMM_SELF, 60), *ch = NULL, *ch2 = NULL, *other = NULL;
+  REQUIRE(ferry_comm_dup(c, &ch) == 0 && ferry_comm_dup(c, &ch2) == 0);
+  other = create(FERRY_COMM_SELF, 60);
+  EXPECT_EQ_INT(ferry_comm_fail(ch, "the disk is on fire"), 0);
+  float x = 1;
+  EXPECT_EQ_INT(ferry_comm_barrier(c, NULL), FERRY_EIO);
+  EXPECT(strstr(ferry_comm_last_error(c), "rank 0 failed: the disk is on fire") != NULL);
+  EXPECT_EQ_INT(ferry_comm_allreduce(ch2, &x, &x, 1, FERRY_DT_F32, FERRY_REDUCE_SUM, NULL, NULL),
+                FERRY_EIO);
+  EXPECT(strstr(ferry_comm_last_error(ch2), "rank 0 failed: the disk is on fire") != NULL);
+  ferry_comm *late = NULL;
+  EXPECT_EQ_INT(ferry_comm_dup(c, &late), FERRY_EIO);
+  EXPECT(late == NULL);
+  EXPECT_EQ_INT(ferry_comm_barrier(other, NULL), 0);
+  ferry_comm_destroy(ch);
+  ferry_comm_destroy(c);
+  EXPECT_EQ_INT(ferry_comm_barrier(ch2, NULL), FERRY_EIO); /* outlives its parent */
+  ferry_comm_destroy(ch2);
+  ferry_comm_destroy(other);
+}
+
 static int suite(ferry_comm_kind kind) {
   int under_mpi = getenv("OMPI_COMM_WORLD_SIZE") != NULL;
   if (kind == FERRY_COMM_MPI && !ferry_comm_compiled(FERRY_COMM_MPI))
@@ -493,6 +518,7 @@ static int suite(ferry_comm_kind kind) {
   EXPECT(st.ops > 100);
   EXPECT(st.bytes > 0);
   ferry_comm_destroy(c);
+  if (want == FERRY_COMM_SELF) check_self_fail();
   return test_finish("test_comm");
 }
 
@@ -656,6 +682,16 @@ static int nccl_suite(void) {
       bad += h[at] != (float)val(r, i);
   EXPECT(bad == 0);
   EXPECT_EQ_INT(ferry_comm_barrier(c, NULL), 0);
+  /* ferry_comm_fail on a channel: told over MPI, process-wide as on MPI,
+   * so the parent's next collective fails naming it (last: nothing of this
+   * process's NCCL works after it) */
+  ferry_comm *ch = NULL;
+  REQUIRE(ferry_comm_dup(c, &ch) == 0);
+  EXPECT_EQ_INT(ferry_comm_fail(ch, "the disk is on fire"), 0);
+  EXPECT_EQ_INT(ferry_comm_allreduce(c, d, d, M, FERRY_DT_F32, FERRY_REDUCE_SUM, s, NULL),
+                FERRY_EIO);
+  EXPECT(strstr(ferry_comm_last_error(c), "failed: the disk is on fire") != NULL);
+  ferry_comm_destroy(ch);
   ferry_comm_destroy(c);
   ferry_stream_destroy(s);
   ferry_device_destroy(dev);

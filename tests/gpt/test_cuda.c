@@ -22,6 +22,7 @@
 
 #include "ferry.h"
 #include "tests/test.h"
+#include "tests/gpt/fixture_model.h"
 
 #include <cuda_runtime.h>
 #include <math.h>
@@ -218,31 +219,23 @@ static void compare(const gpt_schema *s, const result *c, const result *t, size_
 }
 
 static void run(const char *dir, const char *family) {
-  char path[1024], err[512];
-  gpt_config cfg;
-  snprintf(path, sizeof path, "%s/%s/config.json", dir, family);
-  REQUIRE(gpt_config_load_json(path, &cfg, err, sizeof err) == 0);
-  gpt_schema s;
-  REQUIRE(gpt_schema_build(&cfg, &s) == 0);
-  gpt_resident hr;
-  REQUIRE(gpt_resident_init(&hr, &s) == 0);
-  gpt_provider hp = gpt_resident_provider(&hr);
-  snprintf(path, sizeof path, "%s/%s/model.safetensors", dir, family);
-  REQUIRE(gpt_weights_load(&s, &hp, path, err, sizeof err) == 0);
+  char path[1024];
+  fixture_model fm;
+  fixture_model_load(&fm, dir, family);
   ferry_safetensors *ref;
   snprintf(path, sizeof path, "%s/%s/reference.safetensors", dir, family);
   REQUIRE(ferry_safetensors_open(path, &ref) == 0);
-  size_t nt, nl, n = s.total_numel;
+  size_t nt, nl, n = fm.s.total_numel;
   int32_t *tok = read_all(ref, "tokens", &nt), *tgt = read_all(ref, "targets", NULL);
   int T = (int)nt / 2;
   result torch = {0, read_all(ref, "logits", &nl), malloc(n * sizeof(float))};
   float *lt = read_all(ref, "loss", NULL);
   torch.loss = lt[0];
-  for (int i = 0, at = 0; i < s.n_params; at += (int)s.params[i].numel, i++) {
+  for (int i = 0, at = 0; i < fm.s.n_params; at += (int)fm.s.params[i].numel, i++) {
     char name[160];
-    snprintf(name, sizeof name, "grad.%s", s.params[i].name);
+    snprintf(name, sizeof name, "grad.%s", fm.s.params[i].name);
     float *g = read_all(ref, name, NULL);
-    memcpy(torch.grads + at, g, s.params[i].numel * sizeof(float));
+    memcpy(torch.grads + at, g, fm.s.params[i].numel * sizeof(float));
     free(g);
   }
   static const ferry_dtype dts[] = {FERRY_DT_F32, FERRY_DT_BF16, FERRY_DT_F16};
@@ -250,25 +243,25 @@ static void run(const char *dir, const char *family) {
   result cpu = {0, malloc(nl * sizeof(float)), malloc(n * sizeof(float))};
   result gpu = {0, malloc(nl * sizeof(float)), malloc(n * sizeof(float))};
   for (int d = 0; d < 3; d++) {
-    for (size_t i = 0; i < n; i++) w[i] = round_to(hr.weights[i], dts[d]);
-    run_cpu(&s, w, tok, tgt, T, &cpu, nl);
+    for (size_t i = 0; i < n; i++)
+      w[i] = round_to(fm.r.weights[i], dts[d]);
+    run_cpu(&fm.s, w, tok, tgt, T, &cpu, nl);
     for (int ck = 0; ck < 4; ck++) {
       char what[128];
-      run_cuda(&s, w, dts[d], ck, tok, tgt, T, &gpu, nl);
+      run_cuda(&fm.s, w, dts[d], ck, tok, tgt, T, &gpu, nl);
       snprintf(what, sizeof what, "%s %s ckpt %d%s vs cpu", family, ferry_dtype_name(dts[d]),
                ck & 1, ck & 2 ? " chunked" : "");
-      compare(&s, &gpu, &cpu, nl, what);
+      compare(&fm.s, &gpu, &cpu, nl, what);
       if (dts[d] != FERRY_DT_F32) continue;
       snprintf(what, sizeof what, "%s %s ckpt %d%s vs torch", family, ferry_dtype_name(dts[d]),
                ck & 1, ck & 2 ? " chunked" : "");
-      compare(&s, &gpu, &torch, nl, what);
+      compare(&fm.s, &gpu, &torch, nl, what);
     }
   }
   free(w), free(cpu.logits), free(cpu.grads), free(gpu.logits), free(gpu.grads);
   free(tok), free(tgt), free(torch.logits), free(torch.grads), free(lt);
   ferry_safetensors_close(ref);
-  gpt_resident_free(&hr);
-  gpt_schema_free(&s);
+  fixture_model_free(&fm);
 }
 
 int main(int argc, char **argv) {

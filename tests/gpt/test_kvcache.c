@@ -12,6 +12,7 @@
 #include "gpt.h"
 
 #include "tests/test.h"
+#include "tests/gpt/fixture_model.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -73,33 +74,20 @@ static void tokens(int32_t *tok, int T, int V, unsigned long long seed) {
 }
 
 static void fixture(const char *dir, const char *family) {
-  char path[1024], err[512];
-  gpt_config cfg;
-  snprintf(path, sizeof path, "%s/%s/config.json", dir, family);
-  REQUIRE(gpt_config_load_json(path, &cfg, err, sizeof err) == 0);
-  gpt_schema s;
-  REQUIRE(gpt_schema_build(&cfg, &s) == 0);
-  gpt_resident r;
-  REQUIRE(gpt_resident_init(&r, &s) == 0);
-  gpt_provider p = gpt_resident_provider(&r);
-  snprintf(path, sizeof path, "%s/%s/model.safetensors", dir, family);
-  if (gpt_weights_load(&s, &p, path, err, sizeof err)) {
-    fprintf(stderr, "%s\n", err);
-    exit(1);
-  }
-  int T = cfg.max_seq;
+  fixture_model fm;
+  fixture_model_load(&fm, dir, family);
+  int T = fm.cfg.max_seq;
   int32_t *tok = malloc((size_t)T * sizeof *tok);
-  tokens(tok, T, cfg.vocab, 7);
+  tokens(tok, T, fm.cfg.vocab, 7);
   int ones[1025] = {0}, mixed[] = {5, 1, 1, T - 7, 0};
   for (int i = 0; i < T; i++) ones[i] = 1;
   char what[128];
   snprintf(what, sizeof what, "%s, one at a time", family);
-  compare(&s, &p, tok, T, ones, what);
+  compare(&fm.s, &fm.p, tok, T, ones, what);
   snprintf(what, sizeof what, "%s, chunks 5 1 1 %d", family, T - 7);
-  compare(&s, &p, tok, T, mixed, what);
+  compare(&fm.s, &fm.p, tok, T, mixed, what);
   free(tok);
-  gpt_resident_free(&r);
-  gpt_schema_free(&s);
+  fixture_model_free(&fm);
 }
 
 /* A seeded preset at 150 positions: calls of the most rows and across them. */

@@ -12,6 +12,7 @@
 
 #include "ferry.h"
 #include "tests/test.h"
+#include "tests/gpt/fixture_model.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -38,26 +39,11 @@ static void *read_all(ferry_safetensors *f, const char *name, size_t *n, ferry_d
 }
 
 static void run_family(const char *dir, const char *family) {
-  char path[1024], err[512];
-  gpt_config cfg;
-  snprintf(path, sizeof path, "%s/%s/config.json", dir, family);
-  if (gpt_config_load_json(path, &cfg, err, sizeof err)) {
-    fprintf(stderr, "%s\n", err);
-    exit(1);
-  }
-  gpt_schema s;
-  REQUIRE(gpt_schema_build(&cfg, &s) == 0);
-  gpt_resident r;
-  REQUIRE(gpt_resident_init(&r, &s) == 0);
-  gpt_provider p = gpt_resident_provider(&r);
-  char wpath[1024];
-  snprintf(wpath, sizeof wpath, "%s/%s/model.safetensors", dir, family);
-  if (gpt_weights_load(&s, &p, wpath, err, sizeof err)) {
-    fprintf(stderr, "%s\n", err);
-    exit(1);
-  }
-  float *w0 = malloc(s.total_numel * sizeof(float));
-  memcpy(w0, r.weights, s.total_numel * sizeof(float));
+  char path[1024];
+  fixture_model fm;
+  fixture_model_load(&fm, dir, family);
+  float *w0 = malloc(fm.s.total_numel * sizeof(float));
+  memcpy(w0, fm.r.weights, fm.s.total_numel * sizeof(float));
 
   ferry_safetensors *ref;
   snprintf(path, sizeof path, "%s/%s/reference.safetensors", dir, family);
@@ -75,10 +61,10 @@ static void run_family(const char *dir, const char *family) {
   for (int ck = 0; ck < 2; ck++) {
     gpt_run_config rc = {.batch = B, .seq = T, .checkpoint = ck};
     gpt_model *m;
-    REQUIRE(gpt_model_create(&s, &rc, &m) == 0);
+    REQUIRE(gpt_model_create(&fm.s, &rc, &m) == 0);
     float loss;
-    p.zero_grad(p.ctx);
-    REQUIRE(gpt_model_forward(m, &p, tokens, targets, &loss) == 0);
+    fm.p.zero_grad(fm.p.ctx);
+    REQUIRE(gpt_model_forward(m, &fm.p, tokens, targets, &loss) == 0);
     double me = 0;
     const float *lg = gpt_model_logits(m);
     for (size_t i = 0; i < nl; i++) {
@@ -96,16 +82,16 @@ static void run_family(const char *dir, const char *family) {
       fprintf(stderr, "%s: loss %.7f vs torch %.7f\n", family, loss, loss_ref[0]);
       test_failures++;
     }
-    REQUIRE(gpt_model_backward(m, &p) == 0);
+    REQUIRE(gpt_model_backward(m, &fm.p) == 0);
     double worst = 0;
     const char *worst_name = "";
-    for (int i = 0; i < s.n_params; i++) {
+    for (int i = 0; i < fm.s.n_params; i++) {
       char gname[128];
-      snprintf(gname, sizeof gname, "grad.%s", s.params[i].name);
+      snprintf(gname, sizeof gname, "grad.%s", fm.s.params[i].name);
       size_t n;
       float *gt = read_all(ref, gname, &n, FERRY_DT_F32);
-      REQUIRE(n == s.params[i].numel);
-      const float *gc = gpt_resident_g(&r, i);
+      REQUIRE(n == fm.s.params[i].numel);
+      const float *gc = gpt_resident_g(&fm.r, i);
       double mx = 0, md = 0;
       for (size_t k = 0; k < n; k++) {
         if (fabs(gt[k]) > mx) mx = fabs(gt[k]);
@@ -114,11 +100,11 @@ static void run_family(const char *dir, const char *family) {
       }
       double rel = md / (mx + 1e-30);
       if (md > TOL_GRAD * mx + 1e-7) {
-        fprintf(stderr, "%s (checkpoint %d): grad of %s: max error %g, max |grad| %g\n", family,
-                ck, s.params[i].name, md, mx);
+        fprintf(stderr, "%s (checkpoint %d): grad of %s: max error %g, max |grad| %g\n", family, ck,
+                fm.s.params[i].name, md, mx);
         test_failures++;
       }
-      if (rel > worst) worst = rel, worst_name = s.params[i].name;
+      if (rel > worst) worst = rel, worst_name = fm.s.params[i].name;
       free(gt);
     }
     if (worst > g_max_grad) g_max_grad = worst;
@@ -129,7 +115,7 @@ static void run_family(const char *dir, const char *family) {
   }
 
   /* 10 AdamW steps */
-  memcpy(r.weights, w0, s.total_numel * sizeof(float));
+  memcpy(fm.r.weights, w0, fm.s.total_numel * sizeof(float));
   size_t ntt;
   int32_t *ttok = read_all(ref, "train.tokens", &ntt, FERRY_DT_I32);
   int32_t *ttgt = read_all(ref, "train.targets", NULL, FERRY_DT_I32);
@@ -139,17 +125,17 @@ static void run_family(const char *dir, const char *family) {
   const char *wd_s = ferry_safetensors_metadata_find(ref, "weight_decay");
   REQUIRE(lr_s && wd_s);
   gpt_adamw opt;
-  REQUIRE(gpt_adamw_init(&opt, s.total_numel, strtof(lr_s, NULL), strtof(wd_s, NULL)) == 0);
+  REQUIRE(gpt_adamw_init(&opt, fm.s.total_numel, strtof(lr_s, NULL), strtof(wd_s, NULL)) == 0);
   gpt_run_config rc = {.batch = B, .seq = T, .checkpoint = 0};
   gpt_model *m;
-  REQUIRE(gpt_model_create(&s, &rc, &m) == 0);
+  REQUIRE(gpt_model_create(&fm.s, &rc, &m) == 0);
   printf("%s train:", family);
   for (size_t st = 0; st < nsteps; st++) {
     float loss;
-    p.zero_grad(p.ctx);
-    REQUIRE(gpt_model_forward(m, &p, ttok + st * B * T, ttgt + st * B * T, &loss) == 0);
-    REQUIRE(gpt_model_backward(m, &p) == 0);
-    gpt_adamw_step(&opt, &r);
+    fm.p.zero_grad(fm.p.ctx);
+    REQUIRE(gpt_model_forward(m, &fm.p, ttok + st * B * T, ttgt + st * B * T, &loss) == 0);
+    REQUIRE(gpt_model_backward(m, &fm.p) == 0);
+    gpt_adamw_step(&opt, &fm.r);
     double d = fabs((double)loss - tloss[st]);
     if (d / fabs(tloss[st]) > g_max_train) g_max_train = d / fabs(tloss[st]);
     if (d > TOL_TRAIN * fabs(tloss[st])) {
@@ -165,8 +151,7 @@ static void run_family(const char *dir, const char *family) {
   free(ttok), free(ttgt), free(tloss), free(tokens), free(targets), free(logits), free(loss_ref);
   free(w0);
   ferry_safetensors_close(ref);
-  gpt_resident_free(&r);
-  gpt_schema_free(&s);
+  fixture_model_free(&fm);
 }
 
 /* A provider whose fetch fails with a long message, as the engine's with

@@ -462,6 +462,23 @@ static void test_hostile(void) {
   EXPECT_EQ_INT(ferry_safetensors_open(p, &f), FERRY_ECORRUPT);
   EXPECT(strstr(ferry_last_error(), "truncated") != NULL);
   EXPECT_EQ_INT(ferry_safetensors_open(pth(g_tmp, "missing.safetensors"), &f), FERRY_ENOENT);
+
+  /* terminal escapes in a tensor's and its file's names: a read's message
+   * (a checkpoint load quotes it) shows them escaped, never raw */
+  static const spec k_evil[] = {{"w\x1b]0;pwned\x07", FERRY_DT_F32, 1, {4}, 3}};
+  const char *q = pth(g_tmp, "e\x1b]0;pwned\x07.safetensors");
+  EXPECT_EQ_INT(write_specs(q, 0, k_evil, 1, 100, 0), 0);
+  REQUIRE(ferry_safetensors_open(q, &f) == 0);
+  stat(q, &st);
+  REQUIRE(truncate(q, st.st_size - 3) == 0);
+  EXPECT_EQ_INT(ferry_safetensors_read(f, 0, 0, buf, 16), FERRY_ECORRUPT);
+  const char *msg = ferry_safetensors_last_error(f);
+  EXPECT(!strchr(msg, '\x1b') && !strchr(msg, '\x07'));
+  EXPECT(strstr(msg, "e\\x1b]0;pwned\\x07.safetensors: tensor 'w\\x1b]0;pwned\\x07'") != NULL);
+  EXPECT_EQ_INT(ferry_safetensors_read(f, 0, 8, buf, 16), FERRY_EINVAL);
+  msg = ferry_safetensors_last_error(f);
+  EXPECT(!strchr(msg, '\x1b') && strstr(msg, "'w\\x1b]0;pwned\\x07': read of 16") != NULL);
+  ferry_safetensors_close(f);
 }
 
 static void test_writer_errors(void) {

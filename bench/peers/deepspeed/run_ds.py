@@ -268,20 +268,7 @@ def main(argv):
     ap.add_argument("--placement", choices=sorted(PLACEMENTS), default="offload",
                     help="the DeepSpeed config (default offload: ZeRO-2, optimizer on cpu)")
     ap.add_argument("--ds-config", help="a DeepSpeed config file instead of the placement's")
-    ap.add_argument("--model", help="a preset (%s) or a Llama config.json" % ", ".join(tl.PRESETS))
-    ap.add_argument("--weights", help="safetensors file or folder (ferry-gpt --save DIR)")
-    ap.add_argument("--data", help="the training data, as ferry-gpt's --data")
-    ap.add_argument("--batch", type=int, default=4, help="sequences per step (default 4)")
-    ap.add_argument("--seq", type=int, default=128, help="tokens per sequence (default 128)")
-    ap.add_argument("--steps", type=int, default=10, help="optimizer steps (default 10)")
-    ap.add_argument("--lr", type=float, default=3e-4, help="AdamW lr (default 3e-4)")
-    ap.add_argument("--weight-decay", type=float, default=0.1, help="default 0.1")
-    ap.add_argument("--decay", choices=("matrices", "all"), default="matrices",
-                    help="params with weight decay (as torch_llama.py's)")
-    ap.add_argument("--clip-grad-norm", type=float, default=0.0, help="0: off (default)")
-    ap.add_argument("--seed", type=int, default=1, help="the sampler's seed (default 1)")
-    ap.add_argument("--attn", choices=("sdpa", "eager"), default="sdpa")
-    ap.add_argument("--no-checkpointing", dest="checkpointing", action="store_false")
+    tl.add_run_args(ap)  # model, weights, data, batch, ... as torch_llama.py's
     ap.add_argument("--wheels", default=os.path.join(HERE, "wheels"),
                     help="prepare.sh's wheels (default: wheels/ beside this file)")
     ap.add_argument("--site", default="/tmp/ferry-ds-site",
