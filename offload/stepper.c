@@ -36,7 +36,8 @@ int stepper_init(ferry_engine *e, size_t gbytes) {
   st->counts = calloc((size_t)e->nranks, sizeof *st->counts);
   st->lent = calloc(e->gt.ngroups, sizeof *st->lent);
   st->uploaded = calloc(e->gt.ngroups, sizeof *st->uploaded);
-  if (!st->queue || !st->spans || !st->span_k || !st->dsts || !st->counts || !st->lent || !st->uploaded)
+  if (!st->queue || !st->spans || !st->span_k || !st->dsts || !st->counts || !st->lent ||
+      !st->uploaded)
     return ferry_err(&e->err, FERRY_ENOMEM, "finalize: out of memory");
   int rc = FERRY_OK;
   for (int i = 0; i < ENGINE_STAGE_SLOTS && !rc; i++) {
@@ -371,21 +372,22 @@ static int gather_params(ferry_engine *e, uint32_t g, int slot) {
  * device math the CUDA AdamW on e->down, fused with the param copy (device
  * home: in place, once the loop's reads of them are done). Each param's
  * bias correction uses its own step count (eng_param.steps). */
-/* A bf16 master: the staging (or, with device math, the device scratch)
- * starts as group i's current params, so a failed update leaves the params
- * themselves unchanged. Read before the group's optimizer state and grads
- * are held: the stepper then holds one family at a time in the host pool
- * (at the pool's minimum, a params read beside its own state hold and the
- * loop's holds left no hole for a chunk, and the loop waited on the step). */
-/* A group with a param this step leaves as it is (no gradient, missing_grad
- * = skip) is staged the same way, so that param's staged copy stays its
- * current value. */
+/* Group g has a param this step leaves as it is (no gradient,
+ * optimizer.missing_grad = skip). */
 static int group_skips(ferry_engine *e, uint32_t g) {
   for (uint32_t k = 0; k < e->gt.groups[g].count; k++)
     if (!group_param_stepped(e, group_param(e, g, k))) return 1;
   return 0;
 }
 
+/* A bf16 master: the staging (or, with device math, the device scratch)
+ * starts as group i's current params, so a failed update leaves the params
+ * themselves unchanged. Read before the group's optimizer state and grads
+ * are held: the stepper then holds one family at a time in the host pool
+ * (at the pool's minimum, a params read beside its own state hold and the
+ * loop's holds left no hole for a chunk, and the loop waited on the step).
+ * A group with a param this step leaves out (group_skips) is staged the
+ * same way, so that param's staged copy stays its current value. */
 static int stage_master(ferry_engine *e, uint32_t i, int slot) {
   if (!e->master_bf16 && !group_skips(e, i)) return FERRY_OK;
   int rc;
