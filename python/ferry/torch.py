@@ -540,12 +540,13 @@ class TorchEngine:
             if self._handed[g]:
                 continue
             self._ensure(g)
-            for i in self._gparams[g]:  # zeros for the params that got no grad
-                if not self._got[i] and self._numel[i]:
-                    self._grad_ptr(i)
-                    self.engine.param_no_grad(self._name_b[i])  # torch: .grad stays None
+            none = [i for i in self._gparams[g] if not self._got[i] and self._numel[i]]
+            for i in none:  # zeros for the params that got no grad
+                self._grad_ptr(i)
             if not self._slot_open[g]:
                 raise RuntimeError("ferry.torch: group %d has no gradient buffer" % g)
+            for i in none:  # torch: their .grad stays None (right before the hand-in)
+                self.engine.param_no_grad(self._name_b[i])
             self._hand_in(g)
         self._release_all()
         for i in range(len(self._got)):
