@@ -16,6 +16,7 @@
 void ckpt_manifest_free(ckpt_manifest *m) {
   if (!m) return;
   free(m->files);
+  free(m->steps);
   memset(m, 0, sizeof *m);
 }
 
@@ -259,6 +260,42 @@ static int parse_file_line(mcur *c, ckpt_manifest *m, size_t i) {
   return 0;
 }
 
+/* Version 4: "param_steps <n>", then n lines "param_step <index> <steps>"
+ * (indices increasing, below tensors; each count at most the step). */
+static int parse_param_steps(mcur *c, ckpt_manifest *m) {
+  if (m->version < 4) return 0;
+  uint64_t n;
+  int rc = key_u64(c, "param_steps", m->tensors, &n);
+  if (rc) return rc;
+  if (n > c->len / 15 + 1) return mfail(c, "param_steps %" PRIu64 ": more than the manifest can list", n);
+  m->steps = calloc(n ? n : 1, sizeof *m->steps);
+  if (!m->steps) return FERRY_ENOMEM;
+  m->nsteps = n;
+  for (size_t i = 0; i < n; i++) {
+    const char *r;
+    size_t len;
+    if ((rc = next_line(c)) || (rc = expect_key(c, "param_step", &r, &len))) return rc;
+    const char *sp = memchr(r, ' ', len);
+    if (!sp) return mfail(c, "expected \"param_step <index> <steps>\"");
+    uint64_t idx, st;
+    if ((rc = parse_u64(c, "param_step index", r, (size_t)(sp - r), UINT64_MAX, &idx)) ||
+        (rc = parse_u64(c, "param_step count", sp + 1, (size_t)(r + len - sp - 1),
+                        (uint64_t)FERRY_STEP_MAX, &st)))
+      return rc;
+    if (idx >= m->tensors)
+      return mfail(c, "param_step index %" PRIu64 ": the checkpoint has %" PRIu64 " params", idx,
+                   m->tensors);
+    if (i > 0 && idx <= m->steps[i - 1].index)
+      return mfail(c, "param_step index %" PRIu64 " is out of order or listed twice", idx);
+    if (st > (uint64_t)m->step)
+      return mfail(c, "param_step %" PRIu64 ": step count %" PRIu64 " is above the checkpoint's "
+                   "step %" PRId64, idx, st, m->step);
+    m->steps[i].index = idx;
+    m->steps[i].steps = (int64_t)st;
+  }
+  return 0;
+}
+
 /* The last line, "crc32c <hex>": nothing after it and, with check_crc,
  * the CRC32C of every byte before it. */
 static int parse_crc_line(mcur *c, int check_crc) {
@@ -305,9 +342,11 @@ int ckpt_manifest_parse(const char *text, size_t len, int check_crc, ckpt_manife
   }
   m.nfiles = nfiles;
   for (size_t i = 0; i < nfiles && !rc; i++) rc = parse_file_line(&c, &m, i);
+  if (!rc) rc = parse_param_steps(&c, &m);
   if (!rc) rc = parse_crc_line(&c, check_crc);
+  if (rc == FERRY_ENOMEM && why && why_len) snprintf(why, why_len, "manifest: out of memory");
   if (rc) {
-    free(m.files);
+    ckpt_manifest_free(&m);
     return rc;
   }
   *out = m;
@@ -318,7 +357,7 @@ int ckpt_manifest_parse(const char *text, size_t len, int check_crc, ckpt_manife
 
 int ckpt_manifest_format(const ckpt_manifest *m, char **text, size_t *len) {
   if (!m || !text || !len) return FERRY_EINVAL;
-  size_t cap = 1024 + m->nfiles * (CKPT_PATH_MAX + 48);
+  size_t cap = 1024 + m->nfiles * (CKPT_PATH_MAX + 48) + m->nsteps * 64;
   char *s = malloc(cap);
   if (!s) return FERRY_ENOMEM;
   int n = snprintf(s, cap,
@@ -338,7 +377,7 @@ int ckpt_manifest_format(const ckpt_manifest *m, char **text, size_t *len) {
                    "tensors %" PRIu64 "\n"
                    "blob_bytes %" PRIu64 "\n"
                    "files %zu\n",
-                   CKPT_FORMAT_VERSION, m->step, m->param_dtype, m->optimizer, m->states,
+                   m->nsteps ? 4 : 3, m->step, m->param_dtype, m->optimizer, m->states,
                    m->state_dtype, m->state_block, m->master_dtype, m->ranks ? m->ranks : 1,
                    m->zero_stage, m->loss_scale_bits, m->good_steps, m->skipped, m->tensors, m->blob_bytes,
                    m->nfiles);
@@ -346,6 +385,10 @@ int ckpt_manifest_format(const ckpt_manifest *m, char **text, size_t *len) {
   for (size_t i = 0; i < m->nfiles; i++)
     at += (size_t)snprintf(s + at, cap - at, "file %s %" PRIu64 " %08" PRIx32 "\n", m->files[i].path,
                            m->files[i].bytes, m->files[i].crc);
+  if (m->nsteps) at += (size_t)snprintf(s + at, cap - at, "param_steps %zu\n", m->nsteps);
+  for (size_t i = 0; i < m->nsteps; i++)
+    at += (size_t)snprintf(s + at, cap - at, "param_step %" PRIu64 " %" PRId64 "\n",
+                           m->steps[i].index, m->steps[i].steps);
   uint32_t crc = ferry_crc32c(0, s, at);
   at += (size_t)snprintf(s + at, cap - at, "crc32c %08" PRIx32 "\n", crc);
   *text = s;

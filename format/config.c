@@ -46,6 +46,7 @@ static const int v_fit[] = {FERRY_FIT_FIRST, FERRY_FIT_LAST, FERRY_FIT_RANDOM};
 static const int v_numa[] = {FERRY_NUMA_LOCAL, FERRY_NUMA_INTERLEAVE, FERRY_NUMA_NONE};
 static const int v_memlock[] = {FERRY_MEMLOCK_ERROR, FERRY_MEMLOCK_PAGEABLE};
 static const int v_verify[] = {FERRY_VERIFY_CRC32C, FERRY_VERIFY_NONE};
+static const int v_missing[] = {FERRY_MISSING_GRAD_SKIP, FERRY_MISSING_GRAD_ZERO};
 static const int v_log[] = {FERRY_LOG_SILENT, FERRY_LOG_ERROR, FERRY_LOG_WARN, FERRY_LOG_INFO,
                             FERRY_LOG_DEBUG};
 
@@ -119,6 +120,12 @@ static const key_def keys[] = {
      v_state_dt},
     {"optimizer.state_block", K_POW2, OFF(opt_state_block), "256", NULL, 32, 4096, 0,
      "int8 states: values per fp32 absmax block, a power of two in [32, 4096]", NULL},
+    {"optimizer.missing_grad", K_ENUM, OFF(missing_grad), "skip", "skip|zero", 0, 0, 0,
+     "a param that gets no gradient in a step (ferry_param_no_grad; ferry.torch: its .grad "
+     "stayed None): skip leaves it, its optimizer state and its own step count as they are "
+     "(torch.optim); zero steps it with zero grads, so momentum and weight decay still move "
+     "it (DeepSpeed)",
+     v_missing},
     {"precision.params", K_ENUM, OFF(prec_params), "bf16", "fp32|fp16|bf16", 0, 0, 0,
      "dtype of the parameters the GPU computes with", v_prec},
     {"precision.grads", K_ENUM, OFF(prec_grads), "fp32", "fp32|bf16", 0, 0, 0,

@@ -13,6 +13,9 @@
 typedef enum { FERRY_NUMA_LOCAL = 0, FERRY_NUMA_INTERLEAVE = 1, FERRY_NUMA_NONE = 2 } ferry_numa_policy;
 typedef enum { FERRY_MEMLOCK_ERROR = 0, FERRY_MEMLOCK_PAGEABLE = 1 } ferry_memlock_fallback;
 typedef enum { FERRY_VERIFY_CRC32C = 0, FERRY_VERIFY_NONE = 1 } ferry_verify_mode;
+/* optimizer.missing_grad: a param that got no gradient in a step is left
+ * as it is (torch), or stepped with zero grads (DeepSpeed). */
+typedef enum { FERRY_MISSING_GRAD_SKIP = 0, FERRY_MISSING_GRAD_ZERO = 1 } ferry_missing_grad;
 /* placement.grads beside the tiers (ferry_tier): "auto", resolved at
  * ferry_engine_create, and "none" (no accumulator: the drain's staging). */
 enum { FERRY_GRADS_AUTO = -1, FERRY_GRADS_NONE = -2 };
@@ -50,6 +53,7 @@ typedef struct {
   int64_t threads;          /* 0: all cores */
   ferry_dtype opt_state_dtype; /* F32, BF16 or I8 (blockwise int8) */
   int64_t opt_state_block;  /* int8 states: elements per absmax block, a power of two */
+  ferry_missing_grad missing_grad; /* a param without a grad in a step: skip or zero */
   ferry_dtype prec_params;     /* F32, F16 or BF16 */
   ferry_dtype prec_grads;      /* F32 or BF16: accumulators of host and NVMe grad homes */
   ferry_dtype prec_master;     /* F32 (a master copy) or BF16 (the params are the master) */

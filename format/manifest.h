@@ -8,9 +8,12 @@
 
 #include "core/core.h"
 
-#define CKPT_FORMAT_VERSION 3 /* written; version 2 (no ranks lines: one rank) and
-                                 version 1 (no optimizer layout lines either: fp32
-                                 states and master) are still read */
+#define CKPT_FORMAT_VERSION 4 /* read; version 4 adds the param_steps lines (some
+                                 param's own step count differs from the step) and
+                                 is written only then, else version 3; version 2
+                                 (no ranks lines: one rank) and version 1 (no
+                                 optimizer layout lines either: fp32 states and
+                                 master) are still read */
 #define CKPT_MANIFEST_NAME "manifest"
 #define CKPT_MANIFEST_MAX (1u << 20)  /* bytes of a manifest */
 #define CKPT_MAX_FILES 4096
@@ -23,6 +26,13 @@ typedef struct {
   uint64_t bytes;
   uint32_t crc;                 /* CRC32C of the whole file */
 } ckpt_file;
+
+/* A param whose own optimizer step count is not the checkpoint's step (it
+ * got no gradient in some steps): its index in registration order. */
+typedef struct {
+  uint64_t index;
+  int64_t steps; /* <= the checkpoint's step */
+} ckpt_param_step;
 
 /* Everything a manifest holds, in the order its lines come. */
 typedef struct {
@@ -44,6 +54,9 @@ typedef struct {
   uint64_t blob_bytes;       /* the caller's blob (file user.bin) */
   size_t nfiles;
   ckpt_file *files;          /* nfiles, malloc'd, paths sorted and unique */
+  size_t nsteps;             /* version 4: params whose count is not `step` (the others'
+                                is); before it none */
+  ckpt_param_step *steps;    /* nsteps, malloc'd, indices increasing, each < tensors */
 } ckpt_manifest;
 
 /* Parses a manifest. check_crc 0 skips only the final CRC comparison (the

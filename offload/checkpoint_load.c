@@ -282,6 +282,8 @@ static int load_apply(ckpt_ctx *c, ckpt_loading *L, void *blob) {
 static void load_restore(ckpt_ctx *c, const ckpt_loading *L) {
   engine_progress p = {L->m.step, L->scale, (int)L->m.good_steps, L->m.skipped};
   engine_restore(c->e, &p);
+  for (size_t i = 0; i < L->m.nsteps; i++) /* params left out of some steps */
+    engine_param_set_steps(c->e, (size_t)L->m.steps[i].index, L->m.steps[i].steps);
 }
 
 #define WHY_BYTES 512 /* of rank 0's verdict sent to the others */

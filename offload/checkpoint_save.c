@@ -245,6 +245,18 @@ static int save_files(ckpt_ctx *c, const char *tmp, const void *blob, size_t blo
   return FERRY_OK;
 }
 
+/* The params whose own step count is not the engine's `steps` (they got
+ * no gradient in some step), in registration order, into m. */
+static int param_steps(ckpt_ctx *c, int64_t steps, ckpt_manifest *m) {
+  engine_param_iter it = engine_params(c->e, 0);
+  for (const engine_param_view *p; (p = engine_params_next(&it));) {
+    if (p->steps == steps) continue;
+    if (!m->steps && !(m->steps = calloc(c->f.nparams, sizeof *m->steps))) return -ENOMEM;
+    m->steps[m->nsteps++] = (ckpt_param_step){p->index, p->steps};
+  }
+  return 0;
+}
+
 /* The manifest of the complete files in tmp (each file's size and CRC32C,
  * read back), then every folder fsynced. */
 static int save_manifest(ckpt_ctx *c, const char *tmp, size_t blob_len) {
@@ -270,7 +282,8 @@ static int save_manifest(ckpt_ctx *c, const char *tmp, size_t blob_len) {
   m.tensors = c->f.nparams;
   m.blob_bytes = blob_len;
   size_t cap = 0;
-  r = list_files(tmp, "params", &m.files, &m.nfiles, &cap);
+  r = param_steps(c, pg.steps, &m);
+  if (!r) r = list_files(tmp, "params", &m.files, &m.nfiles, &cap);
   if (!r) r = list_files(tmp, "optim", &m.files, &m.nfiles, &cap);
   if (!r) r = list_files(tmp, "", &m.files, &m.nfiles, &cap);
   if (r) {
@@ -290,6 +303,13 @@ static int save_manifest(ckpt_ctx *c, const char *tmp, size_t blob_len) {
   size_t len = 0;
   if (!rc) rc = ckpt_manifest_format(&m, &text, &len);
   ckpt_manifest_free(&m);
+  if (!rc && len > CKPT_MANIFEST_MAX) {
+    free(text);
+    return ferry_err(c->f.err, FERRY_EOVERFLOW,
+                     "checkpoint: the manifest would take %zu bytes, more than %u (too many "
+                     "params with their own step count)",
+                     len, CKPT_MANIFEST_MAX);
+  }
   if (rc) return rc == FERRY_ENOMEM ? ferry_err(c->f.err, rc, "checkpoint: out of memory") : rc;
   if (ckpt_join(path, sizeof path, tmp, CKPT_MANIFEST_NAME)) {
     free(text);

@@ -30,7 +30,11 @@ void engine_walk_facts(ferry_engine *e, engine_facts *out) {
 
 void engine_param_at(ferry_engine *e, size_t i, engine_param_view *out) {
   const eng_param *p = &e->gt.params[i];
-  *out = (engine_param_view){i, p->name, p->ndim, p->shape, p->n, p->plo, p->pn, p->id};
+  *out = (engine_param_view){i, p->name, p->ndim, p->shape, p->n, p->plo, p->pn, p->id, p->steps};
+}
+
+void engine_param_set_steps(ferry_engine *e, size_t i, int64_t steps) {
+  e->gt.params[i].steps = steps;
 }
 
 engine_param_iter engine_params(ferry_engine *e, int by_group) {

@@ -49,6 +49,7 @@ typedef struct {
   size_t n;           /* elements */
   size_t plo, pn;     /* this rank's piece: elements [plo, plo + pn) (alone: 0, n) */
   const uint32_t *id; /* the manager's tensor of each role (UINT32_MAX: none) */
+  int64_t steps;      /* its own optimizer step count (<= the engine's) */
 } engine_param_view;
 
 /* A walk over the params: by_group 1 in group order (by group, then
@@ -67,6 +68,8 @@ engine_param_iter engine_params(ferry_engine *e, int by_group);
 const engine_param_view *engine_params_next(engine_param_iter *it);
 /* The param of registration index i (< nparams). */
 void engine_param_at(ferry_engine *e, size_t i, engine_param_view *out);
+/* Sets param i's own step count (after engine_restore, from a checkpoint). */
+void engine_param_set_steps(ferry_engine *e, size_t i, int64_t steps);
 /* Rank r's share of p: its element count and *off (param-relative). */
 size_t engine_param_piece(ferry_engine *e, const engine_param_view *p, int r, size_t *off);
 /* The suffix of role r's tensor name after the param's ("", ".master", ...). */
@@ -86,7 +89,8 @@ typedef struct {
 } engine_progress;
 void engine_progress_get(const ferry_engine *e, engine_progress *out);
 /* Sets them (after a quiesce, from a checkpoint): the next update uses
- * step p->steps for its bias correction. */
+ * step p->steps for its bias correction, and so does every param's own
+ * count until engine_param_set_steps says otherwise. */
 void engine_restore(ferry_engine *e, const engine_progress *p);
 
 /* ranks.c */

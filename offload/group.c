@@ -296,7 +296,20 @@ void group_set_state(ferry_engine *e, uint32_t g, group_state to) {
   gr->state = to;
 }
 
+void group_note_grads(ferry_engine *e, uint32_t g) {
+  for (uint32_t k = 0; k < e->gt.groups[g].count; k++) {
+    eng_param *p = group_param(e, g, k);
+    if (!p->no_grad) p->got_grad = 1;
+    p->no_grad = 0;
+  }
+}
+
+int group_param_stepped(const ferry_engine *e, const eng_param *p) {
+  return p->got_grad || e->cv->missing_grad == FERRY_MISSING_GRAD_ZERO;
+}
+
 int group_zero_grads(ferry_engine *e, uint32_t g, int held) {
+  for (uint32_t k = 0; k < e->gt.groups[g].count; k++) group_param(e, g, k)->got_grad = 0;
   if (e->grads_none) return FERRY_OK; /* nothing kept */
   if (e->grad_home == FERRY_TIER_NVME) { /* a flag, not a write */
     e->gt.groups[g].grads_zero = 1;

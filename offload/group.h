@@ -28,6 +28,17 @@ typedef struct { /* (fixed) */
    * and (stage 2) grad accumulator are tensors of pn elements; pn = 0: no
    * tensor of those roles. */
   size_t plo, pn;
+  /* Its own optimizer step count (bias correction uses it): a param that
+   * got no gradient in a step is left as it is with optimizer.missing_grad
+   * = skip, count included, as torch does. (stepper, after its update;
+   * the loop while quiesced: checkpoints) */
+  int64_t steps;
+  /* This step's gradients (the loop writes them; the stepper reads them,
+   * ordered by the group's update state): no_grad, the current
+   * micro-batch said it has none (ferry_param_no_grad, taken in at its
+   * group's grads_ready); got_grad, some micro-batch of this step handed
+   * one in (cleared with the group's grads). */
+  uint8_t no_grad, got_grad;
 } eng_param;
 
 /* A group's optimizer update, from its grads being final to its new params
@@ -108,6 +119,12 @@ const char *group_role_suffix(int role); /* "", ".grad", ".master", ... */
  * NVMe home: sets grads_zero (no write). Device math: zeroed in stream
  * order on e->down. */
 int group_zero_grads(ferry_engine *e, uint32_t g, int held);
+/* Group g's grads of one micro-batch are handed in: each of its params
+ * not marked no_grad got a gradient in this step. */
+void group_note_grads(ferry_engine *e, uint32_t g);
+/* Whether param p is updated in this step: it got a gradient, or
+ * optimizer.missing_grad = zero. */
+int group_param_stepped(const ferry_engine *e, const eng_param *p);
 /* NVMe grad home: whether group g's accumulators count as zero (the drain
  * then fetches them without a load), and that they are written now. */
 int group_grads_fresh(const ferry_engine *e, uint32_t g);

@@ -193,8 +193,25 @@ int ferry_grads_ready(ferry_engine *e, int group, ferry_stream *s) {
   if (rc) return rc;
   rc = drain_slot_ready(e, f->grad_slot, s, "grads ready");
   if (rc) return rc;
+  group_note_grads(e, (uint32_t)group); /* before the drain (and an eager update) sees them */
   drain_submit(e, (uint32_t)group, f->grad_slot); /* the drain owns it now */
   f->grad_slot = -1;
+  return FERRY_OK;
+}
+
+int ferry_param_no_grad(ferry_engine *e, const char *name) {
+  if (!e) return FERRY_EINVAL;
+  if (!e->finalized) return ferry_err(&e->err, FERRY_ESTATE, "param no grad: not finalized");
+  eng_param *p = name ? group_find(e, name) : NULL;
+  if (!p)
+    return ferry_err(&e->err, FERRY_ENOENT, "param no grad: no parameter '%s'",
+                     name ? name : "(null)");
+  if (e->nranks > 1 && e->cv->missing_grad == FERRY_MISSING_GRAD_SKIP)
+    return ferry_err(&e->err, FERRY_ENOTSUP,
+                     "param no grad '%s': with ranks every param is stepped (the ranks' grads "
+                     "are averaged); set optimizer.missing_grad = \"zero\"",
+                     p->name);
+  p->no_grad = 1;
   return FERRY_OK;
 }
 
@@ -302,6 +319,7 @@ void engine_restore(ferry_engine *e, const engine_progress *p) {
   pthread_mutex_lock(&e->mu);
   e->steps = p->steps;
   stepper_set_step(e, p->steps);
+  for (size_t i = 0; i < e->gt.nparams; i++) e->gt.params[i].steps = p->steps;
   pthread_mutex_unlock(&e->mu);
   ferry_optimizer_set_step(e->opt, p->steps);
   if (e->dynamic_scale) {

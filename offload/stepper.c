@@ -31,11 +31,13 @@ int stepper_init(ferry_engine *e, size_t gbytes) {
   eng_stepper *st = &e->stepper;
   st->queue = calloc(e->gt.ngroups, sizeof *st->queue);
   st->spans = calloc(e->gt.max_count, sizeof *st->spans);
+  st->span_k = calloc(e->gt.max_count, sizeof *st->span_k);
   st->dsts = calloc(e->gt.max_count, sizeof *st->dsts);
   st->counts = calloc((size_t)e->nranks, sizeof *st->counts);
   st->lent = calloc(e->gt.ngroups, sizeof *st->lent);
   st->uploaded = calloc(e->gt.ngroups, sizeof *st->uploaded);
-  if (!st->queue || !st->spans || !st->dsts || !st->counts || !st->lent || !st->uploaded)
+  if (!st->queue || !st->spans || !st->span_k || !st->dsts || !st->counts || !st->lent ||
+      !st->uploaded)
     return ferry_err(&e->err, FERRY_ENOMEM, "finalize: out of memory");
   int rc = FERRY_OK;
   for (int i = 0; i < ENGINE_STAGE_SLOTS && !rc; i++) {
@@ -93,6 +95,7 @@ void stepper_free(ferry_engine *e) {
   pthread_cond_destroy(&st->cv);
   free(st->queue);
   free(st->spans);
+  free(st->span_k);
   free(st->dsts);
   free(st->counts);
 }
@@ -306,7 +309,9 @@ int stepper_read_params(ferry_engine *e, uint32_t g, void *dst, ferry_stream *s)
  * where its new params go; returns how many. With ranks at stage >= 1 a
  * span covers this rank's piece of a param (master, states and, stage 2,
  * grads are piece tensors; stage 1's full accumulators and the params are
- * read and written at +plo); a param with no piece has no span. */
+ * read and written at +plo); a param with no piece has no span, nor has
+ * one this step leaves as it is (group_param_stepped). span_k[i]: the
+ * param of span i. */
 static uint32_t fill_spans(ferry_engine *e, uint32_t g, void **dst) {
   ferry_tier ot = work_tier(e->optim_home), gt = work_tier(e->grad_home);
   const char *lent = e->stepper.lent[g]; /* grads "none": where its grads are */
@@ -314,7 +319,8 @@ static uint32_t fill_spans(ferry_engine *e, uint32_t g, void **dst) {
   uint32_t ns = 0;
   for (uint32_t k = 0; k < e->gt.groups[g].count; k++) {
     eng_param *p = group_param(e, g, k);
-    if (p->pn == 0) continue;
+    if (p->pn == 0 || !group_param_stepped(e, p)) continue;
+    e->stepper.span_k[ns] = k;
     ferry_optim_span *sp = &e->stepper.spans[ns++];
     char *copy = (char *)dst[k] + p->plo * e->esize;
     memset(sp, 0, sizeof *sp);
@@ -364,16 +370,26 @@ static int gather_params(ferry_engine *e, uint32_t g, int slot) {
 /* The optimizer pass over group i (its state and grads held): the CPU's
  * fused pass, which writes the new params into a staging buffer, or with
  * device math the CUDA AdamW on e->down, fused with the param copy (device
- * home: in place, once the loop's reads of them are done). Every group's
- * update uses the same step number for its bias correction. */
+ * home: in place, once the loop's reads of them are done). Each param's
+ * bias correction uses its own step count (eng_param.steps). */
+/* Group g has a param this step leaves as it is (no gradient,
+ * optimizer.missing_grad = skip). */
+static int group_skips(ferry_engine *e, uint32_t g) {
+  for (uint32_t k = 0; k < e->gt.groups[g].count; k++)
+    if (!group_param_stepped(e, group_param(e, g, k))) return 1;
+  return 0;
+}
+
 /* A bf16 master: the staging (or, with device math, the device scratch)
  * starts as group i's current params, so a failed update leaves the params
  * themselves unchanged. Read before the group's optimizer state and grads
  * are held: the stepper then holds one family at a time in the host pool
  * (at the pool's minimum, a params read beside its own state hold and the
- * loop's holds left no hole for a chunk, and the loop waited on the step). */
+ * loop's holds left no hole for a chunk, and the loop waited on the step).
+ * A group with a param this step leaves out (group_skips) is staged the
+ * same way, so that param's staged copy stays its current value. */
 static int stage_master(ferry_engine *e, uint32_t i, int slot) {
-  if (!e->master_bf16) return FERRY_OK;
+  if (!e->master_bf16 && !group_skips(e, i)) return FERRY_OK;
   int rc;
   if (engine_gpu_math(e)) {
     if (e->param_home == FERRY_TIER_DEVICE) return FERRY_OK; /* in place there */
@@ -384,6 +400,25 @@ static int stage_master(ferry_engine *e, uint32_t i, int slot) {
   void *base = e->param_home == FERRY_TIER_DEVICE ? e->stepper.stage_up[slot]
                                                   : e->stepper.param_stage;
   return rc ? rc : stepper_read_params(e, i, base, e->up);
+}
+
+/* Orders group g's ns spans by their params' step counts (stable; already
+ * in order when the counts are equal, the usual case). */
+static void sort_spans(ferry_engine *e, uint32_t g, uint32_t ns) {
+  ferry_optim_span *sp = e->stepper.spans;
+  uint32_t *kk = e->stepper.span_k;
+  for (uint32_t i = 1; i < ns; i++) {
+    ferry_optim_span s = sp[i];
+    uint32_t k = kk[i];
+    int64_t t = group_param(e, g, k)->steps;
+    uint32_t j = i;
+    for (; j > 0 && group_param(e, g, kk[j - 1])->steps > t; j--) {
+      sp[j] = sp[j - 1];
+      kk[j] = kk[j - 1];
+    }
+    sp[j] = s;
+    kk[j] = k;
+  }
 }
 
 static int run_optimizer(ferry_engine *e, uint32_t i, int slot, float gscale, int64_t step) {
@@ -398,14 +433,37 @@ static int run_optimizer(ferry_engine *e, uint32_t i, int slot, float gscale, in
   }
   if (rc) return rc;
   uint32_t ns = fill_spans(e, i, dst);
+  sort_spans(e, i, ns);
   double t2 = ferry_now();
   rc = ferry_optimizer_set_step(e->opt, step);
-  if (!rc && gpu) return gpu_optimizer_step(e, i, e->stepper.spans, gscale);
-  if (!rc && ns) rc = ferry_optimizer_step(e->opt, e->stepper.spans, ns, gscale);
+  /* one pass per run of spans whose params share a step count: each
+   * param's bias correction uses its own (all equal unless some param
+   * was left out of a step) */
+  ferry_optim_span *sp = e->stepper.spans;
+  for (uint32_t a = 0, b; a < ns && !rc; a = b) {
+    int64_t t = group_param(e, i, e->stepper.span_k[a])->steps;
+    for (b = a + 1; b < ns && group_param(e, i, e->stepper.span_k[b])->steps == t; b++) {
+    }
+    rc = ferry_optimizer_set_step(e->opt, t);
+    if (!rc && gpu) {
+      rc = gpu_optimizer_step(e, sp + a, b - a, gscale);
+      if (rc) return rc;
+    } else if (!rc) {
+      rc = ferry_optimizer_step(e->opt, sp + a, b - a, gscale);
+    }
+  }
   if (rc && rc != FERRY_ENOMEM)
     rc = ferry_err(&e->err, rc, "step: optimizer: %s", ferry_optimizer_last_error(e->opt));
-  ferry_timeline_add(&e->tl, FERRY_LANE_OPTIM0, "optimizer", t2, ferry_now());
+  if (!gpu) ferry_timeline_add(&e->tl, FERRY_LANE_OPTIM0, "optimizer", t2, ferry_now());
   return rc;
+}
+
+/* After group g's optimizer pass: each param it stepped counts the step. */
+static void count_steps(ferry_engine *e, uint32_t g) {
+  for (uint32_t k = 0; k < e->gt.groups[g].count; k++) {
+    eng_param *p = group_param(e, g, k);
+    if (group_param_stepped(e, p)) p->steps++;
+  }
 }
 
 /* After group i's optimizer pass (its state released): the NVMe write-back
@@ -474,6 +532,7 @@ static int update_group(ferry_engine *e, uint32_t i, uint32_t next, float gscale
   rc = ferry_mem_mark_dirty(e->mem, i, FERRY_FAMILY_OPTIM, ot, NULL); /* before writing */
   if (rc) rc = engine_mem_err(e, rc, "step: optimizer state");
   if (!rc) rc = run_optimizer(e, i, slot, gscale, step);
+  if (!rc) count_steps(e, i);
   if (!rc && e->grads_none) return_grads(e, i); /* a failed update keeps them for its retry */
   if (!rc) rc = group_zero_grads(e, i, 1);
   if (!e->grads_none) ferry_mem_release(e->mem, i, FERRY_FAMILY_GRADS, gt, NULL);

@@ -36,6 +36,7 @@ typedef struct {
   ferry_event *stage_up_ev[ENGINE_STAGE_SLOTS];
   void *param_stage;                    /* host/NVMe param homes: the largest group */
   ferry_optim_span *spans;              /* max params of a group */
+  uint32_t *span_k;                     /* per span: its param's index in the group */
   void **dsts;                          /* per param of a group: where new params go */
   size_t *counts;                       /* with ranks: bytes per rank of a group's gather */
 } eng_stepper;

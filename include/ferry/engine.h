@@ -123,6 +123,15 @@ FERRY_API int ferry_release(ferry_engine *e, int group, ferry_stream *s);
  * host (the host backend, a mapped buffer), only after
  * ferry_stream_synchronize(s); a host write before then may be lost. */
 FERRY_API int ferry_param_device(ferry_engine *e, const char *name, void **param, void **grad);
+/* Param `name` got no gradient in this micro-batch (an unused expert; in
+ * torch its .grad stayed None): call it before its group's ferry_grads_ready
+ * of the micro-batch, whose grad buffer for it stays zero. A param that got
+ * none in every micro-batch of a step is, with optimizer.missing_grad =
+ * "skip" (the default, torch.optim's behaviour), left as it is by that
+ * step: params, optimizer state and its own step count, which its later
+ * bias corrections use (checkpoints keep it); with "zero" (DeepSpeed's) it
+ * is stepped with zero grads. With ranks and "skip": FERRY_ENOTSUP. */
+FERRY_API int ferry_param_no_grad(ferry_engine *e, const char *name);
 /* The group's gradient buffers are complete once s reaches this point: the
  * engine drains them (D2H), accumulates them in fp32 and adds them to the
  * global norm, while the loop goes on. */

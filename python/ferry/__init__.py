@@ -427,6 +427,13 @@ class Engine:
         return (self._pd_param.value if param else None, self._pd_grad.value if grad else None)
 
     @_one_thread
+    def param_no_grad(self, name):
+        """ferry_param_no_grad: the param got no gradient in this micro-batch
+        (before its group's grads_ready)."""
+        n = name if type(name) is bytes and b"\0" not in name else _c(name, "param name")
+        self._call(lib.ferry_param_no_grad(self._h, n), "ferry_param_no_grad")
+
+    @_one_thread
     def grads_ready(self, group, stream):
         self._call(lib.ferry_grads_ready(self._h, group, stream.handle), "ferry_grads_ready")
 

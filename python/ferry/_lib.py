@@ -118,6 +118,7 @@ _PROTOS = {
     "ferry_fetch": (c_int, [c_void_p, c_int, c_void_p]),
     "ferry_release": (c_int, [c_void_p, c_int, c_void_p]),
     "ferry_param_device": (c_int, [c_void_p, c_char_p, P(c_void_p), P(c_void_p)]),
+    "ferry_param_no_grad": (c_int, [c_void_p, c_char_p]),
     "ferry_grads_ready": (c_int, [c_void_p, c_int, c_void_p]),
     "ferry_step": (c_int, [c_void_p, P(StepInfo)]),
     "ferry_zero_grads": (c_int, [c_void_p]),

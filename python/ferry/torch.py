@@ -22,7 +22,10 @@ ferry.Error before anything changes; an exception inside backward rolls the
 pass back (or, when groups were handed in already, says to call
 zero_grad()); model.state_dict() (save_pretrained) gives the engine's values
 while it trains; initialize refuses a device budget that cannot hold the
-groups one forward holds at once.
+groups one forward holds at once. A param whose .grad stays None in a whole
+step (an unused expert) is left as it is, as torch.optim does: no update,
+no weight decay, its own step count unchanged (optimizer.missing_grad =
+"zero" steps it with zero grads instead, as DeepSpeed does).
 """
 import ctypes
 import os
@@ -134,6 +137,7 @@ class TorchEngine:
         self.dtype = _TORCH_DT[prec]
         self._fdt = _FERRY_DT[self.dtype]
         self.accumulation = int(self.config.get("grad_accumulation"))
+        self._zero_missing = self.config.get("optimizer.missing_grad") == "zero"
         self.engine = ferry.Engine(self.config)
         self.cuda = self.engine.device_info()["kind"] == "cuda"
         if self.cuda:
@@ -536,11 +540,13 @@ class TorchEngine:
             if self._handed[g]:
                 continue
             self._ensure(g)
-            for i in self._gparams[g]:  # zeros for the params that got no grad
-                if not self._got[i] and self._numel[i]:
-                    self._grad_ptr(i)
+            none = [i for i in self._gparams[g] if not self._got[i] and self._numel[i]]
+            for i in none:  # zeros for the params that got no grad
+                self._grad_ptr(i)
             if not self._slot_open[g]:
                 raise RuntimeError("ferry.torch: group %d has no gradient buffer" % g)
+            for i in none:  # torch: their .grad stays None (right before the hand-in)
+                self.engine.param_no_grad(self._name_b[i])
             self._hand_in(g)
         self._release_all()
         for i in range(len(self._got)):
@@ -645,25 +651,28 @@ class TorchEngine:
             return None
         self._micro = 0
         self._release_all()
-        self._warn_nograd()
+        if self._zero_missing:
+            self._warn_nograd()
+        for i in range(len(self._step_got)):
+            self._step_got[i] = False
         info = self.engine.step()
         self._invalidate()
         self.last_step = info
         return info
 
     def _warn_nograd(self):
-        """Params that got no grad in the whole step are stepped with zeros
-        (DeepSpeed's behaviour; torch skips them): said once per engine."""
+        """optimizer.missing_grad = zero: params that got no grad in the whole
+        step are stepped with zeros (DeepSpeed's behaviour; torch, and the
+        default "skip", leave them as they are): said once per engine."""
         missing = [self._names[i] for i in range(len(self._p))
                    if self._numel[i] and not self._step_got[i]]
-        for i in range(len(self._step_got)):
-            self._step_got[i] = False
         if missing and not self._warned_nograd:
             self._warned_nograd = True
             import warnings
             warnings.warn("ferry.torch: %d param(s) got no gradient in this step (%s): the engine "
                           "steps them with zero grads, so weight decay and momentum still move "
-                          "them (DeepSpeed's behaviour); torch would leave them unchanged"
+                          "them (optimizer.missing_grad = zero, DeepSpeed's behaviour); torch "
+                          "would leave them unchanged"
                           % (len(missing), ", ".join(missing[:3])), RuntimeWarning, stacklevel=3)
 
     @ferry._one_thread

@@ -34,7 +34,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (back.step != m.step || back.nfiles != m.nfiles || back.blob_bytes != m.blob_bytes ||
       back.loss_scale_bits != m.loss_scale_bits || back.state_block != m.state_block ||
       strcmp(back.state_dtype, m.state_dtype) || strcmp(back.master_dtype, m.master_dtype) ||
-      (m.nfiles && memcmp(back.files, m.files, m.nfiles * sizeof *m.files) != 0))
+      (m.nfiles && memcmp(back.files, m.files, m.nfiles * sizeof *m.files) != 0) ||
+      back.nsteps != m.nsteps ||
+      (m.nsteps && memcmp(back.steps, m.steps, m.nsteps * sizeof *m.steps) != 0))
     __builtin_trap();
   ckpt_manifest_free(&back);
   ckpt_manifest_free(&m);

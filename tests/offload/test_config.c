@@ -42,6 +42,11 @@ static void test_defaults_and_set(void) {
   EXPECT(ferry_config_set(c, "precision.loss_scale", "1024") == 0 && v->loss_scale == 1024);
   EXPECT(ferry_config_set(c, "precision.loss_scale", "dynamic") == 0 && v->loss_scale == 0);
   EXPECT(ferry_config_set(c, "log_level", "debug") == 0 && v->log_level == FERRY_LOG_DEBUG);
+  EXPECT(v->missing_grad == FERRY_MISSING_GRAD_SKIP); /* torch's behaviour by default */
+  EXPECT(ferry_config_set(c, "optimizer.missing_grad", "zero") == 0 &&
+         v->missing_grad == FERRY_MISSING_GRAD_ZERO);
+  EXPECT(ferry_config_get(c, "optimizer.missing_grad", buf, sizeof buf) == 0 &&
+         !strcmp(buf, "zero"));
   /* placement.grads: the tiers, "auto" and "none"; precision.grads */
   EXPECT(ferry_config_set(c, "placement.grads", "none") == 0 &&
          v->place_grads == FERRY_GRADS_NONE);
@@ -69,6 +74,8 @@ static void test_defaults_and_set(void) {
   EXPECT(ferry_config_set(c, "tiers.gpu.budget", "lots") == FERRY_ECONFIG &&
          has(c, "expected a size") && !strstr(ferry_config_last_error(c), "at least 0 B"));
   EXPECT(ferry_config_set(c, "device", "gpu") == FERRY_ECONFIG && has(c, "auto|cuda|host"));
+  EXPECT(ferry_config_set(c, "optimizer.missing_grad", "none") == FERRY_ECONFIG &&
+         has(c, "skip|zero") && has(c, "optimizer.missing_grad"));
   /* lr = 0 is accepted, as PyTorch accepts it (issue 25 item 7); below 0 is not */
   EXPECT(ferry_config_set(c, "optimizer.lr", "0") == 0 && v->lr == 0);
   EXPECT(ferry_config_set(c, "optimizer.lr", "-1e-4") == FERRY_ECONFIG && has(c, "[0, 1000]"));

@@ -11,8 +11,9 @@
  * only (both ranks skip), int8 states, a bf16 master with bf16 grads; the
  * optimizer family's peak bytes per rank at most 0.55 of one rank's. Then
  * the refusals: ranks that disagree on optimizer.lr both fail naming it;
- * dist.zero_stage = 3, placement.grads = "none", set_comm after finalize, a
- * checkpoint of a sharded engine.
+ * dist.zero_stage = 3, placement.grads = "none", set_comm after finalize,
+ * ferry_param_no_grad with optimizer.missing_grad = skip, a checkpoint of a
+ * sharded engine.
  * argv[1]: a scratch folder (each rank's NVMe store under it).
  */
 #include "ferry.h"
@@ -423,6 +424,9 @@ static void test_refusals(ferry_comm *comm) {
   int none = 1;
   EXPECT(ferry_engine_grad_home(e, &none) == FERRY_TIER_HOST && none == 0);
   EXPECT(ferry_engine_set_comm(e, comm) == FERRY_ESTATE);
+  /* a param left out of a step (optimizer.missing_grad = skip): not with ranks */
+  EXPECT(ferry_param_no_grad(e, model[0].name) == FERRY_ENOTSUP &&
+         strstr(ferry_engine_last_error(e), "optimizer.missing_grad") != NULL);
   /* a load that fails on one rank fails on both */
   char dir[1200];
   snprintf(dir, sizeof dir, "%.1000s/no-ckpt-%d", scratch, rank);

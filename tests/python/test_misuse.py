@@ -15,8 +15,10 @@ does, or a clear ferry.Error before anything changes:
 - initialize refuses a device budget that cannot hold the groups one
   forward holds at once, and accepts the next size up;
 - a second thread calling the engine while one is inside gets FERRY_EBUSY;
-- a param without a gradient in a step is said once (a RuntimeWarning: the
-  engine steps it with zeros, as DeepSpeed does, where torch skips it)."""
+- a param without a gradient in a step is left as it is (torch's
+  behaviour, no warning); with optimizer.missing_grad = "zero" it is
+  stepped with zeros, as DeepSpeed does, and that is said once (a
+  RuntimeWarning naming it)."""
 import threading
 
 import torch
@@ -189,13 +191,13 @@ eng.backward(loss_of(out[0], y))  # the first thread's forward, its backward her
 if eng.step() is None:
     fail("no step after the threads")
 eng.close()
-# a param without a gradient in a step: stepped with zeros (DeepSpeed's
-# behaviour, not torch's), and said once
+# a param without a gradient in a step: with optimizer.missing_grad = zero
+# stepped with zeros (DeepSpeed's behaviour, not torch's), and said once
 import warnings  # noqa: E402
 
 model = make_model()
 model.spare = torch.nn.Linear(4, 4)  # never used by forward
-eng = ft.initialize(model, config())
+eng = ft.initialize(model, config(**{"optimizer.missing_grad": "zero"}))
 with warnings.catch_warnings(record=True) as seen:
     warnings.simplefilter("always")
     ferry_losses(eng, data[:2])
@@ -203,5 +205,17 @@ said = [str(w.message) for w in seen if "no gradient" in str(w.message)]
 print("warnings:", said)
 if len(said) != 1 or "spare.weight" not in said[0]:
     fail("an unused param was stepped without one warning naming it: %s" % said)
+eng.close()
+# the default (skip): left as it is, as torch does, with no warning
+model = make_model()
+model.spare = torch.nn.Linear(4, 4)
+spare0 = model.spare.weight.detach().clone()
+eng = ft.initialize(model, config())
+with warnings.catch_warnings(record=True) as seen:
+    warnings.simplefilter("always")
+    ferry_losses(eng, data[:2])
+said = [str(w.message) for w in seen if "no gradient" in str(w.message)]
+if said or not torch.equal(eng.read_param("spare.weight"), spare0):
+    fail("missing_grad = skip: the unused param moved, or a warning: %s" % said)
 eng.close()
 print("ok")

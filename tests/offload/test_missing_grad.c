@@ -1,0 +1,350 @@
+/* tests/offload/test_missing_grad.c — params that get no gradient in a
+ * step (ferry_param_no_grad). With optimizer.missing_grad = "skip" (the
+ * default) such a param is left as it is: params, optimizer state and its
+ * own step count, which its later bias corrections use, as torch.optim
+ * does; with "zero" it is stepped with zero grads (DeepSpeed). Each run is
+ * compared bit for bit with a reference that steps every param alone with
+ * the public CPU optimizer and its own count: a whole group missing, part
+ * of a group, host and device param homes, updates at ferry_step and
+ * during backward. Checkpoints keep the per-param counts: saved after a
+ * step that left params out, loaded into a fresh engine and trained on, the
+ * weights are the uninterrupted run's bit for bit; a count above the
+ * checkpoint's step or FERRY_STEP_MAX, or an index past its params, is
+ * refused naming the manifest and the value; a manifest without the counts
+ * (version 3) loads with every count at the checkpoint's step.
+ */
+#include "format/manifest.h"
+#include "tests/offload/ckpt_util.h"
+#include "tests/offload/engine_util.h"
+#include "tests/test.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#define NP 3
+#define STEPS 6
+static const char *names[NP] = {"a.w", "a.b", "b.w"};
+static const int group_of[NP] = {0, 0, 1};
+static const size_t sizes[NP] = {96, 17, 80};
+
+/* a.b (part of group 0) gets no grad in steps 2 and 3; b.w (all of group
+ * 1) in steps 3 and 5. */
+static int missing(int k, int step) {
+  return (k == 1 && (step == 2 || step == 3)) || (k == 2 && (step == 3 || step == 5));
+}
+
+static float grad_value(int k, int step, size_t i) {
+  return 0.1f * sinf(0.37f * (float)i + 1.3f * (float)step + (float)k);
+}
+
+static float init_value(int k, size_t i) { return 0.5f * cosf(0.11f * (float)i + (float)k); }
+
+/* ---- the reference: each param alone, its own optimizer count ---------- */
+
+typedef struct {
+  float *w[NP], *m[NP], *v[NP];
+  int64_t t[NP];
+  ferry_optimizer *o;
+} ref_model;
+
+static ferry_optimizer_config ref_config(void) {
+  ferry_optimizer_config oc = ferry_optimizer_config_default(FERRY_OPTIM_ADAMW);
+  oc.lr = (float)0.01;
+  oc.beta1 = (float)0.9;
+  oc.beta2 = (float)0.999;
+  oc.eps = (float)1e-8;
+  oc.weight_decay = (float)0.1;
+  oc.threads = 1;
+  oc.bind = 0;
+  return oc;
+}
+
+static void ref_init(ref_model *r) {
+  memset(r, 0, sizeof *r);
+  ferry_optimizer_config oc = ref_config();
+  REQUIRE(ferry_optimizer_create(&oc, &r->o) == 0);
+  for (int k = 0; k < NP; k++) {
+    r->w[k] = calloc(sizeof(float), sizes[k]);
+    r->m[k] = calloc(sizeof(float), sizes[k]);
+    r->v[k] = calloc(sizeof(float), sizes[k]);
+    REQUIRE(r->w[k] && r->m[k] && r->v[k]);
+    for (size_t i = 0; i < sizes[k]; i++) r->w[k][i] = init_value(k, i);
+  }
+}
+
+static void ref_copy(ref_model *dst, const ref_model *src) {
+  ref_init(dst);
+  for (int k = 0; k < NP; k++) {
+    memcpy(dst->w[k], src->w[k], sizes[k] * sizeof(float));
+    memcpy(dst->m[k], src->m[k], sizes[k] * sizeof(float));
+    memcpy(dst->v[k], src->v[k], sizes[k] * sizeof(float));
+    dst->t[k] = src->t[k];
+  }
+}
+
+static void ref_free(ref_model *r) {
+  for (int k = 0; k < NP; k++) free(r->w[k]), free(r->m[k]), free(r->v[k]);
+  ferry_optimizer_destroy(r->o);
+}
+
+static void ref_step(ref_model *r, int step, int zero) {
+  for (int k = 0; k < NP; k++) {
+    int none = missing(k, step);
+    if (none && !zero) continue;
+    float *g = calloc(sizeof(float), sizes[k]);
+    REQUIRE(g);
+    for (size_t i = 0; i < sizes[k] && !none; i++) g[i] = grad_value(k, step, i);
+    ferry_optim_span sp;
+    memset(&sp, 0, sizeof sp);
+    sp.param = r->w[k];
+    sp.grad = g;
+    sp.state1 = r->m[k];
+    sp.state2 = r->v[k];
+    sp.n = sizes[k];
+    sp.grad_dtype = FERRY_DT_F32;
+    sp.copy_dtype = FERRY_DT_NONE;
+    REQUIRE(ferry_optimizer_set_step(r->o, r->t[k]) == 0);
+    REQUIRE(ferry_optimizer_step(r->o, &sp, 1, 1.0f) == 0);
+    r->t[k]++;
+    free(g);
+  }
+}
+
+/* ---- the engine ----------------------------------------------------------- */
+
+typedef struct {
+  ferry_engine *e;
+  ferry_stream *s;
+  float *init[NP];
+} run_t;
+
+static void run_open(run_t *R, const char *mode, int eager, const char *params_home) {
+  char text[1024];
+  snprintf(text, sizeof text,
+           "device = \"host\";\n"
+           "chunk_size = \"8K\";\n"
+           "step_during_backward = %s;\n"
+           "tiers: { gpu: { budget = \"1M\"; }; host: { budget = \"16M\"; pinned = false; }; };\n"
+           "optimizer: { type = \"adamw\"; lr = 0.01; weight_decay = 0.1; threads = 1; "
+           "missing_grad = \"%s\"; };\n"
+           "precision: { params = \"fp32\"; };\n"
+           "placement: { params = \"%s\"; optimizer = \"host\"; };\n",
+           eager ? "true" : "false", mode, params_home);
+  R->e = eu_engine(text, NULL);
+  for (int k = 0; k < NP; k++) {
+    R->init[k] = malloc(sizes[k] * sizeof(float));
+    REQUIRE(R->init[k]);
+    for (size_t i = 0; i < sizes[k]; i++) R->init[k][i] = init_value(k, i);
+    int64_t shape[1] = {(int64_t)sizes[k]};
+    REQUIRE(ferry_param_register(R->e, names[k], shape, 1, group_of[k], R->init[k], NULL, NULL) ==
+            0);
+  }
+  REQUIRE(ferry_engine_finalize(R->e) == 0);
+  REQUIRE(ferry_stream_create(ferry_engine_device(R->e), &R->s) == 0);
+}
+
+static void run_close(run_t *R) {
+  ferry_stream_destroy(R->s);
+  ferry_engine_destroy(R->e);
+  for (int k = 0; k < NP; k++) free(R->init[k]);
+}
+
+/* One step's backward (groups in reverse) with each param's grads, or
+ * ferry_param_no_grad for a missing one (its buffer stays zero); then
+ * ferry_step. */
+static void run_step(run_t *R, int step) {
+  for (int g = 1; g >= 0; g--) {
+    REQUIRE(ferry_fetch(R->e, g, R->s) == 0);
+    for (int k = 0; k < NP; k++) {
+      if (group_of[k] != g) continue;
+      void *gw = NULL;
+      REQUIRE(ferry_param_device(R->e, names[k], NULL, &gw) == 0);
+      REQUIRE(ferry_stream_synchronize(R->s) == 0); /* the buffer's zeroing */
+      if (missing(k, step)) {
+        EXPECT_EQ_INT(ferry_param_no_grad(R->e, names[k]), 0);
+        continue;
+      }
+      for (size_t i = 0; i < sizes[k]; i++) ((float *)gw)[i] = grad_value(k, step, i);
+    }
+    REQUIRE(ferry_grads_ready(R->e, g, R->s) == 0);
+    REQUIRE(ferry_release(R->e, g, R->s) == 0);
+  }
+  ferry_step_info info;
+  int rc = ferry_step(R->e, &info);
+  if (rc) fprintf(stderr, "step: %s\n", ferry_engine_last_error(R->e));
+  REQUIRE(rc == 0);
+  EXPECT(info.step == step);
+}
+
+/* Every param's master equals the reference's, bit for bit. */
+static int same_as(run_t *R, const ref_model *r, const char *what, int step) {
+  int ok = 1;
+  for (int k = 0; k < NP; k++) {
+    float *w = malloc(sizes[k] * sizeof(float));
+    REQUIRE(w && ferry_param_read(R->e, names[k], w, sizes[k]) == 0);
+    if (memcmp(w, r->w[k], sizes[k] * sizeof(float))) {
+      fprintf(stderr, "%s, step %d: %s differs from the reference (%.9g vs %.9g)\n", what, step,
+                     names[k], (double)w[0], (double)r->w[k][0]);
+      ok = 0;
+    }
+    free(w);
+  }
+  return ok;
+}
+
+static void check_mode(const char *mode, int eager, const char *home) {
+  char what[128];
+  snprintf(what, sizeof what, "missing_grad %s, eager %d, params %s", mode, eager, home);
+  printf("-- %s\n", what);
+  int zero = !strcmp(mode, "zero");
+  run_t R;
+  run_open(&R, mode, eager, home);
+  ref_model r;
+  ref_init(&r);
+  float *before = malloc(sizes[1] * sizeof(float));
+  REQUIRE(before);
+  for (int step = 1; step <= STEPS; step++) {
+    REQUIRE(ferry_param_read(R.e, names[1], before, sizes[1]) == 0);
+    run_step(&R, step);
+    ref_step(&r, step, zero);
+    EXPECT(same_as(&R, &r, what, step));
+    float *after = malloc(sizes[1] * sizeof(float));
+    REQUIRE(after && ferry_param_read(R.e, names[1], after, sizes[1]) == 0);
+    /* skip: a.b stays put where it had no grad; zero: weight decay and
+     * momentum move it */
+    if (missing(1, step)) EXPECT((memcmp(before, after, sizes[1] * sizeof(float)) == 0) == !zero);
+    free(after);
+  }
+  free(before);
+  ref_free(&r);
+  run_close(&R);
+}
+
+/* ---- checkpoints ------------------------------------------------------- */
+
+/* The saved manifest (good, glen bytes) with one change, written over it. */
+static char good[8192];
+static size_t glen;
+
+static void rewrite_manifest(const char *folder, void (*change)(ckpt_manifest *, int64_t),
+                             int64_t arg) {
+  char mp[1400];
+  snprintf(mp, sizeof mp, "%s/manifest", folder);
+  ckpt_manifest m;
+  char why[256], *text;
+  size_t len;
+  REQUIRE(ckpt_manifest_parse(good, glen, 1, &m, why, sizeof why) == 0);
+  change(&m, arg);
+  REQUIRE(ckpt_manifest_format(&m, &text, &len) == 0);
+  ckpt_manifest_free(&m);
+  FILE *f = fopen(mp, "wb");
+  REQUIRE(f && fwrite(text, 1, len, f) == len && fclose(f) == 0);
+  free(text);
+}
+
+static void set_count(ckpt_manifest *m, int64_t v) { m->steps[0].steps = v; }
+static void set_index(ckpt_manifest *m, int64_t v) { m->steps[m->nsteps - 1].index = (uint64_t)v; }
+static void drop_counts(ckpt_manifest *m, int64_t v) {
+  (void)v;
+  m->nsteps = 0;
+}
+
+/* A fresh engine refuses the checkpoint at folder, its message naming the
+ * manifest and `value`. */
+static void expect_refused(const char *folder, const char *value) {
+  run_t C;
+  run_open(&C, "skip", 0, "host");
+  int rc = ferry_checkpoint_load(C.e, folder, NULL, 0, NULL);
+  const char *msg = ferry_engine_last_error(C.e);
+  printf("refused: %s\n", msg);
+  EXPECT_EQ_INT(rc, FERRY_ECORRUPT);
+  EXPECT(strstr(msg, "manifest") != NULL && strstr(msg, value) != NULL);
+  run_close(&C);
+}
+
+static void check_checkpoint(const char *scratch) {
+  printf("-- checkpoint after a step that left params out\n");
+  char dir[1024], folder[1300];
+  snprintf(dir, sizeof dir, "%s/missing-grad", scratch);
+  mkdir(scratch, 0755);
+  ck_rm(dir); /* a run before this one */
+  mkdir(dir, 0755);
+  snprintf(folder, sizeof folder, "%s/step-%012d", dir, 3);
+  run_t A;
+  run_open(&A, "skip", 0, "host");
+  ref_model r, r3;
+  ref_init(&r);
+  for (int step = 1; step <= 3; step++) run_step(&A, step), ref_step(&r, step, 0);
+  ferry_checkpoint_options opt = ferry_checkpoint_options_default();
+  opt.keep = 0;
+  int rc = ferry_checkpoint_save(A.e, dir, NULL, 0, &opt);
+  if (rc) fprintf(stderr, "save: %s\n", ferry_engine_last_error(A.e));
+  REQUIRE(rc == 0);
+  ref_copy(&r3, &r);
+  for (int step = 4; step <= STEPS; step++) run_step(&A, step), ref_step(&r, step, 0);
+  EXPECT(same_as(&A, &r, "uninterrupted", STEPS));
+
+  /* a.b has made 1 step, b.w 2, of the checkpoint's 3 */
+  char mp[1400];
+  snprintf(mp, sizeof mp, "%s/manifest", folder);
+  FILE *f = fopen(mp, "rb");
+  REQUIRE(f);
+  glen = fread(good, 1, sizeof good - 1, f);
+  fclose(f);
+  good[glen] = 0;
+  EXPECT(strncmp(good, "ferry-checkpoint 4\n", 19) == 0);
+  EXPECT(strstr(good, "\nparam_steps 2\nparam_step 1 1\nparam_step 2 2\n") != NULL);
+
+  run_t B;
+  run_open(&B, "skip", 0, "host");
+  rc = ferry_checkpoint_load(B.e, folder, NULL, 0, NULL);
+  if (rc) fprintf(stderr, "load: %s\n", ferry_engine_last_error(B.e));
+  REQUIRE(rc == 0);
+  for (int step = 4; step <= STEPS; step++) run_step(&B, step);
+  EXPECT(same_as(&B, &r, "resumed", STEPS));
+  run_close(&B);
+  run_close(&A);
+
+  /* counts a file may not claim */
+  rewrite_manifest(folder, set_count, 4); /* above the checkpoint's step 3 */
+  expect_refused(folder, "step count 4");
+  rewrite_manifest(folder, set_count, FERRY_STEP_MAX + 1);
+  expect_refused(folder, "9007199254740993");
+  rewrite_manifest(folder, set_index, NP); /* past the params */
+  expect_refused(folder, "param_step index 3");
+
+  /* version 3 (no counts): every param's count is the checkpoint's step */
+  rewrite_manifest(folder, drop_counts, 0);
+  char head[20] = "";
+  f = fopen(mp, "rb");
+  REQUIRE(f && fread(head, 1, 19, f) == 19);
+  fclose(f);
+  EXPECT(strncmp(head, "ferry-checkpoint 3\n", 19) == 0);
+  for (int k = 0; k < NP; k++) r3.t[k] = 3;
+  run_t C;
+  run_open(&C, "skip", 0, "host");
+  rc = ferry_checkpoint_load(C.e, folder, NULL, 0, NULL);
+  if (rc) fprintf(stderr, "load v3: %s\n", ferry_engine_last_error(C.e));
+  REQUIRE(rc == 0);
+  run_step(&C, 4);
+  ref_step(&r3, 4, 0);
+  EXPECT(same_as(&C, &r3, "version 3", 4));
+  run_close(&C);
+  ref_free(&r);
+  ref_free(&r3);
+}
+
+int main(int argc, char **argv) {
+  static const char *modes[] = {"skip", "zero"};
+  for (int m = 0; m < 2; m++)
+    for (int eager = 0; eager < 2; eager++) {
+      check_mode(modes[m], eager, "host");
+      check_mode(modes[m], eager, "gpu");
+    }
+  check_checkpoint(argc > 1 ? argv[1] : "missing-grad-scratch");
+  return test_finish("offload.missing_grad");
+}
