@@ -446,6 +446,19 @@ static void check_create_args(void) {
   EXPECT(strcmp(ferry_comm_kind_name(FERRY_COMM_MPI), "mpi") == 0);
 }
 
+/* 1 when OpenMPI's libmpi is mapped into this process: ferry opens it
+ * with the first MPI communicator, never at program start. */
+static int libmpi_mapped(void) {
+  FILE *f = fopen("/proc/self/maps", "r");
+  REQUIRE(f != NULL);
+  char line[4096];
+  int found = 0;
+  while (!found && fgets(line, sizeof line, f))
+    found = strstr(line, "/libmpi.so") != NULL;
+  fclose(f);
+  return found;
+}
+
 static ferry_comm *create(ferry_comm_kind kind, double timeout) {
   ferry_comm_options o = ferry_comm_options_default();
   o.kind = kind;
@@ -465,12 +478,14 @@ static int suite(ferry_comm_kind kind) {
   if (kind == FERRY_COMM_MPI && !ferry_comm_compiled(FERRY_COMM_MPI))
     TEST_SKIP("the mpi backend is not compiled into this build");
   if (kind == FERRY_COMM_MPI && !under_mpi) TEST_SKIP("run me under mpirun");
+  EXPECT(!libmpi_mapped()); /* a program maps no MPI until it makes an MPI communicator */
   ferry_comm *c = create(kind, 60);
   REQUIRE(N >= 1 && N <= 64 && R >= 0 && R < N);
   ferry_comm_kind want = kind;
   if (kind == FERRY_COMM_AUTO)
     want = under_mpi && ferry_comm_compiled(FERRY_COMM_MPI) ? FERRY_COMM_MPI : FERRY_COMM_SELF;
   EXPECT_EQ_INT(ferry_comm_get_kind(c), want);
+  EXPECT_EQ_INT(libmpi_mapped(), want == FERRY_COMM_MPI);
   if (want == FERRY_COMM_MPI && under_mpi) EXPECT_EQ_INT(N, atoi(getenv("OMPI_COMM_WORLD_SIZE")));
   EXPECT(ferry_comm_local_size(c) >= 1 && ferry_comm_local_rank(c) < ferry_comm_local_size(c));
   if (want == FERRY_COMM_SELF) EXPECT_EQ_INT(N, 1);
