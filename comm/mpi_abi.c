@@ -14,6 +14,8 @@
 #include <dlfcn.h>
 #include <pthread.h>
 #include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define LIBMPI "libmpi.so.40"
@@ -98,11 +100,20 @@ static const char *fill(void *h) {
   return NULL;
 }
 
-/* dlopen of libmpi by its soname, then where the build found it. */
-static void *open_libmpi(int flags) {
-  void *h = dlopen(LIBMPI, flags);
+/* dlopen of libmpi: $FERRY_LIBMPI alone when set (an OpenMPI outside the
+ * loader's path), else the soname, then where the build found it. NULL
+ * with the name tried first and dlerror()'s reason in why. */
+static void *open_libmpi(int flags, char *why, size_t len) {
+  const char *env = getenv("FERRY_LIBMPI");
+  int own = env && env[0];
+  const char *name = own ? env : LIBMPI;
+  void *h = dlopen(name, flags);
+  if (!h) {
+    const char *e = dlerror();
+    snprintf(why, len, "%s (%s)", name, e ? e : "dlopen failed");
+  }
 #ifdef FERRY_MPI_PATH
-  if (!h) h = dlopen(FERRY_MPI_PATH, flags);
+  if (!h && !own) h = dlopen(FERRY_MPI_PATH, flags);
 #endif
   return h;
 }
@@ -111,19 +122,22 @@ int ferry_mpi_abi_load(ferry_errbuf *e, const ferry_mpi_abi **out) {
   int st = 0;
   pthread_mutex_lock(&g_mu);
   if (!g_ready) {
-    void *h = open_libmpi(RTLD_NOW | RTLD_GLOBAL);
+    char why[FERRY_ERR_MAX / 2];
+    void *h = open_libmpi(RTLD_NOW | RTLD_GLOBAL, why, sizeof why);
     const char *missing = NULL;
     if (!h) {
-      const char *why = dlerror();
       st = ferry_err(e, FERRY_ENOTSUP,
-                     "mpi: cannot load " LIBMPI " (%s): install OpenMPI's library (Debian: "
-                     "libopenmpi3, with openmpi-bin for mpirun), or use the self communicator",
-                     why ? why : "dlopen failed");
+                     "mpi: cannot load OpenMPI's library %s: install it (Debian: libopenmpi3, "
+                     "with openmpi-bin for mpirun), set FERRY_LIBMPI to its path, or use the "
+                     "self communicator",
+                     why);
     } else if ((missing = fill(h)) != NULL) {
       dlclose(h);
-      st = ferry_err(e, FERRY_ENOTSUP,
-                     "mpi: " LIBMPI " has no %s: ferry's mpi backend needs OpenMPI 4 or later",
-                     missing);
+      st =
+          ferry_err(e, FERRY_ENOTSUP,
+                    "mpi: the library opened has no %s: ferry's mpi backend needs OpenMPI's " LIBMPI
+                    " (OpenMPI 4 or later)",
+                    missing);
     }
   }
   *out = g_ready ? &g_abi : NULL;
@@ -134,7 +148,8 @@ int ferry_mpi_abi_load(ferry_errbuf *e, const ferry_mpi_abi **out) {
 const ferry_mpi_abi *ferry_mpi_abi_loaded(void) {
   pthread_mutex_lock(&g_mu);
   if (!g_ready) {
-    void *h = open_libmpi(RTLD_NOW | RTLD_GLOBAL | RTLD_NOLOAD);
+    char why[FERRY_ERR_MAX / 2];
+    void *h = open_libmpi(RTLD_NOW | RTLD_GLOBAL | RTLD_NOLOAD, why, sizeof why);
     if (h && fill(h)) dlclose(h);
   }
   const ferry_mpi_abi *a = g_ready ? &g_abi : NULL;

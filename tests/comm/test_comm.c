@@ -619,6 +619,25 @@ static int dying_rank(void) {
   return 1;
 }
 
+/* Without OpenMPI's library the mpi communicator fails cleanly, naming
+ * the library and the loader's reason, and nothing of MPI is mapped. */
+static int missing_libmpi(void) {
+  if (!ferry_comm_compiled(FERRY_COMM_MPI))
+    TEST_SKIP("the mpi backend is not compiled into this build");
+  setenv("FERRY_LIBMPI", "/nonexistent/libmpi.so.40", 1);
+  ferry_comm_options o = ferry_comm_options_default();
+  o.kind = FERRY_COMM_MPI;
+  ferry_comm *c = NULL;
+  EXPECT_EQ_INT(ferry_comm_create(&o, &c), FERRY_ENOTSUP);
+  EXPECT(c == NULL);
+  const char *msg = ferry_last_error();
+  EXPECT(strstr(msg, "cannot load OpenMPI's library /nonexistent/libmpi.so.40") != NULL);
+  EXPECT(strstr(msg, "No such file") != NULL); /* dlerror() */
+  EXPECT(!libmpi_mapped());
+  if (test_failures) fprintf(stderr, "message: %s\n", msg);
+  return test_finish("test_comm no_libmpi");
+}
+
 /* NCCL: an all-reduce and an uneven all-gather on device buffers. */
 static int nccl_suite(void) {
   if (!ferry_comm_compiled(FERRY_COMM_NCCL))
@@ -680,7 +699,7 @@ static int nccl_suite(void) {
 int main(int argc, char **argv) {
   const char *mode = argc > 1 ? argv[1] : "auto";
   if (!strcmp(mode, "-h") || !strcmp(mode, "--help")) {
-    printf("usage: test_comm [self|mpi|auto|timeout|late_destroy|die|fail|nccl]\n");
+    printf("usage: test_comm [self|mpi|auto|timeout|late_destroy|die|fail|nccl|no_libmpi]\n");
     return 0;
   }
   if (!strcmp(mode, "self")) return suite(FERRY_COMM_SELF);
@@ -691,6 +710,7 @@ int main(int argc, char **argv) {
   if (!strcmp(mode, "die")) return dying_rank();
   if (!strcmp(mode, "fail")) return failing_rank();
   if (!strcmp(mode, "nccl")) return nccl_suite();
+  if (!strcmp(mode, "no_libmpi")) return missing_libmpi();
   fprintf(stderr, "test_comm: unknown mode '%s' (see --help)\n", mode);
   return 2;
 }
