@@ -6,6 +6,11 @@
 #   unlinked_mpi.sh FILE...
 rc=0
 for f in "$@"; do
+  if [ ! -f "$f" ]; then
+    echo "unlinked_mpi: FAILED: $f is not built"
+    rc=1
+    continue
+  fi
   need=$(readelf -d "$f" | grep NEEDED | grep -E 'libmpi|libopen-(pal|rte)')
   syms=$(nm -D --undefined-only "$f" | grep -E ' (P?MPI_|ompi_|opal_)')
   if [ -n "$need$syms" ]; then
