@@ -3,14 +3,16 @@
  * the last release when ferry initialized it), one duplicate of
  * COMM_WORLD per communicator (channels dup their parent's), and the
  * blocking collectives that the communicator's worker thread (comm/comm.c)
- * runs in FIFO order. Also the helpers the NCCL bootstrap uses.
+ * runs in FIFO order. Also the helpers the NCCL bootstrap uses. MPI is
+ * called through the table `api` (comm/mpi_abi.h), filled when the first
+ * reference is taken: libmpi is opened then, not at program start.
  */
 #include "comm/comm_impl.h"
+#include "comm/mpi_abi.h"
 
 #include "core/dtype.h"
 
 #include <limits.h>
-#include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,6 +23,9 @@ static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
 static int g_refs;        /* (g_mu) communicators and bootstraps that hold MPI */
 static int g_we_init;     /* (g_mu) ferry called MPI_Init_thread */
 static int g_no_finalize; /* (g_mu) a communicator broke: MPI_Finalize would hang */
+/* libmpi's functions and handles: set with the first reference (under
+ * g_mu), before any other call here can use it, then never changed. */
+static const ferry_mpi_abi *api;
 
 /* News of a rank's failure (ferry_comm_fail): a duplicate of COMM_WORLD
  * made with the first reference, on which a failing rank sends its message
@@ -28,10 +33,10 @@ static int g_no_finalize; /* (g_mu) a communicator broke: MPI_Finalize would han
  * never held across a blocking MPI call, so that a wait can always look. */
 #define ALERT_TAG 0xfe11
 static pthread_mutex_t g_alert_mu = PTHREAD_MUTEX_INITIALIZER;
-static MPI_Comm g_alert = MPI_COMM_NULL;   /* (g_alert_mu; made and freed under g_mu too) */
-static int g_alert_status;                 /* (g_alert_mu) a failure known: FERRY_EIO */
-static char g_alert_msg[FERRY_ERR_MAX];    /* (g_alert_mu) its message */
-static char g_alert_out[FERRY_ERR_MAX];    /* this rank's message, read by its sends */
+static MPI_Comm g_alert;                /* (g_alert_mu; made and freed under g_mu too) or NULL */
+static int g_alert_status;              /* (g_alert_mu) a failure known: FERRY_EIO */
+static char g_alert_msg[FERRY_ERR_MAX]; /* (g_alert_mu) its message */
+static char g_alert_out[FERRY_ERR_MAX]; /* this rank's message, read by its sends */
 
 typedef struct {
   MPI_Comm comm;
@@ -41,7 +46,7 @@ typedef struct {
 static int mpi_fail(ferry_errbuf *e, int rc, const char *what) {
   char msg[MPI_MAX_ERROR_STRING];
   int len = 0;
-  if (MPI_Error_string(rc, msg, &len) != MPI_SUCCESS) snprintf(msg, sizeof msg, "code %d", rc);
+  if (api->Error_string(rc, msg, &len) != MPI_SUCCESS) snprintf(msg, sizeof msg, "code %d", rc);
   return ferry_err(e, FERRY_EIO, "%s failed: %s", what, msg);
 }
 
@@ -58,7 +63,8 @@ static const char *thread_level_name(int level) {
 int ferry_mpi_acquire(ferry_errbuf *e) {
   pthread_mutex_lock(&g_mu);
   int inited = 0, finalized = 0, provided = 0, st = 0;
-  MPI_Finalized(&finalized);
+  if (!api && (st = ferry_mpi_abi_load(e, &api)) != 0) goto out;
+  api->Finalized(&finalized);
   if (finalized) {
     st = ferry_err(e, FERRY_ESTATE,
                    "MPI was finalized already (by the program, or by ferry at the destroy of "
@@ -66,16 +72,16 @@ int ferry_mpi_acquire(ferry_errbuf *e) {
                    "communicator alive for the whole run");
     goto out;
   }
-  MPI_Initialized(&inited);
+  api->Initialized(&inited);
   if (!inited) {
-    int rc = MPI_Init_thread(NULL, NULL, MPI_THREAD_MULTIPLE, &provided);
+    int rc = api->Init_thread(NULL, NULL, MPI_THREAD_MULTIPLE, &provided);
     if (rc != MPI_SUCCESS) {
       st = mpi_fail(e, rc, "MPI_Init_thread");
       goto out;
     }
     g_we_init = 1;
   } else {
-    MPI_Query_thread(&provided);
+    api->Query_thread(&provided);
   }
   if (provided < MPI_THREAD_MULTIPLE) {
     st = ferry_err(e, FERRY_ENOTSUP,
@@ -87,15 +93,15 @@ int ferry_mpi_acquire(ferry_errbuf *e) {
                           : ": this MPI library was built without thread support");
     goto out;
   }
-  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  api->Comm_set_errhandler(api->comm_world, api->errors_return);
   if (g_refs == 0) { /* every rank takes its first reference in the same collective */
     MPI_Comm a;
-    int rc = MPI_Comm_dup(MPI_COMM_WORLD, &a);
+    int rc = api->Comm_dup(api->comm_world, &a);
     if (rc != MPI_SUCCESS) {
       st = mpi_fail(e, rc, "MPI_Comm_dup(MPI_COMM_WORLD)");
       goto out;
     }
-    MPI_Comm_set_errhandler(a, MPI_ERRORS_RETURN);
+    api->Comm_set_errhandler(a, api->errors_return);
     pthread_mutex_lock(&g_alert_mu);
     g_alert = a;
     pthread_mutex_unlock(&g_alert_mu);
@@ -111,59 +117,63 @@ void ferry_mpi_release(void) {
   if (g_refs > 0 && --g_refs == 0 && !g_no_finalize) {
     pthread_mutex_lock(&g_alert_mu);
     MPI_Comm a = g_alert;
-    g_alert = MPI_COMM_NULL;
+    g_alert = NULL;
     pthread_mutex_unlock(&g_alert_mu);
-    if (a != MPI_COMM_NULL) MPI_Comm_free(&a);
-    if (g_we_init) MPI_Finalize();
+    if (a) api->Comm_free(&a);
+    if (g_we_init) api->Finalize();
     g_we_init = 0;
   }
   pthread_mutex_unlock(&g_mu);
 }
 
 _Noreturn void ferry_mpi_abort(int code) {
-  MPI_Abort(MPI_COMM_WORLD, code);
+  const ferry_mpi_abi *a = ferry_mpi_abi_loaded();
+  if (a) a->Abort(a->comm_world, code);
   exit(code);
 }
 
+/* Without opening libmpi: MPI runs only where it is in the process. */
 void ferry_mpi_abort_if_running(int code) {
+  const ferry_mpi_abi *a = ferry_mpi_abi_loaded();
   int inited = 0, finalized = 0;
-  MPI_Initialized(&inited);
-  MPI_Finalized(&finalized);
+  if (!a) return;
+  a->Initialized(&inited);
+  a->Finalized(&finalized);
   if (inited && !finalized) ferry_mpi_abort(code);
 }
 
 /* Rank, size and the ranks on this host, of comm. */
 static int comm_info(ferry_errbuf *e, MPI_Comm comm, int *rank, int *size, int *lrank, int *lsize) {
-  int rc = MPI_Comm_rank(comm, rank);
-  if (rc == MPI_SUCCESS) rc = MPI_Comm_size(comm, size);
+  int rc = api->Comm_rank(comm, rank);
+  if (rc == MPI_SUCCESS) rc = api->Comm_size(comm, size);
   if (rc != MPI_SUCCESS) return mpi_fail(e, rc, "MPI_Comm_rank/size");
   MPI_Comm node;
-  rc = MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
+  rc = api->Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, api->info_null, &node);
   if (rc != MPI_SUCCESS) return mpi_fail(e, rc, "MPI_Comm_split_type(MPI_COMM_TYPE_SHARED)");
-  MPI_Comm_rank(node, lrank);
-  MPI_Comm_size(node, lsize);
-  MPI_Comm_free(&node);
+  api->Comm_rank(node, lrank);
+  api->Comm_size(node, lsize);
+  api->Comm_free(&node);
   return 0;
 }
 
 int ferry_mpi_world_info(ferry_errbuf *e, int *rank, int *size, int *local_rank, int *local_size) {
   MPI_Comm w;
-  int rc = MPI_Comm_dup(MPI_COMM_WORLD, &w);
+  int rc = api->Comm_dup(api->comm_world, &w);
   if (rc != MPI_SUCCESS) return mpi_fail(e, rc, "MPI_Comm_dup(MPI_COMM_WORLD)");
-  MPI_Comm_set_errhandler(w, MPI_ERRORS_RETURN);
+  api->Comm_set_errhandler(w, api->errors_return);
   int st = comm_info(e, w, rank, size, local_rank, local_size);
-  MPI_Comm_free(&w);
+  api->Comm_free(&w);
   return st;
 }
 
 int ferry_mpi_world_bcast(ferry_errbuf *e, void *buf, size_t bytes, int root) {
   if (bytes > INT_MAX) return ferry_err(e, FERRY_EOVERFLOW, "broadcast of %zu bytes", bytes);
   MPI_Comm w;
-  int rc = MPI_Comm_dup(MPI_COMM_WORLD, &w);
+  int rc = api->Comm_dup(api->comm_world, &w);
   if (rc != MPI_SUCCESS) return mpi_fail(e, rc, "MPI_Comm_dup(MPI_COMM_WORLD)");
-  MPI_Comm_set_errhandler(w, MPI_ERRORS_RETURN);
-  rc = MPI_Bcast(buf, (int)bytes, MPI_BYTE, root, w);
-  MPI_Comm_free(&w);
+  api->Comm_set_errhandler(w, api->errors_return);
+  rc = api->Bcast(buf, (int)bytes, api->byte, root, w);
+  api->Comm_free(&w);
   return rc == MPI_SUCCESS ? 0 : mpi_fail(e, rc, "MPI_Bcast");
 }
 
@@ -190,17 +200,17 @@ static int mpi_init(ferry_comm *c, const ferry_comm_options *opt) {
   int st = ferry_mpi_acquire(&c->err);
   if (st) return st;
   MPI_Comm comm;
-  int rc = MPI_Comm_dup(MPI_COMM_WORLD, &comm);
+  int rc = api->Comm_dup(api->comm_world, &comm);
   if (rc != MPI_SUCCESS) {
     st = mpi_fail(&c->err, rc, "MPI_Comm_dup(MPI_COMM_WORLD)");
     ferry_mpi_release();
     return st;
   }
-  MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN);
+  api->Comm_set_errhandler(comm, api->errors_return);
   st = comm_info(&c->err, comm, &c->rank, &c->size, &c->local_rank, &c->local_size);
   if (!st) st = impl_new(c, comm);
   if (st) {
-    MPI_Comm_free(&comm);
+    api->Comm_free(&comm);
     ferry_mpi_release();
   }
   return st;
@@ -212,12 +222,12 @@ static int mpi_dup(ferry_comm *parent, ferry_comm *child) {
   int st = ferry_mpi_acquire(&parent->err);
   if (st) return st;
   MPI_Comm comm;
-  int rc = MPI_Comm_dup(p->comm, &comm);
+  int rc = api->Comm_dup(p->comm, &comm);
   if (rc != MPI_SUCCESS) {
     ferry_mpi_release();
     return mpi_fail(&parent->err, rc, "dup: MPI_Comm_dup");
   }
-  MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN);
+  api->Comm_set_errhandler(comm, api->errors_return);
   child->rank = parent->rank;
   child->size = parent->size;
   child->local_rank = parent->local_rank;
@@ -225,7 +235,7 @@ static int mpi_dup(ferry_comm *parent, ferry_comm *child) {
   st = impl_new(child, comm);
   if (st) {
     ferry_err(&parent->err, st, "dup: out of memory");
-    MPI_Comm_free(&comm);
+    api->Comm_free(&comm);
     ferry_mpi_release();
   }
   return st;
@@ -243,7 +253,7 @@ static void mpi_shutdown(ferry_comm *c, int broken) {
     return;
   }
   if (m) {
-    MPI_Comm_free(&m->comm);
+    api->Comm_free(&m->comm);
     free(m->icounts);
     free(m);
     c->impl = NULL;
@@ -253,34 +263,34 @@ static void mpi_shutdown(ferry_comm *c, int broken) {
 
 static MPI_Datatype reduce_type(ferry_dtype dt) {
   switch (dt) {
-  case FERRY_DT_F32: return MPI_FLOAT;
-  case FERRY_DT_F64: return MPI_DOUBLE;
-  case FERRY_DT_I32: return MPI_INT32_T;
-  case FERRY_DT_I64: return MPI_INT64_T;
-  case FERRY_DT_U64: return MPI_UINT64_T;
-  default: return MPI_DATATYPE_NULL;
+  case FERRY_DT_F32: return api->float_;
+  case FERRY_DT_F64: return api->double_;
+  case FERRY_DT_I32: return api->int32;
+  case FERRY_DT_I64: return api->int64;
+  case FERRY_DT_U64: return api->uint64;
+  default: return api->datatype_null;
   }
 }
 
 /* Moves only: any dtype, as unsigned words of its size. */
 static MPI_Datatype move_type(size_t es) {
   switch (es) {
-  case 1: return MPI_UINT8_T;
-  case 2: return MPI_UINT16_T;
-  case 4: return MPI_UINT32_T;
-  case 8: return MPI_UINT64_T;
-  default: return MPI_DATATYPE_NULL;
+  case 1: return api->uint8;
+  case 2: return api->uint16;
+  case 4: return api->uint32;
+  case 8: return api->uint64;
+  default: return api->datatype_null;
   }
 }
 
 static MPI_Op reduce_op(ferry_reduce_op op) {
   switch (op) {
   case FERRY_REDUCE_SUM:
-  case FERRY_REDUCE_AVG: return MPI_SUM;
-  case FERRY_REDUCE_MAX: return MPI_MAX;
-  case FERRY_REDUCE_MIN: return MPI_MIN;
+  case FERRY_REDUCE_AVG: return api->sum;
+  case FERRY_REDUCE_MAX: return api->max;
+  case FERRY_REDUCE_MIN: return api->min;
   }
-  return MPI_OP_NULL;
+  return api->op_null;
 }
 
 /* AVG: the sum times 1/size, in place. */
@@ -305,7 +315,7 @@ static int run_allreduce(ferry_comm *c, mpi_impl *m, ferry_comm_req *r) {
   for (size_t off = 0; off < r->count; off += CHUNK) {
     size_t n = r->count - off < CHUNK ? r->count - off : CHUNK;
     const void *sp = in_place ? MPI_IN_PLACE : (const char *)r->send + off * es;
-    int rc = MPI_Allreduce(sp, (char *)r->recv + off * es, (int)n, reduce_type(r->dt),
+    int rc = api->Allreduce(sp, (char *)r->recv + off * es, (int)n, reduce_type(r->dt),
                            reduce_op(r->op), m->comm);
     if (rc != MPI_SUCCESS) return mpi_fail(&c->err, rc, "allreduce: MPI_Allreduce");
   }
@@ -317,7 +327,7 @@ static int run_broadcast(ferry_comm *c, mpi_impl *m, ferry_comm_req *r) {
   size_t es = ferry_dtype_size(r->dt);
   for (size_t off = 0; off < r->count; off += CHUNK) {
     size_t n = r->count - off < CHUNK ? r->count - off : CHUNK;
-    int rc = MPI_Bcast((char *)r->recv + off * es, (int)n, move_type(es), r->root, m->comm);
+    int rc = api->Bcast((char *)r->recv + off * es, (int)n, move_type(es), r->root, m->comm);
     if (rc != MPI_SUCCESS) return mpi_fail(&c->err, rc, "broadcast: MPI_Bcast");
   }
   return 0;
@@ -342,7 +352,7 @@ static int int_counts(ferry_comm *c, mpi_impl *m, ferry_comm_req *r, int displs)
 static int run_reduce_scatter(ferry_comm *c, mpi_impl *m, ferry_comm_req *r) {
   int st = int_counts(c, m, r, 0);
   if (st) return st;
-  int rc = MPI_Reduce_scatter(r->send, r->recv, m->icounts, reduce_type(r->dt), reduce_op(r->op),
+  int rc = api->Reduce_scatter(r->send, r->recv, m->icounts, reduce_type(r->dt), reduce_op(r->op),
                               m->comm);
   if (rc != MPI_SUCCESS) return mpi_fail(&c->err, rc, "reduce_scatter: MPI_Reduce_scatter");
   if (r->op == FERRY_REDUCE_AVG) scale_avg(r->recv, r->counts[c->rank], r->dt, c->size);
@@ -356,7 +366,7 @@ static int run_allgather(ferry_comm *c, mpi_impl *m, ferry_comm_req *r) {
   MPI_Datatype t = move_type(es);
   const char *mine = (const char *)r->recv + r->displs[c->rank] * es;
   const void *sp = r->send == (const void *)mine ? MPI_IN_PLACE : r->send;
-  int rc = MPI_Allgatherv(sp, m->icounts[c->rank], t, r->recv, m->icounts, m->idispls, t, m->comm);
+  int rc = api->Allgatherv(sp, m->icounts[c->rank], t, r->recv, m->icounts, m->idispls, t, m->comm);
   if (rc != MPI_SUCCESS) return mpi_fail(&c->err, rc, "allgather: MPI_Allgatherv");
   return 0;
 }
@@ -369,7 +379,7 @@ static int mpi_run(ferry_comm *c, ferry_comm_req *r) {
   case FERRY_COLL_ALLGATHER: return run_allgather(c, m, r);
   case FERRY_COLL_BROADCAST: return run_broadcast(c, m, r);
   case FERRY_COLL_BARRIER: {
-    int rc = MPI_Barrier(m->comm);
+    int rc = api->Barrier(m->comm);
     return rc == MPI_SUCCESS ? 0 : mpi_fail(&c->err, rc, "barrier: MPI_Barrier");
   }
   case FERRY_COLL_DUP: break;
@@ -395,17 +405,17 @@ int ferry_mpi_alert_send(ferry_comm *c, const char *msg) {
   int first = !g_alert_out[0];
   if (first) snprintf(g_alert_out, sizeof g_alert_out, "%s", msg);
   pthread_mutex_unlock(&g_alert_mu);
-  if (a == MPI_COMM_NULL || !first) return 0;
+  if (!a || !first) return 0;
   MPI_Request *rq = calloc((size_t)c->size, sizeof *rq);
   if (!rq) return ferry_err(&c->err, FERRY_ENOMEM, "out of memory");
   int n = 0, done = 0;
   for (int r = 0; r < c->size; r++)
     if (r != c->rank &&
-        MPI_Isend(g_alert_out, (int)sizeof g_alert_out, MPI_CHAR, r, ALERT_TAG, a, &rq[n]) ==
+        api->Isend(g_alert_out, (int)sizeof g_alert_out, api->char_, r, ALERT_TAG, a, &rq[n]) ==
             MPI_SUCCESS)
       n++;
   for (double end = ferry_now() + 1.0; !done && ferry_now() < end;) {
-    if (MPI_Testall(n, rq, &done, MPI_STATUSES_IGNORE) != MPI_SUCCESS) break;
+    if (api->Testall(n, rq, &done, MPI_STATUSES_IGNORE) != MPI_SUCCESS) break;
     if (!done) {
       struct timespec ts = {0, 1000000};
       nanosleep(&ts, NULL);
@@ -419,13 +429,13 @@ int ferry_mpi_alert_send(ferry_comm *c, const char *msg) {
 int ferry_mpi_alert_poll(ferry_comm *c, char *msg, size_t cap) {
   (void)c;
   pthread_mutex_lock(&g_alert_mu);
-  if (!g_alert_status && g_alert != MPI_COMM_NULL) {
+  if (!g_alert_status && g_alert) {
     int flag = 0;
     MPI_Message m;
     MPI_Status stt;
     char buf[FERRY_ERR_MAX];
-    if (MPI_Improbe(MPI_ANY_SOURCE, ALERT_TAG, g_alert, &flag, &m, &stt) == MPI_SUCCESS && flag &&
-        MPI_Mrecv(buf, (int)sizeof buf, MPI_CHAR, &m, &stt) == MPI_SUCCESS) {
+    if (api->Improbe(MPI_ANY_SOURCE, ALERT_TAG, g_alert, &flag, &m, &stt) == MPI_SUCCESS && flag &&
+        api->Mrecv(buf, (int)sizeof buf, api->char_, &m, &stt) == MPI_SUCCESS) {
       buf[sizeof buf - 1] = '\0';
       g_alert_status = FERRY_EIO;
       snprintf(g_alert_msg, sizeof g_alert_msg, "%s", buf);

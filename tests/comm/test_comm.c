@@ -446,6 +446,19 @@ static void check_create_args(void) {
   EXPECT(strcmp(ferry_comm_kind_name(FERRY_COMM_MPI), "mpi") == 0);
 }
 
+/* 1 when OpenMPI's libmpi is mapped into this process: ferry opens it
+ * with the first MPI communicator, never at program start. */
+static int libmpi_mapped(void) {
+  FILE *f = fopen("/proc/self/maps", "r");
+  REQUIRE(f != NULL);
+  char line[4096];
+  int found = 0;
+  while (!found && fgets(line, sizeof line, f))
+    found = strstr(line, "/libmpi.so") != NULL;
+  fclose(f);
+  return found;
+}
+
 static ferry_comm *create(ferry_comm_kind kind, double timeout) {
   ferry_comm_options o = ferry_comm_options_default();
   o.kind = kind;
@@ -490,12 +503,14 @@ static int suite(ferry_comm_kind kind) {
   if (kind == FERRY_COMM_MPI && !ferry_comm_compiled(FERRY_COMM_MPI))
     TEST_SKIP("the mpi backend is not compiled into this build");
   if (kind == FERRY_COMM_MPI && !under_mpi) TEST_SKIP("run me under mpirun");
+  EXPECT(!libmpi_mapped()); /* a program maps no MPI until it makes an MPI communicator */
   ferry_comm *c = create(kind, 60);
   REQUIRE(N >= 1 && N <= 64 && R >= 0 && R < N);
   ferry_comm_kind want = kind;
   if (kind == FERRY_COMM_AUTO)
     want = under_mpi && ferry_comm_compiled(FERRY_COMM_MPI) ? FERRY_COMM_MPI : FERRY_COMM_SELF;
   EXPECT_EQ_INT(ferry_comm_get_kind(c), want);
+  EXPECT_EQ_INT(libmpi_mapped(), want == FERRY_COMM_MPI);
   if (want == FERRY_COMM_MPI && under_mpi) EXPECT_EQ_INT(N, atoi(getenv("OMPI_COMM_WORLD_SIZE")));
   EXPECT(ferry_comm_local_size(c) >= 1 && ferry_comm_local_rank(c) < ferry_comm_local_size(c));
   if (want == FERRY_COMM_SELF) EXPECT_EQ_INT(N, 1);
@@ -630,6 +645,25 @@ static int dying_rank(void) {
   return 1;
 }
 
+/* Without OpenMPI's library the mpi communicator fails cleanly, naming
+ * the library and the loader's reason, and nothing of MPI is mapped. */
+static int missing_libmpi(void) {
+  if (!ferry_comm_compiled(FERRY_COMM_MPI))
+    TEST_SKIP("the mpi backend is not compiled into this build");
+  setenv("FERRY_LIBMPI", "/nonexistent/libmpi.so.40", 1);
+  ferry_comm_options o = ferry_comm_options_default();
+  o.kind = FERRY_COMM_MPI;
+  ferry_comm *c = NULL;
+  EXPECT_EQ_INT(ferry_comm_create(&o, &c), FERRY_ENOTSUP);
+  EXPECT(c == NULL);
+  const char *msg = ferry_last_error();
+  EXPECT(strstr(msg, "cannot load OpenMPI's library /nonexistent/libmpi.so.40") != NULL);
+  EXPECT(strstr(msg, "No such file") != NULL); /* dlerror() */
+  EXPECT(!libmpi_mapped());
+  if (test_failures) fprintf(stderr, "message: %s\n", msg);
+  return test_finish("test_comm no_libmpi");
+}
+
 /* NCCL: an all-reduce and an uneven all-gather on device buffers. */
 static int nccl_suite(void) {
   if (!ferry_comm_compiled(FERRY_COMM_NCCL))
@@ -701,7 +735,7 @@ static int nccl_suite(void) {
 int main(int argc, char **argv) {
   const char *mode = argc > 1 ? argv[1] : "auto";
   if (!strcmp(mode, "-h") || !strcmp(mode, "--help")) {
-    printf("usage: test_comm [self|mpi|auto|timeout|late_destroy|die|fail|nccl]\n");
+    printf("usage: test_comm [self|mpi|auto|timeout|late_destroy|die|fail|nccl|no_libmpi]\n");
     return 0;
   }
   if (!strcmp(mode, "self")) return suite(FERRY_COMM_SELF);
@@ -712,6 +746,7 @@ int main(int argc, char **argv) {
   if (!strcmp(mode, "die")) return dying_rank();
   if (!strcmp(mode, "fail")) return failing_rank();
   if (!strcmp(mode, "nccl")) return nccl_suite();
+  if (!strcmp(mode, "no_libmpi")) return missing_libmpi();
   fprintf(stderr, "test_comm: unknown mode '%s' (see --help)\n", mode);
   return 2;
 }

@@ -4,7 +4,7 @@
 # against that copy three ways (CMake find_package, shared and static, by a
 # consumer without the CUDA toolkit; `pkg-config ferry`; the static library
 # with `pkg-config --static`) and run, with examples/minimal_loop.c built the
-# same ways; the installed ferry-gpt runs (--help).
+# same ways; neither asks for MPI; the installed ferry-gpt runs (--help).
 # Inputs come from the environment (tests/install/CMakeLists.txt sets them).
 # Exit 0 pass, 1 fail, 77 skip.
 set -u
@@ -116,6 +116,13 @@ LD_LIBRARY_PATH="$libdir" "$work/loop-pc" >"$work/run.log" 2>&1 ||
 static=$("$pkgconfig" --static --libs ferry | sed 's/\(^\| \)-lferry\( \|$\)/ /') ||
   fail "pkg-config --static --libs ferry"
 cflags=$("$pkgconfig" --cflags ferry)
+# libmpi is opened at run time (comm/mpi_abi.c): the package asks a consumer for no MPI
+case " $static $("$pkgconfig" --print-requires-private ferry | tr '\n' ' ')" in
+*-lmpi* | *ompi*) fail "pkg-config --static asks for MPI: $static" ;;
+esac
+if grep -qs "ompi-c\|PkgConfig::MPI" "$libdir/cmake/ferry/"*.cmake; then
+  fail "the CMake package asks for MPI: $(grep -l "ompi-c\|PkgConfig::MPI" "$libdir/cmake/ferry/"*.cmake)"
+fi
 for src in "$FERRY_CONSUMER_SRC/main.c" "$FERRY_MINIMAL_LOOP"; do
   # shellcheck disable=SC2086
   run pc-static "$FERRY_CC" $san $cflags -o "$work/pc-static" "$src" "$libdir/libferry.a" $static
