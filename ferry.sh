@@ -151,7 +151,7 @@ demo() {
   if [ -n "$dry" ]; then
     printf '  + %s\n' "cmake --build $DEMO_BUILD -j $JOBS --target ferry-gpt | build_progress"
   else
-    cmake --build "$DEMO_BUILD" -j "$JOBS" --target ferry-gpt 2>&1 | build_progress "demo: build"
+    cmake --build "$DEMO_BUILD" -j "$JOBS" --target ferry-gpt 2>&1 | build_progress "ferry.sh: demo: build"
   fi
   demo_phase training "the 'small' GPT on $data, $steps steps; optimizer state on NVMe"
   say "      (examples/configs/offload-nvme.cfg: gpu budget 32M < 195 MB of model states;"
