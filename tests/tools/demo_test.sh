@@ -4,7 +4,8 @@
 # shows each phase's commands (ferry-gpt alone built, CUDA off, in its own
 # folder; the training and the sample) and runs nothing; tools/progress.sh's
 # build filter turns make's and ninja's lines into a line per 10% with the
-# elapsed time and an ETA and lets compiler messages through; ferry-gpt's
+# elapsed time and an ETA, says it is still compiling when a file takes
+# long, and lets compiler messages through; ferry-gpt's
 # step lines end with the elapsed time and an ETA, and its sample with a
 # tokens/s line. $1 = the repository root, $2 = ferry-gpt, $3 = a scratch
 # folder. Exit 0 pass, 1 fail.
@@ -61,6 +62,10 @@ out=$(for i in $(seq 1 50); do echo "[$i/50] Building C object x$i.c.o"; done | 
 n=$(printf '%s\n' "$out" | grep -Ec '^b +[0-9]+% done, ')
 [ "$n" -eq 4 ] || { echo "$out"; fail "ninja: $n progress lines, not one per 25% (4)"; }
 (set -o pipefail; false | build_progress b) && fail "a failed build's status was lost"
+# a long file: a line every QUIET seconds, and a line cut by the wait kept whole
+out=$({ echo "[ 30%] Building a"; sleep 2.5; printf 'cc: warn'; sleep 1.5; echo "ing"; } | build_progress c 10 1)
+has '^c  30% done, [0-9]+:[0-9]{2} elapsed, still compiling$' "$out" "the line while a file compiles"
+has '^cc: warning$' "$out" "a line cut by the wait"
 
 # 3. ferry-gpt's progress: the step lines' elapsed time and ETA, the sample's tokens/s
 out=$("$gpt" train --model tiny --data "$root/README.md" --steps 3 --batch 2 --seq 32 \
