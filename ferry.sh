@@ -121,24 +121,24 @@ demo_run() {
 
 demo() {
   local dry="" data=/usr/share/common-licenses/GPL-3 steps=${FERRY_DEMO_STEPS:-150}
-  local phase="" phase_t0=0 t_train built="" gen
+  local phase="" phase_t0=0 t_train t_build=35 built="" gen
   case "${1:-}" in
     "") ;;
     --dry-run) dry=1 ;;
     *) say "unknown demo option '$1' (--dry-run)"; exit 2 ;;
   esac
   [ -r "$data" ] || data=LICENSE
-  [ -x "$DEMO_BUILD/bin/ferry-gpt" ] && built=" (already built: seconds)"
+  [ -x "$DEMO_BUILD/bin/ferry-gpt" ] && built=" (built before: only what changed)" t_build=3
   # quiet 2-core machine: ~0.45 s a step with the NVMe optimizer state
   t_train=$(( (steps * 45 + 99) / 100 ))
   say "demo: what it does, and how long each part takes on a quiet 2-core machine"
   say "      (longer where other work shares the CPUs):"
   say "  1. set-up: check the Debian packages, configure $DEMO_BUILD/ (CUDA off)   ~5 s"
-  say "  2. build: libferry and ferry-gpt alone, in $DEMO_BUILD/$built   ~35 s"
+  say "  2. build: libferry and ferry-gpt alone, in $DEMO_BUILD/$built   ~$t_build s"
   say "  3. train: the 'small' GPT (10.8M params) on $data, $steps steps,"
   say "     the AdamW state on NVMe (build/nvme-swap), a timeline   ~$t_train s"
   say "  4. sample: $DEMO_TOKENS tokens from the trained model   ~3 s"
-  say "  in all about $(progress_clock $((45 + t_train))) (m:ss); FERRY_DEMO_STEPS=N changes the steps"
+  say "  in all about $(progress_clock $((10 + t_build + t_train))) (m:ss); FERRY_DEMO_STEPS=N changes the steps"
   SECONDS=0
   demo_phase set-up "the packages, then configure $DEMO_BUILD/"
   if [ -n "$dry" ]; then
