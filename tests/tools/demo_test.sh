@@ -7,7 +7,7 @@
 # elapsed time and an ETA, says it is still compiling when a file takes
 # long, and lets compiler messages through; ferry-gpt's
 # step lines end with the elapsed time and an ETA, and its sample with a
-# tokens/s line. $1 = the repository root, $2 = ferry-gpt, $3 = a scratch
+# tokens/s line of its own (after the text, in one log too). $1 = the repository root, $2 = ferry-gpt, $3 = a scratch
 # folder. Exit 0 pass, 1 fail.
 set -u
 root=$1
@@ -75,5 +75,5 @@ n=$(printf '%s\n' "$out" | grep -Ec '^step +[1-3]/3 .*  elapsed [0-9]+:[0-9]{2} 
 has '^step +3/3 .*  eta 0:00$' "$out" "the last step's ETA"
 out=$("$gpt" sample --model tiny --weights "$dir/tiny" --prompt "ferry " --tokens 20 --seed 1 2>&1) ||
   { echo "$out"; fail "ferry-gpt sample"; }
-has 'sampled 20/20 tokens, [0-9.]+ s, [0-9.]+ tokens/s$' "$out" "the sample's tokens/s line"
+has '^sampled 20/20 tokens, [0-9.]+ s, [0-9.]+ tokens/s$' "$out" "the sample's tokens/s line"
 echo "tools.demo: ok"
