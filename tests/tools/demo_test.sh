@@ -5,10 +5,10 @@
 # folder; the training and the sample) and runs nothing; tools/progress.sh's
 # build filter turns make's and ninja's lines into a line per 10% with the
 # elapsed time and an ETA, says it is still compiling when a file takes
-# long, and lets compiler messages through; ferry-gpt's
-# step lines end with the elapsed time and an ETA, and its sample with a
-# tokens/s line of its own (after the text, in one log too). $1 = the repository root, $2 = ferry-gpt, $3 = a scratch
-# folder. Exit 0 pass, 1 fail.
+# long, and lets compiler messages through; ferry-gpt's step lines end with
+# the elapsed time and an ETA, and its sample with a tokens/s line of its
+# own (after the text, in one log too). $1 = the repository root,
+# $2 = ferry-gpt, $3 = a scratch folder. Exit 0 pass, 1 fail.
 set -u
 root=$1
 gpt=$2
