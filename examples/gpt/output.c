@@ -113,6 +113,13 @@ static void json_number(FILE *f, double v, const char *fmt) {
   else fputs("null", f);
 }
 
+/* Seconds as m:ss (h:mm:ss from an hour), for the progress line. */
+static void clock_text(char *b, size_t n, double s) {
+  long v = s > 0 ? (long)(s + 0.5) : 0;
+  if (v >= 3600) snprintf(b, n, "%ld:%02ld:%02ld", v / 3600, v / 60 % 60, v % 60);
+  else snprintf(b, n, "%ld:%02ld", v / 60, v % 60);
+}
+
 /* The step's line: JSON or the progress line (why: the error that ends the
  * run at this step, JSON's "error" field; the caller prints it on stderr). *stall0: the engine's stall
  * seconds so far, advanced to now. */
@@ -139,9 +146,14 @@ void train_report_step(const train_run *t, train_totals *tt, int st, float loss,
     }
     printf("}\n");
   } else {
+    /* elapsed: from the launch; eta: the mean step so far times the steps left */
+    int done = st - t->start + 1;
+    char el[48], eta[48];
+    clock_text(el, sizeof el, gpt_seconds_since_launch());
+    clock_text(eta, sizeof eta, tt->t_all / (done > 0 ? done : 1) * (t->o.steps - st));
     printf("step %5d/%d  loss %.4f  %8.0f tok/s  gpu %.3f GiB  host %.3f GiB  nvme %.3f GiB  "
-           "stall %.1f%%\n",
-           st, t->o.steps, loss, tps, peak[0] / GiB, peak[1] / GiB, peak[2] / GiB, stall);
+           "stall %.1f%%  elapsed %s  eta %s\n",
+           st, t->o.steps, loss, tps, peak[0] / GiB, peak[1] / GiB, peak[2] / GiB, stall, el, eta);
     if (t->skipped)
       printf("step %5d: skipped by the engine (inf/NaN grads); the loss scale is now %g\n", st,
              (double)ferry_loss_scale(gpt_engine_handle(t->ge)));

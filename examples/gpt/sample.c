@@ -173,6 +173,7 @@ static int sample_generate(const sample_opts *o, gpt_tokenizer *tok, kv_side *kv
     if (rc) return 1;
   }
   if (!o->json) printf("\n");
+  fflush(stdout); /* the text's end before the progress line, in one log too */
   progress(done, o->ntok, t0, 1);
   return 0;
 }

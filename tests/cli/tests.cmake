@@ -68,6 +68,13 @@ endif()
 ferry_add_test(NAME tools.gpu_check EXE sh TIMEOUT 60
                ARGS ${PROJECT_SOURCE_DIR}/tests/tools/gpu_check_test.sh ${PROJECT_SOURCE_DIR}
                     ${PROJECT_BINARY_DIR}/tests/gpu-check)
+# ./ferry.sh demo's structure: its plan and commands (--dry-run), the build's
+# progress filter, ferry-gpt's progress lines (tests/tools/demo_test.sh).
+if(TARGET ferry-gpt)
+  ferry_add_test(NAME tools.demo EXE bash TIMEOUT 60
+                 ARGS ${PROJECT_SOURCE_DIR}/tests/tools/demo_test.sh ${PROJECT_SOURCE_DIR}
+                      $<TARGET_FILE:ferry-gpt> ${PROJECT_BINARY_DIR}/tests/demo)
+endif()
 # `ferry bench step` with the optimizer on NVMe: the measured NVMe bytes per
 # step of the optimizer family within 5% of the planner's, per state layout.
 ferry_add_test(NAME cli.bench_step_nvme EXE sh TIMEOUT 120
