@@ -74,8 +74,11 @@ int mem_evict_scope(const ferry_mem *m, int tier, uint32_t ci) {
   const mem_chunk *c = &m->c[ci];
   if (tier != FERRY_TIER_HOST || !m->cap_bytes) return MEM_PICK_ANY;
   size_t held = m->st.current[tier][m->cap_family];
-  if (c->family != m->cap_family) return held <= m->cap_bytes ? MEM_PICK_OTHERS : MEM_PICK_ANY;
-  return held + c->bytes > m->cap_bytes ? MEM_PICK_CAPPED : MEM_PICK_ANY;
+  if (c->family == m->cap_family && held + c->bytes > m->cap_bytes) return MEM_PICK_CAPPED;
+  /* within the cap, the capped family's copies go last, whoever asks (but
+   * before another family's read ahead, which is needed sooner) */
+  if (c->family == m->cap_family) return MEM_PICK_OTHERS_SPENT;
+  return held <= m->cap_bytes ? MEM_PICK_OTHERS : MEM_PICK_ANY;
 }
 
 uint32_t mem_evict_pick(ferry_mem *m, int tier, int (*eligible)(ferry_mem *, uint32_t, int),
@@ -88,6 +91,7 @@ uint32_t mem_evict_pick(ferry_mem *m, int tier, int (*eligible)(ferry_mem *, uin
     const mem_chunk *c = &m->c[ci];
     if (scope != MEM_PICK_ANY && (c->family == m->cap_family) != (scope == MEM_PICK_CAPPED))
       continue;
+    if (scope == MEM_PICK_OTHERS_SPENT && c->ahead) continue;
     if (!eligible(m, ci, tier)) continue;
     uint64_t nx = trace ? chunk_next_use(m, c) : 0;
     /* A copy read ahead and not fetched since is about to be used (evicted

@@ -218,10 +218,11 @@ void mem_tiers_release(ferry_mem *m);
 int mem_alloc_io(ferry_mem *m);
 /* evict.c */
 /* Which victims a move of chunk ci into `tier` may pick under the cap
- * (ferry_mem_cap): MEM_PICK_ANY, MEM_PICK_CAPPED (its family is over the
- * cap: only that family's copies) or MEM_PICK_OTHERS (the capped family is
- * within its cap: any other family's). */
-enum { MEM_PICK_ANY, MEM_PICK_CAPPED, MEM_PICK_OTHERS };
+ * (ferry_mem_cap): MEM_PICK_ANY, MEM_PICK_CAPPED (ci's family would go over
+ * the cap: only that family's copies), MEM_PICK_OTHERS (the capped family
+ * is within its cap: any other family's) or MEM_PICK_OTHERS_SPENT (ci is of
+ * the capped family, within it: other families' copies not read ahead). */
+enum { MEM_PICK_ANY, MEM_PICK_CAPPED, MEM_PICK_OTHERS, MEM_PICK_OTHERS_SPENT };
 int mem_evict_scope(const ferry_mem *m, int tier, uint32_t ci);
 uint32_t mem_evict_pick(ferry_mem *m, int tier, int (*eligible)(ferry_mem *, uint32_t, int),
                         int scope);
