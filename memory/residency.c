@@ -401,8 +401,10 @@ static uint32_t moving_copy(const ferry_mem *m, int tier) {
  * backward evicted the params the next forward then read); a prefetch
  * stops there too rather than wait. Under a cap
  * (ferry_mem_cap) the victims come from one side first: a prefetch stops
- * when that side has none, a fetch waits for the copies still moving and
- * then takes any. */
+ * when that side has none, a fetch waits for the copies still moving,
+ * compacts the host pool when its free bytes would fit (a chunk larger
+ * than the holes would else evict the capped family's copies and vary
+ * with where copies landed), and then takes any. */
 static int alloc_space(ferry_mem *m, uint32_t ci, int tier, int prefetch) {
   mem_chunk *c = &m->c[ci];
   mem_pool *p = &m->pool[tier];
@@ -418,8 +420,13 @@ static int alloc_space(ferry_mem *m, uint32_t ci, int tier, int prefetch) {
     if (v == NO_CHUNK && scope != MEM_PICK_ANY) { /* the cap (ferry_mem_cap) */
       if (prefetch) return FERRY_ENOMEM;
       uint32_t w = moving_copy(m, tier);
-      if (w != NO_CHUNK) wait_step(m, w);
-      else any = 1;
+      if (w != NO_CHUNK) {
+        wait_step(m, w);
+      } else if (!(tier == FERRY_TIER_HOST &&
+                   p->capacity - p->used >= ferry_align_up(c->bytes, p->align) &&
+                   mem_compact_host(m))) {
+        any = 1; /* (room enough, in holes too small: gathered into one) */
+      }
       continue;
     }
     if (prefetch && (v == NO_CHUNK ? tier == FERRY_TIER_DEVICE : !mem_prefetch_may_evict(m, v, ci)))
