@@ -13,14 +13,14 @@ bytes per step (ferry-gpt --json: nvme_read_bytes / nvme_write_bytes per
 family, the mean of the steps after the second) must be within 5% of
 `ferry plan`'s nvme_bytes_per_step at the same budgets, for every family
 and direction (a measured 0 against a plan below 5% of the params'
-bytes passes), except the params' reads at the minimum: within 10%
+bytes passes), except the params' reads at the minimum: within 12%
 (--tol-reads). There the pool is the working set itself, and which
 groups stay at a turn depends on how the stepper thread's optimizer
-reads and write-backs interleave with the loop's fetches (-4% to +8.5%
-off over many runs). Above it the engine caps the cached params at the
+reads and write-backs interleave with the loop's fetches (-3.5% to +9.2%
+off over ten runs). Above it the engine caps the cached params at the
 plan's room (ferry_mem_cap), so the same groups stay run after run: at
-twice the minimum, five runs -4.3% to +3.6% off, fp32 states +3.6% in
-each. H2D and D2H per step are printed beside the plan's (the
+twice the minimum, the same bytes in each of five runs, +0.4% (int8) to
++3.6% (fp32 states) off. H2D and D2H per step are printed beside the plan's (the
 host backend counts the memory manager's copies only: no D2H of drained
 grads). Also printed: the swap files against their data, ferry-gpt's
 model states line and the step time, planned and measured (--check-extra:
@@ -29,7 +29,7 @@ the files within 1.05 x the data and the line's total the engine's homes).
 usage: family_bytes.py --gpt FERRY-GPT --ferry FERRY --root REPO --work DIR
                        [--model config.json] [--steps N] [--chunk SIZE]
                        [--layouts fp32,int8,bf16m,int8m] [--factors 1,2] [--tol 0.05]
-                       [--tol-reads 0.10] [--skip N] [--check-extra] [--profile FILE]
+                       [--tol-reads 0.12] [--skip N] [--check-extra] [--profile FILE]
                        [--json-out FILE]
 exit: 0 pass, 1 a family off by more than the tolerance, 2 a run that failed.
 """
@@ -172,7 +172,7 @@ def main():
     ap.add_argument("--layouts", default="fp32,int8,bf16m,int8m")
     ap.add_argument("--factors", default="1,2")
     ap.add_argument("--tol", type=float, default=0.05)
-    ap.add_argument("--tol-reads", type=float, default=0.10)
+    ap.add_argument("--tol-reads", type=float, default=0.12)
     ap.add_argument("--skip", type=int, default=2, help="steps left out of the means")
     ap.add_argument("--profile", help="ferry plan --profile FILE (measured bandwidths)")
     ap.add_argument("--check-extra", action="store_true",
