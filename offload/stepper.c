@@ -172,9 +172,6 @@ static int destroying(ferry_engine *e) {
   return stop;
 }
 
-/* Host and NVMe homes: group g, none of it held by the loop: mark the host
- * copy dirty (dropping device copies), copy the staged params in, and write
- * an NVMe home back. */
 /* Every chunk of group g's params has a host copy. */
 static int host_cached(ferry_engine *e, uint32_t g) {
   uint32_t first = 0, count = 0;
@@ -187,6 +184,9 @@ static int host_cached(ferry_engine *e, uint32_t g) {
   return 1;
 }
 
+/* Host and NVMe homes: group g, none of it held by the loop: mark the host
+ * copy dirty (dropping device copies), copy the staged params in, and write
+ * an NVMe home back. */
 static int param_commit(ferry_engine *e, uint32_t g) {
   int rc = FERRY_OK;
   int nvme = e->param_home == FERRY_TIER_NVME;
