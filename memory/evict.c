@@ -61,14 +61,38 @@ uint32_t mem_evict_spent_write(ferry_mem *m, int tier) {
   return NO_CHUNK;
 }
 
-uint32_t mem_evict_pick(ferry_mem *m, int tier, int (*eligible)(ferry_mem *, uint32_t, int)) {
+int ferry_mem_cap(ferry_mem *m, int family, size_t bytes) {
+  if (!m || family < 0 || family >= FERRY_FAMILIES) return FERRY_EINVAL;
+  pthread_mutex_lock(&m->mu);
+  m->cap_family = family;
+  m->cap_bytes = bytes;
+  pthread_mutex_unlock(&m->mu);
+  return FERRY_OK;
+}
+
+int mem_evict_scope(const ferry_mem *m, int tier, uint32_t ci) {
+  const mem_chunk *c = &m->c[ci];
+  if (tier != FERRY_TIER_HOST || !m->cap_bytes) return MEM_PICK_ANY;
+  size_t held = m->st.current[tier][m->cap_family];
+  if (c->family == m->cap_family && held + c->bytes > m->cap_bytes) return MEM_PICK_CAPPED;
+  /* within the cap, the capped family's copies go last, whoever asks (but
+   * before another family's read ahead, which is needed sooner) */
+  if (c->family == m->cap_family) return MEM_PICK_OTHERS_SPENT;
+  return held <= m->cap_bytes ? MEM_PICK_OTHERS : MEM_PICK_ANY;
+}
+
+uint32_t mem_evict_pick(ferry_mem *m, int tier, int (*eligible)(ferry_mem *, uint32_t, int),
+                        int scope) {
   int trace = m->cfg.policy == FERRY_EVICT_TRACE && m->tpos && !m->recording;
   uint32_t best = NO_CHUNK;
   uint64_t best_next = 0, best_lru = 0;
   int best_ahead = 0;
   for (uint32_t ci = 0; ci < m->nc; ci++) {
-    if (!eligible(m, ci, tier)) continue;
     const mem_chunk *c = &m->c[ci];
+    if (scope != MEM_PICK_ANY && (c->family == m->cap_family) != (scope == MEM_PICK_CAPPED))
+      continue;
+    if (scope == MEM_PICK_OTHERS_SPENT && c->ahead) continue;
+    if (!eligible(m, ci, tier)) continue;
     uint64_t nx = trace ? chunk_next_use(m, c) : 0;
     /* A copy read ahead and not fetched since is about to be used (evicted
      * first, as an untraced optimizer chunk would be, it is read twice):

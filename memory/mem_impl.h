@@ -7,6 +7,7 @@
  * calls go one way (tools/call_cycles.py finds no circle):
  *   manager.c    life cycle: create, finalize, set store, destroy
  *   residency.c  fetch, release, mark dirty, write-back, flush, eviction moves
+ *   query.c      tensor pointers and chunk states (read only)
  *   tier.c, layout.c, evict.c   reserving the tiers, the chunk layout, victim
  *                choice and the access trace (none calls another)
  *   stats.c      accounting
@@ -182,6 +183,11 @@ struct ferry_mem {
   uint32_t *tpos;       /* positions of each (group, family) in the trace, grouped */
   uint32_t *tpos_start; /* ngroups * FERRY_FAMILIES + 1 */
 
+  /* ferry_mem_cap: the host bytes cap_family's copies may hold (cap_bytes,
+   * 0: no cap); within it, other families' moves do not evict them */
+  int cap_family;
+  size_t cap_bytes;
+
   ferry_stats st;
   struct mem_copy_mark {
     ferry_mem *m;
@@ -211,7 +217,15 @@ int mem_tiers_reserve(ferry_mem *m);
 void mem_tiers_release(ferry_mem *m);
 int mem_alloc_io(ferry_mem *m);
 /* evict.c */
-uint32_t mem_evict_pick(ferry_mem *m, int tier, int (*eligible)(ferry_mem *, uint32_t, int));
+/* Which victims a move of chunk ci into `tier` may pick under the cap
+ * (ferry_mem_cap): MEM_PICK_ANY, MEM_PICK_CAPPED (ci's family would go over
+ * the cap: only that family's copies), MEM_PICK_OTHERS (the capped family
+ * is within its cap: any other family's) or MEM_PICK_OTHERS_SPENT (ci is of
+ * the capped family, within it: other families' copies not read ahead). */
+enum { MEM_PICK_ANY, MEM_PICK_CAPPED, MEM_PICK_OTHERS, MEM_PICK_OTHERS_SPENT };
+int mem_evict_scope(const ferry_mem *m, int tier, uint32_t ci);
+uint32_t mem_evict_pick(ferry_mem *m, int tier, int (*eligible)(ferry_mem *, uint32_t, int),
+                        int scope);
 /* Fetches until chunk ci is used again by the trace (UINT64_MAX: never);
  * 0 without a trace (LRU, or while it is recorded). */
 uint64_t mem_evict_next_use(ferry_mem *m, uint32_t ci);

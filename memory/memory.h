@@ -265,6 +265,14 @@ size_t ferry_mem_trace_length(ferry_mem *m);
  * cyclically: what to prefetch. FERRY_ENOENT without a trace. */
 int ferry_mem_trace_peek(ferry_mem *m, size_t ahead, uint32_t *group, int *family);
 
+/* Caps the host bytes of `family`'s copies (0: no cap). A fetch of that
+ * family over the cap evicts its own copies only; other families' moves
+ * evict none of them while they are within it (they wait for their own
+ * transfers, and take them only when nothing else can go). The engine caps
+ * NVMe params at the room the planner counts for them, so which groups
+ * stay cached follows the loop's order, not the threads' timing. */
+int ferry_mem_cap(ferry_mem *m, int family, size_t bytes);
+
 /* ---- accounting ---------------------------------------------------------- */
 
 int ferry_mem_get_stats(ferry_mem *m, ferry_stats *out);

@@ -378,6 +378,20 @@ static int evict_one(ferry_mem *m, uint32_t ci, int tier, int *rc) {
   return 1;
 }
 
+/* A copy in `tier` still moving that frees up on its own once done (none:
+ * NO_CHUNK): nobody holds it, and a host copy under a device copy nobody
+ * holds frees up with it, once that copy's own transfer is done. */
+static uint32_t moving_copy(const ferry_mem *m, int tier) {
+  for (uint32_t k = 0; k < m->npend; k++) {
+    const mem_chunk *o = &m->c[m->pend[k]];
+    if (o->state[tier] != FERRY_RES_ABSENT && !o->use[tier] && tier < o->home &&
+        (tier == FERRY_TIER_DEVICE || o->state[FERRY_TIER_DEVICE] == FERRY_RES_ABSENT ||
+         !o->use[FERRY_TIER_DEVICE]))
+      return m->pend[k];
+  }
+  return NO_CHUNK;
+}
+
 /* Finds space for chunk ci in `tier`, evicting what the policy picks. A
  * prefetch never evicts what is needed before ci, nor waits for a device
  * copy still moving (a host wait on the device, maybe on the loop's
@@ -385,31 +399,40 @@ static int evict_one(ferry_mem *m, uint32_t ci, int tier, int *rc) {
  * trace uses again waits instead for a spent write-back to land (evicted,
  * it would be read again: with the optimizer's write-backs in flight,
  * backward evicted the params the next forward then read); a prefetch
- * stops there too rather than wait. */
+ * stops there too rather than wait. Under a cap
+ * (ferry_mem_cap) the victims come from one side first: a prefetch stops
+ * when that side has none, a fetch waits for the copies still moving,
+ * compacts the host pool when its free bytes would fit (a chunk larger
+ * than the holes would else evict the capped family's copies and vary
+ * with where copies landed), and then takes any. */
 static int alloc_space(ferry_mem *m, uint32_t ci, int tier, int prefetch) {
   mem_chunk *c = &m->c[ci];
   mem_pool *p = &m->pool[tier];
+  int any = 0; /* the cap's side had nothing left to give: any victim */
   for (;;) {
-    if (p->used + ferry_align_up(c->bytes, p->align) <= p->capacity &&
+    int scope = any ? MEM_PICK_ANY : mem_evict_scope(m, tier, ci);
+    if (scope != MEM_PICK_CAPPED && p->used + ferry_align_up(c->bytes, p->align) <= p->capacity &&
         mem_pool_alloc(p, c->bytes, &c->off[tier]) == 0) {
       mem_stats_add(m, tier, c->family, c->bytes);
       return FERRY_OK;
     }
-    uint32_t v = mem_evict_pick(m, tier, evictable);
+    uint32_t v = mem_evict_pick(m, tier, evictable, scope);
+    if (v == NO_CHUNK && scope != MEM_PICK_ANY) { /* the cap (ferry_mem_cap) */
+      if (prefetch) return FERRY_ENOMEM;
+      uint32_t w = moving_copy(m, tier);
+      if (w != NO_CHUNK) {
+        wait_step(m, w);
+      } else if (!(tier == FERRY_TIER_HOST &&
+                   p->capacity - p->used >= ferry_align_up(c->bytes, p->align) &&
+                   mem_compact_host(m))) {
+        any = 1; /* (room enough, in holes too small: gathered into one) */
+      }
+      continue;
+    }
     if (prefetch && (v == NO_CHUNK ? tier == FERRY_TIER_DEVICE : !mem_prefetch_may_evict(m, v, ci)))
       return FERRY_ENOMEM; /* no message: the caller stops its read-ahead */
-    if (v == NO_CHUNK) {
-      /* Copies still moving free up on their own: wait for one. */
-      uint32_t moving = NO_CHUNK;
-      for (uint32_t k = 0; k < m->npend && moving == NO_CHUNK; k++) {
-        const mem_chunk *o = &m->c[m->pend[k]];
-        /* a host copy under a device copy nobody holds frees up with it,
-         * once that copy's own transfer is done */
-        if (o->state[tier] != FERRY_RES_ABSENT && !o->use[tier] && tier < o->home &&
-            (tier == FERRY_TIER_DEVICE || o->state[FERRY_TIER_DEVICE] == FERRY_RES_ABSENT ||
-             !o->use[FERRY_TIER_DEVICE]))
-          moving = m->pend[k];
-      }
+    if (v == NO_CHUNK) { /* copies still moving free up on their own: wait for one */
+      uint32_t moving = moving_copy(m, tier);
       if (moving != NO_CHUNK) {
         wait_step(m, moving);
         continue;
@@ -944,56 +967,4 @@ void mem_drain(ferry_mem *m) {
   pthread_mutex_lock(&m->mu);
   while (m->npend) wait_step(m, m->pend[0]);
   pthread_mutex_unlock(&m->mu);
-}
-
-int ferry_mem_tensor_ptr(ferry_mem *m, uint32_t id, int tier, void **ptr) {
-  if (!m || !ptr) return FERRY_EINVAL;
-  *ptr = NULL;
-  pthread_mutex_lock(&m->mu);
-  int rc = FERRY_OK;
-  if (!m->finalized || id >= m->nt) {
-    rc = ferry_err(&m->err, id >= m->nt ? FERRY_ENOENT : FERRY_ESTATE,
-                   "tensor ptr: no tensor %u, or not finalized", id);
-  } else if (tier != FERRY_TIER_DEVICE && tier != FERRY_TIER_HOST) {
-    rc = ferry_err(&m->err, FERRY_EINVAL, "tensor ptr: tier %d has no addresses", tier);
-  } else {
-    const mem_tensor *t = &m->t[id];
-    const mem_chunk *c = &m->c[t->chunk];
-    int s = c->state[tier];
-    if (tier > c->home || s == FERRY_RES_ABSENT || (c->resv & (1u << tier)) ||
-        (tier == FERRY_TIER_HOST && s == FERRY_RES_LOADING))
-      rc = ferry_err(&m->err, FERRY_ESTATE,
-                     "tensor '%.200s' is not resident in the %s tier (chunk %u is %s there); "
-                     "fetch its group %u first",
-                     t->name, ferry_tier_name(tier), t->chunk,
-                     tier > c->home ? "never" : ferry_res_state_name(s), t->group);
-    else
-      *ptr = (char *)mem_tier_addr(m, c, tier) + t->offset;
-  }
-  pthread_mutex_unlock(&m->mu);
-  return rc;
-}
-
-int ferry_mem_chunk_get(ferry_mem *m, uint32_t chunk, ferry_mem_chunk_info *out) {
-  if (!m || !out) return FERRY_EINVAL;
-  pthread_mutex_lock(&m->mu);
-  int rc = FERRY_OK;
-  if (!m->laid_out || chunk >= m->nc) {
-    rc = ferry_err(&m->err, FERRY_ENOENT, "no chunk %u", chunk);
-  } else {
-    const mem_chunk *c = &m->c[chunk];
-    out->family = c->family;
-    out->home = c->home;
-    out->index = c->index;
-    out->bytes = c->bytes;
-    out->group_first = c->gfirst;
-    out->group_last = c->glast;
-    out->ntensors = c->ntensors;
-    for (int t = 0; t < FERRY_TIERS; t++) {
-      out->state[t] = (ferry_res_state)c->state[t];
-      out->use[t] = c->use[t];
-    }
-  }
-  pthread_mutex_unlock(&m->mu);
-  return rc;
 }

@@ -207,6 +207,13 @@ static int check_host_pool(ferry_engine *e, size_t own_host) {
      * of the device's cached params are counted (copies are inclusive:
      * every device copy of an NVMe-homed chunk keeps its host copy) */
     ferry_footprint_read_ahead(e->host_pool, e->dev_pool, &n, &e->param_ahead, &e->optim_ahead);
+    /* NVMe params cached in the host pool beside the optimizer read-ahead:
+     * at most what the planner counts, so that which groups stay does not
+     * depend on the threads' timing (without the read-ahead, the pool is
+     * the working set: no cap) */
+    if (e->param_home == FERRY_TIER_NVME && e->optim_ahead)
+      return ferry_mem_cap(e->mem, FERRY_FAMILY_PARAMS,
+                           ferry_footprint_param_cache(e->host_pool, &n, e->optim_ahead));
     return FERRY_OK;
   }
   engine_staging st = staging_bytes(e);

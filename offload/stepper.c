@@ -175,6 +175,18 @@ static int destroying(ferry_engine *e) {
   return stop;
 }
 
+/* Every chunk of group g's params has a host copy. */
+static int host_cached(ferry_engine *e, uint32_t g) {
+  uint32_t first = 0, count = 0;
+  ferry_mem_group_chunks(e->mem, g, FERRY_FAMILY_PARAMS, &first, &count);
+  for (uint32_t c = first; c < first + count; c++) {
+    ferry_mem_chunk_info ci;
+    if (ferry_mem_chunk_get(e->mem, c, &ci) || ci.state[FERRY_TIER_HOST] == FERRY_RES_ABSENT)
+      return 0;
+  }
+  return 1;
+}
+
 /* Host and NVMe homes: group g, none of it held by the loop: mark the host
  * copy dirty (dropping device copies), copy the staged params in, and write
  * an NVMe home back. */
@@ -182,6 +194,7 @@ static int param_commit(ferry_engine *e, uint32_t g) {
   int rc = FERRY_OK;
   int nvme = e->param_home == FERRY_TIER_NVME;
   eng_group *gr = &e->gt.groups[g];
+  int cached = nvme && host_cached(e, g);
   if (nvme) {
     /* no read: the commit overwrites every param of the group, and no
      * chunk holds another group's */
@@ -217,6 +230,10 @@ static int param_commit(ferry_engine *e, uint32_t g) {
     int r2 = ferry_mem_release(e->mem, g, FERRY_FAMILY_PARAMS, FERRY_TIER_HOST, NULL);
     if (!rc) rc = r2;
     if (!rc) rc = ferry_mem_writeback(e->mem, g, FERRY_FAMILY_PARAMS, FERRY_TIER_HOST);
+    /* a group the loop's eviction had dropped goes again once written, so
+     * that the commit does not keep it in place of one the loop kept */
+    if (!rc && !cached && e->optim_ahead)
+      (void)ferry_mem_evict(e->mem, g, FERRY_FAMILY_PARAMS, FERRY_TIER_HOST);
   }
   return rc ? engine_mem_err(e, rc, "step: params") : FERRY_OK;
 }

@@ -490,29 +490,17 @@ static int64_t end_groups(const ferry_plan_model *m, double pb, double ch, doubl
   return k;
 }
 
-/* One block's optimizer state in the host pool, as the working set counts
- * a group's (group_chunks): the read-ahead's bytes at a turn. */
-static double block_optim(const ferry_plan_input *in, const plan_place_ctx *c) {
-  double n = (double)ferry_plan_block_params(&in->model) * c->so;
-  return group_chunks(group_bytes(in, c, LAY_OPTIM, n), c->ch);
-}
-
 /* NVMe params: the groups the host pool keeps at each turn of the loop.
  * At the forward -> backward turn the head (used back to back) and the last
  * groups, at the backward -> forward turn the first ones (the step's commit
  * writes the new params into the host copy, which stays): as many as fit
- * in the room the budget leaves beside the plan's host tier, plus the
- * working set's two param groups (free at a turn: the loop holds one) and
- * half a largest chunk of its slack (the hole a chunk is placed in is free
- * at a turn, but partly cut into pieces no whole group fills: the half is
- * measured, docs/PLANNING.md); when the next group's optimizer state is
- * read ahead, its bytes and a largest chunk go to it instead: a block's
- * state (at each turn one end group, the head or the embedding, is
- * stepped and the block beside it read ahead; the working set counts the
- * largest group's). The engine waits for a stepped group's optimizer
- * write-back rather than evict params it will read again (memory/evict.c),
- * so nothing else competes at the turns. The device pool: whole groups
- * beside the head. *back, *front: the bytes kept. */
+ * in the bytes the engine caps its cached params at
+ * (ferry_footprint_param_cache: the room the budget leaves beside the
+ * plan's host tier, plus the working set's two param groups, less the
+ * optimizer read-ahead when it fits). Within the cap no other family's move
+ * evicts them (memory/evict.c), so nothing else competes at the turns. The
+ * device pool: whole groups beside the head. *back, *front: the bytes
+ * kept. */
 static void cached_groups(const ferry_plan_input *in, const plan_place_ctx *c,
                           ferry_plan_candidate *w, double *back, double *front) {
   const ferry_plan_candidate *k = w;
@@ -529,10 +517,15 @@ static void cached_groups(const ferry_plan_input *in, const plan_place_ctx *c,
       w->cached_groups_device = n > groups ? groups : n;
       continue;
     }
-    double chunk = (double)fp.need.slack / 2; /* the slack is two largest chunks */
-    double ahead = fmin((double)fp.need.optim, block_optim(in, c));
-    room += (double)fp.need.params +
-            (plan_readahead_fits(in, k, &fp) ? -ahead - chunk : chunk / 2);
+    /* with the optimizer read-ahead the engine caps its cached params at
+     * this (ferry_mem_cap), from its largest groups' own bytes (the need
+     * above rounds them up) */
+    ferry_footprint_host n = fp.need;
+    int ahead = plan_readahead_fits(in, k, &fp);
+    if (ahead && n.optim) n.optim = (uint64_t)optim_group_bytes(in, c, c->G * c->so);
+    if (ahead) n.params = 2 * (uint64_t)group_nvme(c->G * c->pb * c->sp, c->ch);
+    n.total += n.optim + n.params - fp.need.optim - fp.need.params;
+    room = (double)ferry_footprint_param_cache((uint64_t)room + fp.need.total, &n, ahead);
     w->cached_groups_host = end_groups(m, c->pb, c->ch, room, 0, 1, back);
     end_groups(m, c->pb, c->ch, room, 1, 0, front);
   }

@@ -59,6 +59,12 @@ void ferry_footprint_read_ahead(uint64_t pool, uint64_t dev_pool, const ferry_fo
   *optim_ahead = !n->optim || left >= n->optim;
 }
 
+uint64_t ferry_footprint_param_cache(uint64_t pool, const ferry_footprint_host *n, int optim_ahead) {
+  double room = (double)pool - (double)n->total + (double)n->params +
+                (optim_ahead ? -(double)n->optim - (double)n->slack / 2 : (double)n->slack / 4);
+  return room < 1 ? 1 : (uint64_t)room;
+}
+
 uint64_t ferry_footprint_nvme_swap(const ferry_tier home[FERRY_FAMILIES],
                                    const ferry_footprint_family fam[FERRY_FAMILIES],
                                    uint64_t chunk_size) {
