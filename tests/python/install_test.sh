@@ -31,7 +31,8 @@ if [ "$MODE" = ci ]; then
   set -- --config-settings=cmake.define.FERRY_CUDA=OFF --config-settings=build-dir="$WORK/build"
   if command -v ccache >/dev/null 2>&1; then
     set -- "$@" --config-settings=cmake.define.CMAKE_C_COMPILER_LAUNCHER=ccache
-    export CCACHE_BASEDIR="$WORK"
+    # hits from any folder: paths relative to WORK, and -g not hashing the folder
+    export CCACHE_BASEDIR="$WORK" CCACHE_NOHASHDIR=1
   fi
 fi
 start=$(date +%s)
