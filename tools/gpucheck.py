@@ -665,6 +665,7 @@ PY_PROBE = ("import importlib, json, sys\n"
             "if d['available']:\n    d['device'] = torch.cuda.get_device_name(0)\n"
             "print(json.dumps(d))\n")
 PY_NOT_ON_CUDA = {"python.install": "pip packaging: nothing of the device",
+                  "python.install.full": "pip packaging: nothing of the device",
                   "python.finetune_example": "examples/python/finetune.py runs the host "
                                              "backend only"}
 

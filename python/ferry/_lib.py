@@ -1,10 +1,11 @@
 """ferry._lib: finds and loads libferry.so and declares, with ctypes, the
 prototype of every C function and the layout of every struct the package uses.
 
-Search order: the FERRY_LIB environment variable (the path of libferry.so),
-then the installed library (ctypes.util.find_library and the usual prefixes),
-then build/lib/ of the source tree the package was installed from (recorded at
-install time in _install_info.py) or imported from.
+Search order: the FERRY_LIB environment variable (the path of libferry.so, for
+developers), then the copy bundled beside these modules (ferry/libferry.so, put
+there by `pip install ./python`), then the installed library
+(ctypes.util.find_library and the usual prefixes), then build/lib/ of the source
+tree the package is imported from (a checkout on PYTHONPATH).
 """
 import ctypes
 import ctypes.util
@@ -142,23 +143,16 @@ def _candidates():
     env = os.environ.get("FERRY_LIB")
     if env:
         return [env], True
-    out = []
+    here = os.path.dirname(os.path.abspath(__file__))
+    out = [os.path.join(here, "libferry.so")]  # the wheel's own copy
     found = ctypes.util.find_library("ferry")
     if found:
         out.append(found)
     for prefix in ("/usr/local/lib", "/usr/lib", "/usr/local/lib64", "/usr/lib64",
                    "/usr/lib/x86_64-linux-gnu"):
         out.append(os.path.join(prefix, "libferry.so"))
-    trees = []
-    try:
-        from . import _install_info  # written by setup.py at install time
-        trees.append(_install_info.SOURCE_TREE)
-    except ImportError:
-        pass
-    here = os.path.dirname(os.path.abspath(__file__))
-    trees.append(os.path.dirname(os.path.dirname(here)))  # python/ferry -> the tree
-    for t in trees:
-        out.append(os.path.join(t, "build", "lib", "libferry.so"))
+    # python/ferry -> the tree's build/lib: a checkout on PYTHONPATH
+    out.append(os.path.join(os.path.dirname(os.path.dirname(here)), "build", "lib", "libferry.so"))
     return out, False
 
 
@@ -174,8 +168,8 @@ def _load():
             errors.append("%s: %s" % (n, e))
     if from_env:
         raise ImportError("ferry: FERRY_LIB=%s cannot be loaded: %s" % (names[0], "; ".join(errors)))
-    raise ImportError("ferry: libferry.so not found (set FERRY_LIB to its path, install the "
-                      "library, or build it in the source tree's build/); tried: %s"
+    raise ImportError("ferry: libferry.so not found (pip install ./python bundles it; or set "
+                      "FERRY_LIB to its path, or build it in the source tree's build/); tried: %s"
                       % ("; ".join(errors) or ", ".join(names)))
 
 
