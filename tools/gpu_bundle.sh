@@ -92,6 +92,15 @@ gather_programs() {
   # gpucheck/lib) for --device cuda; ldd of the program does not name it
   [ -f "$BUILD/lib/libferry-gpt-cuda.so" ] || die "$BUILD/lib/libferry-gpt-cuda.so was not built"
   cp "$BUILD/lib/libferry-gpt-cuda.so" "$OUT/lib/"
+  # libmpi: libferry dlopen()s it at the first MPI or NCCL communicator
+  # (comm/mpi_abi.c), so ldd names it nowhere; it travels with its libraries
+  local mpi
+  mpi=$(ldconfig -p 2>/dev/null | awk '$1 == "libmpi.so.40" { print $NF; exit }')
+  if [ -n "$mpi" ]; then
+    cp -L "$mpi" "$OUT/lib/libmpi.so.40"
+  else
+    say "note: no libmpi.so.40 here: the bundle's MPI and NCCL communicators will not load" >&2
+  fi
   ctest --test-dir "$BUILD" --show-only=json-v1 >"$BUILD/ctest.json" || die "ctest --show-only failed"
   python3 tools/gpucheck.py manifest "$BUILD/ctest.json" "$ROOT" "$ROOT/$BUILD" "$OUT" ||
     die "the test manifest could not be made"
