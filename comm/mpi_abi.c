@@ -30,12 +30,13 @@ _Static_assert(sizeof(void (*)(void)) == sizeof(void *), "dlsym gives function p
 typedef struct {
   const char *sym;
   size_t off;
+  int object; /* a predefined object (a handle), not a function */
 } abi_entry;
 
 #define FN(name)                                                                                   \
-  { "MPI_" #name, offsetof(ferry_mpi_abi, name) }
+  { "MPI_" #name, offsetof(ferry_mpi_abi, name), 0 }
 #define OBJ(sym, field)                                                                            \
-  { sym, offsetof(ferry_mpi_abi, field) }
+  { sym, offsetof(ferry_mpi_abi, field), 1 }
 
 static const abi_entry k_entries[] = {
     FN(Init_thread),
@@ -87,11 +88,16 @@ static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
 static ferry_mpi_abi g_abi; /* (g_mu until g_ready) */
 static int g_ready;         /* (g_mu) g_abi is filled */
 
-/* Fills g_abi from h; the first missing symbol's name, or NULL. */
+/* Fills g_abi from h; the first missing symbol's name, or NULL. A handle
+ * is looked up in the global scope first: a program that links libmpi
+ * itself (and calls MPI_Init, as dist.h allows) holds a copy-relocated
+ * ompi_mpi_comm_world that libmpi uses instead of its own, and
+ * dlsym(h, ...) would give libmpi's unused original. */
 static const char *fill(void *h) {
   ferry_mpi_abi t;
   for (size_t i = 0; i < sizeof k_entries / sizeof *k_entries; i++) {
-    void *p = dlsym(h, k_entries[i].sym);
+    void *p = k_entries[i].object ? dlsym(RTLD_DEFAULT, k_entries[i].sym) : NULL;
+    if (!p) p = dlsym(h, k_entries[i].sym);
     if (!p) return k_entries[i].sym;
     memcpy((char *)&t + k_entries[i].off, &p, sizeof p);
   }
