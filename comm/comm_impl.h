@@ -122,6 +122,9 @@ extern const ferry_comm_ops ferry_comm_mpi_ops;
  * when ferry initialized it). */
 int ferry_mpi_acquire(ferry_errbuf *e);
 void ferry_mpi_release(void);
+/* The same after a communicator broke: MPI is never finalized (MPI_Finalize
+ * would wait for ranks that hang or died; the program aborts). */
+void ferry_mpi_release_broken(void);
 /* Rank, size, local rank and local size of COMM_WORLD. */
 int ferry_mpi_world_info(ferry_errbuf *e, int *rank, int *size, int *local_rank, int *local_size);
 /* root's `bytes` of buf to every rank (a private duplicate of COMM_WORLD). */

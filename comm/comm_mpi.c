@@ -112,6 +112,13 @@ out:
   return st;
 }
 
+void ferry_mpi_release_broken(void) {
+  pthread_mutex_lock(&g_mu);
+  g_no_finalize = 1;
+  pthread_mutex_unlock(&g_mu);
+  ferry_mpi_release();
+}
+
 void ferry_mpi_release(void) {
   pthread_mutex_lock(&g_mu);
   if (g_refs > 0 && --g_refs == 0 && !g_no_finalize) {
@@ -246,10 +253,7 @@ static void mpi_shutdown(ferry_comm *c, int broken) {
   if (broken) {
     /* A collective may still hang on m->comm: keep it, and never finalize
      * (MPI_Finalize would wait for the other ranks); the program aborts. */
-    pthread_mutex_lock(&g_mu);
-    g_no_finalize = 1;
-    pthread_mutex_unlock(&g_mu);
-    ferry_mpi_release();
+    ferry_mpi_release_broken();
     return;
   }
   if (m) {

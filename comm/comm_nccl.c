@@ -194,7 +194,10 @@ static int nccl_dup(ferry_comm *parent, ferry_comm *child) {
 static void nccl_shutdown(ferry_comm *c, int broken) {
   impl_free(c->impl, broken);
   c->impl = NULL;
-  ferry_mpi_release();
+  if (broken)
+    ferry_mpi_release_broken();
+  else
+    ferry_mpi_release();
 }
 
 static ncclDataType_t nccl_type(ferry_dtype dt) {
