@@ -95,7 +95,8 @@ gather_programs() {
   # libmpi: libferry dlopen()s it at the first MPI or NCCL communicator
   # (comm/mpi_abi.c), so ldd names it nowhere; it travels with its libraries
   local mpi
-  mpi=$(ldconfig -p 2>/dev/null | awk '$1 == "libmpi.so.40" { print $NF; exit }')
+  mpi=$({ /sbin/ldconfig -p 2>/dev/null || true; } |
+    awk '$1 == "libmpi.so.40" && /x86-64/ && m == "" { m = $NF } END { print m }')
   if [ -n "$mpi" ]; then
     cp -L "$mpi" "$OUT/lib/libmpi.so.40"
   else
