@@ -144,7 +144,12 @@ def _candidates():
     if env:
         return [env], True
     here = os.path.dirname(os.path.abspath(__file__))
-    out = [os.path.join(here, "libferry.so")]  # the wheel's own copy
+    bundled = os.path.join(here, "libferry.so")  # the wheel's own copy
+    if os.path.exists(bundled):
+        # an installed wheel loads its own copy or says why not: another
+        # libferry.so found further on would not match this package
+        return [bundled], True
+    out = []
     found = ctypes.util.find_library("ferry")
     if found:
         out.append(found)
@@ -157,17 +162,19 @@ def _candidates():
 
 
 def _load():
-    names, from_env = _candidates()
+    names, only = _candidates()
     errors = []
     for n in names:
-        if not from_env and os.path.isabs(n) and not os.path.exists(n):
+        if not only and os.path.isabs(n) and not os.path.exists(n):
             continue
         try:
             return ctypes.CDLL(n)
         except OSError as e:
             errors.append("%s: %s" % (n, e))
-    if from_env:
-        raise ImportError("ferry: FERRY_LIB=%s cannot be loaded: %s" % (names[0], "; ".join(errors)))
+    if only:
+        what = ("FERRY_LIB=%s" % names[0]) if os.environ.get("FERRY_LIB") else (
+            "the package's own %s" % names[0])
+        raise ImportError("ferry: %s cannot be loaded: %s" % (what, "; ".join(errors)))
     raise ImportError("ferry: libferry.so not found (pip install ./python bundles it; or set "
                       "FERRY_LIB to its path, or build it in the source tree's build/); tried: %s"
                       % ("; ".join(errors) or ", ".join(names)))
