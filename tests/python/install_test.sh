@@ -18,7 +18,7 @@ if ! "$PY" -m venv "$WORK/venv" >"$WORK/venv.log" 2>&1; then
   echo "skip: $PY -m venv failed (apt-get install python3-venv):"; tail -2 "$WORK/venv.log"; exit 77
 fi
 VPY=$WORK/venv/bin/python
-if ! timeout 90 "$VPY" -m pip download -q --no-deps -d "$WORK/dl" "scikit-build-core>=0.10" \
+if ! timeout 30 "$VPY" -m pip download -q --timeout 10 --retries 1 --no-deps -d "$WORK/dl" "scikit-build-core>=0.10" \
      >"$WORK/pypi.log" 2>&1; then
   echo "skip: PyPI not reachable (pip needs scikit-build-core to build the package):"
   tail -2 "$WORK/pypi.log"; exit 77
