@@ -260,14 +260,15 @@ static int parse_file_line(mcur *c, ckpt_manifest *m, size_t i) {
   return 0;
 }
 
-/* Version 4: "param_steps <n>", then n lines "param_step <index> <steps>"
- * (indices increasing, below tensors; each count at most the step). */
+/* Version 4: "param_steps <n>", then n lines "param_step <index> <steps>
+ * <name>" (indices increasing, below tensors; each count at most the step;
+ * the name the rest of the line, printable as every line is). */
 static int parse_param_steps(mcur *c, ckpt_manifest *m) {
   if (m->version < 4) return 0;
   uint64_t n;
   int rc = key_u64(c, "param_steps", m->tensors, &n);
   if (rc) return rc;
-  if (n > c->len / 15 + 1) return mfail(c, "param_steps %" PRIu64 ": more than the manifest can list", n);
+  if (n > c->len / 17 + 1) return mfail(c, "param_steps %" PRIu64 ": more than the manifest can list", n);
   m->steps = calloc(n ? n : 1, sizeof *m->steps);
   if (!m->steps) return FERRY_ENOMEM;
   m->nsteps = n;
@@ -276,12 +277,18 @@ static int parse_param_steps(mcur *c, ckpt_manifest *m) {
     size_t len;
     if ((rc = next_line(c)) || (rc = expect_key(c, "param_step", &r, &len))) return rc;
     const char *sp = memchr(r, ' ', len);
-    if (!sp) return mfail(c, "expected \"param_step <index> <steps>\"");
+    const char *sp2 = sp ? memchr(sp + 1, ' ', (size_t)(r + len - sp - 1)) : NULL;
+    if (!sp2) return mfail(c, "expected \"param_step <index> <steps> <name>\"");
+    size_t nlen = (size_t)(r + len - sp2 - 1);
+    if (nlen == 0 || nlen > CKPT_NAME_MAX)
+      return mfail(c, "param_step: a name of %zu bytes (1 to %d)", nlen, CKPT_NAME_MAX);
     uint64_t idx, st;
     if ((rc = parse_u64(c, "param_step index", r, (size_t)(sp - r), UINT64_MAX, &idx)) ||
-        (rc = parse_u64(c, "param_step count", sp + 1, (size_t)(r + len - sp - 1),
+        (rc = parse_u64(c, "param_step count", sp + 1, (size_t)(sp2 - sp - 1),
                         (uint64_t)FERRY_STEP_MAX, &st)))
       return rc;
+    memcpy(m->steps[i].name, sp2 + 1, nlen);
+    m->steps[i].name[nlen] = 0;
     if (idx >= m->tensors)
       return mfail(c, "param_step index %" PRIu64 ": the checkpoint has %" PRIu64 " params", idx,
                    m->tensors);
@@ -357,7 +364,7 @@ int ckpt_manifest_parse(const char *text, size_t len, int check_crc, ckpt_manife
 
 int ckpt_manifest_format(const ckpt_manifest *m, char **text, size_t *len) {
   if (!m || !text || !len) return FERRY_EINVAL;
-  size_t cap = 1024 + m->nfiles * (CKPT_PATH_MAX + 48) + m->nsteps * 64;
+  size_t cap = 1024 + m->nfiles * (CKPT_PATH_MAX + 48) + m->nsteps * (64 + CKPT_NAME_MAX);
   char *s = malloc(cap);
   if (!s) return FERRY_ENOMEM;
   int n = snprintf(s, cap,
@@ -387,8 +394,8 @@ int ckpt_manifest_format(const ckpt_manifest *m, char **text, size_t *len) {
                            m->files[i].bytes, m->files[i].crc);
   if (m->nsteps) at += (size_t)snprintf(s + at, cap - at, "param_steps %zu\n", m->nsteps);
   for (size_t i = 0; i < m->nsteps; i++)
-    at += (size_t)snprintf(s + at, cap - at, "param_step %" PRIu64 " %" PRId64 "\n",
-                           m->steps[i].index, m->steps[i].steps);
+    at += (size_t)snprintf(s + at, cap - at, "param_step %" PRIu64 " %" PRId64 " %s\n",
+                           m->steps[i].index, m->steps[i].steps, m->steps[i].name);
   uint32_t crc = ferry_crc32c(0, s, at);
   at += (size_t)snprintf(s + at, cap - at, "crc32c %08" PRIx32 "\n", crc);
   *text = s;

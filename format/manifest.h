@@ -18,6 +18,7 @@
 #define CKPT_MANIFEST_MAX (1u << 20)  /* bytes of a manifest */
 #define CKPT_MAX_FILES 4096
 #define CKPT_PATH_MAX 200             /* bytes of a file path inside a checkpoint */
+#define CKPT_NAME_MAX 255             /* bytes of a param's name (memory/'s limit) */
 #define CKPT_MAX_BLOB (1ull << 30)    /* bytes of the caller's blob */
 #define CKPT_MAX_FILE_BYTES (1ull << 50)
 
@@ -28,10 +29,13 @@ typedef struct {
 } ckpt_file;
 
 /* A param whose own optimizer step count is not the checkpoint's step (it
- * got no gradient in some steps): its index in registration order. */
+ * got no gradient in some steps): its index in registration order when
+ * saved and its name, which a load goes by (tensors are matched by name, so
+ * a model that registers its params in another order loads too). */
 typedef struct {
   uint64_t index;
-  int64_t steps; /* <= the checkpoint's step */
+  int64_t steps;                 /* <= the checkpoint's step */
+  char name[CKPT_NAME_MAX + 1];
 } ckpt_param_step;
 
 /* Everything a manifest holds, in the order its lines come. */

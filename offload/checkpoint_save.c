@@ -5,6 +5,7 @@
  * pruned. With ranks a save is a collective in three agreed phases.
  */
 #include "offload/checkpoint_common.h"
+#include "core/untrusted.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -246,15 +247,30 @@ static int save_files(ckpt_ctx *c, const char *tmp, const void *blob, size_t blo
 }
 
 /* The params whose own step count is not the engine's `steps` (they got
- * no gradient in some step), in registration order, into m. */
+ * no gradient in some step), in registration order, into m; a status. A
+ * name the manifest cannot carry (a byte outside printable ASCII) is
+ * refused here, before the checkpoint is made. */
 static int param_steps(ckpt_ctx *c, int64_t steps, ckpt_manifest *m) {
   engine_param_iter it = engine_params(c->e, 0);
   for (const engine_param_view *p; (p = engine_params_next(&it));) {
     if (p->steps == steps) continue;
-    if (!m->steps && !(m->steps = calloc(c->f.nparams, sizeof *m->steps))) return -ENOMEM;
-    m->steps[m->nsteps++] = (ckpt_param_step){p->index, p->steps};
+    size_t len = strlen(p->name);
+    for (size_t k = 0; k < len; k++)
+      if (p->name[k] < 0x20 || p->name[k] > 0x7e) len = CKPT_NAME_MAX + 1;
+    if (len > CKPT_NAME_MAX) {
+      char esc[160];
+      return ferry_err(c->f.err, FERRY_EINVAL,
+                       "checkpoint: param '%s' has its own step count, and its name cannot be "
+                       "written in the manifest (printable ASCII, at most %d bytes)",
+                       ferry_escape(p->name, esc, sizeof esc), CKPT_NAME_MAX);
+    }
+    if (!m->steps && !(m->steps = calloc(c->f.nparams, sizeof *m->steps)))
+      return ferry_err(c->f.err, FERRY_ENOMEM, "checkpoint: out of memory");
+    ckpt_param_step *ps = &m->steps[m->nsteps++];
+    *ps = (ckpt_param_step){.index = p->index, .steps = p->steps};
+    memcpy(ps->name, p->name, len + 1);
   }
-  return 0;
+  return FERRY_OK;
 }
 
 /* The manifest of the complete files in tmp (each file's size and CRC32C,
@@ -282,8 +298,11 @@ static int save_manifest(ckpt_ctx *c, const char *tmp, size_t blob_len) {
   m.tensors = c->f.nparams;
   m.blob_bytes = blob_len;
   size_t cap = 0;
-  r = param_steps(c, pg.steps, &m);
-  if (!r) r = list_files(tmp, "params", &m.files, &m.nfiles, &cap);
+  if ((rc = param_steps(c, pg.steps, &m))) {
+    ckpt_manifest_free(&m);
+    return rc;
+  }
+  r = list_files(tmp, "params", &m.files, &m.nfiles, &cap);
   if (!r) r = list_files(tmp, "optim", &m.files, &m.nfiles, &cap);
   if (!r) r = list_files(tmp, "", &m.files, &m.nfiles, &cap);
   if (r) {

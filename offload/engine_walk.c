@@ -3,6 +3,8 @@
  */
 #include "offload/engine_impl.h"
 
+#include <string.h>
+
 void engine_walk_facts(ferry_engine *e, engine_facts *out) {
   *out = (engine_facts){
       .dtype = e->dtype,
@@ -35,6 +37,17 @@ void engine_param_at(ferry_engine *e, size_t i, engine_param_view *out) {
 
 void engine_param_set_steps(ferry_engine *e, size_t i, int64_t steps) {
   e->gt.params[i].steps = steps;
+}
+
+int engine_param_index(ferry_engine *e, const char *name, size_t hint, size_t *index) {
+  if (hint < e->gt.nparams && !strcmp(e->gt.params[hint].name, name)) {
+    *index = hint;
+    return 0;
+  }
+  const eng_param *p = group_find(e, name);
+  if (!p) return -1;
+  *index = (size_t)(p - e->gt.params);
+  return 0;
 }
 
 engine_param_iter engine_params(ferry_engine *e, int by_group) {

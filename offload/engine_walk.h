@@ -70,6 +70,9 @@ const engine_param_view *engine_params_next(engine_param_iter *it);
 void engine_param_at(ferry_engine *e, size_t i, engine_param_view *out);
 /* Sets param i's own step count (after engine_restore, from a checkpoint). */
 void engine_param_set_steps(ferry_engine *e, size_t i, int64_t steps);
+/* The registration index of the param called name: hint first (its index
+ * when a checkpoint was saved), else a lookup. 0, or -1: no such param. */
+int engine_param_index(ferry_engine *e, const char *name, size_t hint, size_t *index);
 /* Rank r's share of p: its element count and *off (param-relative). */
 size_t engine_param_piece(ferry_engine *e, const engine_param_view *p, int r, size_t *off);
 /* The suffix of role r's tensor name after the param's ("", ".master", ...). */

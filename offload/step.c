@@ -27,6 +27,8 @@ int ferry_zero_grads(ferry_engine *e) {
     if (rc) return rc;
     drain_clear_norm(e, g);
   }
+  /* the discarded micro-batches' marks go with their grads */
+  for (size_t i = 0; i < e->gt.nparams; i++) e->gt.params[i].no_grad = e->gt.params[i].got_grad = 0;
   drain_reset_micro(e);
   return FERRY_OK;
 }
