@@ -354,6 +354,23 @@ static void check_checkpoint(const char *scratch) {
   ref_free(&r3);
 }
 
+/* A mark of a micro-batch that ferry_zero_grads discarded (backward threw
+ * after ferry_param_no_grad, the user zeroed the grads and ran it again)
+ * does not carry over: the redone micro-batch's gradient is taken. */
+static void check_discarded_mark(void) {
+  printf("-- a no-grad mark discarded by ferry_zero_grads\n");
+  run_t A;
+  run_open(&A, "skip", 0, "host");
+  ref_model r;
+  ref_init(&r);
+  EXPECT_EQ_INT(ferry_param_no_grad(A.e, "a.b"), 0);
+  EXPECT_EQ_INT(ferry_zero_grads(A.e), 0);
+  for (int step = 1; step <= STEPS; step++) run_step(&A, step), ref_step(&r, step, 0);
+  EXPECT(same_as(&A, &r, "after a discarded mark", STEPS));
+  run_close(&A);
+  ref_free(&r);
+}
+
 int main(int argc, char **argv) {
   static const char *modes[] = {"skip", "zero"};
   for (int m = 0; m < 2; m++)
@@ -362,5 +379,6 @@ int main(int argc, char **argv) {
       check_mode(modes[m], eager, "gpu");
     }
   check_checkpoint(argc > 1 ? argv[1] : "missing-grad-scratch");
+  check_discarded_mark();
   return test_finish("offload.missing_grad");
 }
