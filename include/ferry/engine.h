@@ -130,7 +130,8 @@ FERRY_API int ferry_param_device(ferry_engine *e, const char *name, void **param
  * "skip" (the default, torch.optim's behaviour), left as it is by that
  * step: params, optimizer state and its own step count, which its later
  * bias corrections use (checkpoints keep it); with "zero" (DeepSpeed's) it
- * is stepped with zero grads. With ranks and "skip": FERRY_ENOTSUP. */
+ * is stepped with zero grads. ferry_zero_grads discards the marks with the
+ * grads. With ranks and "skip": FERRY_ENOTSUP. */
 FERRY_API int ferry_param_no_grad(ferry_engine *e, const char *name);
 /* The group's gradient buffers are complete once s reaches this point: the
  * engine drains them (D2H), accumulates them in fp32 and adds them to the
