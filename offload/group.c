@@ -259,9 +259,14 @@ int group_fetch(ferry_engine *e, uint32_t g, int family, ferry_tier tier, ferry_
   uint64_t seen = ferry_mem_changes(e->mem); /* before the try: no release goes unseen */
   int rc = ferry_mem_fetch(e->mem, g, family, tier, s, flags);
   double deadline = ferry_now() + GROUP_FETCH_WAIT;
-  while (rc == FERRY_ENOMEM && (!others_busy || others_busy(e)) &&
-         ferry_mem_wait_change(e->mem, &seen, deadline) == FERRY_OK)
+  while (rc == FERRY_ENOMEM) {
+    /* room may still come back: the other threads are at work, or one gave
+     * some back since the try (an update that ended just after it, whose
+     * thread is no longer busy) */
+    int may = !others_busy || others_busy(e) || ferry_mem_changes(e->mem) != seen;
+    if (!may || ferry_mem_wait_change(e->mem, &seen, deadline) != FERRY_OK) break;
     rc = ferry_mem_fetch(e->mem, g, family, tier, s, flags);
+  }
   return rc; /* the last try's FERRY_ENOMEM, its message in the manager's */
 }
 
