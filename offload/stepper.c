@@ -384,11 +384,6 @@ static int gather_params(ferry_engine *e, uint32_t g, int slot) {
   return FERRY_OK;
 }
 
-/* The optimizer pass over group i (its state and grads held): the CPU's
- * fused pass, which writes the new params into a staging buffer, or with
- * device math the CUDA AdamW on e->down, fused with the param copy (device
- * home: in place, once the loop's reads of them are done). Each param's
- * bias correction uses its own step count (eng_param.steps). */
 /* Group g has a param this step leaves as it is (no gradient,
  * optimizer.missing_grad = skip). */
 static int group_skips(ferry_engine *e, uint32_t g) {
@@ -438,6 +433,11 @@ static void sort_spans(ferry_engine *e, uint32_t g, uint32_t ns) {
   }
 }
 
+/* The optimizer pass over group i (its state and grads held): the CPU's
+ * fused pass, which writes the new params into a staging buffer, or with
+ * device math the CUDA AdamW on e->down, fused with the param copy (device
+ * home: in place, once the loop's reads of them are done). Each param's
+ * bias correction uses its own step count (eng_param.steps). */
 static int run_optimizer(ferry_engine *e, uint32_t i, int slot, float gscale, int64_t step) {
   void **dst = e->stepper.dsts;
   int gpu = engine_gpu_math(e), rc = FERRY_OK;

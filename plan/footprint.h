@@ -58,11 +58,6 @@ void ferry_footprint_staging_bytes(const ferry_footprint_engine *in, ferry_footp
 void ferry_footprint_host_need(const ferry_tier home[FERRY_FAMILIES],
                                const ferry_footprint_family fam[FERRY_FAMILIES],
                                ferry_footprint_host *out);
-/* What the pool leaves beside the need for reading ahead, less the device
- * pool's bytes (a device copy of an NVMe-homed chunk keeps its host copy):
- * *param_ahead, the NVMe param groups the loop may read ahead (SIZE_MAX
- * without NVMe params); *optim_ahead, whether the next group's NVMe
- * optimizer state has room. */
 /* The host bytes NVMe params keep cached (the engine's ferry_mem_cap, the
  * planner's cached groups at each turn): the room the working set leaves
  * in the pool, plus its two param groups (free at a turn: the loop holds
@@ -71,6 +66,11 @@ void ferry_footprint_host_need(const ferry_tier home[FERRY_FAMILIES],
  * hole a chunk is placed in is free at a turn, but partly cut into pieces
  * no whole group fills). At least 1. */
 uint64_t ferry_footprint_param_cache(uint64_t pool, const ferry_footprint_host *n, int optim_ahead);
+/* What the pool leaves beside the need for reading ahead, less the device
+ * pool's bytes (a device copy of an NVMe-homed chunk keeps its host copy):
+ * *param_ahead, the NVMe param groups the loop may read ahead (SIZE_MAX
+ * without NVMe params); *optim_ahead, whether the next group's NVMe
+ * optimizer state has room. */
 void ferry_footprint_read_ahead(uint64_t pool, uint64_t dev_pool, const ferry_footprint_host *n,
                                 size_t *param_ahead, int *optim_ahead);
 /* The NVMe swap files: each NVMe-homed chunk's bytes in a slot of its own
