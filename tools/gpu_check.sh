@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# tools/gpu_check.sh [--dry-run] [--parts LIST] [OUTDIR] — the GPU check in
+# tools/gpu_check.sh [--dry-run|--rehearse] [--parts LIST] [OUTDIR] — the GPU check in
 # one command, on a machine with an NVIDIA GPU, run from the repository
 # root with gpucheck/ (tools/gpu_bundle.sh) carried along. It builds
 # nothing. It runs these parts in this order, each under its own time limit
@@ -66,6 +66,7 @@ dry=() parts=() out=
 while [ $# -gt 0 ]; do
   case $1 in
   --dry-run) dry=(--dry-run) ;;
+  --rehearse) dry=(--rehearse) ;;
   --parts)
     [ $# -ge 2 ] || { echo "gpu_check: --parts wants a list (gpucheck.py parts lists them)" >&2; exit 2; }
     parts=(--parts "$2")

@@ -118,6 +118,7 @@ def manifest_entry(t, root, build):
         "env": [bundle_sources(rewrite(e, root, build))
                 for e in as_list(props.get("ENVIRONMENT"))],
         "serial": bool(props.get("RUN_SERIAL", False)),
+        "labels": as_list(props.get("LABELS")),
     }
     return entry, None
 
@@ -155,6 +156,30 @@ def make_manifest(ctest_json, root, build, bundle):
 # ---- running tests as ctest would ----------------------------------------------------
 
 
+# MPI: libferry opens libmpi.so.40 (the bundle carries it and its libraries)
+# when the first MPI or NCCL communicator is made, but OpenMPI starts only
+# with its mca_* plugins and help files, which the bundle does not carry: a
+# test that starts MPI runs only where the machine has OpenMPI (mpirun on
+# PATH), else it is a skip saying so. Those tests: label mpi, an MPI
+# launcher among the command's words, or NCCL's (its bootstrap is MPI).
+MPI_LAUNCHERS = ("mpirun", "mpiexec", "orterun")
+NEEDS_MPI = {"comm.nccl": "the NCCL communicator starts over MPI"}
+
+
+def needs_missing_mpi(t):
+    """Why manifest entry t cannot run here (it starts MPI and this machine
+    has no OpenMPI), or None."""
+    words = [os.path.basename(w) for w in t["command"]]
+    if not ("mpi" in t.get("labels", []) or t["name"] in NEEDS_MPI or
+            any(w in MPI_LAUNCHERS for w in words)):
+        return None
+    if any(shutil.which(m) for m in MPI_LAUNCHERS):
+        return None
+    return ("needs OpenMPI (%s), which this machine lacks (no mpirun on PATH) and the bundle "
+            "does not carry: its libmpi.so.40 cannot start without OpenMPI's mca_* plugins and "
+            "help files" % NEEDS_MPI.get(t["name"], "it starts MPI"))
+
+
 def resolve(s, root, bundle):
     return s.replace("@ROOT@", root).replace("@BUNDLE@", bundle)
 
@@ -186,6 +211,9 @@ def run_one_test(t, ctx, deadline, wrap=None, timeout_cap=None):
     left = deadline - time.time()
     if left < 3:
         return {"name": name, "status": "not_run", "why": "out of the part's time"}
+    why = needs_missing_mpi(t)
+    if why:
+        return {"name": name, "status": "skip", "why": why}
     limit = min(t["timeout"], left, timeout_cap or t["timeout"])
     cmd = (wrap or []) + [resolve(w, ctx["root"], ctx["bundle"]) for w in t["command"]]
     cwd = resolve(t["cwd"], ctx["root"], ctx["bundle"])
@@ -196,7 +224,7 @@ def run_one_test(t, ctx, deadline, wrap=None, timeout_cap=None):
         env[k] = v
     log = os.path.join(ctx["logs"], re.sub(r"[^A-Za-z0-9._-]", "_", name) + ".log")
     t0 = time.time()
-    res = run_cmd(cmd, limit, env=env, cwd=cwd, log=log)
+    res = run_cmd(cmd, limit, env=env, cwd=cwd, log=log, gpu_optional=True)
     rec = {"name": name, "wall_s": round(time.time() - t0, 3), "rc": res["rc"],
            "log": os.path.relpath(log, ctx["out"]) if ctx.get("out") else log}
     if res["timed_out"] and limit < t["timeout"]:
@@ -250,9 +278,19 @@ def kill_live():
         kill_group(p)
 
 
-def run_cmd(cmd, timeout, env=None, cwd=None, log=None):
+def run_cmd(cmd, timeout, env=None, cwd=None, log=None, gpu_optional=False):
     """Runs cmd with a time limit (its whole process group is killed past
-    it); output (stdout and stderr together) into log and returned."""
+    it); output (stdout and stderr together) into log and returned. In a
+    rehearsal (--rehearse) a program that finds no GPU raises
+    gpucheck_rehearse.NeedsGpu, unless gpu_optional (the part goes on
+    without its figures, as it would on the GPU machine)."""
+    res = _run_cmd(cmd, timeout, env, cwd, log)
+    if not gpu_optional:
+        gpucheck_rehearse.stop_if_no_gpu(cmd, res["rc"], res["output"])
+    return res
+
+
+def _run_cmd(cmd, timeout, env, cwd, log):
     t0 = time.time()
     try:
         p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env,
@@ -680,6 +718,7 @@ class Check:
         self.t0 = time.time()
         self.deadline = self.t0 + a.budget
         self.dry_run = a.dry_run
+        gpucheck_rehearse.ON = self.rehearse = a.rehearse and not a.dry_run
         self.parts, _ = select_parts(a.parts)
         self.no_gpu = "--dry-run: the GPU parts are not run" if a.dry_run else None
         self.manifest = []
@@ -691,12 +730,15 @@ class Check:
         self.lib_dirs, self.libs_missing = cuda_lib_dirs(needs)
         self.env = bundle_env(self.bundle, self.lib_dirs)
         gpu, why = (None, self.no_gpu) if self.no_gpu else gpu_info()
+        if self.rehearse:  # every part runs until a program finds no GPU
+            gpu, why = {"name": "none (--rehearse)", "driver": "", "memory_total_mib": None,
+                        "count": 0}, None
         self.no_gpu = self.no_gpu or why
         self.res = Results(self.out, {
             "schema": 1, "tool": "tools/gpu_check.sh", "host": socket.gethostname(),
             "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "budget_s": a.budget,
             "gpu": gpu, "no_gpu_reason": self.no_gpu, "bundle": self.bundle,
-            "parts_asked": a.parts or "all", "parts_run": self.parts,
+            "parts_asked": a.parts or "all", "parts_run": self.parts, "rehearsal": self.rehearse,
             "cuda_lib_dirs": self.lib_dirs, "ld_library_path": self.env["LD_LIBRARY_PATH"]})
 
     def read_list(self, name):
@@ -884,8 +926,8 @@ class Check:
         """The --device cpu runs, one model after the other, on 8 threads
         beside the GPU parts (the engine's losses do not depend on the
         placement, so one reference per model serves all three)."""
-        if self.no_gpu or not os.path.exists(self.prog("ferry-gpt")):
-            return
+        if self.no_gpu or self.rehearse or not os.path.exists(self.prog("ferry-gpt")):
+            return  # (a rehearsal's gpt part stops at its first GPU run)
 
         def work():
             for model in GPT_MODELS:
@@ -994,7 +1036,8 @@ class Check:
             if not exe or not os.access(exe, os.X_OK):
                 probes.append({"python": c, "why": "not found"})
                 continue
-            r = run_cmd([exe, "-c", PY_PROBE] + list(modules), 90, env=self.env, cwd=self.root)
+            r = run_cmd([exe, "-c", PY_PROBE] + list(modules), 90, env=self.env, cwd=self.root,
+                        gpu_optional=True)
             figs, why = probe_verdict(r["output"], r["rc"])
             probes.append(dict(figs, python=exe, why=why) if why else dict(figs, python=exe))
             if not why:
@@ -1160,7 +1203,12 @@ class Check:
             if "gpt" in self.parts:
                 self.start_cpu_reference()
             for name in self.parts[1:]:
-                run[name]()
+                t0 = time.time()
+                try:
+                    run[name]()
+                except gpucheck_rehearse.NeedsGpu as e:  # only in a rehearsal
+                    kill_live()
+                    gpucheck_rehearse.reached(self.res, name, e, time.time() - t0)
         else:
             for name in self.parts[1:]:
                 self.res.part(name, "skip", reason="no bundle (see preflight)")
@@ -1244,6 +1292,20 @@ def selftest():
     gpucheck_13b.selftest()
     gpucheck_adam.selftest()
     gpucheck_peers.selftest()
+    gpucheck_rehearse.selftest()
+    mpi = {"name": "comm.mpi.np2", "command": ["mpirun", "-np", "2", "x"], "labels": []}
+    path = os.environ.get("PATH", "")
+    os.environ["PATH"] = "/nonexistent"
+    try:
+        assert "needs OpenMPI (it starts MPI)" in needs_missing_mpi(mpi)
+        assert "NCCL communicator" in needs_missing_mpi(dict(mpi, name="comm.nccl", command=["t"]))
+        assert needs_missing_mpi(dict(mpi, labels=["mpi"], command=["t"])) is not None
+        assert needs_missing_mpi(dict(mpi, name="comm.self", command=["t"])) is None
+        rec = run_one_test(dict(mpi, timeout=5, cwd="/"), {"root": "/", "bundle": "/", "env": {},
+                                                  "logs": "/nonexistent"}, time.time() + 9)
+        assert rec["status"] == "skip" and "OpenMPI" in rec["why"], rec
+    finally:
+        os.environ["PATH"] = path
     print("gpucheck selftest: ok")
     return 0
 
@@ -1260,6 +1322,8 @@ def main(argv):
     c.add_argument("--out", default="build/gpucheck")
     c.add_argument("--budget", type=float, default=450)
     c.add_argument("--dry-run", action="store_true")
+    c.add_argument("--rehearse", action="store_true",
+                   help="no GPU needed: each part runs until a program finds none")
     c.add_argument("--parts", default=None, help="comma-separated parts to run (default: all)")
     pl = sub.add_parser("parts")
     pl.add_argument("list", nargs="?", default=None)
@@ -1309,6 +1373,7 @@ import gpucheck_scale  # noqa: E402  (tools/, beside this file)
 import gpucheck_13b  # noqa: E402
 import gpucheck_adam  # noqa: E402
 import gpucheck_peers  # noqa: E402
+import gpucheck_rehearse  # noqa: E402
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv[1:]))

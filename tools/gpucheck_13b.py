@@ -276,6 +276,7 @@ def run_stream(cmd, limit, log, env=None, cwd=None, grace=GRACE):
         if res["interrupted"]:
             f.write("[gpucheck: SIGINT at %.0f s%s]\n" % (
                 limit - grace, ", SIGKILL at %.0f s" % limit if res["killed"] else ""))
+    gc.gpucheck_rehearse.stop_if_no_gpu(cmd, res["rc"], output_of(res))
     return res
 
 
@@ -416,10 +417,11 @@ def plan_fp32_run(mode, base, profile, extra):
 # ---- the profile: this machine's figures for the plan ------------------------------------
 
 
-def run_json(mode, cmd, limit, log, keep):
+def run_json(mode, cmd, limit, log, keep, gpu_optional=False):
     """cmd's last JSON line that keep accepts, with the command; else its
     exit status and tail."""
-    r = gc.run_cmd(cmd, max(limit, 1), env=mode.env, cwd=mode.root, log=mode.log(log))
+    r = gc.run_cmd(cmd, max(limit, 1), env=mode.env, cwd=mode.root, log=mode.log(log),
+                   gpu_optional=gpu_optional)
     objs = [o for o in gc.json_lines(r["output"]) if keep(o)]
     if r["rc"] == 0 and objs:
         return dict(objs[-1], command=shlex.join(cmd))
@@ -434,14 +436,14 @@ def compute_rate(mode, model, batch, seq, deadline, tag):
            "--batch", str(batch), "--seq", str(seq), "--checkpointing", "on", "--iters", "5",
            "--json"]
     c = run_json(mode, cmd, min(60, deadline - time.time()), "13b-compute-" + tag,
-                 lambda o: o.get("result") == "step" and o.get("tflops"))
+                 lambda o: o.get("result") == "step" and o.get("tflops"), gpu_optional=True)
     if c.get("tflops"):
         return dict(c, source=shlex.join(cmd[1:]))
     if not mode.gpu:
         return dict(c, tflops=None)
     g = run_json(mode, [mode.prog("ferry-cuda-peak"), "--gemm", "8192", "--iters", "20", "--json"],
                  min(45, deadline - time.time()), "13b-gemm-" + tag,
-                 lambda o: o.get("bench") == "cuda_gemm")
+                 lambda o: o.get("bench") == "cuda_gemm", gpu_optional=True)
     return dict(g, bench_compute=c,
                 source="ferry-cuda-peak --gemm 8192 (bf16, fp32 compute; ferry bench compute "
                        "gave none)")
@@ -455,7 +457,8 @@ def measure_profile(mode, model, adam_args, deadline, tag):
     figures)."""
     prof = {"format": "ferry-profile", "version": 1, "machine": "gpucheck part 13b",
             "sources": {}}
-    adam = [mode.prog("ferry"), "bench", "adam", "--params", "256M" if mode.gpu else "1M",
+    adam = [mode.prog("ferry"), "bench", "adam", "--params",
+            gc.gpucheck_rehearse.size("profile_adam_params", "256M") if mode.gpu else "1M",
             "--threads", "0", "--steps", "3", "--json"] + adam_args
     figs = {"adam": run_json(mode, adam, min(60, deadline - time.time()), "13b-adam-" + tag,
                              lambda o: o.get("gb_per_s", 0) > 0)}
@@ -472,7 +475,7 @@ def measure_profile(mode, model, adam_args, deadline, tag):
     if mode.gpu and "copy" not in mode.cache:
         c = gc.run_cmd([mode.prog("ferry-cuda-peak"), "--size", "1G", "--iters", "5", "--json"],
                        max(min(30, deadline - time.time()), 1), env=mode.env, cwd=mode.root,
-                       log=mode.log("13b-copy"))
+                       log=mode.log("13b-copy"), gpu_optional=True)
         mode.cache["copy"] = {x["direction"]: x.get("gb_per_s") for x in gc.json_lines(c["output"])
                               if x.get("bench") == "cuda_peak"}
     figs["copy"] = mode.cache.get("copy", {})
@@ -877,7 +880,9 @@ def part_13b(ck):
         return
     t0 = time.time()
     deadline = t0 + ck.allow("13b")
-    mode = Mode(True, os.path.join(ck.bundle, "bin"), ck.root, ck.out, env=ck.env)
+    # (a rehearsal plans against the GPU machine's RAM, so that its runs start)
+    mode = Mode(True, os.path.join(ck.bundle, "bin"), ck.root, ck.out, env=ck.env,
+                host_mem=gc.gpucheck_rehearse.GPU_HOST_RAM if ck.rehearse else None)
 
     def progress(fig, what):
         ck.res.part("13b", "running", "", time.time() - t0, fig, log="logs/13b-*.log",

@@ -67,7 +67,10 @@ def adam_part(ck):
         return
     t0 = time.time()
     deadline = t0 + ck.allow("adam")
-    fig = {"params": PARAMS, "threads": THREADS, "steps": STEPS, "cpu": cpu_model(),
+    # a rehearsal runs the same commands on a few params
+    params = gc.gpucheck_rehearse.size("adam_params", PARAMS)
+    steps = gc.gpucheck_rehearse.size("adam_steps", STEPS)
+    fig = {"params": params, "threads": THREADS, "steps": steps, "cpu": cpu_model(),
            "cpus": os.cpu_count(), "runs": {}}
     cmds, why = [], []
     for k, (name, flags) in enumerate(RUNS):
@@ -75,8 +78,8 @@ def adam_part(ck):
         if left < 5:
             why.append("%s: out of the part's time" % name)
             break
-        cmd = [ck.prog("ferry"), "bench", "adam", "--params", PARAMS, "--threads", str(THREADS),
-               "--steps", str(STEPS), "--grad", "bf16", "--roofline", "--json"] + list(flags)
+        cmd = [ck.prog("ferry"), "bench", "adam", "--params", params, "--threads", str(THREADS),
+               "--steps", str(steps), "--grad", "bf16", "--roofline", "--json"] + list(flags)
         # an equal share of what is left for each run still to come
         r = ck.run(cmd, left / (len(RUNS) - k), "adam-" + name)
         cmds.append(r["command"])

@@ -143,6 +143,16 @@ def ram_needed(model):
     return int(16 * PARAMS.get(model, 0) + 8 * GIB)
 
 
+def ram_available():
+    """The RAM the runs are chosen against: GPUCHECK_RAM_AVAILABLE (bytes)
+    when set, the GPU machine's in a rehearsal, else MemAvailable."""
+    if os.environ.get("GPUCHECK_RAM_AVAILABLE"):
+        return int(os.environ["GPUCHECK_RAM_AVAILABLE"])
+    if gc.gpucheck_rehearse.ON:
+        return gc.gpucheck_rehearse.GPU_HOST_RAM
+    return gc.gpucheck_13b.read_meminfo().get("MemAvailable")
+
+
 # ---- the driver -------------------------------------------------------------------------
 
 
@@ -225,7 +235,7 @@ def drive(mode, deadline, progress=None):
         if all(k in done for k in keys):
             fig["runs"].update({k: done[k] for k in keys})
             continue
-        mem = gc.gpucheck_13b.read_meminfo().get("MemAvailable") if mode.gpu else None
+        mem = ram_available() if mode.gpu else None
         if mem is not None and mem < ram_needed(model):
             fig["not_run"].append({"model": model, "why": "%.0f GiB of RAM available, %.0f "
                                    "needed" % (mem / GIB, ram_needed(model) / GIB)})
@@ -259,10 +269,21 @@ def drive(mode, deadline, progress=None):
                     why.append("%s: %s" % (key, str(rec["reason"])[-300:]))
                 note(fig, key + " ended")
     fig["rows"] = [rows_of(fig["runs"], m, pl) for m, _, _, _, pls in mode.models for pl in pls]
-    if fig["not_run"] and not why and mode.models[0][0] in {
-            n.get("key", "").split("/")[0] for n in fig["not_run"]}:
-        why.append("out of time before every %s run ended: rerun to go on" % mode.models[0][0])
+    if not why:
+        why += first_model_not_run(fig["not_run"], mode.models[0][0])
     return fig, why
+
+
+def first_model_not_run(not_run, first):
+    """The reason the part fails when the first model's runs did not all
+    run: out of time (a rerun goes on), or the RAM (its not_run entry names
+    the model) - a part that ran nothing never passes."""
+    ram = [n for n in not_run if n.get("model") == first]
+    if ram:
+        return ["%s not run: %s" % (first, ram[0]["why"])]
+    if first in {n.get("key", "").split("/")[0] for n in not_run}:
+        return ["out of time before every %s run ended: rerun to go on" % first]
+    return []
 
 
 # ---- the part ----------------------------------------------------------------------------
@@ -337,6 +358,11 @@ def selftest():
     rows = summary_rows({}, gc.target)
     assert len(rows) == 15 and all(x["met"] is None for x in rows), rows
     assert MODELS[0][1] * MODELS[0][2] >= 8192 and ram_needed("llama-1b") > 16 * 1.1e9
+    ram = {"model": "llama-1b", "why": "20 GiB of RAM available, 25 needed"}
+    assert first_model_not_run([ram], "llama-1b") == ["llama-1b not run: 20 GiB of RAM "
+                                                      "available, 25 needed"]
+    assert "out of time" in first_model_not_run([{"key": "llama-1b/offload/x"}], "llama-1b")[0]
+    assert first_model_not_run([dict(ram, model="llama-2-7b")], "llama-1b") == []
     return 0
 
 

@@ -148,8 +148,9 @@ PY
 # runs and its figures and the summary's targets come out as computed; its
 # D2H is 0.8 of the peak, so the copy part fails, and a python test fails
 # only with FERRY_PY_DEVICE=cuda (under the python FERRY_GPU_PYTHON names,
-# whose probe says its torch sees a GPU), so the python part fails: the check
-# exits 1.
+# whose probe says its torch sees a GPU), so the python part fails, and the
+# RAM it is given (GPUCHECK_RAM_AVAILABLE, 16 GiB) holds no llama-1b run of
+# the part peers, which fails saying so: the check exits 1.
 fake=$dir/fake
 mkdir -p "$fake/path" "$fake/bundle/bin" "$fake/bundle/src/tests/python" || exit 1
 cat >"$fake/path/torch-python" <<'SH'
@@ -290,7 +291,7 @@ cat >"$fake/bundle/tests.json" <<'JSON'
   "skip_rc": 77, "will_fail": false, "pass_regex": [], "fail_regex": [], "env": [], "serial": false}
 ], "left_out": []}
 JSON
-PATH="$fake/path:$PATH" GPUCHECK_BUNDLE="$fake/bundle" GPUCHECK_SECONDS=120 \
+PATH="$fake/path:$PATH" GPUCHECK_BUNDLE="$fake/bundle" GPUCHECK_SECONDS=120 GPUCHECK_RAM_AVAILABLE=$((16 << 30)) \
   FERRY_GPU_PYTHON="$fake/path/torch-python" \
   "$root/tools/gpu_check.sh" "$fake/out" >"$dir/fake.out" 2>&1
 rc=$?
@@ -300,8 +301,10 @@ import json, sys
 d = json.load(open(sys.argv[1]))
 P = d["parts"]
 bad = {k: v.get("reason") for k, v in P.items() if v["status"] != "pass"}
-assert list(bad) == ["copy", "python"] and "0.90" in bad["copy"], bad
-assert d["status"] == "fail" and d["failed_parts"] == ["copy", "python"], d["status"]
+assert list(bad) == ["copy", "python", "peers"] and "0.90" in bad["copy"], bad
+# 16 GiB of RAM (GPUCHECK_RAM_AVAILABLE) holds no llama-1b run: a fail, never a silent pass
+assert bad["peers"] == "llama-1b not run: 16 GiB of RAM available, 24 needed", bad
+assert d["status"] == "fail" and d["failed_parts"] == ["copy", "python", "peers"], d["status"]
 py = P["python"]["figures"]
 assert py["python"].endswith("/torch-python") and py["probes"][0]["device"] == "Fake", py
 assert py["counts"] == {"pass": 1, "fail": 1} and list(py["left_out"]) == ["python.install"], py

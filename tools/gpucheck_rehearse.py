@@ -1,0 +1,75 @@
+"""tools/gpucheck_rehearse.py — the GPU check's rehearsal (gpu_check.sh
+--rehearse), on a machine without a GPU: every part runs as it does on the
+GPU machine, the bundle's real programs with their real arguments, until
+the first program that needs the GPU finds none (exit 77, or the engine's
+FERRY_ENODEV); that part then ends as a skip naming the program and what it
+said, and the check goes on with the next part. A fault on the way (a path,
+a file missing from the bundle, an argument a program refuses, a Python
+import) is a fail, as it would be there. The parts' CPU-only work keeps its
+commands but not its sizes where they are too large for a small machine
+(SIZES), and the plans are made against the GPU machine's RAM.
+"""
+import re
+import shlex
+
+# Set by gpucheck.Check when --rehearse is given.
+ON = False
+# What the bundle's programs say when there is no GPU (ferry-cuda-peak and
+# the CUDA tests exit 77; the engine's device create fails FERRY_ENODEV).
+NO_GPU_RE = re.compile(r"FERRY_ENODEV|no usable CUDA|cudaErrorNoDevice|cudaErrorInsufficientDriver|"
+                       r"no CUDA-capable device|CUDA driver version is insufficient")
+# The GPU machine's RAM (the 13b and peers parts plan and choose their runs
+# against it) and the sizes of the CPU-only work in a rehearsal.
+GPU_HOST_RAM = 128 << 30
+SIZES = {"adam_params": "4M", "adam_steps": 2, "profile_adam_params": "4M"}
+
+
+class NeedsGpu(Exception):
+    """A program of the bundle found no GPU: the part has reached the GPU."""
+
+    def __init__(self, command, said):
+        Exception.__init__(self, said)
+        self.command, self.said = command, said
+
+
+def stop_if_no_gpu(cmd, rc, output):
+    """In a rehearsal: raises NeedsGpu when cmd (exit rc, its output) found no GPU."""
+    if not ON or rc in (0, None):
+        return
+    lines = [ln.strip() for ln in output.splitlines() if ln.strip()]
+    said = next((ln for ln in reversed(lines) if NO_GPU_RE.search(ln)), None)
+    if rc == 77 or said:
+        raise NeedsGpu(shlex.join(cmd), (said or (lines[-1] if lines else "exit 77"))[:300])
+
+
+def size(name, normal):
+    """A size of the CPU-only work: SIZES[name] in a rehearsal, else normal."""
+    return SIZES[name] if ON else normal
+
+
+def reached(res, name, e, wall_s):
+    """Records part name as the skip a rehearsal expects: it reached the GPU."""
+    prog = shlex.split(e.command)[0].rsplit("/", 1)[-1] if e.command else "?"
+    res.part(name, "skip", e.command, wall_s,
+             {"rehearsal": True, "stopped_at": e.command, "said": e.said},
+             reason="rehearsal: reached the GPU: %s found none (%s)" % (prog, e.said))
+
+
+def selftest():
+    global ON
+    was, ON = ON, True
+    try:
+        stop_if_no_gpu(["ferry", "plan"], 1, "ferry plan: bad option")  # not the GPU: no raise
+        stop_if_no_gpu(["x"], 0, "FERRY_ENODEV")  # it ran: no raise
+        for rc, out in ((77, "ferry-cuda-peak: skip: no usable CUDA device 0"),
+                        (1, "engine create: device create: cuda backend: no usable CUDA driver "
+                            "or device (FERRY_ENODEV)\nferry-gpt: exiting")):
+            try:
+                stop_if_no_gpu(["/b/bin/p", "--x"], rc, out)
+                raise AssertionError("no NeedsGpu for %r" % out)
+            except NeedsGpu as e:
+                assert e.command == "/b/bin/p --x" and "usable CUDA" in e.said, e.said
+        assert size("adam_params", "256M") == "4M"
+    finally:
+        ON = was
+    assert size("adam_params", "256M") == "256M"
