@@ -21,20 +21,30 @@
 # of every bundled file resolves (libcuda aside) to the bundle, CUDA or that
 # base family. Last it packs gpucheck/ into gpucheck.tar.xz, what travels
 # to the GPU machine (gpu_check.sh unpacks it there when gpucheck/ is
-# missing), and checks that the archive is at most 60 MiB. Exit 0, or 1
-# with the reason. Run from anywhere; it works in the repository root.
+# missing), and checks that the archive is at most 60 MiB, and that it, the
+# DeepSpeed peer's wheels (bench/peers/deepspeed/wheels, made by its
+# prepare.sh; a note when missing: the part peers then has no DeepSpeed) and
+# the tracked tree fit the device tool's 64 MiB carry. Exit 0, or 1 with
+# the reason. Run from anywhere; it works in the repository root. ccache,
+# where installed, compiles (C and CUDA).
 #
 # Environment: FERRY_JOBS (build jobs, default 2), GPU_BUNDLE_BUILD (build
 # folder, default build-gpu), GPU_BUNDLE_CMAKE_ARGS (extra cmake arguments,
 # e.g. -DCMAKE_CUDA_ARCHITECTURES=90), GPU_BUNDLE_NO_BUILD=1 (bundle what
-# the build folder holds).
+# the build folder holds), GPU_BUNDLE_OUT (the bundle's folder, default
+# gpucheck; the archive is it with .tar.xz), GPU_BUNDLE_PACK=0 (no archive,
+# no carry check: the ctest tools.gpu_rehearsal bundles so).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 BUILD=${GPU_BUNDLE_BUILD:-build-gpu}
-OUT=gpucheck
+OUT=${GPU_BUNDLE_OUT:-gpucheck}
+case $BUILD in /*) BUILD_ABS=$BUILD ;; *) BUILD_ABS=$ROOT/$BUILD ;; esac
+case $OUT in /*) OUT_ABS=$OUT ;; *) OUT_ABS=$ROOT/$OUT ;; esac
 LIMIT_MIB=60
 JOBS=${FERRY_JOBS:-2}
+CARRY_MIB=64 # the device tool's limit on what travels: tree, bundle and wheels
+WHEELS=bench/peers/deepspeed/wheels
 say() { printf 'gpu_bundle: %s\n' "$*"; }
 die() {
   say "FAILED: $*" >&2
@@ -53,9 +63,14 @@ build() {
   # Release at -O2: the optimisation level the -Werror build is kept clean at
   # (gcc's -O3 adds maybe-uninitialized warnings of its own).
   mkdir -p "$BUILD"
+  local cc=()
+  if command -v ccache >/dev/null; then
+    cc=(-DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache
+      -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache)
+  fi
   # shellcheck disable=SC2086
   cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release "-DCMAKE_C_FLAGS_RELEASE=-O2 -DNDEBUG" \
-    -DFERRY_CUDA=ON -DFERRY_WERROR=ON -DFERRY_TESTS=ON ${GPU_BUNDLE_CMAKE_ARGS:-} \
+    -DFERRY_CUDA=ON -DFERRY_WERROR=ON -DFERRY_TESTS=ON "${cc[@]}" ${GPU_BUNDLE_CMAKE_ARGS:-} \
     >"$BUILD/configure.log" 2>&1 || { cat "$BUILD/configure.log"; die "configure failed"; }
   cmake --build "$BUILD" -j "$JOBS" || die "build failed"
 }
@@ -103,7 +118,7 @@ gather_programs() {
     say "note: no libmpi.so.40 here: the bundle's MPI and NCCL communicators will not load" >&2
   fi
   ctest --test-dir "$BUILD" --show-only=json-v1 >"$BUILD/ctest.json" || die "ctest --show-only failed"
-  python3 tools/gpucheck.py manifest "$BUILD/ctest.json" "$ROOT" "$ROOT/$BUILD" "$OUT" ||
+  python3 tools/gpucheck.py manifest "$BUILD/ctest.json" "$ROOT" "$BUILD_ABS" "$OUT" ||
     die "the test manifest could not be made"
   [ -f "$OUT/src/bench/peers/torch_llama.py" ] || die "the bundle lacks src/bench/peers/torch_llama.py"
   grep -q '@BUNDLE@/src/tests/python/' "$OUT/tests.json" ||
@@ -142,12 +157,12 @@ check_ldd() {
     while read -r name path; do
       case $path in
       "not found") [[ $name == libcuda.so* ]] && continue ;;
-      "$ROOT/$OUT/lib/"* | "$cuda/"*) continue ;;
+      "$OUT_ABS/lib/"* | "$cuda/"*) continue ;;
       *) [[ $name =~ $SYSTEM_RE ]] && continue ;;
       esac
       say "ldd: $f: $name => $path" >&2
       bad=$((bad + 1))
-    done < <(LD_LIBRARY_PATH="$ROOT/$OUT/lib:$cuda" ldd "$f" 2>&1 |
+    done < <(LD_LIBRARY_PATH="$OUT_ABS/lib:$cuda" ldd "$f" 2>&1 |
       awk '$2 == "=>" { p = $3; if ($3 == "not") p = "not found"; print $1, p }')
   done < <(elves)
   [ "$bad" -eq 0 ] || die "ldd: $bad libraries unresolved or outside the bundle (above)"
@@ -179,11 +194,27 @@ say "gpucheck/: $mib MiB ($bytes bytes) in $(find "$OUT" -type f | wc -l) files;
 (cd "$OUT/lib" && du -b -- * | sort -rn | awk '{ printf "  %-28s %6.1f MiB\n", $2, $1 / 1048576 }')
 # What travels is the archive (the test programs each hold the CUDA
 # kernels' fat binaries, OpenBLAS holds every CPU's kernels: both pack well).
+if [ "${GPU_BUNDLE_PACK:-1}" = 0 ]; then
+  say "ok: $OUT (GPU_BUNDLE_PACK=0: not packed)"
+  exit 0
+fi
 rm -f "$OUT.tar.xz"
-XZ_OPT="-6 -T$JOBS" tar -cJf "$OUT.tar.xz" "$OUT" || die "cannot write $OUT.tar.xz"
+XZ_OPT="-6 -T$JOBS" tar -C "$(dirname "$OUT_ABS")" -cJf "$OUT.tar.xz" "$(basename "$OUT_ABS")" ||
+  die "cannot write $OUT.tar.xz"
 packed=$(stat -c %s "$OUT.tar.xz")
 pmib=$(awk -v b="$packed" 'BEGIN { printf "%.1f", b / 1048576 }')
 say "$OUT.tar.xz: $pmib MiB ($packed bytes)"
 awk -v b="$packed" -v l="$LIMIT_MIB" 'BEGIN { exit !(b <= l * 1048576) }' ||
   die "$OUT.tar.xz is $pmib MiB, over the $LIMIT_MIB MiB limit"
+# what one device call carries: the tracked tree, the archive and the wheels
+tree=$(git ls-files -z | xargs -0 cat 2>/dev/null | wc -c)
+wheels=0
+if [ -d "$WHEELS" ]; then
+  wheels=$(find "$WHEELS" -type f -exec cat {} + | wc -c)
+else
+  say "note: no $WHEELS (bench/peers/deepspeed/prepare.sh makes it): the part peers will run no DeepSpeed" >&2
+fi
+total=$((tree + packed + wheels))
+say "carry: tree $(awk -v b="$tree" 'BEGIN { printf "%.1f", b / 1048576 }') MiB + $OUT.tar.xz $pmib MiB + $WHEELS $(awk -v b="$wheels" 'BEGIN { printf "%.1f", b / 1048576 }') MiB = $(awk -v b="$total" 'BEGIN { printf "%.1f", b / 1048576 }') MiB of $CARRY_MIB"
+[ "$total" -le $((CARRY_MIB * 1048576)) ] || die "tree, $OUT.tar.xz and $WHEELS are over the $CARRY_MIB MiB carry"
 say "ok: carry $OUT.tar.xz (or $OUT/) to the GPU machine and run tools/gpu_check.sh from the repository root"

@@ -30,6 +30,7 @@ class NeedsGpu(Exception):
     def __init__(self, command, said):
         Exception.__init__(self, said)
         self.command, self.said = command, said
+        self.figures = None  # the part's figures so far, where it adds them
 
 
 def stop_if_no_gpu(cmd, rc, output):
@@ -50,8 +51,9 @@ def size(name, normal):
 def reached(res, name, e, wall_s):
     """Records part name as the skip a rehearsal expects: it reached the GPU."""
     prog = shlex.split(e.command)[0].rsplit("/", 1)[-1] if e.command else "?"
-    res.part(name, "skip", e.command, wall_s,
-             {"rehearsal": True, "stopped_at": e.command, "said": e.said},
+    fig = dict(e.figures or res.data["parts"].get(name, {}).get("figures") or {})
+    fig.update(rehearsal=True, stopped_at=e.command, said=e.said)
+    res.part(name, "skip", e.command, wall_s, fig,
              reason="rehearsal: reached the GPU: %s found none (%s)" % (prog, e.said))
 
 

@@ -68,6 +68,14 @@ endif()
 ferry_add_test(NAME tools.gpu_check EXE sh TIMEOUT 60
                ARGS ${PROJECT_SOURCE_DIR}/tests/tools/gpu_check_test.sh ${PROJECT_SOURCE_DIR}
                     ${PROJECT_BINARY_DIR}/tests/gpu-check)
+# The GPU check rehearsed without a GPU on a CUDA build (gpu_check.sh
+# --rehearse from a bundle of this build): each part runs its real programs
+# until one finds no GPU (tests/tools/gpu_rehearsal_test.sh).
+if(TARGET ferry-cuda-peak)
+  ferry_add_test(NAME tools.gpu_rehearsal EXE bash TIMEOUT 120
+                 ARGS ${PROJECT_SOURCE_DIR}/tests/tools/gpu_rehearsal_test.sh ${PROJECT_SOURCE_DIR}
+                      ${PROJECT_BINARY_DIR} ${PROJECT_BINARY_DIR}/tests/gpu-rehearsal)
+endif()
 # ./ferry.sh demo's structure: its plan and commands (--dry-run), the build's
 # progress filter, ferry-gpt's progress lines (tests/tools/demo_test.sh).
 if(TARGET ferry-gpt)
