@@ -819,9 +819,14 @@ class Check:
         recs = run_tests(tests, self.ctx(), t0 + self.allow(name), jobs=jobs)
         c = count_statuses(recs)
         bad = c.get("fail", 0) + c.get("timeout", 0)
+        short = c.get("cut", 0) + c.get("not_run", 0)  # said, never passed over in silence
+        why = ["%d failed or timed out" % bad] if bad else []
+        if short:
+            why.append("%d of %d cut or not run: out of the part's %.0f s" % (
+                short, len(recs), ALLOW[name]))
         self.res.part(name, "fail" if bad else "pass", "the manifest's commands (gpucheck/tests.json)",
                       time.time() - t0, {"counts": c, "tests": recs},
-                      reason="%d failed or timed out" % bad if bad else None)
+                      reason="; ".join(why) or None)
         return recs
 
     # -- the memory an idle CUDA context takes (the allowance over the budget)

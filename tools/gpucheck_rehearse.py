@@ -39,6 +39,9 @@ def stop_if_no_gpu(cmd, rc, output):
         return
     lines = [ln.strip() for ln in output.splitlines() if ln.strip()]
     said = next((ln for ln in reversed(lines) if NO_GPU_RE.search(ln)), None)
+    if said and len(said) > 300:  # (a JSON line holding a child's output) the words around it
+        m = NO_GPU_RE.search(said)
+        said = "..." + said[max(m.start() - 200, 0):m.end() + 60]
     if rc == 77 or said:
         raise NeedsGpu(shlex.join(cmd), (said or (lines[-1] if lines else "exit 77"))[:300])
 
@@ -50,7 +53,8 @@ def size(name, normal):
 
 def reached(res, name, e, wall_s):
     """Records part name as the skip a rehearsal expects: it reached the GPU."""
-    prog = shlex.split(e.command)[0].rsplit("/", 1)[-1] if e.command else "?"
+    words = [w.rsplit("/", 1)[-1] for w in shlex.split(e.command)] or ["?"]
+    prog = " ".join(words[:2]) if words[0].startswith("python") else words[0]
     fig = dict(e.figures or res.data["parts"].get(name, {}).get("figures") or {})
     fig.update(rehearsal=True, stopped_at=e.command, said=e.said)
     res.part(name, "skip", e.command, wall_s, fig,
@@ -71,6 +75,11 @@ def selftest():
                 raise AssertionError("no NeedsGpu for %r" % out)
             except NeedsGpu as e:
                 assert e.command == "/b/bin/p --x" and "usable CUDA" in e.said, e.said
+        try:
+            stop_if_no_gpu(["p"], 1, '{"error": "%s (FERRY_ENODEV)%s"}' % ("x" * 400, "y" * 400))
+        except NeedsGpu as e:
+            assert e.said.startswith("...x") and "(FERRY_ENODEV)yyy" in e.said, e.said
+            assert len(e.said) < 300, len(e.said)
         assert size("adam_params", "256M") == "4M"
     finally:
         ON = was
