@@ -51,7 +51,11 @@
 # after every part: each part's status (pass, fail, skip), command, wall
 # seconds, time limit, figures and log (OUTDIR/logs/), then a summary of the
 # targets, met, not met or not measured. Without a GPU (or with --dry-run)
-# every GPU part is a skip with the reason, at once. The logic is
+# every GPU part is a skip with the reason, at once. --rehearse, without a
+# GPU: each part runs the bundle's programs as it would there until the
+# first that finds no GPU, then is a skip naming it (tools/README.md). A
+# test that starts MPI is a skip saying so where there is no mpirun (the
+# bundle carries libmpi.so.40, not OpenMPI's plugins). The logic is
 # tools/gpucheck.py (`python3 tools/gpucheck.py parts` lists the parts); this
 # sets the time limit around it. Exit 0 when no part failed, 1 otherwise, 2
 # bad usage.
@@ -59,7 +63,8 @@
 # Environment: GPUCHECK_BUNDLE (default gpucheck), GPUCHECK_SECONDS (the
 # whole check's limit, default 470), FERRY_GPU_PYTHON (the python part's
 # interpreter, and the scale part's: it must import transformers and
-# safetensors too).
+# safetensors too), GPUCHECK_RAM_AVAILABLE (bytes: the RAM the part peers
+# chooses its runs by, default MemAvailable).
 set -u
 cd "$(dirname "$0")/.." || exit 1
 dry=() parts=() out=
@@ -74,7 +79,7 @@ while [ $# -gt 0 ]; do
     ;;
   --parts=*) parts=(--parts "${1#--parts=}") ;;
   -h | --help)
-    sed -n '2,/^$/s/^# \{0,1\}//p' "$0"
+    sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"
     exit 0
     ;;
   -*) echo "gpu_check: unknown option $1 (try --help)" >&2; exit 2 ;;

@@ -110,6 +110,8 @@ assert [t["limit"] for t in T] == [1.5, 2.2] and all(t["met"] is None for t in T
 PY
 # --help states each part's limit as gpucheck.py has it
 "$root/tools/gpu_check.sh" --help >"$dir/help.out" || fail "gpu_check.sh --help"
+# the header alone, ending with its Environment paragraph (not the script's inner comments)
+tail -n 1 "$dir/help.out" | grep -q 'default MemAvailable)\.$' || fail "--help does not end with the header"
 python3 "$root/tools/gpucheck.py" parts | tr ',' '\n' | sed 's/^ *//; s/ (\([0-9]*\) s)$/ \1/' |
   while read -r name secs; do
     grep -Eq "^  $name +\[$secs\]" "$dir/help.out" || fail "--help does not give $name [$secs]"
