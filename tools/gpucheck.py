@@ -37,6 +37,8 @@ import time
 NOT_BUNDLED = {
     "install.consumer": "builds a consumer project against the build folder with cmake",
     "build.layers": "reads the build folder's object files",
+    "build.rooms": "reads the build folder's object files",
+    "tools.gpu_rehearsal": "bundles the build folder itself (it rehearses the check without a GPU)",
 }
 
 
@@ -1266,6 +1268,9 @@ def selftest():
     assert target("x", 0.95, 0.9, "min")["met"] is True
     assert target("x", 1.2, 1.15)["met"] is False and target("x", None, 1)["met"] is None
     assert target("x", 3, None)["met"] is None
+    for name in ("build.rooms", "tools.gpu_rehearsal"):  # they need the build tree
+        assert manifest_entry({"name": name, "command": ["x"]}, "/r", "/r/b") == \
+            (None, NOT_BUNDLED[name]), name
     assert rewrite("/r/build-gpu/bin/ferry /r/tests/x", "/r", "/r/build-gpu") == \
         "@BUNDLE@/bin/ferry @ROOT@/tests/x"
     # the python part: the bundle's sources, the probe's verdict, the tests it runs
