@@ -862,8 +862,8 @@ def drive(mode, deadline, baseline_mib=None, context_mib=None, progress=None):
     fig = {"machine": machine(mode), "device": mode.device, "budget": mode.budget,
            "batch": mode.batch, "seq": mode.seq, "steps": mode.steps, "steps2": mode.steps2,
            "context_mib": context_mib, "baseline_mib": baseline_mib, "targets": TARGETS}
-    mode.fig = fig  # (a rehearsal's stop keeps it)
     why = []
+    mode.fig, mode.why = fig, why  # (a rehearsal's stop keeps them)
     stage_run1(mode, fig, why, deadline, baseline_mib, context_mib)
     note(fig, "run 1 ended")
     stage_pair(mode, fig, why, deadline)
@@ -892,7 +892,7 @@ def part_13b(ck):
     try:
         fig, why = drive(mode, deadline, ck.baseline_mib, ck.context_mib, progress)
     except gc.gpucheck_rehearse.NeedsGpu as e:  # a rehearsal: the plans and profile made
-        e.figures = getattr(mode, "fig", None)
+        e.figures, e.failed = getattr(mode, "fig", None), getattr(mode, "why", [])
         raise
     cmds = [fig.get(r, {}).get("command") for r in ("run1", "run2")]
     ck.res.part("13b", "fail" if why else "pass", " ; ".join(c for c in cmds if c),

@@ -31,6 +31,7 @@ class NeedsGpu(Exception):
         Exception.__init__(self, said)
         self.command, self.said = command, said
         self.figures = None  # the part's figures so far, where it adds them
+        self.failed = []  # what failed in the part before it reached the GPU
 
 
 def stop_if_no_gpu(cmd, rc, output):
@@ -57,8 +58,12 @@ def reached(res, name, e, wall_s):
     prog = " ".join(words[:2]) if words[0].startswith("python") else words[0]
     fig = dict(e.figures or res.data["parts"].get(name, {}).get("figures") or {})
     fig.update(rehearsal=True, stopped_at=e.command, said=e.said)
-    res.part(name, "skip", e.command, wall_s, fig,
-             reason="rehearsal: reached the GPU: %s found none (%s)" % (prog, e.said))
+    why = "reached the GPU: %s found none (%s)" % (prog, e.said)
+    if e.failed:  # a fault before the GPU is the rehearsal's finding: a fail
+        res.part(name, "fail", e.command, wall_s, fig,
+                 reason="rehearsal: %s; then %s" % ("; ".join(e.failed), why))
+    else:
+        res.part(name, "skip", e.command, wall_s, fig, reason="rehearsal: " + why)
 
 
 def selftest():
@@ -81,6 +86,19 @@ def selftest():
             assert e.said.startswith("...x") and "(FERRY_ENODEV)yyy" in e.said, e.said
             assert len(e.said) < 300, len(e.said)
         assert size("adam_params", "256M") == "4M"
+
+        class Res:  # gpucheck.Results' part(), recorded
+            data = {"parts": {"x": {"figures": {"plan": 1}}}}
+
+            def part(self, name, status, command, wall_s, fig, reason):
+                self.got = (name, status, fig, reason)
+        e, r = NeedsGpu("/b/bin/ferry-gpt train", "no usable CUDA"), Res()
+        reached(r, "x", e, 1.0)
+        assert r.got[1] == "skip" and r.got[2]["plan"] == 1 and r.got[2]["rehearsal"], r.got
+        assert r.got[3] == "rehearsal: reached the GPU: ferry-gpt found none (no usable CUDA)"
+        e.failed = ["run 1 not run: ferry plan failed"]  # a fault first: the part fails
+        reached(r, "x", e, 1.0)
+        assert r.got[1] == "fail" and r.got[3].startswith("rehearsal: run 1 not run"), r.got
     finally:
         ON = was
     assert size("adam_params", "256M") == "256M"
