@@ -77,6 +77,7 @@ typedef struct {
   uint8_t resv;           /* bit per tier: a thread is finding space for this copy */
   uint8_t ahead;          /* read ahead by a prefetch and not fetched since: the last
                              victim (evicted before its use, it is read twice) */
+  uint8_t drop_clean;     /* ferry_mem_evict_clean: the host copy goes when its write lands */
   /* Host writers: a holder in the host tier that marked it dirty may still
    * be writing the host bytes (outside the lock) until it releases, so no
    * copy may be loaded from them (an H2D would copy torn bytes into a clean
@@ -237,6 +238,10 @@ uint32_t mem_evict_spent_write(ferry_mem *m, int tier);
 int mem_prefetch_may_evict(const ferry_mem *m, uint32_t v, uint32_t ci);
 void mem_trace_on_fetch(ferry_mem *m, uint32_t group, int family);
 void mem_trace_free(ferry_mem *m);
+/* Chunk ci's write-back to NVMe ended with `status`: a copy marked by
+ * ferry_mem_evict_clean goes now when written and nothing holds or moves
+ * it (a failed write keeps it dirty, its error for the next eviction). */
+void mem_evict_written(ferry_mem *m, uint32_t ci, int status);
 /* stats.c */
 void mem_stats_add(ferry_mem *m, int tier, int family, size_t bytes);
 void mem_stats_sub(ferry_mem *m, int tier, int family, size_t bytes);
@@ -249,6 +254,14 @@ size_t mem_compact_host(ferry_mem *m);
 /* residency.c */
 void mem_set_state(ferry_mem *m, uint32_t ci, int tier, int to);
 void mem_drain(ferry_mem *m);
+/* The arguments of a group call, checked (a status with m->err set); *r
+ * the group's chunks of the family. */
+int mem_check_call(ferry_mem *m, uint32_t group, int family, int tier, const char *op,
+                   const mem_range **r);
+/* Chunk ci's copy in `tier` could go now (nothing holds or moves it); drops
+ * it (its space back to the pool). */
+int mem_evictable(ferry_mem *m, uint32_t ci, int tier);
+void mem_drop_copy(ferry_mem *m, uint32_t ci, int tier);
 
 /* The host pool's alignment: the store's when any family lives on NVMe.
  * Read by layout.c (chunk sizes) and tier.c (the host pool). */
