@@ -5,9 +5,7 @@
  * last, and a spent write-back in flight is found for the caller to wait
  * on rather than evict what the trace uses again. The trace also tells the
  * engine what to prefetch (ferry_mem_trace_peek) and a prefetch what it may
- * evict (only copies needed after its own). A host copy being written to
- * NVMe can be marked to go once its write lands (ferry_mem_evict_clean),
- * so that its caller does not wait for the write.
+ * evict (only copies needed after its own).
  */
 #include "memory/mem_impl.h"
 
@@ -61,43 +59,6 @@ uint32_t mem_evict_spent_write(ferry_mem *m, int tier) {
       return o;
   }
   return NO_CHUNK;
-}
-
-/* The host copy of chunk ci may go at once: no device copy rests on it. */
-static int host_droppable(ferry_mem *m, uint32_t ci) {
-  return m->c[ci].state[FERRY_TIER_DEVICE] == FERRY_RES_ABSENT &&
-         mem_evictable(m, ci, FERRY_TIER_HOST);
-}
-
-static void drop_host(ferry_mem *m, uint32_t ci) {
-  mem_drop_copy(m, ci, FERRY_TIER_HOST);
-  m->st.evictions[FERRY_TIER_HOST]++;
-}
-
-int ferry_mem_evict_clean(ferry_mem *m, uint32_t group, int family, int tier) {
-  if (!m) return FERRY_EINVAL;
-  const mem_range *r = NULL;
-  pthread_mutex_lock(&m->mu);
-  int rc = mem_check_call(m, group, family, tier, "evict when clean", &r);
-  if (!rc && tier != FERRY_TIER_HOST)
-    rc = ferry_err(&m->err, FERRY_EINVAL, "evict when clean: the host tier only (NVMe writes)");
-  for (uint32_t ci = rc ? 0 : r->first; !rc && ci < r->first + r->count; ci++) {
-    mem_chunk *c = &m->c[ci];
-    if (c->home != FERRY_TIER_NVME) continue;
-    if (c->state[FERRY_TIER_HOST] == FERRY_RES_WRITING && c->io_active && c->io_write)
-      c->drop_clean = 1; /* mem_evict_written */
-    else if (c->state[FERRY_TIER_HOST] == FERRY_RES_RESIDENT && host_droppable(m, ci))
-      drop_host(m, ci);
-  }
-  pthread_mutex_unlock(&m->mu);
-  return rc;
-}
-
-void mem_evict_written(ferry_mem *m, uint32_t ci, int status) {
-  mem_chunk *c = &m->c[ci];
-  int drop = c->drop_clean && status == 0 && host_droppable(m, ci);
-  c->drop_clean = 0;
-  if (drop) drop_host(m, ci);
 }
 
 int ferry_mem_cap(ferry_mem *m, int family, size_t bytes) {

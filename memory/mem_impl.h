@@ -6,6 +6,7 @@
  * Layers: a source calls only sources below it, never one above, so the
  * calls go one way (tools/call_cycles.py finds no circle):
  *   manager.c    life cycle: create, finalize, set store, destroy
+ *   drop_clean.c host copies dropped once their NVMe write lands
  *   residency.c  fetch, release, mark dirty, write-back, flush, eviction moves
  *   query.c      tensor pointers and chunk states (read only)
  *   tier.c, layout.c, evict.c   reserving the tiers, the chunk layout, victim
@@ -238,10 +239,6 @@ uint32_t mem_evict_spent_write(ferry_mem *m, int tier);
 int mem_prefetch_may_evict(const ferry_mem *m, uint32_t v, uint32_t ci);
 void mem_trace_on_fetch(ferry_mem *m, uint32_t group, int family);
 void mem_trace_free(ferry_mem *m);
-/* Chunk ci's write-back to NVMe ended with `status`: a copy marked by
- * ferry_mem_evict_clean goes now when written and nothing holds or moves
- * it (a failed write keeps it dirty, its error for the next eviction). */
-void mem_evict_written(ferry_mem *m, uint32_t ci, int status);
 /* stats.c */
 void mem_stats_add(ferry_mem *m, int tier, int family, size_t bytes);
 void mem_stats_sub(ferry_mem *m, int tier, int family, size_t bytes);
@@ -262,6 +259,11 @@ int mem_check_call(ferry_mem *m, uint32_t group, int family, int tier, const cha
  * it (its space back to the pool). */
 int mem_evictable(ferry_mem *m, uint32_t ci, int tier);
 void mem_drop_copy(ferry_mem *m, uint32_t ci, int tier);
+/* The same for a host copy with no device copy resting on it; its drop
+ * counts as an eviction. A write-back to NVMe that lands drops the copy
+ * when it is marked so (mem_chunk.drop_clean) and still could go. */
+int mem_host_droppable(ferry_mem *m, uint32_t ci);
+void mem_drop_host(ferry_mem *m, uint32_t ci);
 
 /* The host pool's alignment: the store's when any family lives on NVMe.
  * Read by layout.c (chunk sizes) and tier.c (the host pool). */

@@ -177,7 +177,10 @@ static void complete_io(ferry_mem *m, uint32_t ci, int status) {
       mem_set_state(m, ci, FERRY_TIER_HOST, FERRY_RES_DIRTY);
       c->io_status = status;
     }
-    mem_evict_written(m, ci, status);
+    if (c->drop_clean) { /* ferry_mem_evict_clean: goes once written */
+      c->drop_clean = 0;
+      if (status == 0 && mem_host_droppable(m, ci)) mem_drop_host(m, ci);
+    }
   } else if (status == 0) {
     mem_set_state(m, ci, FERRY_TIER_HOST, FERRY_RES_RESIDENT);
     m->st.bytes_nvme_to_host += c->bytes;
@@ -358,6 +361,16 @@ int mem_evictable(ferry_mem *m, uint32_t ci, int tier) {
   if (tier == FERRY_TIER_HOST && c->state[FERRY_TIER_DEVICE] != FERRY_RES_ABSENT)
     return mem_evictable(m, ci, FERRY_TIER_DEVICE);
   return 1;
+}
+
+int mem_host_droppable(ferry_mem *m, uint32_t ci) {
+  return m->c[ci].state[FERRY_TIER_DEVICE] == FERRY_RES_ABSENT &&
+         mem_evictable(m, ci, FERRY_TIER_HOST);
+}
+
+void mem_drop_host(ferry_mem *m, uint32_t ci) {
+  mem_drop_copy(m, ci, FERRY_TIER_HOST);
+  m->st.evictions[FERRY_TIER_HOST]++;
 }
 
 /* Makes `tier` clean and drops it; 1 when dropped, 0 when it became busy. */
