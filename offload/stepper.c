@@ -9,6 +9,8 @@
  * optimizer pass. With a bf16 master (precision.master) the optimizer
  * updates a staged copy of the group's current params in place
  * (stepper_read_params), which is then uploaded or committed the same way.
+ * A group where no param got a gradient (optimizer.missing_grad = skip)
+ * is left alone: no state read or written, no params committed.
  * Uses group.c and gpu.c; the drain lends it staged grads through
  * stepper_queue and sees them given back through stepper_holds_grads.
  */
