@@ -6,6 +6,7 @@
  * Layers: a source calls only sources below it, never one above, so the
  * calls go one way (tools/call_cycles.py finds no circle):
  *   manager.c    life cycle: create, finalize, set store, destroy
+ *   drop_clean.c host copies dropped once their NVMe write lands
  *   residency.c  fetch, release, mark dirty, write-back, flush, eviction moves
  *   query.c      tensor pointers and chunk states (read only)
  *   tier.c, layout.c, evict.c   reserving the tiers, the chunk layout, victim
@@ -77,6 +78,7 @@ typedef struct {
   uint8_t resv;           /* bit per tier: a thread is finding space for this copy */
   uint8_t ahead;          /* read ahead by a prefetch and not fetched since: the last
                              victim (evicted before its use, it is read twice) */
+  uint8_t drop_clean;     /* ferry_mem_evict_clean: the host copy goes when its write lands */
   /* Host writers: a holder in the host tier that marked it dirty may still
    * be writing the host bytes (outside the lock) until it releases, so no
    * copy may be loaded from them (an H2D would copy torn bytes into a clean
@@ -249,6 +251,19 @@ size_t mem_compact_host(ferry_mem *m);
 /* residency.c */
 void mem_set_state(ferry_mem *m, uint32_t ci, int tier, int to);
 void mem_drain(ferry_mem *m);
+/* The arguments of a group call, checked (a status with m->err set); *r
+ * the group's chunks of the family. */
+int mem_check_call(ferry_mem *m, uint32_t group, int family, int tier, const char *op,
+                   const mem_range **r);
+/* Chunk ci's copy in `tier` could go now (nothing holds or moves it); drops
+ * it (its space back to the pool). */
+int mem_evictable(ferry_mem *m, uint32_t ci, int tier);
+void mem_drop_copy(ferry_mem *m, uint32_t ci, int tier);
+/* The same for a host copy with no device copy resting on it; its drop
+ * counts as an eviction. A write-back to NVMe that lands drops the copy
+ * when it is marked so (mem_chunk.drop_clean) and still could go. */
+int mem_host_droppable(ferry_mem *m, uint32_t ci);
+void mem_drop_host(ferry_mem *m, uint32_t ci);
 
 /* The host pool's alignment: the store's when any family lives on NVMe.
  * Read by layout.c (chunk sizes) and tier.c (the host pool). */

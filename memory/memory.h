@@ -228,6 +228,12 @@ int ferry_mem_writeback(ferry_mem *m, uint32_t group, int family, int tier);
 /* Drops the group's copies in `tier` (< home) after writing dirty ones
  * back; FERRY_EBUSY when held. */
 int ferry_mem_evict(ferry_mem *m, uint32_t group, int family, int tier);
+/* Host tier of NVMe homes: drops the group's copies there once clean,
+ * without waiting: a clean copy now, one being written back when its write
+ * lands. A copy held, dirty and not being written, or under a device copy
+ * is left as it is; a write that fails keeps the copy dirty, and the
+ * eviction or flush that writes it again reports the error. */
+int ferry_mem_evict_clean(ferry_mem *m, uint32_t group, int family, int tier);
 /* Writes every dirty copy that is not held back to its home and waits. */
 int ferry_mem_flush(ferry_mem *m);
 /* Room coming free, for a caller that got FERRY_ENOMEM (or FERRY_EBUSY)

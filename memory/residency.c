@@ -92,7 +92,7 @@ static void note_change(ferry_mem *m) {
 /* A device copy still loading from the host, its H2D the only work in
  * flight: it may be dropped without waiting. Stream order keeps the space
  * safe: the next load into it goes through the same H2D stream, after the
- * dropped one and after every use the releases recorded (drop_copy). The
+ * dropped one and after every use the releases recorded (mem_drop_copy). The
  * H2D stays in flight (load_issued) until progress sees it done: until
  * then the host copy it reads is neither evicted (has_work) nor written
  * (ferry_mem_mark_dirty waits). */
@@ -101,7 +101,7 @@ static int loading_from_host(const mem_chunk *c, int tier) {
          !c->queued && !c->d2h_active && !c->io_active;
 }
 
-static void drop_copy(ferry_mem *m, uint32_t ci, int tier) {
+void mem_drop_copy(ferry_mem *m, uint32_t ci, int tier) {
   mem_chunk *c = &m->c[ci];
   FERRY_ASSERT(c->use[tier] == 0 && (!has_work(c) || loading_from_host(c, tier)),
                "memory: dropping chunk %u in the %s tier while in use (%u) or moving", ci,
@@ -176,6 +176,10 @@ static void complete_io(ferry_mem *m, uint32_t ci, int status) {
     } else {
       mem_set_state(m, ci, FERRY_TIER_HOST, FERRY_RES_DIRTY);
       c->io_status = status;
+    }
+    if (c->drop_clean) { /* ferry_mem_evict_clean: goes once written */
+      c->drop_clean = 0;
+      if (status == 0 && mem_host_droppable(m, ci)) mem_drop_host(m, ci);
     }
   } else if (status == 0) {
     mem_set_state(m, ci, FERRY_TIER_HOST, FERRY_RES_RESIDENT);
@@ -347,7 +351,7 @@ static int clean_copy(ferry_mem *m, uint32_t ci, int tier) {
   }
 }
 
-static int evictable(ferry_mem *m, uint32_t ci, int tier) {
+int mem_evictable(ferry_mem *m, uint32_t ci, int tier) {
   const mem_chunk *c = &m->c[ci];
   if (tier >= c->home || c->use[tier] || (c->resv & (1u << tier))) return 0;
   if (loading_from_host(c, tier)) return 1;
@@ -355,8 +359,18 @@ static int evictable(ferry_mem *m, uint32_t ci, int tier) {
   if (c->state[tier] != FERRY_RES_RESIDENT && c->state[tier] != FERRY_RES_DIRTY) return 0;
   /* A host copy under an idle device copy goes with it (inclusion). */
   if (tier == FERRY_TIER_HOST && c->state[FERRY_TIER_DEVICE] != FERRY_RES_ABSENT)
-    return evictable(m, ci, FERRY_TIER_DEVICE);
+    return mem_evictable(m, ci, FERRY_TIER_DEVICE);
   return 1;
+}
+
+int mem_host_droppable(ferry_mem *m, uint32_t ci) {
+  return m->c[ci].state[FERRY_TIER_DEVICE] == FERRY_RES_ABSENT &&
+         mem_evictable(m, ci, FERRY_TIER_HOST);
+}
+
+void mem_drop_host(ferry_mem *m, uint32_t ci) {
+  mem_drop_copy(m, ci, FERRY_TIER_HOST);
+  m->st.evictions[FERRY_TIER_HOST]++;
 }
 
 /* Makes `tier` clean and drops it; 1 when dropped, 0 when it became busy. */
@@ -367,14 +381,14 @@ static int evict_one(ferry_mem *m, uint32_t ci, int tier, int *rc) {
   }
   if (loading_from_host(&m->c[ci], tier)) { /* dropped in stream order: no wait */
     *rc = 0;
-    drop_copy(m, ci, tier);
+    mem_drop_copy(m, ci, tier);
     return 1;
   }
   *rc = clean_copy(m, ci, tier);
   if (*rc == FERRY_EBUSY) *rc = 0; /* held meanwhile: not a victim any more */
   if (*rc) return 0;
-  if (!evictable(m, ci, tier)) return 0;
-  drop_copy(m, ci, tier);
+  if (!mem_evictable(m, ci, tier)) return 0;
+  mem_drop_copy(m, ci, tier);
   return 1;
 }
 
@@ -416,7 +430,7 @@ static int alloc_space(ferry_mem *m, uint32_t ci, int tier, int prefetch) {
       mem_stats_add(m, tier, c->family, c->bytes);
       return FERRY_OK;
     }
-    uint32_t v = mem_evict_pick(m, tier, evictable, scope);
+    uint32_t v = mem_evict_pick(m, tier, mem_evictable, scope);
     if (v == NO_CHUNK && scope != MEM_PICK_ANY) { /* the cap (ferry_mem_cap) */
       if (prefetch) return FERRY_ENOMEM;
       uint32_t w = moving_copy(m, tier);
@@ -591,8 +605,8 @@ static int acquire(ferry_mem *m, uint32_t ci, int tier, uint32_t group, unsigned
 
 /* ---- the API ------------------------------------------------------------- */
 
-static int check_call(ferry_mem *m, uint32_t group, int family, int tier, const char *op,
-                      const mem_range **r) {
+int mem_check_call(ferry_mem *m, uint32_t group, int family, int tier, const char *op,
+                   const mem_range **r) {
   if (!m->finalized) return ferry_err(&m->err, FERRY_ESTATE, "%s: the layout is not final", op);
   if (family < 0 || family >= FERRY_FAMILIES)
     return ferry_err(&m->err, FERRY_EINVAL, "%s: unknown family %d", op, family);
@@ -625,7 +639,7 @@ static int do_fetch(ferry_mem *m, uint32_t group, int family, int tier, ferry_st
                     unsigned flags, int hold) {
   const mem_range *r;
   pthread_mutex_lock(&m->mu);
-  int rc = check_call(m, group, family, tier, hold ? "fetch" : "prefetch", &r);
+  int rc = mem_check_call(m, group, family, tier, hold ? "fetch" : "prefetch", &r);
   if (rc) goto out;
   if (m->npend) progress(m);
   if (hold) {
@@ -709,7 +723,7 @@ int ferry_mem_prefetch(ferry_mem *m, uint32_t group, int family, int tier) {
   /* A prefetch holds while it finds space and starts loads, then lets go. */
   const mem_range *r;
   pthread_mutex_lock(&m->mu);
-  int rc = check_call(m, group, family, tier, "prefetch", &r);
+  int rc = mem_check_call(m, group, family, tier, "prefetch", &r);
   if (rc) goto out;
   if (m->npend) progress(m);
   int waited = 0;
@@ -730,7 +744,7 @@ int ferry_mem_release(ferry_mem *m, uint32_t group, int family, int tier, ferry_
   if (!m) return FERRY_EINVAL;
   const mem_range *r;
   pthread_mutex_lock(&m->mu);
-  int rc = check_call(m, group, family, tier, "release", &r);
+  int rc = mem_check_call(m, group, family, tier, "release", &r);
   if (rc) goto out;
   for (uint32_t ci = r->first; ci < r->first + r->count; ci++)
     for (int t = tier; t < m->c[ci].home; t++)
@@ -762,7 +776,7 @@ int ferry_mem_mark_dirty(ferry_mem *m, uint32_t group, int family, int tier,
   if (!m) return FERRY_EINVAL;
   const mem_range *r;
   pthread_mutex_lock(&m->mu);
-  int rc = check_call(m, group, family, tier, "mark dirty", &r);
+  int rc = mem_check_call(m, group, family, tier, "mark dirty", &r);
   if (rc) goto out;
   if (m->npend) progress(m);
   for (uint32_t ci = r->first; ci < r->first + r->count; ci++) {
@@ -800,7 +814,7 @@ int ferry_mem_mark_dirty(ferry_mem *m, uint32_t group, int family, int tier,
                          group, ferry_family_name(family), ci);
           goto out;
         }
-        drop_copy(m, ci, FERRY_TIER_DEVICE);
+        mem_drop_copy(m, ci, FERRY_TIER_DEVICE);
       }
       /* Held here: its holder writes until release; no other thread loads
        * from it meanwhile (a device fetch or prefetch is FERRY_EBUSY). */
@@ -831,7 +845,7 @@ int ferry_mem_wait_users(ferry_mem *m, uint32_t group, int family, ferry_stream 
   if (!m || !stream) return FERRY_EINVAL;
   const mem_range *r = NULL;
   pthread_mutex_lock(&m->mu);
-  int rc = check_call(m, group, family, FERRY_TIER_DEVICE, "wait for users", &r);
+  int rc = mem_check_call(m, group, family, FERRY_TIER_DEVICE, "wait for users", &r);
   for (uint32_t ci = rc ? 0 : r->first; !rc && ci < r->first + r->count; ci++) {
     mem_chunk *c = &m->c[ci];
     if (c->state[FERRY_TIER_DEVICE] == FERRY_RES_ABSENT || !c->use_ev[0].ev) continue;
@@ -846,7 +860,7 @@ int ferry_mem_writeback(ferry_mem *m, uint32_t group, int family, int tier) {
   if (!m) return FERRY_EINVAL;
   const mem_range *r;
   pthread_mutex_lock(&m->mu);
-  int rc = check_call(m, group, family, tier, "write back", &r);
+  int rc = mem_check_call(m, group, family, tier, "write back", &r);
   if (rc) goto out;
   if (m->npend) progress(m);
   for (uint32_t ci = r->first; ci < r->first + r->count && !rc; ci++) {
@@ -863,7 +877,7 @@ int ferry_mem_evict(ferry_mem *m, uint32_t group, int family, int tier) {
   if (!m) return FERRY_EINVAL;
   const mem_range *r;
   pthread_mutex_lock(&m->mu);
-  int rc = check_call(m, group, family, tier, "evict", &r);
+  int rc = mem_check_call(m, group, family, tier, "evict", &r);
   if (rc) goto out;
   if (m->npend) progress(m);
   for (uint32_t ci = r->first; ci < r->first + r->count && !rc; ci++) {

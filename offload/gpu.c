@@ -146,8 +146,9 @@ int gpu_stage_params(ferry_engine *e, uint32_t g, const void *stage) {
   return rc ? dev_err(e, rc, "step: params") : FERRY_OK;
 }
 
-int gpu_optimizer_step(ferry_engine *e, const ferry_optim_span *spans, uint32_t ns, float gscale) {
-  int rc = ferry_optimizer_step_cuda(e->opt, spans, ns, gscale, e->gpu.stream);
+int gpu_optimizer_step(ferry_engine *e, const ferry_optim_span *spans, uint32_t ns, float gscale,
+                       const int64_t *counts) {
+  int rc = optim_step_cuda_counts(e->opt, spans, ns, gscale, counts, e->gpu.stream);
   if (rc) return ferry_err(&e->err, rc, "step: optimizer: %s", ferry_optimizer_last_error(e->opt));
   return FERRY_OK;
 }

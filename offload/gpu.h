@@ -53,9 +53,11 @@ void gpu_param_dsts(ferry_engine *e, uint32_t g, void **dst);
  * staging, then waits for that copy. Device home: records the group's
  * `uploaded`. */
 int gpu_params_home(ferry_engine *e, uint32_t g, const gpu_home *home);
-/* The CUDA AdamW over ns `spans` (params of one group that share a step
- * count, set on the optimizer) with grad scale gscale. */
-int gpu_optimizer_step(ferry_engine *e, const ferry_optim_span *spans, uint32_t ns, float gscale);
+/* The CUDA AdamW over ns `spans` (params of one group) with grad scale
+ * gscale, span i's bias correction at its param's step count counts[i]
+ * (every span checked before the first launch). */
+int gpu_optimizer_step(ferry_engine *e, const ferry_optim_span *spans, uint32_t ns, float gscale,
+                       const int64_t *counts);
 /* The drain: group g's grads (param dtype, device) scaled into its fp32
  * device grads; on the last micro-batch, each param's sum of squares into
  * drain stage `stage`'s sums, copied D2H. */

@@ -318,7 +318,6 @@ void engine_progress_get(const ferry_engine *e, engine_progress *out) {
 void engine_restore(ferry_engine *e, const engine_progress *p) {
   pthread_mutex_lock(&e->mu);
   e->steps = p->steps;
-  stepper_set_step(e, p->steps);
   for (size_t i = 0; i < e->gt.nparams; i++) {
     e->gt.params[i].steps = p->steps;
     e->gt.params[i].no_grad = e->gt.params[i].got_grad = 0;

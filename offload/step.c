@@ -81,7 +81,6 @@ static int close_eager(ferry_engine *e, int nonfinite) {
                (long long)e->steps);
   pthread_mutex_lock(&e->mu);
   e->steps++;
-  stepper_set_step(e, e->steps);
   pthread_mutex_unlock(&e->mu);
   return FERRY_OK;
 }
@@ -142,7 +141,6 @@ int ferry_step(ferry_engine *e, ferry_step_info *info) {
   } else if (!e->eager) {
     pthread_mutex_lock(&e->mu);
     stepper_set_gscale(e, clip / scale);
-    stepper_set_step(e, e->steps);
     e->steps++;
     for (uint32_t i = 0; i < e->gt.ngroups; i++) stepper_queue(e, i, NULL);
     pthread_mutex_unlock(&e->mu);

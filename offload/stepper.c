@@ -9,6 +9,8 @@
  * optimizer pass. With a bf16 master (precision.master) the optimizer
  * updates a staged copy of the group's current params in place
  * (stepper_read_params), which is then uploaded or committed the same way.
+ * A group where no param got a gradient (optimizer.missing_grad = skip)
+ * is left alone: no state read or written, no params committed.
  * Uses group.c and gpu.c; the drain lends it staged grads through
  * stepper_queue and sees them given back through stepper_holds_grads.
  */
@@ -31,12 +33,12 @@ int stepper_init(ferry_engine *e, size_t gbytes) {
   eng_stepper *st = &e->stepper;
   st->queue = calloc(e->gt.ngroups, sizeof *st->queue);
   st->spans = calloc(e->gt.max_count, sizeof *st->spans);
-  st->span_k = calloc(e->gt.max_count, sizeof *st->span_k);
+  st->span_t = calloc(e->gt.max_count, sizeof *st->span_t);
   st->dsts = calloc(e->gt.max_count, sizeof *st->dsts);
   st->counts = calloc((size_t)e->nranks, sizeof *st->counts);
   st->lent = calloc(e->gt.ngroups, sizeof *st->lent);
   st->uploaded = calloc(e->gt.ngroups, sizeof *st->uploaded);
-  if (!st->queue || !st->spans || !st->span_k || !st->dsts || !st->counts || !st->lent ||
+  if (!st->queue || !st->spans || !st->span_t || !st->dsts || !st->counts || !st->lent ||
       !st->uploaded)
     return ferry_err(&e->err, FERRY_ENOMEM, "finalize: out of memory");
   int rc = FERRY_OK;
@@ -95,7 +97,7 @@ void stepper_free(ferry_engine *e) {
   pthread_cond_destroy(&st->cv);
   free(st->queue);
   free(st->spans);
-  free(st->span_k);
+  free(st->span_t);
   free(st->dsts);
   free(st->counts);
 }
@@ -230,10 +232,13 @@ static int param_commit(ferry_engine *e, uint32_t g) {
     int r2 = ferry_mem_release(e->mem, g, FERRY_FAMILY_PARAMS, FERRY_TIER_HOST, NULL);
     if (!rc) rc = r2;
     if (!rc) rc = ferry_mem_writeback(e->mem, g, FERRY_FAMILY_PARAMS, FERRY_TIER_HOST);
-    /* a group the loop's eviction had dropped goes again once written, so
-     * that the commit does not keep it in place of one the loop kept */
+    /* a group the loop's eviction had dropped goes again once written (the
+     * manager drops it when the write lands: no wait here), so that the
+     * commit does not keep it in place of one the loop kept; a failed write
+     * keeps it, dirty, and the eviction or flush that writes it again
+     * reports the error */
     if (!rc && !cached && e->optim_ahead)
-      (void)ferry_mem_evict(e->mem, g, FERRY_FAMILY_PARAMS, FERRY_TIER_HOST);
+      rc = ferry_mem_evict_clean(e->mem, g, FERRY_FAMILY_PARAMS, FERRY_TIER_HOST);
   }
   return rc ? engine_mem_err(e, rc, "step: params") : FERRY_OK;
 }
@@ -327,8 +332,8 @@ int stepper_read_params(ferry_engine *e, uint32_t g, void *dst, ferry_stream *s)
  * span covers this rank's piece of a param (master, states and, stage 2,
  * grads are piece tensors; stage 1's full accumulators and the params are
  * read and written at +plo); a param with no piece has no span, nor has
- * one this step leaves as it is (group_param_stepped). span_k[i]: the
- * param of span i. */
+ * one this step leaves as it is (group_param_stepped). span_t[i]: the
+ * step count of span i's param (its bias correction's). */
 static uint32_t fill_spans(ferry_engine *e, uint32_t g, void **dst) {
   ferry_tier ot = work_tier(e->optim_home), gt = work_tier(e->grad_home);
   const char *lent = e->stepper.lent[g]; /* grads "none": where its grads are */
@@ -337,7 +342,7 @@ static uint32_t fill_spans(ferry_engine *e, uint32_t g, void **dst) {
   for (uint32_t k = 0; k < e->gt.groups[g].count; k++) {
     eng_param *p = group_param(e, g, k);
     if (p->pn == 0 || !group_param_stepped(e, p)) continue;
-    e->stepper.span_k[ns] = k;
+    e->stepper.span_t[ns] = p->steps;
     ferry_optim_span *sp = &e->stepper.spans[ns++];
     char *copy = (char *)dst[k] + p->plo * e->esize;
     memset(sp, 0, sizeof *sp);
@@ -384,12 +389,13 @@ static int gather_params(ferry_engine *e, uint32_t g, int slot) {
   return FERRY_OK;
 }
 
-/* Group g has a param this step leaves as it is (no gradient,
- * optimizer.missing_grad = skip). */
-static int group_skips(ferry_engine *e, uint32_t g) {
+/* How many params of group g this step updates: the others get no
+ * gradient (optimizer.missing_grad = skip) and are left as they are. */
+static uint32_t group_stepped(ferry_engine *e, uint32_t g) {
+  uint32_t n = 0;
   for (uint32_t k = 0; k < e->gt.groups[g].count; k++)
-    if (!group_param_stepped(e, group_param(e, g, k))) return 1;
-  return 0;
+    n += group_param_stepped(e, group_param(e, g, k)) != 0;
+  return n;
 }
 
 /* A bf16 master: the staging (or, with device math, the device scratch)
@@ -398,10 +404,10 @@ static int group_skips(ferry_engine *e, uint32_t g) {
  * are held: the stepper then holds one family at a time in the host pool
  * (at the pool's minimum, a params read beside its own state hold and the
  * loop's holds left no hole for a chunk, and the loop waited on the step).
- * A group with a param this step leaves out (group_skips) is staged the
+ * A group with a param this step leaves out (group_stepped) is staged the
  * same way, so that param's staged copy stays its current value. */
 static int stage_master(ferry_engine *e, uint32_t i, int slot) {
-  if (!e->master_bf16 && !group_skips(e, i)) return FERRY_OK;
+  if (!e->master_bf16 && group_stepped(e, i) == e->gt.groups[i].count) return FERRY_OK;
   int rc;
   if (engine_gpu_math(e)) {
     if (e->param_home == FERRY_TIER_DEVICE) return FERRY_OK; /* in place there */
@@ -414,31 +420,15 @@ static int stage_master(ferry_engine *e, uint32_t i, int slot) {
   return rc ? rc : stepper_read_params(e, i, base, e->up);
 }
 
-/* Orders group g's ns spans by their params' step counts (stable; already
- * in order when the counts are equal, the usual case). */
-static void sort_spans(ferry_engine *e, uint32_t g, uint32_t ns) {
-  ferry_optim_span *sp = e->stepper.spans;
-  uint32_t *kk = e->stepper.span_k;
-  for (uint32_t i = 1; i < ns; i++) {
-    ferry_optim_span s = sp[i];
-    uint32_t k = kk[i];
-    int64_t t = group_param(e, g, k)->steps;
-    uint32_t j = i;
-    for (; j > 0 && group_param(e, g, kk[j - 1])->steps > t; j--) {
-      sp[j] = sp[j - 1];
-      kk[j] = kk[j - 1];
-    }
-    sp[j] = s;
-    kk[j] = k;
-  }
-}
-
 /* The optimizer pass over group i (its state and grads held): the CPU's
  * fused pass, which writes the new params into a staging buffer, or with
  * device math the CUDA AdamW on e->down, fused with the param copy (device
  * home: in place, once the loop's reads of them are done). Each param's
- * bias correction uses its own step count (eng_param.steps). */
-static int run_optimizer(ferry_engine *e, uint32_t i, int slot, float gscale, int64_t step) {
+ * bias correction uses its own step count (eng_param.steps): all equal
+ * unless some param was left out of a step. One call for the whole group,
+ * which checks every span before it changes any, so that a failed update
+ * changed nothing (after_update). */
+static int run_optimizer(ferry_engine *e, uint32_t i, int slot, float gscale) {
   void **dst = e->stepper.dsts;
   int gpu = engine_gpu_math(e), rc = FERRY_OK;
   if (gpu) {
@@ -450,28 +440,12 @@ static int run_optimizer(ferry_engine *e, uint32_t i, int slot, float gscale, in
   }
   if (rc) return rc;
   uint32_t ns = fill_spans(e, i, dst);
-  sort_spans(e, i, ns);
   double t2 = ferry_now();
-  rc = ferry_optimizer_set_step(e->opt, step);
-  /* one pass per run of spans whose params share a step count: each
-   * param's bias correction uses its own (all equal unless some param
-   * was left out of a step) */
-  ferry_optim_span *sp = e->stepper.spans;
-  for (uint32_t a = 0, b; a < ns && !rc; a = b) {
-    int64_t t = group_param(e, i, e->stepper.span_k[a])->steps;
-    for (b = a + 1; b < ns && group_param(e, i, e->stepper.span_k[b])->steps == t; b++) {
-    }
-    rc = ferry_optimizer_set_step(e->opt, t);
-    if (!rc && gpu) {
-      rc = gpu_optimizer_step(e, sp + a, b - a, gscale);
-      if (rc) return rc;
-    } else if (!rc) {
-      rc = ferry_optimizer_step(e->opt, sp + a, b - a, gscale);
-    }
-  }
+  if (gpu) return gpu_optimizer_step(e, e->stepper.spans, ns, gscale, e->stepper.span_t);
+  rc = optim_step_counts(e->opt, e->stepper.spans, ns, gscale, e->stepper.span_t);
   if (rc && rc != FERRY_ENOMEM)
     rc = ferry_err(&e->err, rc, "step: optimizer: %s", ferry_optimizer_last_error(e->opt));
-  if (!gpu) ferry_timeline_add(&e->tl, FERRY_LANE_OPTIM0, "optimizer", t2, ferry_now());
+  ferry_timeline_add(&e->tl, FERRY_LANE_OPTIM0, "optimizer", t2, ferry_now());
   return rc;
 }
 
@@ -539,16 +513,23 @@ static int hold_state(ferry_engine *e, uint32_t i, uint32_t next) {
 }
 
 /* Updates group i; `next` (UINT32_MAX: none) is the group expected after it,
- * whose optimizer state is prefetched meanwhile. */
-static int update_group(ferry_engine *e, uint32_t i, uint32_t next, float gscale, int64_t step) {
+ * whose optimizer state is prefetched meanwhile. *idle: no param of the
+ * group got a gradient (optimizer.missing_grad = skip), so nothing is
+ * read, stepped, written or committed; its grads are zeroed all the same. */
+static int update_group(ferry_engine *e, uint32_t i, uint32_t next, float gscale, int *idle) {
   ferry_tier ot = work_tier(e->optim_home), gt = work_tier(e->grad_home);
   int slot = (int)(i % ENGINE_STAGE_SLOTS);
+  *idle = group_stepped(e, i) == 0;
+  if (*idle) {
+    if (e->grads_none) return_grads(e, i);
+    return group_zero_grads(e, i, 0);
+  }
   int rc = stage_master(e, i, slot);
   if (!rc) rc = hold_state(e, i, next);
   if (rc) return rc;
   rc = ferry_mem_mark_dirty(e->mem, i, FERRY_FAMILY_OPTIM, ot, NULL); /* before writing */
   if (rc) rc = engine_mem_err(e, rc, "step: optimizer state");
-  if (!rc) rc = run_optimizer(e, i, slot, gscale, step);
+  if (!rc) rc = run_optimizer(e, i, slot, gscale);
   if (!rc) count_steps(e, i);
   if (!rc && e->grads_none) return_grads(e, i); /* a failed update keeps them for its retry */
   if (!rc) rc = group_zero_grads(e, i, 1);
@@ -572,8 +553,9 @@ static void finish_group(ferry_engine *e, uint32_t g, int rc) {
 /* After group g's update. Host and NVMe homes: the new params are copied
  * into the group's own chunks (no chunk holds two groups) once the loop
  * holds none of them, which drops the stale device copy; the group's
- * fetches wait until then (UPDATED). A failed update changed nothing. */
-static void after_update(ferry_engine *e, uint32_t g, int rc) {
+ * fetches wait until then (UPDATED). A failed update changed nothing; an
+ * idle one (update_group) has no new params. */
+static void after_update(ferry_engine *e, uint32_t g, int rc, int idle) {
   eng_group *gr = &e->gt.groups[g];
   pthread_mutex_lock(&e->mu);
   if (rc) { /* update_group fails only before it changes anything */
@@ -584,7 +566,7 @@ static void after_update(ferry_engine *e, uint32_t g, int rc) {
   } else {
     group_set_state(e, g, GROUP_UPDATED);
   }
-  if (e->param_home != FERRY_TIER_DEVICE) {
+  if (e->param_home != FERRY_TIER_DEVICE && !idle) {
     wait_released(e, gr);
     if (!rc) {
       pthread_mutex_unlock(&e->mu);
@@ -613,10 +595,10 @@ static void *stepper_main(void *arg) {
                     : g + 1 < ng         ? g + 1
                                          : UINT32_MAX;
     float gscale = st->gscale;
-    int64_t step = st->cur_step;
     pthread_mutex_unlock(&e->mu);
-    int rc = update_group(e, g, next, gscale, step); /* groups are independent */
-    after_update(e, g, rc);
+    int idle = 0;
+    int rc = update_group(e, g, next, gscale, &idle); /* groups are independent */
+    after_update(e, g, rc, idle);
     pthread_mutex_lock(&e->mu);
   }
   pthread_mutex_unlock(&e->mu);
@@ -664,7 +646,6 @@ int stepper_wait_group(ferry_engine *e, uint32_t g) {
 
 int stepper_holds_grads(const ferry_engine *e, uint32_t g) { return e->stepper.lent[g] != NULL; }
 void stepper_set_gscale(ferry_engine *e, float gscale) { e->stepper.gscale = gscale; }
-void stepper_set_step(ferry_engine *e, int64_t step) { e->stepper.cur_step = step; }
 void stepper_wake(ferry_engine *e) { pthread_cond_broadcast(&e->stepper.cv); }
 void stepper_wait_change(ferry_engine *e) { pthread_cond_wait(&e->stepper.cv, &e->mu); }
 int64_t stepper_waits_for(const ferry_engine *e) { return e->stepper.waits_for; }

@@ -19,7 +19,6 @@ typedef struct {
   size_t head, tail;
   uint32_t pending;      /* (mu) groups queued or being updated */
   float gscale;          /* (mu) grad scale of the queued updates */
-  int64_t cur_step;      /* (mu) steps before the update being applied (bias correction) */
   int status;            /* (mu) first error of an asynchronous step */
   char fail_why[768];    /* (mu) the message of the last failed update (file, offset...),
                           * quoted where the failure is reported later (fetch, save) */
@@ -36,7 +35,7 @@ typedef struct {
   ferry_event *stage_up_ev[ENGINE_STAGE_SLOTS];
   void *param_stage;                    /* host/NVMe param homes: the largest group */
   ferry_optim_span *spans;              /* max params of a group */
-  uint32_t *span_k;                     /* per span: its param's index in the group */
+  int64_t *span_t;                      /* per span: its param's step count */
   void **dsts;                          /* per param of a group: where new params go */
   size_t *counts;                       /* with ranks: bytes per rank of a group's gather */
 } eng_stepper;
@@ -54,10 +53,9 @@ void stepper_queue(ferry_engine *e, uint32_t g, const void *grads);
 /* (mu held) grads "none": group g's update still holds the grads lent with
  * it (a failed update keeps them for its retry). */
 int stepper_holds_grads(const ferry_engine *e, uint32_t g);
-/* (mu held) The grad scale of the updates queued next, and the step number
- * their bias correction uses. */
+/* (mu held) The grad scale of the updates queued next (each param's bias
+ * correction uses its own step count, eng_param.steps). */
 void stepper_set_gscale(ferry_engine *e, float gscale);
-void stepper_set_step(ferry_engine *e, int64_t step);
 /* (mu held) Wakes whoever waits on the stepper (a release by the loop);
  * waits for the stepper's next change (a group done, a stage given back,
  * a release waited for). */

@@ -40,6 +40,17 @@ int optim_simd_parse(const char *name);
  * the CPU lacks yields -1). */
 int optim_simd_default(void);
 
+/* ferry_optimizer_step and ferry_optimizer_step_cuda with a step count per
+ * span: span i's bias correction (and rounding key) is at step counts[i] + 1,
+ * and the optimizer's own count stays as it is. One call for spans whose
+ * counts differ (params left out of earlier steps): every span and count is
+ * checked before anything changes, so a failure leaves every span as it
+ * was. counts NULL: FERRY_EINVAL. */
+int optim_step_counts(ferry_optimizer *o, const ferry_optim_span *spans, size_t count,
+                      float grad_scale, const int64_t *counts);
+int optim_step_cuda_counts(ferry_optimizer *o, const ferry_optim_span *spans, size_t count,
+                           float grad_scale, const int64_t *counts, void *cuda_stream);
+
 /* Fills the per-step scalars from the hyper-parameters for step t (>= 1). */
 void optim_scalars_make(optim_scalars *s, const ferry_optimizer_config *cfg, float lr, int64_t t,
                         float gscale);

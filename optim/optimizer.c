@@ -124,6 +124,7 @@ static int dt_ok(int dt) {
 typedef struct {
   optim_tile t;
   size_t span;
+  const optim_scalars *sc; /* the step's, or its span's (optim_step_counts) */
 } step_tile;
 
 typedef struct {
@@ -155,6 +156,8 @@ struct ferry_optimizer {
   size_t cap_part;
   size_t nspans, cap_spans;
   double *span_sums; /* LAMB: 2 per span */
+  optim_scalars *span_sc; /* optim_step_counts: per span */
+  size_t cap_span_sc;
   step_job job;
 
   /* gradient helpers: serialised by hmu */
@@ -343,6 +346,7 @@ void ferry_optimizer_destroy(ferry_optimizer *o) {
   free(o->tiles);
   free(o->part);
   free(o->span_sums);
+  free(o->span_sc);
   free(o->hpart);
   free(o->hfirst);
   pthread_mutex_destroy(&o->hmu);
@@ -411,15 +415,22 @@ static int grow(void **p, size_t *cap, size_t need, size_t elem) {
   return 0;
 }
 
-/* Splits the spans into tiles (into o->tiles). */
-static int build_tiles(ferry_optimizer *o, const ferry_optim_span *spans, size_t count) {
+/* Splits the spans into tiles (into o->tiles); with counts, each span's
+ * scalars at its own step counts[i] + 1. */
+static int build_tiles(ferry_optimizer *o, const ferry_optim_span *spans, size_t count,
+                       const int64_t *counts, float grad_scale) {
   size_t T = o->cfg.tile, nt = 0;
   for (size_t i = 0; i < count; i++)
     nt += (spans[i].n + T - 1) / T;
   if (grow((void **)&o->tiles, &o->cap_tiles, nt, sizeof *o->tiles) ||
       grow((void **)&o->part, &o->cap_part, nt, 2 * sizeof *o->part) ||
-      grow((void **)&o->span_sums, &o->cap_spans, count, 2 * sizeof *o->span_sums))
+      grow((void **)&o->span_sums, &o->cap_spans, count, 2 * sizeof *o->span_sums) ||
+      (counts && grow((void **)&o->span_sc, &o->cap_span_sc, count, sizeof *o->span_sc)))
     return ferry_err(&o->err, FERRY_ENOMEM, "step: out of memory for %zu tiles", nt);
+  for (size_t i = 0; counts && i < count; i++) {
+    optim_scalars_make(&o->span_sc[i], &o->cfg, o->lr, counts[i] + 1, grad_scale);
+    o->span_sc[i].native_bf16 = o->native_bf16;
+  }
   int sdt = o->cfg.state_dtype;
   size_t k = 0;
   for (size_t i = 0; i < count; i++) {
@@ -451,6 +462,7 @@ static int build_tiles(ferry_optimizer *o, const ferry_optim_span *spans, size_t
         if (t->s2) t->a2 = optim_q_absmax_ptr(sp->state2, sp->n) + off / t->block;
       }
       st->span = i;
+      st->sc = counts ? &o->span_sc[i] : &o->sc;
     }
   }
   o->ntiles = nt;
@@ -465,9 +477,9 @@ static void step_tile_fn(optim_job *j, size_t i, int worker) {
   if (o->cfg.type == FERRY_OPTIM_LAMB && ((step_job *)j)->phase == 0) {
     o->part[2 * i] = 0;
     o->part[2 * i + 1] = 0;
-    o->k->lamb_phase1(&o->sc, &st->t, &o->part[2 * i], &o->part[2 * i + 1]);
+    o->k->lamb_phase1(st->sc, &st->t, &o->part[2 * i], &o->part[2 * i + 1]);
   } else {
-    o->k->step(&o->sc, &st->t);
+    o->k->step(st->sc, &st->t);
   }
 }
 
@@ -510,13 +522,28 @@ static int check_step_room(ferry_optimizer *o) {
                    (long long)o->step);
 }
 
-int ferry_optimizer_step_async(ferry_optimizer *o, const ferry_optim_span *spans, size_t count,
-                               float grad_scale, ferry_optim_done_fn done, void *user) {
+/* counts (NULL: none): span i's step is counts[i] + 1 and the optimizer's
+ * count stays; each can take one more step. */
+static int check_counts(ferry_optimizer *o, const int64_t *counts, size_t count) {
+  if (!counts) return check_step_room(o);
+  for (size_t i = 0; i < count; i++)
+    if (counts[i] < 0 || counts[i] >= FERRY_STEP_MAX)
+      return ferry_err(&o->err, counts[i] < 0 ? FERRY_EINVAL : FERRY_EOVERFLOW,
+                       "step: span %zu: its count %lld cannot take a step (0..FERRY_STEP_MAX-1)",
+                       i, (long long)counts[i]);
+  return FERRY_OK;
+}
+
+/* ferry_optimizer_step_async, with a step count per span (counts) or the
+ * optimizer's own (NULL). Every span is checked before the step starts. */
+static int step_submit(ferry_optimizer *o, const ferry_optim_span *spans, size_t count,
+                       float grad_scale, const int64_t *counts, ferry_optim_done_fn done,
+                       void *user) {
   if (!o) return FERRY_EINVAL;
   if (count && !spans) return ferry_err(&o->err, FERRY_EINVAL, "step: spans is NULL");
   if (!isfinite(grad_scale))
     return ferry_err(&o->err, FERRY_EINVAL, "step: grad_scale %g is not finite", grad_scale);
-  int rc = check_step_room(o);
+  int rc = check_counts(o, counts, count);
   if (rc) return rc;
   pthread_mutex_lock(&o->mu);
   int busy = o->in_flight;
@@ -525,14 +552,14 @@ int ferry_optimizer_step_async(ferry_optimizer *o, const ferry_optim_span *spans
   if (busy) return ferry_err(&o->err, FERRY_EBUSY, "step: another step is still running");
   for (size_t i = 0; i < count && !rc; i++)
     rc = check_span(o, &spans[i], i);
-  if (!rc) rc = build_tiles(o, spans, count);
+  if (!rc) rc = build_tiles(o, spans, count, counts, grad_scale);
   if (rc) {
     pthread_mutex_lock(&o->mu);
     o->in_flight = 0;
     pthread_mutex_unlock(&o->mu);
     return rc;
   }
-  o->step++;
+  if (!counts) o->step++;
   optim_scalars_make(&o->sc, &o->cfg, o->lr, o->step, grad_scale);
   o->sc.native_bf16 = o->native_bf16;
   o->done = done;
@@ -545,6 +572,17 @@ int ferry_optimizer_step_async(ferry_optimizer *o, const ferry_optim_span *spans
   o->job.job.finished = step_finished;
   optim_pool_submit(o->pool, &o->job.job);
   return FERRY_OK;
+}
+
+int ferry_optimizer_step_async(ferry_optimizer *o, const ferry_optim_span *spans, size_t count,
+                               float grad_scale, ferry_optim_done_fn done, void *user) {
+  return step_submit(o, spans, count, grad_scale, NULL, done, user);
+}
+
+int optim_step_counts(ferry_optimizer *o, const ferry_optim_span *spans, size_t count,
+                      float grad_scale, const int64_t *counts) {
+  int rc = counts ? step_submit(o, spans, count, grad_scale, counts, NULL, NULL) : FERRY_EINVAL;
+  return rc ? rc : ferry_optimizer_wait(o);
 }
 
 int ferry_optimizer_query(ferry_optimizer *o) {
@@ -572,15 +610,18 @@ int ferry_optimizer_step(ferry_optimizer *o, const ferry_optim_span *spans, size
   return ferry_optimizer_wait(o);
 }
 
-int ferry_optimizer_step_cuda(ferry_optimizer *o, const ferry_optim_span *spans, size_t count,
-                              float grad_scale, void *cuda_stream) {
+/* ferry_optimizer_step_cuda, with a step count per span (counts) or the
+ * optimizer's own (NULL). Every span is checked before the first launch. */
+static int step_cuda(ferry_optimizer *o, const ferry_optim_span *spans, size_t count,
+                     float grad_scale, const int64_t *counts, void *cuda_stream) {
   if (!o) return FERRY_EINVAL;
   if (o->cfg.type != FERRY_OPTIM_ADAMW && o->cfg.type != FERRY_OPTIM_ADAM)
     return ferry_err(&o->err, FERRY_ENOTSUP, "step_cuda: only AdamW and Adam run on the GPU");
   if (count && !spans) return ferry_err(&o->err, FERRY_EINVAL, "step_cuda: spans is NULL");
   if (ferry_optimizer_query(o) != 0)
     return ferry_err(&o->err, FERRY_EBUSY, "step_cuda: a CPU step is still running");
-  if (check_step_room(o)) return FERRY_EOVERFLOW;
+  int crc = check_counts(o, counts, count);
+  if (crc) return crc;
   for (size_t i = 0; i < count; i++) {
     int rc = check_span(o, &spans[i], i);
     if (rc) return rc;
@@ -590,6 +631,7 @@ int ferry_optimizer_step_cuda(ferry_optimizer *o, const ferry_optim_span *spans,
   for (size_t i = 0; i < count; i++) {
     const ferry_optim_span *sp = &spans[i];
     if (!sp->n) continue;
+    if (counts) optim_scalars_make(&sc, &o->cfg, o->lr, counts[i] + 1, grad_scale);
     optim_tile t;
     memset(&t, 0, sizeof t);
     t.p = sp->param;
@@ -613,8 +655,18 @@ int ferry_optimizer_step_cuda(ferry_optimizer *o, const ferry_optim_span *spans,
     int rc = optim_cuda_step(&sc, &t, cuda_stream, why, sizeof why);
     if (rc) return ferry_err(&o->err, rc, "step_cuda: span %zu: %s", i, why);
   }
-  o->step++;
+  if (!counts) o->step++;
   return FERRY_OK;
+}
+
+int ferry_optimizer_step_cuda(ferry_optimizer *o, const ferry_optim_span *spans, size_t count,
+                              float grad_scale, void *cuda_stream) {
+  return step_cuda(o, spans, count, grad_scale, NULL, cuda_stream);
+}
+
+int optim_step_cuda_counts(ferry_optimizer *o, const ferry_optim_span *spans, size_t count,
+                           float grad_scale, const int64_t *counts, void *cuda_stream) {
+  return counts ? step_cuda(o, spans, count, grad_scale, counts, cuda_stream) : FERRY_EINVAL;
 }
 
 int64_t ferry_optimizer_get_step(const ferry_optimizer *o) { return o ? o->step : -1; }

@@ -3,7 +3,8 @@
  * after a small random delay, so completions are truly asynchronous. It
  * checks what a real store would refuse (unwritten slots, lengths beyond
  * the slot's own size from ferry_mem_store_slot_sizes, two requests on
- * one chunk) and counts reads and writes.
+ * one chunk) and counts reads and writes. A test can make the next reads or
+ * writes fail, and hold writes back until it lets them go.
  */
 #ifndef FERRY_TEST_FAKE_STORE_H
 #define FERRY_TEST_FAKE_STORE_H
@@ -37,6 +38,8 @@ typedef struct {
   unsigned long long seed;
   uint64_t reads, writes, errors;
   int fail_reads; /* the next n reads fail with FERRY_EIO */
+  int fail_writes; /* the next n writes fail with FERRY_EIO */
+  int hold_writes; /* writes wait while set (cleared with a broadcast on cv) */
   pthread_t th;
 } fake_store;
 
@@ -57,8 +60,12 @@ static void *fake_store_main(void *p) {
       nanosleep(&ts, NULL);
     }
     pthread_mutex_lock(&fs->mu);
+    while (r->op == 1 && fs->hold_writes && !fs->stop) pthread_cond_wait(&fs->cv, &fs->mu);
     int st = 0;
-    if (r->slot >= fs->nslots || r->len > fs->slot_size ||
+    if (r->op == 1 && fs->fail_writes > 0) {
+      fs->fail_writes--;
+      st = FERRY_EIO;
+    } else if (r->slot >= fs->nslots || r->len > fs->slot_size ||
         (fs->sizes && r->len > fs->sizes[r->slot]))
       st = FERRY_EINVAL;
     else if (r->op == 1) {
