@@ -294,10 +294,30 @@ static int param_steps(ckpt_ctx *c, int64_t steps, ckpt_manifest *m) {
   return FERRY_OK;
 }
 
+/* At least how many files the part `roles` takes at max_shard bytes a
+ * shard, and an index beside two or more. The writer starts a shard when
+ * the next tensor would overfill it, so a tensor above max_shard has one
+ * alone and the others fill theirs to at most max_shard (a sharded
+ * engine's pieces count here, fewer bytes than whole). */
+static uint64_t part_files_min(ckpt_ctx *c, unsigned roles, uint64_t max_shard) {
+  uint64_t big = 0, small = 0;
+  engine_param_iter it = engine_params(c->e, 0);
+  for (const engine_param_view *p; (p = engine_params_next(&it));)
+    for (int r = 0; r < FERRY_ROLE_COUNT; r++) {
+      ferry_mem_tensor_info ti;
+      if (!(roles >> r & 1) || p->id[r] == UINT32_MAX || ferry_mem_tensor_get(c->f.mem, p->id[r], &ti))
+        continue;
+      if (ti.bytes > max_shard) big++;
+      else small += ti.bytes;
+    }
+  uint64_t n = big + small / max_shard + (small % max_shard != 0);
+  return n > 1 ? n + 1 : 1;
+}
+
 /* The save's plan (save_plan) from the engine, with every limit of the
  * format checked, so a save that cannot be written is refused before its
  * first file. */
-static int save_plan_make(ckpt_ctx *c, size_t blob_len, save_plan *p) {
+static int save_plan_make(ckpt_ctx *c, size_t blob_len, uint64_t max_shard, save_plan *p) {
   memset(p, 0, sizeof *p);
   ckpt_manifest *m = &p->m;
   m->version = CKPT_FORMAT_VERSION;
@@ -325,6 +345,14 @@ static int save_plan_make(ckpt_ctx *c, size_t blob_len, save_plan *p) {
                    "checkpoint: %zu params have their own step count; their list would take "
                    "%zu bytes, more than the %llu a checkpoint may hold; nothing was written",
                    m->nsteps, p->steps_len, (unsigned long long)ckpt_param_steps_limit(m));
+  uint64_t pf = part_files_min(c, 1u << FERRY_ROLE_PARAM, max_shard),
+           of = part_files_min(c, OPTIM_ROLES, max_shard), files = pf + of + 1 + (p->steps_len > 0);
+  if (!rc && files > CKPT_MAX_FILES)
+    rc = ferry_err(c->f.err, FERRY_EOVERFLOW,
+                   "checkpoint: at max_shard_bytes %llu the checkpoint takes at least %llu files "
+                   "(params %llu, optimizer %llu), more than %d; nothing was written (raise "
+                   "max_shard_bytes)", (unsigned long long)max_shard, (unsigned long long)files,
+                   (unsigned long long)pf, (unsigned long long)of, CKPT_MAX_FILES);
   if (rc) plan_free(p);
   return rc;
 }
@@ -489,7 +517,7 @@ static int save_local(ckpt_ctx *c, const char *dir, const void *blob, size_t blo
   save_plan plan;
   memset(&plan, 0, sizeof plan);
   int rc = save_names(c, dir, pg.steps, (long)getpid(), tmp, target, trash);
-  if (!rc) rc = save_plan_make(c, blob_len, &plan); /* before any file */
+  if (!rc) rc = save_plan_make(c, blob_len, o->max_shard_bytes, &plan); /* before any file */
   if (!rc) rc = dir_lock(c, dir, &lock);
   if (!rc) {
     int made;
@@ -536,7 +564,7 @@ static int save_ranks(ckpt_ctx *c, const char *dir, const void *blob, size_t blo
   save_plan plan;
   memset(&plan, 0, sizeof plan);
   if (!rc && c->f.rank == 0) {
-    rc = save_plan_make(c, blob_len, &plan);
+    rc = save_plan_make(c, blob_len, o->max_shard_bytes, &plan);
     if (!rc) rc = dir_lock(c, dir, &lock);
     if (!rc) rc = save_begin(c, dir, tmp, &owner, &made);
     if (!rc && sharded) rc = ckpt_layout_part(c, optim, o->max_shard_bytes, OPTIM_ROLES);
