@@ -1,8 +1,8 @@
 /* format/checkpoint_verify.c — finding a checkpoint (ferry_checkpoint_find)
  * and checking one with no engine (ferry_checkpoint_verify): its manifest,
- * every listed file's size and CRC32C, the files a checkpoint must hold, and
- * its safetensors parts opened only over listed files (ckpt_open,
- * ckpt_open_part, which ferry_checkpoint_load uses too).
+ * every listed file's size and CRC32C, the files a checkpoint must hold, its
+ * per-param step counts, and its safetensors parts opened only over listed
+ * files (ckpt_open, ckpt_open_part, which ferry_checkpoint_load uses too).
  */
 #include "format/checkpoint_files.h"
 #include "core/crc32c.h"
