@@ -451,15 +451,27 @@ int ckpt_manifest_format(const ckpt_manifest *m, char **text, size_t *len) {
   return FERRY_OK;
 }
 
+/* Step i's line into s (cap bytes, NULL 0: none); its length. */
+static size_t step_line(const ckpt_manifest *m, size_t i, char *s, size_t cap) {
+  return (size_t)snprintf(s, cap, "param_step %" PRIu64 " %" PRId64 " %.*s\n", m->steps[i].index,
+                          m->steps[i].steps, CKPT_NAME_MAX, m->steps[i].name);
+}
+
+uint64_t ckpt_param_steps_bytes(const ckpt_manifest *m) {
+  uint64_t n = 0;
+  for (size_t i = 0; i < m->nsteps; i++) n += step_line(m, i, NULL, 0);
+  return n;
+}
+
 int ckpt_param_steps_format(const ckpt_manifest *m, char **text, size_t *len) {
   if (!m || !text || !len) return FERRY_EINVAL;
-  size_t cap = 1 + m->nsteps * (size_t)CKPT_STEP_LINE_MAX, at = 0;
+  uint64_t bytes = ckpt_param_steps_bytes(m);
+  if (bytes >= SIZE_MAX) return FERRY_ENOMEM;
+  size_t cap = (size_t)bytes + 1, at = 0;
   char *s = malloc(cap);
   if (!s) return FERRY_ENOMEM;
   s[0] = 0;
-  for (size_t i = 0; i < m->nsteps; i++)
-    at += (size_t)snprintf(s + at, cap - at, "param_step %" PRIu64 " %" PRId64 " %.*s\n",
-                           m->steps[i].index, m->steps[i].steps, CKPT_NAME_MAX, m->steps[i].name);
+  for (size_t i = 0; i < m->nsteps; i++) at += step_line(m, i, s + at, cap - at);
   *text = s;
   *len = at;
   return FERRY_OK;

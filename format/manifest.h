@@ -95,6 +95,8 @@ uint64_t ckpt_param_steps_limit(const ckpt_manifest *m);
  * read. */
 int ckpt_param_steps_parse(const char *text, size_t len, ckpt_manifest *m, char *why,
                            size_t why_len);
+/* The bytes of m->steps' lines (the file CKPT_STEPS_NAME), formatted. */
+uint64_t ckpt_param_steps_bytes(const ckpt_manifest *m);
 /* m->steps' lines, the file CKPT_STEPS_NAME, into a malloc'd buffer. */
 int ckpt_param_steps_format(const ckpt_manifest *m, char **text, size_t *len);
 void ckpt_manifest_free(ckpt_manifest *m);

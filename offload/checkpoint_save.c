@@ -248,17 +248,15 @@ static int save_files(ckpt_ctx *c, const char *tmp, const void *blob, size_t blo
 
 /* What a save writes besides the tensors, made and checked before any
  * file is: the manifest's scalars and the params whose own step count is
- * not the step (m, its files still to list) and their lines (steps: the
- * file CKPT_STEPS_NAME, none when steps_len is 0). */
+ * not the step (m, its files still to list), and the bytes of their lines
+ * (the file CKPT_STEPS_NAME, none when 0). */
 typedef struct {
   ckpt_manifest m;
-  char *steps;
-  size_t steps_len;
+  uint64_t steps_len;
 } save_plan;
 
 static void plan_free(save_plan *p) {
   ckpt_manifest_free(&p->m);
-  free(p->steps);
   memset(p, 0, sizeof *p);
 }
 
@@ -338,13 +336,13 @@ static int save_plan_make(ckpt_ctx *c, size_t blob_len, uint64_t max_shard, save
   m->tensors = c->f.nparams;
   m->blob_bytes = blob_len;
   int rc = param_steps(c, pg.steps, m);
-  if (!rc && m->nsteps && (rc = ckpt_param_steps_format(m, &p->steps, &p->steps_len)))
-    rc = ferry_err(c->f.err, rc, "checkpoint: out of memory");
+  p->steps_len = rc ? 0 : ckpt_param_steps_bytes(m);
   if (!rc && p->steps_len > ckpt_param_steps_limit(m))
     rc = ferry_err(c->f.err, FERRY_EOVERFLOW,
                    "checkpoint: %zu params have their own step count; their list would take "
-                   "%zu bytes, more than the %llu a checkpoint may hold; nothing was written",
-                   m->nsteps, p->steps_len, (unsigned long long)ckpt_param_steps_limit(m));
+                   "%llu bytes, more than the %llu a checkpoint may hold; nothing was written",
+                   m->nsteps, (unsigned long long)p->steps_len,
+                   (unsigned long long)ckpt_param_steps_limit(m));
   uint64_t pf = part_files_min(c, 1u << FERRY_ROLE_PARAM, max_shard),
            of = part_files_min(c, OPTIM_ROLES, max_shard), files = pf + of + 1 + (p->steps_len > 0);
   if (!rc && files > CKPT_MAX_FILES)
@@ -357,6 +355,20 @@ static int save_plan_make(ckpt_ctx *c, size_t blob_len, uint64_t max_shard, save
   return rc;
 }
 
+/* The file CKPT_STEPS_NAME of m into tmp; a status. */
+static int write_steps(ckpt_ctx *c, const char *tmp, const ckpt_manifest *m) {
+  char path[4096], *text;
+  size_t len;
+  if (ckpt_join(path, sizeof path, tmp, CKPT_STEPS_NAME))
+    return ferry_err(c->f.err, FERRY_EOVERFLOW, "checkpoint: path too long");
+  if (ckpt_param_steps_format(m, &text, &len))
+    return ferry_err(c->f.err, FERRY_ENOMEM, "checkpoint: out of memory");
+  int r = write_file(path, text, len);
+  free(text);
+  if (r) return ferry_err(c->f.err, ckpt_io_status(-r), "checkpoint: %s: %s", path, strerror(-r));
+  return FERRY_OK;
+}
+
 /* The plan's manifest for the complete files in tmp (each file's size and
  * CRC32C, read back; the file of step counts written first), then every
  * folder fsynced. */
@@ -366,10 +378,7 @@ static int save_manifest(ckpt_ctx *c, const char *tmp, save_plan *plan) {
   ckpt_manifest *mp = &plan->m, m = *mp; /* (m's files are this save's alone) */
   m.files = NULL;
   m.nfiles = 0;
-  if (plan->steps_len && ckpt_join(path, sizeof path, tmp, CKPT_STEPS_NAME))
-    return ferry_err(c->f.err, FERRY_EOVERFLOW, "checkpoint: path too long");
-  if (plan->steps_len && (r = write_file(path, plan->steps, plan->steps_len)))
-    return ferry_err(c->f.err, ckpt_io_status(-r), "checkpoint: %s: %s", path, strerror(-r));
+  if (plan->steps_len && (r = write_steps(c, tmp, mp))) return r;
   size_t cap = 0;
   r = list_files(tmp, "params", &m.files, &m.nfiles, &cap);
   if (!r) r = list_files(tmp, "optim", &m.files, &m.nfiles, &cap);
