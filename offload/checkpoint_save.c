@@ -286,7 +286,8 @@ static int param_steps(ckpt_ctx *c, int64_t steps, ckpt_manifest *m) {
       m->steps = ns;
       cap = nc;
     }
-    m->steps[m->nsteps++] = (ckpt_param_step){.index = p->index, .steps = p->steps, .name = p->name};
+    m->steps[m->nsteps++] =
+        (ckpt_param_step){.index = p->index, .steps = p->steps, .name = p->name};
   }
   m->steps_listed = m->nsteps;
   return FERRY_OK;
@@ -303,7 +304,8 @@ static uint64_t part_files_min(ckpt_ctx *c, unsigned roles, uint64_t max_shard) 
   for (const engine_param_view *p; (p = engine_params_next(&it));)
     for (int r = 0; r < FERRY_ROLE_COUNT; r++) {
       ferry_mem_tensor_info ti;
-      if (!(roles >> r & 1) || p->id[r] == UINT32_MAX || ferry_mem_tensor_get(c->f.mem, p->id[r], &ti))
+      if (!(roles >> r & 1) || p->id[r] == UINT32_MAX ||
+          ferry_mem_tensor_get(c->f.mem, p->id[r], &ti))
         continue;
       if (ti.bytes > max_shard) big++;
       else small += ti.bytes;

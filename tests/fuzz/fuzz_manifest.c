@@ -44,7 +44,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   char *steps;
   size_t slen;
   if (ckpt_param_steps_format(&m, &steps, &slen) != 0) __builtin_trap();
-  if (m.nsteps && ckpt_param_steps_parse(steps, slen, &back, why, sizeof why) != 0) __builtin_trap();
+  if (m.nsteps && ckpt_param_steps_parse(steps, slen, &back, why, sizeof why) != 0)
+    __builtin_trap();
   free(steps);
   for (size_t i = 0; i < m.nsteps && back.nsteps == m.nsteps; i++)
     if (back.steps[i].index != m.steps[i].index || back.steps[i].steps != m.steps[i].steps ||

@@ -56,7 +56,8 @@ static int run_home(int home) {
   mc.home[FERRY_FAMILY_PARAMS] = home;
   REQUIRE(ferry_mem_create(&mc, &m) == 0);
   for (uint32_t g = 0; g < NG; g++)
-    REQUIRE(mem_fixture_register(m, g, ".w", FERRY_DT_BF16, CS / 2, FERRY_ROLE_PARAM, &ids[g]) == 0);
+    REQUIRE(mem_fixture_register(m, g, ".w", FERRY_DT_BF16, CS / 2, FERRY_ROLE_PARAM, &ids[g]) ==
+            0);
   REQUIRE(ferry_mem_finalize(m) == 0);
   if (home == FERRY_TIER_NVME) REQUIRE(fake_store_attach(&fs, m, 20) == 0);
 

@@ -97,9 +97,12 @@ int main(int argc, char **argv) {
   mc.home[FERRY_FAMILY_OPTIM] = FERRY_TIER_NVME;
   REQUIRE(ferry_mem_create(&mc, &m) == 0);
   for (uint32_t g = 0; g < NG; g++) {
-    REQUIRE(mem_fixture_register(m, g, ".w", FERRY_DT_BF16, CS / 2, FERRY_ROLE_PARAM, &ids[g][0]) == 0);
-    REQUIRE(mem_fixture_register(m, g, ".w.grad", FERRY_DT_BF16, CS / 2, FERRY_ROLE_GRAD, &ids[g][1]) == 0);
-    REQUIRE(mem_fixture_register(m, g, ".w.master", FERRY_DT_F32, CS / 4, FERRY_ROLE_MASTER, &ids[g][2]) == 0);
+    uint32_t *id = ids[g];
+    REQUIRE(mem_fixture_register(m, g, ".w", FERRY_DT_BF16, CS / 2, FERRY_ROLE_PARAM, &id[0]) == 0);
+    REQUIRE(mem_fixture_register(m, g, ".w.grad", FERRY_DT_BF16, CS / 2, FERRY_ROLE_GRAD, &id[1]) ==
+            0);
+    REQUIRE(mem_fixture_register(m, g, ".w.master", FERRY_DT_F32, CS / 4, FERRY_ROLE_MASTER,
+                                 &id[2]) == 0);
   }
   int rc = ferry_mem_finalize(m);
   if (rc) fprintf(stderr, "%s\n", ferry_mem_last_error(m));

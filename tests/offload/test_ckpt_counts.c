@@ -64,7 +64,8 @@ static void run_step(ferry_engine *e, ferry_stream *s, int step) {
         REQUIRE(ferry_param_no_grad(e, names[k]) == 0);
         continue;
       }
-      for (int i = 0; i < N; i++) ((float *)gw)[i] = 0.1f * sinf(0.37f * (float)(i + k) + (float)step);
+      for (int i = 0; i < N; i++)
+        ((float *)gw)[i] = 0.1f * sinf(0.37f * (float)(i + k) + (float)step);
     }
     rc = ferry_grads_ready(e, g, s);
     if (rc) fprintf(stderr, "grads ready: %s\n", ferry_engine_last_error(e));

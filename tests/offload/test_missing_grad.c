@@ -285,7 +285,8 @@ static void rewrite_manifest(const char *folder, void (*change)(ckpt_manifest *,
  * manifest after "param_steps", no file of them. */
 static void write_v4(const char *folder) {
   static char v4[8192];
-  const char *at = strstr(good, "\nparam_steps "), *fl = strstr(good, "\nfile " CKPT_STEPS_NAME " ");
+  const char *at = strstr(good, "\nparam_steps ");
+  const char *fl = strstr(good, "\nfile " CKPT_STEPS_NAME " ");
   const char *files = strstr(good, "\nfiles ");
   REQUIRE(at && fl && files);
   at = strchr(at + 1, '\n') + 1; /* after the param_steps line */
