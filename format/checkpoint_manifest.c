@@ -1,8 +1,10 @@
 /* format/checkpoint_manifest.c — the manifest of a checkpoint folder: a
  * small text file, one "key value" line each in a fixed order, listing the
  * training scalars and every file with its size and CRC32C, closed by the
- * CRC32C of the lines above. The reader is strict: any other byte is
- * FERRY_ECORRUPT with the line number and the reason.
+ * CRC32C of the lines above; and the file of per-param step counts it
+ * counts (version 5; version 4 has those lines in the manifest). The
+ * readers are strict: any other byte is FERRY_ECORRUPT with the line
+ * number and the reason.
  */
 #include "format/manifest.h"
 #include "core/crc32c.h"
@@ -17,6 +19,7 @@ void ckpt_manifest_free(ckpt_manifest *m) {
   if (!m) return;
   free(m->files);
   free(m->steps);
+  free(m->names);
   memset(m, 0, sizeof *m);
 }
 
@@ -30,6 +33,7 @@ typedef struct {
   size_t line_len;
   char *why;
   size_t why_len;
+  const char *file; /* named in refusals */
 } mcur;
 
 static int mfail(mcur *c, const char *fmt, ...) FERRY_PRINTF(2, 3);
@@ -39,7 +43,7 @@ static int mfail(mcur *c, const char *fmt, ...) {
   va_start(ap, fmt);
   vsnprintf(msg, sizeof msg, fmt, ap);
   va_end(ap);
-  if (c->why && c->why_len) snprintf(c->why, c->why_len, "manifest line %d: %s", c->line, msg);
+  if (c->why && c->why_len) snprintf(c->why, c->why_len, "%s line %d: %s", c->file, c->line, msg);
   return FERRY_ECORRUPT;
 }
 
@@ -260,21 +264,22 @@ static int parse_file_line(mcur *c, ckpt_manifest *m, size_t i) {
   return 0;
 }
 
-/* Version 4: "param_steps <n>", then n lines "param_step <index> <steps>
- * <name>" (indices increasing, below tensors; each count at most the step;
- * the name the rest of the line, printable as every line is). */
-static int parse_param_steps(mcur *c, ckpt_manifest *m) {
-  if (m->version < 4) return 0;
-  uint64_t n;
-  int rc = key_u64(c, "param_steps", m->tensors, &n);
-  if (rc) return rc;
-  if (n > c->len / 17 + 1) return mfail(c, "param_steps %" PRIu64 ": more than the manifest can list", n);
+/* n lines "param_step <index> <steps> <name>" into m->steps (indices
+ * increasing, below tensors; each count at most the step; the name the
+ * rest of the line, printable as every line is), its names into m->names
+ * (no larger than the text left). */
+static int parse_step_lines(mcur *c, ckpt_manifest *m, uint64_t n) {
+  if (n > (c->len - c->at) / 17 + 1)
+    return mfail(c, "param_steps %" PRIu64 ": more than the %s can list", n, c->file);
   m->steps = calloc(n ? n : 1, sizeof *m->steps);
-  if (!m->steps) return FERRY_ENOMEM;
+  m->names = malloc(c->len - c->at + 1);
+  if (!m->steps || !m->names) return FERRY_ENOMEM;
   m->nsteps = n;
+  size_t pool = 0;
   for (size_t i = 0; i < n; i++) {
     const char *r;
     size_t len;
+    int rc;
     if ((rc = next_line(c)) || (rc = expect_key(c, "param_step", &r, &len))) return rc;
     const char *sp = memchr(r, ' ', len);
     const char *sp2 = sp ? memchr(sp + 1, ' ', (size_t)(r + len - sp - 1)) : NULL;
@@ -287,8 +292,10 @@ static int parse_param_steps(mcur *c, ckpt_manifest *m) {
         (rc = parse_u64(c, "param_step count", sp + 1, (size_t)(sp2 - sp - 1),
                         (uint64_t)FERRY_STEP_MAX, &st)))
       return rc;
-    memcpy(m->steps[i].name, sp2 + 1, nlen);
-    m->steps[i].name[nlen] = 0;
+    memcpy(m->names + pool, sp2 + 1, nlen); /* (each name is shorter than its line) */
+    m->names[pool + nlen] = 0;
+    m->steps[i].name = m->names + pool;
+    pool += nlen + 1;
     if (idx >= m->tensors)
       return mfail(c, "param_step index %" PRIu64 ": the checkpoint has %" PRIu64 " params", idx,
                    m->tensors);
@@ -300,6 +307,18 @@ static int parse_param_steps(mcur *c, ckpt_manifest *m) {
     m->steps[i].index = idx;
     m->steps[i].steps = (int64_t)st;
   }
+  return 0;
+}
+
+/* Versions 4 and 5: "param_steps <n>"; version 4 then has the n lines
+ * (parse_step_lines), version 5 has them in the file CKPT_STEPS_NAME and
+ * at least one. */
+static int parse_param_steps(mcur *c, ckpt_manifest *m) {
+  if (m->version < 4) return 0;
+  int rc = key_u64(c, "param_steps", m->tensors, &m->steps_listed);
+  if (rc) return rc;
+  if (m->version == 4) return parse_step_lines(c, m, m->steps_listed);
+  if (m->steps_listed == 0) return mfail(c, "param_steps 0 (version 5 lists at least one)");
   return 0;
 }
 
@@ -331,7 +350,7 @@ int ckpt_manifest_parse(const char *text, size_t len, int check_crc, ckpt_manife
   if (why && why_len) why[0] = 0;
   if (!out) return FERRY_EINVAL;
   memset(out, 0, sizeof *out);
-  mcur c = {text, text ? len : 0, 0, 0, NULL, 0, why, why_len};
+  mcur c = {text, text ? len : 0, 0, 0, NULL, 0, why, why_len, "manifest"};
   if (!text || len == 0) return mfail(&c, "the manifest is empty");
   if (len > CKPT_MANIFEST_MAX) return mfail(&c, "the manifest is %zu bytes (at most %u)", len, CKPT_MANIFEST_MAX);
   ckpt_manifest m;
@@ -360,11 +379,42 @@ int ckpt_manifest_parse(const char *text, size_t len, int check_crc, ckpt_manife
   return FERRY_OK;
 }
 
+uint64_t ckpt_param_steps_limit(const ckpt_manifest *m) {
+  uint64_t n = m->steps_listed;
+  return n > CKPT_STEPS_MAX / CKPT_STEP_LINE_MAX ? CKPT_STEPS_MAX : n * CKPT_STEP_LINE_MAX;
+}
+
+int ckpt_param_steps_parse(const char *text, size_t len, ckpt_manifest *m, char *why,
+                           size_t why_len) {
+  if (why && why_len) why[0] = 0;
+  mcur c = {text, text ? len : 0, 0, 0, NULL, 0, why, why_len, CKPT_STEPS_NAME};
+  if (!m || m->version < 5 || m->nsteps || m->steps) return FERRY_EINVAL;
+  if (len > ckpt_param_steps_limit(m))
+    return mfail(&c, "the file is %zu bytes, more than %" PRIu64 " for the manifest's %" PRIu64
+                 " params (at most %d bytes a line, %llu in all)", len, ckpt_param_steps_limit(m),
+                 m->steps_listed, CKPT_STEP_LINE_MAX, (unsigned long long)CKPT_STEPS_MAX);
+  int rc = parse_step_lines(&c, m, m->steps_listed);
+  if (!rc && c.at != c.len) {
+    c.line++;
+    rc = mfail(&c, "%zu bytes after the manifest's %" PRIu64 " lines", c.len - c.at,
+               m->steps_listed);
+  }
+  if (rc == FERRY_ENOMEM && why && why_len) snprintf(why, why_len, "%s: out of memory", c.file);
+  if (rc) {
+    free(m->steps);
+    free(m->names);
+    m->steps = NULL;
+    m->names = NULL;
+    m->nsteps = 0;
+  }
+  return rc;
+}
+
 /* ---- writer ------------------------------------------------------------ */
 
 int ckpt_manifest_format(const ckpt_manifest *m, char **text, size_t *len) {
   if (!m || !text || !len) return FERRY_EINVAL;
-  size_t cap = 1024 + m->nfiles * (CKPT_PATH_MAX + 48) + m->nsteps * (64 + CKPT_NAME_MAX);
+  size_t cap = 1024 + m->nfiles * (CKPT_PATH_MAX + 48);
   char *s = malloc(cap);
   if (!s) return FERRY_ENOMEM;
   int n = snprintf(s, cap,
@@ -384,7 +434,7 @@ int ckpt_manifest_format(const ckpt_manifest *m, char **text, size_t *len) {
                    "tensors %" PRIu64 "\n"
                    "blob_bytes %" PRIu64 "\n"
                    "files %zu\n",
-                   m->nsteps ? 4 : 3, m->step, m->param_dtype, m->optimizer, m->states,
+                   m->steps_listed ? 5 : 3, m->step, m->param_dtype, m->optimizer, m->states,
                    m->state_dtype, m->state_block, m->master_dtype, m->ranks ? m->ranks : 1,
                    m->zero_stage, m->loss_scale_bits, m->good_steps, m->skipped, m->tensors, m->blob_bytes,
                    m->nfiles);
@@ -392,12 +442,36 @@ int ckpt_manifest_format(const ckpt_manifest *m, char **text, size_t *len) {
   for (size_t i = 0; i < m->nfiles; i++)
     at += (size_t)snprintf(s + at, cap - at, "file %s %" PRIu64 " %08" PRIx32 "\n", m->files[i].path,
                            m->files[i].bytes, m->files[i].crc);
-  if (m->nsteps) at += (size_t)snprintf(s + at, cap - at, "param_steps %zu\n", m->nsteps);
-  for (size_t i = 0; i < m->nsteps; i++)
-    at += (size_t)snprintf(s + at, cap - at, "param_step %" PRIu64 " %" PRId64 " %s\n",
-                           m->steps[i].index, m->steps[i].steps, m->steps[i].name);
+  if (m->steps_listed)
+    at += (size_t)snprintf(s + at, cap - at, "param_steps %" PRIu64 "\n", m->steps_listed);
   uint32_t crc = ferry_crc32c(0, s, at);
   at += (size_t)snprintf(s + at, cap - at, "crc32c %08" PRIx32 "\n", crc);
+  *text = s;
+  *len = at;
+  return FERRY_OK;
+}
+
+/* Step i's line into s (cap bytes, NULL 0: none); its length. */
+static size_t step_line(const ckpt_manifest *m, size_t i, char *s, size_t cap) {
+  return (size_t)snprintf(s, cap, "param_step %" PRIu64 " %" PRId64 " %.*s\n", m->steps[i].index,
+                          m->steps[i].steps, CKPT_NAME_MAX, m->steps[i].name);
+}
+
+uint64_t ckpt_param_steps_bytes(const ckpt_manifest *m) {
+  uint64_t n = 0;
+  for (size_t i = 0; i < m->nsteps; i++) n += step_line(m, i, NULL, 0);
+  return n;
+}
+
+int ckpt_param_steps_format(const ckpt_manifest *m, char **text, size_t *len) {
+  if (!m || !text || !len) return FERRY_EINVAL;
+  uint64_t bytes = ckpt_param_steps_bytes(m);
+  if (bytes >= SIZE_MAX) return FERRY_ENOMEM;
+  size_t cap = (size_t)bytes + 1, at = 0;
+  char *s = malloc(cap);
+  if (!s) return FERRY_ENOMEM;
+  s[0] = 0;
+  for (size_t i = 0; i < m->nsteps; i++) at += step_line(m, i, s + at, cap - at);
   *text = s;
   *len = at;
   return FERRY_OK;

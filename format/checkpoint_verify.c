@@ -1,10 +1,11 @@
 /* format/checkpoint_verify.c — finding a checkpoint (ferry_checkpoint_find)
  * and checking one with no engine (ferry_checkpoint_verify): its manifest,
- * every listed file's size and CRC32C, the files a checkpoint must hold, and
- * its safetensors parts opened only over listed files (ckpt_open,
- * ckpt_open_part, which ferry_checkpoint_load uses too).
+ * every listed file's size and CRC32C, the files a checkpoint must hold, its
+ * per-param step counts, and its safetensors parts opened only over listed
+ * files (ckpt_open, ckpt_open_part, which ferry_checkpoint_load uses too).
  */
 #include "format/checkpoint_files.h"
+#include "core/crc32c.h"
 #include "core/file.h"
 #include "core/untrusted.h"
 
@@ -142,6 +143,46 @@ static int check_required_files(const ckpt_manifest *m, const char *mp, char *wh
   return FERRY_OK;
 }
 
+/* Version 5: the file CKPT_STEPS_NAME the manifest (mp) lists, within the
+ * bytes its param count allows (checked before a byte is read), read
+ * whole, its size and CRC32C checked (also where check_files was not run)
+ * and its lines parsed into m->steps. */
+static int read_param_steps(ckpt_manifest *m, const char *folder, const char *mp, char *why,
+                            size_t wl) {
+  if (m->version < 5) return FERRY_OK;
+  const ckpt_file *f = NULL;
+  for (size_t i = 0; i < m->nfiles && !f; i++)
+    if (!strcmp(m->files[i].path, CKPT_STEPS_NAME)) f = &m->files[i];
+  if (!f) {
+    snprintf(why, wl, "%.400s: param_steps %llu, and no file " CKPT_STEPS_NAME " listed", mp,
+             (unsigned long long)m->steps_listed);
+    return FERRY_ECORRUPT;
+  }
+  uint64_t limit = ckpt_param_steps_limit(m);
+  if (f->bytes > limit) {
+    snprintf(why, wl, "%.400s: " CKPT_STEPS_NAME " of %llu bytes, more than %llu for %llu params",
+             mp, (unsigned long long)f->bytes, (unsigned long long)limit,
+             (unsigned long long)m->steps_listed);
+    return FERRY_ECORRUPT;
+  }
+  char *text = NULL;
+  size_t len = 0;
+  int rc = ferry_read_below(folder, CKPT_STEPS_NAME, (size_t)f->bytes, &text, &len, why, wl);
+  if (rc) return rc == FERRY_EINVAL || rc == FERRY_EOVERFLOW ? FERRY_ECORRUPT : rc;
+  if (len != f->bytes || ferry_crc32c(0, text, len) != f->crc) {
+    free(text);
+    snprintf(why, wl, "%.400s/" CKPT_STEPS_NAME ": %zu bytes not those the manifest lists "
+             "(%llu bytes, CRC32C %08x): damaged", folder, len, (unsigned long long)f->bytes,
+             f->crc);
+    return FERRY_ECORRUPT;
+  }
+  char pwhy[400];
+  rc = ckpt_param_steps_parse(text, len, m, pwhy, sizeof pwhy);
+  free(text);
+  if (rc) snprintf(why, wl, "%.400s/%.300s (the step counts the manifest lists)", folder, pwhy);
+  return rc;
+}
+
 /* Finds the checkpoint folder of path (find_folder), reads its manifest
  * into *m and checks every file it lists; on failure *m is empty. */
 int ckpt_open(const char *path, char *folder, size_t cap, ckpt_manifest *m, int check_crc,
@@ -168,6 +209,7 @@ int ckpt_open(const char *path, char *folder, size_t cap, ckpt_manifest *m, int 
   }
   rc = check_crc ? check_files(m, folder, why, wl) : FERRY_OK;
   if (!rc) rc = check_required_files(m, mp, why, wl);
+  if (!rc) rc = read_param_steps(m, folder, mp, why, wl);
   if (rc) ckpt_manifest_free(m);
   return rc;
 }

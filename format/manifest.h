@@ -1,24 +1,32 @@
 /* format/manifest.h — checkpoints inside the library (the public calls
- * are in include/ferry.h): the manifest of a checkpoint folder, its writer
- * and its strict reader (checkpoint_manifest.c, no engine needed, so tests
- * and the fuzz target use it alone).
+ * are in include/ferry.h): the manifest of a checkpoint folder and its file
+ * of per-param step counts, their writers and their strict readers
+ * (checkpoint_manifest.c, no engine needed, so tests and the fuzz target
+ * use them alone).
  */
 #ifndef FERRY_FORMAT_MANIFEST_H
 #define FERRY_FORMAT_MANIFEST_H
 
 #include "core/core.h"
 
-#define CKPT_FORMAT_VERSION 4 /* read; version 4 adds the param_steps lines (some
-                                 param's own step count differs from the step) and
-                                 is written only then, else version 3; version 2
-                                 (no ranks lines: one rank) and version 1 (no
-                                 optimizer layout lines either: fp32 states and
-                                 master) are still read */
+#define CKPT_FORMAT_VERSION 5 /* read; version 5 has the line "param_steps <n>" (n
+                                 params' own step count differs from the step) and
+                                 their n lines in the file CKPT_STEPS_NAME; it is
+                                 written only then, else version 3. Still read:
+                                 version 4 (those lines in the manifest itself),
+                                 version 2 (no ranks lines: one rank) and version 1
+                                 (no optimizer layout lines either: fp32 states and
+                                 master) */
 #define CKPT_MANIFEST_NAME "manifest"
-#define CKPT_MANIFEST_MAX (1u << 20)  /* bytes of a manifest */
+#define CKPT_MANIFEST_MAX (1u << 20)  /* bytes of a manifest (CKPT_MAX_FILES file lines
+                                         of at most 231 bytes and the rest fit) */
 #define CKPT_MAX_FILES 4096
 #define CKPT_PATH_MAX 200             /* bytes of a file path inside a checkpoint */
 #define CKPT_NAME_MAX 255             /* bytes of a param's name (memory/'s limit) */
+#define CKPT_STEPS_NAME "param_steps" /* version 5: the per-param step counts */
+#define CKPT_STEP_LINE_MAX 320        /* bytes of one "param_step" line (at most 308) */
+#define CKPT_STEPS_MAX (1ull << 30)   /* bytes of the file CKPT_STEPS_NAME: 3.3 million
+                                         lines with the longest names */
 #define CKPT_MAX_BLOB (1ull << 30)    /* bytes of the caller's blob */
 #define CKPT_MAX_FILE_BYTES (1ull << 50)
 
@@ -35,7 +43,8 @@ typedef struct {
 typedef struct {
   uint64_t index;
   int64_t steps;                 /* <= the checkpoint's step */
-  char name[CKPT_NAME_MAX + 1];
+  const char *name;              /* printable ASCII, 1 to CKPT_NAME_MAX bytes; the parser
+                                    points it into the manifest's `names` */
 } ckpt_param_step;
 
 /* Everything a manifest holds, in the order its lines come. */
@@ -58,9 +67,12 @@ typedef struct {
   uint64_t blob_bytes;       /* the caller's blob (file user.bin) */
   size_t nfiles;
   ckpt_file *files;          /* nfiles, malloc'd, paths sorted and unique */
-  size_t nsteps;             /* version 4: params whose count is not `step` (the others'
-                                is); before it none */
+  uint64_t steps_listed;     /* versions 4 and 5: params whose count is not `step` (the
+                                others' is); before them none */
+  size_t nsteps;             /* those in `steps`: version 4 steps_listed; version 5 0 until
+                                ckpt_param_steps_parse read the file */
   ckpt_param_step *steps;    /* nsteps, malloc'd, indices increasing, each < tensors */
+  char *names;               /* the parser's pool of the steps' names, malloc'd */
 } ckpt_manifest;
 
 /* Parses a manifest. check_crc 0 skips only the final CRC comparison (the
@@ -69,8 +81,24 @@ typedef struct {
  * empty. */
 int ckpt_manifest_parse(const char *text, size_t len, int check_crc, ckpt_manifest *out,
                         char *why, size_t why_len);
-/* Formats a manifest (ending with its crc32c line) into a malloc'd buffer. */
+/* Formats a manifest (ending with its crc32c line) into a malloc'd buffer:
+ * version 5 with a line "param_steps <steps_listed>" when steps_listed,
+ * else version 3. */
 int ckpt_manifest_format(const ckpt_manifest *m, char **text, size_t *len);
+/* The bytes a version 5 manifest m allows its file CKPT_STEPS_NAME: at
+ * most CKPT_STEP_LINE_MAX a line and CKPT_STEPS_MAX in all. */
+uint64_t ckpt_param_steps_limit(const ckpt_manifest *m);
+/* Version 5: the file CKPT_STEPS_NAME (text, len), exactly
+ * m->steps_listed lines "param_step <index> <steps> <name>" checked as a
+ * version 4 manifest's, into m->steps; refused (FERRY_ECORRUPT, the line
+ * and the reason in why) above ckpt_param_steps_limit before a line is
+ * read. */
+int ckpt_param_steps_parse(const char *text, size_t len, ckpt_manifest *m, char *why,
+                           size_t why_len);
+/* The bytes of m->steps' lines (the file CKPT_STEPS_NAME), formatted. */
+uint64_t ckpt_param_steps_bytes(const ckpt_manifest *m);
+/* m->steps' lines, the file CKPT_STEPS_NAME, into a malloc'd buffer. */
+int ckpt_param_steps_format(const ckpt_manifest *m, char **text, size_t *len);
 void ckpt_manifest_free(ckpt_manifest *m);
 
 #endif

@@ -246,71 +246,155 @@ static int save_files(ckpt_ctx *c, const char *tmp, const void *blob, size_t blo
   return FERRY_OK;
 }
 
+/* What a save writes besides the tensors, made and checked before any
+ * file is: the manifest's scalars and the params whose own step count is
+ * not the step (m, its files still to list), and the bytes of their lines
+ * (the file CKPT_STEPS_NAME, none when 0). */
+typedef struct {
+  ckpt_manifest m;
+  uint64_t steps_len;
+} save_plan;
+
+static void plan_free(save_plan *p) {
+  ckpt_manifest_free(&p->m);
+  memset(p, 0, sizeof *p);
+}
+
 /* The params whose own step count is not the engine's `steps` (they got
- * no gradient in some step), in registration order, into m; a status. A
- * name the manifest cannot carry (a byte outside printable ASCII) is
- * refused here, before the checkpoint is made. */
+ * no gradient in some step), in registration order, into m (their names
+ * the engine's); a status. A name the manifest cannot carry (a byte
+ * outside printable ASCII) is refused. */
 static int param_steps(ckpt_ctx *c, int64_t steps, ckpt_manifest *m) {
+  size_t cap = 0;
   engine_param_iter it = engine_params(c->e, 0);
   for (const engine_param_view *p; (p = engine_params_next(&it));) {
     if (p->steps == steps) continue;
     size_t len = strlen(p->name);
     for (size_t k = 0; k < len; k++)
       if (p->name[k] < 0x20 || p->name[k] > 0x7e) len = CKPT_NAME_MAX + 1;
-    if (len > CKPT_NAME_MAX) {
+    if (len == 0 || len > CKPT_NAME_MAX) {
       char esc[160];
       return ferry_err(c->f.err, FERRY_EINVAL,
                        "checkpoint: param '%s' has its own step count, and its name cannot be "
-                       "written in the manifest (printable ASCII, at most %d bytes)",
-                       ferry_escape(p->name, esc, sizeof esc), CKPT_NAME_MAX);
+                       "written in the manifest (printable ASCII, 1 to %d bytes); nothing was "
+                       "written", ferry_escape(p->name, esc, sizeof esc), CKPT_NAME_MAX);
     }
-    if (!m->steps && !(m->steps = calloc(c->f.nparams, sizeof *m->steps)))
-      return ferry_err(c->f.err, FERRY_ENOMEM, "checkpoint: out of memory");
-    ckpt_param_step *ps = &m->steps[m->nsteps++];
-    *ps = (ckpt_param_step){.index = p->index, .steps = p->steps};
-    memcpy(ps->name, p->name, len + 1);
+    if (m->nsteps == cap) {
+      size_t nc = cap ? 2 * cap : 64;
+      ckpt_param_step *ns = realloc(m->steps, nc * sizeof *ns);
+      if (!ns) return ferry_err(c->f.err, FERRY_ENOMEM, "checkpoint: out of memory");
+      m->steps = ns;
+      cap = nc;
+    }
+    m->steps[m->nsteps++] =
+        (ckpt_param_step){.index = p->index, .steps = p->steps, .name = p->name};
   }
+  m->steps_listed = m->nsteps;
   return FERRY_OK;
 }
 
-/* The manifest of the complete files in tmp (each file's size and CRC32C,
- * read back), then every folder fsynced. */
-static int save_manifest(ckpt_ctx *c, const char *tmp, size_t blob_len) {
-  int rc = FERRY_OK, r;
-  char path[4096];
-  ckpt_manifest m;
-  memset(&m, 0, sizeof m);
-  m.version = CKPT_FORMAT_VERSION;
+/* At least how many files the part `roles` takes at max_shard bytes a
+ * shard, and an index beside two or more. The writer starts a shard when
+ * the next tensor would overfill it, so a tensor above max_shard has one
+ * alone and the others fill theirs to at most max_shard (a sharded
+ * engine's pieces count here, fewer bytes than whole). */
+static uint64_t part_files_min(ckpt_ctx *c, unsigned roles, uint64_t max_shard) {
+  uint64_t big = 0, small = 0;
+  engine_param_iter it = engine_params(c->e, 0);
+  for (const engine_param_view *p; (p = engine_params_next(&it));)
+    for (int r = 0; r < FERRY_ROLE_COUNT; r++) {
+      ferry_mem_tensor_info ti;
+      if (!(roles >> r & 1) || p->id[r] == UINT32_MAX ||
+          ferry_mem_tensor_get(c->f.mem, p->id[r], &ti))
+        continue;
+      if (ti.bytes > max_shard) big++;
+      else small += ti.bytes;
+    }
+  uint64_t n = big + small / max_shard + (small % max_shard != 0);
+  return n > 1 ? n + 1 : 1;
+}
+
+/* The save's plan (save_plan) from the engine, with every limit of the
+ * format checked, so a save that cannot be written is refused before its
+ * first file. */
+static int save_plan_make(ckpt_ctx *c, size_t blob_len, uint64_t max_shard, save_plan *p) {
+  memset(p, 0, sizeof *p);
+  ckpt_manifest *m = &p->m;
+  m->version = CKPT_FORMAT_VERSION;
   engine_progress pg;
   engine_progress_get(c->e, &pg);
-  m.step = pg.steps;
-  snprintf(m.param_dtype, sizeof m.param_dtype, "%s", ferry_dtype_name(c->f.dtype));
-  snprintf(m.optimizer, sizeof m.optimizer, "%s", ckpt_optimizer_name(c->f.opt_type));
-  m.states = c->f.nstates;
-  snprintf(m.state_dtype, sizeof m.state_dtype, "%s", ferry_dtype_name(c->f.ocfg.state_dtype));
-  m.state_block = c->f.ocfg.state_block;
-  snprintf(m.master_dtype, sizeof m.master_dtype, "%s", c->f.master_bf16 ? "BF16" : "F32");
-  memcpy(&m.loss_scale_bits, &pg.scale, sizeof m.loss_scale_bits);
-  m.good_steps = pg.good_steps;
-  m.skipped = pg.skipped;
-  m.ranks = (uint64_t)c->f.nranks;
-  m.zero_stage = (uint64_t)c->f.zero_stage;
-  m.tensors = c->f.nparams;
-  m.blob_bytes = blob_len;
+  m->step = pg.steps;
+  snprintf(m->param_dtype, sizeof m->param_dtype, "%s", ferry_dtype_name(c->f.dtype));
+  snprintf(m->optimizer, sizeof m->optimizer, "%s", ckpt_optimizer_name(c->f.opt_type));
+  m->states = c->f.nstates;
+  snprintf(m->state_dtype, sizeof m->state_dtype, "%s", ferry_dtype_name(c->f.ocfg.state_dtype));
+  m->state_block = c->f.ocfg.state_block;
+  snprintf(m->master_dtype, sizeof m->master_dtype, "%s", c->f.master_bf16 ? "BF16" : "F32");
+  memcpy(&m->loss_scale_bits, &pg.scale, sizeof m->loss_scale_bits);
+  m->good_steps = pg.good_steps;
+  m->skipped = pg.skipped;
+  m->ranks = (uint64_t)c->f.nranks;
+  m->zero_stage = (uint64_t)c->f.zero_stage;
+  m->tensors = c->f.nparams;
+  m->blob_bytes = blob_len;
+  int rc = param_steps(c, pg.steps, m);
+  p->steps_len = rc ? 0 : ckpt_param_steps_bytes(m);
+  if (!rc && p->steps_len > ckpt_param_steps_limit(m))
+    rc = ferry_err(c->f.err, FERRY_EOVERFLOW,
+                   "checkpoint: %zu params have their own step count; their list would take "
+                   "%llu bytes, more than the %llu a checkpoint may hold; nothing was written",
+                   m->nsteps, (unsigned long long)p->steps_len,
+                   (unsigned long long)ckpt_param_steps_limit(m));
+  uint64_t pf = part_files_min(c, 1u << FERRY_ROLE_PARAM, max_shard),
+           of = part_files_min(c, OPTIM_ROLES, max_shard), files = pf + of + 1 + (p->steps_len > 0);
+  if (!rc && files > CKPT_MAX_FILES)
+    rc = ferry_err(c->f.err, FERRY_EOVERFLOW,
+                   "checkpoint: at max_shard_bytes %llu the checkpoint takes at least %llu files "
+                   "(params %llu, optimizer %llu), more than %d; nothing was written (raise "
+                   "max_shard_bytes)", (unsigned long long)max_shard, (unsigned long long)files,
+                   (unsigned long long)pf, (unsigned long long)of, CKPT_MAX_FILES);
+  if (rc) plan_free(p);
+  return rc;
+}
+
+/* The file CKPT_STEPS_NAME of m into tmp; a status. */
+static int write_steps(ckpt_ctx *c, const char *tmp, const ckpt_manifest *m) {
+  char path[4096], *text;
+  size_t len;
+  if (ckpt_join(path, sizeof path, tmp, CKPT_STEPS_NAME))
+    return ferry_err(c->f.err, FERRY_EOVERFLOW, "checkpoint: path too long");
+  if (ckpt_param_steps_format(m, &text, &len))
+    return ferry_err(c->f.err, FERRY_ENOMEM, "checkpoint: out of memory");
+  int r = write_file(path, text, len);
+  free(text);
+  if (r) return ferry_err(c->f.err, ckpt_io_status(-r), "checkpoint: %s: %s", path, strerror(-r));
+  return FERRY_OK;
+}
+
+/* The plan's manifest for the complete files in tmp (each file's size and
+ * CRC32C, read back; the file of step counts written first), then every
+ * folder fsynced. */
+static int save_manifest(ckpt_ctx *c, const char *tmp, save_plan *plan) {
+  int rc = FERRY_OK, r;
+  char path[4096];
+  ckpt_manifest *mp = &plan->m, m = *mp; /* (m's files are this save's alone) */
+  m.files = NULL;
+  m.nfiles = 0;
+  if (plan->steps_len && (r = write_steps(c, tmp, mp))) return r;
   size_t cap = 0;
-  if ((rc = param_steps(c, pg.steps, &m))) {
-    ckpt_manifest_free(&m);
-    return rc;
-  }
   r = list_files(tmp, "params", &m.files, &m.nfiles, &cap);
   if (!r) r = list_files(tmp, "optim", &m.files, &m.nfiles, &cap);
   if (!r) r = list_files(tmp, "", &m.files, &m.nfiles, &cap);
   if (r) {
-    ckpt_manifest_free(&m);
+    free(m.files);
     return ferry_err(c->f.err, r == -ENOMEM ? FERRY_ENOMEM : ckpt_io_status(-r),
                      "checkpoint: %s: %s", tmp, strerror(-r));
   }
-  if (m.nfiles) qsort(m.files, m.nfiles, sizeof *m.files, cmp_file);
+  if (m.nfiles > CKPT_MAX_FILES)
+    rc = ferry_err(c->f.err, FERRY_EOVERFLOW,
+                   "checkpoint: the checkpoint would hold %zu files, more than %d (raise "
+                   "max_shard_bytes)", m.nfiles, CKPT_MAX_FILES);
+  if (!rc && m.nfiles) qsort(m.files, m.nfiles, sizeof *m.files, cmp_file);
   char why[512] = "";
   for (size_t i = 0; i < m.nfiles && !rc; i++) {
     if (ckpt_join(path, sizeof path, tmp, m.files[i].path))
@@ -320,23 +404,18 @@ static int save_manifest(ckpt_ctx *c, const char *tmp, size_t blob_len) {
   }
   char *text = NULL;
   size_t len = 0;
-  if (!rc) rc = ckpt_manifest_format(&m, &text, &len);
-  ckpt_manifest_free(&m);
-  if (!rc && len > CKPT_MANIFEST_MAX) {
-    free(text);
-    return ferry_err(c->f.err, FERRY_EOVERFLOW,
-                     "checkpoint: the manifest would take %zu bytes, more than %u (too many "
-                     "params with their own step count)",
-                     len, CKPT_MANIFEST_MAX);
-  }
-  if (rc) return rc == FERRY_ENOMEM ? ferry_err(c->f.err, rc, "checkpoint: out of memory") : rc;
-  if (ckpt_join(path, sizeof path, tmp, CKPT_MANIFEST_NAME)) {
-    free(text);
-    return ferry_err(c->f.err, FERRY_EOVERFLOW, "checkpoint: path too long");
-  }
-  r = write_file(path, text, len);
+  if (!rc && (rc = ckpt_manifest_format(&m, &text, &len)))
+    rc = ferry_err(c->f.err, rc, "checkpoint: out of memory");
+  free(m.files);
+  if (!rc && len > CKPT_MANIFEST_MAX)
+    rc = ferry_err(c->f.err, FERRY_EOVERFLOW, "checkpoint: the manifest would take %zu bytes, "
+                   "more than %u", len, CKPT_MANIFEST_MAX);
+  if (!rc && ckpt_join(path, sizeof path, tmp, CKPT_MANIFEST_NAME))
+    rc = ferry_err(c->f.err, FERRY_EOVERFLOW, "checkpoint: path too long");
+  if (!rc && (r = write_file(path, text, len)))
+    rc = ferry_err(c->f.err, ckpt_io_status(-r), "checkpoint: %s: %s", path, strerror(-r));
   free(text);
-  if (r) return ferry_err(c->f.err, ckpt_io_status(-r), "checkpoint: %s: %s", path, strerror(-r));
+  if (rc) return rc;
   /* the folders' entries reach the disk before the rename publishes them */
   static const char *subs[] = {"params", "optim", ""};
   for (int i = 0; i < 3; i++) {
@@ -352,9 +431,9 @@ static int save_manifest(ckpt_ctx *c, const char *tmp, size_t blob_len) {
 
 /* Everything of one save into the folder tmp (which exists). */
 static int save_into(ckpt_ctx *c, const char *tmp, const void *blob, size_t blob_len,
-                     uint64_t max_shard) {
+                     uint64_t max_shard, save_plan *plan) {
   int rc = save_files(c, tmp, blob, blob_len, max_shard, 1, 1);
-  return rc ? rc : save_manifest(c, tmp, blob_len);
+  return rc ? rc : save_manifest(c, tmp, plan);
 }
 
 /* Keeps the newest `keep` checkpoints of root: older ones are renamed
@@ -446,12 +525,15 @@ static int save_local(ckpt_ctx *c, const char *dir, const void *blob, size_t blo
   engine_progress pg;
   engine_progress_get(c->e, &pg);
   int lock = -1, owner = -1;
+  save_plan plan;
+  memset(&plan, 0, sizeof plan);
   int rc = save_names(c, dir, pg.steps, (long)getpid(), tmp, target, trash);
+  if (!rc) rc = save_plan_make(c, blob_len, o->max_shard_bytes, &plan); /* before any file */
   if (!rc) rc = dir_lock(c, dir, &lock);
   if (!rc) {
     int made;
     rc = save_begin(c, dir, tmp, &owner, &made);
-    if (!rc) rc = save_into(c, tmp, blob, blob_len, o->max_shard_bytes);
+    if (!rc) rc = save_into(c, tmp, blob, blob_len, o->max_shard_bytes, &plan);
     if (!rc) drop_owner(tmp, &owner);
     if (!rc) rc = save_publish(c, dir, tmp, target, trash);
     if (rc && made)
@@ -461,6 +543,7 @@ static int save_local(ckpt_ctx *c, const char *dir, const void *blob, size_t blo
     drop_owner(tmp, &owner);
   }
   dir_unlock(dir, &lock);
+  plan_free(&plan);
   return rc;
 }
 
@@ -489,8 +572,11 @@ static int save_ranks(ckpt_ctx *c, const char *dir, const void *blob, size_t blo
               ckpt_join(params, sizeof params, tmp, "params")))
     rc = ferry_err(c->f.err, FERRY_EOVERFLOW, "%s: path too long", op);
   int lock = -1, owner = -1; /* rank 0's: only it makes, publishes and prunes */
+  save_plan plan;
+  memset(&plan, 0, sizeof plan);
   if (!rc && c->f.rank == 0) {
-    rc = dir_lock(c, dir, &lock);
+    rc = save_plan_make(c, blob_len, o->max_shard_bytes, &plan);
+    if (!rc) rc = dir_lock(c, dir, &lock);
     if (!rc) rc = save_begin(c, dir, tmp, &owner, &made);
     if (!rc && sharded) rc = ckpt_layout_part(c, optim, o->max_shard_bytes, OPTIM_ROLES);
     if (!rc && psharded)
@@ -506,7 +592,7 @@ static int save_ranks(ckpt_ctx *c, const char *dir, const void *blob, size_t blo
   }
   if (!rc) {
     if (c->f.rank == 0) {
-      rc = save_manifest(c, tmp, blob_len);
+      rc = save_manifest(c, tmp, &plan);
       if (!rc) drop_owner(tmp, &owner);
       if (!rc) rc = save_publish(c, dir, tmp, target, trash);
     }
@@ -520,6 +606,7 @@ static int save_ranks(ckpt_ctx *c, const char *dir, const void *blob, size_t blo
   }
   drop_owner(tmp, &owner);
   dir_unlock(dir, &lock);
+  plan_free(&plan);
   return rc;
 }
 

@@ -42,10 +42,13 @@ for rel, old, new in a.rename:
     open(p, "wb").write(struct.pack("<Q", len(h)) + h + raw[8 + n:])
 mp = os.path.join(a.step, "manifest")
 lines = open(mp).read().splitlines()
-head = [l for l in lines if not l.startswith(("file ", "files ", "crc32c "))]
+at = next(i for i, l in enumerate(lines) if l.startswith("files "))
+head = lines[:at]  # the lines after the file list (param_steps) stay after it
+tail = [l for l in lines[at + 1:] if not l.startswith(("file ", "crc32c "))]
 paths = sorted({l.split()[1] for l in lines if l.startswith("file ")} | set(a.add))
 body = "\n".join(head) + "\nfiles %d\n" % len(paths)
 for rel in paths:
     data = open(os.path.join(a.step, rel), "rb").read()
     body += "file %s %d %08x\n" % (rel, len(data), crc32c(data))
+body += "".join(l + "\n" for l in tail)
 open(mp, "w").write(body + "crc32c %08x\n" % crc32c(body.encode()))

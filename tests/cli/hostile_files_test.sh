@@ -92,6 +92,18 @@ print(" ".join(k for k in json.loads(raw[8:8+n]) if k!="__metadata__"))' $st/par
   fresh && mkdir out && mv $st/user.bin out/ && ln -s "$dir/out/user.bin" $st/user.bin
   expect 1 "$bin" checkpoint verify c
   says "user.bin: a symbolic link"
+  # the per-param step counts (version 5) a FIFO, then a link: refused at once
+  fresh && printf 'param_step 0 1 x\n' >$st/param_steps
+  sed -i -e 's/^ferry-checkpoint 3$/ferry-checkpoint 5/' -e 's/^crc32c /param_steps 1\ncrc32c /' \
+    $st/manifest
+  "$py" "$src/tests/cli/ckpt_edit.py" $st --add param_steps || fail "edit"
+  cp -r c good5 && expect 0 "$bin" checkpoint verify c
+  rm $st/param_steps && mkfifo $st/param_steps
+  expect 1 "$bin" checkpoint verify c
+  says "param_steps: a FIFO"
+  rm $st/param_steps && ln -s "$dir/good5/step-000000000002/param_steps" $st/param_steps
+  expect 1 "$bin" checkpoint verify c
+  says "param_steps: a symbolic link"
   # out of the folder named: a step folder that is a link to a checkpoint elsewhere
   rm -rf c2 && mkdir c2 && ln -s "$dir/ck/step-000000000002" c2/step-000000000009
   expect 1 "$bin" checkpoint verify c2

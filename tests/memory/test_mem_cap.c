@@ -8,6 +8,7 @@
  */
 #include "memory/memory.h"
 #include "tests/memory/fake_store.h"
+#include "tests/memory/mem_fixture.h"
 #include "tests/test.h"
 
 #include <stdio.h>
@@ -38,31 +39,16 @@ int main(void) {
   ferry_device *dev;
   ferry_mem *m;
   fake_store fs;
-  ferry_device_config dc = ferry_device_config_default();
-  dc.kind = FERRY_DEVICE_HOST;
-  dc.capacity = 2 * CS;
-  REQUIRE(ferry_device_create(&dc, &dev) == 0);
-  ferry_mem_config mc = ferry_mem_config_default();
-  mc.dev = dev;
-  mc.budget[FERRY_TIER_DEVICE] = 2 * CS;
-  mc.budget[FERRY_TIER_HOST] = 8 * CS;
-  mc.budget[FERRY_TIER_NVME] = 4 * NG * CS;
-  mc.chunk_size = CS;
+  REQUIRE(mem_fixture_device(2 * CS, &dev) == 0);
+  ferry_mem_config mc = mem_fixture_config(dev, (size_t[3]){2 * CS, 8 * CS, 4 * NG * CS}, CS);
   mc.home[FERRY_FAMILY_PARAMS] = FERRY_TIER_NVME;
   mc.home[FERRY_FAMILY_OPTIM] = FERRY_TIER_NVME;
   mc.policy = FERRY_EVICT_LRU;
-  mc.host_pinned = 0;
-  mc.numa_local = 0;
-  mc.nvme_align = 512;
   REQUIRE(ferry_mem_create(&mc, &m) == 0);
   for (uint32_t g = 0; g < NG; g++) {
-    char name[32];
-    int64_t np = CS / 2, no = CS / 4;
     uint32_t id;
-    snprintf(name, sizeof name, "b%u.w", g);
-    REQUIRE(ferry_mem_register(m, name, FERRY_DT_BF16, 1, &np, g, FERRY_ROLE_PARAM, &id) == 0);
-    snprintf(name, sizeof name, "b%u.m", g);
-    REQUIRE(ferry_mem_register(m, name, FERRY_DT_F32, 1, &no, g, FERRY_ROLE_EXP_AVG, &id) == 0);
+    REQUIRE(mem_fixture_register(m, g, ".w", FERRY_DT_BF16, CS / 2, FERRY_ROLE_PARAM, &id) == 0);
+    REQUIRE(mem_fixture_register(m, g, ".m", FERRY_DT_F32, CS / 4, FERRY_ROLE_EXP_AVG, &id) == 0);
   }
   REQUIRE(ferry_mem_finalize(m) == 0);
   REQUIRE(fake_store_attach(&fs, m, 20) == 0);

@@ -10,6 +10,7 @@
  */
 #include "memory/memory.h"
 #include "tests/memory/fake_store.h"
+#include "tests/memory/mem_fixture.h"
 #include "tests/test.h"
 
 #include <pthread.h>
@@ -50,27 +51,13 @@ static void *other_fetch(void *arg) {
 static int run_home(int home) {
   ferry_device *dev;
   fake_store fs;
-  ferry_device_config dc = ferry_device_config_default();
-  dc.kind = FERRY_DEVICE_HOST;
-  dc.capacity = 2 * CS;
-  REQUIRE(ferry_device_create(&dc, &dev) == 0);
-  ferry_mem_config mc = ferry_mem_config_default();
-  mc.dev = dev;
-  mc.budget[FERRY_TIER_DEVICE] = 2 * CS;
-  mc.budget[FERRY_TIER_HOST] = 8 * CS;
-  mc.budget[FERRY_TIER_NVME] = 8 * CS;
-  mc.chunk_size = CS;
+  REQUIRE(mem_fixture_device(2 * CS, &dev) == 0);
+  ferry_mem_config mc = mem_fixture_config(dev, (size_t[3]){2 * CS, 8 * CS, 8 * CS}, CS);
   mc.home[FERRY_FAMILY_PARAMS] = home;
-  mc.host_pinned = 0;
-  mc.numa_local = 0;
-  mc.nvme_align = 512;
   REQUIRE(ferry_mem_create(&mc, &m) == 0);
-  for (uint32_t g = 0; g < NG; g++) {
-    char name[32];
-    int64_t n = CS / 2;
-    snprintf(name, sizeof name, "b%u.w", g);
-    REQUIRE(ferry_mem_register(m, name, FERRY_DT_BF16, 1, &n, g, FERRY_ROLE_PARAM, &ids[g]) == 0);
-  }
+  for (uint32_t g = 0; g < NG; g++)
+    REQUIRE(mem_fixture_register(m, g, ".w", FERRY_DT_BF16, CS / 2, FERRY_ROLE_PARAM, &ids[g]) ==
+            0);
   REQUIRE(ferry_mem_finalize(m) == 0);
   if (home == FERRY_TIER_NVME) REQUIRE(fake_store_attach(&fs, m, 20) == 0);
 

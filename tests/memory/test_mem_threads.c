@@ -6,6 +6,7 @@
  */
 #include "memory/memory.h"
 #include "tests/memory/fake_store.h"
+#include "tests/memory/mem_fixture.h"
 #include "tests/test.h"
 
 #include <pthread.h>
@@ -91,28 +92,17 @@ int main(int argc, char **argv) {
   budget[0] = 8 * CS;
   budget[1] = 2 * NG * CS + 8 * CS; /* params and grads live here; optimizer cache */
   budget[2] = (size_t)NG * 3 * CS;
-  ferry_device_config dc = ferry_device_config_default();
-  dc.kind = FERRY_DEVICE_HOST;
-  dc.capacity = budget[0];
-  REQUIRE(ferry_device_create(&dc, &dev) == 0);
-  ferry_mem_config mc = ferry_mem_config_default();
-  mc.dev = dev;
-  memcpy(mc.budget, budget, sizeof budget);
-  mc.chunk_size = CS;
+  REQUIRE(mem_fixture_device(budget[0], &dev) == 0);
+  ferry_mem_config mc = mem_fixture_config(dev, budget, CS);
   mc.home[FERRY_FAMILY_OPTIM] = FERRY_TIER_NVME;
-  mc.host_pinned = 0;
-  mc.numa_local = 0;
-  mc.nvme_align = 512;
   REQUIRE(ferry_mem_create(&mc, &m) == 0);
   for (uint32_t g = 0; g < NG; g++) {
-    char name[32];
-    int64_t n2 = CS / 2, n4 = CS / 4;
-    snprintf(name, sizeof name, "b%u.w", g);
-    REQUIRE(ferry_mem_register(m, name, FERRY_DT_BF16, 1, &n2, g, FERRY_ROLE_PARAM, &ids[g][0]) == 0);
-    snprintf(name, sizeof name, "b%u.w.grad", g);
-    REQUIRE(ferry_mem_register(m, name, FERRY_DT_BF16, 1, &n2, g, FERRY_ROLE_GRAD, &ids[g][1]) == 0);
-    snprintf(name, sizeof name, "b%u.w.master", g);
-    REQUIRE(ferry_mem_register(m, name, FERRY_DT_F32, 1, &n4, g, FERRY_ROLE_MASTER, &ids[g][2]) == 0);
+    uint32_t *id = ids[g];
+    REQUIRE(mem_fixture_register(m, g, ".w", FERRY_DT_BF16, CS / 2, FERRY_ROLE_PARAM, &id[0]) == 0);
+    REQUIRE(mem_fixture_register(m, g, ".w.grad", FERRY_DT_BF16, CS / 2, FERRY_ROLE_GRAD, &id[1]) ==
+            0);
+    REQUIRE(mem_fixture_register(m, g, ".w.master", FERRY_DT_F32, CS / 4, FERRY_ROLE_MASTER,
+                                 &id[2]) == 0);
   }
   int rc = ferry_mem_finalize(m);
   if (rc) fprintf(stderr, "%s\n", ferry_mem_last_error(m));

@@ -10,9 +10,11 @@
  * step that left params out, loaded into a fresh engine and trained on, the
  * weights are the uninterrupted run's bit for bit; a count above the
  * checkpoint's step or FERRY_STEP_MAX, or an index past its params, is
- * refused naming the manifest and the value; a manifest without the counts
+ * refused naming the manifest and the value; the counts as version 4 wrote
+ * them (in the manifest) resume the same; a manifest without the counts
  * (version 3) loads with every count at the checkpoint's step.
  */
+#include "core/crc32c.h"
 #include "format/manifest.h"
 #include "tests/offload/ckpt_util.h"
 #include "tests/offload/engine_util.h"
@@ -230,35 +232,84 @@ static void check_mode(const char *mode, int eager, const char *home) {
 
 /* ---- checkpoints ------------------------------------------------------- */
 
-/* The saved manifest (good, glen bytes) with one change, written over it. */
-static char good[8192];
-static size_t glen;
+/* The saved manifest (good, glen bytes) and its file of counts (gsteps,
+ * gslen bytes). */
+static char good[8192], gsteps[1024];
+static size_t glen, gslen;
 
+static void put_file(const char *folder, const char *name, const char *text, size_t len) {
+  char p[1400];
+  snprintf(p, sizeof p, "%s/%s", folder, name);
+  FILE *f = fopen(p, "wb");
+  REQUIRE(f && fwrite(text, 1, len, f) == len && fclose(f) == 0);
+}
+
+static size_t get_file(const char *folder, const char *name, char *buf, size_t cap) {
+  char p[1400];
+  snprintf(p, sizeof p, "%s/%s", folder, name);
+  FILE *f = fopen(p, "rb");
+  REQUIRE(f);
+  size_t n = fread(buf, 1, cap - 1, f);
+  fclose(f);
+  buf[n] = 0;
+  return n;
+}
+
+/* The saved manifest and counts with one change, written over them (the
+ * manifest's line for the counts' file follows; no counts: no file). */
 static void rewrite_manifest(const char *folder, void (*change)(ckpt_manifest *, int64_t),
                              int64_t arg) {
-  char mp[1400];
-  snprintf(mp, sizeof mp, "%s/manifest", folder);
   ckpt_manifest m;
   char why[256], *text;
   size_t len;
   REQUIRE(ckpt_manifest_parse(good, glen, 1, &m, why, sizeof why) == 0);
+  REQUIRE(ckpt_param_steps_parse(gsteps, gslen, &m, why, sizeof why) == 0);
   change(&m, arg);
+  REQUIRE(ckpt_param_steps_format(&m, &text, &len) == 0);
+  put_file(folder, CKPT_STEPS_NAME, text, len);
+  size_t k = 0;
+  while (k < m.nfiles && strcmp(m.files[k].path, CKPT_STEPS_NAME)) k++;
+  REQUIRE(k < m.nfiles);
+  m.files[k].bytes = len;
+  m.files[k].crc = ferry_crc32c(0, text, len);
+  free(text);
+  if (!m.steps_listed) /* the counts dropped */
+    memmove(&m.files[k], &m.files[k + 1], (--m.nfiles - k) * sizeof *m.files);
   REQUIRE(ckpt_manifest_format(&m, &text, &len) == 0);
   ckpt_manifest_free(&m);
-  FILE *f = fopen(mp, "wb");
-  REQUIRE(f && fwrite(text, 1, len, f) == len && fclose(f) == 0);
+  put_file(folder, "manifest", text, len);
   free(text);
+}
+
+/* The saved checkpoint as version 4 writes it: the count lines in the
+ * manifest after "param_steps", no file of them. */
+static void write_v4(const char *folder) {
+  static char v4[8192];
+  const char *at = strstr(good, "\nparam_steps ");
+  const char *fl = strstr(good, "\nfile " CKPT_STEPS_NAME " ");
+  const char *files = strstr(good, "\nfiles ");
+  REQUIRE(at && fl && files);
+  at = strchr(at + 1, '\n') + 1; /* after the param_steps line */
+  const char *fl_end = strchr(fl + 1, '\n');
+  int nfiles = atoi(files + 7);
+  size_t n = (size_t)snprintf(v4, sizeof v4, "ferry-checkpoint 4\n%.*s%d%.*s%.*s%.*s",
+                              (int)(files + 7 - (good + 19)), good + 19, nfiles - 1,
+                              (int)(fl + 1 - strchr(files + 1, '\n')), strchr(files + 1, '\n'),
+                              (int)(at - fl_end - 1), fl_end + 1, (int)gslen, gsteps);
+  n += (size_t)snprintf(v4 + n, sizeof v4 - n, "crc32c %08x\n", ferry_crc32c(0, v4, n));
+  put_file(folder, "manifest", v4, n);
 }
 
 static void set_count(ckpt_manifest *m, int64_t v) { m->steps[0].steps = v; }
 static void set_index(ckpt_manifest *m, int64_t v) { m->steps[m->nsteps - 1].index = (uint64_t)v; }
 static void set_name(ckpt_manifest *m, int64_t v) {
   (void)v;
-  snprintf(m->steps[0].name, sizeof m->steps[0].name, "no.such");
+  m->steps[0].name = "no.such";
 }
 static void drop_counts(ckpt_manifest *m, int64_t v) {
   (void)v;
   m->nsteps = 0;
+  m->steps_listed = 0;
 }
 
 /* A fresh engine refuses the checkpoint at folder, its message naming the
@@ -272,6 +323,21 @@ static void expect_refused(const char *folder, const char *value) {
   EXPECT_EQ_INT(rc, FERRY_ECORRUPT);
   EXPECT(strstr(msg, "manifest") != NULL && strstr(msg, value) != NULL);
   run_close(&C);
+}
+
+/* A fresh engine (registering a.b before a.w with swap) loads folder and
+ * trains steps 4 to STEPS: the weights equal r's bit for bit. */
+static void expect_resumes(const char *folder, int swap, const ref_model *r, const char *what) {
+  g_swap_order = swap;
+  run_t B;
+  run_open(&B, "skip", 0, "host");
+  int rc = ferry_checkpoint_load(B.e, folder, NULL, 0, NULL);
+  if (rc) fprintf(stderr, "load (%s): %s\n", what, ferry_engine_last_error(B.e));
+  REQUIRE(rc == 0);
+  for (int step = 4; step <= STEPS; step++) run_step(&B, step);
+  EXPECT(same_as(&B, r, what, STEPS));
+  run_close(&B);
+  g_swap_order = 0;
 }
 
 static void check_checkpoint(const char *scratch) {
@@ -299,28 +365,16 @@ static void check_checkpoint(const char *scratch) {
   /* a.b has made 1 step, b.w 2, of the checkpoint's 3 */
   char mp[1400];
   snprintf(mp, sizeof mp, "%s/manifest", folder);
-  FILE *f = fopen(mp, "rb");
-  REQUIRE(f);
-  glen = fread(good, 1, sizeof good - 1, f);
-  fclose(f);
-  good[glen] = 0;
-  EXPECT(strncmp(good, "ferry-checkpoint 4\n", 19) == 0);
-  EXPECT(strstr(good, "\nparam_steps 2\nparam_step 1 1 a.b\nparam_step 2 2 b.w\n") != NULL);
+  glen = get_file(folder, "manifest", good, sizeof good);
+  gslen = get_file(folder, CKPT_STEPS_NAME, gsteps, sizeof gsteps);
+  EXPECT(strncmp(good, "ferry-checkpoint 5\n", 19) == 0);
+  EXPECT(strstr(good, "\nparam_steps 2\ncrc32c ") != NULL);
+  EXPECT(strcmp(gsteps, "param_step 1 1 a.b\nparam_step 2 2 b.w\n") == 0);
 
   /* resumed, and resumed by an engine that registers a.b before a.w (the
    * counts follow the names; by index a.w would get a.b's count) */
-  for (int swap = 0; swap <= 1; swap++) {
-    g_swap_order = swap;
-    run_t B;
-    run_open(&B, "skip", 0, "host");
-    rc = ferry_checkpoint_load(B.e, folder, NULL, 0, NULL);
-    if (rc) fprintf(stderr, "load: %s\n", ferry_engine_last_error(B.e));
-    REQUIRE(rc == 0);
-    for (int step = 4; step <= STEPS; step++) run_step(&B, step);
-    EXPECT(same_as(&B, &r, swap ? "resumed, registered in another order" : "resumed", STEPS));
-    run_close(&B);
-  }
-  g_swap_order = 0;
+  for (int swap = 0; swap <= 1; swap++)
+    expect_resumes(folder, swap, &r, swap ? "resumed, registered in another order" : "resumed");
   run_close(&A);
 
   /* counts a file may not claim */
@@ -333,9 +387,17 @@ static void check_checkpoint(const char *scratch) {
   rewrite_manifest(folder, set_name, 0); /* a param the engine does not have */
   expect_refused(folder, "names 'no.such'");
 
+  /* version 4: the counts in the manifest itself */
+  write_v4(folder);
+  char head[20] = "";
+  FILE *f = fopen(mp, "rb");
+  REQUIRE(f && fread(head, 1, 19, f) == 19);
+  fclose(f);
+  EXPECT(strncmp(head, "ferry-checkpoint 4\n", 19) == 0);
+  expect_resumes(folder, 0, &r, "version 4");
+
   /* version 3 (no counts): every param's count is the checkpoint's step */
   rewrite_manifest(folder, drop_counts, 0);
-  char head[20] = "";
   f = fopen(mp, "rb");
   REQUIRE(f && fread(head, 1, 19, f) == 19);
   fclose(f);
