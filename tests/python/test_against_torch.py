@@ -61,6 +61,13 @@ for label, over in (("roomy", {}), ("tight", {"tiers.gpu.budget": "104K", "chunk
     got = ferry_losses(eng, data)
     print(label, "torch:", ["%.6f" % x for x in ref])
     print(label, "ferry:", ["%.6f" % x for x in got])
+    print(label, "saved tensors: %d records, %d views rebuilt, %d unpacked over a moved buffer"
+          % (eng.records_made, eng.unpack_views, moved[0]))
+    # before the losses: a failure names the path not taken
+    if label == "tight" and not moved[0] > 0:
+        fail("tight: no saved tensor was unpacked over a buffer that moved since its forward")
+    if label == "tight" and not eng.unpack_views > eng.records_made:
+        fail("tight: no saved tensor was rebuilt over a moved buffer")
     if not close_rel(ref, got, 1e-5):
         fail("%s: losses differ by more than 1e-5 relative" % label)
     d = check_budget(eng)
@@ -68,12 +75,6 @@ for label, over in (("roomy", {}), ("tight", {"tiers.gpu.budget": "104K", "chunk
           % (d["budget"], d["peak"], d["evictions"], param_bytes, eng.groups))
     if label == "tight" and not (param_bytes > d["budget"] and d["evictions"] > 0):
         fail("tight: the device tier held every group at once")
-    print(label, "saved tensors: %d records, %d views rebuilt, %d unpacked over a moved buffer"
-          % (eng.records_made, eng.unpack_views, moved[0]))
-    if label == "tight" and not moved[0] > 0:
-        fail("tight: no saved tensor was unpacked over a buffer that moved since its forward")
-    if label == "tight" and not eng.unpack_views > eng.records_made:
-        fail("tight: no saved tensor was rebuilt over a moved buffer")
     # the master weights match torch's after the same steps
     eng.close()
 
