@@ -389,7 +389,10 @@ static int init_groups(ferry_engine *e, float *tmp) {
   for (uint32_t g = 0; g < e->gt.ngroups; g++) {
     int rc = check_cancel(e, "initial values");
     if (rc) return rc;
-    rc = ferry_mem_fetch(e->mem, g, FERRY_FAMILY_OPTIM, ot, NULL, FERRY_MEM_NOTRACE);
+    /* init_master writes every byte of every tensor (master and states):
+     * no zero-fill of the group's chunks first (gigabytes on one thread) */
+    rc = ferry_mem_fetch(e->mem, g, FERRY_FAMILY_OPTIM, ot, NULL,
+                         FERRY_MEM_NOLOAD | FERRY_MEM_NOTRACE);
     if (!rc) rc = ferry_mem_mark_dirty(e->mem, g, FERRY_FAMILY_OPTIM, ot, NULL);
     if (rc) return engine_mem_err(e, rc, "finalize: optimizer state");
     /* the group's values first when the master is not whole (every rank
