@@ -31,6 +31,7 @@ const char *ferry_strerror(int status) {
   case FERRY_EPERM: return "permission denied";
   case FERRY_EOVERFLOW: return "value too large";
   case FERRY_ETIMEDOUT: return "timed out waiting for another rank";
+  case FERRY_ECANCELED: return "cancelled by the caller";
   default: return "unknown status";
   }
 }

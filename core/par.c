@@ -1,9 +1,10 @@
-/* core/par.c — ferry_par_run and ferry_par_zero: work split over
- * transient threads (par.h).
+/* core/par.c — ferry_par_run and ferry_par_zero (stoppable between pieces:
+ * ferry_par_zero_stop): work split over transient threads (par.h).
  */
 #include "core/par.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -44,22 +45,42 @@ void ferry_par_run(int parts, void (*fn)(void *arg, int part), void *arg) {
 typedef struct {
   char *p;
   size_t n, per;
+  int (*stop)(void *);
+  void *user;
+  atomic_int stopped;
 } zero_job;
+
+/* [a, a+len) in pieces, asking stop before each */
+static void zero_range(zero_job *z, size_t a, size_t len) {
+  for (size_t at = 0; at < len; at += FERRY_PAR_PIECE) {
+    if (z->stop && (atomic_load(&z->stopped) || z->stop(z->user))) {
+      atomic_store(&z->stopped, 1);
+      return;
+    }
+    memset(z->p + a + at, 0, len - at > FERRY_PAR_PIECE ? FERRY_PAR_PIECE : len - at);
+  }
+}
 
 static void zero_part(void *arg, int k) {
   zero_job *z = arg;
   size_t a = z->per * (size_t)k < z->n ? z->per * (size_t)k : z->n;
-  memset(z->p + a, 0, z->n - a > z->per ? z->per : z->n - a);
+  zero_range(z, a, z->n - a > z->per ? z->per : z->n - a);
 }
 
-void ferry_par_zero(void *p, size_t n, int threads) {
+int ferry_par_zero_stop(void *p, size_t n, int threads, int (*stop)(void *user), void *user) {
   if (threads <= 0) threads = ferry_par_threads();
   if (n < FERRY_PAR_MIN_BYTES) threads = 1;
   if ((size_t)threads > n / PAR_SLICE_MIN) threads = (int)(n / PAR_SLICE_MIN);
+  zero_job z = {p, n, n, stop, user, 0};
   if (threads <= 1) {
-    memset(p, 0, n);
-    return;
+    zero_range(&z, 0, n);
+  } else {
+    z.per = (n / (size_t)threads + 4095) & ~(size_t)4095; /* whole pages each */
+    ferry_par_run(threads, zero_part, &z);
   }
-  zero_job z = {p, n, (n / (size_t)threads + 4095) & ~(size_t)4095}; /* whole pages each */
-  ferry_par_run(threads, zero_part, &z);
+  return atomic_load(&z.stopped);
+}
+
+void ferry_par_zero(void *p, size_t n, int threads) {
+  (void)ferry_par_zero_stop(p, n, threads, NULL, NULL);
 }

@@ -68,7 +68,8 @@ enum {
   FERRY_ENOENT = -12,   /* no such file, tensor, group or key */
   FERRY_EPERM = -13,    /* permission denied */
   FERRY_EOVERFLOW = -14, /* a size or count does not fit */
-  FERRY_ETIMEDOUT = -15  /* a peer (another rank) did not answer in time */
+  FERRY_ETIMEDOUT = -15, /* a peer (another rank) did not answer in time */
+  FERRY_ECANCELED = -16  /* stopped because the caller's cancel callback said so */
 };
 
 /* A short, static description of a status code ("invalid argument"). */

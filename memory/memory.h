@@ -91,6 +91,10 @@ typedef struct {
    * is set, and as ferry_mem_copy_hook switches it. */
   void (*on_copy)(void *user, int dir, int begin);
   void *copy_user;
+  /* Optional: asked between pieces of the homes' zeroing at finalize (from
+   * several threads at once); non-zero stops finalize with FERRY_ECANCELED. */
+  int (*cancel)(void *user);
+  void *cancel_user;
   ferry_logger log;
 } ferry_mem_config;
 

@@ -280,7 +280,9 @@ int mem_tiers_reserve(ferry_mem *m) {
    * pageable pool stays untouched until used */
   if (home_hi > home_lo) {
     double t0 = ferry_now();
-    ferry_par_zero(m->host_base + home_lo, home_hi - home_lo, 0);
+    if (ferry_par_zero_stop(m->host_base + home_lo, home_hi - home_lo, 0, m->cfg.cancel,
+                            m->cfg.cancel_user))
+      return ferry_err(&m->err, FERRY_ECANCELED, "zeroing the host homes: cancelled by the caller");
     ferry_logf(&m->cfg.log, FERRY_LOG_DEBUG, "memory: host homes of %zu bytes zeroed in %.2f s",
                home_hi - home_lo, ferry_now() - t0);
   }

@@ -152,6 +152,8 @@ static int create_manager(ferry_engine *e, size_t dev_budget, size_t own_dev, si
   mc.log = e->log;
   mc.on_copy = on_copy;
   mc.copy_user = e;
+  mc.cancel = e->cancel;
+  mc.cancel_user = e->cancel_user;
   int rc = ferry_mem_create(&mc, &e->mem);
   if (rc) return ferry_err(&e->err, rc, "finalize: memory manager: %s", ferry_last_error());
   /* The copy spans cost two host functions per copy: only for a timeline
@@ -290,13 +292,19 @@ static ferry_optimizer_config optimizer_config(const ferry_config_values *v) {
   return oc;
 }
 
+static int check_cancel(ferry_engine *e, const char *phase);
+
 /* A parameter's initial fp32 values into dst (host memory): its values,
- * its init callback, or zeros. */
+ * its init callback (a failure while cancelled: FERRY_ECANCELED), or
+ * zeros. */
 static int initial_values(ferry_engine *e, const eng_param *p, float *dst) {
+  int rc = check_cancel(e, "initial values");
+  if (rc) return rc;
   if (p->values) {
     memcpy(dst, p->values, p->n * sizeof(float));
   } else if (p->init) {
     int irc = p->init(p->init_user, p->name, dst, p->n);
+    if (irc && (rc = check_cancel(e, "initial values"))) return rc;
     if (irc)
       return ferry_err(&e->err, FERRY_EINVAL, "finalize: init callback of '%s' returned %d",
                        p->name, irc);
@@ -379,7 +387,12 @@ static int init_values(ferry_engine *e) {
 static int init_groups(ferry_engine *e, float *tmp) {
   ferry_tier ot = work_tier(e->optim_home), gt = work_tier(e->grad_home);
   for (uint32_t g = 0; g < e->gt.ngroups; g++) {
-    int rc = ferry_mem_fetch(e->mem, g, FERRY_FAMILY_OPTIM, ot, NULL, FERRY_MEM_NOTRACE);
+    int rc = check_cancel(e, "initial values");
+    if (rc) return rc;
+    /* init_master writes every byte of every tensor (master and states):
+     * no zero-fill of the group's chunks first (gigabytes on one thread) */
+    rc = ferry_mem_fetch(e->mem, g, FERRY_FAMILY_OPTIM, ot, NULL,
+                         FERRY_MEM_NOLOAD | FERRY_MEM_NOTRACE);
     if (!rc) rc = ferry_mem_mark_dirty(e->mem, g, FERRY_FAMILY_OPTIM, ot, NULL);
     if (rc) return engine_mem_err(e, rc, "finalize: optimizer state");
     /* the group's values first when the master is not whole (every rank
@@ -491,6 +504,21 @@ int ferry_engine_reserved(ferry_engine *e, void **ptr, size_t *bytes) {
   return FERRY_OK;
 }
 
+int ferry_engine_set_cancel(ferry_engine *e, int (*cancel)(void *user), void *user) {
+  if (!e) return FERRY_EINVAL;
+  if (e->finalized || e->mem)
+    return ferry_err(&e->err, FERRY_EINVAL, "set_cancel: call it before ferry_engine_finalize");
+  e->cancel = cancel;
+  e->cancel_user = user;
+  return FERRY_OK;
+}
+
+/* FERRY_ECANCELED naming the phase when the caller's cancel says so. */
+static int check_cancel(ferry_engine *e, const char *phase) {
+  if (!e->cancel || !e->cancel(e->cancel_user)) return FERRY_OK;
+  return ferry_err(&e->err, FERRY_ECANCELED, "finalize: cancelled by the caller (%s)", phase);
+}
+
 /* The loop's per-group fetch state (loop.c). */
 static int alloc_fetches(ferry_engine *e) {
   e->fetch = calloc(e->gt.ngroups, sizeof *e->fetch);
@@ -530,6 +558,7 @@ int ferry_engine_finalize(ferry_engine *e) {
     rc = check_host_pool(e, own_host);
     if (rc) return rc;
     rc = ferry_mem_finalize(e->mem);
+    if (rc == FERRY_ECANCELED) return engine_mem_err(e, rc, "finalize");
     if (rc) return layout_err(e, rc, dev_budget, own_dev);
     rc = stepper_init_param_stage(e);
   }

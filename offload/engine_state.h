@@ -72,6 +72,8 @@ struct ferry_engine {
   size_t param_ahead;      /* (fixed) NVMe params: groups the loop may read ahead (host room) */
   size_t reserve_bytes;    /* (loop) ferry_engine_reserve: the caller's share of the budget */
   void *reserved;          /* (fixed) its device block, allocated at finalize */
+  int (*cancel)(void *user); /* (loop) ferry_engine_set_cancel: asked during finalize */
+  void *cancel_user;
   ferry_timeline tl;       /* thread-safe */
   double copy_t0[2];       /* (the manager's copy hook, in stream order) */
   ferry_errbuf err;        /* any thread: the last failure's message */

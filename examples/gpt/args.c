@@ -216,7 +216,9 @@ const char *const k_train_help =
     "    $FERRY_GPT_TEST_RANK (default 1) kills itself (SIGKILL) / stops answering at the\n"
     "    start of step K (tests/gpt/dist.py); FERRY_GPT_TEST_SIGINT_AT_STEP=K: it raises\n"
     "    SIGINT there. FERRY_GPT_TEST_SIGNAL_IN_SAVE=SIG: raise\n"
-    "    signal SIG just before each checkpoint save (tests/gpt/signals.py).\n";
+    "    signal SIG just before each checkpoint save (tests/gpt/signals.py).\n"
+    "    FERRY_GPT_TEST_SLOW_CANCEL=S: each time the engine's set-up asks whether it is\n"
+    "    cancelled, wait S seconds first (a slow zeroing of the homes; tests/gpt/signals.py).\n";
 
 const char *const k_sample_help =
     "NAME\n"

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 
 enum { SLOT_EMB = 0, SLOT_OTHER = 1, NSLOTS = 2 };
 
@@ -60,7 +61,7 @@ static const char *status_name(int rc) {
                                 "FERRY_EIO",    "FERRY_ENOSPC",  "FERRY_ECORRUPT", "FERRY_EAGAIN",
                                 "FERRY_ENOTSUP", "FERRY_ECONFIG", "FERRY_EBUSY",   "FERRY_ESTATE",
                                 "FERRY_ENOENT", "FERRY_EPERM",   "FERRY_EOVERFLOW",
-                                "FERRY_ETIMEDOUT"};
+                                "FERRY_ETIMEDOUT", "FERRY_ECANCELED"};
   int i = -rc;
   return i >= 0 && i < (int)(sizeof names / sizeof names[0]) ? names[i] : "FERRY_E?";
 }
@@ -173,10 +174,28 @@ static int carve_reserved(gpt_engine *ge) {
   return 0;
 }
 
-/* Registration, the reservation (stream mode), finalize, the stream. */
+/* The engine's cancel (ferry_engine_set_cancel): the set-up is cancelled
+ * (gpt_set_cancel). Test hook: $FERRY_GPT_TEST_SLOW_CANCEL=S makes each ask
+ * take S seconds first, as a piece of a slow zeroing would. */
+static double g_ask_delay;
+
+static int engine_cancel(void *user) {
+  (void)user;
+  if (g_ask_delay > 0) {
+    time_t whole = (time_t)g_ask_delay;
+    struct timespec ts = {whole, (long)((g_ask_delay - (double)whole) * 1e9)};
+    while (nanosleep(&ts, &ts) != 0) continue; /* a signal does not shorten it */
+  }
+  return gpt_cancelled();
+}
+
+/* Registration, the reservation (stream mode), the cancel, finalize, the
+ * stream. */
 static int build_engine(gpt_engine *ge) {
   const gpt_schema *s = ge->s;
-  int rc = 0;
+  const char *delay = getenv("FERRY_GPT_TEST_SLOW_CANCEL");
+  g_ask_delay = delay ? atof(delay) : 0;
+  int rc = ferry_engine_set_cancel(ge->e, engine_cancel, NULL);
   for (int i = 0; i < s->n_params && !rc; i++) {
     const gpt_param *q = &s->params[i];
     rc = ferry_param_register(ge->e, q->name, q->shape, q->ndim, q->group, NULL, init_cb, ge);
@@ -187,8 +206,9 @@ static int build_engine(gpt_engine *ge) {
   if (!rc) rc = ferry_engine_finalize(ge->e);
   ge->src = NULL;
   if (rc)
-    return ge->init_failed ? -1
-                           : fail(ge, "%s (%s)", ferry_engine_last_error(ge->e), status_name(rc));
+    return ge->init_failed && rc != FERRY_ECANCELED
+               ? -1
+               : fail(ge, "%s (%s)", ferry_engine_last_error(ge->e), status_name(rc));
   if (carve_reserved(ge)) return -1;
   rc = ferry_stream_create(ferry_engine_device(ge->e), &ge->st);
   if (rc)

@@ -101,6 +101,17 @@ FERRY_API int ferry_engine_reserve(ferry_engine *e, size_t bytes);
  * nothing was reserved. Before finalize: FERRY_EINVAL. */
 FERRY_API int ferry_engine_reserved(ferry_engine *e, void **ptr, size_t *bytes);
 
+/* Before finalize: cancel(user) is asked during finalize's long work (the
+ * zeroing of the host homes, every 64 MiB on each of its threads; the
+ * initial values, before each parameter; an init callback that fails), and
+ * a non-zero answer stops finalize, which returns FERRY_ECANCELED; the
+ * engine is then only destroyed (its swap files go with it). For a program
+ * that stops its set-up on a signal: the handler sets a flag that cancel
+ * reads (cancel is called from the engine's threads too, so it must be
+ * thread-safe and quick). NULL: never cancelled (the default). After
+ * finalize: FERRY_EINVAL. */
+FERRY_API int ferry_engine_set_cancel(ferry_engine *e, int (*cancel)(void *user), void *user);
+
 /* Before finalize: the ranks this engine trains with (a communicator of
  * every rank of the job; c must outlive the engine). The engine makes its
  * own channels from it (ferry_comm_dup) at finalize, a collective. Each

@@ -24,7 +24,7 @@ _STATUS = {0: "FERRY_OK", -1: "FERRY_EINVAL", -2: "FERRY_ENOMEM", -3: "FERRY_ENO
            -4: "FERRY_EIO", -5: "FERRY_ENOSPC", -6: "FERRY_ECORRUPT", -7: "FERRY_EAGAIN",
            -8: "FERRY_ENOTSUP", -9: "FERRY_ECONFIG", -10: "FERRY_EBUSY", -11: "FERRY_ESTATE",
            -12: "FERRY_ENOENT", -13: "FERRY_EPERM", -14: "FERRY_EOVERFLOW",
-           -15: "FERRY_ETIMEDOUT"}
+           -15: "FERRY_ETIMEDOUT", -16: "FERRY_ECANCELED"}
 for _v, _n in _STATUS.items():
     globals()[_n[6:]] = _v  # ferry.EINVAL, ferry.ENOMEM, ...
 

@@ -19,6 +19,10 @@ end a run cleanly, and nothing is left behind. One case per CTest test
               through zero-infinity.cfg, its 14 GiB of initial state on the way
               to the swap directory): exit 130 well before the set-up's end,
               a message naming the set-up, no step run, no swap file left
+  cancel      SIGINT in the middle of the engine's finalize made slow (each of
+              its asks whether to stop waits 0.25 s, as a piece of a slow zeroing
+              of the homes would: FERRY_GPT_TEST_SLOW_CANCEL): exit 130 within
+              a second or two (the next ask), the set-up named, no swap file left
   kill        SIGKILL after the first step line, then a second run in the same
               swap directory succeeds and leaves the directory without swap
               files: the dead run's file must not be there either (swap files
@@ -49,7 +53,7 @@ ap.add_argument("--configs", required=True)
 ap.add_argument("--data", required=True)
 ap.add_argument("--work", required=True)
 ap.add_argument("--case", required=True, choices=["int", "term", "save", "twice", "setup",
-                                                         "kill"])
+                                                         "cancel", "kill"])
 a = ap.parse_args()
 
 shutil.rmtree(a.work, ignore_errors=True)
@@ -109,6 +113,24 @@ def expect_clean(what):
         fail("%s: left behind: swap files %s, temporary checkpoints %s" % (what, swaps, tmps))
 
 
+def expect_setup_stopped(p, before, what, limit, most):
+    """SIGINT to p (its stderr lines so far: before): exit 130 within `most` s, the set-up
+    named, no step run, nothing left behind."""
+    p.send_signal(signal.SIGINT)
+    t0 = time.time()
+    rc, out, err = finish(p, limit)
+    took = time.time() - t0
+    err = "".join(before) + err
+    if rc != 130:
+        fail("%s: exit %d, expected 130\n%s\n%s" % (what, rc, out, err))
+    if "SIGINT during the set-up" not in err or '"step"' in out:
+        fail("%s: no message naming the set-up, or a step ran:\n%s\n%s" % (what, out, err))
+    if took > most:
+        fail("%s: the run took %.1f s to stop" % (what, took))
+    expect_clean(what)
+    print("%s: exit 130 in %.2f s, nothing left behind" % (what, took))
+
+
 if a.case in ("int", "term"):
     sig = signal.SIGINT if a.case == "int" else signal.SIGTERM
     p = start(cmd(200, "--save-every", "1"))
@@ -163,22 +185,16 @@ elif a.case == "setup":
     # --json: the notes go to stderr, unbuffered; this one as the engine's set-up begins
     before = wait_line(p, "ferry-gpt: engine:", p.stderr)
     time.sleep(0.5)  # zeroing the host pool or initialising the first tensors
-    p.send_signal(signal.SIGINT)
-    t0 = time.time()
-    rc, out, err = finish(p, 60)
-    took = time.time() - t0
-    err = "".join(before) + err
-    if rc != 130:
-        fail("SIGINT during the set-up: exit %d, expected 130\n%s\n%s" % (rc, out, err))
-    if "SIGINT during the set-up" not in err or '"step"' in out:
-        fail("SIGINT during the set-up: no message naming the set-up, or a step ran:\n%s\n%s"
-             % (out, err))
     # 3 to 5 s on an idle machine (the phase under way ends, the engine goes);
     # the whole set-up takes 30 to 140 s here
-    if took > 40:
-        fail("SIGINT during the set-up: the run took %.1f s to stop" % took)
-    expect_clean("SIGINT during the set-up")
-    print("SIGINT during the set-up: exit 130 in %.1f s, nothing left behind" % took)
+    expect_setup_stopped(p, before, "SIGINT during the set-up", 60, 40)
+elif a.case == "cancel":
+    # about 75 asks: a set-up of about 19 s, stopped 2 s in
+    p = start(cmd(2, "--json"), dict(ENV, FERRY_GPT_TEST_SLOW_CANCEL="0.25"))
+    before = wait_line(p, "ferry-gpt: engine:", p.stderr)
+    time.sleep(2)
+    # the ask under way (0.25 s), then the engine goes: well under a second idle
+    expect_setup_stopped(p, before, "SIGINT in the engine's finalize", 30, 5)
 else:  # kill
     p = start(cmd(200))
     wait_line(p, "step ")

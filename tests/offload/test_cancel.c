@@ -1,0 +1,156 @@
+/* tests/offload/test_cancel.c — ferry_engine_set_cancel: finalize asks the
+ * caller's cancel during its long work and stops with FERRY_ECANCELED at the
+ * first yes: in the zeroing of hundreds of MiB of host homes (asked every
+ * 64 MiB on each thread: stopped at the first ask, nothing after it), in
+ * the initial values (before each parameter: no init callback after the
+ * yes; an init callback that fails while cancelled is FERRY_ECANCELED too),
+ * and with NVMe homes (the swap directory empty after destroy). Never
+ * cancelled, finalize asks at least once per 64 MiB of homes and once per
+ * parameter. set_cancel after finalize is refused.
+ */
+#include "tests/offload/engine_util.h"
+#include "tests/test.h"
+
+#include <dirent.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#define G 4
+#define D 2048 /* 4 Mi fp32 params a group: 64 MiB of params, grads, master, states */
+
+static atomic_int g_asks;   /* cancel's asks so far */
+static atomic_int g_yes_at; /* cancel says yes from this ask on (0: never) */
+static atomic_int g_cancel; /* or from when this is set */
+static atomic_int g_inits;  /* init callbacks run */
+static int g_init_cancels;  /* group 1's init callback sets g_cancel */
+static int g_init_fail;     /* and then fails */
+
+static int cancel(void *user) {
+  int *tag = user;
+  EXPECT(*tag == 42);
+  int n = atomic_fetch_add(&g_asks, 1) + 1;
+  int at = atomic_load(&g_yes_at);
+  return (at && n >= at) || atomic_load(&g_cancel);
+}
+
+/* group 1's callback asks for the cancel when g_init_cancels (and fails
+ * when g_init_fail) */
+static int init(void *user, const char *name, float *v, size_t count) {
+  (void)name;
+  atomic_fetch_add(&g_inits, 1);
+  for (size_t i = 0; i < count; i++) v[i] = 0.001f * (float)(i % 97);
+  if ((intptr_t)user == 1 && g_init_cancels) {
+    atomic_store(&g_cancel, 1);
+    if (g_init_fail) return -1;
+  }
+  return 0;
+}
+
+static ferry_engine *make(const char *placement, const char *swap) {
+  char text[1024];
+  snprintf(text, sizeof text,
+           "device = \"host\";\n"
+           "chunk_size = \"16M\";\n"
+           "tiers: { gpu: { budget = \"160M\"; }; host: { budget = \"1G\"; pinned = false; };\n"
+           "         nvme: { paths = [\"%s\"]; }; };\n"
+           "optimizer: { type = \"adamw\"; lr = 0.01; threads = 1; };\n"
+           "precision: { params = \"fp32\"; };\n"
+           "placement: { %s };\n",
+           swap, placement);
+  ferry_engine *e = eu_engine(text, NULL);
+  for (int g = 0; g < G; g++) {
+    char name[32];
+    snprintf(name, sizeof name, "layer%d.w", g);
+    int64_t shape[2] = {D, D};
+    REQUIRE(ferry_param_register(e, name, shape, 2, g, NULL, init, (void *)(intptr_t)g) == 0);
+  }
+  return e;
+}
+
+static void reset(int yes_at) {
+  atomic_store(&g_asks, 0);
+  atomic_store(&g_yes_at, yes_at);
+  atomic_store(&g_cancel, 0);
+  atomic_store(&g_inits, 0);
+  g_init_cancels = g_init_fail = 0;
+}
+
+static const char *host = "params = \"host\"; grads = \"host\"; optimizer = \"host\";";
+static int tag = 42;
+
+static void test_never(const char *swap) {
+  reset(0);
+  ferry_engine *e = make(host, swap);
+  REQUIRE(ferry_engine_set_cancel(e, cancel, &tag) == 0);
+  int rc = ferry_engine_finalize(e);
+  if (rc) fprintf(stderr, "finalize: %s\n", ferry_engine_last_error(e));
+  EXPECT_EQ_INT(rc, 0);
+  ferry_stats st;
+  REQUIRE(ferry_engine_get_stats(e, &st) == 0);
+  /* the host homes: at least one ask per 64 MiB of them, and one per param */
+  uint64_t homes = 0;
+  for (int f = 0; f < FERRY_FAMILIES; f++) homes += st.current[FERRY_TIER_HOST][f];
+  int pieces = (int)(homes >> 26);
+  printf("never: %d asks, %.0f MiB of host homes\n", atomic_load(&g_asks),
+         (double)homes / 1048576);
+  EXPECT(pieces >= 4);
+  EXPECT(atomic_load(&g_asks) >= pieces + G);
+  EXPECT_EQ_INT(atomic_load(&g_inits), G);
+  EXPECT_EQ_INT(ferry_engine_set_cancel(e, cancel, &tag), FERRY_EINVAL);
+  ferry_engine_destroy(e);
+}
+
+static void test_in_zeroing(const char *swap) {
+  reset(1);
+  ferry_engine *e = make(host, swap);
+  REQUIRE(ferry_engine_set_cancel(e, cancel, &tag) == 0);
+  EXPECT_EQ_INT(ferry_engine_finalize(e), FERRY_ECANCELED);
+  const char *msg = ferry_engine_last_error(e);
+  printf("in the zeroing: %s (%d asks)\n", msg, atomic_load(&g_asks));
+  EXPECT(strstr(msg, "zeroing the host homes") && strstr(msg, "cancelled"));
+  /* each thread asks once before it sees the stop, no more */
+  EXPECT(atomic_load(&g_asks) >= 1 && atomic_load(&g_asks) <= 64);
+  EXPECT_EQ_INT(atomic_load(&g_inits), 0);
+  ferry_engine_destroy(e);
+}
+
+static void test_in_values(const char *placement, const char *swap, int fail) {
+  reset(0);
+  g_init_cancels = 1;
+  g_init_fail = fail;
+  ferry_engine *e = make(placement, swap);
+  REQUIRE(ferry_engine_set_cancel(e, cancel, &tag) == 0);
+  EXPECT_EQ_INT(ferry_engine_finalize(e), FERRY_ECANCELED);
+  const char *msg = ferry_engine_last_error(e);
+  printf("in the initial values%s: %s\n", fail ? " (the callback fails)" : "", msg);
+  EXPECT(strstr(msg, "initial values") && strstr(msg, "cancelled"));
+  EXPECT_EQ_INT(atomic_load(&g_inits), 2); /* groups 0 and 1, none after the yes */
+  ferry_engine_destroy(e);
+}
+
+/* files left in dir (none expected) */
+static int files_in(const char *dir) {
+  DIR *d = opendir(dir);
+  if (!d) return 0;
+  int n = 0;
+  struct dirent *de;
+  while ((de = readdir(d)))
+    if (de->d_name[0] != '.') n++;
+  closedir(d);
+  return n;
+}
+
+int main(int argc, char **argv) {
+  const char *swap = argc > 1 ? argv[1] : "cancel-scratch";
+  mkdir(swap, 0755);
+  test_never(swap);
+  test_in_zeroing(swap);
+  test_in_values(host, swap, 0);
+  test_in_values(host, swap, 1);
+  test_in_values("params = \"nvme\"; grads = \"host\"; optimizer = \"nvme\";", swap, 0);
+  EXPECT_EQ_INT(files_in(swap), 0);
+  EXPECT_EQ_INT(ferry_engine_set_cancel(NULL, cancel, &tag), FERRY_EINVAL);
+  return test_finish("offload.cancel");
+}
