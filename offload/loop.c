@@ -81,6 +81,17 @@ static int threads_busy(ferry_engine *e) {
   return busy;
 }
 
+/* NVMe params at the minimum host budget (no optimizer read-ahead) with a
+ * bf16 master, updated during backward: the stepper stages each group's
+ * params from the host copy the loop fetched, so the loop runs at most one
+ * update ahead of it. Further ahead, the capped params could not hold the
+ * queued groups beside the loop's fetch: one was evicted and read again,
+ * and each read again slowed the stepper and evicted the next (llama-tiny,
+ * bf16 master: +35-50% param reads in some steps, run to run). */
+static int stage_bound(const ferry_engine *e) {
+  return e->master_bf16 && e->eager && e->param_home == FERRY_TIER_NVME && !e->optim_ahead;
+}
+
 int ferry_fetch(ferry_engine *e, int group, ferry_stream *s) {
   if (!e) return FERRY_EINVAL;
   int rc = check_group(e, group, "fetch");
@@ -101,6 +112,7 @@ int ferry_fetch(ferry_engine *e, int group, ferry_stream *s) {
     rc = ranks_fetch_params(e, (uint32_t)group, s);
     if (rc) return rc;
   } else {
+    if (stage_bound(e)) stepper_wait_lag(e, 1);
     rc =
         group_fetch(e, (uint32_t)group, FERRY_FAMILY_PARAMS, FERRY_TIER_DEVICE, s, 0, threads_busy);
     if (rc) return engine_mem_err(e, rc, "fetch");
@@ -194,6 +206,11 @@ int ferry_grads_ready(ferry_engine *e, int group, ferry_stream *s) {
   rc = drain_slot_ready(e, f->grad_slot, s, "grads ready");
   if (rc) return rc;
   group_note_grads(e, (uint32_t)group); /* before the drain (and an eager update) sees them */
+  /* A bf16 master stages the params it updates from their host copy, held
+   * here now: kept until then (the last victim), else the loop's next
+   * fetches may evict it first and the update reads it again from NVMe */
+  if (e->master_bf16 && e->param_home == FERRY_TIER_NVME && !engine_params_sharded(e))
+    (void)ferry_mem_prefetch(e->mem, (uint32_t)group, FERRY_FAMILY_PARAMS, FERRY_TIER_HOST);
   drain_submit(e, (uint32_t)group, f->grad_slot); /* the drain owns it now */
   f->grad_slot = -1;
   return FERRY_OK;

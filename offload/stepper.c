@@ -662,6 +662,14 @@ int stepper_wait_group(ferry_engine *e, uint32_t g) {
   return rc;
 }
 
+void stepper_wait_lag(ferry_engine *e, int most) {
+  eng_stepper *st = &e->stepper;
+  pthread_mutex_lock(&e->mu);
+  while (st->pending > (uint32_t)most && !st->stop && st->waits_for < 0)
+    pthread_cond_wait(&st->cv, &e->mu);
+  pthread_mutex_unlock(&e->mu);
+}
+
 int stepper_holds_grads(const ferry_engine *e, uint32_t g) { return e->stepper.lent[g] != NULL; }
 void stepper_set_gscale(ferry_engine *e, float gscale) { e->stepper.gscale = gscale; }
 void stepper_set_step(ferry_engine *e, int64_t step) { e->stepper.cur_step = step; }

@@ -81,6 +81,9 @@ int stepper_retry_failed(ferry_engine *e);
 int stepper_wait_all(ferry_engine *e);
 /* Waits until group g's update is done; its failure status, or 0. */
 int stepper_wait_group(ferry_engine *e, uint32_t g);
+/* Waits until at most `most` updates are queued or running, or the
+ * stepper waits for the loop to release a group (then at once). */
+void stepper_wait_lag(ferry_engine *e, int most);
 /* Writes a group's params (param dtype) from fp32 values: vals (the
  * group's values, goff-indexed), or when NULL its fp32 master values, which
  * must be held in the optimizer's work tier (finalize). */
