@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 static void *stepper_main(void *arg);
 
@@ -538,12 +539,24 @@ static int hold_state(ferry_engine *e, uint32_t i, uint32_t next) {
   return FERRY_OK;
 }
 
+/* Group g's update has staged its params (or failed to): no longer kept. */
+static void staged(ferry_engine *e, uint32_t g) {
+  pthread_mutex_lock(&e->mu);
+  if (e->gt.groups[g].to_stage) {
+    e->gt.groups[g].to_stage = 0;
+    e->stepper.unstaged--;
+    pthread_cond_broadcast(&e->stepper.cv);
+  }
+  pthread_mutex_unlock(&e->mu);
+}
+
 /* Updates group i; `next` (UINT32_MAX: none) is the group expected after it,
  * whose optimizer state is prefetched meanwhile. */
 static int update_group(ferry_engine *e, uint32_t i, uint32_t next, float gscale, int64_t step) {
   ferry_tier ot = work_tier(e->optim_home), gt = work_tier(e->grad_home);
   int slot = (int)(i % ENGINE_STAGE_SLOTS);
   int rc = stage_master(e, i, slot);
+  staged(e, i);
   if (!rc) rc = hold_state(e, i, next);
   if (rc) return rc;
   rc = ferry_mem_mark_dirty(e->mem, i, FERRY_FAMILY_OPTIM, ot, NULL); /* before writing */
@@ -662,12 +675,18 @@ int stepper_wait_group(ferry_engine *e, uint32_t g) {
   return rc;
 }
 
-void stepper_wait_lag(ferry_engine *e, int most) {
-  eng_stepper *st = &e->stepper;
-  pthread_mutex_lock(&e->mu);
-  while (st->pending > (uint32_t)most && !st->stop && st->waits_for < 0)
-    pthread_cond_wait(&st->cv, &e->mu);
-  pthread_mutex_unlock(&e->mu);
+void stepper_mark_unstaged(ferry_engine *e, uint32_t g) {
+  if (e->gt.groups[g].to_stage) return;
+  e->gt.groups[g].to_stage = 1;
+  e->stepper.unstaged++;
+}
+
+uint32_t stepper_unstaged(const ferry_engine *e) { return e->stepper.unstaged; }
+
+void stepper_wait_change_for(ferry_engine *e, double seconds) {
+  struct timespec ts;
+  ferry_deadline_after(CLOCK_REALTIME, seconds, &ts);
+  pthread_cond_timedwait(&e->stepper.cv, &e->mu, &ts);
 }
 
 int stepper_holds_grads(const ferry_engine *e, uint32_t g) { return e->stepper.lent[g] != NULL; }
