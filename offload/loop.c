@@ -93,8 +93,9 @@ static int stage_marks(const ferry_engine *e) {
  * fetches a group only while at most one group waits to be staged, or the
  * threads have no work. Further ahead, the capped params could not hold
  * the kept groups beside the loop's fetch: one was evicted and read again,
- * and each read again slowed the stepper and evicted the next (llama-tiny,
- * bf16 master: +35-50% param reads in some steps, run to run). */
+ * and each read again slowed the stepper and evicted the next (the thin
+ * Llama of cli.plan.family_bytes, bf16 master: +35-50% param reads in
+ * some steps, run to run). */
 static void wait_staged(ferry_engine *e) {
   if (!stage_marks(e) || e->optim_ahead) return;
   pthread_mutex_lock(&e->mu);
