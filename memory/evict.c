@@ -91,7 +91,7 @@ uint32_t mem_evict_pick(ferry_mem *m, int tier, int (*eligible)(ferry_mem *, uin
     const mem_chunk *c = &m->c[ci];
     if (scope != MEM_PICK_ANY && (c->family == m->cap_family) != (scope == MEM_PICK_CAPPED))
       continue;
-    if (scope == MEM_PICK_OTHERS_SPENT && c->ahead) continue;
+    if ((scope == MEM_PICK_OTHERS_SPENT || scope == MEM_PICK_CAPPED) && c->ahead) continue;
     if (!eligible(m, ci, tier)) continue;
     uint64_t nx = trace ? chunk_next_use(m, c) : 0;
     /* A copy read ahead and not fetched since is about to be used (evicted

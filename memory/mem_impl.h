@@ -221,7 +221,8 @@ int mem_alloc_io(ferry_mem *m);
 /* evict.c */
 /* Which victims a move of chunk ci into `tier` may pick under the cap
  * (ferry_mem_cap): MEM_PICK_ANY, MEM_PICK_CAPPED (ci's family would go over
- * the cap: only that family's copies), MEM_PICK_OTHERS (the capped family
+ * the cap: only that family's copies not read ahead: one read ahead is
+ * about to be used), MEM_PICK_OTHERS (the capped family
  * is within its cap: any other family's) or MEM_PICK_OTHERS_SPENT (ci is of
  * the capped family, within it: other families' copies not read ahead). */
 enum { MEM_PICK_ANY, MEM_PICK_CAPPED, MEM_PICK_OTHERS, MEM_PICK_OTHERS_SPENT };

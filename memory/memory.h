@@ -203,7 +203,8 @@ int ferry_mem_fetch(ferry_mem *m, uint32_t group, int family, int tier, ferry_st
 /* Starts the same loads without holding or waiting (FERRY_EBUSY as for
  * fetch while the host copy is written). FERRY_ENOMEM when the space is
  * held, still moving, or holds copies the trace needs before this group's:
- * a prefetch never evicts those. */
+ * a prefetch never evicts those. Copies already there are marked read
+ * ahead too: the last victims until the group's next fetch. */
 int ferry_mem_prefetch(ferry_mem *m, uint32_t group, int family, int tier);
 /* Drops the hold. Device tier: `stream` (may be NULL) is the stream that
  * used the chunks; the space is reused only after its work so far. */
@@ -276,7 +277,8 @@ size_t ferry_mem_trace_length(ferry_mem *m);
 int ferry_mem_trace_peek(ferry_mem *m, size_t ahead, uint32_t *group, int *family);
 
 /* Caps the host bytes of `family`'s copies (0: no cap). A fetch of that
- * family over the cap evicts its own copies only; other families' moves
+ * family over the cap evicts its own copies only (not those read ahead:
+ * when only those are left, it takes room as an uncapped fetch); other families' moves
  * evict none of them while they are within it (they wait for their own
  * transfers, and take them only when nothing else can go). The engine caps
  * NVMe params at the room the planner counts for them, so which groups

@@ -66,6 +66,9 @@ typedef struct {
    * load). (the drain and the stepper or the loop: ordered by the group's
    * update state and drain_wait) */
   int grads_zero;
+  /* (mu) a bf16 master's params the stepper has yet to stage, kept in the
+   * host pool for it since ferry_grads_ready (stepper_unstaged) */
+  int to_stage;
   /* The partition (fixed): rank r owns the group's elements [bounds[r],
    * bounds[r+1]) (nranks + 1 entries); this rank [lo, hi). One rank or
    * stage 0: lo = 0, hi = n. */

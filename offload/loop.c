@@ -81,6 +81,30 @@ static int threads_busy(ferry_engine *e) {
   return busy;
 }
 
+/* A bf16 master, updated during backward (NVMe params, one rank's whole
+ * groups): the stepper stages the params it updates from the host copy the
+ * loop fetched, kept there for it from ferry_grads_ready. */
+static int stage_marks(const ferry_engine *e) {
+  return e->master_bf16 && e->eager && e->param_home == FERRY_TIER_NVME &&
+         !engine_params_sharded(e);
+}
+
+/* ... and at the minimum host budget (no optimizer read-ahead), the loop
+ * fetches a group only while at most one group waits to be staged, or the
+ * threads have no work. Further ahead, the capped params could not hold
+ * the kept groups beside the loop's fetch: one was evicted and read again,
+ * and each read again slowed the stepper and evicted the next (the thin
+ * Llama of cli.plan.family_bytes, bf16 master: +35-50% param reads in
+ * some steps, run to run). */
+static void wait_staged(ferry_engine *e) {
+  if (!stage_marks(e) || e->optim_ahead) return;
+  pthread_mutex_lock(&e->mu);
+  while (stepper_unstaged(e) > 1 && stepper_waits_for(e) < 0 &&
+         (stepper_busy(e) || drain_busy(e)))
+    stepper_wait_change_for(e, 0.01);
+  pthread_mutex_unlock(&e->mu);
+}
+
 int ferry_fetch(ferry_engine *e, int group, ferry_stream *s) {
   if (!e) return FERRY_EINVAL;
   int rc = check_group(e, group, "fetch");
@@ -101,6 +125,7 @@ int ferry_fetch(ferry_engine *e, int group, ferry_stream *s) {
     rc = ranks_fetch_params(e, (uint32_t)group, s);
     if (rc) return rc;
   } else {
+    wait_staged(e);
     rc =
         group_fetch(e, (uint32_t)group, FERRY_FAMILY_PARAMS, FERRY_TIER_DEVICE, s, 0, threads_busy);
     if (rc) return engine_mem_err(e, rc, "fetch");
@@ -194,6 +219,15 @@ int ferry_grads_ready(ferry_engine *e, int group, ferry_stream *s) {
   rc = drain_slot_ready(e, f->grad_slot, s, "grads ready");
   if (rc) return rc;
   group_note_grads(e, (uint32_t)group); /* before the drain (and an eager update) sees them */
+  /* A bf16 master stages the params it updates from their host copy, held
+   * here now: kept until then (the last victim), else the loop's next
+   * fetches may evict it first and the update reads it again from NVMe */
+  if (stage_marks(e)) {
+    (void)ferry_mem_prefetch(e->mem, (uint32_t)group, FERRY_FAMILY_PARAMS, FERRY_TIER_HOST);
+    pthread_mutex_lock(&e->mu);
+    stepper_mark_unstaged(e, (uint32_t)group);
+    pthread_mutex_unlock(&e->mu);
+  }
   drain_submit(e, (uint32_t)group, f->grad_slot); /* the drain owns it now */
   f->grad_slot = -1;
   return FERRY_OK;

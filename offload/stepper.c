@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 static void *stepper_main(void *arg);
 
@@ -512,6 +513,17 @@ static int hold_state(ferry_engine *e, uint32_t i, uint32_t next) {
   return FERRY_OK;
 }
 
+/* Group g's update has staged its params (or failed to): no longer kept. */
+static void staged(ferry_engine *e, uint32_t g) {
+  pthread_mutex_lock(&e->mu);
+  if (e->gt.groups[g].to_stage) {
+    e->gt.groups[g].to_stage = 0;
+    e->stepper.unstaged--;
+    pthread_cond_broadcast(&e->stepper.cv);
+  }
+  pthread_mutex_unlock(&e->mu);
+}
+
 /* Updates group i; `next` (UINT32_MAX: none) is the group expected after it,
  * whose optimizer state is prefetched meanwhile. *idle: no param of the
  * group got a gradient (optimizer.missing_grad = skip), so nothing is
@@ -525,6 +537,7 @@ static int update_group(ferry_engine *e, uint32_t i, uint32_t next, float gscale
     return group_zero_grads(e, i, 0);
   }
   int rc = stage_master(e, i, slot);
+  staged(e, i);
   if (!rc) rc = hold_state(e, i, next);
   if (rc) return rc;
   rc = ferry_mem_mark_dirty(e->mem, i, FERRY_FAMILY_OPTIM, ot, NULL); /* before writing */
@@ -642,6 +655,20 @@ int stepper_wait_group(ferry_engine *e, uint32_t g) {
   if (rc) e->stepper.status = 0; /* reported here: the next ferry_step retries */
   pthread_mutex_unlock(&e->mu);
   return rc;
+}
+
+void stepper_mark_unstaged(ferry_engine *e, uint32_t g) {
+  if (e->gt.groups[g].to_stage) return;
+  e->gt.groups[g].to_stage = 1;
+  e->stepper.unstaged++;
+}
+
+uint32_t stepper_unstaged(const ferry_engine *e) { return e->stepper.unstaged; }
+
+void stepper_wait_change_for(ferry_engine *e, double seconds) {
+  struct timespec ts;
+  ferry_deadline_after(CLOCK_REALTIME, seconds, &ts);
+  pthread_cond_timedwait(&e->stepper.cv, &e->mu, &ts);
 }
 
 int stepper_holds_grads(const ferry_engine *e, uint32_t g) { return e->stepper.lent[g] != NULL; }

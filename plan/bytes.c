@@ -517,12 +517,11 @@ static void cached_groups(const ferry_plan_input *in, const plan_place_ctx *c,
       w->cached_groups_device = n > groups ? groups : n;
       continue;
     }
-    /* with the optimizer read-ahead the engine caps its cached params at
-     * this (ferry_mem_cap), from its largest groups' own bytes (the need
-     * above rounds them up) */
+    /* the engine caps its cached params at this (ferry_mem_cap), from its
+     * largest groups' own bytes (the need above rounds them up) */
     ferry_footprint_host n = fp.need;
     int ahead = plan_readahead_fits(in, k, &fp);
-    if (ahead && n.optim) n.optim = (uint64_t)optim_group_bytes(in, c, c->G * c->so);
+    if (n.optim) n.optim = (uint64_t)optim_group_bytes(in, c, c->G * c->so);
     if (ahead) n.params = 2 * (uint64_t)group_nvme(c->G * c->pb * c->sp, c->ch);
     n.total += n.optim + n.params - fp.need.optim - fp.need.params;
     room = (double)ferry_footprint_param_cache((uint64_t)room + fp.need.total, &n, ahead);
