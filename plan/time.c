@@ -131,10 +131,6 @@ void plan_candidate_time(const ferry_plan_input *in, int p, ferry_plan_candidate
   int64_t groups = ferry_plan_groups(m);
   double lane[FERRY_COMPONENTS];
   cpu_lanes(in, c->seconds, lane);
-  /* the optimizer on NVMe with no room to read the next group's state
-   * ahead (readahead_fits, set before): each group's read waits for the
-   * step before it, so the drive idles while the CPU steps */
-  if (c->readahead_bytes && !c->readahead_fits) lane[FERRY_COMP_NVME] += c->seconds[FERRY_COMP_CPU];
   c->step_seconds = pipeline_step(lane, groups, -1, &c->bottleneck, &c->fill_seconds);
   if (in->device == FERRY_PLAN_DEV_HOST && c->bottleneck == FERRY_COMP_COMPUTE) /* the CPU lane's largest */
     for (int k = FERRY_COMP_H2D; k <= FERRY_COMP_CPU; k++)

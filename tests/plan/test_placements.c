@@ -511,29 +511,7 @@ static void test_nvme_files_fit(void) {
   EXPECT(r.cand[FERRY_PLACE_INFINITY].fits);
 }
 
-/* The optimizer on NVMe with no room in the host pool to read the next
- * group's state ahead: each group's read waits for the CPU step before it,
- * so the NVMe lane holds the step too; with room, the two overlap. */
-static void test_readahead_wait(void) {
-  for (int roomy = 0; roomy < 2; roomy++) {
-    ferry_plan_input in = input("llama-2-7b", 24ull << 30, roomy ? 1ull << 40 : 2ull << 30,
-                                2ull << 40);
-    in.seq = 1024;
-    in.bw.nvme_read_gbps = in.bw.nvme_write_gbps = 1; /* NVMe-bound */
-    in.bw.cpu_optimizer_gbps = 10;
-    ferry_plan_result r;
-    REQUIRE(ferry_plan_compute(&in, &r, NULL, 0) == 0);
-    const ferry_plan_candidate *c = &r.cand[FERRY_PLACE_INFINITY];
-    double nvme = c->seconds[FERRY_COMP_NVME], cpu = c->seconds[FERRY_COMP_CPU];
-    EXPECT(c->readahead_bytes > 0 && c->readahead_fits == roomy);
-    EXPECT(c->bottleneck == FERRY_COMP_NVME && cpu > 1);
-    if (roomy) EXPECT(c->step_seconds < nvme + cpu - 1);
-    else EXPECT(c->step_seconds >= nvme + cpu);
-  }
-}
-
 int main(void) {
-  test_readahead_wait();
   test_nvme_files_fit();
   test_footprint();
   test_compact_state();
