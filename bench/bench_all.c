@@ -38,6 +38,7 @@ static void usage(FILE *f) {
              "\n"
              "  1. ferry bench io --mode read  --bs 1M --qd 32 --size SIZE --path DIR\n"
              "  2. ferry bench io --mode write --bs 1M --qd 32 --size SIZE --path DIR\n"
+             "                    --overwrite (timed rewriting, as the swap files are)\n"
              "  3. ferry bench adam --optimizer adamw --grad fp32 --param-copy bf16\n"
              "                      --params N --threads N --steps 5\n"
              "  4. ferry bench adam --optimizer adamw --grad fp16 --params N --threads N\n"
@@ -245,8 +246,11 @@ static void step_argv(int s, const options *o, step_args *sa) {
   snprintf(sa->steps, sizeof sa->steps, "%d", o->steps);
   snprintf(sa->iters, sizeof sa->iters, "%d", o->iters);
   const char *mode = s == ST_IO_READ ? "read" : "write";
-  const char *io[] = {"io",     "--mode", mode,     "--bs",  "1M",     "--qd", "32",
-                      "--size", o->size,  "--path", o->path, "--json", NULL};
+  /* writes are timed rewriting blocks (--overwrite), as the swap files are
+   * rewritten every step (bench/README.md, "The NVMe figures") */
+  const char *ow = s == ST_IO_WRITE ? "--overwrite" : NULL;
+  const char *io[] = {"io",     "--mode", mode,   "--bs",   "1M", "--qd", "32",
+                      "--size", o->size,  "--path", o->path, "--json", ow, NULL};
   const char *adam32[] = {"adam",         "--optimizer", "adamw",    "--grad",  "fp32",
                           "--param-copy", "bf16",        "--params", o->params, "--threads",
                           o->threads,     "--steps",     sa->steps,  "--json",  NULL};
@@ -304,8 +308,9 @@ static void take_io(int s, const options *o, const char *out, step_result *r) {
   snprintf(r->line, sizeof r->line, "io %-5s  %s, bs 1M, qd 32, %s: %.3f GB/s, p99 %.0f us", mode,
            sz, direct ? "O_DIRECT" : "buffered", r->gbps[0], num(v, "p99_us"));
   snprintf(r->source, sizeof r->source,
-           "ferry bench io --mode %s --bs 1M --qd 32 --size %s --path %s: %s, one pass%s", mode,
-           o->size, o->path, direct ? "O_DIRECT" : "buffered (no O_DIRECT here)",
+           "ferry bench io --mode %s --bs 1M --qd 32 --size %s --path %s%s: %s, one pass%s", mode,
+           o->size, o->path, s == ST_IO_WRITE ? " --overwrite" : "",
+           direct ? "O_DIRECT" : "buffered (no O_DIRECT here)",
            direct ? "" : "; the page cache may have served it, not the drive");
   r->ok = v != NULL;
   ferry_json_free(v);

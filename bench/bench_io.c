@@ -2,7 +2,8 @@
  * the swap store (nvme/) on its own file: writes it, times one pass, reads
  * every byte back and compares (a figure is printed only when they match);
  * reports GB/s, IOPS, latency p50/p99 and CPU seconds per GB. One request
- * per bs-sized chunk, qd of them in flight.
+ * per bs-sized chunk, qd of them in flight; the mixed mode interleaves
+ * reads and rewrites in one pass, as the engine's swap traffic does.
  */
 #include "bench/bench.h"
 #include "format/json_writer.h"
@@ -28,6 +29,7 @@ typedef struct {
 struct io_run {
   ferry_swap *s;
   int op;                  /* 0 read, 1 write */
+  const unsigned char *ops; /* per op, when not NULL: 0 read, 1 write (mixed) */
   uint32_t nops;
   const uint32_t *order;   /* chunk of op i */
   unsigned char **wbuf;    /* write source for chunk j: wbuf[j % qd] */
@@ -72,8 +74,9 @@ static void on_done(ferry_swap_req *req, int status, void *user) {
 static void submit_op(io_run *r, io_slot *sl, uint32_t i) {
   uint32_t chunk = r->order[i];
   r->slot_op[sl->idx] = i;
-  int rc = r->op ? ferry_swap_write(r->s, chunk, r->wbuf[chunk % r->qd], r->bs, &sl->req, on_done, sl)
-                 : ferry_swap_read(r->s, chunk, r->rbuf[sl->idx], r->bs, &sl->req, on_done, sl);
+  int wr = r->ops ? r->ops[i] : r->op;
+  int rc = wr ? ferry_swap_write(r->s, chunk, r->wbuf[chunk % r->qd], r->bs, &sl->req, on_done, sl)
+              : ferry_swap_read(r->s, chunk, r->rbuf[sl->idx], r->bs, &sl->req, on_done, sl);
   if (rc != FERRY_OK) {
     pthread_mutex_lock(&r->mu);
     if (!r->status) {
@@ -112,7 +115,8 @@ static double cpu_seconds(void) {
 static void usage(FILE *f) {
   fprintf(f,
           "usage: ferry bench io --path DIR [--size 4G] [--bs 1M] [--qd 32]\n"
-          "                      [--mode read|write|randread] [--no-verify] [--no-fixed]\n"
+          "                      [--mode read|write|randread|mixed] [--read-share F]\n"
+          "                      [--no-verify] [--no-fixed]\n"
           "                      [--sqpoll] [--no-hugepages | --hugetlb] [--overwrite]\n"
           "                      [--outstanding N] [--check-threads N] [--json]\n"
           "Writes its own file in DIR through the swap store, times one pass (one\n"
@@ -129,6 +133,10 @@ static void usage(FILE *f) {
           "first pass over a fresh file also pays the file system's conversion of\n"
           "fallocated extents and, where freed blocks are discarded (mount -o\n"
           "discard), the device refilling them.\n"
+          "--mode mixed times a pass of reads and rewrites interleaved in one stream\n"
+          "(a fraction F of the requests reads, --read-share, default 0.5; the rest\n"
+          "rewrite blocks an untimed first pass wrote), as the engine's swap store\n"
+          "reads one group while it writes another back; gb_per_s counts both.\n"
           "--outstanding N keeps N requests submitted (default qd + 2): the store\n"
           "puts qd of them at the disk, as fio's iodepth does, and queues the rest,\n"
           "so a completed burst is refilled while the CRCs are checked; each\n"
@@ -146,7 +154,7 @@ static void usage(FILE *f) {
           "per GB read; 0 for writes and --no-verify), requests_per_submit (I/O\n"
           "requests per io_uring submit call in the timed pass), verify, o_direct,\n"
           "fixed_buffers, sqpoll, hugepages, pages, overwrite, outstanding,\n"
-          "check_threads, path.\n");
+          "check_threads, path; with --mode mixed also read_share.\n");
 }
 
 /* bench io's own flags, beside the options bench uring shares. */
@@ -154,6 +162,7 @@ typedef struct {
   int verify, fixed, sqpoll;
   uint64_t outstanding; /* 0: qd + 2 */
   unsigned check_threads;
+  double read_share; /* mixed: the fraction of requests that read */
 } io_flags;
 
 static int own_opt(const char *a, const char *v, void *ctx) {
@@ -169,6 +178,15 @@ static int own_opt(const char *a, const char *v, void *ctx) {
       return -1;
     }
     f->check_threads = (unsigned)n;
+    return 2;
+  } else if (!strcmp(a, "--read-share") && v) {
+    char *end = NULL;
+    double x = strtod(v, &end);
+    if (!*v || *end || !(x > 0 && x < 1)) {
+      fprintf(stderr, "ferry bench io: bad value '%s' for --read-share (between 0 and 1)\n", v);
+      return -1;
+    }
+    f->read_share = x;
     return 2;
   } else if (!strcmp(a, "--outstanding") && v) {
     if (ferry_parse_size(v, &f->outstanding) || !f->outstanding || f->outstanding > 4096) {
@@ -186,7 +204,8 @@ static int own_opt(const char *a, const char *v, void *ctx) {
 typedef struct {
   bench_io_opts o;
   io_flags fl;
-  int op, random; /* op: 0 read, 1 write; random: randread's shuffled order */
+  int op, random, mixed; /* op: 0 read, 1 write; random: randread's shuffled
+                            order; mixed: reads and rewrites in one pass */
   uint32_t nops;  /* bs-sized chunks */
   uint64_t size;  /* nops * bs */
 } io_args;
@@ -194,7 +213,7 @@ typedef struct {
 /* Returns -1 to go on, or the exit code (0 after --help, 2 bad usage). */
 static int parse_args(io_args *a, int argc, char **argv) {
   memset(a, 0, sizeof *a);
-  a->fl = (io_flags){1, 1, 0, 0, 1};
+  a->fl = (io_flags){1, 1, 0, 0, 1, 0.5};
   int ex = bench_io_parse(&a->o, argc, argv, "ferry bench io", usage, own_opt, &a->fl);
   if (ex >= 0) return ex;
   const char *mode = a->o.mode;
@@ -205,8 +224,11 @@ static int parse_args(io_args *a, int argc, char **argv) {
     a->op = 1;
   else if (!strcmp(mode, "randread"))
     a->op = 0, a->random = 1;
+  else if (!strcmp(mode, "mixed"))
+    a->op = 1, a->mixed = 1;
   else {
-    fprintf(stderr, "ferry bench io: --mode must be read, write or randread, not '%s'\n", mode);
+    fprintf(stderr, "ferry bench io: --mode must be read, write, randread or mixed, not '%s'\n",
+            mode);
     return 2;
   }
   if (bench_io_check_geometry(&a->o, "ferry bench io", 1, UINT32_MAX)) return 2;
@@ -247,6 +269,7 @@ typedef struct {
   size_t buflen, rbuflen;
   unsigned char **wbuf, **rbuf;
   uint32_t *order, *slot_op;
+  unsigned char *ops; /* mixed: each op's kind */
   double *lat;
   io_slot *slots;
 } io_bufs;
@@ -273,11 +296,12 @@ static int bufs_alloc(io_bufs *b, const io_args *a) {
   b->wbuf = calloc(nq, sizeof *b->wbuf);
   b->rbuf = calloc(nsl, sizeof *b->rbuf);
   b->order = malloc(a->nops * sizeof *b->order);
+  b->ops = malloc(a->nops);
   b->slot_op = calloc(nsl, sizeof *b->slot_op);
   b->lat = malloc(a->nops * sizeof *b->lat);
   b->slots = calloc(nsl, sizeof *b->slots);
-  if (!b->wmem || !b->rmem || !b->wbuf || !b->rbuf || !b->order || !b->slot_op || !b->lat ||
-      !b->slots) {
+  if (!b->wmem || !b->rmem || !b->wbuf || !b->rbuf || !b->order || !b->ops || !b->slot_op ||
+      !b->lat || !b->slots) {
     fprintf(stderr, "ferry bench io: out of memory for %u buffers of %llu bytes\n", nq,
             (unsigned long long)bs);
     return 1;
@@ -295,6 +319,7 @@ static void bufs_free(io_bufs *b) {
   free(b->wbuf);
   free(b->rbuf);
   free(b->order);
+  free(b->ops);
   free(b->slot_op);
   free(b->lat);
   free(b->slots);
@@ -342,6 +367,21 @@ static void run_init(io_run *r, ferry_swap *s, io_bufs *b, const io_args *a) {
     b->order[i] = i;
 }
 
+/* The mixed pass: op i reads when the running share of reads falls behind
+ * F, so the kinds interleave evenly; reads go through the file's first
+ * part in order, writes through the rest, two sequential streams as the
+ * engine reads one group's slots while it writes another's back. */
+static void mixed_order(io_bufs *b, uint32_t nops, double share) {
+  uint32_t nr = 0, nw = 0, reads = (uint32_t)(share * nops + 0.5);
+  if (reads < 1) reads = 1;
+  if (reads >= nops) reads = nops - 1;
+  for (uint32_t i = 0; i < nops; i++) {
+    int rd = nr < reads && ((double)nr < share * (i + 1) || nw == nops - reads);
+    b->ops[i] = (unsigned char)!rd;
+    b->order[i] = rd ? nr++ : reads + nw++;
+  }
+}
+
 /* The timed pass's seconds, CPU seconds and the store's counters around it. */
 typedef struct {
   double secs, cpu;
@@ -370,7 +410,11 @@ static int timed_passes(io_run *r, io_bufs *b, const io_args *a, io_timing *t) {
   int op = a->op, rc;
   memset(t, 0, sizeof *t);
   r->op = 1;
-  if (a->o.overwrite) {
+  if (a->mixed) { /* an untimed write of every block, then the mixed pass */
+    if ((rc = run_pass(r, slots))) return rc;
+    mixed_order(b, a->nops, a->fl.read_share);
+    r->ops = b->ops;
+  } else if (a->o.overwrite) {
     if ((rc = run_pass(r, slots))) return rc;
     for (unsigned i = 0; i < b->nq; i++)
       b->wbuf[i][0] ^= 0x5A, b->wbuf[i][r->bs - 1] ^= 0xA5;
@@ -380,6 +424,7 @@ static int timed_passes(io_run *r, io_bufs *b, const io_args *a, io_timing *t) {
   rc = run_pass(r, slots);
   double t1 = ferry_now(), c1 = cpu_seconds();
   if (rc) return rc;
+  r->ops = NULL;
   if (op == 1) t->secs = t1 - t0, t->cpu = c1 - c0, ferry_swap_get_stats(s, &t->st1);
   if (op == 0) {
     if (a->random) shuffle(b->order, a->nops);
@@ -457,6 +502,7 @@ static void report(const io_args *a, const ferry_swap_info *info, const io_timin
     json_bool(&j, "overwrite", a->o.overwrite);
     json_uint(&j, "outstanding", nsl);
     json_uint(&j, "check_threads", a->fl.check_threads);
+    if (a->mixed) json_num(&j, "read_share", a->fl.read_share);
     json_str(&j, "path", a->o.path);
     json_end(&j);
     return;

@@ -123,6 +123,8 @@ void plan_candidate_time(const ferry_plan_input *in, int p, ferry_plan_candidate
   c->seconds[FERRY_COMP_H2D] = c->h2d_bytes / (in->bw.h2d_gbps * 1e9);
   c->seconds[FERRY_COMP_D2H] = c->d2h_bytes / (in->bw.d2h_gbps * 1e9);
   c->seconds[FERRY_COMP_CPU] = share * c->cpu_bytes / (in->bw.cpu_optimizer_gbps * 1e9);
+  /* reads and writes share the drive: their times add (bench/README.md,
+   * "The NVMe figures"; the write figure is a rewrite's, as a step's is) */
   c->seconds[FERRY_COMP_NVME] = share * (c->nvme_read_bytes / (in->bw.nvme_read_gbps * 1e9) +
                                          c->nvme_write_bytes / (in->bw.nvme_write_gbps * 1e9));
   c->seconds[FERRY_COMP_NET] = c->comm_seconds;

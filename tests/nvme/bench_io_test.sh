@@ -2,7 +2,8 @@
 # tests/nvme/bench_io_test.sh — `ferry bench io` and `ferry bench uring` (the
 # io_uring floor) run small passes, validate them, and print the JSON keys
 # scripts read, with each buffer page kind; --overwrite times a second
-# write pass and says so in the JSON; bench io's --outstanding keeps more
+# write pass and says so in the JSON; bench io's --mode mixed times reads and
+# rewrites in one pass; bench io's --outstanding keeps more
 # requests submitted than the disk's queue depth; bad options exit 2; --hugetlb
 # with no hugetlb pages reserved fails with a line that says how to reserve
 # them. $1 = the ferry binary, $2 = a scratch folder. Exit 0 pass, 1 fail,
@@ -54,6 +55,14 @@ for b in io uring; do
     "$bin" bench io --path "$dir" --size 1M --bs 64k --qd 4 --no-verify --json >"$dir/ck.out" 2>&1 ||
       fail "bench io --no-verify exited $?"
     grep -q '"check_s_per_gb":0[,}]' "$dir/ck.out" || fail "bench io --no-verify: check_s_per_gb is not 0"
+    # mixed: reads and rewrites in one timed pass, validated, the share in the JSON
+    "$bin" bench io --path "$dir" --size 1M --bs 64k --qd 4 --mode mixed --read-share 0.25 --json \
+      >"$dir/mx.out" 2>&1 || fail "bench io --mode mixed exited $?"
+    for k in '"mode":"mixed"' '"bytes":1048576' '"read_share":0.25' '"gb_per_s":'; do
+      grep -q "$k" "$dir/mx.out" || fail "bench io --mode mixed: no $k in its JSON"
+    done
+    "$bin" bench io --path "$dir" --mode mixed --read-share 1 >"$dir/bad.out" 2>&1
+    [ $? -eq 2 ] || fail "bench io --read-share 1 should exit 2"
     "$bin" bench io --path "$dir" --outstanding 0 >"$dir/bad.out" 2>&1
     [ $? -eq 2 ] || fail "bench io --outstanding 0 should exit 2"
     # check threads: the default (1) and none, both in the JSON; submissions

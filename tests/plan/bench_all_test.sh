@@ -1,7 +1,7 @@
 #!/bin/sh
 # tests/plan/bench_all_test.sh — `ferry bench all --quick` passes, prints its
 # JSON, and writes a profile that `ferry plan --profile` accepts with every
-# host-measurable key taken from it. $1 = the ferry binary, $2 = a scratch
+# host-measurable key taken from it; its write figure is a rewrite pass. $1 = the ferry binary, $2 = a scratch
 # folder. Exit 0 pass, 1 fail, 77 skip (bench io cannot run here).
 set -u
 bin=$1
@@ -36,6 +36,11 @@ rm -f "$dir/io.out"
 tail -1 "$dir/all.out" | grep -q "^{\"bench\":\"all\",\"profile\":\"$prof\"" ||
   fail "last line is not the summary object"
 grep -q '"failed":\[\]' "$dir/all.out" || fail "a sub-benchmark failed"
+# the write figure is a rewrite pass, as the swap files are written each step
+grep -q '^{"bench":"io","mode":"write".*"overwrite":true' "$dir/all.out" ||
+  fail "the write benchmark does not time a rewrite (--overwrite)"
+grep -q '"nvme_write_gbps": "ferry bench io --mode write .*--overwrite' "$prof" ||
+  fail "the profile's nvme_write_gbps source does not say --overwrite"
 
 "$bin" plan --profile "$prof" --params 1e9 --gpu-mem 24G --host-mem 64G --nvme 1T --json \
   >"$dir/plan.out" 2>"$dir/plan.err" || fail "ferry plan --profile exited $?"
