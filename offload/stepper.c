@@ -533,6 +533,7 @@ static int update_group(ferry_engine *e, uint32_t i, uint32_t next, float gscale
   int slot = (int)(i % ENGINE_STAGE_SLOTS);
   *idle = group_stepped(e, i) == 0;
   if (*idle) {
+    staged(e, i); /* nothing to stage: the loop stops waiting for it */
     if (e->grads_none) return_grads(e, i);
     return group_zero_grads(e, i, 0);
   }
