@@ -135,9 +135,14 @@ bench)
   says "--bs 1000 B"
   expect 2 "$bin" bench all --path "$dir" --threads 100000
   says "--threads '100000'"
-  # a valid run still runs (small)
-  expect 0 "$bin" bench memory --layers 4 --hidden 128 --chunk 256K --iters 1000
+  # a valid run still runs (small). Its exit also judges a timing target
+  # (a fetch under 1000 ns), which a sanitizer build can miss under load: 1
+  # is taken only with the whole report, no allocation and nothing on stderr
+  rc=0
+  "$bin" bench memory --layers 4 --hidden 128 --chunk 256K --iters 1000 >o.out 2>o.err || rc=$?
+  { [ "$rc" = 0 ] || { [ "$rc" = 1 ] && [ ! -s o.err ]; }; } || fail "bench memory exited $rc"
   prints "chunks of 256.00 KiB"
+  prints "heap delta over 1000 fetches: 0 bytes"
   ;;
 wording)
   # a group given a value: says so, suggests no unrelated key
