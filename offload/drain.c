@@ -17,6 +17,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 static void *drain_main(void *arg);
 static int drain_init_reduce(ferry_engine *e);
@@ -495,6 +496,11 @@ static int accumulate(ferry_engine *e, const eng_drain_item *it, int si) {
     sumsq = it->last ? gpu_drain_sumsq(e, g, si) : 0;
     nonfinite = !isfinite(sumsq);
   } else {
+    if (e->drain.sum_delay > 0) { /* tests: a slow sum */
+      double d = e->drain.sum_delay;
+      struct timespec ts = {(time_t)d, (long)((d - (double)(time_t)d) * 1e9)};
+      while (nanosleep(&ts, &ts) != 0) continue;
+    }
     rc = accumulate_cpu(e, g, e->drain.stage[si].buf, it->last, &sumsq, &nonfinite);
     ferry_timeline_add(&e->tl, FERRY_LANE_OPTIM0, "accumulate", t2, ferry_now());
   }
@@ -637,3 +643,4 @@ void drain_take_norm(ferry_engine *e, double *sumsq, int *nonfinite) {
 void drain_clear_norm(ferry_engine *e, uint32_t g) { e->drain.norm[g] = (eng_drain_norm){0, 0}; }
 
 void drain_set_d2h_delay(ferry_engine *e, double seconds) { e->drain.d2h_delay = seconds; }
+void drain_set_sum_delay(ferry_engine *e, double seconds) { e->drain.sum_delay = seconds; }

@@ -68,6 +68,7 @@ typedef struct {
   eng_drain_stage stage[ENGINE_DRAIN_STAGES];
   eng_drain_norm *norm;  /* per group (the drain; the loop after drain_wait) */
   double d2h_delay;      /* (fixed) tests: a stream sleep before each D2H */
+  double sum_delay;      /* (fixed) tests: a sleep at the start of each CPU sum */
   ferry_optimizer *opt;  /* (drain) one-thread optimizer for accumulation and stats */
   /* With ranks (drain; fixed pointers): pinned fp32 buffers of the largest
    * group (the all-reduce or the reduce-scatter's send) and of the largest
@@ -112,5 +113,8 @@ void drain_take_norm(ferry_engine *e, double *sumsq, int *nonfinite);
 void drain_clear_norm(ferry_engine *e, uint32_t g);
 /* Tests: every D2H is preceded by a stream sleep of `seconds`. */
 void drain_set_d2h_delay(ferry_engine *e, double seconds);
+/* Tests: every CPU sum of a group's grads starts with a sleep of `seconds`
+ * (inside its "accumulate" span), standing for a slow sum. */
+void drain_set_sum_delay(ferry_engine *e, double seconds);
 
 #endif

@@ -25,6 +25,9 @@ void engine_own_bytes(const ferry_engine *e, size_t *own_dev, size_t *own_host);
 /* Tests (before finalize): every grad D2H of the drain is preceded by a
  * stream sleep of `seconds` on the D2H stream, standing for a slow link. */
 void engine_set_d2h_delay(ferry_engine *e, double seconds);
+/* Tests (before finalize): every CPU sum of the drain starts with a sleep
+ * of `seconds`, standing for a slow sum. */
+void engine_set_sum_delay(ferry_engine *e, double seconds);
 
 /* Finalized engines: the bytes of a family's chunks (all groups); the host
  * pool's one-step working set that finalize checks (check_host_pool in

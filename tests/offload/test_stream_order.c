@@ -133,13 +133,16 @@ static void commit_waits_for_reader(const char *mode) {
 }
 
 /* Backward with a slow D2H link (a 0.1 s stream sleep before each grad
- * copy): the drain sums group g+1 from one staging buffer while group g's
- * copy runs into the other, so every sum but the last ends while another
- * group's D2H runs (it may start a hair before that copy's begin stamp).
- * The single-buffered drain copied only after the sum before, so none
- * did. */
+ * copy) and a slow sum (a 0.05 s sleep at the start of each): the drain
+ * sums group g from one staging buffer while group g+1's copy, enqueued
+ * before, runs into the other, so every sum but the last ends while another
+ * group's D2H runs. The single-buffered drain enqueued a copy only after
+ * the sum before, so none did. (Without the slow sum the copy's begin stamp
+ * and the end of a sum of a few microseconds race, and under TSan the sum
+ * won all four.) */
 static void drain_overlaps(void) {
   ferry_engine *e = make_engine("step_during_backward = false;");
+  engine_set_sum_delay(e, 0.05);
   register_params(e, 0.1);
   ferry_stream *s = NULL;
   REQUIRE(ferry_stream_create(ferry_engine_device(e), &s) == 0);
@@ -167,11 +170,8 @@ static void drain_overlaps(void) {
   printf("drain: %zu D2H spans, %zu sums, %zu of them ending during a D2H\n", nd2h, nacc, inside);
   EXPECT_EQ_INT(nd2h, G);
   EXPECT_EQ_INT(nacc, G);
-  /* G - 1 on a quiet machine; under load (CI runs tests two at a time) a
-   * sum can outlast the next 0.1 s copy or the drain thread can be
-   * descheduled across it, and G - 2 failed there once in ~10 runs. The
-   * single-buffered drain ends none inside a copy, so one still tells the
-   * two apart. */
+  /* G - 1 unless a thread is descheduled for 50 ms; the single-buffered
+   * drain ends none inside a copy, so one still tells the two apart. */
   EXPECT(inside >= 1);
   ferry_stream_destroy(s);
   ferry_engine_destroy(e);
