@@ -174,10 +174,14 @@ int drain_take_slot(ferry_engine *e, uint32_t g, int *slot) {
   return got < 0 ? ds : FERRY_OK;
 }
 
+int drain_submits_last(const ferry_engine *e) {
+  return e->drain.sub_micro + 1 >= e->cv->grad_accumulation;
+}
+
 void drain_submit(ferry_engine *e, uint32_t g, int slot) {
   eng_drain *d = &e->drain;
   pthread_mutex_lock(&e->mu);
-  int last = d->sub_micro + 1 >= e->cv->grad_accumulation;
+  int last = drain_submits_last(e);
   d->queue[d->qtail++ % d->qcap] = (eng_drain_item){g, slot, last};
   d->handed[g] = d->pass;
   if (++d->sub_in_micro == e->gt.ngroups) {

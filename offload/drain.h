@@ -92,6 +92,9 @@ void *drain_slot_dev(const ferry_engine *e, int slot);
 int drain_slot_zero(ferry_engine *e, int slot, ferry_stream *s, size_t bytes, const char *op);
 int drain_slot_ready(ferry_engine *e, int slot, ferry_stream *s, const char *op);
 void drain_submit(ferry_engine *e, uint32_t g, int slot); /* its grads are ready there */
+/* (mu held) The grads handed in next are of the step's last micro-batch
+ * (final once summed). */
+int drain_submits_last(const ferry_engine *e);
 /* Whether group g's grads may be handed in now: FERRY_ESTATE (e->err says
  * what to call) when every micro-batch of the step is in (ferry_step
  * first) or g's grads are in already in this micro-batch. */

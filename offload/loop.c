@@ -221,8 +221,17 @@ int ferry_grads_ready(ferry_engine *e, int group, ferry_stream *s) {
   group_note_grads(e, (uint32_t)group); /* before the drain (and an eager update) sees them */
   /* A bf16 master stages the params it updates from their host copy, held
    * here now: kept until then (the last victim), else the loop's next
-   * fetches may evict it first and the update reads it again from NVMe */
-  if (stage_marks(e)) {
+   * fetches may evict it first and the update reads it again from NVMe.
+   * Only on the step's last micro-batch: an earlier one's grads queue no
+   * update, and its marks kept every fetch until then waiting for the
+   * drain (wait_staged) */
+  int marks = stage_marks(e);
+  if (marks) {
+    pthread_mutex_lock(&e->mu);
+    marks = drain_submits_last(e);
+    pthread_mutex_unlock(&e->mu);
+  }
+  if (marks) {
     (void)ferry_mem_prefetch(e->mem, (uint32_t)group, FERRY_FAMILY_PARAMS, FERRY_TIER_HOST);
     pthread_mutex_lock(&e->mu);
     stepper_mark_unstaged(e, (uint32_t)group);
