@@ -306,6 +306,10 @@ static void set_name(ckpt_manifest *m, int64_t v) {
   (void)v;
   m->steps[0].name = "no.such";
 }
+static void dup_name(ckpt_manifest *m, int64_t v) {
+  (void)v;
+  m->steps[1].name = m->steps[0].name; /* a.b twice, b.w's line gone */
+}
 static void drop_counts(ckpt_manifest *m, int64_t v) {
   (void)v;
   m->nsteps = 0;
@@ -386,6 +390,8 @@ static void check_checkpoint(const char *scratch) {
   expect_refused(folder, "param_step index 3");
   rewrite_manifest(folder, set_name, 0); /* a param the engine does not have */
   expect_refused(folder, "names 'no.such'");
+  rewrite_manifest(folder, dup_name, 0); /* one param's count twice */
+  expect_refused(folder, "names 'a.b' a second time");
 
   /* version 4: the counts in the manifest itself */
   write_v4(folder);
