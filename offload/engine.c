@@ -624,6 +624,9 @@ ferry_timeline *engine_timeline(ferry_engine *e) {
 ferry_dtype engine_param_dtype(const ferry_engine *e) { return e->dtype; }
 void engine_set_d2h_delay(ferry_engine *e, double seconds) { drain_set_d2h_delay(e, seconds); }
 void engine_set_sum_delay(ferry_engine *e, double seconds) { drain_set_sum_delay(e, seconds); }
+void engine_set_step_fault(ferry_engine *e, int point, int count) {
+  stepper_set_fault(e, point, count);
+}
 size_t engine_family_chunk_bytes(ferry_engine *e, int family) {
   ferry_footprint_family fam;
   family_bytes(e, family, &fam);
