@@ -10,7 +10,7 @@
 #include "ferry.h"
 #include "core/dtype.h"
 #include "offload/engine_internal.h"
-#include "tests/test.h"
+#include "tests/offload/engine_util.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -46,12 +46,7 @@ static ferry_engine *open_engine(ferry_comm *comm, int stage, const char *params
            "placement: { params = \"%s\"; grads = \"host\"; optimizer = \"host\"; };\n"
            "dist: { zero_stage = %d; };\n",
            params_home, stage);
-  ferry_config *c = NULL;
-  REQUIRE(ferry_config_create(&c) == 0);
-  REQUIRE(ferry_config_load_string(c, text, "step_gather.cfg") == 0);
-  ferry_engine *e = NULL;
-  REQUIRE(ferry_engine_create(c, NULL, &e) == 0);
-  ferry_config_destroy(c);
+  ferry_engine *e = eu_engine(text, NULL);
   static float init[TOTAL];
   for (size_t i = 0; i < TOTAL; i++) init[i] = 0.5f * cosf(0.11f * (float)i);
   for (int k = 0; k < NP; k++) {
@@ -141,19 +136,8 @@ static void check(ferry_comm *comm, int stage, const char *params_home) {
 }
 
 int main(void) {
-  if (!ferry_comm_compiled(FERRY_COMM_MPI)) TEST_SKIP("this build has no MPI");
-  ferry_comm_options co = ferry_comm_options_default();
-  co.kind = FERRY_COMM_MPI;
-  co.timeout = 60;
-  ferry_comm *comm = NULL;
-  int rc = ferry_comm_create(&co, &comm);
-  if (rc) fprintf(stderr, "comm: %s\n", ferry_last_error());
-  REQUIRE(rc == 0);
+  ferry_comm *comm = eu_mpi_comm(NRANKS);
   rank = ferry_comm_rank(comm);
-  if (ferry_comm_size(comm) != NRANKS) {
-    ferry_comm_destroy(comm);
-    TEST_SKIP("needs %d ranks (mpirun -np %d)", NRANKS, NRANKS);
-  }
   static const char *homes[] = {"host", "gpu"};
   for (int stage = 1; stage <= 2; stage++)
     for (int h = 0; h < 2; h++) {
