@@ -624,6 +624,13 @@ ferry_timeline *engine_timeline(ferry_engine *e) {
 ferry_dtype engine_param_dtype(const ferry_engine *e) { return e->dtype; }
 void engine_set_d2h_delay(ferry_engine *e, double seconds) { drain_set_d2h_delay(e, seconds); }
 void engine_set_sum_delay(ferry_engine *e, double seconds) { drain_set_sum_delay(e, seconds); }
+_Static_assert((int)ENGINE_FAULT_ZERO == (int)GROUP_TAIL_ZERO &&
+                   (int)ENGINE_FAULT_GATHER == (int)GROUP_TAIL_GATHER &&
+                   (int)ENGINE_FAULT_HOME == (int)GROUP_TAIL_HOME,
+               "engine_set_step_fault's points are the group_tail values");
+void engine_set_step_fault(ferry_engine *e, int point, int count) {
+  stepper_set_fault(e, point, count);
+}
 size_t engine_family_chunk_bytes(ferry_engine *e, int family) {
   ferry_footprint_family fam;
   family_bytes(e, family, &fam);

@@ -28,6 +28,14 @@ void engine_set_d2h_delay(ferry_engine *e, double seconds);
 /* Tests (before finalize): every CPU sum of the drain starts with a sleep
  * of `seconds`, standing for a slow sum. */
 void engine_set_sum_delay(ferry_engine *e, double seconds);
+/* Tests: the next `count` times an update reaches `point` after its
+ * optimizer pass, it fails there with FERRY_EIO as the real call would:
+ * the zeroing of its grads, the ranks' all-gather of its new params (every
+ * rank arms it), their upload (device home) or commit (host and NVMe
+ * homes), those two after the group's first param is copied. count 0
+ * disarms. The points are the values of group_tail (offload/group.h). */
+enum { ENGINE_FAULT_ZERO = 1, ENGINE_FAULT_GATHER = 2, ENGINE_FAULT_HOME = 3 };
+void engine_set_step_fault(ferry_engine *e, int point, int count);
 
 /* Finalized engines: the bytes of a family's chunks (all groups); the host
  * pool's one-step working set that finalize checks (check_host_pool in

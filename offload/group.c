@@ -294,7 +294,8 @@ void group_set_state(ferry_engine *e, uint32_t g, group_state to) {
            (from == GROUP_FAILED && to == GROUP_QUEUED) ||  /* ferry_step runs it again */
            (from == GROUP_QUEUED && to == GROUP_UPDATED) || /* the update is done */
            (from == GROUP_QUEUED && to == GROUP_FAILED) ||  /* ... or failed */
-           (from == GROUP_UPDATED && to == GROUP_IDLE);     /* new params committed */
+           (from == GROUP_UPDATED && to == GROUP_IDLE) ||   /* new params committed */
+           (from == GROUP_UPDATED && to == GROUP_FAILED);   /* ... or not (tail) */
   FERRY_ASSERT(ok, "group %u: update state %s -> %s", g, group_state_name(from),
                group_state_name(to));
   if (to == GROUP_QUEUED) gr->fail_status = 0;

@@ -45,14 +45,27 @@ typedef struct { /* (fixed) */
  * being where the next fetch finds them. Transitions (group_set_state):
  *   IDLE ─queue─> QUEUED ─done─> UPDATED ─committed─> IDLE
  *   QUEUED ─failed─> FAILED ─retried by ferry_step─> QUEUED
+ *   UPDATED ─commit failed─> FAILED
  * A group is fetched only in IDLE or FAILED (FAILED: fetch reports it). */
 typedef enum {
   GROUP_IDLE = 0,    /* params current */
   GROUP_QUEUED = 1,  /* its update is queued or running */
   GROUP_UPDATED = 2, /* updated; the new params are not committed yet */
-  GROUP_FAILED = 3,  /* the update failed before changing anything (fail_status) */
+  GROUP_FAILED = 3,  /* the update failed (fail_status): before changing anything, or
+                      * after its optimizer pass (eng_group.tail) */
   GROUP_STATE_COUNT
 } group_state;
+
+/* What an update that failed after its optimizer pass has left to do
+ * (eng_group.tail): its optimizer state, its step counts and its staged new
+ * params are the step's already, so its retry runs only the rest, in this
+ * order, and never the optimizer again. */
+typedef enum {
+  GROUP_TAIL_NONE = 0, /* nothing pending (or the optimizer pass not run yet) */
+  GROUP_TAIL_ZERO,     /* its grads to zero */
+  GROUP_TAIL_GATHER,   /* the ranks' new params to all-gather */
+  GROUP_TAIL_HOME      /* its new params to upload (device home) or commit */
+} group_tail;
 
 typedef struct {
   uint32_t first, count; /* (fixed) indices into by_group */
@@ -60,6 +73,7 @@ typedef struct {
   int fetched;           /* (mu; the loop writes, group_fetched) holds on the device params */
   group_state state;     /* (mu) group_set_state */
   int fail_status;       /* (mu) the status of a FAILED update */
+  group_tail tail;       /* (stepper) what a FAILED update left after its optimizer pass */
   /* NVMe grad home: the accumulator counts as zero (set at finalize and by
    * group_zero_grads instead of writing zeros; cleared by the drain's next
    * accumulation through group_grads_loaded, which fetches it without a
@@ -106,7 +120,7 @@ eng_param *group_param(ferry_engine *e, uint32_t g, uint32_t k);
 eng_param *group_find(ferry_engine *e, const char *name);
 /* Moves group g to `to` (mu held); aborts on a transition not in the chart. */
 void group_set_state(ferry_engine *e, uint32_t g, group_state to);
-/* QUEUED -> FAILED with the update's status (mu held). */
+/* QUEUED (or UPDATED) -> FAILED with the update's status (mu held). */
 void group_set_failed(ferry_engine *e, uint32_t g, int status);
 const char *group_state_name(group_state s);
 /* A group whose update is queued, running or not committed yet. */

@@ -28,6 +28,7 @@ static void *stepper_main(void *arg);
 void stepper_create(ferry_engine *e) {
   pthread_cond_init(&e->stepper.cv, NULL);
   e->stepper.waits_for = -1;
+  e->stepper.parked = -1;
 }
 
 int stepper_init(ferry_engine *e, size_t gbytes) {
@@ -103,6 +104,26 @@ void stepper_free(ferry_engine *e) {
   free(st->counts);
 }
 
+/* Tests (stepper_set_fault): the fault armed at tail step `at` fires now:
+ * FERRY_EIO with its message. */
+static int injected(ferry_engine *e, uint32_t g, group_tail at) {
+  static const char *const what[] = {"", "zeroing the grads", "the all-gather of the new params",
+                                     "the new params' way home"};
+  pthread_mutex_lock(&e->mu);
+  int fire = e->stepper.fault_left > 0 && e->stepper.fault_at == (int)at;
+  if (fire) e->stepper.fault_left--;
+  pthread_mutex_unlock(&e->mu);
+  if (!fire) return FERRY_OK;
+  return ferry_err(&e->err, FERRY_EIO, "step: group %u: an injected fault in %s", g, what[at]);
+}
+
+void stepper_set_fault(ferry_engine *e, int at, int count) {
+  pthread_mutex_lock(&e->mu);
+  e->stepper.fault_at = at;
+  e->stepper.fault_left = count;
+  pthread_mutex_unlock(&e->mu);
+}
+
 /* Where the optimizer writes group g's new params: a pinned staging buffer,
  * uploaded by param_upload (device home), or the param staging buffer,
  * copied into the host copy when the group commits (host and NVMe homes:
@@ -161,6 +182,7 @@ static int param_upload(ferry_engine *e, uint32_t g, int slot) {
     if (rc) return engine_mem_err(e, rc, "step: upload");
     rc = ferry_memcpy_async(e->up, d, (char *)e->stepper.stage_up[slot] + p->goff * e->esize,
                             p->n * e->esize, FERRY_COPY_H2D);
+    if (!rc && k == 0 && (rc = injected(e, g, GROUP_TAIL_HOME))) return rc;
   }
   if (!rc) rc = ferry_event_record(e->stepper.stage_up_ev[slot], e->up);
   if (!rc) rc = ferry_event_record(e->stepper.uploaded[g], e->up);
@@ -221,6 +243,7 @@ static int param_commit(ferry_engine *e, uint32_t g) {
          ferry_mem_wait_change(e->mem, &seen, deadline) == FERRY_OK)
     rc = ferry_mem_mark_dirty(e->mem, g, FERRY_FAMILY_PARAMS, FERRY_TIER_HOST, NULL);
   int piece = engine_params_sharded(e); /* stage 3: the home holds this rank's pieces */
+  int copied = 0, injected_rc = FERRY_OK;
   for (uint32_t k = 0; k < gr->count && !rc; k++) {
     eng_param *p = group_param(e, g, k);
     size_t off = piece ? p->plo : 0, n = piece ? p->pn : p->n;
@@ -228,6 +251,7 @@ static int param_commit(ferry_engine *e, uint32_t g) {
     if (!n) continue;
     rc = ferry_mem_tensor_ptr(e->mem, p->id[FERRY_ROLE_PARAM], FERRY_TIER_HOST, &h);
     if (!rc) memcpy(h, (char *)e->stepper.param_stage + (p->goff + off) * e->esize, n * e->esize);
+    if (!rc && !copied++) rc = injected_rc = injected(e, g, GROUP_TAIL_HOME);
   }
   if (nvme) {
     int r2 = ferry_mem_release(e->mem, g, FERRY_FAMILY_PARAMS, FERRY_TIER_HOST, NULL);
@@ -241,6 +265,7 @@ static int param_commit(ferry_engine *e, uint32_t g) {
     if (!rc && !cached && e->optim_ahead)
       rc = ferry_mem_evict_clean(e->mem, g, FERRY_FAMILY_PARAMS, FERRY_TIER_HOST);
   }
+  if (injected_rc) return injected_rc;
   return rc ? engine_mem_err(e, rc, "step: params") : FERRY_OK;
 }
 
@@ -381,7 +406,9 @@ static int gather_params(ferry_engine *e, uint32_t g, int slot) {
   for (int r = 0; r < e->nranks; r++)
     e->stepper.counts[r] = (gr->bounds[r + 1] - gr->bounds[r]) * e->esize;
   double t0 = ferry_now();
-  int rc = ferry_comm_allgather(e->ch_step, base + gr->lo * e->esize, base, e->stepper.counts,
+  int rc = injected(e, g, GROUP_TAIL_GATHER); /* every rank arms it */
+  if (rc) return rc;
+  rc = ferry_comm_allgather(e->ch_step, base + gr->lo * e->esize, base, e->stepper.counts,
                                 FERRY_DT_U8, NULL, NULL);
   if (rc)
     return ferry_err(&e->err, rc, "step: group %u: all-gather of the new params: %s", g,
@@ -458,6 +485,39 @@ static void count_steps(ferry_engine *e, uint32_t g) {
   }
 }
 
+/* The tail of group i's update, the steps after its optimizer pass, each
+ * run from where eng_group.tail says and moving it on once done, so that a
+ * retry after a failure in one runs only the rest (never the optimizer
+ * again). First the zeroing of its grads (held: the first try holds them). */
+static int tail_zero(ferry_engine *e, uint32_t i, int held) {
+  eng_group *gr = &e->gt.groups[i];
+  if (gr->tail != GROUP_TAIL_ZERO) return FERRY_OK;
+  int rc = injected(e, i, GROUP_TAIL_ZERO);
+  if (!rc) rc = group_zero_grads(e, i, held);
+  if (!rc) gr->tail = GROUP_TAIL_GATHER;
+  return rc;
+}
+
+/* Then the new params, from the staging buffers (which a pending tail
+ * keeps: stepper.parked): the ranks' all-gather, and the way home. Device
+ * math: recorded (device home) or staged for the commit; the CPU's params
+ * of a device home are uploaded now (only this group's bytes). The tail
+ * ends in after_update, after the commit of host and NVMe homes. */
+static int tail_params(ferry_engine *e, uint32_t i, int slot) {
+  eng_group *gr = &e->gt.groups[i];
+  if (gr->tail == GROUP_TAIL_GATHER) {
+    int rc = gather_params(e, i, slot);
+    if (rc) return rc;
+    gr->tail = GROUP_TAIL_HOME;
+  }
+  gpu_home home = params_home(e, i);
+  if (engine_gpu_math(e)) {
+    int rc = e->param_home == FERRY_TIER_DEVICE ? injected(e, i, GROUP_TAIL_HOME) : FERRY_OK;
+    return rc ? rc : gpu_params_home(e, i, &home);
+  }
+  return e->param_home == FERRY_TIER_DEVICE ? param_upload(e, i, slot) : FERRY_OK;
+}
+
 /* After group i's optimizer pass (its state released): the NVMe write-back
  * of the state, and the new params where the next fetch finds them. */
 static int after_optimizer(ferry_engine *e, uint32_t i, int slot) {
@@ -469,13 +529,7 @@ static int after_optimizer(ferry_engine *e, uint32_t i, int slot) {
       ferry_logf(&e->log, FERRY_LOG_WARN, "step: write-back of group %u: %s", i,
                  ferry_mem_last_error(e->mem));
   }
-  int rc = gather_params(e, i, slot); /* while the write-back runs */
-  if (rc) return rc;
-  /* device math: recorded (device home) or staged for the commit; the CPU's
-   * params of a device home are uploaded now (only this group's bytes) */
-  gpu_home home = params_home(e, i);
-  if (engine_gpu_math(e)) return gpu_params_home(e, i, &home);
-  return e->param_home == FERRY_TIER_DEVICE ? param_upload(e, i, slot) : FERRY_OK;
+  return tail_params(e, i, slot); /* while the write-back runs */
 }
 
 /* grads "none": group g's update is done with the grads lent with it;
@@ -531,6 +585,13 @@ static void staged(ferry_engine *e, uint32_t g) {
 static int update_group(ferry_engine *e, uint32_t i, uint32_t next, float gscale, int *idle) {
   ferry_tier ot = work_tier(e->optim_home), gt = work_tier(e->grad_home);
   int slot = (int)(i % ENGINE_STAGE_SLOTS);
+  eng_group *gr = &e->gt.groups[i];
+  *idle = 0;
+  if (gr->tail) { /* the retry of a failure after its optimizer pass */
+    staged(e, i);
+    int rc = tail_zero(e, i, 0);
+    return rc ? rc : tail_params(e, i, slot);
+  }
   *idle = group_stepped(e, i) == 0;
   if (*idle) {
     staged(e, i); /* nothing to stage: the loop stops waiting for it */
@@ -544,9 +605,12 @@ static int update_group(ferry_engine *e, uint32_t i, uint32_t next, float gscale
   rc = ferry_mem_mark_dirty(e->mem, i, FERRY_FAMILY_OPTIM, ot, NULL); /* before writing */
   if (rc) rc = engine_mem_err(e, rc, "step: optimizer state");
   if (!rc) rc = run_optimizer(e, i, slot, gscale);
-  if (!rc) count_steps(e, i);
+  if (!rc) {
+    count_steps(e, i);
+    gr->tail = GROUP_TAIL_ZERO; /* from here on a failure leaves a tail */
+  }
   if (!rc && e->grads_none) return_grads(e, i); /* a failed update keeps them for its retry */
-  if (!rc) rc = group_zero_grads(e, i, 1);
+  if (!rc) rc = tail_zero(e, i, 1);
   if (!e->grads_none) ferry_mem_release(e->mem, i, FERRY_FAMILY_GRADS, gt, NULL);
   ferry_mem_release(e->mem, i, FERRY_FAMILY_OPTIM, ot, NULL);
   /* held copies are never written back, so after the release */
@@ -567,29 +631,45 @@ static void finish_group(ferry_engine *e, uint32_t g, int rc) {
 /* After group g's update. Host and NVMe homes: the new params are copied
  * into the group's own chunks (no chunk holds two groups) once the loop
  * holds none of them, which drops the stale device copy; the group's
- * fetches wait until then (UPDATED). A failed update changed nothing; an
- * idle one (update_group) has no new params. */
+ * fetches wait until then (UPDATED). A failed update either changed
+ * nothing, or failed in its tail (eng_group.tail), whose new params the
+ * staging buffers keep: every other update is held back until its retry
+ * (parked). An idle update (update_group) has no new params. */
 static void after_update(ferry_engine *e, uint32_t g, int rc, int idle) {
   eng_group *gr = &e->gt.groups[g];
+  eng_stepper *st = &e->stepper;
   pthread_mutex_lock(&e->mu);
-  if (rc) { /* update_group fails only before it changes anything */
-    pthread_mutex_lock(&e->err.mu); /* its message, for a later report */
-    snprintf(e->stepper.fail_why, sizeof e->stepper.fail_why, "%s", e->err.msg);
-    pthread_mutex_unlock(&e->err.mu);
-    if (!e->stepper.status) e->stepper.status = rc;
-  } else {
-    group_set_state(e, g, GROUP_UPDATED);
-  }
+  if (!rc) group_set_state(e, g, GROUP_UPDATED);
   if (e->param_home != FERRY_TIER_DEVICE && !idle) {
     wait_released(e, gr);
     if (!rc) {
       pthread_mutex_unlock(&e->mu);
-      int crc = param_commit(e, g);
+      rc = param_commit(e, g);
       pthread_mutex_lock(&e->mu);
-      if (crc && !e->stepper.status) e->stepper.status = crc;
     }
   }
+  if (rc) {
+    pthread_mutex_lock(&e->err.mu); /* its message, for a later report */
+    snprintf(st->fail_why, sizeof st->fail_why, "%s", e->err.msg);
+    pthread_mutex_unlock(&e->err.mu);
+    if (!st->status) st->status = rc;
+    if (gr->tail) st->parked = g, st->park_status = rc;
+  } else {
+    gr->tail = GROUP_TAIL_NONE;
+    if (st->parked == (int64_t)g) st->parked = -1;
+  }
   finish_group(e, g, rc);
+  pthread_mutex_unlock(&e->mu);
+}
+
+/* Group g's update while another group's tail is pending (parked): it
+ * fails with that failure's status before it changes anything (it keeps
+ * its grads), and runs at the retry. */
+static void hold_back(ferry_engine *e, uint32_t g) {
+  staged(e, g);
+  pthread_mutex_lock(&e->mu);
+  if (!e->stepper.status) e->stepper.status = e->stepper.park_status;
+  finish_group(e, g, e->stepper.park_status);
   pthread_mutex_unlock(&e->mu);
 }
 
@@ -609,6 +689,12 @@ static void *stepper_main(void *arg) {
                     : g + 1 < ng         ? g + 1
                                          : UINT32_MAX;
     float gscale = st->gscale;
+    if (st->parked >= 0 && st->parked != (int64_t)g) {
+      pthread_mutex_unlock(&e->mu);
+      hold_back(e, g);
+      pthread_mutex_lock(&e->mu);
+      continue;
+    }
     pthread_mutex_unlock(&e->mu);
     int idle = 0;
     int rc = update_group(e, g, next, gscale, &idle); /* groups are independent */
@@ -630,6 +716,11 @@ void stepper_queue(ferry_engine *e, uint32_t g, const void *grads) {
 int stepper_retry_failed(ferry_engine *e) {
   int retried = 0;
   pthread_mutex_lock(&e->mu);
+  int64_t parked = e->stepper.parked; /* its tail first: it holds the staging buffers */
+  if (parked >= 0 && e->gt.groups[parked].state == GROUP_FAILED) {
+    stepper_queue(e, (uint32_t)parked, NULL);
+    retried = 1;
+  }
   for (uint32_t g = 0; g < e->gt.ngroups; g++)
     if (e->gt.groups[g].state == GROUP_FAILED) {
       stepper_queue(e, g, NULL);

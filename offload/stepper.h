@@ -26,6 +26,13 @@ typedef struct {
   int stop;              /* (mu) */
   int released;          /* (mu) destroy: the loop releases nothing any more */
   int64_t waits_for;     /* (mu) the group whose release by the loop it waits for, -1 none */
+  /* (mu) the group whose update failed after its optimizer pass (a tail,
+   * eng_group.tail), -1 none: its new params are in the staging buffers
+   * until its retry, so every other update fails with park_status, before
+   * it changes anything, until then; ferry_step retries that group first */
+  int64_t parked;
+  int park_status;
+  int fault_at, fault_left; /* (mu) tests: engine_set_step_fault */
   /* (mu) grads "none": per group, the drain's staging buffer its grads are
    * in, lent with its update until the optimizer pass over them is done;
    * NULL none */
@@ -73,7 +80,11 @@ void stepper_abandon_releases(ferry_engine *e);
 void stepper_fail_why(ferry_engine *e, char *out, size_t cap);
 /* Device home: the event of group g's last upload (the next fetch waits). */
 ferry_event *stepper_uploaded(const ferry_engine *e, uint32_t g);
-/* Runs again the updates that failed; 1 when there were any. */
+/* Tests: the next `count` updates that reach tail step `at` (a
+ * group_tail) fail there with FERRY_EIO (engine_set_step_fault). */
+void stepper_set_fault(ferry_engine *e, int at, int count);
+/* Runs again the updates that failed (the one with a tail first); 1 when
+ * there were any. */
 int stepper_retry_failed(ferry_engine *e);
 /* Waits until no update is queued or running; returns (and clears) the
  * first error. */

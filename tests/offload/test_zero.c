@@ -19,6 +19,7 @@
 #include "ferry.h"
 #include "core/core.h"
 #include "core/dtype.h"
+#include "tests/offload/engine_util.h"
 #include "tests/test.h"
 
 #include <math.h>
@@ -451,19 +452,8 @@ int main(int argc, char **argv) {
   scratch = argv[1];
   quick = argc > 2 && !strcmp(argv[2], "quick");
   mkdir(scratch, 0777);
-  if (!ferry_comm_compiled(FERRY_COMM_MPI)) TEST_SKIP("this build has no MPI");
-  ferry_comm_options co = ferry_comm_options_default();
-  co.kind = FERRY_COMM_MPI;
-  co.timeout = 60;
-  ferry_comm *comm = NULL;
-  int rc = ferry_comm_create(&co, &comm);
-  if (rc) fprintf(stderr, "comm: %s\n", ferry_last_error());
-  REQUIRE(rc == 0);
+  ferry_comm *comm = eu_mpi_comm(NRANKS);
   rank = ferry_comm_rank(comm);
-  if (ferry_comm_size(comm) != NRANKS) {
-    ferry_comm_destroy(comm);
-    TEST_SKIP("needs %d ranks (mpirun -np %d)", NRANKS, NRANKS);
-  }
   int bad = 0;
   for (int stage = 0; stage <= 3; stage++)
     for (int v = 0; v < NVARIANTS; v++) {

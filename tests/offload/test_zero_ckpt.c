@@ -14,6 +14,7 @@
  * argv[1]: a scratch folder; argv[2] (optional): run only that case.
  */
 #include "ferry.h"
+#include "tests/offload/engine_util.h"
 #include "tests/test.h"
 
 #include <dirent.h>
@@ -370,19 +371,8 @@ int main(int argc, char **argv) {
   }
   scratch = argv[1];
   mkdir(scratch, 0777);
-  if (!ferry_comm_compiled(FERRY_COMM_MPI)) TEST_SKIP("this build has no MPI");
-  ferry_comm_options co = ferry_comm_options_default();
-  co.kind = FERRY_COMM_MPI;
-  co.timeout = 60;
-  ferry_comm *comm = NULL;
-  int rc = ferry_comm_create(&co, &comm);
-  if (rc) fprintf(stderr, "comm: %s\n", ferry_last_error());
-  REQUIRE(rc == 0);
+  ferry_comm *comm = eu_mpi_comm(NRANKS);
   rank = ferry_comm_rank(comm);
-  if (ferry_comm_size(comm) != NRANKS) {
-    ferry_comm_destroy(comm);
-    TEST_SKIP("needs %d ranks (mpirun -np %d)", NRANKS, NRANKS);
-  }
   int bad = 0;
   int only = argc > 2 ? atoi(argv[2]) : -1; /* argv[2]: one case only */
   for (int c = 0; c < NCASES; c++)
