@@ -199,7 +199,9 @@ static size_t layout_align(const plan_place_ctx *c, int fam) {
  * layout packs them (core/pack.h), this rank's share of each tensor, in
  * the order the engine registers them: per tensor the param, the grad, or
  * the master (when there is one) and each state. 0 when the model has no
- * tensor list or there are no chunks (the formulas apply instead). chunk:
+ * tensor list, there are no chunks or the family is sharded over ranks (a
+ * rank's piece of a group is a range across its tensors; the formulas
+ * apply instead). chunk:
  * each chunk's bytes (NULL: not wanted; else room for PLAN_GROUP_CHUNKS). */
 enum { PLAN_GROUP_CHUNKS = 3 * PLAN_GROUP_TENSORS };
 static int pack_group_chunks(const ferry_plan_input *in, const plan_place_ctx *c, int fam,
@@ -208,9 +210,9 @@ static int pack_group_chunks(const ferry_plan_input *in, const plan_place_ctx *c
   size_t b[PLAN_GROUP_CHUNKS];
   int nt = plan_group_tensors(&in->model, kind, n), k = 0;
   memset(s, 0, sizeof *s);
-  if (nt <= 0 || c->ch <= 0) return 0;
+  if (nt <= 0 || c->ch <= 0 || share < 1) return 0;
   for (int i = 0; i < nt; i++) {
-    double x = ceil(n[i] * share);
+    double x = n[i];
     if (fam == LAY_PARAMS) b[k++] = (size_t)(x * c->pb);
     else if (fam == LAY_GRADS) b[k++] = (size_t)(x * c->gb);
     else if (c->mb > 0) b[k++] = (size_t)(x * c->mb);
@@ -220,21 +222,16 @@ static int pack_group_chunks(const ferry_plan_input *in, const plan_place_ctx *c
   return 1;
 }
 
-static int pack_group(const ferry_plan_input *in, const plan_place_ctx *c, int fam, int kind,
-                      double share, ferry_pack_sum *s) {
-  return pack_group_chunks(in, c, fam, kind, share, s, NULL);
-}
-
 /* A family's chunks over the model's groups (the embedding, each block,
  * the head), summed; *gmax, the bytes of the group with the most. 0 when
- * pack_group does not apply. */
+ * pack_group_chunks does not apply. */
 static int pack_family(const ferry_plan_input *in, const plan_place_ctx *c, int fam,
                        double share, ferry_pack_sum *all, double *gmax) {
   memset(all, 0, sizeof *all);
   *gmax = 0;
   for (int kind = PLAN_GROUP_EMBED; kind <= PLAN_GROUP_HEAD; kind++) {
     ferry_pack_sum g;
-    if (!pack_group(in, c, fam, kind, share, &g)) return 0;
+    if (!pack_group_chunks(in, c, fam, kind, share, &g, NULL)) return 0;
     uint64_t times = kind == PLAN_GROUP_BLOCK ? (uint64_t)in->model.layers : 1;
     all->chunks += times * g.chunks;
     all->bytes += times * g.bytes;
@@ -313,21 +310,25 @@ static double group_bytes(const ferry_plan_input *in, const plan_place_ctx *c, i
 }
 
 /* A family as the engine's layout packs it, this rank's share of each
- * group: the largest group, the whole, the largest chunk and the chunks;
- * packed tensor by tensor (pack_family), or for a model known by its count
- * alone estimated: the largest group (group_chunks), the whole (reserved in
- * whole chunks: ⌈x / C⌉·C, each state apart; the layout's trimmed chunks
- * hold at most that), the largest chunk (C, or a tensor larger than C in a
+ * group: the largest group, the whole (reserved in whole chunks: ⌈x / C⌉·C,
+ * each state apart; the layout's trimmed chunks hold at most that), the
+ * largest chunk and the chunks. The largest group and chunk and the count
+ * packed tensor by tensor (pack_family), as the engine's finalize counts
+ * them; for a model known by its count alone estimated: the largest group
+ * (group_chunks), the largest chunk (C, or a tensor larger than C in a
  * chunk of its own). With chunk_size 0: the exact bytes, no chunks. */
 static ferry_footprint_family layout_family(const ferry_plan_input *in, const plan_place_ctx *c,
                                             int fam, double share) {
   const ferry_plan_model *m = &in->model;
   ferry_footprint_family f;
   ferry_pack_sum all;
-  double most;
+  double most, P = c->P * share;
+  double total = fam == LAY_OPTIM ? round_chunk(P * c->mb, c->ch) +
+                                        c->k * round_chunk(state_bytes(in, P), c->ch)
+                                  : round_chunk(group_bytes(in, c, fam, P), c->ch);
   if (pack_family(in, c, fam, share, &all, &most)) {
     f.group_max = (uint64_t)most;
-    f.total = all.bytes;
+    f.total = (uint64_t)llround(total);
     f.chunk_max = all.largest;
     f.chunks = all.chunks;
     return f;
@@ -335,14 +336,11 @@ static ferry_footprint_family layout_family(const ferry_plan_input *in, const pl
   const double n[3] = {(double)ferry_plan_embed_params(m), (double)ferry_plan_block_params(m),
                        (double)ferry_plan_head_params(m)};
   const double times[3] = {1, (double)m->layers, 1};
-  double chunks = 0, P = c->P * share;
+  double chunks = 0;
   for (int i = 0; i < 3; i++) {
     double x = group_bytes(in, c, fam, n[i] * share);
     if (x > 0) chunks += times[i] * (c->ch > 0 ? ceil(x / c->ch) : 1);
   }
-  double total = fam == LAY_OPTIM ? round_chunk(P * c->mb, c->ch) +
-                                        c->k * round_chunk(state_bytes(in, P), c->ch)
-                                  : round_chunk(group_bytes(in, c, fam, P), c->ch);
   double gmax = group_chunks(group_bytes(in, c, fam, c->G * share), c->ch);
   double per[] = {c->pb, c->gb, c->mb, fmax(c->mb, c->sb)};
   double big = per[fam] * largest_tensor(m);
@@ -511,24 +509,19 @@ static double group_nvme(double x, double ch) {
   return ch > 0 ? x + ceil(x / ch) * 2048 : round_chunk(x, 4096);
 }
 
-/* One group's bytes of a family (kind: PLAN_GROUP_*, x: its bytes) as
- * the engine lays them out: packed (pack_group), else group_nvme. */
-static double group_bytes_of(const ferry_plan_input *in, const plan_place_ctx *c, int fam,
-                             int kind, double share, double x) {
-  ferry_pack_sum s;
-  return pack_group(in, c, fam, kind, share, &s) ? (double)s.bytes : group_nvme(x, c->ch);
-}
-
 /* Bytes of a family of the whole model as the engine lays it out (e bytes
- * per element, this rank's share). */
+ * per element, this rank's share): packed (pack_family), else group_nvme
+ * for each group. */
 static double family_bytes(const ferry_plan_input *in, const plan_place_ctx *c, int fam, double e,
                            double share) {
   const ferry_plan_model *m = &in->model;
+  ferry_pack_sum all;
+  double most;
+  if (pack_family(in, c, fam, share, &all, &most)) return (double)all.bytes;
   double E = (double)ferry_plan_embed_params(m), B = (double)ferry_plan_block_params(m);
   double H = (double)ferry_plan_head_params(m);
-  return group_bytes_of(in, c, fam, PLAN_GROUP_EMBED, share, E * e * share) +
-         (double)m->layers * group_bytes_of(in, c, fam, PLAN_GROUP_BLOCK, share, B * e * share) +
-         group_bytes_of(in, c, fam, PLAN_GROUP_HEAD, share, H * e * share);
+  return share * (group_nvme(E * e, c->ch) + (double)m->layers * group_nvme(B * e, c->ch) +
+                  group_nvme(H * e, c->ch));
 }
 
 /* The optimizer family of the whole model on NVMe: per group, the master
@@ -625,7 +618,8 @@ static void cached_groups(const ferry_plan_input *in, const plan_place_ctx *c,
     ferry_pack_sum all;
     double most;
     plan_group_params kb[3];
-    if (!pack_family(in, c, LAY_PARAMS, c->sp, &all, &most)) { /* estimated: group_nvme */
+    int packed = pack_family(in, c, LAY_PARAMS, c->sp, &all, &most);
+    if (!packed) { /* estimated: group_nvme */
       if (n.optim) n.optim = (uint64_t)optim_group_bytes(in, c, c->G * c->so);
       if (ahead) n.params = 2 * (uint64_t)group_nvme(c->G * c->pb * c->sp, c->ch);
       n.total += n.optim + n.params - fp.need.optim - fp.need.params;
@@ -635,7 +629,8 @@ static void cached_groups(const ferry_plan_input *in, const plan_place_ctx *c,
                           : g == PLAN_GROUP_BLOCK ? ferry_plan_block_params(m)
                                                   : ferry_plan_head_params(m));
       ferry_pack_sum s;
-      kb[g].n = pack_group_chunks(in, c, LAY_PARAMS, g, 1, &s, kb[g].chunk) ? (int)s.chunks : 0;
+      kb[g].n = packed && pack_group_chunks(in, c, LAY_PARAMS, g, 1, &s, kb[g].chunk)
+                    ? (int)s.chunks : 0;
       kb[g].bytes = kb[g].n ? (double)s.bytes : group_nvme(x * c->pb, c->ch);
     }
     room = (double)ferry_footprint_param_cache((uint64_t)room + fp.need.total, &n, ahead);
