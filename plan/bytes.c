@@ -196,13 +196,13 @@ static size_t layout_align(const plan_place_ctx *c, int fam) {
 }
 
 /* One group's chunks of a family (kind: PLAN_GROUP_*) as the engine's
- * layout packs them (core/pack.h), this rank's share of each tensor, in
- * the order the engine registers them: per tensor the param, the grad, or
- * the master (when there is one) and each state. 0 when the model has no
- * tensor list, there are no chunks or the family is sharded over ranks (a
- * rank's piece of a group is a range across its tensors; the formulas
- * apply instead). chunk:
- * each chunk's bytes (NULL: not wanted; else room for PLAN_GROUP_CHUNKS). */
+ * layout packs them (core/pack.h), in the order the engine registers the
+ * tensors: per tensor the param, the grad, or the master (when there is
+ * one) and each state; chunk[]: each chunk's bytes (NULL: not wanted, else
+ * room for PLAN_GROUP_CHUNKS). 0 when the model has no tensor list, there
+ * are no chunks or the family is sharded over ranks (share below 1: a
+ * rank's piece of a group is a range across its tensors), where the
+ * estimates apply instead. */
 enum { PLAN_GROUP_CHUNKS = 3 * PLAN_GROUP_TENSORS };
 static int pack_group_chunks(const ferry_plan_input *in, const plan_place_ctx *c, int fam,
                              int kind, double share, ferry_pack_sum *s, uint64_t *chunk) {
@@ -587,8 +587,9 @@ static int64_t end_groups(const ferry_plan_model *m, const plan_group_params kb[
 /* NVMe params: the groups the host pool keeps at each turn of the loop.
  * At the forward -> backward turn the head (used back to back) and the last
  * groups, at the backward -> forward turn the first ones (the step's commit
- * writes the new params into the host copy, which stays): as many as fit
- * in the bytes the engine caps its cached params at
+ * writes the new params into the host copy, which stays): as many as fit,
+ * and the next group's last chunks (end_groups), in the bytes the engine
+ * caps its cached params at
  * (ferry_footprint_param_cache: the room the budget leaves beside the
  * plan's host tier, plus the working set's two param groups, less the
  * optimizer read-ahead when it fits). Within the cap no other family's move
@@ -612,7 +613,8 @@ static void cached_groups(const ferry_plan_input *in, const plan_place_ctx *c,
       continue;
     }
     /* the engine caps its cached params at this (ferry_mem_cap), from its
-     * largest groups' own bytes (the need above rounds them up) */
+     * largest groups' own bytes: the need's when packed, else estimated
+     * apart (the need rounds them up) */
     ferry_footprint_host n = fp.need;
     int ahead = plan_readahead_fits(in, k, &fp);
     ferry_pack_sum all;
