@@ -1,7 +1,7 @@
 /* memory/layout.c — the chunk layout: each family's tensors packed, group by
  * group in registration order, into chunks of at most chunk_size bytes that
- * never hold two groups (256-byte aligned offsets; a tensor larger than a
- * chunk gets a chunk of its own), the group to chunk-range tables, and the
+ * never hold two groups (core/pack.h's rule: 256-byte aligned offsets; a
+ * tensor larger than a chunk gets a chunk of its own), the group to chunk-range tables, and the
  * checks that every chunk fits every tier it must pass and that every home
  * holds its family. mem_layout_build packs and builds the tables;
  * mem_layout_check runs the checks (ferry_mem_layout lets the caller look
@@ -9,9 +9,14 @@
  */
 #include "memory/mem_impl.h"
 
+#include "core/pack.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+_Static_assert(FERRY_PACK_TENSOR_ALIGN == MEM_DEVICE_ALIGN,
+               "tensor offsets: the device pool's alignment");
 
 static size_t chunk_align(const ferry_mem *m, int fam) {
   int home = m->cfg.home[fam], reach = m->cfg.reach[fam];
@@ -65,62 +70,46 @@ static size_t sort_order(ferry_mem *m) {
 }
 
 /* Pass 1 of the packing: how many chunks the first `no` tensors of the
- * order take. */
+ * order take (core/pack.h's rule, a new chunk at each family and group). */
 static uint32_t count_chunks(const ferry_mem *m, size_t no) {
-  size_t cs = m->cfg.chunk_size;
+  ferry_packer p = ferry_packer_make(m->cfg.chunk_size);
   uint32_t nchunks = 0;
-  size_t fill = 0;
-  int open = 0, fam = -1;
+  int fam = -1;
   uint32_t grp = 0;
   for (size_t k = 0; k < no; k++) {
     const mem_tensor *t = &m->t[m->order[k]];
-    if (t->family != fam || t->group != grp) open = 0;
+    if (t->family != fam || t->group != grp) ferry_packer_break(&p);
     fam = t->family;
     grp = t->group;
-    size_t off = ferry_align_up(fill, MEM_DEVICE_ALIGN);
-    if (t->bytes > cs) {
-      nchunks++; /* its own chunk */
-      open = 0;
-      fill = 0;
-      continue;
-    }
-    if (!open || off + t->bytes > cs) {
-      nchunks++;
-      open = 1;
-      off = 0;
-    }
-    fill = off + (t->bytes ? t->bytes : 1);
+    size_t off;
+    nchunks += (uint32_t)ferry_packer_place(&p, t->bytes, &off);
   }
   return nchunks;
 }
 
 /* Pass 2 of the packing: places the tensors in m->c (sized by pass 1), sets
  * each tensor's chunk and offset and each chunk's family, home, index,
- * tensors, group and aligned size. Returns the number of chunks filled. */
+ * tensors, group and size (its bytes rounded up to its family's chunk
+ * alignment). Returns the number of chunks filled. */
 static uint32_t fill_chunks(ferry_mem *m, size_t no) {
-  size_t cs = m->cfg.chunk_size;
+  ferry_packer p = ferry_packer_make(m->cfg.chunk_size);
   uint32_t ci = 0;
-  size_t fill = 0, a = 0;
+  size_t a = 0;
   mem_chunk *cur = NULL;
   uint32_t idx = 0;
   int fam = -1;
   for (size_t k = 0; k < no; k++) {
     mem_tensor *t = &m->t[m->order[k]];
     if (t->family != fam) { /* a new family: its own alignment and numbering */
-      if (cur) cur->bytes = ferry_align_up(fill, a);
-      cur = NULL;
+      ferry_packer_break(&p);
       fam = t->family;
       a = chunk_align(m, fam);
       idx = 0;
+    } else if (t->group != cur->gfirst) { /* a new group: a new chunk */
+      ferry_packer_break(&p);
     }
-    if (cur && t->group != cur->gfirst) { /* a new group: a new chunk */
-      cur->bytes = ferry_align_up(fill, a);
-      cur = NULL;
-    }
-    size_t off = ferry_align_up(fill, MEM_DEVICE_ALIGN);
-    int own = t->bytes > cs;
-    if (own || !cur || off + t->bytes > cs) {
-      if (cur) cur->bytes = ferry_align_up(fill, a);
+    size_t off;
+    if (ferry_packer_place(&p, t->bytes, &off)) {
       cur = &m->c[ci++];
       cur->family = (uint8_t)fam;
       cur->home = (uint8_t)m->cfg.home[fam];
@@ -128,19 +117,12 @@ static uint32_t fill_chunks(ferry_mem *m, size_t no) {
       cur->first_tensor = (uint32_t)k;
       cur->gfirst = t->group;
       cur->glast = t->group;
-      off = 0;
     }
     t->chunk = (uint32_t)(cur - m->c);
     t->offset = off;
     cur->ntensors++;
-    fill = off + (t->bytes ? t->bytes : 1);
-    if (own) {
-      cur->bytes = ferry_align_up(fill, a);
-      cur = NULL;
-      fill = 0;
-    }
+    cur->bytes = ferry_align_up(p.fill, a);
   }
-  if (cur) cur->bytes = ferry_align_up(fill, a);
   return ci;
 }
 

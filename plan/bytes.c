@@ -9,6 +9,8 @@
 #include "plan/footprint.h"
 #include "plan/gpt_layout.h"
 
+#include "core/pack.h"
+
 #include "ferry.h"
 
 #include <math.h>
@@ -180,6 +182,74 @@ int ferry_plan_grads_auto(const ferry_plan_input *in, int p) {
                                                                           : FERRY_PLAN_GRADS_NVME;
 }
 
+enum { LAY_PARAMS, LAY_GRADS, LAY_MASTER, LAY_OPTIM };
+
+/* A family's chunk alignment in the engine's layout (memory/layout.c,
+ * chunk_align): the NVMe store's 4 KiB when a family lives on NVMe and
+ * this one passes through the host pool, else the device pool's. */
+static size_t layout_align(const plan_place_ctx *c, int fam) {
+  int nvme = c->ph == FERRY_PLAN_NVME || c->oh == FERRY_PLAN_NVME || c->gh == FERRY_PLAN_GRADS_NVME;
+  int on_gpu = fam == LAY_PARAMS  ? c->ph == FERRY_PLAN_GPU
+               : fam == LAY_GRADS ? c->gh == FERRY_PLAN_GRADS_GPU
+                                  : c->oh == FERRY_PLAN_GPU;
+  return nvme && !on_gpu ? 4096 : FERRY_PACK_TENSOR_ALIGN;
+}
+
+/* One group's chunks of a family (kind: PLAN_GROUP_*) as the engine's
+ * layout packs them (core/pack.h), in the order the engine registers the
+ * tensors: per tensor the param, the grad, or the master (when there is
+ * one) and each state; chunk[]: each chunk's bytes (NULL: not wanted, else
+ * room for PLAN_GROUP_CHUNKS). 0 when the model has no tensor list, there
+ * are no chunks or the family is sharded over ranks (share below 1: a
+ * rank's piece of a group is a range across its tensors), where the
+ * estimates apply instead. */
+enum { PLAN_GROUP_CHUNKS = 3 * PLAN_GROUP_TENSORS };
+static int pack_group_chunks(const ferry_plan_input *in, const plan_place_ctx *c, int fam,
+                             int kind, double share, ferry_pack_sum *s, uint64_t *chunk) {
+  double n[PLAN_GROUP_TENSORS];
+  size_t b[PLAN_GROUP_CHUNKS];
+  int nt = plan_group_tensors(&in->model, kind, n), k = 0;
+  memset(s, 0, sizeof *s);
+  if (nt <= 0 || c->ch <= 0 || share < 1) return 0;
+  for (int i = 0; i < nt; i++) {
+    double x = n[i];
+    if (fam == LAY_PARAMS) b[k++] = (size_t)(x * c->pb);
+    else if (fam == LAY_GRADS) b[k++] = (size_t)(x * c->gb);
+    else if (c->mb > 0) b[k++] = (size_t)(x * c->mb);
+    for (int j = 0; fam == LAY_OPTIM && j < c->k; j++) b[k++] = (size_t)state_bytes(in, x);
+  }
+  ferry_pack_group(b, (size_t)k, (size_t)c->ch, layout_align(c, fam), s, chunk);
+  return 1;
+}
+
+/* A family's chunks over the model's groups (the embedding, each block,
+ * the head), summed; *gmax, the bytes of the group with the most. 0 when
+ * pack_group_chunks does not apply. */
+static int pack_family(const ferry_plan_input *in, const plan_place_ctx *c, int fam,
+                       double share, ferry_pack_sum *all, double *gmax) {
+  memset(all, 0, sizeof *all);
+  *gmax = 0;
+  for (int kind = PLAN_GROUP_EMBED; kind <= PLAN_GROUP_HEAD; kind++) {
+    ferry_pack_sum g;
+    if (!pack_group_chunks(in, c, fam, kind, share, &g, NULL)) return 0;
+    uint64_t times = kind == PLAN_GROUP_BLOCK ? (uint64_t)in->model.layers : 1;
+    all->chunks += times * g.chunks;
+    all->bytes += times * g.bytes;
+    if (g.largest > all->largest) all->largest = g.largest;
+    if ((double)g.bytes > *gmax) *gmax = (double)g.bytes;
+  }
+  return 1;
+}
+
+/* The largest group's chunks of a family as packed, else as group_chunks
+ * estimates them (x: its bytes). */
+static double group_max(const ferry_plan_input *in, const plan_place_ctx *c, int fam,
+                        double share, double x) {
+  ferry_pack_sum all;
+  double g;
+  return pack_family(in, c, fam, share, &all, &g) ? g : group_chunks(x, c->ch);
+}
+
 plan_place_ctx plan_place_context(const ferry_plan_input *in, int p) {
   static const int ph[FERRY_PLACEMENTS] = {FERRY_PLAN_GPU, FERRY_PLAN_GPU, FERRY_PLAN_HOST,
                                            FERRY_PLAN_HOST, FERRY_PLAN_NVME};
@@ -205,9 +275,9 @@ plan_place_ctx plan_place_context(const ferry_plan_input *in, int p) {
   c.so = c.stage >= 1 ? 1 / c.N : 1;
   c.sg = c.stage >= 2 ? 1 / c.N : 1;
   c.sp = c.stage >= 3 ? 1 / c.N : 1;
-  c.grp_p = group_chunks(c.G * c.pb, c.ch); /* gathered: the whole group */
-  c.grp_g = group_chunks(c.G * c.gb * c.sg, c.ch);
-  c.grp_o = group_chunks(c.G * c.ob * c.so, c.ch);
+  c.grp_p = group_max(in, &c, LAY_PARAMS, 1, c.G * c.pb); /* gathered: the whole group */
+  c.grp_g = group_max(in, &c, LAY_GRADS, c.sg, c.G * c.gb * c.sg);
+  c.grp_o = group_max(in, &c, LAY_OPTIM, c.so, c.G * c.ob * c.so);
   return c;
 }
 
@@ -228,8 +298,6 @@ static double block_tensors(const ferry_plan_model *m) {
   return 9 + (m->qkv_bias ? 3 : 0) + (m->o_bias ? 1 : 0) + (m->mlp_bias ? 3 : 0);
 }
 
-enum { LAY_PARAMS, LAY_GRADS, LAY_MASTER, LAY_OPTIM };
-
 /* Bytes of one group's tensors of n elements in a family (LAY_OPTIM: the
  * master, when there is one, and each state). */
 static double group_bytes(const ferry_plan_input *in, const plan_place_ctx *c, int fam, double n) {
@@ -242,28 +310,40 @@ static double group_bytes(const ferry_plan_input *in, const plan_place_ctx *c, i
 }
 
 /* A family as the engine's layout packs it, this rank's share of each
- * group: the largest group (group_chunks), the whole (reserved in whole
- * chunks: ⌈x / C⌉·C, each state apart; the layout's trimmed chunks hold at
- * most that), the largest chunk (C, or a tensor larger than C in a chunk of
- * its own) and the chunks. With chunk_size 0: the exact bytes, no chunks. */
+ * group: the largest group, the whole (reserved in whole chunks: ⌈x / C⌉·C,
+ * each state apart; the layout's trimmed chunks hold at most that), the
+ * largest chunk and the chunks. The largest group and chunk and the count
+ * packed tensor by tensor (pack_family), as the engine's finalize counts
+ * them; for a model known by its count alone estimated: the largest group
+ * (group_chunks), the largest chunk (C, or a tensor larger than C in a
+ * chunk of its own). With chunk_size 0: the exact bytes, no chunks. */
 static ferry_footprint_family layout_family(const ferry_plan_input *in, const plan_place_ctx *c,
                                             int fam, double share) {
   const ferry_plan_model *m = &in->model;
+  ferry_footprint_family f;
+  ferry_pack_sum all;
+  double most, P = c->P * share;
+  double total = fam == LAY_OPTIM ? round_chunk(P * c->mb, c->ch) +
+                                        c->k * round_chunk(state_bytes(in, P), c->ch)
+                                  : round_chunk(group_bytes(in, c, fam, P), c->ch);
+  if (pack_family(in, c, fam, share, &all, &most)) {
+    f.group_max = (uint64_t)most;
+    f.total = (uint64_t)llround(total);
+    f.chunk_max = all.largest;
+    f.chunks = all.chunks;
+    return f;
+  }
   const double n[3] = {(double)ferry_plan_embed_params(m), (double)ferry_plan_block_params(m),
                        (double)ferry_plan_head_params(m)};
   const double times[3] = {1, (double)m->layers, 1};
-  double chunks = 0, P = c->P * share;
+  double chunks = 0;
   for (int i = 0; i < 3; i++) {
     double x = group_bytes(in, c, fam, n[i] * share);
     if (x > 0) chunks += times[i] * (c->ch > 0 ? ceil(x / c->ch) : 1);
   }
-  double total = fam == LAY_OPTIM ? round_chunk(P * c->mb, c->ch) +
-                                        c->k * round_chunk(state_bytes(in, P), c->ch)
-                                  : round_chunk(group_bytes(in, c, fam, P), c->ch);
   double gmax = group_chunks(group_bytes(in, c, fam, c->G * share), c->ch);
   double per[] = {c->pb, c->gb, c->mb, fmax(c->mb, c->sb)};
   double big = per[fam] * largest_tensor(m);
-  ferry_footprint_family f;
   f.group_max = (uint64_t)llround(gmax);
   f.total = (uint64_t)llround(total);
   f.chunk_max = c->ch > 0 ? (uint64_t)llround(big > c->ch ? big : fmin(c->ch, gmax)) : 0;
@@ -429,12 +509,19 @@ static double group_nvme(double x, double ch) {
   return ch > 0 ? x + ceil(x / ch) * 2048 : round_chunk(x, 4096);
 }
 
-/* Bytes of one family of the whole model as the engine lays it out (e
- * bytes per element, group_nvme for each group). */
-static double family_bytes(const ferry_plan_model *m, double e, double ch) {
+/* Bytes of a family of the whole model as the engine lays it out (e bytes
+ * per element, this rank's share): packed (pack_family), else group_nvme
+ * for each group. */
+static double family_bytes(const ferry_plan_input *in, const plan_place_ctx *c, int fam, double e,
+                           double share) {
+  const ferry_plan_model *m = &in->model;
+  ferry_pack_sum all;
+  double most;
+  if (pack_family(in, c, fam, share, &all, &most)) return (double)all.bytes;
   double E = (double)ferry_plan_embed_params(m), B = (double)ferry_plan_block_params(m);
   double H = (double)ferry_plan_head_params(m);
-  return group_nvme(E * e, ch) + (double)m->layers * group_nvme(B * e, ch) + group_nvme(H * e, ch);
+  return share * (group_nvme(E * e, c->ch) + (double)m->layers * group_nvme(B * e, c->ch) +
+                  group_nvme(H * e, c->ch));
 }
 
 /* The optimizer family of the whole model on NVMe: per group, the master
@@ -444,10 +531,13 @@ static double optim_group_bytes(const ferry_plan_input *in, const plan_place_ctx
   return round_chunk(n * c->mb, 4096) + c->k * round_chunk(state_bytes(in, n), 4096);
 }
 
-/* ... this rank's share of each group (stage >= 1: 1/N of it). */
+/* ... this rank's share of each group (stage >= 1: 1/N of it); packed
+ * tensor by tensor when the model has them. */
 static double optim_family_bytes(const ferry_plan_input *in, const plan_place_ctx *c) {
   const ferry_plan_model *m = &in->model;
-  double so = c->so;
+  double so = c->so, most;
+  ferry_pack_sum all;
+  if (pack_family(in, c, LAY_OPTIM, so, &all, &most)) return (double)all.bytes;
   return optim_group_bytes(in, c, (double)ferry_plan_embed_params(m) * so) +
          (double)m->layers * optim_group_bytes(in, c, (double)ferry_plan_block_params(m) * so) +
          optim_group_bytes(in, c, (double)ferry_plan_head_params(m) * so);
@@ -463,29 +553,33 @@ double ferry_plan_optim_nvme_bytes(const ferry_plan_input *in, int p, const uint
   return o;
 }
 
-/* Group i of the model in forward order: its param bytes (pb per element,
- * group_nvme at chunk size ch); returns how many groups there are. */
-static int64_t group_list(const ferry_plan_model *m, double pb, double ch, int64_t i,
-                          double *bytes) {
-  int64_t L = m->layers;
-  *bytes = group_nvme((i == 0 ? (double)ferry_plan_embed_params(m)
-                       : i <= L ? (double)ferry_plan_block_params(m)
-                                : (double)ferry_plan_head_params(m)) * pb, ch);
-  return L + 2;
-}
+/* One group kind's param chunks as the engine packs them (PLAN_GROUP_*):
+ * their bytes, how many (0: not packed, the group whole) and each one's. */
+typedef struct {
+  double bytes;
+  int n;
+  uint64_t chunk[PLAN_GROUP_CHUNKS];
+} plan_group_params;
 
 /* The groups from one end (front: the embedding first; back: the head
  * first) whose params fit in `room` bytes, at least `least` of them; their
- * count and *bytes. */
-static int64_t end_groups(const ferry_plan_model *m, double pb, double ch, double room,
+ * count, and in *bytes theirs and those of the next group's last chunks
+ * that fit beside them (the cap evicts a group's chunks first to last, so
+ * the room left keeps the group's tail). */
+static int64_t end_groups(const ferry_plan_model *m, const plan_group_params kb[3], double room,
                           int front, int64_t least, double *bytes) {
-  double b;
-  int64_t n = group_list(m, pb, ch, 0, &b), k = 0;
+  int64_t n = m->layers + 2, k = 0;
   *bytes = 0;
   for (; k < n; k++) {
-    group_list(m, pb, ch, front ? k : n - 1 - k, &b);
-    if (k >= least && *bytes + b > room) break;
-    *bytes += b;
+    int64_t i = front ? k : n - 1 - k; /* forward order */
+    const plan_group_params *g =
+        &kb[i == 0 ? PLAN_GROUP_EMBED : i <= m->layers ? PLAN_GROUP_BLOCK : PLAN_GROUP_HEAD];
+    if (k >= least && *bytes + g->bytes > room) {
+      for (int c = g->n - 1; c >= 0 && *bytes + (double)g->chunk[c] <= room; c--)
+        *bytes += (double)g->chunk[c];
+      break;
+    }
+    *bytes += g->bytes;
   }
   return k;
 }
@@ -493,8 +587,9 @@ static int64_t end_groups(const ferry_plan_model *m, double pb, double ch, doubl
 /* NVMe params: the groups the host pool keeps at each turn of the loop.
  * At the forward -> backward turn the head (used back to back) and the last
  * groups, at the backward -> forward turn the first ones (the step's commit
- * writes the new params into the host copy, which stays): as many as fit
- * in the bytes the engine caps its cached params at
+ * writes the new params into the host copy, which stays): as many as fit,
+ * and the next group's last chunks (end_groups), in the bytes the engine
+ * caps its cached params at
  * (ferry_footprint_param_cache: the room the budget leaves beside the
  * plan's host tier, plus the working set's two param groups, less the
  * optimizer read-ahead when it fits). Within the cap no other family's move
@@ -518,15 +613,31 @@ static void cached_groups(const ferry_plan_input *in, const plan_place_ctx *c,
       continue;
     }
     /* the engine caps its cached params at this (ferry_mem_cap), from its
-     * largest groups' own bytes (the need above rounds them up) */
+     * largest groups' own bytes: the need's when packed, else estimated
+     * apart (the need rounds them up) */
     ferry_footprint_host n = fp.need;
     int ahead = plan_readahead_fits(in, k, &fp);
-    if (n.optim) n.optim = (uint64_t)optim_group_bytes(in, c, c->G * c->so);
-    if (ahead) n.params = 2 * (uint64_t)group_nvme(c->G * c->pb * c->sp, c->ch);
-    n.total += n.optim + n.params - fp.need.optim - fp.need.params;
+    ferry_pack_sum all;
+    double most;
+    plan_group_params kb[3];
+    int packed = pack_family(in, c, LAY_PARAMS, c->sp, &all, &most);
+    if (!packed) { /* estimated: group_nvme */
+      if (n.optim) n.optim = (uint64_t)optim_group_bytes(in, c, c->G * c->so);
+      if (ahead) n.params = 2 * (uint64_t)group_nvme(c->G * c->pb * c->sp, c->ch);
+      n.total += n.optim + n.params - fp.need.optim - fp.need.params;
+    }
+    for (int g = PLAN_GROUP_EMBED; g <= PLAN_GROUP_HEAD; g++) {
+      double x = (double)(g == PLAN_GROUP_EMBED ? ferry_plan_embed_params(m)
+                          : g == PLAN_GROUP_BLOCK ? ferry_plan_block_params(m)
+                                                  : ferry_plan_head_params(m));
+      ferry_pack_sum s;
+      kb[g].n = packed && pack_group_chunks(in, c, LAY_PARAMS, g, 1, &s, kb[g].chunk)
+                    ? (int)s.chunks : 0;
+      kb[g].bytes = kb[g].n ? (double)s.bytes : group_nvme(x * c->pb, c->ch);
+    }
     room = (double)ferry_footprint_param_cache((uint64_t)room + fp.need.total, &n, ahead);
-    w->cached_groups_host = end_groups(m, c->pb, c->ch, room, 0, 1, back);
-    end_groups(m, c->pb, c->ch, room, 1, 0, front);
+    w->cached_groups_host = end_groups(m, kb, room, 0, 1, back);
+    end_groups(m, kb, room, 1, 0, front);
   }
 }
 
@@ -535,7 +646,6 @@ static void cached_groups(const ferry_plan_input *in, const plan_place_ctx *c,
  * the host's cached groups are the ones not read again. */
 void plan_nvme_traffic(const ferry_plan_input *in, const plan_place_ctx *c,
                        ferry_plan_candidate *k) {
-  const ferry_plan_model *m = &in->model;
   double A = (double)in->grad_accumulation;
   memset(k->nvme_read, 0, sizeof k->nvme_read);
   memset(k->nvme_write, 0, sizeof k->nvme_write);
@@ -546,12 +656,12 @@ void plan_nvme_traffic(const ferry_plan_input *in, const plan_place_ctx *c,
   }
   if (c->gh == FERRY_PLAN_GRADS_NVME) { /* written per micro-batch, read back to accumulate
                                            (A - 1) times and once by the step */
-    double g = family_bytes(m, c->gb, c->ch) * c->sg;
+    double g = family_bytes(in, c, LAY_GRADS, c->gb, c->sg);
     k->nvme_write[FERRY_PLAN_NV_GRADS] = A * g;
     k->nvme_read[FERRY_PLAN_NV_GRADS] = A * g;
   }
   if (c->ph == FERRY_PLAN_NVME) { /* forward and backward per micro-batch, less the turns */
-    double pf = family_bytes(m, c->pb, c->ch), back, front;
+    double pf = family_bytes(in, c, LAY_PARAMS, c->pb, 1), back, front;
     cached_groups(in, c, k, &back, &front);
     /* every turn keeps its groups (the step's commit leaves the new params
      * in the host copy); the whole family cached reads nothing. A bf16

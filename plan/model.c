@@ -98,6 +98,45 @@ static double head_params_d(const ferry_plan_model *m) {
   return norm + (m->tied ? 0 : (double)m->vocab * h);
 }
 
+/* Appends a weight of a x b elements and, when bias, its bias of a. */
+static int push(double *n, int k, double a, double b, int bias) {
+  n[k++] = a * b;
+  if (bias) n[k++] = a;
+  return k;
+}
+
+int plan_group_tensors(const ferry_plan_model *m, int kind, double n[PLAN_GROUP_TENSORS]) {
+  if (m->arch == FERRY_ARCH_DENSE) return 0;
+  double h = (double)m->hidden, f = (double)m->ffn, v = (double)m->vocab;
+  int k = 0, gpt2 = m->arch == FERRY_ARCH_GPT2;
+  if (kind == PLAN_GROUP_EMBED) {
+    n[k++] = v * h;
+    if (gpt2) n[k++] = (double)m->positions * h;
+  } else if (kind == PLAN_GROUP_HEAD) {
+    k = push(n, k, h, 1, gpt2); /* the final norm (GPT-2: and its bias) */
+    if (!m->tied) n[k++] = v * h;
+  } else if (gpt2) { /* ln_1, c_attn, c_proj, ln_2, c_fc, mlp c_proj: weight and bias */
+    k = push(n, k, h, 1, 1);
+    k = push(n, k, 3 * h, h, 1);
+    k = push(n, k, h, h, 1);
+    k = push(n, k, h, 1, 1);
+    k = push(n, k, f, h, 1);
+    k = push(n, k, h, f, 1);
+  } else { /* norm, q k v o, norm, gate up down */
+    double q = plan_q_dim(m), kv = plan_kv_dim(m);
+    n[k++] = h;
+    k = push(n, k, q, h, m->qkv_bias);
+    k = push(n, k, kv, h, m->qkv_bias);
+    k = push(n, k, kv, h, m->qkv_bias);
+    k = push(n, k, h, q, m->o_bias);
+    n[k++] = h;
+    k = push(n, k, f, h, m->mlp_bias);
+    k = push(n, k, f, h, m->mlp_bias);
+    k = push(n, k, h, f, m->mlp_bias);
+  }
+  return k;
+}
+
 uint64_t ferry_plan_model_params(const ferry_plan_model *m) {
   if (m->arch == FERRY_ARCH_DENSE) return m->params_override;
   return (uint64_t)(embed_params_d(m) + (double)m->layers * block_params_d(m) + head_params_d(m));

@@ -27,6 +27,13 @@ int plan_parse_json(const char *text, size_t len, const char *name, int status,
 double plan_q_dim(const ferry_plan_model *m);
 double plan_kv_dim(const ferry_plan_model *m);
 
+/* A group's tensors in registration order (ferry-gpt's schema, Hugging
+ * Face's order: each bias after its weight): their elements in n[], at
+ * most PLAN_GROUP_TENSORS of them; returns how many, or 0 for a model known
+ * by its count alone (--params). Their sum is the group's params. */
+enum { PLAN_GROUP_EMBED, PLAN_GROUP_BLOCK, PLAN_GROUP_HEAD, PLAN_GROUP_TENSORS = 16 };
+int plan_group_tensors(const ferry_plan_model *m, int kind, double n[PLAN_GROUP_TENSORS]);
+
 /* What a placement puts where, and the sizes its formulas share. */
 typedef struct {
   int ph, gh, oh;          /* homes: FERRY_PLAN_GPU/HOST/NVME; gh a ferry_plan_grads */

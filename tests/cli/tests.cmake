@@ -6,12 +6,13 @@ ferry_add_test(NAME cli.plan.vs_engine SOURCES ${PROJECT_SOURCE_DIR}/tests/cli/t
 # NVMe bytes per step of each family, ferry-gpt through zero-infinity on a
 # thin 24-block Llama against `ferry plan`, at the planner's minimum budgets
 # and twice its host budget, for fp32 and int8 states and a bf16 master:
-# every family and direction within 5% of the plan at both budgets.
+# every family and direction within 5% of the plan at both budgets, the
+# params' reads within 2% (measured within 0.6%).
 if(TARGET ferry-gpt)
   add_test(NAME cli.plan.family_bytes COMMAND /usr/bin/python3
            ${PROJECT_SOURCE_DIR}/tests/cli/family_bytes.py --gpt $<TARGET_FILE:ferry-gpt>
            --ferry $<TARGET_FILE:ferry_cli> --root ${PROJECT_SOURCE_DIR}
-           --work ${PROJECT_BINARY_DIR}/tests/family-bytes --steps 10)
+           --work ${PROJECT_BINARY_DIR}/tests/family-bytes --steps 10 --tol-reads 0.02)
   ferry_test_timeout(_fb_timeout 120)
   set_tests_properties(cli.plan.family_bytes PROPERTIES TIMEOUT ${_fb_timeout}
                        ENVIRONMENT "OPENBLAS_NUM_THREADS=1")

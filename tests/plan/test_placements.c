@@ -269,11 +269,12 @@ static void test_recommend_and_batch(void) {
   EXPECT(inf->h2d_bytes == 4 * P && inf->d2h_bytes == 2 * P);
   /* grads "none": the optimizer reads the 16-bit grads, no accumulation pass */
   EXPECT(fabs(inf->seconds[FERRY_COMP_CPU] - P * 28 / 25e9) < 1e-9);
-  /* a tight host budget: the working set's two param groups (and a
-   * quarter of its slack) hold the head and two blocks at the forward ->
-   * backward turn, the embedding and two blocks at the other */
+  /* a tight host budget, a MiB above the least: the working set's two
+   * param groups (and a quarter of its slack) hold the head and two blocks
+   * at the forward -> backward turn, the embedding and two blocks at the
+   * other */
   ferry_plan_input t = in;
-  t.budget[FERRY_PLAN_HOST] = inf->tier_bytes[FERRY_PLAN_HOST];
+  t.budget[FERRY_PLAN_HOST] = inf->tier_bytes[FERRY_PLAN_HOST] + (1 << 20);
   ferry_plan_result rt;
   REQUIRE(ferry_plan_compute(&t, &rt, NULL, 0) == 0);
   const ferry_plan_candidate *ti = &rt.cand[FERRY_PLACE_INFINITY];
@@ -282,6 +283,17 @@ static void test_recommend_and_batch(void) {
   double blk = 2.0 * (double)ferry_plan_block_params(&in.model);
   EXPECT(ti->fits && ti->cached_groups_host == 3);
   EXPECT(fabs(ti->nvme_read[FERRY_PLAN_NV_PARAMS] / (4 * P - head - emb - 4 * blk) - 1) < 1e-4);
+  /* at the least, the room is the embedding and two blocks, 10 KiB short
+   * of the head (its norm) and two: the head and a block at that turn, and
+   * of the next block all its chunks but the first (its first norm and
+   * q_proj, 52.4 MB), as the cap evicts a group's chunks first to last */
+  t.budget[FERRY_PLAN_HOST] = inf->tier_bytes[FERRY_PLAN_HOST];
+  REQUIRE(ferry_plan_compute(&t, &rt, NULL, 0) == 0);
+  ti = &rt.cand[FERRY_PLACE_INFINITY];
+  double first = 2.0 * (5120 + 5120 * 5120);
+  EXPECT(ti->fits && ti->cached_groups_host == 2);
+  EXPECT(fabs(ti->nvme_read[FERRY_PLAN_NV_PARAMS] / (4 * P - head - emb - 4 * blk + first) - 1) <
+         1e-5);
   /* NVMe grads: written per micro-batch, read back A - 1 times and by the step */
   t = in;
   t.grad_accumulation = 4;
