@@ -125,6 +125,24 @@ static void test_backward_io(void) {
   /* within 20% of the quiet machine's 12.4-13.3 s at the minimum */
   EXPECT(step[0] >= 0.8 * 13.34 && step[0] <= 1.2 * 12.38);
   EXPECT(step[1] < step[0]);
+  /* the text names the term, from the same figures in a profile */
+  char cmd[4096], prof[1024];
+  snprintf(prof, sizeof prof, "%s/backward-io-profile.json", dir);
+  FILE *f = fopen(prof, "w");
+  REQUIRE(f);
+  fprintf(f, "{\"format\": \"ferry-profile\", \"version\": 1, \"h2d_gbps\": 12.1201, "
+             "\"d2h_gbps\": 31.2716, \"nvme_read_gbps\": 2.74203, \"nvme_write_gbps\": 6.10152, "
+             "\"cpu_optimizer_gbps\": 49.5759, \"device_tflops_fp32\": 0.130181}\n");
+  fclose(f);
+  snprintf(cmd, sizeof cmd, "'%s' plan --model llama-1b --device host --gpu-budget %llu "
+           "--host-budget %llu --nvme 1T --seq 128 --chunk-size 64M --checkpointing off "
+           "--profile '%s'", bin, (unsigned long long)in.budget[FERRY_PLAN_GPU],
+           (unsigned long long)host, prof);
+  EXPECT_EQ_INT(run(cmd), 0);
+  EXPECT(strstr(out, "recommended: zero-infinity") && strstr(out, "  backward I/O  "));
+  char want[64];
+  snprintf(want, sizeof want, "step ~ %.3f s", step[0]);
+  EXPECT(strstr(out, want) && strstr(out, "each group's state read after the group before it"));
   /* nothing on NVMe, or a GPU: the lanes overlap over the whole step */
   in.budget[FERRY_PLAN_HOST] = 1ull << 40;
   REQUIRE(ferry_plan_compute(&in, &r, NULL, 0) == 0);
