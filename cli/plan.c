@@ -687,6 +687,7 @@ static void json_candidate(json_out *j, const ferry_plan_input *in, const ferry_
   for (int k = 0; k < FERRY_COMPONENTS; k++)
     json_num(j, ferry_plan_component_name(k), c->seconds[k]);
   json_num(j, "fill_drain", c->fill_seconds);
+  json_num(j, "backward_io", c->backward_io_seconds);
   json_close(j, '}');
   json_num(j, "step_seconds", c->step_seconds);
   json_str(j, "bottleneck", ferry_plan_component_name(c->bottleneck));
@@ -888,6 +889,16 @@ static void print_step(const ferry_plan_result *r) {
   }
   printf("  %-16s", "fill + drain");
   for (int p = 0; p < FERRY_PLACEMENTS; p++) printf(" %14.3f", r->cand[p].fill_seconds);
+  int bio = 0;
+  for (int p = 0; p < FERRY_PLACEMENTS; p++) bio |= r->cand[p].backward_io_seconds > 0;
+  if (bio) { /* the host backend's step during backward (docs/PLANNING.md) */
+    printf("\n  %-16s", "backward I/O");
+    for (int p = 0; p < FERRY_PLACEMENTS; p++) {
+      double s = r->cand[p].backward_io_seconds;
+      if (s <= 0) printf(" %14s", "-");
+      else printf(" %14.3f", s);
+    }
+  }
   printf("\n  %-16s", "step");
   for (int p = 0; p < FERRY_PLACEMENTS; p++) printf(" %14.3f", r->cand[p].step_seconds);
   printf("\n  %-16s", "bottleneck");
@@ -969,6 +980,12 @@ static void print_recommended(const ferry_plan_input *in, const ferry_plan_resul
   default: printf(": %.3g FLOP", c->flops); break;
   }
   printf("); compute alone %.3f s\n", c->seconds[FERRY_COMP_COMPUTE]);
+  if (c->backward_io_seconds > 0)
+    printf("  backward I/O +%.3f s: the optimizer's NVMe traffic runs in backward only (step\n"
+           "    during backward)%s\n", c->backward_io_seconds,
+           c->readahead_bytes && !c->readahead_fits
+               ? ", each group's state read after the group before it is stepped"
+               : "");
   double tok = (double)in->batch * (double)in->seq;
   unsigned bit;
   double rate = ferry_plan_compute_tflops(in, &bit);

@@ -103,8 +103,8 @@ static void candidate(const ferry_plan_input *in, int p, ferry_plan_candidate *c
   c->optim_bytes_per_param = ferry_plan_optim_bytes_per_param(in, p);
   c->step_bytes_per_param = ferry_plan_step_bytes_per_param(in, p);
   plan_candidate_bytes(in, p, c);
+  candidate_readahead(in, p, c); /* before the time: no room to read ahead is a wait */
   plan_candidate_time(in, p, c);
-  candidate_readahead(in, p, c);
   plan_rss_bytes(in, &c->rss);
   c->max_batch = max_batch(in, p);
 }

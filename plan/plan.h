@@ -220,6 +220,10 @@ typedef struct {
   double h2d_bytes, d2h_bytes, nvme_read_bytes, nvme_write_bytes, cpu_bytes, flops;
   double seconds[FERRY_COMPONENTS];
   double fill_seconds, step_seconds;
+  double backward_io_seconds;          /* host backend, step during backward: what the step adds
+                                          because the optimizer's NVMe traffic runs in backward
+                                          only (and, with no read-ahead, waits on each group's
+                                          update); included in step_seconds */
   int bottleneck;                      /* FERRY_COMP_* */
   int64_t max_batch;                   /* largest batch that fits at this seq; 0 = none */
   uint64_t readahead_bytes;            /* the next group's NVMe optimizer chunks (not in the fit) */

@@ -80,6 +80,36 @@ static void cpu_lanes(const ferry_plan_input *in, const double *sec, double *lan
   lane[FERRY_COMP_H2D] = lane[FERRY_COMP_D2H] = lane[FERRY_COMP_CPU] = 0;
 }
 
+/* The host backend with the step during backward (grads "none"): the
+ * engine's schedule splits the step in two phases that do not overlap each
+ * other. The forward holds 2 / (6 or 8) of the compute (the flops' share),
+ * half the fetches and half the NVMe param reads (each pass reads the
+ * family less the groups kept at its turn); the backward holds the rest:
+ * its compute, the grads, the CPU optimizer, the optimizer state's reads
+ * and writes and the params' write, since a group's update starts only once
+ * its grads land and the next forward's first fetch waits for the last
+ * update. Each phase is a pipeline of its own lanes, so the drive idles
+ * through a compute-bound forward while the CPU waits through an
+ * NVMe-bound backward. With no room to read the next group's optimizer
+ * state ahead (readahead_fits), each group's read starts only after the
+ * group before it is stepped: the drive also waits out the optimizer's
+ * passes. Returns the two phases' step. */
+static double phase_step(const ferry_plan_input *in, const ferry_plan_candidate *c,
+                         double fwd_share, int64_t groups) {
+  double fwd[FERRY_COMPONENTS] = {0}, bwd[FERRY_COMPONENTS], lf[FERRY_COMPONENTS],
+         lb[FERRY_COMPONENTS];
+  fwd[FERRY_COMP_COMPUTE] = fwd_share * c->seconds[FERRY_COMP_COMPUTE];
+  if (c->placement != FERRY_PLACE_ZERO_OFFLOAD) /* its one upload is the step's */
+    fwd[FERRY_COMP_H2D] = c->seconds[FERRY_COMP_H2D] / 2;
+  fwd[FERRY_COMP_NVME] = in->gpus * c->nvme_read[FERRY_PLAN_NV_PARAMS] / 2 /
+                         (in->bw.nvme_read_gbps * 1e9);
+  for (int k = 0; k < FERRY_COMPONENTS; k++) bwd[k] = c->seconds[k] - fwd[k];
+  cpu_lanes(in, fwd, lf);
+  cpu_lanes(in, bwd, lb);
+  if (c->readahead_bytes && !c->readahead_fits) lb[FERRY_COMP_NVME] += c->seconds[FERRY_COMP_CPU];
+  return pipeline_step(lf, groups, -1, NULL, NULL) + pipeline_step(lb, groups, -1, NULL, NULL);
+}
+
 /* Placement p's traffic per step, each component's seconds, the bottleneck
  * and the step time of the pipeline. A step is grad_accumulation
  * micro-batches; with ranks, one rank's. */
@@ -132,6 +162,15 @@ void plan_candidate_time(const ferry_plan_input *in, int p, ferry_plan_candidate
   double lane[FERRY_COMPONENTS];
   cpu_lanes(in, c->seconds, lane);
   c->step_seconds = pipeline_step(lane, groups, -1, &c->bottleneck, &c->fill_seconds);
+  c->backward_io_seconds = 0;
+  if (in->device == FERRY_PLAN_DEV_HOST && none && c->seconds[FERRY_COMP_NVME] > 0) {
+    /* never past every component one after the other */
+    double sum = 0;
+    for (int k = 0; k < FERRY_COMPONENTS; k++) sum += c->seconds[k];
+    double two = fmin(sum, phase_step(in, c, 2 / fwd_bwd, groups));
+    c->backward_io_seconds = fmax(0, two - c->step_seconds);
+    c->step_seconds += c->backward_io_seconds;
+  }
   if (in->device == FERRY_PLAN_DEV_HOST && c->bottleneck == FERRY_COMP_COMPUTE) /* the CPU lane's largest */
     for (int k = FERRY_COMP_H2D; k <= FERRY_COMP_CPU; k++)
       if (c->seconds[k] > c->seconds[c->bottleneck]) c->bottleneck = k;
