@@ -17,10 +17,10 @@ PY=$1 SRC=$2 WORK=$3 MODE=$4
 case "$MODE" in ci|full) ;; *) echo "usage: install_test.sh PYTHON SOURCE_DIR WORKDIR ci|full"; exit 2;; esac
 rm -rf "$WORK" && mkdir -p "$WORK/tree" || exit 1
 VPY=$WORK/venv/bin/python PIP=$WORK/pip
-# pip for the venv ($PIP): PYTHON's own pip driving the venv's interpreter
-# (pip 22.3 or later: --python), so that the venv needs no pip of its own
-# (ensurepip took 9 to 11 s of the test); else the venv's own pip
-if "$PY" -m venv --without-pip "$WORK/venv" >"$WORK/venv.log" 2>&1 &&
+# pip for the venv ($PIP): in ci mode PYTHON's own pip driving the venv's
+# interpreter (pip 22.3 or later: --python), so that the venv needs no pip
+# of its own (ensurepip took 9 to 11 s of the test); else the venv's own pip
+if [ "$MODE" = ci ] && "$PY" -m venv --without-pip "$WORK/venv" >"$WORK/venv.log" 2>&1 &&
    "$PY" -m pip --python "$VPY" --version >>"$WORK/venv.log" 2>&1; then
   printf '#!/bin/sh\nexec "%s" -m pip --python "%s" "$@"\n' "$PY" "$VPY" >"$PIP"
 else
