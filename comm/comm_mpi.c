@@ -37,6 +37,7 @@ static MPI_Comm g_alert;                /* (g_alert_mu; made and freed under g_m
 static int g_alert_status;              /* (g_alert_mu) a failure known: FERRY_EIO */
 static char g_alert_msg[FERRY_ERR_MAX]; /* (g_alert_mu) its message */
 static char g_alert_out[FERRY_ERR_MAX]; /* this rank's message, read by its sends */
+static int g_alert_from = -1;           /* (g_alert_mu) the rank whose news came, or -1 */
 
 typedef struct {
   MPI_Comm comm;
@@ -406,15 +407,17 @@ int ferry_mpi_alert_send(ferry_comm *c, const char *msg) {
     snprintf(g_alert_msg, sizeof g_alert_msg, "%s", msg);
   }
   MPI_Comm a = g_alert;
-  int first = !g_alert_out[0];
+  int first = !g_alert_out[0], from = g_alert_from;
   if (first) snprintf(g_alert_out, sizeof g_alert_out, "%s", msg);
   pthread_mutex_unlock(&g_alert_mu);
   if (!a || !first) return 0;
   MPI_Request *rq = calloc((size_t)c->size, sizeof *rq);
   if (!rq) return ferry_err(&c->err, FERRY_ENOMEM, "out of memory");
   int n = 0, done = 0;
+  /* not to the rank whose failure this one follows: it knows, and may not
+   * take the message before it ends (the send would wait out its second) */
   for (int r = 0; r < c->size; r++)
-    if (r != c->rank &&
+    if (r != c->rank && r != from &&
         api->Isend(g_alert_out, (int)sizeof g_alert_out, api->char_, r, ALERT_TAG, a, &rq[n]) ==
             MPI_SUCCESS)
       n++;
@@ -442,6 +445,7 @@ int ferry_mpi_alert_poll(ferry_comm *c, char *msg, size_t cap) {
         api->Mrecv(buf, (int)sizeof buf, api->char_, &m, &stt) == MPI_SUCCESS) {
       buf[sizeof buf - 1] = '\0';
       g_alert_status = FERRY_EIO;
+      g_alert_from = stt.MPI_SOURCE;
       snprintf(g_alert_msg, sizeof g_alert_msg, "%s", buf);
     }
   }

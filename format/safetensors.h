@@ -17,6 +17,11 @@
  * the index, fsyncs and closes. FERRY_ESTATE after any write. */
 int st_writer_finish_holes(ferry_safetensors_writer *w);
 
+/* The files the writer makes of the tensors added so far (the shards, and
+ * the index beside two or more), as its layout will place them; nothing is
+ * written, and more tensors may still be added. */
+int st_writer_file_count(ferry_safetensors_writer *w, uint64_t *files);
+
 /* A file's name below a root (its relative path), offered before the file
  * is opened: 0 lets it be opened; a status refuses it, why saying the
  * reason (the reader puts the file's path before it). */

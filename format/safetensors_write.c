@@ -301,9 +301,9 @@ static void layout_order(ferry_safetensors_writer *w) {
     }
 }
 
-/* Shards filled greedily in data order, their paths named (a folder of
- * model-0000i-of-0000n.safetensors when sharding), the folder made. */
-static int layout_shards(ferry_safetensors_writer *w) {
+/* Shards filled greedily in data order: each tensor's shard and offset;
+ * the number of shards. */
+static int assign_shards(ferry_safetensors_writer *w) {
   int ns = 1;
   uint64_t cur = 0;
   for (size_t i = 0; i < w->nt; i++) {
@@ -315,6 +315,21 @@ static int layout_shards(ferry_safetensors_writer *w) {
     w->t[i].begin = cur;
     cur += w->t[i].nbytes;
   }
+  return ns;
+}
+
+int st_writer_file_count(ferry_safetensors_writer *w, uint64_t *files) {
+  if (!w || !files) return FERRY_EINVAL;
+  if (!w->laid_out) layout_order(w);
+  int ns = w->laid_out ? w->nshards : assign_shards(w);
+  *files = (uint64_t)ns + (w->max_shard && ns > 1);
+  return 0;
+}
+
+/* Shards filled greedily in data order, their paths named (a folder of
+ * model-0000i-of-0000n.safetensors when sharding), the folder made. */
+static int layout_shards(ferry_safetensors_writer *w) {
+  int ns = assign_shards(w);
   w->shards = calloc((size_t)ns, sizeof *w->shards);
   if (!w->shards) return ferry_err(&w->err, FERRY_ENOMEM, "out of memory");
   w->nshards = ns;

@@ -66,6 +66,10 @@ int ckpt_optim_phase(ckpt_ctx *c, ckpt_holder *h, ferry_safetensors_writer *w);
 /* Rank 0: a part (roles) laid out with every tensor whole and its bytes
  * holes. */
 int ckpt_layout_part(ckpt_ctx *c, const char *path, uint64_t max_shard, unsigned roles);
+/* How many files the save writes of the part (roles) at max_shard bytes a
+ * shard (ckpt_write_model, or ckpt_layout_part when sharded): the writer's
+ * own layout of the tensors it will be given, nothing written. */
+int ckpt_part_files(ckpt_ctx *c, uint64_t max_shard, unsigned roles, uint64_t *files);
 /* This rank's pieces of a part (roles) into its laid-out model at path,
  * fsynced. */
 int ckpt_write_pieces(ckpt_ctx *c, const char *path, unsigned roles);

@@ -293,27 +293,6 @@ static int param_steps(ckpt_ctx *c, int64_t steps, ckpt_manifest *m) {
   return FERRY_OK;
 }
 
-/* At least how many files the part `roles` takes at max_shard bytes a
- * shard, and an index beside two or more. The writer starts a shard when
- * the next tensor would overfill it, so a tensor above max_shard has one
- * alone and the others fill theirs to at most max_shard (a sharded
- * engine's pieces count here, fewer bytes than whole). */
-static uint64_t part_files_min(ckpt_ctx *c, unsigned roles, uint64_t max_shard) {
-  uint64_t big = 0, small = 0;
-  engine_param_iter it = engine_params(c->e, 0);
-  for (const engine_param_view *p; (p = engine_params_next(&it));)
-    for (int r = 0; r < FERRY_ROLE_COUNT; r++) {
-      ferry_mem_tensor_info ti;
-      if (!(roles >> r & 1) || p->id[r] == UINT32_MAX ||
-          ferry_mem_tensor_get(c->f.mem, p->id[r], &ti))
-        continue;
-      if (ti.bytes > max_shard) big++;
-      else small += ti.bytes;
-    }
-  uint64_t n = big + small / max_shard + (small % max_shard != 0);
-  return n > 1 ? n + 1 : 1;
-}
-
 /* The save's plan (save_plan) from the engine, with every limit of the
  * format checked, so a save that cannot be written is refused before its
  * first file. */
@@ -345,11 +324,13 @@ static int save_plan_make(ckpt_ctx *c, size_t blob_len, uint64_t max_shard, save
                    "%llu bytes, more than the %llu a checkpoint may hold; nothing was written",
                    m->nsteps, (unsigned long long)p->steps_len,
                    (unsigned long long)ckpt_param_steps_limit(m));
-  uint64_t pf = part_files_min(c, 1u << FERRY_ROLE_PARAM, max_shard),
-           of = part_files_min(c, OPTIM_ROLES, max_shard), files = pf + of + 1 + (p->steps_len > 0);
+  uint64_t pf = 0, of = 0;
+  if (!rc) rc = ckpt_part_files(c, max_shard, 1u << FERRY_ROLE_PARAM, &pf);
+  if (!rc) rc = ckpt_part_files(c, max_shard, OPTIM_ROLES, &of);
+  uint64_t files = pf + of + 1 + (p->steps_len > 0); /* user.bin, param_steps */
   if (!rc && files > CKPT_MAX_FILES)
     rc = ferry_err(c->f.err, FERRY_EOVERFLOW,
-                   "checkpoint: at max_shard_bytes %llu the checkpoint takes at least %llu files "
+                   "checkpoint: at max_shard_bytes %llu the checkpoint takes %llu files "
                    "(params %llu, optimizer %llu), more than %d; nothing was written (raise "
                    "max_shard_bytes)", (unsigned long long)max_shard, (unsigned long long)files,
                    (unsigned long long)pf, (unsigned long long)of, CKPT_MAX_FILES);

@@ -13,9 +13,10 @@
 #include <string.h>
 #include <unistd.h>
 
-/* Streams tensors into a writer: `roles` selects which (bit per role). */
-static int write_tensors(ckpt_ctx *c, ckpt_holder *h, ferry_safetensors_writer *w, unsigned roles,
-                         ferry_dtype param_dt) {
+/* The tensors of `roles` (bit per role) as this process keeps them, added
+ * to a writer with the metadata. */
+static int add_tensors(ckpt_ctx *c, ferry_safetensors_writer *w, unsigned roles,
+                       ferry_dtype param_dt) {
   int rc = ferry_safetensors_writer_metadata(w, "format", "pt");
   engine_param_iter it = engine_params(c->e, 1);
   for (const engine_param_view *p; !rc && (p = engine_params_next(&it));) {
@@ -33,7 +34,14 @@ static int write_tensors(ckpt_ctx *c, ckpt_holder *h, ferry_safetensors_writer *
                                         ti.shape);
     }
   }
-  if (rc) return ferry_err(c->f.err, rc, "%s", ferry_safetensors_writer_last_error(w));
+  return rc ? ferry_err(c->f.err, rc, "%s", ferry_safetensors_writer_last_error(w)) : FERRY_OK;
+}
+
+/* Streams tensors into a writer: `roles` selects which (bit per role). */
+static int write_tensors(ckpt_ctx *c, ckpt_holder *h, ferry_safetensors_writer *w, unsigned roles,
+                         ferry_dtype param_dt) {
+  int rc = add_tensors(c, w, roles, param_dt);
+  if (rc) return rc;
   /* A zero-byte write lays the files out now (their headers are written),
    * so a failure there (ENOSPC) keeps its status; any other answer is the
    * name check, which the loop below passes. */
@@ -437,11 +445,30 @@ int ckpt_write_pieces(ckpt_ctx *c, const char *path, unsigned roles) {
   return rc;
 }
 
+/* A sharded engine writes the part (roles) with every tensor whole. */
+static int part_whole(const ckpt_ctx *c, unsigned roles) {
+  return c->f.sharded && ((roles & OPTIM_ROLES) || c->f.params_sharded);
+}
+
+int ckpt_part_files(ckpt_ctx *c, uint64_t max_shard, unsigned roles, uint64_t *files) {
+  ferry_safetensors_writer *w;
+  int rc = ferry_safetensors_writer_create("(count)", max_shard, &w);
+  if (rc) return ferry_err(c->f.err, rc, "checkpoint: %s", ferry_last_error());
+  if (part_whole(c, roles)) {
+    rc = add_whole(c, w, roles);
+    if (rc) rc = ferry_err(c->f.err, rc, "%s", ferry_safetensors_writer_last_error(w));
+  } else {
+    rc = add_tensors(c, w, roles, c->f.dtype);
+  }
+  if (!rc) rc = st_writer_file_count(w, files);
+  ferry_safetensors_writer_destroy(w);
+  return rc;
+}
+
 /* A writer over `path` (a folder when max_shard > 0) filled and finished. */
 int ckpt_write_model(ckpt_ctx *c, ckpt_holder *h, const char *path, uint64_t max_shard,
                      unsigned roles, ferry_dtype param_dt) {
-  if (c->f.sharded && ((roles & OPTIM_ROLES) || c->f.params_sharded))
-    return write_whole(c, h, path, max_shard, roles);
+  if (part_whole(c, roles)) return write_whole(c, h, path, max_shard, roles);
   ferry_safetensors_writer *w;
   int rc = ferry_safetensors_writer_create(path, max_shard, &w);
   if (rc) return ferry_err(c->f.err, rc, "checkpoint: %s", ferry_last_error());

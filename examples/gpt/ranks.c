@@ -427,6 +427,10 @@ int train_save_follow(train_run *t) {
  * as under a launcher slow to end the job: the others must end it first. */
 _Noreturn void train_fail_alone(train_run *t, int rc) {
   fflush(stdout);
+  /* the job ends now: the launcher's SIGTERM ends this rank at once (it
+   * is no request to stop after a step) */
+  signal(SIGTERM, SIG_DFL);
+  signal(SIGINT, SIG_DFL);
   if (ferry_comm_fail(t->comm, g_last_err))
     errf("telling the other ranks: %s\n", ferry_comm_last_error(t->comm));
   const char *linger = getenv("FERRY_GPT_TEST_LINGER"), *r = getenv("FERRY_GPT_TEST_RANK");

@@ -117,7 +117,8 @@ FERRY_API void ferry_comm_abort(ferry_comm *c, int code);
  * fail within a fraction of a second with FERRY_EIO and "rank R failed:
  * <why>" (instead of waiting options.timeout for this rank), and breaks c.
  * Call it before ferry_comm_abort, so that the others name the rank and the
- * cause even where the launcher is slow to end them. NCCL tells it over MPI
+ * cause even where the launcher is slow to end them. A rank that fails
+ * after another rank's news tells every rank but that one (it knows). NCCL tells it over MPI
  * as MPI does (its polling waits look for it too); on SELF, with no other
  * rank, c, the communicator it was made from and their channels break with
  * the message, and another communicator of the process stays whole. */

@@ -596,7 +596,8 @@ static int late_destroy(void) {
 
 /* Rank 1 fails on its own (ferry_comm_fail) while rank 0 waits on a
  * channel with a 60 s timeout: rank 0's wait fails within 2 s with
- * FERRY_EIO naming rank 1 and its cause, and rank 0 ends the job. */
+ * FERRY_EIO naming rank 1 and its cause; rank 0's own ferry_comm_fail
+ * then returns at once (nothing sent to rank 1), and rank 0 ends the job. */
 static int failing_rank(void) {
   ferry_comm *c = create(FERRY_COMM_MPI, 60.0), *ch = NULL;
   REQUIRE(N == 2);
@@ -622,8 +623,15 @@ static int failing_rank(void) {
   EXPECT_EQ_INT(ferry_comm_allreduce(c, &x, &x, 1, FERRY_DT_F32, FERRY_REDUCE_SUM, NULL, NULL),
                 FERRY_EIO);
   EXPECT(strstr(ferry_comm_last_error(c), "rank 1 failed: the disk is on fire") != NULL);
+  /* rank 0 fails in turn: it tells no rank 1, which failed first and does
+   * not take messages (asleep), so the call does not wait out the second
+   * a send to it may take */
+  t0 = now_s();
+  EXPECT_EQ_INT(ferry_comm_fail(c, "following rank 1"), 0);
+  double told = now_s() - t0;
+  EXPECT(told < 0.5);
   if (test_failures) return test_finish("test_comm fail");
-  fprintf(stderr, "rank 0: as expected after %.2f s: %s\n", waited, msg);
+  fprintf(stderr, "rank 0: as expected after %.2f s (told in %.3f s): %s\n", waited, told, msg);
   ferry_comm_abort(c, 3);
   return 1;
 }

@@ -37,7 +37,8 @@ one case per CTest test (--case):
                           error in rank 1 alone) while rank 1 waits 60 s before
                           its abort (as under a slow launcher): rank 0 stops
                           within 5 s of rank 1's error naming rank 1 and its
-                          cause, and ends the job
+                          cause, and ends the job (its MPI_Abort; rank 1 ends
+                          at the launcher's SIGTERM)
 
 Python's standard library only (reads safetensors itself). Exit 77 (skip)
 when the build has no MPI or mpirun is missing.
@@ -394,6 +395,11 @@ def case_fail_alone(a):
              (t1 - t_fail[0]))
     if "rank 0: ferry-gpt:" not in err or "rank 1 failed: step 3:" not in err:
         fail("fail-alone: rank 0 did not stop naming rank 1 and its cause:\n" + err)
+    # rank 0's abort ends the job: it does not wait on a message to rank 1
+    # (which knows), and rank 1 ends at the launcher's SIGTERM, not taking
+    # it for a request to stop after a step (the two cost a second each)
+    if "MPI_ABORT was invoked on rank 0" not in err or "interrupted" in err:
+        fail("fail-alone: the job did not end at rank 0's abort:\n" + err)
 
 
 def main():

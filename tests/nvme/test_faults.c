@@ -207,10 +207,12 @@ int main(int argc, char **argv) {
     free(rb2);
     check_all(s, "a late completion");
 
-    /* a write's CRCs taken 1 s late: its data lands first and it waits for
-     * them, while other requests complete (the completion thread and the
-     * check threads never wait for a CRC: the write is handed back) */
-    add(s, FERRY_FAULT_CRC_DELAY, 1, 1, -1, 1, 1000);
+    /* a write's CRCs taken 2.5 s late: its data lands first and it waits
+     * for them, while other requests complete (the completion thread and
+     * the check threads never wait for a CRC: the write is handed back); a
+     * read that waited for them would take over 2 s, against a bound of
+     * 1.5 s that a loaded machine's stalls do not reach */
+    add(s, FERRY_FAULT_CRC_DELAY, 1, 1, -1, 1, 2500);
     nt_fill(a, SLOT, 4242 + (unsigned)run);
     late_write lw = {s, a, run & 1, 0, 0, 0};
     pthread_t th;
@@ -219,11 +221,11 @@ int main(int argc, char **argv) {
     t0 = ferry_now();
     EXPECT_EQ_INT(do_read(s, 2, good_len[2]), FERRY_OK);
     double tread = ferry_now() - t0;
-    if (tread >= 0.5) fprintf(stderr, "read beside a write waiting for its CRCs took %.3f s\n", tread);
-    EXPECT(tread < 0.5);
+    if (tread >= 1.5) fprintf(stderr, "read beside a write waiting for its CRCs took %.3f s\n", tread);
+    EXPECT(tread < 1.5);
     pthread_join(th, NULL);
     EXPECT_EQ_INT(lw.status, FERRY_OK);
-    EXPECT(lw.seconds >= 0.99);
+    EXPECT(lw.seconds >= 2.49);
     set_good(1, a, SLOT);
     check_all(s, "a write whose CRCs came after its data");
     ferry_swap_close(s);

@@ -5,7 +5,10 @@
  * a fresh engine registering the params in reverse order loads it and
  * trains on bit for bit as the uninterrupted run. A save whose shards
  * would take more files than a manifest lists is refused before any file
- * is written, naming the numbers, and the previous checkpoint still loads.
+ * is written, naming the numbers, and the previous checkpoint still loads;
+ * so is one whose shards' bytes would fit but whose tensors do not pack
+ * (the count is the writer's own); a save of 45 tensors a shard writes
+ * the files that count gives.
  * A manifest above 1 MiB, and a file of counts above what the manifest's
  * count allows, are refused.
  */
@@ -182,6 +185,34 @@ int main(int argc, char **argv) {
   struct stat st;
   EXPECT(stat(fresh, &st) != 0);
   EXPECT_EQ_INT(load_into_fresh(dir, msg, sizeof msg), 0);
+
+  /* 79-byte shards: four 16-byte tensors each, so 1125 + 3375 shards, their
+   * two indexes, user.bin and the counts take 4504 files, where the bytes
+   * alone (72000 / 79 and 216000 / 79 shards) made 3651: refused before
+   * any file too, naming the files the writer makes. 735-byte shards (45
+   * tensors each: 100 + 300 shards, where the bytes alone made 98 + 294)
+   * take 404 files, and the save writes them */
+  o.max_shard_bytes = 79;
+  rc = ferry_checkpoint_save(a, fresh, NULL, 0, &o);
+  err = ferry_engine_last_error(a);
+  printf("refused: %s\n", err);
+  EXPECT_EQ_INT(rc, FERRY_EOVERFLOW);
+  EXPECT(strstr(err, "takes 4504 files (params 1126, optimizer 3376)") &&
+         strstr(err, "nothing was written"));
+  EXPECT(stat(fresh, &st) != 0);
+  o.max_shard_bytes = 735;
+  rc = ferry_checkpoint_save(a, fresh, NULL, 0, &o);
+  if (rc) fprintf(stderr, "save: %s\n", ferry_engine_last_error(a));
+  EXPECT_EQ_INT(rc, 0);
+  char saved[1400], part[1500];
+  snprintf(saved, sizeof saved, "%s/step-%012d", fresh, 4);
+  int files = ck_count_entries(saved, "") - 3; /* not params/, optim/ and the manifest */
+  snprintf(part, sizeof part, "%s/params", saved);
+  files += ck_count_entries(part, "");
+  snprintf(part, sizeof part, "%s/optim", saved);
+  files += ck_count_entries(part, "");
+  EXPECT_EQ_INT(files, 404);
+  ck_rm(fresh);
   ferry_stream_destroy(s);
   ferry_engine_destroy(a);
 

@@ -17,7 +17,7 @@
 #include "core/crc32c.h"
 #include "format/manifest.h"
 #include "tests/offload/ckpt_util.h"
-#include "tests/offload/engine_util.h"
+#include "tests/offload/run_fixture.h"
 #include "tests/test.h"
 
 #include <errno.h>
@@ -27,11 +27,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#define NP 3
 #define STEPS 6
-static const char *names[NP] = {"a.w", "a.b", "b.w"};
-static const int group_of[NP] = {0, 0, 1};
-static const size_t sizes[NP] = {96, 17, 80};
 /* 1: run_open registers a.b before a.w (a model whose code changed the
  * order: a checkpoint's counts go by name, as its tensors do) */
 static int g_swap_order;
@@ -41,12 +37,6 @@ static int g_swap_order;
 static int missing(int k, int step) {
   return (k == 1 && (step == 2 || step == 3)) || (k == 2 && (step == 3 || step == 5));
 }
-
-static float grad_value(int k, int step, size_t i) {
-  return 0.1f * sinf(0.37f * (float)i + 1.3f * (float)step + (float)k);
-}
-
-static float init_value(int k, size_t i) { return 0.5f * cosf(0.11f * (float)i + (float)k); }
 
 /* ---- the reference: each param alone, its own optimizer count ---------- */
 
@@ -121,12 +111,6 @@ static void ref_step(ref_model *r, int step, int zero) {
 
 /* ---- the engine ----------------------------------------------------------- */
 
-typedef struct {
-  ferry_engine *e;
-  ferry_stream *s;
-  float *init[NP];
-} run_t;
-
 static void run_open(run_t *R, const char *mode, int eager, const char *params_home) {
   char text[1024];
   snprintf(text, sizeof text,
@@ -139,24 +123,7 @@ static void run_open(run_t *R, const char *mode, int eager, const char *params_h
            "precision: { params = \"fp32\"; };\n"
            "placement: { params = \"%s\"; optimizer = \"host\"; };\n",
            eager ? "true" : "false", mode, params_home);
-  R->e = eu_engine(text, NULL);
-  for (int j = 0; j < NP; j++) {
-    int k = g_swap_order && j < 2 ? 1 - j : j;
-    R->init[k] = malloc(sizes[k] * sizeof(float));
-    REQUIRE(R->init[k]);
-    for (size_t i = 0; i < sizes[k]; i++) R->init[k][i] = init_value(k, i);
-    int64_t shape[1] = {(int64_t)sizes[k]};
-    REQUIRE(ferry_param_register(R->e, names[k], shape, 1, group_of[k], R->init[k], NULL, NULL) ==
-            0);
-  }
-  REQUIRE(ferry_engine_finalize(R->e) == 0);
-  REQUIRE(ferry_stream_create(ferry_engine_device(R->e), &R->s) == 0);
-}
-
-static void run_close(run_t *R) {
-  ferry_stream_destroy(R->s);
-  ferry_engine_destroy(R->e);
-  for (int k = 0; k < NP; k++) free(R->init[k]);
+  run_engine(R, text, g_swap_order);
 }
 
 /* One step's backward (groups in reverse) with each param's grads, or

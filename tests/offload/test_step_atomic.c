@@ -23,7 +23,7 @@
  */
 #include "offload/engine_impl.h"
 #include "offload/engine_internal.h"
-#include "tests/offload/engine_util.h"
+#include "tests/offload/run_fixture.h"
 #include "tests/test.h"
 #include "core/dtype.h"
 
@@ -34,22 +34,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define NP 3
-static const char *names[NP] = {"a.w", "a.b", "b.w"};
-static const int group_of[NP] = {0, 0, 1};
-static const size_t sizes[NP] = {96, 17, 80};
 static const char *scratch = "step-atomic-scratch";
 static int eager; /* step_during_backward: updates queued as the backward hands grads in */
-
-static float grad_value(int k, int step, size_t i) {
-  return 0.1f * sinf(0.37f * (float)i + 1.3f * (float)step + (float)k);
-}
-
-typedef struct {
-  ferry_engine *e;
-  ferry_stream *s;
-  float *init[NP];
-} run_t;
 
 #define FP32 "params = \"fp32\";"
 #define BF16_MASTER "params = \"bf16\"; master = \"bf16\";"
@@ -71,27 +57,11 @@ static void run_open_prec(run_t *R, const char *params_home, const char *optim_h
            "precision: { %s };\n"
            "placement: { params = \"%s\"; grads = \"host\"; optimizer = \"%s\"; };\n",
            eager ? "true" : "false", nvme, prec, params_home, optim_home);
-  R->e = eu_engine(text, NULL);
-  for (int k = 0; k < NP; k++) {
-    R->init[k] = malloc(sizes[k] * sizeof(float));
-    REQUIRE(R->init[k]);
-    for (size_t i = 0; i < sizes[k]; i++) R->init[k][i] = 0.5f * cosf(0.11f * (float)i + (float)k);
-    int64_t shape[1] = {(int64_t)sizes[k]};
-    REQUIRE(ferry_param_register(R->e, names[k], shape, 1, group_of[k], R->init[k], NULL, NULL) ==
-            0);
-  }
-  REQUIRE(ferry_engine_finalize(R->e) == 0);
-  REQUIRE(ferry_stream_create(ferry_engine_device(R->e), &R->s) == 0);
+  run_engine(R, text, 0);
 }
 
 static void run_open(run_t *R, const char *params_home, const char *optim_home) {
   run_open_prec(R, params_home, optim_home, FP32);
-}
-
-static void run_close(run_t *R) {
-  ferry_stream_destroy(R->s);
-  ferry_engine_destroy(R->e);
-  for (int k = 0; k < NP; k++) free(R->init[k]);
 }
 
 /* One backward (groups in reverse) with the grads of `step`; params whose
