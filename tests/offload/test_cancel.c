@@ -21,7 +21,7 @@
 
 #define G 4
 #define D 2048 /* 4 Mi fp32 params a group: 64 MiB of params, grads, master, states */
-#define SLOW_MS 50
+#define SLOW_MS 100
 
 static atomic_int g_asks;   /* cancel's asks so far */
 static atomic_int g_yes_at; /* cancel says yes from this ask on (0: never) */
@@ -142,10 +142,10 @@ static void test_in_values(const char *placement, const char *swap, int fail) {
   ferry_engine_destroy(e);
 }
 
-/* NVMe homes on a slow disk (each 1 MiB piece written lands 50 ms late,
+/* NVMe homes on a slow disk (each 1 MiB piece written lands 100 ms late,
  * two at a time), cancelled in the initial values of group 2: groups 0
  * and 1 have queued their writes (at least one group's optimizer state,
- * 48 MiB: 1.2 s of writes), and destroy awaits only the pieces on the
+ * 48 MiB: 2.4 s of writes), and destroy awaits only the pieces on the
  * disk, not the queue (at most a quarter of it). */
 static void test_slow_nvme(const char *swap) {
   reset(0);
