@@ -145,6 +145,7 @@ struct ferry_swap_req {
   atomic_int crc_state;  /* writes: 0 CRCs not started, 1 being computed, 2 done,
                           * 3 being computed while the write waits, whole, for them */
   ferry_swap_req *crc_next; /* store's list of writes whose CRCs are still to do */
+  int unplaced;          /* a write dropped while it waited for a slot: commits nothing */
 };
 
 /* Starts a read of chunk `chunk` (len bytes, as written) into buf, or a
@@ -174,6 +175,16 @@ int ferry_swap_poll(ferry_swap_req *req);
 int ferry_swap_wait(ferry_swap_req *req);
 /* Blocks until nothing is in flight on the store. */
 void ferry_swap_drain(ferry_swap *s);
+/* The store's contents are scratch from now on (it is closed next and
+ * its files deleted, as after a cancelled set-up): requests not yet
+ * issued to the disk, queued or waiting for a slot, end with
+ * FERRY_ECANCELED (their callbacks run, wait returns it), the pieces on
+ * the disk are awaited as usual, and requests started afterwards are
+ * refused with FERRY_ECANCELED. A dropped write commits nothing: its
+ * chunk keeps its previous contents when the write went to a spare slot
+ * or still waited for one, else (in place) it reads as lost. Close then
+ * waits for the pieces in flight only. */
+void ferry_swap_discard(ferry_swap *s);
 /* What a finished request was and when (its callback has run, or poll or
  * wait returned its status): *op 0 read, 1 write; *t_submit when it was
  * started and *t_done when it completed (ferry_now seconds). Any out

@@ -14,7 +14,9 @@
  * Returns 1 when its callback must run. */
 static int finish_req(ferry_swap *s, ferry_swap_req *r) {
   int ok = r->status == FERRY_OK;
-  if (r->op == OP_WRITE) {
+  if (r->op == OP_WRITE && r->unplaced) { /* dropped before it had a slot: nothing changed */
+    swap_start_waiting_writes(s);
+  } else if (r->op == OP_WRITE) {
     uint32_t old = s->map[r->chunk];
     if (old != r->phys) s->nshadow--;
     if (ok) {
@@ -88,13 +90,18 @@ void swap_finish_whole(ferry_swap *s, ferry_swap_req *r) {
 /* A write commits with its CRCs, failed or not (its slot may be reused
  * at once): take them when nobody has (0); when another thread is taking
  * them (1), leave the write to that thread (3: crcs_done hands it to the
- * completion thread through finq), so no thread here waits. Returns 1
- * when the CRCs are done and the write commits here. */
-static int write_crcs_ready(ferry_swap *s, ferry_swap_req *r) {
+ * completion thread through finq), so no thread here waits; a write
+ * dropped by ferry_swap_discard whose CRCs nobody took skips them.
+ * Returns 1 when the CRCs are done and the write commits here. */
+static int write_crcs_ready(ferry_swap *s, ferry_swap_req *r, int dropped) {
   for (;;) {
     int st = atomic_load_explicit(&r->crc_state, memory_order_acquire);
     if (st == 2) return 1;
-    if (st == 0) {
+    if (st == 0 && dropped) { /* a dropped write commits as failed: no CRCs needed */
+      if (atomic_compare_exchange_strong_explicit(&r->crc_state, &st, 2, memory_order_acq_rel,
+                                                  memory_order_acquire))
+        return 1;
+    } else if (st == 0) {
       swap_claim_write_crcs(s, r);
     } else if (atomic_compare_exchange_strong_explicit(&r->crc_state, &st, 3,
                                                        memory_order_acq_rel,
@@ -136,10 +143,11 @@ static void process_piece(ferry_swap *s, done_piece *d) {
   r->pieces_done++;
   if (d->err) swap_fail_req(s, r, d->err);
   int whole = r->inflight == 0 && r->next_piece == r->npieces;
+  int dropped = r->status == FERRY_ECANCELED;
   if (!whole) swap_flush_sq(s, 0);
   pthread_mutex_unlock(&s->mu);
   if (!whole) return;
-  if (r->op == OP_WRITE && s->cfg.verify && !write_crcs_ready(s, r)) return;
+  if (r->op == OP_WRITE && s->cfg.verify && !write_crcs_ready(s, r, dropped)) return;
   swap_finish_whole(s, r);
 }
 

@@ -26,6 +26,7 @@ static void piece_error(ferry_swap *s, io_unit *u, int res, const char *what) {
 /* One completion, with the store mutex held. Returns 1 when the piece is
  * finished (done or failed), 0 when it was resubmitted or parked. */
 static int on_cqe(ferry_swap *s, io_unit *u, int res) {
+  if (u->state == U_DROPPED) return 1; /* u->err is set */
   if (u->state == U_DELAYING) {
     res = u->saved_res;
     u->state = U_NORMAL;

@@ -25,7 +25,7 @@
 #define MAX_FAULTS 16
 
 enum { OP_READ = 0, OP_WRITE = 1 };
-enum { U_NORMAL = 0, U_DELAYING = 1 };
+enum { U_NORMAL = 0, U_DELAYING = 1, U_DROPPED = 2 /* a NOP carrying a dropped request's end */ };
 
 typedef struct io_unit {
   ferry_swap_req *req;
@@ -124,6 +124,7 @@ struct ferry_swap {
   uint64_t batch_gen;      /* counts published batches */
   unsigned active;
   int sq_inflight;         /* SQEs submitted whose completions are not reaped yet */
+  int discard;             /* ferry_swap_discard: queued requests fail, new ones are refused */
   ferry_swap_stats st;
 
 #if FERRY_FAULT_INJECTION

@@ -2,7 +2,8 @@
  * is checked, queued (or waits for a spare slot), cut into pieces and
  * issued to the ring as units come free; what the completion side prepares
  * is submitted in batches (swap_flush_sq); a write's CRCs are taken while
- * it flies. Also poll, wait, drain and what a finished request tells.
+ * it flies; a discarded store drops what is queued. Also poll, wait,
+ * drain and what a finished request tells.
  */
 #include "nvme/swap_impl.h"
 #include "core/crc32c.h"
@@ -118,10 +119,34 @@ static void assign_piece(ferry_swap *s, io_unit *u, ferry_swap_req *r, uint32_t 
   }
 }
 
+/* Discarding: queue head r issues nothing more and fails. When none of
+ * its pieces is in flight, unit u carries a NOP for it, so its end takes
+ * the completion side's path of a failed request (commit, callback).
+ * Returns 1 when it took u. */
+static int drop_head(ferry_swap *s, ferry_swap_req *r, io_unit *u) {
+  uint32_t k = r->next_piece;
+  int idle = r->inflight == 0;
+  swap_fail_req(s, r, FERRY_ECANCELED);
+  if (!idle) return 0; /* its last piece in flight finishes it */
+  s->free_units = u->next;
+  assign_piece(s, u, r, k);
+  u->state = U_DROPPED;
+  u->err = FERRY_ECANCELED;
+  r->inflight++;
+  struct io_uring_sqe *sqe = swap_get_sqe(s);
+  io_uring_prep_nop(sqe);
+  io_uring_sqe_set_data(sqe, u);
+  return 1;
+}
+
 int swap_issue(ferry_swap *s) {
   int n = 0;
   while (s->free_units && s->runq_head) {
     ferry_swap_req *r = s->runq_head;
+    if (s->discard) {
+      n += drop_head(s, r, s->free_units);
+      continue;
+    }
     uint32_t k = r->next_piece++;
     if (r->next_piece == r->npieces) runq_pop(s);
     io_unit *u = s->free_units;
@@ -272,13 +297,16 @@ static uint32_t write_slot(ferry_swap *s, const ferry_swap_req *r) {
 void swap_start_waiting_writes(ferry_swap *s) {
   while (s->slotq_head) {
     ferry_swap_req *r = s->slotq_head;
-    uint32_t p = write_slot(s, r);
+    /* discarding: each goes to the run queue at once, to be dropped there
+     * without a slot of its own (its pieces' places: the chunk's slot) */
+    uint32_t p = s->discard ? s->map[r->chunk] : write_slot(s, r);
     if (p == UINT32_MAX) break;
+    r->unplaced = s->discard;
     s->slotq_head = r->next;
     if (!s->slotq_head) s->slotq_tail = NULL;
     r->phys = p;
     runq_push(s, r);
-    crcq_push(s, r);
+    if (!s->discard) crcq_push(s, r);
   }
 }
 
@@ -389,7 +417,9 @@ static int start(ferry_swap *s, ferry_swap_req *r, int op, uint32_t chunk, const
   unsigned crc_delay = 0;
   pthread_mutex_lock(&s->mu);
   r->buf_index = registered_buffer(s, r->buf, len);
-  rc = admit(s, r);
+  rc = s->discard ? ferry_err(&s->err, FERRY_ECANCELED,
+                              "swap '%s': chunk %u: the store is discarded (closing)", s->name, chunk)
+                  : admit(s, r);
   if (rc == FERRY_OK) {
     int queued = enqueue(s, r);
     if (op == OP_WRITE && queued && s->cfg.verify) {
@@ -447,6 +477,17 @@ void ferry_swap_req_times(const ferry_swap_req *r, int *op, double *t_submit, do
   if (op) *op = r->op;
   if (t_submit) *t_submit = r->t_submit;
   if (t_done) *t_done = r->t_done;
+}
+
+void ferry_swap_discard(ferry_swap *s) {
+  if (!s) return;
+  pthread_mutex_lock(&s->mu);
+  if (!s->discard) {
+    s->discard = 1;
+    swap_start_waiting_writes(s);
+    if (swap_issue(s)) swap_submit_now(s);
+  }
+  pthread_mutex_unlock(&s->mu);
 }
 
 void ferry_swap_drain(ferry_swap *s) {

@@ -223,6 +223,10 @@ void ferry_engine_destroy(ferry_engine *e) {
   if (e->down) ferry_stream_synchronize(e->down);
   if (e->cv && e->cv->timeline[0] && e->finalized)
     ferry_timeline_write(&e->tl, e->cv->timeline, &e->err);
+  /* not finalized (cancelled or failed): the NVMe writes still queued are
+   * scratch, since the files go with the store; only those on the disk
+   * are awaited */
+  if (e->swap && !e->finalized && !e->cv->nvme_keep_files) ferry_swap_discard(e->swap);
   ferry_mem_destroy(e->mem); /* waits for transfers in flight */
   ferry_swap_close(e->swap);
   ferry_optimizer_destroy(e->opt);

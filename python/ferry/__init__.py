@@ -285,7 +285,7 @@ class Stream:
 
 class Engine:
     """The C engine API, one method per call: register (ferry_param_register),
-    finalize, reserve, reserved, fetch, release, param_device, grads_ready,
+    set_cancel, finalize, reserve, reserved, fetch, release, param_device, grads_ready,
     step, zero_grads, loss_scale, param_read, stats (ferry_engine_get_stats,
     as a dict), write_timeline, checkpoint_save, checkpoint_load,
     export_weights, device_info, grad_home. One thread at a time: a call while
@@ -382,13 +382,33 @@ class Engine:
                                             addr, cb, None), "ferry_param_register")
 
     @_one_thread
+    def set_cancel(self, fn):
+        """Before finalize (ferry_engine_set_cancel): fn() is asked during
+        finalize's long work, from its threads too (keep it quick); a true
+        answer stops finalize, which raises Error(FERRY_ECANCELED). An
+        exception in fn counts as a yes (finalize raises with it). None:
+        never cancelled."""
+        cb = ctypes.cast(None, _lib.CANCEL_FN)
+        if fn is not None:
+            def _thunk(user, _fn=fn):
+                try:
+                    return 1 if _fn() else 0
+                except BaseException as exc:  # noqa: B036 (a C thread cannot raise)
+                    self._cancel_error = "cancel: %s: %s" % (type(exc).__name__, exc)
+                    return 1
+            cb = _lib.CANCEL_FN(_thunk)
+        self._call(lib.ferry_engine_set_cancel(self._h, cb, None), "ferry_engine_set_cancel")
+        self._cancel_cb = cb  # alive while the engine may call it
+
+    @_one_thread
     def finalize(self):
         self._init_error = None
+        self._cancel_error = None
         try:
             rc = lib.ferry_engine_finalize(self._h)
-            if rc and self._init_error:
-                raise Error(rc, "%s (%s)" % (self._init_error, self.last_error()),
-                            "ferry_engine_finalize")
+            why = self._init_error or self._cancel_error
+            if rc and why:
+                raise Error(rc, "%s (%s)" % (why, self.last_error()), "ferry_engine_finalize")
             self._call(rc, "ferry_engine_finalize")
         finally:
             self._keep = []

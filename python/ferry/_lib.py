@@ -78,6 +78,7 @@ STRUCTS = {"ferry_stats": Stats, "ferry_step_info": StepInfo,
            "ferry_checkpoint_info": CheckpointInfo, "ferry_device_info": DeviceInfo}
 
 INIT_FN = ctypes.CFUNCTYPE(c_int, c_void_p, c_char_p, P(c_float), c_size_t)
+CANCEL_FN = ctypes.CFUNCTYPE(c_int, c_void_p)
 
 # name: (restype, argtypes)
 _PROTOS = {
@@ -114,6 +115,7 @@ _PROTOS = {
     "ferry_param_register": (c_int, [c_void_p, c_char_p, P(c_int64), c_int, c_int, c_void_p,
                                      INIT_FN, c_void_p]),
     "ferry_engine_finalize": (c_int, [c_void_p]),
+    "ferry_engine_set_cancel": (c_int, [c_void_p, CANCEL_FN, c_void_p]),
     "ferry_engine_reserve": (c_int, [c_void_p, c_size_t]),
     "ferry_engine_reserved": (c_int, [c_void_p, P(c_void_p), P(c_size_t)]),
     "ferry_fetch": (c_int, [c_void_p, c_int, c_void_p]),

@@ -27,9 +27,11 @@ step (an unused expert) is left as it is, as torch.optim does: no update,
 no weight decay, its own step count unchanged (optimizer.missing_grad =
 "zero" steps it with zero grads instead, as DeepSpeed does).
 """
+import contextlib
 import ctypes
 import os
 import pickle
+import signal
 import threading
 from collections import OrderedDict
 
@@ -120,6 +122,36 @@ def _prefix_groups(names_params, prefixes):
     return out, list(prefixes)
 
 
+@contextlib.contextmanager
+def _sigint_cancels(engine):
+    """Around finalize (gigabytes of state may be written): Ctrl-C stops it.
+    A SIGINT handler sets a flag that the engine's cancel reads (Python runs
+    the handler on the main thread, which finalize asks from too); a
+    cancelled finalize closes the engine (its swap files go) and raises
+    KeyboardInterrupt, as does a SIGINT that came after the last ask. Only
+    on the main thread with Python's own SIGINT handler in place; the
+    handler is restored after."""
+    if threading.current_thread() is not threading.main_thread() or \
+            signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+        yield
+        return
+    hit = []
+    engine.set_cancel(lambda: hit)
+    old = signal.signal(signal.SIGINT, lambda signum, frame: hit.append(signum))
+    try:
+        yield
+    except ferry.Error as exc:
+        if not hit or exc.status != ferry.ECANCELED:
+            raise
+        engine.close()
+        raise KeyboardInterrupt("ferry.torch.initialize: %s" % exc.message) from None
+    finally:
+        signal.signal(signal.SIGINT, old)
+    if hit:
+        engine.close()
+        raise KeyboardInterrupt("ferry.torch.initialize: SIGINT during the engine's set-up")
+
+
 class TorchEngine:
     """A model whose trainable parameters live in a ferry engine. Call it as
     the model; then backward(loss) and step(). Attributes: module (the model),
@@ -177,7 +209,8 @@ class TorchEngine:
             self.engine.register(self._names[i], self._shape[i] or (1,), self._group_of[i],
                                  v.data_ptr() if v.numel() else None)
             self.engine._keep.append(v)
-        self.engine.finalize()
+        with _sigint_cancels(self.engine):
+            self.engine.finalize()
         self._check_budget()
 
         if self.cuda:
@@ -781,5 +814,8 @@ def initialize(model, config, groups=None, compute_dtype=None):
     nn.ModuleList, one before, one after) or a list of module-name prefixes.
     Frozen parameters (requires_grad False) stay torch's. compute_dtype: the
     dtype the model computes in (default: precision.params; fp32 for fp16
-    params on the host backend, which CPU torch cannot compute in)."""
+    params on the host backend, which CPU torch cannot compute in). Ctrl-C
+    during the engine's set-up (on the main thread, Python's own SIGINT
+    handler in place) stops it at the engine's next ask and raises
+    KeyboardInterrupt, the engine and its swap files released."""
     return TorchEngine(model, config, groups=groups, compute_dtype=compute_dtype)

@@ -4,10 +4,12 @@
  * 64 MiB on each thread: stopped at the first ask, nothing after it), in
  * the initial values (before each parameter: no init callback after the
  * yes; an init callback that fails while cancelled is FERRY_ECANCELED too),
- * and with NVMe homes (the swap directory empty after destroy). Never
+ * and with NVMe homes (the swap directory empty after destroy; on a slow
+ * disk, destroy drops the queued writes instead of waiting for them). Never
  * cancelled, finalize asks at least once per 64 MiB of homes and once per
  * parameter. set_cancel after finalize is refused.
  */
+#include "offload/engine_internal.h"
 #include "tests/offload/engine_util.h"
 #include "tests/test.h"
 
@@ -19,6 +21,7 @@
 
 #define G 4
 #define D 2048 /* 4 Mi fp32 params a group: 64 MiB of params, grads, master, states */
+#define SLOW_MS 100
 
 static atomic_int g_asks;   /* cancel's asks so far */
 static atomic_int g_yes_at; /* cancel says yes from this ask on (0: never) */
@@ -26,6 +29,7 @@ static atomic_int g_cancel; /* or from when this is set */
 static atomic_int g_inits;  /* init callbacks run */
 static int g_init_cancels;  /* group 1's init callback sets g_cancel */
 static int g_init_fail;     /* and then fails */
+static ferry_engine *g_slow; /* group 0's callback slows this engine's NVMe writes */
 
 static int cancel(void *user) {
   int *tag = user;
@@ -41,6 +45,10 @@ static int init(void *user, const char *name, float *v, size_t count) {
   (void)name;
   atomic_fetch_add(&g_inits, 1);
   for (size_t i = 0; i < count; i++) v[i] = 0.001f * (float)(i % 97);
+  if ((intptr_t)user == 0 && g_slow) { /* every written piece lands SLOW_MS late */
+    ferry_fault f = {FERRY_FAULT_DELAY, 1, -1, -1, 0, SLOW_MS};
+    REQUIRE(ferry_swap_fault_add(engine_swap(g_slow), &f) == FERRY_OK);
+  }
   if ((intptr_t)user == 1 && g_init_cancels) {
     atomic_store(&g_cancel, 1);
     if (g_init_fail) return -1;
@@ -48,17 +56,17 @@ static int init(void *user, const char *name, float *v, size_t count) {
   return 0;
 }
 
-static ferry_engine *make(const char *placement, const char *swap) {
+static ferry_engine *make_qd(const char *placement, const char *swap, int qd) {
   char text[1024];
   snprintf(text, sizeof text,
            "device = \"host\";\n"
            "chunk_size = \"16M\";\n"
            "tiers: { gpu: { budget = \"160M\"; }; host: { budget = \"1G\"; pinned = false; };\n"
-           "         nvme: { paths = [\"%s\"]; }; };\n"
+           "         nvme: { paths = [\"%s\"]; queue_depth = %d; }; };\n"
            "optimizer: { type = \"adamw\"; lr = 0.01; threads = 1; };\n"
            "precision: { params = \"fp32\"; };\n"
            "placement: { %s };\n",
-           swap, placement);
+           swap, qd, placement);
   ferry_engine *e = eu_engine(text, NULL);
   for (int g = 0; g < G; g++) {
     char name[32];
@@ -67,6 +75,10 @@ static ferry_engine *make(const char *placement, const char *swap) {
     REQUIRE(ferry_param_register(e, name, shape, 2, g, NULL, init, (void *)(intptr_t)g) == 0);
   }
   return e;
+}
+
+static ferry_engine *make(const char *placement, const char *swap) {
+  return make_qd(placement, swap, 32);
 }
 
 static void reset(int yes_at) {
@@ -130,6 +142,30 @@ static void test_in_values(const char *placement, const char *swap, int fail) {
   ferry_engine_destroy(e);
 }
 
+/* NVMe homes on a slow disk (each 1 MiB piece written lands 100 ms late,
+ * two at a time), cancelled in the initial values of group 2: groups 0
+ * and 1 have queued their writes (at least one group's optimizer state,
+ * 48 MiB: 2.4 s of writes), and destroy awaits only the pieces on the
+ * disk, not the queue (at most a quarter of it). */
+static void test_slow_nvme(const char *swap) {
+  reset(0);
+  g_init_cancels = 1;
+  ferry_engine *e = make_qd("params = \"nvme\"; grads = \"host\"; optimizer = \"nvme\";", swap, 2);
+  g_slow = e;
+  REQUIRE(ferry_engine_set_cancel(e, cancel, &tag) == 0);
+  double t0 = ferry_now();
+  EXPECT_EQ_INT(ferry_engine_finalize(e), FERRY_ECANCELED);
+  double t1 = ferry_now();
+  ferry_engine_destroy(e);
+  double t2 = ferry_now();
+  g_slow = NULL;
+  double queued = 48.0 * SLOW_MS / 1000.0 / 2;
+  printf("slow NVMe: finalize cancelled after %.3f s, destroy took %.3f s (at least %.2f s of "
+         "writes queued)\n",
+         t1 - t0, t2 - t1, queued);
+  EXPECT(t2 - t1 < queued / 4);
+}
+
 /* files left in dir (none expected) */
 static int files_in(const char *dir) {
   DIR *d = opendir(dir);
@@ -150,6 +186,7 @@ int main(int argc, char **argv) {
   test_in_values(host, swap, 0);
   test_in_values(host, swap, 1);
   test_in_values("params = \"nvme\"; grads = \"host\"; optimizer = \"nvme\";", swap, 0);
+  test_slow_nvme(swap);
   EXPECT_EQ_INT(files_in(swap), 0);
   EXPECT_EQ_INT(ferry_engine_set_cancel(NULL, cancel, &tag), FERRY_EINVAL);
   return test_finish("offload.cancel");
