@@ -6,6 +6,8 @@
  */
 #include "offload/engine_impl.h"
 
+#include "core/part.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -119,10 +121,10 @@ static size_t bound_of(ferry_engine *e, uint32_t g, int r, size_t align) {
   eng_group *gr = &e->gt.groups[g];
   size_t nr = (size_t)e->nranks;
   if ((size_t)r >= nr) return gr->n;
-  size_t t = gr->n / nr * (size_t)r + gr->n % nr * (size_t)r / nr;
+  size_t t = ferry_part_even(gr->n, nr, (size_t)r);
   for (uint32_t k = 0; k < gr->count; k++) {
     eng_param *p = group_param(e, g, k);
-    if (t >= p->goff && t < p->goff + p->n) return p->goff + (t - p->goff) / align * align;
+    if (t >= p->goff && t < p->goff + p->n) return ferry_part_snap(t, p->goff, align);
   }
   return gr->n;
 }
@@ -153,12 +155,7 @@ size_t group_param_piece(const ferry_engine *e, const eng_param *p, int r, size_
   const eng_group *gr = &e->gt.groups[p->group];
   *off = 0;
   if (!gr->bounds) return p->n; /* replicated */
-  size_t lo = gr->bounds[r], hi = gr->bounds[r + 1];
-  size_t a = lo > p->goff ? lo - p->goff : 0, b = hi > p->goff ? hi - p->goff : 0;
-  if (a > p->n) a = p->n;
-  if (b > p->n) b = p->n;
-  *off = a;
-  return b - a;
+  return ferry_part_piece(gr->bounds[r], gr->bounds[r + 1], p->goff, p->n, off);
 }
 
 int group_register(ferry_engine *e) {

@@ -10,6 +10,7 @@
 #include "plan/gpt_layout.h"
 
 #include "core/pack.h"
+#include "core/part.h"
 
 #include "ferry.h"
 
@@ -195,24 +196,61 @@ static size_t layout_align(const plan_place_ctx *c, int fam) {
   return nvme && !on_gpu ? 4096 : FERRY_PACK_TENSOR_ALIGN;
 }
 
+/* The engine's partition of a group between ranks (core/part.h):
+ * pieces start at multiples of 64 elements, or of the int8 state block
+ * (offload/engine.c, finalize). */
+static size_t part_align(const ferry_plan_input *in) {
+  ferry_optimizer_config o = plan_optim_config(in);
+  return o.state_dtype == FERRY_DT_I8 && o.state_block > 64 ? o.state_block : 64;
+}
+
+/* The tensors of a group kind (PLAN_GROUP_*) as rank `rank` holds them:
+ * whole (rank < 0), or its pieces of the engine's partition (core/part.h)
+ * in len[] (0: none); *range, the rank's elements of the group. Their
+ * count, 0 for a model known by its count alone. */
+static int rank_tensors(const ferry_plan_input *in, const plan_place_ctx *c, int kind, int rank,
+                        size_t len[PLAN_GROUP_TENSORS], size_t *range) {
+  double n[PLAN_GROUP_TENSORS];
+  int nt = plan_group_tensors(&in->model, kind, n);
+  size_t whole[PLAN_GROUP_TENSORS], total = 0;
+  for (int i = 0; i < nt; i++) total += whole[i] = len[i] = (size_t)n[i];
+  *range = total;
+  if (nt <= 0 || rank < 0) return nt;
+  size_t N = (size_t)c->N, a = part_align(in);
+  size_t lo = ferry_part_bound(whole, (size_t)nt, N, (size_t)rank, a);
+  size_t hi = ferry_part_bound(whole, (size_t)nt, N, (size_t)rank + 1, a), start = 0, off;
+  for (int i = 0; i < nt; i++) {
+    len[i] = ferry_part_piece(lo, hi, start, whole[i], &off);
+    start += whole[i];
+  }
+  *range = hi - lo;
+  return nt;
+}
+
 /* One group's chunks of a family (kind: PLAN_GROUP_*) as the engine's
  * layout packs them (core/pack.h), in the order the engine registers the
  * tensors: per tensor the param, the grad, or the master (when there is
- * one) and each state; chunk[]: each chunk's bytes (NULL: not wanted, else
- * room for PLAN_GROUP_CHUNKS). 0 when the model has no tensor list, there
- * are no chunks or the family is sharded over ranks (share below 1: a
- * rank's piece of a group is a range across its tensors), where the
- * estimates apply instead. */
+ * one) and each state; rank >= 0: that rank's pieces (the engine
+ * registers none for an empty piece, but a one-element param at stage 3),
+ * else the whole tensors. chunk[]: each chunk's bytes (NULL: not wanted,
+ * else room for PLAN_GROUP_CHUNKS); *elems (NULL: not wanted), the
+ * elements of the tensors. 0 when the model has no tensor list or there
+ * are no chunks, where the estimates apply instead. */
 enum { PLAN_GROUP_CHUNKS = 3 * PLAN_GROUP_TENSORS };
 static int pack_group_chunks(const ferry_plan_input *in, const plan_place_ctx *c, int fam,
-                             int kind, double share, ferry_pack_sum *s, uint64_t *chunk) {
-  double n[PLAN_GROUP_TENSORS];
+                             int kind, int rank, ferry_pack_sum *s, uint64_t *chunk,
+                             double *elems) {
+  size_t len[PLAN_GROUP_TENSORS], range;
   size_t b[PLAN_GROUP_CHUNKS];
-  int nt = plan_group_tensors(&in->model, kind, n), k = 0;
+  int nt = rank_tensors(in, c, kind, rank, len, &range), k = 0;
   memset(s, 0, sizeof *s);
-  if (nt <= 0 || c->ch <= 0 || share < 1) return 0;
+  if (elems) *elems = 0;
+  if (nt <= 0 || c->ch <= 0) return 0;
   for (int i = 0; i < nt; i++) {
-    double x = n[i];
+    double x = (double)len[i];
+    if (rank >= 0 && !len[i] && fam != LAY_PARAMS) continue; /* no piece, no tensor */
+    if (rank >= 0 && !len[i]) x = 1;                         /* stage 3's stand-in */
+    if (elems) *elems += x;
     if (fam == LAY_PARAMS) b[k++] = (size_t)(x * c->pb);
     else if (fam == LAY_GRADS) b[k++] = (size_t)(x * c->gb);
     else if (c->mb > 0) b[k++] = (size_t)(x * c->mb);
@@ -222,23 +260,64 @@ static int pack_group_chunks(const ferry_plan_input *in, const plan_place_ctx *c
   return 1;
 }
 
-/* A family's chunks over the model's groups (the embedding, each block,
- * the head), summed; *gmax, the bytes of the group with the most. 0 when
- * pack_group_chunks does not apply. */
-static int pack_family(const ferry_plan_input *in, const plan_place_ctx *c, int fam,
-                       double share, ferry_pack_sum *all, double *gmax) {
+/* A family packed over the model's groups (the embedding, each block, the
+ * head) as rank `rank` holds it (< 0: whole), summed; *gmax, the bytes of
+ * the group with the most; *elems, the elements. 0 when pack_group_chunks
+ * does not apply. */
+static int pack_rank(const ferry_plan_input *in, const plan_place_ctx *c, int fam, int rank,
+                     ferry_pack_sum *all, double *gmax, double *elems) {
   memset(all, 0, sizeof *all);
-  *gmax = 0;
+  *gmax = *elems = 0;
   for (int kind = PLAN_GROUP_EMBED; kind <= PLAN_GROUP_HEAD; kind++) {
     ferry_pack_sum g;
-    if (!pack_group_chunks(in, c, fam, kind, share, &g, NULL)) return 0;
+    double e;
+    if (!pack_group_chunks(in, c, fam, kind, rank, &g, NULL, &e)) return 0;
     uint64_t times = kind == PLAN_GROUP_BLOCK ? (uint64_t)in->model.layers : 1;
     all->chunks += times * g.chunks;
     all->bytes += times * g.bytes;
+    *elems += (double)times * e;
     if (g.largest > all->largest) all->largest = g.largest;
     if ((double)g.bytes > *gmax) *gmax = (double)g.bytes;
   }
   return 1;
+}
+
+/* The rank planned for a family sharded over N ranks: in->rank, or with
+ * -1 the one holding the most bytes of it (the first of equals); -1 when
+ * it is not sharded (share 1), when the model has no tensor list, or past
+ * FERRY_PLAN_EXACT_RANKS ranks (the estimates apply). */
+static int family_rank(const ferry_plan_input *in, const plan_place_ctx *c, int fam,
+                       double share) {
+  double n[PLAN_GROUP_TENSORS];
+  if (share >= 1 || c->ch <= 0 || c->N > FERRY_PLAN_EXACT_RANKS ||
+      plan_group_tensors(&in->model, PLAN_GROUP_BLOCK, n) <= 0)
+    return -1;
+  if (in->rank >= 0) return in->rank;
+  ferry_pack_sum all;
+  double g, e, most = -1;
+  int best = -1;
+  for (int r = 0; r < (int)c->N; r++)
+    if (pack_rank(in, c, fam, r, &all, &g, &e) && (double)all.bytes > most) {
+      most = (double)all.bytes;
+      best = r;
+    }
+  return best;
+}
+
+/* A family's chunks as this rank holds it (share < 1: sharded; the rank
+ * family_rank chose), summed; *gmax, the bytes of the group with the
+ * most. 0 when it is estimated instead (no tensor list, no chunks, too
+ * many ranks). */
+static int pack_family(const ferry_plan_input *in, const plan_place_ctx *c, int fam,
+                       double share, ferry_pack_sum *all, double *gmax) {
+  double e;
+  int rank = share < 1 ? c->frank[fam] : -1;
+  if (share < 1 && rank < 0) {
+    memset(all, 0, sizeof *all);
+    *gmax = 0;
+    return 0;
+  }
+  return pack_rank(in, c, fam, rank, all, gmax, &e);
 }
 
 /* The largest group's chunks of a family as packed, else as group_chunks
@@ -275,6 +354,9 @@ plan_place_ctx plan_place_context(const ferry_plan_input *in, int p) {
   c.so = c.stage >= 1 ? 1 / c.N : 1;
   c.sg = c.stage >= 2 ? 1 / c.N : 1;
   c.sp = c.stage >= 3 ? 1 / c.N : 1;
+  c.frank[LAY_PARAMS] = family_rank(in, &c, LAY_PARAMS, c.sp);
+  c.frank[LAY_GRADS] = family_rank(in, &c, LAY_GRADS, c.sg);
+  c.frank[LAY_OPTIM] = c.frank[LAY_MASTER] = family_rank(in, &c, LAY_OPTIM, c.so);
   c.grp_p = group_max(in, &c, LAY_PARAMS, 1, c.G * c.pb); /* gathered: the whole group */
   c.grp_g = group_max(in, &c, LAY_GRADS, c.sg, c.G * c.gb * c.sg);
   c.grp_o = group_max(in, &c, LAY_OPTIM, c.so, c.G * c.ob * c.so);
@@ -318,17 +400,21 @@ static double group_bytes(const ferry_plan_input *in, const plan_place_ctx *c, i
  * (group_chunks), the largest chunk (C, or a tensor larger than C in a
  * chunk of its own). With chunk_size 0: the exact bytes, no chunks. */
 static ferry_footprint_family layout_family(const ferry_plan_input *in, const plan_place_ctx *c,
-                                            int fam, double share) {
+                                            int fam, double share, uint64_t *data) {
   const ferry_plan_model *m = &in->model;
   ferry_footprint_family f;
   ferry_pack_sum all;
   double most, P = c->P * share;
+  int packed = pack_family(in, c, fam, share, &all, &most);
+  if (packed && share < 1) /* the rank's elements of the family */
+    pack_rank(in, c, fam, c->frank[fam], &all, &most, &P);
   double total = fam == LAY_OPTIM ? round_chunk(P * c->mb, c->ch) +
                                         c->k * round_chunk(state_bytes(in, P), c->ch)
                                   : round_chunk(group_bytes(in, c, fam, P), c->ch);
-  if (pack_family(in, c, fam, share, &all, &most)) {
+  if (packed) {
     f.group_max = (uint64_t)most;
     f.total = (uint64_t)llround(total);
+    *data = all.bytes;
     f.chunk_max = all.largest;
     f.chunks = all.chunks;
     return f;
@@ -348,7 +434,19 @@ static ferry_footprint_family layout_family(const ferry_plan_input *in, const pl
   f.total = (uint64_t)llround(total);
   f.chunk_max = c->ch > 0 ? (uint64_t)llround(big > c->ch ? big : fmin(c->ch, gmax)) : 0;
   f.chunks = (uint64_t)chunks;
+  *data = f.total;
   return f;
+}
+
+/* Elements of the largest range of a group the optimizer's rank holds
+ * (the drain's piece buffer): its partition's, else ⌈G / N⌉. */
+static double rank_range_max(const ferry_plan_input *in, const plan_place_ctx *c) {
+  size_t len[PLAN_GROUP_TENSORS], range, most = 0;
+  int rank = c->frank[LAY_OPTIM];
+  if (rank < 0) return ceil(c->G / c->N);
+  for (int kind = PLAN_GROUP_EMBED; kind <= PLAN_GROUP_HEAD; kind++)
+    if (rank_tensors(in, c, kind, rank, len, &range) > 0 && range > most) most = range;
+  return (double)most;
 }
 
 void plan_footprint(const ferry_plan_input *in, int p, plan_fp *fp) {
@@ -360,11 +458,12 @@ void plan_footprint(const ferry_plan_input *in, int p, plan_fp *fp) {
                                  : c.gh == FERRY_PLAN_GRADS_NVME ? FERRY_TIER_NVME
                                                                  : FERRY_TIER_HOST;
   fp->home[FERRY_FAMILY_OPTIM] = (ferry_tier)c.oh;
-  fp->fam[FERRY_FAMILY_PARAMS] = layout_family(in, &c, LAY_PARAMS, c.sp);
+  uint64_t master_data;
+  fp->fam[FERRY_FAMILY_PARAMS] = layout_family(in, &c, LAY_PARAMS, c.sp, &fp->data[0]);
   if (c.gh != FERRY_PLAN_GRADS_NONE)
-    fp->fam[FERRY_FAMILY_GRADS] = layout_family(in, &c, LAY_GRADS, c.sg);
-  fp->fam[FERRY_FAMILY_OPTIM] = layout_family(in, &c, LAY_OPTIM, c.so);
-  fp->master = layout_family(in, &c, LAY_MASTER, c.so).total;
+    fp->fam[FERRY_FAMILY_GRADS] = layout_family(in, &c, LAY_GRADS, c.sg, &fp->data[1]);
+  fp->fam[FERRY_FAMILY_OPTIM] = layout_family(in, &c, LAY_OPTIM, c.so, &fp->data[2]);
+  fp->master = layout_family(in, &c, LAY_MASTER, c.so, &master_data).total;
   ferry_footprint_host_need(fp->home, fp->fam, &fp->need);
   fp->nvme_files = ferry_footprint_nvme_files(fp->home, fp->fam);
   /* the engine's pinned staging: the GPU's own math (all-gpu on CUDA)
@@ -380,15 +479,19 @@ void plan_footprint(const ferry_plan_input *in, int p, plan_fp *fp) {
   fe.upload_staged = c.ph == FERRY_PLAN_GPU && !gpu_math;
   fe.params_off_device = c.ph != FERRY_PLAN_GPU;
   if (c.N > 1) /* the drain's fp32 buffers: the group and, sharded, a rank's piece */
-    fe.reduce = (uint64_t)(4 * c.G + (c.stage >= 1 ? 4 * ceil(c.G / c.N) : 0));
+    fe.reduce = (uint64_t)(4 * c.G + (c.stage >= 1 ? 4 * rank_range_max(in, &c) : 0));
   fe.params_sharded = c.N > 1 && c.stage >= 3;
   ferry_footprint_staging_bytes(&fe, &fp->staging);
   fp->grad_slots = 2 * ferry_footprint_group_buffer(fe.group_n, fe.esize, fe.page);
 }
 
 uint64_t plan_nvme_file_bytes(const ferry_plan_input *in, const plan_fp *fp) {
-  /* the engine's chunk size: the plan's, or --write-config's 64 MiB */
-  return ferry_footprint_nvme_swap(fp->home, fp->fam, in->chunk_size ? in->chunk_size : 64ull << 20);
+  /* the engine's chunk size: the plan's, or --write-config's 64 MiB; its
+   * spares from each family's data (memory/layout.c, check_chunks) */
+  ferry_footprint_family fam[FERRY_FAMILIES];
+  memcpy(fam, fp->fam, sizeof fam);
+  for (int f = 0; f < FERRY_FAMILIES; f++) fam[f].total = fp->data[f];
+  return ferry_footprint_nvme_swap(fp->home, fam, in->chunk_size ? in->chunk_size : 64ull << 20);
 }
 
 int plan_readahead_fits(const ferry_plan_input *in, const ferry_plan_candidate *c,
@@ -403,6 +506,20 @@ int plan_readahead_fits(const ferry_plan_input *in, const ferry_plan_candidate *
   int fits;
   ferry_footprint_read_ahead(pool, gpu > own ? gpu - own : 0, &fp->need, &param_ahead, &fits);
   return fits;
+}
+
+static double family_bytes(const ferry_plan_input *in, const plan_place_ctx *c, int fam, double e,
+                           double share);
+static double optim_family_bytes(const ferry_plan_input *in, const plan_place_ctx *c);
+
+/* Each family's bytes in its home, this rank's (ferry-gpt's model states
+ * line): its chunks as packed, else estimated (family_bytes). */
+static void home_bytes(const ferry_plan_input *in, int p, ferry_plan_candidate *k) {
+  plan_place_ctx c = plan_place_context(in, p);
+  k->home_bytes[FERRY_PLAN_NV_PARAMS] = (uint64_t)llround(family_bytes(in, &c, LAY_PARAMS, c.pb, c.sp));
+  k->home_bytes[FERRY_PLAN_NV_GRADS] =
+      c.gh == FERRY_PLAN_GRADS_NONE ? 0 : (uint64_t)llround(family_bytes(in, &c, LAY_GRADS, c.gb, c.sg));
+  k->home_bytes[FERRY_PLAN_NV_OPTIM] = (uint64_t)llround(optim_family_bytes(in, &c));
 }
 
 /* Bytes per tier and family of placement p at batch b; *files: its NVMe
@@ -485,6 +602,7 @@ void plan_candidate_bytes(const ferry_plan_input *in, int p, ferry_plan_candidat
   c->fits = plan_tiers_fit(in, p, (double)in->batch, shortb);
   for (int t = 0; t < FERRY_PLAN_TIERS; t++) c->short_by[t] = (uint64_t)llround(shortb[t]);
   c->pinned_bytes = in->budget[FERRY_PLAN_HOST]; /* pool + staging, pinned at finalize */
+  home_bytes(in, p, c);
   if (c->fits) {
     snprintf(c->why, sizeof c->why, "fits");
     return;
@@ -621,6 +739,7 @@ static void cached_groups(const ferry_plan_input *in, const plan_place_ctx *c,
     double most;
     plan_group_params kb[3];
     int packed = pack_family(in, c, LAY_PARAMS, c->sp, &all, &most);
+    int rank = c->sp < 1 ? c->frank[LAY_PARAMS] : -1; /* stage 3: the rank's pieces */
     if (!packed) { /* estimated: group_nvme */
       if (n.optim) n.optim = (uint64_t)optim_group_bytes(in, c, c->G * c->so);
       if (ahead) n.params = 2 * (uint64_t)group_nvme(c->G * c->pb * c->sp, c->ch);
@@ -631,7 +750,7 @@ static void cached_groups(const ferry_plan_input *in, const plan_place_ctx *c,
                           : g == PLAN_GROUP_BLOCK ? ferry_plan_block_params(m)
                                                   : ferry_plan_head_params(m));
       ferry_pack_sum s;
-      kb[g].n = packed && pack_group_chunks(in, c, LAY_PARAMS, g, 1, &s, kb[g].chunk)
+      kb[g].n = packed && pack_group_chunks(in, c, LAY_PARAMS, g, rank, &s, kb[g].chunk, NULL)
                     ? (int)s.chunks : 0;
       kb[g].bytes = kb[g].n ? (double)s.bytes : group_nvme(x * c->pb, c->ch);
     }
@@ -661,7 +780,10 @@ void plan_nvme_traffic(const ferry_plan_input *in, const plan_place_ctx *c,
     k->nvme_read[FERRY_PLAN_NV_GRADS] = A * g;
   }
   if (c->ph == FERRY_PLAN_NVME) { /* forward and backward per micro-batch, less the turns */
-    double pf = family_bytes(in, c, LAY_PARAMS, c->pb, 1), back, front;
+    /* stage 3: each rank reads and writes its pieces, the rest is
+     * gathered (packed as the engine packs them, else its share) */
+    int pieces = c->sp < 1 && c->frank[LAY_PARAMS] >= 0;
+    double pf = family_bytes(in, c, LAY_PARAMS, c->pb, pieces ? c->sp : 1), back, front;
     cached_groups(in, c, k, &back, &front);
     /* every turn keeps its groups (the step's commit leaves the new params
      * in the host copy); the whole family cached reads nothing. A bf16
@@ -671,9 +793,10 @@ void plan_nvme_traffic(const ferry_plan_input *in, const plan_place_ctx *c,
     /* written once by the step (from the master, or the params themselves
      * updated in place) */
     k->nvme_write[FERRY_PLAN_NV_PARAMS] = pf;
-    /* stage 3: each rank reads and writes its share, the rest is gathered */
-    k->nvme_read[FERRY_PLAN_NV_PARAMS] *= c->sp;
-    k->nvme_write[FERRY_PLAN_NV_PARAMS] *= c->sp;
+    if (!pieces) {
+      k->nvme_read[FERRY_PLAN_NV_PARAMS] *= c->sp;
+      k->nvme_write[FERRY_PLAN_NV_PARAMS] *= c->sp;
+    }
   }
   k->nvme_read_bytes = k->nvme_write_bytes = 0;
   for (int f = 0; f < FERRY_PLAN_NV_FAMILIES; f++) {

@@ -33,6 +33,7 @@ ferry_plan_input ferry_plan_input_default(void) {
   in.master_dtype = FERRY_DT_F32;
   in.gpus = in.nodes = 1;
   in.zero_stage = 2; /* the engine's dist.zero_stage default */
+  in.rank = -1;
   in.net_gbps = 100;
   in.intra_gbps = 0;
   return in;
@@ -161,6 +162,9 @@ static int check_input(const ferry_plan_input *in, char *why, size_t wl) {
     return plan_fail(why, wl, FERRY_EINVAL, "gpus %d: ranks per node must be 1 to 65536", in->gpus);
   if (in->nodes < 1 || in->nodes > 65536)
     return plan_fail(why, wl, FERRY_EINVAL, "nodes %d: must be 1 to 65536", in->nodes);
+  if (in->rank < -1 || (int64_t)in->rank >= (int64_t)in->gpus * in->nodes)
+    return plan_fail(why, wl, FERRY_EINVAL, "rank %d: 0 to %lld (-1: the rank with the most)",
+                     in->rank, (long long)in->gpus * in->nodes - 1);
   if (in->zero_stage < 0 || in->zero_stage > 3)
     return plan_fail(why, wl, FERRY_EINVAL, "zero_stage %d: 0, 1, 2 or 3 (dist.zero_stage)",
                 in->zero_stage);
@@ -191,6 +195,8 @@ int ferry_plan_compute(const ferry_plan_input *in, ferry_plan_result *out, char 
   out->ranks = in->gpus * in->nodes;
   out->largest_group = ferry_plan_largest_group(m);
   out->groups = ferry_plan_groups(m);
+  out->bytes_estimated = m->arch == FERRY_ARCH_DENSE ||
+                         (out->ranks > FERRY_PLAN_EXACT_RANKS && in->zero_stage >= 1);
   out->recommended = -1;
   out->closest = 0;
   double best_short = -1;

@@ -168,6 +168,8 @@ typedef struct {
   int gpus, nodes;           /* >= 1 each */
   int zero_stage;            /* dist.zero_stage: 0 replicate, 1 shard master and states,
                                 2 also grads, 3 also params (default 2) */
+  int rank;                  /* the rank whose bytes are planned (0 to N - 1); -1 (the
+                                default): per family, the rank holding the most of it */
   double net_gbps;           /* inter-node bandwidth per node, Gb/s (bits; default 100) */
   double intra_gbps;         /* between a node's GPUs, Gb/s (bits); 0 = the PCIe figure,
                                 8 * h2d_gbps */
@@ -176,6 +178,11 @@ typedef struct {
                                 batch keeps the peak RSS within it); 0 = unknown: the
                                 activations are held to the device budget instead */
 } ferry_plan_input;
+
+/* Past this many ranks a sharded family's bytes per rank are estimated
+ * (the family's bytes / N); up to it they are the engine's partition's
+ * (core/part.h), each rank's pieces packed as the engine packs them. */
+#define FERRY_PLAN_EXACT_RANKS 1024
 
 /* Defaults: batch 1, seq 1024, bf16, adamw, checkpointing on, flash
  * attention (ferry-gpt's CUDA model), chunk 64 MiB, default bandwidths, budgets 0, no accumulation,
@@ -233,6 +240,10 @@ typedef struct {
                                           per family of its largest; the NVMe fit holds
                                           these against the budget, not the data */
   ferry_plan_rss rss;
+  uint64_t home_bytes[FERRY_PLAN_NV_FAMILIES]; /* params, grads, optimizer: each family's
+                                          bytes in its home tier, its chunks as the engine
+                                          packs them (ferry-gpt's model states line; one
+                                          rank's); 0 for grads "none" */
   double nvme_read[FERRY_PLAN_NV_FAMILIES], nvme_write[FERRY_PLAN_NV_FAMILIES];
   int64_t cached_groups_host;          /* NVMe params: groups the host pool keeps at a turn */
   int64_t cached_groups_device;        /* ... and the device pool (also in the host: inclusive) */
@@ -253,6 +264,10 @@ typedef struct {
   int ranks;       /* gpus * nodes */
   uint64_t largest_group;
   int64_t groups;
+  /* 1: the families' bytes are estimated (a model known by its count
+   * alone, or sharded over more than FERRY_PLAN_EXACT_RANKS ranks); 0:
+   * each rank's tensors packed as the engine packs them */
+  int bytes_estimated;
   ferry_plan_candidate cand[FERRY_PLACEMENTS];
   int recommended; /* the fastest that fits; -1 when none */
   int closest;     /* when none fits: the one short by the fewest bytes */

@@ -48,6 +48,8 @@ typedef struct {
   int stage;               /* ZeRO stage */
   double so, sg, sp;       /* share of the whole family this rank keeps: optimizer and
                               master (stage >= 1), grads (>= 2), params (3); 1 alone */
+  int frank[4];            /* per family (params, grads, master, optimizer): the rank whose
+                              pieces (core/part.h) are planned, -1 whole or estimated */
 } plan_place_ctx;
 
 plan_place_ctx plan_place_context(const ferry_plan_input *in, int p);
@@ -61,6 +63,7 @@ typedef struct {
   ferry_tier home[FERRY_FAMILIES];
   ferry_footprint_family fam[FERRY_FAMILIES];
   uint64_t master; /* the optimizer family's master bytes (its row of the table) */
+  uint64_t data[FERRY_FAMILIES]; /* each family's chunks' bytes as packed (else its total) */
   ferry_footprint_staging staging;
   uint64_t grad_slots;
   ferry_footprint_host need;
