@@ -130,6 +130,9 @@ static void plan_usage_options(FILE *f) {
 "  --zero-stage S      dist.zero_stage (default 2): 0 replicates everything and\n"
 "                      all-reduces grads; 1 shards the fp32 master and optimizer\n"
 "                      states over the N ranks; 2 also the grads; 3 also the params\n"
+"  --rank R            the rank whose bytes are planned, 0 to N - 1 (default: for\n"
+"                      each family the rank holding the most of it; a group's\n"
+"                      split between ranks snaps to 64 elements of a tensor)\n"
 "  --net-gbps X        the network between nodes, per node, in gigabits per\n"
 "                      second as NICs are rated (default 100: 12.5 GB/s)\n"
 "  --intra-gbps X      the links between a node's GPUs, Gb/s (default: the PCIe\n"
@@ -534,6 +537,9 @@ static void json_footprint(json_out *j, const ferry_plan_candidate *c) {
   }
   json_close(j, '}');
   json_uint(j, "nvme_file_bytes", c->nvme_file_bytes);
+  json_open(j, "home_bytes", '{');
+  for (int f = 0; f < FERRY_PLAN_NV_FAMILIES; f++) json_uint(j, fam[f], c->home_bytes[f]);
+  json_close(j, '}');
   json_open(j, "readahead", '{');
   json_uint(j, "bytes", c->readahead_bytes);
   json_bool(j, "fits", c->readahead_fits);
@@ -599,6 +605,8 @@ static void json_summary(json_out *j, const ferry_plan_input *in, const ferry_pl
   json_int(j, "gpus", in->gpus);
   json_int(j, "nodes", in->nodes);
   json_int(j, "zero_stage", in->zero_stage);
+  json_int(j, "rank", in->rank);
+  json_str(j, "family_bytes", r->bytes_estimated ? "estimated" : "exact");
   json_num(j, "net_gbps", in->net_gbps);
   json_num(j, "intra_gbps", in->intra_gbps > 0 ? in->intra_gbps : 8 * in->bw.h2d_gbps);
   json_num(j, "comm_bytes_per_step", b->comm_bytes);
@@ -729,6 +737,16 @@ static void print_ranks(const ferry_plan_input *in, const ferry_plan_result *r) 
   else snprintf(intra, sizeof intra, "%g Gb/s (8 x h2d_gbps)", 8 * in->bw.h2d_gbps);
   printf("           network %g Gb/s per node%s, GPU links %s\n", in->net_gbps,
          in->nodes > 1 ? "" : " (unused: one node)", intra);
+  if (in->zero_stage < 1) return;
+  if (r->ranks > FERRY_PLAN_EXACT_RANKS)
+    printf("           family bytes estimated: a family's bytes / %d (past %d ranks)\n",
+           r->ranks, FERRY_PLAN_EXACT_RANKS);
+  else if (in->rank >= 0)
+    printf("           family bytes: rank %d's pieces, as the engine splits the groups\n",
+           in->rank);
+  else
+    printf("           family bytes: per family the rank holding the most (--rank R: one "
+           "rank's)\n");
 }
 
 /* The model, the training input, the budgets and the assumed bandwidths. */
@@ -738,7 +756,8 @@ static void print_input(const ferry_plan_input *in, const ferry_plan_result *r,
   char a[32];
   printf("model      %s: %s parameters", m->name, commas(r->params, a, sizeof a));
   if (m->arch == FERRY_ARCH_DENSE)
-    printf(" (dense; shape assumed for activations: %lld layers, hidden %lld)\n",
+    printf(" (dense; shape assumed for activations: %lld layers, hidden %lld)\n"
+           "           family bytes estimated: no tensors to pack as the engine does\n",
            (long long)m->layers, (long long)m->hidden);
   else
     printf(" (%s: %lld layers, hidden %lld, ffn %lld, %lld heads, %lld kv heads, vocab %lld%s%s)\n",
@@ -919,7 +938,8 @@ static void print_step(const ferry_plan_result *r) {
 
 /* The recommended placement's homes, peak RSS, NVMe bytes per step and
  * read-ahead. */
-static void print_footprint(const ferry_plan_input *in, int p, const ferry_plan_candidate *c) {
+static void print_footprint(const ferry_plan_input *in, int p, const ferry_plan_candidate *c,
+                            int estimated) {
   const ferry_plan_rss *s = &c->rss;
   const char *pp, *pg, *po;
   char a[32], b[32], d[32], e[32], f[32], g[32], h[32];
@@ -953,6 +973,11 @@ static void print_footprint(const ferry_plan_input *in, int p, const ferry_plan_
          ferry_plan_dtype_name(in->state_dtype), in->state_dtype == FERRY_DT_I8 ? " + absmax" : "",
          ferry_plan_dtype_name(in->master_dtype), c->optim_bytes_per_param,
          c->step_bytes_per_param);
+  const uint64_t *hb = c->home_bytes;
+  printf("  model states %s: params %s, grads %s, optimizer %s (each family's home%s)\n",
+         gib((double)(hb[0] + hb[1] + hb[2]), a, sizeof a), gib((double)hb[0], b, sizeof b),
+         hb[1] ? gib((double)hb[1], d, sizeof d) : "none", gib((double)hb[2], e, sizeof e),
+         estimated ? ", estimated" : ", as the engine packs it");
   (void)p;
 }
 
@@ -1009,7 +1034,7 @@ static void print_recommended(const ferry_plan_input *in, const ferry_plan_resul
            in->zero_stage == 0 ? "all-reduced" : "reduce-scattered",
            gib(c->comm_param_bytes, d, sizeof d), c->comm_link_gbps, c->comm_seconds,
            100 * c->comm_hidden_fraction, c->comm_exposed_seconds);
-  print_footprint(in, r->recommended, c);
+  print_footprint(in, r->recommended, c, r->bytes_estimated);
   /* the host backend pins nothing (--write-config says pinned = false) */
   if (in->device == FERRY_PLAN_DEV_HOST || hw->memlock == UINT64_MAX ||
       c->pinned_bytes <= hw->memlock)
@@ -1119,6 +1144,11 @@ static int take_value(const char *o, const char *v, plan_flags *fl, ferry_plan_i
     *(stage ? &in->zero_stage : o[2] == 'g' ? &in->gpus : &in->nodes) = (int)n;
     fl->zero_stage_given |= stage;
   }
+  else if (!strcmp(o, "--rank")) {
+    int64_t n = 0;
+    bad = parse_int(o, v, 0, (int64_t)65536 * 65536 - 1, &n);
+    in->rank = (int)n;
+  }
   else if (!strcmp(o, "--net-gbps") || !strcmp(o, "--intra-gbps"))
     bad = parse_gbps(o, v, o[2] == 'n' ? &in->net_gbps : &in->intra_gbps);
   else if (!strcmp(o, "--grad-precision")) {
@@ -1158,7 +1188,7 @@ static int parse_flags(int argc, char **argv, plan_flags *fl, ferry_plan_input *
       "--checkpointing", "--profile", "--write-config", "--svg", "--attention",
       "--chunk-size", "--gpu-budget", "--host-budget", "--device", "--grad-accumulation",
       "--clip-grad-norm", "--grad-precision", "--state-dtype", "--state-block", "--master",
-      "--gpus", "--nodes", "--zero-stage", "--net-gbps", "--intra-gbps"};
+      "--gpus", "--nodes", "--zero-stage", "--net-gbps", "--intra-gbps", "--rank"};
   for (int i = 1; i < argc; i++) {
     const char *o = argv[i];
     if (!strcmp(o, "-h") || !strcmp(o, "--help")) {
@@ -1431,7 +1461,7 @@ static void largest_text(const ferry_plan_largest_result *L, const hw_notes *hw)
     printf("%s %s %s of %s", t ? "," : "", ferry_plan_tier_name(t),
            gib((double)c->tier_bytes[t], a, sizeof a), gib((double)L->in.budget[t], b, sizeof b));
   printf("\n");
-  print_footprint(&L->in, r->recommended, c);
+  print_footprint(&L->in, r->recommended, c, r->bytes_estimated);
   const ferry_plan_candidate *n = &L->above.cand[L->above.closest];
   printf("next       %s parameters do not fit: closest %s, %s\n", commas(L->next, a, sizeof a),
          ferry_plan_placement_name(L->above.closest), n->why);

@@ -454,6 +454,50 @@ static void test_dist_refusals(void) {
   }
 }
 
+/* Whether key k at the top of the plan JSON in out is the string want, and
+ * every candidate has home_bytes. */
+static int json_top_is(const char *k, const char *want) {
+  ferry_json_value *v = NULL;
+  REQUIRE(ferry_json_parse(out, strlen(out), &v, NULL, 0) == 0);
+  const ferry_json_value *x = ferry_json_get(v, k);
+  int ok = x && x->type == FERRY_JSON_STR && !strcmp(x->str, want);
+  if (!ok) fprintf(stderr, "  JSON '%s' is not '%s'\n", k, want);
+  const ferry_json_value *c = ferry_json_get(v, "candidates");
+  /* each candidate's homes, the optimizer's never empty */
+  for (size_t i = 0; ok && c && i < c->n; i++) {
+    const ferry_json_value *h = ferry_json_get(&c->items[i], "home_bytes");
+    const ferry_json_value *o = h ? ferry_json_get(h, "optimizer") : NULL;
+    ok = o && o->type == FERRY_JSON_NUM && o->i > 0;
+  }
+  ferry_json_free(v);
+  return ok;
+}
+
+/* The families' bytes: exact for a model with tensors (one rank, or the
+ * rank asked for), estimated and said so for a model known by its count
+ * or past FERRY_PLAN_EXACT_RANKS ranks; --rank within the ranks. */
+static void test_family_bytes_marker(void) {
+  EXPECT_EQ_INT(run(0, "--params 1B --gpu-mem 24G --host-mem 64G --nvme 1T"), 0);
+  EXPECT(has("family bytes estimated: no tensors to pack"));
+  EXPECT(has("  model states ") && has("estimated)"));
+  EXPECT_EQ_INT(run(0, "--params 1B --gpu-mem 24G --host-mem 64G --nvme 1T --json"), 0);
+  EXPECT(json_top_is("family_bytes", "estimated"));
+  EXPECT_EQ_INT(run(0, DIST_BASE " --json"), 0);
+  EXPECT(json_top_is("family_bytes", "exact"));
+  EXPECT_EQ_INT(run(0, DIST_BASE), 0);
+  EXPECT(has("as the engine packs it)") && !strstr(out, "estimated"));
+  EXPECT_EQ_INT(run(0, DIST_BASE " --gpus 2 --rank 1"), 0);
+  EXPECT(has("family bytes: rank 1's pieces"));
+  EXPECT_EQ_INT(run(0, DIST_BASE " --gpus 2"), 0);
+  EXPECT(has("family bytes: per family the rank holding the most"));
+  EXPECT_EQ_INT(run(0, DIST_BASE " --gpus 8 --nodes 256 --json"), 0);
+  EXPECT(json_top_is("family_bytes", "estimated"));
+  EXPECT_EQ_INT(run(0, DIST_BASE " --gpus 8 --nodes 256"), 0);
+  EXPECT(has("family bytes estimated: a family's bytes / 2048 (past 1024 ranks)"));
+  EXPECT_EQ_INT(run(1, DIST_BASE " --gpus 2 --rank 2"), 2);
+  EXPECT(has("rank 2: 0 to 1"));
+}
+
 /* The engine config --write-config wrote, loaded by the engine's reader. */
 static ferry_config *load_written(const char *path) {
   ferry_config *c = NULL;
@@ -502,5 +546,6 @@ int main(int argc, char **argv) {
   test_dist_text();
   test_dist_refusals();
   test_dist_write_config();
+  test_family_bytes_marker();
   return test_finish("plan.cli");
 }
