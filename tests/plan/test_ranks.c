@@ -14,7 +14,10 @@
  * model states line), the NVMe swap files, the engine's host staging (the
  * plan's buffers row) and, with the optimizer or the grads on NVMe, the
  * plan's NVMe bytes per step of those families (a whole family read and
- * written). The plan's default (in.rank = -1) must be the largest rank's.
+ * written); with NVMe homes, one step's working set in the host pool (the
+ * plan's swap row) against the one the engine's refusal at a 64 KiB host
+ * budget names (to its 0.1 MiB per term). The plan's default (in.rank =
+ * -1) holds at least each rank's homes.
  *
  * usage: mpirun -np N test_plan_ranks SCRATCH (exit 77 without MPI)
  */
@@ -101,8 +104,13 @@ typedef struct {
   uint64_t staging; /* tiers.host.budget less the manager's */
 } held;
 
+/* The engine of candidate c on this rank, finalized at a host budget of 1
+ * GiB (*out: what it holds), or of 64 KiB (host_need > 0: *host_need, the
+ * MiB of one step's working set its refusal names, the sum of its
+ * optimizer, grads, params and largest-chunk terms). */
 static int finalize(const ferry_plan_candidate *c, const layout *ly, int stage, const char *nvme,
-                    const reg_tensor *t, size_t nt, ferry_comm *comm, held *out) {
+                    const reg_tensor *t, size_t nt, ferry_comm *comm, held *out,
+                    double *host_need) {
   const char *pp, *pg, *po;
   ferry_plan_placement_tiers(c->placement, &pp, &pg, &po);
   ferry_config *cfg = NULL;
@@ -117,7 +125,7 @@ static int finalize(const ferry_plan_candidate *c, const layout *ly, int stage, 
   rc |= set(cfg, "clip_grad_norm", "0");
   rc |= set(cfg, "chunk_size", "64K");
   rc |= set(cfg, "tiers.gpu.budget", "1G");
-  rc |= set(cfg, "tiers.host.budget", "1G");
+  rc |= set(cfg, "tiers.host.budget", host_need ? "64K" : "1G");
   if (c->placement >= FERRY_PLACE_NVME_OPT) {
     rc |= set(cfg, "tiers.nvme.paths", nvme);
     rc |= set(cfg, "tiers.nvme.verify", "none");
@@ -134,6 +142,22 @@ static int finalize(const ferry_plan_candidate *c, const layout *ly, int stage, 
     rc = ferry_param_register(e, t[i].name, t[i].shape, t[i].shape[1] == 1 ? 1 : 2, t[i].group,
                                NULL, NULL, NULL);
   if (!rc) rc = ferry_engine_finalize(e);
+  if (host_need) {
+    const char *m = rc == FERRY_ENOMEM ? strstr(ferry_engine_last_error(e), "(optimizer state") : NULL;
+    double o, g, p, k;
+    if (m && sscanf(m, "(optimizer state of the largest group %lf + 2 x its grads %lf + 2 x its "
+                       "params %lf + 2 x the largest chunk %lf", &o, &g, &p, &k) == 4) {
+      *host_need = o + g + p + k;
+      rc = 0;
+    } else {
+      fprintf(stderr, "rank %d: want a host refusal: %d %s\n", rank, rc,
+              e ? ferry_engine_last_error(e) : "");
+      rc = rc ? rc : FERRY_EINVAL;
+    }
+    ferry_engine_destroy(e);
+    ferry_config_destroy(cfg);
+    return rc;
+  }
   ferry_stats st;
   if (!rc) rc = ferry_engine_get_stats(e, &st);
   if (rc) fprintf(stderr, "rank %d: engine: %s\n", rank, e ? ferry_engine_last_error(e) : "");
@@ -181,7 +205,7 @@ static int run_case(int stage, int p, const layout *ly, const char *nvme, ferry_
   const ferry_plan_candidate *c = &r.cand[p];
   held got;
   snprintf(label, sizeof label, "stage %d %s %s", stage, ferry_plan_placement_name(p), ly->name);
-  int rc = finalize(c, ly, stage, nvme, t, nt, comm, &got);
+  int rc = finalize(c, ly, stage, nvme, t, nt, comm, &got, NULL);
   EXPECT_EQ_INT(rc, 0);
   if (rc) return 1;
   static const char *const fam[] = {"params", "grads", "optimizer"};
@@ -199,6 +223,17 @@ static int run_case(int stage, int p, const layout *ly, const char *nvme, ferry_
   if (c->grads == FERRY_PLAN_GRADS_NVME)
     bad += !same("nvme r/w", label, c->nvme_write[FERRY_PLAN_NV_GRADS],
                  (double)got.home[FERRY_FAMILY_GRADS]);
+  /* NVMe homes: one step's working set in the host pool (the plan's swap
+   * row), to the refusal's 0.1 MiB per term */
+  double need = 0;
+  if (p == FERRY_PLACE_NVME_OPT || p == FERRY_PLACE_INFINITY) {
+    EXPECT_EQ_INT(finalize(c, ly, stage, nvme, t, nt, comm, &got, &need), 0);
+    double swap = (double)c->bytes[FERRY_PLAN_HOST][FERRY_FAM_SWAP] / (1 << 20);
+    int ok = swap > need - 0.2 && swap < need + 0.2;
+    printf("rank %d/%d %-40s %-9s plan %10.2f engine %10.1f MiB%s\n", rank, nranks, label,
+           "workset", swap, need, ok ? "" : "  DIFFERS");
+    bad += !ok;
+  }
   /* the default plan: per family the rank with the most */
   in.rank = -1;
   REQUIRE(ferry_plan_compute(&in, &most, why, sizeof why) == 0);
