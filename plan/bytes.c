@@ -282,42 +282,51 @@ static int pack_rank(const ferry_plan_input *in, const plan_place_ctx *c, int fa
   return 1;
 }
 
-/* The rank planned for a family sharded over N ranks: in->rank, or with
- * -1 the one holding the most bytes of it (the first of equals); -1 when
- * it is not sharded (share 1), when the model has no tensor list, or past
- * FERRY_PLAN_EXACT_RANKS ranks (the estimates apply). */
-static int family_rank(const ferry_plan_input *in, const plan_place_ctx *c, int fam,
-                       double share) {
+/* A family sharded over N ranks as the plan counts it, into c: frank, the
+ * rank planned (in->rank, or with -1 the one holding the most bytes of it,
+ * the first of equals: its chunks are the ones listed), and fsum, fgmax,
+ * felems, that rank's chunks summed, largest group and elements, or with
+ * -1 each the largest of any rank (a bound for every rank). frank -1 when
+ * the family is not sharded (share 1), when the model has no tensor list,
+ * or past FERRY_PLAN_EXACT_RANKS ranks (the estimates apply). */
+static void family_ranks(const ferry_plan_input *in, plan_place_ctx *c, int fam, double share) {
   double n[PLAN_GROUP_TENSORS];
+  c->frank[fam] = -1;
   if (share >= 1 || c->ch <= 0 || c->N > FERRY_PLAN_EXACT_RANKS ||
       plan_group_tensors(&in->model, PLAN_GROUP_BLOCK, n) <= 0)
-    return -1;
-  if (in->rank >= 0) return in->rank;
-  ferry_pack_sum all;
-  double g, e, most = -1;
-  int best = -1;
-  for (int r = 0; r < (int)c->N; r++)
-    if (pack_rank(in, c, fam, r, &all, &g, &e) && (double)all.bytes > most) {
-      most = (double)all.bytes;
-      best = r;
-    }
-  return best;
+    return;
+  ferry_pack_sum *m = &c->fsum[fam];
+  if (in->rank >= 0) {
+    c->frank[fam] = in->rank;
+    pack_rank(in, c, fam, in->rank, m, &c->fgmax[fam], &c->felems[fam]);
+    return;
+  }
+  memset(m, 0, sizeof *m);
+  c->fgmax[fam] = c->felems[fam] = 0;
+  for (int r = 0; r < (int)c->N; r++) {
+    ferry_pack_sum all;
+    double g, e;
+    pack_rank(in, c, fam, r, &all, &g, &e);
+    if (c->frank[fam] < 0 || all.bytes > m->bytes) c->frank[fam] = r;
+    if (all.bytes > m->bytes) m->bytes = all.bytes;
+    if (all.chunks > m->chunks) m->chunks = all.chunks;
+    if (all.largest > m->largest) m->largest = all.largest;
+    if (g > c->fgmax[fam]) c->fgmax[fam] = g;
+    if (e > c->felems[fam]) c->felems[fam] = e;
+  }
 }
 
-/* A family's chunks as this rank holds it (share < 1: sharded; the rank
- * family_rank chose), summed; *gmax, the bytes of the group with the
+/* A family's chunks as this rank holds it (share < 1: sharded, as
+ * family_ranks counts it), summed; *gmax, the bytes of the group with the
  * most. 0 when it is estimated instead (no tensor list, no chunks, too
  * many ranks). */
 static int pack_family(const ferry_plan_input *in, const plan_place_ctx *c, int fam,
                        double share, ferry_pack_sum *all, double *gmax) {
   double e;
-  int rank = share < 1 ? c->frank[fam] : -1;
-  if (share < 1 && rank < 0) {
-    memset(all, 0, sizeof *all);
-    *gmax = 0;
-    return 0;
-  }
-  return pack_rank(in, c, fam, rank, all, gmax, &e);
+  if (share >= 1) return pack_rank(in, c, fam, -1, all, gmax, &e);
+  *all = c->fsum[fam];
+  *gmax = c->fgmax[fam];
+  return c->frank[fam] >= 0;
 }
 
 /* The largest group's chunks of a family as packed, else as group_chunks
@@ -327,6 +336,19 @@ static double group_max(const ferry_plan_input *in, const plan_place_ctx *c, int
   ferry_pack_sum all;
   double g;
   return pack_family(in, c, fam, share, &all, &g) ? g : group_chunks(x, c->ch);
+}
+
+/* Elements of the largest range of a group the planned rank holds (the
+ * drain's piece buffer): its partition's (with in->rank -1, any rank's),
+ * else ⌈G / N⌉. */
+static double rank_range_max(const ferry_plan_input *in, const plan_place_ctx *c) {
+  size_t len[PLAN_GROUP_TENSORS], range, most = 0;
+  if (c->frank[LAY_OPTIM] < 0) return ceil(c->G / c->N);
+  int r0 = in->rank >= 0 ? in->rank : 0, r1 = in->rank >= 0 ? in->rank + 1 : (int)c->N;
+  for (int r = r0; r < r1; r++)
+    for (int kind = PLAN_GROUP_EMBED; kind <= PLAN_GROUP_HEAD; kind++)
+      if (rank_tensors(in, c, kind, r, len, &range) > 0 && range > most) most = range;
+  return (double)most;
 }
 
 plan_place_ctx plan_place_context(const ferry_plan_input *in, int p) {
@@ -354,9 +376,11 @@ plan_place_ctx plan_place_context(const ferry_plan_input *in, int p) {
   c.so = c.stage >= 1 ? 1 / c.N : 1;
   c.sg = c.stage >= 2 ? 1 / c.N : 1;
   c.sp = c.stage >= 3 ? 1 / c.N : 1;
-  c.frank[LAY_PARAMS] = family_rank(in, &c, LAY_PARAMS, c.sp);
-  c.frank[LAY_GRADS] = family_rank(in, &c, LAY_GRADS, c.sg);
-  c.frank[LAY_OPTIM] = c.frank[LAY_MASTER] = family_rank(in, &c, LAY_OPTIM, c.so);
+  family_ranks(in, &c, LAY_PARAMS, c.sp);
+  family_ranks(in, &c, LAY_GRADS, c.sg);
+  family_ranks(in, &c, LAY_MASTER, c.so);
+  family_ranks(in, &c, LAY_OPTIM, c.so);
+  c.range_max = rank_range_max(in, &c);
   c.grp_p = group_max(in, &c, LAY_PARAMS, 1, c.G * c.pb); /* gathered: the whole group */
   c.grp_g = group_max(in, &c, LAY_GRADS, c.sg, c.G * c.gb * c.sg);
   c.grp_o = group_max(in, &c, LAY_OPTIM, c.so, c.G * c.ob * c.so);
@@ -406,8 +430,7 @@ static ferry_footprint_family layout_family(const ferry_plan_input *in, const pl
   ferry_pack_sum all;
   double most, P = c->P * share;
   int packed = pack_family(in, c, fam, share, &all, &most);
-  if (packed && share < 1) /* the rank's elements of the family */
-    pack_rank(in, c, fam, c->frank[fam], &all, &most, &P);
+  if (packed && share < 1) P = c->felems[fam]; /* the rank's elements of the family */
   double total = fam == LAY_OPTIM ? round_chunk(P * c->mb, c->ch) +
                                         c->k * round_chunk(state_bytes(in, P), c->ch)
                                   : round_chunk(group_bytes(in, c, fam, P), c->ch);
@@ -436,17 +459,6 @@ static ferry_footprint_family layout_family(const ferry_plan_input *in, const pl
   f.chunks = (uint64_t)chunks;
   *data = f.total;
   return f;
-}
-
-/* Elements of the largest range of a group the optimizer's rank holds
- * (the drain's piece buffer): its partition's, else ⌈G / N⌉. */
-static double rank_range_max(const ferry_plan_input *in, const plan_place_ctx *c) {
-  size_t len[PLAN_GROUP_TENSORS], range, most = 0;
-  int rank = c->frank[LAY_OPTIM];
-  if (rank < 0) return ceil(c->G / c->N);
-  for (int kind = PLAN_GROUP_EMBED; kind <= PLAN_GROUP_HEAD; kind++)
-    if (rank_tensors(in, c, kind, rank, len, &range) > 0 && range > most) most = range;
-  return (double)most;
 }
 
 void plan_footprint(const ferry_plan_input *in, int p, plan_fp *fp) {
@@ -479,7 +491,7 @@ void plan_footprint(const ferry_plan_input *in, int p, plan_fp *fp) {
   fe.upload_staged = c.ph == FERRY_PLAN_GPU && !gpu_math;
   fe.params_off_device = c.ph != FERRY_PLAN_GPU;
   if (c.N > 1) /* the drain's fp32 buffers: the group and, sharded, a rank's piece */
-    fe.reduce = (uint64_t)(4 * c.G + (c.stage >= 1 ? 4 * rank_range_max(in, &c) : 0));
+    fe.reduce = (uint64_t)(4 * c.G + (c.stage >= 1 ? 4 * c.range_max : 0));
   fe.params_sharded = c.N > 1 && c.stage >= 3;
   ferry_footprint_staging_bytes(&fe, &fp->staging);
   fp->grad_slots = 2 * ferry_footprint_group_buffer(fe.group_n, fe.esize, fe.page);

@@ -9,6 +9,7 @@
 #include "plan/plan.h"
 
 #include "core/json.h"
+#include "core/pack.h"
 #include "plan/footprint.h"
 
 #include <stddef.h>
@@ -48,8 +49,14 @@ typedef struct {
   int stage;               /* ZeRO stage */
   double so, sg, sp;       /* share of the whole family this rank keeps: optimizer and
                               master (stage >= 1), grads (>= 2), params (3); 1 alone */
-  int frank[4];            /* per family (params, grads, master, optimizer): the rank whose
-                              pieces (core/part.h) are planned, -1 whole or estimated */
+  /* per family (params, grads, master, optimizer), sharded over ranks:
+   * the rank whose pieces (core/part.h) are planned (-1: whole or
+   * estimated), and its chunks summed, largest group and elements (with
+   * in->rank -1, the largest of any rank's) */
+  int frank[4];
+  ferry_pack_sum fsum[4];
+  double fgmax[4], felems[4];
+  double range_max;        /* the largest range of a group a rank holds (elements) */
 } plan_place_ctx;
 
 plan_place_ctx plan_place_context(const ferry_plan_input *in, int p);

@@ -25,6 +25,15 @@ counts the tail of the group the cap keeps in part at each turn: over six
 runs (three of them side by side), each layout read the params within 0.6%
 of the plan at both budgets, and every other family and direction was
 within 1.3% (a write-back landing in the step before or after).
+With --np N (N > 1) the same runs under `mpirun -np N` (dist.zero_stage
+--stage, default 2: each rank's optimizer state, and from stage 2 its
+grads, are its pieces of each group), each rank's bytes per step against
+`ferry plan --gpus N --zero-stage S --rank 0` for rank 0 (ferry-gpt's
+other ranks print no steps; tests/plan/test_ranks.c holds every rank's
+homes byte for byte); exit 77 when mpirun is missing. The grads' NVMe
+accumulators (ranks average into them) are read back by the step except
+the groups still in the host pool, which the plan does not model yet:
+--print-grad-reads prints their reads without holding them.
 H2D and D2H per step are printed beside the plan's (the host backend
 counts the memory manager's copies only: no D2H of drained grads). Also
 printed: the swap files against their data, ferry-gpt's model states line
@@ -35,13 +44,15 @@ usage: family_bytes.py --gpt FERRY-GPT --ferry FERRY --root REPO --work DIR
                        [--model config.json] [--steps N] [--chunk SIZE]
                        [--layouts fp32,int8,bf16m,int8m] [--factors 1,2] [--tol 0.05]
                        [--tol-reads 0.05] [--skip N] [--check-extra] [--profile FILE]
-                       [--json-out FILE]
-exit: 0 pass, 1 a family off by more than the tolerance, 2 a run that failed.
+                       [--json-out FILE] [--np N] [--stage S]
+exit: 0 pass, 1 a family off by more than the tolerance, 2 a run that failed,
+77 --np without mpirun.
 """
 import argparse
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 
@@ -50,6 +61,9 @@ MODEL = {"model_type": "llama", "hidden_size": 128, "intermediate_size": 344,
          "num_hidden_layers": 24, "num_attention_heads": 4, "num_key_value_heads": 4,
          "vocab_size": 2048, "tie_word_embeddings": False, "max_position_embeddings": 256,
          "rms_norm_eps": 1e-05, "rope_theta": 10000.0, "hidden_act": "silu"}
+# mpirun as the CTest mpirun tests run it (tests/CMakeLists.txt, FERRY_MPI_ENV)
+MPI_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
+           "OMPI_MCA_btl": "self,vader", "OMPI_MCA_btl_vader_single_copy_mechanism": "none"}
 # The params' reads are held to --tol-reads, the other families to --tol.
 # name: (ferry plan flags, ferry-gpt --set keys)
 LAYOUTS = {
@@ -72,11 +86,17 @@ def run(cmd, what, cwd=None):
     return p.stdout, p.stderr
 
 
-def plan(a, layout, gpu, host):
+def plan(a, layout, gpu, host, rank=None):
+    """The plan's JSON and its zero-infinity candidate (with ranks: rank
+    `rank`'s, or by default per family the rank with the most)."""
     cmd = [a.ferry, "plan", "--model", a.model, "--device", "host", "--gpu-budget", str(gpu),
            "--host-budget", str(host), "--nvme", "1T", "--batch", "1", "--seq", str(a.seq),
            "--chunk-size", a.chunk, "--checkpointing", "off", "--json"] + LAYOUTS[layout][0] + \
         (["--profile", a.profile] if a.profile else [])
+    if a.np > 1:
+        cmd += ["--gpus", str(a.np), "--zero-stage", str(a.stage)]
+        if rank is not None:
+            cmd += ["--rank", str(rank)]
     j = json.loads(run(cmd, "ferry plan")[0])
     for c in j["candidates"]:
         if c["placement"] == "zero-infinity":
@@ -95,19 +115,39 @@ def train_process(a, layout, gpu, host, extra_sets=()):
     cmd = [a.gpt, "train", "--model", a.model, "--data", a.data, "--steps", str(a.steps),
            "--batch", "1", "--seq", str(a.seq), "--seed", "1", "--json", "--engine",
            os.path.join(a.root, "examples/configs/zero-infinity.cfg")]
+    env = None
+    if a.np > 1:  # each rank's lines tagged "[1,R]<stdout>:"
+        sets.append("dist.zero_stage=%d" % a.stage)
+        cmd = [a.mpirun, "--oversubscribe", "--tag-output", "-np", str(a.np)] + cmd
+        env = dict(os.environ, **MPI_ENV)
     for s in sets:
         cmd += ["--set", s]
     return subprocess.run(cmd, cwd=a.work, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                          text=True)
+                          text=True, env=env)
 
 
-def train(a, layout, gpu, host):
+def rank_lines(text, rank, np):
+    """Rank `rank`'s lines of an mpirun --tag-output text (all of it alone)."""
+    if np <= 1:
+        return text
+    tag = re.compile(r"^\[\d+,(\d+)\]<std(?:out|err)>:")
+    out = []
+    for line in text.splitlines():
+        m = tag.match(line)
+        if m and int(m.group(1)) == rank:  # a line written in pieces is tagged inside too
+            out.append(re.sub(r"\[\d+,\d+\]<std(?:out|err)>:", "", line[m.end():]))
+    return "\n".join(out)
+
+
+def train(a, layout, gpu, host, rank=0):
+    """Rank `rank`'s steps after --skip, its final line and its model states
+    line."""
     p = train_process(a, layout, gpu, host)
     if p.returncode:
         sys.stdout.write(p.stderr)
         print("family_bytes: ferry-gpt exited %d: %s" % (p.returncode, " ".join(p.args)))
         sys.exit(2)
-    out, info = p.stdout, p.stderr
+    out, info = rank_lines(p.stdout, rank, a.np), rank_lines(p.stderr, rank, a.np)
     lines = [json.loads(l) for l in out.splitlines() if l.startswith("{")]
     steps = [l for l in lines if "step" in l and not l.get("final")]
     final = [l for l in lines if l.get("final")]
@@ -120,8 +160,11 @@ def train(a, layout, gpu, host):
 
 def check(a, layout, factor, base):
     gpu, host = base["tiers"]["gpu"]["bytes"], int(base["tiers"]["host"]["bytes"] * factor)
-    _, c = plan(a, layout, gpu, host)
+    # with ranks: rank 0's (ferry-gpt's other ranks print no steps)
+    _, c = plan(a, layout, gpu, host, 0 if a.np > 1 else None)
     steps, final, states = train(a, layout, gpu, host)
+    if a.np > 1:
+        layout = "%s r0" % layout
     pf = c["tiers"]["nvme"]["families"]["params"] or 1
     bad = []
     rows = []
@@ -131,6 +174,8 @@ def check(a, layout, factor, base):
             p = c["nvme_bytes_per_step"][d][f]
             err = (p - m) / m if m else (0.0 if p < a.tol * pf else float("inf"))
             ok = abs(err) <= (a.tol_reads if (d, f) == ("read", "params") else a.tol)
+            if (d, f) == ("read", "grads") and a.print_grad_reads:
+                ok = True  # printed only: see --print-grad-reads
             rows.append({"layout": layout, "host_x": factor, "direction": d, "family": f,
                          "measured": m, "planned": p, "error": err})
             if m or p:
@@ -201,7 +246,16 @@ def main():
     ap.add_argument("--check-extra", action="store_true",
                     help="also fail on swap files > 1.05 x data or a wrong model states line")
     ap.add_argument("--json-out")
+    ap.add_argument("--np", type=int, default=1, help="ranks (mpirun -np N)")
+    ap.add_argument("--stage", type=int, default=2, help="dist.zero_stage with ranks")
+    ap.add_argument("--print-grad-reads", action="store_true",
+                    help="print the grads' reads without holding them (NVMe accumulators: the "
+                    "engine steps some groups from their host copy; the plan reads them all)")
     a = ap.parse_args()
+    a.mpirun = shutil.which("mpirun") or shutil.which("mpiexec")
+    if a.np > 1 and not a.mpirun:
+        print("family_bytes: skipped: --np %d needs mpirun" % a.np)
+        sys.exit(77)
     for k in ("gpt", "ferry", "root", "work"):
         setattr(a, k, os.path.abspath(getattr(a, k)))
     os.makedirs(a.work, exist_ok=True)

@@ -17,7 +17,7 @@
  * written); with NVMe homes, one step's working set in the host pool (the
  * plan's swap row) against the one the engine's refusal at a 64 KiB host
  * budget names (to its 0.1 MiB per term). The plan's default (in.rank =
- * -1) holds at least each rank's homes.
+ * -1) holds at least each rank's homes, tiers and swap files.
  *
  * usage: mpirun -np N test_plan_ranks SCRATCH (exit 77 without MPI)
  */
@@ -239,6 +239,12 @@ static int run_case(int stage, int p, const layout *ly, const char *nvme, ferry_
   REQUIRE(ferry_plan_compute(&in, &most, why, sizeof why) == 0);
   for (int f = 0; f < FERRY_FAMILIES; f++)
     EXPECT(most.cand[p].home_bytes[f] >= c->home_bytes[f]);
+  /* ... and its tiers and swap files bound this rank's (each rank runs at
+   * the default's budgets; a rank's largest group or chunk may be another
+   * rank's than the one with the most bytes) */
+  for (int tr = 0; tr < FERRY_PLAN_TIERS; tr++)
+    EXPECT(most.cand[p].tier_bytes[tr] >= c->tier_bytes[tr]);
+  EXPECT(most.cand[p].nvme_file_bytes >= c->nvme_file_bytes);
   return bad;
 }
 
