@@ -5,9 +5,10 @@
  * many sizes, one larger than a chunk) is planned with in.rank = this
  * rank, and the engine is finalized with the same tensors, group by
  * group, the communicator and the configuration `ferry plan
- * --write-config` writes, for ZeRO stages 1 to 3, every placement the
- * engine takes with ranks (all-gpu's GPU math and, at stage 3, params on
- * the GPU or a bf16 master are refused) and four optimizer layouts (fp32
+ * --write-config` writes, for ZeRO stages 0 (nothing sharded) to 3,
+ * every placement the engine takes with ranks (all-gpu's GPU math and,
+ * at stage 3, params on the GPU or a bf16 master are refused) and four
+ * optimizer layouts (fp32
  * and int8 states, each with an fp32 or a bf16 master). Byte for byte:
  * each family's bytes in its home (the plan's home_bytes, the engine's
  * ferry_stats current bytes in the family's home after finalize: ferry-gpt's
@@ -272,7 +273,7 @@ int main(int argc, char **argv) {
   static const int places[] = {FERRY_PLACE_ZERO_OFFLOAD, FERRY_PLACE_ZERO3_OFFLOAD,
                                FERRY_PLACE_NVME_OPT, FERRY_PLACE_INFINITY};
   int bad = 0;
-  for (int stage = 1; stage <= 3; stage++)
+  for (int stage = 0; stage <= 3; stage++)
     for (size_t pi = 0; pi < sizeof places / sizeof places[0]; pi++)
       for (size_t l = 0; l < sizeof layouts / sizeof layouts[0]; l++) {
         /* refused by the engine with ranks at stage 3 */
