@@ -18,9 +18,10 @@ if(TARGET ferry-gpt)
                        ENVIRONMENT "OPENBLAS_NUM_THREADS=1")
   # ... and under mpirun -np 2 at ZeRO stage 2 (grads on NVMe, averaged into
   # accumulators), rank 0 against `ferry plan --gpus 2 --rank 0` at the
-  # minimum budgets, fp32 states (all four layouts, 10 steps: 75 s; --np 2
-  # --print-grad-reads by hand): every family and direction within 5% (measured within
-  # 0.6%) but the grads' reads, printed only (the step finds some groups'
+  # minimum budgets, fp32 states (the four layouts by hand: --np 2
+  # --print-grad-reads, 1-2 min on a busy machine): every family and
+  # direction within 5% (measured within 0.6%, and the params' reads within
+  # 0.2%) but the grads' reads, printed only (the step finds some groups'
   # accumulators in the host pool: the engine read 0-62% of the plan). At
   # twice the host budget the optimizer's reads run 8.5-11.4% over the plan
   # (the read-ahead reads groups again), so that budget is left out here.
