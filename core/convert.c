@@ -35,3 +35,22 @@ void ferry_convert_f32_bf16(uint16_t *restrict dst, const float *restrict src, s
     dst[i] = (uint16_t)(r >> 16);
   }
 }
+
+/* In place (dst == src) or apart: one pointer when they are the same buffer,
+ * so that neither loop needs the compiler's overlap check. */
+CONVERT_CLONES
+static void scale_in_place(float *x, size_t n, float scale) {
+  for (size_t i = 0; i < n; i++) x[i] *= scale;
+}
+
+CONVERT_CLONES
+static void scale_apart(float *restrict dst, const float *restrict src, size_t n, float scale) {
+  for (size_t i = 0; i < n; i++) dst[i] = src[i] * scale;
+}
+
+void ferry_convert_f32_f32(float *dst, const float *src, size_t n, float scale) {
+  if (dst == src)
+    scale_in_place(dst, n, scale);
+  else
+    scale_apart(dst, src, n, scale);
+}

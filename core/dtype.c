@@ -50,9 +50,9 @@ void ferry_dtype_store(void *buf, ferry_dtype dt, size_t i, float x) {
   if (buf && t && t->convertible) ferry_dt_store(buf, dt, i, x);
 }
 
-/* bf16 <-> fp32 through core/convert.c's vector loops; the other pairs one
- * loop per source dtype, the store's switch inlined per element (the
- * compiler hoists it, since dst_dtype does not change in the loop). */
+/* bf16 <-> fp32 and fp32 -> fp32 through core/convert.c's vector loops;
+ * the other pairs one loop per source dtype, the store's switch inlined per
+ * element (the compiler hoists it: dst_dtype does not change in the loop). */
 int ferry_dtype_convert(void *dst, ferry_dtype ddt, const void *src, ferry_dtype sdt, size_t n,
                         float scale) {
   const ferry_dtype_traits *dt = ferry_dtype_traits_of(ddt), *st = ferry_dtype_traits_of(sdt);
@@ -64,6 +64,10 @@ int ferry_dtype_convert(void *dst, ferry_dtype ddt, const void *src, ferry_dtype
   }
   if (sdt == FERRY_DT_F32 && ddt == FERRY_DT_BF16) {
     ferry_convert_f32_bf16(dst, src, n, scale);
+    return FERRY_OK;
+  }
+  if (sdt == FERRY_DT_F32 && ddt == FERRY_DT_F32) {
+    ferry_convert_f32_f32(dst, src, n, scale);
     return FERRY_OK;
   }
   switch (sdt) {

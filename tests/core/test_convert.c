@@ -4,7 +4,8 @@
  * fp32 values with every upper half and the lower halves that decide the
  * rounding (exact, just below, at and just above the tie, the largest), NaNs
  * and infinities included; several scales; every length up to 70 at four
- * misalignments (the loops' vector bodies and tails).
+ * misalignments (the loops' vector bodies and tails). The fp32 scaling
+ * (fp32 -> fp32) likewise, apart and in place.
  */
 #include "core/dtype.h"
 
@@ -55,6 +56,26 @@ static size_t check_narrow(void) {
   return bad;
 }
 
+/* mismatches of fp32 -> fp32 (apart, then in place) over the same values */
+static size_t check_scale(void) {
+  size_t n = 65536 * 3, bad = 0;
+  float *src = malloc(n * sizeof *src), *dst = malloc(n * sizeof *dst);
+  REQUIRE(src && dst);
+  for (size_t i = 0; i < n; i++)
+    src[i] = ferry_f32_from_bits((uint32_t)(i / 3) << 16 | (uint32_t)(i % 3) * 0x7fff);
+  for (size_t s = 0; s < NSCALES; s++) {
+    REQUIRE(ferry_dtype_convert(dst, FERRY_DT_F32, src, FERRY_DT_F32, n, k_scales[s]) == 0);
+    for (size_t i = 0; i < n; i++)
+      bad += ferry_f32_bits(dst[i]) != ferry_f32_bits(src[i] * k_scales[s]);
+    REQUIRE(ferry_dtype_convert(dst, FERRY_DT_F32, dst, FERRY_DT_F32, n, k_scales[s]) == 0);
+    for (size_t i = 0; i < n; i++)
+      bad += ferry_f32_bits(dst[i]) != ferry_f32_bits(src[i] * k_scales[s] * k_scales[s]);
+  }
+  free(src);
+  free(dst);
+  return bad;
+}
+
 /* every length 0..70 at offsets 0..3 (both directions): the values right,
  * and the elements around the range untouched */
 static size_t check_lengths(void) {
@@ -81,9 +102,11 @@ static size_t check_lengths(void) {
 }
 
 int main(void) {
-  size_t w = check_widen(), n = check_narrow(), l = check_lengths();
-  printf("bf16 -> fp32: %zu mismatches; fp32 -> bf16: %zu; lengths and offsets: %zu\n", w, n, l);
+  size_t w = check_widen(), n = check_narrow(), s = check_scale(), l = check_lengths();
+  printf("bf16 -> fp32: %zu mismatches; fp32 -> bf16: %zu; fp32 -> fp32: %zu; lengths and "
+         "offsets: %zu\n", w, n, s, l);
   REQUIRE(w == 0);
+  REQUIRE(s == 0);
   REQUIRE(n == 0);
   REQUIRE(l == 0);
   return 0;
