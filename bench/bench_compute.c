@@ -11,8 +11,8 @@
  * figure `ferry plan` divides) over the step's compute time: each GEMM's
  * time weighted by how often a step runs it, plus on the host the CPU
  * model's single-threaded elementwise passes (activations, softmax, norms,
- * the loss, the params' conversions), timed per element and counted at the
- * model's shapes.
+ * the loss) and the params' conversions (through ferry_dtype_convert itself),
+ * timed per element and counted at the model's shapes.
  */
 #include "bench/args.h"
 #include "bench/bench.h"
@@ -24,6 +24,7 @@
 #include "ferry.h"
 
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -53,7 +54,8 @@ static void usage(FILE *f) {
           "often as a step runs it (a block's forward twice with checkpointing), and on\n"
           "the host the CPU model's elementwise passes, single-threaded as it runs them\n"
           "(an exp-bound and a streaming kernel timed per element, counted at the\n"
-          "model's shapes). The rate is the FLOPs `ferry plan` counts for the step over\n"
+          "model's shapes, and the params' bf16 <-> fp32 conversions, 3 per param, timed\n"
+          "through ferry_dtype_convert). The rate is the FLOPs `ferry plan` counts for the step over\n"
           "that time. A small product of every transpose is checked first.\n"
           "\n"
           "  host  OpenBLAS cblas_sgemm (fp32; ferry-gpt's CPU model), at OpenBLAS's\n"
@@ -419,12 +421,13 @@ static void host_close(host_ctx *h) {
 /* ---- host: the CPU model's elementwise passes ------------------------------------ */
 
 /* Elements of a step the CPU model passes over with an exp (SwiGLU / GELU,
- * the attention softmax, the loss) and with plain streaming arithmetic
- * (norms, residuals, rotary, biases, the softmax's other passes, the
- * loss's maxima, zeroing, the params' fp32 conversions at each fetch and
- * the grads handed back), after examples/gpt/model_cpu.c. */
+ * the attention softmax, the loss), with plain streaming arithmetic (norms,
+ * residuals, rotary, biases, the softmax's other passes, the loss's maxima,
+ * zeroing), after examples/gpt/model_cpu.c; and the params' conversions:
+ * 16-bit params widened to fp32 at each fetch (forward and backward) and
+ * the grads handed back (n_conv, the step's 3 x params). */
 static void elementwise_counts(const ferry_plan_model *m, long batch, long seq, int ckpt,
-                               double *n_exp, double *n_pass) {
+                               double *n_exp, double *n_pass, double *n_conv) {
   double n = (double)batch * (double)seq, C = (double)m->hidden, F = (double)m->ffn;
   double att = (double)batch * (double)m->heads * (double)seq * (double)seq;
   double V = (double)m->vocab, f = ckpt ? 2 : 1, L = (double)m->layers;
@@ -432,7 +435,8 @@ static void elementwise_counts(const ferry_plan_model *m, long batch, long seq, 
   *n_exp = L * (f * (n * F + att / 2) + n * F) + 3 * n * V;
   double fwd = 12 * n * C + 2 * n * F + 2 * att, bwd = 12 * n * C + 3 * n * F + 3 * att;
   if (m->arch == FERRY_ARCH_GPT2) fwd += n * (5 * C + F), bwd += n * (5 * C + F);
-  *n_pass = L * (f * fwd + bwd) + 4 * n * V + 3 * P;
+  *n_pass = L * (f * fwd + bwd) + 4 * n * V;
+  *n_conv = 3 * P;
 }
 
 static float exp_kernel(float *y, const float *x, size_t n) {
@@ -445,26 +449,36 @@ static float pass_kernel(float *y, const float *x, size_t n) {
   return y[n / 3];
 }
 
+/* One conversion pass as the trainers run it (ferry_dtype_convert): two
+ * widenings of bf16 params to fp32 for each narrowing of fp32 grads. */
+static float conv_kernel(float *y, const float *x, uint16_t *h, size_t n) {
+  (void)ferry_dtype_convert(h, FERRY_DT_BF16, x, FERRY_DT_F32, n, 1.0f);
+  (void)ferry_dtype_convert(y, FERRY_DT_F32, h, FERRY_DT_BF16, n, 1.0f);
+  (void)ferry_dtype_convert(y, FERRY_DT_F32, h, FERRY_DT_BF16, n, 1.0f);
+  return y[n / 5];
+}
+
 /* Seconds per element of each kernel over n-element buffers (the median
- * of 5 passes, one untimed). */
-static int elementwise_rates(size_t n, double *t_exp, double *t_pass) {
+ * of 5 passes, one untimed); the conversion's per converted element. */
+static int elementwise_rates(size_t n, double *t_exp, double *t_pass, double *t_conv) {
   float *x = malloc(n * 4), *y = malloc(n * 4);
-  if (!x || !y) {
-    free(x), free(y);
+  uint16_t *h = malloc(n * 2);
+  if (!x || !y || !h) {
+    free(x), free(y), free(h);
     return 1;
   }
   fill(x, n, 5), fill(y, n, 9);
-  double t[2][5];
+  double t[3][5];
   volatile float sink = 0;
-  for (int k = 0; k < 2; k++)
+  for (int k = 0; k < 3; k++)
     for (int r = -1; r < 5; r++) {
       double t0 = host_now();
-      sink += k ? pass_kernel(y, x, n) : exp_kernel(y, x, n);
-      if (r >= 0) t[k][r] = (host_now() - t0) / (double)n;
+      sink += k == 2 ? conv_kernel(y, x, h, n) : k ? pass_kernel(y, x, n) : exp_kernel(y, x, n);
+      if (r >= 0) t[k][r] = (host_now() - t0) / (double)(k == 2 ? 3 * n : n);
     }
   (void)sink;
-  *t_exp = median_of(t[0], 5), *t_pass = median_of(t[1], 5);
-  free(x), free(y);
+  *t_exp = median_of(t[0], 5), *t_pass = median_of(t[1], 5), *t_conv = median_of(t[2], 5);
+  free(x), free(y), free(h);
   return 0;
 }
 #endif
@@ -649,16 +663,16 @@ static int host_run(const options *o, shape_list *l, backend *b, step_figures *f
   }
   int rc = time_all(o, b, l, "fp32", &f->gemm_flops, &f->gemm_sec);
   host_close(&h);
-  double ne, np, te, tp;
-  elementwise_counts(&o->m, (long)o->batch, (long)o->seq, o->ckpt, &ne, &np);
+  double ne, np, nc, te, tp, tc;
+  elementwise_counts(&o->m, (long)o->batch, (long)o->seq, o->ckpt, &ne, &np, &nc);
   size_t n = (size_t)(o->batch * o->seq * o->m.ffn);
   if (!rc && elementwise_rates(n < (1u << 16) ? 1u << 16 : n > (1u << 24) ? 1u << 24 : n, &te,
-                               &tp)) {
+                               &tp, &tc)) {
     fprintf(stderr, PROG ": out of memory for the elementwise passes\n");
     rc = 1;
   }
   if (rc) return 1;
-  f->elem_sec = ne * te + np * tp;
+  f->elem_sec = ne * te + np * tp + nc * tc;
   f->tflops = f->tflops32 = f->flops / (f->gemm_sec + f->elem_sec) / 1e12;
   return 0;
 }

@@ -3,6 +3,8 @@
  */
 #include "core/dtype.h"
 
+#include "core/convert.h"
+
 static const ferry_dtype_traits k_traits[FERRY_DT_COUNT] = {
     [FERRY_DT_BOOL] = {"BOOL", 1, 0, 0},       [FERRY_DT_U8] = {"U8", 1, 0, 1},
     [FERRY_DT_I8] = {"I8", 1, 0, 2},           [FERRY_DT_F8_E5M2] = {"F8_E5M2", 1, 0, 3},
@@ -48,13 +50,26 @@ void ferry_dtype_store(void *buf, ferry_dtype dt, size_t i, float x) {
   if (buf && t && t->convertible) ferry_dt_store(buf, dt, i, x);
 }
 
-/* One loop per source dtype, the store's switch inlined per element: the
- * compiler hoists it, since dst_dtype does not change in the loop. */
+/* bf16 <-> fp32 and fp32 -> fp32 through core/convert.c's vector loops;
+ * the other pairs one loop per source dtype, the store's switch inlined per
+ * element (the compiler hoists it: dst_dtype does not change in the loop). */
 int ferry_dtype_convert(void *dst, ferry_dtype ddt, const void *src, ferry_dtype sdt, size_t n,
                         float scale) {
   const ferry_dtype_traits *dt = ferry_dtype_traits_of(ddt), *st = ferry_dtype_traits_of(sdt);
   if (!dt || !st || !dt->convertible || !st->convertible || (n && (!dst || !src)))
     return FERRY_EINVAL;
+  if (sdt == FERRY_DT_BF16 && ddt == FERRY_DT_F32) {
+    ferry_convert_bf16_f32(dst, src, n, scale);
+    return FERRY_OK;
+  }
+  if (sdt == FERRY_DT_F32 && ddt == FERRY_DT_BF16) {
+    ferry_convert_f32_bf16(dst, src, n, scale);
+    return FERRY_OK;
+  }
+  if (sdt == FERRY_DT_F32 && ddt == FERRY_DT_F32) {
+    ferry_convert_f32_f32(dst, src, n, scale);
+    return FERRY_OK;
+  }
   switch (sdt) {
   case FERRY_DT_F16:
     for (size_t i = 0; i < n; i++)
