@@ -264,10 +264,42 @@ static int parse_file_line(mcur *c, ckpt_manifest *m, size_t i) {
   return 0;
 }
 
+/* qsort: steps by name, then by their place in the list. */
+static int by_name(const void *a, const void *b) {
+  const ckpt_param_step *x = *(const ckpt_param_step *const *)a;
+  const ckpt_param_step *y = *(const ckpt_param_step *const *)b;
+  int d = strcmp(x->name, y->name);
+  return d ? d : (x > y) - (x < y);
+}
+
+/* Each of the n step lines parsed (the last one c's line) names its own
+ * param: a second count for one name would leave the param the line's
+ * index hints at with the step's count. The first line that repeats a
+ * name is refused, naming it and the line that named it first. The load
+ * and verify share this rule. */
+static int check_unique_names(mcur *c, const ckpt_param_step *steps, size_t n) {
+  if (n < 2) return 0;
+  const ckpt_param_step **v = malloc(n * sizeof *v);
+  if (!v) return FERRY_ENOMEM;
+  for (size_t i = 0; i < n; i++) v[i] = &steps[i];
+  qsort(v, n, sizeof *v, by_name);
+  const ckpt_param_step *again = NULL, *first = NULL;
+  for (size_t i = 1; i < n; i++) /* a run's first two: the name's first and second lines */
+    if (!strcmp(v[i - 1]->name, v[i]->name) && (i < 2 || strcmp(v[i - 2]->name, v[i]->name)) &&
+        (!again || v[i] < again))
+      again = v[i], first = v[i - 1];
+  free(v);
+  if (!again) return 0;
+  int last = c->line;
+  c->line = last - (int)(n - 1 - (size_t)(again - steps));
+  return mfail(c, "param_step %" PRIu64 " names '%.150s' a second time (line %d names it first)",
+               again->index, again->name, last - (int)(n - 1 - (size_t)(first - steps)));
+}
+
 /* n lines "param_step <index> <steps> <name>" into m->steps (indices
  * increasing, below tensors; each count at most the step; the name the
- * rest of the line, printable as every line is), its names into m->names
- * (no larger than the text left). */
+ * rest of the line, printable as every line is; each name once), its
+ * names into m->names (no larger than the text left). */
 static int parse_step_lines(mcur *c, ckpt_manifest *m, uint64_t n) {
   if (n > (c->len - c->at) / 17 + 1)
     return mfail(c, "param_steps %" PRIu64 ": more than the %s can list", n, c->file);
@@ -307,7 +339,7 @@ static int parse_step_lines(mcur *c, ckpt_manifest *m, uint64_t n) {
     m->steps[i].index = idx;
     m->steps[i].steps = (int64_t)st;
   }
-  return 0;
+  return check_unique_names(c, m->steps, n);
 }
 
 /* Versions 4 and 5: "param_steps <n>"; version 4 then has the n lines

@@ -253,14 +253,8 @@ static int load_check(ckpt_ctx *c, const char *path, void *blob, size_t blob_cap
   if (rc) return ferry_err(c->f.err, rc, "checkpoint load: %s", why);
   memcpy(&L->scale, &L->m.loss_scale_bits, sizeof L->scale);
   rc = check_fits(c, &L->m, L->scale, why, sizeof why);
-  /* by name: the engine's index, each param at most once (a second count
-   * for one param would leave the param the line's index hints at with the
-   * step's count) */
-  unsigned char *seen = !rc && L->m.nsteps ? calloc(c->f.nparams, 1) : NULL;
-  if (!rc && L->m.nsteps && !seen) {
-    snprintf(why, sizeof why, "out of memory");
-    rc = FERRY_ENOMEM;
-  }
+  /* by name: the engine's index (the manifest's reader refused a name
+   * listed twice: each param at most once) */
   for (size_t i = 0; !rc && i < L->m.nsteps; i++) {
     ckpt_param_step *ps = &L->m.steps[i];
     size_t at;
@@ -269,15 +263,10 @@ static int load_check(ckpt_ctx *c, const char *path, void *blob, size_t blob_cap
       snprintf(why, sizeof why, "manifest: param_step %llu names '%s', which the engine has not "
                "registered", (unsigned long long)ps->index, ferry_escape(ps->name, esc, sizeof esc));
       rc = FERRY_ECORRUPT;
-    } else if (seen[at]++) {
-      snprintf(why, sizeof why, "manifest: param_step %llu names '%s' a second time",
-               (unsigned long long)ps->index, ferry_escape(ps->name, esc, sizeof esc));
-      rc = FERRY_ECORRUPT;
     } else {
       ps->index = at;
     }
   }
-  free(seen);
   if (!rc) rc = open_parts(c, &L->m, L->folder, &L->pf, &L->of, why, sizeof why);
   if (blob_len) *blob_len = (size_t)L->m.blob_bytes;
   if (!rc && blob && blob_cap < L->m.blob_bytes) {

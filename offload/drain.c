@@ -505,7 +505,10 @@ static int accumulate(ferry_engine *e, const eng_drain_item *it, int si) {
       struct timespec ts = {(time_t)d, (long)((d - (double)(time_t)d) * 1e9)};
       while (nanosleep(&ts, &ts) != 0) continue;
     }
-    rc = accumulate_cpu(e, g, e->drain.stage[si].buf, it->last, &sumsq, &nonfinite);
+    if (e->drain.sum_faults > 0 && e->drain.sum_faults--) /* tests: a failed sum */
+      rc = ferry_err(&e->err, FERRY_EIO, "drain: group %u: test fault in its sum", g);
+    else
+      rc = accumulate_cpu(e, g, e->drain.stage[si].buf, it->last, &sumsq, &nonfinite);
     ferry_timeline_add(&e->tl, FERRY_LANE_OPTIM0, "accumulate", t2, ferry_now());
   }
   if (rc) return rc;
@@ -585,6 +588,8 @@ static void *drain_main(void *arg) {
     pthread_mutex_unlock(&e->mu);
     if (!rc && !failed) rc = accumulate(e, &it, si);
     pthread_mutex_lock(&e->mu);
+    if ((rc || failed) && marks_clear(e, it.group)) /* no update comes to stage its params */
+      stepper_wake(e);                               /* a fetch waits on the count */
     finish_item(e, rc);
   }
   pthread_mutex_unlock(&e->mu);
@@ -648,3 +653,4 @@ void drain_clear_norm(ferry_engine *e, uint32_t g) { e->drain.norm[g] = (eng_dra
 
 void drain_set_d2h_delay(ferry_engine *e, double seconds) { e->drain.d2h_delay = seconds; }
 void drain_set_sum_delay(ferry_engine *e, double seconds) { e->drain.sum_delay = seconds; }
+void drain_set_sum_faults(ferry_engine *e, int count) { e->drain.sum_faults = count; }

@@ -69,6 +69,7 @@ typedef struct {
   eng_drain_norm *norm;  /* per group (the drain; the loop after drain_wait) */
   double d2h_delay;      /* (fixed) tests: a stream sleep before each D2H */
   double sum_delay;      /* (fixed) tests: a sleep at the start of each CPU sum */
+  int sum_faults;        /* (drain; tests set it while the drain is idle) CPU sums to fail */
   ferry_optimizer *opt;  /* (drain) one-thread optimizer for accumulation and stats */
   /* With ranks (drain; fixed pointers): pinned fp32 buffers of the largest
    * group (the all-reduce or the reduce-scatter's send) and of the largest
@@ -119,5 +120,8 @@ void drain_set_d2h_delay(ferry_engine *e, double seconds);
 /* Tests: every CPU sum of a group's grads starts with a sleep of `seconds`
  * (inside its "accumulate" span), standing for a slow sum. */
 void drain_set_sum_delay(ferry_engine *e, double seconds);
+/* Tests: the next `count` CPU sums fail with FERRY_EIO (after the delay),
+ * standing for a failed read of the accumulators. */
+void drain_set_sum_faults(ferry_engine *e, int count);
 
 #endif

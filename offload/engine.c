@@ -624,6 +624,7 @@ ferry_timeline *engine_timeline(ferry_engine *e) {
 ferry_dtype engine_param_dtype(const ferry_engine *e) { return e->dtype; }
 void engine_set_d2h_delay(ferry_engine *e, double seconds) { drain_set_d2h_delay(e, seconds); }
 void engine_set_sum_delay(ferry_engine *e, double seconds) { drain_set_sum_delay(e, seconds); }
+void engine_set_sum_faults(ferry_engine *e, int count) { drain_set_sum_faults(e, count); }
 _Static_assert((int)ENGINE_FAULT_ZERO == (int)GROUP_TAIL_ZERO &&
                    (int)ENGINE_FAULT_GATHER == (int)GROUP_TAIL_GATHER &&
                    (int)ENGINE_FAULT_HOME == (int)GROUP_TAIL_HOME,

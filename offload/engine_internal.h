@@ -28,6 +28,10 @@ void engine_set_d2h_delay(ferry_engine *e, double seconds);
 /* Tests (before finalize): every CPU sum of the drain starts with a sleep
  * of `seconds`, standing for a slow sum. */
 void engine_set_sum_delay(ferry_engine *e, double seconds);
+/* Tests (while the drain is idle): the next `count` CPU sums of the drain
+ * fail with FERRY_EIO, standing for a failed read of the accumulators; the
+ * drain then fails (as a real failure does). */
+void engine_set_sum_faults(ferry_engine *e, int count);
 /* Tests: the next `count` times an update reaches `point` after its
  * optimizer pass, it fails there with FERRY_EIO as the real call would:
  * the zeroing of its grads, the ranks' all-gather of its new params (every

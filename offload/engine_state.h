@@ -30,6 +30,7 @@
 #include "offload/stepper.h"
 #include "offload/drain.h"
 #include "offload/ranks.h"
+#include "offload/marks.h"
 
 /* The loop's hold on a group it fetched (loop). */
 typedef struct {
@@ -85,6 +86,7 @@ struct ferry_engine {
   eng_stepper stepper; /* stepper.h */
   eng_gpu gpu;         /* gpu.h */
   eng_ranks ranks;     /* ranks.h */
+  eng_marks marks;     /* marks.h */
 
   /* Ranks (ferry_engine_set_comm; comm/). comm: the caller's (loop, before
    * finalize). The rank figures and the channels are the engine's shape,

@@ -81,7 +81,7 @@ typedef struct {
    * update state and drain_wait) */
   int grads_zero;
   /* (mu) a bf16 master's params the stepper has yet to stage, kept in the
-   * host pool for it since ferry_grads_ready (stepper_unstaged) */
+   * host pool for it since ferry_grads_ready (marks.h) */
   int to_stage;
   /* The partition (fixed): rank r owns the group's elements [bounds[r],
    * bounds[r+1]) (nranks + 1 entries); this rank [lo, hi). One rank or

@@ -99,7 +99,7 @@ static int stage_marks(const ferry_engine *e) {
 static void wait_staged(ferry_engine *e) {
   if (!stage_marks(e) || e->optim_ahead) return;
   pthread_mutex_lock(&e->mu);
-  while (stepper_unstaged(e) > 1 && stepper_waits_for(e) < 0 &&
+  while (marks_unstaged(e) > 1 && stepper_waits_for(e) < 0 &&
          (stepper_busy(e) || drain_busy(e)))
     stepper_wait_change_for(e, 0.01);
   pthread_mutex_unlock(&e->mu);
@@ -234,7 +234,7 @@ int ferry_grads_ready(ferry_engine *e, int group, ferry_stream *s) {
   if (marks) {
     (void)ferry_mem_prefetch(e->mem, (uint32_t)group, FERRY_FAMILY_PARAMS, FERRY_TIER_HOST);
     pthread_mutex_lock(&e->mu);
-    stepper_mark_unstaged(e, (uint32_t)group);
+    marks_set(e, (uint32_t)group);
     pthread_mutex_unlock(&e->mu);
   }
   drain_submit(e, (uint32_t)group, f->grad_slot); /* the drain owns it now */

@@ -19,8 +19,14 @@ float ferry_loss_scale(const ferry_engine *e) {
 int ferry_zero_grads(ferry_engine *e) {
   if (!e) return FERRY_EINVAL;
   if (!e->finalized) return ferry_err(&e->err, FERRY_ESTATE, "zero grads: not finalized");
-  int rc = stepper_wait_all(e);
-  if (!rc) rc = drain_wait(e);
+  /* the drain first: an update it queues (updates during backward) is
+   * waited for too, so none runs beside the zeroing or after it returns */
+  int rc = drain_wait(e), r2 = stepper_wait_all(e);
+  /* none is queued or running: a staging mark left waits for no update */
+  pthread_mutex_lock(&e->mu);
+  marks_clear_all(e);
+  pthread_mutex_unlock(&e->mu);
+  if (r2) return r2; /* the stepper's first, as before: the drain's stays */
   if (rc) return rc;
   for (uint32_t g = 0; g < e->gt.ngroups; g++) {
     rc = group_zero_grads(e, g, 0);

@@ -570,11 +570,7 @@ static int hold_state(ferry_engine *e, uint32_t i, uint32_t next) {
 /* Group g's update has staged its params (or failed to): no longer kept. */
 static void staged(ferry_engine *e, uint32_t g) {
   pthread_mutex_lock(&e->mu);
-  if (e->gt.groups[g].to_stage) {
-    e->gt.groups[g].to_stage = 0;
-    e->stepper.unstaged--;
-    pthread_cond_broadcast(&e->stepper.cv);
-  }
+  if (marks_clear(e, g)) pthread_cond_broadcast(&e->stepper.cv); /* a fetch waits on the count */
   pthread_mutex_unlock(&e->mu);
 }
 
@@ -748,14 +744,6 @@ int stepper_wait_group(ferry_engine *e, uint32_t g) {
   pthread_mutex_unlock(&e->mu);
   return rc;
 }
-
-void stepper_mark_unstaged(ferry_engine *e, uint32_t g) {
-  if (e->gt.groups[g].to_stage) return;
-  e->gt.groups[g].to_stage = 1;
-  e->stepper.unstaged++;
-}
-
-uint32_t stepper_unstaged(const ferry_engine *e) { return e->stepper.unstaged; }
 
 void stepper_wait_change_for(ferry_engine *e, double seconds) {
   struct timespec ts;

@@ -18,7 +18,6 @@ typedef struct {
   uint32_t *queue;       /* (mu) groups waiting for their update, FIFO */
   size_t head, tail;
   uint32_t pending;      /* (mu) groups queued or being updated */
-  uint32_t unstaged;     /* (mu) groups whose to_stage is set */
   float gscale;          /* (mu) grad scale of the queued updates */
   int status;            /* (mu) first error of an asynchronous step */
   char fail_why[768];    /* (mu) the message of the last failed update (file, offset...),
@@ -91,11 +90,8 @@ int stepper_retry_failed(ferry_engine *e);
 int stepper_wait_all(ferry_engine *e);
 /* Waits until group g's update is done; its failure status, or 0. */
 int stepper_wait_group(ferry_engine *e, uint32_t g);
-/* (mu held) Group g's params are kept for the stepper to stage (a bf16
- * master, ferry_grads_ready); the groups marked so and not staged yet; a
- * wait of at most `seconds` for the stepper's next change. */
-void stepper_mark_unstaged(ferry_engine *e, uint32_t g);
-uint32_t stepper_unstaged(const ferry_engine *e);
+/* (mu held) A wait of at most `seconds` for the stepper's next change
+ * (a group staged: marks.h). */
 void stepper_wait_change_for(ferry_engine *e, double seconds);
 /* Writes a group's params (param dtype) from fp32 values: vals (the
  * group's values, goff-indexed), or when NULL its fp32 master values, which

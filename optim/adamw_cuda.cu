@@ -74,7 +74,7 @@ __global__ static void adam_kernel(optim_scalars s, optim_tile t) {
   }
 }
 
-#define QTHREADS 256
+#define QTHREADS OPTIM_CUDA_QTHREADS
 
 /* Int8 states: thread block k owns absmax block k. Pass 1: each thread
  * dequantizes and updates its elements, the block reduces the max of the
@@ -135,26 +135,31 @@ __global__ static void adam_q_kernel(optim_scalars s, optim_tile t) {
 extern "C" int optim_cuda_step(const optim_scalars *s, const optim_tile *t, void *stream, char *why,
                                size_t why_len) {
   if (t->n == 0) return FERRY_OK;
-  int threads = 256, blocks;
-  if (t->sdt == FERRY_DT_I8) {
-    size_t nb = (t->n + t->block - 1) / t->block;
-    if (nb > 0x7FFFFFFFu) {
-      snprintf(why, why_len, "%zu absmax blocks: more than one grid holds", nb);
-      return FERRY_EINVAL;
-    }
-    blocks = (int)nb;
-    threads = QTHREADS;
-    adam_q_kernel<<<blocks, threads, 0, (cudaStream_t)stream>>>(*s, *t);
-  } else {
-    size_t want = (t->n + threads - 1) / threads;
-    blocks = want > 65535u * 8u ? 65535 * 8 : (int)want;
-    adam_kernel<<<blocks, threads, 0, (cudaStream_t)stream>>>(*s, *t);
+  int threads, blocks;
+  if (!optim_cuda_grid(t->n, t->sdt, t->block, &blocks, &threads)) {
+    snprintf(why, why_len, "%zu elements in absmax blocks of %zu: more than one grid holds", t->n,
+             t->block);
+    return FERRY_EINVAL;
   }
+  if (t->sdt == FERRY_DT_I8)
+    adam_q_kernel<<<blocks, threads, 0, (cudaStream_t)stream>>>(*s, *t);
+  else
+    adam_kernel<<<blocks, threads, 0, (cudaStream_t)stream>>>(*s, *t);
   cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess) {
     snprintf(why, why_len, "%s<<<%d, %d>>> over %zu elements: %s",
              t->sdt == FERRY_DT_I8 ? "adam_q_kernel" : "adam_kernel", blocks, threads, t->n,
              cudaGetErrorString(e));
+    return FERRY_ENODEV;
+  }
+  return FERRY_OK;
+}
+
+extern "C" int optim_cuda_ready(void *stream, char *why, size_t why_len) {
+  (void)cudaGetLastError(); /* left by an earlier call, which reported it */
+  cudaError_t e = cudaStreamQuery((cudaStream_t)stream);
+  if (e != cudaSuccess && e != cudaErrorNotReady) {
+    snprintf(why, why_len, "the device failed before this step: %s", cudaGetErrorString(e));
     return FERRY_ENODEV;
   }
   return FERRY_OK;

@@ -20,6 +20,11 @@ int optim_cuda_step(const optim_scalars *s, const optim_tile *t, void *stream, c
   return no_cuda(why, why_len);
 }
 
+int optim_cuda_ready(void *stream, char *why, size_t why_len) {
+  (void)stream;
+  return no_cuda(why, why_len);
+}
+
 int optim_cuda_accumulate(float *acc, const void *g, int dt, size_t n, float scale, void *stream,
                           char *why, size_t why_len) {
   (void)acc, (void)g, (void)dt, (void)n, (void)scale, (void)stream;

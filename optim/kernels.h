@@ -71,6 +71,33 @@ typedef struct {
  * stream (a cudaStream_t, NULL = default). FERRY_ENOTSUP when not built. */
 int optim_cuda_step(const optim_scalars *s, const optim_tile *t, void *stream, char *why,
                     size_t why_len);
+/* Before a step's first launch: clears an error an earlier CUDA call left
+ * behind (its caller has it), then fails (FERRY_ENODEV, why) when the
+ * device or stream has failed already (a sticky error: every later call
+ * fails too). FERRY_ENOTSUP when not built. */
+int optim_cuda_ready(void *stream, char *why, size_t why_len);
+
+#define OPTIM_CUDA_THREADS 256  /* a thread per element (fp32 and bf16 states) */
+#define OPTIM_CUDA_QTHREADS 256 /* int8 states: a block of threads per absmax block */
+#define OPTIM_CUDA_BLOCKS_MAX (65535 * 8) /* fp32 and bf16 states: a grid-stride loop beyond */
+
+/* The grid of optim_cuda_step over n elements of states sdt (int8: absmax
+ * blocks of `block`): its blocks and threads, or 0 when one grid cannot
+ * hold it (int8: more than 2^31 - 1 absmax blocks). Plain C: the step
+ * checks every span's launch with it before its first launch. */
+static inline int optim_cuda_grid(size_t n, int sdt, size_t block, int *blocks, int *threads) {
+  if (sdt == FERRY_DT_I8) {
+    size_t nb = block ? (n + block - 1) / block : 0;
+    if (!block || nb > 0x7FFFFFFFu) return 0;
+    *blocks = (int)nb;
+    *threads = OPTIM_CUDA_QTHREADS;
+  } else {
+    size_t want = (n + OPTIM_CUDA_THREADS - 1) / OPTIM_CUDA_THREADS;
+    *blocks = want > (size_t)OPTIM_CUDA_BLOCKS_MAX ? OPTIM_CUDA_BLOCKS_MAX : (int)want;
+    *threads = OPTIM_CUDA_THREADS;
+  }
+  return 1;
+}
 
 #ifdef __cplusplus
 }

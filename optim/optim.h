@@ -51,6 +51,17 @@ int optim_step_counts(ferry_optimizer *o, const ferry_optim_span *spans, size_t 
 int optim_step_cuda_counts(ferry_optimizer *o, const ferry_optim_span *spans, size_t count,
                            float grad_scale, const int64_t *counts, void *cuda_stream);
 
+/* The CUDA step's two calls (kernels.h): optim_cuda_ready before the first
+ * launch, optim_cuda_step for each span. */
+typedef struct {
+  int (*ready)(void *stream, char *why, size_t why_len);
+  int (*launch)(const optim_scalars *s, const optim_tile *t, void *stream, char *why,
+                size_t why_len);
+} optim_cuda_ops;
+/* Tests: the CUDA step calls ops instead (a build without CUDA runs the
+ * step's checks and span bookkeeping on fakes); NULL: the real ones. */
+void optim_set_cuda_ops(ferry_optimizer *o, const optim_cuda_ops *ops);
+
 /* Fills the per-step scalars from the hyper-parameters for step t (>= 1). */
 void optim_scalars_make(optim_scalars *s, const ferry_optimizer_config *cfg, float lr, int64_t t,
                         float gscale);

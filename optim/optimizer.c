@@ -159,6 +159,7 @@ struct ferry_optimizer {
   optim_scalars *span_sc; /* optim_step_counts: per span */
   size_t cap_span_sc;
   step_job job;
+  optim_cuda_ops cuda;    /* the CUDA step's calls (tests: optim_set_cuda_ops) */
 
   /* gradient helpers: serialised by hmu */
   pthread_mutex_t hmu;
@@ -316,6 +317,7 @@ int ferry_optimizer_create(const ferry_optimizer_config *cfg, ferry_optimizer **
   o->level = level;
   o->native_bf16 = level == OPTIM_SIMD_AVX512 && (ferry_cpu_simd() & FERRY_SIMD_AVX512BF16);
   o->lr = cfg->lr;
+  optim_set_cuda_ops(o, NULL);
   o->log.fn = cfg->log;
   o->log.user = cfg->log_user;
   o->log.level = cfg->log_level;
@@ -610,8 +612,39 @@ int ferry_optimizer_step(ferry_optimizer *o, const ferry_optim_span *spans, size
   return ferry_optimizer_wait(o);
 }
 
+/* Span sp's tile for the CUDA step. */
+static optim_tile cuda_tile(const ferry_optimizer *o, const ferry_optim_span *sp) {
+  optim_tile t;
+  memset(&t, 0, sizeof t);
+  t.p = sp->param;
+  t.g = sp->grad;
+  t.s1 = sp->state1;
+  t.s2 = sp->state2;
+  t.pc = sp->param_copy;
+  t.n = sp->n;
+  t.gdt = sp->grad_dtype;
+  t.sdt = o->cfg.state_dtype;
+  t.cdt = sp->copy_dtype;
+  t.trust = 1.0f;
+  t.mdt = o->cfg.master_dtype;
+  t.index = sp->index;
+  t.block = qblock(&o->cfg);
+  if (t.sdt == FERRY_DT_I8) {
+    t.a1 = optim_q_absmax_ptr(sp->state1, sp->n);
+    t.a2 = optim_q_absmax_ptr(sp->state2, sp->n);
+  }
+  return t;
+}
+
 /* ferry_optimizer_step_cuda, with a step count per span (counts) or the
- * optimizer's own (NULL). Every span is checked before the first launch. */
+ * optimizer's own (NULL). All or nothing, as the CPU step and the
+ * stepper's retry want (a failed group update changed nothing and runs
+ * again whole): every span, count and launch's grid is checked, and the
+ * device asked whether it has failed, before the first launch. A launch
+ * after the first then runs the same kernel with the same threads, so
+ * only a device failure can stop it, and that one fails every later call
+ * too: a retry cannot step a span twice. The message says how many spans
+ * were launched then. */
 static int step_cuda(ferry_optimizer *o, const ferry_optim_span *spans, size_t count,
                      float grad_scale, const int64_t *counts, void *cuda_stream) {
   if (!o) return FERRY_EINVAL;
@@ -622,41 +655,41 @@ static int step_cuda(ferry_optimizer *o, const ferry_optim_span *spans, size_t c
     return ferry_err(&o->err, FERRY_EBUSY, "step_cuda: a CPU step is still running");
   int crc = check_counts(o, counts, count);
   if (crc) return crc;
+  size_t launches = 0;
   for (size_t i = 0; i < count; i++) {
-    int rc = check_span(o, &spans[i], i);
+    int rc = check_span(o, &spans[i], i), blocks, threads;
     if (rc) return rc;
+    if (!spans[i].n) continue;
+    if (!optim_cuda_grid(spans[i].n, o->cfg.state_dtype, qblock(&o->cfg), &blocks, &threads))
+      return ferry_err(&o->err, FERRY_EINVAL,
+                       "step_cuda: span %zu: %zu elements in int8 absmax blocks of %zu: more "
+                       "than one grid holds (nothing was launched)",
+                       i, spans[i].n, qblock(&o->cfg));
+    launches++;
   }
+  char why[256] = "";
+  int rc = launches ? o->cuda.ready(cuda_stream, why, sizeof why) : FERRY_OK;
+  if (rc) return ferry_err(&o->err, rc, "step_cuda: %s (nothing was launched)", why);
   optim_scalars sc;
   optim_scalars_make(&sc, &o->cfg, o->lr, o->step + 1, grad_scale);
+  size_t launched = 0;
   for (size_t i = 0; i < count; i++) {
     const ferry_optim_span *sp = &spans[i];
     if (!sp->n) continue;
     if (counts) optim_scalars_make(&sc, &o->cfg, o->lr, counts[i] + 1, grad_scale);
-    optim_tile t;
-    memset(&t, 0, sizeof t);
-    t.p = sp->param;
-    t.g = sp->grad;
-    t.s1 = sp->state1;
-    t.s2 = sp->state2;
-    t.pc = sp->param_copy;
-    t.n = sp->n;
-    t.gdt = sp->grad_dtype;
-    t.sdt = o->cfg.state_dtype;
-    t.cdt = sp->copy_dtype;
-    t.trust = 1.0f;
-    t.mdt = o->cfg.master_dtype;
-    t.index = sp->index;
-    t.block = qblock(&o->cfg);
-    if (t.sdt == FERRY_DT_I8) {
-      t.a1 = optim_q_absmax_ptr(sp->state1, sp->n);
-      t.a2 = optim_q_absmax_ptr(sp->state2, sp->n);
-    }
-    char why[256] = "";
-    int rc = optim_cuda_step(&sc, &t, cuda_stream, why, sizeof why);
-    if (rc) return ferry_err(&o->err, rc, "step_cuda: span %zu: %s", i, why);
+    optim_tile t = cuda_tile(o, sp);
+    rc = o->cuda.launch(&sc, &t, cuda_stream, why, sizeof why);
+    if (rc)
+      return ferry_err(&o->err, rc, "step_cuda: span %zu: %s (%zu of %zu spans launched before)",
+                       i, why, launched, launches);
+    launched++;
   }
   if (!counts) o->step++;
   return FERRY_OK;
+}
+
+void optim_set_cuda_ops(ferry_optimizer *o, const optim_cuda_ops *ops) {
+  o->cuda = ops ? *ops : (optim_cuda_ops){optim_cuda_ready, optim_cuda_step};
 }
 
 int ferry_optimizer_step_cuda(ferry_optimizer *o, const ferry_optim_span *spans, size_t count,

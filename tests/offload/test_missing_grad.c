@@ -10,7 +10,8 @@
  * step that left params out, loaded into a fresh engine and trained on, the
  * weights are the uninterrupted run's bit for bit; a count above the
  * checkpoint's step or FERRY_STEP_MAX, or an index past its params, is
- * refused naming the manifest and the value; the counts as version 4 wrote
+ * refused naming the manifest and the value (one name listed twice by the
+ * load and by ferry_checkpoint_verify alike); the counts as version 4 wrote
  * them (in the manifest) resume the same; a manifest without the counts
  * (version 3) loads with every count at the checkpoint's step.
  */
@@ -359,6 +360,12 @@ static void check_checkpoint(const char *scratch) {
   expect_refused(folder, "names 'no.such'");
   rewrite_manifest(folder, dup_name, 0); /* one param's count twice */
   expect_refused(folder, "names 'a.b' a second time");
+  /* and `ferry checkpoint verify`, which has no engine: the same rule */
+  rc = ferry_checkpoint_verify(folder, NULL);
+  printf("verify refused: %s\n", ferry_last_error());
+  EXPECT_EQ_INT(rc, FERRY_ECORRUPT);
+  EXPECT(strstr(ferry_last_error(), "/param_steps line 2: ") != NULL &&
+         strstr(ferry_last_error(), "names 'a.b' a second time (line 1 names it first)") != NULL);
 
   /* version 4: the counts in the manifest itself */
   write_v4(folder);

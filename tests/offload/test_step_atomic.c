@@ -42,21 +42,15 @@ static int eager; /* step_during_backward: updates queued as the backward hands 
 
 static void run_open_prec(run_t *R, const char *params_home, const char *optim_home,
                           const char *prec) {
-  char nvme[1200], text[2400];
-  snprintf(nvme, sizeof nvme, "%s/nvme-%ld", scratch, (long)getpid());
-  mkdir(scratch, 0755);
-  mkdir(nvme, 0755);
-  snprintf(text, sizeof text,
-           "device = \"host\";\n"
-           "chunk_size = \"4K\";\n"
+  char more[1024], text[2400];
+  snprintf(more, sizeof more,
            "step_during_backward = %s;\n"
-           "tiers: { gpu: { budget = \"1M\"; }; host: { budget = \"16M\"; pinned = false; };\n"
-           "         nvme: { paths = [\"%s\"]; block_size = \"4K\"; queue_depth = 8; }; };\n"
            "optimizer: { type = \"adamw\"; lr = 0.01; weight_decay = 0.1; threads = 1; "
            "missing_grad = \"skip\"; };\n"
            "precision: { %s };\n"
            "placement: { params = \"%s\"; grads = \"host\"; optimizer = \"%s\"; };\n",
-           eager ? "true" : "false", nvme, prec, params_home, optim_home);
+           eager ? "true" : "false", prec, params_home, optim_home);
+  eu_nvme_text(text, sizeof text, scratch, more);
   run_engine(R, text, 0);
 }
 

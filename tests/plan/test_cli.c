@@ -11,6 +11,7 @@
 #include "ferry.h"
 #include "core/json.h"
 #include "plan/plan.h"
+#include "tests/plan/profile_util.h"
 #include "tests/test.h"
 
 #include <stdlib.h>
@@ -172,17 +173,14 @@ static void test_svg_and_profile(void) {
   char path[1024], prof[1024], args[3072];
   snprintf(path, sizeof path, "%s/plan-test.svg", dir);
   snprintf(prof, sizeof prof, "%s/plan-profile.json", dir);
-  FILE *f = fopen(prof, "w");
-  REQUIRE(f);
-  fprintf(f, "{\"format\": \"ferry-profile\", \"version\": 1, \"h2d_gbps\": 11, \"d2h_gbps\": 12,"
-             " \"nvme_read_gbps\": 6.5, \"nvme_write_gbps\": 5, \"cpu_optimizer_gbps\": 40,"
-             " \"device_tflops\": 100, \"device_tflops_fp32\": 20, \"device_mem_gbps\": 1000}\n");
-  fclose(f);
+  write_profile(prof, "\"h2d_gbps\": 11, \"d2h_gbps\": 12, \"nvme_read_gbps\": 6.5, "
+                      "\"nvme_write_gbps\": 5, \"cpu_optimizer_gbps\": 40, \"device_tflops\": 100, "
+                      "\"device_tflops_fp32\": 20, \"device_mem_gbps\": 1000");
   snprintf(args, sizeof args, "--model mistral-7b --gpu-mem 24G --host-mem 256G --nvme 1T "
            "--profile '%s' --svg '%s'", prof, path);
   EXPECT_EQ_INT(run(1, args), 0);
   EXPECT(!strstr(out, "assumed"));
-  f = fopen(path, "r");
+  FILE *f = fopen(path, "r");
   REQUIRE(f);
   static char svg[1 << 16];
   size_t n = fread(svg, 1, sizeof svg - 1, f);
@@ -193,10 +191,7 @@ static void test_svg_and_profile(void) {
            "--profile '%s'", prof);
   EXPECT_EQ_INT(run(0, args), 0);
   EXPECT(has("\"assumed\":[]") && has("\"h2d_gbps\":11"));
-  f = fopen(prof, "w");
-  REQUIRE(f);
-  fprintf(f, "{\"format\": \"ferry-profile\", \"version\": 1, \"pcie_gbps\": 11}\n");
-  fclose(f);
+  write_profile(prof, "\"pcie_gbps\": 11");
   snprintf(args, sizeof args, "--model gpt2 --gpu-mem 8G --host-mem 8G --profile '%s'", prof);
   EXPECT_EQ_INT(run(1, args), 2);
   EXPECT(has("unknown key \"pcie_gbps\""));

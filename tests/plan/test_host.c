@@ -8,6 +8,7 @@
  */
 #include "ferry.h"
 #include "plan/plan.h"
+#include "tests/plan/profile_util.h"
 #include "tests/test.h"
 
 #include <stdio.h>
@@ -128,12 +129,9 @@ static void test_backward_io(void) {
   /* the text names the term, from the same figures in a profile */
   char cmd[4096], prof[1024];
   snprintf(prof, sizeof prof, "%s/backward-io-profile.json", dir);
-  FILE *f = fopen(prof, "w");
-  REQUIRE(f);
-  fprintf(f, "{\"format\": \"ferry-profile\", \"version\": 1, \"h2d_gbps\": 12.1201, "
-             "\"d2h_gbps\": 31.2716, \"nvme_read_gbps\": 2.74203, \"nvme_write_gbps\": 6.10152, "
-             "\"cpu_optimizer_gbps\": 49.5759, \"device_tflops_fp32\": 0.130181}\n");
-  fclose(f);
+  write_profile(prof, "\"h2d_gbps\": 12.1201, \"d2h_gbps\": 31.2716, \"nvme_read_gbps\": 2.74203, "
+                      "\"nvme_write_gbps\": 6.10152, \"cpu_optimizer_gbps\": 49.5759, "
+                      "\"device_tflops_fp32\": 0.130181");
   snprintf(cmd, sizeof cmd, "'%s' plan --model llama-1b --device host --gpu-budget %llu "
            "--host-budget %llu --nvme 1T --seq 128 --chunk-size 64M --checkpointing off "
            "--profile '%s'", bin, (unsigned long long)in.budget[FERRY_PLAN_GPU],
@@ -171,10 +169,7 @@ static void test_cli(void) {
   EXPECT(ferry_config_get(c, "tiers.host.pinned", v, sizeof v) == 0 && !strcmp(v, "false"));
   ferry_config_destroy(c);
   /* a profile's figure is named as such */
-  FILE *f = fopen(prof, "w");
-  REQUIRE(f);
-  fprintf(f, "{\"format\": \"ferry-profile\", \"version\": 1, \"device_tflops_fp32\": 0.15}\n");
-  fclose(f);
+  write_profile(prof, "\"device_tflops_fp32\": 0.15");
   snprintf(cmd, sizeof cmd, "'%s' plan --model gpt2 --device host --gpu-budget 4G "
            "--host-mem 16G --seq 128 --profile '%s'", bin, prof);
   EXPECT_EQ_INT(run(cmd), 0);
