@@ -280,6 +280,18 @@ static int parse_size_flag(const char *flag, const char *s, uint64_t *out) {
   return 0;
 }
 
+/* A value the engine's configuration refuses for key (its range), said
+ * with the flag: planning for it would plan an engine that cannot start and
+ * write a config that does not load. 1 when refused. */
+static int engine_refuses(const char *flag, const char *key, const char *v) {
+  ferry_config *c = NULL;
+  if (ferry_config_create(&c)) return 0; /* out of memory: --write-config says so */
+  int bad = ferry_config_set(c, key, v) != FERRY_OK;
+  if (bad) fprintf(stderr, "ferry plan: %s '%s': %s\n", flag, v, ferry_config_last_error(c));
+  ferry_config_destroy(c);
+  return bad;
+}
+
 static int pick(const char *flag, const char *s, const char *const *names, int n, int *out) {
   for (int i = 0; i < n; i++)
     if (!strcmp(s, names[i])) {
@@ -1145,6 +1157,7 @@ static int take_value(const char *o, const char *v, plan_flags *fl, ferry_plan_i
       fprintf(stderr, "ferry plan: --chunk-size %s: at least 4096 bytes\n", v);
       bad = 1;
     }
+    if (!bad) bad = engine_refuses(o, "chunk_size", v);
   }
   return bad ? 2 : 0;
 }

@@ -5,6 +5,7 @@
 #   config     --set values in the config grammar, empty paths refused
 #   checkpoint `ferry checkpoint verify|info` on a good and a damaged checkpoint
 #   bench      usage errors of the bench subcommands (exit 2, naming the value)
+#   plan       usage errors of `ferry plan` the engine's config would refuse
 #   wording    messages that say what is wrong once, units in MiB/GiB
 # $1 = the ferry binary, $2 = CASE, $3 = a scratch folder, $4 = a helper
 # program where the case needs one. Exit 0 pass, 1 fail.
@@ -143,6 +144,20 @@ bench)
   { [ "$rc" = 0 ] || { [ "$rc" = 1 ] && [ ! -s o.err ]; }; } || fail "bench memory exited $rc"
   prints "chunks of 256.00 KiB"
   prints "heap delta over 1000 fetches: 0 bytes"
+  ;;
+plan)
+  # a chunk size above the engine's limit (1e15 bytes): refused at once,
+  # naming the flag and the value, not planned (every family was rounded up
+  # to a chunk of petabytes) nor written into a config that cannot load
+  expect 2 "$bin" plan --model gpt2 --device host --gpu-budget 1G --host-budget 8G --nvme 64G \
+    --chunk-size 2P --write-config "$dir/p.cfg"
+  says "--chunk-size '2P'" && says "at most"
+  [ -e "$dir/p.cfg" ] && fail "a config written for a refused --chunk-size"
+  grep -q "bytes (GiB)" o.out && fail "a plan printed for a refused --chunk-size"
+  # the largest the engine takes still plans
+  expect 1 "$bin" plan --model gpt2 --device host --gpu-budget 1G --host-budget 8G --nvme 64G \
+    --chunk-size 900T
+  prints "bytes (GiB)"
   ;;
 wording)
   # a group given a value: says so, suggests no unrelated key

@@ -134,6 +134,9 @@ ferry_add_test(NAME cli.hostile.checkpoint EXE sh TIMEOUT 60
 ferry_add_test(NAME cli.hostile.bench EXE sh TIMEOUT 60
                ARGS ${PROJECT_SOURCE_DIR}/tests/cli/hostile_test.sh $<TARGET_FILE:ferry_cli> bench
                     ${PROJECT_BINARY_DIR}/tests/cli-hostile-bench)
+ferry_add_test(NAME cli.hostile.plan EXE sh TIMEOUT 30
+               ARGS ${PROJECT_SOURCE_DIR}/tests/cli/hostile_test.sh $<TARGET_FILE:ferry_cli> plan
+                    ${PROJECT_BINARY_DIR}/tests/cli-hostile-plan)
 ferry_add_test(NAME cli.hostile.wording EXE sh TIMEOUT 60
                ARGS ${PROJECT_SOURCE_DIR}/tests/cli/hostile_test.sh $<TARGET_FILE:ferry_cli> wording
                     ${PROJECT_BINARY_DIR}/tests/cli-hostile-wording ${PROJECT_SOURCE_DIR})
