@@ -871,6 +871,9 @@ int ferry_config_load_file(ferry_config *c, const char *path) {
 int ferry_config_load_string(ferry_config *c, const char *text, const char *name) {
   if (!c) return FERRY_EINVAL;
   if (!text) return ferry_err(&c->err, FERRY_EINVAL, "config load: text is NULL");
+  char why[512];
+  if (cfg_check_integers(text, name ? name : "<string>", why, sizeof why))
+    return ferry_err(&c->err, FERRY_ECONFIG, "%s", why);
   config_t cf;
   config_init(&cf);
   int ok = config_read_string(&cf, text) == CONFIG_TRUE;

@@ -35,6 +35,17 @@ config)
   expect 1 "$bin" config write "$dir/w.cfg" --set 'tiers.nvme.paths=["/a"'
   says "tiers.nvme.paths"
   [ -e "$dir/w.cfg" ] && fail "config write wrote a file for a refused --set"
+  # an integer beyond 32 bits without an L suffix (libconfig 1.5 kept its low
+  # 32 bits: 4 GiB + 4 KiB read as 4096), in the file and in an @include
+  printf 'device = "host";\nchunk_size = 4294971392;\n' >wide.cfg
+  expect 1 "$bin" config check wide.cfg
+  says "wide.cfg:2" && says "4294971392L"
+  printf '@include "wide.cfg"\n' >inc.cfg
+  expect 1 "$bin" config check inc.cfg
+  says "wide.cfg:2"
+  printf 'tiers: { host: { budget = 34359738368L; }; };\n' >long.cfg
+  expect 0 "$bin" config check long.cfg
+  grep -qE '^tiers.host.budget +34359738368$' o.out || fail "budget is not 32 GiB"
   # empty paths: in a file, in --set, and a placement on nvme with none
   printf 'tiers: { nvme: { paths = [""]; }; };\n' >empty.cfg
   expect 1 "$bin" config check empty.cfg
