@@ -2,7 +2,8 @@
  * through the public API (ferry_config_load_string, as Python's
  * ferry.Config(text) loads): libconfig 1.5 keeps the low 32 bits of an
  * integer written without an L suffix, so such a number is refused naming
- * the line and the number; with the suffix, or quoted, it is read whole.
+ * the line and the number (and in ferry_config_set's grammar values, the
+ * key); with the suffix, or quoted, it is read whole.
  * Strings and comments that hold long digit runs are not numbers.
  */
 #include "ferry.h"
@@ -41,6 +42,11 @@ int main(void) {
   EXPECT_EQ_INT(load("chunk_size = 2147483647; optimizer: { lr = 12345678901.5e-20; eps = 1e-30; };\n"),
                 FERRY_OK);
   EXPECT(value_is("chunk_size", "2147483647"));
+  /* the file's grammar in ferry_config_set (a list): the same */
+  EXPECT_EQ_INT(ferry_config_set(c, "optimizer.betas", "(0.9, 4294967296)"), FERRY_ECONFIG);
+  EXPECT(strstr(ferry_config_last_error(c), "optimizer.betas") &&
+         strstr(ferry_config_last_error(c), "4294967296L"));
+  EXPECT_EQ_INT(ferry_config_set(c, "optimizer.betas", "(0.9, 0.99)"), FERRY_OK);
   /* digits in strings, comments and names are not numbers */
   EXPECT_EQ_INT(load("/* 99999999999 */ tiers: { nvme: { paths = [\"/mnt/d99999999999\"]; }; };"
                      " // 88888888888\n"),
