@@ -1123,7 +1123,8 @@ static int take_value(const char *o, const char *v, plan_flags *fl, ferry_plan_i
   else if (!strcmp(o, "--device")) bad = pick(o, v, devs, 2, &in->device);
   else if (!strcmp(o, "--grad-accumulation"))
     bad = parse_int(o, v, 1, 1000000, &in->grad_accumulation);
-  else if (!strcmp(o, "--clip-grad-norm")) bad = parse_clip(v, &in->clip_grad_norm);
+  else if (!strcmp(o, "--clip-grad-norm"))
+    bad = parse_clip(v, &in->clip_grad_norm) || engine_refuses(o, "clip_grad_norm", v);
   else if (!strcmp(o, "--gpus") || !strcmp(o, "--nodes") || !strcmp(o, "--zero-stage")) {
     int stage = o[2] == 'z';
     int64_t n = 0;
@@ -1258,7 +1259,9 @@ static int exact_budget(int t, const char *v, const char *mem, ferry_plan_input 
     fprintf(stderr, "ferry plan: give %s SIZE or %s SIZE, not both\n", mflag[t], flag[t]);
     return 2;
   }
-  if (parse_size_flag(flag[t], v, &in->budget[t])) return 2;
+  if (parse_size_flag(flag[t], v, &in->budget[t]) ||
+      engine_refuses(flag[t], t == FERRY_PLAN_GPU ? "tiers.gpu.budget" : "tiers.host.budget", v))
+    return 2;
   if (in->budget[t] == 0) {
     fprintf(stderr, "ferry plan: %s %s: a budget of 0 holds nothing\n", flag[t], v);
     return 2;

@@ -5,7 +5,7 @@
 #   config     --set values in the config grammar, empty paths refused
 #   checkpoint `ferry checkpoint verify|info` on a good and a damaged checkpoint
 #   bench      usage errors of the bench subcommands (exit 2, naming the value)
-#   plan       usage errors of `ferry plan` the engine's config would refuse
+#   plan       values of `ferry plan` flags the engine's config would refuse
 #   wording    messages that say what is wrong once, units in MiB/GiB
 # $1 = the ferry binary, $2 = CASE, $3 = a scratch folder, $4 = a helper
 # program where the case needs one. Exit 0 pass, 1 fail.
@@ -165,6 +165,14 @@ plan)
   says "--chunk-size '2P'" && says "at most"
   [ -e "$dir/p.cfg" ] && fail "a config written for a refused --chunk-size"
   grep -q "bytes (GiB)" o.out && fail "a plan printed for a refused --chunk-size"
+  # the same for the other flags that are engine config keys
+  expect 2 "$bin" plan --model gpt2 --device host --gpu-budget 1000P --host-budget 8G
+  says "--gpu-budget '1000P'" && says "at most"
+  expect 2 "$bin" plan --model gpt2 --device host --gpu-budget 1G --host-budget 1000P
+  says "--host-budget '1000P'"
+  expect 2 "$bin" plan --model gpt2 --device host --gpu-budget 1G --host-budget 8G \
+    --clip-grad-norm 1e300
+  says "--clip-grad-norm '1e300'" && says "1e+30"
   # the largest the engine takes still plans
   expect 1 "$bin" plan --model gpt2 --device host --gpu-budget 1G --host-budget 8G --nvme 64G \
     --chunk-size 900T
