@@ -283,6 +283,18 @@ static int parse_size_flag(const char *flag, const char *s, uint64_t *out) {
   return 0;
 }
 
+/* A value the engine's configuration refuses for key (its range), said
+ * with the flag: planning for it would plan an engine that cannot start and
+ * write a config that does not load. 1 when refused. */
+static int engine_refuses(const char *flag, const char *key, const char *v) {
+  ferry_config *c = NULL;
+  if (ferry_config_create(&c)) return 0; /* out of memory: --write-config says so */
+  int bad = ferry_config_set(c, key, v) != FERRY_OK;
+  if (bad) fprintf(stderr, "ferry plan: %s '%s': %s\n", flag, v, ferry_config_last_error(c));
+  ferry_config_destroy(c);
+  return bad;
+}
+
 static int pick(const char *flag, const char *s, const char *const *names, int n, int *out) {
   for (int i = 0; i < n; i++)
     if (!strcmp(s, names[i])) {
@@ -1136,7 +1148,8 @@ static int take_value(const char *o, const char *v, plan_flags *fl, ferry_plan_i
   else if (!strcmp(o, "--device")) bad = pick(o, v, devs, 2, &in->device);
   else if (!strcmp(o, "--grad-accumulation"))
     bad = parse_int(o, v, 1, 1000000, &in->grad_accumulation);
-  else if (!strcmp(o, "--clip-grad-norm")) bad = parse_clip(v, &in->clip_grad_norm);
+  else if (!strcmp(o, "--clip-grad-norm"))
+    bad = parse_clip(v, &in->clip_grad_norm) || engine_refuses(o, "clip_grad_norm", v);
   else if (!strcmp(o, "--gpus") || !strcmp(o, "--nodes") || !strcmp(o, "--zero-stage")) {
     int stage = o[2] == 'z';
     int64_t n = 0;
@@ -1175,6 +1188,7 @@ static int take_value(const char *o, const char *v, plan_flags *fl, ferry_plan_i
       fprintf(stderr, "ferry plan: --chunk-size %s: at least 4096 bytes\n", v);
       bad = 1;
     }
+    if (!bad) bad = engine_refuses(o, "chunk_size", v);
   }
   return bad ? 2 : 0;
 }
@@ -1275,7 +1289,9 @@ static int exact_budget(int t, const char *v, const char *mem, ferry_plan_input 
     fprintf(stderr, "ferry plan: give %s SIZE or %s SIZE, not both\n", mflag[t], flag[t]);
     return 2;
   }
-  if (parse_size_flag(flag[t], v, &in->budget[t])) return 2;
+  if (parse_size_flag(flag[t], v, &in->budget[t]) ||
+      engine_refuses(flag[t], t == FERRY_PLAN_GPU ? "tiers.gpu.budget" : "tiers.host.budget", v))
+    return 2;
   if (in->budget[t] == 0) {
     fprintf(stderr, "ferry plan: %s %s: a budget of 0 holds nothing\n", flag[t], v);
     return 2;

@@ -14,11 +14,12 @@ void ferry_packer_break(ferry_packer *p) { p->open = 0; }
 
 int ferry_packer_place(ferry_packer *p, size_t bytes, size_t *offset) {
   size_t off = ferry_align_up(p->fill, FERRY_PACK_TENSOR_ALIGN);
+  size_t takes = bytes ? bytes : 1; /* an empty tensor takes a byte: full chunks refuse it */
   int own = bytes > p->size; /* a chunk of its own, closed at once */
-  int fresh = own || !p->open || off + bytes > p->size;
+  int fresh = own || !p->open || off + takes > p->size;
   if (fresh) off = 0;
   *offset = off;
-  p->fill = off + (bytes ? bytes : 1);
+  p->fill = off + takes;
   p->open = !own;
   return fresh;
 }

@@ -75,7 +75,10 @@ int ferry_par_zero_stop(void *p, size_t n, int threads, int (*stop)(void *user),
   if (threads <= 1) {
     zero_range(&z, 0, n);
   } else {
-    z.per = (n / (size_t)threads + 4095) & ~(size_t)4095; /* whole pages each */
+    /* whole pages each, rounded up from the exact share so that the
+     * slices cover n (n / threads rounded down lost the remainder when the
+     * share was whole pages) */
+    z.per = ((n + (size_t)threads - 1) / (size_t)threads + 4095) & ~(size_t)4095;
     ferry_par_run(threads, zero_part, &z);
   }
   return atomic_load(&z.stopped);

@@ -754,6 +754,12 @@ static int set_grammar(ferry_config *c, const key_def *k, const char *key, const
   char *line = malloc(n);
   if (!line) return ferry_err(&c->err, FERRY_ENOMEM, "config key '%s': out of memory", key);
   snprintf(line, n, "v = %s;", value);
+  char wide[512];
+  if (cfg_check_integers(value, key, wide, sizeof wide)) { /* "key:1: the integer ..." */
+    free(line);
+    return ferry_err(&c->err, FERRY_ECONFIG, "config key '%s': value '%s' is invalid: %s", key,
+                     value, strstr(wide, "the integer") ? strstr(wide, "the integer") : wide);
+  }
   config_t cf;
   config_init(&cf);
   int ok = config_read_string(&cf, line) == CONFIG_TRUE;
@@ -871,6 +877,9 @@ int ferry_config_load_file(ferry_config *c, const char *path) {
 int ferry_config_load_string(ferry_config *c, const char *text, const char *name) {
   if (!c) return FERRY_EINVAL;
   if (!text) return ferry_err(&c->err, FERRY_EINVAL, "config load: text is NULL");
+  char why[512];
+  if (cfg_check_integers(text, name ? name : "<string>", why, sizeof why))
+    return ferry_err(&c->err, FERRY_ECONFIG, "%s", why);
   config_t cf;
   config_init(&cf);
   int ok = config_read_string(&cf, text) == CONFIG_TRUE;

@@ -83,5 +83,9 @@ int ferry_config_clone(const ferry_config *src, ferry_config **out);
  * @include in it checked the same way before libconfig opens it
  * (config_file.c). FERRY_ECONFIG, FERRY_ENOENT, FERRY_EIO... with why. */
 int cfg_read_checked(const char *path, char **text, char *why, size_t wl);
+/* FERRY_ECONFIG with why ("name:line: ...") when text holds an integer
+ * without an L suffix that does not fit in 32 bits: libconfig 1.5 would
+ * read another number (config_file.c). */
+int cfg_check_integers(const char *text, const char *name, char *why, size_t wl);
 
 #endif

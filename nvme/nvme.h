@@ -122,7 +122,9 @@ int ferry_swap_get_info(ferry_swap *s, ferry_swap_info *out);
 
 /* Registers host buffers with the ring (IORING_REGISTER_BUFFERS); requests
  * whose buffer lies inside one then use READ_FIXED/WRITE_FIXED. Replaces an
- * earlier set; n = 0 unregisters. Only while no request is in flight. */
+ * earlier set; n = 0 unregisters. Only while no request is in flight. A
+ * buffer above 1 GiB (io_uring's limit): FERRY_EINVAL naming it, the earlier
+ * set kept. */
 int ferry_swap_register_buffers(ferry_swap *s, const struct iovec *iov, unsigned n);
 
 /* A request: caller-owned storage (embed it, no allocation per request).

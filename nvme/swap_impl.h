@@ -23,6 +23,7 @@
 #define FIN_TAG ((uint64_t)2) /* a NOP: writes on finq wait to be finished */
 #define BATCH 64
 #define MAX_FAULTS 16
+#define SWAP_REG_MAX ((size_t)1 << 30) /* io_uring's bytes per registered buffer */
 
 enum { OP_READ = 0, OP_WRITE = 1 };
 enum { U_NORMAL = 0, U_DELAYING = 1, U_DROPPED = 2 /* a NOP carrying a dropped request's end */ };

@@ -282,8 +282,12 @@ static const char *geometry_fault(const swap_saved *sv, uint32_t npaths, size_t 
   if (!sv->slot_size || !sv->nslots || !sv->bs || !sv->oa || sv->bs % sv->oa ||
       sv->bs > (1u << 30) || sv->oa > (1u << 16))
     return "sizes";
-  if (sv->positions != (sv->slot_size + sv->bs - 1) / sv->bs || sv->cps != sv->positions + 1 ||
-      sv->ppf != (sv->positions + npaths - 1) / npaths ||
+  /* in 64 bits, with open's limits (set_geometry): positions + 1 in 32
+   * bits wraps to a cps of 0, no CRC entries for pieces that index them */
+  uint64_t pos = sv->positions;
+  if (pos >= UINT32_MAX || sv->nphys >= UINT32_MAX || sv->slot_size > UINT64_MAX - sv->bs ||
+      pos != (sv->slot_size + sv->bs - 1) / sv->bs || (uint64_t)sv->cps != pos + 1 ||
+      (uint64_t)sv->ppf != (pos + npaths - 1) / npaths ||
       (uint64_t)sv->nphys != (uint64_t)sv->nslots + sv->spare_slots || sv->tight > 1)
     return "geometry does not add up";
   if ((uint64_t)sv->nphys * sv->cps * 4 + (uint64_t)sv->nphys * 16 + (uint64_t)sv->nslots * 5 > n)

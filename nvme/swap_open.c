@@ -488,6 +488,14 @@ int ferry_swap_register_buffers(ferry_swap *s, const struct iovec *iov, unsigned
                    s->name, s->active);
     goto out;
   }
+  for (unsigned i = 0; i < n; i++) /* the kernel's limit, which it gives as EFAULT */
+    if (iov[i].iov_len > SWAP_REG_MAX) {
+      rc = ferry_err(&s->err, FERRY_EINVAL,
+                     "swap '%s': buffer %u of %u is %zu bytes; io_uring registers at most 1 GiB "
+                     "a buffer (register it in pieces); the buffers registered before stay",
+                     s->name, i + 1, n, iov[i].iov_len);
+      goto out;
+    }
   if (s->nregs) {
     io_uring_unregister_buffers(&s->ring);
     free(s->regs);

@@ -5,6 +5,7 @@
 #   config     --set values in the config grammar, empty paths refused
 #   checkpoint `ferry checkpoint verify|info` on a good and a damaged checkpoint
 #   bench      usage errors of the bench subcommands (exit 2, naming the value)
+#   plan       values of `ferry plan` flags the engine's config would refuse
 #   wording    messages that say what is wrong once, units in MiB/GiB
 # $1 = the ferry binary, $2 = CASE, $3 = a scratch folder, $4 = a helper
 # program where the case needs one. Exit 0 pass, 1 fail.
@@ -34,6 +35,17 @@ config)
   expect 1 "$bin" config write "$dir/w.cfg" --set 'tiers.nvme.paths=["/a"'
   says "tiers.nvme.paths"
   [ -e "$dir/w.cfg" ] && fail "config write wrote a file for a refused --set"
+  # an integer beyond 32 bits without an L suffix (libconfig 1.5 kept its low
+  # 32 bits: 4 GiB + 4 KiB read as 4096), in the file and in an @include
+  printf 'device = "host";\nchunk_size = 4294971392;\n' >wide.cfg
+  expect 1 "$bin" config check wide.cfg
+  says "wide.cfg:2" && says "4294971392L"
+  printf '@include "wide.cfg"\n' >inc.cfg
+  expect 1 "$bin" config check inc.cfg
+  says "wide.cfg:2"
+  printf 'tiers: { host: { budget = 34359738368L; }; };\n' >long.cfg
+  expect 0 "$bin" config check long.cfg
+  grep -qE '^tiers.host.budget +34359738368$' o.out || fail "budget is not 32 GiB"
   # empty paths: in a file, in --set, and a placement on nvme with none
   printf 'tiers: { nvme: { paths = [""]; }; };\n' >empty.cfg
   expect 1 "$bin" config check empty.cfg
@@ -143,6 +155,28 @@ bench)
   { [ "$rc" = 0 ] || { [ "$rc" = 1 ] && [ ! -s o.err ]; }; } || fail "bench memory exited $rc"
   prints "chunks of 256.00 KiB"
   prints "heap delta over 1000 fetches: 0 bytes"
+  ;;
+plan)
+  # a chunk size above the engine's limit (1e15 bytes): refused at once,
+  # naming the flag and the value, not planned (every family was rounded up
+  # to a chunk of petabytes) nor written into a config that cannot load
+  expect 2 "$bin" plan --model gpt2 --device host --gpu-budget 1G --host-budget 8G --nvme 64G \
+    --chunk-size 2P --write-config "$dir/p.cfg"
+  says "--chunk-size '2P'" && says "at most"
+  [ -e "$dir/p.cfg" ] && fail "a config written for a refused --chunk-size"
+  grep -q "bytes (GiB)" o.out && fail "a plan printed for a refused --chunk-size"
+  # the same for the other flags that are engine config keys
+  expect 2 "$bin" plan --model gpt2 --device host --gpu-budget 1000P --host-budget 8G
+  says "--gpu-budget '1000P'" && says "at most"
+  expect 2 "$bin" plan --model gpt2 --device host --gpu-budget 1G --host-budget 1000P
+  says "--host-budget '1000P'"
+  expect 2 "$bin" plan --model gpt2 --device host --gpu-budget 1G --host-budget 8G \
+    --clip-grad-norm 1e300
+  says "--clip-grad-norm '1e300'" && says "1e+30"
+  # the largest the engine takes still plans
+  expect 1 "$bin" plan --model gpt2 --device host --gpu-budget 1G --host-budget 8G --nvme 64G \
+    --chunk-size 900T
+  prints "bytes (GiB)"
   ;;
 wording)
   # a group given a value: says so, suggests no unrelated key

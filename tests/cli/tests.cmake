@@ -152,6 +152,12 @@ ferry_add_test(NAME cli.hostile.checkpoint EXE sh TIMEOUT 60
 ferry_add_test(NAME cli.hostile.bench EXE sh TIMEOUT 60
                ARGS ${PROJECT_SOURCE_DIR}/tests/cli/hostile_test.sh $<TARGET_FILE:ferry_cli> bench
                     ${PROJECT_BINARY_DIR}/tests/cli-hostile-bench)
+# config text with integers beyond 32 bits (libconfig 1.5 keeps 32 of them)
+ferry_add_test(NAME cli.config.wide SOURCES ${PROJECT_SOURCE_DIR}/tests/cli/test_config_wide.c
+               EXE test_config_wide TIMEOUT 30)
+ferry_add_test(NAME cli.hostile.plan EXE sh TIMEOUT 30
+               ARGS ${PROJECT_SOURCE_DIR}/tests/cli/hostile_test.sh $<TARGET_FILE:ferry_cli> plan
+                    ${PROJECT_BINARY_DIR}/tests/cli-hostile-plan)
 ferry_add_test(NAME cli.hostile.wording EXE sh TIMEOUT 60
                ARGS ${PROJECT_SOURCE_DIR}/tests/cli/hostile_test.sh $<TARGET_FILE:ferry_cli> wording
                     ${PROJECT_BINARY_DIR}/tests/cli-hostile-wording ${PROJECT_SOURCE_DIR})

@@ -1,7 +1,8 @@
 /* tests/core/test_par.c — core/par.h: ferry_par_run runs every part once
  * (more parts than FERRY_PAR_MAX are cut to it), and ferry_par_zero zeroes
  * exactly its range, on one thread below FERRY_PAR_MIN_BYTES and on
- * several from it (an odd length, slices of whole pages); ferry_par_zero_stop
+ * several from it (an odd length, slices of whole pages, a length whose
+ * share per thread is whole pages and a byte over); ferry_par_zero_stop
  * asks before each piece and stops at the first yes, on every thread.
  */
 #include "core/par.h"
@@ -83,6 +84,10 @@ int main(void) {
   REQUIRE((g_buf = malloc(BUF_BYTES)) != NULL);
   zero_between(12345, 4);
   zero_between(FERRY_PAR_MIN_BYTES + 4099, 3);
+  /* a length whose share per thread is whole pages with a remainder (2^29
+   * pages' worth each and a byte): the last byte too */
+  zero_between(FERRY_PAR_MIN_BYTES + 1, 2);
+  zero_between(FERRY_PAR_MIN_BYTES + 1, 4);
   zero_stopped(1);
   zero_stopped(3);
   free(g_buf);

@@ -3,9 +3,11 @@
  * (three directories, unaligned tails, shadow rewrites), the CRCs survive
  * (a bit flipped on disk while closed is caught), and a damaged, truncated
  * or mismatched index, a missing or resized file are refused with their
- * names and leave everything in place.
+ * names and leave everything in place; so is an index whose CRC holds but
+ * whose geometry only adds up in 32-bit arithmetic.
  */
 #include "nvme_test.h"
+#include "core/crc32c.h"
 
 #include <fcntl.h>
 
@@ -50,6 +52,60 @@ static void flip_byte(const char *path, long off) {
   REQUIRE(fseek(f, -1, SEEK_CUR) == 0);
   fputc(c ^ 0x10, f);
   fclose(f);
+}
+
+static void put(unsigned char *b, size_t *n, const void *p, size_t len) {
+  memcpy(b + *n, p, len);
+  *n += len;
+}
+static void put32(unsigned char *b, size_t *n, uint32_t v) { put(b, n, &v, 4); }
+static void put64(unsigned char *b, size_t *n, uint64_t v) { put(b, n, &v, 8); }
+
+/* An index with a valid CRC over one slot of 2^32 - 1 one-byte positions:
+ * cps 0 (positions + 1 wrapped) and so no CRC entries at all, a sparse data
+ * file of the size it says. Reopened, every read or write of the chunk
+ * would index CRCs past an empty array; the geometry check refuses it. */
+static void crafted_geometry(const char *dir) {
+  char data[1300], index[1300];
+  snprintf(data, sizeof data, "%s/ferry-crafted-1-0-0.swap", dir);
+  snprintf(index, sizeof index, "%s/ferry-crafted-1-0.index", dir);
+  const uint64_t pos = UINT32_MAX;
+  int fd = open(data, O_RDWR | O_CREAT | O_EXCL, 0600);
+  REQUIRE(fd >= 0 && ftruncate(fd, (off_t)pos) == 0);
+  close(fd);
+  unsigned char b[2048];
+  size_t n = 0;
+  put(b, &n, "FERRYIX1", 8);
+  put32(b, &n, 2); /* version */
+  put32(b, &n, 1); /* npaths */
+  put64(b, &n, pos); /* slot_size */
+  put64(b, &n, 1);   /* block */
+  put64(b, &n, 1);   /* alignment */
+  put64(b, &n, pos); /* file bytes */
+  uint32_t g[9] = {1, 0, (uint32_t)pos, 0 /* cps */, (uint32_t)pos, 1, 0, 1, 0};
+  for (int i = 0; i < 9; i++) put32(b, &n, g[i]); /* nslots, spares, positions, cps, ppf,
+                                                    * nphys, direct, verify, tight */
+  put32(b, &n, (uint32_t)strlen(data));
+  put(b, &n, data, strlen(data));
+  put32(b, &n, 0);    /* map */
+  put64(b, &n, pos);  /* psize */
+  put64(b, &n, 4096); /* plen */
+  b[n++] = 0;         /* lost */
+  put64(b, &n, n);
+  put32(b, &n, ferry_crc32c(0, b, n));
+  FILE *f = fopen(index, "wb");
+  REQUIRE(f && fwrite(b, 1, n, f) == n && fclose(f) == 0);
+  ferry_swap_config c = ferry_swap_config_default();
+  c.force_buffered = 1;
+  c.keep_files = 1;
+  ferry_swap *s = NULL;
+  EXPECT_EQ_INT(ferry_swap_reopen(&c, index, &s), FERRY_ECORRUPT);
+  printf("crafted geometry: %s\n", ferry_last_error());
+  EXPECT(strstr(ferry_last_error(), index) && strstr(ferry_last_error(), "geometry"));
+  EXPECT(s == NULL);
+  ferry_swap_close(s);
+  unlink(index);
+  unlink(data);
 }
 
 int main(int argc, char **argv) {
@@ -178,6 +234,7 @@ int main(int argc, char **argv) {
   ferry_swap_close(s);
   unlink(keep);
   for (int i = 0; i < 3; i++) EXPECT_EQ_INT(nt_count_files(d[i]), 0);
+  crafted_geometry(d[0]);
   nt_cleanup(dir, 3);
   return test_finish("nvme.reopen");
 }

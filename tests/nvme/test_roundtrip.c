@@ -2,7 +2,7 @@
  * 1 and 3 directories, sizes from 1 byte to 256 MiB with unaligned tails,
  * rewrites into shadow slots, registered buffers, buffered fallback, poll,
  * wait and callback completion, what ferry_swap_req_times tells, file
- * modes and cleanup, misuse errors.
+ * modes and cleanup, misuse errors (a buffer too large to register).
  */
 #include "nvme_test.h"
 
@@ -132,6 +132,13 @@ int main(int argc, char **argv) {
     ferry_swap_get_info(s, &in);
     EXPECT_EQ_INT(in.check_threads, 2);
     roundtrip(s, 2, 1);
+    /* a buffer above io_uring's 1 GiB a buffer: refused naming it (the
+     * kernel's answer was EFAULT, "Bad address") */
+    static unsigned char one[4096];
+    struct iovec big[2] = {{one, sizeof one}, {one, ((size_t)1 << 30) + 4096}};
+    EXPECT_EQ_INT(ferry_swap_register_buffers(s, big, 2), FERRY_EINVAL);
+    EXPECT(strstr(ferry_swap_last_error(s), "buffer 2 of 2") &&
+           strstr(ferry_swap_last_error(s), "1 GiB"));
     ferry_swap_stats st;
     ferry_swap_get_stats(s, &st);
     EXPECT(st.read_check_bytes == st.bytes_read && st.crc_errors == 0);
