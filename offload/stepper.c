@@ -29,6 +29,7 @@ void stepper_create(ferry_engine *e) {
   pthread_cond_init(&e->stepper.cv, NULL);
   e->stepper.waits_for = -1;
   e->stepper.parked = -1;
+  e->stepper.agreed_first = -1;
 }
 
 int stepper_init(ferry_engine *e, size_t gbytes) {
@@ -395,28 +396,6 @@ static uint32_t fill_spans(ferry_engine *e, uint32_t g, void **dst) {
   return ns;
 }
 
-/* With ranks at stage >= 1: every rank's range of group g's new params
- * (written by its optimizer into the staging) to every rank, in place. */
-static int gather_params(ferry_engine *e, uint32_t g, int slot) {
-  /* stage 3: each rank commits its piece; fetches gather them */
-  if (!engine_sharded(e) || engine_params_sharded(e)) return FERRY_OK;
-  eng_group *gr = &e->gt.groups[g];
-  char *base = e->param_home == FERRY_TIER_DEVICE ? (char *)e->stepper.stage_up[slot]
-                                                  : (char *)e->stepper.param_stage;
-  for (int r = 0; r < e->nranks; r++)
-    e->stepper.counts[r] = (gr->bounds[r + 1] - gr->bounds[r]) * e->esize;
-  double t0 = ferry_now();
-  int rc = injected(e, g, GROUP_TAIL_GATHER); /* every rank arms it */
-  if (rc) return rc;
-  rc = ferry_comm_allgather(e->ch_step, base + gr->lo * e->esize, base, e->stepper.counts,
-                                FERRY_DT_U8, NULL, NULL);
-  if (rc)
-    return ferry_err(&e->err, rc, "step: group %u: all-gather of the new params: %s", g,
-                     ferry_comm_last_error(e->ch_step));
-  ferry_timeline_add(&e->tl, FERRY_LANE_STEP, "wait for params", t0, ferry_now());
-  return FERRY_OK;
-}
-
 /* How many params of group g this step updates: the others get no
  * gradient (optimizer.missing_grad = skip) and are left as they are. */
 static uint32_t group_stepped(ferry_engine *e, uint32_t g) {
@@ -506,8 +485,10 @@ static int tail_zero(ferry_engine *e, uint32_t i, int held) {
 static int tail_params(ferry_engine *e, uint32_t i, int slot) {
   eng_group *gr = &e->gt.groups[i];
   if (gr->tail == GROUP_TAIL_GATHER) {
-    int rc = gather_params(e, i, slot);
-    if (rc) return rc;
+    if (step_gathers(e, i, 0)) { /* every rank arms the fault, or one */
+      int rc = step_gather_params(e, i, slot, injected(e, i, GROUP_TAIL_GATHER));
+      if (rc) return rc;
+    }
     gr->tail = GROUP_TAIL_HOME;
   }
   gpu_home home = params_home(e, i);
@@ -653,10 +634,13 @@ static void after_update(ferry_engine *e, uint32_t g, int rc, int idle) {
     snprintf(st->fail_why, sizeof st->fail_why, "%s", e->err.msg);
     pthread_mutex_unlock(&e->err.mu);
     if (!st->status) st->status = rc;
-    if (gr->tail) st->parked = g, st->park_status = rc;
+    /* an agreed failure parks too: every rank holds back what follows */
+    if (gr->tail || st->vote_failed) st->parked = g, st->park_status = rc;
+    if (st->vote_failed && st->agreed_first < 0) st->agreed_first = g;
   } else {
     gr->tail = GROUP_TAIL_NONE;
     if (st->parked == (int64_t)g) st->parked = -1;
+    if (st->agreed_first == (int64_t)g) st->agreed_first = -1;
   }
   finish_group(e, g, rc);
   pthread_mutex_unlock(&e->mu);
@@ -664,10 +648,14 @@ static void after_update(ferry_engine *e, uint32_t g, int rc, int idle) {
 
 /* Group g's update while another group's tail is pending (parked): it
  * fails with that failure's status before it changes anything (it keeps
- * its grads), and runs at the retry. */
+ * its grads), and runs at the retry. With ranks it votes its failure, as
+ * the ranks that run it vote. */
 static void hold_back(ferry_engine *e, uint32_t g) {
   staged(e, g);
+  e->stepper.vote_failed = 0;
+  if (step_gathers(e, g, group_stepped(e, g) == 0)) step_vote(e, g, e->stepper.park_status);
   pthread_mutex_lock(&e->mu);
+  if (e->stepper.vote_failed && e->stepper.agreed_first < 0) e->stepper.agreed_first = g;
   if (!e->stepper.status) e->stepper.status = e->stepper.park_status;
   finish_group(e, g, e->stepper.park_status);
   pthread_mutex_unlock(&e->mu);
@@ -697,7 +685,9 @@ static void *stepper_main(void *arg) {
     }
     pthread_mutex_unlock(&e->mu);
     int idle = 0;
+    st->voted = st->vote_failed = 0;
     int rc = update_group(e, g, next, gscale, &idle); /* groups are independent */
+    if (rc && !st->voted && step_gathers(e, g, idle)) step_vote(e, g, rc); /* failed before it */
     after_update(e, g, rc, idle);
     pthread_mutex_lock(&e->mu);
   }
@@ -716,11 +706,14 @@ void stepper_queue(ferry_engine *e, uint32_t g, const void *grads) {
 int stepper_retry_failed(ferry_engine *e) {
   int retried = 0;
   pthread_mutex_lock(&e->mu);
-  int64_t parked = e->stepper.parked; /* its tail first: it holds the staging buffers */
-  if (parked >= 0 && e->gt.groups[parked].state == GROUP_FAILED) {
-    stepper_queue(e, (uint32_t)parked, NULL);
-    retried = 1;
-  }
+  /* its tail first: it holds the staging buffers; then the first failed
+   * vote, so that the ranks vote in one order */
+  int64_t first[2] = {e->stepper.parked, e->stepper.agreed_first};
+  for (int k = 0; k < 2; k++)
+    if (first[k] >= 0 && e->gt.groups[first[k]].state == GROUP_FAILED) {
+      stepper_queue(e, (uint32_t)first[k], NULL);
+      retried = 1;
+    }
   for (uint32_t g = 0; g < e->gt.ngroups; g++)
     if (e->gt.groups[g].state == GROUP_FAILED) {
       stepper_queue(e, g, NULL);
