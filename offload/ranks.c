@@ -290,10 +290,6 @@ void ranks_stats(const ferry_engine *e, ferry_stats *out) {
 }
 
 int ranks_agree(ferry_engine *e, int rc, const char *op) {
-  return ranks_agree_on(e, e->ch_loop, rc, op);
-}
-
-int ranks_agree_on(ferry_engine *e, ferry_comm *ch, int rc, const char *op) {
   if (e->nranks <= 1) return rc;
   int32_t *all = calloc((size_t)e->nranks, sizeof *all);
   size_t *counts = calloc((size_t)e->nranks, sizeof *counts);
@@ -305,7 +301,7 @@ int ranks_agree_on(ferry_engine *e, ferry_comm *ch, int rc, const char *op) {
   all[e->rank] = rc;
   for (int r = 0; r < e->nranks; r++)
     counts[r] = 1;
-  int crc = ferry_comm_allgather(ch, all + e->rank, all, counts, FERRY_DT_I32, NULL, NULL);
+  int crc = ferry_comm_allgather(e->ch_loop, all + e->rank, all, counts, FERRY_DT_I32, NULL, NULL);
   int other = -1;
   for (int r = 0; r < e->nranks && other < 0 && !crc; r++)
     if (all[r] && r != e->rank) other = r;
@@ -313,7 +309,8 @@ int ranks_agree_on(ferry_engine *e, ferry_comm *ch, int rc, const char *op) {
   free(all);
   free(counts);
   if (crc)
-    return ferry_err(&e->err, crc, "%s: the ranks' statuses: %s", op, ferry_comm_last_error(ch));
+    return ferry_err(&e->err, crc, "%s: the ranks' statuses: %s", op,
+                     ferry_comm_last_error(e->ch_loop));
   if (rc) return rc;
   if (other >= 0)
     return ferry_err(&e->err, orc, "%s: rank %d failed (%s); see its error", op, other,

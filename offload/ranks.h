@@ -73,8 +73,6 @@ int ranks_drop_ahead(ferry_engine *e);
  * gathered; this rank's when it failed, else the first other rank's
  * failure (named in e->err), else 0. Alone: rc. */
 int ranks_agree(ferry_engine *e, int rc, const char *op);
-/* ranks_agree on channel ch (the stepper's vote: ch_step). */
-int ranks_agree_on(ferry_engine *e, ferry_comm *ch, int rc, const char *op);
 /* With ranks: rank 0's status rc to every rank (the others' e->err names
  * it when it failed); alone: rc. */
 int ranks_root_status(ferry_engine *e, int rc, const char *op);

@@ -653,7 +653,11 @@ static void after_update(ferry_engine *e, uint32_t g, int rc, int idle) {
 static void hold_back(ferry_engine *e, uint32_t g) {
   staged(e, g);
   e->stepper.vote_failed = 0;
-  if (step_gathers(e, g, group_stepped(e, g) == 0)) step_vote(e, g, e->stepper.park_status);
+  if (step_gathers(e, g, group_stepped(e, g) == 0)) {
+    char why[sizeof e->stepper.fail_why];
+    stepper_fail_why(e, why, sizeof why); /* the parked update's */
+    step_vote(e, g, e->stepper.park_status, why);
+  }
   pthread_mutex_lock(&e->mu);
   if (e->stepper.vote_failed && e->stepper.agreed_first < 0) e->stepper.agreed_first = g;
   if (!e->stepper.status) e->stepper.status = e->stepper.park_status;
@@ -687,7 +691,7 @@ static void *stepper_main(void *arg) {
     int idle = 0;
     st->voted = st->vote_failed = 0;
     int rc = update_group(e, g, next, gscale, &idle); /* groups are independent */
-    if (rc && !st->voted && step_gathers(e, g, idle)) step_vote(e, g, rc); /* failed before it */
+    if (rc && !st->voted && step_gathers(e, g, idle)) step_vote(e, g, rc, NULL); /* failed before */
     after_update(e, g, rc, idle);
     pthread_mutex_lock(&e->mu);
   }

@@ -91,9 +91,11 @@ void stepper_set_fault(ferry_engine *e, int at, int count);
 /* step_gather.c (ZeRO stages 1 and 2). Whether group g's update takes part
  * in the ranks' vote and all-gather (idle: no param of it is stepped). */
 int step_gathers(const ferry_engine *e, uint32_t g, int idle);
-/* The vote on group g's update: this rank's status rc, agreed with every
- * rank's on the stepper's channel (ranks_agree_on). */
-int step_vote(ferry_engine *e, uint32_t g, int rc);
+/* The vote on group g's update (a collective on the stepper's channel):
+ * this rank's status rc and, when it failed, `why` (NULL: e->err's
+ * message) to every rank. This rank's rc when it failed, else the first
+ * other rank's failure naming it and its message, else 0. */
+int step_vote(ferry_engine *e, uint32_t g, int rc, const char *why);
 /* The vote (rc: this rank's status so far), then the all-gather of group
  * g's new params in the staging of `slot`. */
 int step_gather_params(ferry_engine *e, uint32_t g, int slot, int rc);

@@ -134,6 +134,8 @@ static void check(ferry_comm *comm, int stage, const char *params_home, int poin
            ferry_engine_last_error(e));
   EXPECT_EQ_INT(rc, FERRY_EIO);
   EXPECT(took < 10.0); /* agreed at once, not at dist.timeout */
+  if (on >= 0 && on != rank) /* the other rank is named, with its cause */
+    EXPECT(strstr(ferry_engine_last_error(e), "rank 1 failed: step: group 0: an injected fault"));
   ferry_step_info info;
   rc = ferry_step(e, &info); /* the retry: the all-gather again, then the rest */
   if (!rc) rc = engine_wait_step(e);
