@@ -38,15 +38,16 @@ static int g_alert_status;              /* (g_alert_mu) a failure known: FERRY_E
 static char g_alert_msg[FERRY_ERR_MAX]; /* (g_alert_mu) its message */
 static char g_alert_out[FERRY_ERR_MAX]; /* this rank's message, read by its sends */
 static int g_alert_from = -1;           /* (g_alert_mu) the rank whose news came, or -1 */
-/* A rank's cancel (ferry_comm_cancel), on the same duplicate with its own
- * tag: news that breaks nothing, looked for only by ferry_comm_cancelled. */
+/* A rank's cancel (ferry_comm_cancel): a point-to-point message on the
+ * communicator's own MPI communicator (apart from its collectives), so the
+ * news belongs to that communicator: it breaks nothing and is looked for
+ * only by ferry_comm_cancelled. */
 #define CANCEL_TAG 0xfe12
-static int g_cancel_from = -1; /* (g_alert_mu) the first rank known to have cancelled, or -1 */
-static int g_cancel_out;       /* this rank's number, read by its cancel sends */
 
 typedef struct {
   MPI_Comm comm;
   int *icounts, *idispls; /* (worker) size entries each: MPI's int counts */
+  int cancel_out;         /* this rank's number + 1, read by its cancel sends */
 } mpi_impl;
 
 static int mpi_fail(ferry_errbuf *e, int rc, const char *what) {
@@ -442,33 +443,23 @@ int ferry_mpi_alert_send(ferry_comm *c, const char *msg) {
   return send_each(c, a, g_alert_out, (int)sizeof g_alert_out, ALERT_TAG, from);
 }
 
-/* This rank's cancel to every other rank (once), and to its own looks. */
-int ferry_mpi_cancel_send(ferry_comm *c) {
-  pthread_mutex_lock(&g_alert_mu);
-  int first = !g_cancel_out;
-  g_cancel_out = c->rank + 1;
-  if (g_cancel_from < 0) g_cancel_from = c->rank;
-  MPI_Comm a = g_alert;
-  pthread_mutex_unlock(&g_alert_mu);
-  if (!a || !first) return 0;
-  return send_each(c, a, &g_cancel_out, (int)sizeof g_cancel_out, CANCEL_TAG, -1);
+/* This rank's cancel to every other rank of c (comm.c sends it once). */
+static int mpi_cancel_send(ferry_comm *c) {
+  mpi_impl *m = c->impl;
+  m->cancel_out = c->rank + 1;
+  return send_each(c, m->comm, &m->cancel_out, (int)sizeof m->cancel_out, CANCEL_TAG, -1);
 }
 
-/* The first rank whose cancel is known (one message taken a look), or -1. */
-int ferry_mpi_cancel_poll(ferry_comm *c) {
-  (void)c;
-  pthread_mutex_lock(&g_alert_mu);
-  if (g_cancel_from < 0 && g_alert) {
-    int flag = 0, v = 0;
-    MPI_Message m;
-    MPI_Status stt;
-    if (api->Improbe(MPI_ANY_SOURCE, CANCEL_TAG, g_alert, &flag, &m, &stt) == MPI_SUCCESS && flag &&
-        api->Mrecv(&v, (int)sizeof v, api->char_, &m, &stt) == MPI_SUCCESS)
-      g_cancel_from = v - 1;
-  }
-  int from = g_cancel_from;
-  pthread_mutex_unlock(&g_alert_mu);
-  return from;
+/* Another rank's cancel on c (one message taken when there is one), or -1. */
+static int mpi_cancel_poll(ferry_comm *c) {
+  mpi_impl *m = c->impl;
+  int flag = 0, v = 0;
+  MPI_Message msg;
+  MPI_Status stt;
+  if (api->Improbe(MPI_ANY_SOURCE, CANCEL_TAG, m->comm, &flag, &msg, &stt) == MPI_SUCCESS && flag &&
+      api->Mrecv(&v, (int)sizeof v, api->char_, &msg, &stt) == MPI_SUCCESS)
+    return v - 1;
+  return -1;
 }
 
 /* Another rank's failure, once one has come (then always the same). */
@@ -510,6 +501,6 @@ const ferry_comm_ops ferry_comm_mpi_ops = {
     /* .abort = */ mpi_abort,
     /* .alert_send = */ ferry_mpi_alert_send,
     /* .alert_poll = */ ferry_mpi_alert_poll,
-    /* .cancel_send = */ ferry_mpi_cancel_send,
-    /* .cancel_poll = */ ferry_mpi_cancel_poll,
+    /* .cancel_send = */ mpi_cancel_send,
+    /* .cancel_poll = */ mpi_cancel_poll,
 };

@@ -130,10 +130,10 @@ void engine_own_bytes(const ferry_engine *e, size_t *own_dev, size_t *own_host) 
 static int engine_cancelled(void *user) {
   ferry_engine *e = user;
   if (e->cancel && e->cancel(e->cancel_user)) {
-    if (e->nranks > 1) (void)ferry_comm_cancel(e->comm); /* sent once */
+    if (e->ch_loop) (void)ferry_comm_cancel(e->ch_loop); /* this engine's channel; sent once */
     return 1;
   }
-  return e->nranks > 1 && ferry_comm_cancelled(e->comm) >= 0;
+  return e->ch_loop && ferry_comm_cancelled(e->ch_loop) >= 0;
 }
 
 /* The memory manager, with what the engine's own buffers leave of the
@@ -530,7 +530,7 @@ int ferry_engine_set_cancel(ferry_engine *e, int (*cancel)(void *user), void *us
 /* FERRY_ECANCELED naming the phase when the caller's cancel says so. */
 static int check_cancel(ferry_engine *e, const char *phase) {
   if (!engine_cancelled(e)) return FERRY_OK;
-  int from = e->nranks > 1 ? ferry_comm_cancelled(e->comm) : -1;
+  int from = e->ch_loop ? ferry_comm_cancelled(e->ch_loop) : -1;
   if (from >= 0 && from != e->rank)
     return ferry_err(&e->err, FERRY_ECANCELED, "finalize: rank %d was cancelled by its caller (%s)",
                      from, phase);
