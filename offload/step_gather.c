@@ -7,8 +7,10 @@
  * any rank is a failure on every rank, before any rank gathers: every rank
  * keeps its tail (or its whole update) for the same retry, so the ranks'
  * collectives stay matched; the others name the failed rank and its
- * message. Uses the comm (the stepper's channel).
+ * message. Uses group.h and the comm (the stepper's channel); the stepper
+ * keeps what each vote decided (stepper.c).
  */
+#include "offload/step_gather.h"
 #include "offload/engine_impl.h"
 
 #include <stdio.h>
@@ -19,7 +21,7 @@
  * other ranks name the cause. */
 typedef struct {
   int32_t status;
-  char why[252];
+  char why[FERRY_ERR_MAX - 4];
 } vote_rec;
 
 int step_gathers(const ferry_engine *e, uint32_t g, int idle) {
@@ -28,13 +30,11 @@ int step_gathers(const ferry_engine *e, uint32_t g, int idle) {
 }
 
 int step_vote(ferry_engine *e, uint32_t g, int rc, const char *why) {
-  e->stepper.voted = 1;
   vote_rec *all = calloc((size_t)e->nranks, sizeof *all);
   size_t *counts = calloc((size_t)e->nranks, sizeof *counts);
   if (!all || !counts) {
     free(all);
     free(counts);
-    e->stepper.vote_failed = 1; /* the other ranks wait: the job cannot go on */
     return ferry_err(&e->err, FERRY_ENOMEM, "step: group %u: the ranks' vote: out of memory", g);
   }
   vote_rec *mine = all + e->rank;
@@ -59,24 +59,19 @@ int step_vote(ferry_engine *e, uint32_t g, int rc, const char *why) {
                    (int)sizeof all[other].why - 1, all[other].why);
   free(all);
   free(counts);
-  if (rc) e->stepper.vote_failed = 1;
   return rc;
 }
 
-/* Every rank's range of group g's new params (written by its optimizer
- * into the staging) to every rank, in place, once the ranks agree that
- * every rank has its range (rc: this rank's status so far). */
-int step_gather_params(ferry_engine *e, uint32_t g, int slot, int rc) {
+int step_gather_params(ferry_engine *e, uint32_t g, void *base) {
   eng_group *gr = &e->gt.groups[g];
-  char *base = e->param_home == FERRY_TIER_DEVICE ? (char *)e->stepper.stage_up[slot]
-                                                  : (char *)e->stepper.param_stage;
+  size_t *counts = calloc((size_t)e->nranks, sizeof *counts);
+  if (!counts) return ferry_err(&e->err, FERRY_ENOMEM, "step: group %u: out of memory", g);
   for (int r = 0; r < e->nranks; r++)
-    e->stepper.counts[r] = (gr->bounds[r + 1] - gr->bounds[r]) * e->esize;
+    counts[r] = (gr->bounds[r + 1] - gr->bounds[r]) * e->esize;
   double t0 = ferry_now();
-  rc = step_vote(e, g, rc, NULL);
-  if (rc) return rc;
-  rc = ferry_comm_allgather(e->ch_step, base + gr->lo * e->esize, base, e->stepper.counts,
-                            FERRY_DT_U8, NULL, NULL);
+  int rc = ferry_comm_allgather(e->ch_step, (char *)base + gr->lo * e->esize, base, counts,
+                                FERRY_DT_U8, NULL, NULL);
+  free(counts);
   if (rc)
     return ferry_err(&e->err, rc, "step: group %u: all-gather of the new params: %s", g,
                      ferry_comm_last_error(e->ch_step));

@@ -15,6 +15,7 @@
  * stepper_queue and sees them given back through stepper_holds_grads.
  */
 #include "offload/engine_impl.h"
+#include "offload/step_gather.h"
 #include "core/dtype.h"
 #include "core/par.h"
 
@@ -396,13 +397,10 @@ static uint32_t fill_spans(ferry_engine *e, uint32_t g, void **dst) {
   return ns;
 }
 
-/* How many params of group g this step updates: the others get no
- * gradient (optimizer.missing_grad = skip) and are left as they are. */
-static uint32_t group_stepped(ferry_engine *e, uint32_t g) {
-  uint32_t n = 0;
-  for (uint32_t k = 0; k < e->gt.groups[g].count; k++)
-    n += group_param_stepped(e, group_param(e, g, k)) != 0;
-  return n;
+/* The staging the CPU's optimizer writes group params into (slot: the
+ * group's upload slot, device home). */
+static void *staging(ferry_engine *e, int slot) {
+  return e->param_home == FERRY_TIER_DEVICE ? e->stepper.stage_up[slot] : e->stepper.param_stage;
 }
 
 /* A bf16 master: the staging (or, with device math, the device scratch)
@@ -422,9 +420,7 @@ static int stage_master(ferry_engine *e, uint32_t i, int slot) {
     return rc ? rc : gpu_stage_params(e, i, e->stepper.param_stage);
   }
   rc = param_prepare(e, i, slot, e->stepper.dsts); /* the stage's last upload is done */
-  void *base = e->param_home == FERRY_TIER_DEVICE ? e->stepper.stage_up[slot]
-                                                  : e->stepper.param_stage;
-  return rc ? rc : stepper_read_params(e, i, base, e->up);
+  return rc ? rc : stepper_read_params(e, i, staging(e, slot), e->up);
 }
 
 /* The optimizer pass over group i (its state and grads held): the CPU's
@@ -456,12 +452,11 @@ static int run_optimizer(ferry_engine *e, uint32_t i, int slot, float gscale) {
   return rc;
 }
 
-/* After group g's optimizer pass: each param it stepped counts the step. */
-static void count_steps(ferry_engine *e, uint32_t g) {
-  for (uint32_t k = 0; k < e->gt.groups[g].count; k++) {
-    eng_param *p = group_param(e, g, k);
-    if (group_param_stepped(e, p)) p->steps++;
-  }
+/* With ranks (step_gather.c): group g's vote, kept for after_update. */
+static int vote(ferry_engine *e, uint32_t g, int rc, const char *why) {
+  rc = step_vote(e, g, rc, why);
+  if (rc) e->stepper.vote_failed = 1;
+  return rc;
 }
 
 /* The tail of group i's update, the steps after its optimizer pass, each
@@ -486,7 +481,8 @@ static int tail_params(ferry_engine *e, uint32_t i, int slot) {
   eng_group *gr = &e->gt.groups[i];
   if (gr->tail == GROUP_TAIL_GATHER) {
     if (step_gathers(e, i, 0)) { /* every rank arms the fault, or one */
-      int rc = step_gather_params(e, i, slot, injected(e, i, GROUP_TAIL_GATHER));
+      int rc = vote(e, i, injected(e, i, GROUP_TAIL_GATHER), NULL);
+      if (!rc) rc = step_gather_params(e, i, staging(e, slot));
       if (rc) return rc;
     }
     gr->tail = GROUP_TAIL_HOME;
@@ -587,7 +583,7 @@ static int update_group(ferry_engine *e, uint32_t i, uint32_t next, float gscale
   if (rc) rc = engine_mem_err(e, rc, "step: optimizer state");
   if (!rc) rc = run_optimizer(e, i, slot, gscale);
   if (!rc) {
-    count_steps(e, i);
+    group_count_steps(e, i);
     gr->tail = GROUP_TAIL_ZERO; /* from here on a failure leaves a tail */
   }
   if (!rc && e->grads_none) return_grads(e, i); /* a failed update keeps them for its retry */
@@ -656,7 +652,7 @@ static void hold_back(ferry_engine *e, uint32_t g) {
   if (step_gathers(e, g, group_stepped(e, g) == 0)) {
     char why[sizeof e->stepper.fail_why];
     stepper_fail_why(e, why, sizeof why); /* the parked update's */
-    step_vote(e, g, e->stepper.park_status, why);
+    vote(e, g, e->stepper.park_status, why);
   }
   pthread_mutex_lock(&e->mu);
   if (e->stepper.vote_failed && e->stepper.agreed_first < 0) e->stepper.agreed_first = g;
@@ -689,9 +685,11 @@ static void *stepper_main(void *arg) {
     }
     pthread_mutex_unlock(&e->mu);
     int idle = 0;
-    st->voted = st->vote_failed = 0;
+    st->vote_failed = 0;
     int rc = update_group(e, g, next, gscale, &idle); /* groups are independent */
-    if (rc && !st->voted && step_gathers(e, g, idle)) step_vote(e, g, rc, NULL); /* failed before */
+    /* failed before its vote (a failed vote or all-gather leaves tail GATHER) */
+    if (rc && e->gt.groups[g].tail != GROUP_TAIL_GATHER && step_gathers(e, g, idle))
+      vote(e, g, rc, NULL);
     after_update(e, g, rc, idle);
     pthread_mutex_lock(&e->mu);
   }

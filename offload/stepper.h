@@ -36,7 +36,7 @@ typedef struct {
    * -1 none; retried right after the parked group, so that every rank
    * votes in the same order */
   int64_t agreed_first;
-  int voted, vote_failed; /* (stepper) the update under way voted; the vote failed */
+  int vote_failed; /* (stepper) the vote on the update under way failed */
   int fault_at, fault_left; /* (mu) tests: engine_set_step_fault */
   /* (mu) grads "none": per group, the drain's staging buffer its grads are
    * in, lent with its update until the optimizer pass over them is done;
@@ -88,17 +88,6 @@ ferry_event *stepper_uploaded(const ferry_engine *e, uint32_t g);
 /* Tests: the next `count` updates that reach tail step `at` (a
  * group_tail) fail there with FERRY_EIO (engine_set_step_fault). */
 void stepper_set_fault(ferry_engine *e, int at, int count);
-/* step_gather.c (ZeRO stages 1 and 2). Whether group g's update takes part
- * in the ranks' vote and all-gather (idle: no param of it is stepped). */
-int step_gathers(const ferry_engine *e, uint32_t g, int idle);
-/* The vote on group g's update (a collective on the stepper's channel):
- * this rank's status rc and, when it failed, `why` (NULL: e->err's
- * message) to every rank. This rank's rc when it failed, else the first
- * other rank's failure naming it and its message, else 0. */
-int step_vote(ferry_engine *e, uint32_t g, int rc, const char *why);
-/* The vote (rc: this rank's status so far), then the all-gather of group
- * g's new params in the staging of `slot`. */
-int step_gather_params(ferry_engine *e, uint32_t g, int slot, int rc);
 /* Runs again the updates that failed (the one with a tail first); 1 when
  * there were any. */
 int stepper_retry_failed(ferry_engine *e);
