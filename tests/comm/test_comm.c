@@ -503,6 +503,8 @@ static void check_self_fail(void) {
  * breaks: the collectives after it run. */
 static void check_cancel(ferry_comm *c) {
   EXPECT_EQ_INT(ferry_comm_cancelled(c), -1);
+  /* every rank has looked before the last one cancels */
+  EXPECT_EQ_INT(ferry_comm_barrier(c, NULL), 0);
   if (R == N - 1) EXPECT_EQ_INT(ferry_comm_cancel(c), 0);
   int from = -1;
   for (double end = now_s() + 10; (from = ferry_comm_cancelled(c)) < 0 && now_s() < end;) {
