@@ -147,7 +147,6 @@ static int comm_alloc(const ferry_comm_ops *ops, double timeout, ferry_comm **ou
   c->timeout = timeout;
   c->size = 1;
   c->local_size = 1;
-  c->cancel_from = -1;
   ferry_errbuf_init(&c->err);
   pthread_mutex_init(&c->mu, NULL);
   pthread_cond_init(&c->work_cv, NULL);
@@ -573,31 +572,6 @@ int ferry_comm_fail(ferry_comm *c, const char *why) {
   pthread_cond_broadcast(&c->done_cv);
   pthread_mutex_unlock(&c->mu);
   return st ? ferry_err(&c->err, st, "ferry_comm_fail: %s", ferry_err_msg(&c->err)) : 0;
-}
-
-int ferry_comm_cancel(ferry_comm *c) {
-  if (!c) return ferry_err_thread(FERRY_EINVAL, "ferry_comm_cancel: communicator is NULL");
-  pthread_mutex_lock(&c->mu);
-  int first = !c->cancel_sent;
-  c->cancel_sent = 1;
-  if (c->cancel_from < 0) c->cancel_from = c->rank;
-  pthread_mutex_unlock(&c->mu);
-  int st = first && c->ops->cancel_send ? c->ops->cancel_send(c) : 0;
-  return st ? ferry_err(&c->err, st, "ferry_comm_cancel: %s", ferry_err_msg(&c->err)) : 0;
-}
-
-int ferry_comm_cancelled(ferry_comm *c) {
-  if (!c) return -1;
-  pthread_mutex_lock(&c->mu);
-  int from = c->cancel_from;
-  pthread_mutex_unlock(&c->mu);
-  if (from >= 0 || !c->ops->cancel_poll) return from;
-  int news = c->ops->cancel_poll(c);
-  pthread_mutex_lock(&c->mu);
-  if (c->cancel_from < 0) c->cancel_from = news;
-  from = c->cancel_from;
-  pthread_mutex_unlock(&c->mu);
-  return from;
 }
 
 int ferry_comm_get_stats(const ferry_comm *c, ferry_comm_stats *out) {

@@ -71,8 +71,6 @@ struct ferry_comm {
   int running;                    /* (mu) the worker is inside ops->run */
   int stopping;                   /* (mu) destroy asked the worker to end */
   int broken;                     /* (mu) a wait timed out or the backend failed: status */
-  int cancel_from;                /* (mu) the first rank known to have cancelled on c, or -1 */
-  int cancel_sent;                /* (mu) ferry_comm_cancel was called on c */
   char broken_msg[FERRY_ERR_MAX]; /* (mu) the message every later call repeats */
   int has_worker;                 /* (fixed) */
   pthread_t worker;               /* (fixed) */
@@ -114,12 +112,6 @@ struct ferry_comm_ops {
    * wait sees it; SELF: c and its channels. NULL: no such news. */
   int (*alert_send)(ferry_comm *c, const char *msg);
   int (*alert_poll)(ferry_comm *c, char *msg, size_t cap);
-  /* Optional: this rank's caller cancelled (ferry_comm_cancel), told to
-   * every other rank of c without breaking anything (once); and another
-   * rank's cancel on c, or -1 (a look that does not wait). NULL: only this
-   * rank's own cancel is known. */
-  int (*cancel_send)(ferry_comm *c);
-  int (*cancel_poll)(ferry_comm *c);
 };
 
 extern const ferry_comm_ops ferry_comm_self_ops;

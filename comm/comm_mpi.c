@@ -38,16 +38,10 @@ static int g_alert_status;              /* (g_alert_mu) a failure known: FERRY_E
 static char g_alert_msg[FERRY_ERR_MAX]; /* (g_alert_mu) its message */
 static char g_alert_out[FERRY_ERR_MAX]; /* this rank's message, read by its sends */
 static int g_alert_from = -1;           /* (g_alert_mu) the rank whose news came, or -1 */
-/* A rank's cancel (ferry_comm_cancel): a point-to-point message on the
- * communicator's own MPI communicator (apart from its collectives), so the
- * news belongs to that communicator: it breaks nothing and is looked for
- * only by ferry_comm_cancelled. */
-#define CANCEL_TAG 0xfe12
 
 typedef struct {
   MPI_Comm comm;
   int *icounts, *idispls; /* (worker) size entries each: MPI's int counts */
-  int cancel_out;         /* this rank's number + 1, read by its cancel sends */
 } mpi_impl;
 
 static int mpi_fail(ferry_errbuf *e, int rc, const char *what) {
@@ -403,30 +397,9 @@ static _Noreturn void mpi_abort(ferry_comm *c, int code) {
   ferry_mpi_abort(code);
 }
 
-/* bytes of buf to every rank but this one and `skip` on the news duplicate
- * a with `tag` (eager sends of one message: they leave at once; any still
- * pending after a second are left). */
-static int send_each(ferry_comm *c, MPI_Comm a, const void *buf, int bytes, int tag, int skip) {
-  MPI_Request *rq = calloc((size_t)c->size, sizeof *rq);
-  if (!rq) return ferry_err(&c->err, FERRY_ENOMEM, "out of memory");
-  int n = 0, done = 0;
-  for (int r = 0; r < c->size; r++)
-    if (r != c->rank && r != skip &&
-        api->Isend(buf, bytes, api->char_, r, tag, a, &rq[n]) == MPI_SUCCESS)
-      n++;
-  for (double end = ferry_now() + 1.0; !done && ferry_now() < end;) {
-    if (api->Testall(n, rq, &done, MPI_STATUSES_IGNORE) != MPI_SUCCESS) break;
-    if (!done) {
-      struct timespec ts = {0, 1000000};
-      nanosleep(&ts, NULL);
-    }
-  }
-  if (done) free(rq); /* else MPI may still use the requests: left */
-  return 0;
-}
-
-/* This rank's failure to every other rank, and to this process's own
- * waits. */
+/* This rank's failure to every other rank (eager sends of one message:
+ * they leave at once; any still pending after a second are left), and to
+ * this process's own waits. */
 int ferry_mpi_alert_send(ferry_comm *c, const char *msg) {
   pthread_mutex_lock(&g_alert_mu);
   if (!g_alert_status) {
@@ -438,28 +411,25 @@ int ferry_mpi_alert_send(ferry_comm *c, const char *msg) {
   if (first) snprintf(g_alert_out, sizeof g_alert_out, "%s", msg);
   pthread_mutex_unlock(&g_alert_mu);
   if (!a || !first) return 0;
+  MPI_Request *rq = calloc((size_t)c->size, sizeof *rq);
+  if (!rq) return ferry_err(&c->err, FERRY_ENOMEM, "out of memory");
+  int n = 0, done = 0;
   /* not to the rank whose failure this one follows: it knows, and may not
    * take the message before it ends (the send would wait out its second) */
-  return send_each(c, a, g_alert_out, (int)sizeof g_alert_out, ALERT_TAG, from);
-}
-
-/* This rank's cancel to every other rank of c (comm.c sends it once). */
-static int mpi_cancel_send(ferry_comm *c) {
-  mpi_impl *m = c->impl;
-  m->cancel_out = c->rank + 1;
-  return send_each(c, m->comm, &m->cancel_out, (int)sizeof m->cancel_out, CANCEL_TAG, -1);
-}
-
-/* Another rank's cancel on c (one message taken when there is one), or -1. */
-static int mpi_cancel_poll(ferry_comm *c) {
-  mpi_impl *m = c->impl;
-  int flag = 0, v = 0;
-  MPI_Message msg;
-  MPI_Status stt;
-  if (api->Improbe(MPI_ANY_SOURCE, CANCEL_TAG, m->comm, &flag, &msg, &stt) == MPI_SUCCESS && flag &&
-      api->Mrecv(&v, (int)sizeof v, api->char_, &msg, &stt) == MPI_SUCCESS)
-    return v - 1;
-  return -1;
+  for (int r = 0; r < c->size; r++)
+    if (r != c->rank && r != from &&
+        api->Isend(g_alert_out, (int)sizeof g_alert_out, api->char_, r, ALERT_TAG, a, &rq[n]) ==
+            MPI_SUCCESS)
+      n++;
+  for (double end = ferry_now() + 1.0; !done && ferry_now() < end;) {
+    if (api->Testall(n, rq, &done, MPI_STATUSES_IGNORE) != MPI_SUCCESS) break;
+    if (!done) {
+      struct timespec ts = {0, 1000000};
+      nanosleep(&ts, NULL);
+    }
+  }
+  if (done) free(rq); /* else MPI may still use the requests: left */
+  return 0;
 }
 
 /* Another rank's failure, once one has come (then always the same). */
@@ -501,6 +471,4 @@ const ferry_comm_ops ferry_comm_mpi_ops = {
     /* .abort = */ mpi_abort,
     /* .alert_send = */ ferry_mpi_alert_send,
     /* .alert_poll = */ ferry_mpi_alert_poll,
-    /* .cancel_send = */ mpi_cancel_send,
-    /* .cancel_poll = */ mpi_cancel_poll,
 };

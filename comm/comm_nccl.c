@@ -359,6 +359,4 @@ const ferry_comm_ops ferry_comm_nccl_ops = {
     /* .abort = */ nccl_abort,
     /* .alert_send = */ ferry_mpi_alert_send, /* news over MPI, as the bootstrap */
     /* .alert_poll = */ ferry_mpi_alert_poll,
-    /* .cancel_send = */ NULL, /* c's own only: the agreement that follows tells */
-    /* .cancel_poll = */ NULL,
 };

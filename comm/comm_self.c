@@ -132,6 +132,4 @@ const ferry_comm_ops ferry_comm_self_ops = {
     /* .abort = */ self_abort,
     /* .alert_send = */ self_alert_send,
     /* .alert_poll = */ self_alert_poll,
-    /* .cancel_send = */ NULL, /* no other rank: ferry_comm_cancelled knows c's own */
-    /* .cancel_poll = */ NULL,
 };

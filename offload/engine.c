@@ -123,19 +123,6 @@ void engine_own_bytes(const ferry_engine *e, size_t *own_dev, size_t *own_host) 
   *own_host = st.drain + st.upload + st.commit + st.reduce;
 }
 
-/* The caller's cancel, or with ranks another rank's: a rank whose caller
- * cancels tells the others (ferry_comm_cancel), whose finalize stops at its
- * next ask; the agreement at finalize's end makes every rank's outcome one.
- * Any thread (the zeroing threads ask too). */
-static int engine_cancelled(void *user) {
-  ferry_engine *e = user;
-  if (e->cancel && e->cancel(e->cancel_user)) {
-    if (e->ch_loop) (void)ferry_comm_cancel(e->ch_loop); /* this engine's channel; sent once */
-    return 1;
-  }
-  return e->ch_loop && ferry_comm_cancelled(e->ch_loop) >= 0;
-}
-
 /* The memory manager, with what the engine's own buffers leave of the
  * budgets. */
 static int create_manager(ferry_engine *e, size_t dev_budget, size_t own_dev, size_t own_host) {
@@ -165,8 +152,8 @@ static int create_manager(ferry_engine *e, size_t dev_budget, size_t own_dev, si
   mc.log = e->log;
   mc.on_copy = on_copy;
   mc.copy_user = e;
-  mc.cancel = e->cancel || e->nranks > 1 ? engine_cancelled : NULL;
-  mc.cancel_user = e;
+  mc.cancel = e->cancel;
+  mc.cancel_user = e->cancel_user;
   int rc = ferry_mem_create(&mc, &e->mem);
   if (rc) return ferry_err(&e->err, rc, "finalize: memory manager: %s", ferry_last_error());
   /* The copy spans cost two host functions per copy: only for a timeline
@@ -529,11 +516,7 @@ int ferry_engine_set_cancel(ferry_engine *e, int (*cancel)(void *user), void *us
 
 /* FERRY_ECANCELED naming the phase when the caller's cancel says so. */
 static int check_cancel(ferry_engine *e, const char *phase) {
-  if (!engine_cancelled(e)) return FERRY_OK;
-  int from = e->ch_loop ? ferry_comm_cancelled(e->ch_loop) : -1;
-  if (from >= 0 && from != e->rank)
-    return ferry_err(&e->err, FERRY_ECANCELED, "finalize: rank %d was cancelled by its caller (%s)",
-                     from, phase);
+  if (!e->cancel || !e->cancel(e->cancel_user)) return FERRY_OK;
   return ferry_err(&e->err, FERRY_ECANCELED, "finalize: cancelled by the caller (%s)", phase);
 }
 
@@ -545,14 +528,18 @@ static int alloc_fetches(ferry_engine *e) {
   return FERRY_OK;
 }
 
-/* finalize after the ranks' set-up: the partition, the buffers, the memory
- * manager and its layout, the swap store, the optimizers, the initial
- * values. */
-static int finalize_state(ferry_engine *e, ferry_optimizer_config oc) {
+int ferry_engine_finalize(ferry_engine *e) {
+  if (!e) return FERRY_EINVAL;
+  if (e->finalized) return ferry_err(&e->err, FERRY_ESTATE, "finalize: already finalized");
+  if (e->gt.nparams == 0) return ferry_err(&e->err, FERRY_ESTATE, "finalize: no parameters");
+  int rc = group_build(e);
+  if (!rc) rc = alloc_fetches(e);
   size_t own_dev = 0, own_host = 0, dev_budget = 0;
+  ferry_optimizer_config oc = optimizer_config(e->cv);
+  if (!rc) rc = ranks_setup(e);
   /* pieces start at multiples of 64 elements, or of the int8 state block */
   size_t align = oc.state_dtype == FERRY_DT_I8 && oc.state_block > 64 ? oc.state_block : 64;
-  int rc = group_partition(e, align);
+  if (!rc) rc = group_partition(e, align);
   if (!rc) {
     engine_own_bytes(e, &own_dev, &own_host);
     dev_budget = device_budget(e);
@@ -579,21 +566,6 @@ static int finalize_state(ferry_engine *e, ferry_optimizer_config oc) {
   if (!rc) rc = open_store(e);
   if (!rc) rc = create_optimizers(e, &oc);
   if (!rc) rc = init_values(e);
-  return rc;
-}
-
-int ferry_engine_finalize(ferry_engine *e) {
-  if (!e) return FERRY_EINVAL;
-  if (e->finalized) return ferry_err(&e->err, FERRY_ESTATE, "finalize: already finalized");
-  if (e->gt.nparams == 0) return ferry_err(&e->err, FERRY_ESTATE, "finalize: no parameters");
-  int rc = group_build(e);
-  if (!rc) rc = alloc_fetches(e);
-  if (!rc) rc = ranks_setup(e);
-  if (rc) return rc;
-  rc = finalize_state(e, optimizer_config(e->cv));
-  /* with ranks every rank ends alike (a rank that failed or was cancelled
-   * fails every rank's finalize), before the threads start */
-  rc = ranks_agree(e, rc, "finalize");
   if (!rc) rc = drain_start(e);
   if (!rc) rc = stepper_start(e);
   if (rc) return rc;

@@ -311,20 +311,6 @@ int group_param_stepped(const ferry_engine *e, const eng_param *p) {
   return p->got_grad || e->cv->missing_grad == FERRY_MISSING_GRAD_ZERO;
 }
 
-uint32_t group_stepped(ferry_engine *e, uint32_t g) {
-  uint32_t n = 0;
-  for (uint32_t k = 0; k < e->gt.groups[g].count; k++)
-    n += group_param_stepped(e, group_param(e, g, k)) != 0;
-  return n;
-}
-
-void group_count_steps(ferry_engine *e, uint32_t g) {
-  for (uint32_t k = 0; k < e->gt.groups[g].count; k++) {
-    eng_param *p = group_param(e, g, k);
-    if (group_param_stepped(e, p)) p->steps++;
-  }
-}
-
 int group_zero_grads(ferry_engine *e, uint32_t g, int held) {
   for (uint32_t k = 0; k < e->gt.groups[g].count; k++) group_param(e, g, k)->got_grad = 0;
   if (e->grads_none) return FERRY_OK; /* nothing kept */

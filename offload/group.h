@@ -142,11 +142,6 @@ void group_note_grads(ferry_engine *e, uint32_t g);
 /* Whether param p is updated in this step: it got a gradient, or
  * optimizer.missing_grad = zero. */
 int group_param_stepped(const ferry_engine *e, const eng_param *p);
-/* How many params of group g this step updates: the others get no
- * gradient (optimizer.missing_grad = skip) and are left as they are. */
-uint32_t group_stepped(ferry_engine *e, uint32_t g);
-/* After group g's optimizer pass: each param it stepped counts the step. */
-void group_count_steps(ferry_engine *e, uint32_t g);
 /* NVMe grad home: whether group g's accumulators count as zero (the drain
  * then fetches them without a load), and that they are written now. */
 int group_grads_fresh(const ferry_engine *e, uint32_t g);

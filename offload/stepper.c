@@ -15,7 +15,6 @@
  * stepper_queue and sees them given back through stepper_holds_grads.
  */
 #include "offload/engine_impl.h"
-#include "offload/step_gather.h"
 #include "core/dtype.h"
 #include "core/par.h"
 
@@ -30,7 +29,6 @@ void stepper_create(ferry_engine *e) {
   pthread_cond_init(&e->stepper.cv, NULL);
   e->stepper.waits_for = -1;
   e->stepper.parked = -1;
-  e->stepper.agreed_first = -1;
 }
 
 int stepper_init(ferry_engine *e, size_t gbytes) {
@@ -397,10 +395,35 @@ static uint32_t fill_spans(ferry_engine *e, uint32_t g, void **dst) {
   return ns;
 }
 
-/* The staging the CPU's optimizer writes group params into (slot: the
- * group's upload slot, device home). */
-static void *staging(ferry_engine *e, int slot) {
-  return e->param_home == FERRY_TIER_DEVICE ? e->stepper.stage_up[slot] : e->stepper.param_stage;
+/* With ranks at stage >= 1: every rank's range of group g's new params
+ * (written by its optimizer into the staging) to every rank, in place. */
+static int gather_params(ferry_engine *e, uint32_t g, int slot) {
+  /* stage 3: each rank commits its piece; fetches gather them */
+  if (!engine_sharded(e) || engine_params_sharded(e)) return FERRY_OK;
+  eng_group *gr = &e->gt.groups[g];
+  char *base = e->param_home == FERRY_TIER_DEVICE ? (char *)e->stepper.stage_up[slot]
+                                                  : (char *)e->stepper.param_stage;
+  for (int r = 0; r < e->nranks; r++)
+    e->stepper.counts[r] = (gr->bounds[r + 1] - gr->bounds[r]) * e->esize;
+  double t0 = ferry_now();
+  int rc = injected(e, g, GROUP_TAIL_GATHER); /* every rank arms it */
+  if (rc) return rc;
+  rc = ferry_comm_allgather(e->ch_step, base + gr->lo * e->esize, base, e->stepper.counts,
+                                FERRY_DT_U8, NULL, NULL);
+  if (rc)
+    return ferry_err(&e->err, rc, "step: group %u: all-gather of the new params: %s", g,
+                     ferry_comm_last_error(e->ch_step));
+  ferry_timeline_add(&e->tl, FERRY_LANE_STEP, "wait for params", t0, ferry_now());
+  return FERRY_OK;
+}
+
+/* How many params of group g this step updates: the others get no
+ * gradient (optimizer.missing_grad = skip) and are left as they are. */
+static uint32_t group_stepped(ferry_engine *e, uint32_t g) {
+  uint32_t n = 0;
+  for (uint32_t k = 0; k < e->gt.groups[g].count; k++)
+    n += group_param_stepped(e, group_param(e, g, k)) != 0;
+  return n;
 }
 
 /* A bf16 master: the staging (or, with device math, the device scratch)
@@ -420,7 +443,9 @@ static int stage_master(ferry_engine *e, uint32_t i, int slot) {
     return rc ? rc : gpu_stage_params(e, i, e->stepper.param_stage);
   }
   rc = param_prepare(e, i, slot, e->stepper.dsts); /* the stage's last upload is done */
-  return rc ? rc : stepper_read_params(e, i, staging(e, slot), e->up);
+  void *base = e->param_home == FERRY_TIER_DEVICE ? e->stepper.stage_up[slot]
+                                                  : e->stepper.param_stage;
+  return rc ? rc : stepper_read_params(e, i, base, e->up);
 }
 
 /* The optimizer pass over group i (its state and grads held): the CPU's
@@ -452,11 +477,12 @@ static int run_optimizer(ferry_engine *e, uint32_t i, int slot, float gscale) {
   return rc;
 }
 
-/* With ranks (step_gather.c): group g's vote, kept for after_update. */
-static int vote(ferry_engine *e, uint32_t g, int rc, const char *why) {
-  rc = step_vote(e, g, rc, why);
-  if (rc) e->stepper.vote_failed = 1;
-  return rc;
+/* After group g's optimizer pass: each param it stepped counts the step. */
+static void count_steps(ferry_engine *e, uint32_t g) {
+  for (uint32_t k = 0; k < e->gt.groups[g].count; k++) {
+    eng_param *p = group_param(e, g, k);
+    if (group_param_stepped(e, p)) p->steps++;
+  }
 }
 
 /* The tail of group i's update, the steps after its optimizer pass, each
@@ -480,11 +506,8 @@ static int tail_zero(ferry_engine *e, uint32_t i, int held) {
 static int tail_params(ferry_engine *e, uint32_t i, int slot) {
   eng_group *gr = &e->gt.groups[i];
   if (gr->tail == GROUP_TAIL_GATHER) {
-    if (step_gathers(e, i, 0)) { /* every rank arms the fault, or one */
-      int rc = vote(e, i, injected(e, i, GROUP_TAIL_GATHER), NULL);
-      if (!rc) rc = step_gather_params(e, i, staging(e, slot));
-      if (rc) return rc;
-    }
+    int rc = gather_params(e, i, slot);
+    if (rc) return rc;
     gr->tail = GROUP_TAIL_HOME;
   }
   gpu_home home = params_home(e, i);
@@ -579,7 +602,7 @@ static int update_group(ferry_engine *e, uint32_t i, uint32_t next, float gscale
   if (rc) rc = engine_mem_err(e, rc, "step: optimizer state");
   if (!rc) rc = run_optimizer(e, i, slot, gscale);
   if (!rc) {
-    group_count_steps(e, i);
+    count_steps(e, i);
     gr->tail = GROUP_TAIL_ZERO; /* from here on a failure leaves a tail */
   }
   if (!rc && e->grads_none) return_grads(e, i); /* a failed update keeps them for its retry */
@@ -626,13 +649,10 @@ static void after_update(ferry_engine *e, uint32_t g, int rc, int idle) {
     snprintf(st->fail_why, sizeof st->fail_why, "%s", e->err.msg);
     pthread_mutex_unlock(&e->err.mu);
     if (!st->status) st->status = rc;
-    /* an agreed failure parks too: every rank holds back what follows */
-    if (gr->tail || st->vote_failed) st->parked = g, st->park_status = rc;
-    if (st->vote_failed && st->agreed_first < 0) st->agreed_first = g;
+    if (gr->tail) st->parked = g, st->park_status = rc;
   } else {
     gr->tail = GROUP_TAIL_NONE;
     if (st->parked == (int64_t)g) st->parked = -1;
-    if (st->agreed_first == (int64_t)g) st->agreed_first = -1;
   }
   finish_group(e, g, rc);
   pthread_mutex_unlock(&e->mu);
@@ -640,18 +660,10 @@ static void after_update(ferry_engine *e, uint32_t g, int rc, int idle) {
 
 /* Group g's update while another group's tail is pending (parked): it
  * fails with that failure's status before it changes anything (it keeps
- * its grads), and runs at the retry. With ranks it votes its failure, as
- * the ranks that run it vote. */
+ * its grads), and runs at the retry. */
 static void hold_back(ferry_engine *e, uint32_t g) {
   staged(e, g);
-  e->stepper.vote_failed = 0;
-  if (step_gathers(e, g, group_stepped(e, g) == 0)) {
-    char why[sizeof e->stepper.fail_why];
-    stepper_fail_why(e, why, sizeof why); /* the parked update's */
-    vote(e, g, e->stepper.park_status, why);
-  }
   pthread_mutex_lock(&e->mu);
-  if (e->stepper.vote_failed && e->stepper.agreed_first < 0) e->stepper.agreed_first = g;
   if (!e->stepper.status) e->stepper.status = e->stepper.park_status;
   finish_group(e, g, e->stepper.park_status);
   pthread_mutex_unlock(&e->mu);
@@ -681,11 +693,7 @@ static void *stepper_main(void *arg) {
     }
     pthread_mutex_unlock(&e->mu);
     int idle = 0;
-    st->vote_failed = 0;
     int rc = update_group(e, g, next, gscale, &idle); /* groups are independent */
-    /* failed before its vote (a failed vote or all-gather leaves tail GATHER) */
-    if (rc && e->gt.groups[g].tail != GROUP_TAIL_GATHER && step_gathers(e, g, idle))
-      vote(e, g, rc, NULL);
     after_update(e, g, rc, idle);
     pthread_mutex_lock(&e->mu);
   }
@@ -704,14 +712,11 @@ void stepper_queue(ferry_engine *e, uint32_t g, const void *grads) {
 int stepper_retry_failed(ferry_engine *e) {
   int retried = 0;
   pthread_mutex_lock(&e->mu);
-  /* its tail first: it holds the staging buffers; then the first failed
-   * vote, so that the ranks vote in one order */
-  int64_t first[2] = {e->stepper.parked, e->stepper.agreed_first};
-  for (int k = 0; k < 2; k++)
-    if (first[k] >= 0 && e->gt.groups[first[k]].state == GROUP_FAILED) {
-      stepper_queue(e, (uint32_t)first[k], NULL);
-      retried = 1;
-    }
+  int64_t parked = e->stepper.parked; /* its tail first: it holds the staging buffers */
+  if (parked >= 0 && e->gt.groups[parked].state == GROUP_FAILED) {
+    stepper_queue(e, (uint32_t)parked, NULL);
+    retried = 1;
+  }
   for (uint32_t g = 0; g < e->gt.ngroups; g++)
     if (e->gt.groups[g].state == GROUP_FAILED) {
       stepper_queue(e, g, NULL);

@@ -31,11 +31,6 @@ typedef struct {
    * it changes anything, until then; ferry_step retries that group first */
   int64_t parked;
   int park_status;
-  /* (mu) with ranks: the first group whose vote failed (step_gather.c),
-   * -1 none; retried right after the parked group, so that every rank
-   * votes in the same order */
-  int64_t agreed_first;
-  int vote_failed; /* (stepper) the vote on the update under way failed */
   int fault_at, fault_left; /* (mu) tests: engine_set_step_fault */
   /* (mu) grads "none": per group, the drain's staging buffer its grads are
    * in, lent with its update until the optimizer pass over them is done;

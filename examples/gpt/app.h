@@ -153,11 +153,6 @@ void install_signals(void);  /* also starts the set-up: a signal stops it */
 void train_setup_over(void); /* the first step is next: a signal waits for a step boundary */
 /* A signal stopped the set-up: its message, 128 + the signal; else 0. */
 int train_setup_interrupted(train_run *t);
-/* With ranks, once the engine's set-up ended on every rank (its finalize
- * ends alike on every rank: a cancel on one stops them all): a signal seen
- * by any rank stops every rank before the first step, agreed (128 + the
- * signal, said on each rank); 0 when none, 1 when the gather failed. */
-int train_setup_signals(train_run *t);
 int train_comm(train_run *t);
 int train_same_settings(train_run *t);
 void train_test_fault(const train_run *t, int st);

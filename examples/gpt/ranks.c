@@ -41,37 +41,12 @@ static int setup_cancelled(void) { return atomic_load(&g_in_setup) && atomic_loa
 
 void train_setup_over(void) { atomic_store(&g_in_setup, 0); }
 
-static int train_allgather(train_run *t, const void *mine, void *all, size_t count,
-                           ferry_dtype dt, const char *what);
-
-/* 128 + sig, saying so; `from`: the rank that saw it, when another. */
-static int setup_stopped(int sig, int from) {
-  char on[32] = "";
-  if (from >= 0) snprintf(on, sizeof on, " (on rank %d)", from);
-  errf("%s during the set-up%s: stopped before the first step, the engine and its swap files "
-       "released\n", sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : "a signal", on);
-  return 128 + sig;
-}
-
 int train_setup_interrupted(train_run *t) {
-  (void)t;
   int sig = atomic_load(&g_signal);
   if (!sig || !atomic_load(&g_in_setup)) return 0;
-  return setup_stopped(sig, -1);
-}
-
-int train_setup_signals(train_run *t) {
-  int32_t mine = atomic_load(&g_signal), *all = calloc((size_t)t->nranks, sizeof *all);
-  if (!all) return errf("out of memory\n"), 1;
-  int rc = train_allgather(t, &mine, all, 1, FERRY_DT_I32, "agreeing on the set-up's signals");
-  int from = -1;
-  for (int r = 0; r < t->nranks && !rc && from < 0; r++)
-    if (all[r]) from = r;
-  int sig = from >= 0 ? all[from] : 0;
-  free(all);
-  if (rc || !sig) return rc;
-  t->agreed = 1; /* every rank stops here */
-  return setup_stopped(sig, mine ? -1 : from);
+  errf("%s during the set-up: stopped before the first step, the engine and its swap files "
+       "released\n", sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : "a signal");
+  return 128 + sig;
 }
 
 void install_signals(void) {

@@ -393,8 +393,6 @@ int train_setup_engine(train_run *t) {
   gpt_weights_src_close(src);
   ferry_config_destroy(t->fc);
   t->fc = NULL;
-  int agreed = t->nranks > 1 ? train_setup_signals(t) : 0; /* every rank is here */
-  if (agreed) return agreed;
   if (rc) {
     int sig = train_setup_interrupted(t); /* the engine is gone: its swap files with it */
     if (sig) return sig;

@@ -123,17 +123,6 @@ FERRY_API void ferry_comm_abort(ferry_comm *c, int code);
  * rank, c, the communicator it was made from and their channels break with
  * the message, and another communicator of the process stays whole. */
 FERRY_API int ferry_comm_fail(ferry_comm *c, const char *why);
-/* This rank's caller cancelled (a set-up being stopped): tells every other
- * rank of c, where ferry_comm_cancelled(c) then names this rank. It breaks
- * nothing and ends no collective: the ranks still meet at their next
- * collective, where they agree to stop (the engine's finalize does, on a
- * channel of its own, so the news ends with the engine). MPI: a message on
- * c's own MPI communicator; NCCL and SELF know c's own cancel only. 0, or
- * the status of a send that could not start. */
-FERRY_API int ferry_comm_cancel(ferry_comm *c);
-/* The first rank known to have called ferry_comm_cancel (this one
- * included), or -1: a look that does not wait. */
-FERRY_API int ferry_comm_cancelled(ferry_comm *c);
 
 typedef struct {
   uint64_t ops;        /* collectives completed */

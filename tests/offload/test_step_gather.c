@@ -5,11 +5,7 @@
  * ferry_step does only the all-gather and what follows it: the optimizer
  * runs once, and every rank's params (the fp32 masters and the params its
  * forward fetches) end bit for bit where a run without the failure ends.
- * Host and device param homes. With the argument `one` the fault is on
- * rank 1 alone, in the zeroing of the grads, the all-gather or the way
- * home: the ranks vote on each group's status before its all-gather, so
- * both ranks' step fails, within seconds (a rank left in the all-gather
- * would wait out dist.timeout), and both ranks' retry ends bit for bit.
+ * Host and device param homes.
  */
 #include "ferry.h"
 #include "core/dtype.h"
@@ -48,7 +44,7 @@ static ferry_engine *open_engine(ferry_comm *comm, int stage, const char *params
            "missing_grad = \"zero\"; };\n"
            "precision: { params = \"fp32\"; };\n"
            "placement: { params = \"%s\"; grads = \"host\"; optimizer = \"host\"; };\n"
-           "dist: { zero_stage = %d; timeout = 20; };\n",
+           "dist: { zero_stage = %d; };\n",
            params_home, stage);
   ferry_engine *e = eu_engine(text, NULL);
   static float init[TOTAL];
@@ -101,10 +97,8 @@ static void read_params(ferry_engine *e, ferry_stream *s, float *out) {
   }
 }
 
-static float clean3[2 * TOTAL], clean[2 * TOTAL];
-
-/* A run without the fault: the params after step 3 and after step 4. */
-static void run_clean(ferry_comm *comm, int stage, const char *params_home) {
+static void check(ferry_comm *comm, int stage, const char *params_home) {
+  static float clean3[2 * TOTAL], clean[2 * TOTAL], got[2 * TOTAL];
   ferry_stream *s;
   ferry_engine *e = open_engine(comm, stage, params_home, &s);
   for (int step = 1; step <= 4; step++) {
@@ -114,28 +108,15 @@ static void run_clean(ferry_comm *comm, int stage, const char *params_home) {
   read_params(e, s, clean);
   ferry_stream_destroy(s);
   ferry_engine_destroy(e);
-}
 
-/* Step 3 with the fault at `point` on rank `on` (-1: every rank), its
- * retry and step 4, against the clean run. */
-static void check(ferry_comm *comm, int stage, const char *params_home, int point, int on) {
-  static float got[2 * TOTAL];
-  ferry_stream *s;
-  ferry_engine *e = open_engine(comm, stage, params_home, &s);
+  e = open_engine(comm, stage, params_home, &s);
   for (int step = 1; step <= 2; step++) REQUIRE(run_step(e, s, step) == 0);
   REQUIRE(engine_wait_step(e) == 0);
-  if (on < 0 || on == rank) engine_set_step_fault(e, point, 1);
-  double t0 = ferry_now();
+  engine_set_step_fault(e, ENGINE_FAULT_GATHER, 1); /* on every rank */
   int rc = run_step(e, s, 3);
   if (!rc) rc = engine_wait_step(e);
-  double took = ferry_now() - t0;
-  if (rank == 0 || on >= 0)
-    printf("  rank %d: step 3 (%.2f s): %s: %s\n", rank, took, ferry_strerror(rc),
-           ferry_engine_last_error(e));
+  if (rank == 0) printf("  step 3: %s: %s\n", ferry_strerror(rc), ferry_engine_last_error(e));
   EXPECT_EQ_INT(rc, FERRY_EIO);
-  EXPECT(took < 10.0); /* agreed at once, not at dist.timeout */
-  if (on >= 0 && on != rank) /* the other rank is named, with its cause */
-    EXPECT(strstr(ferry_engine_last_error(e), "rank 1 failed: step: group 0: an injected fault"));
   ferry_step_info info;
   rc = ferry_step(e, &info); /* the retry: the all-gather again, then the rest */
   if (!rc) rc = engine_wait_step(e);
@@ -154,30 +135,16 @@ static void check(ferry_comm *comm, int stage, const char *params_home, int poin
   REQUIRE(ferry_comm_barrier(comm, NULL) == 0);
 }
 
-int main(int argc, char **argv) {
-  int one = argc > 1 && !strcmp(argv[1], "one");
+int main(void) {
   ferry_comm *comm = eu_mpi_comm(NRANKS);
   rank = ferry_comm_rank(comm);
   static const char *homes[] = {"host", "gpu"};
-  static const int points[] = {ENGINE_FAULT_ZERO, ENGINE_FAULT_GATHER, ENGINE_FAULT_HOME};
-  static const char *pname[] = {"", "the zeroing of the grads", "the all-gather", "the way home"};
   for (int stage = 1; stage <= 2; stage++)
     for (int h = 0; h < 2; h++) {
-      run_clean(comm, stage, homes[h]);
-      if (!one) {
-        if (rank == 0)
-          printf("-- a failed all-gather of the new params (stage %d, params %s)\n", stage,
-                 homes[h]);
-        check(comm, stage, homes[h], ENGINE_FAULT_GATHER, -1); /* on every rank */
-        continue;
-      }
-      for (int k = 0; k < 3; k++) {
-        if (rank == 0)
-          printf("-- rank 1 alone fails %s (stage %d, params %s)\n", pname[points[k]], stage,
-                 homes[h]);
-        check(comm, stage, homes[h], points[k], 1);
-      }
+      if (rank == 0)
+        printf("-- a failed all-gather of the new params (stage %d, params %s)\n", stage, homes[h]);
+      check(comm, stage, homes[h]);
     }
   ferry_comm_destroy(comm);
-  return test_finish(one ? "offload.step_gather.one_rank" : "offload.step_gather");
+  return test_finish("offload.step_gather");
 }
