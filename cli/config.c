@@ -3,6 +3,7 @@
  */
 #include "cli/cli.h"
 
+#include "core/untrusted.h"
 #include "ferry.h"
 
 #include <string.h>
@@ -28,10 +29,10 @@ static void usage(FILE *f) {
 static int print_all(const ferry_config *c) {
   for (int i = 0; i < ferry_config_key_count(); i++) {
     const char *name;
-    char v[2048];
+    char v[2048], shown[4 * sizeof v]; /* a path from the file may hold control bytes */
     ferry_config_key_info(i, &name, NULL, NULL, NULL);
     ferry_config_get(c, name, v, sizeof v);
-    printf("%-30s %s\n", name, v);
+    printf("%-30s %s\n", name, ferry_escape(v, shown, sizeof shown));
   }
   return 0;
 }

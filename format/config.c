@@ -5,6 +5,7 @@
  */
 #include "format/config.h"
 #include "core/outfile.h"
+#include "core/untrusted.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -29,6 +30,19 @@ typedef struct {
 } key_def;
 
 #define OFF(f) offsetof(ferry_config_values, f)
+
+/* Every message of this file goes through here: a name or value read from
+ * a file or given to a setter is shown with its control bytes written as
+ * \xNN (core/untrusted.h), so a config file cannot drive a terminal. */
+static int cfg_err(ferry_errbuf *e, int status, const char *fmt, ...) FERRY_PRINTF(3, 4);
+static int cfg_err(ferry_errbuf *e, int status, const char *fmt, ...) {
+  char msg[FERRY_ERR_MAX], shown[FERRY_ERR_MAX];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  return ferry_err(e, status, "%s", ferry_escape(msg, shown, sizeof shown));
+}
 
 /* The library's enum value of each name of an enum key, in the names' order
  * (every enum key has one, as long as its list of names). */
@@ -552,15 +566,15 @@ static int set_grammar(ferry_config *c, const key_def *k, const char *key, const
 
 int ferry_config_set(ferry_config *c, const char *key, const char *value) {
   if (!c) return FERRY_EINVAL;
-  if (!key || !value) return ferry_err(&c->err, FERRY_EINVAL, "config set: key or value is NULL");
+  if (!key || !value) return cfg_err(&c->err, FERRY_EINVAL, "config set: key or value is NULL");
   const key_def *k = find_key(key);
   if (!k) {
     char sug[128];
     if (is_group(key, strlen(key)))
-      return ferry_err(&c->err, FERRY_ECONFIG,
+      return cfg_err(&c->err, FERRY_ECONFIG,
                        "config key '%s' is a group, not a value: set one of its keys (%s.*, "
                        "see `ferry config keys`)", key, key);
-    return ferry_err(&c->err, FERRY_ECONFIG, "unknown config key '%s'%s", key,
+    return cfg_err(&c->err, FERRY_ECONFIG, "unknown config key '%s'%s", key,
                      suggestion(key, sug, sizeof sug));
   }
   char why[256];
@@ -568,7 +582,7 @@ int ferry_config_set(ferry_config *c, const char *key, const char *value) {
   while (isspace((unsigned char)*p)) p++;
   if (*p == '[' || *p == '(' || *p == '"') return set_grammar(c, k, key, value);
   if (set_text(&c->v, k, value, why, sizeof why))
-    return ferry_err(&c->err, FERRY_ECONFIG, "config key '%s': value '%s' is invalid: expected %s",
+    return cfg_err(&c->err, FERRY_ECONFIG, "config key '%s': value '%s' is invalid: expected %s",
                      key, value, why);
   return FERRY_OK;
 }
@@ -609,7 +623,7 @@ static int rd_err(reader *r, const config_setting_t *s, const char *fmt, ...) {
   vsnprintf(msg, sizeof msg, fmt, ap);
   va_end(ap);
   const char *file = s && config_setting_source_file(s) ? config_setting_source_file(s) : r->fname;
-  return ferry_err(&r->c->err, FERRY_ECONFIG, "%s:%u: %s", file,
+  return cfg_err(&r->c->err, FERRY_ECONFIG, "%s:%u: %s", file,
                    s ? config_setting_source_line(s) : 0u, msg);
 }
 
@@ -747,17 +761,17 @@ static int apply(reader *r, const config_setting_t *s, const key_def *k, const c
 static int set_grammar(ferry_config *c, const key_def *k, const char *key, const char *value) {
   char why[256], text[2048];
   if (strpbrk(value, "\n\r") || strlen(value) > 4 * sizeof text)
-    return ferry_err(&c->err, FERRY_ECONFIG,
+    return cfg_err(&c->err, FERRY_ECONFIG,
                      "config key '%s': value '%.200s' is invalid: %s", key, value,
                      strpbrk(value, "\n\r") ? "it spans lines" : "too long");
   size_t n = strlen(value) + 16;
   char *line = malloc(n);
-  if (!line) return ferry_err(&c->err, FERRY_ENOMEM, "config key '%s': out of memory", key);
+  if (!line) return cfg_err(&c->err, FERRY_ENOMEM, "config key '%s': out of memory", key);
   snprintf(line, n, "v = %s;", value);
   char wide[512];
   if (cfg_check_integers(value, key, wide, sizeof wide)) { /* "key:1: the integer ..." */
     free(line);
-    return ferry_err(&c->err, FERRY_ECONFIG, "config key '%s': value '%s' is invalid: %s", key,
+    return cfg_err(&c->err, FERRY_ECONFIG, "config key '%s': value '%s' is invalid: %s", key,
                      value, strstr(wide, "the integer") ? strstr(wide, "the integer") : wide);
   }
   config_t cf;
@@ -767,7 +781,7 @@ static int set_grammar(ferry_config *c, const key_def *k, const char *key, const
   const config_setting_t *root = config_root_setting(&cf), *s = NULL;
   if (ok && config_setting_length(root) == 1) s = config_setting_get_elem(root, 0);
   if (!s) {
-    int rc = ferry_err(&c->err, FERRY_ECONFIG,
+    int rc = cfg_err(&c->err, FERRY_ECONFIG,
                        "config key '%s': value '%s' is invalid: %s%s (write a list as "
                        "[\"a\", \"b\"] or a, b, and a string as \"text\" or bare)",
                        key, value, ok ? "more than one value" : "not in the config grammar: ",
@@ -778,7 +792,7 @@ static int set_grammar(ferry_config *c, const key_def *k, const char *key, const
   const config_setting_t *where;
   int rc = FERRY_OK;
   if (value_text(s, k, 0, text, sizeof text, why, sizeof why, &where))
-    rc = ferry_err(&c->err, FERRY_ECONFIG, "config key '%s': value '%s' is invalid: %s", key,
+    rc = cfg_err(&c->err, FERRY_ECONFIG, "config key '%s': value '%s' is invalid: %s", key,
                    value, why);
   config_destroy(&cf);
   if (rc) return rc;
@@ -786,7 +800,7 @@ static int set_grammar(ferry_config *c, const key_def *k, const char *key, const
   if (k->k == K_PATHS && !text[0]) {
     tmp.nvme_npaths = 0;
   } else if (set_text(&tmp, k, text, why, sizeof why)) {
-    return ferry_err(&c->err, FERRY_ECONFIG, "config key '%s': value '%s' is invalid: expected %s",
+    return cfg_err(&c->err, FERRY_ECONFIG, "config key '%s': value '%s' is invalid: expected %s",
                      key, value, why);
   }
   c->v = tmp;
@@ -844,7 +858,7 @@ static int load(ferry_config *c, config_t *cf, int ok, const char *name) {
     /* libconfig's text is often "syntax error" itself: say it once */
     const char *t = config_error_text(cf) ? config_error_text(cf) : "";
     int plain = !strcmp(t, "syntax error");
-    int rc = ferry_err(&c->err, FERRY_ECONFIG, "%s:%d: %s%s%s", f ? f : name,
+    int rc = cfg_err(&c->err, FERRY_ECONFIG, "%s:%d: %s%s%s", f ? f : name,
                        config_error_line(cf), strncmp(t, "syntax error", 12) ? "syntax error: " : "",
                        t,
                        plain ? " (each setting is name = value; with the value a number, true or "
@@ -863,10 +877,10 @@ static int load(ferry_config *c, config_t *cf, int ok, const char *name) {
 
 int ferry_config_load_file(ferry_config *c, const char *path) {
   if (!c) return FERRY_EINVAL;
-  if (!path) return ferry_err(&c->err, FERRY_EINVAL, "config load: path is NULL");
+  if (!path) return cfg_err(&c->err, FERRY_EINVAL, "config load: path is NULL");
   char *text, why[1200];
   int rc = cfg_read_checked(path, &text, why, sizeof why); /* config_file.c */
-  if (rc) return ferry_err(&c->err, rc, "%s", why);
+  if (rc) return cfg_err(&c->err, rc, "%s", why);
   config_t cf;
   config_init(&cf);
   int ok = config_read_string(&cf, text) == CONFIG_TRUE;
@@ -876,10 +890,10 @@ int ferry_config_load_file(ferry_config *c, const char *path) {
 
 int ferry_config_load_string(ferry_config *c, const char *text, const char *name) {
   if (!c) return FERRY_EINVAL;
-  if (!text) return ferry_err(&c->err, FERRY_EINVAL, "config load: text is NULL");
+  if (!text) return cfg_err(&c->err, FERRY_EINVAL, "config load: text is NULL");
   char why[512];
   if (cfg_check_integers(text, name ? name : "<string>", why, sizeof why))
-    return ferry_err(&c->err, FERRY_ECONFIG, "%s", why);
+    return cfg_err(&c->err, FERRY_ECONFIG, "%s", why);
   config_t cf;
   config_init(&cf);
   int ok = config_read_string(&cf, text) == CONFIG_TRUE;
@@ -916,7 +930,7 @@ int ferry_config_write_file(const ferry_config *c, const char *path) {
   ferry_outfile o; /* the user's old file stays whole until the new one is complete */
   char why[512];
   int rc = ferry_outfile_open(&o, path, why, sizeof why);
-  if (rc) return ferry_err(&mc->err, rc, "%s", why);
+  if (rc) return cfg_err(&mc->err, rc, "%s", why);
   FILE *f = o.f;
   fprintf(f, "# ferry engine configuration (every key; see docs/CONFIG.md)\n");
   char open[8][64];
@@ -955,5 +969,5 @@ int ferry_config_write_file(const ferry_config *c, const char *path) {
   }
   for (; nopen > 0; nopen--) fprintf(f, "%*s};\n", 2 * (nopen - 1), "");
   rc = ferry_outfile_commit(&o, why, sizeof why);
-  return rc ? ferry_err(&mc->err, rc, "%s", why) : FERRY_OK;
+  return rc ? cfg_err(&mc->err, rc, "%s", why) : FERRY_OK;
 }

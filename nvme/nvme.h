@@ -240,6 +240,11 @@ typedef struct {
 /* Adds a rule (up to 16); FERRY_ENOTSUP when not compiled in. */
 int ferry_swap_fault_add(ferry_swap *s, const ferry_fault *f);
 void ferry_swap_fault_clear(ferry_swap *s);
+/* Test hook: the completion thread's next io_uring_wait_cqe (the one after
+ * the wait it is in now ends) fails with -err, which leaves the ring
+ * unusable: every request in flight or queued then ends with FERRY_EIO.
+ * FERRY_ENOTSUP when fault injection is not compiled in. */
+int ferry_swap_fault_ring_wait(ferry_swap *s, int err);
 /* Test hook: flips bit `bit` of byte `offset` of chunk on disk. */
 int ferry_swap_corrupt_on_disk(ferry_swap *s, uint32_t chunk, size_t offset, int bit);
 

@@ -143,7 +143,8 @@ static void process_piece(ferry_swap *s, done_piece *d) {
   r->pieces_done++;
   if (d->err) swap_fail_req(s, r, d->err);
   int whole = r->inflight == 0 && r->next_piece == r->npieces;
-  int dropped = r->status == FERRY_ECANCELED;
+  /* a write dropped, or failed on a dead ring, needs no CRCs */
+  int dropped = r->status == FERRY_ECANCELED || (s->ring_err && r->status != FERRY_OK);
   if (!whole) swap_flush_sq(s, 0);
   pthread_mutex_unlock(&s->mu);
   if (!whole) return;

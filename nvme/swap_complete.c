@@ -2,12 +2,14 @@
  * batch of completions, retries short and interrupted transfers, turns
  * errors into status codes naming the file and offset, refills the ring,
  * then hands the finished pieces to swap_check.c and finishes the writes
- * whose CRCs came late. Also its start and stop.
+ * whose CRCs came late. When the ring fails, it ends every request with an
+ * error instead. Also its start and stop.
  */
 #include "nvme/swap_impl.h"
 
 #include <errno.h>
 #include <liburing.h>
+#include <stdio.h>
 #include <string.h>
 
 static void piece_error(ferry_swap *s, io_unit *u, int res, const char *what) {
@@ -100,6 +102,65 @@ static unsigned settle(ferry_swap *s, const reaped *got, unsigned n, done_piece 
   return nfin;
 }
 
+/* The ring failed (mutex held): up to BATCH pieces that can no longer
+ * complete, failed with FERRY_EIO into fin: every unit in use (its
+ * completion will never be reaped), then each queued request with no piece
+ * in flight (a piece of its own, as drop_head in swap_submit.c makes one).
+ * Returns how many. */
+static unsigned fail_stranded(ferry_swap *s, done_piece *fin) {
+  unsigned n = 0;
+  for (unsigned i = 0; i < s->cfg.queue_depth && n < BATCH; i++) {
+    io_unit *u = &s->units[i];
+    ferry_swap_req *r = u->req;
+    if (!r) continue;
+    swap_fail_req(s, r, FERRY_EIO);
+    fin[n++] = (done_piece){r, u->piece, u->file, u->file_off, u->chunk_off, u->data_len,
+                            FERRY_EIO, 0};
+    u->req = NULL;
+    u->state = U_NORMAL;
+    u->next = s->free_units;
+    s->free_units = u;
+  }
+  while (s->runq_head && n < BATCH) {
+    ferry_swap_req *r = s->runq_head;
+    uint32_t k = r->next_piece;
+    int idle = r->inflight == 0;
+    swap_fail_req(s, r, FERRY_EIO); /* takes it off the queue */
+    if (!idle) continue;            /* its unit's piece above finishes it */
+    r->inflight++;
+    fin[n++] = (done_piece){r, k, 0, 0, 0, 0, FERRY_EIO, 0};
+  }
+  return n;
+}
+
+/* The completion thread once the ring failed: fails what was in flight
+ * and queued (each callback once, through swap_check.c's path of a failed
+ * request: nothing committed), finishes writes whose CRCs come late, then
+ * waits on cv for more of those or for stop. New requests are refused
+ * (swap_submit.c), so ferry_swap_wait, drain and close return. */
+static void run_dead(ferry_swap *s, done_piece *fin) {
+  pthread_mutex_lock(&s->mu);
+  for (;;) {
+    unsigned n = fail_stranded(s, fin);
+    ferry_swap_req *late = s->finq;
+    s->finq = NULL;
+    if (!n && !late) {
+      if (s->stop_req) break;
+      pthread_cond_wait(&s->cv, &s->mu);
+      continue;
+    }
+    pthread_mutex_unlock(&s->mu);
+    swap_run_batch(s, fin, n);
+    for (ferry_swap_req *nx; late; late = nx) {
+      nx = late->crc_next;
+      swap_finish_whole(s, late);
+    }
+    swap_drain_crcq(s);
+    pthread_mutex_lock(&s->mu);
+  }
+  pthread_mutex_unlock(&s->mu);
+}
+
 static void *reaper_main(void *arg) {
   ferry_swap *s = arg;
   struct io_uring_cqe *cqes[BATCH];
@@ -107,15 +168,29 @@ static void *reaper_main(void *arg) {
   done_piece fin[BATCH];
   int stop = 0;
   while (!stop) {
+    int fault = 0;
     pthread_mutex_lock(&s->mu); /* what the last batch prepared: one call */
     swap_flush_sq(s, 1);
+#if FERRY_FAULT_INJECTION
+    fault = swap_fault_take_wait(s);
+#endif
     pthread_mutex_unlock(&s->mu);
     struct io_uring_cqe *cqe = NULL;
-    int rc = io_uring_wait_cqe(&s->ring, &cqe);
+    int rc = fault ? -fault : io_uring_wait_cqe(&s->ring, &cqe);
     if (rc == -EINTR || rc == -EAGAIN) continue;
     if (rc < 0) { /* the ring is unusable: nothing can complete any more */
-      ferry_err(&s->err, FERRY_EIO, "swap '%s': io_uring_wait_cqe: %s", s->name, strerror(-rc));
-      ferry_logf(&s->log, FERRY_LOG_ERROR, "%s", ferry_err_msg(&s->err));
+      pthread_mutex_lock(&s->mu);
+      s->ring_err = -rc;
+      ferry_err(&s->err, FERRY_EIO,
+                "swap '%s': io_uring_wait_cqe: %s; every request in flight or queued fails, "
+                "new ones are refused",
+                s->name, strerror(-rc));
+      char msg[FERRY_ERR_MAX];
+      snprintf(msg, sizeof msg, "%s", ferry_err_msg(&s->err));
+      swap_start_waiting_writes(s); /* writes waiting for a slot fail too */
+      pthread_mutex_unlock(&s->mu);
+      ferry_logf(&s->log, FERRY_LOG_ERROR, "%s", msg);
+      run_dead(s, fin);
       break;
     }
     unsigned n = io_uring_peek_batch_cqe(&s->ring, cqes, BATCH);
@@ -151,6 +226,7 @@ int swap_completion_start(ferry_swap *s) {
 void swap_completion_stop(ferry_swap *s) {
   if (!s->reaper_started) return;
   pthread_mutex_lock(&s->mu);
+  s->stop_req = 1; /* what stops it should the ring fail before STOP_TAG is reaped */
   swap_post_tag(s, STOP_TAG);
   pthread_mutex_unlock(&s->mu);
   pthread_join(s->reaper, NULL);

@@ -1,7 +1,8 @@
 /* nvme/swap_fault.c — fault injection into the swap store (test builds,
  * FERRY_FAULT_INJECTION): the rules (ferry_swap_fault_add), the fault a
  * piece gets when it is first issued, its effect when the piece completes,
- * late write CRCs, and the test hook that flips a bit on disk. Compiled
+ * late write CRCs, a failed wait of the completion thread, and the test
+ * hook that flips a bit on disk. Compiled
  * out, ferry_swap_fault_add says FERRY_ENOTSUP.
  */
 #include "nvme/swap_impl.h"
@@ -78,6 +79,20 @@ int ferry_swap_fault_add(ferry_swap *s, const ferry_fault *f) {
   return rc;
 }
 
+int ferry_swap_fault_ring_wait(ferry_swap *s, int err) {
+  if (!s || err <= 0) return FERRY_EINVAL;
+  pthread_mutex_lock(&s->mu);
+  s->wait_fault = err;
+  pthread_mutex_unlock(&s->mu);
+  return FERRY_OK;
+}
+
+int swap_fault_take_wait(ferry_swap *s) {
+  int e = s->wait_fault;
+  s->wait_fault = 0;
+  return e;
+}
+
 void ferry_swap_fault_clear(ferry_swap *s) {
   if (!s) return;
   pthread_mutex_lock(&s->mu);
@@ -92,6 +107,10 @@ int ferry_swap_fault_add(ferry_swap *s, const ferry_fault *f) {
   return FERRY_ENOTSUP;
 }
 void ferry_swap_fault_clear(ferry_swap *s) { (void)s; }
+int ferry_swap_fault_ring_wait(ferry_swap *s, int err) {
+  (void)err;
+  return ferry_swap_fault_add(s, &(ferry_fault){.kind = FERRY_FAULT_EIO}); /* FERRY_ENOTSUP */
+}
 #endif
 
 int ferry_swap_corrupt_on_disk(ferry_swap *s, uint32_t chunk, size_t offset, int bit) {

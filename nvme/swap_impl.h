@@ -126,12 +126,16 @@ struct ferry_swap {
   unsigned active;
   int sq_inflight;         /* SQEs submitted whose completions are not reaped yet */
   int discard;             /* ferry_swap_discard: queued requests fail, new ones are refused */
+  int ring_err;            /* the errno that made the ring unusable (io_uring_wait_cqe), 0
+                            * while it works: every request then fails, new ones are refused */
+  int stop_req;            /* swap_completion_stop was called */
   ferry_swap_stats st;
 
 #if FERRY_FAULT_INJECTION
   ferry_fault faults[MAX_FAULTS];
   uint32_t fault_hits[MAX_FAULTS];
   int nfaults;
+  int wait_fault;          /* errno the next io_uring_wait_cqe returns, 0 none */
 #endif
   char index_path[1100];    /* where close writes the index when files are kept */
   int index_saved;          /* the index on disk is current (no write since) */
@@ -299,6 +303,9 @@ unsigned swap_crc_delay_ms(ferry_swap *s, const ferry_swap_req *r);
  * Returns 1 when the completion must come u->delay_ms late: the result
  * is saved in u and u->ts set, for a timeout the caller submits. */
 int swap_fault_apply(ferry_swap *s, io_unit *u, int *res);
+/* The errno the completion thread's wait is to fail with (taken: the
+ * fault hits once), 0 none (mutex held). */
+int swap_fault_take_wait(ferry_swap *s);
 #endif
 
 /* ---- swap_reclaim.c: files of dead processes ----------------------------- */

@@ -17,6 +17,7 @@
 /* The ring (store mutex held)                                               */
 
 void swap_submit_now(ferry_swap *s) {
+  if (s->ring_err) return; /* nothing would complete */
   int rc = io_uring_submit(&s->ring);
   s->st.submit_calls++;
   if (rc > 0) s->sq_inflight += rc;
@@ -36,6 +37,10 @@ struct io_uring_sqe *swap_get_sqe(ferry_swap *s) {
 }
 
 void swap_post_tag(ferry_swap *s, uint64_t tag) {
+  if (s->ring_err) { /* the completion thread waits on cv now (swap_complete.c) */
+    pthread_cond_broadcast(&s->cv);
+    return;
+  }
   struct io_uring_sqe *sqe = swap_get_sqe(s);
   io_uring_prep_nop(sqe);
   io_uring_sqe_set_data64(sqe, tag);
@@ -141,6 +146,7 @@ static int drop_head(ferry_swap *s, ferry_swap_req *r, io_unit *u) {
 
 int swap_issue(ferry_swap *s) {
   int n = 0;
+  if (s->ring_err) return 0; /* the completion thread fails what is queued */
   while (s->free_units && s->runq_head) {
     ferry_swap_req *r = s->runq_head;
     if (s->discard) {
@@ -297,16 +303,18 @@ static uint32_t write_slot(ferry_swap *s, const ferry_swap_req *r) {
 void swap_start_waiting_writes(ferry_swap *s) {
   while (s->slotq_head) {
     ferry_swap_req *r = s->slotq_head;
-    /* discarding: each goes to the run queue at once, to be dropped there
-     * without a slot of its own (its pieces' places: the chunk's slot) */
-    uint32_t p = s->discard ? s->map[r->chunk] : write_slot(s, r);
+    /* discarding (or the ring failed): each goes to the run queue at once,
+     * to be dropped there without a slot of its own (its pieces' places:
+     * the chunk's slot) */
+    int drop = s->discard || s->ring_err;
+    uint32_t p = drop ? s->map[r->chunk] : write_slot(s, r);
     if (p == UINT32_MAX) break;
-    r->unplaced = s->discard;
+    r->unplaced = drop;
     s->slotq_head = r->next;
     if (!s->slotq_head) s->slotq_tail = NULL;
     r->phys = p;
     runq_push(s, r);
-    if (!s->discard) crcq_push(s, r);
+    if (!drop) crcq_push(s, r);
   }
 }
 
@@ -417,9 +425,16 @@ static int start(ferry_swap *s, ferry_swap_req *r, int op, uint32_t chunk, const
   unsigned crc_delay = 0;
   pthread_mutex_lock(&s->mu);
   r->buf_index = registered_buffer(s, r->buf, len);
-  rc = s->discard ? ferry_err(&s->err, FERRY_ECANCELED,
-                              "swap '%s': chunk %u: the store is discarded (closing)", s->name, chunk)
-                  : admit(s, r);
+  if (s->discard)
+    rc = ferry_err(&s->err, FERRY_ECANCELED, "swap '%s': chunk %u: the store is discarded (closing)",
+                   s->name, chunk);
+  else if (s->ring_err)
+    rc = ferry_err(&s->err, FERRY_EIO,
+                   "swap '%s': chunk %u refused: the store's io_uring failed (io_uring_wait_cqe: "
+                   "%s); close the store",
+                   s->name, chunk, strerror(s->ring_err));
+  else
+    rc = admit(s, r);
   if (rc == FERRY_OK) {
     int queued = enqueue(s, r);
     if (op == OP_WRITE && queued && s->cfg.verify) {

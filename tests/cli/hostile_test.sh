@@ -55,6 +55,18 @@ config)
   printf 'placement: { optimizer = "nvme"; };\ntiers: { nvme: { paths = []; }; };\n' >nopath.cfg
   expect 1 "$bin" config check nopath.cfg
   says 'placement.optimizer = "nvme" but tiers.nvme.paths is empty'
+  # a control byte from the file, --set or a value shown is written as \x01
+  printf 'device = "ho\001st";\n' >ctl.cfg
+  expect 1 "$bin" config check ctl.cfg
+  says 'ho\x01st'
+  grep -q "$(printf '\001')" o.err && fail "a raw control byte in the message"
+  expect 1 "$bin" config check /dev/null --set "device=ho$(printf '\001')st"
+  says 'ho\x01st'
+  grep -q "$(printf '\001')" o.err && fail "a raw control byte in the --set message"
+  printf 'tiers: { nvme: { paths = ["/a\001b"]; }; };\n' >ctlpath.cfg
+  expect 0 "$bin" config check ctlpath.cfg
+  prints '/a\x01b'
+  grep -q "$(printf '\001')" o.out && fail "a raw control byte in a value shown"
   ;;
 checkpoint)
   # flip DIR FILE OFFSET: changes the byte at OFFSET of FILE (to another value)
