@@ -3,8 +3,9 @@
  * backend after an RLIMIT_MEMLOCK check, or pageable as a logged fallback
  * that the stats report and the cuda backend refuses; NUMA-local through
  * hwloc, bound before the pages are touched and pinned; huge pages by
- * madvise), its homes zeroed (by all threads when they are gigabytes),
- * the copy streams, the per-chunk events and store requests. Nothing here
+ * madvise), the homes zeroed (the host pool's, and on the host backend
+ * the device arena's, by all threads when they are gigabytes), the copy
+ * streams, the per-chunk events and store requests. Nothing here
  * runs after start.
  */
 #include "memory/mem_impl.h"
