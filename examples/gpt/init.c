@@ -23,10 +23,8 @@ enum { LANE_VALUES = 4 * GPT_RNG_LANES };
 /* `blocks` runs of GPT_RNG_LANES counters from counter c, scaled, into dst:
  * one build per vector width, picked at load time (the lanes' values are
  * the same in each: IEEE operations, none contracted). */
-#if defined(__x86_64__) && defined(__has_attribute)
-#if __has_attribute(target_clones)
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) /* clang: one build */
 __attribute__((target_clones("default", "arch=x86-64-v3", "arch=x86-64-v4"), flatten))
-#endif
 #endif
 static void normal_blocks(uint64_t seed, uint32_t tensor, size_t c, size_t blocks, float scale,
                           float *dst) {
