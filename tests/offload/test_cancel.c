@@ -8,8 +8,9 @@
  * disk, destroy drops the queued writes instead of waiting for them). Never
  * cancelled, finalize asks at least once per 64 MiB of homes and once per
  * parameter. Device homes on the host backend are zeroed the same way (one
- * pass by all threads, asking as it goes). set_cancel after finalize is
- * refused.
+ * pass by all threads, asking as it goes), and finalize zeroes no
+ * optimizer state or grads of its own but those homed on NVMe (the others
+ * were zeroed when reserved). set_cancel after finalize is refused.
  */
 #include "offload/engine_internal.h"
 #include "tests/offload/engine_util.h"
@@ -115,6 +116,7 @@ static void test_never(const char *swap) {
   EXPECT(atomic_load(&g_asks) >= pieces + G);
   EXPECT_EQ_INT(atomic_load(&g_inits), G);
   EXPECT_EQ_INT(ferry_engine_set_cancel(e, cancel, &tag), FERRY_EINVAL);
+  EXPECT_EQ_INT((int)engine_setup_zeroed_bytes(e), 0);
   ferry_engine_destroy(e);
 }
 
@@ -191,6 +193,7 @@ static void test_device_homes(const char *swap) {
          (double)homes / 1048576);
   EXPECT(pieces >= 4);
   EXPECT(atomic_load(&g_asks) >= pieces + G);
+  EXPECT_EQ_INT((int)engine_setup_zeroed_bytes(e), 0);
   ferry_engine_destroy(e);
   reset(1);
   e = make(gpu, swap);
@@ -202,6 +205,18 @@ static void test_device_homes(const char *swap) {
   EXPECT_EQ_INT(atomic_load(&g_inits), 0);
   ferry_engine_destroy(e);
   g_gpu_budget = "160M";
+}
+
+/* The optimizer state homed on NVMe: finalize zeroes its two fp32 states
+ * itself (the host buffers they are written from are not fresh). */
+static void test_nvme_states_zeroed(const char *swap) {
+  reset(0);
+  ferry_engine *e = make("params = \"host\"; grads = \"host\"; optimizer = \"nvme\";", swap);
+  int rc = ferry_engine_finalize(e);
+  if (rc) fprintf(stderr, "finalize: %s\n", ferry_engine_last_error(e));
+  EXPECT_EQ_INT(rc, 0);
+  EXPECT(engine_setup_zeroed_bytes(e) == (size_t)2 * G * D * D * sizeof(float));
+  ferry_engine_destroy(e);
 }
 
 /* files left in dir (none expected) */
@@ -226,6 +241,7 @@ int main(int argc, char **argv) {
   test_in_values("params = \"nvme\"; grads = \"host\"; optimizer = \"nvme\";", swap, 0);
   test_slow_nvme(swap);
   test_device_homes(swap);
+  test_nvme_states_zeroed(swap);
   EXPECT_EQ_INT(files_in(swap), 0);
   EXPECT_EQ_INT(ferry_engine_set_cancel(NULL, cancel, &tag), FERRY_EINVAL);
   return test_finish("offload.cancel");
