@@ -217,6 +217,23 @@ int mem_alloc_io(ferry_mem *m) {
   return FERRY_OK;
 }
 
+/* The homes of tier t in [lo, hi) of its pool, allocated first and so
+ * packed from the pool's start: gigabytes of them (a model's params and
+ * states held in host memory, or in the host backend's device arena)
+ * zeroed, first touched when pageable, by all threads; the rest of a pool
+ * stays untouched until used. */
+static int zero_homes(ferry_mem *m, int t, size_t lo, size_t hi) {
+  char *base = t == FERRY_TIER_HOST ? m->host_base : m->dev_base;
+  const char *what = t == FERRY_TIER_HOST ? "host" : "device";
+  double t0 = ferry_now();
+  if (ferry_par_zero_stop(base + lo, hi - lo, 0, m->cfg.cancel, m->cfg.cancel_user))
+    return ferry_err(&m->err, FERRY_ECANCELED, "zeroing the %s homes: cancelled by the caller",
+                     what);
+  ferry_logf(&m->cfg.log, FERRY_LOG_DEBUG, "memory: %s homes of %zu bytes zeroed in %.2f s", what,
+             hi - lo, ferry_now() - t0);
+  return FERRY_OK;
+}
+
 int mem_tiers_reserve(ferry_mem *m) {
   ferry_device *dev = m->cfg.dev;
   int rc;
@@ -280,22 +297,8 @@ int mem_tiers_reserve(ferry_mem *m) {
   }
   if ((rc = ferry_stream_synchronize(m->h2d)))
     return ferry_err(&m->err, rc, "zeroing device chunks: %s", ferry_device_last_error(dev));
-  /* the homes, allocated first and so packed from the pool's start:
-   * gigabytes of them (a model's params and states held in host memory, or
-   * in the host backend's device arena) zeroed, first touched when
-   * pageable, by all threads; the rest of a pool stays untouched until used */
-  for (int t = 0; t < 2; t++) {
-    if (home_hi[t] <= home_lo[t]) continue;
-    char *base = t == FERRY_TIER_HOST ? m->host_base : m->dev_base;
-    const char *what = t == FERRY_TIER_HOST ? "host" : "device";
-    double t0 = ferry_now();
-    if (ferry_par_zero_stop(base + home_lo[t], home_hi[t] - home_lo[t], 0, m->cfg.cancel,
-                            m->cfg.cancel_user))
-      return ferry_err(&m->err, FERRY_ECANCELED, "zeroing the %s homes: cancelled by the caller",
-                       what);
-    ferry_logf(&m->cfg.log, FERRY_LOG_DEBUG, "memory: %s homes of %zu bytes zeroed in %.2f s",
-               what, home_hi[t] - home_lo[t], ferry_now() - t0);
-  }
+  for (int t = 0; t < 2; t++)
+    if (home_hi[t] > home_lo[t] && (rc = zero_homes(m, t, home_lo[t], home_hi[t]))) return rc;
   m->pend = calloc((size_t)m->nc + 1, sizeof *m->pend);
   m->compact_ids = calloc((size_t)m->nc + 1, sizeof *m->compact_ids);
   if (!m->pend || !m->compact_ids) return ferry_err(&m->err, FERRY_ENOMEM, "out of memory");
