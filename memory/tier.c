@@ -3,8 +3,9 @@
  * backend after an RLIMIT_MEMLOCK check, or pageable as a logged fallback
  * that the stats report and the cuda backend refuses; NUMA-local through
  * hwloc, bound before the pages are touched and pinned; huge pages by
- * madvise), its homes zeroed (by all threads when they are gigabytes),
- * the copy streams, the per-chunk events and store requests. Nothing here
+ * madvise), the homes zeroed (the host pool's, and on the host backend
+ * the device arena's, by all threads when they are gigabytes), the copy
+ * streams, the per-chunk events and store requests. Nothing here
  * runs after start.
  */
 #include "memory/mem_impl.h"
@@ -216,6 +217,23 @@ int mem_alloc_io(ferry_mem *m) {
   return FERRY_OK;
 }
 
+/* The homes of tier t in [lo, hi) of its pool, allocated first and so
+ * packed from the pool's start: gigabytes of them (a model's params and
+ * states held in host memory, or in the host backend's device arena)
+ * zeroed, first touched when pageable, by all threads; the rest of a pool
+ * stays untouched until used. */
+static int zero_homes(ferry_mem *m, int t, size_t lo, size_t hi) {
+  char *base = t == FERRY_TIER_HOST ? m->host_base : m->dev_base;
+  const char *what = t == FERRY_TIER_HOST ? "host" : "device";
+  double t0 = ferry_now();
+  if (ferry_par_zero_stop(base + lo, hi - lo, 0, m->cfg.cancel, m->cfg.cancel_user))
+    return ferry_err(&m->err, FERRY_ECANCELED, "zeroing the %s homes: cancelled by the caller",
+                     what);
+  ferry_logf(&m->cfg.log, FERRY_LOG_DEBUG, "memory: %s homes of %zu bytes zeroed in %.2f s", what,
+             hi - lo, ferry_now() - t0);
+  return FERRY_OK;
+}
+
 int mem_tiers_reserve(ferry_mem *m) {
   ferry_device *dev = m->cfg.dev;
   int rc;
@@ -244,18 +262,23 @@ int mem_tiers_reserve(ferry_mem *m) {
   if ((rc = ferry_stream_create(dev, &m->h2d)) || (rc = ferry_stream_create(dev, &m->d2h)))
     return ferry_err(&m->err, rc, "copy streams: %s", ferry_device_last_error(dev));
 
-  /* Home copies: reserved for good, zeroed (the host homes below, at once) */
-  size_t home_lo = SIZE_MAX, home_hi = 0;
+  /* Home copies: reserved for good, zeroed (the host homes below, at once;
+   * the device homes too when the device is the host backend's arena, whose
+   * memory this thread can write: else one memset per chunk on one copy
+   * engine, gigabytes of first touch on one thread) */
+  ferry_device_info di;
+  int dev_direct = ferry_device_get_info(dev, &di) == 0 && di.kind == FERRY_DEVICE_HOST;
+  size_t home_lo[2] = {SIZE_MAX, SIZE_MAX}, home_hi[2] = {0, 0};
   for (uint32_t i = 0; i < m->nc; i++) {
     mem_chunk *c = &m->c[i];
     if (c->home <= FERRY_TIER_HOST) {
       rc = mem_pool_alloc(&m->pool[c->home], c->bytes, &c->off[c->home]);
       FERRY_ASSERT(rc == 0, "memory: home of chunk %u (%zu bytes) does not fit its checked pool",
                    i, c->bytes);
-      if (c->home == FERRY_TIER_HOST) {
-        size_t o = c->off[FERRY_TIER_HOST];
-        if (o < home_lo) home_lo = o;
-        if (o + c->bytes > home_hi) home_hi = o + c->bytes;
+      if (c->home == FERRY_TIER_HOST || dev_direct) {
+        size_t o = c->off[c->home];
+        if (o < home_lo[c->home]) home_lo[c->home] = o;
+        if (o + c->bytes > home_hi[c->home]) home_hi[c->home] = o + c->bytes;
       } else if ((rc = ferry_memset_async(m->h2d, mem_tier_addr(m, c, 0), 0, c->bytes)))
         return ferry_err(&m->err, rc, "zeroing device chunks: %s", ferry_device_last_error(dev));
     }
@@ -274,18 +297,8 @@ int mem_tiers_reserve(ferry_mem *m) {
   }
   if ((rc = ferry_stream_synchronize(m->h2d)))
     return ferry_err(&m->err, rc, "zeroing device chunks: %s", ferry_device_last_error(dev));
-  /* the host homes, allocated first and so packed from the pool's start:
-   * gigabytes of them (a model's params and states held in host memory)
-   * zeroed, first touched when pageable, by all threads; the rest of a
-   * pageable pool stays untouched until used */
-  if (home_hi > home_lo) {
-    double t0 = ferry_now();
-    if (ferry_par_zero_stop(m->host_base + home_lo, home_hi - home_lo, 0, m->cfg.cancel,
-                            m->cfg.cancel_user))
-      return ferry_err(&m->err, FERRY_ECANCELED, "zeroing the host homes: cancelled by the caller");
-    ferry_logf(&m->cfg.log, FERRY_LOG_DEBUG, "memory: host homes of %zu bytes zeroed in %.2f s",
-               home_hi - home_lo, ferry_now() - t0);
-  }
+  for (int t = 0; t < 2; t++)
+    if (home_hi[t] > home_lo[t] && (rc = zero_homes(m, t, home_lo[t], home_hi[t]))) return rc;
   m->pend = calloc((size_t)m->nc + 1, sizeof *m->pend);
   m->compact_ids = calloc((size_t)m->nc + 1, sizeof *m->compact_ids);
   if (!m->pend || !m->compact_ids) return ferry_err(&m->err, FERRY_ENOMEM, "out of memory");

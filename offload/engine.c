@@ -317,8 +317,9 @@ static int initial_values(ferry_engine *e, const eng_param *p, float *dst) {
 
 /* One group's fp32 master (none with a bf16 master) and zero states (the
  * packed bytes: a zeroed int8 buffer is a zero state), held in the
- * optimizer's work tier. Device math: through `tmp` (host, the largest
- * param) and copies. */
+ * optimizer's work tier; states homed on the device or the host are their
+ * home, zeroed when reserved, and are not written again. Device math:
+ * through `tmp` (host, the largest param) and copies. */
 static int init_master(ferry_engine *e, uint32_t g, ferry_tier ot, float *tmp) {
   int gpu = engine_gpu_math(e);
   for (uint32_t k = 0; k < e->gt.groups[g].count; k++) {
@@ -337,7 +338,8 @@ static int init_master(ferry_engine *e, uint32_t g, ferry_tier ot, float *tmp) {
       if (!rc && gpu) rc = gpu_upload_f32(e, master, tmp, p->n);
     }
     for (int r = FERRY_ROLE_EXP_AVG; r <= FERRY_ROLE_EXP_AVG_SQ && !rc; r++) {
-      if (p->id[r] == UINT32_MAX) continue;
+      if (p->id[r] == UINT32_MAX || e->optim_home != FERRY_TIER_NVME) continue;
+      e->setup_zeroed += p->state_bytes;
       void *st;
       ferry_mem_tensor_ptr(e->mem, p->id[r], ot, &st);
       if (gpu) rc = gpu_zero(e, st, p->state_bytes);
@@ -390,8 +392,9 @@ static int init_groups(ferry_engine *e, float *tmp) {
   for (uint32_t g = 0; g < e->gt.ngroups; g++) {
     int rc = check_cancel(e, "initial values");
     if (rc) return rc;
-    /* init_master writes every byte of every tensor (master and states):
-     * no zero-fill of the group's chunks first (gigabytes on one thread) */
+    /* init_master writes every byte of every tensor (master, and states
+     * homed on NVMe; other homes were zeroed when reserved): no zero-fill
+     * of the group's chunks first (gigabytes on one thread) */
     rc = ferry_mem_fetch(e->mem, g, FERRY_FAMILY_OPTIM, ot, NULL,
                          FERRY_MEM_NOLOAD | FERRY_MEM_NOTRACE);
     if (!rc) rc = ferry_mem_mark_dirty(e->mem, g, FERRY_FAMILY_OPTIM, ot, NULL);
@@ -417,16 +420,17 @@ static int init_groups(ferry_engine *e, float *tmp) {
 }
 
 /* Group g's zero accumulators: none kept ("none"), a flag (NVMe home: the
- * slot reads as zeros and is never read before its first write), or zeros
- * written in their home. */
+ * slot reads as zeros and is never read before its first write), or their
+ * device or host home, zeroed when reserved (gigabytes not written again
+ * on one thread): group_zero_grads's flags only. */
 static int init_grads(ferry_engine *e, uint32_t g, ferry_tier gt) {
   if (e->grads_none || e->grad_home == FERRY_TIER_NVME) return group_zero_grads(e, g, 0);
   int rc = ferry_mem_fetch(e->mem, g, FERRY_FAMILY_GRADS, gt, NULL, FERRY_MEM_NOTRACE);
   if (!rc) rc = ferry_mem_mark_dirty(e->mem, g, FERRY_FAMILY_GRADS, gt, NULL);
   if (rc) return engine_mem_err(e, rc, "finalize: grads");
-  rc = group_zero_grads(e, g, 1);
+  for (uint32_t k = 0; k < e->gt.groups[g].count; k++) group_param(e, g, k)->got_grad = 0;
   ferry_mem_release(e->mem, g, FERRY_FAMILY_GRADS, gt, NULL);
-  return rc;
+  return FERRY_OK;
 }
 
 /* The engine's own device and pinned buffers, outside the manager, and the
@@ -638,6 +642,7 @@ size_t engine_family_chunk_bytes(ferry_engine *e, int family) {
   return fam.total;
 }
 size_t engine_host_need(ferry_engine *e) { return host_working_set(e).total; }
+size_t engine_setup_zeroed_bytes(ferry_engine *e) { return e->setup_zeroed; }
 int engine_flush(ferry_engine *e) {
   int rc = ferry_mem_flush(e->mem);
   return rc ? engine_mem_err(e, rc, "flush") : FERRY_OK;

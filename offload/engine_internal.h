@@ -48,5 +48,8 @@ void engine_set_step_fault(ferry_engine *e, int point, int count);
 size_t engine_family_chunk_bytes(ferry_engine *e, int family);
 size_t engine_host_need(ferry_engine *e);
 int engine_flush(ferry_engine *e);
+/* The bytes of optimizer state and grads finalize zeroed itself: those of
+ * NVMe homes only (a device or host home was zeroed when it was reserved). */
+size_t engine_setup_zeroed_bytes(ferry_engine *e);
 
 #endif

@@ -58,6 +58,7 @@ struct ferry_engine {
   ferry_optimizer_config ocfg; /* the optimizer's configuration (finalize) */
   int eager;         /* update each group as soon as its grads are final */
   int gpu_math;      /* engine_gpu_math */
+  size_t setup_zeroed; /* bytes finalize zeroed itself (engine_setup_zeroed_bytes) */
   int dynamic_scale;
   float fixed_scale;
   ferry_mem *mem;    /* thread-safe */

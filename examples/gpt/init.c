@@ -6,6 +6,7 @@
  */
 #include "gpt_init.h"
 #include "gpt_rng.h"
+#include "gpt_rng_lanes.h"
 
 #include "core/par.h"
 
@@ -16,6 +17,20 @@ int gpt_cancelled(void) { return g_cancelled && g_cancelled(); }
 
 /* Values between polls of gpt_cancelled (a few milliseconds of work). */
 enum { INIT_POLL = 1 << 16 };
+
+enum { LANE_VALUES = 4 * GPT_RNG_LANES };
+
+/* `blocks` runs of GPT_RNG_LANES counters from counter c, scaled, into dst:
+ * one build per vector width, picked at load time (the lanes' values are
+ * the same in each: IEEE operations, none contracted). */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) /* clang: one build */
+__attribute__((target_clones("default", "arch=x86-64-v3", "arch=x86-64-v4"), flatten))
+#endif
+static void normal_blocks(uint64_t seed, uint32_t tensor, size_t c, size_t blocks, float scale,
+                          float *dst) {
+  for (size_t b = 0; b < blocks; b++)
+    gpt_rng_lanes_normal(seed, tensor, c + b * GPT_RNG_LANES, scale, dst + b * LANE_VALUES);
+}
 
 void gpt_init_values(const gpt_schema *s, int i, uint64_t seed, size_t first, size_t n,
                      float *dst) {
@@ -32,6 +47,13 @@ void gpt_init_values(const gpt_schema *s, int i, uint64_t seed, size_t first, si
       poll = k + INIT_POLL;
     }
     size_t at = first + k, c = at / 4;
+    if (at % 4 == 0 && n - k >= LANE_VALUES) { /* whole counters: GPT_RNG_LANES at once */
+      size_t blocks = (n - k) / LANE_VALUES;
+      if (blocks > INIT_POLL / LANE_VALUES) blocks = INIT_POLL / LANE_VALUES;
+      normal_blocks(seed, (uint32_t)i, c, blocks, scale, dst + k);
+      k += blocks * LANE_VALUES;
+      continue;
+    }
     float v[4];
     gpt_rng_normal4(seed, (uint32_t)i, c, v);
     for (size_t j = at % 4; j < 4 && k < n; j++, k++) dst[k] = GPT_RNG_FMUL(v[j], scale);

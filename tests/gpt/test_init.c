@@ -4,13 +4,15 @@
  * whatever order the tensors are made in; the rules (norms 1, biases 0,
  * normals of std 0.02 and 0.02 / sqrt(2 L) for residual projections); and
  * a few values pinned bit for bit, which the GPU's init (gpt.cuda.init)
- * must give too.
+ * must give too; the lanes of gpt_rng_lanes.h (what init.c runs, built per
+ * vector width) against gpt_rng.h's one counter at a time, edge words too.
  * `test_gpt_init --rate PRESET [THREADS]` instead times the init of every
  * tensor of a preset through the weights source (what the engine's init
  * callback calls) and prints the rate.
  */
 #include "gpt.h"
 #include "gpt_init.h"
+#include "gpt_rng_lanes.h"
 
 #include "ferry.h"
 #include "tests/test.h"
@@ -174,6 +176,80 @@ static void pinned(void) {
   gpt_schema_free(&s);
 }
 
+/* The lanes' radius and angle against gpt_rng.h's for chosen words: 0, 1,
+ * the largest, both sides of each u1 mantissa's sqrt(2) cut and of each
+ * octant, then pseudo-random ones. */
+static void lanes_edges(void) {
+  enum { N = 4096 };
+  static uint32_t w[N];
+  size_t n = 0;
+  w[n++] = 0, w[n++] = 1, w[n++] = 0xFFFFFFFFu, w[n++] = 0xFFFFFFFEu, w[n++] = 0x7FFFFFFFu;
+  for (int k = 1; k <= 32; k++) { /* a + 1 near 2^k sqrt(2) */
+    double cut = ldexp(1.4142135623730951, k - 1);
+    for (int d = -2; d <= 2; d++) {
+      double v = floor(cut) + d - 1;
+      if (v >= 0 && v <= 4294967295.0) w[n++] = (uint32_t)v;
+    }
+  }
+  for (uint32_t o = 0; o < 8; o++) /* octant edges */
+    for (int d = -2; d <= 2; d++) w[n++] = (o << 29) + (uint32_t)d;
+  uint32_t x = 2463534242u;
+  while (n % GPT_RNG_LANES || n < N - 2 * GPT_RNG_LANES) {
+    x ^= x << 13, x ^= x >> 17, x ^= x << 5;
+    w[n++] = x;
+  }
+  size_t bad = 0;
+  for (size_t at = 0; at < n; at += GPT_RNG_LANES) {
+    double r[GPT_RNG_LANES], c[GPT_RNG_LANES], s[GPT_RNG_LANES];
+    gpt_rng_lanes_radius(w + at, r);
+    gpt_rng_lanes_cos_sin(w + at, c, s);
+    for (int l = 0; l < GPT_RNG_LANES; l++) {
+      double rr = GPT_RNG_SQRT(GPT_RNG_MUL(-2.0, gpt_rng_log_u1(w[at + l]))), cc, ss;
+      gpt_rng_cos_sin(w[at + l], &cc, &ss);
+      if (memcmp(&rr, &r[l], 8) || memcmp(&cc, &c[l], 8) || memcmp(&ss, &s[l], 8)) {
+        if (bad++ < 5)
+          fprintf(stderr, "word %08x: lanes r %a cos %a sin %a, one at a time %a %a %a\n",
+                  w[at + l], r[l], c[l], s[l], rr, cc, ss);
+      }
+    }
+  }
+  EXPECT(bad == 0);
+}
+
+/* gpt_init_values (the lanes, in the build this CPU picks) against
+ * gpt_rng_normal4 value by value: seeds, tensors, a start past the
+ * counter's low word, a start within a counter, odd lengths. */
+static void lanes_whole(void) {
+  gpt_config c;
+  gpt_schema s;
+  REQUIRE(gpt_config_preset("llama-tiny", &c) == 0);
+  REQUIRE(gpt_schema_build(&c, &s) == 0);
+  static const uint64_t seeds[] = {1, 0xDEADBEEFCAFEF00Dull};
+  static const char *names[] = {"model.embed_tokens.weight", "model.layers.2.self_attn.o_proj.weight"};
+  static const size_t firsts[] = {0, 3, 1001, ((size_t)1 << 34) - 200};
+  enum { LEN = 5 * 4 * GPT_RNG_LANES + 7 };
+  size_t bad = 0;
+  for (int a = 0; a < 2; a++)
+    for (int b = 0; b < 2; b++)
+      for (int f = 0; f < 4; f++) {
+        int i = index_of(&s, names[b]);
+        float scale, got[LEN];
+        REQUIRE(gpt_init_rule(&s, i, &scale) == GPT_INIT_NORMAL);
+        gpt_init_values(&s, i, seeds[a], firsts[f], LEN, got);
+        for (size_t k = 0; k < LEN; k++) {
+          size_t at = firsts[f] + k;
+          float v[4], want;
+          gpt_rng_normal4(seeds[a], (uint32_t)i, at / 4, v);
+          want = GPT_RNG_FMUL(v[at % 4], scale);
+          if (memcmp(&want, &got[k], 4) && bad++ < 5)
+            fprintf(stderr, "%s[%zu] seed %llx: %a, one at a time %a\n", names[b], at,
+                    (unsigned long long)seeds[a], got[k], want);
+        }
+      }
+  EXPECT(bad == 0);
+  gpt_schema_free(&s);
+}
+
 static int rate(const char *preset, int threads) {
   gpt_config c;
   gpt_schema s;
@@ -217,5 +293,7 @@ int main(int argc, char **argv) {
   same_any_order("llama-tiny");
   rules();
   pinned();
+  lanes_edges();
+  lanes_whole();
   return test_finish("gpt.init");
 }

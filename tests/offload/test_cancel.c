@@ -7,7 +7,10 @@
  * and with NVMe homes (the swap directory empty after destroy; on a slow
  * disk, destroy drops the queued writes instead of waiting for them). Never
  * cancelled, finalize asks at least once per 64 MiB of homes and once per
- * parameter. set_cancel after finalize is refused.
+ * parameter. Device homes on the host backend are zeroed the same way (one
+ * pass by all threads, asking as it goes), and finalize zeroes no
+ * optimizer state or grads of its own but those homed on NVMe (the others
+ * were zeroed when reserved). set_cancel after finalize is refused.
  */
 #include "offload/engine_internal.h"
 #include "tests/offload/engine_util.h"
@@ -56,17 +59,19 @@ static int init(void *user, const char *name, float *v, size_t count) {
   return 0;
 }
 
+static const char *g_gpu_budget = "160M";
+
 static ferry_engine *make_qd(const char *placement, const char *swap, int qd) {
   char text[1024];
   snprintf(text, sizeof text,
            "device = \"host\";\n"
            "chunk_size = \"16M\";\n"
-           "tiers: { gpu: { budget = \"160M\"; }; host: { budget = \"1G\"; pinned = false; };\n"
+           "tiers: { gpu: { budget = \"%s\"; }; host: { budget = \"1G\"; pinned = false; };\n"
            "         nvme: { paths = [\"%s\"]; queue_depth = %d; }; };\n"
            "optimizer: { type = \"adamw\"; lr = 0.01; threads = 1; };\n"
            "precision: { params = \"fp32\"; };\n"
            "placement: { %s };\n",
-           swap, qd, placement);
+           g_gpu_budget, swap, qd, placement);
   ferry_engine *e = eu_engine(text, NULL);
   for (int g = 0; g < G; g++) {
     char name[32];
@@ -111,6 +116,7 @@ static void test_never(const char *swap) {
   EXPECT(atomic_load(&g_asks) >= pieces + G);
   EXPECT_EQ_INT(atomic_load(&g_inits), G);
   EXPECT_EQ_INT(ferry_engine_set_cancel(e, cancel, &tag), FERRY_EINVAL);
+  EXPECT_EQ_INT((int)engine_setup_zeroed_bytes(e), 0);
   ferry_engine_destroy(e);
 }
 
@@ -166,6 +172,53 @@ static void test_slow_nvme(const char *swap) {
   EXPECT(t2 - t1 < queued / 4);
 }
 
+/* Everything in the host backend's device arena: its homes zeroed in one
+ * pass that asks every 64 MiB (never cancelled), and stopped at the first
+ * yes before any init callback. */
+static void test_device_homes(const char *swap) {
+  static const char *gpu = "params = \"gpu\"; grads = \"gpu\"; optimizer = \"gpu\";";
+  g_gpu_budget = "1G";
+  reset(0);
+  ferry_engine *e = make(gpu, swap);
+  REQUIRE(ferry_engine_set_cancel(e, cancel, &tag) == 0);
+  int rc = ferry_engine_finalize(e);
+  if (rc) fprintf(stderr, "finalize: %s\n", ferry_engine_last_error(e));
+  EXPECT_EQ_INT(rc, 0);
+  ferry_stats st;
+  REQUIRE(ferry_engine_get_stats(e, &st) == 0);
+  uint64_t homes = 0;
+  for (int f = 0; f < FERRY_FAMILIES; f++) homes += st.current[FERRY_TIER_DEVICE][f];
+  int pieces = (int)(homes >> 26);
+  printf("device homes: %d asks, %.0f MiB of device homes\n", atomic_load(&g_asks),
+         (double)homes / 1048576);
+  EXPECT(pieces >= 4);
+  EXPECT(atomic_load(&g_asks) >= pieces + G);
+  EXPECT_EQ_INT((int)engine_setup_zeroed_bytes(e), 0);
+  ferry_engine_destroy(e);
+  reset(1);
+  e = make(gpu, swap);
+  REQUIRE(ferry_engine_set_cancel(e, cancel, &tag) == 0);
+  EXPECT_EQ_INT(ferry_engine_finalize(e), FERRY_ECANCELED);
+  const char *msg = ferry_engine_last_error(e);
+  printf("in the device zeroing: %s\n", msg);
+  EXPECT(strstr(msg, "zeroing the device homes") && strstr(msg, "cancelled"));
+  EXPECT_EQ_INT(atomic_load(&g_inits), 0);
+  ferry_engine_destroy(e);
+  g_gpu_budget = "160M";
+}
+
+/* The optimizer state homed on NVMe: finalize zeroes its two fp32 states
+ * itself (the host buffers they are written from are not fresh). */
+static void test_nvme_states_zeroed(const char *swap) {
+  reset(0);
+  ferry_engine *e = make("params = \"host\"; grads = \"host\"; optimizer = \"nvme\";", swap);
+  int rc = ferry_engine_finalize(e);
+  if (rc) fprintf(stderr, "finalize: %s\n", ferry_engine_last_error(e));
+  EXPECT_EQ_INT(rc, 0);
+  EXPECT(engine_setup_zeroed_bytes(e) == (size_t)2 * G * D * D * sizeof(float));
+  ferry_engine_destroy(e);
+}
+
 /* files left in dir (none expected) */
 static int files_in(const char *dir) {
   DIR *d = opendir(dir);
@@ -187,6 +240,8 @@ int main(int argc, char **argv) {
   test_in_values(host, swap, 1);
   test_in_values("params = \"nvme\"; grads = \"host\"; optimizer = \"nvme\";", swap, 0);
   test_slow_nvme(swap);
+  test_device_homes(swap);
+  test_nvme_states_zeroed(swap);
   EXPECT_EQ_INT(files_in(swap), 0);
   EXPECT_EQ_INT(ferry_engine_set_cancel(NULL, cancel, &tag), FERRY_EINVAL);
   return test_finish("offload.cancel");
