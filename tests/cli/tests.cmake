@@ -31,8 +31,11 @@ if(TARGET ferry-gpt)
              --ferry $<TARGET_FILE:ferry_cli> --root ${PROJECT_SOURCE_DIR}
              --work ${PROJECT_BINARY_DIR}/tests/family-bytes-ranks --steps 6 --np 2 --stage 2
              --layouts fp32 --factors 1 --tol-reads 0.02 --print-grad-reads)
+    # (FERRY_MPI_ENV: under the sanitizers, OpenMPI's own leaks and races
+    # suppressed, as for every mpirun test)
     set_tests_properties(cli.plan.family_bytes.ranks PROPERTIES TIMEOUT ${_fb_timeout}
-                         SKIP_RETURN_CODE 77 LABELS mpi ENVIRONMENT "OPENBLAS_NUM_THREADS=1")
+                         SKIP_RETURN_CODE 77 LABELS mpi
+                         ENVIRONMENT "OPENBLAS_NUM_THREADS=1;${FERRY_MPI_ENV}")
   endif()
   # ... and TinyLlama-1.1B at the minimum budgets, 64 MiB chunks, fp32 states
   # (bench/tinyllama_infinity.sh's run: 15 GiB of disk, many minutes; label
