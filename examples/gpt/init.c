@@ -22,8 +22,10 @@ enum { LANE_VALUES = 4 * GPT_RNG_LANES };
 
 /* `blocks` runs of GPT_RNG_LANES counters from counter c, scaled, into dst:
  * one build per vector width, picked at load time (the lanes' values are
- * the same in each: IEEE operations, none contracted). */
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) /* clang: one build */
+ * the same in each: IEEE operations, none contracted). One build with clang
+ * (it refuses target_clones with flatten) and under ThreadSanitizer (a
+ * load-time resolver runs before its runtime is up: the program crashes). */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_THREAD__)
 __attribute__((target_clones("default", "arch=x86-64-v3", "arch=x86-64-v4"), flatten))
 #endif
 static void normal_blocks(uint64_t seed, uint32_t tensor, size_t c, size_t blocks, float scale,
