@@ -4,7 +4,7 @@
  * compiler vectorises. The bits are those of ferry_bf16_to_f32 and
  * ferry_f32_to_bf16 (core/dtype.h) times one scale: a multiply and integer
  * operations only, so every instruction set gives the same bits. On x86-64
- * with GCC or Clang each loop is also built for AVX2 and AVX-512 and the
+ * with GCC (not under TSan) each loop is also built for AVX2 and AVX-512, the
  * best one the CPU has is picked at load time. Compiled with -O3 and
  * -ffp-contract=off (core/CMakeLists.txt).
  */
@@ -12,7 +12,7 @@
 
 #include "core/dtype.h"
 
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__SANITIZE_THREAD__)
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_THREAD__)
 #define CONVERT_CLONES __attribute__((target_clones("default", "avx2", "arch=x86-64-v4")))
 #else
 #define CONVERT_CLONES
