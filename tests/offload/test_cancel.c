@@ -97,6 +97,20 @@ static void reset(int yes_at) {
 static const char *host = "params = \"host\"; grads = \"host\"; optimizer = \"host\";";
 static int tag = 42;
 
+/* A finalize never cancelled asked at least once per 64 MiB of the homes in
+ * `tier` (at least 4 such pieces) and once per param. */
+static void expect_asks(ferry_engine *e, int tier, const char *label) {
+  ferry_stats st;
+  REQUIRE(ferry_engine_get_stats(e, &st) == 0);
+  uint64_t homes = 0;
+  for (int f = 0; f < FERRY_FAMILIES; f++) homes += st.current[tier][f];
+  int pieces = (int)(homes >> 26);
+  printf("%s: %d asks, %.0f MiB of %s homes\n", label, atomic_load(&g_asks),
+         (double)homes / 1048576, tier == FERRY_TIER_HOST ? "host" : "device");
+  EXPECT(pieces >= 4);
+  EXPECT(atomic_load(&g_asks) >= pieces + G);
+}
+
 static void test_never(const char *swap) {
   reset(0);
   ferry_engine *e = make(host, swap);
@@ -104,16 +118,7 @@ static void test_never(const char *swap) {
   int rc = ferry_engine_finalize(e);
   if (rc) fprintf(stderr, "finalize: %s\n", ferry_engine_last_error(e));
   EXPECT_EQ_INT(rc, 0);
-  ferry_stats st;
-  REQUIRE(ferry_engine_get_stats(e, &st) == 0);
-  /* the host homes: at least one ask per 64 MiB of them, and one per param */
-  uint64_t homes = 0;
-  for (int f = 0; f < FERRY_FAMILIES; f++) homes += st.current[FERRY_TIER_HOST][f];
-  int pieces = (int)(homes >> 26);
-  printf("never: %d asks, %.0f MiB of host homes\n", atomic_load(&g_asks),
-         (double)homes / 1048576);
-  EXPECT(pieces >= 4);
-  EXPECT(atomic_load(&g_asks) >= pieces + G);
+  expect_asks(e, FERRY_TIER_HOST, "never");
   EXPECT_EQ_INT(atomic_load(&g_inits), G);
   EXPECT_EQ_INT(ferry_engine_set_cancel(e, cancel, &tag), FERRY_EINVAL);
   EXPECT_EQ_INT((int)engine_setup_zeroed_bytes(e), 0);
@@ -184,15 +189,7 @@ static void test_device_homes(const char *swap) {
   int rc = ferry_engine_finalize(e);
   if (rc) fprintf(stderr, "finalize: %s\n", ferry_engine_last_error(e));
   EXPECT_EQ_INT(rc, 0);
-  ferry_stats st;
-  REQUIRE(ferry_engine_get_stats(e, &st) == 0);
-  uint64_t homes = 0;
-  for (int f = 0; f < FERRY_FAMILIES; f++) homes += st.current[FERRY_TIER_DEVICE][f];
-  int pieces = (int)(homes >> 26);
-  printf("device homes: %d asks, %.0f MiB of device homes\n", atomic_load(&g_asks),
-         (double)homes / 1048576);
-  EXPECT(pieces >= 4);
-  EXPECT(atomic_load(&g_asks) >= pieces + G);
+  expect_asks(e, FERRY_TIER_DEVICE, "device homes");
   EXPECT_EQ_INT((int)engine_setup_zeroed_bytes(e), 0);
   ferry_engine_destroy(e);
   reset(1);
